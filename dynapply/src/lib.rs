@@ -1,1 +1,263 @@
-//! placeholder
+#![doc = include_str!("../docs/semantics.md")]
+
+mod annotation;
+mod document;
+mod error;
+mod merge;
+mod path;
+mod rules;
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+pub use annotation::{get_last_applied, set_last_applied};
+pub use document::{parse_document, to_yaml};
+pub use error::Error;
+pub use merge::json_eq;
+pub use rules::{ListRule, ListRules};
+
+use error::type_name;
+use merge::{Ctx, merge_into, pruned};
+use path::Path;
+
+/// The annotation holding the last-applied configuration; the same name Metacontroller uses, so
+/// objects it managed are taken over seamlessly.
+pub const LAST_APPLIED_ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
+
+/// The conventional merge keys, in precedence order (Metacontroller's list; see rule 6).
+pub const MERGE_KEY_CANDIDATES: [&str; 7] = [
+    "containerPort",
+    "port",
+    "mountPath",
+    "name",
+    "uid",
+    "ip",
+    "path",
+];
+
+/// Maximum nesting depth of a desired value (256 levels; serde_json's own parser stops at 128, so
+/// only programmatically built values can reach it). Deeper input is an [`Error::TooDeep`]
+/// instead of a stack overflow.
+pub const MAX_DEPTH: usize = 256;
+
+/// Metadata fields owned by the API server: after a merge they are restored from the live object
+/// (set when live has them, removed when it does not), as Metacontroller does.
+pub const SYSTEM_METADATA_FIELDS: [&str; 8] = [
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "managedFields",
+];
+
+/// Order of list-map items after a merge (rule 8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ordering {
+    /// kubectl's rule: desired's relative order for its items, live's relative order for items
+    /// kept only from live, interleaved so kept items keep their place. The default.
+    #[default]
+    Desired,
+    /// Metacontroller's rule, exactly: live order for every surviving item, then the new desired
+    /// items appended in desired order; reorderings in desired are ignored.
+    Metacontroller,
+}
+
+/// Settings for [`merge_with`], [`apply_update`] and friends.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The last-applied annotation name. Default: [`LAST_APPLIED_ANNOTATION`]
+    /// (`metacontroller.k8s.io/last-applied-configuration`, Metacontroller's name).
+    pub annotation: String,
+    /// Explicit list rules, which take precedence over the merge-key convention. Default: empty
+    /// (convention only, like Metacontroller).
+    pub rules: ListRules,
+    /// List-map ordering. Default: [`Ordering::Desired`] (kubectl's order).
+    pub ordering: Ordering,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            annotation: LAST_APPLIED_ANNOTATION.to_owned(),
+            rules: ListRules::default(),
+            ordering: Ordering::Desired,
+        }
+    }
+}
+
+/// The result of [`apply_update`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The live object already is what an update would write: send nothing.
+    Unchanged,
+    /// The object to write (a full object for PUT, carrying live's `resourceVersion`).
+    Changed(Value),
+}
+
+fn require_object(v: &Value, what: &'static str) -> Result<(), Error> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(Error::NotAnObject {
+            what,
+            found: type_name(v),
+        })
+    }
+}
+
+/// The three-way merge with default [`Options`]: replays the change from `last_applied` to
+/// `desired` onto `observed` and returns the merged object. `observed` is not modified.
+pub fn merge(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+) -> Result<Value, Error> {
+    merge_with(observed, last_applied, desired, &Options::default())
+}
+
+/// The three-way merge using `opts.rules` and `opts.ordering` (`opts.annotation` is not used:
+/// annotations are merged like any other field). All three inputs must be JSON objects
+/// (`last_applied` may be `None`: nothing is removed).
+pub fn merge_with(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Value, Error> {
+    require_object(observed, "observed")?;
+    require_object(desired, "desired")?;
+    if let Some(last) = last_applied {
+        require_object(last, "last-applied")?;
+    }
+    let mut out = observed.clone();
+    let ctx = Ctx {
+        ordering: opts.ordering,
+    };
+    merge_into(
+        &mut out,
+        last_applied,
+        desired,
+        opts.rules.root(),
+        ctx,
+        &Path::ROOT,
+        0,
+    )?;
+    Ok(out)
+}
+
+fn has_annotation(obj: &Value, annotation: &str) -> bool {
+    obj.get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.as_object())
+        .is_some_and(|a| a.contains_key(annotation))
+}
+
+fn without_annotation(obj: &Value, annotation: &str) -> Value {
+    let mut copy = obj.clone();
+    if let Some(a) = copy
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.shift_remove(annotation);
+    }
+    copy
+}
+
+/// The child-update step: reads last-applied from `observed`'s annotation, strips that
+/// annotation from `desired`, merges, restores [`SYSTEM_METADATA_FIELDS`] and `status` from
+/// `observed`, writes the new last-applied annotation (desired, canonical JSON) and compares the
+/// result with `observed` ([`json_eq`]: key order ignored, numbers by value).
+///
+/// Applying the same desired to the returned object gives [`Outcome::Unchanged`].
+pub fn apply_update(observed: &Value, desired: &Value, opts: &Options) -> Result<Outcome, Error> {
+    require_object(observed, "observed")?;
+    require_object(desired, "desired")?;
+    let last = get_last_applied(observed, opts)?;
+    let desired: Cow<'_, Value> = if has_annotation(desired, &opts.annotation) {
+        Cow::Owned(without_annotation(desired, &opts.annotation))
+    } else {
+        Cow::Borrowed(desired)
+    };
+    let mut merged = merge_with(observed, last.as_ref(), &desired, opts)?;
+    restore_server_fields(&mut merged, observed)?;
+    let text = annotation::canonical_json(&desired, Some(&opts.annotation));
+    annotation::write_annotation(&mut merged, text, opts)?;
+    if json_eq(&merged, observed) {
+        Ok(Outcome::Unchanged)
+    } else {
+        Ok(Outcome::Changed(merged))
+    }
+}
+
+/// Restores `status` and the server-owned metadata fields of `merged` from `observed`.
+fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Error> {
+    let Some(top) = merged.as_object_mut() else {
+        return Err(Error::NotAnObject {
+            what: "object",
+            found: type_name(merged),
+        });
+    };
+    match observed.get("status") {
+        Some(status) => {
+            if top.get("status") != Some(status) {
+                top.insert("status".to_owned(), status.clone());
+            }
+        }
+        None => {
+            top.shift_remove("status");
+        }
+    }
+    let observed_meta = observed.get("metadata").and_then(Value::as_object);
+    for field in SYSTEM_METADATA_FIELDS {
+        let want = observed_meta.and_then(|m| m.get(field));
+        let have = top.get("metadata").and_then(|m| m.get(field));
+        if want == have {
+            continue;
+        }
+        let meta = top
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if meta.is_null() {
+            *meta = Value::Object(Default::default());
+        }
+        let found = type_name(meta);
+        let Some(meta) = meta.as_object_mut() else {
+            return Err(Error::InvalidField {
+                path: "metadata".to_owned(),
+                message: format!("expected an object, found {found}"),
+            });
+        };
+        match want {
+            Some(v) => {
+                meta.insert(field.to_owned(), v.clone());
+            }
+            None => {
+                meta.shift_remove(field);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the controller POSTs to create a child: `desired` with null fields and null list items
+/// removed (at every depth) and the last-applied annotation written (the same canonical JSON
+/// [`apply_update`] writes, so the first update after creation is `Unchanged`).
+pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
+    require_object(desired, "desired")?;
+    let mut out = pruned(desired, &Path::ROOT, 0)?;
+    if let Some(a) = out
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.shift_remove(opts.annotation.as_str());
+    }
+    let text = annotation::canonical_json(&out, Some(&opts.annotation));
+    annotation::write_annotation(&mut out, text, opts)?;
+    Ok(out)
+}

@@ -1,0 +1,344 @@
+//! The last-applied annotation: deterministic serialization, reading and writing.
+//!
+//! The annotation is written the way Metacontroller (Go `encoding/json`) writes it: object keys
+//! sorted by byte order, no whitespace, `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u003c`,
+//! `\u003e`, `\u0026`, `\u2028`, `\u2029`, and floats formatted like Go (`1e+21`, `1e-7`, `3`).
+//! An object Metacontroller applied therefore carries a byte-identical annotation to the one
+//! dynapply would write for the same desired object, so a takeover causes no write. Null fields
+//! and null list items are left out (they mean "absent").
+
+use crate::Options;
+use crate::error::{Error, type_name};
+use serde_json::{Number, Value};
+use std::fmt::Write as _;
+
+fn annotation_path(opts: &Options) -> String {
+    format!(
+        "metadata.annotations[{}]",
+        Value::String(opts.annotation.clone())
+    )
+}
+
+/// Serializes `v` canonically. When `skip_annotation` is set, the key
+/// `metadata.annotations.<skip_annotation>` of the top-level object is left out.
+pub(crate) fn canonical_json(v: &Value, skip_annotation: Option<&str>) -> String {
+    let mut out = String::with_capacity(256);
+    write_value(&mut out, v, Skip::Top(skip_annotation));
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Skip<'a> {
+    None,
+    Top(Option<&'a str>),
+    Metadata(&'a str),
+    Annotations(&'a str),
+}
+
+fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            let mut first = true;
+            for item in items.iter().filter(|i| !i.is_null()) {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                write_value(out, item, Skip::None);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m
+                .iter()
+                .filter(|(k, v)| {
+                    !v.is_null() && !matches!(skip, Skip::Annotations(a) if a == k.as_str())
+                })
+                .map(|(k, _)| k)
+                .collect();
+            keys.sort_unstable();
+            out.push('{');
+            for (n, k) in keys.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                let child_skip = match (skip, k.as_str()) {
+                    (Skip::Top(Some(a)), "metadata") => Skip::Metadata(a),
+                    (Skip::Metadata(a), "annotations") => Skip::Annotations(a),
+                    _ => Skip::None,
+                };
+                if let Some(sub) = m.get(k.as_str()) {
+                    write_value(out, sub, child_skip);
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_number(out: &mut String, n: &Number) {
+    if n.is_i64() || n.is_u64() {
+        let _ = write!(out, "{n}");
+        return;
+    }
+    let Some(f) = n.as_f64() else {
+        let _ = write!(out, "{n}");
+        return;
+    };
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        // Go: 'e' format with the shortest digits, exponent with a sign and at least one digit.
+        let s = format!("{f:e}");
+        match s.split_once('e') {
+            Some((mantissa, exp)) if !exp.starts_with('-') => {
+                let _ = write!(out, "{mantissa}e+{exp}");
+            }
+            _ => out.push_str(&s),
+        }
+    } else {
+        // Go: 'f' format with the shortest digits; Rust's Display prints 3.0 as "3".
+        let _ = write!(out, "{f}");
+    }
+}
+
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Reads the last-applied configuration from `obj`'s annotation `opts.annotation`.
+///
+/// A missing `metadata`, missing annotations, a missing or empty annotation, or the JSON `null`
+/// give `Ok(None)`: there is no last-applied, and a merge then removes nothing. An annotation
+/// that is not a string, not JSON, or not a JSON object is an error naming the annotation.
+pub fn get_last_applied(obj: &Value, opts: &Options) -> Result<Option<Value>, Error> {
+    let Value::Object(top) = obj else {
+        return Err(Error::NotAnObject {
+            what: "object",
+            found: type_name(obj),
+        });
+    };
+    let annotations = match top.get("metadata") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(meta)) => match meta.get("annotations") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(a)) => a,
+            Some(other) => {
+                return Err(Error::InvalidField {
+                    path: "metadata.annotations".to_owned(),
+                    message: format!("expected an object, found {}", type_name(other)),
+                });
+            }
+        },
+        Some(other) => {
+            return Err(Error::InvalidField {
+                path: "metadata".to_owned(),
+                message: format!("expected an object, found {}", type_name(other)),
+            });
+        }
+    };
+    let text = match annotations.get(opts.annotation.as_str()) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => s,
+        Some(other) => {
+            return Err(Error::CorruptLastApplied {
+                path: annotation_path(opts),
+                message: format!("expected a string, found {}", type_name(other)),
+            });
+        }
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let parsed: Value = serde_json::from_str(text).map_err(|e| Error::CorruptLastApplied {
+        path: annotation_path(opts),
+        message: format!("invalid JSON: {e}"),
+    })?;
+    match parsed {
+        Value::Null => Ok(None),
+        v @ Value::Object(_) => Ok(Some(v)),
+        other => Err(Error::CorruptLastApplied {
+            path: annotation_path(opts),
+            message: format!("expected a JSON object, found {}", type_name(&other)),
+        }),
+    }
+}
+
+/// Writes `last_applied`, serialized canonically (see the module docs), into `obj`'s
+/// annotation `opts.annotation`, creating `metadata` and `metadata.annotations` when absent
+/// (or null). Any copy of the annotation nested inside `last_applied` itself is left out.
+pub fn set_last_applied(
+    obj: &mut Value,
+    last_applied: &Value,
+    opts: &Options,
+) -> Result<(), Error> {
+    let text = canonical_json(last_applied, Some(&opts.annotation));
+    write_annotation(obj, text, opts)
+}
+
+pub(crate) fn write_annotation(obj: &mut Value, text: String, opts: &Options) -> Result<(), Error> {
+    let found = type_name(obj);
+    let Value::Object(top) = obj else {
+        return Err(Error::NotAnObject {
+            what: "object",
+            found,
+        });
+    };
+    let meta = top
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if meta.is_null() {
+        *meta = Value::Object(Default::default());
+    }
+    let found = type_name(meta);
+    let Value::Object(meta) = meta else {
+        return Err(Error::InvalidField {
+            path: "metadata".to_owned(),
+            message: format!("expected an object, found {found}"),
+        });
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if annotations.is_null() {
+        *annotations = Value::Object(Default::default());
+    }
+    let found = type_name(annotations);
+    let Value::Object(annotations) = annotations else {
+        return Err(Error::InvalidField {
+            path: "metadata.annotations".to_owned(),
+            message: format!("expected an object, found {found}"),
+        });
+    };
+    match annotations.get_mut(opts.annotation.as_str()) {
+        Some(Value::String(existing)) if *existing == text => {}
+        Some(slot) => *slot = Value::String(text),
+        None => {
+            annotations.insert(opts.annotation.clone(), Value::String(text));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_matches_go_encoding() {
+        let v = json!({"b": 1, "a": {"z": "<x> & y", "y": null}, "c": [1.5, 3.0, 1e21, 1e-7, null, "\u{2028}\n\u{1}"], "d": -0.000001});
+        assert_eq!(
+            canonical_json(&v, None),
+            r#"{"a":{"z":"\u003cx\u003e \u0026 y"},"b":1,"c":[1.5,3,1e+21,1e-7,"\u2028\n\u0001"],"d":-0.000001}"#
+        );
+    }
+
+    #[test]
+    fn canonical_skips_only_the_named_annotation_at_the_top() {
+        let v = json!({"metadata": {"annotations": {"keep": "1", "la": "x"}},
+                       "spec": {"metadata": {"annotations": {"la": "nested"}}}});
+        assert_eq!(
+            canonical_json(&v, Some("la")),
+            r#"{"metadata":{"annotations":{"keep":"1"}},"spec":{"metadata":{"annotations":{"la":"nested"}}}}"#
+        );
+    }
+
+    #[test]
+    fn round_trip() {
+        // upstream TestLastAppliedAnnotation
+        let opts = Options::default();
+        let mut obj = json!({});
+        let last = json!({"testing": "123"});
+        set_last_applied(&mut obj, &last, &opts).unwrap();
+        assert_eq!(get_last_applied(&obj, &opts).unwrap(), Some(last));
+    }
+
+    #[test]
+    fn missing_empty_null_and_corrupt() {
+        let opts = Options::default();
+        let key = crate::LAST_APPLIED_ANNOTATION;
+        assert_eq!(get_last_applied(&json!({}), &opts).unwrap(), None);
+        assert_eq!(
+            get_last_applied(&json!({"metadata": {"annotations": {key: ""}}}), &opts).unwrap(),
+            None
+        );
+        assert_eq!(
+            get_last_applied(&json!({"metadata": {"annotations": {key: "null"}}}), &opts).unwrap(),
+            None
+        );
+        let err = get_last_applied(&json!({"metadata": {"annotations": {key: "{oops"}}}), &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "at metadata.annotations[\"metacontroller.k8s.io/last-applied-configuration\"]: corrupt last-applied configuration: invalid JSON"
+            ),
+            "{err}"
+        );
+        let err = get_last_applied(&json!({"metadata": {"annotations": {key: "[1]"}}}), &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with("expected a JSON object, found a list"),
+            "{err}"
+        );
+        let err = get_last_applied(&json!({"metadata": "x"}), &opts)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "at metadata: expected an object, found a string");
+        let err = set_last_applied(
+            &mut json!({"metadata": {"annotations": 3}}),
+            &json!({}),
+            &opts,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "at metadata.annotations: expected an object, found a number"
+        );
+        let err = get_last_applied(&json!([]), &opts).unwrap_err().to_string();
+        assert_eq!(err, "object must be a JSON object, found a list");
+    }
+
+    #[test]
+    fn custom_annotation_name() {
+        let opts = Options {
+            annotation: "example.com/applied".to_owned(),
+            ..Options::default()
+        };
+        let mut obj = json!({"metadata": {"annotations": null}});
+        set_last_applied(&mut obj, &json!({"a": 1}), &opts).unwrap();
+        assert_eq!(
+            obj["metadata"]["annotations"]["example.com/applied"],
+            json!("{\"a\":1}")
+        );
+    }
+}

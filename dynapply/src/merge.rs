@@ -1,0 +1,635 @@
+//! The three-way merge walk.
+//!
+//! `merge_into` works in place on a clone of the live object: subtrees that desired does not
+//! mention are never visited again after the initial clone, list items are moved (not cloned)
+//! when a list-map is rebuilt, and rule/path bookkeeping is a borrowed pointer per level.
+
+use crate::error::Error;
+use crate::path::{KeyNames, Path, Seg};
+use crate::rules::{ListRule, Node};
+use crate::{MAX_DEPTH, MERGE_KEY_CANDIDATES, Ordering};
+use serde_json::{Map, Number, Value};
+
+/// Per-merge settings threaded through the walk.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx {
+    pub(crate) ordering: Ordering,
+}
+
+fn too_deep(path: &Path<'_>) -> Error {
+    Error::TooDeep {
+        path: path.render(),
+        limit: MAX_DEPTH,
+    }
+}
+
+/// Merges `desired` (a non-null value) into `live`, replaying the change from `last`.
+pub(crate) fn merge_into(
+    live: &mut Value,
+    last: Option<&Value>,
+    desired: &Value,
+    rules: Option<&Node>,
+    ctx: Ctx,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(path));
+    }
+    match (live, desired) {
+        (Value::Object(lm), Value::Object(dm)) => {
+            let lastm = last.and_then(Value::as_object);
+            if let Some(lastm) = lastm {
+                // Rule 1: keys in last-applied but no longer in desired are removed from live.
+                let any_removal = lastm
+                    .keys()
+                    .any(|k| !dm.contains_key(k) && lm.contains_key(k));
+                if any_removal {
+                    lm.retain(|k, _| dm.contains_key(k) || !lastm.contains_key(k));
+                }
+            }
+            for (k, dv) in dm {
+                if dv.is_null() {
+                    // Rule 2: a null in desired removes the key.
+                    if lm.contains_key(k) {
+                        lm.shift_remove(k);
+                    }
+                    continue;
+                }
+                let sub_rules = rules.and_then(|r| r.child(k));
+                let p = path.child(Seg::Field(k));
+                match lm.get_mut(k) {
+                    Some(lv) => merge_into(
+                        lv,
+                        lastm.and_then(|m| m.get(k)),
+                        dv,
+                        sub_rules,
+                        ctx,
+                        &p,
+                        depth + 1,
+                    )?,
+                    None => {
+                        lm.insert(k.clone(), pruned(dv, &p, depth + 1)?);
+                    }
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(la), Value::Array(da)) => {
+            let last_items = match last {
+                Some(Value::Array(items)) => items.as_slice(),
+                _ => &[],
+            };
+            merge_list(la, last_items, da, rules, ctx, path, depth)
+        }
+        (lv, dv @ (Value::Bool(_) | Value::Number(_) | Value::String(_))) => {
+            // Rule 4: scalars replace (skip the write when nothing changes).
+            if lv != dv {
+                *lv = dv.clone();
+            }
+            Ok(())
+        }
+        (lv, dv) => {
+            // Rule 3: a type change replaces the live value with desired.
+            *lv = pruned(dv, path, depth)?;
+            Ok(())
+        }
+    }
+}
+
+/// A deep copy of a desired value with every null object field and null list item dropped.
+pub(crate) fn pruned(v: &Value, path: &Path<'_>, depth: usize) -> Result<Value, Error> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(path));
+    }
+    Ok(match v {
+        Value::Object(m) => {
+            let mut out = Map::with_capacity(m.len());
+            for (k, sub) in m {
+                if !sub.is_null() {
+                    let p = path.child(Seg::Field(k));
+                    out.insert(k.clone(), pruned(sub, &p, depth + 1)?);
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, sub) in items.iter().enumerate() {
+                if !sub.is_null() {
+                    let p = path.child(Seg::Index(i));
+                    out.push(pruned(sub, &p, depth + 1)?);
+                }
+            }
+            Value::Array(out)
+        }
+        other => other.clone(),
+    })
+}
+
+fn contains_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().any(contains_null),
+        Value::Array(items) => items.iter().any(contains_null),
+        _ => false,
+    }
+}
+
+/// How list items are identified.
+#[derive(Clone, Copy)]
+enum KeyMode<'a> {
+    /// Object items keyed by these fields (with defaults for missing fields).
+    Fields {
+        names: KeyNames<'a>,
+        defaults: &'a [(String, Value)],
+    },
+    /// Set items: the whole item is the key.
+    Whole,
+}
+
+impl<'a> KeyMode<'a> {
+    #[inline]
+    fn part<'v>(&self, item: &'v Value, i: usize) -> Option<&'v Value>
+    where
+        'a: 'v,
+    {
+        match self {
+            KeyMode::Fields { names, defaults } => {
+                let name = names.get(i);
+                match item.get(name) {
+                    Some(Value::Null) | None => defaults
+                        .iter()
+                        .find(|(f, _)| f == name)
+                        .map(|(_, default)| default),
+                    Some(v) => Some(v),
+                }
+            }
+            KeyMode::Whole => Some(item),
+        }
+    }
+
+    fn arity(&self) -> usize {
+        match self {
+            KeyMode::Fields { names, .. } => names.len(),
+            KeyMode::Whole => 1,
+        }
+    }
+
+    fn hash(&self, item: &Value) -> u64 {
+        let mut h = 0u64;
+        for i in 0..self.arity() {
+            h = match self.part(item, i) {
+                Some(v) => mix(h, hash_value(v)),
+                None => mix(h, 0x9e37_79b9_7f4a_7c15),
+            };
+        }
+        h
+    }
+
+    fn eq(&self, a: &Value, b: &Value) -> bool {
+        (0..self.arity()).all(|i| match (self.part(a, i), self.part(b, i)) {
+            (Some(x), Some(y)) => json_eq(x, y),
+            (None, None) => true,
+            _ => false,
+        })
+    }
+}
+
+/// Lists up to this length are searched linearly (hash compared first); longer ones are sorted
+/// by key hash and binary-searched.
+const LINEAR_MAX: usize = 12;
+
+/// Key lookup over one list.
+struct KeyIndex {
+    /// `(key hash, item index)`; sorted by hash when the list is longer than [`LINEAR_MAX`].
+    entries: Vec<(u64, u32)>,
+    sorted: bool,
+}
+
+impl KeyIndex {
+    /// Indexes `items`; `None` when two items share a key (the list is not a valid map).
+    fn build(items: &[Value], mode: KeyMode<'_>) -> Option<KeyIndex> {
+        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            if item.is_null() {
+                continue;
+            }
+            let idx = u32::try_from(i).ok()?;
+            entries.push((mode.hash(item), idx));
+        }
+        let sorted = entries.len() > LINEAR_MAX;
+        if sorted {
+            entries.sort_unstable_by_key(|e| e.0);
+            let mut start = 0;
+            while start < entries.len() {
+                let mut end = start + 1;
+                while end < entries.len() && entries[end].0 == entries[start].0 {
+                    end += 1;
+                }
+                for a in start..end {
+                    for b in a + 1..end {
+                        if mode.eq(&items[entries[a].1 as usize], &items[entries[b].1 as usize]) {
+                            return None;
+                        }
+                    }
+                }
+                start = end;
+            }
+        } else {
+            for a in 0..entries.len() {
+                for b in a + 1..entries.len() {
+                    if entries[a].0 == entries[b].0
+                        && mode.eq(&items[entries[a].1 as usize], &items[entries[b].1 as usize])
+                    {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(KeyIndex { entries, sorted })
+    }
+
+    /// Position in `items` (the indexed list) of the item whose key equals `probe`'s.
+    fn find(&self, items: &[Value], probe: &Value, mode: KeyMode<'_>) -> Option<usize> {
+        let h = mode.hash(probe);
+        if self.sorted {
+            let start = self.entries.partition_point(|e| e.0 < h);
+            self.entries[start..]
+                .iter()
+                .take_while(|e| e.0 == h)
+                .map(|e| e.1 as usize)
+                .find(|&i| mode.eq(&items[i], probe))
+        } else {
+            self.entries
+                .iter()
+                .filter(|e| e.0 == h)
+                .map(|e| e.1 as usize)
+                .find(|&i| mode.eq(&items[i], probe))
+        }
+    }
+}
+
+fn all_objects(items: &[Value]) -> bool {
+    items.iter().all(|v| v.is_object() || v.is_null())
+}
+
+/// Rule 6: the first conventional merge key present (non-null) in every item of the three lists
+/// and unique within each of them.
+fn detect_convention(
+    live: &[Value],
+    last: &[Value],
+    desired: &[Value],
+) -> Option<(KeyMode<'static>, [KeyIndex; 3])> {
+    if !(all_objects(live) && all_objects(last) && all_objects(desired)) {
+        return None;
+    }
+    if live.is_empty() && last.is_empty() && desired.iter().all(Value::is_null) {
+        return None;
+    }
+    for i in 0..MERGE_KEY_CANDIDATES.len() {
+        let field = MERGE_KEY_CANDIDATES[i];
+        let has = |items: &[Value]| {
+            items
+                .iter()
+                .all(|v| v.is_null() || v.get(field).is_some_and(|k| !k.is_null()))
+        };
+        if !(has(live) && has(last) && has(desired)) {
+            continue;
+        }
+        let mode = KeyMode::Fields {
+            names: KeyNames::Static(&MERGE_KEY_CANDIDATES[i..=i]),
+            defaults: &[],
+        };
+        if let Some(indexes) = build_indexes(live, last, desired, mode) {
+            return Some((mode, indexes));
+        }
+    }
+    None
+}
+
+fn build_indexes(
+    live: &[Value],
+    last: &[Value],
+    desired: &[Value],
+    mode: KeyMode<'_>,
+) -> Option<[KeyIndex; 3]> {
+    let l = KeyIndex::build(live, mode)?;
+    let a = KeyIndex::build(last, mode)?;
+    let d = KeyIndex::build(desired, mode)?;
+    Some([l, a, d])
+}
+
+fn replace_list(
+    la: &mut Vec<Value>,
+    da: &[Value],
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), Error> {
+    // Rule 5: atomic lists are replaced by desired (skip the write when already equal).
+    if la.as_slice() == da && !da.iter().any(contains_null) {
+        return Ok(());
+    }
+    let mut out = Vec::with_capacity(da.len());
+    for (i, item) in da.iter().enumerate() {
+        if !item.is_null() {
+            let p = path.child(Seg::Index(i));
+            out.push(pruned(item, &p, depth + 1)?);
+        }
+    }
+    *la = out;
+    Ok(())
+}
+
+fn merge_list(
+    la: &mut Vec<Value>,
+    last: &[Value],
+    da: &[Value],
+    rules: Option<&Node>,
+    ctx: Ctx,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), Error> {
+    let (mode, indexes) = match rules.and_then(|n| n.rule.as_ref()) {
+        Some(ListRule::Atomic) => return replace_list(la, da, path, depth),
+        Some(ListRule::Set) => {
+            let mode = KeyMode::Whole;
+            match build_indexes(la, last, da, mode) {
+                Some(indexes) => (mode, indexes),
+                None => return replace_list(la, da, path, depth),
+            }
+        }
+        Some(ListRule::Map(keys)) => {
+            let mode = KeyMode::Fields {
+                names: KeyNames::Owned(keys),
+                defaults: rules.map(|n| n.key_defaults.as_slice()).unwrap_or(&[]),
+            };
+            let indexes = if all_objects(la) && all_objects(last) && all_objects(da) {
+                build_indexes(la, last, da, mode)
+            } else {
+                None
+            };
+            match indexes {
+                Some(indexes) => (mode, indexes),
+                None => return replace_list(la, da, path, depth),
+            }
+        }
+        None => match detect_convention(la, last, da) {
+            Some((mode, indexes)) => (mode, indexes),
+            None => return replace_list(la, da, path, depth),
+        },
+    };
+    merge_list_map(la, last, da, mode, &indexes, rules, ctx, path, depth)
+}
+
+const KEPT: u8 = 0;
+const MATCHED: u8 = 1;
+const REMOVED: u8 = 2;
+
+#[allow(clippy::too_many_arguments)]
+fn merge_list_map(
+    la: &mut Vec<Value>,
+    last: &[Value],
+    da: &[Value],
+    mode: KeyMode<'_>,
+    indexes: &[KeyIndex; 3],
+    rules: Option<&Node>,
+    ctx: Ctx,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), Error> {
+    let [live_idx, last_idx, _] = indexes;
+    // Rule 7: pair desired items with live items; classify the rest of live.
+    let mut state = vec![KEPT; la.len()];
+    let mut live_of: Vec<Option<usize>> = Vec::with_capacity(da.len());
+    for d in da {
+        if d.is_null() {
+            live_of.push(None);
+            continue;
+        }
+        let j = live_idx.find(la, d, mode);
+        if let Some(j) = j {
+            state[j] = MATCHED;
+        }
+        live_of.push(j);
+    }
+    for (j, item) in la.iter().enumerate() {
+        if item.is_null() {
+            // a literal null item in live is kept only if nothing claims it; it has no key
+            continue;
+        }
+        if state[j] == KEPT && last_idx.find(last, item, mode).is_some() {
+            state[j] = REMOVED;
+        }
+    }
+    let mut old = std::mem::take(la);
+    let mut out: Vec<Value> = Vec::with_capacity(old.len() + da.len());
+    let merged_item = |old: &mut Vec<Value>, i: usize| -> Result<Value, Error> {
+        let d = &da[i];
+        let seg = match mode {
+            KeyMode::Fields { names, .. } => Seg::Keyed(names, d),
+            KeyMode::Whole => Seg::Index(i),
+        };
+        let p = path.child(seg);
+        let last_item = last_idx.find(last, d, mode).map(|k| &last[k]);
+        match live_of[i] {
+            Some(j) => {
+                let mut v = std::mem::take(&mut old[j]);
+                merge_into(&mut v, last_item, d, rules, ctx, &p, depth + 1)?;
+                Ok(v)
+            }
+            None => pruned(d, &p, depth + 1),
+        }
+    };
+    match ctx.ordering {
+        Ordering::Desired => {
+            // Rule 8: interleave desired order with the live order of kept items.
+            let kept: Vec<usize> = (0..old.len()).filter(|&j| state[j] == KEPT).collect();
+            let mut next_kept = 0;
+            for i in 0..da.len() {
+                if da[i].is_null() {
+                    continue;
+                }
+                if let Some(pos) = live_of[i] {
+                    while next_kept < kept.len() && kept[next_kept] < pos {
+                        out.push(std::mem::take(&mut old[kept[next_kept]]));
+                        next_kept += 1;
+                    }
+                }
+                let v = merged_item(&mut old, i)?;
+                out.push(v);
+            }
+            for &j in &kept[next_kept..] {
+                out.push(std::mem::take(&mut old[j]));
+            }
+        }
+        Ordering::Metacontroller => {
+            // Live order first (merged in place), then new desired items in desired order.
+            let mut desired_of: Vec<Option<usize>> = vec![None; old.len()];
+            for (i, j) in live_of.iter().enumerate() {
+                if let Some(j) = j {
+                    desired_of[*j] = Some(i);
+                }
+            }
+            for j in 0..old.len() {
+                match (state[j], desired_of[j]) {
+                    (MATCHED, Some(i)) => {
+                        let v = merged_item(&mut old, i)?;
+                        out.push(v);
+                    }
+                    (KEPT, _) => out.push(std::mem::take(&mut old[j])),
+                    _ => {}
+                }
+            }
+            for i in 0..da.len() {
+                if !da[i].is_null() && live_of[i].is_none() {
+                    let v = merged_item(&mut old, i)?;
+                    out.push(v);
+                }
+            }
+        }
+    }
+    *la = out;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON equality (numbers by value) and hashing consistent with it.
+
+fn int_of(n: &Number) -> Option<i128> {
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+}
+
+fn num_eq(a: &Number, b: &Number) -> bool {
+    match (int_of(a), int_of(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+    }
+}
+
+/// Semantic JSON equality: object key order is ignored and numbers compare by value
+/// (`1` equals `1.0`).
+pub fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Null, Value::Null) => true,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Number(x), Value::Number(y)) => num_eq(x, y),
+        (Value::String(x), Value::String(y)) => x == y,
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => false,
+    }
+}
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+#[inline]
+fn mix(h: u64, w: u64) -> u64 {
+    (h.rotate_left(5) ^ w).wrapping_mul(SEED)
+}
+
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = mix(0, bytes.len() as u64);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(c);
+        h = mix(h, u64::from_le_bytes(buf));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut buf = [0u8; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        h = mix(h, u64::from_le_bytes(buf));
+    }
+    h
+}
+
+/// A hash consistent with [`json_eq`]: equal values hash equally.
+fn hash_value(v: &Value) -> u64 {
+    match v {
+        Value::Null => 1,
+        Value::Bool(b) => 2 + u64::from(*b),
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(0.0);
+            let f = if f == 0.0 { 0.0 } else { f };
+            mix(4, f.to_bits())
+        }
+        Value::String(s) => mix(5, hash_bytes(s.as_bytes())),
+        Value::Array(items) => items.iter().fold(mix(6, items.len() as u64), |h, item| {
+            mix(h, hash_value(item))
+        }),
+        Value::Object(m) => {
+            let sum = m.iter().fold(0u64, |acc, (k, v)| {
+                acc.wrapping_add(mix(hash_bytes(k.as_bytes()), hash_value(v)))
+            });
+            mix(7, sum)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_eq_numbers_by_value_and_key_order() {
+        assert!(json_eq(&json!(1), &json!(1.0)));
+        assert!(!json_eq(&json!(80), &json!("80")));
+        assert!(json_eq(
+            &json!({"a": 1, "b": 2}),
+            &json!({"b": 2, "a": 1.0})
+        ));
+        assert!(!json_eq(&json!([1, 2]), &json!([2, 1])));
+        assert!(json_eq(&json!(u64::MAX), &json!(u64::MAX)));
+        assert!(!json_eq(&json!(-1), &json!(u64::MAX)));
+    }
+
+    #[test]
+    fn hash_is_consistent_with_eq() {
+        let pairs = [
+            (json!(1), json!(1.0)),
+            (json!(0.0), json!(-0.0)),
+            (
+                json!({"a": 1, "b": [1, "x"]}),
+                json!({"b": [1.0, "x"], "a": 1}),
+            ),
+        ];
+        for (a, b) in pairs {
+            assert!(json_eq(&a, &b));
+            assert_eq!(hash_value(&a), hash_value(&b), "{a} vs {b}");
+        }
+        assert_ne!(hash_value(&json!("80")), hash_value(&json!(80)));
+    }
+
+    #[test]
+    fn key_index_detects_duplicates_small_and_large() {
+        let mode = KeyMode::Fields {
+            names: KeyNames::Static(&["name"]),
+            defaults: &[],
+        };
+        for n in [3usize, 40] {
+            let mut items: Vec<Value> = (0..n).map(|i| json!({"name": format!("n{i}")})).collect();
+            let idx = KeyIndex::build(&items, mode).unwrap();
+            for (i, item) in items.iter().enumerate() {
+                assert_eq!(idx.find(&items, item, mode), Some(i));
+            }
+            assert_eq!(idx.find(&items, &json!({"name": "zz"}), mode), None);
+            items.push(json!({"name": "n1", "other": true}));
+            assert!(KeyIndex::build(&items, mode).is_none());
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! Explicit list rules ("schema hints"): per field path, how a list is merged.
+//!
+//! Precedence during a merge: an explicit rule for the list's path > the merge-key convention >
+//! atomic. Rules are stored as a trie of field names so the merge looks them up while it walks,
+//! one string comparison per object level and no allocation.
+
+use serde_json::Value;
+
+/// How one list field is merged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListRule {
+    /// The list is one value: desired replaces live (kubectl's default for lists).
+    Atomic,
+    /// The list is an ordered set of values (items compared as exact JSON, numbers by value),
+    /// like `metadata.finalizers`: items added by others are kept, items dropped from desired
+    /// since last-applied are removed.
+    Set,
+    /// The list is a map keyed by the named fields of its (object) items, e.g.
+    /// `["containerPort", "protocol"]`. Missing key fields take the default registered with
+    /// [`ListRules::set_key_default`] (e.g. `protocol` = `"TCP"`), else compare as "unset".
+    /// If an item is not an object, or two items of one list share a key, the list is merged
+    /// atomically instead.
+    Map(Vec<String>),
+}
+
+/// Per-field-path list rules. Cheap to clone for the sizes involved (a few dozen paths).
+///
+/// Path syntax (for [`ListRules::set`]): field names separated by `.`, starting at the top of the
+/// object, e.g. `spec.template.spec.containers`. List items are traversed implicitly, so the
+/// ports of every container are `spec.template.spec.containers.ports`. `*` matches any one field
+/// name (map values, e.g. `spec.pools.*.containers`); an exact name wins over `*` at the same
+/// level. A literal `.` inside a field name is written `\.`. A trailing `[]` or `[*]` on a
+/// segment is accepted and ignored (`containers[].ports`).
+#[derive(Clone, Default, Debug)]
+pub struct ListRules {
+    root: Node,
+}
+
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Node {
+    pub(crate) rule: Option<ListRule>,
+    pub(crate) key_defaults: Vec<(String, Value)>,
+    children: Vec<(String, Node)>,
+    wildcard: Option<Box<Node>>,
+}
+
+impl Node {
+    /// The rule node for field `name` below this one.
+    #[inline]
+    pub(crate) fn child(&self, name: &str) -> Option<&Node> {
+        for (n, node) in &self.children {
+            if n == name {
+                return Some(node);
+            }
+        }
+        self.wildcard.as_deref()
+    }
+
+    fn child_mut(&mut self, name: &str) -> &mut Node {
+        if name == "*" {
+            return self.wildcard.get_or_insert_with(Box::default);
+        }
+        let pos = match self.children.iter().position(|(n, _)| n == name) {
+            Some(pos) => pos,
+            None => {
+                self.children.push((name.to_owned(), Node::default()));
+                self.children.len() - 1
+            }
+        };
+        &mut self.children[pos].1
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rule.is_none()
+            && self.key_defaults.is_empty()
+            && self.children.is_empty()
+            && self.wildcard.is_none()
+    }
+
+    fn prune(&mut self) {
+        for (_, child) in &mut self.children {
+            child.prune();
+        }
+        self.children.retain(|(_, c)| !c.is_empty());
+        if let Some(w) = &mut self.wildcard {
+            w.prune();
+            if w.is_empty() {
+                self.wildcard = None;
+            }
+        }
+    }
+
+    fn merge_from(&mut self, other: Node) {
+        if other.rule.is_some() {
+            self.rule = other.rule;
+        }
+        for (field, value) in other.key_defaults {
+            match self.key_defaults.iter_mut().find(|(f, _)| *f == field) {
+                Some(slot) => slot.1 = value,
+                None => self.key_defaults.push((field, value)),
+            }
+        }
+        for (name, child) in other.children {
+            self.child_mut(&name).merge_from(child);
+        }
+        if let Some(w) = other.wildcard {
+            self.wildcard
+                .get_or_insert_with(Box::default)
+                .merge_from(*w);
+        }
+    }
+
+    fn collect(&self, prefix: &mut Vec<String>, out: &mut Vec<(String, ListRule)>) {
+        if let Some(rule) = &self.rule {
+            out.push((prefix.join("."), rule.clone()));
+        }
+        for (name, child) in &self.children {
+            prefix.push(name.replace('.', "\\."));
+            child.collect(prefix, out);
+            prefix.pop();
+        }
+        if let Some(w) = &self.wildcard {
+            prefix.push("*".to_owned());
+            w.collect(prefix, out);
+            prefix.pop();
+        }
+    }
+}
+
+/// Splits a rule path into segments (see [`ListRules`] for the syntax).
+fn split_path(path: &str) -> Vec<String> {
+    let mut segs = Vec::new();
+    let mut cur = String::new();
+    let mut chars = path.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'.') => {
+                cur.push('.');
+                chars.next();
+            }
+            '.' => segs.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    segs.push(cur);
+    segs.into_iter()
+        .map(|s| {
+            let s = s.strip_suffix("[*]").unwrap_or(&s);
+            let s = s.strip_suffix("[]").unwrap_or(s);
+            s.to_owned()
+        })
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+impl ListRules {
+    /// No rules: every list follows the convention (see the crate docs).
+    pub fn new() -> ListRules {
+        ListRules::default()
+    }
+
+    /// True when no rule is registered.
+    pub fn is_empty(&self) -> bool {
+        self.root.is_empty()
+    }
+
+    pub(crate) fn root(&self) -> Option<&Node> {
+        if self.root.is_empty() {
+            None
+        } else {
+            Some(&self.root)
+        }
+    }
+
+    fn node_mut(&mut self, path: &str) -> &mut Node {
+        let mut node = &mut self.root;
+        for seg in split_path(path) {
+            node = node.child_mut(&seg);
+        }
+        node
+    }
+
+    /// Registers (or replaces) the rule for the list at `path`.
+    pub fn set(&mut self, path: &str, rule: ListRule) {
+        self.node_mut(path).rule = Some(rule);
+    }
+
+    /// Registers a default for a key field of the list-map at `path`, used when an item lacks
+    /// the field (Kubernetes defaults `protocol` to `"TCP"` on the server, so a desired port
+    /// without `protocol` must match the live port that has it).
+    pub fn set_key_default(&mut self, path: &str, field: &str, value: Value) {
+        let node = self.node_mut(path);
+        match node.key_defaults.iter_mut().find(|(f, _)| f == field) {
+            Some(slot) => slot.1 = value,
+            None => node.key_defaults.push((field.to_owned(), value)),
+        }
+    }
+
+    /// The rule registered for `path`, if any (exact path match; `*` segments match literally
+    /// registered wildcards and any name).
+    pub fn get(&self, path: &str) -> Option<&ListRule> {
+        let mut node = &self.root;
+        for seg in split_path(path) {
+            node = node.child(&seg)?;
+        }
+        node.rule.as_ref()
+    }
+
+    /// All registered rules as `(path, rule)`, depth first, in registration order.
+    pub fn entries(&self) -> Vec<(String, ListRule)> {
+        let mut out = Vec::new();
+        self.root.collect(&mut Vec::new(), &mut out);
+        out
+    }
+
+    /// Combines two rule sets; where both have a rule for the same path, `other`'s wins.
+    pub fn merge(mut self, other: ListRules) -> ListRules {
+        self.root.merge_from(other.root);
+        self
+    }
+
+    /// Rules for a built-in Kubernetes kind, from the Kubernetes API's `patchMergeKey` /
+    /// `x-kubernetes-list-map-keys` facts. `api_version` is `group/version` (`v1` for the core
+    /// group); the version is ignored. Every kind, including unknown ones and custom resources,
+    /// gets the `ObjectMeta` rules (`metadata.finalizers` a set, `metadata.ownerReferences` a map
+    /// by `uid`, `metadata.managedFields` atomic). Pod templates get the full `PodSpec` rules
+    /// wherever the kind embeds one (`spec.template.spec`, `spec.jobTemplate.spec.template.spec`,
+    /// `template.spec`).
+    pub fn builtin(api_version: &str, kind: &str) -> ListRules {
+        let group = match api_version.split_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        };
+        let mut rules = ListRules::new();
+        object_meta_rules(&mut rules, "metadata");
+        match (group, kind) {
+            ("", "Pod") => pod_spec_rules(&mut rules, "spec"),
+            ("", "PodTemplate") => pod_template_rules(&mut rules, "template"),
+            ("", "ReplicationController")
+            | ("apps", "Deployment")
+            | ("apps", "ReplicaSet")
+            | ("apps", "DaemonSet")
+            | ("batch", "Job") => pod_template_rules(&mut rules, "spec.template"),
+            ("apps", "StatefulSet") => {
+                pod_template_rules(&mut rules, "spec.template");
+                rules.set("spec.volumeClaimTemplates", ListRule::Atomic);
+            }
+            ("batch", "CronJob") => {
+                pod_template_rules(&mut rules, "spec.jobTemplate.spec.template")
+            }
+            ("", "Service") => {
+                rules.set("spec.ports", map(&["port", "protocol"]));
+                rules.set_key_default("spec.ports", "protocol", Value::from("TCP"));
+                for atomic in [
+                    "spec.clusterIPs",
+                    "spec.ipFamilies",
+                    "spec.externalIPs",
+                    "spec.loadBalancerSourceRanges",
+                ] {
+                    rules.set(atomic, ListRule::Atomic);
+                }
+            }
+            ("", "ServiceAccount") => {
+                rules.set("secrets", map(&["name"]));
+                rules.set("imagePullSecrets", map(&["name"]));
+            }
+            ("", "Endpoints") => rules.set("subsets", ListRule::Atomic),
+            ("", "PersistentVolumeClaim") => rules.set("spec.accessModes", ListRule::Atomic),
+            ("networking.k8s.io", "Ingress") => {
+                rules.set("spec.rules", ListRule::Atomic);
+                rules.set("spec.tls", ListRule::Atomic);
+            }
+            ("networking.k8s.io", "NetworkPolicy") => {
+                rules.set("spec.ingress", ListRule::Atomic);
+                rules.set("spec.egress", ListRule::Atomic);
+                rules.set("spec.policyTypes", ListRule::Atomic);
+            }
+            ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
+                rules.set("rules", ListRule::Atomic);
+            }
+            ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+                rules.set("subjects", ListRule::Atomic);
+            }
+            ("autoscaling", "HorizontalPodAutoscaler") => {
+                rules.set("spec.metrics", ListRule::Atomic);
+            }
+            _ => {}
+        }
+        rules
+    }
+
+    /// Rules read from a CRD version's `openAPIV3Schema`: every list with
+    /// `x-kubernetes-list-type` (`atomic`, `set`, or `map` with `x-kubernetes-list-map-keys`,
+    /// key defaults from the items' `properties.<key>.default`). Walks `properties`, `items`,
+    /// `additionalProperties` (as `*`) and `allOf`/`anyOf`/`oneOf`. Nothing is inferred from
+    /// shapes: an `x-kubernetes-embedded-resource` or a `template` that looks like a
+    /// PodTemplateSpec gets no rules unless the schema marks its lists explicitly (those lists
+    /// then follow the convention). Unknown marker values are ignored.
+    pub fn from_openapi_schema(schema: &Value) -> ListRules {
+        let mut rules = ListRules::new();
+        walk_schema(schema, &mut rules.root, 0);
+        rules.root.prune();
+        rules
+    }
+}
+
+fn map(keys: &[&str]) -> ListRule {
+    ListRule::Map(keys.iter().map(|k| (*k).to_owned()).collect())
+}
+
+fn object_meta_rules(rules: &mut ListRules, at: &str) {
+    rules.set(&format!("{at}.finalizers"), ListRule::Set);
+    rules.set(&format!("{at}.ownerReferences"), map(&["uid"]));
+    rules.set(&format!("{at}.managedFields"), ListRule::Atomic);
+}
+
+fn pod_template_rules(rules: &mut ListRules, at: &str) {
+    object_meta_rules(rules, &format!("{at}.metadata"));
+    pod_spec_rules(rules, &format!("{at}.spec"));
+}
+
+fn pod_spec_rules(rules: &mut ListRules, at: &str) {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        let c = format!("{at}.{list}");
+        rules.set(&c, map(&["name"]));
+        rules.set(&format!("{c}.ports"), map(&["containerPort", "protocol"]));
+        rules.set_key_default(&format!("{c}.ports"), "protocol", Value::from("TCP"));
+        rules.set(&format!("{c}.env"), map(&["name"]));
+        rules.set(&format!("{c}.envFrom"), ListRule::Atomic);
+        rules.set(&format!("{c}.volumeMounts"), map(&["mountPath"]));
+        rules.set(&format!("{c}.volumeDevices"), map(&["devicePath"]));
+        rules.set(&format!("{c}.resizePolicy"), ListRule::Atomic);
+        rules.set(&format!("{c}.resources.claims"), map(&["name"]));
+        rules.set(&format!("{c}.command"), ListRule::Atomic);
+        rules.set(&format!("{c}.args"), ListRule::Atomic);
+    }
+    rules.set(&format!("{at}.volumes"), map(&["name"]));
+    for atomic in [
+        "volumes.configMap.items",
+        "volumes.secret.items",
+        "volumes.downwardAPI.items",
+        "volumes.projected.sources",
+        "tolerations",
+        "readinessGates",
+        "securityContext.sysctls",
+        "securityContext.supplementalGroups",
+        "dnsConfig.nameservers",
+        "dnsConfig.searches",
+        "dnsConfig.options",
+        "hostAliases.hostnames",
+    ] {
+        rules.set(&format!("{at}.{atomic}"), ListRule::Atomic);
+    }
+    rules.set(&format!("{at}.imagePullSecrets"), map(&["name"]));
+    rules.set(&format!("{at}.hostAliases"), map(&["ip"]));
+    rules.set(
+        &format!("{at}.topologySpreadConstraints"),
+        map(&["topologyKey", "whenUnsatisfiable"]),
+    );
+    rules.set(&format!("{at}.resourceClaims"), map(&["name"]));
+    rules.set(&format!("{at}.schedulingGates"), map(&["name"]));
+}
+
+/// Schema nesting limit for [`ListRules::from_openapi_schema`]; CRD schemas are far shallower.
+const MAX_SCHEMA_DEPTH: usize = 128;
+
+fn walk_schema(schema: &Value, node: &mut Node, depth: usize) {
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    if depth > MAX_SCHEMA_DEPTH {
+        return;
+    }
+    match obj.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("atomic") => node.rule = Some(ListRule::Atomic),
+        Some("set") => node.rule = Some(ListRule::Set),
+        Some("map") => {
+            let keys: Vec<String> = obj
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let props = obj
+                    .get("items")
+                    .and_then(|items| items.get("properties"))
+                    .and_then(Value::as_object);
+                for key in &keys {
+                    if let Some(default) = props
+                        .and_then(|p| p.get(key))
+                        .and_then(|p| p.get("default"))
+                    {
+                        node.key_defaults.push((key.clone(), default.clone()));
+                    }
+                }
+                node.rule = Some(ListRule::Map(keys));
+            }
+        }
+        _ => {}
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            walk_schema(sub, node.child_mut(name), depth + 1);
+        }
+    }
+    if let Some(add @ Value::Object(_)) = obj.get("additionalProperties") {
+        walk_schema(add, node.child_mut("*"), depth + 1);
+    }
+    if let Some(items) = obj.get("items") {
+        walk_schema(items, node, depth + 1);
+    }
+    for combinator in ["allOf", "anyOf", "oneOf"] {
+        if let Some(subs) = obj.get(combinator).and_then(Value::as_array) {
+            for sub in subs {
+                walk_schema(sub, node, depth + 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn set_and_get_with_wildcards_and_escapes() {
+        let mut rules = ListRules::new();
+        rules.set("spec.template.spec.containers", map(&["name"]));
+        rules.set("spec.pools.*.members", ListRule::Set);
+        rules.set("data.a\\.b.items", ListRule::Atomic);
+        rules.set("spec.list[].inner", ListRule::Atomic);
+        assert_eq!(
+            rules.get("spec.template.spec.containers"),
+            Some(&map(&["name"]))
+        );
+        assert_eq!(rules.get("spec.pools.blue.members"), Some(&ListRule::Set));
+        assert_eq!(rules.get("data.a\\.b.items"), Some(&ListRule::Atomic));
+        assert_eq!(rules.get("spec.list.inner"), Some(&ListRule::Atomic));
+        assert_eq!(rules.get("spec.template"), None);
+        assert_eq!(rules.get("nope"), None);
+        let paths: Vec<String> = rules.entries().into_iter().map(|(p, _)| p).collect();
+        assert!(paths.contains(&"data.a\\.b.items".to_owned()), "{paths:?}");
+        assert!(
+            paths.contains(&"spec.pools.*.members".to_owned()),
+            "{paths:?}"
+        );
+    }
+
+    #[test]
+    fn merge_prefers_other() {
+        let mut a = ListRules::new();
+        a.set("x", ListRule::Atomic);
+        a.set("y", ListRule::Set);
+        let mut b = ListRules::new();
+        b.set("x", map(&["name"]));
+        let c = a.merge(b);
+        assert_eq!(c.get("x"), Some(&map(&["name"])));
+        assert_eq!(c.get("y"), Some(&ListRule::Set));
+    }
+
+    #[test]
+    fn builtin_deployment_has_pod_spec_rules() {
+        let rules = ListRules::builtin("apps/v1", "Deployment");
+        assert_eq!(
+            rules.get("spec.template.spec.containers.ports"),
+            Some(&map(&["containerPort", "protocol"]))
+        );
+        assert_eq!(
+            rules.get("spec.template.spec.containers.env"),
+            Some(&map(&["name"]))
+        );
+        assert_eq!(
+            rules.get("spec.template.spec.initContainers.volumeMounts"),
+            Some(&map(&["mountPath"]))
+        );
+        assert_eq!(
+            rules.get("spec.template.spec.volumes"),
+            Some(&map(&["name"]))
+        );
+        assert_eq!(rules.get("metadata.finalizers"), Some(&ListRule::Set));
+        let cron = ListRules::builtin("batch/v1", "CronJob");
+        assert_eq!(
+            cron.get("spec.jobTemplate.spec.template.spec.containers"),
+            Some(&map(&["name"]))
+        );
+        let svc = ListRules::builtin("v1", "Service");
+        assert_eq!(svc.get("spec.ports"), Some(&map(&["port", "protocol"])));
+        let pod = ListRules::builtin("v1", "Pod");
+        assert_eq!(pod.get("spec.containers"), Some(&map(&["name"])));
+        // a custom resource only gets ObjectMeta rules
+        let custom = ListRules::builtin("example.com/v1", "CatSet");
+        assert_eq!(custom.get("spec.template.spec.containers"), None);
+        assert_eq!(custom.get("metadata.ownerReferences"), Some(&map(&["uid"])));
+    }
+
+    #[test]
+    fn openapi_schema_markers_only() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "properties": {
+                        "ports": {
+                            "type": "array",
+                            "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["port", "protocol"],
+                            "items": {"type": "object", "properties": {
+                                "port": {"type": "integer"},
+                                "protocol": {"type": "string", "default": "TCP"},
+                                "tags": {"type": "array", "x-kubernetes-list-type": "set",
+                                         "items": {"type": "string"}}
+                            }}
+                        },
+                        "args": {"type": "array", "x-kubernetes-list-type": "atomic"},
+                        "template": {
+                            "type": "object",
+                            "x-kubernetes-embedded-resource": true,
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {"spec": {"type": "object", "properties": {
+                                "containers": {"type": "array", "items": {"type": "object"}}
+                            }}}
+                        },
+                        "pools": {"type": "object", "additionalProperties": {
+                            "type": "object", "properties": {"members": {
+                                "type": "array", "x-kubernetes-list-type": "set"}}}},
+                        "weird": {"type": "array", "x-kubernetes-list-type": "map"}
+                    }
+                }
+            }
+        });
+        let rules = ListRules::from_openapi_schema(&schema);
+        assert_eq!(rules.get("spec.ports"), Some(&map(&["port", "protocol"])));
+        assert_eq!(rules.get("spec.ports.tags"), Some(&ListRule::Set));
+        assert_eq!(rules.get("spec.args"), Some(&ListRule::Atomic));
+        assert_eq!(rules.get("spec.template.spec.containers"), None);
+        assert_eq!(rules.get("spec.pools.any.members"), Some(&ListRule::Set));
+        assert_eq!(rules.get("spec.weird"), None);
+        assert_eq!(rules.entries().len(), 4, "{:?}", rules.entries());
+        // key default picked up from the item schema
+        let mut node = rules.root().unwrap();
+        for seg in ["spec", "ports"] {
+            node = node.child(seg).unwrap();
+        }
+        assert_eq!(
+            node.key_defaults,
+            vec![("protocol".to_owned(), json!("TCP"))]
+        );
+        assert!(ListRules::from_openapi_schema(&json!("not a schema")).is_empty());
+    }
+}
