@@ -1,0 +1,281 @@
+//! Property tests over random JSON trees (small key/value alphabets so observed, last-applied and
+//! desired overlap, and list items often share conventional merge keys).
+
+use dynapply::{
+    ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq, merge_with,
+    prepare_create,
+};
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+const KEYS: &[&str] = &[
+    "name",
+    "port",
+    "a",
+    "b",
+    "c",
+    "spec",
+    "containers",
+    "env",
+    "status",
+    "metadata",
+    "labels",
+];
+const NAMES: &[&str] = &["app", "sidecar", "x", "y", "80"];
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        1 => Just(Value::Null),
+        1 => any::<bool>().prop_map(Value::Bool),
+        2 => (-2i64..90).prop_map(Value::from),
+        1 => (-1.0e3f64..1.0e3).prop_map(Value::from),
+        3 => prop::sample::select(NAMES).prop_map(Value::from),
+    ]
+}
+
+fn object_of(inner: impl Strategy<Value = Value>) -> impl Strategy<Value = Value> {
+    prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(|entries| {
+        let mut m = Map::new();
+        for (k, v) in entries {
+            m.insert(k.to_owned(), v);
+        }
+        Value::Object(m)
+    })
+}
+
+fn tree() -> impl Strategy<Value = Value> {
+    leaf().prop_recursive(4, 64, 6, |inner| {
+        prop_oneof![
+            2 => object_of(inner.clone()),
+            1 => prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            // list-map-like lists: objects sharing `name` (sometimes duplicated) or `port`
+            2 => prop::collection::vec(
+                (prop::sample::select(NAMES), any::<bool>(), inner),
+                0..4
+            )
+            .prop_map(|items| {
+                Value::Array(
+                    items
+                        .into_iter()
+                        .map(|(n, by_port, v)| {
+                            let mut m = Map::new();
+                            m.insert(if by_port { "port" } else { "name" }.to_owned(), Value::from(n));
+                            m.insert("v".to_owned(), v);
+                            Value::Object(m)
+                        })
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+fn top() -> impl Strategy<Value = Value> {
+    object_of(tree())
+}
+
+fn ordering() -> impl Strategy<Value = Ordering> {
+    prop_oneof![Just(Ordering::Desired), Just(Ordering::Metacontroller)]
+}
+
+/// `result` contains every non-null part of `desired` (objects: all keys; lists: every item is
+/// contained in some result item; scalars: equal by value).
+fn contains(result: &Value, desired: &Value) -> bool {
+    match (result, desired) {
+        (Value::Object(r), Value::Object(d)) => d
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .all(|(k, v)| r.get(k).is_some_and(|rv| contains(rv, v))),
+        (Value::Array(r), Value::Array(d)) => d
+            .iter()
+            .filter(|v| !v.is_null())
+            .all(|dv| r.iter().any(|rv| contains(rv, dv))),
+        (r, d) => json_eq(r, d),
+    }
+}
+
+fn has_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().any(has_null),
+        Value::Array(items) => items.iter().any(has_null),
+        _ => false,
+    }
+}
+
+/// Every field of `observed` that neither `desired` nor `last` mentions (walking through objects
+/// present in both) is in `result` unchanged.
+fn live_only_survive(
+    observed: &Value,
+    last: Option<&Value>,
+    desired: &Value,
+    result: &Value,
+) -> Result<(), String> {
+    let (Value::Object(o), Value::Object(d), Value::Object(r)) = (observed, desired, result) else {
+        return Ok(());
+    };
+    let l = last.and_then(Value::as_object);
+    for (k, ov) in o {
+        match d.get(k) {
+            None if !l.is_some_and(|l| l.contains_key(k)) => {
+                if r.get(k) != Some(ov) {
+                    return Err(format!("live-only field {k} lost or changed"));
+                }
+            }
+            Some(dv) if dv.is_object() && ov.is_object() => {
+                let rv = r.get(k).ok_or_else(|| format!("field {k} vanished"))?;
+                live_only_survive(ov, l.and_then(|l| l.get(k)), dv, rv)
+                    .map_err(|e| format!("{k}.{e}"))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn opts_with(ordering: Ordering) -> Options {
+    Options {
+        ordering,
+        ..Options::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn never_panics_on_any_json(observed in tree(), last in tree(), desired in tree(), ord in ordering()) {
+        let opts = opts_with(ord);
+        let _ = merge_with(&observed, Some(&last), &desired, &opts);
+        let _ = merge_with(&observed, None, &desired, &opts);
+        let _ = apply_update(&observed, &desired, &opts);
+        let _ = prepare_create(&desired, &opts);
+        let _ = get_last_applied(&observed, &opts);
+    }
+
+    #[test]
+    fn merge_keeps_live_only_fields_and_includes_desired(
+        observed in top(), last in top(), desired in top(), use_last in any::<bool>(), ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let last = use_last.then_some(&last);
+        let result = merge_with(&observed, last, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(contains(&result, &desired), "desired not contained in result {}", result);
+        if let Err(e) = live_only_survive(&observed, last, &desired, &result) {
+            return Err(TestCaseError::fail(format!("{e}; result {result}")));
+        }
+        // nulls in desired never reach the result (observed had none of its own here)
+        if !has_null(&observed) {
+            prop_assert!(!has_null(&result), "null in result {}", result);
+        }
+        // a merge is a fixed point once desired is recorded as last-applied
+        let again = merge_with(&result, Some(&desired), &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(json_eq(&again, &result), "re-merge moved: {} -> {}", result, again);
+    }
+
+    #[test]
+    fn apply_update_twice_is_unchanged(observed in top(), desired in top(), ord in ordering(), builtin in any::<bool>()) {
+        let mut opts = opts_with(ord);
+        if builtin {
+            opts.rules = ListRules::builtin("apps/v1", "Deployment");
+        }
+        let Ok(first) = apply_update(&observed, &desired, &opts) else {
+            // e.g. desired metadata that is not an object: an error, never a panic
+            return Ok(());
+        };
+        let written = match first {
+            Outcome::Unchanged => observed.clone(),
+            Outcome::Changed(v) => v,
+        };
+        let second = apply_update(&written, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(second, Outcome::Unchanged, "written: {}", written);
+    }
+
+    #[test]
+    fn created_object_needs_no_update(desired in top()) {
+        let opts = Options::default();
+        let Ok(created) = prepare_create(&desired, &opts) else { return Ok(()) };
+        prop_assert!(!has_null(&created));
+        prop_assert_eq!(apply_update(&created, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?, Outcome::Unchanged);
+    }
+}
+
+/// A keyed list: unique names from `pool`, in random order, each with a small payload.
+fn keyed_list() -> impl Strategy<Value = Vec<(String, i64)>> {
+    prop::collection::btree_map(
+        prop::sample::select(&["a", "b", "c", "d", "e", "f", "g"][..]),
+        0i64..3,
+        0..6,
+    )
+    .prop_map(|m| {
+        m.into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect::<Vec<_>>()
+    })
+    .prop_shuffle()
+}
+
+fn as_list(items: &[(String, i64)], field: &str) -> Value {
+    Value::Array(
+        items
+            .iter()
+            .map(|(n, v)| serde_json::json!({"name": n, field: v}))
+            .collect(),
+    )
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Rules 7 and 8 on a list-map: live-only items survive untouched, last-applied items dropped
+    /// from desired are removed, desired items are present and merged, desired items keep
+    /// desired's relative order and kept items keep live's relative order.
+    #[test]
+    fn list_map_membership_and_order(live in keyed_list(), last in keyed_list(), desired in keyed_list(), ord in ordering()) {
+        let observed = serde_json::json!({"items": as_list(&live, "live")});
+        let last_v = serde_json::json!({"items": as_list(&last, "last")});
+        let desired_v = serde_json::json!({"items": as_list(&desired, "want")});
+        let result = merge_with(&observed, Some(&last_v), &desired_v, &opts_with(ord)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = names(&result["items"]);
+        let in_list = |l: &[(String, i64)], n: &str| l.iter().any(|(m, _)| m == n);
+        let want_kept: Vec<String> = live.iter().map(|(n, _)| n.clone()).filter(|n| !in_list(&desired, n) && !in_list(&last, n)).collect();
+        let want_desired: Vec<String> = desired.iter().map(|(n, _)| n.clone()).collect();
+        // membership
+        let mut expected: Vec<String> = want_kept.iter().chain(&want_desired).cloned().collect();
+        expected.sort();
+        let mut sorted = got.clone();
+        sorted.sort();
+        prop_assert_eq!(sorted, expected, "result {}", result);
+        // payloads: desired items carry desired's value and keep live's extra field
+        for item in result["items"].as_array().into_iter().flatten() {
+            let n = item["name"].as_str().unwrap_or_default();
+            if let Some((_, w)) = desired.iter().find(|(m, _)| m == n) {
+                prop_assert_eq!(&item["want"], &Value::from(*w));
+                if let Some((_, l)) = live.iter().find(|(m, _)| m == n) {
+                    prop_assert_eq!(&item["live"], &Value::from(*l));
+                }
+            } else {
+                let l = live.iter().find(|(m, _)| m == n).map(|(_, l)| *l);
+                prop_assert_eq!(item, &serde_json::json!({"name": n, "live": l}));
+            }
+        }
+        // relative orders
+        let kept_order: Vec<&String> = got.iter().filter(|n| want_kept.contains(n)).collect();
+        prop_assert_eq!(kept_order, want_kept.iter().collect::<Vec<_>>());
+        if ord == Ordering::Desired {
+            let desired_order: Vec<&String> = got.iter().filter(|n| want_desired.contains(n)).collect();
+            prop_assert_eq!(desired_order, want_desired.iter().collect::<Vec<_>>());
+        }
+    }
+}
