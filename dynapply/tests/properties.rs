@@ -117,10 +117,8 @@ fn live_only_survive(
     let l = last.and_then(Value::as_object);
     for (k, ov) in o {
         match d.get(k) {
-            None if !l.is_some_and(|l| l.contains_key(k)) => {
-                if r.get(k) != Some(ov) {
-                    return Err(format!("live-only field {k} lost or changed"));
-                }
+            None if !l.is_some_and(|l| l.contains_key(k)) && r.get(k) != Some(ov) => {
+                return Err(format!("live-only field {k} lost or changed"));
             }
             Some(dv) if dv.is_object() && ov.is_object() => {
                 let rv = r.get(k).ok_or_else(|| format!("field {k} vanished"))?;
