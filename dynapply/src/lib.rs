@@ -136,6 +136,7 @@ pub fn merge_with(
     let mut out = observed.clone();
     let ctx = Ctx {
         ordering: opts.ordering,
+        kept: None,
     };
     merge_into(
         &mut out,
@@ -147,6 +148,35 @@ pub fn merge_with(
         0,
     )?;
     Ok(out)
+}
+
+/// Explains a merge: the paths (e.g. `spec.template.spec.containers[name=sidecar]`) of live
+/// fields and list-map items that the merge keeps only because neither `desired` nor
+/// `last_applied` mentions them - what other writers own. Outermost paths only, in walk order.
+pub fn kept_by_others(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Vec<String>, Error> {
+    require_object(observed, "observed")?;
+    require_object(desired, "desired")?;
+    let kept = std::cell::RefCell::new(Vec::new());
+    let mut out = observed.clone();
+    let ctx = Ctx {
+        ordering: opts.ordering,
+        kept: Some(&kept),
+    };
+    merge_into(
+        &mut out,
+        last_applied,
+        desired,
+        opts.rules.root(),
+        ctx,
+        &Path::ROOT,
+        0,
+    )?;
+    Ok(kept.into_inner())
 }
 
 fn has_annotation(obj: &Value, annotation: &str) -> bool {

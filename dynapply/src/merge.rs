@@ -9,11 +9,15 @@ use crate::path::{KeyNames, Path, Seg};
 use crate::rules::{ListRule, Node};
 use crate::{MAX_DEPTH, MERGE_KEY_CANDIDATES, Ordering};
 use serde_json::{Map, Number, Value};
+use std::cell::RefCell;
 
 /// Per-merge settings threaded through the walk.
 #[derive(Clone, Copy)]
-pub(crate) struct Ctx {
+pub(crate) struct Ctx<'a> {
     pub(crate) ordering: Ordering,
+    /// When set, the paths of live fields and list items kept because neither desired nor
+    /// last-applied mentions them are recorded here (for explanations; off in the hot path).
+    pub(crate) kept: Option<&'a RefCell<Vec<String>>>,
 }
 
 fn too_deep(path: &Path<'_>) -> Error {
@@ -29,7 +33,7 @@ pub(crate) fn merge_into(
     last: Option<&Value>,
     desired: &Value,
     rules: Option<&Node>,
-    ctx: Ctx,
+    ctx: Ctx<'_>,
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
@@ -46,6 +50,13 @@ pub(crate) fn merge_into(
                     .any(|k| !dm.contains_key(k) && lm.contains_key(k));
                 if any_removal {
                     lm.retain(|k, _| dm.contains_key(k) || !lastm.contains_key(k));
+                }
+            }
+            if let Some(kept) = ctx.kept {
+                for k in lm.keys() {
+                    if !dm.contains_key(k) && !lastm.is_some_and(|m| m.contains_key(k)) {
+                        kept.borrow_mut().push(path.child(Seg::Field(k)).render());
+                    }
                 }
             }
             for (k, dv) in dm {
@@ -346,7 +357,7 @@ fn merge_list(
     last: &[Value],
     da: &[Value],
     rules: Option<&Node>,
-    ctx: Ctx,
+    ctx: Ctx<'_>,
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
@@ -394,7 +405,7 @@ fn merge_list_map(
     mode: KeyMode<'_>,
     indexes: &[KeyIndex; 3],
     rules: Option<&Node>,
-    ctx: Ctx,
+    ctx: Ctx<'_>,
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
@@ -420,6 +431,15 @@ fn merge_list_map(
         }
         if state[j] == KEPT && last_idx.find(last, item, mode).is_some() {
             state[j] = REMOVED;
+        }
+        if state[j] == KEPT
+            && let Some(kept) = ctx.kept
+        {
+            let seg = match mode {
+                KeyMode::Fields { names, .. } => Seg::Keyed(names, item),
+                KeyMode::Whole => Seg::Index(j),
+            };
+            kept.borrow_mut().push(path.child(seg).render());
         }
     }
     let mut old = std::mem::take(la);

@@ -304,6 +304,42 @@ impl ListRules {
     }
 }
 
+impl ListRules {
+    /// Rules from a CustomResourceDefinition object (`apiextensions.k8s.io/v1`): the
+    /// `openAPIV3Schema` of the version named `version`, or of the storage version when `None`
+    /// (the legacy top-level `spec.validation.openAPIV3Schema` is used when versions carry no
+    /// schema). Errors name the missing part.
+    pub fn from_crd(crd: &Value, version: Option<&str>) -> Result<ListRules, crate::Error> {
+        let versions = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let chosen = match version {
+            Some(v) => versions
+                .iter()
+                .find(|x| x.get("name").and_then(Value::as_str) == Some(v)),
+            None => versions
+                .iter()
+                .find(|x| x.get("storage").and_then(Value::as_bool) == Some(true))
+                .or(versions.first()),
+        };
+        let schema = chosen
+            .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+            .or_else(|| crd.pointer("/spec/validation/openAPIV3Schema"));
+        match schema {
+            Some(schema) => Ok(ListRules::from_openapi_schema(schema)),
+            None => Err(crate::Error::InvalidField {
+                path: match version {
+                    Some(v) => format!("spec.versions[name={v}].schema.openAPIV3Schema"),
+                    None => "spec.versions[].schema.openAPIV3Schema".to_owned(),
+                },
+                message: "the CRD has no such schema".to_owned(),
+            }),
+        }
+    }
+}
+
 fn map(keys: &[&str]) -> ListRule {
     ListRule::Map(keys.iter().map(|k| (*k).to_owned()).collect())
 }
@@ -554,5 +590,21 @@ mod tests {
             vec![("protocol".to_owned(), json!("TCP"))]
         );
         assert!(ListRules::from_openapi_schema(&json!("not a schema")).is_empty());
+        let crd = json!({"spec": {"versions": [
+            {"name": "v1", "storage": false, "schema": {"openAPIV3Schema": {"properties": {"a": {"x-kubernetes-list-type": "set"}}}}},
+            {"name": "v2", "storage": true, "schema": {"openAPIV3Schema": schema}}
+        ]}});
+        assert_eq!(ListRules::from_crd(&crd, None).unwrap().entries().len(), 4);
+        assert_eq!(
+            ListRules::from_crd(&crd, Some("v1")).unwrap().get("a"),
+            Some(&ListRule::Set)
+        );
+        let err = ListRules::from_crd(&crd, Some("v9"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "at spec.versions[name=v9].schema.openAPIV3Schema: the CRD has no such schema"
+        );
     }
 }
