@@ -1,1 +1,8 @@
-//! placeholder
+//! kmeta: Metacontroller-compatible lambda controllers for Kubernetes.
+//!
+//! A `CompositeController` names a parent resource, child resources and webhooks; kmeta watches
+//! parents and children, POSTs each parent with its observed children to the sync hook, and
+//! applies the desired children it returns with [`dynapply`].
+
+pub mod api;
+pub mod crds;
