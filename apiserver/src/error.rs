@@ -1,0 +1,274 @@
+//! API errors rendered as Kubernetes `Status` objects.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+/// An error returned to API clients as a `Status` object with `status: Failure`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason} ({code}): {message}")]
+pub struct ApiError {
+    /// HTTP status code, also written to `Status.code`.
+    pub code: u16,
+    /// `Status.reason`, e.g. `NotFound`.
+    pub reason: String,
+    /// Human readable message.
+    pub message: String,
+    /// `Status.details` (name, group, kind, causes), if any.
+    pub details: Option<Box<Value>>,
+    /// Value for the `Retry-After` header and `details.retryAfterSeconds`.
+    pub retry_after: Option<u64>,
+}
+
+/// Describes the object an error is about, for `Status.details`.
+#[derive(Debug, Clone, Default)]
+pub struct Target<'a> {
+    /// API group ("" for core).
+    pub group: &'a str,
+    /// Resource plural (used as `details.kind`, like the real server does).
+    pub plural: &'a str,
+    /// Object name.
+    pub name: &'a str,
+}
+
+impl ApiError {
+    /// Build an error with an explicit code and reason.
+    pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason: reason.to_string(),
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(Box::new(details));
+        self
+    }
+
+    fn qualified(t: &Target<'_>) -> String {
+        if t.group.is_empty() {
+            t.plural.to_string()
+        } else {
+            format!("{}.{}", t.plural, t.group)
+        }
+    }
+
+    fn details_of(t: &Target<'_>) -> Value {
+        let mut d = json!({"name": t.name, "kind": t.plural});
+        if !t.group.is_empty() {
+            d["group"] = json!(t.group);
+        }
+        d
+    }
+
+    /// 404 NotFound for an object.
+    pub fn not_found(t: Target<'_>) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{}\" not found", Self::qualified(&t), t.name),
+        )
+        .with_details(Self::details_of(&t))
+    }
+
+    /// 404 NotFound for an unknown path or resource type.
+    pub fn path_not_found(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource (path {path})"),
+        )
+        .with_details(json!({}))
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(t: Target<'_>) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{}\" already exists", Self::qualified(&t), t.name),
+        )
+        .with_details(Self::details_of(&t))
+    }
+
+    /// 409 Conflict (optimistic concurrency or precondition failure).
+    pub fn conflict(t: Target<'_>, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{}\": {why}",
+                Self::qualified(&t),
+                t.name
+            ),
+        )
+        .with_details(Self::details_of(&t))
+    }
+
+    /// 409 Conflict for the standard stale resourceVersion case.
+    pub fn stale(t: Target<'_>) -> Self {
+        Self::conflict(
+            t,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 422 Invalid with one field cause.
+    pub fn invalid(kind: &str, group: &str, name: &str, field: &str, msg: &str) -> Self {
+        let mut details = json!({
+            "name": name,
+            "kind": kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field}],
+        });
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} \"{name}\" is invalid: {field}: {msg}"),
+        )
+        .with_details(details)
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(msg: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", msg)
+    }
+
+    /// 403 Forbidden.
+    pub fn forbidden(msg: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", msg)
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(what: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({what})"),
+        )
+        .with_details(json!({}))
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(got: &str, accepted: &[&str]) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format ({got}) - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        )
+    }
+
+    /// 410 Expired (resourceVersion too old).
+    pub fn gone(msg: impl Into<String>) -> Self {
+        Self::new(410, "Expired", msg)
+    }
+
+    /// 429 TooManyRequests with Retry-After.
+    pub fn too_many_requests(retry_after: u64) -> Self {
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        )
+        .with_details(json!({"retryAfterSeconds": retry_after}));
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// 500 InternalError.
+    pub fn internal(msg: impl Into<String>) -> Self {
+        let msg = msg.into();
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {msg}"),
+        )
+        .with_details(json!({"causes": [{"message": msg}]}))
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn service_unavailable(msg: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", msg)
+    }
+
+    /// The `Status` object for this error.
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            s["details"] = (**d).clone();
+        }
+        s
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = self.to_status().to_string();
+        let mut resp = (code, body).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(ra) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&ra.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}
+
+/// Convenience alias for handler results.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_status_shape() {
+        let e = ApiError::not_found(Target {
+            group: "apps",
+            plural: "deployments",
+            name: "web",
+        });
+        let s = e.to_status();
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["message"], "deployments.apps \"web\" not found");
+        assert_eq!(s["details"]["group"], "apps");
+        assert_eq!(s["details"]["kind"], "deployments");
+    }
+
+    #[test]
+    fn invalid_message_core_group() {
+        let e = ApiError::invalid("ConfigMap", "", "Bad", "metadata.name", "nope");
+        assert_eq!(
+            e.message,
+            "ConfigMap \"Bad\" is invalid: metadata.name: nope"
+        );
+        assert_eq!(e.code, 422);
+    }
+}

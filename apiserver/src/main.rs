@@ -1,0 +1,55 @@
+//! `kmeta-apiserver`: serve the in-memory Kubernetes API until SIGINT/SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kmeta-apiserver",
+    about = "In-memory Kubernetes API server for testing controllers"
+)]
+struct Args {
+    /// Port on 127.0.0.1 (0 = any free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Write a kubeconfig for the server to this file.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// Retained watch events (older resourceVersions get 410 Gone).
+    #[arg(long, default_value_t = 10_000)]
+    watch_window: usize,
+    /// Seed for uids and generated names.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let server = kmeta_apiserver::TestServer::builder()
+        .port(args.port)
+        .watch_window(args.watch_window)
+        .seed(args.seed)
+        .start()
+        .await
+        .context("starting apiserver")?;
+    if let Some(path) = &args.kubeconfig_out {
+        server
+            .write_kubeconfig(path)
+            .with_context(|| format!("writing kubeconfig to {}", path.display()))?;
+    }
+    println!("{}", server.url());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    server.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,573 @@
+//! The resource registry: which resources are served, with their names, scope and verbs.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The standard verbs of a fully featured resource.
+pub const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Where `/scale` finds replicas and the selector in the object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleSpec {
+    /// JSON path of desired replicas, e.g. `.spec.replicas`.
+    pub spec_replicas_path: String,
+    /// JSON path of observed replicas, e.g. `.status.replicas`.
+    pub status_replicas_path: String,
+    /// JSON path of the label selector string, if any.
+    pub label_selector_path: Option<String>,
+}
+
+/// One served resource (all its served versions).
+#[derive(Debug, Clone)]
+pub struct ResourceDef {
+    /// API group, "" for core.
+    pub group: String,
+    /// Served versions, preferred (storage) first.
+    pub versions: Vec<String>,
+    /// Kind, e.g. `Deployment`.
+    pub kind: String,
+    /// Lowercase plural, e.g. `deployments`.
+    pub plural: String,
+    /// Lowercase singular.
+    pub singular: String,
+    /// Namespaced or cluster scoped.
+    pub namespaced: bool,
+    /// Short names (`deploy`).
+    pub short_names: Vec<String>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// Whether a `/status` subresource exists.
+    pub status_subresource: bool,
+    /// `/scale` subresource, if any.
+    pub scale: Option<ScaleSpec>,
+    /// Name of the CRD that defines this resource; `None` for built-ins.
+    pub crd: Option<String>,
+    /// The CRD's schema per version (`openAPIV3Schema`), used for list types.
+    pub schemas: BTreeMap<String, Value>,
+}
+
+impl ResourceDef {
+    /// Storage key: `group/plural`, independent of version.
+    pub fn storage_key(&self) -> Arc<str> {
+        Arc::from(format!("{}/{}", self.group, self.plural).as_str())
+    }
+
+    /// `apiVersion` for a version.
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
+    }
+
+    /// Whether this is a built-in kind (strategic merge patch allowed).
+    pub fn is_builtin(&self) -> bool {
+        self.crd.is_none()
+    }
+
+    /// Group-qualified resource, e.g. `deployments.apps`.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+/// The set of served resources.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    defs: Vec<ResourceDef>,
+}
+
+struct B {
+    def: ResourceDef,
+}
+
+impl B {
+    fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Self {
+        B {
+            def: ResourceDef {
+                group: group.into(),
+                versions: vec![version.into()],
+                kind: kind.into(),
+                plural: plural.into(),
+                singular: kind.to_lowercase(),
+                namespaced,
+                short_names: vec![],
+                categories: vec![],
+                status_subresource: false,
+                scale: None,
+                crd: None,
+                schemas: BTreeMap::new(),
+            },
+        }
+    }
+    fn short(mut self, s: &[&str]) -> Self {
+        self.def.short_names = s.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    fn all(mut self) -> Self {
+        self.def.categories = vec!["all".into()];
+        self
+    }
+    fn status(mut self) -> Self {
+        self.def.status_subresource = true;
+        self
+    }
+    fn scale(mut self) -> Self {
+        self.def.scale = Some(ScaleSpec {
+            spec_replicas_path: ".spec.replicas".into(),
+            status_replicas_path: ".status.replicas".into(),
+            label_selector_path: Some(".status.selector".into()),
+        });
+        self
+    }
+}
+
+/// The built-in resources this server serves.
+pub fn builtin_resources() -> Vec<ResourceDef> {
+    let list = vec![
+        B::new("", "v1", "Namespace", "namespaces", false)
+            .short(&["ns"])
+            .status(),
+        B::new("", "v1", "ConfigMap", "configmaps", true).short(&["cm"]),
+        B::new("", "v1", "Secret", "secrets", true),
+        B::new("", "v1", "Service", "services", true)
+            .short(&["svc"])
+            .all()
+            .status(),
+        B::new("", "v1", "ServiceAccount", "serviceaccounts", true).short(&["sa"]),
+        B::new("", "v1", "Pod", "pods", true)
+            .short(&["po"])
+            .all()
+            .status(),
+        B::new("", "v1", "Event", "events", true).short(&["ev"]),
+        B::new("", "v1", "Endpoints", "endpoints", true).short(&["ep"]),
+        B::new(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        )
+        .short(&["pvc"])
+        .status(),
+        B::new("", "v1", "Node", "nodes", false)
+            .short(&["no"])
+            .status(),
+        B::new("events.k8s.io", "v1", "Event", "events", true).short(&["ev"]),
+        B::new("apps", "v1", "Deployment", "deployments", true)
+            .short(&["deploy"])
+            .all()
+            .status()
+            .scale(),
+        B::new("apps", "v1", "StatefulSet", "statefulsets", true)
+            .short(&["sts"])
+            .all()
+            .status()
+            .scale(),
+        B::new("apps", "v1", "DaemonSet", "daemonsets", true)
+            .short(&["ds"])
+            .all()
+            .status(),
+        B::new("apps", "v1", "ReplicaSet", "replicasets", true)
+            .short(&["rs"])
+            .all()
+            .status()
+            .scale(),
+        B::new(
+            "apps",
+            "v1",
+            "ControllerRevision",
+            "controllerrevisions",
+            true,
+        ),
+        B::new("batch", "v1", "Job", "jobs", true).all().status(),
+        B::new("batch", "v1", "CronJob", "cronjobs", true)
+            .short(&["cj"])
+            .all()
+            .status(),
+        B::new("coordination.k8s.io", "v1", "Lease", "leases", true),
+        B::new(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            true,
+        )
+        .short(&["pdb"])
+        .status(),
+        B::new("networking.k8s.io", "v1", "Ingress", "ingresses", true)
+            .short(&["ing"])
+            .status(),
+        B::new("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
+        B::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            true,
+        ),
+        B::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            false,
+        ),
+        B::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            false,
+        ),
+        B::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+        )
+        .short(&["crd", "crds"])
+        .status(),
+    ];
+    list.into_iter().map(|b| b.def).collect()
+}
+
+/// Errors reading a CRD into a [`ResourceDef`].
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CrdError {
+    /// A required field is missing or has the wrong type.
+    #[error("spec.{0}: Required value")]
+    Missing(&'static str),
+    /// A field has an invalid value.
+    #[error("{field}: Invalid value: {msg}")]
+    Invalid {
+        /// Field path.
+        field: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(*p)?;
+    }
+    cur.as_str()
+}
+
+fn parse_json_path(v: Option<&str>, default: &str) -> String {
+    v.unwrap_or(default).to_string()
+}
+
+/// Build the served resource from a CRD object (apiextensions.k8s.io/v1).
+pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
+    let spec = crd.get("spec").ok_or(CrdError::Missing("spec"))?;
+    let group = str_at(spec, &["group"]).ok_or(CrdError::Missing("group"))?;
+    let kind = str_at(spec, &["names", "kind"]).ok_or(CrdError::Missing("names.kind"))?;
+    let plural = str_at(spec, &["names", "plural"]).ok_or(CrdError::Missing("names.plural"))?;
+    let name = str_at(crd, &["metadata", "name"]).unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        return Err(CrdError::Invalid {
+            field: "metadata.name".into(),
+            msg: format!("\"{name}\": must be spec.names.plural+\".\"+spec.group"),
+        });
+    }
+    let singular = str_at(spec, &["names", "singular"])
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let scope = str_at(spec, &["scope"]).ok_or(CrdError::Missing("scope"))?;
+    let namespaced = match scope {
+        "Namespaced" => true,
+        "Cluster" => false,
+        other => {
+            return Err(CrdError::Invalid {
+                field: "spec.scope".into(),
+                msg: format!("\"{other}\": supported values: \"Cluster\", \"Namespaced\""),
+            });
+        }
+    };
+    let strs = |p: &str| -> Vec<String> {
+        spec.get("names")
+            .and_then(|n| n.get(p))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or(CrdError::Missing("versions"))?;
+    if versions.is_empty() {
+        return Err(CrdError::Missing("versions"));
+    }
+    let mut served = vec![];
+    let mut storage: Option<String> = None;
+    let mut schemas = BTreeMap::new();
+    let mut status_subresource = false;
+    let mut scale = None;
+    for (i, v) in versions.iter().enumerate() {
+        let vname = v
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| CrdError::Invalid {
+                field: format!("spec.versions[{i}].name"),
+                msg: "required".into(),
+            })?;
+        if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
+            served.push(vname.to_string());
+        }
+        if v.get("storage").and_then(Value::as_bool).unwrap_or(false) {
+            if storage.is_some() {
+                return Err(CrdError::Invalid {
+                    field: "spec.versions".into(),
+                    msg: "must have exactly one version marked as storage version".into(),
+                });
+            }
+            storage = Some(vname.to_string());
+        }
+        if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
+            schemas.insert(vname.to_string(), s.clone());
+        }
+        if let Some(sub) = v.get("subresources") {
+            if sub.get("status").is_some() {
+                status_subresource = true;
+            }
+            if let Some(sc) = sub.get("scale") {
+                scale = Some(ScaleSpec {
+                    spec_replicas_path: parse_json_path(
+                        sc.get("specReplicasPath").and_then(Value::as_str),
+                        ".spec.replicas",
+                    ),
+                    status_replicas_path: parse_json_path(
+                        sc.get("statusReplicasPath").and_then(Value::as_str),
+                        ".status.replicas",
+                    ),
+                    label_selector_path: sc
+                        .get("labelSelectorPath")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                });
+            }
+        }
+    }
+    let storage = storage.ok_or_else(|| CrdError::Invalid {
+        field: "spec.versions".into(),
+        msg: "must have exactly one version marked as storage version".into(),
+    })?;
+    // preferred version: the storage version if served, else the first served
+    served.sort_by_key(|v| if *v == storage { 0 } else { 1 });
+    Ok(ResourceDef {
+        group: group.into(),
+        versions: served,
+        kind: kind.into(),
+        plural: plural.into(),
+        singular,
+        namespaced,
+        short_names: strs("shortNames"),
+        categories: strs("categories"),
+        status_subresource,
+        scale,
+        crd: Some(name.to_string()),
+        schemas,
+    })
+}
+
+impl Registry {
+    /// A registry with the built-in resources.
+    pub fn with_builtins() -> Self {
+        Registry {
+            defs: builtin_resources(),
+        }
+    }
+
+    /// All served resources.
+    pub fn all(&self) -> &[ResourceDef] {
+        &self.defs
+    }
+
+    /// Find a resource by group, version and plural.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+        self.defs.iter().find(|d| {
+            d.group == group && d.plural == plural && d.versions.iter().any(|v| v == version)
+        })
+    }
+
+    /// Find a resource by group and plural (any version).
+    pub fn lookup_group_resource(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
+        self.defs
+            .iter()
+            .find(|d| d.group == group && d.plural == plural)
+    }
+
+    /// Whether any resource is served under group/version.
+    pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
+        self.defs
+            .iter()
+            .any(|d| d.group == group && d.versions.iter().any(|v| v == version))
+    }
+
+    /// Install (or replace) a CRD-defined resource.
+    pub fn install(&mut self, def: ResourceDef) {
+        self.defs
+            .retain(|d| !(d.group == def.group && d.plural == def.plural));
+        self.defs.push(def);
+    }
+
+    /// Remove the resource defined by the named CRD.
+    pub fn uninstall_crd(&mut self, crd_name: &str) -> Option<ResourceDef> {
+        let idx = self
+            .defs
+            .iter()
+            .position(|d| d.crd.as_deref() == Some(crd_name))?;
+        Some(self.defs.remove(idx))
+    }
+
+    /// Groups with their versions (preferred first), core group excluded, in a stable order:
+    /// built-in groups in registration order, then CRD groups.
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = vec![];
+        for d in &self.defs {
+            if d.group.is_empty() {
+                continue;
+            }
+            match out.iter_mut().find(|(g, _)| *g == d.group) {
+                Some((_, vs)) => {
+                    for v in &d.versions {
+                        if !vs.contains(v) {
+                            vs.push(v.clone());
+                        }
+                    }
+                }
+                None => out.push((d.group.clone(), d.versions.clone())),
+            }
+        }
+        for (_, vs) in out.iter_mut() {
+            sort_versions(vs);
+        }
+        out
+    }
+}
+
+/// Sort versions by Kubernetes version priority: GA > beta > alpha, higher numbers first,
+/// then non-conforming names alphabetically.
+pub fn sort_versions(vs: &mut [String]) {
+    fn rank(v: &str) -> (u8, i64, i64, String) {
+        let parse = |s: &str| -> Option<(i64, u8, i64)> {
+            let s = s.strip_prefix('v')?;
+            let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+            let major: i64 = digits.parse().ok()?;
+            let rest = &s[digits.len()..];
+            if rest.is_empty() {
+                return Some((major, 0, 0));
+            }
+            let (lvl, num) = if let Some(n) = rest.strip_prefix("beta") {
+                (1, n)
+            } else if let Some(n) = rest.strip_prefix("alpha") {
+                (2, n)
+            } else {
+                return None;
+            };
+            Some((major, lvl, num.parse().ok()?))
+        };
+        match parse(v) {
+            Some((major, lvl, minor)) => (lvl, -major, -minor, String::new()),
+            None => (3, 0, 0, v.to_string()),
+        }
+    }
+    vs.sort_by_key(|v| rank(v));
+}
+
+/// The `status` a freshly accepted CRD gets.
+pub fn crd_accepted_status(crd: &Value, now: &str, storage_version: &str) -> Value {
+    let names = crd
+        .get("spec")
+        .and_then(|s| s.get("names"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    json!({
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now,
+             "reason": "NoConflicts", "message": "no conflicts found"},
+            {"type": "Established", "status": "True", "lastTransitionTime": now,
+             "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+        ],
+        "acceptedNames": names,
+        "storedVersions": [storage_version],
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_lookup() {
+        let r = Registry::with_builtins();
+        let d = r.lookup("apps", "v1", "deployments").unwrap();
+        assert_eq!(d.kind, "Deployment");
+        assert!(d.namespaced && d.status_subresource && d.scale.is_some());
+        assert!(
+            r.lookup("", "v1", "namespaces")
+                .is_some_and(|d| !d.namespaced)
+        );
+        assert!(r.lookup("apps", "v2", "deployments").is_none());
+    }
+
+    #[test]
+    fn version_priority() {
+        let mut v = vec![
+            "v1alpha1".to_string(),
+            "v2".into(),
+            "v1beta2".into(),
+            "foo".into(),
+            "v1".into(),
+            "v1beta1".into(),
+        ];
+        sort_versions(&mut v);
+        assert_eq!(v, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
+    }
+
+    #[test]
+    fn crd_def() {
+        let crd = json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+              "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+              "versions": [
+                {"name": "v1alpha1", "served": true, "storage": false},
+                {"name": "v1", "served": true, "storage": true,
+                 "subresources": {"status": {}},
+                 "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+        });
+        let d = crd_to_def(&crd).unwrap();
+        assert_eq!(d.versions, ["v1", "v1alpha1"]);
+        assert_eq!(d.singular, "widget");
+        assert!(d.status_subresource);
+        assert_eq!(d.short_names, ["wd"]);
+        let mut bad = crd.clone();
+        bad["metadata"]["name"] = json!("nope");
+        assert!(matches!(crd_to_def(&bad), Err(CrdError::Invalid { .. })));
+    }
+}

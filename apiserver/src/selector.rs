@@ -1,0 +1,272 @@
+//! Label and field selectors in their query-string form.
+
+use serde_json::Value;
+
+/// Errors parsing a selector.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SelectorError {
+    /// The selector string could not be parsed.
+    #[error("unable to parse requirement: {0}")]
+    Parse(String),
+    /// A field selector names an unsupported field.
+    #[error("field label not supported: {0}")]
+    UnsupportedField(String),
+}
+
+/// One label requirement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Requirement {
+    /// `key=value` / `key==value`
+    Eq(String, String),
+    /// `key!=value`
+    NotEq(String, String),
+    /// `key in (a,b)`
+    In(String, Vec<String>),
+    /// `key notin (a,b)`
+    NotIn(String, Vec<String>),
+    /// `key`
+    Exists(String),
+    /// `!key`
+    NotExists(String),
+}
+
+/// A parsed label selector: all requirements must hold.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LabelSelector(pub Vec<Requirement>);
+
+fn split_top_level(s: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut depth = 0i32;
+    let mut cur = String::new();
+    for c in s.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                cur.push(c)
+            }
+            ')' => {
+                depth -= 1;
+                cur.push(c)
+            }
+            ',' if depth == 0 => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+fn valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 317
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn valid_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn parse_set(key: &str, rest: &str, orig: &str) -> Result<Vec<String>, SelectorError> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| {
+            SelectorError::Parse(format!("{orig}: expected a parenthesized set for {key}"))
+        })?;
+    let vals: Vec<String> = inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if let Some(bad) = vals.iter().find(|v| !valid_value(v)) {
+        return Err(SelectorError::Parse(format!(
+            "{orig}: invalid label value {bad:?}"
+        )));
+    }
+    Ok(vals)
+}
+
+impl LabelSelector {
+    /// Parse the string form (`a=b,c in (x,y),!d`).
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        let mut reqs = vec![];
+        for part in split_top_level(s) {
+            let p = part.trim();
+            if p.is_empty() {
+                continue;
+            }
+            let req = if let Some(k) = p.strip_prefix('!') {
+                let k = k.trim();
+                if !valid_key(k) {
+                    return Err(SelectorError::Parse(format!("{p}: invalid label key")));
+                }
+                Requirement::NotExists(k.to_string())
+            } else if let Some((k, v)) = p.split_once("!=") {
+                Requirement::NotEq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once("==") {
+                Requirement::Eq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once('=') {
+                Requirement::Eq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some(idx) = p.find(" notin ").or_else(|| p.find(" notin(")) {
+                let key = p[..idx].trim();
+                Requirement::NotIn(key.to_string(), parse_set(key, &p[idx + 6..], p)?)
+            } else if let Some(idx) = p.find(" in ").or_else(|| p.find(" in(")) {
+                let key = p[..idx].trim();
+                Requirement::In(key.to_string(), parse_set(key, &p[idx + 3..], p)?)
+            } else {
+                Requirement::Exists(p.to_string())
+            };
+            let key = match &req {
+                Requirement::Eq(k, _)
+                | Requirement::NotEq(k, _)
+                | Requirement::In(k, _)
+                | Requirement::NotIn(k, _)
+                | Requirement::Exists(k)
+                | Requirement::NotExists(k) => k,
+            };
+            if !valid_key(key) {
+                return Err(SelectorError::Parse(format!(
+                    "{p}: invalid label key {key:?}"
+                )));
+            }
+            if let Requirement::Eq(_, v) | Requirement::NotEq(_, v) = &req
+                && !valid_value(v)
+            {
+                return Err(SelectorError::Parse(format!(
+                    "{p}: invalid label value {v:?}"
+                )));
+            }
+            reqs.push(req);
+        }
+        Ok(LabelSelector(reqs))
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Match against an object's `metadata.labels`.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj.get("metadata").and_then(|m| m.get("labels"));
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.0.iter().all(|r| match r {
+            Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::NotExists(k) => get(k).is_none(),
+        })
+    }
+}
+
+/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FieldSelector(pub Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Parse `metadata.name=foo,metadata.namespace!=bar`.
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        let mut out = vec![];
+        for part in s.split(',') {
+            let p = part.trim();
+            if p.is_empty() {
+                continue;
+            }
+            let (k, eq, v) = if let Some((k, v)) = p.split_once("!=") {
+                (k, false, v)
+            } else if let Some((k, v)) = p.split_once("==") {
+                (k, true, v)
+            } else if let Some((k, v)) = p.split_once('=') {
+                (k, true, v)
+            } else {
+                return Err(SelectorError::Parse(format!("{p}: invalid field selector")));
+            };
+            let k = k.trim();
+            if !matches!(k, "metadata.name" | "metadata.namespace") {
+                return Err(SelectorError::UnsupportedField(k.to_string()));
+            }
+            out.push((k.to_string(), eq, v.trim().to_string()));
+        }
+        Ok(FieldSelector(out))
+    }
+
+    /// The name this selector pins, if it has `metadata.name=x`.
+    pub fn exact_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, eq, _)| *eq && k == "metadata.name")
+            .map(|(_, _, v)| v.as_str())
+    }
+
+    /// Match against an object.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|(k, eq, v)| {
+            let field = k.strip_prefix("metadata.").unwrap_or(k);
+            let actual = obj
+                .get("metadata")
+                .and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (actual == v) == *eq
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(labels: Value) -> Value {
+        json!({"metadata": {"name": "a", "namespace": "ns", "labels": labels}})
+    }
+
+    #[test]
+    fn all_operators() {
+        let o = obj(json!({"app": "web", "tier": "fe"}));
+        let t = |s: &str| LabelSelector::parse(s).unwrap().matches(&o);
+        assert!(t("app=web"));
+        assert!(t("app==web"));
+        assert!(!t("app!=web"));
+        assert!(t("app!=db"));
+        assert!(t("app in (web,db)"));
+        assert!(!t("app notin (web,db)"));
+        assert!(t("missing notin (x)"));
+        assert!(t("tier"));
+        assert!(!t("!tier"));
+        assert!(t("!missing"));
+        assert!(t("app=web,tier in (fe)"));
+        assert!(!t("app=web,tier in (be)"));
+        assert!(t(""));
+    }
+
+    #[test]
+    fn bad_selectors() {
+        assert!(LabelSelector::parse("app in web").is_err());
+        assert!(LabelSelector::parse("a b=c").is_err());
+        assert!(FieldSelector::parse("spec.x=1").is_err());
+    }
+
+    #[test]
+    fn field_selector() {
+        let o = obj(json!({}));
+        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
+        assert!(
+            !FieldSelector::parse("metadata.name!=a")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns")
+                .unwrap()
+                .matches(&o)
+        );
+    }
+}

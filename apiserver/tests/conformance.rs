@@ -1,0 +1,808 @@
+//! Conformance suite: drives the server with a real `kube::Client`.
+#![allow(clippy::unwrap_used)]
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kmeta_apiserver::{AdmissionError, FaultSpec, Operation, TestServer};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, PropagationPolicy, WatchEvent, WatchParams,
+};
+use kube::discovery::Discovery;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(20);
+
+async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(T, f).await.expect("timed out")
+}
+
+fn cm(name: &str, labels: Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels},
+        "data": {"k": "v"}
+    }))
+    .unwrap()
+}
+
+fn j<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).unwrap()
+}
+
+fn api_err(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected api error, got {other:?}"),
+    }
+}
+
+fn deployment(name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1"}]}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn configmap_crud_and_errors() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let created = within(api.create(&PostParams::default(), &cm("a", json!({"x": "1"}))))
+        .await
+        .unwrap();
+    let md = &created.metadata;
+    assert!(md.uid.is_some() && md.resource_version.is_some());
+    assert_eq!(md.generation, Some(1));
+    let ts = md.creation_timestamp.as_ref().unwrap();
+    assert!(!ts.0.to_string().is_empty());
+    // AlreadyExists
+    let e = api_err(
+        api.create(&PostParams::default(), &cm("a", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    // NotFound
+    let e = api_err(api.get("nope").await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
+    assert!(
+        e.message.contains("configmaps \"nope\" not found"),
+        "{}",
+        e.message
+    );
+    // Invalid name
+    let e = api_err(
+        api.create(&PostParams::default(), &cm("Bad_Name", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    // namespace must exist
+    let other: Api<ConfigMap> = Api::namespaced(s.client(), "missing");
+    let e = api_err(
+        other
+            .create(&PostParams::default(), &cm("a", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 404);
+    // update with stale rv -> 409 Conflict
+    let mut c1 = created.clone();
+    c1.data = Some([("k".to_string(), "v2".to_string())].into());
+    let updated = api.replace("a", &PostParams::default(), &c1).await.unwrap();
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let e = api_err(
+        api.replace("a", &PostParams::default(), &c1)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    // generateName
+    let mut g = cm("", json!({}));
+    g.metadata.name = None;
+    g.metadata.generate_name = Some("gen-".into());
+    let g = api.create(&PostParams::default(), &g).await.unwrap();
+    assert!(g.metadata.name.unwrap().starts_with("gen-"));
+    // delete returns Status for an immediately deleted configmap
+    let r = api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(r.is_right());
+    assert_eq!(api_err(api.get("a").await.unwrap_err()).code, 404);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_selectors_and_pagination() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    for i in 0..10 {
+        let tier = if i % 2 == 0 { "fe" } else { "be" };
+        api.create(
+            &PostParams::default(),
+            &cm(&format!("c{i}"), json!({"tier": tier, "n": i.to_string()})),
+        )
+        .await
+        .unwrap();
+    }
+    let count = |sel: &'static str| {
+        let api = api.clone();
+        async move {
+            api.list(&ListParams::default().labels(sel))
+                .await
+                .unwrap()
+                .items
+                .len()
+        }
+    };
+    assert_eq!(count("tier=fe").await, 5);
+    assert_eq!(count("tier!=fe").await, 5);
+    assert_eq!(count("n in (1,2,3)").await, 3);
+    assert_eq!(count("n notin (1,2,3)").await, 7);
+    assert_eq!(count("tier").await, 10);
+    assert_eq!(count("!tier").await, 0);
+    let by_name = api
+        .list(&ListParams::default().fields("metadata.name=c3"))
+        .await
+        .unwrap();
+    assert_eq!(by_name.items.len(), 1);
+    // pagination
+    let mut names = vec![];
+    let mut lp = ListParams::default().limit(3);
+    loop {
+        let page = api.list(&lp).await.unwrap();
+        names.extend(page.items.iter().map(|c| c.metadata.name.clone().unwrap()));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    assert_eq!(names.len(), 10);
+    let mut sorted = names.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 10);
+    let bad = api
+        .list(&ListParams::default().labels("a in b"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_err(bad).code, 400);
+}
+
+#[tokio::test]
+async fn discovery_legacy_and_aggregated() {
+    let s = TestServer::start().await.unwrap();
+    let d = within(Discovery::new(s.client()).run()).await.unwrap();
+    let (ar, caps) = d
+        .resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+        .unwrap();
+    assert_eq!(ar.plural, "deployments");
+    assert!(
+        caps.subresources
+            .iter()
+            .any(|(a, _)| a.plural.ends_with("status") || a.plural == "status")
+    );
+    let d2 = within(Discovery::new(s.client()).run_aggregated())
+        .await
+        .unwrap();
+    for gvk in [
+        GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+        GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"),
+    ] {
+        assert!(d2.resolve_gvk(&gvk).is_some(), "{gvk:?}");
+        assert!(d.resolve_gvk(&gvk).is_some(), "{gvk:?}");
+    }
+    let v = s.client().apiserver_version().await.unwrap();
+    assert_eq!(v.major, "1");
+}
+
+#[tokio::test]
+async fn every_patch_type_and_status_subresource() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &deployment("web", 1))
+        .await
+        .unwrap();
+    // strategic merge: containers merge by name
+    let p = json!({"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "s:1"}]}}}});
+    let d = api
+        .patch("web", &PatchParams::default(), &Patch::Strategic(&p))
+        .await
+        .unwrap();
+    assert_eq!(
+        j(&d)["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(d.metadata.generation, Some(2));
+    // merge patch replaces lists
+    let p = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:2"}]}}}});
+    let d = api
+        .patch("web", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(
+        j(&d)["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // json patch
+    let jp: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/spec/replicas", "value": 3}]))
+    .unwrap();
+    let d = api
+        .patch("web", &PatchParams::default(), &Patch::<()>::Json(jp))
+        .await
+        .unwrap();
+    assert_eq!(j(&d)["spec"]["replicas"], 3);
+    // failing json patch test op -> 422
+    let jp: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/spec/replicas", "value": 9}]))
+    .unwrap();
+    let e = api_err(
+        api.patch("web", &PatchParams::default(), &Patch::<()>::Json(jp))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    // status through main endpoint is ignored; /status only changes status
+    let p = json!({"status": {"replicas": 5}, "spec": {"replicas": 4}});
+    let d = api
+        .patch("web", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert!(d.status.is_none() || d.status.as_ref().unwrap().replicas.is_none());
+    let gen_before = d.metadata.generation;
+    let d = api
+        .patch_status("web", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(j(&d)["status"]["replicas"], 5);
+    assert_eq!(j(&d)["spec"]["replicas"], 4);
+    assert_eq!(d.metadata.generation, gen_before);
+    // scale subresource
+    let sc = api.get_scale("web").await.unwrap();
+    assert_eq!(sc.spec.unwrap().replicas, Some(4));
+    let sp = json!({"spec": {"replicas": 7}});
+    api.patch_scale("web", &PatchParams::default(), &Patch::Merge(&sp))
+        .await
+        .unwrap();
+    assert_eq!(j(&api.get("web").await.unwrap())["spec"]["replicas"], 7);
+    // patch of missing object
+    let e = api_err(
+        api.patch("nope", &PatchParams::default(), &Patch::Merge(&sp))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 404);
+}
+
+#[tokio::test]
+async fn server_side_apply_conflicts_and_force() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let a = PatchParams::apply("alice");
+    let d = api
+        .patch("web", &a, &Patch::Apply(deployment("web", 1)))
+        .await
+        .unwrap();
+    let mf = d.metadata.managed_fields.clone().unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("alice"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    // bob changes replicas without force -> conflict
+    let bob = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 3}});
+    let e = api_err(
+        api.patch("web", &PatchParams::apply("bob"), &Patch::Apply(&bob))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(e.message.contains(".spec.replicas"), "{}", e.message);
+    let d = api
+        .patch(
+            "web",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(&bob),
+        )
+        .await
+        .unwrap();
+    assert_eq!(j(&d)["spec"]["replicas"], 3);
+    // alice re-applies without replicas: field now owned by bob, stays
+    let mut mine = serde_json::to_value(deployment("web", 1)).unwrap();
+    mine["spec"].as_object_mut().unwrap().remove("replicas");
+    let d = api.patch("web", &a, &Patch::Apply(&mine)).await.unwrap();
+    assert_eq!(j(&d)["spec"]["replicas"], 3);
+    // an Update by another manager is tracked
+    let p = json!({"metadata": {"labels": {"x": "y"}}});
+    let d = api
+        .patch("web", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert!(
+        d.metadata
+            .managed_fields
+            .unwrap()
+            .iter()
+            .any(|m| m.operation.as_deref() == Some("Update"))
+    );
+    // apply creates
+    let c: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let made = c
+        .patch(
+            "applied",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(cm("applied", json!({}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made.metadata.name.as_deref(), Some("applied"));
+}
+
+#[tokio::test]
+async fn raw_watch_events_bookmarks_and_410() {
+    let s = TestServer::builder()
+        .watch_window(5)
+        .bookmark_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let c = api
+        .create(&PostParams::default(), &cm("w", json!({})))
+        .await
+        .unwrap();
+    let rv = c.metadata.resource_version.clone().unwrap();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let p = json!({"data": {"k": "v2"}});
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    let mut seen = vec![];
+    while seen.len() < 3 {
+        match within(stream.try_next()).await.unwrap().unwrap() {
+            WatchEvent::Modified(_) => seen.push("MODIFIED"),
+            WatchEvent::Deleted(_) => seen.push("DELETED"),
+            WatchEvent::Bookmark(_) => {
+                if seen.len() == 2 {
+                    seen.push("BOOKMARK")
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["MODIFIED", "DELETED", "BOOKMARK"]);
+    // generate more events than the window, then watch from the old rv
+    for i in 0..10 {
+        api.create(&PostParams::default(), &cm(&format!("x{i}"), json!({})))
+            .await
+            .unwrap();
+    }
+    let mut old = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match within(old.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn watcher_reflector_resume_and_relist() {
+    let s = TestServer::builder()
+        .watch_window(50)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .applied_objects();
+    let handle = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    within(reader.wait_until_ready()).await.unwrap();
+    for i in 0..5 {
+        api.create(&PostParams::default(), &cm(&format!("r{i}"), json!({})))
+            .await
+            .unwrap();
+    }
+    let wait_len = |n: usize| {
+        let reader = reader.clone();
+        async move {
+            within(async {
+                while reader.state().len() != n {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+        }
+    };
+    wait_len(5).await;
+    // dropped watch: watcher resumes
+    s.faults().close_watches();
+    api.create(&PostParams::default(), &cm("after-close", json!({})))
+        .await
+        .unwrap();
+    wait_len(6).await;
+    // force 410 on the next watch and overflow the window: watcher relists
+    s.faults().expire_next_watches(1);
+    s.faults().close_watches();
+    api.delete("r0", &DeleteParams::default()).await.unwrap();
+    wait_len(5).await;
+    assert!(
+        s.counters().count("list", "configmaps") >= 2,
+        "{:?}",
+        s.counters()
+    );
+    handle.abort();
+}
+
+#[tokio::test]
+async fn streaming_list_watcher() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &cm("pre", json!({})))
+        .await
+        .unwrap();
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default().streaming_lists()),
+    )
+    .applied_objects();
+    let handle = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    within(reader.wait_until_ready()).await.unwrap();
+    assert_eq!(reader.state().len(), 1);
+    assert_eq!(s.counters().count("list", "configmaps"), 0);
+    handle.abort();
+}
+
+#[tokio::test]
+async fn finalizers_and_gc_cascades() {
+    let s = TestServer::start().await.unwrap();
+    let client = s.client();
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = deps
+        .create(&PostParams::default(), &deployment("own", 1))
+        .await
+        .unwrap();
+    let child = |name: &str, block: bool| {
+        let mut c = cm(name, json!({}));
+        c.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "own".into(),
+                uid: owner.metadata.uid.clone().unwrap(),
+                block_owner_deletion: Some(block),
+                controller: Some(true),
+            },
+        ]);
+        c
+    };
+    cms.create(&PostParams::default(), &child("c1", true))
+        .await
+        .unwrap();
+    let mut fin = child("c2", true);
+    fin.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &fin).await.unwrap();
+    // foreground: owner stays while blocking dependent c2 is held by its finalizer
+    let r = deps
+        .delete("own", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let pending = r.left().expect("object returned while pending");
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    assert!(cms.get("c1").await.is_err());
+    let c2 = cms.get("c2").await.unwrap();
+    assert!(c2.metadata.deletion_timestamp.is_some());
+    assert!(deps.get("own").await.is_ok());
+    // removing the finalizer completes the cascade
+    let p = json!({"metadata": {"finalizers": null}});
+    cms.patch("c2", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(api_err(cms.get("c2").await.unwrap_err()).code, 404);
+    assert_eq!(api_err(deps.get("own").await.unwrap_err()).code, 404);
+    // orphan
+    let owner2 = deps
+        .create(&PostParams::default(), &deployment("own", 1))
+        .await
+        .unwrap();
+    let mut c3 = cm("c3", json!({}));
+    c3.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "own".into(),
+            uid: owner2.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    cms.create(&PostParams::default(), &c3).await.unwrap();
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..Default::default()
+    };
+    deps.delete("own", &dp).await.unwrap();
+    assert!(
+        cms.get("c3")
+            .await
+            .unwrap()
+            .metadata
+            .owner_references
+            .is_none()
+    );
+    // background
+    let owner3 = deps
+        .create(&PostParams::default(), &deployment("own", 1))
+        .await
+        .unwrap();
+    c3.metadata.name = Some("c4".into());
+    c3.metadata.owner_references.as_mut().unwrap()[0].uid = owner3.metadata.uid.unwrap();
+    cms.create(&PostParams::default(), &c3).await.unwrap();
+    deps.delete("own", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert_eq!(api_err(cms.get("c4").await.unwrap_err()).code, 404);
+    // preconditions
+    let c5 = cms
+        .create(&PostParams::default(), &cm("c5", json!({})))
+        .await
+        .unwrap();
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("wrong".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(api_err(cms.delete("c5", &dp).await.unwrap_err()).code, 409);
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: c5.metadata.uid.clone(),
+            resource_version: c5.metadata.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    cms.delete("c5", &dp).await.unwrap();
+}
+
+#[tokio::test]
+async fn namespace_lifecycle_and_deletecollection() {
+    let s = TestServer::start().await.unwrap();
+    let ns: Api<Namespace> = Api::all(s.client());
+    let n: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    ns.create(&PostParams::default(), &n).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "team");
+    for i in 0..3 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("c{i}"), json!({"g": "a"})),
+        )
+        .await
+        .unwrap();
+    }
+    let out = cms
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("g=a"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.left().unwrap().items.len(), 3);
+    cms.create(&PostParams::default(), &cm("left", json!({})))
+        .await
+        .unwrap();
+    ns.delete("team", &DeleteParams::default()).await.unwrap();
+    assert_eq!(api_err(ns.get("team").await.unwrap_err()).code, 404);
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        0
+    );
+}
+
+fn widget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"items": {"type": "array",
+                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                        "items": {"type": "object"}}}},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    })
+}
+
+#[tokio::test]
+async fn crd_lifecycle_dynamic_api() {
+    let s = TestServer::start().await.unwrap();
+    let client = s.client();
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: DynamicObject = serde_json::from_value(widget_crd()).unwrap();
+    let created = crds.create(&PostParams::default(), &crd).await.unwrap();
+    let conds = created.data["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        conds
+            .iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True")
+    );
+    assert!(created.data["spec"]["versions"][0]["schema"]["openAPIV3Schema"].is_object());
+    let d = Discovery::new(client.clone()).run().await.unwrap();
+    let (ar, _) = d
+        .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"))
+        .unwrap();
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let w: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"items": [{"name": "a", "v": 1}]}}))
+        .unwrap();
+    widgets.create(&PostParams::default(), &w).await.unwrap();
+    // strategic merge is not supported for custom resources
+    let e = api_err(
+        widgets
+            .patch(
+                "w1",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 415);
+    // SSA uses the schema's list-map-keys: another manager's item survives
+    let p = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+        "spec": {"items": [{"name": "b", "v": 2}]}});
+    let r = widgets
+        .patch("w1", &PatchParams::apply("other"), &Patch::Apply(&p))
+        .await
+        .unwrap();
+    assert_eq!(r.data["spec"]["items"].as_array().unwrap().len(), 2);
+    // status subresource
+    let st = json!({"status": {"ok": true}});
+    let r = widgets
+        .patch_status("w1", &PatchParams::default(), &Patch::Merge(&st))
+        .await
+        .unwrap();
+    assert_eq!(r.data["status"]["ok"], true);
+    // delete CRD removes resource and objects
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    let e = api_err(widgets.get("w1").await.unwrap_err());
+    assert_eq!(e.code, 404);
+    let d = Discovery::new(client.clone()).run().await.unwrap();
+    assert!(
+        d.resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"))
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn admission_faults_and_counters() {
+    let s = TestServer::start().await.unwrap();
+    s.admission()
+        .mutate("v1", "pods", |obj: &mut Value, op: Operation| {
+            if op == Operation::Create {
+                let cs = obj["spec"]["containers"]
+                    .as_array_mut()
+                    .ok_or_else(|| AdmissionError::invalid("no containers"))?;
+                cs.push(json!({"name": "injected", "image": "sidecar:1"}));
+            }
+            Ok(())
+        });
+    s.admission().validate("v1", "pods", |obj: &Value, _| {
+        if obj["metadata"]["name"] == "forbidden" {
+            Err(AdmissionError::invalid("name not allowed"))
+        } else {
+            Ok(())
+        }
+    });
+    let pods: Api<Pod> = Api::namespaced(s.client(), "default");
+    let pod = |name: &str| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "app", "image": "a"}]}})).unwrap()
+    };
+    let p = pods
+        .create(&PostParams::default(), &pod("p"))
+        .await
+        .unwrap();
+    assert_eq!(j(&p)["spec"]["containers"].as_array().unwrap().len(), 2);
+    let e = api_err(
+        pods.create(&PostParams::default(), &pod("forbidden"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    // faults: the next 2 gets fail with 503; kube's default retry layer retries them
+    s.faults()
+        .inject(FaultSpec::error(503).verb("get").resource("pods").times(2));
+    within(pods.get("p")).await.unwrap();
+    assert_eq!(s.counters().get("get", "pods", 503), 2);
+    assert_eq!(s.counters().get("get", "pods", 200), 1);
+    // 500 is not retried and reaches the caller as an InternalError Status
+    s.faults()
+        .inject(FaultSpec::error(500).verb("list").times(1));
+    let e = api_err(pods.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    assert!(pods.list(&ListParams::default()).await.is_ok());
+    // 409 on update
+    s.faults()
+        .inject(FaultSpec::error(409).verb("update").times(1));
+    let cur = pods.get("p").await.unwrap();
+    assert_eq!(
+        api_err(
+            pods.replace("p", &PostParams::default(), &cur)
+                .await
+                .unwrap_err()
+        )
+        .code,
+        409
+    );
+    // counters: a no-op resync makes zero writes
+    let before = s.counters();
+    let p = pods.get("p").await.unwrap();
+    let same = pods.replace("p", &PostParams::default(), &p).await.unwrap();
+    assert_eq!(
+        same.metadata.resource_version, p.metadata.resource_version,
+        "no-op update writes nothing"
+    );
+    let delta = s.counters().since(&before);
+    assert_eq!(delta.writes(), 1);
+    assert_eq!(delta.get("get", "pods", 200), 1);
+}
+
+#[tokio::test]
+async fn in_process_router_client() {
+    let state = kmeta_apiserver::ServerState::new(Default::default());
+    let client = kube::Client::new(kmeta_apiserver::router(state), "default");
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("inproc", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+}
