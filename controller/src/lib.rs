@@ -6,3 +6,7 @@
 
 pub mod api;
 pub mod crds;
+pub mod decide;
+pub mod hook;
+pub mod selector;
+pub mod wire;

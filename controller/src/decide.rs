@@ -1,0 +1,857 @@
+//! Pure decisions of a sync: claiming, finalizers, hook choice, desired-children validation, the
+//! child plan and the status diff. No I/O here; the executor in [`crate::sync`] acts on them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Map, Value, json};
+
+use crate::api::ChildUpdateMethod;
+use crate::selector::{self, SelectorError};
+use crate::wire::group_key;
+
+/// The generated-selector label.
+pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
+
+/// The finalizer kmeta puts on parents of CC `cc` that has a finalize hook.
+pub fn finalizer_name(cc: &str) -> String {
+    format!("metacontroller.io/compositecontroller-{cc}")
+}
+
+/// Errors found while deciding.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// The parent's selector is missing/empty or invalid.
+    #[error("parent {parent}: {message}")]
+    Selector {
+        /// `namespace/name` of the parent.
+        parent: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A desired child breaks a rule; nothing is written.
+    #[error("desired child {child}: {message}")]
+    InvalidChild {
+        /// `Kind.apiVersion namespace/name`.
+        child: String,
+        /// The rule it breaks.
+        message: String,
+    },
+    /// A label selector failed to evaluate.
+    #[error(transparent)]
+    BadSelector(#[from] SelectorError),
+    /// dynapply refused an object.
+    #[error("applying {child}: {source}")]
+    Apply {
+        /// The child.
+        child: String,
+        /// Cause.
+        source: dynapply::Error,
+    },
+}
+
+fn meta<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
+    obj.get("metadata").and_then(|m| m.get(field))
+}
+
+/// `metadata.<field>` as a string ("" when absent).
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    meta(obj, field).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// True when `metadata.deletionTimestamp` is set.
+pub fn is_deleting(obj: &Value) -> bool {
+    meta(obj, "deletionTimestamp").is_some_and(|v| !v.is_null())
+}
+
+/// True when `metadata.finalizers` contains `name`.
+pub fn has_finalizer(obj: &Value, name: &str) -> bool {
+    meta(obj, "finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(name)))
+}
+
+/// The controller owner reference (`controller: true`), if any.
+pub fn controller_ref(obj: &Value) -> Option<&Value> {
+    meta(obj, "ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+}
+
+/// A human name for an object: `Kind namespace/name` or `Kind name`.
+pub fn describe(obj: &Value) -> String {
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("object");
+    match meta_str(obj, "namespace") {
+        "" => format!("{kind} {}", meta_str(obj, "name")),
+        ns => format!("{kind} {ns}/{}", meta_str(obj, "name")),
+    }
+}
+
+/// The controllerRef a parent puts on its children.
+pub fn owner_reference(parent: &Value) -> Value {
+    json!({
+        "apiVersion": parent.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": parent.get("kind").cloned().unwrap_or(Value::Null),
+        "name": meta_str(parent, "name"),
+        "uid": meta_str(parent, "uid"),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// selector of a parent
+
+/// The selector children must match: `controller-uid=<uid>` with generateSelector, else the
+/// parent's `spec.selector`, which must not be empty.
+pub fn parent_selector(
+    parent: &Value,
+    generate_selector: bool,
+) -> Result<LabelSelector, DecideError> {
+    let who = || describe(parent);
+    if generate_selector {
+        return Ok(selector::single(
+            CONTROLLER_UID_LABEL,
+            meta_str(parent, "uid"),
+        ));
+    }
+    let Some(raw) = parent.pointer("/spec/selector").filter(|v| !v.is_null()) else {
+        return Err(DecideError::Selector {
+            parent: who(),
+            message:
+                "spec.selector is required (or set generateSelector on the CompositeController)"
+                    .into(),
+        });
+    };
+    let sel = selector::decode(raw, "spec.selector")?;
+    if selector::is_empty(&sel) {
+        return Err(DecideError::Selector {
+            parent: who(),
+            message: "spec.selector must have matchLabels or matchExpressions".into(),
+        });
+    }
+    Ok(sel)
+}
+
+// ---------------------------------------------------------------------------------------------
+// claiming
+
+/// What to do with one candidate child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Already ours and matching: an observed child.
+    Owned,
+    /// An orphan that matches: add our controllerRef.
+    Adopt,
+    /// Ours but no longer matching: remove our ownerRef.
+    Release,
+    /// Controlled by someone else, or not eligible.
+    Ignore,
+}
+
+/// `ClaimObject` of Kubernetes' controller ref manager.
+pub fn claim_child(parent_uid: &str, parent_deleting: bool, matches: bool, child: &Value) -> Claim {
+    match controller_ref(child) {
+        Some(r) if r.get("uid").and_then(Value::as_str) == Some(parent_uid) => {
+            if matches {
+                Claim::Owned
+            } else if parent_deleting {
+                Claim::Ignore
+            } else {
+                Claim::Release
+            }
+        }
+        Some(_) => Claim::Ignore,
+        None if parent_deleting || is_deleting(child) || !matches => Claim::Ignore,
+        None => Claim::Adopt,
+    }
+}
+
+/// Claims of every candidate (objects owned by the parent plus orphans).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ClaimPlan {
+    /// Observed children.
+    pub owned: Vec<Value>,
+    /// Orphans to adopt (they become observed once adopted).
+    pub adopt: Vec<Value>,
+    /// Children to release.
+    pub release: Vec<Value>,
+}
+
+/// Decides claims for every candidate.
+pub fn claim_children(
+    parent: &Value,
+    selector: &LabelSelector,
+    candidates: impl IntoIterator<Item = Value>,
+) -> Result<ClaimPlan, DecideError> {
+    let uid = meta_str(parent, "uid");
+    let deleting = is_deleting(parent);
+    let mut plan = ClaimPlan::default();
+    for c in candidates {
+        let m = selector::matches(selector, &selector::labels_of(&c))?;
+        match claim_child(uid, deleting, m, &c) {
+            Claim::Owned => plan.owned.push(c),
+            Claim::Adopt => plan.adopt.push(c),
+            Claim::Release => plan.release.push(c),
+            Claim::Ignore => {}
+        }
+    }
+    Ok(plan)
+}
+
+/// `child` with the parent's controllerRef appended (unless a ref with that UID exists).
+pub fn with_owner(child: &Value, parent: &Value) -> Value {
+    let mut out = child.clone();
+    let uid = meta_str(parent, "uid").to_owned();
+    if let Some(m) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        let refs = m
+            .entry("ownerReferences")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !refs.is_array() {
+            *refs = Value::Array(Vec::new());
+        }
+        if let Some(a) = refs.as_array_mut()
+            && !a
+                .iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(&uid))
+        {
+            a.push(owner_reference(parent));
+        }
+    }
+    out
+}
+
+/// `child` without owner references to `parent_uid`.
+pub fn without_owner(child: &Value, parent_uid: &str) -> Value {
+    let mut out = child.clone();
+    if let Some(a) = out
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        a.retain(|r| r.get("uid").and_then(Value::as_str) != Some(parent_uid));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// finalizer and hook choice
+
+/// What to do with our finalizer before calling a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizerAction {
+    /// Add it (finalize hook, parent alive, not yet present).
+    Add,
+    /// Remove it (no finalize hook, present).
+    Remove,
+    /// Leave it.
+    Keep,
+}
+
+/// Before the hook: add when a finalize hook exists and the parent is alive; remove when there
+/// is no finalize hook.
+pub fn finalizer_before_hook(
+    has_finalize_hook: bool,
+    deleting: bool,
+    present: bool,
+) -> FinalizerAction {
+    match (has_finalize_hook, deleting, present) {
+        (true, false, false) => FinalizerAction::Add,
+        (false, _, true) => FinalizerAction::Remove,
+        _ => FinalizerAction::Keep,
+    }
+}
+
+/// After the hook: remove when the finalize hook said `finalized` and the finalizer is present.
+pub fn finalizer_after_hook(finalizing: bool, finalized: bool, present: bool) -> FinalizerAction {
+    if finalizing && finalized && present {
+        FinalizerAction::Remove
+    } else {
+        FinalizerAction::Keep
+    }
+}
+
+/// Which hook a sync calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookChoice {
+    /// The sync hook.
+    Sync,
+    /// The finalize hook (parent being deleted, or no longer selected, with our finalizer).
+    Finalize,
+    /// Nothing to do for this parent.
+    Skip,
+}
+
+/// Metacontroller's rule: finalize when a finalize hook exists and the parent is being deleted or
+/// no longer matches the labelSelector (only while our finalizer is on it); else sync for
+/// selected parents that are alive.
+pub fn choose_hook(
+    has_finalize_hook: bool,
+    deleting: bool,
+    selected: bool,
+    has_our_finalizer: bool,
+) -> HookChoice {
+    if has_finalize_hook && (deleting || !selected) {
+        if has_our_finalizer {
+            HookChoice::Finalize
+        } else {
+            HookChoice::Skip
+        }
+    } else if !selected || deleting {
+        HookChoice::Skip
+    } else {
+        HookChoice::Sync
+    }
+}
+
+/// Children may be managed while the parent is alive, or while it is being finalized by our
+/// finalize hook (no foreground/orphan GC finalizer).
+pub fn may_manage_children(parent: &Value, finalizing: bool, our_finalizer: &str) -> bool {
+    if !is_deleting(parent) {
+        return true;
+    }
+    finalizing
+        && has_finalizer(parent, our_finalizer)
+        && !has_finalizer(parent, "foregroundDeletion")
+        && !has_finalizer(parent, "orphan")
+}
+
+/// With `ignoreStatusChanges`, a parent update is relevant only when generation, labels,
+/// annotations or the deletion timestamp differ.
+pub fn parent_update_relevant(old: &Value, new: &Value) -> bool {
+    ["generation", "labels", "annotations", "deletionTimestamp"]
+        .iter()
+        .any(|f| meta(old, f) != meta(new, f))
+}
+
+// ---------------------------------------------------------------------------------------------
+// desired children
+
+/// What validation needs to know about a declared child type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildType {
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Update method.
+    pub method: ChildUpdateMethod,
+}
+
+/// Defaults namespaces and checks every desired child: its type is declared; it matches the
+/// parent selector (adding `controller-uid` with generateSelector); a namespaced parent only gets
+/// children in its own namespace and no cluster-scoped children. Returns the children keyed by
+/// [`child_key`] (a later duplicate replaces an earlier one, as Metacontroller).
+pub fn validate_desired(
+    parent: &Value,
+    parent_namespaced: bool,
+    declared: &HashMap<String, ChildType>,
+    selector: &LabelSelector,
+    generate_selector: bool,
+    children: Vec<Value>,
+) -> Result<BTreeMap<String, Value>, DecideError> {
+    let parent_ns = meta_str(parent, "namespace");
+    let mut out = BTreeMap::new();
+    for mut child in children {
+        let av = child
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = child
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let gk = group_key(av, kind);
+        let bad = |child: &Value, message: String| DecideError::InvalidChild {
+            child: format!("{gk} {}", describe(child)),
+            message,
+        };
+        let Some(t) = declared.get(&gk) else {
+            let known: Vec<&str> = declared.keys().map(String::as_str).collect();
+            return Err(bad(
+                &child,
+                format!(
+                    "type {gk} is not a declared child resource (declared: {})",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let ns = meta_str(&child, "namespace").to_owned();
+        let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return Err(bad(&child, "metadata must be an object".into()));
+        };
+        if t.namespaced {
+            if ns.is_empty() {
+                if !parent_namespaced {
+                    return Err(bad(
+                        &child,
+                        "metadata.namespace is required: the type is namespaced and the parent is cluster-scoped".into(),
+                    ));
+                }
+                m.insert("namespace".into(), Value::String(parent_ns.to_owned()));
+            } else if parent_namespaced && ns != parent_ns {
+                return Err(bad(
+                    &child,
+                    format!(
+                        "namespace {ns:?} differs from the parent's {parent_ns:?}; a namespaced parent may only own children in its namespace"
+                    ),
+                ));
+            }
+        } else if parent_namespaced {
+            return Err(bad(
+                &child,
+                "a namespaced parent may not own cluster-scoped children".into(),
+            ));
+        } else if !ns.is_empty() {
+            m.remove("namespace");
+        }
+        if generate_selector {
+            let labels = m
+                .entry("labels")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if labels.is_null() {
+                *labels = Value::Object(Map::new());
+            }
+            if let Some(l) = labels.as_object_mut() {
+                l.entry(CONTROLLER_UID_LABEL)
+                    .or_insert_with(|| Value::String(meta_str(parent, "uid").to_owned()));
+            }
+        }
+        if !selector::matches(selector, &selector::labels_of(&child))? {
+            return Err(bad(
+                &child,
+                format!(
+                    "labels {:?} don't match parent selector {:?}",
+                    selector::labels_of(&child),
+                    selector::to_query(selector)
+                ),
+            ));
+        }
+        out.insert(child_key(&child), child);
+    }
+    Ok(out)
+}
+
+/// Identity of a child: `Kind.apiVersion namespace/name`.
+pub fn child_key(obj: &Value) -> String {
+    let av = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    format!(
+        "{} {}/{}",
+        group_key(av, kind),
+        meta_str(obj, "namespace"),
+        meta_str(obj, "name")
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// the child plan
+
+/// One write to make to a child.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildOp {
+    /// POST this object.
+    Create(Value),
+    /// PUT this merged object (carries the live resourceVersion).
+    Update(Value),
+    /// DELETE with a UID precondition and Background propagation.
+    Delete {
+        /// The observed object being deleted.
+        object: Value,
+        /// Why: `not desired` or `recreate`.
+        reason: &'static str,
+    },
+}
+
+/// Plans child writes: deletes of observed children no longer desired (first), then creates of
+/// missing ones and updates per update method. Children being deleted are never touched.
+/// `options` gives the dynapply options (list rules) for a child type.
+pub fn plan_children(
+    parent: &Value,
+    observed: &[Value],
+    desired: &BTreeMap<String, Value>,
+    method: impl Fn(&str) -> ChildUpdateMethod,
+    options: impl Fn(&str) -> dynapply::Options,
+) -> Result<Vec<ChildOp>, DecideError> {
+    let observed: BTreeMap<String, &Value> = observed.iter().map(|o| (child_key(o), o)).collect();
+    let mut ops = Vec::new();
+    for (key, obs) in &observed {
+        if !desired.contains_key(key) && !is_deleting(obs) {
+            ops.push(ChildOp::Delete {
+                object: (*obs).clone(),
+                reason: "not desired",
+            });
+        }
+    }
+    for (key, want) in desired {
+        let gk = key.split(' ').next().unwrap_or_default();
+        let opts = options(gk);
+        let err = |source| DecideError::Apply {
+            child: key.clone(),
+            source,
+        };
+        match observed.get(key) {
+            None => {
+                let created = dynapply::prepare_create(want, &opts).map_err(err)?;
+                ops.push(ChildOp::Create(with_owner(&created, parent)));
+            }
+            Some(obs) if is_deleting(obs) => {}
+            Some(obs) => match dynapply::apply_update(obs, want, &opts).map_err(err)? {
+                dynapply::Outcome::Unchanged => {}
+                dynapply::Outcome::Changed(merged) => match method(gk) {
+                    ChildUpdateMethod::OnDelete => {}
+                    ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate => {
+                        ops.push(ChildOp::Delete {
+                            object: (*obs).clone(),
+                            reason: "recreate",
+                        });
+                    }
+                    ChildUpdateMethod::InPlace | ChildUpdateMethod::RollingInPlace => {
+                        ops.push(ChildOp::Update(merged));
+                    }
+                },
+            },
+        }
+    }
+    Ok(ops)
+}
+
+// ---------------------------------------------------------------------------------------------
+// status
+
+/// The status to write: the hook's (or `{}`) with `observedGeneration`.
+pub fn desired_status(hook_status: Option<&Value>, generation: Option<i64>) -> Value {
+    let mut s = match hook_status {
+        Some(Value::Object(m)) => m.clone(),
+        _ => Map::new(),
+    };
+    if let Some(g) = generation {
+        s.insert("observedGeneration".into(), json!(g));
+    }
+    Value::Object(s)
+}
+
+/// Whether the live status differs from the desired one (numbers by value, key order ignored).
+pub fn status_changed(live: &Value, desired: &Value) -> bool {
+    !dynapply::json_eq(live.get("status").unwrap_or(&Value::Null), desired)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parent() -> Value {
+        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
+        if let Some(uid) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
+                "uid": uid, "controller": true}]);
+        }
+        c
+    }
+
+    fn declared(namespaced: bool, method: ChildUpdateMethod) -> HashMap<String, ChildType> {
+        HashMap::from([("ConfigMap.v1".to_owned(), ChildType { namespaced, method })])
+    }
+
+    #[test]
+    fn selector_rules() {
+        let p = parent();
+        assert!(parent_selector(&p, false).is_ok());
+        let mut q = p.clone();
+        q["spec"]["selector"] = json!({});
+        let e = parent_selector(&q, false).unwrap_err().to_string();
+        assert!(e.contains("matchLabels or matchExpressions"), "{e}");
+        q["spec"].as_object_mut().unwrap().remove("selector");
+        assert!(
+            parent_selector(&q, false)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.selector is required")
+        );
+        let g = parent_selector(&q, true).unwrap();
+        assert_eq!(selector::to_query(&g), "controller-uid=u1");
+    }
+
+    #[test]
+    fn claim_table() {
+        let ours = child("a", json!({}), Some("u1"));
+        let theirs = child("b", json!({}), Some("u2"));
+        let orphan = child("c", json!({}), None);
+        assert_eq!(claim_child("u1", false, true, &ours), Claim::Owned);
+        assert_eq!(claim_child("u1", false, false, &ours), Claim::Release);
+        assert_eq!(claim_child("u1", true, false, &ours), Claim::Ignore);
+        assert_eq!(claim_child("u1", false, true, &theirs), Claim::Ignore);
+        assert_eq!(claim_child("u1", false, true, &orphan), Claim::Adopt);
+        assert_eq!(claim_child("u1", false, false, &orphan), Claim::Ignore);
+        assert_eq!(claim_child("u1", true, true, &orphan), Claim::Ignore);
+        let mut dying = orphan.clone();
+        dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(claim_child("u1", false, true, &dying), Claim::Ignore);
+    }
+
+    #[test]
+    fn claim_children_splits() {
+        let p = parent();
+        let sel = parent_selector(&p, false).unwrap();
+        let plan = claim_children(
+            &p,
+            &sel,
+            vec![
+                child("a", json!({"app": "p"}), Some("u1")),
+                child("b", json!({"app": "q"}), Some("u1")),
+                child("c", json!({"app": "p"}), None),
+                child("d", json!({"app": "p"}), Some("zz")),
+            ],
+        )
+        .unwrap();
+        let names = |v: &[Value]| {
+            v.iter()
+                .map(|o| meta_str(o, "name").to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&plan.owned), ["a"]);
+        assert_eq!(names(&plan.release), ["b"]);
+        assert_eq!(names(&plan.adopt), ["c"]);
+    }
+
+    #[test]
+    fn owner_refs_added_once_and_removed() {
+        let p = parent();
+        let c = with_owner(&child("a", json!({}), None), &p);
+        let c2 = with_owner(&c, &p);
+        assert_eq!(
+            c2["metadata"]["ownerReferences"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(
+            c2["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+            json!(true)
+        );
+        assert_eq!(controller_ref(&c2).unwrap()["uid"], "u1");
+        let r = without_owner(&c2, "u1");
+        assert!(controller_ref(&r).is_none());
+    }
+
+    #[test]
+    fn finalizer_decisions() {
+        use FinalizerAction::*;
+        assert_eq!(finalizer_before_hook(true, false, false), Add);
+        assert_eq!(finalizer_before_hook(true, false, true), Keep);
+        assert_eq!(finalizer_before_hook(true, true, false), Keep);
+        assert_eq!(finalizer_before_hook(false, false, true), Remove);
+        assert_eq!(finalizer_before_hook(false, true, false), Keep);
+        assert_eq!(finalizer_after_hook(true, true, true), Remove);
+        assert_eq!(finalizer_after_hook(true, false, true), Keep);
+        assert_eq!(finalizer_after_hook(false, true, true), Keep);
+    }
+
+    #[test]
+    fn hook_choice() {
+        assert_eq!(choose_hook(false, false, true, false), HookChoice::Sync);
+        assert_eq!(choose_hook(false, true, true, false), HookChoice::Skip);
+        assert_eq!(choose_hook(false, false, false, false), HookChoice::Skip);
+        assert_eq!(choose_hook(true, true, true, true), HookChoice::Finalize);
+        assert_eq!(choose_hook(true, false, false, true), HookChoice::Finalize);
+        assert_eq!(choose_hook(true, true, true, false), HookChoice::Skip);
+        assert_eq!(choose_hook(true, false, true, true), HookChoice::Sync);
+    }
+
+    #[test]
+    fn manage_children_while_deleting_only_when_finalizing() {
+        let f = finalizer_name("cc");
+        let mut p = parent();
+        assert!(may_manage_children(&p, false, &f));
+        p["metadata"]["deletionTimestamp"] = json!("t");
+        assert!(!may_manage_children(&p, true, &f));
+        p["metadata"]["finalizers"] = json!([f]);
+        assert!(may_manage_children(&p, true, &f));
+        p["metadata"]["finalizers"] = json!([f, "foregroundDeletion"]);
+        assert!(!may_manage_children(&p, true, &f));
+    }
+
+    #[test]
+    fn status_only_updates_are_irrelevant() {
+        let a = parent();
+        let mut b = a.clone();
+        b["status"] = json!({"x": 1});
+        b["metadata"]["resourceVersion"] = json!("9");
+        assert!(!parent_update_relevant(&a, &b));
+        b["metadata"]["labels"] = json!({"l": "1"});
+        assert!(parent_update_relevant(&a, &b));
+    }
+
+    #[test]
+    fn validation_defaults_namespace_and_checks_rules() {
+        let p = parent();
+        let sel = parent_selector(&p, false).unwrap();
+        let d = declared(true, ChildUpdateMethod::InPlace);
+        let mut c = child("a", json!({"app": "p"}), None);
+        c["metadata"].as_object_mut().unwrap().remove("namespace");
+        let out = validate_desired(&p, true, &d, &sel, false, vec![c]).unwrap();
+        assert_eq!(out["ConfigMap.v1 ns/a"]["metadata"]["namespace"], "ns");
+
+        let e = validate_desired(
+            &p,
+            true,
+            &d,
+            &sel,
+            false,
+            vec![child("a", json!({"app": "x"}), None)],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("don't match parent selector"), "{e}");
+
+        let mut other = child("a", json!({"app": "p"}), None);
+        other["metadata"]["namespace"] = json!("elsewhere");
+        let e = validate_desired(&p, true, &d, &sel, false, vec![other]).unwrap_err();
+        assert!(e.to_string().contains("differs from the parent's"), "{e}");
+
+        let mut svc = child("a", json!({"app": "p"}), None);
+        svc["kind"] = json!("Service");
+        let e = validate_desired(&p, true, &d, &sel, false, vec![svc]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Service.v1 is not a declared child resource"),
+            "{e}"
+        );
+
+        let cluster = declared(false, ChildUpdateMethod::InPlace);
+        let e = validate_desired(
+            &p,
+            true,
+            &cluster,
+            &sel,
+            false,
+            vec![child("a", json!({"app": "p"}), None)],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cluster-scoped"), "{e}");
+    }
+
+    #[test]
+    fn generate_selector_adds_label() {
+        let p = parent();
+        let sel = parent_selector(&p, true).unwrap();
+        let d = declared(true, ChildUpdateMethod::InPlace);
+        let out = validate_desired(
+            &p,
+            true,
+            &d,
+            &sel,
+            true,
+            vec![child("a", Value::Null, None)],
+        )
+        .unwrap();
+        assert_eq!(
+            out["ConfigMap.v1 ns/a"]["metadata"]["labels"]["controller-uid"],
+            "u1"
+        );
+    }
+
+    fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {
+        let p = parent();
+        let desired = desired.into_iter().map(|d| (child_key(&d), d)).collect();
+        plan_children(
+            &p,
+            observed,
+            &desired,
+            |_| m,
+            |_| dynapply::Options::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn plan_creates_with_annotation_and_owner() {
+        let ops = plan(
+            &[],
+            vec![child("a", json!({"app": "p"}), None)],
+            ChildUpdateMethod::OnDelete,
+        );
+        let [ChildOp::Create(obj)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert!(obj["metadata"]["annotations"][dynapply::LAST_APPLIED_ANNOTATION].is_string());
+        assert_eq!(controller_ref(obj).unwrap()["uid"], "u1");
+    }
+
+    #[test]
+    fn plan_updates_per_method_and_skips_unchanged() {
+        let want = child("a", json!({"app": "p"}), None);
+        let created = dynapply::prepare_create(&want, &dynapply::Options::default()).unwrap();
+        let live = with_owner(&created, &parent());
+        assert!(
+            plan(
+                std::slice::from_ref(&live),
+                vec![want.clone()],
+                ChildUpdateMethod::InPlace
+            )
+            .is_empty()
+        );
+        let mut changed = want.clone();
+        changed["data"] = json!({"k": "v"});
+        for (m, expect) in [
+            (ChildUpdateMethod::OnDelete, 0),
+            (ChildUpdateMethod::InPlace, 1),
+            (ChildUpdateMethod::Recreate, 1),
+        ] {
+            let ops = plan(std::slice::from_ref(&live), vec![changed.clone()], m);
+            assert_eq!(ops.len(), expect, "{m:?}");
+            match (m, ops.first()) {
+                (ChildUpdateMethod::InPlace, Some(ChildOp::Update(o))) => {
+                    assert_eq!(o["data"]["k"], "v");
+                    assert_eq!(controller_ref(o).unwrap()["uid"], "u1");
+                }
+                (ChildUpdateMethod::Recreate, Some(ChildOp::Delete { reason, .. })) => {
+                    assert_eq!(*reason, "recreate")
+                }
+                (ChildUpdateMethod::OnDelete, None) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_deletes_undesired_first_and_never_touches_dying() {
+        let mut dying = child("d", json!({}), Some("u1"));
+        dying["metadata"]["deletionTimestamp"] = json!("t");
+        let gone = child("g", json!({}), Some("u1"));
+        let ops = plan(
+            &[dying.clone(), gone],
+            vec![child("n", json!({"app": "p"}), None), {
+                let mut d = dying.clone();
+                d["data"] = json!({"x": "1"});
+                d
+            }],
+            ChildUpdateMethod::InPlace,
+        );
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert!(
+            matches!(&ops[0], ChildOp::Delete { object, reason: "not desired" } if meta_str(object, "name") == "g")
+        );
+        assert!(matches!(&ops[1], ChildOp::Create(o) if meta_str(o, "name") == "n"));
+    }
+
+    #[test]
+    fn status_diff() {
+        let s = desired_status(Some(&json!({"ready": 1})), Some(3));
+        assert_eq!(s, json!({"ready": 1, "observedGeneration": 3}));
+        assert_eq!(
+            desired_status(None, Some(1)),
+            json!({"observedGeneration": 1})
+        );
+        let mut p = parent();
+        assert!(status_changed(&p, &s));
+        p["status"] = json!({"observedGeneration": 3.0, "ready": 1});
+        assert!(!status_changed(&p, &s));
+    }
+}

@@ -1,0 +1,213 @@
+//! Label selector matching (`metav1.LabelSelector` semantics).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
+/// An invalid selector.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectorError {
+    /// Unknown operator.
+    #[error("label selector: unknown operator {operator:?} for key {key:?}")]
+    Operator {
+        /// Key.
+        key: String,
+        /// Operator as given.
+        operator: String,
+    },
+    /// `In`/`NotIn` without values, or `Exists`/`DoesNotExist` with values.
+    #[error("label selector: operator {operator} for key {key:?} {problem}")]
+    Values {
+        /// Key.
+        key: String,
+        /// Operator.
+        operator: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// The selector did not decode.
+    #[error("label selector at {path}: {message}")]
+    Decode {
+        /// Field path.
+        path: String,
+        /// Cause.
+        message: String,
+    },
+}
+
+/// True when the selector has neither matchLabels nor matchExpressions.
+pub fn is_empty(sel: &LabelSelector) -> bool {
+    sel.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && sel.match_expressions.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// Does `labels` satisfy `sel`? An empty selector matches everything.
+pub fn matches(
+    sel: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, SelectorError> {
+    if let Some(ml) = &sel.match_labels {
+        for (k, v) in ml {
+            if labels.get(k) != Some(v) {
+                return Ok(false);
+            }
+        }
+    }
+    for req in sel.match_expressions.iter().flatten() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let have = labels.get(&req.key);
+        let need_values = |ok: bool, problem| {
+            if ok {
+                Ok(())
+            } else {
+                Err(SelectorError::Values {
+                    key: req.key.clone(),
+                    operator: req.operator.clone(),
+                    problem,
+                })
+            }
+        };
+        let ok = match req.operator.as_str() {
+            "In" => {
+                need_values(!values.is_empty(), "needs values")?;
+                have.is_some_and(|h| values.contains(h))
+            }
+            "NotIn" => {
+                need_values(!values.is_empty(), "needs values")?;
+                have.is_none_or(|h| !values.contains(h))
+            }
+            "Exists" => {
+                need_values(values.is_empty(), "takes no values")?;
+                have.is_some()
+            }
+            "DoesNotExist" => {
+                need_values(values.is_empty(), "takes no values")?;
+                have.is_none()
+            }
+            other => {
+                return Err(SelectorError::Operator {
+                    key: req.key.clone(),
+                    operator: other.to_owned(),
+                });
+            }
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The labels of a JSON object (`metadata.labels`; non-string values are ignored).
+pub fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Decodes a selector found at `path` in some object.
+pub fn decode(v: &Value, path: &str) -> Result<LabelSelector, SelectorError> {
+    serde_json::from_value(v.clone()).map_err(|e| SelectorError::Decode {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// A selector matching exactly `key=value`.
+pub fn single(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+        match_expressions: None,
+    }
+}
+
+/// The selector in the API's string form (`a=b,c in (d,e),!f`), for list/watch requests.
+pub fn to_query(sel: &LabelSelector) -> String {
+    let mut parts = Vec::new();
+    for (k, v) in sel.match_labels.iter().flatten() {
+        parts.push(format!("{k}={v}"));
+    }
+    for req in sel.match_expressions.iter().flatten() {
+        let vals = req.values.as_deref().unwrap_or_default().join(",");
+        match req.operator.as_str() {
+            "In" => parts.push(format!("{} in ({vals})", req.key)),
+            "NotIn" => parts.push(format!("{} notin ({vals})", req.key)),
+            "Exists" => parts.push(req.key.clone()),
+            _ => parts.push(format!("!{}", req.key)),
+        }
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sel(v: Value) -> LabelSelector {
+        decode(&v, "spec.selector").unwrap()
+    }
+    fn labels(v: Value) -> BTreeMap<String, String> {
+        labels_of(&json!({"metadata": {"labels": v}}))
+    }
+
+    #[test]
+    fn match_labels_and_expressions() {
+        let s = sel(json!({"matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]},
+                                 {"key": "legacy", "operator": "DoesNotExist"}]}));
+        assert!(matches(&s, &labels(json!({"app": "web", "tier": "a"}))).unwrap());
+        assert!(!matches(&s, &labels(json!({"app": "web", "tier": "c"}))).unwrap());
+        assert!(
+            !matches(
+                &s,
+                &labels(json!({"app": "web", "tier": "a", "legacy": "1"}))
+            )
+            .unwrap()
+        );
+        assert!(!matches(&s, &labels(json!({"tier": "a"}))).unwrap());
+    }
+
+    #[test]
+    fn not_in_and_exists() {
+        let s = sel(
+            json!({"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["1"]},
+                                                 {"key": "y", "operator": "Exists"}]}),
+        );
+        assert!(matches(&s, &labels(json!({"y": ""}))).unwrap());
+        assert!(!matches(&s, &labels(json!({"x": "1", "y": ""}))).unwrap());
+        assert!(!matches(&s, &labels(json!({"x": "2"}))).unwrap());
+    }
+
+    #[test]
+    fn empty_matches_everything_and_is_detected() {
+        let s = sel(json!({}));
+        assert!(is_empty(&s));
+        assert!(matches(&s, &labels(json!({"a": "b"}))).unwrap());
+        assert!(is_empty(&sel(json!({"matchLabels": {}}))));
+    }
+
+    #[test]
+    fn bad_operator_is_an_error() {
+        let s = sel(json!({"matchExpressions": [{"key": "x", "operator": "Like"}]}));
+        let e = matches(&s, &BTreeMap::new()).unwrap_err();
+        assert!(e.to_string().contains("unknown operator \"Like\""), "{e}");
+        let s = sel(json!({"matchExpressions": [{"key": "x", "operator": "In"}]}));
+        assert!(matches(&s, &BTreeMap::new()).is_err());
+    }
+
+    #[test]
+    fn query_string() {
+        let s = sel(json!({"matchLabels": {"a": "b"},
+            "matchExpressions": [{"key": "t", "operator": "In", "values": ["x", "y"]},
+                                 {"key": "n", "operator": "DoesNotExist"}]}));
+        assert_eq!(to_query(&s), "a=b,t in (x,y),!n");
+    }
+}

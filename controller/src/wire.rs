@@ -1,0 +1,480 @@
+//! The hook wire format, exactly Metacontroller's: requests `{controller, parent, children,
+//! related, finalizing}`, responses `{status, children, resyncAfterSeconds, finalized}`, object
+//! maps keyed `<Kind>.<apiVersion>` then by object key (v1 relative, v2 uniform).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::api::{Hook, HookVersion, ResponseUnmarshallMode};
+
+/// A hook response that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The body is not valid JSON or does not fit the response type.
+    #[error("decoding {hook} hook response ({mode} mode): {message}")]
+    Decode {
+        /// `sync`, `finalize`, `customize`.
+        hook: &'static str,
+        /// `loose` or `strict`.
+        mode: &'static str,
+        /// Cause, with line/column.
+        message: String,
+    },
+    /// A child in the response is not an object or lacks apiVersion/kind/name.
+    #[error("{hook} hook response: children[{index}]: {message}")]
+    Child {
+        /// Hook.
+        hook: &'static str,
+        /// Position in `children`.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The map key of an object type: `Pod.v1`, `StatefulSet.apps/v1`.
+pub fn group_key(api_version: &str, kind: &str) -> String {
+    format!("{kind}.{api_version}")
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The key of one object inside a group: v1 uses `name`, or `namespace/name` for a namespaced
+/// object seen by a cluster-scoped parent; v2 always uses `namespace/name` for namespaced objects
+/// and `name` for cluster-scoped ones.
+pub fn object_key(version: HookVersion, parent_namespaced: bool, obj: &Value) -> String {
+    let name = meta_str(obj, "name").unwrap_or_default();
+    match (meta_str(obj, "namespace"), version) {
+        (Some(ns), HookVersion::V2) => format!("{ns}/{name}"),
+        (Some(ns), HookVersion::V1) if !parent_namespaced => format!("{ns}/{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// Builds a `children`/`related` map: one (possibly empty) entry per declared group, then every
+/// object under its group (objects of undeclared groups get their own entry).
+pub fn object_map<'a>(
+    version: HookVersion,
+    parent_namespaced: bool,
+    declared: &[String],
+    objects: impl IntoIterator<Item = &'a Value>,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for g in declared {
+        out.insert(g.clone(), Value::Object(Map::new()));
+    }
+    for obj in objects {
+        let av = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let entry = out
+            .entry(group_key(av, kind))
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(m) = entry.as_object_mut() {
+            m.insert(object_key(version, parent_namespaced, obj), obj.clone());
+        }
+    }
+    out
+}
+
+/// The sync/finalize request body.
+pub fn sync_request(
+    controller: &Value,
+    parent: &Value,
+    children: Map<String, Value>,
+    related: Map<String, Value>,
+    finalizing: bool,
+) -> Value {
+    let mut m = Map::new();
+    m.insert("controller".into(), controller.clone());
+    m.insert("parent".into(), parent.clone());
+    m.insert("children".into(), Value::Object(children));
+    m.insert("related".into(), Value::Object(related));
+    m.insert("finalizing".into(), Value::Bool(finalizing));
+    Value::Object(m)
+}
+
+/// The customize request body.
+pub fn customize_request(controller: &Value, parent: &Value) -> Value {
+    serde_json::json!({"controller": controller, "parent": parent})
+}
+
+/// A decoded sync/finalize response.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncResponse {
+    /// Replaces the parent's `.status` (None when null/absent: `{}` is written).
+    pub status: Option<Value>,
+    /// Desired children (null entries dropped). An absent list means "no children".
+    pub children: Vec<Value>,
+    /// Requeue after this many seconds when positive.
+    pub resync_after_seconds: f64,
+    /// Finalize hook says teardown is complete.
+    pub finalized: bool,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StrictSync {
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    children: Option<Vec<Value>>,
+    #[serde(default)]
+    resync_after_seconds: Option<f64>,
+    #[serde(default)]
+    finalized: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LooseSync {
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    children: Option<Vec<Value>>,
+    #[serde(default)]
+    resync_after_seconds: Option<f64>,
+    #[serde(default)]
+    finalized: Option<bool>,
+}
+
+fn mode_name(mode: ResponseUnmarshallMode) -> &'static str {
+    match mode {
+        ResponseUnmarshallMode::Loose => "loose",
+        ResponseUnmarshallMode::Strict => "strict",
+    }
+}
+
+/// The effective decode mode of a hook: its `responseUnMarshallMode`, else loose for v1 and
+/// strict for v2 (Metacontroller's defaults).
+pub fn response_mode(hook: &Hook) -> ResponseUnmarshallMode {
+    if let Some(m) = hook
+        .webhook
+        .as_ref()
+        .and_then(|w| w.response_unmarshall_mode)
+    {
+        return m;
+    }
+    match hook.version.unwrap_or_default() {
+        HookVersion::V1 => ResponseUnmarshallMode::Loose,
+        HookVersion::V2 => ResponseUnmarshallMode::Strict,
+    }
+}
+
+/// Loose mode parses into a JSON value first, so duplicate keys keep the last value and unknown
+/// fields are ignored; strict mode rejects both.
+fn decode_as<S, L>(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+    hook: &'static str,
+) -> Result<Result<S, L>, WireError>
+where
+    S: for<'de> Deserialize<'de>,
+    L: for<'de> Deserialize<'de>,
+{
+    let err = |message: String| WireError::Decode {
+        hook,
+        mode: mode_name(mode),
+        message,
+    };
+    match mode {
+        ResponseUnmarshallMode::Strict => serde_json::from_slice::<S>(body)
+            .map(Ok)
+            .map_err(|e| err(e.to_string())),
+        ResponseUnmarshallMode::Loose => {
+            let v: Value = serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
+            if !v.is_object() {
+                return Err(err("expected a JSON object".into()));
+            }
+            serde_json::from_value::<L>(v)
+                .map(Err)
+                .map_err(|e| err(e.to_string()))
+        }
+    }
+}
+
+/// Decodes and checks a sync/finalize response: each child must be an object with `apiVersion`,
+/// `kind` and `metadata.name`.
+pub fn decode_sync_response(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+    hook: &'static str,
+) -> Result<SyncResponse, WireError> {
+    let (status, children, resync, finalized) =
+        match decode_as::<StrictSync, LooseSync>(body, mode, hook)? {
+            Ok(s) => (s.status, s.children, s.resync_after_seconds, s.finalized),
+            Err(l) => (l.status, l.children, l.resync_after_seconds, l.finalized),
+        };
+    if let Some(s) = &status
+        && !(s.is_null() || s.is_object())
+    {
+        return Err(WireError::Decode {
+            hook,
+            mode: mode_name(mode),
+            message: "status must be an object or null".into(),
+        });
+    }
+    let mut out = Vec::new();
+    for (index, child) in children.unwrap_or_default().into_iter().enumerate() {
+        if child.is_null() {
+            continue;
+        }
+        let problem = if !child.is_object() {
+            Some("not an object".to_owned())
+        } else if child
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            Some("missing apiVersion".to_owned())
+        } else if child
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            Some("missing kind".to_owned())
+        } else if meta_str(&child, "name").is_none() {
+            Some("missing metadata.name".to_owned())
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            return Err(WireError::Child {
+                hook,
+                index,
+                message,
+            });
+        }
+        out.push(child);
+    }
+    Ok(SyncResponse {
+        status: status.filter(|s| !s.is_null()),
+        children: out,
+        resync_after_seconds: resync.unwrap_or(0.0),
+        finalized: finalized.unwrap_or(false),
+    })
+}
+
+/// A `relatedResources` rule from a customize response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedResourceRule {
+    /// e.g. `v1`.
+    pub api_version: String,
+    /// Plural resource.
+    pub resource: String,
+    /// Objects matching these labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<Value>,
+    /// Namespaces matching these labels (v2 for namespaced parents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<Value>,
+    /// One namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Exact names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StrictCustomize {
+    #[serde(default)]
+    related_resources: Option<Vec<RelatedResourceRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LooseCustomize {
+    #[serde(default)]
+    related_resources: Option<Vec<RelatedResourceRule>>,
+}
+
+/// Decodes a customize response.
+pub fn decode_customize_response(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+) -> Result<Vec<RelatedResourceRule>, WireError> {
+    let rules = match decode_as::<StrictCustomize, LooseCustomize>(body, mode, "customize")? {
+        Ok(s) => s.related_resources,
+        Err(l) => l.related_resources,
+    };
+    Ok(rules.unwrap_or_default())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(ns: Option<&str>, name: &str) -> Value {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});
+        if let Some(ns) = ns {
+            p["metadata"]["namespace"] = json!(ns);
+        }
+        p
+    }
+
+    #[test]
+    fn group_keys() {
+        assert_eq!(group_key("v1", "Pod"), "Pod.v1");
+        assert_eq!(group_key("apps/v1", "StatefulSet"), "StatefulSet.apps/v1");
+    }
+
+    #[test]
+    fn object_keys_v1_and_v2() {
+        let p = pod(Some("ns"), "a");
+        assert_eq!(object_key(HookVersion::V1, true, &p), "a");
+        assert_eq!(object_key(HookVersion::V1, false, &p), "ns/a");
+        assert_eq!(object_key(HookVersion::V2, true, &p), "ns/a");
+        let c = pod(None, "c");
+        assert_eq!(object_key(HookVersion::V2, true, &c), "c");
+        assert_eq!(object_key(HookVersion::V1, false, &c), "c");
+    }
+
+    #[test]
+    fn map_has_every_declared_group() {
+        let declared = vec!["Pod.v1".to_owned(), "Service.v1".to_owned()];
+        let p = pod(Some("ns"), "a");
+        let m = object_map(HookVersion::V1, true, &declared, [&p]);
+        assert_eq!(
+            Value::Object(m),
+            json!({"Pod.v1": {"a": p}, "Service.v1": {}})
+        );
+    }
+
+    #[test]
+    fn request_shape() {
+        let req = sync_request(
+            &json!({"kind": "CompositeController"}),
+            &json!({"kind": "P"}),
+            Map::new(),
+            Map::new(),
+            true,
+        );
+        let keys: Vec<&str> = req
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            ["controller", "parent", "children", "related", "finalizing"]
+        );
+        assert_eq!(req["finalizing"], json!(true));
+    }
+
+    #[test]
+    fn decode_full_response() {
+        let body = br#"{"status": {"replicas": 1}, "children": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}, null], "resyncAfterSeconds": 0.5, "finalized": true}"#;
+        let r = decode_sync_response(body, ResponseUnmarshallMode::Strict, "sync").unwrap();
+        assert_eq!(r.status, Some(json!({"replicas": 1})));
+        assert_eq!(r.children.len(), 1);
+        assert_eq!(r.resync_after_seconds, 0.5);
+        assert!(r.finalized);
+    }
+
+    #[test]
+    fn empty_and_null_fields() {
+        let r = decode_sync_response(
+            br#"{"status": null, "children": null}"#,
+            ResponseUnmarshallMode::Loose,
+            "sync",
+        )
+        .unwrap();
+        assert_eq!(r, SyncResponse::default());
+        let r = decode_sync_response(b"{}", ResponseUnmarshallMode::Strict, "sync").unwrap();
+        assert!(r.children.is_empty() && r.status.is_none());
+    }
+
+    #[test]
+    fn loose_ignores_unknown_and_duplicate_strict_rejects() {
+        let body = br#"{"status": {}, "extra": 1, "finalized": false, "finalized": true}"#;
+        let r = decode_sync_response(body, ResponseUnmarshallMode::Loose, "sync").unwrap();
+        assert!(r.finalized);
+        let e = decode_sync_response(br#"{"extra": 1}"#, ResponseUnmarshallMode::Strict, "sync")
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown field `extra`"), "{e}");
+        let e = decode_sync_response(
+            br#"{"finalized": true, "finalized": true}"#,
+            ResponseUnmarshallMode::Strict,
+            "sync",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        for body in [&b"not json"[..], b"[1,2]", b"\"x\"", b""] {
+            for mode in [
+                ResponseUnmarshallMode::Loose,
+                ResponseUnmarshallMode::Strict,
+            ] {
+                assert!(
+                    decode_sync_response(body, mode, "sync").is_err(),
+                    "{body:?}"
+                );
+            }
+        }
+        let e = decode_sync_response(
+            br#"{"children": [{"kind": "Pod"}]}"#,
+            ResponseUnmarshallMode::Loose,
+            "sync",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sync hook response: children[0]: missing apiVersion"
+        );
+        assert!(
+            decode_sync_response(br#"{"status": 5}"#, ResponseUnmarshallMode::Loose, "sync")
+                .is_err()
+        );
+        let e = decode_sync_response(
+            br#"{"children": [5]}"#,
+            ResponseUnmarshallMode::Loose,
+            "sync",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not an object"));
+    }
+
+    #[test]
+    fn modes_default_by_version() {
+        let mut h = Hook::default();
+        assert_eq!(response_mode(&h), ResponseUnmarshallMode::Loose);
+        h.version = Some(HookVersion::V2);
+        assert_eq!(response_mode(&h), ResponseUnmarshallMode::Strict);
+        h.webhook = Some(crate::api::Webhook {
+            response_unmarshall_mode: Some(ResponseUnmarshallMode::Loose),
+            ..Default::default()
+        });
+        assert_eq!(response_mode(&h), ResponseUnmarshallMode::Loose);
+    }
+
+    #[test]
+    fn customize_response() {
+        let body = br#"{"relatedResources": [{"apiVersion": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"a": "b"}}}]}"#;
+        let r = decode_customize_response(body, ResponseUnmarshallMode::Strict).unwrap();
+        assert_eq!(r[0].resource, "configmaps");
+        assert!(
+            decode_customize_response(br#"{"x": []}"#, ResponseUnmarshallMode::Strict).is_err()
+        );
+        assert!(
+            decode_customize_response(br#"{"x": []}"#, ResponseUnmarshallMode::Loose)
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
