@@ -219,9 +219,25 @@ pub fn serve(state: &Arc<ServerState>, route: &Route, headers: &HeaderMap, path:
                 "application/json",
             )
         }
-        Route::OpenApi | Route::NotFound | Route::Resource { .. } => {
-            ApiError::path_not_found(path).into_response()
+        Route::OpenApi => {
+            let rest = path.trim_start_matches("/openapi/");
+            if rest == "v3" || rest == "v3/" {
+                return respond(crate::openapi::root(&reg), "application/json");
+            }
+            let doc = rest.strip_prefix("v3/").and_then(|gvp| {
+                let segs: Vec<&str> = gvp.split('/').collect();
+                match segs.as_slice() {
+                    ["api", v] => crate::openapi::group_version(&reg, "", v),
+                    ["apis", g, v] => crate::openapi::group_version(&reg, g, v),
+                    _ => None,
+                }
+            });
+            match doc {
+                Some(d) => respond(d, "application/json"),
+                None => ApiError::path_not_found(path).into_response(),
+            }
         }
+        Route::NotFound | Route::Resource { .. } => ApiError::path_not_found(path).into_response(),
     }
 }
 

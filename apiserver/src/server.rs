@@ -389,6 +389,51 @@ async fn resource_request(
     let body = axum::body::to_bytes(request.into_body(), 64 * 1024 * 1024)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?;
+    let body_ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let body = if matches!(method, Method::POST | Method::PUT) {
+        match body_ct.as_str() {
+            "application/json" | "" => body,
+            "application/yaml" => {
+                let text = std::str::from_utf8(&body).map_err(|e| {
+                    ApiError::bad_request(format!("request body is not UTF-8: {e}"))
+                })?;
+                let v: Value = serde_saphyr::from_str(text)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+            }
+            "application/vnd.kubernetes.protobuf" => {
+                let v = crate::proto::decode(&body).map_err(|e| {
+                    let mut err = ApiError::unsupported_media_type(
+                        &body_ct,
+                        &["application/json", "application/yaml"],
+                    );
+                    err.message = format!("{}: {e}", err.message);
+                    err
+                })?;
+                Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+            }
+            other => {
+                return Err(ApiError::unsupported_media_type(
+                    other,
+                    &[
+                        "application/json",
+                        "application/yaml",
+                        "application/vnd.kubernetes.protobuf",
+                    ],
+                ));
+            }
+        }
+    } else {
+        body
+    };
     let wopts = WriteOpts {
         field_manager: field_manager(&q, &headers),
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),

@@ -1,0 +1,284 @@
+//! Minimal decoding of Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
+//!
+//! kubectl's typed generators (`kubectl create namespace|configmap|secret|serviceaccount`) send
+//! protobuf and do not fall back to JSON. This decodes the envelope and the fields of those kinds
+//! into JSON; other kinds are rejected with 415 so the client learns JSON is required.
+
+use serde_json::{Map, Value, json};
+
+/// Errors decoding protobuf.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ProtoError {
+    /// The bytes are not a valid protobuf message.
+    #[error("malformed protobuf at byte {0}")]
+    Malformed(usize),
+    /// The magic prefix `k8s\0` is missing.
+    #[error("missing k8s protobuf magic prefix")]
+    NoMagic,
+    /// The kind has no decoder here.
+    #[error("protobuf decoding of kind {0:?} is not supported; send application/json")]
+    Unsupported(String),
+}
+
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn varint(&mut self) -> Result<u64, ProtoError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self
+                .buf
+                .get(self.pos)
+                .ok_or(ProtoError::Malformed(self.pos))?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(ProtoError::Malformed(self.pos))
+    }
+
+    fn next(&mut self) -> Result<Option<(u64, Field<'a>)>, ProtoError> {
+        if self.pos >= self.buf.len() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let field = key >> 3;
+        let f = match key & 7 {
+            0 => Field::Varint(self.varint()?),
+            1 => {
+                self.pos += 8;
+                Field::Fixed
+            }
+            2 => {
+                let len =
+                    usize::try_from(self.varint()?).map_err(|_| ProtoError::Malformed(self.pos))?;
+                let end = self
+                    .pos
+                    .checked_add(len)
+                    .ok_or(ProtoError::Malformed(self.pos))?;
+                let s = self
+                    .buf
+                    .get(self.pos..end)
+                    .ok_or(ProtoError::Malformed(self.pos))?;
+                self.pos = end;
+                Field::Bytes(s)
+            }
+            5 => {
+                self.pos += 4;
+                Field::Fixed
+            }
+            _ => return Err(ProtoError::Malformed(self.pos)),
+        };
+        if self.pos > self.buf.len() {
+            return Err(ProtoError::Malformed(self.pos));
+        }
+        Ok(Some((field, f)))
+    }
+}
+
+fn fields(buf: &[u8]) -> Result<Vec<(u64, Field<'_>)>, ProtoError> {
+    let mut r = Reader { buf, pos: 0 };
+    let mut out = vec![];
+    while let Some(f) = r.next()? {
+        out.push(f);
+    }
+    Ok(out)
+}
+
+fn string(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        out.push(T[(n >> 18) as usize & 63] as char);
+        out.push(T[(n >> 12) as usize & 63] as char);
+        out.push(if chunk.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    out
+}
+
+/// A map entry (key = field 1, value = field 2).
+fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), ProtoError> {
+    let mut k = String::new();
+    let mut v = Value::String(String::new());
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(s)) => k = string(s),
+            (2, Field::Bytes(s)) => {
+                v = Value::String(if bytes_value { base64(s) } else { string(s) })
+            }
+            _ => {}
+        }
+    }
+    Ok((k, v))
+}
+
+fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    let mut labels = Map::new();
+    let mut annotations = Map::new();
+    let mut finalizers = vec![];
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(s)) => {
+                m.insert("name".into(), json!(string(s)));
+            }
+            (2, Field::Bytes(s)) => {
+                m.insert("generateName".into(), json!(string(s)));
+            }
+            (3, Field::Bytes(s)) => {
+                m.insert("namespace".into(), json!(string(s)));
+            }
+            (11, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, false)?;
+                labels.insert(k, v);
+            }
+            (12, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, false)?;
+                annotations.insert(k, v);
+            }
+            (14, Field::Bytes(s)) => finalizers.push(json!(string(s))),
+            _ => {}
+        }
+    }
+    if !labels.is_empty() {
+        m.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        m.insert("annotations".into(), Value::Object(annotations));
+    }
+    if !finalizers.is_empty() {
+        m.insert("finalizers".into(), Value::Array(finalizers));
+    }
+    Ok(Value::Object(m))
+}
+
+/// Decode a protobuf request body into a JSON object.
+pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+    let rest = body.strip_prefix(b"k8s\x00").ok_or(ProtoError::NoMagic)?;
+    let mut api_version = String::new();
+    let mut kind = String::new();
+    let mut raw: &[u8] = &[];
+    for (n, f) in fields(rest)? {
+        match (n, f) {
+            (1, Field::Bytes(tm)) => {
+                for (tn, tf) in fields(tm)? {
+                    match (tn, tf) {
+                        (1, Field::Bytes(s)) => api_version = string(s),
+                        (2, Field::Bytes(s)) => kind = string(s),
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(r)) => raw = r,
+            _ => {}
+        }
+    }
+    let mut obj = json!({"apiVersion": api_version, "kind": kind});
+    let supported = matches!(
+        (api_version.as_str(), kind.as_str()),
+        (
+            "v1",
+            "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount"
+        )
+    );
+    if !supported {
+        return Err(ProtoError::Unsupported(kind));
+    }
+    let mut data = Map::new();
+    let mut binary = Map::new();
+    let mut string_data = Map::new();
+    for (n, f) in fields(raw)? {
+        match (kind.as_str(), n, f) {
+            (_, 1, Field::Bytes(s)) => obj["metadata"] = object_meta(s)?,
+            ("ConfigMap", 2, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, false)?;
+                data.insert(k, v);
+            }
+            ("ConfigMap", 3, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, true)?;
+                binary.insert(k, v);
+            }
+            ("ConfigMap", 4, Field::Varint(v)) | ("Secret", 5, Field::Varint(v)) => {
+                obj["immutable"] = json!(v != 0)
+            }
+            ("Secret", 2, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, true)?;
+                data.insert(k, v);
+            }
+            ("Secret", 3, Field::Bytes(s)) => obj["type"] = json!(string(s)),
+            ("Secret", 4, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, false)?;
+                string_data.insert(k, v);
+            }
+            _ => {}
+        }
+    }
+    if !data.is_empty() {
+        obj["data"] = Value::Object(data);
+    }
+    if !binary.is_empty() {
+        obj["binaryData"] = Value::Object(binary);
+    }
+    if !string_data.is_empty() {
+        obj["stringData"] = Value::Object(string_data);
+    }
+    Ok(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ld(field: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![(field << 3) | 2, payload.len() as u8];
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn decodes_configmap() {
+        let meta = [ld(1, b"cm"), ld(11, &[ld(1, b"a"), ld(2, b"b")].concat())].concat();
+        let raw = [ld(1, &meta), ld(2, &[ld(1, b"k"), ld(2, b"v")].concat())].concat();
+        let tm = [ld(1, b"v1"), ld(2, b"ConfigMap")].concat();
+        let body = [b"k8s\x00".to_vec(), ld(1, &tm), ld(2, &raw)].concat();
+        let v = decode(&body).unwrap_or_default();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "labels": {"a": "b"}}, "data": {"k": "v"}})
+        );
+        assert_eq!(base64(b"hello"), "aGVsbG8=");
+        assert_eq!(decode(b"nope"), Err(ProtoError::NoMagic));
+        assert!(decode(b"k8s\x00\x0a\x50").is_err());
+    }
+}

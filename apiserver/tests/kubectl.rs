@@ -1,0 +1,296 @@
+//! Drives the `kmeta-apiserver` binary with the real kubectl. Skips (with a message) when
+//! kubectl is not installed.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn kubectl_path() -> Option<PathBuf> {
+    let candidates = [
+        PathBuf::from("/usr/bin/kubectl"),
+        PathBuf::from("/usr/local/bin/kubectl"),
+    ];
+    candidates.into_iter().find(|p| p.exists())
+}
+
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kmeta-apiserver"))
+        .args(["--port", "0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let url = rx.recv_timeout(WAIT).expect("server printed its address");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let kc = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(kc.contains(&format!("server: {}", url.trim())), "{kc}");
+    Server {
+        child,
+        kubeconfig,
+        _dir: dir,
+    }
+}
+
+fn kubectl(kc: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut cmd = Command::new(kubectl_path().unwrap());
+    cmd.arg("--kubeconfig")
+        .arg(kc)
+        .arg("--request-timeout=15s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let (success, out, err) = kubectl(kc, args, stdin);
+    assert!(success, "kubectl {args:?} failed: {err}\n{out}");
+    out
+}
+
+fn get_json(kc: &Path, args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&ok(kc, &a, None)).unwrap()
+}
+
+const DEPLOY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: team
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: app
+        image: nginx:IMAGE
+"#;
+
+#[test]
+fn kubectl_end_to_end() {
+    if kubectl_path().is_none() {
+        println!("SKIPPED: kubectl not found at /usr/bin/kubectl or /usr/local/bin/kubectl");
+        return;
+    }
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    // discovery
+    let ar = ok(kc, &["api-resources"], None);
+    for r in [
+        "configmaps",
+        "deployments",
+        "customresourcedefinitions",
+        "leases",
+        "clusterroles",
+    ] {
+        assert!(ar.contains(r), "api-resources lacks {r}:\n{ar}");
+    }
+    // create ns (protobuf body) and a configmap
+    ok(kc, &["create", "ns", "team"], None);
+    ok(
+        kc,
+        &[
+            "create",
+            "configmap",
+            "cfg",
+            "-n",
+            "team",
+            "--from-literal=a=b",
+        ],
+        None,
+    );
+    assert_eq!(get_json(kc, &["cm", "cfg", "-n", "team"])["data"]["a"], "b");
+    // client-side apply, twice (second is a three-way strategic merge patch)
+    ok(
+        kc,
+        &["apply", "-f", "-"],
+        Some(&DEPLOY.replace("IMAGE", "1")),
+    );
+    // another actor injects a sidecar; client-side apply must keep it
+    ok(
+        kc,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "-n",
+            "team",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"envoy:1"}]}}}}"#,
+        ],
+        None,
+    );
+    let out = ok(
+        kc,
+        &["apply", "-f", "-"],
+        Some(&DEPLOY.replace("IMAGE", "2")),
+    );
+    assert!(out.contains("configured"), "{out}");
+    let d = get_json(kc, &["deploy", "web", "-n", "team"]);
+    let cs = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    let images: Vec<&str> = cs.iter().map(|c| c["image"].as_str().unwrap()).collect();
+    assert_eq!(images, ["nginx:2", "envoy:1"]);
+    assert!(
+        d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
+    // server-side apply
+    let out = ok(
+        kc,
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&DEPLOY.replace("IMAGE", "3")),
+    );
+    assert!(out.contains("serverside-applied"), "{out}");
+    let d = get_json(
+        kc,
+        &["deploy", "web", "-n", "team", "--show-managed-fields"],
+    );
+    let managers: Vec<&str> = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"kubectl"), "{managers:?}");
+    // patch: merge and json
+    ok(
+        kc,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "-n",
+            "team",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"tier":"fe"}}}"#,
+        ],
+        None,
+    );
+    ok(
+        kc,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "-n",
+            "team",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/replicas","value":4}]"#,
+        ],
+        None,
+    );
+    let d = get_json(kc, &["deploy", "web", "-n", "team"]);
+    assert_eq!(d["metadata"]["labels"]["tier"], "fe");
+    assert_eq!(d["spec"]["replicas"], 4);
+    // get -w sees a change
+    let mut w = Command::new(kubectl_path().unwrap())
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(["get", "cm", "-n", "team", "-w", "-o", "name"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = w.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), "configmap/cfg");
+    ok(kc, &["create", "configmap", "second", "-n", "team"], None);
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), "configmap/second");
+    let _ = w.kill();
+    let _ = w.wait();
+    // foreground cascade: a dependent configmap owned by the deployment goes first
+    let uid = d["metadata"]["uid"].as_str().unwrap().to_string();
+    let child = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"owned","namespace":"team",
+        "ownerReferences":[{{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":"{uid}","blockOwnerDeletion":true}}]}}}}"#
+    );
+    ok(kc, &["create", "-f", "-"], Some(&child));
+    ok(
+        kc,
+        &[
+            "delete",
+            "deploy",
+            "web",
+            "-n",
+            "team",
+            "--cascade=foreground",
+        ],
+        None,
+    );
+    let (found, _, err) = kubectl(kc, &["get", "cm", "owned", "-n", "team"], None);
+    assert!(!found && err.contains("NotFound"), "{err}");
+    let (found, _, _) = kubectl(kc, &["get", "deploy", "web", "-n", "team"], None);
+    assert!(!found);
+    // deleting the namespace removes its contents
+    ok(kc, &["delete", "ns", "team"], None);
+    let list = get_json(kc, &["cm", "-A"]);
+    assert_eq!(list["items"].as_array().unwrap().len(), 0);
+}
