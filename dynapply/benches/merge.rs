@@ -1,1 +1,125 @@
-fn main() {}
+//! Merge and apply_update cost on a pod-template custom resource, side by side with one
+//! `serde_json::Value::clone` of the observed object (the floor any merge that returns a new
+//! object pays).
+//!
+//! Workload (issue 2): C containers x E env vars, each container with one port, one volumeMount
+//! and three args; observed = last-applied + status + server fields (+ the annotation); desired
+//! changes every env value. C x E in {1x5, 5x20, 20x50}, plus the no-op case (desired ==
+//! last-applied). Run: `cargo bench -p dynapply --bench merge`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use dynapply::{Options, Outcome, apply_update, get_last_applied, merge_with, prepare_create};
+use serde_json::{Value, json};
+
+fn desired(containers: usize, envs: usize, generation: u32) -> Value {
+    let containers: Vec<Value> = (0..containers)
+        .map(|c| {
+            let env: Vec<Value> = (0..envs)
+                .map(|e| json!({"name": format!("VAR_{e}"), "value": format!("value-{c}-{e}-g{generation}")}))
+                .collect();
+            json!({
+                "name": format!("container-{c}"),
+                "image": format!("registry.example.com/app-{c}:1.0.0"),
+                "args": ["--listen=:8080", format!("--id={c}"), "--verbose"],
+                "ports": [{"containerPort": 8080 + c, "name": format!("http-{c}")}],
+                "volumeMounts": [{"name": format!("data-{c}"), "mountPath": format!("/data/{c}")}],
+                "env": env,
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "ctl.example.com/v1",
+        "kind": "PodSet",
+        "metadata": {"name": "bench", "namespace": "default", "labels": {"app": "bench", "tier": "backend"}},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "bench"}},
+            "template": {
+                "metadata": {"labels": {"app": "bench"}},
+                "spec": {"containers": containers}
+            }
+        }
+    })
+}
+
+/// The live object: last-applied as created (with the annotation), plus server fields and status.
+fn observed(last: &Value) -> Value {
+    let mut o = prepare_create(last, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let meta = &mut o["metadata"];
+    meta["uid"] = json!("0d4f9f4e-5c3e-4b8e-9a57-1e0d2c3b4a59");
+    meta["resourceVersion"] = json!("918273");
+    meta["generation"] = json!(7);
+    meta["creationTimestamp"] = json!("2026-11-01T10:00:00Z");
+    meta["managedFields"] = json!([{"manager": "kmeta", "operation": "Update", "apiVersion": "ctl.example.com/v1", "time": "2026-11-01T10:00:00Z"}]);
+    o["status"] = json!({
+        "observedGeneration": 7,
+        "replicas": 3,
+        "readyReplicas": 3,
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-01T10:01:00Z", "reason": "AllReady"}]
+    });
+    o
+}
+
+fn bench(c: &mut Criterion) {
+    let opts = Options::default();
+    for (cs, es) in [(1usize, 5usize), (5, 20), (20, 50)] {
+        let last = desired(cs, es, 0);
+        let live = observed(&last);
+        let changed = desired(cs, es, 1);
+        let last_parsed = get_last_applied(&live, &opts)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no annotation"));
+        // sanity: the workload does what it says
+        assert!(matches!(
+            apply_update(&live, &changed, &opts),
+            Ok(Outcome::Changed(_))
+        ));
+        assert!(matches!(
+            apply_update(&live, &last, &opts),
+            Ok(Outcome::Unchanged)
+        ));
+
+        let mut group = c.benchmark_group(format!("{cs}x{es}"));
+        group.bench_function("clone_observed", |b| b.iter(|| black_box(&live).clone()));
+        group.bench_function("merge", |b| {
+            b.iter(|| {
+                merge_with(
+                    black_box(&live),
+                    Some(&last_parsed),
+                    black_box(&changed),
+                    &opts,
+                )
+            })
+        });
+        group.bench_function("apply_update", |b| {
+            b.iter(|| apply_update(black_box(&live), black_box(&changed), &opts))
+        });
+        group.bench_function("merge_noop", |b| {
+            b.iter(|| {
+                merge_with(
+                    black_box(&live),
+                    Some(&last_parsed),
+                    black_box(&last),
+                    &opts,
+                )
+            })
+        });
+        group.bench_function("apply_update_noop", |b| {
+            b.iter(|| apply_update(black_box(&live), black_box(&last), &opts))
+        });
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = bench
+}
+criterion_main!(benches);

@@ -54,34 +54,52 @@ fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
             out.push(']');
         }
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m
-                .iter()
-                .filter(|(k, v)| {
-                    !v.is_null() && !matches!(skip, Skip::Annotations(a) if a == k.as_str())
-                })
-                .map(|(k, _)| k)
-                .collect();
-            keys.sort_unstable();
+            let keep = |k: &String, v: &Value| {
+                !v.is_null() && !matches!(skip, Skip::Annotations(a) if a == k.as_str())
+            };
+            // sort (key, value) pairs; small maps sort on the stack
+            let mut small: [(&str, &Value); SMALL_OBJECT] = [("", &NULL); SMALL_OBJECT];
+            let mut large: Vec<(&str, &Value)> = Vec::new();
+            let entries: &mut [(&str, &Value)] = if m.len() <= SMALL_OBJECT {
+                let mut n = 0;
+                for (k, v) in m {
+                    if keep(k, v) {
+                        small[n] = (k.as_str(), v);
+                        n += 1;
+                    }
+                }
+                &mut small[..n]
+            } else {
+                large.extend(
+                    m.iter()
+                        .filter(|(k, v)| keep(k, v))
+                        .map(|(k, v)| (k.as_str(), v)),
+                );
+                &mut large
+            };
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (n, k) in keys.iter().enumerate() {
+            for (n, (k, sub)) in entries.iter().enumerate() {
                 if n > 0 {
                     out.push(',');
                 }
                 write_string(out, k);
                 out.push(':');
-                let child_skip = match (skip, k.as_str()) {
+                let child_skip = match (skip, *k) {
                     (Skip::Top(Some(a)), "metadata") => Skip::Metadata(a),
                     (Skip::Metadata(a), "annotations") => Skip::Annotations(a),
                     _ => Skip::None,
                 };
-                if let Some(sub) = m.get(k.as_str()) {
-                    write_value(out, sub, child_skip);
-                }
+                write_value(out, sub, child_skip);
             }
             out.push('}');
         }
     }
 }
+
+/// Objects up to this many keys are sorted in a stack buffer.
+const SMALL_OBJECT: usize = 16;
+static NULL: Value = Value::Null;
 
 fn write_number(out: &mut String, n: &Number) {
     if n.is_i64() || n.is_u64() {
@@ -108,8 +126,20 @@ fn write_number(out: &mut String, n: &Number) {
     }
 }
 
+/// True for bytes that start a sequence Go's encoder escapes (`"`, `\\`, controls, `<>&`, and
+/// 0xE2, the lead byte of U+2028/U+2029).
+#[inline]
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2)
+}
+
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
+    if !s.bytes().any(needs_escape) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),

@@ -20,6 +20,48 @@ pub(crate) struct Ctx<'a> {
     pub(crate) kept: Option<&'a RefCell<Vec<String>>>,
 }
 
+/// Maps up to this many entries are searched by a linear scan of the (ordered) entries instead
+/// of hashing the key: Kubernetes objects are mostly small maps, and comparing a few short
+/// strings is several times cheaper than one SipHash.
+const SMALL_MAP: usize = 16;
+
+/// `m.get(k)`, linear for small maps.
+#[inline]
+pub(crate) fn mget<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
+    if m.len() <= SMALL_MAP {
+        m.iter().find(|(key, _)| key.as_str() == k).map(|(_, v)| v)
+    } else {
+        m.get(k)
+    }
+}
+
+/// `m.get_mut(k)`, linear for small maps.
+#[inline]
+fn mget_mut<'a>(m: &'a mut Map<String, Value>, k: &str) -> Option<&'a mut Value> {
+    if m.len() <= SMALL_MAP {
+        m.iter_mut()
+            .find(|(key, _)| key.as_str() == k)
+            .map(|(_, v)| v)
+    } else {
+        m.get_mut(k)
+    }
+}
+
+/// `m.contains_key(k)`, linear for small maps.
+#[inline]
+fn mhas(m: &Map<String, Value>, k: &str) -> bool {
+    mget(m, k).is_some()
+}
+
+/// `v.get(k)` for an object value, linear for small maps.
+#[inline]
+fn vget<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => mget(m, k),
+        _ => None,
+    }
+}
+
 fn too_deep(path: &Path<'_>) -> Error {
     Error::TooDeep {
         path: path.render(),
@@ -43,18 +85,18 @@ pub(crate) fn merge_into(
     match (live, desired) {
         (Value::Object(lm), Value::Object(dm)) => {
             let lastm = last.and_then(Value::as_object);
-            if let Some(lastm) = lastm {
+            if let Some(lastm) = lastm
+                && !std::ptr::eq(lastm, dm)
+            {
                 // Rule 1: keys in last-applied but no longer in desired are removed from live.
-                let any_removal = lastm
-                    .keys()
-                    .any(|k| !dm.contains_key(k) && lm.contains_key(k));
+                let any_removal = lastm.keys().any(|k| !mhas(dm, k) && mhas(lm, k));
                 if any_removal {
-                    lm.retain(|k, _| dm.contains_key(k) || !lastm.contains_key(k));
+                    lm.retain(|k, _| mhas(dm, k) || !mhas(lastm, k));
                 }
             }
             if let Some(kept) = ctx.kept {
                 for k in lm.keys() {
-                    if !dm.contains_key(k) && !lastm.is_some_and(|m| m.contains_key(k)) {
+                    if !mhas(dm, k) && !lastm.is_some_and(|m| mhas(m, k)) {
                         kept.borrow_mut().push(path.child(Seg::Field(k)).render());
                     }
                 }
@@ -62,17 +104,17 @@ pub(crate) fn merge_into(
             for (k, dv) in dm {
                 if dv.is_null() {
                     // Rule 2: a null in desired removes the key.
-                    if lm.contains_key(k) {
+                    if mhas(lm, k) {
                         lm.shift_remove(k);
                     }
                     continue;
                 }
                 let sub_rules = rules.and_then(|r| r.child(k));
                 let p = path.child(Seg::Field(k));
-                match lm.get_mut(k) {
+                match mget_mut(lm, k) {
                     Some(lv) => merge_into(
                         lv,
-                        lastm.and_then(|m| m.get(k)),
+                        lastm.and_then(|m| mget(m, k)),
                         dv,
                         sub_rules,
                         ctx,
@@ -168,7 +210,7 @@ impl<'a> KeyMode<'a> {
         match self {
             KeyMode::Fields { names, defaults } => {
                 let name = names.get(i);
-                match item.get(name) {
+                match vget(item, name) {
                     Some(Value::Null) | None => defaults
                         .iter()
                         .find(|(f, _)| f == name)
@@ -211,36 +253,40 @@ impl<'a> KeyMode<'a> {
 /// by key hash and binary-searched.
 const LINEAR_MAX: usize = 12;
 
-/// Key lookup over one list.
+/// Key lookup over one list: the key hash of every item by position, plus a hash-sorted copy
+/// for lists longer than [`LINEAR_MAX`].
 struct KeyIndex {
-    /// `(key hash, item index)`; sorted by hash when the list is longer than [`LINEAR_MAX`].
-    entries: Vec<(u64, u32)>,
-    sorted: bool,
+    /// Key hash per position (null items get a hash too but are never matched).
+    hashes: Vec<u64>,
+    /// `(key hash, item index)` sorted by hash; empty for short lists.
+    sorted: Vec<(u64, u32)>,
 }
 
 impl KeyIndex {
     /// Indexes `items`; `None` when two items share a key (the list is not a valid map).
     fn build(items: &[Value], mode: KeyMode<'_>) -> Option<KeyIndex> {
-        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            if item.is_null() {
-                continue;
-            }
-            let idx = u32::try_from(i).ok()?;
-            entries.push((mode.hash(item), idx));
-        }
-        let sorted = entries.len() > LINEAR_MAX;
-        if sorted {
-            entries.sort_unstable_by_key(|e| e.0);
+        u32::try_from(items.len()).ok()?;
+        let hashes: Vec<u64> = items.iter().map(|item| mode.hash(item)).collect();
+        let dup = |a: usize, b: usize| {
+            !items[a].is_null() && !items[b].is_null() && mode.eq(&items[a], &items[b])
+        };
+        let mut sorted = Vec::new();
+        if items.len() > LINEAR_MAX {
+            sorted = hashes
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (*h, i as u32))
+                .collect::<Vec<_>>();
+            sorted.sort_unstable_by_key(|e| e.0);
             let mut start = 0;
-            while start < entries.len() {
+            while start < sorted.len() {
                 let mut end = start + 1;
-                while end < entries.len() && entries[end].0 == entries[start].0 {
+                while end < sorted.len() && sorted[end].0 == sorted[start].0 {
                     end += 1;
                 }
                 for a in start..end {
                     for b in a + 1..end {
-                        if mode.eq(&items[entries[a].1 as usize], &items[entries[b].1 as usize]) {
+                        if dup(sorted[a].1 as usize, sorted[b].1 as usize) {
                             return None;
                         }
                     }
@@ -248,37 +294,48 @@ impl KeyIndex {
                 start = end;
             }
         } else {
-            for a in 0..entries.len() {
-                for b in a + 1..entries.len() {
-                    if entries[a].0 == entries[b].0
-                        && mode.eq(&items[entries[a].1 as usize], &items[entries[b].1 as usize])
-                    {
+            for a in 0..hashes.len() {
+                for b in a + 1..hashes.len() {
+                    if hashes[a] == hashes[b] && dup(a, b) {
                         return None;
                     }
                 }
             }
         }
-        Some(KeyIndex { entries, sorted })
+        Some(KeyIndex { hashes, sorted })
     }
 
-    /// Position in `items` (the indexed list) of the item whose key equals `probe`'s.
-    fn find(&self, items: &[Value], probe: &Value, mode: KeyMode<'_>) -> Option<usize> {
-        let h = mode.hash(probe);
-        if self.sorted {
-            let start = self.entries.partition_point(|e| e.0 < h);
-            self.entries[start..]
-                .iter()
-                .take_while(|e| e.0 == h)
-                .map(|e| e.1 as usize)
-                .find(|&i| mode.eq(&items[i], probe))
+    /// Position in `items` (the indexed list) of the item whose key equals `probe`'s, given
+    /// `probe`'s key hash. `hint` is tried first (lists are usually aligned).
+    fn find(
+        &self,
+        items: &[Value],
+        hash: u64,
+        probe: &Value,
+        mode: KeyMode<'_>,
+        hint: usize,
+    ) -> Option<usize> {
+        let hit =
+            |i: usize| self.hashes[i] == hash && !items[i].is_null() && mode.eq(&items[i], probe);
+        if hint < self.hashes.len() && hit(hint) {
+            return Some(hint);
+        }
+        if self.sorted.is_empty() {
+            (0..self.hashes.len()).find(|&i| hit(i))
         } else {
-            self.entries
+            let start = self.sorted.partition_point(|e| e.0 < hash);
+            self.sorted[start..]
                 .iter()
-                .filter(|e| e.0 == h)
+                .take_while(|e| e.0 == hash)
                 .map(|e| e.1 as usize)
-                .find(|&i| mode.eq(&items[i], probe))
+                .find(|&i| hit(i))
         }
     }
+}
+
+#[inline]
+fn same_slice(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && std::ptr::eq(a.as_ptr(), b.as_ptr())
 }
 
 fn all_objects(items: &[Value]) -> bool {
@@ -298,14 +355,12 @@ fn detect_convention(
     if live.is_empty() && last.is_empty() && desired.iter().all(Value::is_null) {
         return None;
     }
+    let mut mask = candidate_mask(live) & candidate_mask(desired);
+    if !same_slice(last, desired) {
+        mask &= candidate_mask(last);
+    }
     for i in 0..MERGE_KEY_CANDIDATES.len() {
-        let field = MERGE_KEY_CANDIDATES[i];
-        let has = |items: &[Value]| {
-            items
-                .iter()
-                .all(|v| v.is_null() || v.get(field).is_some_and(|k| !k.is_null()))
-        };
-        if !(has(live) && has(last) && has(desired)) {
+        if mask & (1 << i) == 0 {
             continue;
         }
         let mode = KeyMode::Fields {
@@ -319,6 +374,48 @@ fn detect_convention(
     None
 }
 
+/// Bit `i` is set when every (non-null) item has a non-null field `MERGE_KEY_CANDIDATES[i]`;
+/// one pass over each item's keys.
+fn candidate_mask(items: &[Value]) -> u8 {
+    let mut mask: u8 = (1 << MERGE_KEY_CANDIDATES.len()) - 1;
+    for item in items {
+        let Value::Object(m) = item else {
+            continue;
+        };
+        let mut present = 0u8;
+        for (k, v) in m {
+            if !v.is_null() {
+                present |= candidate_bit(k);
+            }
+        }
+        mask &= present;
+        if mask == 0 {
+            break;
+        }
+    }
+    mask
+}
+
+/// The bit of `MERGE_KEY_CANDIDATES` position for a field name (0 if it is not a candidate);
+/// dispatches on length first so non-candidate keys cost one comparison.
+#[inline]
+fn candidate_bit(k: &str) -> u8 {
+    let b = k.as_bytes();
+    match b.len() {
+        13 if b == b"containerPort" => 1,
+        4 => match b {
+            b"port" => 1 << 1,
+            b"name" => 1 << 3,
+            b"path" => 1 << 6,
+            _ => 0,
+        },
+        9 if b == b"mountPath" => 1 << 2,
+        3 if b == b"uid" => 1 << 4,
+        2 if b == b"ip" => 1 << 5,
+        _ => 0,
+    }
+}
+
 fn build_indexes(
     live: &[Value],
     last: &[Value],
@@ -326,8 +423,16 @@ fn build_indexes(
     mode: KeyMode<'_>,
 ) -> Option<[KeyIndex; 3]> {
     let l = KeyIndex::build(live, mode)?;
-    let a = KeyIndex::build(last, mode)?;
     let d = KeyIndex::build(desired, mode)?;
+    // steady state: last-applied is desired itself (same slice): index it once
+    let a = if same_slice(last, desired) {
+        KeyIndex {
+            hashes: d.hashes.clone(),
+            sorted: d.sorted.clone(),
+        }
+    } else {
+        KeyIndex::build(last, mode)?
+    };
     Some([l, a, d])
 }
 
@@ -393,6 +498,45 @@ fn merge_list(
     merge_list_map(la, last, da, mode, &indexes, rules, ctx, path, depth)
 }
 
+/// Rule 7: pairs desired items with live items (`live_of[i]`) and classifies every live item as
+/// matched by desired, removed (in last-applied, not desired) or kept (only in live).
+fn classify(
+    la: &[Value],
+    last: &[Value],
+    da: &[Value],
+    mode: KeyMode<'_>,
+    indexes: &[KeyIndex; 3],
+) -> (Vec<u8>, Vec<Option<usize>>) {
+    let [live_idx, last_idx, desired_idx] = indexes;
+    let mut state = vec![KEPT; la.len()];
+    let mut live_of: Vec<Option<usize>> = Vec::with_capacity(da.len());
+    let mut hint = 0;
+    for (i, d) in da.iter().enumerate() {
+        if d.is_null() {
+            live_of.push(None);
+            continue;
+        }
+        let j = live_idx.find(la, desired_idx.hashes[i], d, mode, hint);
+        if let Some(j) = j {
+            state[j] = MATCHED;
+            hint = j + 1;
+        }
+        live_of.push(j);
+    }
+    let mut hint = 0;
+    for (j, item) in la.iter().enumerate() {
+        // a literal null item in live has no key: it is kept where it is
+        if state[j] == KEPT
+            && !item.is_null()
+            && let Some(k) = last_idx.find(last, live_idx.hashes[j], item, mode, hint)
+        {
+            state[j] = REMOVED;
+            hint = k + 1;
+        }
+    }
+    (state, live_of)
+}
+
 const KEPT: u8 = 0;
 const MATCHED: u8 = 1;
 const REMOVED: u8 = 2;
@@ -409,37 +553,17 @@ fn merge_list_map(
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
-    let [live_idx, last_idx, _] = indexes;
-    // Rule 7: pair desired items with live items; classify the rest of live.
-    let mut state = vec![KEPT; la.len()];
-    let mut live_of: Vec<Option<usize>> = Vec::with_capacity(da.len());
-    for d in da {
-        if d.is_null() {
-            live_of.push(None);
-            continue;
-        }
-        let j = live_idx.find(la, d, mode);
-        if let Some(j) = j {
-            state[j] = MATCHED;
-        }
-        live_of.push(j);
-    }
-    for (j, item) in la.iter().enumerate() {
-        if item.is_null() {
-            // a literal null item in live is kept only if nothing claims it; it has no key
-            continue;
-        }
-        if state[j] == KEPT && last_idx.find(last, item, mode).is_some() {
-            state[j] = REMOVED;
-        }
-        if state[j] == KEPT
-            && let Some(kept) = ctx.kept
-        {
-            let seg = match mode {
-                KeyMode::Fields { names, .. } => Seg::Keyed(names, item),
-                KeyMode::Whole => Seg::Index(j),
-            };
-            kept.borrow_mut().push(path.child(seg).render());
+    let [_, last_idx, desired_idx] = indexes;
+    let (state, live_of) = classify(la, last, da, mode, indexes);
+    if let Some(kept) = ctx.kept {
+        for (j, item) in la.iter().enumerate() {
+            if state[j] == KEPT && !item.is_null() {
+                let seg = match mode {
+                    KeyMode::Fields { names, .. } => Seg::Keyed(names, item),
+                    KeyMode::Whole => Seg::Index(j),
+                };
+                kept.borrow_mut().push(path.child(seg).render());
+            }
         }
     }
     let mut old = std::mem::take(la);
@@ -451,7 +575,9 @@ fn merge_list_map(
             KeyMode::Whole => Seg::Index(i),
         };
         let p = path.child(seg);
-        let last_item = last_idx.find(last, d, mode).map(|k| &last[k]);
+        let last_item = last_idx
+            .find(last, desired_idx.hashes[i], d, mode, i)
+            .map(|k| &last[k]);
         match live_of[i] {
             Some(j) => {
                 let mut v = std::mem::take(&mut old[j]);
@@ -514,6 +640,200 @@ fn merge_list_map(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Dry run: would a merge change the live object? Read-only, no allocation for objects and
+// scalars; used by `apply_update` to answer `Unchanged` without cloning the live object.
+// It may answer `true` when the merge turns out to be a semantic no-op (the caller then runs the
+// real merge); it never answers `false` when the merge would change something.
+
+/// `live` equals `desired` with its nulls pruned (numbers by value, key order ignored).
+fn eq_pruned(live: &Value, desired: &Value) -> bool {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => {
+            let mut n = 0;
+            for (k, dv) in d {
+                if dv.is_null() {
+                    continue;
+                }
+                n += 1;
+                if !mget(l, k).is_some_and(|lv| eq_pruned(lv, dv)) {
+                    return false;
+                }
+            }
+            n == l.len()
+        }
+        (Value::Array(l), Value::Array(d)) => {
+            let mut items = d.iter().filter(|v| !v.is_null());
+            for lv in l {
+                match items.next() {
+                    Some(dv) if eq_pruned(lv, dv) => {}
+                    _ => return false,
+                }
+            }
+            items.next().is_none()
+        }
+        (l, d) => json_eq(l, d),
+    }
+}
+
+pub(crate) fn would_change(
+    live: &Value,
+    last: Option<&Value>,
+    desired: &Value,
+    rules: Option<&Node>,
+    ordering: Ordering,
+    depth: usize,
+) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    match (live, desired) {
+        (Value::Object(lm), Value::Object(dm)) => {
+            let lastm = last.and_then(Value::as_object);
+            if let Some(lastm) = lastm
+                && !std::ptr::eq(lastm, dm)
+                && lastm.keys().any(|k| !mhas(dm, k) && mhas(lm, k))
+            {
+                return true;
+            }
+            for (k, dv) in dm {
+                let lv = mget(lm, k);
+                if dv.is_null() {
+                    if lv.is_some() {
+                        return true;
+                    }
+                    continue;
+                }
+                let Some(lv) = lv else { return true };
+                let sub_rules = rules.and_then(|r| r.child(k));
+                if would_change(
+                    lv,
+                    lastm.and_then(|m| mget(m, k)),
+                    dv,
+                    sub_rules,
+                    ordering,
+                    depth + 1,
+                ) {
+                    return true;
+                }
+            }
+            false
+        }
+        (Value::Array(la), Value::Array(da)) => {
+            let last_items = match last {
+                Some(Value::Array(items)) => items.as_slice(),
+                _ => &[],
+            };
+            list_would_change(la, last_items, da, rules, ordering, depth)
+        }
+        (lv, dv) => !eq_pruned(lv, dv),
+    }
+}
+
+fn list_would_change(
+    la: &[Value],
+    last: &[Value],
+    da: &[Value],
+    rules: Option<&Node>,
+    ordering: Ordering,
+    depth: usize,
+) -> bool {
+    let atomic = |la: &[Value], da: &[Value]| {
+        let mut items = da.iter().filter(|v| !v.is_null());
+        la.iter()
+            .any(|lv| !items.next().is_some_and(|dv| eq_pruned(lv, dv)))
+            || items.next().is_some()
+    };
+    let (mode, indexes) = match rules.and_then(|n| n.rule.as_ref()) {
+        Some(ListRule::Atomic) => return atomic(la, da),
+        Some(ListRule::Set) => match build_indexes(la, last, da, KeyMode::Whole) {
+            Some(indexes) => (KeyMode::Whole, indexes),
+            None => return atomic(la, da),
+        },
+        Some(ListRule::Map(keys)) => {
+            let mode = KeyMode::Fields {
+                names: KeyNames::Owned(keys),
+                defaults: rules.map(|n| n.key_defaults.as_slice()).unwrap_or(&[]),
+            };
+            let indexes = if all_objects(la) && all_objects(last) && all_objects(da) {
+                build_indexes(la, last, da, mode)
+            } else {
+                None
+            };
+            match indexes {
+                Some(indexes) => (mode, indexes),
+                None => return atomic(la, da),
+            }
+        }
+        None => match detect_convention(la, last, da) {
+            Some(found) => found,
+            None => return atomic(la, da),
+        },
+    };
+    let (state, live_of) = classify(la, last, da, mode, &indexes);
+    if state.contains(&REMOVED) {
+        return true;
+    }
+    let [_, last_idx, desired_idx] = &indexes;
+    // every desired item must already be in live, unchanged by its merge
+    for (i, d) in da.iter().enumerate() {
+        if d.is_null() {
+            continue;
+        }
+        let Some(j) = live_of[i] else { return true };
+        let last_item = last_idx
+            .find(last, desired_idx.hashes[i], d, mode, i)
+            .map(|k| &last[k]);
+        if would_change(&la[j], last_item, d, rules, ordering, depth + 1) {
+            return true;
+        }
+    }
+    match ordering {
+        // live order is kept and nothing is appended: no reordering possible
+        Ordering::Metacontroller => false,
+        // the interleave must reproduce live's order: emitted positions strictly increase
+        Ordering::Desired => {
+            let mut next_kept = 0;
+            let mut last_pos: Option<usize> = None;
+            let mut emit = |pos: usize| {
+                let ok = last_pos.is_none_or(|p| pos > p);
+                last_pos = Some(pos);
+                ok
+            };
+            for (i, d) in da.iter().enumerate() {
+                if d.is_null() {
+                    continue;
+                }
+                let Some(pos) = live_of[i] else { return true };
+                while next_kept < la.len() {
+                    if state[next_kept] != KEPT {
+                        next_kept += 1;
+                        continue;
+                    }
+                    if next_kept < pos {
+                        if !emit(next_kept) {
+                            return true;
+                        }
+                        next_kept += 1;
+                    } else {
+                        break;
+                    }
+                }
+                if !emit(pos) {
+                    return true;
+                }
+            }
+            while next_kept < la.len() {
+                if state[next_kept] == KEPT && !emit(next_kept) {
+                    return true;
+                }
+                next_kept += 1;
+            }
+            false
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // JSON equality (numbers by value) and hashing consistent with it.
 
 fn int_of(n: &Number) -> Option<i128> {
@@ -546,7 +866,7 @@ pub fn json_eq(a: &Value, b: &Value) -> bool {
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
                 && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+                    .all(|(k, v)| mget(y, k).is_some_and(|w| json_eq(v, w)))
         }
         _ => false,
     }
@@ -636,6 +956,16 @@ mod tests {
     }
 
     #[test]
+    fn candidate_bits_follow_the_candidate_list() {
+        for (i, c) in MERGE_KEY_CANDIDATES.iter().enumerate() {
+            assert_eq!(candidate_bit(c), 1 << i, "{c}");
+        }
+        for other in ["Name", "names", "value", "", "protocol", "hostPort"] {
+            assert_eq!(candidate_bit(other), 0, "{other}");
+        }
+    }
+
+    #[test]
     fn key_index_detects_duplicates_small_and_large() {
         let mode = KeyMode::Fields {
             names: KeyNames::Static(&["name"]),
@@ -645,9 +975,11 @@ mod tests {
             let mut items: Vec<Value> = (0..n).map(|i| json!({"name": format!("n{i}")})).collect();
             let idx = KeyIndex::build(&items, mode).unwrap();
             for (i, item) in items.iter().enumerate() {
-                assert_eq!(idx.find(&items, item, mode), Some(i));
+                assert_eq!(idx.find(&items, mode.hash(item), item, mode, 0), Some(i));
+                assert_eq!(idx.find(&items, mode.hash(item), item, mode, i), Some(i));
             }
-            assert_eq!(idx.find(&items, &json!({"name": "zz"}), mode), None);
+            let zz = json!({"name": "zz"});
+            assert_eq!(idx.find(&items, mode.hash(&zz), &zz, mode, 1), None);
             items.push(json!({"name": "n1", "other": true}));
             assert!(KeyIndex::build(&items, mode).is_none());
         }

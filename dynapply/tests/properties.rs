@@ -3,7 +3,7 @@
 
 use dynapply::{
     ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq, merge_with,
-    prepare_create,
+    prepare_create, would_change,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -187,6 +187,28 @@ proptest! {
         };
         let second = apply_update(&written, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(second, Outcome::Unchanged, "written: {}", written);
+    }
+
+    /// The dry run used by apply_update's fast path is sound (never "no change" for a merge that
+    /// changes something) and complete on fixed points (a merged object needs no change).
+    #[test]
+    fn dry_run_agrees_with_merge(
+        observed in top(), last in top(), desired in top(), use_last in any::<bool>(), ord in ordering(), builtin in any::<bool>()
+    ) {
+        let mut opts = opts_with(ord);
+        if builtin {
+            opts.rules = ListRules::builtin("v1", "Pod");
+        }
+        let last = use_last.then_some(&last);
+        let merged = merge_with(&observed, last, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if !would_change(&observed, last, &desired, &opts) {
+            prop_assert!(json_eq(&merged, &observed), "dry run said unchanged, merge gave {}", merged);
+        }
+        prop_assert!(!would_change(&merged, Some(&desired), &desired, &opts), "fixed point reported as a change: {}", merged);
+        if !would_change(&merged, last, &desired, &opts) {
+            let again = merge_with(&merged, last, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(json_eq(&again, &merged), "dry run said unchanged, merge gave {}", again);
+        }
     }
 
     #[test]
