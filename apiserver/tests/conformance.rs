@@ -806,3 +806,85 @@ async fn in_process_router_client() {
         1
     );
 }
+
+#[tokio::test]
+async fn runtime_controller_reconciles_and_gc_cleans_up() {
+    use kube::runtime::controller::{Action, Controller};
+    use kube::{Resource, ResourceExt};
+    use std::sync::Arc;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct E(#[from] kube::Error);
+
+    let s = TestServer::start().await.unwrap();
+    let client = s.client();
+    let parents: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let children: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let reconcile = |p: Arc<ConfigMap>, api: Arc<Api<ConfigMap>>| async move {
+        if p.labels().get("role").map(String::as_str) != Some("parent") {
+            return Ok::<_, E>(Action::await_change());
+        }
+        let mut child = cm(&format!("{}-child", p.name_any()), json!({"role": "child"}));
+        child.metadata.owner_references = Some(vec![p.controller_owner_ref(&()).unwrap()]);
+        child.data = p.data.clone();
+        api.patch(
+            &child.name_any(),
+            &PatchParams::apply("test-controller").force(),
+            &Patch::Apply(&child),
+        )
+        .await?;
+        Ok(Action::await_change())
+    };
+    let ctrl = Controller::new(
+        parents.clone(),
+        watcher::Config::default().labels("role=parent"),
+    )
+    .owns(
+        children.clone(),
+        watcher::Config::default().labels("role=child"),
+    )
+    .run(
+        reconcile,
+        |_, _, _| Action::requeue(Duration::from_secs(1)),
+        Arc::new(children.clone()),
+    )
+    .for_each(|_| async {});
+    let handle = tokio::spawn(ctrl);
+    parents
+        .create(&PostParams::default(), &cm("p", json!({"role": "parent"})))
+        .await
+        .unwrap();
+    within(async {
+        loop {
+            if let Ok(c) = children.get("p-child").await
+                && c.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("v")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // a parent change propagates to the child
+    let patch = json!({"data": {"k": "v2"}});
+    parents
+        .patch("p", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    within(async {
+        loop {
+            if children.get("p-child").await.unwrap().data.unwrap()["k"] == "v2" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    parents.delete("p", &DeleteParams::default()).await.unwrap();
+    assert_eq!(
+        api_err(children.get("p-child").await.unwrap_err()).code,
+        404
+    );
+    handle.abort();
+}
