@@ -282,9 +282,58 @@ fn without_volatile(v: &Value) -> Value {
     let mut c = v.clone();
     if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
-        m.remove("managedFields");
+        // ownership changes are real changes; timestamps of unchanged entries are not
+        if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+            for e in entries.iter_mut() {
+                if let Some(em) = e.as_object_mut() {
+                    em.remove("time");
+                }
+            }
+        }
     }
     c
+}
+
+/// Validate label keys and values (qualified names / label values).
+pub fn validate_labels(labels: Option<&Value>) -> Result<(), (String, String)> {
+    let Some(labels) = labels else { return Ok(()) };
+    let Some(m) = labels.as_object() else {
+        return Err(("metadata.labels".into(), "must be a map of strings".into()));
+    };
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 63
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    for (k, v) in m {
+        let (prefix, name) = match k.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k.as_str()),
+        };
+        if prefix.is_some_and(|p| !is_subdomain(p)) || !name_ok(name) {
+            return Err((
+                "metadata.labels".into(),
+                format!(
+                    "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                ),
+            ));
+        }
+        let Some(val) = v.as_str() else {
+            return Err((format!("metadata.labels[{k}]"), "must be a string".into()));
+        };
+        if !val.is_empty() && !name_ok(val) {
+            return Err((
+                "metadata.labels".into(),
+                format!(
+                    "Invalid value: \"{val}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn admission_error(e: AdmissionError, req: &Req, name: &str) -> ApiError {
@@ -549,7 +598,12 @@ impl Inner {
             m.remove("selfLink");
             m.remove("managedFields");
         }
-        // name / generateName
+        // name / generateName (apply-create takes the name from the URL)
+        if meta_str(&obj, "name").is_none_or(str::is_empty)
+            && let Some(n) = &req.name
+        {
+            meta_mut(&mut obj).insert("name".into(), json!(n));
+        }
         let name = match meta_str(&obj, "name").filter(|n| !n.is_empty()) {
             Some(n) => n.to_string(),
             None => match meta_str(&obj, "generateName").filter(|n| !n.is_empty()) {
@@ -630,6 +684,15 @@ impl Inner {
             Operation::Create,
         )
         .map_err(|e| admission_error(e, &req, &name))?;
+        if let Err((field, msg)) = validate_labels(meta(&obj).and_then(|m| m.get("labels"))) {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                &field,
+                &msg,
+            ));
+        }
         let crd_def = if is_crd {
             let def = registry::crd_to_def(&obj).map_err(|e| {
                 ApiError::invalid(&req.def.kind, &req.def.group, &name, "spec", &e.to_string())
@@ -853,6 +916,15 @@ impl Inner {
             Operation::Update,
         )
         .map_err(|e| admission_error(e, req, &name))?;
+        if let Err((field, msg)) = validate_labels(meta(&new).and_then(|m| m.get("labels"))) {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                &field,
+                &msg,
+            ));
+        }
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {
             match old.get("spec") {
@@ -1674,6 +1746,20 @@ mod tests {
         let t = encode_continue(5, "a", "b:c");
         assert_eq!(decode_continue(&t), Some((5, "a".into(), "b:c".into())));
         assert_eq!(decode_continue("zz"), None);
+    }
+
+    #[test]
+    fn labels() {
+        assert!(
+            validate_labels(Some(
+                &json!({"app": "web", "example.com/x": "", "a_b.c-d": "v.1"})
+            ))
+            .is_ok()
+        );
+        assert!(validate_labels(Some(&json!({"bad key": "v"}))).is_err());
+        assert!(validate_labels(Some(&json!({"k": "-v"}))).is_err());
+        assert!(validate_labels(Some(&json!({"k": 1}))).is_err());
+        assert!(validate_labels(Some(&json!({"Bad_Prefix/k": "v"}))).is_err());
     }
 
     #[test]

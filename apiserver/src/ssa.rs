@@ -554,15 +554,19 @@ pub fn apply(
         }
         remove_at(&mut merged, p);
     }
-    entries.retain(|e| !mine(e));
-    entries.push(Entry {
+    let entry = Entry {
         manager: who.manager.to_string(),
         operation: "Apply".into(),
         api_version: who.api_version.to_string(),
         time: who.now.to_string(),
         subresource: who.subresource.to_string(),
         fields: new_set,
-    });
+    };
+    // keep the entry's position so an unchanged re-apply renders identically
+    match entries.iter().position(|e| mine(e)) {
+        Some(i) => entries[i] = entry,
+        None => entries.push(entry),
+    }
     if let Some(md) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
         md.insert("managedFields".into(), render_managed(&entries));
     }

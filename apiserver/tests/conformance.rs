@@ -888,3 +888,39 @@ async fn runtime_controller_reconciles_and_gc_cleans_up() {
     );
     handle.abort();
 }
+
+#[tokio::test]
+async fn reapply_unchanged_makes_no_write_and_labels_are_validated() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let pp = PatchParams::apply("ctrl");
+    let first = api
+        .patch("web", &pp, &Patch::Apply(deployment("web", 2)))
+        .await
+        .unwrap();
+    // another manager takes a label so there are two entries
+    let p = json!({"metadata": {"labels": {"x": "y"}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    let before = api.get("web").await.unwrap();
+    let again = api
+        .patch("web", &pp, &Patch::Apply(deployment("web", 2)))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_ne!(
+        first.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    let bad = json!({"metadata": {"labels": {"bad key": "v"}}});
+    let e = api_err(
+        api.patch("web", &PatchParams::default(), &Patch::Merge(&bad))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+}
