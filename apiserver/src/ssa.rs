@@ -563,7 +563,7 @@ pub fn apply(
         fields: new_set,
     };
     // keep the entry's position so an unchanged re-apply renders identically
-    match entries.iter().position(|e| mine(e)) {
+    match entries.iter().position(mine) {
         Some(i) => entries[i] = entry,
         None => entries.push(entry),
     }
