@@ -924,3 +924,154 @@ async fn reapply_unchanged_makes_no_write_and_labels_are_validated() {
     );
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
 }
+
+#[tokio::test]
+async fn watch_selector_transitions_and_initial_events_bookmark() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let c = api
+        .create(&PostParams::default(), &cm("t", json!({"tier": "fe"})))
+        .await
+        .unwrap();
+    let wp = WatchParams::default().labels("tier=fe").timeout(10);
+    let mut w = api
+        .watch(&wp, c.metadata.resource_version.as_deref().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let set = |tier: &str| json!({"metadata": {"labels": {"tier": tier}}});
+    api.patch("t", &PatchParams::default(), &Patch::Merge(&set("be")))
+        .await
+        .unwrap();
+    api.patch("t", &PatchParams::default(), &Patch::Merge(&set("be2")))
+        .await
+        .unwrap();
+    api.patch("t", &PatchParams::default(), &Patch::Merge(&set("fe")))
+        .await
+        .unwrap();
+    let mut types = vec![];
+    while types.len() < 2 {
+        match within(w.try_next()).await.unwrap().unwrap() {
+            WatchEvent::Added(_) => types.push("ADDED"),
+            WatchEvent::Modified(_) => types.push("MODIFIED"),
+            WatchEvent::Deleted(_) => types.push("DELETED"),
+            _ => {}
+        }
+    }
+    assert_eq!(types, ["DELETED", "ADDED"]);
+    // streaming list: initial ADDED then a bookmark annotated initial-events-end
+    let wp = WatchParams::streaming_lists().timeout(10);
+    let mut w = api.watch(&wp, "0").await.unwrap().boxed();
+    assert!(matches!(
+        within(w.try_next()).await.unwrap().unwrap(),
+        WatchEvent::Added(_)
+    ));
+    match within(w.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Bookmark(b) => {
+            assert_eq!(
+                b.metadata
+                    .annotations
+                    .get("k8s.io/initial-events-end")
+                    .map(String::as_str),
+                Some("true")
+            )
+        }
+        other => panic!("expected bookmark, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn terminating_namespace_forbids_creates_until_contents_are_gone() {
+    let s = TestServer::start().await.unwrap();
+    let ns: Api<Namespace> = Api::all(s.client());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "t"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "t");
+    let mut held = cm("held", json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/x".into()]);
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    ns.delete("t", &DeleteParams::default()).await.unwrap();
+    let n = ns.get("t").await.unwrap();
+    assert_eq!(j(&n)["status"]["phase"], "Terminating");
+    let e = api_err(
+        cms.create(&PostParams::default(), &cm("new", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    let p = json!({"metadata": {"finalizers": []}});
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(api_err(ns.get("t").await.unwrap_err()).code, 404);
+}
+
+#[tokio::test]
+async fn crd_multiple_versions_and_instance_finalizers_block_crd_removal() {
+    let s = TestServer::start().await.unwrap();
+    let client = s.client();
+    let crd_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &crd_ar);
+    let mut crd = widget_crd();
+    crd["spec"]["scope"] = json!("Cluster");
+    let v1 = crd["spec"]["versions"][0].clone();
+    let mut beta = v1.clone();
+    beta["name"] = json!("v1beta1");
+    beta["storage"] = json!(false);
+    crd["spec"]["versions"] = json!([beta, v1]);
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(crd).unwrap(),
+    )
+    .await
+    .unwrap();
+    let d = Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    let (ar1, _) = d
+        .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"))
+        .unwrap();
+    let (arb, _) = d
+        .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1beta1", "Widget"))
+        .unwrap();
+    let w1: Api<DynamicObject> = Api::all_with(client.clone(), &ar1);
+    let wb: Api<DynamicObject> = Api::all_with(client.clone(), &arb);
+    let w: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "finalizers": ["example.com/keep"]}}))
+        .unwrap();
+    w1.create(&PostParams::default(), &w).await.unwrap();
+    let via_beta = wb.get("w").await.unwrap();
+    assert_eq!(via_beta.types.unwrap().api_version, "example.com/v1beta1");
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    // the CRD waits for its instances; the instance is being deleted
+    let c = crds.get("widgets.example.com").await.unwrap();
+    assert!(c.metadata.deletion_timestamp.is_some());
+    assert!(
+        w1.get("w")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let p = json!({"metadata": {"finalizers": null}});
+    w1.patch("w", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(
+        api_err(crds.get("widgets.example.com").await.unwrap_err()).code,
+        404
+    );
+    assert_eq!(api_err(w1.get("w").await.unwrap_err()).code, 404);
+}
