@@ -444,6 +444,9 @@ async fn resource_request(
     match method {
         Method::GET if req.name.is_some() => {
             let obj = state.lock().get(&req)?;
+            if wants_metadata(&headers) && !is_scale {
+                return Ok(obj_response(StatusCode::OK, &partial(&obj)));
+            }
             if is_scale {
                 let scale = Inner::to_scale(&req, &obj)?;
                 return Ok(obj_response(StatusCode::OK, &scale));
@@ -452,12 +455,23 @@ async fn resource_request(
         }
         Method::GET => {
             let lopts = list_opts(&q)?;
+            let meta_only = wants_metadata(&headers);
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                return watch(state, req, &q, lopts);
+                return watch(state, req, &q, lopts, meta_only);
             }
             let res = state.lock().list(&req, &lopts)?;
             if wants_table(&headers) {
                 return Ok(obj_response(StatusCode::OK, &table(&res)));
+            }
+            if meta_only {
+                let res = ListResult {
+                    items: res.items.iter().map(|o| Arc::new(partial(o))).collect(),
+                    ..res
+                };
+                return Ok(json_response(
+                    StatusCode::OK,
+                    list_body("PartialObjectMetadataList", "meta.k8s.io/v1", res),
+                ));
             }
             Ok(json_response(
                 StatusCode::OK,
@@ -673,6 +687,26 @@ pub fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u8> {
     out
 }
 
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+        })
+}
+
+/// `PartialObjectMetadata` view of an object (metadata-only requests).
+fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -739,6 +773,7 @@ fn watch(
     req: Req,
     q: &HashMap<String, String>,
     lopts: ListOpts,
+    meta_only: bool,
 ) -> ApiResult<Response> {
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let send_initial = q.get("sendInitialEvents").map(|b| b == "true");
@@ -805,8 +840,9 @@ fn watch(
     let ns = req.ns.clone();
     let bookmark_every = state.config.bookmark_interval;
     tokio::spawn(async move {
+        let render = |o: &Value| if meta_only { partial(o) } else { o.clone() };
         for o in &initial {
-            if tx.send(event_line("ADDED", o)).await.is_err() {
+            if tx.send(event_line("ADDED", &render(o))).await.is_err() {
                 return;
             }
         }
@@ -851,7 +887,12 @@ fn watch(
                             _ => continue,
                         };
                         let obj: Obj = Inner::present(&e.obj, &api_version);
-                        if tx.send(event_line(ty, &obj)).await.is_err() {
+                        let line = if meta_only {
+                            event_line(ty, &partial(&obj))
+                        } else {
+                            event_line(ty, &obj)
+                        };
+                        if tx.send(line).await.is_err() {
                             return;
                         }
                     }

@@ -1075,3 +1075,36 @@ async fn crd_multiple_versions_and_instance_finalizers_block_crd_removal() {
     );
     assert_eq!(api_err(w1.get("w").await.unwrap_err()).code, 404);
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watcher() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &cm("m1", json!({"a": "b"})))
+        .await
+        .unwrap();
+    let m = api.get_metadata("m1").await.unwrap();
+    assert_eq!(m.metadata.labels.unwrap()["a"], "b");
+    let l = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(l.items.len(), 1);
+    let (reader, writer) = kube::runtime::reflector::store();
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(s.client(), "default");
+    let stream = kube::runtime::reflector(writer, watcher(meta_api, watcher::Config::default()))
+        .applied_objects();
+    let handle = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    within(reader.wait_until_ready()).await.unwrap();
+    api.create(&PostParams::default(), &cm("m2", json!({})))
+        .await
+        .unwrap();
+    within(async {
+        while reader.state().len() != 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    handle.abort();
+}
