@@ -294,6 +294,25 @@ fn without_volatile(v: &Value) -> Value {
     c
 }
 
+/// Fold a Secret's write-only `stringData` into `data` (base64), as the real server does.
+fn fold_string_data(def: &ResourceDef, obj: &mut Value) {
+    if !(def.group.is_empty() && def.plural == "secrets") {
+        return;
+    }
+    let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    if let Some(m) = sd.as_object() {
+        if !obj.get("data").is_some_and(Value::is_object) {
+            obj["data"] = json!({});
+        }
+        for (k, v) in m {
+            let s = v.as_str().unwrap_or_default();
+            obj["data"][k] = json!(crate::proto::base64(s.as_bytes()));
+        }
+    }
+}
+
 /// Validate label keys and values (qualified names / label values).
 pub fn validate_labels(labels: Option<&Value>) -> Result<(), (String, String)> {
     let Some(labels) = labels else { return Ok(()) };
@@ -487,6 +506,9 @@ impl Inner {
 
     /// LIST.
     pub fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
+        opts.field
+            .check(|f| req.def.supports_field(f))
+            .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
         let current = self.store.rv();
         if opts.resource_version_match.as_deref() == Some("Exact") {
             let want = opts.resource_version.as_deref().unwrap_or("");
@@ -684,6 +706,7 @@ impl Inner {
             Operation::Create,
         )
         .map_err(|e| admission_error(e, &req, &name))?;
+        fold_string_data(&req.def, &mut obj);
         if let Err((field, msg)) = validate_labels(meta(&obj).and_then(|m| m.get("labels"))) {
             return Err(ApiError::invalid(
                 &req.def.kind,
@@ -916,6 +939,7 @@ impl Inner {
             Operation::Update,
         )
         .map_err(|e| admission_error(e, req, &name))?;
+        fold_string_data(&req.def, &mut new);
         if let Err((field, msg)) = validate_labels(meta(&new).and_then(|m| m.get("labels"))) {
             return Err(ApiError::invalid(
                 &req.def.kind,
@@ -1746,6 +1770,23 @@ mod tests {
         let t = encode_continue(5, "a", "b:c");
         assert_eq!(decode_continue(&t), Some((5, "a".into(), "b:c".into())));
         assert_eq!(decode_continue("zz"), None);
+    }
+
+    #[test]
+    fn secret_string_data_is_folded() {
+        let (mut i, a) = setup();
+        let r = req(&i, "", "secrets", Some("ns"), None);
+        let s = i
+            .create(
+                &a,
+                &r,
+                json!({"metadata": {"name": "s"}, "stringData": {"p": "hello"}}),
+                &opts(),
+                false,
+            )
+            .unwrap();
+        assert_eq!(s["data"]["p"], "aGVsbG8=");
+        assert!(s.get("stringData").is_none());
     }
 
     #[test]

@@ -100,7 +100,8 @@ fn string(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn base64(data: &[u8]) -> String {
+/// Standard base64 with padding.
+pub fn base64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

@@ -54,6 +54,8 @@ pub struct ResourceDef {
     pub crd: Option<String>,
     /// The CRD's schema per version (`openAPIV3Schema`), used for list types.
     pub schemas: BTreeMap<String, Value>,
+    /// CRD `selectableFields` (without the leading dot), usable in field selectors.
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceDef {
@@ -74,6 +76,54 @@ impl ResourceDef {
     /// Whether this is a built-in kind (strategic merge patch allowed).
     pub fn is_builtin(&self) -> bool {
         self.crd.is_none()
+    }
+
+    /// Whether a field selector may use this field (`metadata.name`/`metadata.namespace` for all,
+    /// plus the per-kind fields kube-apiserver supports, plus a CRD's `selectableFields`).
+    pub fn supports_field(&self, field: &str) -> bool {
+        if matches!(field, "metadata.name" | "metadata.namespace") {
+            return true;
+        }
+        let builtin: &[&str] = match (self.group.as_str(), self.plural.as_str()) {
+            ("", "pods") => &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            ("", "events") => &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            ("events.k8s.io", "events") => &[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "reason",
+                "type",
+            ],
+            ("", "secrets") => &["type"],
+            ("", "namespaces") => &["status.phase"],
+            ("", "nodes") => &["spec.unschedulable"],
+            ("apps", "replicasets") => &["status.replicas"],
+            ("batch", "jobs") => &["status.successful"],
+            _ => &[],
+        };
+        builtin.contains(&field) || self.selectable_fields.iter().any(|f| f == field)
     }
 
     /// Group-qualified resource, e.g. `deployments.apps`.
@@ -112,6 +162,7 @@ impl B {
                 scale: None,
                 crd: None,
                 schemas: BTreeMap::new(),
+                selectable_fields: vec![],
             },
         }
     }
@@ -326,6 +377,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     let mut schemas = BTreeMap::new();
     let mut status_subresource = false;
     let mut scale = None;
+    let mut selectable: Vec<String> = vec![];
     for (i, v) in versions.iter().enumerate() {
         let vname = v
             .get("name")
@@ -345,6 +397,16 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
                 });
             }
             storage = Some(vname.to_string());
+        }
+        if let Some(fields) = v.get("selectableFields").and_then(Value::as_array) {
+            for f in fields {
+                if let Some(p) = f.get("jsonPath").and_then(Value::as_str) {
+                    let p = p.trim_start_matches('.').to_string();
+                    if !selectable.contains(&p) {
+                        selectable.push(p);
+                    }
+                }
+            }
         }
         if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
             schemas.insert(vname.to_string(), s.clone());
@@ -390,6 +452,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
         scale,
         crd: Some(name.to_string()),
         schemas,
+        selectable_fields: selectable,
     })
 }
 

@@ -188,8 +188,8 @@ impl FieldSelector {
                 return Err(SelectorError::Parse(format!("{p}: invalid field selector")));
             };
             let k = k.trim();
-            if !matches!(k, "metadata.name" | "metadata.namespace") {
-                return Err(SelectorError::UnsupportedField(k.to_string()));
+            if k.is_empty() {
+                return Err(SelectorError::Parse(format!("{p}: empty field name")));
             }
             out.push((k.to_string(), eq, v.trim().to_string()));
         }
@@ -204,16 +204,27 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
-    /// Match against an object.
+    /// Check every field against the fields a resource supports.
+    pub fn check(&self, supported: impl Fn(&str) -> bool) -> Result<(), SelectorError> {
+        match self.0.iter().find(|(k, _, _)| !supported(k)) {
+            Some((k, _, _)) => Err(SelectorError::UnsupportedField(k.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Match against an object (missing fields compare as "").
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, eq, v)| {
-            let field = k.strip_prefix("metadata.").unwrap_or(k);
-            let actual = obj
-                .get("metadata")
-                .and_then(|m| m.get(field))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            (actual == v) == *eq
+            let mut cur = Some(obj);
+            for part in k.split('.') {
+                cur = cur.and_then(|c| c.get(part));
+            }
+            let actual = match cur {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *v) == *eq
         })
     }
 }
@@ -251,7 +262,9 @@ mod tests {
     fn bad_selectors() {
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("a b=c").is_err());
-        assert!(FieldSelector::parse("spec.x=1").is_err());
+        let f = FieldSelector::parse("spec.x=1").unwrap();
+        assert!(f.check(|k| k.starts_with("metadata.")).is_err());
+        assert!(f.matches(&json!({"spec": {"x": 1}})));
     }
 
     #[test]

@@ -775,6 +775,10 @@ fn watch(
     lopts: ListOpts,
     meta_only: bool,
 ) -> ApiResult<Response> {
+    lopts
+        .field
+        .check(|f| req.def.supports_field(f))
+        .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let send_initial = q.get("sendInitialEvents").map(|b| b == "true");
     let timeout =
