@@ -2,10 +2,11 @@
 //! (default 100) open; reports requests/s per phase, watch event delivery and peak RSS (VmHWM).
 //!
 //! Run: `cargo bench -p kmeta-apiserver --bench apiserver_bench`
-//! Env: `KMETA_BENCH_N` (objects), `KMETA_BENCH_WATCHERS`, `KMETA_BENCH_CONCURRENCY` (default 32).
+//! Env: `KMETA_BENCH_N` (objects), `KMETA_BENCH_WATCHERS`, `KMETA_BENCH_CONCURRENCY` (default 32),
+//! `KMETA_BENCH_TYPED=1` (watchers decode typed events in-process instead of counting lines).
 #![allow(clippy::unwrap_used)]
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{AsyncBufReadExt, StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kmeta_apiserver::TestServer;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
@@ -69,15 +70,31 @@ async fn main() {
     let received = Arc::new(AtomicU64::new(0));
     let start_rv = server.state().resource_version().to_string();
     let mut watch_tasks = vec![];
+    // Watchers either decode typed events (KMETA_BENCH_TYPED=1, measures client + server) or count
+    // raw event lines (default, measures the server's delivery).
+    let typed = std::env::var("KMETA_BENCH_TYPED").is_ok_and(|v| v == "1");
     for _ in 0..watchers {
         let api = api.clone();
+        let client = client.clone();
         let received = received.clone();
         let rv = start_rv.clone();
         watch_tasks.push(tokio::spawn(async move {
-            let wp = WatchParams::default().timeout(290);
-            let mut s = api.watch(&wp, &rv).await.unwrap().boxed();
-            while let Ok(Some(ev)) = s.try_next().await {
-                if matches!(ev, WatchEvent::Added(_) | WatchEvent::Modified(_)) {
+            if typed {
+                let wp = WatchParams::default().timeout(290);
+                let mut s = api.watch(&wp, &rv).await.unwrap().boxed();
+                while let Ok(Some(ev)) = s.try_next().await {
+                    if matches!(ev, WatchEvent::Added(_) | WatchEvent::Modified(_)) {
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            } else {
+                let req = http::Request::get(format!(
+                    "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=290&resourceVersion={rv}"
+                ))
+                .body(vec![])
+                .unwrap();
+                let mut lines = client.request_stream(req).await.unwrap().lines();
+                while let Some(Ok(_)) = lines.next().await {
                     received.fetch_add(1, Ordering::Relaxed);
                 }
             }

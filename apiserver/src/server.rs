@@ -757,6 +757,16 @@ fn event_line(ty: &str, obj: &Value) -> Bytes {
     Bytes::from(s)
 }
 
+fn event_line_raw(ty: &str, obj_json: &[u8]) -> Bytes {
+    let mut s = Vec::with_capacity(obj_json.len() + 32);
+    s.extend_from_slice(b"{\"type\":\"");
+    s.extend_from_slice(ty.as_bytes());
+    s.extend_from_slice(b"\",\"object\":");
+    s.extend_from_slice(obj_json);
+    s.extend_from_slice(b"}\n");
+    Bytes::from(s)
+}
+
 fn bookmark(kind: &str, api_version: &str, rv: u64, initial_end: bool) -> Bytes {
     let mut md = json!({"resourceVersion": rv.to_string()});
     if initial_end {
@@ -890,10 +900,14 @@ fn watch(
                             EventType::Deleted if prev || cur => "DELETED",
                             _ => continue,
                         };
-                        let obj: Obj = Inner::present(&e.obj, &api_version);
+                        let same_version = e.obj.get("apiVersion").and_then(Value::as_str)
+                            == Some(api_version.as_str());
                         let line = if meta_only {
-                            event_line(ty, &partial(&obj))
+                            event_line(ty, &partial(&e.obj))
+                        } else if same_version {
+                            event_line_raw(ty, e.obj_json())
                         } else {
+                            let obj: Obj = Inner::present(&e.obj, &api_version);
                             event_line(ty, &obj)
                         };
                         if tx.send(line).await.is_err() {

@@ -54,6 +54,16 @@ pub struct Event {
     pub obj: Obj,
     /// Object before the change (for selector transitions).
     pub prev: Option<Obj>,
+    /// `obj` serialized once, shared by all watchers that need it verbatim.
+    pub json: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Event {
+    /// The serialized object (computed on first use).
+    pub fn obj_json(&self) -> &bytes::Bytes {
+        self.json
+            .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&*self.obj).unwrap_or_default()))
+    }
 }
 
 /// The object table and event log.
@@ -228,6 +238,7 @@ impl Storage {
             key,
             obj: obj.clone(),
             prev,
+            json: std::sync::OnceLock::new(),
         });
         obj
     }
@@ -245,6 +256,7 @@ impl Storage {
             key: key.clone(),
             obj: obj.clone(),
             prev: Some(prev),
+            json: std::sync::OnceLock::new(),
         });
         Some(obj)
     }
