@@ -931,10 +931,16 @@ impl Inner {
                 ));
             }
         }
+        // like webhooks, hooks for `plural` see main-resource writes; `/status` writes are only
+        // seen by hooks registered for `plural/status`
+        let adm_resource = match req.sub.as_deref() {
+            Some("status") => format!("{}/status", req.def.plural),
+            _ => req.def.plural.clone(),
+        };
         adm.run(
             &req.def.group,
             &req.version,
-            &req.def.plural,
+            &adm_resource,
             &mut new,
             Operation::Update,
         )

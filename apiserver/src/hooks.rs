@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum Operation {
     /// POST, or server-side apply creating the object.
     Create,
-    /// PUT, PATCH (incl. apply) and `/status` writes.
+    /// PUT, PATCH (incl. apply), and `/status` writes for `plural/status` hooks.
     Update,
     /// DELETE (validating functions only; they see the existing object).
     Delete,
@@ -65,9 +65,10 @@ struct Hook {
 pub struct HookId(pub u64);
 
 /// Admission functions, run like admission webhooks: mutating functions (in registration order)
-/// then validating ones, on create and update (including every patch type and `/status`
-/// writes), before the object is stored. Resources are keyed by group/version (`"v1"`,
-/// `"apps/v1"`; use `"apps/*"` for any version) and plural (`"deployments"`).
+/// then validating ones, on create and update (including every patch type), before the object
+/// is stored. Resources are keyed by group/version (`"v1"`, `"apps/v1"`; use `"apps/*"` for any
+/// version) and plural (`"deployments"`); `/status` writes run only hooks registered for
+/// `"deployments/status"`, as with webhooks.
 #[derive(Default)]
 pub struct Admission {
     hooks: RwLock<Vec<Hook>>,

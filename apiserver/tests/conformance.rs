@@ -1108,3 +1108,46 @@ async fn metadata_only_get_list_and_watcher() {
     .await;
     handle.abort();
 }
+
+#[tokio::test]
+async fn admission_is_not_applied_to_status_writes_of_the_main_resource() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let s = TestServer::start().await.unwrap();
+    let main_calls = Arc::new(AtomicUsize::new(0));
+    let status_calls = Arc::new(AtomicUsize::new(0));
+    let m = main_calls.clone();
+    s.admission()
+        .mutate("apps/v1", "deployments", move |obj: &mut Value, _| {
+            m.fetch_add(1, Ordering::SeqCst);
+            obj["metadata"]["labels"]["mutated"] = json!("yes");
+            Ok(())
+        });
+    let sc = status_calls.clone();
+    s.admission()
+        .validate("apps/v1", "deployments/status", move |_, op| {
+            assert_eq!(op, Operation::Update);
+            sc.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let d = api
+        .create(&PostParams::default(), &deployment("st", 1))
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.labels.unwrap()["mutated"], "yes");
+    // removing the label through the main resource is re-mutated
+    let p = json!({"metadata": {"labels": {"mutated": null}}});
+    let d = api
+        .patch("st", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.labels.unwrap()["mutated"], "yes");
+    assert_eq!(main_calls.load(Ordering::SeqCst), 2);
+    let st = json!({"status": {"observedGeneration": 1}});
+    api.patch_status("st", &PatchParams::default(), &Patch::Merge(&st))
+        .await
+        .unwrap();
+    assert_eq!(main_calls.load(Ordering::SeqCst), 2);
+    assert_eq!(status_calls.load(Ordering::SeqCst), 1);
+}
