@@ -3,6 +3,7 @@
 //!
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 
+pub mod defaults;
 pub mod discovery;
 pub mod engine;
 pub mod error;
@@ -68,6 +69,12 @@ impl TestServerBuilder {
     /// Interval between BOOKMARK events on watches that allow them.
     pub fn bookmark_interval(mut self, d: Duration) -> Self {
         self.config.bookmark_interval = d;
+        self
+    }
+    /// Default built-in workload fields (imagePullPolicy, protocol, replicas, ...) like a real
+    /// kube-apiserver, via mutating admission ([`defaults::register`]). Off by default.
+    pub fn builtin_defaults(mut self, on: bool) -> Self {
+        self.config.builtin_defaults = on;
         self
     }
     /// Port to bind on 127.0.0.1 (0 = any free port, the default).

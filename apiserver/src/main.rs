@@ -22,6 +22,9 @@ struct Args {
     /// Seed for uids and generated names.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Default built-in workload fields (imagePullPolicy, protocol, replicas, ...) like a real cluster.
+    #[arg(long)]
+    builtin_defaults: bool,
 }
 
 #[tokio::main]
@@ -35,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
         .port(args.port)
         .watch_window(args.watch_window)
         .seed(args.seed)
+        .builtin_defaults(args.builtin_defaults)
         .start()
         .await
         .context("starting apiserver")?;

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     /// Namespaces created at start. Default `default`, `kube-system`, `kube-public`,
     /// `kube-node-lease` (what every cluster has).
     pub namespaces: Vec<String>,
+    /// Register [`crate::defaults::register`] at start. Default false: objects are stored as
+    /// sent, and tests opt in to server-side defaulting.
+    pub builtin_defaults: bool,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
                 "kube-public".into(),
                 "kube-node-lease".into(),
             ],
+            builtin_defaults: false,
         }
     }
 }
@@ -97,6 +101,9 @@ impl ServerState {
             }
         }
         let rv = inner.store.rv();
+        if config.builtin_defaults {
+            crate::defaults::register(&adm);
+        }
         Arc::new(ServerState {
             inner: Mutex::new(inner),
             notify: tokio::sync::watch::channel(rv).0,

@@ -1151,3 +1151,34 @@ async fn admission_is_not_applied_to_status_writes_of_the_main_resource() {
     assert_eq!(main_calls.load(Ordering::SeqCst), 2);
     assert_eq!(status_calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn builtin_defaults_then_sidecar_injection() {
+    let s = TestServer::builder()
+        .builtin_defaults(true)
+        .start()
+        .await
+        .unwrap();
+    s.admission()
+        .mutate("apps/v1", "deployments", |obj: &mut Value, _| {
+            let cs = obj["spec"]["template"]["spec"]["containers"]
+                .as_array_mut()
+                .ok_or_else(|| AdmissionError::invalid("no containers"))?;
+            if !cs.iter().any(|c| c["name"] == "sidecar") {
+                cs.push(json!({"name": "sidecar", "image": "envoy:1"}));
+            }
+            Ok(())
+        });
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let d = j(&api
+        .create(&PostParams::default(), &deployment("dd", 2))
+        .await
+        .unwrap());
+    let cs = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(cs[0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(cs[1]["name"], "sidecar");
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(d["spec"]["replicas"], 2);
+}
