@@ -865,6 +865,15 @@ impl Inner {
         let api_version = req.api_version();
         let name = key.name.clone();
         let now = now_rfc3339();
+        if !new.is_object() || new.get("metadata").is_some_and(|m| !m.is_object()) {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                "",
+                "the result of the request is not a JSON object with object metadata",
+            ));
+        }
         new["apiVersion"] = json!(api_version);
         new["kind"] = json!(req.def.kind);
         // identity and system metadata come from the stored object
@@ -1793,6 +1802,36 @@ mod tests {
             .unwrap();
         assert_eq!(s["data"]["p"], "aGVsbG8=");
         assert!(s.get("stringData").is_none());
+    }
+
+    #[test]
+    fn patches_that_break_the_object_are_rejected() {
+        let (mut i, a) = setup();
+        let r = req(&i, "", "configmaps", Some("ns"), None);
+        i.create(&a, &r, json!({"metadata": {"name": "c"}}), &opts(), false)
+            .unwrap();
+        let r = req(&i, "", "configmaps", Some("ns"), Some("c"));
+        let root = br#"[{"op": "replace", "path": "", "value": [1]}]"#;
+        let e = i
+            .patch(&a, &r, "application/json-patch+json", root, &opts())
+            .unwrap_err();
+        assert_eq!(e.code, 422);
+        let e = i
+            .patch(
+                &a,
+                &r,
+                "application/merge-patch+json",
+                br#"{"metadata": 5}"#,
+                &opts(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 422);
+        let e = i
+            .patch(&a, &r, "application/merge-patch+json", b"not json", &opts())
+            .unwrap_err();
+        assert_eq!(e.code, 400);
+        let e = i.patch(&a, &r, "text/plain", b"{}", &opts()).unwrap_err();
+        assert_eq!(e.code, 415);
     }
 
     #[test]

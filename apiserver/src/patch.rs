@@ -102,16 +102,23 @@ pub fn schema_list_kind(schema: Option<&Value>, path: &[String]) -> ListKind {
         }
     }
     match cur.get("x-kubernetes-list-type").and_then(Value::as_str) {
-        Some("map") => ListKind::Map(
-            cur.get("x-kubernetes-list-map-keys")
+        Some("map") => {
+            let keys: Vec<String> = cur
+                .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
                         .filter_map(|k| k.as_str().map(str::to_string))
                         .collect()
                 })
-                .unwrap_or_default(),
-        ),
+                .unwrap_or_default();
+            // a map list without keys is not structural; treat it as atomic
+            if keys.is_empty() {
+                ListKind::Atomic
+            } else {
+                ListKind::Map(keys)
+            }
+        }
         Some("set") => ListKind::Set,
         _ => ListKind::Atomic,
     }

@@ -859,7 +859,7 @@ fn watch(
     let st = state.clone();
     let res = req.def.storage_key();
     let ns = req.ns.clone();
-    let bookmark_every = state.config.bookmark_interval;
+    let bookmark_every = state.config.bookmark_interval.max(Duration::from_millis(1));
     tokio::spawn(async move {
         let render = |o: &Value| if meta_only { partial(o) } else { o.clone() };
         for o in &initial {
@@ -876,7 +876,8 @@ fn watch(
         {
             return;
         }
-        let deadline = tokio::time::Instant::now() + timeout;
+        let far = Duration::from_secs(365 * 24 * 3600);
+        let deadline = tokio::time::Instant::now() + timeout.min(far);
         let mut tick =
             tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
         let mut last = start;
