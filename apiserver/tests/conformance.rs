@@ -1182,3 +1182,65 @@ async fn builtin_defaults_then_sidecar_injection() {
     assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
     assert_eq!(d["spec"]["replicas"], 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_see_every_event_in_order_under_concurrent_writes() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let start = s.state().resource_version().to_string();
+    let writers = 8;
+    let per_writer = 25;
+    // each writer creates one object then updates it per_writer-1 times
+    let expected = writers * per_writer;
+    let mut watchers = vec![];
+    for _ in 0..4 {
+        let mut w = api
+            .watch(&WatchParams::default().timeout(60), &start)
+            .await
+            .unwrap()
+            .boxed();
+        watchers.push(tokio::spawn(async move {
+            let mut rvs: Vec<u64> = vec![];
+            while rvs.len() < expected {
+                match w.try_next().await {
+                    Ok(Some(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
+                        rvs.push(o.metadata.resource_version.unwrap().parse().unwrap())
+                    }
+                    Ok(Some(_)) => {}
+                    other => panic!("watch ended early: {other:?}"),
+                }
+            }
+            rvs
+        }));
+    }
+    let mut tasks = vec![];
+    for wi in 0..writers {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("cw{wi}");
+            api.create(&PostParams::default(), &cm(&name, json!({})))
+                .await
+                .unwrap();
+            for n in 1..per_writer {
+                let p = json!({"data": {"n": n.to_string()}});
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    for w in watchers {
+        let rvs = within(w).await.unwrap();
+        assert_eq!(rvs.len(), expected);
+        assert!(rvs.windows(2).all(|p| p[0] < p[1]), "events out of order");
+        // every write is one event: the rvs are exactly the next `expected` versions
+        let first: u64 = start.parse().unwrap();
+        assert_eq!(
+            rvs,
+            ((first + 1)..=(first + expected as u64)).collect::<Vec<_>>()
+        );
+    }
+}
