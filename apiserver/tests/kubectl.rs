@@ -210,6 +210,51 @@ fn kubectl_end_to_end() {
         .map(|m| m["manager"].as_str().unwrap())
         .collect();
     assert!(managers.contains(&"kubectl"), "{managers:?}");
+    // diff uses a server-side dry run and must not persist anything
+    let before = get_json(kc, &["deploy", "web", "-n", "team"]);
+    let (_, diff, _) = kubectl(
+        kc,
+        &["diff", "-f", "-"],
+        Some(&DEPLOY.replace("IMAGE", "9")),
+    );
+    assert!(diff.contains("nginx:9"), "{diff}");
+    let after = get_json(kc, &["deploy", "web", "-n", "team"]);
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    // a CRD becomes Established and its kind is usable by kubectl
+    let crd = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+      "metadata":{"name":"gadgets.example.com"},
+      "spec":{"group":"example.com","scope":"Namespaced","names":{"kind":"Gadget","plural":"gadgets","shortNames":["gd"]},
+      "versions":[{"name":"v1","served":true,"storage":true,
+        "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}"#;
+    ok(kc, &["apply", "-f", "-"], Some(crd));
+    ok(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gadgets.example.com",
+            "--timeout=10s",
+        ],
+        None,
+    );
+    ok(
+        kc,
+        &["apply", "-f", "-"],
+        Some(
+            r#"{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"g1","namespace":"team"},"spec":{"size":1}}"#,
+        ),
+    );
+    ok(
+        kc,
+        &["apply", "-f", "-"],
+        Some(
+            r#"{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"g1","namespace":"team"},"spec":{"size":2}}"#,
+        ),
+    );
+    assert_eq!(get_json(kc, &["gd", "g1", "-n", "team"])["spec"]["size"], 2);
     // patch: merge and json
     ok(
         kc,
