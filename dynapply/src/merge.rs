@@ -259,13 +259,16 @@ impl<'a> KeyMode<'a> {
 
 /// Lists up to this length are searched linearly (hash compared first); longer ones are sorted
 /// by key hash and binary-searched.
-const LINEAR_MAX: usize = 12;
+const LINEAR_MAX: usize = 32;
 
 /// Key lookup over one list: the key hash of every item by position, plus a hash-sorted copy
 /// for lists longer than [`LINEAR_MAX`].
+#[derive(Clone)]
 struct KeyIndex {
     /// Key hash per position (null items get a hash too but are never matched).
     hashes: Vec<u64>,
+    /// This list's keys equal desired's position by position (see [`aligned`]).
+    aligned: bool,
     /// `(key hash, item index)` sorted by hash; empty for short lists.
     sorted: Vec<(u64, u32)>,
 }
@@ -310,7 +313,11 @@ impl KeyIndex {
                 }
             }
         }
-        Some(KeyIndex { hashes, sorted })
+        Some(KeyIndex {
+            hashes,
+            aligned: false,
+            sorted,
+        })
     }
 
     /// Position in `items` (the indexed list) of the item whose key equals `probe`'s, given
@@ -339,6 +346,19 @@ impl KeyIndex {
                 .find(|&i| hit(i))
         }
     }
+}
+
+/// Same length and, position by position, the same key (or both null).
+fn aligned(items: &[Value], desired: &[Value], mode: KeyMode<'_>) -> bool {
+    items.len() == desired.len()
+        && items
+            .iter()
+            .zip(desired)
+            .all(|(x, d)| match (x.is_null(), d.is_null()) {
+                (true, true) => true,
+                (false, false) => mode.eq(x, d),
+                _ => false,
+            })
 }
 
 #[inline]
@@ -452,17 +472,21 @@ fn build_indexes(
     desired: &[Value],
     mode: KeyMode<'_>,
 ) -> Option<[KeyIndex; 3]> {
-    let l = KeyIndex::build(live, mode)?;
     let d = KeyIndex::build(desired, mode)?;
-    // steady state: last-applied is desired itself (same slice): index it once
-    let a = if same_slice(last, desired) {
-        KeyIndex {
-            hashes: d.hashes.clone(),
-            sorted: d.sorted.clone(),
+    // Lists whose keys line up with desired's position by position (the common case: live and
+    // last-applied hold the same items in the same order) share desired's index: same keys give
+    // the same hashes, and desired's keys are unique.
+    let reuse = |items: &[Value]| -> Option<KeyIndex> {
+        if same_slice(items, desired) || aligned(items, desired, mode) {
+            let mut shared = d.clone();
+            shared.aligned = true;
+            Some(shared)
+        } else {
+            KeyIndex::build(items, mode)
         }
-    } else {
-        KeyIndex::build(last, mode)?
     };
+    let l = reuse(live)?;
+    let a = reuse(last)?;
     Some([l, a, d])
 }
 
@@ -540,6 +564,19 @@ fn classify(
     let [live_idx, last_idx, desired_idx] = indexes;
     let mut state = vec![KEPT; la.len()];
     let mut live_of: Vec<Option<usize>> = Vec::with_capacity(da.len());
+    if live_idx.aligned {
+        // same keys at the same positions: item i is desired item i; nothing kept or removed
+        // (null positions are null in both lists and stay where they are)
+        for (i, d) in da.iter().enumerate() {
+            if d.is_null() {
+                live_of.push(None);
+            } else {
+                state[i] = MATCHED;
+                live_of.push(Some(i));
+            }
+        }
+        return (state, live_of);
+    }
     let mut hint = 0;
     for (i, d) in da.iter().enumerate() {
         if d.is_null() {
@@ -605,9 +642,13 @@ fn merge_list_map(
             KeyMode::Whole => Seg::Index(i),
         };
         let p = path.child(seg);
-        let last_item = last_idx
-            .find(last, desired_idx.hashes[i], d, mode, i)
-            .map(|k| &last[k]);
+        let last_item = if last_idx.aligned {
+            Some(&last[i])
+        } else {
+            last_idx
+                .find(last, desired_idx.hashes[i], d, mode, i)
+                .map(|k| &last[k])
+        };
         match live_of[i] {
             Some(j) => {
                 let mut v = std::mem::take(&mut old[j]);
@@ -816,9 +857,13 @@ fn list_would_change(
             continue;
         }
         let Some(j) = live_of[i] else { return true };
-        let last_item = last_idx
-            .find(last, desired_idx.hashes[i], d, mode, i)
-            .map(|k| &last[k]);
+        let last_item = if last_idx.aligned {
+            Some(&last[i])
+        } else {
+            last_idx
+                .find(last, desired_idx.hashes[i], d, mode, i)
+                .map(|k| &last[k])
+        };
         if would_change(&la[j], last_item, d, rules, ordering, depth + 1) {
             return true;
         }
