@@ -716,6 +716,15 @@ impl Inner {
                 &msg,
             ));
         }
+        if let Err(e) = crate::validation::validate_metadata(&obj) {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                &e.field,
+                &e.message,
+            ));
+        }
         let crd_def = if is_crd {
             let def = registry::crd_to_def(&obj).map_err(|e| {
                 ApiError::invalid(&req.def.kind, &req.def.group, &name, "spec", &e.to_string())
@@ -962,6 +971,26 @@ impl Inner {
                 &name,
                 &field,
                 &msg,
+            ));
+        }
+        if let Err(e) = crate::validation::validate_metadata(&new) {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                &e.field,
+                &e.message,
+            ));
+        }
+        if req.sub.is_none()
+            && let Err(e) = crate::validation::validate_update(&req.def, old, &new)
+        {
+            return Err(ApiError::invalid(
+                &req.def.kind,
+                &req.def.group,
+                &name,
+                &e.field,
+                &e.message,
             ));
         }
         // the namespace spec finalizer list cannot be edited through the main endpoint

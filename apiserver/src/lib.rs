@@ -16,6 +16,7 @@ pub mod selector;
 pub mod server;
 pub mod ssa;
 pub mod store;
+pub mod validation;
 
 pub use error::ApiError;
 pub use hooks::{Admission, AdmissionError, Counters, FaultSpec, Faults, HookId, Operation};
