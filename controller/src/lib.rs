@@ -5,8 +5,17 @@
 //! applies the desired children it returns with [`dynapply`].
 
 pub mod api;
+pub mod cache;
+pub mod controller;
 pub mod crds;
 pub mod decide;
 pub mod hook;
+pub mod kapi;
+pub mod manager;
+pub mod queue;
+pub mod resources;
 pub mod selector;
+pub mod sync;
 pub mod wire;
+
+pub use controller::{Context, ManagerConfig};

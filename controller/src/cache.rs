@@ -1,0 +1,379 @@
+//! Shared, reference-counted watches per resource (`apiVersion/plural`), each with a store
+//! indexed by controller-owner UID and by orphans, and a broadcast of changes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use crate::decide::{controller_ref, meta_str};
+use crate::resources::Resolved;
+
+/// `(namespace, name)`; namespace is "" for cluster-scoped objects.
+pub type ObjKey = (String, String);
+
+/// Capacity of each watch's change broadcast (subscribers that fall behind get a `Lagged`
+/// and resync everything): 4096 changes.
+pub const CHANGE_BUFFER: usize = 4096;
+
+/// One observed change.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Added or modified (`old` is the previous cached version).
+    Applied {
+        /// Previous version.
+        old: Option<Arc<Value>>,
+        /// New version.
+        new: Arc<Value>,
+    },
+    /// Removed.
+    Deleted(Arc<Value>),
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<ObjKey, Arc<Value>>,
+    by_owner: HashMap<String, HashSet<ObjKey>>,
+    orphans: HashSet<ObjKey>,
+}
+
+impl State {
+    fn unindex(&mut self, key: &ObjKey, obj: &Value) {
+        match controller_ref(obj)
+            .and_then(|r| r.get("uid"))
+            .and_then(Value::as_str)
+        {
+            Some(uid) => {
+                if let Some(s) = self.by_owner.get_mut(uid) {
+                    s.remove(key);
+                    if s.is_empty() {
+                        self.by_owner.remove(uid);
+                    }
+                }
+            }
+            None => {
+                self.orphans.remove(key);
+            }
+        }
+    }
+    fn insert(&mut self, obj: Arc<Value>) -> Option<Arc<Value>> {
+        let key = obj_key(&obj);
+        let old = self.remove(&key);
+        match controller_ref(&obj)
+            .and_then(|r| r.get("uid"))
+            .and_then(Value::as_str)
+        {
+            Some(uid) => {
+                self.by_owner
+                    .entry(uid.to_owned())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            None => {
+                self.orphans.insert(key.clone());
+            }
+        }
+        self.objects.insert(key, obj);
+        old
+    }
+    fn remove(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
+        let old = self.objects.remove(key)?;
+        self.unindex(key, &old);
+        Some(old)
+    }
+}
+
+/// The store key of an object.
+pub fn obj_key(obj: &Value) -> ObjKey {
+    (
+        meta_str(obj, "namespace").to_owned(),
+        meta_str(obj, "name").to_owned(),
+    )
+}
+
+struct Shared {
+    resource: Resolved,
+    state: RwLock<State>,
+    tx: broadcast::Sender<Change>,
+    synced: watch::Sender<bool>,
+}
+
+/// A running watch of one resource. Dropping the last `Arc<Informer>` stops it.
+pub struct Informer {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer")
+            .field("resource", &self.shared.resource.watch_key())
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_value(obj: DynamicObject, r: &Resolved) -> Option<Value> {
+    let mut v = serde_json::to_value(obj).ok()?;
+    let m = v.as_object_mut()?;
+    if m.get("apiVersion")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        m.insert(
+            "apiVersion".into(),
+            Value::String(r.api.api_version.clone()),
+        );
+    }
+    if m.get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        m.insert("kind".into(), Value::String(r.api.kind.clone()));
+    }
+    Some(v)
+}
+
+impl Shared {
+    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        match self.state.read() {
+            Ok(s) => f(&s),
+            Err(p) => f(&p.into_inner()),
+        }
+    }
+    fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        match self.state.write() {
+            Ok(mut s) => f(&mut s),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    fn apply(&self, obj: Value) {
+        let new = Arc::new(obj);
+        let old = self.write(|s| s.insert(new.clone()));
+        let _ = self.tx.send(Change::Applied { old, new });
+    }
+
+    fn delete(&self, obj: Value) {
+        let key = obj_key(&obj);
+        let old = self.write(|s| s.remove(&key));
+        let _ = self
+            .tx
+            .send(Change::Deleted(old.unwrap_or_else(|| Arc::new(obj))));
+    }
+
+    /// Replaces the store after a (re)list, announcing what changed.
+    fn replace(&self, objs: Vec<Value>) {
+        let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
+        let gone: Vec<ObjKey> = self.read(|s| {
+            s.objects
+                .keys()
+                .filter(|k| !keep.contains(*k))
+                .cloned()
+                .collect()
+        });
+        for k in gone {
+            if let Some(old) = self.write(|s| s.remove(&k)) {
+                let _ = self.tx.send(Change::Deleted(old));
+            }
+        }
+        for o in objs {
+            let key = obj_key(&o);
+            let same = self.read(|s| {
+                s.objects.get(&key).is_some_and(|c| {
+                    meta_str(c, "resourceVersion") == meta_str(&o, "resourceVersion")
+                })
+            });
+            if !same {
+                self.apply(o);
+            }
+        }
+        self.synced.send_replace(true);
+    }
+
+    async fn run(self: Arc<Self>, client: kube::Client) {
+        let api: Api<DynamicObject> = Api::all_with(client, &self.resource.api);
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut buffer: Vec<Value> = Vec::new();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(o)) => {
+                    if let Some(v) = to_value(o, &self.resource) {
+                        self.apply(v);
+                    }
+                }
+                Ok(Event::Delete(o)) => {
+                    if let Some(v) = to_value(o, &self.resource) {
+                        self.delete(v);
+                    }
+                }
+                Ok(Event::Init) => buffer.clear(),
+                Ok(Event::InitApply(o)) => {
+                    if let Some(v) = to_value(o, &self.resource) {
+                        buffer.push(v);
+                    }
+                }
+                Ok(Event::InitDone) => self.replace(std::mem::take(&mut buffer)),
+                Err(e) => {
+                    tracing::warn!(resource = %self.resource.watch_key(), error = %e, "watch error; retrying");
+                }
+            }
+        }
+    }
+}
+
+impl Informer {
+    /// The watched resource.
+    pub fn resource(&self) -> &Resolved {
+        &self.shared.resource
+    }
+    /// A cached object.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.shared.read(|s| {
+            s.objects
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .cloned()
+        })
+    }
+    /// Every cached object.
+    pub fn list(&self) -> Vec<Arc<Value>> {
+        self.shared.read(|s| s.objects.values().cloned().collect())
+    }
+    /// Objects whose controller owner has this UID.
+    pub fn owned_by(&self, uid: &str) -> Vec<Arc<Value>> {
+        self.shared.read(|s| {
+            s.by_owner
+                .get(uid)
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| s.objects.get(k).cloned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+    /// Objects without a controller owner (in `namespace` when given).
+    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        self.shared.read(|s| {
+            s.orphans
+                .iter()
+                .filter(|(ns, _)| namespace.is_none_or(|n| n == ns))
+                .filter_map(|k| s.objects.get(k).cloned())
+                .collect()
+        })
+    }
+    /// Subscribes to changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.shared.tx.subscribe()
+    }
+    /// True once the first list completed.
+    pub fn is_synced(&self) -> bool {
+        *self.shared.synced.borrow()
+    }
+    /// Waits for the first list.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.shared.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// The shared watches, created on demand and stopped when unused.
+pub struct Informers {
+    client: kube::Client,
+    map: Mutex<HashMap<String, Weak<Informer>>>,
+}
+
+impl std::fmt::Debug for Informers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informers").finish_non_exhaustive()
+    }
+}
+
+impl Informers {
+    /// No watches yet.
+    pub fn new(client: kube::Client) -> Self {
+        Informers {
+            client,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The shared watch of `r`, started if not running.
+    pub fn get(&self, r: &Resolved) -> Arc<Informer> {
+        let key = r.watch_key();
+        let mut map = match self.map.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(i) = map.get(&key).and_then(Weak::upgrade) {
+            return i;
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let (synced, _) = watch::channel(false);
+        let (tx, _) = broadcast::channel(CHANGE_BUFFER);
+        let shared = Arc::new(Shared {
+            resource: r.clone(),
+            state: RwLock::new(State::default()),
+            tx,
+            synced,
+        });
+        let task = tokio::spawn(shared.clone().run(self.client.clone()));
+        let inf = Arc::new(Informer { shared, task });
+        map.insert(key, Arc::downgrade(&inf));
+        inf
+    }
+
+    /// Number of running watches.
+    pub fn active(&self) -> usize {
+        self.map
+            .lock()
+            .map(|m| m.values().filter(|w| w.strong_count() > 0).count())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(name: &str, owner: Option<&str>) -> Arc<Value> {
+        let mut v = json!({"metadata": {"name": name, "namespace": "ns"}});
+        if let Some(uid) = owner {
+            v["metadata"]["ownerReferences"] = json!([{"uid": uid, "controller": true}]);
+        }
+        Arc::new(v)
+    }
+
+    #[test]
+    fn indexes_follow_ownership_changes() {
+        let mut s = State::default();
+        s.insert(obj("a", None));
+        s.insert(obj("b", Some("u1")));
+        assert!(s.orphans.contains(&("ns".into(), "a".into())));
+        assert_eq!(s.by_owner["u1"].len(), 1);
+        // adoption moves a from orphans to u1
+        let old = s.insert(obj("a", Some("u1")));
+        assert!(old.is_some());
+        assert!(s.orphans.is_empty());
+        assert_eq!(s.by_owner["u1"].len(), 2);
+        // release and delete
+        s.insert(obj("a", None));
+        s.remove(&("ns".into(), "b".into()));
+        assert!(!s.by_owner.contains_key("u1"));
+        assert_eq!(s.orphans.len(), 1);
+    }
+}

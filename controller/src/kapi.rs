@@ -1,0 +1,122 @@
+//! Thin dynamic API helpers: every write carries a resourceVersion or a UID precondition.
+
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
+use serde_json::Value;
+
+use crate::decide::meta_str;
+use crate::resources::Resolved;
+
+/// Retries of a read-modify-write on conflict: 5 (client-go `retry.DefaultBackoff` steps).
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// The API of `r` in `namespace` ("" = cluster-scoped or all namespaces).
+pub fn api(client: &kube::Client, r: &Resolved, namespace: &str) -> Api<DynamicObject> {
+    if r.namespaced && !namespace.is_empty() {
+        Api::namespaced_with(client.clone(), namespace, &r.api)
+    } else {
+        Api::all_with(client.clone(), &r.api)
+    }
+}
+
+/// HTTP status of an API error.
+pub fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// 404.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    code(e) == Some(404)
+}
+
+/// 409 (Conflict or AlreadyExists).
+pub fn is_conflict(e: &kube::Error) -> bool {
+    code(e) == Some(409)
+}
+
+fn to_dyn(v: &Value) -> Result<DynamicObject, kube::Error> {
+    serde_json::from_value(v.clone()).map_err(kube::Error::SerdeError)
+}
+
+fn to_value(o: DynamicObject) -> Result<Value, kube::Error> {
+    serde_json::to_value(o).map_err(kube::Error::SerdeError)
+}
+
+/// GET (uncached).
+pub async fn get(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
+    match api.get(name).await {
+        Ok(o) => Ok(Some(to_value(o)?)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// POST.
+pub async fn create(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
+    to_value(api.create(&PostParams::default(), &to_dyn(obj)?).await?)
+}
+
+/// PUT (the object carries its resourceVersion).
+pub async fn replace(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
+    to_value(
+        api.replace(meta_str(obj, "name"), &PostParams::default(), &to_dyn(obj)?)
+            .await?,
+    )
+}
+
+/// PUT /status.
+pub async fn replace_status(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
+    to_value(
+        api.replace_status(meta_str(obj, "name"), &PostParams::default(), &to_dyn(obj)?)
+            .await?,
+    )
+}
+
+/// DELETE with a UID precondition and Background propagation.
+pub async fn delete(api: &Api<DynamicObject>, obj: &Value) -> Result<(), kube::Error> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(meta_str(obj, "uid").to_owned()).filter(|u| !u.is_empty()),
+            resource_version: None,
+        }),
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    api.delete(meta_str(obj, "name"), &dp).await.map(|_| ())
+}
+
+/// GET-modify-PUT with retries on conflict. `modify` returns false when no write is needed.
+/// Returns `None` when the object is gone or its UID changed.
+pub async fn atomic_update(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+    status: bool,
+    modify: impl Fn(&mut Value) -> bool,
+) -> Result<Option<Value>, kube::Error> {
+    let mut attempt = 0;
+    loop {
+        let Some(mut live) = get(api, name).await? else {
+            return Ok(None);
+        };
+        if !uid.is_empty() && meta_str(&live, "uid") != uid {
+            return Ok(None);
+        }
+        if !modify(&mut live) {
+            return Ok(Some(live));
+        }
+        let res = if status {
+            replace_status(api, &live).await
+        } else {
+            replace(api, &live).await
+        };
+        match res {
+            Ok(v) => return Ok(Some(v)),
+            Err(e) if is_conflict(&e) && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}
