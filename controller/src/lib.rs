@@ -12,6 +12,7 @@ pub mod decide;
 pub mod hook;
 pub mod kapi;
 pub mod manager;
+pub mod metrics;
 pub mod queue;
 pub mod resources;
 pub mod selector;

@@ -1,0 +1,513 @@
+//! Prometheus metrics, served at `/metrics` on `--metrics-address`.
+//!
+//! Two groups:
+//! - Metacontroller's hook series, same names and labels so dashboards carry over:
+//!   `metacontroller_<hook>_requests_total{controller_name,controller_type,url,code,method}`,
+//!   `metacontroller_<hook>_request_duration_histogram_seconds{controller_name,controller_type,url,method}`
+//!   and `metacontroller_<hook>_in_flight_requests{controller_name,controller_type,url}` for
+//!   `<hook>` in `sync`, `finalize`, `customize`.
+//! - kmeta's own series: reconciles, work queue, child operations, children per controller and API
+//!   requests.
+//!
+//! Every label is low-cardinality: controller names, hook urls, verbs, codes and outcomes, never
+//! object names. A per-parent breakdown is kept internally only to sum children per controller.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The controller kind label value Metacontroller uses for CompositeControllers.
+pub const COMPOSITE: &str = "CompositeController";
+
+/// Prometheus' default histogram buckets (client_golang `DefBuckets`), which Metacontroller's hook
+/// duration histograms use.
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    controller_name: String,
+    controller_type: String,
+    url: String,
+    code: String,
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookDurationLabels {
+    controller_name: String,
+    controller_type: String,
+    url: String,
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookFlightLabels {
+    controller_name: String,
+    controller_type: String,
+    url: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    controller: String,
+    op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    verb: String,
+    code: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn default_histogram() -> Histogram {
+    Histogram::new(DEFAULT_BUCKETS)
+}
+
+/// Buckets for work-queue waits: 1 ms to ~16 s.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// The series of one hook kind (`sync`, `finalize` or `customize`).
+struct HookSeries {
+    requests: Family<HookLabels, Counter>,
+    duration: HistogramFamily<HookDurationLabels>,
+    in_flight: Family<HookFlightLabels, Gauge>,
+}
+
+impl HookSeries {
+    fn new() -> Self {
+        HookSeries {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(default_histogram),
+            in_flight: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry, hook: &str) {
+        registry.register(
+            format!("metacontroller_{hook}_requests"),
+            format!("{hook} hook requests by controller, url, HTTP code and method"),
+            self.requests.clone(),
+        );
+        registry.register(
+            format!("metacontroller_{hook}_request_duration_histogram_seconds"),
+            format!("{hook} hook request latency in seconds"),
+            self.duration.clone(),
+        );
+        registry.register(
+            format!("metacontroller_{hook}_in_flight_requests"),
+            format!("{hook} hook requests currently in flight"),
+            self.in_flight.clone(),
+        );
+    }
+}
+
+/// All of kmeta's metrics and the registry that encodes them. Share it in an `Arc`.
+pub struct Metrics {
+    registry: Registry,
+    sync: HookSeries,
+    finalize: HookSeries,
+    customize: HookSeries,
+    reconcile_total: Family<ResultLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    queue_depth: Family<ControllerLabels, Gauge>,
+    queue_wait: HistogramFamily<ControllerLabels>,
+    child_ops: Family<OpLabels, Counter>,
+    children: Family<ControllerLabels, Gauge>,
+    /// controller → parent uid → children count, summed into `children`.
+    children_by_parent: Mutex<HashMap<String, HashMap<String, usize>>>,
+    api_requests: Family<ApiLabels, Counter>,
+    api_duration: HistogramFamily<ApiLabels>,
+    rate_limit_wait: Histogram,
+    events_dropped: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Decrements a hook's in-flight gauge when dropped.
+#[must_use = "the request counts as in flight until the guard is dropped"]
+pub struct InFlightGuard {
+    gauge: Gauge,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+impl std::fmt::Debug for InFlightGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlightGuard").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every series registered.
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Registry::default(),
+            sync: HookSeries::new(),
+            finalize: HookSeries::new(),
+            customize: HookSeries::new(),
+            reconcile_total: Family::default(),
+            reconcile_duration: Family::new_with_constructor(default_histogram),
+            queue_depth: Family::default(),
+            queue_wait: Family::new_with_constructor(wait_histogram),
+            child_ops: Family::default(),
+            children: Family::default(),
+            children_by_parent: Mutex::new(HashMap::new()),
+            api_requests: Family::default(),
+            api_duration: Family::new_with_constructor(default_histogram),
+            rate_limit_wait: wait_histogram(),
+            events_dropped: Counter::default(),
+        };
+        let r = &mut m.registry;
+        m.sync.register(r, "sync");
+        m.finalize.register(r, "finalize");
+        m.customize.register(r, "customize");
+        r.register(
+            "kmeta_reconcile",
+            "parent syncs by controller and result (ok|error)",
+            m.reconcile_total.clone(),
+        );
+        r.register(
+            "kmeta_reconcile_duration_seconds",
+            "duration of one parent sync",
+            m.reconcile_duration.clone(),
+        );
+        r.register(
+            "kmeta_workqueue_depth",
+            "parents waiting in a controller's work queue",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "kmeta_workqueue_wait_seconds",
+            "time a parent waited in the queue before its sync started",
+            m.queue_wait.clone(),
+        );
+        r.register(
+            "kmeta_child_operations",
+            "child writes by controller and operation (create|update|delete|adopt|release)",
+            m.child_ops.clone(),
+        );
+        r.register(
+            "kmeta_children",
+            "children observed for the parents of a controller at their last sync",
+            m.children.clone(),
+        );
+        r.register(
+            "kmeta_api_requests",
+            "Kubernetes API requests by verb and HTTP code",
+            m.api_requests.clone(),
+        );
+        r.register(
+            "kmeta_api_request_duration_seconds",
+            "Kubernetes API request latency by verb and HTTP code",
+            m.api_duration.clone(),
+        );
+        r.register(
+            "kmeta_client_rate_limiter_wait_seconds",
+            "time API requests waited for the client-side rate limiter",
+            m.rate_limit_wait.clone(),
+        );
+        r.register(
+            "kmeta_events_dropped",
+            "Kubernetes Events not sent because of the events rate limit",
+            m.events_dropped.clone(),
+        );
+        m
+    }
+
+    fn hook(&self, hook: &str) -> &HookSeries {
+        match hook {
+            "finalize" => &self.finalize,
+            "customize" => &self.customize,
+            _ => &self.sync,
+        }
+    }
+
+    /// One finished hook request. `hook` is `sync`, `finalize` or `customize`; `code` the HTTP
+    /// status (`"200"`) or `"error"` when no response arrived; `method` the HTTP method.
+    pub fn hook_request(
+        &self,
+        controller: &str,
+        hook: &str,
+        url: &str,
+        method: &str,
+        code: &str,
+        elapsed: Duration,
+    ) {
+        let s = self.hook(hook);
+        s.requests
+            .get_or_create(&HookLabels {
+                controller_name: controller.into(),
+                controller_type: COMPOSITE.into(),
+                url: url.into(),
+                code: code.into(),
+                method: method.into(),
+            })
+            .inc();
+        s.duration
+            .get_or_create(&HookDurationLabels {
+                controller_name: controller.into(),
+                controller_type: COMPOSITE.into(),
+                url: url.into(),
+                method: method.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a hook request as in flight until the returned guard is dropped.
+    pub fn hook_in_flight(&self, controller: &str, hook: &str, url: &str) -> InFlightGuard {
+        let gauge = self
+            .hook(hook)
+            .in_flight
+            .get_or_create(&HookFlightLabels {
+                controller_name: controller.into(),
+                controller_type: COMPOSITE.into(),
+                url: url.into(),
+            })
+            .clone();
+        gauge.inc();
+        InFlightGuard { gauge }
+    }
+
+    /// One parent sync finished; `result` is `ok` or `error`.
+    pub fn reconcile(&self, controller: &str, result: &str, elapsed: Duration) {
+        self.reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The current length of a controller's work queue.
+    pub fn queue_depth(&self, controller: &str, depth: usize) {
+        self.queue_depth
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    /// How long a parent waited in the queue before its sync started.
+    pub fn queue_wait(&self, controller: &str, wait: Duration) {
+        self.queue_wait
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .observe(wait.as_secs_f64());
+    }
+
+    /// One child write: `op` is `create`, `update`, `delete`, `adopt` or `release`.
+    pub fn child_op(&self, controller: &str, op: &str) {
+        self.child_ops
+            .get_or_create(&OpLabels {
+                controller: controller.into(),
+                op: op.into(),
+            })
+            .inc();
+    }
+
+    /// The number of children one parent has after its sync. The `kmeta_children` gauge is the
+    /// sum over the controller's parents; the parent uid is never a label.
+    pub fn children(&self, controller: &str, parent_uid: &str, count: usize) {
+        self.update_children(controller, |m| {
+            m.insert(parent_uid.to_owned(), count);
+        });
+    }
+
+    /// A parent is gone (deleted): drop its children from the controller's sum.
+    pub fn parent_gone(&self, controller: &str, parent_uid: &str) {
+        self.update_children(controller, |m| {
+            m.remove(parent_uid);
+        });
+    }
+
+    /// A controller stopped: forget its children sum.
+    pub fn controller_stopped(&self, controller: &str) {
+        self.update_children(controller, HashMap::clear);
+        self.queue_depth(controller, 0);
+    }
+
+    fn update_children(&self, controller: &str, f: impl FnOnce(&mut HashMap<String, usize>)) {
+        let total = {
+            let mut all = self
+                .children_by_parent
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let per_parent = all.entry(controller.to_owned()).or_default();
+            f(per_parent);
+            let total: usize = per_parent.values().sum();
+            if per_parent.is_empty() {
+                all.remove(controller);
+            }
+            total
+        };
+        self.children
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
+    }
+
+    /// One Kubernetes API request: `verb` is the Kubernetes verb (`get`, `list`, `watch`, `create`,
+    /// `update`, `patch`, `delete`, ...), `code` the HTTP status or `"error"`.
+    pub fn api_request(&self, verb: &str, code: &str, elapsed: Duration) {
+        let labels = ApiLabels {
+            verb: verb.into(),
+            code: code.into(),
+        };
+        self.api_requests.get_or_create(&labels).inc();
+        self.api_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// An API request waited `wait` for the client-side rate limiter.
+    pub fn rate_limited(&self, wait: Duration) {
+        self.rate_limit_wait.observe(wait.as_secs_f64());
+    }
+
+    /// An Event was dropped by the events rate limit.
+    pub fn event_dropped(&self) {
+        self.events_dropped.inc();
+    }
+
+    /// The OpenMetrics text exposition of every series.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // writing into a String cannot fail
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn hook_series_use_metacontroller_names_and_labels() {
+        let m = Metrics::new();
+        m.hook_request(
+            "cc1",
+            "sync",
+            "http://hook/sync",
+            "POST",
+            "200",
+            Duration::from_millis(3),
+        );
+        let text = m.encode();
+        let want = "metacontroller_sync_requests_total{controller_name=\"cc1\",controller_type=\"CompositeController\",url=\"http://hook/sync\",code=\"200\",method=\"POST\"} 1";
+        assert!(text.contains(want), "{text}");
+        assert!(
+            line(
+                &text,
+                "metacontroller_sync_request_duration_histogram_seconds_count{controller_name=\"cc1\""
+            )
+            .is_some_and(|l| l.ends_with(" 1")),
+            "{text}"
+        );
+        assert!(!text.contains("metacontroller_finalize_requests_total{"));
+    }
+
+    #[test]
+    fn in_flight_guard_decrements_on_drop() {
+        let m = Metrics::new();
+        let prefix = "metacontroller_customize_in_flight_requests{controller_name=\"cc\"";
+        let g1 = m.hook_in_flight("cc", "customize", "u");
+        let g2 = m.hook_in_flight("cc", "customize", "u");
+        assert!(line(&m.encode(), prefix).is_some_and(|l| l.ends_with(" 2")));
+        drop(g1);
+        drop(g2);
+        assert!(line(&m.encode(), prefix).is_some_and(|l| l.ends_with(" 0")));
+    }
+
+    #[test]
+    fn children_gauge_sums_parents_without_naming_them() {
+        let m = Metrics::new();
+        m.children("cc", "uid-a", 3);
+        m.children("cc", "uid-b", 4);
+        m.children("cc", "uid-a", 1);
+        let text = m.encode();
+        assert!(
+            text.contains("kmeta_children{controller=\"cc\"} 5"),
+            "{text}"
+        );
+        assert!(!text.contains("uid-a"));
+        m.parent_gone("cc", "uid-b");
+        assert!(m.encode().contains("kmeta_children{controller=\"cc\"} 1"));
+        m.controller_stopped("cc");
+        assert!(m.encode().contains("kmeta_children{controller=\"cc\"} 0"));
+    }
+
+    #[test]
+    fn reconcile_queue_and_api_series() {
+        let m = Metrics::new();
+        m.reconcile("cc", "ok", Duration::from_millis(2));
+        m.reconcile("cc", "error", Duration::from_millis(2));
+        m.reconcile("cc", "ok", Duration::from_millis(2));
+        m.queue_depth("cc", 7);
+        m.queue_wait("cc", Duration::from_millis(5));
+        m.child_op("cc", "create");
+        m.api_request("patch", "409", Duration::from_millis(1));
+        m.event_dropped();
+        let text = m.encode();
+        for want in [
+            "kmeta_reconcile_total{controller=\"cc\",result=\"ok\"} 2",
+            "kmeta_reconcile_total{controller=\"cc\",result=\"error\"} 1",
+            "kmeta_workqueue_depth{controller=\"cc\"} 7",
+            "kmeta_child_operations_total{controller=\"cc\",op=\"create\"} 1",
+            "kmeta_api_requests_total{verb=\"patch\",code=\"409\"} 1",
+            "kmeta_events_dropped_total 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
