@@ -2,6 +2,7 @@
 //! event handlers (parent, child, related → queue) and bounded workers.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use crate::api::{ChildUpdateMethod, CompositeController};
 use crate::cache::{Change, Informer, Informers, ObjKey, obj_key};
 use crate::decide::{self, ChildType, controller_ref, meta_str};
 use crate::hook::{HookClient, HookError, HookOptions};
+use crate::metrics::Metrics;
 use crate::queue::Queue;
 use crate::resources::{Resolved, ResourceError, Resources};
 use crate::selector;
@@ -35,6 +37,11 @@ pub struct ManagerConfig {
     /// Event reporter name. Default `metacontroller` (Metacontroller's component name, so event
     /// filters carry over).
     pub reporter: String,
+    /// Prometheus registry shared with the `/metrics` endpoint. Default: a fresh registry.
+    pub metrics: Arc<Metrics>,
+    /// Set once every running controller's watches have synced (the `/readyz` signal).
+    /// Default: a fresh flag, false.
+    pub ready: Arc<AtomicBool>,
 }
 
 impl Default for ManagerConfig {
@@ -45,6 +52,8 @@ impl Default for ManagerConfig {
             hook: HookOptions::default(),
             customize_cache_ttl: Duration::from_secs(20 * 60),
             reporter: "metacontroller".into(),
+            metrics: Arc::new(Metrics::default()),
+            ready: Arc::new(AtomicBool::new(false)),
         }
     }
 }
