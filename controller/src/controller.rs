@@ -42,6 +42,9 @@ pub struct ManagerConfig {
     /// Set once every running controller's watches have synced (the `/readyz` signal).
     /// Default: a fresh flag, false.
     pub ready: Arc<AtomicBool>,
+    /// Only CompositeControllers whose labels match this selector are run (Metacontroller
+    /// `--target-label-selector`). Default: none, every CompositeController.
+    pub target_label_selector: Option<String>,
 }
 
 impl Default for ManagerConfig {
@@ -54,6 +57,7 @@ impl Default for ManagerConfig {
             reporter: "metacontroller".into(),
             metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(false)),
+            target_label_selector: None,
         }
     }
 }
@@ -299,16 +303,27 @@ impl ParentController {
         }
         let eps = spec.endpoint_configs.as_deref().unwrap_or_default();
         let opts = &ctx.config.hook;
+        let metrics = &ctx.config.metrics;
         let sync_hook = match spec.sync_hook() {
-            Some(h) => HookClient::new(&ctx.client, "sync", h, eps, opts).await?,
+            Some(h) => HookClient::new(&ctx.client, "sync", h, eps, opts)
+                .await?
+                .with_metrics(metrics.clone(), &name),
             None => return Err(BuildError::NoSyncHook),
         };
         let finalize_hook = match spec.finalize_hook() {
-            Some(h) => Some(HookClient::new(&ctx.client, "finalize", h, eps, opts).await?),
+            Some(h) => Some(
+                HookClient::new(&ctx.client, "finalize", h, eps, opts)
+                    .await?
+                    .with_metrics(metrics.clone(), &name),
+            ),
             None => None,
         };
         let customize_hook = match spec.customize_hook() {
-            Some(h) => Some(HookClient::new(&ctx.client, "customize", h, eps, opts).await?),
+            Some(h) => Some(
+                HookClient::new(&ctx.client, "customize", h, eps, opts)
+                    .await?
+                    .with_metrics(metrics.clone(), &name),
+            ),
             None => None,
         };
         let mut cc_json = serde_json::to_value(&cc).unwrap_or(Value::Null);
@@ -404,6 +419,10 @@ impl ParentController {
             Change::Deleted(old) => {
                 let key = obj_key(old);
                 self.queue.forget(&key);
+                self.ctx
+                    .config
+                    .metrics
+                    .parent_gone(&self.name, meta_str(old, "uid"));
                 if let Ok(mut c) = self.customize_cache.lock() {
                     c.remove(meta_str(old, "uid"));
                 }
@@ -458,13 +477,22 @@ impl ParentController {
         }
     }
 
-    /// Runs event handlers and workers until `stop` is cancelled.
+    /// Waits until the parent watch and every child watch have listed once.
+    pub async fn wait_synced(&self) {
+        self.parents.wait_synced().await;
+        for rule in self.children.values() {
+            rule.informer.wait_synced().await;
+        }
+    }
+
+    /// Runs event handlers and workers until `stop` is cancelled; then stops taking work and
+    /// returns once the syncs in flight have finished (the caller bounds how long it waits).
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut handlers = tokio::task::JoinSet::new();
         {
             let pc = self.clone();
             let mut rx = pc.parents.subscribe();
-            tasks.spawn(async move {
+            handlers.spawn(async move {
                 pc.parents.wait_synced().await;
                 pc.enqueue_all();
                 loop {
@@ -479,7 +507,7 @@ impl ParentController {
         for rule in self.children.values() {
             let pc = self.clone();
             let mut rx = rule.informer.subscribe();
-            tasks.spawn(async move {
+            handlers.spawn(async move {
                 loop {
                     match rx.recv().await {
                         Ok(c) => pc.on_child_change(&c),
@@ -492,7 +520,7 @@ impl ParentController {
         if let Some(secs) = self.cc.spec.resync_period_seconds {
             let pc = self.clone();
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
-            tasks.spawn(async move {
+            handlers.spawn(async move {
                 let mut tick = tokio::time::interval(period);
                 tick.tick().await;
                 loop {
@@ -501,24 +529,43 @@ impl ParentController {
                 }
             });
         }
+        let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.ctx.config.workers.max(1) {
             let pc = self.clone();
-            tasks.spawn(async move {
-                while let Some(key) = pc.queue.next().await {
+            workers.spawn(async move {
+                while let Some((key, waited)) = pc.queue.next_timed().await {
+                    let metrics = &pc.ctx.config.metrics;
+                    metrics.queue_wait(&pc.name, waited);
                     pc.process(&key).await;
                     pc.queue.done(&key);
+                    metrics.queue_depth(&pc.name, pc.queue.len());
                 }
             });
         }
         stop.cancelled().await;
         self.queue.shutdown();
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+        handlers.abort_all();
+        while handlers.join_next().await.is_some() {}
+        while workers.join_next().await.is_some() {}
+        self.ctx.config.metrics.controller_stopped(&self.name);
     }
 
     async fn process(self: &Arc<Self>, key: &ObjKey) {
         let _ = tokio::time::timeout(Duration::from_secs(30), self.parents.wait_synced()).await;
-        match sync::sync_parent(self, key).await {
+        let started = Instant::now();
+        let result = sync::sync_parent(self, key).await;
+        let label = match &result {
+            Ok(_) => "ok",
+            Err(
+                SyncError::RelatedNotSynced(_) | SyncError::Hook(HookError::TooManyRequests { .. }),
+            ) => "retry",
+            Err(_) => "error",
+        };
+        self.ctx
+            .config
+            .metrics
+            .reconcile(&self.name, label, started.elapsed());
+        match result {
             Ok(after) => {
                 self.queue.forget(key);
                 if let Some(d) = after {

@@ -2,7 +2,7 @@
 //! CA bundles, bearer/basic auth, client TLS, ETag caching and a response size cap.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -13,6 +13,7 @@ use crate::api::{
     Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, Hook, HookVersion, KeyReference,
     ResponseUnmarshallMode, Webhook,
 };
+use crate::metrics::Metrics;
 use crate::wire;
 
 /// Default hook timeout: 10 s (Metacontroller `webhookTimeout`).
@@ -218,6 +219,8 @@ pub struct HookClient {
     mode: ResponseUnmarshallMode,
     max_response_bytes: usize,
     etag: Option<(Duration, Duration, Mutex<EtagCache>)>,
+    /// Where request counts, durations and in-flight gauges go, with the controller's name.
+    metrics: Option<(Arc<Metrics>, String)>,
 }
 
 impl std::fmt::Debug for HookClient {
@@ -429,7 +432,14 @@ impl HookClient {
             mode: wire::response_mode(hook),
             max_response_bytes: opts.max_response_bytes,
             etag,
+            metrics: None,
         })
+    }
+
+    /// Records this hook's requests in `metrics` under `controller`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>, controller: &str) -> HookClient {
+        self.metrics = Some((metrics, controller.to_owned()));
+        self
     }
 
     /// The hook's wire version.
@@ -476,6 +486,30 @@ impl HookClient {
     /// POSTs `body` and returns the response body of a 200 (or the cached body on 304/412 when
     /// `If-None-Match` was sent). `cache_key` identifies the root object for the ETag cache.
     pub async fn call(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
+        let Some((metrics, controller)) = &self.metrics else {
+            return self.call_unobserved(cache_key, body).await;
+        };
+        let _in_flight = metrics.hook_in_flight(controller, self.name, &self.url);
+        let started = Instant::now();
+        let result = self.call_unobserved(cache_key, body).await;
+        let code = match &result {
+            Ok(_) | Err(HookError::TooLarge { .. } | HookError::Wire(_)) => "200".to_owned(),
+            Err(HookError::Status { code, .. }) => code.to_string(),
+            Err(HookError::TooManyRequests { .. }) => "429".to_owned(),
+            Err(_) => "error".to_owned(),
+        };
+        metrics.hook_request(
+            controller,
+            self.name,
+            &self.url,
+            "POST",
+            &code,
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn call_unobserved(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
         let transport = |e: reqwest::Error| HookError::Transport {
             hook: self.name,
             url: self.url.clone(),

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use kube::Api;
@@ -24,15 +25,68 @@ fn cc_value(cc: &CompositeController) -> Value {
     serde_json::to_value(cc).unwrap_or(Value::Null)
 }
 
+/// Readiness: the CompositeController list has been read once and every controller started from
+/// it has synced its watches (or failed to build, which is reported on the CC instead).
+#[derive(Debug, Default)]
+struct Readiness {
+    listed: AtomicBool,
+    pending: AtomicUsize,
+}
+
+impl Readiness {
+    fn update(&self, flag: &AtomicBool) {
+        if self.listed.load(Ordering::SeqCst) && self.pending.load(Ordering::SeqCst) == 0 {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Counts one initial controller as not yet synced until dropped.
+struct PendingGuard {
+    readiness: Arc<Readiness>,
+    flag: Arc<AtomicBool>,
+}
+
+impl PendingGuard {
+    fn new(readiness: &Arc<Readiness>, flag: &Arc<AtomicBool>) -> PendingGuard {
+        readiness.pending.fetch_add(1, Ordering::SeqCst);
+        PendingGuard {
+            readiness: readiness.clone(),
+            flag: flag.clone(),
+        }
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.readiness.pending.fetch_sub(1, Ordering::SeqCst);
+        self.readiness.update(&self.flag);
+    }
+}
+
 /// Runs one CC until `stop`: builds its controller (retrying every discovery interval while
 /// resources are missing or the parent lacks a status subresource), then runs it.
-async fn run_cc(ctx: Arc<Context>, cc: CompositeController, stop: CancellationToken) {
+async fn run_cc(
+    ctx: Arc<Context>,
+    cc: CompositeController,
+    stop: CancellationToken,
+    pending: Option<PendingGuard>,
+) {
+    let mut pending = pending;
     let name = cc.metadata.name.clone().unwrap_or_default();
     let obj = cc_value(&cc);
     let mut last_error = String::new();
     loop {
         match ParentController::build(ctx.clone(), cc.clone()).await {
             Ok(pc) => {
+                let pc = Arc::new(pc);
+                if let Some(guard) = pending.take() {
+                    let waiting = pc.clone();
+                    tokio::spawn(async move {
+                        waiting.wait_synced().await;
+                        drop(guard);
+                    });
+                }
                 tracing::info!(controller = %name, "started");
                 ctx.event(
                     &obj,
@@ -41,7 +95,7 @@ async fn run_cc(ctx: Arc<Context>, cc: CompositeController, stop: CancellationTo
                     format!("Started controller: {name}"),
                 )
                 .await;
-                Arc::new(pc).run(stop.clone()).await;
+                pc.run(stop.clone()).await;
                 tracing::info!(controller = %name, "stopped");
                 ctx.event(
                     &obj,
@@ -53,6 +107,7 @@ async fn run_cc(ctx: Arc<Context>, cc: CompositeController, stop: CancellationTo
                 return;
             }
             Err(e) => {
+                pending = None;
                 let msg = e.to_string();
                 if msg != last_error {
                     tracing::warn!(controller = %name, error = %msg, "cannot start controller; retrying");
@@ -108,9 +163,13 @@ pub async fn run(
         });
     }
     let api: Api<CompositeController> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &ctx.config.target_label_selector {
+        wc = wc.labels(sel);
+    }
+    let mut stream = watcher::watcher(api, wc).default_backoff().boxed();
+    let readiness = Arc::new(Readiness::default());
+    let mut tasks = tokio::task::JoinSet::new();
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut listed: Vec<CompositeController> = Vec::new();
     loop {
@@ -119,8 +178,9 @@ pub async fn run(
             ev = stream.next() => ev,
         };
         let Some(ev) = ev else { break };
+        while tasks.try_join_next().is_some() {}
         match ev {
-            Ok(Event::Apply(cc)) => upsert(&ctx, &mut running, cc),
+            Ok(Event::Apply(cc)) => upsert(&ctx, &mut tasks, &mut running, cc, None),
             Ok(Event::Delete(cc)) => {
                 if let Some(r) = running.remove(&cc.metadata.name.clone().unwrap_or_default()) {
                     r.stop.cancel();
@@ -140,9 +200,13 @@ pub async fn run(
                     }
                     keep
                 });
+                let first = !readiness.listed.load(Ordering::SeqCst);
                 for cc in std::mem::take(&mut listed) {
-                    upsert(&ctx, &mut running, cc);
+                    let guard = first.then(|| PendingGuard::new(&readiness, &ctx.config.ready));
+                    upsert(&ctx, &mut tasks, &mut running, cc, guard);
                 }
+                readiness.listed.store(true, Ordering::SeqCst);
+                readiness.update(&ctx.config.ready);
             }
             Err(e) => tracing::warn!(error = %e, "compositecontroller watch error"),
         }
@@ -150,10 +214,18 @@ pub async fn run(
     for r in running.values() {
         r.stop.cancel();
     }
+    ctx.config.ready.store(false, Ordering::SeqCst);
+    while tasks.join_next().await.is_some() {}
     Ok(())
 }
 
-fn upsert(ctx: &Arc<Context>, running: &mut HashMap<String, Running>, cc: CompositeController) {
+fn upsert(
+    ctx: &Arc<Context>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    running: &mut HashMap<String, Running>,
+    cc: CompositeController,
+    pending: Option<PendingGuard>,
+) {
     let name = cc.metadata.name.clone().unwrap_or_default();
     if running.get(&name).is_some_and(|r| r.spec == cc.spec) {
         return;
@@ -169,5 +241,5 @@ fn upsert(ctx: &Arc<Context>, running: &mut HashMap<String, Running>, cc: Compos
             stop: stop.clone(),
         },
     );
-    tokio::spawn(run_cc(ctx.clone(), cc, stop));
+    tasks.spawn(run_cc(ctx.clone(), cc, stop, pending));
 }

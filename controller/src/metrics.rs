@@ -321,6 +321,16 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// How many syncs of `controller` finished with `result` (for tests and diagnostics).
+    pub fn reconcile_count(&self, controller: &str, result: &str) -> u64 {
+        self.reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result.into(),
+            })
+            .get()
+    }
+
     /// The current length of a controller's work queue.
     pub fn queue_depth(&self, controller: &str, depth: usize) {
         self.queue_depth

@@ -118,6 +118,11 @@ impl<K: Clone + Eq + Hash> Queue<K> {
 
     /// Waits for the next due key that is not running and marks it running.
     pub async fn next(&self) -> Option<K> {
+        self.next_timed().await.map(|(k, _)| k)
+    }
+
+    /// Like [`Queue::next`], also returning how long the key waited past its due time.
+    pub async fn next_timed(&self) -> Option<(K, Duration)> {
         loop {
             let notified = self.notify.notified();
             let now = Instant::now();
@@ -140,10 +145,10 @@ impl<K: Clone + Eq + Hash> Queue<K> {
                     }
                 }
                 match ready {
-                    Some((k, _)) => {
+                    Some((k, at)) => {
                         s.due.remove(&k);
                         s.running.insert(k.clone());
-                        Ok(k)
+                        Ok((k, now.saturating_duration_since(at)))
                     }
                     None => Err(earliest),
                 }

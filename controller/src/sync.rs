@@ -100,6 +100,10 @@ pub async fn sync_parent(
     )?;
     if decide::may_manage_children(&parent, finalizing, &fin) {
         manage_children(pc, &parent, &observed, &desired).await?;
+        pc.ctx
+            .config
+            .metrics
+            .children(&pc.name, meta_str(&parent, "uid"), desired.len());
     }
     update_status(pc, &parent, response.status.as_ref()).await?;
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
@@ -220,6 +224,7 @@ async fn claim_children(
             )
             .await
             .map_err(api_err(format!("adopting {}", decide::describe(&orphan))))?;
+            pc.ctx.config.metrics.child_op(&pc.name, "adopt");
             if let Some(a) = adopted
                 && decide::controller_ref(&a)
                     .and_then(|r| r.get("uid"))
@@ -257,6 +262,7 @@ async fn claim_children(
             )
             .await
             .map_err(api_err(format!("releasing {}", decide::describe(&child))))?;
+            pc.ctx.config.metrics.child_op(&pc.name, "release");
         }
     }
     Ok(observed)
@@ -533,13 +539,24 @@ async fn manage_children(
             continue;
         };
         let api = kapi::api(&pc.ctx.client, &rule.resolved, meta_str(obj, "namespace"));
-        let (verb, res) = match &op {
-            ChildOp::Create(o) => ("creating", kapi::create(&api, o).await.map(|_| ())),
-            ChildOp::Update(o) => ("updating", kapi::replace(&api, o).await.map(|_| ())),
-            ChildOp::Delete { object, .. } => ("deleting", kapi::delete(&api, object).await),
+        let (verb, op_label, res) = match &op {
+            ChildOp::Create(o) => (
+                "creating",
+                "create",
+                kapi::create(&api, o).await.map(|_| ()),
+            ),
+            ChildOp::Update(o) => (
+                "updating",
+                "update",
+                kapi::replace(&api, o).await.map(|_| ()),
+            ),
+            ChildOp::Delete { object, .. } => {
+                ("deleting", "delete", kapi::delete(&api, object).await)
+            }
         };
         match res {
             Ok(()) => {
+                pc.ctx.config.metrics.child_op(&pc.name, op_label);
                 tracing::info!(controller = %pc.name, child = %decide::describe(obj), "{verb} child")
             }
             Err(e) if kapi::is_conflict(&e) || kapi::is_not_found(&e) => {

@@ -1,1 +1,506 @@
-//! placeholder
+//! Harness for kmeta's end-to-end scenarios.
+//!
+//! Every scenario gets an [`Env`]: by default a fresh in-process `kmeta-apiserver` over real
+//! HTTP, or — when `KMETA_TEST_KUBECONFIG` names a kubeconfig — a real cluster. Each scenario
+//! uses its own namespace and labels its CompositeControllers with a unique `kmeta-test` id so
+//! that the controller it runs only picks up its own (several scenarios can share one cluster).
+//! Scenarios that need fault injection or admission hooks ask [`Env::server`] and skip on a real
+//! cluster.
+//!
+//! Hooks are real HTTP servers ([`HookServer`]) on 127.0.0.1 inside the test process, so the
+//! controller (also in-process) reaches them in both modes.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use kmeta::ManagerConfig;
+use kmeta::metrics::Metrics;
+use kmeta_apiserver::TestServer;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The environment variable that switches scenarios to a real cluster.
+pub const KUBECONFIG_ENV: &str = "KMETA_TEST_KUBECONFIG";
+
+/// Default deadline for every wait: generous, since CI machines are slow and shared.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One scenario's world: an API server (or cluster), a namespace, and optionally a running
+/// controller.
+pub struct Env {
+    /// Client for the API server or cluster.
+    pub client: kube::Client,
+    /// The in-process server (None on a real cluster).
+    server: Option<TestServer>,
+    /// Unique id of this scenario (lowercase, DNS-safe).
+    pub id: String,
+    /// The scenario's namespace.
+    pub ns: String,
+    /// The controller's metrics (shared with the running manager).
+    pub metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    manager: Option<JoinHandle<Result<(), kube::Error>>>,
+    cleanup: Vec<(ApiResource, String)>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KMETA_TEST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+impl Env {
+    /// Starts a fresh in-process API server, or connects to the cluster named by
+    /// `KMETA_TEST_KUBECONFIG`, and creates the scenario's namespace.
+    pub async fn new(name: &str) -> anyhow::Result<Env> {
+        Self::with_server(name, TestServer::builder()).await
+    }
+
+    /// Like [`Env::new`], with a customised in-process server (ignored on a real cluster).
+    pub async fn with_server(
+        name: &str,
+        builder: kmeta_apiserver::TestServerBuilder,
+    ) -> anyhow::Result<Env> {
+        init_tracing();
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let rand = uuid::Uuid::new_v4().simple().to_string();
+        let id = format!("{}-{seq}-{}", name, &rand[..6]);
+        let (client, server) = match std::env::var_os(KUBECONFIG_ENV) {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(&path)
+                    .with_context(|| format!("reading {KUBECONFIG_ENV}={path:?}"))?;
+                let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+                (kube::Client::try_from(cfg)?, None)
+            }
+            None => {
+                let server = builder.start().await.context("starting kmeta-apiserver")?;
+                (server.client(), Some(server))
+            }
+        };
+        let ns = format!("t-{id}");
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ar("v1", "Namespace", "namespaces"));
+        namespaces
+            .create(
+                &PostParams::default(),
+                &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?,
+            )
+            .await
+            .with_context(|| format!("creating namespace {ns}"))?;
+        Ok(Env {
+            client,
+            server,
+            id,
+            ns: ns.clone(),
+            metrics: Arc::new(Metrics::default()),
+            stop: CancellationToken::new(),
+            manager: None,
+            cleanup: vec![(ar("v1", "Namespace", "namespaces"), ns)],
+        })
+    }
+
+    /// The in-process server, for fault injection and admission hooks; None on a real cluster
+    /// (the caller skips what needs it).
+    pub fn server(&self) -> Option<&TestServer> {
+        self.server.as_ref()
+    }
+
+    /// True when running against a real cluster.
+    pub fn real_cluster(&self) -> bool {
+        self.server.is_none()
+    }
+
+    /// The label every CompositeController of this scenario carries.
+    pub fn cc_labels(&self) -> Value {
+        json!({ "kmeta-test": self.id })
+    }
+
+    /// Starts the controller with default settings.
+    pub fn start_controller(&mut self) {
+        self.start_controller_with(ManagerConfig::default());
+    }
+
+    /// Starts the controller (only this scenario's CompositeControllers).
+    pub fn start_controller_with(&mut self, mut config: ManagerConfig) {
+        config.target_label_selector = Some(format!("kmeta-test={}", self.id));
+        config.metrics = self.metrics.clone();
+        config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
+        let client = self.client.clone();
+        let stop = self.stop.clone();
+        self.manager = Some(tokio::spawn(kmeta::manager::run(client, config, stop)));
+    }
+
+    /// Stops the controller and waits (bounded) for it to finish its syncs in flight.
+    pub async fn stop_controller(&mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        if let Some(m) = self.manager.take() {
+            tokio::time::timeout(TIMEOUT, m)
+                .await
+                .context("controller did not stop in time")???;
+        }
+        self.stop = CancellationToken::new();
+        Ok(())
+    }
+
+    /// A dynamic API for `plural` of `api_version`/`kind` in `ns` (None: cluster-scoped or all).
+    pub fn api(
+        &self,
+        api_version: &str,
+        kind: &str,
+        plural: &str,
+        ns: Option<&str>,
+    ) -> Api<DynamicObject> {
+        let r = ar(api_version, kind, plural);
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &r),
+            None => Api::all_with(self.client.clone(), &r),
+        }
+    }
+
+    /// Creates `object` (its kind's plural given), remembering cluster-scoped ones for cleanup.
+    pub async fn create(&mut self, plural: &str, object: Value) -> anyhow::Result<Value> {
+        let (av, kind, ns, name) = ident(&object)?;
+        let api = self.api(&av, &kind, plural, ns.as_deref());
+        let created = api
+            .create(&PostParams::default(), &obj(object)?)
+            .await
+            .with_context(|| format!("creating {kind} {name}"))?;
+        if ns.is_none() {
+            self.cleanup.push((ar(&av, &kind, plural), name));
+        }
+        Ok(serde_json::to_value(created)?)
+    }
+
+    /// Creates a CRD and waits until it is Established and served.
+    pub async fn create_crd(&mut self, crd: Value) -> anyhow::Result<()> {
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.create("customresourcedefinitions", crd).await?;
+        let api = self.api(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            None,
+        );
+        eventually(&format!("CRD {name} Established"), TIMEOUT, || async {
+            let crd = serde_json::to_value(api.get(&name).await?)?;
+            let established = crd
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.get("type") == Some(&json!("Established"))
+                            && c.get("status") == Some(&json!("True"))
+                    })
+                });
+            Ok(established.then_some(()))
+        })
+        .await
+    }
+
+    /// Reads an object; None when it does not exist.
+    pub async fn get(&self, api: &Api<DynamicObject>, name: &str) -> anyhow::Result<Option<Value>> {
+        Ok(api
+            .get_opt(name)
+            .await?
+            .map(serde_json::to_value)
+            .transpose()?)
+    }
+
+    /// JSON-merge-patches an object.
+    pub async fn merge_patch(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        patch: Value,
+    ) -> anyhow::Result<Value> {
+        let o = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("patching {name}"))?;
+        Ok(serde_json::to_value(o)?)
+    }
+
+    /// Finished syncs of `controller` (success + failure + retry).
+    pub fn syncs(&self, controller: &str) -> u64 {
+        ["ok", "error", "retry"]
+            .iter()
+            .map(|r| self.metrics.reconcile_count(controller, r))
+            .sum()
+    }
+
+    /// Waits until `controller` finished more than `after` syncs.
+    pub async fn wait_syncs(&self, controller: &str, after: u64) -> anyhow::Result<u64> {
+        eventually(
+            &format!("a sync of {controller} after #{after}"),
+            TIMEOUT,
+            || async {
+                let n = self.syncs(controller);
+                Ok((n > after).then_some(n))
+            },
+        )
+        .await
+    }
+
+    /// Stops the controller and deletes what the scenario created (namespace, cluster-scoped
+    /// objects). Call at the end of every scenario; on a real cluster it keeps it clean.
+    pub async fn finish(mut self) -> anyhow::Result<()> {
+        self.stop_controller().await?;
+        for (r, name) in self.cleanup.iter().rev() {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), r);
+            let _ = api.delete(name, &DeleteParams::background()).await;
+        }
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// An [`ApiResource`] from apiVersion, kind and plural.
+pub fn ar(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// A JSON value as a dynamic object.
+pub fn obj(v: Value) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(v)?)
+}
+
+fn ident(o: &Value) -> anyhow::Result<(String, String, Option<String>, String)> {
+    let s = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let (Some(av), Some(kind)) = (s("/apiVersion"), s("/kind")) else {
+        bail!("object without apiVersion/kind: {o}");
+    };
+    let name = s("/metadata/name").unwrap_or_default();
+    Ok((av, kind, s("/metadata/namespace"), name))
+}
+
+/// Polls `check` every 25 ms until it yields `Some`, or fails after `timeout` naming `what` and
+/// the last error seen.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = String::from("condition never held");
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A namespaced CRD `group`/v1 `kind` with a status subresource and a free-form spec.
+pub fn crd(group: &str, kind: &str, plural: &str, namespaced: bool) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                      "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}
+            }]
+        }
+    })
+}
+
+/// What a hook handler answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with this JSON body.
+    Json(Value),
+    /// This status with this raw body.
+    Raw(u16, String),
+    /// Wait, then answer.
+    Delay(Duration, Box<Reply>),
+}
+
+type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
+
+struct HookState {
+    handler: Arc<Handler>,
+    calls: Mutex<Vec<(String, Value)>>,
+}
+
+/// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
+/// handler, which gets the path (`sync`, `finalize`, `customize`, ...) and the request body.
+pub struct HookServer {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    state: Arc<HookState>,
+    task: JoinHandle<()>,
+}
+
+impl HookServer {
+    /// Starts the server.
+    pub async fn start(
+        handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> anyhow::Result<HookServer> {
+        let state = Arc::new(HookState {
+            handler: Arc::new(handler),
+            calls: Mutex::new(Vec::new()),
+        });
+        let app = axum::Router::new()
+            .route("/{hook}", axum::routing::post(serve))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(HookServer {
+            base: format!("http://{addr}"),
+            state,
+            task,
+        })
+    }
+
+    /// The URL of hook path `hook`.
+    pub fn url(&self, hook: &str) -> String {
+        format!("{}/{hook}", self.base)
+    }
+
+    /// Requests received so far at `hook`.
+    pub fn calls(&self, hook: &str) -> Vec<Value> {
+        self.state
+            .calls
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .filter(|(h, _)| h == hook)
+                    .map(|(_, b)| b.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Number of requests received at `hook`.
+    pub fn count(&self, hook: &str) -> usize {
+        self.calls(hook).len()
+    }
+}
+
+impl Drop for HookServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    State(state): State<Arc<HookState>>,
+    Path(hook): Path<String>,
+    body: Bytes,
+) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return (StatusCode::BAD_REQUEST, format!("bad request body: {e}")).into_response();
+        }
+    };
+    if let Ok(mut c) = state.calls.lock() {
+        c.push((hook.clone(), body.clone()));
+    }
+    let mut reply = (state.handler)(&hook, &body);
+    loop {
+        match reply {
+            Reply::Json(v) => return axum::Json(v).into_response(),
+            Reply::Raw(code, text) => {
+                let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return (code, text).into_response();
+            }
+            Reply::Delay(d, next) => {
+                tokio::time::sleep(d).await;
+                reply = *next;
+            }
+        }
+    }
+}
+
+/// A CompositeController named `name` for scenario `env`.
+pub fn composite_controller(env: &Env, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": name, "labels": env.cc_labels()},
+        "spec": spec,
+    })
+}
+
+/// Installs kmeta's own CRDs (CompositeController, DecoratorController, ControllerRevision) when
+/// they are not served yet.
+pub async fn install_kmeta_crds(env: &mut Env) -> anyhow::Result<()> {
+    let api = env.api(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    for crd in kmeta::crds::all()? {
+        let crd = serde_json::to_value(crd)?;
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if api.get_opt(&name).await?.is_some() {
+            continue;
+        }
+        // kmeta's CRDs stay installed (on a real cluster other scenarios use them)
+        api.create(&PostParams::default(), &obj(crd)?).await?;
+        eventually(&format!("CRD {name} Established"), TIMEOUT, || async {
+            let crd = serde_json::to_value(api.get(&name).await?)?;
+            Ok(crd
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.get("type") == Some(&json!("Established")))
+                })
+                .then_some(()))
+        })
+        .await?;
+    }
+    Ok(())
+}
