@@ -4,3 +4,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod basic;
+mod failures;
+mod sidecar;

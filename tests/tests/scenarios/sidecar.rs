@@ -1,0 +1,185 @@
+//! The headline case: a child custom resource with an embedded pod template (schemaless CRD),
+//! another actor injects a sidecar container into it; a parent update changes the app image;
+//! the child keeps the sidecar and gets the new image; a further resync writes nothing.
+
+use kmeta_apiserver::Operation;
+use kmeta_tests::*;
+use serde_json::{Value, json};
+
+/// The hook: one `Workload` child per `App`, whose pod template has the app container.
+fn hook(_hook: &str, req: &Value) -> Reply {
+    let p = &req["parent"];
+    let name = p["metadata"]["name"].as_str().unwrap_or_default();
+    let av = p["apiVersion"].as_str().unwrap_or_default();
+    Reply::Json(json!({
+        "status": {"workloads": req["children"].as_object().map_or(0, |m| m.values().map(|v| v.as_object().map_or(0, |o| o.len())).sum::<usize>())},
+        "children": [{
+            "apiVersion": av, "kind": "Workload",
+            "metadata": {"name": name},
+            "spec": {"template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "app", "image": p["spec"]["image"],
+                    "ports": [{"containerPort": 8080}]
+                }]}}}
+        }]
+    }))
+}
+
+fn sidecar() -> Value {
+    json!({"name": "proxy", "image": "envoy:1.30", "ports": [{"containerPort": 15001}]})
+}
+
+/// Inserts the sidecar into `spec.template.spec.containers` unless present (what a mutating
+/// webhook such as a service-mesh injector does).
+fn inject(obj: &mut Value) {
+    if let Some(cs) = obj
+        .pointer_mut("/spec/template/spec/containers")
+        .and_then(Value::as_array_mut)
+        && !cs.iter().any(|c| c["name"] == "proxy")
+    {
+        cs.push(sidecar());
+    }
+}
+
+fn containers(w: &Value) -> Vec<(String, String)> {
+    w.pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap_or_default().to_owned(),
+                        c["image"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() -> anyhow::Result<()>
+{
+    let mut env = Env::new("sidecar").await?;
+    install_kmeta_crds(&mut env).await?;
+    let group = format!("{}.kmeta.test", env.id);
+    let av = format!("{group}/v1");
+    env.create_crd(crd(&group, "App", "apps", true)).await?;
+    env.create_crd(crd(&group, "Workload", "workloads", true))
+        .await?;
+    let hooks = HookServer::start(hook).await?;
+    let spec = json!({
+        "parentResource": {"apiVersion": av, "resource": "apps"},
+        "childResources": [{"apiVersion": av, "resource": "workloads",
+                            "updateStrategy": {"method": "InPlace"}}],
+        "hooks": {"sync": {"webhook": {"url": hooks.url("sync")}}},
+        "generateSelector": true
+    });
+    env.create(
+        "compositecontrollers",
+        composite_controller(&env, "apps-cc", spec),
+    )
+    .await?;
+    // the injector: an admission hook on the test server, or (real cluster) a second client
+    // patching the child after each write, as an operator's own automation would
+    let admission = env.server().map(|s| {
+        s.admission().mutate(&av, "workloads", |obj, op| {
+            if matches!(op, Operation::Create | Operation::Update) {
+                inject(obj);
+            }
+            Ok(())
+        })
+    });
+    env.start_controller();
+    let ns = env.ns.clone();
+    let apps = env.api(&av, "App", "apps", Some(&ns));
+    let workloads = env.api(&av, "Workload", "workloads", Some(&ns));
+    env.create(
+        "apps",
+        json!({"apiVersion": av, "kind": "App", "metadata": {"name": "web", "namespace": ns},
+               "spec": {"image": "web:1"}}),
+    )
+    .await?;
+    let w = eventually("child Workload", TIMEOUT, || async {
+        env.get(&workloads, "web").await
+    })
+    .await?;
+    if admission.is_none() {
+        let mut patched = w.clone();
+        inject(&mut patched);
+        let cs = patched.pointer("/spec/template/spec/containers").cloned();
+        env.merge_patch(
+            &workloads,
+            "web",
+            json!({"spec": {"template": {"spec": {"containers": cs}}}}),
+        )
+        .await?;
+    }
+    let w = eventually("sidecar injected", TIMEOUT, || async {
+        Ok(env
+            .get(&workloads, "web")
+            .await?
+            .filter(|w| containers(w).len() == 2))
+    })
+    .await?;
+    assert_eq!(
+        containers(&w),
+        [
+            ("app".into(), "web:1".into()),
+            ("proxy".into(), "envoy:1.30".into())
+        ]
+    );
+
+    // the parent's image changes: the child gets it and keeps the sidecar
+    env.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
+        .await?;
+    let w = eventually("new image in the child", TIMEOUT, || async {
+        Ok(env
+            .get(&workloads, "web")
+            .await?
+            .filter(|w| containers(w).first().is_some_and(|c| c.1 == "web:2")))
+    })
+    .await?;
+    assert_eq!(
+        containers(&w),
+        [
+            ("app".into(), "web:2".into()),
+            ("proxy".into(), "envoy:1.30".into())
+        ],
+        "the sidecar must survive the update, in place: {w}"
+    );
+    // the sidecar's own list-map items were not touched either
+    assert_eq!(
+        w.pointer("/spec/template/spec/containers/1/ports"),
+        Some(&json!([{"containerPort": 15001}]))
+    );
+
+    // settle: wait until status reflects the child, then force another sync and see no write
+    eventually("parent status", TIMEOUT, || async {
+        Ok(env
+            .get(&apps, "web")
+            .await?
+            .filter(|p| p["status"]["observedGeneration"] == 2 && p["status"]["workloads"] == 1))
+    })
+    .await?;
+    let before_rv = w["metadata"]["resourceVersion"].clone();
+    let before = env.server().map(|s| s.counters());
+    let syncs = env.syncs("apps-cc");
+    env.merge_patch(
+        &apps,
+        "web",
+        json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}}),
+    )
+    .await?;
+    env.wait_syncs("apps-cc", syncs).await?;
+    let w = env.get(&workloads, "web").await?.unwrap();
+    assert_eq!(
+        w["metadata"]["resourceVersion"], before_rv,
+        "resync rewrote the child"
+    );
+    if let (Some(s), Some(before)) = (env.server(), before) {
+        let d = s.counters().since(&before);
+        assert_eq!(d.writes_to("workloads"), 0, "writes during resync: {d:?}");
+    }
+    env.finish().await
+}
