@@ -107,10 +107,7 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
             .into_iter()
             .map(serde_json::to_value)
             .filter_map(Result::ok)
-            .find(|e| {
-                e["reason"] == "SyncError" && e["involvedObject"]["name"] == "t"
-                    || e["reason"] == "SyncError" && e["regarding"]["name"] == "t"
-            }))
+            .find(|e| e["reason"] == "SyncError" && e["regarding"]["name"] == "t"))
     })
     .await?;
     assert_eq!(ev["type"], "Warning");
