@@ -362,6 +362,7 @@ type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 struct HookState {
     handler: Arc<Handler>,
     calls: Mutex<Vec<(String, Value)>>,
+    auth: Mutex<Vec<(String, Option<String>)>>,
 }
 
 /// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
@@ -381,6 +382,7 @@ impl HookServer {
         let state = Arc::new(HookState {
             handler: Arc::new(handler),
             calls: Mutex::new(Vec::new()),
+            auth: Mutex::new(Vec::new()),
         });
         let app = axum::Router::new()
             .route("/{hook}", axum::routing::post(serve))
@@ -416,6 +418,20 @@ impl HookServer {
             .unwrap_or_default()
     }
 
+    /// The `Authorization` header of every request received at `hook`.
+    pub fn authorizations(&self, hook: &str) -> Vec<Option<String>> {
+        self.state
+            .auth
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .filter(|(h, _)| h == hook)
+                    .map(|(_, a)| a.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Number of requests received at `hook`.
     pub fn count(&self, hook: &str) -> usize {
         self.calls(hook).len()
@@ -431,8 +447,16 @@ impl Drop for HookServer {
 async fn serve(
     State(state): State<Arc<HookState>>,
     Path(hook): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Ok(mut a) = state.auth.lock() {
+        let value = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        a.push((hook.clone(), value));
+    }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {

@@ -5,4 +5,5 @@
 
 mod basic;
 mod failures;
+mod metacontroller;
 mod sidecar;
