@@ -587,6 +587,9 @@ impl ParentController {
                     self.ctx
                         .event(&p, true, "SyncError", format!("Sync error: {e}"))
                         .await;
+                    if let Err(err) = sync::report_failure(self, &p, &e.to_string()).await {
+                        tracing::warn!(controller = %self.name, parent = ?key, error = %err, "writing the SyncError condition failed");
+                    }
                 }
             }
         }

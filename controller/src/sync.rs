@@ -616,6 +616,39 @@ async fn update_status(
     }
 }
 
+/// After a failed sync: a `Synced=False` condition on the parent's status (only when it
+/// differs from what is there; UID-guarded, resourceVersion-checked).
+pub async fn report_failure(
+    pc: &ParentController,
+    parent: &Value,
+    message: &str,
+) -> Result<(), SyncError> {
+    let api = kapi::api(&pc.ctx.client, &pc.parent, meta_str(parent, "namespace"));
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    kapi::atomic_update(
+        &api,
+        meta_str(parent, "name"),
+        meta_str(parent, "uid"),
+        true,
+        |live| match decide::with_sync_failure(live, message, &now) {
+            Some(next) => {
+                *live = next;
+                true
+            }
+            None => false,
+        },
+    )
+    .await
+    .map(|_| ())
+    .map_err(api_err(format!(
+        "reporting failure on {}",
+        decide::describe(parent)
+    )))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -111,6 +111,25 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
     })
     .await?;
     assert_eq!(ev["type"], "Warning");
+    // and as a condition on the parent's status
+    let p = eventually("Synced=False condition", TIMEOUT, || async {
+        Ok(env.get(&things, "t").await?.filter(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Synced" && c["status"] == "False")
+            })
+        }))
+    })
+    .await?;
+    let cond = &p["status"]["conditions"][0];
+    assert_eq!(cond["reason"], "SyncError");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a declared child"),
+        "{cond}"
+    );
     // a good answer again: the child follows
     *mode.lock().unwrap() = Mode::Good;
     env.merge_patch(&things, "t", json!({"spec": {"v": "2"}}))
