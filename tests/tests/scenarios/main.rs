@@ -5,5 +5,6 @@
 
 mod basic;
 mod failures;
+mod lifecycle;
 mod metacontroller;
 mod sidecar;
