@@ -184,18 +184,30 @@ where
         mode: mode_name(mode),
         message,
     };
+    let located = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            err(inner.to_string())
+        } else {
+            err(format!("at `{path}`: {inner}"))
+        }
+    };
     match mode {
-        ResponseUnmarshallMode::Strict => serde_json::from_slice::<S>(body)
-            .map(Ok)
-            .map_err(|e| err(e.to_string())),
+        ResponseUnmarshallMode::Strict => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            let decoded = serde_path_to_error::deserialize::<_, S>(&mut de).map_err(located)?;
+            de.end().map_err(|e| err(e.to_string()))?;
+            Ok(Ok(decoded))
+        }
         ResponseUnmarshallMode::Loose => {
             let v: Value = serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
             if !v.is_object() {
                 return Err(err("expected a JSON object".into()));
             }
-            serde_json::from_value::<L>(v)
+            serde_path_to_error::deserialize::<_, L>(v)
                 .map(Err)
-                .map_err(|e| err(e.to_string()))
+                .map_err(located)
         }
     }
 }
@@ -412,6 +424,29 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("duplicate field"), "{e}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field_path() {
+        for mode in [
+            ResponseUnmarshallMode::Loose,
+            ResponseUnmarshallMode::Strict,
+        ] {
+            let e = decode_sync_response(br#"{"children": "none"}"#, mode, "sync")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("at `children`"), "{e}");
+            let e = decode_sync_response(br#"{"resyncAfterSeconds": "soon"}"#, mode, "sync")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("at `resyncAfterSeconds`"), "{e}");
+        }
+        let e = decode_sync_response(
+            br#"{"children": []} trailing"#,
+            ResponseUnmarshallMode::Strict,
+            "sync",
+        );
+        assert!(e.is_err());
     }
 
     #[test]
