@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
@@ -201,11 +202,35 @@ impl Shared {
         self.synced.send_replace(true);
     }
 
-    async fn run(self: Arc<Self>, client: kube::Client) {
-        let api: Api<DynamicObject> = Api::all_with(client, &self.resource.api);
-        let mut stream = watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+    /// Watches until aborted. Every `flush` the watch is restarted with a fresh list (which
+    /// corrects the cache should an event ever have been missed), as Metacontroller's
+    /// `--cache-flush-interval` does.
+    async fn run(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
+        loop {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &self.resource.api);
+            let stream = watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            match flush {
+                Some(d) => {
+                    let _ = tokio::time::timeout(d, self.clone().consume(stream)).await;
+                    tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting");
+                }
+                None => {
+                    self.clone().consume(stream).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn consume(
+        self: Arc<Self>,
+        mut stream: futures::stream::BoxStream<
+            'static,
+            Result<Event<DynamicObject>, watcher::Error>,
+        >,
+    ) {
         let mut buffer: Vec<Value> = Vec::new();
         while let Some(ev) = stream.next().await {
             match ev {
@@ -292,6 +317,7 @@ impl Informer {
 /// The shared watches, created on demand and stopped when unused.
 pub struct Informers {
     client: kube::Client,
+    flush: Option<Duration>,
     map: Mutex<HashMap<String, Weak<Informer>>>,
 }
 
@@ -302,10 +328,11 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
-    /// No watches yet.
-    pub fn new(client: kube::Client) -> Self {
+    /// No watches yet; each watch relists every `flush` (None: never).
+    pub fn new(client: kube::Client, flush: Option<Duration>) -> Self {
         Informers {
             client,
+            flush,
             map: Mutex::new(HashMap::new()),
         }
     }
@@ -329,7 +356,7 @@ impl Informers {
             tx,
             synced,
         });
-        let task = tokio::spawn(shared.clone().run(self.client.clone()));
+        let task = tokio::spawn(shared.clone().run(self.client.clone(), self.flush));
         let inf = Arc::new(Informer { shared, task });
         map.insert(key, Arc::downgrade(&inf));
         inf

@@ -30,6 +30,9 @@ pub struct ManagerConfig {
     pub workers: usize,
     /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
     pub discovery_interval: Duration,
+    /// Every watch relists this often (None: never). Default 30 min (Metacontroller
+    /// `--cache-flush-interval`).
+    pub cache_flush_interval: Option<Duration>,
     /// Hook transport settings (16 MiB response cap by default).
     pub hook: HookOptions,
     /// Customize response cache lifetime. Default 20 min (Metacontroller's customize cache TTL).
@@ -52,6 +55,7 @@ impl Default for ManagerConfig {
         ManagerConfig {
             workers: 5,
             discovery_interval: Duration::from_secs(30),
+            cache_flush_interval: Some(Duration::from_secs(30 * 60)),
             hook: HookOptions::default(),
             customize_cache_ttl: Duration::from_secs(20 * 60),
             reporter: "metacontroller".into(),
@@ -95,7 +99,7 @@ impl Context {
             },
         );
         Arc::new(Context {
-            informers: Informers::new(client.clone()),
+            informers: Informers::new(client.clone(), config.cache_flush_interval),
             resources: Resources::default(),
             client,
             config,
