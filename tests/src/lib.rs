@@ -355,6 +355,8 @@ pub enum Reply {
     Raw(u16, String),
     /// Wait, then answer.
     Delay(Duration, Box<Reply>),
+    /// Answer with these extra response headers.
+    Headers(Vec<(String, String)>, Box<Reply>),
 }
 
 type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
@@ -362,7 +364,7 @@ type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 struct HookState {
     handler: Arc<Handler>,
     calls: Mutex<Vec<(String, Value)>>,
-    auth: Mutex<Vec<(String, Option<String>)>>,
+    headers: Mutex<Vec<(String, axum::http::HeaderMap)>>,
 }
 
 /// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
@@ -382,7 +384,7 @@ impl HookServer {
         let state = Arc::new(HookState {
             handler: Arc::new(handler),
             calls: Mutex::new(Vec::new()),
-            auth: Mutex::new(Vec::new()),
+            headers: Mutex::new(Vec::new()),
         });
         let app = axum::Router::new()
             .route("/{hook}", axum::routing::post(serve))
@@ -418,18 +420,23 @@ impl HookServer {
             .unwrap_or_default()
     }
 
-    /// The `Authorization` header of every request received at `hook`.
-    pub fn authorizations(&self, hook: &str) -> Vec<Option<String>> {
+    /// The value of request header `name` of every request received at `hook`.
+    pub fn header(&self, hook: &str, name: &str) -> Vec<Option<String>> {
         self.state
-            .auth
+            .headers
             .lock()
             .map(|c| {
                 c.iter()
                     .filter(|(h, _)| h == hook)
-                    .map(|(_, a)| a.clone())
+                    .map(|(_, m)| m.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned))
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The `Authorization` header of every request received at `hook`.
+    pub fn authorizations(&self, hook: &str) -> Vec<Option<String>> {
+        self.header(hook, "authorization")
     }
 
     /// Number of requests received at `hook`.
@@ -450,12 +457,8 @@ async fn serve(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Ok(mut a) = state.auth.lock() {
-        let value = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        a.push((hook.clone(), value));
+    if let Ok(mut h) = state.headers.lock() {
+        h.push((hook.clone(), headers));
     }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -467,19 +470,33 @@ async fn serve(
         c.push((hook.clone(), body.clone()));
     }
     let mut reply = (state.handler)(&hook, &body);
-    loop {
+    let mut extra = Vec::new();
+    let mut response = loop {
         match reply {
-            Reply::Json(v) => return axum::Json(v).into_response(),
+            Reply::Json(v) => break axum::Json(v).into_response(),
             Reply::Raw(code, text) => {
                 let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                return (code, text).into_response();
+                break (code, text).into_response();
             }
             Reply::Delay(d, next) => {
                 tokio::time::sleep(d).await;
                 reply = *next;
             }
+            Reply::Headers(h, next) => {
+                extra.extend(h);
+                reply = *next;
+            }
+        }
+    };
+    for (k, v) in extra {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::try_from(k),
+            axum::http::HeaderValue::try_from(v),
+        ) {
+            response.headers_mut().insert(k, v);
         }
     }
+    response
 }
 
 /// A CompositeController named `name` for scenario `env`.

@@ -8,3 +8,4 @@ mod failures;
 mod lifecycle;
 mod metacontroller;
 mod sidecar;
+mod transport;
