@@ -1,0 +1,249 @@
+//! The axum adapter: `POST /sync`, `/finalize`, `/customize` call the user's functions.
+
+use std::fmt::Display;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::types::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse};
+
+type Handler<Req, Resp> = Arc<dyn Fn(Req) -> Result<Resp, String> + Send + Sync>;
+
+/// The hooks of one controller; build with [`router`], then [`Hooks::into_router`] or
+/// [`Hooks::serve`].
+#[derive(Clone, Default)]
+pub struct Hooks {
+    sync: Option<Handler<SyncRequest, SyncResponse>>,
+    finalize: Option<Handler<SyncRequest, SyncResponse>>,
+    customize: Option<Handler<CustomizeRequest, CustomizeResponse>>,
+}
+
+/// Starts a set of hooks: `router().sync(f).finalize(g).customize(h)`.
+pub fn router() -> Hooks {
+    Hooks::default()
+}
+
+fn boxed<Req, Resp, E, F>(f: F) -> Handler<Req, Resp>
+where
+    F: Fn(Req) -> Result<Resp, E> + Send + Sync + 'static,
+    E: Display,
+{
+    Arc::new(move |req| f(req).map_err(|e| e.to_string()))
+}
+
+impl Hooks {
+    /// Serves the sync hook at `POST /sync`. An `Err` answers 500 with `{"error": "..."}`.
+    pub fn sync<F, E>(mut self, f: F) -> Self
+    where
+        F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
+        E: Display,
+    {
+        self.sync = Some(boxed(f));
+        self
+    }
+
+    /// Serves the finalize hook at `POST /finalize` (requests have `finalizing: true`).
+    pub fn finalize<F, E>(mut self, f: F) -> Self
+    where
+        F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
+        E: Display,
+    {
+        self.finalize = Some(boxed(f));
+        self
+    }
+
+    /// Serves the customize hook at `POST /customize`.
+    pub fn customize<F, E>(mut self, f: F) -> Self
+    where
+        F: Fn(CustomizeRequest) -> Result<CustomizeResponse, E> + Send + Sync + 'static,
+        E: Display,
+    {
+        self.customize = Some(boxed(f));
+        self
+    }
+
+    /// The axum router with one `POST` route per registered hook.
+    pub fn into_router(self) -> Router {
+        let mut r = Router::new();
+        if let Some(h) = self.sync {
+            r = r.route("/sync", post(move |body: Bytes| call(h, "sync", body)));
+        }
+        if let Some(h) = self.finalize {
+            r = r.route(
+                "/finalize",
+                post(move |body: Bytes| call(h, "finalize", body)),
+            );
+        }
+        if let Some(h) = self.customize {
+            r = r.route(
+                "/customize",
+                post(move |body: Bytes| call(h, "customize", body)),
+            );
+        }
+        r
+    }
+
+    /// Binds `addr` (`0.0.0.0:8080`) and serves until the process ends.
+    pub async fn serve(self, addr: &str) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        axum::serve(listener, self.into_router()).await
+    }
+}
+
+fn error(code: StatusCode, message: String) -> Response {
+    (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn call<Req, Resp>(h: Handler<Req, Resp>, hook: &'static str, body: Bytes) -> Response
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+{
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    let req: Req = match serde_path_to_error::deserialize(&mut de) {
+        Ok(r) => r,
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let message = if path.is_empty() || path == "." {
+                format!("malformed {hook} request: {inner}")
+            } else {
+                format!("malformed {hook} request at `{path}`: {inner}")
+            };
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    if let Err(e) = de.end() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("malformed {hook} request: {e}"),
+        );
+    }
+    match h(req) {
+        Ok(resp) => axum::Json(resp).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{hook} hook failed: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{RelatedResourceRule, child};
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    fn hooks() -> Router {
+        router()
+            .sync(|req: SyncRequest| {
+                if req.parent_name() == "bad" {
+                    return Err("parent is bad".to_owned());
+                }
+                Ok(SyncResponse::new()
+                    .child(child("v1", "ConfigMap", req.parent_name()).build())
+                    .status(json!({"seen": req.children.len()})))
+            })
+            .finalize(|req: SyncRequest| {
+                Ok::<_, String>(SyncResponse::new().finalized(req.children.is_empty()))
+            })
+            .customize(|_req: CustomizeRequest| {
+                Ok::<_, String>(CustomizeResponse {
+                    related_resources: vec![RelatedResourceRule::new("v1", "configmaps")],
+                })
+            })
+            .into_router()
+    }
+
+    async fn post(path: &str, body: &str) -> (StatusCode, Value) {
+        let resp = hooks()
+            .oneshot(
+                Request::post(path)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_owned()))
+                    .expect("request"),
+            )
+            .await
+            .expect("infallible");
+        let code = resp.status();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (code, serde_json::from_slice(&bytes).expect("json body"))
+    }
+
+    #[tokio::test]
+    async fn sync_ok() {
+        let (code, body) = post(
+            "/sync",
+            r#"{"controller":{},"parent":{"metadata":{"name":"p","namespace":"d"}},
+                "children":{"ConfigMap.v1":{"p":{"metadata":{"name":"p"}}}},"related":{},
+                "finalizing":false}"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            body,
+            json!({"status": {"seen": 1}, "children": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}}]})
+        );
+    }
+
+    #[tokio::test]
+    async fn user_error_is_500_with_json() {
+        let (code, body) = post("/sync", r#"{"parent":{"metadata":{"name":"bad"}}}"#).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body, json!({"error": "sync hook failed: parent is bad"}));
+    }
+
+    #[tokio::test]
+    async fn malformed_request_names_the_field() {
+        let (code, body) = post(
+            "/sync",
+            r#"{"parent":{},"children":{"Pod.v1":[1,2]},"finalizing":false}"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        let msg = body["error"].as_str().expect("error message");
+        assert!(msg.contains("children.Pod.v1"), "{msg}");
+
+        let (code, body) = post("/sync", r#"{"children":{}}"#).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        let msg = body["error"].as_str().expect("error message");
+        assert!(msg.contains("missing field `parent`"), "{msg}");
+
+        let (code, body) = post("/customize", "not json").await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(body["error"].as_str().is_some());
+
+        let (code, body) = post("/finalize", r#"{"parent":{},"finalizing":"yes"}"#).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        let msg = body["error"].as_str().expect("error message");
+        assert!(msg.contains("finalizing"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn finalize_and_customize() {
+        let (code, body) = post(
+            "/finalize",
+            r#"{"parent":{"metadata":{"name":"p"}},"children":{},"finalizing":true}"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(body, json!({"children": [], "finalized": true}));
+        let (code, body) = post("/customize", r#"{"controller":{},"parent":{}}"#).await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            body,
+            json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps"}]})
+        );
+    }
+}
