@@ -1,6 +1,8 @@
 //! The axum adapter: `POST /sync`, `/finalize`, `/customize` call the user's functions.
 
 use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Router;
@@ -13,7 +15,8 @@ use serde::de::DeserializeOwned;
 
 use crate::types::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse};
 
-type Handler<Req, Resp> = Arc<dyn Fn(Req) -> Result<Resp, String> + Send + Sync>;
+type Reply<Resp> = Pin<Box<dyn Future<Output = Result<Resp, String>> + Send>>;
+type Handler<Req, Resp> = Arc<dyn Fn(Req) -> Reply<Resp> + Send + Sync>;
 
 /// The hooks of one controller; build with [`router`], then [`Hooks::into_router`] or
 /// [`Hooks::serve`].
@@ -32,9 +35,26 @@ pub fn router() -> Hooks {
 fn boxed<Req, Resp, E, F>(f: F) -> Handler<Req, Resp>
 where
     F: Fn(Req) -> Result<Resp, E> + Send + Sync + 'static,
+    Resp: Send + 'static,
     E: Display,
 {
-    Arc::new(move |req| f(req).map_err(|e| e.to_string()))
+    Arc::new(move |req| {
+        let out = f(req).map_err(|e| e.to_string());
+        Box::pin(std::future::ready(out))
+    })
+}
+
+fn boxed_async<Req, Resp, E, F, Fut>(f: F) -> Handler<Req, Resp>
+where
+    F: Fn(Req) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Resp, E>> + Send + 'static,
+    Resp: Send + 'static,
+    E: Display,
+{
+    Arc::new(move |req| {
+        let fut = f(req);
+        Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+    })
 }
 
 impl Hooks {
@@ -68,6 +88,39 @@ impl Hooks {
         self
     }
 
+    /// Like [`Hooks::sync`], for an async function (one that calls other services).
+    pub fn sync_async<F, Fut, E>(mut self, f: F) -> Self
+    where
+        F: Fn(SyncRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<SyncResponse, E>> + Send + 'static,
+        E: Display,
+    {
+        self.sync = Some(boxed_async(f));
+        self
+    }
+
+    /// Like [`Hooks::finalize`], for an async function.
+    pub fn finalize_async<F, Fut, E>(mut self, f: F) -> Self
+    where
+        F: Fn(SyncRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<SyncResponse, E>> + Send + 'static,
+        E: Display,
+    {
+        self.finalize = Some(boxed_async(f));
+        self
+    }
+
+    /// Like [`Hooks::customize`], for an async function.
+    pub fn customize_async<F, Fut, E>(mut self, f: F) -> Self
+    where
+        F: Fn(CustomizeRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CustomizeResponse, E>> + Send + 'static,
+        E: Display,
+    {
+        self.customize = Some(boxed_async(f));
+        self
+    }
+
     /// The axum router with one `POST` route per registered hook.
     pub fn into_router(self) -> Router {
         let mut r = Router::new();
@@ -92,6 +145,11 @@ impl Hooks {
     /// Binds `addr` (`0.0.0.0:8080`) and serves until the process ends.
     pub async fn serve(self, addr: &str) -> std::io::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        self.serve_listener(listener).await
+    }
+
+    /// Serves on a bound listener (bind `127.0.0.1:0` to get a free port, e.g. in tests).
+    pub async fn serve_listener(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         axum::serve(listener, self.into_router()).await
     }
 }
@@ -125,7 +183,7 @@ where
             format!("malformed {hook} request: {e}"),
         );
     }
-    match h(req) {
+    match h(req).await {
         Ok(resp) => axum::Json(resp).into_response(),
         Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -228,6 +286,56 @@ mod tests {
         assert_eq!(code, StatusCode::BAD_REQUEST);
         let msg = body["error"].as_str().expect("error message");
         assert!(msg.contains("finalizing"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn async_handlers_over_a_real_listener() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(
+            router()
+                .sync_async(|req: SyncRequest| async move {
+                    tokio::task::yield_now().await;
+                    Ok::<_, String>(SyncResponse::new().status(json!({"name": req.parent_name()})))
+                })
+                .customize_async(|_req: CustomizeRequest| async {
+                    Err::<CustomizeResponse, _>("no rules today")
+                })
+                .serve_listener(listener),
+        );
+        let (code, body) = raw_post(addr, "/sync", r#"{"parent":{"metadata":{"name":"p"}}}"#).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body, json!({"status": {"name": "p"}, "children": []}));
+        let (code, body) = raw_post(addr, "/customize", r#"{"parent":{}}"#).await;
+        assert_eq!(code, 500);
+        assert_eq!(
+            body,
+            json!({"error": "customize hook failed: no rules today"})
+        );
+        server.abort();
+    }
+
+    /// A minimal HTTP/1.1 client over a TCP socket (no extra dependency).
+    async fn raw_post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        let code = out
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status line");
+        let (_, payload) = out.split_once("\r\n\r\n").expect("headers end");
+        (code, serde_json::from_str(payload).expect("json body"))
     }
 
     #[tokio::test]

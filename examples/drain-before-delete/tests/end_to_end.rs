@@ -33,7 +33,7 @@ async fn queue_is_kept_until_drained() -> anyhow::Result<()> {
         });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let hook_task = tokio::spawn(async move { axum::serve(listener, hooks.into_router()).await });
+    let hook_task = tokio::spawn(async move { hooks.serve_listener(listener).await });
 
     let mut cc = yaml("controller.yaml")?;
     cc["spec"]["hooks"]["sync"]["webhook"]["url"] = json!(format!("http://{addr}/sync"));
