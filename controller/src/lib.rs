@@ -9,6 +9,7 @@ pub mod cache;
 pub mod controller;
 pub mod crds;
 pub mod decide;
+pub mod demo;
 pub mod hook;
 pub mod kapi;
 pub mod manager;
