@@ -33,3 +33,21 @@ async fn demo_succeeds_and_tells_the_story() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_fails_loudly_when_it_runs_out_of_time() -> anyhow::Result<()> {
+    let mut out: Vec<u8> = Vec::new();
+    let opts = DemoOptions {
+        timeout: Duration::from_millis(1),
+        verbose: false,
+    };
+    let Err(e) = run(opts, &mut out).await else {
+        anyhow::bail!("a demo bounded by 1 ms cannot succeed");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("did not finish within") || msg.starts_with("step "),
+        "unexpected error: {msg}"
+    );
+    Ok(())
+}
