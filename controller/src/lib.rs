@@ -15,6 +15,7 @@ pub mod kapi;
 pub mod manager;
 pub mod metrics;
 pub mod queue;
+pub mod ratelimit;
 pub mod resources;
 pub mod selector;
 pub mod sync;
