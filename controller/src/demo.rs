@@ -85,8 +85,13 @@ pub enum DemoError {
     #[error("controller: {0}")]
     Controller(String),
     /// The whole demo took longer than its bound.
-    #[error("the demo did not finish within {0:?}")]
-    Timeout(Duration),
+    #[error("step {step}: the demo did not finish within {timeout:?}")]
+    Timeout {
+        /// The step the demo was in.
+        step: &'static str,
+        /// The bound ([`DemoOptions::timeout`]).
+        timeout: Duration,
+    },
     /// Writing the demo's output failed.
     #[error("writing the demo output: {0}")]
     Output(#[source] std::io::Error),
@@ -121,10 +126,14 @@ pub const SIDECAR: &str = "istio-proxy";
 pub const APP_LABEL: &str = "apps.example.com/webapp";
 
 const NAMESPACE: &str = "demo";
+const SETUP: &str = "0 (setup)";
 const PARENT: &str = "shop";
 const CONTROLLER: &str = "webapp-controller";
 const TOUCH: &str = "demo.kmeta.dev/touch";
 const POLL: Duration = Duration::from_millis(50);
+/// Bound on each wait (within the whole demo's bound): every step takes well under a second on
+/// a laptop; 10 s leaves room for a loaded CI machine.
+const STEP_WAIT: Duration = Duration::from_secs(10);
 /// Bound on stopping the controller and the servers at the end.
 const SHUTDOWN: Duration = Duration::from_secs(10);
 
@@ -228,9 +237,13 @@ pub async fn run(
 ) -> Result<(), DemoError> {
     let timeout = opts.timeout;
     let deadline = Instant::now() + timeout;
-    match tokio::time::timeout(timeout, Demo::run(&opts, deadline, out)).await {
+    let progress = Arc::new(Mutex::new(SETUP));
+    match tokio::time::timeout(timeout, Demo::run(&opts, deadline, progress.clone(), out)).await {
         Ok(result) => result,
-        Err(_) => Err(DemoError::Timeout(timeout)),
+        Err(_) => Err(DemoError::Timeout {
+            step: progress.lock().map_or(SETUP, |s| *s),
+            timeout,
+        }),
     }
 }
 
@@ -240,6 +253,8 @@ struct HookState {
     calls: AtomicU64,
     /// The `demo.kmeta.dev/touch` annotation of every parent the hook was asked about.
     touches: Mutex<Vec<String>>,
+    /// The pod template containers of the hook's last desired Deployment.
+    desired: Mutex<Value>,
 }
 
 async fn serve_sync(State(state): State<Arc<HookState>>, body: axum::body::Bytes) -> Response {
@@ -257,7 +272,12 @@ async fn serve_sync(State(state): State<Arc<HookState>>, body: axum::body::Bytes
         touches.push(t.to_owned());
     }
     match sync_hook(&request) {
-        Ok(response) => axum::Json(response).into_response(),
+        Ok(response) => {
+            if let Ok(mut d) = state.desired.lock() {
+                *d = response["children"][0]["spec"]["template"]["spec"]["containers"].clone();
+            }
+            axum::Json(response).into_response()
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -275,6 +295,8 @@ struct Demo<'o> {
     out: &'o mut (dyn std::io::Write + Send),
     verbose: bool,
     deadline: Instant,
+    /// The step under way, for the timeout error.
+    progress: Arc<Mutex<&'static str>>,
     client: kube::Client,
 }
 
@@ -397,6 +419,7 @@ impl<'o> Demo<'o> {
     async fn run(
         opts: &DemoOptions,
         deadline: Instant,
+        progress: Arc<Mutex<&'static str>>,
         out: &'o mut (dyn std::io::Write + Send),
     ) -> Result<(), DemoError> {
         let server = TestServer::start().await?;
@@ -404,9 +427,17 @@ impl<'o> Demo<'o> {
             out,
             verbose: opts.verbose,
             deadline,
+            progress,
             client: server.client(),
         };
         demo.story(&server).await
+    }
+
+    /// Records the step under way.
+    fn at(&self, step: &'static str) {
+        if let Ok(mut p) = self.progress.lock() {
+            *p = step;
+        }
     }
 
     fn say(&mut self, text: &str) -> Result<(), DemoError> {
@@ -453,13 +484,15 @@ impl<'o> Demo<'o> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Result<T, String>, kube::Error>>,
     {
+        self.at(step);
+        let deadline = self.deadline.min(Instant::now() + STEP_WAIT);
         loop {
             let found = match check().await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(f)) => f,
                 Err(e) => format!("api error: {e}"),
             };
-            if Instant::now() + POLL >= self.deadline {
+            if Instant::now() + POLL >= deadline {
                 return Err(DemoError::Step {
                     step,
                     expected: expected.to_owned(),
@@ -476,6 +509,7 @@ impl<'o> Demo<'o> {
         api: &Api<DynamicObject>,
         obj: Value,
     ) -> Result<DynamicObject, DemoError> {
+        self.at(step);
         let what = format!(
             "creating {} {}",
             obj["kind"].as_str().unwrap_or_default(),
@@ -504,6 +538,7 @@ impl<'o> Demo<'o> {
         name: &str,
         patch: Value,
     ) -> Result<(), DemoError> {
+        self.at(step);
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| DemoError::Api {
@@ -547,7 +582,6 @@ impl<'o> Demo<'o> {
     }
 
     async fn story(&mut self, server: &TestServer) -> Result<(), DemoError> {
-        const SETUP: &str = "0 (setup)";
         const S1: &str = "1 (sidecar injected at creation)";
         const S2: &str = "2 (image update keeps the sidecar)";
         const S3: &str = "3 (a resync writes nothing)";
@@ -698,15 +732,21 @@ impl<'o> Demo<'o> {
             .await?;
         self.say("")?;
         self.say(
-            "2. We changed the WebApp's spec.image to nginx:1.28. The hook answered with the",
+            "2. We changed the WebApp's spec.image to nginx:1.28. The hook knows nothing about",
         )?;
-        self.say(&format!(
-            "   new image and, as always, without {SIDECAR}: it does not know about the sidecar."
-        ))?;
+        self.say("   the sidecar; the containers it asked for:")?;
+        let desired = hook_state
+            .desired
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
+        self.yaml("containers", &desired)?;
         self.say(
             "   kmeta merged three ways (what it applied last time, what the hook wants now,",
         )?;
-        self.say("   what is live), so only the image changed and the sidecar stayed:")?;
+        self.say(
+            "   what is live): only the image changed and the sidecar stayed. The Deployment:",
+        )?;
         self.yaml("containers", &d["spec"]["template"]["spec"]["containers"])?;
         self.say(&format!(
             "   A plain replace with the hook's Deployment would have dropped {SIDECAR} (and the"
@@ -812,6 +852,7 @@ impl<'o> Demo<'o> {
         ))?;
 
         // 4. shutdown
+        self.at(S4);
         server.admission().remove(injector);
         stop.cancel();
         match tokio::time::timeout(SHUTDOWN, manager).await {
