@@ -12,6 +12,7 @@ pub mod decide;
 pub mod demo;
 pub mod hook;
 pub mod kapi;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod queue;

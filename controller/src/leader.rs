@@ -1,0 +1,722 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease (`--leader-election`).
+//!
+//! Replicas of `kmeta run` compete for one Lease; only the holder reconciles. The algorithm is
+//! client-go's `leaderelection` package with its default timings:
+//!
+//! - A candidate reads the Lease every retry period (jittered by up to 1.2 × the period, as
+//!   client-go's `JitterUntil`). It takes the Lease when none exists ([`Action::Create`]), when it
+//!   has no holder (released), or when the holder's record has not changed for the record's
+//!   `leaseDurationSeconds` as measured on **this** instance's monotonic clock from the moment it
+//!   first saw that record ([`Action::Acquire`]). Comparing the record's `renewTime` with the local
+//!   wall clock would make failover depend on clock skew between nodes; client-go avoids it the
+//!   same way.
+//! - Every write carries the `resourceVersion` it was based on, so two candidates racing for the
+//!   same Lease cannot both win: the loser gets 409 Conflict and stays a follower.
+//! - The leader renews every retry period. If no renewal succeeds within the renew deadline
+//!   (counted from the start of the last successful write), or the Lease turns out to be held by
+//!   someone else (a conflicting write, then a read showing another holder) or deleted, the work
+//!   is cancelled at once and [`run_elected`] returns [`LeaderError::Lost`]; the process should
+//!   exit and be restarted, as client-go controllers do. Since `renew deadline < lease duration`,
+//!   the old leader has cancelled its work before any other candidate may consider the Lease
+//!   expired (the others start counting only when they see the last successful renewal).
+//! - On shutdown the leader cancels its work, waits for it to return, then releases the Lease
+//!   (no holder, `leaseDurationSeconds: 1`, as client-go's `ReleaseOnCancel`) so a standby takes
+//!   over on its next retry instead of waiting out the lease duration.
+//!
+//! API: [`run_elected`] runs `work` only while holding the Lease and reports leadership in
+//! [`LeaderConfig::leading`] (for `/readyz`). [`decide`] is the pure decision it applies after each
+//! read. The work future is polled inside `run_elected`'s future (not spawned): aborting the task
+//! that runs `run_elected` drops the work too, without releasing the Lease.
+//!
+//! Use a client with its own rate limiter for the election (see [`crate::ratelimit::client`]), so
+//! a busy controller cannot starve lease renewals.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
+const JITTER_FACTOR: f64 = 1.2;
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    /// Namespace of the Lease. Default `"default"`; `kmeta run` uses `--leader-election-namespace`
+    /// or the pod's namespace.
+    pub namespace: String,
+    /// Name of the Lease. Default `"metacontroller"`, Metacontroller's `--leader-election-id`
+    /// default, so a kmeta replaces a Metacontroller deployment without two leaders.
+    pub name: String,
+    /// This candidate's identity, written as `holderIdentity`. Default: the `POD_NAME` environment
+    /// variable, else the hostname followed by `_` and a random suffix (client-go's convention), so
+    /// two processes on one host never share an identity.
+    pub identity: String,
+    /// How long a lease is valid after its holder's last renewal as seen by the others. Default
+    /// 15 s (client-go / controller-runtime `LeaseDuration`).
+    pub lease_duration: Duration,
+    /// How long the leader keeps working without a successful renewal. Default 10 s (client-go /
+    /// controller-runtime `RenewDeadline`). Must be less than `lease_duration`.
+    pub renew_deadline: Duration,
+    /// Interval between attempts to acquire or renew. Default 2 s (client-go / controller-runtime
+    /// `RetryPeriod`). `renew_deadline` must exceed 1.2 × this.
+    pub retry_period: Duration,
+    /// True while this instance holds the Lease and runs the work. Default: a fresh `false` flag.
+    pub leading: Arc<AtomicBool>,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        LeaderConfig {
+            namespace: "default".to_string(),
+            name: "metacontroller".to_string(),
+            identity: default_identity(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            leading: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl LeaderConfig {
+    /// Checks the timings the way client-go's `NewLeaderElector` does.
+    pub fn validate(&self) -> Result<(), LeaderError> {
+        let invalid = |msg: String| Err(LeaderError::InvalidConfig(msg));
+        if self.name.is_empty() || self.namespace.is_empty() {
+            return invalid("lease name and namespace must not be empty".into());
+        }
+        if self.identity.is_empty() {
+            return invalid("identity must not be empty".into());
+        }
+        if self.retry_period.is_zero() {
+            return invalid("retry period must be positive".into());
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return invalid(format!(
+                "lease duration ({:?}) must be greater than the renew deadline ({:?})",
+                self.lease_duration, self.renew_deadline
+            ));
+        }
+        if self.renew_deadline.as_secs_f64() <= JITTER_FACTOR * self.retry_period.as_secs_f64() {
+            return invalid(format!(
+                "renew deadline ({:?}) must be greater than {JITTER_FACTOR} × the retry period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration.as_secs() < 1 {
+            return invalid(
+                "lease duration must be at least 1 s (it is written in seconds)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `POD_NAME`, else `<hostname>_<random hex>`.
+pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.trim().is_empty()
+    {
+        return pod.trim().to_string();
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "kmeta".to_string());
+    format!("{host}_{:016x}", rand::random::<u64>())
+}
+
+/// Errors of leader election.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The configuration is unusable.
+    #[error("invalid leader election config: {0}")]
+    InvalidConfig(String),
+    /// This instance was leading and lost the Lease; its work has been cancelled and has returned.
+    #[error("lost lease {namespace}/{name} held by {identity}: {reason}")]
+    Lost {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// This instance's identity.
+        identity: String,
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// What a candidate does after reading the Lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// No Lease exists: create it with this instance as holder.
+    Create,
+    /// The Lease has no holder, or its holder let it expire: take it over (a leader transition).
+    Acquire,
+    /// This instance already holds the Lease: renew it.
+    Renew,
+    /// Another holder's lease is valid; it expires at `until` unless renewed before.
+    Wait {
+        /// When the holder's current record expires, on this instance's clock.
+        until: Instant,
+    },
+}
+
+/// The holder of a Lease, `None` when it has none (never taken, or released).
+pub fn holder(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+}
+
+/// The validity the record grants its holder: its `leaseDurationSeconds`, else the configured
+/// lease duration.
+fn record_duration(lease: &Lease, cfg: &LeaderConfig) -> Duration {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map_or(cfg.lease_duration, Duration::from_secs)
+}
+
+/// The decision after reading `lease` at `now`. `observed_at` is when this instance first saw
+/// the lease's current record (holder, times, duration, transitions): the holder's renewals
+/// change the record, so an unchanged record older than its duration means the holder is gone.
+pub fn decide(
+    lease: Option<&Lease>,
+    observed_at: Instant,
+    now: Instant,
+    me: &str,
+    cfg: &LeaderConfig,
+) -> Action {
+    let Some(lease) = lease else {
+        return Action::Create;
+    };
+    match holder(lease) {
+        None => Action::Acquire,
+        Some(h) if h == me => Action::Renew,
+        Some(_) => {
+            let until = observed_at + record_duration(lease, cfg);
+            if now >= until {
+                Action::Acquire
+            } else {
+                Action::Wait { until }
+            }
+        }
+    }
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+fn duration_secs(d: Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}
+
+/// The spec this instance writes when it takes or renews `old` (None: creating).
+fn held_spec(old: Option<&LeaseSpec>, action: Action, cfg: &LeaderConfig) -> LeaseSpec {
+    let now = now_micro();
+    let mut spec = old.cloned().unwrap_or_default();
+    let was_mine = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
+    match action {
+        Action::Create => {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(0);
+        }
+        Action::Acquire if !was_mine => {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+        }
+        _ => {
+            if spec.acquire_time.is_none() {
+                spec.acquire_time = Some(now.clone());
+            }
+        }
+    }
+    spec.holder_identity = Some(cfg.identity.clone());
+    spec.lease_duration_seconds = Some(duration_secs(cfg.lease_duration));
+    spec.renew_time = Some(now);
+    spec
+}
+
+/// The spec of a released lease: no holder, valid for 1 s, transitions kept.
+fn released_spec(old: Option<&LeaseSpec>) -> LeaseSpec {
+    let now = now_micro();
+    let mut spec = old.cloned().unwrap_or_default();
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(now.clone());
+    spec.renew_time = Some(now);
+    spec
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// The outcome of one renewal attempt.
+enum Renewal {
+    Renewed,
+    /// A write conflicted; the next attempt reads the lease again.
+    Conflict,
+    Lost(String),
+}
+
+/// The state of one candidate.
+struct Elector {
+    api: Api<Lease>,
+    cfg: LeaderConfig,
+    /// The record last seen and when it was first seen.
+    observed: Option<(Option<LeaseSpec>, Instant)>,
+    /// The lease as last written by this instance while leading (its resourceVersion is the base
+    /// of the next renewal); `None` after a conflict.
+    held: Option<Lease>,
+}
+
+impl Elector {
+    /// Records `lease` as seen at `now`; returns when its current record was first seen.
+    fn observe(&mut self, lease: Option<&Lease>, now: Instant) -> Instant {
+        let record = lease.and_then(|l| l.spec.clone());
+        match &self.observed {
+            Some((seen, at)) if *seen == record => *at,
+            _ => {
+                self.observed = Some((record, now));
+                now
+            }
+        }
+    }
+
+    fn new_lease(&self, spec: LeaseSpec) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(self.cfg.name.clone());
+        lease.metadata.namespace = Some(self.cfg.namespace.clone());
+        lease.spec = Some(spec);
+        lease
+    }
+
+    /// One acquire attempt: read, decide, write. `Ok(true)` when this instance now holds the lease.
+    async fn try_acquire(&mut self) -> Result<bool, kube::Error> {
+        let current = self.api.get_opt(&self.cfg.name).await?;
+        let now = Instant::now();
+        let observed_at = self.observe(current.as_ref(), now);
+        let action = decide(
+            current.as_ref(),
+            observed_at,
+            now,
+            &self.cfg.identity,
+            &self.cfg,
+        );
+        let pp = PostParams::default();
+        let written = match (action, current) {
+            (Action::Wait { .. }, _) => return Ok(false),
+            (Action::Create, _) | (_, None) => {
+                let lease = self.new_lease(held_spec(None, Action::Create, &self.cfg));
+                self.api.create(&pp, &lease).await
+            }
+            (action, Some(mut lease)) => {
+                lease.spec = Some(held_spec(lease.spec.as_ref(), action, &self.cfg));
+                self.api.replace(&self.cfg.name, &pp, &lease).await
+            }
+        };
+        match written {
+            Ok(lease) => {
+                self.observe(Some(&lease), Instant::now());
+                self.held = Some(lease);
+                Ok(true)
+            }
+            // another candidate wrote first (409 on create means it exists now)
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One renewal attempt while leading.
+    async fn renew(&mut self) -> Result<Renewal, kube::Error> {
+        let base = match self.held.take() {
+            Some(lease) => lease,
+            None => match self.api.get_opt(&self.cfg.name).await? {
+                Some(lease) => lease,
+                None => return Ok(Renewal::Lost("the lease was deleted".into())),
+            },
+        };
+        match holder(&base) {
+            Some(h) if h == self.cfg.identity => {}
+            Some(other) => return Ok(Renewal::Lost(format!("the lease is now held by {other}"))),
+            None => {
+                return Ok(Renewal::Lost(
+                    "the lease was released by someone else".into(),
+                ));
+            }
+        }
+        let mut lease = base;
+        lease.spec = Some(held_spec(lease.spec.as_ref(), Action::Renew, &self.cfg));
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(lease) => {
+                self.observe(Some(&lease), Instant::now());
+                self.held = Some(lease);
+                Ok(Renewal::Renewed)
+            }
+            Err(e) if is_conflict(&e) => Ok(Renewal::Conflict),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the lease up if this instance still holds it.
+    async fn release(&mut self) {
+        let base = match self.held.take() {
+            Some(lease) => Some(lease),
+            None => self.api.get_opt(&self.cfg.name).await.ok().flatten(),
+        };
+        let Some(mut lease) = base else { return };
+        if holder(&lease) != Some(self.cfg.identity.as_str()) {
+            return;
+        }
+        lease.spec = Some(released_spec(lease.spec.as_ref()));
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(
+                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                identity = %self.cfg.identity,
+                "released the leader lease"
+            ),
+            Err(e) => tracing::warn!(
+                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                error = %e,
+                "could not release the leader lease; standbys take over when it expires"
+            ),
+        }
+    }
+
+    fn lost(&self, reason: String) -> LeaderError {
+        LeaderError::Lost {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            identity: self.cfg.identity.clone(),
+            reason,
+        }
+    }
+}
+
+fn jittered(period: Duration) -> Duration {
+    period.mul_f64(1.0 + rand::random::<f64>() * JITTER_FACTOR)
+}
+
+/// How the leading phase ended.
+enum End {
+    Shutdown,
+    WorkReturned,
+    Lost(String),
+}
+
+/// Runs `work` while this instance holds the Lease named by `cfg`.
+///
+/// Waits to acquire the Lease (returning `Ok(())` if `shutdown` is cancelled first), then calls
+/// `work` with a token of its own and renews the Lease while the work runs.
+/// - `shutdown` cancelled: cancels the work's token, awaits the work, releases the Lease,
+///   returns `Ok(())`.
+/// - The work returns by itself: releases the Lease, returns `Ok(())`.
+/// - The Lease is lost (not renewed within the renew deadline, or taken by another holder):
+///   cancels the work's token at once, awaits the work, returns [`LeaderError::Lost`] without
+///   touching the Lease.
+///
+/// `cfg.leading` is true exactly while the work runs as leader (it turns false before the work is
+/// awaited on the way out).
+pub async fn run_elected<F, Fut>(
+    client: kube::Client,
+    cfg: LeaderConfig,
+    shutdown: CancellationToken,
+    work: F,
+) -> Result<(), LeaderError>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    cfg.validate()?;
+    let lease_name = format!("{}/{}", cfg.namespace, cfg.name);
+    let mut elector = Elector {
+        api: Api::namespaced(client, &cfg.namespace),
+        cfg: cfg.clone(),
+        observed: None,
+        held: None,
+    };
+
+    // follower: retry until acquired
+    tracing::info!(lease = %lease_name, identity = %cfg.identity, "waiting to acquire the leader lease");
+    let acquired_at = loop {
+        let started = Instant::now();
+        let attempt = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            r = tokio::time::timeout(cfg.renew_deadline, elector.try_acquire()) => r,
+        };
+        match attempt {
+            Ok(Ok(true)) => break started,
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %lease_name, error = %e, "leader lease attempt failed");
+            }
+            Err(_) => tracing::warn!(lease = %lease_name, "leader lease attempt timed out"),
+        }
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(jittered(cfg.retry_period)) => {}
+        }
+    };
+
+    // leader
+    tracing::info!(lease = %lease_name, identity = %cfg.identity, "acquired the leader lease");
+    cfg.leading.store(true, Ordering::SeqCst);
+    let work_token = CancellationToken::new();
+    let work_fut = work(work_token.clone());
+    tokio::pin!(work_fut);
+    let mut last_renewed = acquired_at;
+    let mut next_attempt = acquired_at + cfg.retry_period;
+    let end = loop {
+        let deadline = last_renewed + cfg.renew_deadline;
+        let wake = next_attempt.min(deadline);
+        let el = &mut elector;
+        let attempt = async move {
+            tokio::time::sleep_until(wake).await;
+            let started = Instant::now();
+            (started, tokio::time::timeout_at(deadline, el.renew()).await)
+        };
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break End::Shutdown,
+            () = &mut work_fut => break End::WorkReturned,
+            (started, result) = attempt => {
+                match result {
+                    Ok(Ok(Renewal::Renewed)) => last_renewed = started,
+                    Ok(Ok(Renewal::Lost(reason))) => break End::Lost(reason),
+                    Ok(Ok(Renewal::Conflict)) => {
+                        tracing::debug!(lease = %lease_name, "leader lease renewal conflicted; re-reading");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(lease = %lease_name, error = %e, "leader lease renewal failed");
+                    }
+                    Err(_) => {}
+                }
+                if Instant::now() >= last_renewed + cfg.renew_deadline {
+                    break End::Lost(format!(
+                        "not renewed within the renew deadline ({:?})",
+                        cfg.renew_deadline
+                    ));
+                }
+                next_attempt = started + cfg.retry_period;
+            }
+        }
+    };
+
+    cfg.leading.store(false, Ordering::SeqCst);
+    match end {
+        End::Shutdown => {
+            tracing::info!(lease = %lease_name, "shutting down: stopping work before releasing the lease");
+            work_token.cancel();
+            work_fut.await;
+            elector.release().await;
+            Ok(())
+        }
+        End::WorkReturned => {
+            work_token.cancel();
+            elector.release().await;
+            Ok(())
+        }
+        End::Lost(reason) => {
+            tracing::error!(lease = %lease_name, %reason, "lost the leader lease: stopping work");
+            work_token.cancel();
+            work_fut.await;
+            Err(elector.lost(reason))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(me: &str) -> LeaderConfig {
+        LeaderConfig {
+            identity: me.to_string(),
+            ..LeaderConfig::default()
+        }
+    }
+
+    fn lease(holder: Option<&str>, duration: Option<i32>) -> Lease {
+        let mut l = Lease::default();
+        l.metadata.name = Some("metacontroller".into());
+        l.metadata.resource_version = Some("7".into());
+        l.spec = Some(LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: duration,
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        });
+        l
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn defaults_are_client_go_and_metacontroller() {
+        let c = LeaderConfig::default();
+        assert_eq!(c.name, "metacontroller");
+        assert_eq!(c.lease_duration, secs(15));
+        assert_eq!(c.renew_deadline, secs(10));
+        assert_eq!(c.retry_period, secs(2));
+        assert!(!c.identity.is_empty());
+        assert!(!c.leading.load(Ordering::SeqCst));
+        c.validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn validation_rejects_inconsistent_timings() {
+        let mut c = cfg("me");
+        c.renew_deadline = secs(15);
+        assert!(c.validate().is_err());
+        let mut c = cfg("me");
+        c.retry_period = Duration::from_millis(8500);
+        assert!(c.validate().is_err());
+        let mut c = cfg("me");
+        c.retry_period = Duration::ZERO;
+        assert!(c.validate().is_err());
+        let mut c = cfg("");
+        c.identity.clear();
+        assert!(c.validate().is_err());
+        let c = LeaderConfig {
+            lease_duration: secs(2),
+            renew_deadline: Duration::from_millis(1500),
+            retry_period: Duration::from_millis(200),
+            ..cfg("me")
+        };
+        c.validate().expect("test timings are valid");
+    }
+
+    #[test]
+    fn missing_lease_is_created() {
+        let t = Instant::now();
+        assert_eq!(decide(None, t, t, "me", &cfg("me")), Action::Create);
+    }
+
+    #[test]
+    fn free_lease_is_acquired_at_once() {
+        let t = Instant::now();
+        let c = cfg("me");
+        assert_eq!(
+            decide(Some(&lease(None, Some(15))), t, t, "me", &c),
+            Action::Acquire
+        );
+        assert_eq!(
+            decide(Some(&lease(Some(""), Some(1))), t, t, "me", &c),
+            Action::Acquire
+        );
+    }
+
+    #[test]
+    fn own_lease_is_renewed_even_when_expired() {
+        let t = Instant::now();
+        let c = cfg("me");
+        let l = lease(Some("me"), Some(15));
+        assert_eq!(decide(Some(&l), t, t, "me", &c), Action::Renew);
+        assert_eq!(decide(Some(&l), t, t + secs(60), "me", &c), Action::Renew);
+    }
+
+    #[test]
+    fn others_lease_is_respected_until_unchanged_for_its_duration() {
+        let t = Instant::now();
+        let c = cfg("me");
+        let l = lease(Some("other"), Some(15));
+        assert_eq!(
+            decide(Some(&l), t, t + secs(14), "me", &c),
+            Action::Wait {
+                until: t + secs(15)
+            }
+        );
+        assert_eq!(decide(Some(&l), t, t + secs(15), "me", &c), Action::Acquire);
+        // the record's duration wins over ours
+        let short = lease(Some("other"), Some(2));
+        assert_eq!(
+            decide(Some(&short), t, t + secs(2), "me", &c),
+            Action::Acquire
+        );
+        // without one, ours applies
+        let none = lease(Some("other"), None);
+        assert_eq!(
+            decide(Some(&none), t, t + secs(3), "me", &c),
+            Action::Wait {
+                until: t + secs(15)
+            }
+        );
+    }
+
+    #[test]
+    fn taking_over_counts_a_transition_and_renewing_does_not() {
+        let c = cfg("me");
+        let other = lease(Some("other"), Some(15));
+        let s = held_spec(other.spec.as_ref(), Action::Acquire, &c);
+        assert_eq!(s.holder_identity.as_deref(), Some("me"));
+        assert_eq!(s.lease_transitions, Some(4));
+        assert_eq!(s.lease_duration_seconds, Some(15));
+        assert!(s.acquire_time.is_some() && s.renew_time.is_some());
+
+        let mine = LeaseSpec {
+            acquire_time: Some(MicroTime(jiff::Timestamp::UNIX_EPOCH)),
+            ..s.clone()
+        };
+        let r = held_spec(Some(&mine), Action::Renew, &c);
+        assert_eq!(r.lease_transitions, Some(4));
+        assert_eq!(r.acquire_time, mine.acquire_time);
+        assert_ne!(r.renew_time, mine.acquire_time);
+
+        let created = held_spec(None, Action::Create, &c);
+        assert_eq!(created.lease_transitions, Some(0));
+        assert_eq!(created.holder_identity.as_deref(), Some("me"));
+    }
+
+    #[test]
+    fn release_clears_the_holder_and_shortens_the_lease() {
+        let mine = lease(Some("me"), Some(15));
+        let r = released_spec(mine.spec.as_ref());
+        assert_eq!(r.holder_identity, None);
+        assert_eq!(r.lease_duration_seconds, Some(1));
+        assert_eq!(r.lease_transitions, Some(3));
+        let mut l = mine.clone();
+        l.spec = Some(r);
+        assert_eq!(holder(&l), None);
+    }
+
+    #[test]
+    fn identity_prefers_pod_name_shape() {
+        // POD_NAME is not set in tests (it would be read here); the fallback is host_suffix
+        if std::env::var("POD_NAME").is_err() {
+            let a = default_identity();
+            let b = default_identity();
+            assert!(a.contains('_'), "{a}");
+            assert_ne!(a, b, "two processes on one host must not share an identity");
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Leader election between two instances against kmeta-apiserver over real HTTP.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use kmeta::leader::{self, LeaderConfig, LeaderError};
+use kube::api::Api;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Short timings: lease 2 s, renew deadline 1.5 s, retry 0.2 s.
+fn config(identity: &str) -> LeaderConfig {
+    LeaderConfig {
+        namespace: "default".into(),
+        name: "kmeta-test".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        leading: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+/// What the instances' work observed.
+#[derive(Default)]
+struct Shared {
+    /// Works running right now, and the most ever seen at once.
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+/// Marks the work stopped when dropped.
+struct Stopped {
+    shared: Arc<Shared>,
+    working: Arc<AtomicBool>,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.working.store(false, Ordering::SeqCst);
+        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct Instance {
+    name: &'static str,
+    cfg: LeaderConfig,
+    shutdown: CancellationToken,
+    /// Set while this instance's work runs.
+    working: Arc<AtomicBool>,
+    task: JoinHandle<Result<(), LeaderError>>,
+}
+
+fn start(client: kube::Client, name: &'static str, shared: Arc<Shared>) -> Instance {
+    let cfg = config(name);
+    let shutdown = CancellationToken::new();
+    let working = Arc::new(AtomicBool::new(false));
+    let task = {
+        let (cfg, shutdown, working) = (cfg.clone(), shutdown.clone(), working.clone());
+        tokio::spawn(async move {
+            leader::run_elected(client, cfg, shutdown, move |stop: CancellationToken| {
+                let working = working.clone();
+                async move {
+                    let now = shared.running.fetch_add(1, Ordering::SeqCst) + 1;
+                    shared.max_running.fetch_max(now, Ordering::SeqCst);
+                    working.store(true, Ordering::SeqCst);
+                    // also runs when the work is dropped (its task aborted)
+                    let _stopped = Stopped { shared, working };
+                    stop.cancelled().await;
+                }
+            })
+            .await
+        })
+    };
+    Instance {
+        name,
+        cfg,
+        shutdown,
+        working,
+        task,
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds or `DEADLINE` passes.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !cond() {
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+async fn holder(api: &Api<Lease>) -> anyhow::Result<Option<String>> {
+    let lease = api.get_opt("kmeta-test").await?;
+    Ok(lease.as_ref().and_then(leader::holder).map(str::to_string))
+}
+
+/// Waits until one of the two works, and returns (leader, follower).
+async fn elect(a: Instance, b: Instance) -> anyhow::Result<(Instance, Instance)> {
+    eventually("a leader", || {
+        a.working.load(Ordering::SeqCst) || b.working.load(Ordering::SeqCst)
+    })
+    .await?;
+    Ok(if a.working.load(Ordering::SeqCst) {
+        (a, b)
+    } else {
+        (b, a)
+    })
+}
+
+#[tokio::test]
+async fn released_lease_fails_over_to_the_standby() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let api: Api<Lease> = Api::namespaced(server.client(), "default");
+    let shared = Arc::new(Shared::default());
+    let a = start(server.client(), "a", shared.clone());
+    let b = start(server.client(), "b", shared.clone());
+
+    let (leader, standby) = elect(a, b).await?;
+    assert!(leader.cfg.leading.load(Ordering::SeqCst));
+    assert_eq!(holder(&api).await?.as_deref(), Some(leader.name));
+    // the standby keeps waiting while the leader renews (several renewals, well past the lease
+    // duration)
+    let renewals_before = server.counters().count("update", "leases");
+    eventually("several renewals", || {
+        server.counters().count("update", "leases") >= renewals_before + 12
+    })
+    .await?;
+    assert!(!standby.working.load(Ordering::SeqCst));
+    assert!(!standby.cfg.leading.load(Ordering::SeqCst));
+
+    // graceful shutdown: the leader stops its work, releases, returns Ok; the standby takes over
+    leader.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, leader.task)
+        .await
+        .context("leader did not stop")??
+        .context("leader returned an error")?;
+    assert!(!leader.working.load(Ordering::SeqCst));
+    assert!(!leader.cfg.leading.load(Ordering::SeqCst));
+    eventually("the standby to lead", || {
+        standby.working.load(Ordering::SeqCst)
+    })
+    .await?;
+    assert_eq!(holder(&api).await?.as_deref(), Some(standby.name));
+    let lease = api.get("kmeta-test").await?;
+    let spec = lease.spec.context("lease spec")?;
+    assert_eq!(spec.lease_transitions, Some(1));
+    assert_eq!(spec.lease_duration_seconds, Some(2));
+
+    // the new leader shuts down too and leaves the lease free
+    standby.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, standby.task)
+        .await
+        .context("standby did not stop")???;
+    assert_eq!(holder(&api).await?, None);
+    assert_eq!(shared.max_running.load(Ordering::SeqCst), 1);
+    assert_eq!(shared.running.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn crashed_leader_is_replaced_after_the_lease_expires() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let api: Api<Lease> = Api::namespaced(server.client(), "default");
+    let shared = Arc::new(Shared::default());
+    let a = start(server.client(), "a", shared.clone());
+    let b = start(server.client(), "b", shared.clone());
+    let (leader, standby) = elect(a, b).await?;
+
+    // the leader dies without releasing: its task (and the work it polls) is dropped
+    leader.task.abort();
+    let _ = leader.task.await;
+    assert!(!leader.working.load(Ordering::SeqCst));
+    assert_eq!(shared.running.load(Ordering::SeqCst), 0);
+    assert_eq!(holder(&api).await?.as_deref(), Some(leader.name));
+
+    eventually("the standby to lead after expiry", || {
+        standby.working.load(Ordering::SeqCst)
+    })
+    .await?;
+    assert_eq!(holder(&api).await?.as_deref(), Some(standby.name));
+
+    standby.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, standby.task)
+        .await
+        .context("standby did not stop")???;
+    assert_eq!(holder(&api).await?, None);
+    assert_eq!(shared.max_running.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn leader_that_cannot_renew_stops_its_work_and_fails() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let shared = Arc::new(Shared::default());
+    let a = start(server.client(), "a", shared.clone());
+    eventually("a to lead", || a.working.load(Ordering::SeqCst)).await?;
+
+    // every lease write fails from now on: the leader must give up within its renew deadline
+    server.faults().inject(
+        kmeta_apiserver::FaultSpec::error(500)
+            .verb("update")
+            .resource("leases"),
+    );
+    let result = tokio::time::timeout(DEADLINE, a.task)
+        .await
+        .context("leader did not give up")??;
+    match result {
+        Err(LeaderError::Lost { identity, .. }) => assert_eq!(identity, "a"),
+        other => anyhow::bail!("expected a lost lease, got {other:?}"),
+    }
+    assert!(!a.working.load(Ordering::SeqCst));
+    assert!(!a.cfg.leading.load(Ordering::SeqCst));
+    assert_eq!(shared.running.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_before_acquiring_returns_at_once() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let shared = Arc::new(Shared::default());
+    let a = start(server.client(), "a", shared.clone());
+    eventually("a to lead", || a.working.load(Ordering::SeqCst)).await?;
+    let b = start(server.client(), "b", shared.clone());
+    // b is a follower (a renews); stopping it returns Ok without touching a's lease
+    b.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, b.task)
+        .await
+        .context("follower did not stop")???;
+    assert!(!b.working.load(Ordering::SeqCst));
+    assert!(a.working.load(Ordering::SeqCst));
+    a.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, a.task)
+        .await
+        .context("leader did not stop")???;
+    Ok(())
+}
