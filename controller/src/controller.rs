@@ -18,10 +18,14 @@ use crate::decide::{self, ChildType, controller_ref, meta_str};
 use crate::hook::{HookClient, HookError, HookOptions};
 use crate::metrics::Metrics;
 use crate::queue::Queue;
+use crate::ratelimit::{RateLimit, TokenBucket};
 use crate::resources::{Resolved, ResourceError, Resources};
 use crate::selector;
 use crate::sync::{self, SyncError};
 use crate::wire::RelatedResourceRule;
+
+/// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
+pub const EVENT_FILTER_KEYS: usize = 4096;
 
 /// Settings of the manager and every controller it runs.
 #[derive(Debug, Clone)]
@@ -48,6 +52,12 @@ pub struct ManagerConfig {
     /// Only CompositeControllers whose labels match this selector are run (Metacontroller
     /// `--target-label-selector`). Default: none, every CompositeController.
     pub target_label_selector: Option<String>,
+    /// Events per second for one (object, reason) once its burst is spent. Default 1/300 (one
+    /// per 5 minutes: Metacontroller `--events-qps`, client-go's event spam filter).
+    pub events_qps: f64,
+    /// Events one (object, reason) may emit before `events_qps` applies. Default 25
+    /// (Metacontroller `--events-burst`).
+    pub events_burst: u32,
 }
 
 impl Default for ManagerConfig {
@@ -62,6 +72,8 @@ impl Default for ManagerConfig {
             metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(false)),
             target_label_selector: None,
+            events_qps: 1.0 / 300.0,
+            events_burst: 25,
         }
     }
 }
@@ -78,6 +90,8 @@ pub struct Context {
     pub informers: Informers,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Event spam filter: one token bucket per (object, reason).
+    event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -104,11 +118,53 @@ impl Context {
             client,
             config,
             recorder,
+            event_limits: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Publishes an event about `obj` (errors are logged, never fatal).
+    /// Whether an event with `reason` about `obj` passes the spam filter (`events_qps` /
+    /// `events_burst` per object and reason). The filter remembers at most
+    /// [`EVENT_FILTER_KEYS`] keys and starts afresh beyond that.
+    fn event_allowed(&self, obj: &Value, reason: &str) -> bool {
+        let limits = RateLimit {
+            qps: self.config.events_qps,
+            burst: self.config.events_burst,
+        };
+        if !limits.enabled() {
+            return true;
+        }
+        let object = match meta_str(obj, "uid") {
+            "" => format!("{}/{}", meta_str(obj, "namespace"), meta_str(obj, "name")),
+            uid => uid.to_owned(),
+        };
+        let now = tokio::time::Instant::now();
+        let Ok(mut buckets) = self.event_limits.lock() else {
+            return true;
+        };
+        if buckets.len() >= EVENT_FILTER_KEYS {
+            buckets.clear();
+        }
+        let bucket = buckets
+            .entry((object, reason.to_owned()))
+            .or_insert_with(|| TokenBucket::new(limits, now));
+        // Take a token only when one is available now: a dropped event reserves nothing.
+        let mut probe = bucket.clone();
+        if probe.reserve(now).is_zero() {
+            *bucket = probe;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Publishes an event about `obj` (errors are logged, never fatal), unless the spam filter
+    /// drops it (counted in the dropped-events metric).
     pub async fn event(&self, obj: &Value, warning: bool, reason: &str, note: String) {
+        if !self.event_allowed(obj, reason) {
+            self.config.metrics.event_dropped();
+            tracing::debug!(reason, "event dropped by the spam filter");
+            return;
+        }
         let reference = ObjectReference {
             api_version: obj
                 .get("apiVersion")

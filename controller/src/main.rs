@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kmeta::cli::{LogArgs, RunArgs};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -18,6 +20,29 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the controller against a cluster (in-cluster, --kubeconfig, or $KUBECONFIG).
+    Run(Box<RunArgs>),
+    /// A two-minute tour: API server, controller and hook in one process; a sidecar survives an
+    /// image update and a resync writes nothing.
+    Demo {
+        /// Show the controller's logs too.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Offline loop for hook authors: a local API server, your manifests, the controller.
+    Dev {
+        /// Manifest files or directories to apply (CRDs, controllers, parents).
+        #[arg(short = 'f', long = "filename", value_name = "FILE|DIR")]
+        files: Vec<PathBuf>,
+        /// Port of the local API server (0: a free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Where to write the kubeconfig for kubectl.
+        #[arg(long, default_value = "kmeta-dev.kubeconfig", value_name = "FILE")]
+        kubeconfig_out: PathBuf,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Print the CRD manifests (CompositeController, DecoratorController, ControllerRevision).
     Crds {
         /// Write one file per CRD into this directory instead of printing.
@@ -27,11 +52,93 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         check: Option<PathBuf>,
     },
+    /// Print the version.
+    Version,
 }
 
-fn main() -> anyhow::Result<()> {
+/// A token cancelled by the first SIGINT or SIGTERM; a second signal exits at once.
+fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        wait_signal().await;
+        tracing::info!("signal received: shutting down (again to exit at once)");
+        t.cancel();
+        wait_signal().await;
+        std::process::exit(130);
+    });
+    token
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn init_logs(log: &LogArgs) -> anyhow::Result<()> {
+    let config = log.to_config()?;
+    kmeta::logging::init(&config).map_err(anyhow::Error::msg)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => {
+            let config = args.to_config()?;
+            kmeta::logging::init(&config.log).map_err(anyhow::Error::msg)?;
+            kmeta::run::run(config, shutdown_on_signal()).await?;
+        }
+        Command::Demo { verbose } => {
+            if verbose {
+                let log = kmeta::cli::LogConfig {
+                    format: kmeta::cli::LogFormat::Text,
+                    filter: Some("kmeta=debug,info".into()),
+                };
+                kmeta::logging::init(&log).map_err(anyhow::Error::msg)?;
+            }
+            let opts = kmeta::demo::DemoOptions {
+                verbose,
+                ..Default::default()
+            };
+            let mut out = std::io::stdout();
+            kmeta::demo::run(opts, &mut out)
+                .await
+                .context("the demo failed")?;
+        }
+        Command::Dev {
+            files,
+            port,
+            kubeconfig_out,
+            log,
+        } => {
+            init_logs(&log)?;
+            let opts = kmeta::dev::DevOptions {
+                port,
+                kubeconfig_out,
+                files,
+                ..Default::default()
+            };
+            let mut out = std::io::stdout();
+            kmeta::dev::run(opts, shutdown_on_signal(), &mut out).await?;
+        }
         Command::Crds { write, check } => {
             if let Some(dir) = write {
                 kmeta::crds::write_dir(&dir)?;
@@ -43,7 +150,8 @@ fn main() -> anyhow::Result<()> {
                     kmeta::crds::rendered_stream().context("rendering crds")?
                 );
             }
-            Ok(())
         }
+        Command::Version => println!("kmeta {}", env!("CARGO_PKG_VERSION")),
     }
+    Ok(())
 }

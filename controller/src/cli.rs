@@ -1,0 +1,573 @@
+//! Command-line flags of `kmeta run` and `kmeta dev`, and their validation into a [`RunConfig`].
+//!
+//! Flag names and defaults are Metacontroller v4.17's (`pkg/cmd/metacontroller/main.go`), so an
+//! existing Deployment's `args:` carry over unchanged. Parsing into the config is a pure function
+//! ([`RunArgs::to_config`]) with unit tests; nothing here touches the network.
+//!
+//! Metacontroller flags that are accepted but have no effect in kmeta (a warning is logged at
+//! start when they are set to a non-default value): `--pprof-address`,
+//! `--apply-strategy-ssa-field-manager` (only meaningful with `server-side-apply`, which kmeta
+//! rejects), `--zap-stacktrace-level`, `--zap-time-encoding`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Invalid flag values, named by flag.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CliError {
+    /// A duration flag that is not a Go-style duration.
+    #[error("--{flag}: invalid duration {value:?} (use Go syntax such as 30s, 5m, 1h30m, 500ms)")]
+    Duration {
+        /// Flag name.
+        flag: &'static str,
+        /// Value given.
+        value: String,
+    },
+    /// A bind address that is neither "0", ":PORT" nor "HOST:PORT".
+    #[error("--{flag}: invalid address {value:?} (use :PORT, HOST:PORT, or 0 to disable)")]
+    Address {
+        /// Flag name.
+        flag: &'static str,
+        /// Value given.
+        value: String,
+    },
+    /// Any other invalid value.
+    #[error("--{flag}: {message}")]
+    Invalid {
+        /// Flag name.
+        flag: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors).
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Flags of `kmeta run` (the in-cluster controller).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Path to a kubeconfig. Default: in-cluster service account, else $KUBECONFIG / ~/.kube/config.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How often discovery is refreshed, so CRDs created later are picked up.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub discovery_interval: String,
+    /// How often every watch relists (flushes its cache). "0" disables.
+    #[arg(long, default_value = "30m", value_name = "DURATION")]
+    pub cache_flush_interval: String,
+    /// Concurrent syncs per CompositeController.
+    #[arg(long, default_value_t = 5)]
+    pub workers: usize,
+    /// API requests per second (client-side token bucket on every request). 0 disables limiting.
+    #[arg(long, default_value_t = 5.0)]
+    pub client_go_qps: f64,
+    /// API request burst above --client-go-qps.
+    #[arg(long, default_value_t = 10)]
+    pub client_go_burst: u32,
+    /// Address of the Prometheus /metrics endpoint; "0" disables it.
+    #[arg(long, default_value = ":9999", value_name = "ADDR")]
+    pub metrics_address: String,
+    /// Address of /healthz and /readyz; "0" disables them.
+    #[arg(long, default_value = ":8081", value_name = "ADDR")]
+    pub health_probe_bind_address: String,
+    /// Run only while holding a coordination.k8s.io Lease, so replicas can stand by.
+    #[arg(long)]
+    pub leader_election: bool,
+    /// Namespace of the Lease. Default: the pod's namespace (required out of cluster).
+    #[arg(long, default_value = "", value_name = "NAMESPACE")]
+    pub leader_election_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "metacontroller", value_name = "NAME")]
+    pub leader_election_id: String,
+    /// Lock type; only "leases" is supported (Metacontroller's default).
+    #[arg(long, default_value = "leases", value_name = "LOCK")]
+    pub leader_election_resource_lock: String,
+    /// Only run CompositeControllers whose labels match this selector (e.g. "shard=a").
+    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    pub target_label_selector: String,
+    /// Events per second per object and reason after the burst (default one per 5 minutes).
+    #[arg(long, default_value_t = 1.0 / 300.0)]
+    pub events_qps: f64,
+    /// Events per object and reason allowed before --events-qps applies.
+    #[arg(long, default_value_t = 25)]
+    pub events_burst: u32,
+    /// How children are updated. Only "dynamic-apply" (three-way merge) is implemented.
+    #[arg(long, default_value = "dynamic-apply", value_name = "STRATEGY")]
+    pub apply_strategy: String,
+    /// Field manager for server-side apply (accepted for compatibility; unused).
+    #[arg(long, default_value = "metacontroller", value_name = "NAME")]
+    pub apply_strategy_ssa_field_manager: String,
+    /// pprof address of Metacontroller (accepted for compatibility; kmeta serves no pprof).
+    #[arg(long, default_value = "0", value_name = "ADDR")]
+    pub pprof_address: String,
+    /// How long in-flight syncs may run after SIGTERM/SIGINT before the process exits.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub shutdown_timeout: String,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Logging flags (shared by `run` and `dev`).
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (error, warn, info, debug, trace, or a RUST_LOG directive such as
+    /// "kmeta=debug"). Default: $RUST_LOG, else "info".
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Metacontroller's zap log level (accepted: 0-3 → info, 4-5 → debug, 6+ → trace, or a name).
+    #[arg(long, value_name = "LEVEL", hide = true)]
+    pub zap_log_level: Option<String>,
+    /// Metacontroller's zap encoder (json or console), mapped to --log-format.
+    #[arg(long, value_name = "ENCODER", hide = true)]
+    pub zap_encoder: Option<String>,
+    /// Metacontroller's zap development mode: text logs at debug level.
+    #[arg(long, hide = true)]
+    pub zap_devel: bool,
+    /// Accepted for compatibility; ignored.
+    #[arg(long, value_name = "LEVEL", hide = true)]
+    pub zap_stacktrace_level: Option<String>,
+    /// Accepted for compatibility; ignored.
+    #[arg(long, value_name = "ENCODING", hide = true)]
+    pub zap_time_encoding: Option<String>,
+}
+
+/// Validated logging settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Output format.
+    pub format: LogFormat,
+    /// An `EnvFilter` directive; None: $RUST_LOG, else "info".
+    pub filter: Option<String>,
+}
+
+/// Leader election settings from the flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderFlags {
+    /// Lease namespace; empty: the pod's namespace, read at start.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+}
+
+/// Everything `kmeta run` needs, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// Explicit kubeconfig path.
+    pub kubeconfig: Option<PathBuf>,
+    /// Discovery refresh period.
+    pub discovery_interval: Duration,
+    /// Watch relist period (None: never).
+    pub cache_flush_interval: Option<Duration>,
+    /// Workers per CompositeController.
+    pub workers: usize,
+    /// API requests per second (0: unlimited).
+    pub qps: f64,
+    /// API request burst.
+    pub burst: u32,
+    /// Metrics endpoint (None: disabled).
+    pub metrics_address: Option<SocketAddr>,
+    /// Health endpoint (None: disabled).
+    pub health_address: Option<SocketAddr>,
+    /// Leader election (None: disabled).
+    pub leader: Option<LeaderFlags>,
+    /// CompositeController label selector.
+    pub target_label_selector: Option<String>,
+    /// Event rate per object and reason.
+    pub events_qps: f64,
+    /// Event burst per object and reason.
+    pub events_burst: u32,
+    /// Bound on in-flight work after a termination signal.
+    pub shutdown_timeout: Duration,
+    /// Logging.
+    pub log: LogConfig,
+    /// Flags accepted for compatibility whose values have no effect (flag, value).
+    pub ignored: Vec<(&'static str, String)>,
+}
+
+/// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
+pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, CliError> {
+    let err = || CliError::Duration {
+        flag,
+        value: value.to_owned(),
+    };
+    let s = value.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    // Go's units; jiff's friendly parser accepts the same compact form ("1h30m", "1.5h", "250ms").
+    let d: jiff::SignedDuration = s.parse().map_err(|_| err())?;
+    if d.is_negative() || s.starts_with('P') || s.starts_with('p') || s.contains(' ') {
+        return Err(err());
+    }
+    Duration::try_from(d).map_err(|_| err())
+}
+
+/// Parses a Go-style bind address: "0" disables, ":PORT" binds every interface, "HOST:PORT"
+/// binds HOST (an IP or "localhost").
+pub fn parse_bind_address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, CliError> {
+    let err = || CliError::Address {
+        flag,
+        value: value.to_owned(),
+    };
+    let s = value.trim();
+    if s == "0" {
+        return Ok(None);
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(err)?;
+    let port: u16 = port.parse().map_err(|_| err())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = match host {
+        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        h => h.parse().map_err(|_| err())?,
+    };
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+impl LogArgs {
+    /// Validates the logging flags, mapping Metacontroller's zap flags onto kmeta's.
+    pub fn to_config(&self) -> Result<LogConfig, CliError> {
+        let mut format = self.log_format;
+        if let Some(enc) = &self.zap_encoder {
+            format = match enc.as_str() {
+                "json" => LogFormat::Json,
+                "console" => LogFormat::Text,
+                other => {
+                    return Err(CliError::Invalid {
+                        flag: "zap-encoder",
+                        message: format!("unknown encoder {other:?} (json or console)"),
+                    });
+                }
+            };
+        }
+        let mut filter = None;
+        if self.zap_devel {
+            format = LogFormat::Text;
+            filter = Some("debug".to_owned());
+        }
+        if let Some(level) = &self.zap_log_level {
+            filter = Some(zap_level(level)?.to_owned());
+        }
+        if let Some(level) = &self.log_level {
+            let level = level.trim();
+            if level.is_empty() {
+                return Err(CliError::Invalid {
+                    flag: "log-level",
+                    message: "empty filter".into(),
+                });
+            }
+            filter = Some(level.to_owned());
+        }
+        Ok(LogConfig { format, filter })
+    }
+}
+
+/// Maps a zap level (a name, or controller-runtime's numeric verbosity) to a tracing level:
+/// Metacontroller logs API actions at V(4), diffs at V(5) and hook bodies at V(6).
+fn zap_level(level: &str) -> Result<&'static str, CliError> {
+    let bad = || CliError::Invalid {
+        flag: "zap-log-level",
+        message: format!("unknown level {level:?} (debug, info, error, or a number)"),
+    };
+    match level {
+        "debug" => Ok("debug"),
+        "info" => Ok("info"),
+        "warn" => Ok("warn"),
+        "error" | "dpanic" | "panic" | "fatal" => Ok("error"),
+        n => match n.parse::<i64>().map_err(|_| bad())? {
+            ..=3 => Ok("info"),
+            4..=5 => Ok("debug"),
+            _ => Ok("trace"),
+        },
+    }
+}
+
+impl RunArgs {
+    /// Validates the flags into a [`RunConfig`] (pure: no IO).
+    pub fn to_config(&self) -> Result<RunConfig, CliError> {
+        if self.apply_strategy != "dynamic-apply" {
+            let message = if self.apply_strategy == "server-side-apply" {
+                "server-side-apply is not implemented yet; use dynamic-apply (the default)".into()
+            } else {
+                format!(
+                    "unknown apply strategy {:?} (dynamic-apply or server-side-apply)",
+                    self.apply_strategy
+                )
+            };
+            return Err(CliError::Invalid {
+                flag: "apply-strategy",
+                message,
+            });
+        }
+        if self.leader_election_resource_lock != "leases" {
+            return Err(CliError::Invalid {
+                flag: "leader-election-resource-lock",
+                message: format!(
+                    "unsupported lock {:?}: only \"leases\" is supported",
+                    self.leader_election_resource_lock
+                ),
+            });
+        }
+        if self.workers == 0 {
+            return Err(CliError::Invalid {
+                flag: "workers",
+                message: "must be at least 1".into(),
+            });
+        }
+        if !self.client_go_qps.is_finite() || self.client_go_qps < 0.0 {
+            return Err(CliError::Invalid {
+                flag: "client-go-qps",
+                message: format!("must be a number >= 0, got {}", self.client_go_qps),
+            });
+        }
+        if self.client_go_qps > 0.0 && self.client_go_burst == 0 {
+            return Err(CliError::Invalid {
+                flag: "client-go-burst",
+                message: "must be at least 1 when --client-go-qps is positive".into(),
+            });
+        }
+        if !self.events_qps.is_finite() || self.events_qps < 0.0 {
+            return Err(CliError::Invalid {
+                flag: "events-qps",
+                message: format!("must be a number >= 0, got {}", self.events_qps),
+            });
+        }
+        let selector = self.target_label_selector.trim();
+        if !selector.is_empty() {
+            kmeta_apiserver::selector::LabelSelector::parse(selector).map_err(|e| {
+                CliError::Invalid {
+                    flag: "target-label-selector",
+                    message: e.to_string(),
+                }
+            })?;
+        }
+        if self.leader_election && self.leader_election_id.trim().is_empty() {
+            return Err(CliError::Invalid {
+                flag: "leader-election-id",
+                message: "must not be empty".into(),
+            });
+        }
+        let discovery_interval = parse_duration("discovery-interval", &self.discovery_interval)?;
+        if discovery_interval.is_zero() {
+            return Err(CliError::Invalid {
+                flag: "discovery-interval",
+                message: "must be positive".into(),
+            });
+        }
+        let cache_flush = parse_duration("cache-flush-interval", &self.cache_flush_interval)?;
+        let mut ignored = Vec::new();
+        if self.pprof_address != "0" {
+            ignored.push(("pprof-address", self.pprof_address.clone()));
+        }
+        if self.apply_strategy_ssa_field_manager != "metacontroller" {
+            ignored.push((
+                "apply-strategy-ssa-field-manager",
+                self.apply_strategy_ssa_field_manager.clone(),
+            ));
+        }
+        if let Some(v) = &self.log.zap_stacktrace_level {
+            ignored.push(("zap-stacktrace-level", v.clone()));
+        }
+        if let Some(v) = &self.log.zap_time_encoding {
+            ignored.push(("zap-time-encoding", v.clone()));
+        }
+        Ok(RunConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            discovery_interval,
+            cache_flush_interval: Some(cache_flush).filter(|d| !d.is_zero()),
+            workers: self.workers,
+            qps: self.client_go_qps,
+            burst: self.client_go_burst,
+            metrics_address: parse_bind_address("metrics-address", &self.metrics_address)?,
+            health_address: parse_bind_address(
+                "health-probe-bind-address",
+                &self.health_probe_bind_address,
+            )?,
+            leader: self.leader_election.then(|| LeaderFlags {
+                namespace: self.leader_election_namespace.trim().to_owned(),
+                name: self.leader_election_id.trim().to_owned(),
+            }),
+            target_label_selector: Some(selector.to_owned()).filter(|s| !s.is_empty()),
+            events_qps: self.events_qps,
+            events_burst: self.events_burst,
+            shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
+            log: self.log.to_config()?,
+            ignored,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunConfig, CliError> {
+        let mut v = vec!["kmeta"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).expect("clap parse").run.to_config()
+    }
+
+    #[test]
+    fn defaults_are_metacontrollers() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(c.discovery_interval, Duration::from_secs(30));
+        assert_eq!(c.cache_flush_interval, Some(Duration::from_secs(1800)));
+        assert_eq!(c.workers, 5);
+        assert_eq!((c.qps, c.burst), (5.0, 10));
+        assert_eq!(
+            c.metrics_address,
+            Some("0.0.0.0:9999".parse().expect("addr"))
+        );
+        assert_eq!(
+            c.health_address,
+            Some("0.0.0.0:8081".parse().expect("addr"))
+        );
+        assert_eq!(c.leader, None);
+        assert_eq!(c.target_label_selector, None);
+        assert!((c.events_qps - 1.0 / 300.0).abs() < 1e-12);
+        assert_eq!(c.events_burst, 25);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(c.log.format, LogFormat::Text);
+        assert!(c.ignored.is_empty());
+    }
+
+    #[test]
+    fn metacontroller_manifest_args_carry_over() {
+        // The args of Metacontroller's own production manifest plus common overrides.
+        let c = parse(&[
+            "--zap-log-level=4",
+            "--discovery-interval=20s",
+            "--leader-election",
+            "--leader-election-namespace=metacontroller",
+            "--workers=50",
+            "--client-go-qps=150",
+            "--client-go-burst=300",
+            "--metrics-address=0",
+            "--target-label-selector=shard in (a,b)",
+        ])
+        .expect("valid");
+        assert_eq!(c.discovery_interval, Duration::from_secs(20));
+        assert_eq!(c.log.filter.as_deref(), Some("debug"));
+        assert_eq!(
+            c.leader,
+            Some(LeaderFlags {
+                namespace: "metacontroller".into(),
+                name: "metacontroller".into()
+            })
+        );
+        assert_eq!((c.workers, c.qps, c.burst), (50, 150.0, 300));
+        assert_eq!(c.metrics_address, None);
+        assert_eq!(c.target_label_selector.as_deref(), Some("shard in (a,b)"));
+    }
+
+    #[test]
+    fn go_durations() {
+        let d = |s| parse_duration("x", s);
+        assert_eq!(d("0"), Ok(Duration::ZERO));
+        assert_eq!(d("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(d("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(d("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(d("2m3s"), Ok(Duration::from_secs(123)));
+        for bad in ["", "30", "-5s", "abc", "PT5S", "5 s"] {
+            assert!(d(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn bind_addresses() {
+        let a = |s| parse_bind_address("x", s);
+        assert_eq!(a("0"), Ok(None));
+        assert_eq!(a(":9999"), Ok(Some("0.0.0.0:9999".parse().expect("addr"))));
+        assert_eq!(
+            a("127.0.0.1:80"),
+            Ok(Some("127.0.0.1:80".parse().expect("addr")))
+        );
+        assert_eq!(
+            a("localhost:8081"),
+            Ok(Some("127.0.0.1:8081".parse().expect("addr")))
+        );
+        assert_eq!(a("[::1]:81"), Ok(Some("[::1]:81".parse().expect("addr"))));
+        for bad in ["9999", ":http", "example.com:80", ":70000"] {
+            assert!(a(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let e = parse(&["--apply-strategy=server-side-apply"]).expect_err("unsupported");
+        assert!(e.to_string().starts_with("--apply-strategy: "), "{e}");
+        let e = parse(&["--apply-strategy=merge"]).expect_err("unknown");
+        assert!(e.to_string().contains("unknown apply strategy"), "{e}");
+        let e = parse(&["--discovery-interval=30"]).expect_err("no unit");
+        assert!(e.to_string().starts_with("--discovery-interval: "), "{e}");
+        let e = parse(&["--target-label-selector=a in b"]).expect_err("bad selector");
+        assert!(
+            e.to_string().starts_with("--target-label-selector: "),
+            "{e}"
+        );
+        let e = parse(&["--leader-election-resource-lock=configmaps"]).expect_err("lock");
+        assert!(e.to_string().contains("leases"), "{e}");
+        assert!(parse(&["--workers=0"]).is_err());
+        assert!(parse(&["--client-go-qps=-1"]).is_err());
+        assert!(parse(&["--metrics-address=9999"]).is_err());
+        assert!(parse(&["--zap-log-level=verbose"]).is_err());
+    }
+
+    #[test]
+    fn zero_disables_limits_and_flushes() {
+        let c = parse(&["--client-go-qps=0", "--cache-flush-interval=0"]).expect("valid");
+        assert_eq!(c.qps, 0.0);
+        assert_eq!(c.cache_flush_interval, None);
+    }
+
+    #[test]
+    fn logging_flags() {
+        let c = parse(&["--zap-encoder=json"]).expect("valid");
+        assert_eq!(c.log.format, LogFormat::Json);
+        let c = parse(&["--zap-devel"]).expect("valid");
+        assert_eq!(
+            c.log,
+            LogConfig {
+                format: LogFormat::Text,
+                filter: Some("debug".into())
+            }
+        );
+        // --log-level wins over the zap level.
+        let c = parse(&["--zap-log-level=6", "--log-level=kmeta=trace,info"]).expect("valid");
+        assert_eq!(c.log.filter.as_deref(), Some("kmeta=trace,info"));
+        let c = parse(&["--zap-log-level=6"]).expect("valid");
+        assert_eq!(c.log.filter.as_deref(), Some("trace"));
+    }
+
+    #[test]
+    fn unused_compat_flags_are_reported() {
+        let c = parse(&["--pprof-address=:6060", "--zap-time-encoding=iso8601"]).expect("valid");
+        assert_eq!(
+            c.ignored,
+            vec![
+                ("pprof-address", ":6060".to_owned()),
+                ("zap-time-encoding", "iso8601".to_owned())
+            ]
+        );
+    }
+}

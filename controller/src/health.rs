@@ -1,0 +1,196 @@
+//! The operational HTTP endpoints: Prometheus `/metrics`, and `/healthz` + `/readyz` probes.
+//!
+//! Readiness: an instance is ready when the manager's caches are synced (the CompositeController
+//! list was read and every controller started from it has synced its watches). With leader
+//! election, a standby instance (not leading) is also reported ready while its election loop is
+//! running: it is healthy and able to take over, and marking it unready would only take it out of
+//! Services it does not serve anyway. `/readyz?verbose` lists the individual checks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// Content type of the OpenMetrics text exposition format.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Errors starting an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The address could not be bound.
+    #[error("binding {what} endpoint on {addr}: {source}")]
+    Bind {
+        /// Which endpoint.
+        what: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// Process state the probes report.
+#[derive(Debug, Clone, Default)]
+pub struct Probes {
+    /// The manager's caches are synced.
+    pub synced: Arc<AtomicBool>,
+    /// Leader election: this instance leads.
+    pub leading: Arc<AtomicBool>,
+    /// Leader election is configured (otherwise `leading` is ignored).
+    pub elected: bool,
+    /// The process is shutting down (readiness fails at once so traffic drains).
+    pub stopping: Arc<AtomicBool>,
+}
+
+/// The result of the readiness checks, a pure function of the flags.
+pub fn readiness(synced: bool, elected: bool, leading: bool, stopping: bool) -> (bool, String) {
+    let mut lines = Vec::new();
+    let mut ok = true;
+    let mut check = |name: &str, pass: bool, detail: &str| {
+        ok &= pass;
+        lines.push(format!("[{}]{name} {detail}", if pass { "+" } else { "-" }));
+    };
+    check(
+        "shutdown",
+        !stopping,
+        if stopping { "stopping" } else { "ok" },
+    );
+    if elected && !leading {
+        check("leader-election", true, "standby");
+        check("informer-sync", true, "not leading");
+    } else {
+        if elected {
+            check("leader-election", true, "leading");
+        }
+        check(
+            "informer-sync",
+            synced,
+            if synced { "ok" } else { "caches not synced" },
+        );
+    }
+    let verdict = if ok {
+        "readyz check passed"
+    } else {
+        "readyz check failed"
+    };
+    lines.push(verdict.to_owned());
+    (ok, lines.join("\n") + "\n")
+}
+
+fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                ([(header::CONTENT_TYPE, OPENMETRICS)], m.encode())
+            }),
+        )
+        .with_state(metrics)
+}
+
+async fn readyz(State(p): State<Probes>, RawQuery(q): RawQuery) -> impl IntoResponse {
+    let (ok, text) = readiness(
+        p.synced.load(Ordering::SeqCst),
+        p.elected,
+        p.leading.load(Ordering::SeqCst),
+        p.stopping.load(Ordering::SeqCst),
+    );
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let verbose = q.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("verbose")));
+    let body = if verbose || !ok {
+        text
+    } else {
+        "ok".to_owned()
+    };
+    (code, body)
+}
+
+fn health_router(probes: Probes) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(probes)
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, HealthError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| HealthError::Bind { what, addr, source })
+}
+
+fn spawn(what: &'static str, listener: TcpListener, app: Router, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(endpoint = what, error = %e, "endpoint stopped");
+        }
+    });
+}
+
+/// Binds and serves `/metrics` until `stop`; returns the bound address (port 0 resolves).
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> Result<SocketAddr, HealthError> {
+    let listener = bind("metrics", addr).await?;
+    let local = listener.local_addr().unwrap_or(addr);
+    spawn("metrics", listener, metrics_router(metrics), stop);
+    Ok(local)
+}
+
+/// Binds and serves `/healthz`, `/livez` and `/readyz` until `stop`; returns the bound address.
+pub async fn serve_health(
+    addr: SocketAddr,
+    probes: Probes,
+    stop: CancellationToken,
+) -> Result<SocketAddr, HealthError> {
+    let listener = bind("health", addr).await?;
+    let local = listener.local_addr().unwrap_or(addr);
+    spawn("health", listener, health_router(probes), stop);
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_without_election_follows_cache_sync() {
+        assert!(!readiness(false, false, false, false).0);
+        let (ok, text) = readiness(true, false, false, false);
+        assert!(ok);
+        assert!(text.contains("[+]informer-sync ok"), "{text}");
+        assert!(!text.contains("leader-election"), "{text}");
+    }
+
+    #[test]
+    fn standby_is_ready_leader_needs_synced_caches() {
+        assert!(readiness(false, true, false, false).0, "standby");
+        assert!(!readiness(false, true, true, false).0, "leader, not synced");
+        assert!(readiness(true, true, true, false).0, "leader, synced");
+    }
+
+    #[test]
+    fn stopping_is_never_ready() {
+        let (ok, text) = readiness(true, false, false, true);
+        assert!(!ok);
+        assert!(text.contains("[-]shutdown stopping"), "{text}");
+    }
+}

@@ -1,0 +1,48 @@
+//! Tracing subscriber set-up for the `kmeta` binary (libraries never install one).
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{LogConfig, LogFormat};
+
+/// The filter directive: the explicit flag, else `$RUST_LOG`, else `info`.
+pub fn filter(config: &LogConfig) -> Result<EnvFilter, String> {
+    match &config.filter {
+        Some(f) => EnvFilter::try_new(f).map_err(|e| format!("--log-level {f:?}: {e}")),
+        None => Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))),
+    }
+}
+
+/// Installs the global subscriber (JSON or text lines on stderr). Calling it twice is harmless:
+/// the second call keeps the first subscriber.
+pub fn init(config: &LogConfig) -> Result<(), String> {
+    let filter = filter(config)?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match config.format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    // An already-installed subscriber (tests) is not an error.
+    let _ = result;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_filter_is_reported() {
+        let cfg = LogConfig {
+            format: LogFormat::Text,
+            filter: Some("kmeta=loud".into()),
+        };
+        let e = filter(&cfg).expect_err("invalid directive");
+        assert!(e.contains("--log-level"), "{e}");
+    }
+}

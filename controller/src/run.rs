@@ -1,0 +1,199 @@
+//! `kmeta run`: the in-cluster controller process — client, endpoints, optional leader
+//! election, the manager, and a bounded graceful stop.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::RunConfig;
+use crate::controller::ManagerConfig;
+use crate::health::{self, HealthError, Probes};
+use crate::leader::LeaderConfig;
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimit;
+
+/// Where the pod's namespace is mounted in a cluster.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Errors that end `kmeta run`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable cluster configuration.
+    #[error("loading cluster configuration: {0}")]
+    Config(String),
+    /// The client could not be built.
+    #[error("building the API client: {0}")]
+    Client(String),
+    /// An endpoint could not start.
+    #[error(transparent)]
+    Endpoint(#[from] HealthError),
+    /// The manager failed.
+    #[error("manager: {0}")]
+    Manager(#[from] kube::Error),
+    /// Leader election failed (for example the lease was lost).
+    #[error("leader election: {0}")]
+    Leader(String),
+}
+
+/// Loads the cluster configuration: `--kubeconfig` if given, else the in-cluster service
+/// account, else `$KUBECONFIG` / `~/.kube/config` (Metacontroller's order).
+pub async fn kube_config(path: Option<&Path>) -> Result<kube::Config, RunError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    if let Some(path) = path {
+        let kc = Kubeconfig::read_from(path)
+            .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
+        return kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| RunError::Config(format!("{}: {e}", path.display())));
+    }
+    match kube::Config::incluster() {
+        Ok(c) => Ok(c),
+        Err(_) => kube::Config::infer()
+            .await
+            .map_err(|e| RunError::Config(e.to_string())),
+    }
+}
+
+/// The manager settings for `config`, sharing `metrics` and the readiness flag.
+pub fn manager_config(
+    config: &RunConfig,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) -> ManagerConfig {
+    ManagerConfig {
+        workers: config.workers,
+        discovery_interval: config.discovery_interval,
+        cache_flush_interval: config.cache_flush_interval,
+        target_label_selector: config.target_label_selector.clone(),
+        events_qps: config.events_qps,
+        events_burst: config.events_burst,
+        metrics,
+        ready,
+        ..ManagerConfig::default()
+    }
+}
+
+/// Runs the manager until `stop`, then gives in-flight syncs `bound` to finish.
+pub async fn run_manager(
+    client: kube::Client,
+    config: ManagerConfig,
+    stop: CancellationToken,
+    bound: Duration,
+) -> Result<(), kube::Error> {
+    let work = crate::manager::run(client, config, stop.clone());
+    tokio::pin!(work);
+    tokio::select! {
+        r = &mut work => return r,
+        _ = stop.cancelled() => {}
+    }
+    tracing::info!(bound = ?bound, "stopping: waiting for in-flight syncs");
+    match tokio::time::timeout(bound, work).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(bound = ?bound, "in-flight syncs did not finish in time; exiting");
+            Ok(())
+        }
+    }
+}
+
+/// Logs the flags that were accepted for compatibility but have no effect.
+fn warn_ignored(config: &RunConfig) {
+    for (flag, value) in &config.ignored {
+        tracing::warn!(flag = %format!("--{flag}"), value = %value, "flag accepted for Metacontroller compatibility; it has no effect in kmeta");
+    }
+}
+
+/// The lease namespace: the flag, else the pod's namespace.
+fn lease_namespace(flag: &str) -> Result<String, RunError> {
+    if !flag.is_empty() {
+        return Ok(flag.to_owned());
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            RunError::Leader(
+                "--leader-election-namespace is required when running outside a cluster".into(),
+            )
+        })
+}
+
+/// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
+pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
+    warn_ignored(&config);
+    let metrics = Arc::new(Metrics::default());
+    let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
+    let limits = RateLimit {
+        qps: config.qps,
+        burst: config.burst,
+    };
+    let client = crate::ratelimit::client(kube_config.clone(), limits, metrics.clone())
+        .map_err(|e| RunError::Client(e.to_string()))?;
+    let probes = Probes {
+        elected: config.leader.is_some(),
+        ..Probes::default()
+    };
+    let endpoints = CancellationToken::new();
+    let _stop_endpoints = endpoints.clone().drop_guard();
+    if let Some(addr) = config.metrics_address {
+        let bound = health::serve_metrics(addr, metrics.clone(), endpoints.clone()).await?;
+        tracing::info!(address = %bound, "serving /metrics");
+    }
+    if let Some(addr) = config.health_address {
+        let bound = health::serve_health(addr, probes.clone(), endpoints.clone()).await?;
+        tracing::info!(address = %bound, "serving /healthz and /readyz");
+    }
+    {
+        let stopping = probes.stopping.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            stopping.store(true, Ordering::SeqCst);
+        });
+    }
+    let manager = manager_config(&config, metrics, probes.synced.clone());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        workers = config.workers,
+        leader_election = config.leader.is_some(),
+        "kmeta starting"
+    );
+    match &config.leader {
+        None => run_manager(client, manager, shutdown, config.shutdown_timeout)
+            .await
+            .map_err(RunError::from),
+        Some(flags) => {
+            let leader = LeaderConfig {
+                namespace: lease_namespace(&flags.namespace)?,
+                name: flags.name.clone(),
+                leading: probes.leading.clone(),
+                ..LeaderConfig::default()
+            };
+            // The election has its own client (own token bucket), so a busy controller cannot
+            // starve lease renewals.
+            let lease_client =
+                crate::ratelimit::client(kube_config, limits, manager.metrics.clone())
+                    .map_err(|e| RunError::Client(e.to_string()))?;
+            let bound = config.shutdown_timeout;
+            let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
+            let slot = failed.clone();
+            crate::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
+                if let Err(e) = run_manager(client, manager, token, bound).await
+                    && let Ok(mut slot) = slot.lock()
+                {
+                    *slot = Some(e);
+                }
+            })
+            .await
+            .map_err(|e| RunError::Leader(e.to_string()))?;
+            match failed.lock().ok().and_then(|mut f| f.take()) {
+                Some(e) => Err(RunError::Manager(e)),
+                None => Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The `kmeta` binary: `run` against kmeta-apiserver over real HTTP (endpoints, readiness,
+//! a CompositeController end to end, graceful SIGTERM), flag errors, `version`, `--help`.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use kmeta_apiserver::TestServer;
+
+const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Kills the child if a test fails before it exits.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn http_get(url: &str) -> Option<(u16, String)> {
+    let r = reqwest::get(url).await.ok()?;
+    let code = r.status().as_u16();
+    Some((code, r.text().await.ok()?))
+}
+
+async fn wait_for<F, Fut>(what: &str, mut f: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + TIMEOUT;
+    while !f().await {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Polls without blocking the runtime: the API server runs on this test's runtime.
+async fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            bail!("kmeta did not exit");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    let client = server.client();
+    kmeta::dev::install_crds(&client).await?;
+    let (metrics, health) = (free_port()?, free_port()?);
+    let log_path = dir.path().join("kmeta.log");
+    let mut proc = Proc(
+        Command::new(KMETA)
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .args([
+                "--discovery-interval=1s",
+                "--log-format=json",
+                "--log-level=info",
+            ])
+            .stdout(Stdio::null())
+            // A file, not a pipe: nobody reads a pipe while the test runs, and a full pipe would
+            // block the process's logging.
+            .stderr(std::fs::File::create(&log_path)?)
+            .spawn()?,
+    );
+    let healthz = format!("http://127.0.0.1:{health}/healthz");
+    wait_for("/healthz", || async {
+        http_get(&healthz).await.is_some_and(|(c, _)| c == 200)
+    })
+    .await?;
+    let readyz = format!("http://127.0.0.1:{health}/readyz?verbose");
+    wait_for("/readyz", || async {
+        http_get(&readyz).await.is_some_and(|(c, _)| c == 200)
+    })
+    .await?;
+    let (_, text) = http_get(&readyz).await.context("readyz")?;
+    assert!(text.contains("[+]informer-sync ok"), "{text}");
+
+    let (code, body) = http_get(&format!("http://127.0.0.1:{metrics}/metrics"))
+        .await
+        .context("metrics")?;
+    assert_eq!(code, 200);
+    // Every API request went through the rate-limited, instrumented client.
+    assert!(
+        body.contains("kmeta_api_requests_total{verb=\"list\",code=\"200\"}")
+            || body.contains("kmeta_api_requests_total{code=\"200\",verb=\"list\"}"),
+        "{body}"
+    );
+    assert!(
+        body.ends_with("# EOF\n"),
+        "OpenMetrics text ends with # EOF"
+    );
+
+    // A CompositeController reconciles through the binary's rate-limited client.
+    reconcile_one(&server).await?;
+
+    // SIGTERM: readiness may flip, then the process exits 0.
+    let pid = proc.0.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status()?;
+    assert!(killed.success());
+    let status = wait_exit(&mut proc.0).await;
+    let stderr = std::fs::read_to_string(&log_path)?;
+    let status = status.with_context(|| format!("logs:\n{stderr}"))?;
+    assert!(status.success(), "exit {status}; logs:\n{stderr}");
+    // JSON logs, one object per line.
+    let first = stderr.lines().next().context("no logs")?;
+    let v: serde_json::Value = serde_json::from_str(first).context(first.to_owned())?;
+    assert!(v.get("level").is_some(), "{first}");
+    assert!(stderr.contains("shutting down"), "{stderr}");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A sync hook on 127.0.0.1:0 answering one ConfigMap child per parent.
+async fn hook() -> anyhow::Result<String> {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let app = axum::Router::new().route(
+        "/sync",
+        axum::routing::post(|Json(req): Json<Value>| async move {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("x")
+                .to_owned();
+            Json(json!({
+                "status": {"seen": true},
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": name}, "data": {"from": "hook"}}]
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/sync", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+    let client = server.client();
+    let url = hook().await?;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "notes.run.example.com"},
+        "spec": {"group": "run.example.com", "scope": "Namespaced",
+                 "names": {"kind": "Note", "plural": "notes", "singular": "note"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "notes"},
+        "spec": {"generateSelector": true,
+                 "parentResource": {"apiVersion": "run.example.com/v1", "resource": "notes"},
+                 "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                 "hooks": {"sync": {"webhook": {"url": url}}}}
+    });
+    let parent = json!({"apiVersion": "run.example.com/v1", "kind": "Note",
+                        "metadata": {"name": "n1", "namespace": "default"}, "spec": {}});
+    let crds = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
+    let ccs = ApiResource {
+        group: "metacontroller.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "metacontroller.k8s.io/v1alpha1".into(),
+        kind: "CompositeController".into(),
+        plural: "compositecontrollers".into(),
+    };
+    let notes = ApiResource {
+        group: "run.example.com".into(),
+        version: "v1".into(),
+        api_version: "run.example.com/v1".into(),
+        kind: "Note".into(),
+        plural: "notes".into(),
+    };
+    let pp = PostParams::default();
+    Api::<DynamicObject>::all_with(client.clone(), &crds)
+        .create(&pp, &serde_json::from_value(crd)?)
+        .await?;
+    Api::<DynamicObject>::all_with(client.clone(), &ccs)
+        .create(&pp, &serde_json::from_value(cc)?)
+        .await?;
+    let notes: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &notes);
+    // The CRD may take a moment to be served.
+    wait_for("the Note resource to be served", || async {
+        notes.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    notes.create(&pp, &serde_json::from_value(parent)?).await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    wait_for("the hook's ConfigMap child", || async {
+        cms.get_opt("n1").await.ok().flatten().is_some_and(|cm| {
+            cm.data.and_then(|d| d.get("from").cloned()).as_deref() == Some("hook")
+        })
+    })
+    .await?;
+    wait_for("the parent's status from the hook", || async {
+        notes
+            .get("n1")
+            .await
+            .is_ok_and(|n| n.data["status"]["seen"] == true)
+    })
+    .await
+}
+
+fn kmeta(args: &[&str]) -> anyhow::Result<Output> {
+    Ok(Command::new(KMETA).args(args).output()?)
+}
+
+#[test]
+fn bad_flags_fail_at_start_naming_the_flag() -> anyhow::Result<()> {
+    let out = kmeta(&["run", "--apply-strategy=server-side-apply"])?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--apply-strategy"), "{err}");
+    let out = kmeta(&["run", "--discovery-interval=soon"])?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--discovery-interval"));
+    Ok(())
+}
+
+#[test]
+fn version_and_help_show_defaults() -> anyhow::Result<()> {
+    let out = kmeta(&["version"])?;
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("kmeta {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = kmeta(&["run", "--help"])?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    for default in [
+        "[default: 30s]",
+        "[default: 30m]",
+        "[default: 5]",
+        "[default: 10]",
+        "[default: :9999]",
+        "[default: :8081]",
+        "[default: metacontroller]",
+        "[default: dynamic-apply]",
+        "[default: 25]",
+    ] {
+        assert!(help.contains(default), "missing {default} in:\n{help}");
+    }
+    Ok(())
+}
