@@ -19,7 +19,8 @@
 //!   exit and be restarted, as client-go controllers do. Since `renew deadline < lease duration`,
 //!   the old leader has cancelled its work before any other candidate may consider the Lease
 //!   expired (the others start counting only when they see the last successful renewal).
-//! - On shutdown the leader cancels its work, waits for it to return, then releases the Lease
+//! - On shutdown the leader cancels its work and keeps renewing while the work drains (as
+//!   controller-runtime stops leader election only after its runnables), then releases the Lease
 //!   (no holder, `leaseDurationSeconds: 1`, as client-go's `ReleaseOnCancel`) so a standby takes
 //!   over on its next retry instead of waiting out the lease duration.
 //!
@@ -380,7 +381,18 @@ impl Elector {
         }
     }
 
-    /// Gives the lease up if this instance still holds it.
+    /// [`Elector::release`], bounded by `limit` (the API server may be unreachable at shutdown).
+    async fn release_within(&mut self, limit: Duration) {
+        if tokio::time::timeout(limit, self.release()).await.is_err() {
+            tracing::warn!(
+                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                "releasing the leader lease timed out; standbys take over when it expires"
+            );
+        }
+    }
+
+    /// Gives the lease up if this instance still holds it (reading it first unless this
+    /// instance wrote it last).
     async fn release(&mut self) {
         let base = match self.held.take() {
             Some(lease) => Some(lease),
@@ -425,7 +437,7 @@ fn jittered(period: Duration) -> Duration {
 
 /// How the leading phase ended.
 enum End {
-    Shutdown,
+    /// The work returned (after shutdown, or by itself).
     WorkReturned,
     Lost(String),
 }
@@ -434,15 +446,17 @@ enum End {
 ///
 /// Waits to acquire the Lease (returning `Ok(())` if `shutdown` is cancelled first), then calls
 /// `work` with a token of its own and renews the Lease while the work runs.
-/// - `shutdown` cancelled: cancels the work's token, awaits the work, releases the Lease,
-///   returns `Ok(())`.
+/// - `shutdown` cancelled: cancels the work's token and keeps renewing the Lease until the work
+///   returns (so in-flight syncs finish before a standby can start), then releases the Lease and
+///   returns `Ok(())`. If the Lease is lost while draining, returns [`LeaderError::Lost`] after the
+///   work returns.
 /// - The work returns by itself: releases the Lease, returns `Ok(())`.
 /// - The Lease is lost (not renewed within the renew deadline, or taken by another holder):
 ///   cancels the work's token at once, awaits the work, returns [`LeaderError::Lost`] without
 ///   touching the Lease.
 ///
-/// `cfg.leading` is true exactly while the work runs as leader (it turns false before the work is
-/// awaited on the way out).
+/// `cfg.leading` is true while the work runs as leader; it turns false as soon as shutdown
+/// starts or the Lease is lost, before the work has returned.
 pub async fn run_elected<F, Fut>(
     client: kube::Client,
     cfg: LeaderConfig,
@@ -468,7 +482,11 @@ where
         let started = Instant::now();
         let attempt = tokio::select! {
             biased;
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => {
+                // an attempt cut short may have written the lease without us seeing the answer
+                elector.release_within(cfg.retry_period).await;
+                return Ok(());
+            }
             r = tokio::time::timeout(cfg.renew_deadline, elector.try_acquire()) => r,
         };
         match attempt {
@@ -494,6 +512,9 @@ where
     tokio::pin!(work_fut);
     let mut last_renewed = acquired_at;
     let mut next_attempt = acquired_at + cfg.retry_period;
+    // renew until shutdown, the work returns or the lease is lost; on shutdown keep renewing
+    // while the work drains, so no standby starts before this instance's last write is done
+    let mut draining = false;
     let end = loop {
         let deadline = last_renewed + cfg.renew_deadline;
         let wake = next_attempt.min(deadline);
@@ -505,7 +526,12 @@ where
         };
         tokio::select! {
             biased;
-            () = shutdown.cancelled() => break End::Shutdown,
+            () = shutdown.cancelled(), if !draining => {
+                tracing::info!(lease = %lease_name, "shutting down: stopping work, then releasing the lease");
+                draining = true;
+                cfg.leading.store(false, Ordering::SeqCst);
+                work_token.cancel();
+            }
             () = &mut work_fut => break End::WorkReturned,
             (started, result) = attempt => {
                 match result {
@@ -531,22 +557,14 @@ where
     };
 
     cfg.leading.store(false, Ordering::SeqCst);
+    work_token.cancel();
     match end {
-        End::Shutdown => {
-            tracing::info!(lease = %lease_name, "shutting down: stopping work before releasing the lease");
-            work_token.cancel();
-            work_fut.await;
-            elector.release().await;
-            Ok(())
-        }
         End::WorkReturned => {
-            work_token.cancel();
-            elector.release().await;
+            elector.release_within(cfg.renew_deadline).await;
             Ok(())
         }
         End::Lost(reason) => {
             tracing::error!(lease = %lease_name, %reason, "lost the leader lease: stopping work");
-            work_token.cancel();
             work_fut.await;
             Err(elector.lost(reason))
         }

@@ -57,6 +57,16 @@ struct Instance {
 }
 
 fn start(client: kube::Client, name: &'static str, shared: Arc<Shared>) -> Instance {
+    start_draining(client, name, shared, Duration::ZERO)
+}
+
+/// An instance whose work takes `drain` to return once cancelled (in-flight syncs finishing).
+fn start_draining(
+    client: kube::Client,
+    name: &'static str,
+    shared: Arc<Shared>,
+    drain: Duration,
+) -> Instance {
     let cfg = config(name);
     let shutdown = CancellationToken::new();
     let working = Arc::new(AtomicBool::new(false));
@@ -72,6 +82,7 @@ fn start(client: kube::Client, name: &'static str, shared: Arc<Shared>) -> Insta
                     // also runs when the work is dropped (its task aborted)
                     let _stopped = Stopped { shared, working };
                     stop.cancelled().await;
+                    tokio::time::sleep(drain).await;
                 }
             })
             .await
@@ -241,5 +252,41 @@ async fn shutdown_before_acquiring_returns_at_once() -> anyhow::Result<()> {
     tokio::time::timeout(DEADLINE, a.task)
         .await
         .context("leader did not stop")???;
+    Ok(())
+}
+
+#[tokio::test]
+async fn leader_keeps_the_lease_while_its_work_drains() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let api: Api<Lease> = Api::namespaced(server.client(), "default");
+    let shared = Arc::new(Shared::default());
+    // the work needs 3 s to stop, longer than the 2 s lease
+    let drain = Duration::from_secs(3);
+    let a = start_draining(server.client(), "a", shared.clone(), drain);
+    let b = start_draining(server.client(), "b", shared.clone(), drain);
+    let (leader, standby) = elect(a, b).await?;
+
+    leader.shutdown.cancel();
+    eventually("leadership to end", || {
+        !leader.cfg.leading.load(Ordering::SeqCst)
+    })
+    .await?;
+    // still working, still holding the lease
+    assert!(leader.working.load(Ordering::SeqCst));
+    tokio::time::timeout(DEADLINE, leader.task)
+        .await
+        .context("leader did not stop")??
+        .context("leader returned an error")?;
+    eventually("the standby to lead", || {
+        standby.working.load(Ordering::SeqCst)
+    })
+    .await?;
+    assert_eq!(holder(&api).await?.as_deref(), Some(standby.name));
+    // never two at once, although the drain outlasted the lease duration
+    assert_eq!(shared.max_running.load(Ordering::SeqCst), 1);
+    standby.shutdown.cancel();
+    tokio::time::timeout(DEADLINE, standby.task)
+        .await
+        .context("standby did not stop")???;
     Ok(())
 }
