@@ -410,6 +410,20 @@ impl RunArgs {
     }
 }
 
+/// Parses the arguments that follow `kmeta run` (for example a Deployment's `args:` without the
+/// leading `run`) and validates them, as the binary does at start.
+pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, String> {
+    #[derive(clap::Parser)]
+    #[command(name = "kmeta run")]
+    struct Run {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let argv = std::iter::once("kmeta run").chain(args.iter().map(AsRef::as_ref));
+    let parsed = <Run as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
+    parsed.run.to_config().map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,221 @@
+//! deploy/: the manifests are accepted by an API server, the Deployment's arguments are valid
+//! `kmeta run` flags, and the Helm chart's templates only use values that exist.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use kmeta_apiserver::TestServer;
+use serde_json::Value;
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn yaml(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    serde_saphyr::from_str(&text).with_context(|| path.display().to_string())
+}
+
+/// The files kustomization.yaml lists, in order.
+fn kustomize_resources() -> anyhow::Result<Vec<PathBuf>> {
+    let k = yaml(&deploy_dir().join("kustomization.yaml"))?;
+    let list = k["resources"].as_array().context("resources")?;
+    list.iter()
+        .map(|r| {
+            let r = r.as_str().context("resource entry")?;
+            Ok(deploy_dir().join(r))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client();
+    let manifests = kmeta::dev::order(kmeta::dev::load(&kustomize_resources()?)?);
+    let kinds: Vec<&str> = manifests
+        .iter()
+        .filter_map(|m| m.object["kind"].as_str())
+        .collect();
+    for kind in [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    ] {
+        assert!(kinds.contains(&kind), "deploy/ lacks a {kind}: {kinds:?}");
+    }
+    kmeta::dev::apply_all(&client, &manifests, &mut std::io::sink()).await?;
+
+    // The Deployment, as stored, runs `kmeta run` with flags the binary accepts.
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), "kmeta");
+    let d = deployments.get("kmeta").await?;
+    let pod = d.spec.template.spec.context("pod spec")?;
+    assert_eq!(pod.service_account_name.as_deref(), Some("kmeta"));
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap_or_default();
+    assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
+    let config = kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    assert!(config.leader.is_some(), "two replicas need leader election");
+    // Probes and ports point at the endpoints the flags open.
+    let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
+    for addr in [config.metrics_address, config.health_address] {
+        let port = i32::from(addr.context("endpoint enabled")?.port());
+        assert!(ports.contains(&port), "port {port} not exposed: {ports:?}");
+    }
+    let sc = c.security_context.as_ref().context("securityContext")?;
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_apply_k_deploy() -> anyhow::Result<()> {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("kubectl not on PATH: skipping");
+        return Ok(());
+    }
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    // tokio's Command: the API server runs on this test's runtime.
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "--request-timeout=20s", "-k"])
+        .arg(deploy_dir())
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for created in [
+        "namespace/kmeta",
+        "customresourcedefinition.apiextensions.k8s.io/compositecontrollers.metacontroller.k8s.io",
+        "deployment.apps/kmeta",
+    ] {
+        assert!(stdout.contains(created), "{created} missing in:\n{stdout}");
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Looks up a dotted path (`args.workers`) in the chart's values.
+fn lookup<'a>(values: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(values, |v, k| v.get(k))
+}
+
+/// `.Values.x.y` references in a template.
+fn value_refs(template: &str) -> Vec<String> {
+    let mut refs = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find(".Values.") {
+        let tail = &rest[i + ".Values.".len()..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_'))
+            .unwrap_or(tail.len());
+        refs.push(tail[..end].trim_end_matches('.').to_owned());
+        rest = &tail[end..];
+    }
+    refs
+}
+
+#[test]
+fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<()> {
+    let chart_dir = deploy_dir().join("helm/kmeta");
+    let chart = yaml(&chart_dir.join("Chart.yaml"))?;
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(chart["name"], "kmeta");
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
+    let values = yaml(&chart_dir.join("values.yaml"))?;
+    let mut templates = 0;
+    for entry in std::fs::read_dir(chart_dir.join("templates"))? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        templates += 1;
+        for r in value_refs(&text) {
+            if lookup(&values, &r).is_none() {
+                bail!("{}: .Values.{r} is not in values.yaml", path.display());
+            }
+        }
+    }
+    assert!(templates >= 3, "templates/ is nearly empty");
+
+    // Render the Deployment's args with the default values (the lines are plain substitutions
+    // or conditionals on values) and check `kmeta run` accepts them.
+    let template = std::fs::read_to_string(chart_dir.join("templates/deployment.yaml"))?;
+    let start = template.find("args:").context("args")?;
+    let mut args = Vec::new();
+    let mut skipping = false;
+    let mut range: Vec<String> = Vec::new();
+    for line in template[start..].lines().skip(1) {
+        let t = line.trim();
+        if t.starts_with("{{- if ") {
+            let cond = value_refs(t).into_iter().next().context("condition")?;
+            let v = lookup(&values, &cond);
+            skipping = !v.is_some_and(|v| match v {
+                Value::Bool(b) => *b,
+                Value::String(s) => !s.is_empty(),
+                Value::Null => false,
+                _ => true,
+            });
+            continue;
+        }
+        if t.starts_with("{{- range ") {
+            let list = value_refs(t).into_iter().next().context("range")?;
+            range = lookup(&values, &list)
+                .and_then(Value::as_array)
+                .context("range over a list")?
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .collect();
+            continue;
+        }
+        if t.starts_with("{{- end") {
+            skipping = false;
+            range.clear();
+            continue;
+        }
+        let Some(arg) = t.strip_prefix("- ") else {
+            break;
+        };
+        if skipping {
+            continue;
+        }
+        if arg == "{{ . }}" {
+            args.extend(range.iter().cloned());
+            continue;
+        }
+        let mut rendered = arg.to_owned();
+        for r in value_refs(arg) {
+            let v = lookup(&values, &r).context("value")?;
+            let s = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            rendered = rendered.replace(&format!("{{{{ .Values.{r} }}}}"), &s);
+        }
+        assert!(!rendered.contains("{{"), "unrendered: {rendered}");
+        args.push(rendered);
+    }
+    assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
+    kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
