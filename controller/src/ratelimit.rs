@@ -19,7 +19,8 @@
 //! `qps <= 0` (or NaN) disables limiting; requests are still counted in the metrics. A `burst` of 0
 //! with a positive `qps` is treated as 1 (client-go requires a burst of at least 1).
 //!
-//! A caller that gives up while waiting (its future dropped) does not give its token back.
+//! A caller that gives up while waiting (its future dropped) gives its token back
+//! ([`TokenBucket::cancel`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -67,6 +68,8 @@ pub struct TokenBucket {
     /// Tokens available at `last`; negative when reservations are waiting (debt).
     tokens: f64,
     last: Instant,
+    /// When the latest reservation may act (for [`TokenBucket::cancel`]).
+    last_event: Instant,
 }
 
 impl TokenBucket {
@@ -76,11 +79,21 @@ impl TokenBucket {
             limits,
             tokens: Self::capacity(limits),
             last: now,
+            last_event: now,
         }
     }
 
     fn capacity(limits: RateLimit) -> f64 {
         f64::from(limits.burst.max(1))
+    }
+
+    /// Refills the tokens accrued between the last instant seen and `now`.
+    fn advance(&mut self, now: Instant) {
+        if now > self.last {
+            let refill = now.duration_since(self.last).as_secs_f64() * self.limits.qps;
+            self.tokens = (self.tokens + refill).min(Self::capacity(self.limits));
+            self.last = now;
+        }
     }
 
     /// Takes one token at `now` and returns how long the caller must wait before sending (zero
@@ -90,17 +103,42 @@ impl TokenBucket {
         if !self.limits.enabled() {
             return Duration::ZERO;
         }
-        let qps = self.limits.qps;
-        if now > self.last {
-            let refill = now.duration_since(self.last).as_secs_f64() * qps;
-            self.tokens = (self.tokens + refill).min(Self::capacity(self.limits));
-            self.last = now;
-        }
+        self.advance(now);
         self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
+        let wait = if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-self.tokens / qps)
+            Duration::from_secs_f64(-self.tokens / self.limits.qps)
+        };
+        self.last_event = self.last_event.max(now + wait);
+        wait
+    }
+
+    /// Gives back the token of a reservation that was due at `act_at` and is abandoned at `now`
+    /// (its caller gave up while waiting), as `x/time/rate`'s `Reservation.CancelAt`: only the
+    /// part of the token that later reservations have not already been scheduled against comes
+    /// back. Nothing happens when `act_at` has passed.
+    pub fn cancel(&mut self, act_at: Instant, now: Instant) {
+        if !self.limits.enabled() || act_at <= now {
+            return;
+        }
+        let qps = self.limits.qps;
+        let reserved_after = self
+            .last_event
+            .saturating_duration_since(act_at)
+            .as_secs_f64()
+            * qps;
+        let restore = 1.0 - reserved_after;
+        if restore <= 0.0 {
+            return;
+        }
+        self.advance(now);
+        self.tokens = (self.tokens + restore).min(Self::capacity(self.limits));
+        if act_at == self.last_event {
+            let previous = act_at.checked_sub(Duration::from_secs_f64(1.0 / qps));
+            if let Some(previous) = previous.filter(|p| *p >= now) {
+                self.last_event = previous;
+            }
         }
     }
 }
@@ -198,15 +236,41 @@ pub struct RateLimitService<S> {
     metrics: Arc<Metrics>,
 }
 
+/// Locks a bucket; a poisoned lock only means another request panicked while holding it, and
+/// the bucket is still a valid pair of numbers.
+fn lock(bucket: &Mutex<TokenBucket>) -> std::sync::MutexGuard<'_, TokenBucket> {
+    bucket.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A reservation being waited for; gives its token back if dropped before the wait is over.
+struct Pending {
+    bucket: Arc<Mutex<TokenBucket>>,
+    act_at: Instant,
+    done: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            lock(&self.bucket).cancel(self.act_at, Instant::now());
+        }
+    }
+}
+
 impl<S> RateLimitService<S> {
-    fn reserve(&self) -> Duration {
+    /// Takes a token now: how long to wait, and the reservation to finish (none without a wait).
+    fn reserve(&self) -> (Duration, Option<Pending>) {
         let Some(bucket) = &self.bucket else {
-            return Duration::ZERO;
+            return (Duration::ZERO, None);
         };
-        // a poisoned lock only means another request panicked mid-reserve; the bucket is still
-        // a valid number
-        let mut bucket = bucket.lock().unwrap_or_else(|e| e.into_inner());
-        bucket.reserve(Instant::now())
+        let now = Instant::now();
+        let wait = lock(bucket).reserve(now);
+        let pending = (!wait.is_zero()).then(|| Pending {
+            bucket: bucket.clone(),
+            act_at: now + wait,
+            done: false,
+        });
+        (wait, pending)
     }
 }
 
@@ -225,14 +289,15 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let verb = verb(req.method(), req.uri());
-        let wait = self.reserve();
+        let (wait, pending) = self.reserve();
         // kube's stack (hyper client, retry, auth) does nothing until its future is polled, so
         // the request is only sent after the wait below
         let fut = self.inner.call(req);
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+            if let Some(mut pending) = pending {
+                tokio::time::sleep_until(pending.act_at).await;
+                pending.done = true;
                 metrics.rate_limited(wait);
             }
             let start = Instant::now();
@@ -335,6 +400,36 @@ mod tests {
         let mut b = TokenBucket::new(RateLimit { qps: 2.0, burst: 0 }, t0);
         assert_eq!(b.reserve(t0), Duration::ZERO);
         assert_eq!(b.reserve(t0), ms(500));
+    }
+
+    #[test]
+    fn cancelled_reservation_gives_its_token_back() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(RateLimit { qps: 1.0, burst: 1 }, t0);
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), Duration::from_secs(1));
+        // the last reservation (due t0+1 s) is abandoned: the next one takes its place
+        b.cancel(t0 + Duration::from_secs(1), t0);
+        assert_eq!(b.reserve(t0), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn cancel_restores_only_what_later_reservations_left() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(RateLimit { qps: 1.0, burst: 1 }, t0);
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), Duration::from_secs(1));
+        assert_eq!(b.reserve(t0), Duration::from_secs(2));
+        // the middle one is abandoned; the third is already scheduled after it, so nothing comes
+        // back and the next still queues behind the third
+        b.cancel(t0 + Duration::from_secs(1), t0);
+        assert_eq!(b.reserve(t0), Duration::from_secs(3));
+        // a reservation whose time has passed is not cancelled
+        b.cancel(t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        assert_eq!(
+            b.reserve(t0 + Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
     }
 
     #[test]
@@ -448,6 +543,54 @@ mod tests {
                 "kmeta_api_requests_total{verb=\"delete\",code=\"404\"}"
             ),
             Some(1),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn request_dropped_while_waiting_returns_its_token() {
+        use tower::ServiceExt as _;
+
+        let metrics = Arc::new(Metrics::new());
+        let layer = RateLimitLayer::new(RateLimit { qps: 1.0, burst: 1 }, metrics.clone());
+        let inner = tower::service_fn(|_req: Request<String>| async move {
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        });
+        let mut svc = layer.layer(inner);
+        let req = || {
+            Request::get("/api/v1/namespaces/ns/configmaps")
+                .body(String::new())
+                .expect("request")
+        };
+        let start = Instant::now();
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(req())
+            .await
+            .expect("call");
+        // reserves the next token (due in 1 s), then gives up
+        let abandoned = svc.ready().await.expect("ready").call(req());
+        drop(abandoned);
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(req())
+            .await
+            .expect("call");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        let text = metrics.encode();
+        assert_eq!(
+            count_line(&text, "kmeta_client_rate_limiter_wait_seconds_count"),
+            Some(1),
+            "{text}"
+        );
+        assert_eq!(
+            count_line(
+                &text,
+                "kmeta_api_requests_total{verb=\"list\",code=\"200\"}"
+            ),
+            Some(2),
             "{text}"
         );
     }
