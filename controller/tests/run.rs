@@ -274,3 +274,96 @@ fn version_and_help_show_defaults() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Starts `kmeta run --leader-election` against `kubeconfig`; returns the process and its health
+/// port.
+fn start_candidate(
+    kubeconfig: &std::path::Path,
+    log: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<(Proc, u16)> {
+    let health = free_port()?;
+    let child = Command::new(KMETA)
+        .args(["run", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args([
+            "--leader-election",
+            "--leader-election-namespace=default",
+            "--metrics-address=0",
+        ])
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .env("POD_NAME", name)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()?;
+    Ok((Proc(child), health))
+}
+
+async fn leading(health: u16) -> Option<bool> {
+    let (_, text) = http_get(&format!("http://127.0.0.1:{health}/readyz?verbose")).await?;
+    Some(text.contains("leader-election leading"))
+}
+
+#[tokio::test]
+async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::dev::install_crds(&server.client()).await?;
+    let (mut a, ha) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
+    let (mut b, hb) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
+    let holder = || async {
+        leases
+            .get_opt("metacontroller")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
+    };
+    wait_for("a leader", || async { holder().await.is_some() }).await?;
+    wait_for("both instances to answer /readyz", || async {
+        leading(ha).await.is_some() && leading(hb).await.is_some()
+    })
+    .await?;
+    let first = holder().await.context("holder")?;
+    let (leader, standby, standby_health, standby_name) = if first == "kmeta-a" {
+        (&mut a, &mut b, hb, "kmeta-b")
+    } else {
+        (&mut b, &mut a, ha, "kmeta-a")
+    };
+    // Exactly one leads; the standby is ready but not leading.
+    assert_eq!(leading(standby_health).await, Some(false));
+    let (code, _) = http_get(&format!("http://127.0.0.1:{standby_health}/readyz"))
+        .await
+        .context("standby readyz")?;
+    assert_eq!(code, 200, "a standby is ready");
+
+    let pid = leader.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?
+            .success()
+    );
+    let status = wait_exit(&mut leader.0).await?;
+    assert!(status.success(), "the leader exits 0 after releasing");
+    wait_for("the standby to take over", || async {
+        holder().await.as_deref() == Some(standby_name)
+            && leading(standby_health).await == Some(true)
+    })
+    .await?;
+    let pid = standby.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?
+            .success()
+    );
+    assert!(wait_exit(&mut standby.0).await?.success());
+    server.shutdown().await;
+    Ok(())
+}
