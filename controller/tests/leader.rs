@@ -290,3 +290,34 @@ async fn leader_keeps_the_lease_while_its_work_drains() -> anyhow::Result<()> {
         .context("standby did not stop")???;
     Ok(())
 }
+
+#[tokio::test]
+async fn lease_taken_by_another_holder_stops_the_leader() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let api: Api<Lease> = Api::namespaced(server.client(), "default");
+    let shared = Arc::new(Shared::default());
+    let a = start(server.client(), "a", shared.clone());
+    eventually("a to lead", || a.working.load(Ordering::SeqCst)).await?;
+
+    // someone else writes itself into the lease (its write wins; a's next renewal conflicts)
+    let mut lease = api.get("kmeta-test").await?;
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some("intruder".into());
+    }
+    api.replace("kmeta-test", &Default::default(), &lease)
+        .await?;
+
+    let result = tokio::time::timeout(DEADLINE, a.task)
+        .await
+        .context("leader did not stop")??;
+    match result {
+        Err(LeaderError::Lost { reason, .. }) => {
+            assert!(reason.contains("intruder"), "{reason}")
+        }
+        other => anyhow::bail!("expected a lost lease, got {other:?}"),
+    }
+    assert!(!a.working.load(Ordering::SeqCst));
+    // a lost leader does not touch the lease
+    assert_eq!(holder(&api).await?.as_deref(), Some("intruder"));
+    Ok(())
+}
