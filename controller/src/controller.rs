@@ -610,7 +610,18 @@ impl ParentController {
         self.ctx.config.metrics.controller_stopped(&self.name);
     }
 
+    /// One sync of one parent, in a `sync` span carrying the controller and the parent.
     async fn process(self: &Arc<Self>, key: &ObjKey) {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!(
+            "sync",
+            controller = %self.name,
+            parent = %format_args!("{}/{}", key.0, key.1)
+        );
+        self.process_in_span(key).instrument(span).await;
+    }
+
+    async fn process_in_span(self: &Arc<Self>, key: &ObjKey) {
         let _ = tokio::time::timeout(Duration::from_secs(30), self.parents.wait_synced()).await;
         let started = Instant::now();
         let result = sync::sync_parent(self, key).await;

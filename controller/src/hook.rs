@@ -523,6 +523,9 @@ impl HookClient {
             hook: self.name,
             message: format!("encoding request: {e}"),
         })?;
+        if tracing::enabled!(tracing::Level::TRACE) {
+            tracing::trace!(hook = self.name, url = %self.url, request = %redact_secrets(body), "hook request");
+        }
         let mut req = self
             .http
             .post(&self.url)
@@ -579,6 +582,12 @@ impl HookClient {
                 code,
                 body: String::from_utf8_lossy(&out[..n]).into_owned(),
             });
+        }
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let shown = serde_json::from_slice::<Value>(&out)
+                .map(|v| redact_secrets(&v).to_string())
+                .unwrap_or_else(|_| format!("<{} bytes, not JSON>", out.len()));
+            tracing::trace!(hook = self.name, url = %self.url, response = %shown, "hook response");
         }
         if let Some(etag) = etag {
             self.store(cache_key, etag, &out);
@@ -640,9 +649,57 @@ pub fn base64_encode(input: &[u8]) -> String {
     out
 }
 
+/// A copy of a hook body for trace logs, with the values of every Secret's `data` and
+/// `stringData` replaced by `<redacted>`: bodies may carry Secrets (children or related objects),
+/// and logs must never contain them. The Authorization header is never logged at all.
+pub fn redact_secrets(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let secret = map.get("kind").and_then(Value::as_str) == Some("Secret");
+            let out = map
+                .iter()
+                .map(|(k, val)| {
+                    let redacted = match (secret, k.as_str(), val) {
+                        (true, "data" | "stringData", Value::Object(fields)) => Value::Object(
+                            fields
+                                .keys()
+                                .map(|f| (f.clone(), Value::from("<redacted>")))
+                                .collect(),
+                        ),
+                        _ => redact_secrets(val),
+                    };
+                    (k.clone(), redacted)
+                })
+                .collect();
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(redact_secrets).collect()),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn secrets_are_redacted_at_any_depth() {
+        let body = serde_json::json!({
+            "parent": {"kind": "App", "data": {"keep": "me"}},
+            "related": {"Secret.v1": {"default/s": {
+                "kind": "Secret", "data": {"password": "aHVudGVyMg=="},
+                "stringData": {"token": "t0k3n"}, "metadata": {"name": "s"}
+            }}}
+        });
+        let shown = redact_secrets(&body).to_string();
+        assert!(!shown.contains("aHVudGVyMg=="), "{shown}");
+        assert!(!shown.contains("t0k3n"), "{shown}");
+        assert!(shown.contains("\"password\":\"<redacted>\""), "{shown}");
+        assert!(
+            shown.contains("\"keep\":\"me\""),
+            "non-secrets stay: {shown}"
+        );
+    }
+
     use super::*;
     use crate::api::ServiceReference;
 
