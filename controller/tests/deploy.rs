@@ -66,6 +66,11 @@ async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
         let port = i32::from(addr.context("endpoint enabled")?.port());
         assert!(ports.contains(&port), "port {port} not exposed: {ports:?}");
     }
+    let pod_name = c.env.iter().flatten().find(|e| e.name == "POD_NAME");
+    assert!(
+        pod_name.is_some_and(|e| e.value_from.is_some()),
+        "POD_NAME from the downward API names the leader-election identity"
+    );
     let sc = c.security_context.as_ref().context("securityContext")?;
     assert_eq!(sc.read_only_root_filesystem, Some(true));
     assert_eq!(sc.allow_privilege_escalation, Some(false));
