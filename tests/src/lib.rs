@@ -10,6 +10,8 @@
 //! Hooks are real HTTP servers ([`HookServer`]) on 127.0.0.1 inside the test process, so the
 //! controller (also in-process) reaches them in both modes.
 
+pub mod tls;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -365,6 +367,7 @@ struct HookState {
     handler: Arc<Handler>,
     calls: Mutex<Vec<(String, Value)>>,
     headers: Mutex<Vec<(String, axum::http::HeaderMap)>>,
+    tls_failures: std::sync::atomic::AtomicUsize,
 }
 
 /// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
@@ -385,6 +388,7 @@ impl HookServer {
             handler: Arc::new(handler),
             calls: Mutex::new(Vec::new()),
             headers: Mutex::new(Vec::new()),
+            tls_failures: Default::default(),
         });
         let app = axum::Router::new()
             .route("/{hook}", axum::routing::post(serve))
@@ -399,6 +403,60 @@ impl HookServer {
             state,
             task,
         })
+    }
+
+    /// Starts the server on HTTPS with `tls` (see [`tls::Pki::server_config`]); connections
+    /// whose handshake fails are dropped and counted in [`HookServer::tls_failures`].
+    pub async fn start_tls(
+        handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> anyhow::Result<HookServer> {
+        let state = Arc::new(HookState {
+            handler: Arc::new(handler),
+            calls: Mutex::new(Vec::new()),
+            headers: Mutex::new(Vec::new()),
+            tls_failures: Default::default(),
+        });
+        let app = axum::Router::new()
+            .route("/{hook}", axum::routing::post(serve))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let failures = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let app = app.clone();
+                let failures = failures.clone();
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        failures
+                            .tls_failures
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+                });
+            }
+        });
+        Ok(HookServer {
+            base: format!("https://{addr}"),
+            state,
+            task,
+        })
+    }
+
+    /// TLS handshakes that failed (HTTPS servers only).
+    pub fn tls_failures(&self) -> usize {
+        self.state
+            .tls_failures
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The URL of hook path `hook`.

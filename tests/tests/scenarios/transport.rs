@@ -1,5 +1,5 @@
 //! Hook transport: ETag caching (If-None-Match / 304), basic auth from a Secret, the response
-//! size cap.
+//! size cap, HTTPS with a CA bundle and a client certificate (mTLS).
 
 use kmeta::ManagerConfig;
 use kmeta::hook::HookOptions;
@@ -230,5 +230,121 @@ async fn oversized_responses_are_rejected_and_change_nothing() -> anyhow::Result
         now["metadata"]["resourceVersion"],
         small["metadata"]["resourceVersion"]
     );
+    env.finish().await
+}
+
+/// Base64 of `s` (standard alphabet, padded) for Secret `data`.
+fn b64(s: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | (u32::from(c) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn https_hook_with_ca_bundle_and_client_certificate() -> anyhow::Result<()> {
+    let mut env = Env::new("mtls").await?;
+    let av = world(&mut env).await?;
+    let pki = kmeta_tests::tls::Pki::generate()?;
+    // The hook only accepts clients presenting a certificate from the test CA (mTLS).
+    let hooks = HookServer::start_tls(
+        |_, req| Reply::Json(json!({"children": [child(req, "over-tls")]})),
+        pki.server_config(true)?,
+    )
+    .await?;
+    let ns = env.ns.clone();
+    env.create(
+        "secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "hook-client", "namespace": ns},
+               "data": {"tls.crt": b64(&pki.client_cert_pem), "tls.key": b64(&pki.client_key_pem)}}),
+    )
+    .await?;
+    env.create(
+        "configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "hook-ca", "namespace": ns},
+               "data": {"ca.crt": pki.ca_pem}}),
+    )
+    .await?;
+    let children = json!([{"apiVersion": "v1", "resource": "configmaps"}]);
+    // With the CA (from a ConfigMap) and the client certificate (from a Secret): children appear.
+    let spec = json!({
+        "parentResource": {"apiVersion": av, "resource": "things",
+                           "labelSelector": {"matchExpressions":
+                               [{"key": "cert", "operator": "DoesNotExist"}]}},
+        "childResources": children,
+        "hooks": {"sync": {"webhook": {"url": hooks.url("sync"),
+            "caBundle": {"configMapRef": {"name": "hook-ca", "namespace": ns}},
+            "clientTLS": {"secretRef": {"name": "hook-client", "namespace": ns}}}}},
+        "generateSelector": true
+    });
+    env.create(
+        "compositecontrollers",
+        composite_controller(&env, "mtls-cc", spec),
+    )
+    .await?;
+    // Without a client certificate (CA inline): the handshake fails, nothing is created.
+    let spec = json!({
+        "parentResource": {"apiVersion": av, "resource": "things",
+                           "labelSelector": {"matchLabels": {"cert": "none"}}},
+        "childResources": children,
+        "hooks": {"sync": {"webhook": {"url": hooks.url("sync"),
+            "caBundle": {"inline": pki.ca_pem}}}},
+        "generateSelector": true
+    });
+    env.create(
+        "compositecontrollers",
+        composite_controller(&env, "nocert-cc", spec),
+    )
+    .await?;
+    env.start_controller();
+    env.create(
+        "things",
+        json!({"apiVersion": av, "kind": "Thing", "metadata": {"name": "p", "namespace": ns}}),
+    )
+    .await?;
+    let cms = env.api("v1", "ConfigMap", "configmaps", Some(&ns));
+    let cm = eventually("the child from the HTTPS hook", TIMEOUT, || async {
+        env.get(&cms, "p-c").await
+    })
+    .await?;
+    assert_eq!(cm["data"]["v"], "over-tls");
+
+    env.create(
+        "things",
+        json!({"apiVersion": av, "kind": "Thing",
+               "metadata": {"name": "q", "namespace": ns, "labels": {"cert": "none"}}}),
+    )
+    .await?;
+    eventually("a refused handshake", TIMEOUT, || async {
+        Ok((hooks.tls_failures() > 0).then_some(()))
+    })
+    .await?;
+    let events = env.api("events.k8s.io/v1", "Event", "events", Some(&ns));
+    eventually("a SyncError event on q", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(serde_json::to_value)
+            .filter_map(Result::ok)
+            .find(|e| e["reason"] == "SyncError" && e["regarding"]["name"] == "q"))
+    })
+    .await?;
+    assert!(env.get(&cms, "q-c").await?.is_none());
     env.finish().await
 }
