@@ -278,3 +278,89 @@ async fn update_strategies_on_delete_and_recreate() -> anyhow::Result<()> {
     assert!(env.get(&cms, "x-c").await?.is_none());
     env.finish().await
 }
+
+#[tokio::test]
+async fn controllers_share_one_watch_per_child_resource() -> anyhow::Result<()> {
+    let mut env = Env::new("shared").await?;
+    install_kmeta_crds(&mut env).await?;
+    let group = format!("{}.kmeta.test", env.id);
+    let av = format!("{group}/v1");
+    env.create_crd(crd(&group, "Thing", "things", true)).await?;
+    env.create_crd(crd(&group, "Gadget", "gadgets", true))
+        .await?;
+    let things_hook = HookServer::start(one_configmap("things")).await?;
+    let gadgets_hook = HookServer::start(one_configmap("gadgets")).await?;
+    let mut gadget_spec = spec(&av, &gadgets_hook.url("sync"), "InPlace");
+    gadget_spec["parentResource"]["resource"] = json!("gadgets");
+    env.create(
+        "compositecontrollers",
+        composite_controller(
+            &env,
+            "things-cc",
+            spec(&av, &things_hook.url("sync"), "InPlace"),
+        ),
+    )
+    .await?;
+    env.create(
+        "compositecontrollers",
+        composite_controller(&env, "gadgets-cc", gadget_spec),
+    )
+    .await?;
+    env.start_controller();
+    parent(&mut env, &av, "t", "1").await?;
+    let ns = env.ns.clone();
+    env.create(
+        "gadgets",
+        json!({"apiVersion": av, "kind": "Gadget",
+               "metadata": {"name": "g", "namespace": ns}, "spec": {"v": "1"}}),
+    )
+    .await?;
+    let cms = env.api("v1", "ConfigMap", "configmaps", Some(&ns));
+    for (name, by) in [("t-c", "things"), ("g-c", "gadgets")] {
+        eventually(&format!("child {name}"), TIMEOUT, || async {
+            Ok(env.get(&cms, name).await?.filter(|c| c["data"]["by"] == by))
+        })
+        .await?;
+    }
+    // One watch on configmaps serves both controllers (in-process server only: a real cluster
+    // has no request counters).
+    if let Some(server) = env.server() {
+        assert_eq!(server.counters().count("watch", "configmaps"), 1);
+    }
+    // Stopping one controller releases its reference, not the watch: the other still sees its
+    // child's deletion and recreates it.
+    let ccs = env.api(
+        "metacontroller.k8s.io/v1alpha1",
+        "CompositeController",
+        "compositecontrollers",
+        None,
+    );
+    ccs.delete("things-cc", &Default::default()).await?;
+    let events = env.api("events.k8s.io/v1", "Event", "events", None);
+    eventually("Stopped event", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|e| serde_json::to_value(e).ok())
+            .find(|e| e["regarding"]["name"] == "things-cc" && e["reason"] == "Stopped"))
+    })
+    .await?;
+    let old_uid = env
+        .get(&cms, "g-c")
+        .await?
+        .map(|c| c["metadata"]["uid"].clone());
+    cms.delete("g-c", &Default::default()).await?;
+    eventually(
+        "g-c recreated by the remaining controller",
+        TIMEOUT,
+        || async {
+            Ok(env
+                .get(&cms, "g-c")
+                .await?
+                .filter(|c| Some(&c["metadata"]["uid"]) != old_uid.as_ref()))
+        },
+    )
+    .await?;
+    env.finish().await
+}
