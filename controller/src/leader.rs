@@ -43,6 +43,8 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
+
 /// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
 const JITTER_FACTOR: f64 = 1.2;
 
@@ -70,6 +72,8 @@ pub struct LeaderConfig {
     pub retry_period: Duration,
     /// True while this instance holds the Lease and runs the work. Default: a fresh `false` flag.
     pub leading: Arc<AtomicBool>,
+    /// Where leadership is reported as `kmeta_leader_election_status{name}`. Default: none.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Default for LeaderConfig {
@@ -82,6 +86,17 @@ impl Default for LeaderConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             leading: Arc::new(AtomicBool::new(false)),
+            metrics: None,
+        }
+    }
+}
+
+impl LeaderConfig {
+    /// Records whether this instance leads (the flag, and the metric when configured).
+    fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+        if let Some(m) = &self.metrics {
+            m.leader(&self.name, leading);
         }
     }
 }
@@ -468,6 +483,7 @@ where
     Fut: Future<Output = ()>,
 {
     cfg.validate()?;
+    cfg.set_leading(false);
     let lease_name = format!("{}/{}", cfg.namespace, cfg.name);
     let mut elector = Elector {
         api: Api::namespaced(client, &cfg.namespace),
@@ -506,7 +522,7 @@ where
 
     // leader
     tracing::info!(lease = %lease_name, identity = %cfg.identity, "acquired the leader lease");
-    cfg.leading.store(true, Ordering::SeqCst);
+    cfg.set_leading(true);
     let work_token = CancellationToken::new();
     let work_fut = work(work_token.clone());
     tokio::pin!(work_fut);
@@ -529,7 +545,7 @@ where
             () = shutdown.cancelled(), if !draining => {
                 tracing::info!(lease = %lease_name, "shutting down: stopping work, then releasing the lease");
                 draining = true;
-                cfg.leading.store(false, Ordering::SeqCst);
+                cfg.set_leading(false);
                 work_token.cancel();
             }
             () = &mut work_fut => break End::WorkReturned,
@@ -556,7 +572,7 @@ where
         }
     };
 
-    cfg.leading.store(false, Ordering::SeqCst);
+    cfg.set_leading(false);
     work_token.cancel();
     match end {
         End::WorkReturned => {

@@ -79,6 +79,11 @@ struct ApiLabels {
     code: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    name: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn default_histogram() -> Histogram {
@@ -143,6 +148,7 @@ pub struct Metrics {
     api_duration: HistogramFamily<ApiLabels>,
     rate_limit_wait: Histogram,
     events_dropped: Counter,
+    leader: Family<LeaseLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -194,6 +200,7 @@ impl Metrics {
             api_duration: Family::new_with_constructor(default_histogram),
             rate_limit_wait: wait_histogram(),
             events_dropped: Counter::default(),
+            leader: Family::default(),
         };
         let r = &mut m.registry;
         m.sync.register(r, "sync");
@@ -248,6 +255,11 @@ impl Metrics {
             "kmeta_events_dropped",
             "Kubernetes Events not sent because of the events rate limit",
             m.events_dropped.clone(),
+        );
+        r.register(
+            "kmeta_leader_election_status",
+            "1 while this instance holds the leader Lease of this name, else 0",
+            m.leader.clone(),
         );
         m
     }
@@ -422,6 +434,13 @@ impl Metrics {
     /// An Event was dropped by the events rate limit.
     pub fn event_dropped(&self) {
         self.events_dropped.inc();
+    }
+
+    /// Whether this instance holds the leader Lease `lease`.
+    pub fn leader(&self, lease: &str, leading: bool) {
+        self.leader
+            .get_or_create(&LeaseLabels { name: lease.into() })
+            .set(i64::from(leading));
     }
 
     /// The OpenMetrics text exposition of every series.

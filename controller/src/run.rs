@@ -171,6 +171,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
                 namespace: lease_namespace(&flags.namespace)?,
                 name: flags.name.clone(),
                 leading: probes.leading.clone(),
+                metrics: Some(manager.metrics.clone()),
                 ..LeaderConfig::default()
             };
             // The election has its own client (own token bucket), so a busy controller cannot

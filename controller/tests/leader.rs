@@ -23,6 +23,7 @@ fn config(identity: &str) -> LeaderConfig {
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
         leading: Arc::new(AtomicBool::new(false)),
+        metrics: None,
     }
 }
 

@@ -281,22 +281,19 @@ fn start_candidate(
     kubeconfig: &std::path::Path,
     log: &std::path::Path,
     name: &str,
-) -> anyhow::Result<(Proc, u16)> {
-    let health = free_port()?;
+) -> anyhow::Result<(Proc, u16, u16)> {
+    let (health, metrics) = (free_port()?, free_port()?);
     let child = Command::new(KMETA)
         .args(["run", "--kubeconfig"])
         .arg(kubeconfig)
-        .args([
-            "--leader-election",
-            "--leader-election-namespace=default",
-            "--metrics-address=0",
-        ])
+        .args(["--leader-election", "--leader-election-namespace=default"])
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
         .env("POD_NAME", name)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
         .spawn()?;
-    Ok((Proc(child), health))
+    Ok((Proc(child), health, metrics))
 }
 
 async fn leading(health: u16) -> Option<bool> {
@@ -312,8 +309,8 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
     kmeta::dev::install_crds(&server.client()).await?;
-    let (mut a, ha) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
-    let (mut b, hb) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
+    let (mut a, ha, ma) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
+    let (mut b, hb, mb) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
     let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
     let holder = || async {
         leases
@@ -335,6 +332,28 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
     } else {
         (&mut b, &mut a, ha, "kmeta-a")
     };
+    let (leader_metrics, standby_metrics) = if first == "kmeta-a" {
+        (ma, mb)
+    } else {
+        (mb, ma)
+    };
+    let status = |port: u16| async move {
+        http_get(&format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    let series = "kmeta_leader_election_status{name=\"metacontroller\"}";
+    assert!(
+        status(leader_metrics)
+            .await
+            .contains(&format!("{series} 1"))
+    );
+    assert!(
+        status(standby_metrics)
+            .await
+            .contains(&format!("{series} 0"))
+    );
     // Exactly one leads; the standby is ready but not leading.
     assert_eq!(leading(standby_health).await, Some(false));
     let (code, _) = http_get(&format!("http://127.0.0.1:{standby_health}/readyz"))
