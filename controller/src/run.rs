@@ -122,9 +122,66 @@ fn lease_namespace(flag: &str) -> Result<String, RunError> {
         })
 }
 
+/// Starts the metrics and health endpoints the config enables; they stop when the returned
+/// guard is dropped. Readiness fails as soon as `shutdown` is cancelled.
+async fn start_endpoints(
+    config: &RunConfig,
+    metrics: &Arc<Metrics>,
+    probes: &Probes,
+    shutdown: &CancellationToken,
+) -> Result<tokio_util::sync::DropGuard, RunError> {
+    let endpoints = CancellationToken::new();
+    if let Some(addr) = config.metrics_address {
+        let bound = health::serve_metrics(addr, metrics.clone(), endpoints.clone()).await?;
+        tracing::info!(address = %bound, "serving /metrics");
+    }
+    if let Some(addr) = config.health_address {
+        let bound = health::serve_health(addr, probes.clone(), endpoints.clone()).await?;
+        tracing::info!(address = %bound, "serving /healthz and /readyz");
+    }
+    let stopping = probes.stopping.clone();
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stopping.store(true, Ordering::SeqCst);
+    });
+    Ok(endpoints.drop_guard())
+}
+
+/// Runs the manager only while holding the Lease; a manager error is returned after the Lease
+/// was released, a lost Lease as [`RunError::Leader`].
+async fn run_elected_manager(
+    lease_client: kube::Client,
+    leader: LeaderConfig,
+    client: kube::Client,
+    manager: ManagerConfig,
+    shutdown: CancellationToken,
+    bound: Duration,
+) -> Result<(), RunError> {
+    let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
+    let slot = failed.clone();
+    crate::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
+        if let Err(e) = run_manager(client, manager, token, bound).await
+            && let Ok(mut slot) = slot.lock()
+        {
+            *slot = Some(e);
+        }
+    })
+    .await
+    .map_err(|e| RunError::Leader(e.to_string()))?;
+    match failed.lock().ok().and_then(|mut f| f.take()) {
+        Some(e) => Err(RunError::Manager(e)),
+        None => Ok(()),
+    }
+}
+
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
+    let lease_namespace = match &config.leader {
+        Some(flags) => Some(lease_namespace(&flags.namespace)?),
+        None => None,
+    };
     let metrics = Arc::new(Metrics::default());
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
     let limits = RateLimit {
@@ -137,64 +194,32 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         elected: config.leader.is_some(),
         ..Probes::default()
     };
-    let endpoints = CancellationToken::new();
-    let _stop_endpoints = endpoints.clone().drop_guard();
-    if let Some(addr) = config.metrics_address {
-        let bound = health::serve_metrics(addr, metrics.clone(), endpoints.clone()).await?;
-        tracing::info!(address = %bound, "serving /metrics");
-    }
-    if let Some(addr) = config.health_address {
-        let bound = health::serve_health(addr, probes.clone(), endpoints.clone()).await?;
-        tracing::info!(address = %bound, "serving /healthz and /readyz");
-    }
-    {
-        let stopping = probes.stopping.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            stopping.store(true, Ordering::SeqCst);
-        });
-    }
-    let manager = manager_config(&config, metrics, probes.synced.clone());
+    let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
+    let manager = manager_config(&config, metrics.clone(), probes.synced.clone());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers = config.workers,
         leader_election = config.leader.is_some(),
         "kmeta starting"
     );
-    match &config.leader {
-        None => run_manager(client, manager, shutdown, config.shutdown_timeout)
-            .await
-            .map_err(RunError::from),
-        Some(flags) => {
+    let bound = config.shutdown_timeout;
+    match (&config.leader, lease_namespace) {
+        (Some(flags), Some(namespace)) => {
             let leader = LeaderConfig {
-                namespace: lease_namespace(&flags.namespace)?,
+                namespace,
                 name: flags.name.clone(),
                 leading: probes.leading.clone(),
-                metrics: Some(manager.metrics.clone()),
+                metrics: Some(metrics.clone()),
                 ..LeaderConfig::default()
             };
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.
-            let lease_client =
-                crate::ratelimit::client(kube_config, limits, manager.metrics.clone())
-                    .map_err(|e| RunError::Client(e.to_string()))?;
-            let bound = config.shutdown_timeout;
-            let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
-            let slot = failed.clone();
-            crate::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
-                if let Err(e) = run_manager(client, manager, token, bound).await
-                    && let Ok(mut slot) = slot.lock()
-                {
-                    *slot = Some(e);
-                }
-            })
-            .await
-            .map_err(|e| RunError::Leader(e.to_string()))?;
-            match failed.lock().ok().and_then(|mut f| f.take()) {
-                Some(e) => Err(RunError::Manager(e)),
-                None => Ok(()),
-            }
+            let lease_client = crate::ratelimit::client(kube_config, limits, metrics)
+                .map_err(|e| RunError::Client(e.to_string()))?;
+            run_elected_manager(lease_client, leader, client, manager, shutdown, bound).await
         }
+        _ => run_manager(client, manager, shutdown, bound)
+            .await
+            .map_err(RunError::from),
     }
 }
