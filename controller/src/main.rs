@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Run the controller against a cluster (in-cluster, --kubeconfig, or $KUBECONFIG).
     Run(Box<RunArgs>),
-    /// A two-minute tour: API server, controller and hook in one process; a sidecar survives an
+    /// A guided tour in one process (API server, controller, hook): an injected sidecar survives an
     /// image update and a resync writes nothing.
     Demo {
         /// Show the controller's logs too.
