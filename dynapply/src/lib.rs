@@ -18,7 +18,7 @@ pub use merge::json_eq;
 pub use rules::{ListRule, ListRules};
 
 use error::type_name;
-use merge::{Ctx, merge_into, pruned};
+use merge::{Ctx, merge_value, pruned};
 use path::Path;
 
 /// The annotation holding the last-applied configuration; the same name Metacontroller uses, so
@@ -121,7 +121,8 @@ pub fn merge(
 
 /// The three-way merge using `opts.rules` and `opts.ordering` (`opts.annotation` is not used:
 /// annotations are merged like any other field). All three inputs must be JSON objects
-/// (`last_applied` may be `None`: nothing is removed).
+/// (`last_applied` may be `None`: nothing is removed). `observed` is not modified: this is one
+/// clone of it followed by [`merge_into`].
 pub fn merge_with(
     observed: &Value,
     last_applied: Option<&Value>,
@@ -134,20 +135,40 @@ pub fn merge_with(
         require_object(last, "last-applied")?;
     }
     let mut out = observed.clone();
+    merge_into(&mut out, last_applied, desired, opts)?;
+    Ok(out)
+}
+
+/// [`merge_with`] in place: merges into `observed` itself, for callers that own the live object
+/// (no clone of it). On success `observed` is exactly what [`merge_with`] would have returned,
+/// and the errors are the same. The input checks (all three must be JSON objects) run before
+/// anything is touched; after a later error (only [`Error::TooDeep`], for a desired value
+/// nested deeper than [`MAX_DEPTH`]) `observed` may be partly merged - still valid JSON, but
+/// merge a copy if it must survive a failure.
+pub fn merge_into(
+    observed: &mut Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<(), Error> {
+    require_object(observed, "observed")?;
+    require_object(desired, "desired")?;
+    if let Some(last) = last_applied {
+        require_object(last, "last-applied")?;
+    }
     let ctx = Ctx {
         ordering: opts.ordering,
         kept: None,
     };
-    merge_into(
-        &mut out,
+    merge_value(
+        observed,
         last_applied,
         desired,
         opts.rules.root(),
         ctx,
         &Path::ROOT,
         0,
-    )?;
-    Ok(out)
+    )
 }
 
 /// Explains a merge: the paths (e.g. `spec.template.spec.containers[name=sidecar]`) of live
@@ -167,7 +188,7 @@ pub fn kept_by_others(
         ordering: opts.ordering,
         kept: Some(&kept),
     };
-    merge_into(
+    merge_value(
         &mut out,
         last_applied,
         desired,

@@ -1,8 +1,10 @@
 //! The three-way merge walk.
 //!
-//! `merge_into` works in place on a clone of the live object: subtrees that desired does not
-//! mention are never visited again after the initial clone, list items are moved (not cloned)
-//! when a list-map is rebuilt, and rule/path bookkeeping is a borrowed pointer per level.
+//! `merge_value` works in place on the live object (a clone for [`crate::merge_with`], the
+//! caller's own object for [`crate::merge_into`]): subtrees that desired does not mention are
+//! never visited, list items are merged where they stand when the list's keys line up with
+//! desired's (the common case) and moved (not cloned) when a list-map is rebuilt, and rule/path
+//! bookkeeping is a borrowed pointer per level.
 
 use crate::error::Error;
 use crate::path::{KeyNames, Path, Seg};
@@ -72,7 +74,7 @@ fn too_deep(path: &Path<'_>) -> Error {
 }
 
 /// Merges `desired` (a non-null value) into `live`, replaying the change from `last`.
-pub(crate) fn merge_into(
+pub(crate) fn merge_value(
     live: &mut Value,
     last: Option<&Value>,
     desired: &Value,
@@ -114,7 +116,7 @@ pub(crate) fn merge_into(
                 let sub_rules = rules.and_then(|r| r.child(k));
                 let p = path.child(Seg::Field(k));
                 match mget_mut(lm, k) {
-                    Some(lv) => merge_into(
+                    Some(lv) => merge_value(
                         lv,
                         lastm.and_then(|m| mget(m, k)),
                         dv,
@@ -620,7 +622,33 @@ fn merge_list_map(
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
-    let [_, last_idx, desired_idx] = indexes;
+    let [live_idx, last_idx, desired_idx] = indexes;
+    let last_item_of = |i: usize, d: &Value| -> Option<&Value> {
+        if last_idx.aligned {
+            Some(&last[i])
+        } else {
+            last_idx
+                .find(last, desired_idx.hashes[i], d, mode, i)
+                .map(|k| &last[k])
+        }
+    };
+    if live_idx.aligned {
+        // Live's keys line up with desired's: item i merges with desired item i where it
+        // stands. Nothing is removed or kept only from live (null positions are null in both
+        // lists and stay), so both orderings leave every item in place - no rebuild.
+        for (i, d) in da.iter().enumerate() {
+            if d.is_null() {
+                continue;
+            }
+            let seg = match mode {
+                KeyMode::Fields { names, .. } => Seg::Keyed(names, d),
+                KeyMode::Whole => Seg::Index(i),
+            };
+            let p = path.child(seg);
+            merge_value(&mut la[i], last_item_of(i, d), d, rules, ctx, &p, depth + 1)?;
+        }
+        return Ok(());
+    }
     let (state, live_of) = classify(la, last, da, mode, indexes);
     if let Some(kept) = ctx.kept {
         for (j, item) in la.iter().enumerate() {
@@ -642,17 +670,11 @@ fn merge_list_map(
             KeyMode::Whole => Seg::Index(i),
         };
         let p = path.child(seg);
-        let last_item = if last_idx.aligned {
-            Some(&last[i])
-        } else {
-            last_idx
-                .find(last, desired_idx.hashes[i], d, mode, i)
-                .map(|k| &last[k])
-        };
+        let last_item = last_item_of(i, d);
         match live_of[i] {
             Some(j) => {
                 let mut v = std::mem::take(&mut old[j]);
-                merge_into(&mut v, last_item, d, rules, ctx, &p, depth + 1)?;
+                merge_value(&mut v, last_item, d, rules, ctx, &p, depth + 1)?;
                 Ok(v)
             }
             None => pruned(d, &p, depth + 1),

@@ -3,7 +3,7 @@
 
 use dynapply::{
     ListRule, ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq,
-    merge_with, parse_document, prepare_create,
+    merge_into, merge_with, parse_document, prepare_create,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -93,7 +93,23 @@ fn run_case(case: &Value) -> Result<(), String> {
     let desired = case.get("desired").ok_or("case has no `desired`")?;
     let want_error = case.get("want_error").and_then(Value::as_str);
     let result = match mode {
-        "merge" => merge_with(&observed, last_applied, desired, &opts).map(|v| (v, None)),
+        "merge" => {
+            let copied = merge_with(&observed, last_applied, desired, &opts);
+            // the in-place merge must agree exactly (result or error message)
+            let mut in_place = observed.clone();
+            let r = merge_into(&mut in_place, last_applied, desired, &opts);
+            match (&copied, r) {
+                (Ok(v), Ok(())) if *v == in_place => {}
+                (Err(a), Err(b)) if a.to_string() == b.to_string() => {}
+                (c, r) => {
+                    return Err(format!(
+                        "merge_into differs from merge_with: {r:?} / {:?} vs {c:?}",
+                        in_place
+                    ));
+                }
+            }
+            copied.map(|v| (v, None))
+        }
         "apply" => apply_update(&observed, desired, &opts).map(|o| match o {
             Outcome::Unchanged => (observed.clone(), Some(false)),
             Outcome::Changed(v) => (v, Some(true)),

@@ -2,8 +2,8 @@
 //! desired overlap, and list items often share conventional merge keys).
 
 use dynapply::{
-    ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq, merge_with,
-    prepare_create, would_change,
+    ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq, merge_into,
+    merge_with, prepare_create, would_change,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -208,6 +208,36 @@ proptest! {
         if !would_change(&merged, last, &desired, &opts) {
             let again = merge_with(&merged, last, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert!(json_eq(&again, &merged), "dry run said unchanged, merge gave {}", again);
+        }
+    }
+
+    /// The in-place merge is the copying merge: same result (structurally, key order included)
+    /// or the same error, for both orderings, with and without last-applied and list rules, on
+    /// arbitrary JSON (errors for non-objects included) and on object-shaped inputs.
+    #[test]
+    fn merge_into_equals_merge_with(
+        any_observed in tree(), any_last in tree(), any_desired in tree(),
+        observed in top(), last in top(), desired in top(),
+        use_last in any::<bool>(), builtin in any::<bool>()
+    ) {
+        for ord in [Ordering::Desired, Ordering::Metacontroller] {
+            let mut opts = opts_with(ord);
+            if builtin {
+                opts.rules = ListRules::builtin("v1", "Pod");
+            }
+            for (o, l, d) in [(&observed, &last, &desired), (&any_observed, &any_last, &any_desired)] {
+                let l = use_last.then_some(l);
+                let copied = merge_with(o, l, d, &opts).map_err(|e| e.to_string());
+                let mut in_place = o.clone();
+                let r = merge_into(&mut in_place, l, d, &opts).map_err(|e| e.to_string());
+                match (copied, r) {
+                    (Ok(want), Ok(())) => prop_assert_eq!(&in_place, &want, "{:?}", ord),
+                    (Err(want), Err(got)) => prop_assert_eq!(got, want),
+                    (want, got) => {
+                        return Err(TestCaseError::fail(format!("merge_with {want:?}, merge_into {got:?}")));
+                    }
+                }
+            }
         }
     }
 
