@@ -145,6 +145,13 @@ pub(crate) fn merge_value(
             };
             merge_list(la, last_items, da, rules, ctx, path, depth)
         }
+        (Value::String(ls), Value::String(ds)) => {
+            // Rule 4 for strings: reuse live's buffer (no allocation when it is large enough).
+            if ls != ds {
+                ls.clone_from(ds);
+            }
+            Ok(())
+        }
         (lv, dv @ (Value::Bool(_) | Value::Number(_) | Value::String(_))) => {
             // Rule 4: scalars replace (skip the write when nothing changes).
             if lv != dv {
@@ -267,7 +274,8 @@ const LINEAR_MAX: usize = 32;
 /// for lists longer than [`LINEAR_MAX`].
 #[derive(Clone)]
 struct KeyIndex {
-    /// Key hash per position (null items get a hash too but are never matched).
+    /// Key hash per position (null items get a hash too but are never matched); empty for an
+    /// aligned list.
     hashes: Vec<u64>,
     /// This list's keys equal desired's position by position (see [`aligned`]).
     aligned: bool,
@@ -276,6 +284,13 @@ struct KeyIndex {
 }
 
 impl KeyIndex {
+    /// The index of a list aligned with desired: empty, never searched (see [`aligned`]).
+    const ALIGNED: KeyIndex = KeyIndex {
+        hashes: Vec::new(),
+        aligned: true,
+        sorted: Vec::new(),
+    };
+
     /// Indexes `items`; `None` when two items share a key (the list is not a valid map).
     fn build(items: &[Value], mode: KeyMode<'_>) -> Option<KeyIndex> {
         u32::try_from(items.len()).ok()?;
@@ -476,13 +491,11 @@ fn build_indexes(
 ) -> Option<[KeyIndex; 3]> {
     let d = KeyIndex::build(desired, mode)?;
     // Lists whose keys line up with desired's position by position (the common case: live and
-    // last-applied hold the same items in the same order) share desired's index: same keys give
-    // the same hashes, and desired's keys are unique.
+    // last-applied hold the same items in the same order) need no index of their own: item i
+    // is desired item i (desired's keys are unique), and nothing is ever looked up in them.
     let reuse = |items: &[Value]| -> Option<KeyIndex> {
         if same_slice(items, desired) || aligned(items, desired, mode) {
-            let mut shared = d.clone();
-            shared.aligned = true;
-            Some(shared)
+            Some(KeyIndex::ALIGNED)
         } else {
             KeyIndex::build(items, mode)
         }
@@ -594,7 +607,9 @@ fn classify(
     }
     let mut hint = 0;
     for (j, item) in la.iter().enumerate() {
-        // a literal null item in live has no key: it is kept where it is
+        // a literal null item in live has no key: it is kept where it is. (An aligned last
+        // has desired's keys, so an unmatched live item is never in it: its empty index finds
+        // nothing, correctly.)
         if state[j] == KEPT
             && !item.is_null()
             && let Some(k) = last_idx.find(last, live_idx.hashes[j], item, mode, hint)
