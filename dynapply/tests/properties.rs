@@ -328,4 +328,41 @@ proptest! {
             prop_assert_eq!(desired_order, want_desired.iter().collect::<Vec<_>>());
         }
     }
+
+    /// A list-map whose live keys line up with desired's (same names, same order; the case
+    /// merged item by item where it stands), with a null at the same position in both sometimes:
+    /// every item is merged onto its live counterpart, a null live item stays where it is, and
+    /// the in-place merge agrees with the copying one.
+    #[test]
+    fn aligned_list_map_merges_each_item(
+        desired in keyed_list(), last in keyed_list(), null_at in any::<prop::sample::Index>(),
+        with_null in any::<bool>(), ord in ordering()
+    ) {
+        let live: Vec<(String, i64)> = desired.iter().map(|(n, v)| (n.clone(), v + 10)).collect();
+        let mut live_v = as_list(&live, "live");
+        let mut desired_v = as_list(&desired, "want");
+        let mut want: Vec<Value> = desired
+            .iter()
+            .zip(&live)
+            .map(|((n, w), (_, l))| serde_json::json!({"name": n, "live": l, "want": w}))
+            .collect();
+        if with_null {
+            let at = null_at.index(desired.len() + 1);
+            for list in [&mut live_v, &mut desired_v] {
+                if let Some(items) = list.as_array_mut() {
+                    items.insert(at, Value::Null);
+                }
+            }
+            want.insert(at, Value::Null);
+        }
+        let observed = serde_json::json!({"items": live_v});
+        let last_v = serde_json::json!({"items": as_list(&last, "last")});
+        let desired_v = serde_json::json!({"items": desired_v});
+        let opts = opts_with(ord);
+        let result = merge_with(&observed, Some(&last_v), &desired_v, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&result["items"], &Value::Array(want), "result {}", result);
+        let mut in_place = observed.clone();
+        merge_into(&mut in_place, Some(&last_v), &desired_v, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(in_place, result);
+    }
 }
