@@ -145,6 +145,18 @@ pub fn merge_with(
 /// anything is touched; after a later error (only [`Error::TooDeep`], for a desired value
 /// nested deeper than [`MAX_DEPTH`]) `observed` may be partly merged - still valid JSON, but
 /// merge a copy if it must survive a failure.
+///
+/// ```
+/// use dynapply::{Options, merge_into};
+/// use serde_json::json;
+///
+/// let mut live = json!({"spec": {"replicas": 1, "paused": true}, "status": {"ready": 1}});
+/// let last = json!({"spec": {"replicas": 1, "paused": true}});
+/// let desired = json!({"spec": {"replicas": 3}});
+/// merge_into(&mut live, Some(&last), &desired, &Options::default())?;
+/// assert_eq!(live, json!({"spec": {"replicas": 3}, "status": {"ready": 1}}));
+/// # Ok::<(), dynapply::Error>(())
+/// ```
 pub fn merge_into(
     observed: &mut Value,
     last_applied: Option<&Value>,
