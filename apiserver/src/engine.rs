@@ -460,10 +460,13 @@ impl Inner {
         }
     }
 
-    /// Convert a stored object to the requested version (CRDs: `None` conversion).
+    /// Convert a stored object to the requested version (CRDs: `None` conversion; Events
+    /// between core `v1` and `events.k8s.io/v1`, see [`crate::convert`]).
     pub fn present(obj: &Obj, api_version: &str) -> Obj {
         if obj.get("apiVersion").and_then(Value::as_str) == Some(api_version) {
             obj.clone()
+        } else if let Some(v) = crate::convert::present(obj, api_version) {
+            Arc::new(v)
         } else {
             let mut v = (**obj).clone();
             v["apiVersion"] = json!(api_version);
@@ -781,6 +784,7 @@ impl Inner {
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
+        let obj = crate::convert::to_storage(&req.def.group, &req.def.plural, obj);
         let stored = self.store.put(key.clone(), obj);
         if let Some(def) = crd_def {
             self.registry.install(def);
@@ -872,6 +876,9 @@ impl Inner {
         applied: Option<Value>,
     ) -> ApiResult<Obj> {
         let api_version = req.api_version();
+        // every comparison below is between the request's version of the stored object and the
+        // result; `new` is converted back to the stored form only when it is stored
+        let old = &Self::present(old, &api_version);
         let name = key.name.clone();
         let now = now_rfc3339();
         if !new.is_object() || new.get("metadata").is_some_and(|m| !m.is_object()) {
@@ -1068,6 +1075,7 @@ impl Inner {
             return Ok(Arc::new(new));
         }
         let mut work = VecDeque::new();
+        let new = crate::convert::to_storage(&req.def.group, &req.def.plural, new);
         let result = if deleting(&new) && finalizers(&new).is_empty() && !self.ns_blocked(key, &new)
         {
             let gone = self.store.remove(key, Some(new));

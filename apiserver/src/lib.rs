@@ -3,6 +3,7 @@
 //!
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 
+pub mod convert;
 pub mod defaults;
 pub mod discovery;
 pub mod engine;

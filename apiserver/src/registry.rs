@@ -1,5 +1,6 @@
 //! The resource registry: which resources are served, with their names, scope and verbs.
 
+use crate::selector::FieldSelector;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,7 +62,15 @@ pub struct ResourceDef {
 impl ResourceDef {
     /// Storage key: `group/plural`, independent of version.
     pub fn storage_key(&self) -> Arc<str> {
-        Arc::from(format!("{}/{}", self.group, self.plural).as_str())
+        match crate::convert::shared_storage(&self.group, &self.plural) {
+            Some(shared) => Arc::from(shared),
+            None => Arc::from(format!("{}/{}", self.group, self.plural).as_str()),
+        }
+    }
+
+    /// A field selector with each label resolved to the field it selects in stored objects.
+    pub fn stored_selector(&self, field: FieldSelector) -> FieldSelector {
+        field.resolve(|label| crate::convert::stored_field(&self.group, &self.plural, label))
     }
 
     /// `apiVersion` for a version.
@@ -113,7 +122,12 @@ impl ResourceDef {
                 "regarding.namespace",
                 "regarding.name",
                 "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
                 "reason",
+                "reportingController",
+                "source",
                 "type",
             ],
             ("", "secrets") => &["type"],

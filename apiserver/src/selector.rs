@@ -165,9 +165,23 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+/// One requirement of a field selector: `label=value` or `label!=value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldRequirement {
+    /// The field label as the client wrote it (`metadata.name`, `regarding.name`).
+    pub label: String,
+    /// `=`/`==` (true) or `!=` (false).
+    pub equals: bool,
+    /// The value compared with.
+    pub value: String,
+    /// The field path in the stored object, when it differs from the label (labels of a
+    /// version whose objects are stored in another version's form).
+    pub path: Option<&'static str>,
+}
+
+/// A parsed field selector.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct FieldSelector(pub Vec<(String, bool, String)>);
+pub struct FieldSelector(pub Vec<FieldRequirement>);
 
 impl FieldSelector {
     /// Parse `metadata.name=foo,metadata.namespace!=bar`.
@@ -191,7 +205,12 @@ impl FieldSelector {
             if k.is_empty() {
                 return Err(SelectorError::Parse(format!("{p}: empty field name")));
             }
-            out.push((k.to_string(), eq, v.trim().to_string()));
+            out.push(FieldRequirement {
+                label: k.to_string(),
+                equals: eq,
+                value: v.trim().to_string(),
+                path: None,
+            });
         }
         Ok(FieldSelector(out))
     }
@@ -200,32 +219,60 @@ impl FieldSelector {
     pub fn exact_name(&self) -> Option<&str> {
         self.0
             .iter()
-            .find(|(k, eq, _)| *eq && k == "metadata.name")
-            .map(|(_, _, v)| v.as_str())
+            .find(|r| r.equals && r.label == "metadata.name")
+            .map(|r| r.value.as_str())
     }
 
     /// Check every field against the fields a resource supports.
     pub fn check(&self, supported: impl Fn(&str) -> bool) -> Result<(), SelectorError> {
-        match self.0.iter().find(|(k, _, _)| !supported(k)) {
-            Some((k, _, _)) => Err(SelectorError::UnsupportedField(k.clone())),
+        match self.0.iter().find(|r| !supported(&r.label)) {
+            Some(r) => Err(SelectorError::UnsupportedField(r.label.clone())),
             None => Ok(()),
         }
     }
 
+    /// Resolves each label to the field it selects in the stored form (`stored` gives the path
+    /// for labels that are not the path itself).
+    pub fn resolve(mut self, stored: impl Fn(&str) -> Option<&'static str>) -> Self {
+        for r in &mut self.0 {
+            r.path = stored(&r.label);
+        }
+        self
+    }
+
     /// Match against an object (missing fields compare as "").
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(k, eq, v)| {
-            let mut cur = Some(obj);
-            for part in k.split('.') {
-                cur = cur.and_then(|c| c.get(part));
-            }
-            let actual = match cur {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            };
-            (actual == *v) == *eq
+        self.0.iter().all(|r| {
+            let path = r.path.unwrap_or(r.label.as_str());
+            (field_value(obj, path) == r.value) == r.equals
         })
+    }
+}
+
+/// The value a field selector compares for `path` (missing → ""). An Event's `source` label is
+/// its source component, or its reporting component when that is empty (as kube-apiserver).
+fn field_value(obj: &Value, path: &str) -> String {
+    if path == "source"
+        && let Some(source) = obj.get("source").filter(|s| s.is_object())
+    {
+        let component = source.get("component").and_then(Value::as_str);
+        return match component.filter(|c| !c.is_empty()) {
+            Some(c) => c.to_owned(),
+            None => obj
+                .get("reportingComponent")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+        };
+    }
+    let mut cur = Some(obj);
+    for part in path.split('.') {
+        cur = cur.and_then(|c| c.get(part));
+    }
+    match cur {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
     }
 }
 
@@ -280,6 +327,24 @@ mod tests {
             FieldSelector::parse("metadata.namespace==ns")
                 .unwrap()
                 .matches(&o)
+        );
+    }
+
+    #[test]
+    fn resolved_labels_and_event_source() {
+        let core = json!({"kind": "Event", "involvedObject": {"name": "w"},
+            "source": {"component": ""}, "reportingComponent": "kmeta"});
+        let f = FieldSelector::parse("regarding.name=w,source=kmeta")
+            .unwrap()
+            .resolve(|l| (l == "regarding.name").then_some("involvedObject.name"));
+        assert!(f.matches(&core));
+        let unresolved = FieldSelector::parse("regarding.name=w").unwrap();
+        assert!(!unresolved.matches(&core));
+        let with_component = json!({"source": {"component": "kubelet"}, "reportingComponent": "x"});
+        assert!(
+            FieldSelector::parse("source=kubelet")
+                .unwrap()
+                .matches(&with_component)
         );
     }
 }

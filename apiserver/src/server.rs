@@ -6,6 +6,7 @@ use crate::engine::{
 };
 use crate::error::{ApiError, ApiResult};
 use crate::hooks::{Admission, CounterStore, Faults};
+use crate::registry::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{EventType, Obj};
 use axum::Router;
@@ -461,7 +462,7 @@ async fn resource_request(
             Ok(obj_response(StatusCode::OK, &obj))
         }
         Method::GET => {
-            let lopts = list_opts(&q)?;
+            let lopts = list_opts(&q, &req.def)?;
             let meta_only = wants_metadata(&headers);
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 return watch(state, req, &q, lopts, meta_only);
@@ -530,7 +531,7 @@ async fn resource_request(
         Method::DELETE => {
             let dopts = delete_opts(&q, &body)?;
             if req.name.is_none() {
-                let lopts = list_opts(&q)?;
+                let lopts = list_opts(&q, &req.def)?;
                 let items =
                     state.write(|i| i.delete_collection(&state.admission, &req, &lopts, &dopts))?;
                 let rv = state.resource_version();
@@ -581,11 +582,12 @@ fn parse_json(body: &[u8]) -> ApiResult<Value> {
         .map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}")))
 }
 
-fn list_opts(q: &HashMap<String, String>) -> ApiResult<ListOpts> {
+fn list_opts(q: &HashMap<String, String>, def: &ResourceDef) -> ApiResult<ListOpts> {
     let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("labelSelector: {e}")))?;
     let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
+    let field = def.stored_selector(field);
     let limit = match q.get("limit") {
         Some(l) => l
             .parse::<i64>()
