@@ -17,6 +17,7 @@ pub mod selector;
 pub mod server;
 pub mod ssa;
 pub mod store;
+pub mod table;
 pub mod validation;
 
 pub use error::ApiError;

@@ -57,6 +57,8 @@ pub struct ResourceDef {
     pub schemas: BTreeMap<String, Value>,
     /// CRD `selectableFields` (without the leading dot), usable in field selectors.
     pub selectable_fields: Vec<String>,
+    /// The CRD's `additionalPrinterColumns` per version, for `kubectl get` tables.
+    pub printer_columns: BTreeMap<String, Vec<Value>>,
 }
 
 impl ResourceDef {
@@ -177,6 +179,7 @@ impl B {
                 crd: None,
                 schemas: BTreeMap::new(),
                 selectable_fields: vec![],
+                printer_columns: BTreeMap::new(),
             },
         }
     }
@@ -392,6 +395,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     let mut status_subresource = false;
     let mut scale = None;
     let mut selectable: Vec<String> = vec![];
+    let mut printer_columns = BTreeMap::new();
     for (i, v) in versions.iter().enumerate() {
         let vname = v
             .get("name")
@@ -424,6 +428,19 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
         }
         if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
             schemas.insert(vname.to_string(), s.clone());
+        }
+        if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
+            for (j, c) in cols.iter().enumerate() {
+                for f in ["name", "type", "jsonPath"] {
+                    if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
+                        return Err(CrdError::Invalid {
+                            field: format!("spec.versions[{i}].additionalPrinterColumns[{j}].{f}"),
+                            msg: "Required value".into(),
+                        });
+                    }
+                }
+            }
+            printer_columns.insert(vname.to_string(), cols.clone());
         }
         if let Some(sub) = v.get("subresources") {
             if sub.get("status").is_some() {
@@ -467,6 +484,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
         crd: Some(name.to_string()),
         schemas,
         selectable_fields: selectable,
+        printer_columns,
     })
 }
 

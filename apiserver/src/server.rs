@@ -459,6 +459,16 @@ async fn resource_request(
                 let scale = Inner::to_scale(&req, &obj)?;
                 return Ok(obj_response(StatusCode::OK, &scale));
             }
+            if wants_table(&headers) {
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                return Ok(obj_response(
+                    StatusCode::OK,
+                    &table(&req, &[&obj], json!({"resourceVersion": rv})),
+                ));
+            }
             Ok(obj_response(StatusCode::OK, &obj))
         }
         Method::GET => {
@@ -469,7 +479,12 @@ async fn resource_request(
             }
             let res = state.lock().list(&req, &lopts)?;
             if wants_table(&headers) {
-                return Ok(obj_response(StatusCode::OK, &table(&res)));
+                let mut md = json!({"resourceVersion": res.rv.to_string()});
+                if let Some(c) = &res.continue_token {
+                    md["continue"] = json!(c);
+                }
+                let items: Vec<&Value> = res.items.iter().map(|o| &**o).collect();
+                return Ok(obj_response(StatusCode::OK, &table(&req, &items, md)));
             }
             if meta_only {
                 let res = ListResult {
@@ -727,31 +742,15 @@ fn wants_table(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The server-side `Table` rendering kubectl asks for (`NAME`, `AGE`-style columns).
-fn table(res: &ListResult) -> Value {
-    let rows: Vec<Value> = res
-        .items
-        .iter()
-        .map(|o| {
-            let md = o.get("metadata").cloned().unwrap_or(json!({}));
-            json!({
-                "cells": [md.get("name").cloned().unwrap_or(json!("")),
-                          md.get("creationTimestamp").cloned().unwrap_or(Value::Null)],
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                           "metadata": md},
-            })
-        })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": res.rv.to_string()},
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Created At", "type": "date", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
-        ],
-        "rows": rows,
-    })
+/// The server-side `Table` kubectl asks for (see [`crate::table`]).
+fn table(req: &Req, items: &[&Value], metadata: Value) -> Value {
+    crate::table::render(
+        &req.def,
+        &req.version,
+        items,
+        metadata,
+        jiff::Timestamp::now(),
+    )
 }
 
 fn event_line(ty: &str, obj: &Value) -> Bytes {

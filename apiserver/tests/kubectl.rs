@@ -339,3 +339,131 @@ fn kubectl_end_to_end() {
     let list = get_json(kc, &["cm", "-A"]);
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
 }
+
+const WIDGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+    additionalPrinterColumns:
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    - {name: Ready, type: string, jsonPath: '.status.conditions[?(@.type=="Ready")].status'}
+    - {name: Image, type: string, priority: 1, jsonPath: '.spec.image'}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+"#;
+
+const WIDGET_AND_EVENTS: &str = r#"
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: default}
+spec: {replicas: 3, image: app:2}
+status:
+  conditions:
+  - {type: Ready, status: "True"}
+---
+apiVersion: v1
+kind: Event
+metadata: {name: w1.core, namespace: default}
+involvedObject: {kind: Widget, name: w1, namespace: default}
+type: Warning
+reason: SyncError
+message: hook answered 500
+source: {component: kmeta}
+---
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: w1.v1, namespace: default}
+regarding: {kind: Widget, name: w1, namespace: default}
+type: Normal
+reason: Synced
+note: children up to date
+eventTime: "2026-01-01T00:00:00.000000Z"
+reportingController: kmeta
+reportingInstance: kmeta-0
+action: Sync
+"#;
+
+/// Header and row of `kubectl get` output, split on runs of two or more spaces.
+fn columns(line: &str) -> Vec<String> {
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn kubectl_get_prints_crd_printer_columns_and_event_columns() {
+    if kubectl_path().is_none() {
+        println!("SKIPPED: kubectl not found at /usr/bin/kubectl or /usr/local/bin/kubectl");
+        return;
+    }
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    ok(kc, &["apply", "-f", "-"], Some(WIDGETS));
+    ok(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=15s",
+        ],
+        None,
+    );
+    ok(kc, &["apply", "-f", "-"], Some(WIDGET_AND_EVENTS));
+
+    let out = ok(kc, &["get", "widgets"], None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        columns(lines[0]),
+        ["NAME", "REPLICAS", "READY", "AGE"],
+        "{out}"
+    );
+    let row = columns(lines[1]);
+    assert_eq!(row[..3], ["w1", "3", "True"], "{out}");
+    let wide = ok(kc, &["get", "widgets", "-o", "wide"], None);
+    assert_eq!(
+        columns(wide.lines().next().unwrap()),
+        ["NAME", "REPLICAS", "READY", "IMAGE", "AGE"],
+        "{wide}"
+    );
+    assert!(wide.contains("app:2"), "{wide}");
+    let one = ok(kc, &["get", "widget", "w1"], None);
+    assert_eq!(columns(one.lines().next().unwrap())[1], "REPLICAS", "{one}");
+
+    // both Events, whichever API wrote them, through core/v1 with the event printer's columns
+    let out = ok(kc, &["get", "events", "--sort-by=.metadata.name"], None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        columns(lines[0]),
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    assert_eq!(
+        columns(lines[1])[1..],
+        ["Warning", "SyncError", "widget/w1", "hook answered 500"],
+        "{out}"
+    );
+    assert_eq!(
+        columns(lines[2])[1..],
+        ["Normal", "Synced", "widget/w1", "children up to date"],
+        "{out}"
+    );
+    let core = get_json(kc, &["events.v1.", "w1.v1"]);
+    assert_eq!(core["involvedObject"]["name"], "w1");
+    assert_eq!(core["reportingComponent"], "kmeta");
+    let v1 = get_json(kc, &["events.v1.events.k8s.io", "w1.core"]);
+    assert_eq!(v1["note"], "hook answered 500");
+    assert_eq!(v1["deprecatedSource"]["component"], "kmeta");
+}
