@@ -10,7 +10,7 @@ use crate::patch::{self, ListKind};
 use crate::registry::{self, Registry, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::ssa::{self, Scope, Writer};
-use crate::store::{Key, Obj, Storage, owner_uids, uid_of};
+use crate::store::{AtError, Key, Obj, Storage, owner_uids, uid_of};
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -132,6 +132,103 @@ pub struct ListOpts {
     pub resource_version: Option<String>,
     /// resourceVersionMatch.
     pub resource_version_match: Option<String>,
+}
+
+/// `Retry-After` of the 504 for a resourceVersion the server has not reached after waiting
+/// (kube-apiserver's watch cache: `resourceVersionTooHighRetrySeconds`).
+pub const RV_TOO_LARGE_RETRY_SECONDS: u64 = 1;
+
+/// 410 for an exact list older than the retained history (etcd3 store `expiredList`).
+const LIST_EXPIRED: &str = "The resourceVersion for the provided list is too old.";
+
+/// 410 for a continue token older than the retained history (etcd3 store `inconsistentContinue`).
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// Which state a list reads, from `resourceVersion`, `resourceVersionMatch` and `limit`
+/// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListRead {
+    /// `resourceVersion` unset (most recent) or `"0"` (any; this server has no stale cache, so
+    /// any is the current state).
+    Current,
+    /// Not older than this rv: the current state once the server has reached it.
+    NotOlderThan(u64),
+    /// Exactly this rv (`resourceVersionMatch=Exact`, a continue token, or the legacy case of
+    /// `limit` with `resourceVersion=N` and no match), read from the retained history.
+    Exact(u64),
+}
+
+impl ListOpts {
+    /// `ValidateListOptions` of kube-apiserver (422 `ListOptions.meta.k8s.io`).
+    fn validate(&self) -> ApiResult<()> {
+        let Some(m) = self.resource_version_match.as_deref() else {
+            return Ok(());
+        };
+        let mut errs = vec![];
+        if self.resource_version.is_none() {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                    .to_string(),
+            ));
+        }
+        if self.continue_token.is_some() {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+            ));
+        }
+        if m != "Exact" && m != "NotOlderThan" {
+            errs.push((
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ),
+            ));
+        }
+        if m == "Exact" && self.resource_version.as_deref() == Some("0") {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+                    .into(),
+            ));
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_fields(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                "resourceVersionMatch",
+                &errs,
+            ))
+        }
+    }
+
+    /// The read these options ask for (validated; the continue token is not looked at).
+    pub fn read(&self) -> ApiResult<ListRead> {
+        self.validate()?;
+        let n = match self.resource_version.as_deref() {
+            None | Some("0") => return Ok(ListRead::Current),
+            Some(r) => r
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {r:?}")))?,
+        };
+        Ok(match self.resource_version_match.as_deref() {
+            Some("Exact") => ListRead::Exact(n),
+            None if self.limit > 0 => ListRead::Exact(n),
+            _ => ListRead::NotOlderThan(n),
+        })
+    }
+
+    /// The rv a list must wait for before it is served (NotOlderThan a future rv).
+    pub fn not_older_than(&self) -> Option<u64> {
+        match self.read() {
+            Ok(ListRead::NotOlderThan(n)) if self.continue_token.is_none() => Some(n),
+            _ => None,
+        }
+    }
 }
 
 /// A computed list (serialized outside the lock).
@@ -507,33 +604,35 @@ impl Inner {
             .ok_or_else(|| ApiError::not_found(req.target()))
     }
 
-    /// LIST.
+    /// LIST, reading the state [`ListOpts::read`] asks for.
+    ///
+    /// Exact reads (`resourceVersionMatch=Exact`, continue tokens, legacy `limit` + N) come from
+    /// [`Storage::snapshot`] at that rv and carry it as the list's resourceVersion: 410 once it
+    /// is compacted; a future rv is a 504 `ResourceVersionTooLarge` at once, without a retry
+    /// hint, because kube-apiserver serves these from etcd, which refuses a future revision
+    /// immediately (etcd3 store `GetList`, `NewTooLargeResourceVersionError(rev, current, 0)`).
+    /// A not-older-than read of a future rv is a 504 with `Retry-After: 1`; the HTTP layer
+    /// first waits for the rv as the watch cache does ([`crate::ServerState`]), this function
+    /// does not wait (it runs under the state lock).
     pub fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
         opts.field
             .check(|f| req.def.supports_field(f))
             .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
-        let current = self.store.rv();
-        if opts.resource_version_match.as_deref() == Some("Exact") {
-            let want = opts.resource_version.as_deref().unwrap_or("");
-            if want != current.to_string() {
-                return Err(ApiError::gone(format!(
-                    "resourceVersion {want} is not available for an exact list (current {current})"
-                )));
-            }
-        }
         let res = req.def.storage_key();
-        let (list_rv, after) = match &opts.continue_token {
+        let current = self.store.rv();
+        let (read, after) = match &opts.continue_token {
             Some(tok) => {
+                opts.read()?;
+                if opts.resource_version.as_deref().is_some_and(|r| r != "0") {
+                    return Err(ApiError::bad_request(
+                        "specifying resource version is not allowed when using continue",
+                    ));
+                }
                 let (rv, ns, name) = decode_continue(tok).ok_or_else(|| {
                     ApiError::bad_request(format!("invalid continue token {tok:?}"))
                 })?;
-                if rv < self.store.compacted() {
-                    return Err(ApiError::gone(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                    ));
-                }
                 (
-                    rv,
+                    ListRead::Exact(rv),
                     Some(Key {
                         res: res.clone(),
                         ns,
@@ -541,8 +640,31 @@ impl Inner {
                     }),
                 )
             }
-            None => (current, None),
+            None => (opts.read()?, None),
         };
+        let list_rv = match read {
+            ListRead::Current => current,
+            ListRead::NotOlderThan(n) if n > current => {
+                return Err(ApiError::resource_version_too_large(
+                    n,
+                    current,
+                    RV_TOO_LARGE_RETRY_SECONDS,
+                ));
+            }
+            ListRead::NotOlderThan(_) => current,
+            ListRead::Exact(n) => n,
+        };
+        let snap = self
+            .store
+            .snapshot(&res, req.ns.as_deref(), list_rv)
+            .map_err(|e| match e {
+                AtError::Compacted { .. } if after.is_some() => ApiError::gone(CONTINUE_EXPIRED),
+                AtError::Compacted { .. } => ApiError::gone(LIST_EXPIRED),
+                // etcd answers a read at a future revision at once (no wait, no retry hint)
+                AtError::TooLarge { current } => {
+                    ApiError::resource_version_too_large(list_rv, current, 0)
+                }
+            })?;
         let api_version = req.api_version();
         let matches = |o: &Obj| opts.label.matches(o) && opts.field.matches(o);
         let mut items = vec![];
@@ -556,21 +678,18 @@ impl Inner {
                 name: name.to_string(),
             };
             if req.ns.is_some() || !req.def.namespaced {
-                if let Some(o) = self.store.get(&key).filter(|o| matches(o)) {
+                if let Some(o) = snap.get(&key).filter(|o| matches(o)) {
                     items.push(Self::present(o, &api_version));
                 }
             } else {
-                for (_, o) in self.store.range(&res, None, None) {
+                for (_, o) in snap.range(None) {
                     if matches(o) {
                         items.push(Self::present(o, &api_version));
                     }
                 }
             }
         } else {
-            let mut it = self
-                .store
-                .range(&res, req.ns.as_deref(), after.as_ref())
-                .filter(|(_, o)| matches(o));
+            let mut it = snap.range(after.as_ref()).filter(|(_, o)| matches(o));
             for (k, o) in it.by_ref() {
                 items.push(Self::present(o, &api_version));
                 if opts.limit > 0 && items.len() >= opts.limit {
@@ -1790,6 +1909,7 @@ pub fn decode_continue(tok: &str) -> Option<(u64, String, String)> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::store::EventType;
 
     fn req(inner: &Inner, group: &str, plural: &str, ns: Option<&str>, name: Option<&str>) -> Req {
         Req {
@@ -1822,6 +1942,320 @@ mod tests {
         let t = encode_continue(5, "a", "b:c");
         assert_eq!(decode_continue(&t), Some((5, "a".into(), "b:c".into())));
         assert_eq!(decode_continue("zz"), None);
+    }
+
+    /// Every object of the given resources, in key order, as stored now.
+    fn everything(i: &Inner, res: &[Arc<str>]) -> Vec<(Key, Obj)> {
+        res.iter()
+            .flat_map(|r| i.store.range(r, None, None))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect()
+    }
+
+    /// The same, as of `rv`, read from the retained history.
+    fn everything_at(i: &Inner, res: &[Arc<str>], rv: u64) -> Vec<(Key, Obj)> {
+        let mut out = vec![];
+        for r in res {
+            let snap = i.store.snapshot(r, None, rv).unwrap();
+            out.extend(snap.range(None).map(|(k, o)| (k.clone(), o.clone())));
+        }
+        out
+    }
+
+    /// Deletions by GC (background and foreground), finalizer removal, namespace deletion and
+    /// deletecollection all record `prev`, so the state after every operation can be read back
+    /// from history.
+    #[test]
+    fn history_covers_gc_finalizer_namespace_and_collection_deletes() {
+        let (mut i, a) = setup();
+        let cm = req(&i, "", "configmaps", Some("ns"), None);
+        let res: Vec<Arc<str>> = [("", "configmaps"), ("", "secrets"), ("", "namespaces")]
+            .iter()
+            .map(|(g, p)| req(&i, g, p, None, None).def.storage_key())
+            .collect();
+        let mut recorded = vec![(i.store.rv(), everything(&i, &res))];
+        macro_rules! step {
+            ($e:expr) => {{
+                let out = $e;
+                recorded.push((i.store.rv(), everything(&i, &res)));
+                out
+            }};
+        }
+        let owned = |name: &str, owner: &Obj, block: bool, fins: Value| {
+            json!({"metadata": {"name": name, "finalizers": fins, "labels": {"k": "v"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                "blockOwnerDeletion": block}]}})
+        };
+        // background GC of a chain
+        let p =
+            step!(i.create(&a, &cm, json!({"metadata": {"name": "p"}}), &opts(), false)).unwrap();
+        let c = step!(i.create(&a, &cm, owned("c", &p, false, json!([])), &opts(), false)).unwrap();
+        step!(i.create(&a, &cm, owned("g", &c, false, json!([])), &opts(), false)).unwrap();
+        let del = |p: Propagation| DeleteOpts {
+            propagation: Some(p),
+            ..Default::default()
+        };
+        let pr = req(&i, "", "configmaps", Some("ns"), Some("p"));
+        step!(i.delete(&a, &pr, &del(Propagation::Background))).unwrap();
+        // foreground deletion held by a finalizer, released by removing it
+        let p2 =
+            step!(i.create(&a, &cm, json!({"metadata": {"name": "p2"}}), &opts(), false)).unwrap();
+        step!(i.create(
+            &a,
+            &cm,
+            owned("c2", &p2, true, json!(["x/y"])),
+            &opts(),
+            false
+        ))
+        .unwrap();
+        let p2r = req(&i, "", "configmaps", Some("ns"), Some("p2"));
+        step!(i.delete(&a, &p2r, &del(Propagation::Foreground))).unwrap();
+        let c2r = req(&i, "", "configmaps", Some("ns"), Some("c2"));
+        let mut c2 = (*i.get(&c2r).unwrap()).clone();
+        c2["metadata"]["finalizers"] = json!([]);
+        step!(i.update(&a, &c2r, c2, &opts())).unwrap();
+        assert!(i.get(&p2r).is_err(), "owner went with its last dependent");
+        // deletecollection with a selector
+        for n in ["d1", "d2", "keep"] {
+            let labels = if n == "keep" {
+                json!({})
+            } else {
+                json!({"k": "v"})
+            };
+            step!(i.create(
+                &a,
+                &cm,
+                json!({"metadata": {"name": n, "labels": labels}}),
+                &opts(),
+                false
+            ))
+            .unwrap();
+        }
+        let sel = ListOpts {
+            label: LabelSelector::parse("k=v").unwrap(),
+            ..Default::default()
+        };
+        let gone = step!(i.delete_collection(&a, &cm, &sel, &DeleteOpts::default())).unwrap();
+        assert_eq!(gone.len(), 2);
+        // namespace deletion removes its contents and then the namespace
+        let nr = req(&i, "", "namespaces", None, None);
+        step!(i.create(
+            &a,
+            &nr,
+            json!({"metadata": {"name": "ns2"}}),
+            &opts(),
+            false
+        ))
+        .unwrap();
+        let cm2 = req(&i, "", "configmaps", Some("ns2"), None);
+        step!(i.create(&a, &cm2, json!({"metadata": {"name": "x"}}), &opts(), false)).unwrap();
+        let sec = req(&i, "", "secrets", Some("ns2"), None);
+        step!(i.create(&a, &sec, json!({"metadata": {"name": "s"}}), &opts(), false)).unwrap();
+        let n2 = req(&i, "", "namespaces", None, Some("ns2"));
+        step!(i.delete(&a, &n2, &DeleteOpts::default())).unwrap();
+        assert!(
+            i.store
+                .range(&res[2], None, None)
+                .all(|(k, _)| k.name != "ns2")
+        );
+
+        let events = i.store.events_since(i.store.compacted()).unwrap();
+        assert!(events.iter().any(|e| e.ty == EventType::Deleted));
+        for e in &events {
+            if e.ty != EventType::Added {
+                assert!(
+                    e.prev.is_some(),
+                    "{:?} {:?} at {} without prev",
+                    e.ty,
+                    e.key,
+                    e.rv
+                );
+            }
+        }
+        assert!(recorded.len() > 15);
+        for (rv, want) in &recorded {
+            assert_eq!(&everything_at(&i, &res, *rv), want, "state at rv {rv}");
+        }
+    }
+
+    fn item_names(l: &ListResult) -> Vec<String> {
+        l.items
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn at(rv: u64, m: Option<&str>) -> ListOpts {
+        ListOpts {
+            resource_version: Some(rv.to_string()),
+            resource_version_match: m.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn list_reads_past_resource_versions() {
+        let (mut i, a) = setup();
+        let cm = req(&i, "", "configmaps", Some("ns"), None);
+        for n in ["a", "b", "c"] {
+            i.create(
+                &a,
+                &cm,
+                json!({"metadata": {"name": n}, "data": {"v": "1"}}),
+                &opts(),
+                false,
+            )
+            .unwrap();
+        }
+        let rv1 = i.store.rv();
+        let ar = req(&i, "", "configmaps", Some("ns"), Some("a"));
+        let mut av = (*i.get(&ar).unwrap()).clone();
+        av["data"]["v"] = json!("2");
+        i.update(&a, &ar, av, &opts()).unwrap();
+        let br = req(&i, "", "configmaps", Some("ns"), Some("b"));
+        i.delete(&a, &br, &DeleteOpts::default()).unwrap();
+        i.create(&a, &cm, json!({"metadata": {"name": "d"}}), &opts(), false)
+            .unwrap();
+        let now = i.store.rv();
+
+        // Exact: the old state, stamped with the old rv
+        let old = i.list(&cm, &at(rv1, Some("Exact"))).unwrap();
+        assert_eq!(item_names(&old), ["a", "b", "c"]);
+        assert_eq!(old.items[0]["data"]["v"], "1");
+        assert_eq!(old.rv, rv1);
+        // the same through the all-namespaces and metadata.name paths
+        let all = req(&i, "", "configmaps", None, None);
+        assert_eq!(
+            item_names(&i.list(&all, &at(rv1, Some("Exact"))).unwrap()),
+            ["a", "b", "c"]
+        );
+        let mut by_name = at(rv1, Some("Exact"));
+        by_name.field = FieldSelector::parse("metadata.name=b").unwrap();
+        assert_eq!(item_names(&i.list(&cm, &by_name).unwrap()), ["b"]);
+        // legacy: limit with resourceVersion=N and no match is exact too
+        let mut legacy = at(rv1, None);
+        legacy.limit = 10;
+        assert_eq!(item_names(&i.list(&cm, &legacy).unwrap()), ["a", "b", "c"]);
+        // NotOlderThan (or no match, no limit) an old rv: the current state
+        for m in [Some("NotOlderThan"), None] {
+            let l = i.list(&cm, &at(rv1, m)).unwrap();
+            assert_eq!(item_names(&l), ["a", "c", "d"]);
+            assert_eq!(l.rv, now);
+        }
+        assert_eq!(
+            item_names(&i.list(&cm, &at(0, None)).unwrap()),
+            ["a", "c", "d"]
+        );
+
+        // pagination reads every page from the first page's snapshot
+        let first = i
+            .list(
+                &cm,
+                &ListOpts {
+                    limit: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(item_names(&first), ["a", "c"]);
+        assert_eq!(first.remaining, Some(1));
+        let cr = req(&i, "", "configmaps", Some("ns"), Some("d"));
+        i.delete(&a, &cr, &DeleteOpts::default()).unwrap();
+        i.create(&a, &cm, json!({"metadata": {"name": "e"}}), &opts(), false)
+            .unwrap();
+        let next = ListOpts {
+            limit: 2,
+            continue_token: first.continue_token.clone(),
+            ..Default::default()
+        };
+        let second = i.list(&cm, &next).unwrap();
+        assert_eq!(item_names(&second), ["d"]);
+        assert_eq!(second.rv, now);
+        assert!(second.continue_token.is_none());
+
+        // too new: 504 at once for exact reads, with a retry hint for not-older-than
+        let e = i
+            .list(&cm, &at(i.store.rv() + 5, Some("Exact")))
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.reason.as_str(), e.retry_after),
+            (504, "Timeout", None)
+        );
+        assert_eq!(
+            e.message,
+            format!(
+                "Timeout: Too large resource version: {}, current: {}",
+                i.store.rv() + 5,
+                i.store.rv()
+            )
+        );
+        assert_eq!(
+            e.to_status()["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        let e = i
+            .list(&cm, &at(i.store.rv() + 1, Some("NotOlderThan")))
+            .unwrap_err();
+        assert_eq!((e.code, e.retry_after), (504, Some(1)));
+
+        // invalid combinations
+        for (o, code) in [
+            (at(0, Some("Exact")), 422),
+            (
+                ListOpts {
+                    resource_version_match: Some("Exact".into()),
+                    ..Default::default()
+                },
+                422,
+            ),
+            (at(rv1, Some("Newest")), 422),
+            (
+                ListOpts {
+                    continue_token: first.continue_token.clone(),
+                    ..at(rv1, Some("Exact"))
+                },
+                422,
+            ),
+            (
+                ListOpts {
+                    continue_token: first.continue_token.clone(),
+                    ..at(rv1, None)
+                },
+                400,
+            ),
+            (
+                ListOpts {
+                    resource_version: Some("x".into()),
+                    ..Default::default()
+                },
+                400,
+            ),
+        ] {
+            assert_eq!(i.list(&cm, &o).unwrap_err().code, code, "{o:?}");
+        }
+        let e = i.list(&cm, &at(0, Some("Exact"))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+        );
+
+        // compacted history: 410
+        i.store.compact_all();
+        let e = i.list(&cm, &at(rv1, Some("Exact"))).unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+        assert_eq!(
+            e.message,
+            "The resourceVersion for the provided list is too old."
+        );
+        let e = i.list(&cm, &next).unwrap_err();
+        assert_eq!(e.code, 410);
+        assert!(
+            e.message
+                .starts_with("The provided continue parameter is too old")
+        );
+        let l = i.list(&cm, &at(i.store.rv(), Some("Exact"))).unwrap();
+        assert_eq!(item_names(&l), ["a", "c", "e"]);
     }
 
     #[test]

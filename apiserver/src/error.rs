@@ -139,6 +139,61 @@ impl ApiError {
         .with_details(details)
     }
 
+    /// 422 Invalid with several causes on one field (`errs`: cause reason and message body,
+    /// e.g. `("FieldValueForbidden", "Forbidden: ...")`), worded like `errors.NewInvalid`.
+    pub fn invalid_fields(
+        kind: &str,
+        group: &str,
+        name: &str,
+        field: &str,
+        errs: &[(&str, String)],
+    ) -> Self {
+        let causes: Vec<Value> = errs
+            .iter()
+            .map(|(reason, msg)| json!({"reason": reason, "message": msg, "field": field}))
+            .collect();
+        let mut details = json!({"name": name, "kind": kind, "causes": causes});
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let all: Vec<String> = errs.iter().map(|(_, m)| format!("{field}: {m}")).collect();
+        let list = match all.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} \"{name}\" is invalid: {list}"),
+        )
+        .with_details(details)
+    }
+
+    /// 504 Timeout for a resourceVersion newer than the server's
+    /// (`storage.NewTooLargeResourceVersionError`): cause `ResourceVersionTooLarge`, and
+    /// `retryAfterSeconds` / `Retry-After` when `retry_after` is not 0.
+    pub fn resource_version_too_large(want: u64, current: u64, retry_after: u64) -> Self {
+        let mut details = json!({"causes": [
+            {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+        ]});
+        if retry_after > 0 {
+            details["retryAfterSeconds"] = json!(retry_after);
+        }
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {want}, current: {current}"),
+        )
+        .with_details(details);
+        e.retry_after = (retry_after > 0).then_some(retry_after);
+        e
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(msg: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", msg)

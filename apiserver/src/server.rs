@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// Register [`crate::defaults::register`] at start. Default false: objects are stored as
     /// sent, and tests opt in to server-side defaulting.
     pub builtin_defaults: bool,
+    /// How long a get or list with `resourceVersion=N` (not older than) waits for a
+    /// resourceVersion the server has not reached before it answers 504 with a
+    /// `ResourceVersionTooLarge` cause. Default 3 s (the watch cache's `blockTimeout`).
+    pub rv_wait: Duration,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +61,7 @@ impl Default for ServerConfig {
                 "kube-node-lease".into(),
             ],
             builtin_defaults: false,
+            rv_wait: Duration::from_secs(3),
         }
     }
 }
@@ -146,6 +151,24 @@ impl ServerState {
     /// Current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().store.rv()
+    }
+
+    /// Wait (at most `config.rv_wait`) until the global resourceVersion reaches `rv`, like the
+    /// watch cache's `waitUntilFreshAndBlock`; 504 `ResourceVersionTooLarge` if it does not.
+    pub(crate) async fn reach_rv(&self, rv: u64) -> ApiResult<()> {
+        let mut seen = self.notify.subscribe();
+        let waited =
+            tokio::time::timeout(self.config.rv_wait, seen.wait_for(|cur| *cur >= rv)).await;
+        let current = self.resource_version();
+        if matches!(waited, Ok(Ok(_))) || current >= rv {
+            Ok(())
+        } else {
+            Err(ApiError::resource_version_too_large(
+                rv,
+                current,
+                crate::engine::RV_TOO_LARGE_RETRY_SECONDS,
+            ))
+        }
     }
 
     /// Drop all retained watch events: watches resuming from any earlier resourceVersion get 410.
@@ -451,6 +474,9 @@ async fn resource_request(
     let is_scale = req.sub.as_deref() == Some("scale");
     match method {
         Method::GET if req.name.is_some() => {
+            if let Some(rv) = get_rv(&q)? {
+                state.reach_rv(rv).await?;
+            }
             let obj = state.lock().get(&req)?;
             if wants_metadata(&headers) && !is_scale {
                 return Ok(obj_response(StatusCode::OK, &partial(&obj)));
@@ -476,6 +502,9 @@ async fn resource_request(
             let meta_only = wants_metadata(&headers);
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 return watch(state, req, &q, lopts, meta_only);
+            }
+            if let Some(rv) = lopts.not_older_than() {
+                state.reach_rv(rv).await?;
             }
             let res = state.lock().list(&req, &lopts)?;
             if wants_table(&headers) {
@@ -621,6 +650,18 @@ fn list_opts(q: &HashMap<String, String>, def: &ResourceDef) -> ApiResult<ListOp
             .filter(|c| !c.is_empty())
             .cloned(),
     })
+}
+
+/// `resourceVersion` of a GET: `None` for unset or `"0"` (any state; this server's is the
+/// current one), `Some(n)` for "not older than n".
+fn get_rv(q: &HashMap<String, String>) -> ApiResult<Option<u64>> {
+    match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => Ok(None),
+        Some(r) => r
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {r:?}"))),
+    }
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOpts> {
