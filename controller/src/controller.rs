@@ -610,13 +610,14 @@ impl ParentController {
         self.ctx.config.metrics.controller_stopped(&self.name);
     }
 
-    /// One sync of one parent, in a `sync` span carrying the controller and the parent.
+    /// One sync of one parent, in a `sync` span carrying the controller and the parent (events
+    /// inside it do not repeat them).
     async fn process(self: &Arc<Self>, key: &ObjKey) {
         use tracing::Instrument as _;
         let span = tracing::info_span!(
             "sync",
             controller = %self.name,
-            parent = %format_args!("{}/{}", key.0, key.1)
+            parent = %ParentName(key)
         );
         self.process_in_span(key).instrument(span).await;
     }
@@ -644,25 +645,38 @@ impl ParentController {
                 }
             }
             Err(SyncError::Hook(HookError::TooManyRequests { retry_after, .. })) => {
-                tracing::info!(controller = %self.name, parent = ?key, ?retry_after, "hook asked to retry later");
+                tracing::info!(?retry_after, "hook asked to retry later");
                 self.queue.add_after(key.clone(), retry_after);
             }
             Err(SyncError::RelatedNotSynced(r)) => {
-                tracing::debug!(controller = %self.name, parent = ?key, related = %r, "waiting for related watch");
+                tracing::debug!(related = %r, "waiting for related watch");
                 self.queue.add_rate_limited(key.clone());
             }
             Err(e) => {
                 let delay = self.queue.add_rate_limited(key.clone());
-                tracing::warn!(controller = %self.name, parent = ?key, error = %e, ?delay, "sync failed");
+                tracing::warn!(error = %e, ?delay, "sync failed");
                 if let Some(p) = self.parents.get(&key.0, &key.1) {
                     self.ctx
                         .event(&p, true, "SyncError", format!("Sync error: {e}"))
                         .await;
                     if let Err(err) = sync::report_failure(self, &p, &e.to_string()).await {
-                        tracing::warn!(controller = %self.name, parent = ?key, error = %err, "writing the SyncError condition failed");
+                        tracing::warn!(error = %err, "writing the SyncError condition failed");
                     }
                 }
             }
+        }
+    }
+}
+
+/// A parent's key as logged: `namespace/name`, or `name` for a cluster-scoped parent.
+struct ParentName<'a>(&'a ObjKey);
+
+impl std::fmt::Display for ParentName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.0.is_empty() {
+            f.write_str(&self.0.1)
+        } else {
+            write!(f, "{}/{}", self.0.0, self.0.1)
         }
     }
 }

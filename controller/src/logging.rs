@@ -16,8 +16,11 @@ pub fn filter(config: &LogConfig) -> Result<EnvFilter, String> {
 /// the second call keeps the first subscriber.
 pub fn init(config: &LogConfig) -> Result<(), String> {
     let filter = filter(config)?;
+    // colours only for a terminal: logs redirected to a file or collected in a pod stay plain
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let result = match config.format {
         LogFormat::Json => builder
