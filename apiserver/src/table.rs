@@ -33,25 +33,32 @@ pub fn render(
     metadata: Value,
     now: jiff::Timestamp,
 ) -> Value {
-    let rows: Vec<Value> = if is_event(def) {
-        items.iter().map(|o| row(event_cells(o, now), o)).collect()
-    } else {
-        let columns = columns(def, version);
-        items
-            .iter()
-            .map(|o| {
-                let cells = columns.iter().map(|c| cell(&c.cell, o, now)).collect();
-                row(cells, o)
-            })
-            .collect()
-    };
-    let definitions: Vec<Value> = if is_event(def) {
-        event_columns()
-    } else {
-        columns(def, version)
-            .into_iter()
-            .map(|c| c.definition)
-            .collect()
+    let (definitions, rows): (Vec<Value>, Vec<Value>) = match builtin_printer(def) {
+        Some(printer) => (
+            printer
+                .columns
+                .iter()
+                .map(|(name, kind, priority, description)| {
+                    json!({"name": name, "type": kind, "format": "", "priority": priority,
+                        "description": description})
+                })
+                .collect(),
+            items
+                .iter()
+                .map(|o| row((printer.cells)(o, now), o))
+                .collect(),
+        ),
+        None => {
+            let columns = columns(def, version);
+            let rows = items
+                .iter()
+                .map(|o| {
+                    let cells = columns.iter().map(|c| cell(&c.cell, o, now)).collect();
+                    row(cells, o)
+                })
+                .collect();
+            (columns.into_iter().map(|c| c.definition).collect(), rows)
+        }
     };
     json!({
         "kind": "Table",
@@ -62,8 +69,452 @@ pub fn render(
     })
 }
 
-fn is_event(def: &ResourceDef) -> bool {
-    def.kind == "Event" && matches!(def.group.as_str(), "" | "events.k8s.io")
+/// A built-in kind's printer: column definitions (name, type, priority, description) and the
+/// function computing one row's cells.
+struct Printer {
+    columns: &'static [(&'static str, &'static str, i64, &'static str)],
+    cells: fn(&Value, jiff::Timestamp) -> Vec<Value>,
+}
+
+const NAME: (&str, &str, i64, &str) = ("Name", "string", 0, "Name of the object.");
+const AGE: (&str, &str, i64, &str) = (
+    "Age",
+    "string",
+    0,
+    "Time since the object was created (metadata.creationTimestamp).",
+);
+
+/// The printers of the built-in kinds `kubectl get` users look at most, with kube-apiserver's
+/// columns; other built-ins get the default `Name`, `Created At`.
+fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
+    if !def.is_builtin() {
+        return None;
+    }
+    let printer = match (def.group.as_str(), def.plural.as_str()) {
+        ("" | "events.k8s.io", "events") => Printer {
+            columns: EVENT_COLUMNS,
+            cells: event_cells,
+        },
+        ("", "configmaps") => Printer {
+            columns: &[NAME, ("Data", "integer", 0, "Number of data keys."), AGE],
+            cells: |o, now| {
+                let n = len(o, "/data") + len(o, "/binaryData");
+                vec![name(o), json!(n), age(o, now)]
+            },
+        },
+        ("", "secrets") => Printer {
+            columns: &[
+                NAME,
+                ("Type", "string", 0, "Type of the secret."),
+                ("Data", "integer", 0, "Number of data keys."),
+                AGE,
+            ],
+            cells: |o, now| {
+                let n = len(o, "/data");
+                vec![name(o), json!(text(o, "/type")), json!(n), age(o, now)]
+            },
+        },
+        ("", "namespaces") => Printer {
+            columns: &[NAME, ("Status", "string", 0, "The namespace's phase."), AGE],
+            cells: |o, now| vec![name(o), json!(text(o, "/status/phase")), age(o, now)],
+        },
+        ("", "serviceaccounts") => Printer {
+            columns: &[NAME, ("Secrets", "string", 0, "Number of secrets."), AGE],
+            cells: |o, now| vec![name(o), json!(len(o, "/secrets")), age(o, now)],
+        },
+        ("", "services") => Printer {
+            columns: &[
+                NAME,
+                ("Type", "string", 0, "Type of the service."),
+                ("Cluster-IP", "string", 0, "The cluster IP of the service."),
+                ("External-IP", "string", 0, "External IPs of the service."),
+                ("Port(s)", "string", 0, "The ports of the service."),
+                AGE,
+                ("Selector", "string", 1, "The pod selector."),
+            ],
+            cells: service_cells,
+        },
+        ("", "pods") => Printer {
+            columns: &[
+                NAME,
+                ("Ready", "string", 0, "Ready containers / all containers."),
+                ("Status", "string", 0, "The pod's status."),
+                ("Restarts", "string", 0, "Container restarts."),
+                AGE,
+                ("IP", "string", 1, "The pod's IP."),
+                ("Node", "string", 1, "The node the pod runs on."),
+            ],
+            cells: pod_cells,
+        },
+        ("apps", "deployments") => Printer {
+            columns: &[
+                NAME,
+                ("Ready", "string", 0, "Ready replicas / desired replicas."),
+                (
+                    "Up-to-date",
+                    "integer",
+                    0,
+                    "Replicas with the current template.",
+                ),
+                ("Available", "integer", 0, "Available replicas."),
+                AGE,
+                ("Containers", "string", 1, "Container names."),
+                ("Images", "string", 1, "Container images."),
+                ("Selector", "string", 1, "The pod selector."),
+            ],
+            cells: |o, now| {
+                let (containers, images) = template_containers(o);
+                vec![
+                    name(o),
+                    json!(format!(
+                        "{}/{}",
+                        int(o, "/status/readyReplicas"),
+                        replicas(o)
+                    )),
+                    json!(int(o, "/status/updatedReplicas")),
+                    json!(int(o, "/status/availableReplicas")),
+                    age(o, now),
+                    json!(containers),
+                    json!(images),
+                    json!(selector(o)),
+                ]
+            },
+        },
+        ("apps", "statefulsets") => Printer {
+            columns: &[
+                NAME,
+                ("Ready", "string", 0, "Ready replicas / desired replicas."),
+                AGE,
+                ("Containers", "string", 1, "Container names."),
+                ("Images", "string", 1, "Container images."),
+            ],
+            cells: |o, now| {
+                let (containers, images) = template_containers(o);
+                vec![
+                    name(o),
+                    json!(format!(
+                        "{}/{}",
+                        int(o, "/status/readyReplicas"),
+                        replicas(o)
+                    )),
+                    age(o, now),
+                    json!(containers),
+                    json!(images),
+                ]
+            },
+        },
+        ("apps", "replicasets") => Printer {
+            columns: &[
+                NAME,
+                ("Desired", "integer", 0, "Desired replicas."),
+                ("Current", "integer", 0, "Current replicas."),
+                ("Ready", "integer", 0, "Ready replicas."),
+                AGE,
+                ("Containers", "string", 1, "Container names."),
+                ("Images", "string", 1, "Container images."),
+                ("Selector", "string", 1, "The pod selector."),
+            ],
+            cells: |o, now| {
+                let (containers, images) = template_containers(o);
+                vec![
+                    name(o),
+                    json!(replicas(o)),
+                    json!(int(o, "/status/replicas")),
+                    json!(int(o, "/status/readyReplicas")),
+                    age(o, now),
+                    json!(containers),
+                    json!(images),
+                    json!(selector(o)),
+                ]
+            },
+        },
+        ("apps", "daemonsets") => Printer {
+            columns: &[
+                NAME,
+                ("Desired", "integer", 0, "Nodes that should run the pod."),
+                ("Current", "integer", 0, "Nodes running the pod."),
+                ("Ready", "integer", 0, "Nodes with a ready pod."),
+                (
+                    "Up-to-date",
+                    "integer",
+                    0,
+                    "Nodes running the current template.",
+                ),
+                ("Available", "integer", 0, "Nodes with an available pod."),
+                AGE,
+            ],
+            cells: |o, now| {
+                vec![
+                    name(o),
+                    json!(int(o, "/status/desiredNumberScheduled")),
+                    json!(int(o, "/status/currentNumberScheduled")),
+                    json!(int(o, "/status/numberReady")),
+                    json!(int(o, "/status/updatedNumberScheduled")),
+                    json!(int(o, "/status/numberAvailable")),
+                    age(o, now),
+                ]
+            },
+        },
+        ("apps", "controllerrevisions") => Printer {
+            columns: &[
+                NAME,
+                ("Controller", "string", 0, "The controlling owner."),
+                ("Revision", "integer", 0, "The revision number."),
+                AGE,
+            ],
+            cells: |o, now| {
+                let controller = o
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .and_then(|refs| {
+                        refs.iter()
+                            .find(|r| r.get("controller") == Some(&json!(true)))
+                    })
+                    .map(|r| {
+                        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+                        let group = s("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+                        let kind = s("kind").to_lowercase();
+                        match group {
+                            "" => format!("{kind}/{}", s("name")),
+                            g => format!("{kind}.{g}/{}", s("name")),
+                        }
+                    })
+                    .unwrap_or_else(|| "<none>".to_owned());
+                vec![
+                    name(o),
+                    json!(controller),
+                    json!(int(o, "/revision")),
+                    age(o, now),
+                ]
+            },
+        },
+        ("coordination.k8s.io", "leases") => Printer {
+            columns: &[NAME, ("Holder", "string", 0, "The lease's holder."), AGE],
+            cells: |o, now| vec![name(o), json!(text(o, "/spec/holderIdentity")), age(o, now)],
+        },
+        _ => return None,
+    };
+    Some(printer)
+}
+
+fn name(o: &Value) -> Value {
+    o.pointer("/metadata/name").cloned().unwrap_or(json!(""))
+}
+
+fn age(o: &Value, now: jiff::Timestamp) -> Value {
+    let created = o
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str);
+    json!(age_since(created, now))
+}
+
+fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {
+    o.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn int(o: &Value, pointer: &str) -> i64 {
+    o.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// Entries of a map or list at `pointer` (0 when absent).
+fn len(o: &Value, pointer: &str) -> usize {
+    match o.pointer(pointer) {
+        Some(Value::Object(m)) => m.len(),
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
+    }
+}
+
+/// `spec.replicas`, which defaults to 1 for workloads.
+fn replicas(o: &Value) -> i64 {
+    o.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+/// Container names and images of a workload's pod template, comma-separated.
+fn template_containers(o: &Value) -> (String, String) {
+    let containers = o
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let field = |k: &str| {
+        containers
+            .iter()
+            .map(|c| c.get(k).and_then(Value::as_str).unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    (field("name"), field("image"))
+}
+
+/// A label selector (`matchLabels` and `matchExpressions`, or a Service's plain map) in the
+/// label-selector string syntax; `<none>` when empty.
+fn selector(o: &Value) -> String {
+    let sel = o.pointer("/spec/selector");
+    let plain =
+        sel.filter(|s| s.get("matchLabels").is_none() && s.get("matchExpressions").is_none());
+    let labels = plain.or_else(|| sel.and_then(|s| s.get("matchLabels")));
+    let mut parts: Vec<String> = labels
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let expressions = sel
+        .and_then(|s| s.get("matchExpressions"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for e in expressions {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        parts.push(
+            match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                "In" => format!("{key} in ({})", values.join(",")),
+                "NotIn" => format!("{key} notin ({})", values.join(",")),
+                "Exists" => key.to_owned(),
+                "DoesNotExist" => format!("!{key}"),
+                other => format!("{key} {other}"),
+            },
+        );
+    }
+    if parts.is_empty() {
+        "<none>".to_owned()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn service_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let kind = match text(o, "/spec/type") {
+        "" => "ClusterIP",
+        t => t,
+    };
+    let cluster_ip = match text(o, "/spec/clusterIP") {
+        "" => "<none>",
+        ip => ip,
+    };
+    let mut external: Vec<String> = o
+        .pointer("/spec/externalIPs")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    match kind {
+        "ExternalName" => external = vec![text(o, "/spec/externalName").to_owned()],
+        "LoadBalancer" => {
+            let ingress = o
+                .pointer("/status/loadBalancer/ingress")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for i in ingress {
+                let ip = i.get("ip").or_else(|| i.get("hostname"));
+                if let Some(ip) = ip.and_then(Value::as_str) {
+                    external.push(ip.to_owned());
+                }
+            }
+            if external.is_empty() {
+                external.push("<pending>".to_owned());
+            }
+        }
+        _ => {}
+    }
+    let external = if external.is_empty() {
+        "<none>".to_owned()
+    } else {
+        external.join(",")
+    };
+    let ports: Vec<String> = o
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+            let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            match p.get("nodePort").and_then(Value::as_i64) {
+                Some(node) => format!("{port}:{node}/{protocol}"),
+                None => format!("{port}/{protocol}"),
+            }
+        })
+        .collect();
+    let ports = if ports.is_empty() {
+        "<none>".to_owned()
+    } else {
+        ports.join(",")
+    };
+    vec![
+        name(o),
+        json!(kind),
+        json!(cluster_ip),
+        json!(external),
+        json!(ports),
+        age(o, now),
+        json!(selector(o)),
+    ]
+}
+
+fn pod_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let total = len(o, "/spec/containers");
+    let statuses = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let ready = statuses
+        .iter()
+        .filter(|c| c.get("ready") == Some(&json!(true)))
+        .count();
+    let restarts: i64 = statuses
+        .iter()
+        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+        .sum();
+    let mut status = match text(o, "/status/reason") {
+        "" => text(o, "/status/phase").to_owned(),
+        r => r.to_owned(),
+    };
+    for c in statuses.iter().rev() {
+        let waiting = c.pointer("/state/waiting/reason").and_then(Value::as_str);
+        let terminated = c
+            .pointer("/state/terminated/reason")
+            .and_then(Value::as_str);
+        if let Some(r) = waiting.or(terminated).filter(|r| !r.is_empty()) {
+            status = r.to_owned();
+        }
+    }
+    if o.pointer("/metadata/deletionTimestamp").is_some() {
+        status = "Terminating".to_owned();
+    }
+    let or_none = |s: &str| {
+        if s.is_empty() {
+            "<none>".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    vec![
+        name(o),
+        json!(format!("{ready}/{total}")),
+        json!(status),
+        json!(restarts.to_string()),
+        age(o, now),
+        json!(or_none(text(o, "/status/podIP"))),
+        json!(or_none(text(o, "/spec/nodeName"))),
+    ]
 }
 
 fn row(cells: Vec<Value>, obj: &Value) -> Value {
@@ -86,8 +537,7 @@ fn name_column() -> Column {
 }
 
 fn columns(def: &ResourceDef, version: &str) -> Vec<Column> {
-    let declared = def.printer_columns.get(version).filter(|c| !c.is_empty());
-    let Some(declared) = declared else {
+    if def.is_builtin() {
         return vec![
             name_column(),
             Column {
@@ -96,6 +546,15 @@ fn columns(def: &ResourceDef, version: &str) -> Vec<Column> {
                 cell: Cell::CreatedAt,
             },
         ];
+    }
+    // a custom resource version without printer columns gets an Age column (as kube-apiserver)
+    let age = [
+        json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+        "description": "Time since the object was created (metadata.creationTimestamp)."}),
+    ];
+    let declared = match def.printer_columns.get(version) {
+        Some(c) if !c.is_empty() => c.as_slice(),
+        _ => &age,
     };
     let mut out = vec![name_column()];
     for c in declared {
@@ -183,36 +642,58 @@ fn typed_cell(kind: &str, v: Value, now: jiff::Timestamp) -> Value {
     }
 }
 
-fn event_columns() -> Vec<Value> {
-    let col = |name: &str, priority: i64, description: &str| {
-        json!({"name": name, "type": "string", "format": "", "priority": priority,
-            "description": description})
-    };
-    vec![
-        col("Last Seen", 0, "The last time this event was observed."),
-        col("Type", 0, "Type of this event (Normal, Warning)."),
-        col(
-            "Reason",
-            0,
-            "Short, machine understandable reason for the event.",
-        ),
-        col("Object", 0, "The object the event is about (kind/name)."),
-        col(
-            "Subobject",
-            1,
-            "The field of the object the event is about.",
-        ),
-        col(
-            "Source",
-            1,
-            "The component (and instance) that reported the event.",
-        ),
-        col("Message", 0, "A human-readable description of the event."),
-        col("First Seen", 1, "The first time this event was observed."),
-        col("Count", 1, "The number of times this event has occurred."),
-        col("Name", 1, "Name of the event object."),
-    ]
-}
+const EVENT_COLUMNS: &[(&str, &str, i64, &str)] = &[
+    (
+        "Last Seen",
+        "string",
+        0,
+        "The last time this event was observed.",
+    ),
+    ("Type", "string", 0, "Type of this event (Normal, Warning)."),
+    (
+        "Reason",
+        "string",
+        0,
+        "Short, machine understandable reason for the event.",
+    ),
+    (
+        "Object",
+        "string",
+        0,
+        "The object the event is about (kind/name).",
+    ),
+    (
+        "Subobject",
+        "string",
+        1,
+        "The field of the object the event is about.",
+    ),
+    (
+        "Source",
+        "string",
+        1,
+        "The component (and instance) that reported the event.",
+    ),
+    (
+        "Message",
+        "string",
+        0,
+        "A human-readable description of the event.",
+    ),
+    (
+        "First Seen",
+        "string",
+        1,
+        "The first time this event was observed.",
+    ),
+    (
+        "Count",
+        "string",
+        1,
+        "The number of times this event has occurred.",
+    ),
+    ("Name", "string", 1, "Name of the event object."),
+];
 
 /// The cells of one Event, read from either version's field names.
 fn event_cells(e: &Value, now: jiff::Timestamp) -> Vec<Value> {
@@ -418,12 +899,112 @@ mod tests {
     #[test]
     fn default_columns_without_printer_columns() {
         let reg = Registry::with_builtins();
-        let def = reg.lookup("", "v1", "configmaps").unwrap();
-        let cm = json!({"metadata": {"name": "c", "creationTimestamp": "2026-11-23T11:00:00Z"}});
-        let t = render(def, "v1", &[&cm], json!({}), now());
+        let def = reg
+            .lookup("rbac.authorization.k8s.io", "v1", "roles")
+            .unwrap();
+        let role = json!({"metadata": {"name": "r", "creationTimestamp": "2026-11-23T11:00:00Z"}});
+        let t = render(def, "v1", &[&role], json!({}), now());
         assert_eq!(t["columnDefinitions"][0]["name"], "Name");
         assert_eq!(t["columnDefinitions"][1]["name"], "Created At");
-        assert_eq!(t["rows"][0]["cells"], json!(["c", "2026-11-23T11:00:00Z"]));
+        assert_eq!(t["rows"][0]["cells"], json!(["r", "2026-11-23T11:00:00Z"]));
+
+        let crd = json!({"metadata": {"name": "gadgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Cluster",
+                "names": {"kind": "Gadget", "plural": "gadgets"},
+                "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        let def = crd_to_def(&crd).unwrap();
+        let g = json!({"metadata": {"name": "g", "creationTimestamp": "2026-11-23T09:00:00Z"}});
+        let t = render(&def, "v1", &[&g], json!({}), now());
+        assert_eq!(t["columnDefinitions"][1]["name"], "Age");
+        assert_eq!(t["rows"][0]["cells"], json!(["g", "3h"]));
+    }
+
+    fn cells(group: &str, plural: &str, obj: Value) -> Value {
+        let reg = Registry::with_builtins();
+        let def = reg.lookup(group, "v1", plural).unwrap();
+        let t = render(def, "v1", &[&obj], json!({}), now());
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), t["rows"][0]["cells"].as_array().unwrap().len());
+        t["rows"][0]["cells"].clone()
+    }
+
+    #[test]
+    fn builtin_printers() {
+        let created = "2026-11-23T11:59:00Z";
+        assert_eq!(
+            cells(
+                "",
+                "configmaps",
+                json!({"metadata": {"name": "c", "creationTimestamp": created},
+                "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}})
+            ),
+            json!(["c", 3, "60s"])
+        );
+        assert_eq!(
+            cells(
+                "",
+                "secrets",
+                json!({"metadata": {"name": "s", "creationTimestamp": created},
+                "type": "Opaque", "data": {"a": "MQ=="}})
+            ),
+            json!(["s", "Opaque", 1, "60s"])
+        );
+        let deploy = json!({"metadata": {"name": "web", "creationTimestamp": created},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]},
+                "template": {"spec": {"containers": [{"name": "app", "image": "nginx:1"},
+                                                     {"name": "proxy", "image": "envoy:1"}]}}},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}});
+        assert_eq!(
+            cells("apps", "deployments", deploy),
+            json!([
+                "web",
+                "2/3",
+                3,
+                2,
+                "60s",
+                "app,proxy",
+                "nginx:1,envoy:1",
+                "app=web,tier in (fe,be)"
+            ])
+        );
+        let svc = json!({"metadata": {"name": "lb", "creationTimestamp": created},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.7", "selector": {"app": "web"},
+                "ports": [{"port": 80, "nodePort": 30080}, {"port": 53, "protocol": "UDP"}]}});
+        assert_eq!(
+            cells("", "services", svc),
+            json!([
+                "lb",
+                "LoadBalancer",
+                "10.0.0.7",
+                "<pending>",
+                "80:30080/TCP,53/UDP",
+                "60s",
+                "app=web"
+            ])
+        );
+        let pod = json!({"metadata": {"name": "p", "creationTimestamp": created},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.1.0.4", "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 1, "state": {"running": {}}},
+                {"name": "b", "ready": false, "restartCount": 4,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(
+            cells("", "pods", pod),
+            json!(["p", "1/2", "CrashLoopBackOff", "5", "60s", "10.1.0.4", "n1"])
+        );
+        let rev = json!({"metadata": {"name": "r-1", "creationTimestamp": created,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                                 "uid": "u", "controller": true}]}, "revision": 2});
+        assert_eq!(
+            cells("apps", "controllerrevisions", rev),
+            json!(["r-1", "statefulset.apps/db", 2, "60s"])
+        );
     }
 
     #[test]

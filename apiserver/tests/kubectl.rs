@@ -460,6 +460,29 @@ fn kubectl_get_prints_crd_printer_columns_and_event_columns() {
         ["Normal", "Synced", "widget/w1", "children up to date"],
         "{out}"
     );
+    // built-in printers and the default table
+    ok(
+        kc,
+        &[
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=a=1",
+            "--from-literal=b=2",
+        ],
+        None,
+    );
+    let out = ok(kc, &["get", "configmaps", "cfg"], None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(columns(lines[0]), ["NAME", "DATA", "AGE"], "{out}");
+    assert_eq!(columns(lines[1])[..2], ["cfg", "2"], "{out}");
+    let out = ok(kc, &["get", "crds"], None);
+    assert_eq!(
+        columns(out.lines().next().unwrap()),
+        ["NAME", "CREATED AT"],
+        "{out}"
+    );
+
     let core = get_json(kc, &["events.v1.", "w1.v1"]);
     assert_eq!(core["involvedObject"]["name"], "w1");
     assert_eq!(core["reportingComponent"], "kmeta");
