@@ -77,6 +77,11 @@ struct Printer {
 }
 
 const NAME: (&str, &str, i64, &str) = ("Name", "string", 0, "Name of the object.");
+const CONTAINERS: (&str, &str, i64, &str) = ("Containers", "string", 1, "Container names.");
+const IMAGES: (&str, &str, i64, &str) = ("Images", "string", 1, "Container images.");
+const SELECTOR: (&str, &str, i64, &str) = ("Selector", "string", 1, "The pod selector.");
+const READY_OF_DESIRED: (&str, &str, i64, &str) =
+    ("Ready", "string", 0, "Ready replicas / desired replicas.");
 const AGE: (&str, &str, i64, &str) = (
     "Age",
     "string",
@@ -130,7 +135,7 @@ fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
                 ("External-IP", "string", 0, "External IPs of the service."),
                 ("Port(s)", "string", 0, "The ports of the service."),
                 AGE,
-                ("Selector", "string", 1, "The pod selector."),
+                SELECTOR,
             ],
             cells: service_cells,
         },
@@ -149,7 +154,7 @@ fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
         ("apps", "deployments") => Printer {
             columns: &[
                 NAME,
-                ("Ready", "string", 0, "Ready replicas / desired replicas."),
+                READY_OF_DESIRED,
                 (
                     "Up-to-date",
                     "integer",
@@ -158,19 +163,15 @@ fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
                 ),
                 ("Available", "integer", 0, "Available replicas."),
                 AGE,
-                ("Containers", "string", 1, "Container names."),
-                ("Images", "string", 1, "Container images."),
-                ("Selector", "string", 1, "The pod selector."),
+                CONTAINERS,
+                IMAGES,
+                SELECTOR,
             ],
             cells: |o, now| {
                 let (containers, images) = template_containers(o);
                 vec![
                     name(o),
-                    json!(format!(
-                        "{}/{}",
-                        int(o, "/status/readyReplicas"),
-                        replicas(o)
-                    )),
+                    ready_of_desired(o),
                     json!(int(o, "/status/updatedReplicas")),
                     json!(int(o, "/status/availableReplicas")),
                     age(o, now),
@@ -181,22 +182,12 @@ fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
             },
         },
         ("apps", "statefulsets") => Printer {
-            columns: &[
-                NAME,
-                ("Ready", "string", 0, "Ready replicas / desired replicas."),
-                AGE,
-                ("Containers", "string", 1, "Container names."),
-                ("Images", "string", 1, "Container images."),
-            ],
+            columns: &[NAME, READY_OF_DESIRED, AGE, CONTAINERS, IMAGES],
             cells: |o, now| {
                 let (containers, images) = template_containers(o);
                 vec![
                     name(o),
-                    json!(format!(
-                        "{}/{}",
-                        int(o, "/status/readyReplicas"),
-                        replicas(o)
-                    )),
+                    ready_of_desired(o),
                     age(o, now),
                     json!(containers),
                     json!(images),
@@ -210,9 +201,9 @@ fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
                 ("Current", "integer", 0, "Current replicas."),
                 ("Ready", "integer", 0, "Ready replicas."),
                 AGE,
-                ("Containers", "string", 1, "Container names."),
-                ("Images", "string", 1, "Container images."),
-                ("Selector", "string", 1, "The pod selector."),
+                CONTAINERS,
+                IMAGES,
+                SELECTOR,
             ],
             cells: |o, now| {
                 let (containers, images) = template_containers(o);
@@ -323,6 +314,15 @@ fn len(o: &Value, pointer: &str) -> usize {
         Some(Value::Array(a)) => a.len(),
         _ => 0,
     }
+}
+
+/// `ready/desired` replicas of a workload.
+fn ready_of_desired(o: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        int(o, "/status/readyReplicas"),
+        replicas(o)
+    ))
 }
 
 /// `spec.replicas`, which defaults to 1 for workloads.
