@@ -515,8 +515,11 @@ impl HookClient {
             url: self.url.clone(),
             message: if e.is_timeout() {
                 "timed out".to_owned()
+            } else if e.is_connect() {
+                // the URL is already in the message; say plainly that nothing answered
+                format!("cannot connect: {}", error_chain(&e.without_url()))
             } else {
-                error_chain(&e)
+                error_chain(&e.without_url())
             },
         };
         let payload = serde_json::to_vec(body).map_err(|e| HookError::Config {
@@ -702,6 +705,39 @@ mod tests {
 
     use super::*;
     use crate::api::ServiceReference;
+
+    #[tokio::test]
+    async fn nothing_listening_is_reported_plainly_once() {
+        // a port that was free a moment ago: nothing answers there
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/sync");
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .unwrap();
+        let hook = crate::api::Hook {
+            webhook: Some(crate::api::Webhook {
+                url: Some(url.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let client = HookClient::new(&kube, "sync", &hook, &[], &HookOptions::default())
+            .await
+            .unwrap();
+        let err = client
+            .call("k", &serde_json::json!({}))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!("sync hook {url}: cannot connect: ")),
+            "{err}"
+        );
+        assert_eq!(err.matches(&url).count(), 1, "the url once: {err}");
+    }
 
     #[test]
     fn go_durations() {
