@@ -1,5 +1,6 @@
 //! deploy/: the manifests are accepted by an API server, the Deployment's arguments are valid
-//! `kmeta run` flags, and the Helm chart's templates only use values that exist.
+//! `kmeta run` flags, and the Helm chart's templates only use values that exist and, rendered by
+//! Helm's engine, follow their values and are accepted too.
 
 use std::path::{Path, PathBuf};
 
@@ -222,5 +223,154 @@ fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<
     }
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
     kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
+/// What `support/helm_render.py` prints.
+#[derive(serde::Deserialize)]
+struct Rendered {
+    lint_errors: Vec<Value>,
+    manifests: std::collections::BTreeMap<String, String>,
+    crds: std::collections::BTreeMap<String, String>,
+}
+
+/// Renders the chart with Helm's engine (helm-python-sdk, which `.ci/run` installs; its
+/// directory may be given in `KMETA_HELM_PYTHONPATH`). `None` when the SDK is not installed
+/// here, unless `KMETA_REQUIRE_HELM=1` (CI), where that is an error.
+fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/helm_render.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script)
+        .arg(deploy_dir().join("helm/kmeta"))
+        .args(["kmeta", "kmeta"])
+        .arg(values.to_string());
+    if let Some(dir) = std::env::var_os("KMETA_HELM_PYTHONPATH") {
+        cmd.env("PYTHONPATH", dir);
+    }
+    let out = cmd.output().context("running python3")?;
+    let required = std::env::var("KMETA_REQUIRE_HELM").is_ok_and(|v| v == "1");
+    match out.status.code() {
+        Some(0) => Ok(Some(serde_json::from_slice(&out.stdout)?)),
+        Some(3) if !required => {
+            println!(
+                "SKIPPED: Helm rendering needs `python3 -m pip install helm-python-sdk` (.ci/run installs it)"
+            );
+            Ok(None)
+        }
+        _ => bail!(
+            "helm_render.py failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// The rendered objects (CRDs from crds/ first, as Helm installs them), keyed by kind.
+fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::dev::Manifest>> {
+    let mut out = Vec::new();
+    for (name, text) in r.crds.iter().chain(r.manifests.iter()) {
+        out.extend(kmeta::dev::parse_manifest(Path::new(name), text)?);
+    }
+    Ok(kmeta::dev::order(out))
+}
+
+fn of_kind<'a>(objects: &'a [kmeta::dev::Manifest], kind: &str) -> Vec<&'a Value> {
+    objects
+        .iter()
+        .map(|m| &m.object)
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+/// The `kmeta run` flags of the rendered Deployment, parsed by the binary's own parser.
+fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cli::RunConfig> {
+    let args: Vec<String> = serde_json::from_value(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )?;
+    assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
+    kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
+}
+
+#[tokio::test]
+async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> anyhow::Result<()> {
+    let Some(defaults) = helm_render(&serde_json::json!({}))? else {
+        return Ok(());
+    };
+    assert!(
+        defaults.lint_errors.is_empty(),
+        "helm lint: {:?}",
+        defaults.lint_errors
+    );
+    let objects = rendered_objects(&defaults)?;
+    for kind in [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    ] {
+        assert!(!of_kind(&objects, kind).is_empty(), "no {kind} rendered");
+    }
+    let deployment = of_kind(&objects, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert!(run_config(deployment)?.leader.is_none());
+
+    // Everything Helm renders is accepted by the API server (into the release namespace).
+    let server = TestServer::start().await?;
+    let client = server.client();
+    let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    ns.create(
+        &kube::api::PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "kmeta"}}))?,
+    )
+    .await?;
+    kmeta::dev::apply_all(&client, &objects, &mut std::io::sink()).await?;
+    let stored: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), "kmeta");
+    let d = stored.get("kmeta").await?;
+    let pod = d.spec.template.spec.context("pod spec")?;
+    assert_eq!(pod.service_account_name.as_deref(), Some("kmeta"));
+    server.shutdown().await;
+
+    // High availability, no RBAC, an existing service account, extra flags.
+    let Some(ha) = helm_render(&serde_json::json!({
+        "replicaCount": 2,
+        "leaderElection": {"enabled": true},
+        "rbac": {"create": false},
+        "serviceAccount": {"create": false, "name": "ops-kmeta"},
+        "args": {"workers": 9, "targetLabelSelector": "team=a", "extra": ["--events-burst=7"]},
+    }))?
+    else {
+        return Ok(());
+    };
+    let objects = rendered_objects(&ha)?;
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
+        assert!(
+            of_kind(&objects, kind).is_empty(),
+            "{kind} rendered without being asked for"
+        );
+    }
+    let deployment = of_kind(&objects, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "ops-kmeta"
+    );
+    let config = run_config(deployment)?;
+    let leader = config.leader.context("leader election enabled")?;
+    assert_eq!(leader.namespace, "kmeta");
+    assert_eq!(leader.name, "metacontroller");
+    assert_eq!(config.workers, 9);
+    assert_eq!(config.events_burst, 7);
+    assert_eq!(config.target_label_selector.as_deref(), Some("team=a"));
+
+    // Least-privilege rules replace the wildcard role.
+    let rules = serde_json::json!([{"apiGroups": ["metacontroller.k8s.io"],
+        "resources": ["compositecontrollers"], "verbs": ["get", "list", "watch"]}]);
+    let Some(scoped) = helm_render(&serde_json::json!({"rbac": {"rules": rules}}))? else {
+        return Ok(());
+    };
+    let objects = rendered_objects(&scoped)?;
+    assert_eq!(of_kind(&objects, "ClusterRole")[0]["rules"], rules);
     Ok(())
 }
