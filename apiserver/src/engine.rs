@@ -820,6 +820,11 @@ impl Inner {
             obj["spec"] = json!({"finalizers": [NS_FINALIZER]});
             obj["status"] = json!({"phase": "Active"});
         }
+        // custom resources: the request body is pruned and defaulted by the version's schema
+        let schema = crate::schema::for_version(&req.def, &req.version);
+        if let Some(s) = &schema {
+            s.coerce(&mut obj);
+        }
         adm.run(
             &req.def.group,
             &req.version,
@@ -846,6 +851,9 @@ impl Inner {
                 &e.field,
                 &e.message,
             ));
+        }
+        if let Some(s) = &schema {
+            crate::schema::admit(s, &req.def, &name, &mut obj, None)?;
         }
         let crd_def = if is_crd {
             let def = registry::crd_to_def(&obj).map_err(|e| {
@@ -1081,6 +1089,11 @@ impl Inner {
             Some("status") => format!("{}/status", req.def.plural),
             _ => req.def.plural.clone(),
         };
+        // custom resources: the written object is pruned and defaulted by the version's schema
+        let schema = crate::schema::for_version(&req.def, &req.version);
+        if let Some(s) = &schema {
+            s.coerce(&mut new);
+        }
         adm.run(
             &req.def.group,
             &req.version,
@@ -1118,6 +1131,9 @@ impl Inner {
                 &e.field,
                 &e.message,
             ));
+        }
+        if let Some(s) = &schema {
+            crate::schema::admit(s, &req.def, &name, &mut new, Some(old))?;
         }
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {

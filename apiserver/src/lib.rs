@@ -13,6 +13,7 @@ pub mod openapi;
 pub mod patch;
 pub mod proto;
 pub mod registry;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod ssa;

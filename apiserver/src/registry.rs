@@ -55,6 +55,8 @@ pub struct ResourceDef {
     pub crd: Option<String>,
     /// The CRD's schema per version (`openAPIV3Schema`), used for list types.
     pub schemas: BTreeMap<String, Value>,
+    /// The same schemas compiled once, for pruning, defaulting and validation of writes.
+    pub structural: BTreeMap<String, Arc<crate::schema::Schema>>,
     /// CRD `selectableFields` (without the leading dot), usable in field selectors.
     pub selectable_fields: Vec<String>,
     /// The CRD's `additionalPrinterColumns` per version, for `kubectl get` tables.
@@ -178,6 +180,7 @@ impl B {
                 scale: None,
                 crd: None,
                 schemas: BTreeMap::new(),
+                structural: BTreeMap::new(),
                 selectable_fields: vec![],
                 printer_columns: BTreeMap::new(),
             },
@@ -392,6 +395,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     let mut served = vec![];
     let mut storage: Option<String> = None;
     let mut schemas = BTreeMap::new();
+    let mut structural = BTreeMap::new();
     let mut status_subresource = false;
     let mut scale = None;
     let mut selectable: Vec<String> = vec![];
@@ -427,6 +431,12 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
             }
         }
         if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
+            let compiled =
+                crate::schema::Schema::compile(s).map_err(|(field, msg)| CrdError::Invalid {
+                    field: format!("spec.versions[{i}].schema.{field}"),
+                    msg,
+                })?;
+            structural.insert(vname.to_string(), Arc::new(compiled));
             schemas.insert(vname.to_string(), s.clone());
         }
         if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
@@ -483,6 +493,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
         scale,
         crd: Some(name.to_string()),
         schemas,
+        structural,
         selectable_fields: selectable,
         printer_columns,
     })

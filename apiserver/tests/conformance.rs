@@ -642,7 +642,8 @@ fn widget_crd() -> Value {
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                     "spec": {"type": "object", "properties": {"items": {"type": "array",
                         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-                        "items": {"type": "object"}}}},
+                        "items": {"type": "object", "required": ["name"], "properties": {
+                            "name": {"type": "string"}, "v": {"type": "integer"}}}}}},
                     "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
     })
 }
