@@ -853,7 +853,8 @@ impl Inner {
             ));
         }
         if let Some(s) = &schema {
-            crate::schema::admit(s, &req.def, &name, &mut obj, None)?;
+            let mutated = adm.mutates(&req.def.group, &req.version, &req.def.plural);
+            crate::schema::admit(s, &req.def, &name, &mut obj, None, mutated)?;
         }
         let crd_def = if is_crd {
             let def = registry::crd_to_def(&obj).map_err(|e| {
@@ -1133,7 +1134,8 @@ impl Inner {
             ));
         }
         if let Some(s) = &schema {
-            crate::schema::admit(s, &req.def, &name, &mut new, Some(old))?;
+            let mutated = adm.mutates(&req.def.group, &req.version, &adm_resource);
+            crate::schema::admit(s, &req.def, &name, &mut new, Some(old), mutated)?;
         }
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {

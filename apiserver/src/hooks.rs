@@ -135,6 +135,18 @@ impl Admission {
             .clear();
     }
 
+    /// Whether any mutating function is registered for a resource (so a write may change after
+    /// the request body was decoded).
+    pub(crate) fn mutates(&self, group: &str, version: &str, plural: &str) -> bool {
+        let hooks = self.hooks.read().unwrap_or_else(|e| e.into_inner());
+        hooks.iter().any(|h| {
+            matches!(h.f, HookFn::Mutating(_))
+                && h.group == group
+                && (h.version == version || h.version == "*")
+                && h.plural == plural
+        })
+    }
+
     /// Run mutating then validating functions for a resource.
     pub(crate) fn run(
         &self,

@@ -28,16 +28,19 @@ pub fn for_version(def: &ResourceDef, version: &str) -> Option<Arc<Schema>> {
 }
 
 /// After admission, what the real server does to a custom resource before storing it: prune and
-/// default again (admission may have changed the object), then validate the whole object,
-/// ratcheting against `old` on update.
+/// default again when a mutating hook may have changed the object (`mutated`), then validate the
+/// whole object, ratcheting against `old` on update.
 pub fn admit(
     schema: &Schema,
     def: &ResourceDef,
     name: &str,
     obj: &mut Value,
     old: Option<&Value>,
+    mutated: bool,
 ) -> Result<(), ApiError> {
-    schema.coerce(obj);
+    if mutated {
+        schema.coerce(obj);
+    }
     let errs = schema.validate(obj, old);
     if errs.is_empty() {
         Ok(())

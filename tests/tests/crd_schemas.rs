@@ -68,7 +68,10 @@ fn check(crd: Value, round_trip: impl Fn(Value) -> Value) {
             _ => 1,
         }
     }
-    assert!(leaves(&full["spec"]) > 40, "{name}: sample too shallow: {full}");
+    assert!(
+        leaves(&full["spec"]) > 40,
+        "{name}: sample too shallow: {full}"
+    );
     // every field the schema describes is a field of the Rust type
     let written = round_trip(full.clone());
     assert_eq!(
