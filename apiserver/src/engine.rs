@@ -742,6 +742,7 @@ impl Inner {
             m.remove("selfLink");
             m.remove("managedFields");
         }
+        let applied = apply.then(|| obj.clone());
         // name / generateName (apply-create takes the name from the URL)
         if meta_str(&obj, "name").is_none_or(str::is_empty)
             && let Some(n) = &req.name
@@ -892,7 +893,9 @@ impl Inner {
             scope: req.scope(),
             now: &now,
         };
-        let set = ssa::field_set(&obj, writer.scope, &kinds);
+        // an applier owns the fields of its configuration, not what defaulting or admission
+        // added; a plain create's manager owns the whole object it created
+        let set = ssa::field_set(applied.as_ref().unwrap_or(&obj), writer.scope, &kinds);
         if !set.is_empty() {
             let entry = ssa::Entry {
                 manager: opts.field_manager.clone(),

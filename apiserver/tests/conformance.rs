@@ -1245,3 +1245,54 @@ async fn watchers_see_every_event_in_order_under_concurrent_writes() {
         );
     }
 }
+
+#[tokio::test]
+async fn apply_create_owns_only_the_applied_fields_not_defaults() {
+    let s = TestServer::builder()
+        .builtin_defaults(true)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let d = api
+        .patch(
+            "web",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(deployment("web", 1)),
+        )
+        .await
+        .unwrap();
+    let stored = j(&d);
+    let container = &stored["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        container["imagePullPolicy"].is_string(),
+        "defaulting ran: {container}"
+    );
+    let mf = d.metadata.managed_fields.clone().unwrap();
+    assert_eq!(mf.len(), 1);
+    let owned = j(&mf[0].fields_v1);
+    let text = owned.to_string();
+    assert!(text.contains("f:image"), "{text}");
+    assert!(text.contains("f:replicas"), "{text}");
+    for defaulted in [
+        "f:imagePullPolicy",
+        "f:terminationMessagePath",
+        "f:strategy",
+    ] {
+        assert!(
+            !text.contains(defaulted),
+            "the applier does not own {defaulted}: {text}"
+        );
+    }
+    // a plain create's manager owns what it created, defaults included (as kube-apiserver)
+    let created = api
+        .create(&PostParams::default(), &deployment("plain", 1))
+        .await
+        .unwrap();
+    let mf = created.metadata.managed_fields.clone().unwrap();
+    assert!(
+        j(&mf[0].fields_v1)
+            .to_string()
+            .contains("f:imagePullPolicy")
+    );
+}
