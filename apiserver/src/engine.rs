@@ -82,6 +82,34 @@ pub struct WriteOpts {
     pub dry_run: bool,
     /// `force=true` (apply).
     pub force: bool,
+    /// `fieldValidation`: what to do with fields a custom resource's schema does not declare.
+    pub field_validation: FieldValidation,
+}
+
+/// The `fieldValidation` query parameter (kube-apiserver's default is `Warn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop unknown fields silently.
+    Ignore,
+    /// Drop them and answer with a `Warning` header per field.
+    #[default]
+    Warn,
+    /// Reject the request (400) naming them.
+    Strict,
+}
+
+impl FieldValidation {
+    /// Parses the query value (`Ignore`, `Warn`, `Strict`; absent: `Warn`).
+    pub fn parse(v: Option<&str>) -> ApiResult<FieldValidation> {
+        match v {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: invalid value {other:?}: must be one of Ignore, Warn, Strict"
+            ))),
+        }
+    }
 }
 
 /// Deletion propagation.
@@ -256,6 +284,8 @@ pub struct Inner {
     /// Served resources.
     pub registry: Registry,
     rng: SplitMix,
+    /// `Warning` header texts produced by the current request (taken by the HTTP layer).
+    pub warnings: Vec<String>,
 }
 
 fn meta(v: &Value) -> Option<&Map<String, Value>> {
@@ -512,6 +542,7 @@ impl Inner {
             store: Storage::new(window),
             registry: Registry::with_builtins(),
             rng: SplitMix::new(seed),
+            warnings: Vec::new(),
         }
     }
 
@@ -568,6 +599,35 @@ impl Inner {
             let mut v = (**obj).clone();
             v["apiVersion"] = json!(api_version);
             Arc::new(v)
+        }
+    }
+
+    /// Fields a custom resource's schema pruned from a request, by `fieldValidation`: a 400
+    /// worded as kube-apiserver's strict decoding error, a warning per field, or nothing.
+    fn unknown_fields(
+        &mut self,
+        req: &Req,
+        validation: FieldValidation,
+        unknown: &[String],
+    ) -> ApiResult<()> {
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let each = unknown.iter().map(|f| format!("unknown field {f:?}"));
+        match validation {
+            FieldValidation::Ignore => Ok(()),
+            FieldValidation::Warn => {
+                self.warnings.extend(each);
+                Ok(())
+            }
+            FieldValidation::Strict => {
+                let kind = &req.def.kind;
+                Err(ApiError::bad_request(format!(
+                    "{kind} in version {:?} cannot be handled as a {kind}: strict decoding error: {}",
+                    req.version,
+                    each.collect::<Vec<_>>().join(", ")
+                )))
+            }
         }
     }
 
@@ -824,7 +884,9 @@ impl Inner {
         // custom resources: the request body is pruned and defaulted by the version's schema
         let schema = crate::schema::for_version(&req.def, &req.version);
         if let Some(s) = &schema {
-            s.coerce(&mut obj);
+            let unknown = s.prune(&mut obj);
+            self.unknown_fields(&req, opts.field_validation, &unknown)?;
+            s.default(&mut obj);
         }
         adm.run(
             &req.def.group,
@@ -1096,7 +1158,9 @@ impl Inner {
         // custom resources: the written object is pruned and defaulted by the version's schema
         let schema = crate::schema::for_version(&req.def, &req.version);
         if let Some(s) = &schema {
-            s.coerce(&mut new);
+            let unknown = s.prune(&mut new);
+            self.unknown_fields(req, opts.field_validation, &unknown)?;
+            s.default(&mut new);
         }
         adm.run(
             &req.def.group,

@@ -2,7 +2,7 @@
 
 use crate::discovery;
 use crate::engine::{
-    DeleteOpts, Deleted, Inner, ListOpts, ListResult, Propagation, Req, WriteOpts,
+    DeleteOpts, Deleted, FieldValidation, Inner, ListOpts, ListResult, Propagation, Req, WriteOpts,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::hooks::{Admission, CounterStore, Faults};
@@ -136,6 +136,15 @@ impl ServerState {
             self.notify.send_replace(after);
         }
         out
+    }
+
+    /// [`Self::write`], also returning the `Warning` texts the write produced.
+    fn write_warn<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> (T, Vec<String>) {
+        self.write(|i| {
+            i.warnings.clear();
+            let out = f(i);
+            (out, std::mem::take(&mut i.warnings))
+        })
     }
 
     /// Snapshot of request counters.
@@ -283,6 +292,17 @@ fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// Adds a `Warning: 299 - "text"` header per warning (RFC 7234 warn-code 299, as kube-apiserver).
+fn warned(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
 }
 
 fn obj_response(code: StatusCode, obj: &Value) -> Response {
@@ -469,6 +489,7 @@ async fn resource_request(
         field_manager: field_manager(&q, &headers),
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
         force: q.get("force").is_some_and(|f| f == "true"),
+        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
     };
     let api_version = req.def.api_version(&req.version);
     let is_scale = req.sub.as_deref() == Some("scale");
@@ -535,20 +556,21 @@ async fn resource_request(
                 return Err(ApiError::method_not_allowed("POST on an object"));
             }
             let v = parse_json(&body)?;
-            let obj = state.write(|i| i.create(&state.admission, &req, v, &wopts, false))?;
-            Ok(obj_response(StatusCode::CREATED, &obj))
+            let (obj, warnings) =
+                state.write_warn(|i| i.create(&state.admission, &req, v, &wopts, false));
+            Ok(warned(obj_response(StatusCode::CREATED, &*obj?), &warnings))
         }
         Method::PUT => {
             if req.name.is_none() {
                 return Err(ApiError::method_not_allowed("PUT on a collection"));
             }
             let v = parse_json(&body)?;
-            let obj = if is_scale {
-                state.write(|i| i.update_scale(&state.admission, &req, v, &wopts))?
+            let (obj, warnings) = if is_scale {
+                state.write_warn(|i| i.update_scale(&state.admission, &req, v, &wopts))
             } else {
-                state.write(|i| i.update(&state.admission, &req, v, &wopts))?
+                state.write_warn(|i| i.update(&state.admission, &req, v, &wopts))
             };
-            Ok(obj_response(StatusCode::OK, &obj))
+            Ok(warned(obj_response(StatusCode::OK, &*obj?), &warnings))
         }
         Method::PATCH => {
             if req.name.is_none() {
@@ -564,13 +586,14 @@ async fn resource_request(
                 .trim()
                 .to_string();
             let existed = state.lock().get(&req).is_ok();
-            let obj = state.write(|i| i.patch(&state.admission, &req, &ct, &body, &wopts))?;
+            let (obj, warnings) =
+                state.write_warn(|i| i.patch(&state.admission, &req, &ct, &body, &wopts));
             let code = if existed || is_scale {
                 StatusCode::OK
             } else {
                 StatusCode::CREATED
             };
-            Ok(obj_response(code, &obj))
+            Ok(warned(obj_response(code, &*obj?), &warnings))
         }
         Method::DELETE => {
             let dopts = delete_opts(&q, &body)?;

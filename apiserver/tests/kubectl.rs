@@ -490,3 +490,70 @@ fn kubectl_get_prints_crd_printer_columns_and_event_columns() {
     assert_eq!(v1["note"], "hook answered 500");
     assert_eq!(v1["deprecatedSource"]["component"], "kmeta");
 }
+
+const GADGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Gadget, plural: gadgets, singular: gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer, default: 1}
+"#;
+
+#[test]
+fn kubectl_apply_reports_fields_the_crd_schema_does_not_declare() {
+    if kubectl_path().is_none() {
+        println!("SKIPPED: kubectl not found at /usr/bin/kubectl or /usr/local/bin/kubectl");
+        return;
+    }
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    ok(kc, &["apply", "-f", "-"], Some(GADGETS));
+    ok(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gadgets.example.com",
+            "--timeout=15s",
+        ],
+        None,
+    );
+    let typo = "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {replcas: 3}\n";
+    // kubectl validates strictly by default: the typo is an error, nothing is created
+    let (success, _, err) = kubectl(kc, &["apply", "-f", "-"], Some(typo));
+    assert!(!success);
+    assert!(
+        err.contains("strict decoding error: unknown field \"spec.replcas\""),
+        "{err}"
+    );
+    let (found, _, _) = kubectl(kc, &["get", "gadget", "g"], None);
+    assert!(!found);
+    // --validate=warn: created without the field, kubectl prints the server's warning
+    let (success, _, err) = kubectl(kc, &["apply", "--validate=warn", "-f", "-"], Some(typo));
+    assert!(success, "{err}");
+    assert!(
+        err.contains("Warning: unknown field \"spec.replcas\""),
+        "{err}"
+    );
+    let g = get_json(kc, &["gadget", "g"]);
+    assert_eq!(
+        g["spec"],
+        serde_json::json!({"replicas": 1}),
+        "pruned, then defaulted"
+    );
+}

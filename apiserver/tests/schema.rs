@@ -282,3 +282,84 @@ async fn admission_mutations_are_pruned_defaulted_and_validated() {
         json!({"image": "x", "mode": "safe", "replicas": 1})
     );
 }
+
+/// POSTs `obj` to the gadgets collection with `query`; status, Warning headers and body.
+async fn post_gadget(
+    s: &TestServer,
+    query: &str,
+    obj: &DynamicObject,
+) -> (u16, Vec<String>, Value) {
+    let req = http::Request::post(format!(
+        "/apis/example.com/v1/namespaces/default/gadgets{query}"
+    ))
+    .header("content-type", "application/json")
+    .body(serde_json::to_vec(obj).unwrap())
+    .unwrap();
+    let resp = s.client().send(req.map(Into::into)).await.unwrap();
+    let code = resp.status().as_u16();
+    let warnings = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let body = resp.into_body().collect_bytes().await.unwrap();
+    (code, warnings, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn field_validation_strict_rejects_warn_warns_ignore_drops() {
+    let (s, api) = setup().await;
+    let typo = |name: &str| {
+        let mut g = gadget(json!({"image": "x", "replcas": 3, "template": {"free": 1}}));
+        g.metadata.name = Some(name.into());
+        g
+    };
+    // Strict: 400 naming the field, nothing stored
+    let (code, _, st) = post_gadget(&s, "?fieldValidation=Strict", &typo("strict")).await;
+    assert_eq!((code, &st["reason"]), (400, &json!("BadRequest")));
+    assert_eq!(
+        st["message"],
+        "Gadget in version \"v1\" cannot be handled as a Gadget: strict decoding error: unknown field \"spec.replcas\""
+    );
+    assert!(api.get_opt("strict").await.unwrap().is_none());
+    // the same through a strict merge patch of an existing object
+    api.create(&PostParams::default(), &typo("patched"))
+        .await
+        .unwrap();
+    let e = status(
+        api.patch(
+            "patched",
+            &PatchParams {
+                field_validation: Some(kube::api::ValidationDirective::Strict),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"imag": "y"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        e.message.ends_with("unknown field \"spec.imag\""),
+        "{}",
+        e.message
+    );
+
+    // Warn (the default): stored without the field, one Warning header per field
+    let (code, warnings, stored) = post_gadget(&s, "", &typo("warned")).await;
+    assert_eq!(code, 201);
+    assert_eq!(warnings, ["299 - \"unknown field \\\"spec.replcas\\\"\""]);
+    assert!(stored["spec"].get("replcas").is_none());
+    assert_eq!(
+        stored["spec"]["template"]["free"], 1,
+        "preserved subtree kept"
+    );
+
+    // Ignore: silently dropped
+    let (code, warnings, stored) =
+        post_gadget(&s, "?fieldValidation=Ignore", &typo("ignored")).await;
+    assert_eq!((code, warnings.len()), (201, 0));
+    assert!(stored["spec"].get("replcas").is_none());
+    let (code, _, _) = post_gadget(&s, "?fieldValidation=Loose", &typo("bad")).await;
+    assert_eq!(code, 400);
+}
