@@ -276,14 +276,22 @@ async fn apply_one(
         Some(name) => api
             .patch(
                 name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
+                &PatchParams::apply(FIELD_MANAGER)
+                    .force()
+                    .validation_strict(),
                 &Patch::Apply(&dynamic),
             )
             .await
             .map(drop),
         None => api.create(&Default::default(), &dynamic).await.map(drop),
     }
-    .map_err(|e| fail(e.to_string()))
+    .map_err(|e| {
+        fail(match e {
+            // the server's message alone, not kube's debug rendering of the whole Status
+            kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        })
+    })
 }
 
 async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevError> {

@@ -98,8 +98,15 @@ fn init_logs(log: &LogArgs) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() {
+    if let Err(e) = run_command(Cli::parse()).await {
+        // the error and its causes on one line; no backtrace (RUST_BACKTRACE is for panics)
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             let config = args.to_config()?;

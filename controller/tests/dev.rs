@@ -181,6 +181,31 @@ async fn dev_rejects_a_bad_manifest_naming_the_file() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn dev_rejects_a_field_the_crd_does_not_declare() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let typo = dir.path().join("controller.yaml");
+    std::fs::write(
+        &typo,
+        CONTROLLER.replace("generateSelector: true", "generateSelectr: true"),
+    )?;
+    let opts = kmeta::dev::DevOptions {
+        kubeconfig_out: dir.path().join("kc"),
+        files: vec![typo.clone()],
+        ..Default::default()
+    };
+    let err = kmeta::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
+        .await
+        .expect_err("a typo in a CompositeController is an error, not a silently dropped field")
+        .to_string();
+    assert!(err.contains(&typo.display().to_string()), "{err}");
+    assert!(
+        err.contains("unknown field \"spec.generateSelectr\""),
+        "{err}"
+    );
+    Ok(())
+}
+
 struct ChannelWriter(tokio::sync::mpsc::UnboundedSender<String>);
 
 impl std::io::Write for ChannelWriter {
