@@ -589,9 +589,89 @@ pub fn with_sync_failure(live: &Value, message: &str, now: &str) -> Option<Value
     Some(next)
 }
 
+/// After an update of a child: when the API server answered with the resourceVersion the child
+/// was sent with, it changed nothing, so whatever the sent object has that the stored one does not
+/// was dropped or overridden by the server (fields the child's schema does not declare, values an
+/// admission webhook resets). Returns those field paths (`spec.extra`, `spec.ports[1]`); `None`
+/// when the server did write. The merge will send them again on every sync.
+pub fn ignored_by_server(sent: &Value, stored: &Value) -> Option<Vec<String>> {
+    let rv = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
+    if rv(sent).is_none() || rv(sent) != rv(stored) {
+        return None;
+    }
+    let mut paths = Vec::new();
+    if let (Some(sent), Some(stored)) = (sent.as_object(), stored.as_object()) {
+        for (k, v) in sent {
+            // server-owned: status has its own endpoint, metadata's system fields are not ours
+            if k == "status" || k == "apiVersion" || k == "kind" {
+                continue;
+            }
+            if k == "metadata" {
+                for f in ["labels", "annotations", "finalizers", "ownerReferences"] {
+                    let (a, b) = (v.get(f), stored.get("metadata").and_then(|m| m.get(f)));
+                    if let Some(a) = a {
+                        differences(a, b, &format!("metadata.{f}"), &mut paths);
+                    }
+                }
+                continue;
+            }
+            differences(v, stored.get(k), k, &mut paths);
+        }
+    }
+    Some(paths)
+}
+
+/// Paths under `path` where `sent` has something `stored` does not (recursing into objects, and
+/// into lists of the same length item by item).
+fn differences(sent: &Value, stored: Option<&Value>, path: &str, out: &mut Vec<String>) {
+    match (sent, stored) {
+        (_, None) => out.push(path.to_owned()),
+        (Value::Object(a), Some(Value::Object(b))) => {
+            for (k, v) in a {
+                differences(v, b.get(k), &format!("{path}.{k}"), out);
+            }
+        }
+        (Value::Array(a), Some(Value::Array(b))) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differences(x, Some(y), &format!("{path}[{i}]"), out);
+            }
+        }
+        (a, Some(b)) if !dynapply::json_eq(a, b) => out.push(path.to_owned()),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    #[test]
+    fn fields_the_server_ignored_on_a_no_op_update() {
+        let sent = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+            "metadata": {"name": "g", "resourceVersion": "7", "labels": {"a": "1"}},
+            "spec": {"known": "x", "extra": {"deep": 1}, "ports": [{"port": 80, "name": "web"}],
+                     "count": 1},
+            "status": {"whatever": true}});
+        let stored = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+            "metadata": {"name": "g", "resourceVersion": "7", "labels": {"a": "1"},
+                         "uid": "u", "managedFields": []},
+            "spec": {"known": "x", "ports": [{"port": 80}], "count": 1.0, "defaulted": 3}});
+        assert_eq!(
+            ignored_by_server(&sent, &stored),
+            Some(vec![
+                "spec.extra".to_owned(),
+                "spec.ports[0].name".to_owned()
+            ])
+        );
+        let mut written = stored.clone();
+        written["metadata"]["resourceVersion"] = json!("8");
+        assert_eq!(ignored_by_server(&sent, &written), None, "the server wrote");
+        assert_eq!(
+            ignored_by_server(&stored, &stored),
+            Some(vec![]),
+            "nothing ignored"
+        );
+    }
     use super::*;
 
     #[test]

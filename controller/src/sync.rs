@@ -525,6 +525,7 @@ async fn manage_children(
         },
     )?;
     let mut errors = Vec::new();
+    let mut ignored = Vec::new();
     for op in ops {
         let obj = match &op {
             ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
@@ -548,7 +549,14 @@ async fn manage_children(
             ChildOp::Update(o) => (
                 "updating",
                 "update",
-                kapi::replace(&api, o).await.map(|_| ()),
+                kapi::replace(&api, o).await.map(|stored| {
+                    match decide::ignored_by_server(o, &stored) {
+                        Some(paths) if !paths.is_empty() => {
+                            ignored.push((decide::describe(o), paths))
+                        }
+                        _ => {}
+                    }
+                }),
             ),
             ChildOp::Delete { object, .. } => {
                 ("deleting", "delete", kapi::delete(&api, object).await)
@@ -565,11 +573,41 @@ async fn manage_children(
             Err(e) => errors.push(format!("{verb} {}: {e}", decide::describe(obj))),
         }
     }
+    for (child, paths) in ignored {
+        report_ignored_fields(pc, parent, &child, &paths).await;
+    }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(SyncError::Children(errors))
     }
+}
+
+/// A child update the API server answered without writing: the fields it dropped or overrode
+/// come back on every sync. Says so in a Warning event on the parent (rate-limited per parent)
+/// and in the log, naming the fields.
+async fn report_ignored_fields(
+    pc: &ParentController,
+    parent: &Value,
+    child: &str,
+    paths: &[String],
+) {
+    const SHOWN: usize = 5;
+    let mut fields = paths
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > SHOWN {
+        fields.push_str(&format!(" and {} more", paths.len() - SHOWN));
+    }
+    tracing::warn!(child, fields = %fields, "the API server dropped or overrode fields the hook sets; the child is updated again on every sync");
+    let note = format!(
+        "the API server kept {child} unchanged: it drops or overrides {fields}, which the hook sets \
+         (undeclared in the child's schema, or reset by admission); kmeta sends them again on every sync"
+    );
+    pc.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
 }
 
 /// Step: write the hook's status plus `observedGeneration` to `/status`, only when it differs.

@@ -7,5 +7,6 @@ mod basic;
 mod failures;
 mod lifecycle;
 mod metacontroller;
+mod schema;
 mod sidecar;
 mod transport;
