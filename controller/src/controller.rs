@@ -272,6 +272,8 @@ pub struct ParentController {
     pub customize_cache: Mutex<CustomizeCache>,
     /// Related watches by watch key.
     pub related: Mutex<HashMap<String, Arc<Informer>>>,
+    /// Child updates the API server answered without writing, not to be sent again.
+    pub futile_updates: Mutex<decide::FutileUpdates>,
 }
 
 impl std::fmt::Debug for ParentController {
@@ -406,6 +408,7 @@ impl ParentController {
             queue: Queue::default(),
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
+            futile_updates: Mutex::new(decide::FutileUpdates::default()),
         })
     }
 

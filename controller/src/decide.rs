@@ -621,6 +621,51 @@ pub fn ignored_by_server(sent: &Value, stored: &Value) -> Option<Vec<String>> {
     Some(paths)
 }
 
+/// Child updates the API server answered without writing (see [`ignored_by_server`]), so the same
+/// update of the same child version is not sent again on every sync: keyed by the child's uid,
+/// with its resourceVersion and a digest of the object that was sent. Any change to the child
+/// (a new resourceVersion) or to what kmeta would send (a new digest) sends it again.
+#[derive(Debug, Default)]
+pub struct FutileUpdates {
+    seen: HashMap<String, (String, u64)>,
+}
+
+impl FutileUpdates {
+    /// Entries kept at most; past it the memory is dropped (the cost: one more futile PUT each).
+    pub const CAPACITY: usize = 10_000;
+
+    fn entry(obj: &Value) -> Option<(String, (String, u64))> {
+        use std::hash::{Hash as _, Hasher as _};
+        let uid = obj.pointer("/metadata/uid")?.as_str()?;
+        let rv = obj.pointer("/metadata/resourceVersion")?.as_str()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        obj.to_string().hash(&mut h);
+        Some((uid.to_owned(), (rv.to_owned(), h.finish())))
+    }
+
+    /// Whether sending `obj` (an update) is known to change nothing.
+    pub fn is_futile(&self, obj: &Value) -> bool {
+        Self::entry(obj).is_some_and(|(uid, v)| self.seen.get(&uid) == Some(&v))
+    }
+
+    /// Records that sending `obj` changed nothing.
+    pub fn record(&mut self, obj: &Value) {
+        if let Some((uid, v)) = Self::entry(obj) {
+            if self.seen.len() >= Self::CAPACITY {
+                self.seen.clear();
+            }
+            self.seen.insert(uid, v);
+        }
+    }
+
+    /// Forgets a child (it was written, or deleted).
+    pub fn forget(&mut self, obj: &Value) {
+        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.seen.remove(uid);
+        }
+    }
+}
+
 /// Paths under `path` where `sent` has something `stored` does not (recursing into objects, and
 /// into lists of the same length item by item).
 fn differences(sent: &Value, stored: Option<&Value>, path: &str, out: &mut Vec<String>) {
@@ -644,6 +689,26 @@ fn differences(sent: &Value, stored: Option<&Value>, path: &str, out: &mut Vec<S
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    #[test]
+    fn futile_updates_are_remembered_per_child_version_and_content() {
+        let sent = json!({"metadata": {"uid": "u1", "resourceVersion": "7"}, "spec": {"x": 1}});
+        let mut f = FutileUpdates::default();
+        assert!(!f.is_futile(&sent));
+        f.record(&sent);
+        assert!(f.is_futile(&sent));
+        let mut newer = sent.clone();
+        newer["metadata"]["resourceVersion"] = json!("8");
+        assert!(!f.is_futile(&newer), "the child changed");
+        let mut other = sent.clone();
+        other["spec"]["x"] = json!(2);
+        assert!(!f.is_futile(&other), "kmeta would send something else");
+        f.forget(&sent);
+        assert!(!f.is_futile(&sent));
+        let no_uid = json!({"metadata": {"resourceVersion": "7"}});
+        f.record(&no_uid);
+        assert!(!f.is_futile(&no_uid));
+    }
 
     #[test]
     fn fields_the_server_ignored_on_a_no_op_update() {

@@ -546,15 +546,23 @@ async fn manage_children(
                 "create",
                 kapi::create(&api, o).await.map(|_| ()),
             ),
+            ChildOp::Update(o) if pc.futile_updates.lock().is_ok_and(|f| f.is_futile(o)) => {
+                tracing::debug!(child = %decide::describe(o), "update skipped: the API server ignored the same update of this child version");
+                continue;
+            }
             ChildOp::Update(o) => (
                 "updating",
                 "update",
                 kapi::replace(&api, o).await.map(|stored| {
-                    match decide::ignored_by_server(o, &stored) {
-                        Some(paths) if !paths.is_empty() => {
-                            ignored.push((decide::describe(o), paths))
+                    let ignored_paths = decide::ignored_by_server(o, &stored);
+                    if let Ok(mut futile) = pc.futile_updates.lock() {
+                        match &ignored_paths {
+                            Some(_) => futile.record(o),
+                            None => futile.forget(o),
                         }
-                        _ => {}
+                    }
+                    if let Some(paths) = ignored_paths.filter(|p| !p.is_empty()) {
+                        ignored.push((decide::describe(o), paths));
                     }
                 }),
             ),
@@ -584,7 +592,7 @@ async fn manage_children(
 }
 
 /// A child update the API server answered without writing: the fields it dropped or overrode
-/// come back on every sync. Says so in a Warning event on the parent (rate-limited per parent)
+/// would come back on every sync (the update is remembered and not repeated). Says so in a Warning event on the parent (rate-limited per parent)
 /// and in the log, naming the fields.
 async fn report_ignored_fields(
     pc: &ParentController,
@@ -602,10 +610,11 @@ async fn report_ignored_fields(
     if paths.len() > SHOWN {
         fields.push_str(&format!(" and {} more", paths.len() - SHOWN));
     }
-    tracing::warn!(child, fields = %fields, "the API server dropped or overrode fields the hook sets; the child is updated again on every sync");
+    tracing::warn!(child, fields = %fields, "the API server dropped or overrode fields the hook sets");
     let note = format!(
         "the API server kept {child} unchanged: it drops or overrides {fields}, which the hook sets \
-         (undeclared in the child's schema, or reset by admission); kmeta sends them again on every sync"
+         (undeclared in the child's schema, or reset by admission); kmeta sends this update again \
+         only when the child or the hook's answer changes"
     );
     pc.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
 }

@@ -1,6 +1,7 @@
 //! A hook that sets a field the child's CRD schema does not declare: the API server prunes it on
 //! every write, so each sync's update is a no-op for the server. kmeta notices (the server kept
-//! the child's resourceVersion) and says which fields, in a Warning event on the parent.
+//! the child's resourceVersion), says which fields in a Warning event on the parent, and does not
+//! send the same update of the same child version again.
 
 use kmeta_tests::*;
 use serde_json::{Value, json};
@@ -95,5 +96,30 @@ async fn fields_the_server_drops_are_reported_on_the_parent() -> anyhow::Result<
         now["metadata"]["resourceVersion"], g["metadata"]["resourceVersion"],
         "the server wrote nothing"
     );
+
+    // the futile update is remembered: later syncs do not send it again
+    let before = env.server().map(|s| s.counters());
+    let syncs = env.syncs("boxes-cc");
+    env.merge_patch(
+        &boxes,
+        "b",
+        json!({"metadata": {"annotations": {"kmeta.test/touch": "2"}}}),
+    )
+    .await?;
+    env.wait_syncs("boxes-cc", syncs).await?;
+    if let (Some(s), Some(before)) = (env.server(), before) {
+        let d = s.counters().since(&before);
+        assert_eq!(d.writes_to("gadgets"), 0, "requests during resync: {d:?}");
+    }
+    // a real change to the hook's answer still goes through (and colour is still dropped)
+    env.merge_patch(&boxes, "b", json!({"spec": {"size": 4}}))
+        .await?;
+    eventually("size 4", TIMEOUT, || async {
+        Ok(env
+            .get(&gadgets, "b-gadget")
+            .await?
+            .filter(|g| g["spec"] == json!({"size": 4})))
+    })
+    .await?;
     env.finish().await
 }
