@@ -344,16 +344,20 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
             .unwrap_or_default()
     };
     let series = "kmeta_leader_election_status{name=\"metacontroller\"}";
-    assert!(
+    // the gauge is set once each instance's election loop runs, which may be just after /readyz
+    // answers
+    wait_for("the leader's gauge at 1", || async {
         status(leader_metrics)
             .await
             .contains(&format!("{series} 1"))
-    );
-    assert!(
+    })
+    .await?;
+    wait_for("the standby's gauge at 0", || async {
         status(standby_metrics)
             .await
             .contains(&format!("{series} 0"))
-    );
+    })
+    .await?;
     // Exactly one leads; the standby is ready but not leading.
     assert_eq!(leading(standby_health).await, Some(false));
     let (code, _) = http_get(&format!("http://127.0.0.1:{standby_health}/readyz"))
