@@ -739,15 +739,14 @@ fn format_ok(format: &str, s: &str) -> bool {
 }
 
 fn base64_ok(s: &str) -> bool {
-    let b = s.as_bytes();
-    if !b.len().is_multiple_of(4) {
-        return false;
-    }
-    let body = s.trim_end_matches('=');
-    b.len() - body.len() <= 2
-        && body
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/')
+    use base64::Engine as _;
+    use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+    // Go's StdEncoding, which the `byte` format check uses, accepts non-zero trailing bits
+    const STD_LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+    STD_LENIENT.decode(s).is_ok()
 }
 
 fn validate_number(s: &Node, v: &Value, path: &Path<'_>, errs: &mut Vec<FieldError>) {
