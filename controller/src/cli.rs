@@ -199,20 +199,25 @@ pub struct RunConfig {
 
 /// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, CliError> {
-    let err = || CliError::Duration {
+    go_duration(value).ok_or_else(|| CliError::Duration {
         flag,
         value: value.to_owned(),
-    };
+    })
+}
+
+/// A non-negative Go duration (`0`, `10s`, `1h30m`, `1.5h`, `250ms`, `500us`), as flags and the
+/// CRDs' `timeout` fields spell them; `None` for anything else.
+pub fn go_duration(value: &str) -> Option<Duration> {
     let s = value.trim();
     if s == "0" {
-        return Ok(Duration::ZERO);
+        return Some(Duration::ZERO);
     }
     // Go's units; jiff's friendly parser accepts the same compact form ("1h30m", "1.5h", "250ms").
-    let d: jiff::SignedDuration = s.parse().map_err(|_| err())?;
+    let d: jiff::SignedDuration = s.parse().ok()?;
     if d.is_negative() || s.starts_with('P') || s.starts_with('p') || s.contains(' ') {
-        return Err(err());
+        return None;
     }
-    Duration::try_from(d).map_err(|_| err())
+    Duration::try_from(d).ok()
 }
 
 /// Parses a Go-style bind address: "0" disables, ":PORT" binds every interface, "HOST:PORT"

@@ -114,39 +114,8 @@ pub enum HookError {
 
 /// Parses a Go duration string (`10s`, `1m30s`, `500ms`, `1.5h`, `250us`).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {s:?}: missing unit"))?;
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("duration {s:?}: bad number"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("duration {s:?}: unknown unit {u:?}")),
-        };
-        total += n * factor;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("duration {s:?}: {e}"))
+    crate::cli::go_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s, 1m30s, 500ms)"))
 }
 
 /// The URL a webhook is called at: `url`, else `{protocol}://{name}.{namespace}:{port}{path}`.
@@ -736,6 +705,15 @@ mod tests {
             Duration::from_secs(5400)
         );
         assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(
+            parse_go_duration("250us").unwrap(),
+            Duration::from_micros(250)
+        );
+        assert_eq!(
+            parse_go_duration("1h2m3s").unwrap(),
+            Duration::from_secs(3723)
+        );
+        assert!(parse_go_duration("-5s").is_err());
         assert!(parse_go_duration("10").is_err());
         assert!(parse_go_duration("10parsecs").is_err());
         assert!(parse_go_duration("").is_err());
