@@ -482,6 +482,19 @@ pub fn validate_labels(labels: Option<&Value>) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// Labels and the rest of `metadata` of an object about to be stored: 422 Invalid naming the field.
+fn validate_object_meta(def: &ResourceDef, name: &str, obj: &Value) -> ApiResult<()> {
+    if let Err((field, msg)) = validate_labels(meta(obj).and_then(|m| m.get("labels"))) {
+        return Err(ApiError::invalid(&def.kind, &def.group, name, &field, &msg));
+    }
+    if let Err(e) = crate::validation::validate_metadata(obj) {
+        return Err(ApiError::invalid(
+            &def.kind, &def.group, name, &e.field, &e.message,
+        ));
+    }
+    Ok(())
+}
+
 fn admission_error(e: AdmissionError, req: &Req, name: &str) -> ApiError {
     if e.code == 422 {
         let mut err = ApiError::invalid(&req.def.kind, &req.def.group, name, "", &e.message);
@@ -897,24 +910,7 @@ impl Inner {
         )
         .map_err(|e| admission_error(e, &req, &name))?;
         fold_string_data(&req.def, &mut obj);
-        if let Err((field, msg)) = validate_labels(meta(&obj).and_then(|m| m.get("labels"))) {
-            return Err(ApiError::invalid(
-                &req.def.kind,
-                &req.def.group,
-                &name,
-                &field,
-                &msg,
-            ));
-        }
-        if let Err(e) = crate::validation::validate_metadata(&obj) {
-            return Err(ApiError::invalid(
-                &req.def.kind,
-                &req.def.group,
-                &name,
-                &e.field,
-                &e.message,
-            ));
-        }
+        validate_object_meta(&req.def, &name, &obj)?;
         if let Some(s) = &schema {
             let mutated = adm.mutates(&req.def.group, &req.version, &req.def.plural);
             crate::schema::admit(s, &req.def, &name, &mut obj, None, mutated)?;
@@ -1171,24 +1167,7 @@ impl Inner {
         )
         .map_err(|e| admission_error(e, req, &name))?;
         fold_string_data(&req.def, &mut new);
-        if let Err((field, msg)) = validate_labels(meta(&new).and_then(|m| m.get("labels"))) {
-            return Err(ApiError::invalid(
-                &req.def.kind,
-                &req.def.group,
-                &name,
-                &field,
-                &msg,
-            ));
-        }
-        if let Err(e) = crate::validation::validate_metadata(&new) {
-            return Err(ApiError::invalid(
-                &req.def.kind,
-                &req.def.group,
-                &name,
-                &e.field,
-                &e.message,
-            ));
-        }
+        validate_object_meta(&req.def, &name, &new)?;
         if req.sub.is_none()
             && let Err(e) = crate::validation::validate_update(&req.def, old, &new)
         {
