@@ -900,6 +900,10 @@ impl Inner {
             let unknown = s.prune(&mut obj);
             self.unknown_fields(&req, opts.field_validation, &unknown)?;
             s.default(&mut obj);
+        } else if req.def.is_builtin() {
+            // built-in kinds: what their typed API does not declare is dropped, as on decoding
+            let unknown = crate::typed::prune_unknown(&req.def.group, &req.def.kind, &mut obj);
+            self.unknown_fields(&req, opts.field_validation, &unknown)?;
         }
         adm.run(
             &req.def.group,
@@ -1157,6 +1161,10 @@ impl Inner {
             let unknown = s.prune(&mut new);
             self.unknown_fields(req, opts.field_validation, &unknown)?;
             s.default(&mut new);
+        } else if req.def.is_builtin() {
+            // built-in kinds: what their typed API does not declare is dropped, as on decoding
+            let unknown = crate::typed::prune_unknown(&req.def.group, &req.def.kind, &mut new);
+            self.unknown_fields(req, opts.field_validation, &unknown)?;
         }
         adm.run(
             &req.def.group,

@@ -19,6 +19,7 @@ pub mod server;
 pub mod ssa;
 pub mod store;
 pub mod table;
+pub mod typed;
 pub mod validation;
 
 pub use error::ApiError;

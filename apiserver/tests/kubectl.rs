@@ -556,4 +556,20 @@ fn kubectl_apply_reports_fields_the_crd_schema_does_not_declare() {
         serde_json::json!({"replicas": 1}),
         "pruned, then defaulted"
     );
+
+    // built-in kinds too: what their typed API does not declare
+    let cm =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\ndataa: {a: b}\n";
+    let (success, _, err) = kubectl(kc, &["apply", "-f", "-"], Some(cm));
+    assert!(!success);
+    assert!(
+        err.contains(
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dataa\""
+        ),
+        "{err}"
+    );
+    let (success, _, err) = kubectl(kc, &["apply", "--validate=warn", "-f", "-"], Some(cm));
+    assert!(success, "{err}");
+    assert!(err.contains("Warning: unknown field \"dataa\""), "{err}");
+    assert!(get_json(kc, &["cm", "c"]).get("dataa").is_none());
 }
