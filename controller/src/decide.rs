@@ -2,6 +2,7 @@
 //! child plan and the status diff. No I/O here; the executor in [`crate::sync`] acts on them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value, json};
@@ -624,37 +625,46 @@ pub fn ignored_by_server(sent: &Value, stored: &Value) -> Option<Vec<String>> {
 /// Child updates the API server answered without writing (see [`ignored_by_server`]), so the same
 /// update of the same child version is not sent again on every sync: keyed by the child's uid,
 /// with its resourceVersion and a digest of the object that was sent. Any change to the child
-/// (a new resourceVersion) or to what kmeta would send (a new digest) sends it again.
+/// (a new resourceVersion) or to what kmeta would send (a new digest) sends it again, and so does
+/// the passing of [`FutileUpdates::TTL`] (the server's answer may change without the child
+/// changing: a CRD that now declares the field, a webhook removed).
 #[derive(Debug, Default)]
 pub struct FutileUpdates {
-    seen: HashMap<String, (String, u64)>,
+    seen: HashMap<String, (String, u64, Instant)>,
 }
 
 impl FutileUpdates {
     /// Entries kept at most; past it the memory is dropped (the cost: one more futile PUT each).
     pub const CAPACITY: usize = 10_000;
+    /// How long a futile update is not repeated: 10 minutes (one PUT per child per 10 minutes
+    /// instead of one per sync; kmeta's choice, Metacontroller has no such memory).
+    pub const TTL: Duration = Duration::from_secs(600);
 
-    fn entry(obj: &Value) -> Option<(String, (String, u64))> {
+    fn key(obj: &Value) -> Option<(String, String, u64)> {
         use std::hash::{Hash as _, Hasher as _};
         let uid = obj.pointer("/metadata/uid")?.as_str()?;
         let rv = obj.pointer("/metadata/resourceVersion")?.as_str()?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         obj.to_string().hash(&mut h);
-        Some((uid.to_owned(), (rv.to_owned(), h.finish())))
+        Some((uid.to_owned(), rv.to_owned(), h.finish()))
     }
 
-    /// Whether sending `obj` (an update) is known to change nothing.
-    pub fn is_futile(&self, obj: &Value) -> bool {
-        Self::entry(obj).is_some_and(|(uid, v)| self.seen.get(&uid) == Some(&v))
+    /// Whether sending `obj` (an update) at `now` is known to change nothing.
+    pub fn is_futile(&self, obj: &Value, now: Instant) -> bool {
+        Self::key(obj).is_some_and(|(uid, rv, digest)| {
+            self.seen.get(&uid).is_some_and(|(r, d, at)| {
+                *r == rv && *d == digest && now.saturating_duration_since(*at) < Self::TTL
+            })
+        })
     }
 
-    /// Records that sending `obj` changed nothing.
-    pub fn record(&mut self, obj: &Value) {
-        if let Some((uid, v)) = Self::entry(obj) {
+    /// Records that sending `obj` at `now` changed nothing.
+    pub fn record(&mut self, obj: &Value, now: Instant) {
+        if let Some((uid, rv, digest)) = Self::key(obj) {
             if self.seen.len() >= Self::CAPACITY {
                 self.seen.clear();
             }
-            self.seen.insert(uid, v);
+            self.seen.insert(uid, (rv, digest, now));
         }
     }
 
@@ -693,21 +703,26 @@ mod tests {
     #[test]
     fn futile_updates_are_remembered_per_child_version_and_content() {
         let sent = json!({"metadata": {"uid": "u1", "resourceVersion": "7"}, "spec": {"x": 1}});
+        let t0 = Instant::now();
         let mut f = FutileUpdates::default();
-        assert!(!f.is_futile(&sent));
-        f.record(&sent);
-        assert!(f.is_futile(&sent));
+        assert!(!f.is_futile(&sent, t0));
+        f.record(&sent, t0);
+        assert!(f.is_futile(&sent, t0 + Duration::from_secs(1)));
+        assert!(
+            !f.is_futile(&sent, t0 + FutileUpdates::TTL),
+            "tried again after the TTL"
+        );
         let mut newer = sent.clone();
         newer["metadata"]["resourceVersion"] = json!("8");
-        assert!(!f.is_futile(&newer), "the child changed");
+        assert!(!f.is_futile(&newer, t0), "the child changed");
         let mut other = sent.clone();
         other["spec"]["x"] = json!(2);
-        assert!(!f.is_futile(&other), "kmeta would send something else");
+        assert!(!f.is_futile(&other, t0), "kmeta would send something else");
         f.forget(&sent);
-        assert!(!f.is_futile(&sent));
+        assert!(!f.is_futile(&sent, t0));
         let no_uid = json!({"metadata": {"resourceVersion": "7"}});
-        f.record(&no_uid);
-        assert!(!f.is_futile(&no_uid));
+        f.record(&no_uid, t0);
+        assert!(!f.is_futile(&no_uid, t0));
     }
 
     #[test]

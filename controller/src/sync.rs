@@ -546,7 +546,12 @@ async fn manage_children(
                 "create",
                 kapi::create(&api, o).await.map(|_| ()),
             ),
-            ChildOp::Update(o) if pc.futile_updates.lock().is_ok_and(|f| f.is_futile(o)) => {
+            ChildOp::Update(o)
+                if pc
+                    .futile_updates
+                    .lock()
+                    .is_ok_and(|f| f.is_futile(o, std::time::Instant::now())) =>
+            {
                 tracing::debug!(child = %decide::describe(o), "update skipped: the API server ignored the same update of this child version");
                 continue;
             }
@@ -557,7 +562,7 @@ async fn manage_children(
                     let ignored_paths = decide::ignored_by_server(o, &stored);
                     if let Ok(mut futile) = pc.futile_updates.lock() {
                         match &ignored_paths {
-                            Some(_) => futile.record(o),
+                            Some(_) => futile.record(o, std::time::Instant::now()),
                             None => futile.forget(o),
                         }
                     }
