@@ -361,7 +361,8 @@ impl Metrics {
             .observe(wait.as_secs_f64());
     }
 
-    /// One child write: `op` is `create`, `update`, `delete`, `adopt` or `release`.
+    /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, or `skip`
+    /// (an update the API server ignored before, not sent again).
     pub fn child_op(&self, controller: &str, op: &str) {
         self.child_ops
             .get_or_create(&OpLabels {
@@ -369,6 +370,16 @@ impl Metrics {
                 op: op.into(),
             })
             .inc();
+    }
+
+    /// How many child operations `op` of `controller` were counted (for tests and diagnostics).
+    pub fn child_op_count(&self, controller: &str, op: &str) -> u64 {
+        self.child_ops
+            .get_or_create(&OpLabels {
+                controller: controller.into(),
+                op: op.into(),
+            })
+            .get()
     }
 
     /// The number of children one parent has after its sync. The `kmeta_children` gauge is the

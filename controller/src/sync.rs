@@ -553,6 +553,7 @@ async fn manage_children(
                     .is_ok_and(|f| f.is_futile(o, std::time::Instant::now())) =>
             {
                 tracing::debug!(child = %decide::describe(o), "update skipped: the API server ignored the same update of this child version");
+                pc.ctx.config.metrics.child_op(&pc.name, "skip");
                 continue;
             }
             ChildOp::Update(o) => (
