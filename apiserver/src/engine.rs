@@ -82,7 +82,8 @@ pub struct WriteOpts {
     pub dry_run: bool,
     /// `force=true` (apply).
     pub force: bool,
-    /// `fieldValidation`: what to do with fields a custom resource's schema does not declare.
+    /// `fieldValidation`: what to do with fields the object's schema (a CRD version's, or a
+    /// built-in kind's typed API) does not declare.
     pub field_validation: FieldValidation,
 }
 
@@ -615,8 +616,32 @@ impl Inner {
         }
     }
 
-    /// Fields a custom resource's schema pruned from a request, by `fieldValidation`: a 400
-    /// worded as kube-apiserver's strict decoding error, a warning per field, or nothing.
+    /// What decoding a written object does before admission: a custom resource is pruned and
+    /// defaulted by its version's schema, a built-in kind loses the fields its typed API does not
+    /// declare; the dropped fields are answered per `fieldValidation` (a 400 worded as
+    /// kube-apiserver's strict decoding error, a warning per field, or nothing). Returns the
+    /// schema, which validates the object after admission.
+    fn decode_body(
+        &mut self,
+        req: &Req,
+        validation: FieldValidation,
+        obj: &mut Value,
+    ) -> ApiResult<Option<Arc<crate::schema::Schema>>> {
+        let schema = crate::schema::for_version(&req.def, &req.version);
+        let unknown = match &schema {
+            Some(s) => s.prune(obj),
+            None if req.def.is_builtin() => {
+                crate::typed::prune_unknown(&req.def.group, &req.def.kind, obj)
+            }
+            None => Vec::new(),
+        };
+        self.unknown_fields(req, validation, &unknown)?;
+        if let Some(s) = &schema {
+            s.default(obj);
+        }
+        Ok(schema)
+    }
+
     fn unknown_fields(
         &mut self,
         req: &Req,
@@ -894,17 +919,7 @@ impl Inner {
             obj["spec"] = json!({"finalizers": [NS_FINALIZER]});
             obj["status"] = json!({"phase": "Active"});
         }
-        // custom resources: the request body is pruned and defaulted by the version's schema
-        let schema = crate::schema::for_version(&req.def, &req.version);
-        if let Some(s) = &schema {
-            let unknown = s.prune(&mut obj);
-            self.unknown_fields(&req, opts.field_validation, &unknown)?;
-            s.default(&mut obj);
-        } else if req.def.is_builtin() {
-            // built-in kinds: what their typed API does not declare is dropped, as on decoding
-            let unknown = crate::typed::prune_unknown(&req.def.group, &req.def.kind, &mut obj);
-            self.unknown_fields(&req, opts.field_validation, &unknown)?;
-        }
+        let schema = self.decode_body(&req, opts.field_validation, &mut obj)?;
         adm.run(
             &req.def.group,
             &req.version,
@@ -1155,17 +1170,7 @@ impl Inner {
             Some("status") => format!("{}/status", req.def.plural),
             _ => req.def.plural.clone(),
         };
-        // custom resources: the written object is pruned and defaulted by the version's schema
-        let schema = crate::schema::for_version(&req.def, &req.version);
-        if let Some(s) = &schema {
-            let unknown = s.prune(&mut new);
-            self.unknown_fields(req, opts.field_validation, &unknown)?;
-            s.default(&mut new);
-        } else if req.def.is_builtin() {
-            // built-in kinds: what their typed API does not declare is dropped, as on decoding
-            let unknown = crate::typed::prune_unknown(&req.def.group, &req.def.kind, &mut new);
-            self.unknown_fields(req, opts.field_validation, &unknown)?;
-        }
+        let schema = self.decode_body(req, opts.field_validation, &mut new)?;
         adm.run(
             &req.def.group,
             &req.version,
