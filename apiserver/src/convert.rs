@@ -72,22 +72,16 @@ pub fn to_storage(group: &str, plural: &str, obj: Value) -> Value {
 }
 
 /// Converts a stored object to `api_version`, when the stored object is of a kind served
-/// under another group (core Events read as `events.k8s.io/v1`, and back). `None`: no
-/// conversion applies (the caller only rewrites `apiVersion`).
+/// under another group (core Events, the only stored form, read as `events.k8s.io/v1`).
+/// `None`: no conversion applies (the caller only rewrites `apiVersion`).
 pub fn present(obj: &Value, api_version: &str) -> Option<Value> {
-    if obj.get("kind").and_then(Value::as_str) != Some("Event") {
-        return None;
-    }
-    let stored = obj.get("apiVersion").and_then(Value::as_str)?;
-    match (stored, api_version) {
-        ("v1", EVENTS_V1) => Some(rename(obj.clone(), EVENTS_V1, |k| {
+    let core_event = obj.get("kind").and_then(Value::as_str) == Some("Event")
+        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    (core_event && api_version == EVENTS_V1).then(|| {
+        rename(obj.clone(), EVENTS_V1, |k| {
             EVENT_FIELDS.iter().find(|(_, c)| *c == k).map(|(e, _)| *e)
-        })),
-        (EVENTS_V1, "v1") => Some(rename(obj.clone(), "v1", |k| {
-            EVENT_FIELDS.iter().find(|(e, _)| *e == k).map(|(_, c)| *c)
-        })),
-        _ => None,
-    }
+        })
+    })
 }
 
 /// Renames the top-level fields of `obj` by `map` and sets `apiVersion`. A renamed field
