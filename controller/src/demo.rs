@@ -21,13 +21,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kmeta_apiserver::{Operation, TestServer};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ManagerConfig;
+use crate::kapi;
 
 /// Settings of [`run`].
 #[derive(Debug, Clone)]
@@ -305,10 +306,6 @@ fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-fn dynamic(v: Value) -> Result<DynamicObject, kube::Error> {
-    serde_json::from_value(v).map_err(kube::Error::SerdeError)
-}
-
 /// `name=image` of every container in the pod template.
 fn containers(obj: &Value) -> Vec<(String, String)> {
     obj.pointer("/spec/template/spec/containers")
@@ -508,25 +505,20 @@ impl<'o> Demo<'o> {
         step: &'static str,
         api: &Api<DynamicObject>,
         obj: Value,
-    ) -> Result<DynamicObject, DemoError> {
+    ) -> Result<(), DemoError> {
         self.at(step);
-        let what = format!(
-            "creating {} {}",
-            obj["kind"].as_str().unwrap_or_default(),
-            obj.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        );
-        let obj = dynamic(obj).map_err(|source| DemoError::Api {
-            step,
-            action: what.clone(),
-            source,
-        })?;
-        api.create(&PostParams::default(), &obj)
+        kapi::create(api, &obj)
             .await
+            .map(drop)
             .map_err(|source| DemoError::Api {
                 step,
-                action: what,
+                action: format!(
+                    "creating {} {}",
+                    obj["kind"].as_str().unwrap_or_default(),
+                    obj.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                ),
                 source,
             })
     }
@@ -572,13 +564,6 @@ impl<'o> Demo<'o> {
             })
         })
         .await
-    }
-
-    async fn get(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
-        api.get_opt(name)
-            .await?
-            .map(|o| serde_json::to_value(o).map_err(kube::Error::SerdeError))
-            .transpose()
     }
 
     async fn story(&mut self, server: &TestServer) -> Result<(), DemoError> {
@@ -683,7 +668,7 @@ impl<'o> Demo<'o> {
                 S1,
                 &format!("Deployment {PARENT} with containers app (nginx:1.27) and {SIDECAR}"),
                 || async {
-                    let Some(d) = Self::get(&deployments, PARENT).await? else {
+                    let Some(d) = kapi::get(&deployments, PARENT).await? else {
                         return Ok(Err(format!("no Deployment {PARENT}")));
                     };
                     let cs = containers(&d);
@@ -720,7 +705,7 @@ impl<'o> Demo<'o> {
                 S2,
                 &format!("Deployment {PARENT} with app (nginx:1.28) and {SIDECAR} still there"),
                 || async {
-                    let d = Self::get(&deployments, PARENT).await?.unwrap_or_default();
+                    let d = kapi::get(&deployments, PARENT).await?.unwrap_or_default();
                     let cs = containers(&d);
                     let ok = cs
                         .first()
@@ -754,7 +739,7 @@ impl<'o> Demo<'o> {
         self.say("   injector only runs on create, so it would not come back).")?;
 
         // settle: the parent's status reflects the update
-        let generation = Self::get(&webapps, PARENT)
+        let generation = kapi::get(&webapps, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S2,
@@ -770,7 +755,7 @@ impl<'o> Demo<'o> {
                     "WebApp {PARENT} status with observedGeneration {generation} and both containers"
                 ),
                 || async {
-                    let p = Self::get(&webapps, PARENT).await?.unwrap_or_default();
+                    let p = kapi::get(&webapps, PARENT).await?.unwrap_or_default();
                     let s = p.get("status").cloned().unwrap_or(Value::Null);
                     let running = s["containers"].as_array().map_or(0, Vec::len);
                     let ok = s["observedGeneration"] == generation
@@ -816,7 +801,7 @@ impl<'o> Demo<'o> {
             )
             .await?;
         }
-        let after = Self::get(&deployments, PARENT)
+        let after = kapi::get(&deployments, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S3,

@@ -43,6 +43,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::kapi::is_conflict;
 use crate::metrics::Metrics;
 
 /// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
@@ -99,9 +100,12 @@ impl LeaderConfig {
             m.leader(&self.name, leading);
         }
     }
-}
 
-impl LeaderConfig {
+    /// `namespace/name` of the Lease, for logs.
+    fn lease_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     /// Checks the timings the way client-go's `NewLeaderElector` does.
     pub fn validate(&self) -> Result<(), LeaderError> {
         let invalid = |msg: String| Err(LeaderError::InvalidConfig(msg));
@@ -209,14 +213,14 @@ fn record_duration(lease: &Lease, cfg: &LeaderConfig) -> Duration {
         .map_or(cfg.lease_duration, Duration::from_secs)
 }
 
-/// The decision after reading `lease` at `now`. `observed_at` is when this instance first saw
-/// the lease's current record (holder, times, duration, transitions): the holder's renewals
-/// change the record, so an unchanged record older than its duration means the holder is gone.
+/// The decision of the candidate `cfg.identity` after reading `lease` at `now`. `observed_at`
+/// is when this instance first saw the lease's current record (holder, times, duration,
+/// transitions): the holder's renewals change the record, so an unchanged record older than its
+/// duration means the holder is gone.
 pub fn decide(
     lease: Option<&Lease>,
     observed_at: Instant,
     now: Instant,
-    me: &str,
     cfg: &LeaderConfig,
 ) -> Action {
     let Some(lease) = lease else {
@@ -224,7 +228,7 @@ pub fn decide(
     };
     match holder(lease) {
         None => Action::Acquire,
-        Some(h) if h == me => Action::Renew,
+        Some(h) if h == cfg.identity => Action::Renew,
         Some(_) => {
             let until = observed_at + record_duration(lease, cfg);
             if now >= until {
@@ -248,13 +252,13 @@ fn duration_secs(d: Duration) -> i32 {
 fn held_spec(old: Option<&LeaseSpec>, action: Action, cfg: &LeaderConfig) -> LeaseSpec {
     let now = now_micro();
     let mut spec = old.cloned().unwrap_or_default();
-    let was_mine = spec.holder_identity.as_deref() == Some(cfg.identity.as_str());
     match action {
         Action::Create => {
             spec.acquire_time = Some(now.clone());
             spec.lease_transitions = Some(0);
         }
-        Action::Acquire if !was_mine => {
+        // decide() acquires only a lease held by no one or by another
+        Action::Acquire => {
             spec.acquire_time = Some(now.clone());
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
         }
@@ -279,10 +283,6 @@ fn released_spec(old: Option<&LeaseSpec>) -> LeaseSpec {
     spec.acquire_time = Some(now.clone());
     spec.renew_time = Some(now);
     spec
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// The outcome of one renewal attempt.
@@ -330,13 +330,7 @@ impl Elector {
         let current = self.api.get_opt(&self.cfg.name).await?;
         let now = Instant::now();
         let observed_at = self.observe(current.as_ref(), now);
-        let action = decide(
-            current.as_ref(),
-            observed_at,
-            now,
-            &self.cfg.identity,
-            &self.cfg,
-        );
+        let action = decide(current.as_ref(), observed_at, now, &self.cfg);
         let pp = PostParams::default();
         let written = match (action, current) {
             (Action::Wait { .. }, _) => return Ok(false),
@@ -400,7 +394,7 @@ impl Elector {
     async fn release_within(&mut self, limit: Duration) {
         if tokio::time::timeout(limit, self.release()).await.is_err() {
             tracing::warn!(
-                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                lease = %self.cfg.lease_name(),
                 "releasing the leader lease timed out; standbys take over when it expires"
             );
         }
@@ -424,12 +418,12 @@ impl Elector {
             .await
         {
             Ok(_) => tracing::info!(
-                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                lease = %self.cfg.lease_name(),
                 identity = %self.cfg.identity,
                 "released the leader lease"
             ),
             Err(e) => tracing::warn!(
-                lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name),
+                lease = %self.cfg.lease_name(),
                 error = %e,
                 "could not release the leader lease; standbys take over when it expires"
             ),
@@ -484,7 +478,7 @@ where
 {
     cfg.validate()?;
     cfg.set_leading(false);
-    let lease_name = format!("{}/{}", cfg.namespace, cfg.name);
+    let lease_name = cfg.lease_name();
     let mut elector = Elector {
         api: Api::namespaced(client, &cfg.namespace),
         cfg: cfg.clone(),
@@ -653,7 +647,7 @@ mod tests {
     #[test]
     fn missing_lease_is_created() {
         let t = Instant::now();
-        assert_eq!(decide(None, t, t, "me", &cfg("me")), Action::Create);
+        assert_eq!(decide(None, t, t, &cfg("me")), Action::Create);
     }
 
     #[test]
@@ -661,11 +655,11 @@ mod tests {
         let t = Instant::now();
         let c = cfg("me");
         assert_eq!(
-            decide(Some(&lease(None, Some(15))), t, t, "me", &c),
+            decide(Some(&lease(None, Some(15))), t, t, &c),
             Action::Acquire
         );
         assert_eq!(
-            decide(Some(&lease(Some(""), Some(1))), t, t, "me", &c),
+            decide(Some(&lease(Some(""), Some(1))), t, t, &c),
             Action::Acquire
         );
     }
@@ -675,8 +669,8 @@ mod tests {
         let t = Instant::now();
         let c = cfg("me");
         let l = lease(Some("me"), Some(15));
-        assert_eq!(decide(Some(&l), t, t, "me", &c), Action::Renew);
-        assert_eq!(decide(Some(&l), t, t + secs(60), "me", &c), Action::Renew);
+        assert_eq!(decide(Some(&l), t, t, &c), Action::Renew);
+        assert_eq!(decide(Some(&l), t, t + secs(60), &c), Action::Renew);
     }
 
     #[test]
@@ -685,22 +679,19 @@ mod tests {
         let c = cfg("me");
         let l = lease(Some("other"), Some(15));
         assert_eq!(
-            decide(Some(&l), t, t + secs(14), "me", &c),
+            decide(Some(&l), t, t + secs(14), &c),
             Action::Wait {
                 until: t + secs(15)
             }
         );
-        assert_eq!(decide(Some(&l), t, t + secs(15), "me", &c), Action::Acquire);
+        assert_eq!(decide(Some(&l), t, t + secs(15), &c), Action::Acquire);
         // the record's duration wins over ours
         let short = lease(Some("other"), Some(2));
-        assert_eq!(
-            decide(Some(&short), t, t + secs(2), "me", &c),
-            Action::Acquire
-        );
+        assert_eq!(decide(Some(&short), t, t + secs(2), &c), Action::Acquire);
         // without one, ours applies
         let none = lease(Some("other"), None);
         assert_eq!(
-            decide(Some(&none), t, t + secs(3), "me", &c),
+            decide(Some(&none), t, t + secs(3), &c),
             Action::Wait {
                 until: t + secs(15)
             }

@@ -302,11 +302,9 @@ where
             }
             let start = Instant::now();
             let res = fut.await;
-            let code = match &res {
-                Ok(resp) => resp.status().as_u16().to_string(),
-                Err(_) => "error".to_string(),
-            };
-            metrics.api_request(verb, &code, start.elapsed());
+            let status = res.as_ref().ok().map(Response::status);
+            let code = status.as_ref().map_or("error", http::StatusCode::as_str);
+            metrics.api_request(verb, code, start.elapsed());
             res
         })
     }
@@ -485,10 +483,23 @@ mod tests {
             .and_then(|v| v.parse().ok())
     }
 
+    /// Sends `req` through `svc` once it is ready.
+    async fn send<S>(svc: &mut S, req: Request<String>) -> S::Response
+    where
+        S: Service<Request<String>>,
+        S::Error: std::fmt::Debug,
+    {
+        use tower::ServiceExt as _;
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(req)
+            .await
+            .expect("call")
+    }
+
     #[tokio::test(start_paused = true)]
     async fn service_waits_for_tokens_and_records_metrics() {
-        use tower::ServiceExt as _;
-
         let metrics = Arc::new(Metrics::new());
         let layer = RateLimitLayer::new(RateLimit { qps: 1.0, burst: 2 }, metrics.clone());
         let inner = tower::service_fn(|req: Request<String>| async move {
@@ -508,22 +519,12 @@ mod tests {
             let req = Request::get(format!("/api/v1/namespaces/ns/configmaps/c{i}"))
                 .body(String::new())
                 .expect("request");
-            svc.ready()
-                .await
-                .expect("ready")
-                .call(req)
-                .await
-                .expect("call");
+            send(&mut svc, req).await;
         }
         let req = Request::delete("/api/v1/namespaces/ns/configmaps/c")
             .body(String::new())
             .expect("request");
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(req)
-            .await
-            .expect("call");
+        send(&mut svc, req).await;
         // two passed at once, three waited one second each (paused clock: exact)
         assert_eq!(start.elapsed(), Duration::from_secs(3));
         let text = metrics.encode();
@@ -563,21 +564,11 @@ mod tests {
                 .expect("request")
         };
         let start = Instant::now();
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(req())
-            .await
-            .expect("call");
+        send(&mut svc, req()).await;
         // reserves the next token (due in 1 s), then gives up
         let abandoned = svc.ready().await.expect("ready").call(req());
         drop(abandoned);
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(req())
-            .await
-            .expect("call");
+        send(&mut svc, req()).await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         let text = metrics.encode();
         assert_eq!(
@@ -597,8 +588,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn disabled_limit_never_waits_but_still_counts() {
-        use tower::ServiceExt as _;
-
         let metrics = Arc::new(Metrics::new());
         let layer = RateLimitLayer::new(RateLimit { qps: 0.0, burst: 1 }, metrics.clone());
         let inner = tower::service_fn(|_req: Request<String>| async move {
@@ -610,12 +599,7 @@ mod tests {
             let req = Request::post("/api/v1/namespaces/ns/configmaps")
                 .body(String::new())
                 .expect("request");
-            svc.ready()
-                .await
-                .expect("ready")
-                .call(req)
-                .await
-                .expect("call");
+            send(&mut svc, req).await;
         }
         assert_eq!(start.elapsed(), Duration::ZERO);
         let text = metrics.encode();
