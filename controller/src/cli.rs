@@ -415,17 +415,19 @@ impl RunArgs {
     }
 }
 
+/// `kmeta run`'s flags as a command of their own (for [`parse_run_args`] and the unit tests).
+#[derive(clap::Parser)]
+#[command(name = "kmeta run")]
+struct RunCommand {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
 /// Parses the arguments that follow `kmeta run` (for example a Deployment's `args:` without the
 /// leading `run`) and validates them, as the binary does at start.
 pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, String> {
-    #[derive(clap::Parser)]
-    #[command(name = "kmeta run")]
-    struct Run {
-        #[command(flatten)]
-        run: RunArgs,
-    }
     let argv = std::iter::once("kmeta run").chain(args.iter().map(AsRef::as_ref));
-    let parsed = <Run as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let parsed = <RunCommand as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
     parsed.run.to_config().map_err(|e| e.to_string())
 }
 
@@ -434,16 +436,13 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
     fn parse(args: &[&str]) -> Result<RunConfig, CliError> {
         let mut v = vec!["kmeta"];
         v.extend_from_slice(args);
-        T::try_parse_from(v).expect("clap parse").run.to_config()
+        RunCommand::try_parse_from(v)
+            .expect("clap parse")
+            .run
+            .to_config()
     }
 
     #[test]

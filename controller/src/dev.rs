@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 use kmeta_apiserver::TestServer;
@@ -17,7 +15,6 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::ManagerConfig;
-use crate::metrics::Metrics;
 
 /// Field manager of the objects `kmeta dev` applies.
 pub const FIELD_MANAGER: &str = "kmeta-dev";
@@ -215,18 +212,18 @@ pub async fn apply_all(
     manifests: &[Manifest],
     out: &mut (dyn Write + Send),
 ) -> Result<(), DevError> {
-    let mut discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|e| DevError::Server(e.to_string()))?;
+    let discover = || async {
+        Discovery::new(client.clone())
+            .run()
+            .await
+            .map_err(|e| DevError::Server(e.to_string()))
+    };
+    let mut discovery = discover().await?;
     let mut last_phase = 0;
     for m in manifests {
         let p = phase(&m.object);
         if p != last_phase {
-            discovery = Discovery::new(client.clone())
-                .run()
-                .await
-                .map_err(|e| DevError::Server(e.to_string()))?;
+            discovery = discover().await?;
             last_phase = p;
         }
         apply_one(client, &discovery, m).await?;
@@ -444,8 +441,6 @@ pub async fn run(
     ));
     let config = ManagerConfig {
         discovery_interval: opts.discovery_interval,
-        metrics: Arc::new(Metrics::default()),
-        ready: Arc::new(AtomicBool::new(false)),
         ..ManagerConfig::default()
     };
     writeln!(

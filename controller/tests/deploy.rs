@@ -54,12 +54,10 @@ async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "kmeta");
     let d = deployments.get("kmeta").await?;
+    let config = run_config(&serde_json::to_value(&d)?)?;
     let pod = d.spec.template.spec.context("pod spec")?;
     assert_eq!(pod.service_account_name.as_deref(), Some("kmeta"));
     let c = &pod.containers[0];
-    let args = c.args.clone().unwrap_or_default();
-    assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    let config = kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
     assert!(config.leader.is_some(), "two replicas need leader election");
     // Probes and ports point at the endpoints the flags open.
     let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();

@@ -119,9 +119,7 @@ async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Resul
     reconcile_one(&server).await?;
 
     // SIGTERM: readiness may flip, then the process exits 0.
-    let pid = proc.0.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status()?;
-    assert!(killed.success());
+    sigterm(&proc.0)?;
     let status = wait_exit(&mut proc.0).await;
     let stderr = std::fs::read_to_string(&log_path)?;
     let status = status.with_context(|| format!("logs:\n{stderr}"))?;
@@ -231,6 +229,14 @@ async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
             .is_ok_and(|n| n.data["status"]["seen"] == true)
     })
     .await
+}
+
+/// Sends SIGTERM to the child.
+fn sigterm(child: &Child) -> anyhow::Result<()> {
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status()?;
+    anyhow::ensure!(killed.success(), "kill -TERM {pid}: {killed}");
+    Ok(())
 }
 
 fn kmeta(args: &[&str]) -> anyhow::Result<Output> {
@@ -365,13 +371,7 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
         .context("standby readyz")?;
     assert_eq!(code, 200, "a standby is ready");
 
-    let pid = leader.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()?
-            .success()
-    );
+    sigterm(&leader.0)?;
     let status = wait_exit(&mut leader.0).await?;
     assert!(status.success(), "the leader exits 0 after releasing");
     wait_for("the standby to take over", || async {
@@ -379,13 +379,7 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
             && leading(standby_health).await == Some(true)
     })
     .await?;
-    let pid = standby.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()?
-            .success()
-    );
+    sigterm(&standby.0)?;
     assert!(wait_exit(&mut standby.0).await?.success());
     server.shutdown().await;
     Ok(())

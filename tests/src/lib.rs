@@ -14,7 +14,7 @@ pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -264,6 +264,26 @@ impl Env {
         .await
     }
 
+    /// Waits for an events.k8s.io/v1 Event in `ns` (None: any namespace) that `matches`, and
+    /// returns it.
+    pub async fn wait_event(
+        &self,
+        what: &str,
+        ns: Option<&str>,
+        matches: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let events = self.api("events.k8s.io/v1", "Event", "events", ns);
+        eventually(what, TIMEOUT, || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list
+                .items
+                .into_iter()
+                .filter_map(|e| serde_json::to_value(e).ok())
+                .find(|e| matches(e)))
+        })
+        .await
+    }
+
     /// Stops the controller and deletes what the scenario created (namespace, cluster-scoped
     /// objects). Call at the end of every scenario; on a real cluster it keeps it clean.
     pub async fn finish(mut self) -> anyhow::Result<()> {
@@ -367,7 +387,7 @@ struct HookState {
     handler: Arc<Handler>,
     calls: Mutex<Vec<(String, Value)>>,
     headers: Mutex<Vec<(String, axum::http::HeaderMap)>>,
-    tls_failures: std::sync::atomic::AtomicUsize,
+    tls_failures: AtomicUsize,
 }
 
 /// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
@@ -384,16 +404,7 @@ impl HookServer {
     pub async fn start(
         handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
     ) -> anyhow::Result<HookServer> {
-        let state = Arc::new(HookState {
-            handler: Arc::new(handler),
-            calls: Mutex::new(Vec::new()),
-            headers: Mutex::new(Vec::new()),
-            tls_failures: Default::default(),
-        });
-        let app = axum::Router::new()
-            .route("/{hook}", axum::routing::post(serve))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let (state, app, listener) = Self::bind(handler).await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -411,16 +422,7 @@ impl HookServer {
         handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
         tls: Arc<rustls::ServerConfig>,
     ) -> anyhow::Result<HookServer> {
-        let state = Arc::new(HookState {
-            handler: Arc::new(handler),
-            calls: Mutex::new(Vec::new()),
-            headers: Mutex::new(Vec::new()),
-            tls_failures: Default::default(),
-        });
-        let app = axum::Router::new()
-            .route("/{hook}", axum::routing::post(serve))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let (state, app, listener) = Self::bind(handler).await?;
         let addr = listener.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let failures = state.clone();
@@ -431,9 +433,7 @@ impl HookServer {
                 let failures = failures.clone();
                 tokio::spawn(async move {
                     let Ok(stream) = acceptor.accept(tcp).await else {
-                        failures
-                            .tls_failures
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        failures.tls_failures.fetch_add(1, Ordering::SeqCst);
                         return;
                     };
                     let service = hyper_util::service::TowerToHyperService::new(app);
@@ -452,11 +452,26 @@ impl HookServer {
         })
     }
 
+    /// The recording state, its router and a listener on a free port of 127.0.0.1.
+    async fn bind(
+        handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> anyhow::Result<(Arc<HookState>, axum::Router, tokio::net::TcpListener)> {
+        let state = Arc::new(HookState {
+            handler: Arc::new(handler),
+            calls: Mutex::new(Vec::new()),
+            headers: Mutex::new(Vec::new()),
+            tls_failures: AtomicUsize::new(0),
+        });
+        let app = axum::Router::new()
+            .route("/{hook}", axum::routing::post(serve))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        Ok((state, app, listener))
+    }
+
     /// TLS handshakes that failed (HTTPS servers only).
     pub fn tls_failures(&self) -> usize {
-        self.state
-            .tls_failures
-            .load(std::sync::atomic::Ordering::SeqCst)
+        self.state.tls_failures.load(Ordering::SeqCst)
     }
 
     /// The URL of hook path `hook`.

@@ -53,19 +53,9 @@ async fn parent_crd_created_after_the_controller_starts_working() -> anyhow::Res
     .await?;
     env.start_controller();
     // the CC cannot start yet: its parent resource is not served
-    let events = env.api("events.k8s.io/v1", "Event", "events", None);
-    eventually(
-        "a warning that the controller cannot start",
-        TIMEOUT,
-        || async {
-            let list = events.list(&Default::default()).await?;
-            Ok(list
-                .items
-                .into_iter()
-                .filter_map(|e| serde_json::to_value(e).ok())
-                .find(|e| e["regarding"]["name"] == "late-cc" && e["type"] == "Warning"))
-        },
-    )
+    env.wait_event("a warning that the controller cannot start", None, |e| {
+        e["regarding"]["name"] == "late-cc" && e["type"] == "Warning"
+    })
     .await?;
     env.create_crd(crd(&group, "Thing", "things", true)).await?;
     parent(&mut env, &av, "p", "1").await?;
@@ -123,14 +113,8 @@ async fn spec_change_restarts_and_deletion_stops_the_controller() -> anyhow::Res
     .await?;
     // delete the CC: a Stopped event, and parent changes no longer reach any hook
     ccs.delete("re-cc", &Default::default()).await?;
-    let events = env.api("events.k8s.io/v1", "Event", "events", None);
-    eventually("Stopped event", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .find(|e| e["regarding"]["name"] == "re-cc" && e["reason"] == "Stopped"))
+    env.wait_event("Stopped event", None, |e| {
+        e["regarding"]["name"] == "re-cc" && e["reason"] == "Stopped"
     })
     .await?;
     let calls = first.count("sync") + second.count("sync");
@@ -336,14 +320,8 @@ async fn controllers_share_one_watch_per_child_resource() -> anyhow::Result<()> 
         None,
     );
     ccs.delete("things-cc", &Default::default()).await?;
-    let events = env.api("events.k8s.io/v1", "Event", "events", None);
-    eventually("Stopped event", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .find(|e| e["regarding"]["name"] == "things-cc" && e["reason"] == "Stopped"))
+    env.wait_event("Stopped event", None, |e| {
+        e["regarding"]["name"] == "things-cc" && e["reason"] == "Stopped"
     })
     .await?;
     let old_uid = env

@@ -2,7 +2,7 @@
 //! size cap, HTTPS with a CA bundle and a client certificate (mTLS).
 
 use kmeta::ManagerConfig;
-use kmeta::hook::HookOptions;
+use kmeta::hook::{HookOptions, base64_encode};
 use kmeta_tests::*;
 use serde_json::{Value, json};
 
@@ -233,27 +233,6 @@ async fn oversized_responses_are_rejected_and_change_nothing() -> anyhow::Result
     env.finish().await
 }
 
-/// Base64 of `s` (standard alphabet, padded) for Secret `data`.
-fn b64(s: &str) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let b = s.as_bytes();
-    let mut out = String::new();
-    for chunk in b.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &c)| n | (u32::from(c) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn https_hook_with_ca_bundle_and_client_certificate() -> anyhow::Result<()> {
     let mut env = Env::new("mtls").await?;
@@ -270,7 +249,8 @@ async fn https_hook_with_ca_bundle_and_client_certificate() -> anyhow::Result<()
         "secrets",
         json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                "metadata": {"name": "hook-client", "namespace": ns},
-               "data": {"tls.crt": b64(&pki.client_cert_pem), "tls.key": b64(&pki.client_key_pem)}}),
+               "data": {"tls.crt": base64_encode(pki.client_cert_pem.as_bytes()),
+                        "tls.key": base64_encode(pki.client_key_pem.as_bytes())}}),
     )
     .await?;
     env.create(
@@ -334,15 +314,8 @@ async fn https_hook_with_ca_bundle_and_client_certificate() -> anyhow::Result<()
         Ok((hooks.tls_failures() > 0).then_some(()))
     })
     .await?;
-    let events = env.api("events.k8s.io/v1", "Event", "events", Some(&ns));
-    eventually("a SyncError event on q", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(serde_json::to_value)
-            .filter_map(Result::ok)
-            .find(|e| e["reason"] == "SyncError" && e["regarding"]["name"] == "q"))
+    env.wait_event("a SyncError event on q", Some(&ns), |e| {
+        e["reason"] == "SyncError" && e["regarding"]["name"] == "q"
     })
     .await?;
     assert!(env.get(&cms, "q-c").await?.is_none());
