@@ -147,14 +147,8 @@ impl Context {
         let bucket = buckets
             .entry((object, reason.to_owned()))
             .or_insert_with(|| TokenBucket::new(limits, now));
-        // Take a token only when one is available now: a dropped event reserves nothing.
-        let mut probe = bucket.clone();
-        if probe.reserve(now).is_zero() {
-            *bucket = probe;
-            true
-        } else {
-            false
-        }
+        // a dropped event reserves nothing
+        bucket.allow(now)
     }
 
     /// Publishes an event about `obj` (errors are logged, never fatal), unless the spam filter

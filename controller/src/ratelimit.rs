@@ -114,6 +114,22 @@ impl TokenBucket {
         wait
     }
 
+    /// Takes one token at `now` if one is available, without waiting or going into debt
+    /// (`x/time/rate`'s `Allow`); `false` leaves the bucket as it was. Always `true` when
+    /// limiting is disabled.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        if !self.limits.enabled() {
+            return true;
+        }
+        self.advance(now);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        self.last_event = self.last_event.max(now);
+        true
+    }
+
     /// Gives back the token of a reservation that was due at `act_at` and is abandoned at `now`
     /// (its caller gave up while waiting), as `x/time/rate`'s `Reservation.CancelAt`: only the
     /// part of the token that later reservations have not already been scheduled against comes
@@ -330,6 +346,27 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn allow_takes_a_free_token_or_nothing() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(RateLimit { qps: 5.0, burst: 2 }, t0);
+        assert!(b.allow(t0));
+        assert!(b.allow(t0));
+        assert!(!b.allow(t0), "burst spent");
+        assert!(
+            !b.allow(t0 + ms(199)),
+            "a refused call takes nothing, but no token yet"
+        );
+        assert!(b.allow(t0 + ms(200)), "one token after 1/qps");
+        assert_eq!(
+            b.reserve(t0 + ms(200)),
+            ms(200),
+            "no debt was left by refusals"
+        );
+        let mut off = TokenBucket::new(RateLimit { qps: 0.0, burst: 1 }, t0);
+        assert!((0..10).all(|_| off.allow(t0)));
     }
 
     #[test]
