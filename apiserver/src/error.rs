@@ -118,25 +118,7 @@ impl ApiError {
 
     /// 422 Invalid with one field cause.
     pub fn invalid(kind: &str, group: &str, name: &str, field: &str, msg: &str) -> Self {
-        let mut details = json!({
-            "name": name,
-            "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field}],
-        });
-        if !group.is_empty() {
-            details["group"] = json!(group);
-        }
-        let qualified = if group.is_empty() {
-            kind.to_string()
-        } else {
-            format!("{kind}.{group}")
-        };
-        Self::new(
-            422,
-            "Invalid",
-            format!("{qualified} \"{name}\" is invalid: {field}: {msg}"),
-        )
-        .with_details(details)
+        Self::invalid_causes(kind, group, name, [("FieldValueInvalid", field, msg)])
     }
 
     /// 422 Invalid with several causes on one field (`errs`: cause reason and message body,
@@ -148,21 +130,42 @@ impl ApiError {
         field: &str,
         errs: &[(&str, String)],
     ) -> Self {
-        let causes: Vec<Value> = errs
-            .iter()
-            .map(|(reason, msg)| json!({"reason": reason, "message": msg, "field": field}))
-            .collect();
-        let mut details = json!({"name": name, "kind": kind, "causes": causes});
+        Self::invalid_causes(
+            kind,
+            group,
+            name,
+            errs.iter()
+                .map(|(reason, msg)| (*reason, field, msg.as_str())),
+        )
+    }
+
+    /// 422 Invalid with one cause per `(reason, field, message body)`, worded like
+    /// `errors.NewInvalid`: repeated `field: message` lines folded, several listed in brackets.
+    pub fn invalid_causes<'a>(
+        kind: &str,
+        group: &str,
+        name: &str,
+        causes: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> Self {
+        let mut details_causes: Vec<Value> = vec![];
+        let mut lines: Vec<String> = vec![];
+        for (reason, field, msg) in causes {
+            details_causes.push(json!({"reason": reason, "message": msg, "field": field}));
+            let line = format!("{field}: {msg}");
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+        let mut details = json!({"name": name, "kind": kind, "causes": details_causes});
         if !group.is_empty() {
             details["group"] = json!(group);
         }
-        let qualified = if group.is_empty() {
-            kind.to_string()
-        } else {
-            format!("{kind}.{group}")
-        };
-        let all: Vec<String> = errs.iter().map(|(_, m)| format!("{field}: {m}")).collect();
-        let list = match all.as_slice() {
+        let qualified = Self::qualified(&Target {
+            group,
+            plural: kind,
+            name,
+        });
+        let list = match lines.as_slice() {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),
         };

@@ -17,7 +17,6 @@ use crate::error::ApiError;
 use crate::registry::ResourceDef;
 use regex::Regex;
 use serde_json::{Map, Value, json};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// The compiled schema of a custom resource's request version (`None` for built-in kinds and
@@ -982,35 +981,13 @@ fn validate_composition(
 /// 422 Invalid for schema errors, worded like `errors.NewInvalid` (duplicate messages folded,
 /// several errors listed in brackets).
 pub fn invalid_error(kind: &str, group: &str, name: &str, errs: &[FieldError]) -> ApiError {
-    let causes: Vec<Value> = errs
-        .iter()
-        .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
-        .collect();
-    let mut details = json!({"name": name, "kind": kind, "causes": causes});
-    if !group.is_empty() {
-        details["group"] = json!(group);
-    }
-    let qualified = if group.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}.{group}")
-    };
-    let mut all: Vec<String> = vec![];
-    for e in errs {
-        let m = format!("{}: {}", e.field, e.message);
-        if !all.contains(&m) {
-            all.push(m);
-        }
-    }
-    let list = match all.as_slice() {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
-    };
-    let mut message = String::new();
-    let _ = write!(message, "{qualified} {} is invalid: {list}", go_quote(name));
-    let mut e = ApiError::new(422, "Invalid", message);
-    e.details = Some(Box::new(details));
-    e
+    ApiError::invalid_causes(
+        kind,
+        group,
+        name,
+        errs.iter()
+            .map(|e| (e.reason, e.field.as_str(), e.message.as_str())),
+    )
 }
 
 #[cfg(test)]
