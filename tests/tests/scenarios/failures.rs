@@ -72,7 +72,6 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
     )
     .await?;
     let good = eventually("child", TIMEOUT, || async { env.get(&cms, "t-cm").await }).await?;
-    let events = env.api("events.k8s.io/v1", "Event", "events", Some(&ns));
     for bad in [
         Mode::Garbage,
         Mode::Error500,
@@ -100,16 +99,11 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
         assert!(env.get(&cms, "s").await?.is_none());
     }
     // each failure was reported on the parent as a SyncError event
-    let ev = eventually("SyncError event", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(serde_json::to_value)
-            .filter_map(Result::ok)
-            .find(|e| e["reason"] == "SyncError" && e["regarding"]["name"] == "t"))
-    })
-    .await?;
+    let ev = env
+        .wait_event("SyncError event", Some(&ns), |e| {
+            e["reason"] == "SyncError" && e["regarding"]["name"] == "t"
+        })
+        .await?;
     assert_eq!(ev["type"], "Warning");
     // and as a condition on the parent's status
     let p = eventually("Synced=False condition", TIMEOUT, || async {

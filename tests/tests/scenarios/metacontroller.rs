@@ -311,16 +311,11 @@ async fn parent_without_status_subresource_is_reported() -> anyhow::Result<()> {
     );
     env.create("compositecontrollers", cc).await?;
     env.start_controller();
-    let events = env.api("events.k8s.io/v1", "Event", "events", None);
-    let ev = eventually("warning on the CompositeController", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .find(|e| e["regarding"]["name"] == "bare-cc" && e["type"] == "Warning"))
-    })
-    .await?;
+    let ev = env
+        .wait_event("warning on the CompositeController", None, |e| {
+            e["regarding"]["name"] == "bare-cc" && e["type"] == "Warning"
+        })
+        .await?;
     let note = ev["note"].as_str().unwrap_or_default();
     assert!(note.contains("status subresource"), "{note}");
     env.finish().await

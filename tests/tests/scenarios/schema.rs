@@ -76,17 +76,11 @@ async fn fields_the_server_drops_are_reported_on_the_parent() -> anyhow::Result<
     )
     .await?;
     env.wait_syncs("boxes-cc", syncs).await?;
-    let events = env.api("events.k8s.io/v1", "Event", "events", Some(&ns));
-    let ev = eventually("ChildFieldsIgnored event", TIMEOUT, || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(serde_json::to_value)
-            .filter_map(Result::ok)
-            .find(|e| e["reason"] == "ChildFieldsIgnored" && e["regarding"]["name"] == "b"))
-    })
-    .await?;
+    let ev = env
+        .wait_event("ChildFieldsIgnored event", Some(&ns), |e| {
+            e["reason"] == "ChildFieldsIgnored" && e["regarding"]["name"] == "b"
+        })
+        .await?;
     assert_eq!(ev["type"], "Warning");
     let note = ev["note"].as_str().unwrap_or_default();
     assert!(note.contains("spec.colour"), "{note}");
