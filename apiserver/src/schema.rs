@@ -14,6 +14,7 @@
 //! resources, and `x-kubernetes-map-type`.
 
 use crate::error::ApiError;
+use crate::patch::ListKind;
 use crate::registry::ResourceDef;
 use regex::Regex;
 use serde_json::{Map, Value, json};
@@ -83,14 +84,6 @@ impl Ty {
     }
 }
 
-/// `x-kubernetes-list-type`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ListType {
-    Atomic,
-    Set,
-    Map(Vec<String>),
-}
-
 /// One compiled schema node.
 #[derive(Debug, Clone, Default)]
 struct Node {
@@ -119,7 +112,8 @@ struct Node {
     max_items: Option<u64>,
     min_properties: Option<u64>,
     max_properties: Option<u64>,
-    list_type: Option<ListType>,
+    /// `x-kubernetes-list-type` (a map list keeps its keys as written, even none).
+    list_type: Option<ListKind>,
     all_of: Vec<Node>,
     any_of: Vec<Node>,
     one_of: Vec<Node>,
@@ -156,6 +150,24 @@ impl Node {
                 })
                 .unwrap_or_else(|| Ok(vec![]))
         };
+        let sub = |k: &str| -> Result<Option<Box<Node>>, (String, String)> {
+            match m.get(k) {
+                Some(s @ Value::Object(_)) => {
+                    Ok(Some(Box::new(Node::compile(s, &format!("{path}.{k}"))?)))
+                }
+                _ => Ok(None),
+            }
+        };
+        let strings = |k: &str| -> Vec<String> {
+            m.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         let properties = match m.get("properties").and_then(Value::as_object) {
             Some(p) => Some(
                 p.iter()
@@ -169,19 +181,8 @@ impl Node {
             ),
             None => None,
         };
-        let additional = match m.get("additionalProperties") {
-            Some(s @ Value::Object(_)) => Some(Box::new(Node::compile(
-                s,
-                &format!("{path}.additionalProperties"),
-            )?)),
-            _ => None,
-        };
-        let items = match m.get("items") {
-            Some(s @ Value::Object(_)) => {
-                Some(Box::new(Node::compile(s, &format!("{path}.items"))?))
-            }
-            _ => None,
-        };
+        let additional = sub("additionalProperties")?;
+        let items = sub("items")?;
         let pattern = match m.get("pattern").and_then(Value::as_str) {
             Some(p) => match Regex::new(p) {
                 Ok(re) => Some((p.to_string(), re)),
@@ -198,18 +199,9 @@ impl Node {
             None => None,
         };
         let list_type = match m.get("x-kubernetes-list-type").and_then(Value::as_str) {
-            Some("set") => Some(ListType::Set),
-            Some("map") => Some(ListType::Map(
-                m.get("x-kubernetes-list-map-keys")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|k| k.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            )),
-            Some("atomic") => Some(ListType::Atomic),
+            Some("set") => Some(ListKind::Set),
+            Some("map") => Some(ListKind::Map(strings("x-kubernetes-list-map-keys"))),
+            Some("atomic") => Some(ListKind::Atomic),
             _ => None,
         };
         Ok(Node {
@@ -222,15 +214,7 @@ impl Node {
             preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
             embedded: flag("x-kubernetes-embedded-resource"),
             default: m.get("default").cloned(),
-            required: m
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|k| k.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            required: strings("required"),
             enumeration: m.get("enum").and_then(Value::as_array).cloned(),
             minimum: num("minimum"),
             exclusive_minimum: flag("exclusiveMinimum"),
@@ -249,12 +233,7 @@ impl Node {
             all_of: subs("allOf")?,
             any_of: subs("anyOf")?,
             one_of: subs("oneOf")?,
-            not: match m.get("not") {
-                Some(s @ Value::Object(_)) => {
-                    Some(Box::new(Node::compile(s, &format!("{path}.not"))?))
-                }
-                _ => None,
-            },
+            not: sub("not")?,
         })
     }
 }
@@ -356,25 +335,17 @@ fn prune(
     let keep_meta = resource_root || s.is_some_and(|s| s.embedded);
     match v {
         Value::Object(m) => {
-            let Some(s) = s else {
-                m.retain(|k, _| {
-                    let keep = keep_meta && META_FIELDS.contains(&k.as_str());
-                    if !keep {
-                        pruned.push(Path::Key(path, k).render());
-                    }
-                    keep
-                });
-                return;
-            };
             m.retain(|k, _| {
                 let keep = (keep_meta && META_FIELDS.contains(&k.as_str()))
-                    || s.preserve_unknown
-                    || s.child(k).is_some();
+                    || s.is_some_and(|s| s.preserve_unknown || s.child(k).is_some());
                 if !keep {
                     pruned.push(Path::Key(path, k).render());
                 }
                 keep
             });
+            let Some(s) = s else {
+                return;
+            };
             for (k, x) in m.iter_mut() {
                 if keep_meta && META_FIELDS.contains(&k.as_str()) {
                     // a resource's metadata follows the server's metadata rules
@@ -519,12 +490,7 @@ fn go_float(f: f64) -> String {
 fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => go_float(f),
-            _ => n.to_string(),
-        },
-        Value::String(s) => go_quote(s),
+        // `%v` and `%#v` agree on the rest
         other => go_sharp(other),
     }
 }
@@ -593,12 +559,14 @@ fn map_key(item: &Value, keys: &[String]) -> Option<Map<String, Value>> {
     Some(out)
 }
 
-fn type_error(errs: &mut Vec<FieldError>, path: &Path<'_>, s: &Node, actual: &str) {
+/// `<path> in body must be of type <ty>`, quoting `actual` (a JSON type name, or a string that
+/// fails a `format`).
+fn type_error(errs: &mut Vec<FieldError>, path: &Path<'_>, ty: &str, actual: &str) {
     let p = path.render();
+    let actual = go_quote(actual);
     let message = format!(
-        "Invalid value: \"{actual}\": {} in body must be of type {}: \"{actual}\"",
-        body_name(&p),
-        type_label(s)
+        "Invalid value: {actual}: {} in body must be of type {ty}: {actual}",
+        body_name(&p)
     );
     errs.push(FieldError {
         reason: "FieldValueTypeInvalid",
@@ -614,12 +582,12 @@ fn validate(s: &Node, v: &Value, old: Option<&Value>, path: &Path<'_>, errs: &mu
     }
     if v.is_null() {
         if !s.nullable && (s.ty.is_some() || s.int_or_string) {
-            type_error(errs, path, s, "null");
+            type_error(errs, path, &type_label(s), "null");
         }
         return;
     }
     if !type_ok(v, s) {
-        type_error(errs, path, s, type_name(v));
+        type_error(errs, path, &type_label(s), type_name(v));
         return;
     }
     validate_composition(s, v, old, path, errs);
@@ -692,18 +660,7 @@ fn validate_string(s: &Node, st: &str, v: &Value, path: &Path<'_>, errs: &mut Ve
     if let Some(f) = &s.format
         && !format_ok(f, st)
     {
-        let p = path.render();
-        let message = format!(
-            "Invalid value: {}: {} in body must be of type {f}: {}",
-            go_quote(st),
-            body_name(&p),
-            go_quote(st)
-        );
-        errs.push(FieldError {
-            reason: "FieldValueTypeInvalid",
-            field: p,
-            message,
-        });
+        type_error(errs, path, f, st);
     }
 }
 
@@ -798,9 +755,9 @@ fn validate_array(
         for (i, x) in a.iter().enumerate() {
             // correlate with the old list only where list items have an identity
             let o = match (&s.list_type, old_items) {
-                (Some(ListType::Map(keys)), Some(olds)) => map_key(x, keys)
+                (Some(ListKind::Map(keys)), Some(olds)) => map_key(x, keys)
                     .and_then(|k| olds.iter().find(|o| map_key(o, keys).as_ref() == Some(&k))),
-                (Some(ListType::Set), Some(olds)) => olds.iter().find(|o| *o == x),
+                (Some(ListKind::Set), Some(olds)) => olds.iter().find(|o| *o == x),
                 _ => None,
             };
             validate(items, x, o, &Path::Index(path, i), errs);
@@ -824,7 +781,7 @@ fn validate_array(
         });
     }
     match &s.list_type {
-        Some(ListType::Set) => {
+        Some(ListKind::Set) => {
             for (i, x) in a.iter().enumerate() {
                 if a[..i].iter().any(|y| json_eq(x, y)) {
                     errs.push(FieldError {
@@ -835,7 +792,7 @@ fn validate_array(
                 }
             }
         }
-        Some(ListType::Map(keys)) => {
+        Some(ListKind::Map(keys)) => {
             let ks: Vec<Option<Map<String, Value>>> = a.iter().map(|x| map_key(x, keys)).collect();
             for (i, k) in ks.iter().enumerate() {
                 if let Some(k) = k
