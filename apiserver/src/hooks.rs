@@ -60,6 +60,15 @@ struct Hook {
     f: HookFn,
 }
 
+impl Hook {
+    /// Whether this hook is registered for the resource (`*` matches any version).
+    fn matches(&self, group: &str, version: &str, plural: &str) -> bool {
+        self.group == group
+            && (self.version == version || self.version == "*")
+            && self.plural == plural
+    }
+}
+
 /// Identifies a registered hook or fault, for removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HookId(pub u64);
@@ -139,12 +148,9 @@ impl Admission {
     /// the request body was decoded).
     pub(crate) fn mutates(&self, group: &str, version: &str, plural: &str) -> bool {
         let hooks = self.hooks.read().unwrap_or_else(|e| e.into_inner());
-        hooks.iter().any(|h| {
-            matches!(h.f, HookFn::Mutating(_))
-                && h.group == group
-                && (h.version == version || h.version == "*")
-                && h.plural == plural
-        })
+        hooks
+            .iter()
+            .any(|h| matches!(h.f, HookFn::Mutating(_)) && h.matches(group, version, plural))
     }
 
     /// Run mutating then validating functions for a resource.
@@ -157,9 +163,7 @@ impl Admission {
         op: Operation,
     ) -> Result<(), AdmissionError> {
         let hooks = self.hooks.read().unwrap_or_else(|e| e.into_inner());
-        let matching = |h: &&Hook| {
-            h.group == group && (h.version == version || h.version == "*") && h.plural == plural
-        };
+        let matching = |h: &&Hook| h.matches(group, version, plural);
         if op != Operation::Delete {
             for h in hooks.iter().filter(matching) {
                 if let HookFn::Mutating(f) = &h.f {

@@ -19,6 +19,13 @@ pub struct Key {
     pub name: String,
 }
 
+impl Key {
+    /// Whether the key is of resource `res`, in namespace `ns` (`None`: any namespace).
+    fn within(&self, res: &str, ns: Option<&str>) -> bool {
+        *self.res == *res && ns.is_none_or(|n| n == self.ns)
+    }
+}
+
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -269,7 +276,7 @@ impl Storage {
         let ns = ns.map(str::to_string);
         self.objects
             .range((lower, std::ops::Bound::Unbounded))
-            .take_while(move |(k, _)| k.res == res && ns.as_ref().is_none_or(|n| *n == k.ns))
+            .take_while(move |(k, _)| k.within(&res, ns.as_deref()))
     }
 
     /// Whether any object lives in the namespace (any resource).
@@ -391,16 +398,12 @@ impl Storage {
         }
         let mut undo = BTreeMap::new();
         for e in self.events.iter().rev().take_while(|e| e.rv > rv) {
-            if e.key.res != *res || ns.is_some_and(|n| n != e.key.ns) {
+            if !e.key.within(res, ns) {
                 continue;
             }
             // Newest first: the last write for a key is the state before its oldest change
-            // after `rv`, which is its state at `rv`.
-            let before = match e.ty {
-                EventType::Added => None,
-                EventType::Modified | EventType::Deleted => e.prev.clone(),
-            };
-            undo.insert(e.key.clone(), before);
+            // after `rv`, which is its state at `rv` (`prev` is `None` exactly for ADDED).
+            undo.insert(e.key.clone(), e.prev.clone());
         }
         Ok(Snapshot {
             store: self,
