@@ -8,6 +8,9 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use tokio_util::sync::CancellationToken;
 
+mod support;
+use support::wait_for;
+
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -44,21 +47,6 @@ fn parent(text: &str) -> String {
     format!(
         "apiVersion: dev.example.com/v1\nkind: Greeting\nmetadata:\n  name: hello\nspec:\n  text: {text}\n"
     )
-}
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f().await {
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 #[tokio::test]
@@ -122,7 +110,7 @@ async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
 
     // Saving a changed file re-applies it.
     std::fs::write(dir.path().join("a-parent.yaml"), parent("bye"))?;
-    eventually("the changed parent to be re-applied", || async {
+    wait_for("the changed parent to be re-applied", || async {
         api.get("hello")
             .await
             .is_ok_and(|o| o.data["spec"]["text"] == "bye")

@@ -9,7 +9,8 @@ use anyhow::{Context as _, bail};
 use kmeta_apiserver::TestServer;
 
 const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
-const TIMEOUT: Duration = Duration::from_secs(20);
+mod support;
+use support::{TIMEOUT, wait_for};
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -29,21 +30,6 @@ async fn http_get(url: &str) -> Option<(u16, String)> {
     let r = reqwest::get(url).await.ok()?;
     let code = r.status().as_u16();
     Some((code, r.text().await.ok()?))
-}
-
-async fn wait_for<F, Fut>(what: &str, mut f: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    while !f().await {
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// Polls without blocking the runtime: the API server runs on this test's runtime.
