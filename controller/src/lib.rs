@@ -3,28 +3,32 @@
 //! A `CompositeController` names a parent resource, child resources and webhooks; kmeta watches
 //! parents and children, POSTs each parent with its observed children to the sync hook, and
 //! applies the desired children it returns with [`dynapply`].
+//!
+//! The crate is layered; a module only imports from its own layer or the ones below it
+//! (`controller/tests/layers.rs` checks this):
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | 0 | [`object`], [`duration`], [`api`] | object accessors, Go durations, the CRD types |
+//! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
+//! | 2 | [`ops`] | metrics, client rate limits, logging, health probes, leader election |
+//! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, wire decoding |
+//! | 4 | [`reconcile`] | the reconcile core, pure decisions, the CompositeController, the manager |
+//! | 5 | [`cmd`] | `kmeta run`, `demo`, `dev`, `crds`: flags and entry points |
+#![warn(missing_docs)]
 
 pub mod api;
-pub mod cache;
-pub mod cli;
-pub mod controller;
-pub mod crds;
-pub mod decide;
-pub mod demo;
-pub mod dev;
-pub mod health;
-pub mod hook;
-pub mod kapi;
-pub mod leader;
-pub mod logging;
-pub mod manager;
-pub mod metrics;
-pub mod queue;
-pub mod ratelimit;
-pub mod resources;
-pub mod run;
-pub mod selector;
-pub mod sync;
-pub mod wire;
+pub mod duration;
+pub mod object;
 
-pub use controller::{Context, ManagerConfig};
+pub(crate) mod runtime;
+
+pub mod ops;
+
+pub mod hook;
+
+pub mod reconcile;
+
+pub mod cmd;
+
+pub use reconcile::{Context, ManagerConfig};

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use kmeta::cli::{LogArgs, RunArgs};
+use kmeta::cmd::cli::{LogArgs, RunArgs};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -94,7 +94,7 @@ async fn wait_signal() {
 
 fn init_logs(log: &LogArgs) -> anyhow::Result<()> {
     let config = log.to_config()?;
-    kmeta::logging::init(&config).map_err(anyhow::Error::msg)
+    kmeta::ops::logging::init(&config).map_err(anyhow::Error::msg)
 }
 
 #[tokio::main]
@@ -110,23 +110,23 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             let config = args.to_config()?;
-            kmeta::logging::init(&config.log).map_err(anyhow::Error::msg)?;
-            kmeta::run::run(config, shutdown_on_signal()).await?;
+            kmeta::ops::logging::init(&config.log).map_err(anyhow::Error::msg)?;
+            kmeta::cmd::run::run(config, shutdown_on_signal()).await?;
         }
         Command::Demo { verbose } => {
             if verbose {
-                let log = kmeta::cli::LogConfig {
-                    format: kmeta::cli::LogFormat::Text,
+                let log = kmeta::cmd::cli::LogConfig {
+                    format: kmeta::cmd::cli::LogFormat::Text,
                     filter: Some("kmeta=debug,info".into()),
                 };
-                kmeta::logging::init(&log).map_err(anyhow::Error::msg)?;
+                kmeta::ops::logging::init(&log).map_err(anyhow::Error::msg)?;
             }
-            let opts = kmeta::demo::DemoOptions {
+            let opts = kmeta::cmd::demo::DemoOptions {
                 verbose,
                 ..Default::default()
             };
             let mut out = std::io::stdout();
-            kmeta::demo::run(opts, &mut out)
+            kmeta::cmd::demo::run(opts, &mut out)
                 .await
                 .context("the demo failed")?;
         }
@@ -137,24 +137,24 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             log,
         } => {
             init_logs(&log)?;
-            let opts = kmeta::dev::DevOptions {
+            let opts = kmeta::cmd::dev::DevOptions {
                 port,
                 kubeconfig_out,
                 files,
                 ..Default::default()
             };
             let mut out = std::io::stdout();
-            kmeta::dev::run(opts, shutdown_on_signal(), &mut out).await?;
+            kmeta::cmd::dev::run(opts, shutdown_on_signal(), &mut out).await?;
         }
         Command::Crds { write, check } => {
             if let Some(dir) = write {
-                kmeta::crds::write_dir(&dir)?;
+                kmeta::api::crds::write_dir(&dir)?;
             } else if let Some(dir) = check {
-                kmeta::crds::check_dir(&dir)?;
+                kmeta::api::crds::check_dir(&dir)?;
             } else {
                 print!(
                     "{}",
-                    kmeta::crds::rendered_stream().context("rendering crds")?
+                    kmeta::api::crds::rendered_stream().context("rendering crds")?
                 );
             }
         }

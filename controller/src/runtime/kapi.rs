@@ -3,8 +3,8 @@
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
 use serde_json::Value;
 
-use crate::decide::meta_str;
-use crate::resources::Resolved;
+use crate::object::meta_str;
+use crate::runtime::resources::Resolved;
 
 /// Retries of a read-modify-write on conflict: 5 (client-go `retry.DefaultBackoff` steps).
 pub const CONFLICT_RETRIES: usize = 5;

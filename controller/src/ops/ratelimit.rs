@@ -32,7 +32,7 @@ use http::{Method, Request, Response, Uri};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// Limits of the client-side token bucket.
 #[derive(Clone, Copy, Debug, PartialEq)]

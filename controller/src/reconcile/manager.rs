@@ -14,7 +14,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{CompositeController, CompositeControllerSpec};
-use crate::controller::{BuildError, Context, ManagerConfig, ParentController};
+use crate::reconcile::composite::{BuildError, ParentController};
+use crate::reconcile::core::{Context, ManagerConfig};
 
 struct Running {
     spec: CompositeControllerSpec,
@@ -83,7 +84,7 @@ async fn run_cc(
                 if let Some(guard) = pending.take() {
                     let waiting = pc.clone();
                     tokio::spawn(async move {
-                        waiting.wait_synced().await;
+                        waiting.wait_watches_synced().await;
                         drop(guard);
                     });
                 }

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RunConfig;
-use crate::controller::ManagerConfig;
-use crate::health::{self, HealthError, Probes};
-use crate::leader::LeaderConfig;
-use crate::metrics::Metrics;
-use crate::ratelimit::RateLimit;
+use crate::cmd::cli::RunConfig;
+use crate::reconcile::core::ManagerConfig;
+use crate::ops::health::{self, HealthError, Probes};
+use crate::ops::leader::LeaderConfig;
+use crate::ops::metrics::Metrics;
+use crate::ops::ratelimit::RateLimit;
 
 /// Where the pod's namespace is mounted in a cluster.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -83,7 +83,7 @@ pub async fn run_manager(
     stop: CancellationToken,
     bound: Duration,
 ) -> Result<(), kube::Error> {
-    let work = crate::manager::run(client, config, stop.clone());
+    let work = crate::reconcile::manager::run(client, config, stop.clone());
     tokio::pin!(work);
     tokio::select! {
         r = &mut work => return r,
@@ -160,7 +160,7 @@ async fn run_elected_manager(
 ) -> Result<(), RunError> {
     let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
     let slot = failed.clone();
-    crate::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
+    crate::ops::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
         if let Err(e) = run_manager(client, manager, token, bound).await
             && let Ok(mut slot) = slot.lock()
         {
@@ -188,7 +188,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         qps: config.qps,
         burst: config.burst,
     };
-    let client = crate::ratelimit::client(kube_config.clone(), limits, metrics.clone())
+    let client = crate::ops::ratelimit::client(kube_config.clone(), limits, metrics.clone())
         .map_err(|e| RunError::Client(e.to_string()))?;
     let probes = Probes {
         elected: config.leader.is_some(),
@@ -214,7 +214,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
             };
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.
-            let lease_client = crate::ratelimit::client(kube_config, limits, metrics)
+            let lease_client = crate::ops::ratelimit::client(kube_config, limits, metrics)
                 .map_err(|e| RunError::Client(e.to_string()))?;
             run_elected_manager(lease_client, leader, client, manager, shutdown, bound).await
         }

@@ -1,5 +1,5 @@
 //! Pure decisions of a sync: claiming, finalizers, hook choice, desired-children validation, the
-//! child plan and the status diff. No I/O here; the executor in [`crate::sync`] acts on them.
+//! child plan and the status diff. No I/O here; the executor in [`crate::reconcile::composite::sync`] acts on them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -8,8 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value, json};
 
 use crate::api::ChildUpdateMethod;
-use crate::selector::{self, SelectorError};
-use crate::wire::group_key;
+use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta, meta_str};
+use crate::runtime::selector::{self, SelectorError};
+use crate::hook::wire::group_key;
 
 /// The generated-selector label.
 pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
@@ -49,44 +50,6 @@ pub enum DecideError {
         /// Cause.
         source: dynapply::Error,
     },
-}
-
-fn meta<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
-    obj.get("metadata").and_then(|m| m.get(field))
-}
-
-/// `metadata.<field>` as a string ("" when absent).
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    meta(obj, field).and_then(Value::as_str).unwrap_or_default()
-}
-
-/// True when `metadata.deletionTimestamp` is set.
-pub fn is_deleting(obj: &Value) -> bool {
-    meta(obj, "deletionTimestamp").is_some_and(|v| !v.is_null())
-}
-
-/// True when `metadata.finalizers` contains `name`.
-pub fn has_finalizer(obj: &Value, name: &str) -> bool {
-    meta(obj, "finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(name)))
-}
-
-/// The controller owner reference (`controller: true`), if any.
-pub fn controller_ref(obj: &Value) -> Option<&Value> {
-    meta(obj, "ownerReferences")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-}
-
-/// A human name for an object: `Kind namespace/name` or `Kind name`.
-pub fn describe(obj: &Value) -> String {
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("object");
-    match meta_str(obj, "namespace") {
-        "" => format!("{kind} {}", meta_str(obj, "name")),
-        ns => format!("{kind} {ns}/{}", meta_str(obj, "name")),
-    }
 }
 
 /// The controllerRef a parent puts on its children.

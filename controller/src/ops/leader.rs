@@ -29,7 +29,7 @@
 //! read. The work future is polled inside `run_elected`'s future (not spawned): aborting the task
 //! that runs `run_elected` drops the work too, without releasing the Lease.
 //!
-//! Use a client with its own rate limiter for the election (see [`crate::ratelimit::client`]), so
+//! Use a client with its own rate limiter for the election (see [`crate::ops::ratelimit::client`]), so
 //! a busy controller cannot starve lease renewals.
 
 use std::future::Future;
@@ -43,8 +43,8 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kapi::is_conflict;
-use crate::metrics::Metrics;
+use crate::runtime::kapi::is_conflict;
+use crate::ops::metrics::Metrics;
 
 /// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
 const JITTER_FACTOR: f64 = 1.2;

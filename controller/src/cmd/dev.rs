@@ -14,7 +14,7 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::ManagerConfig;
+use crate::reconcile::core::ManagerConfig;
 
 /// Field manager of the objects `kmeta dev` applies.
 pub const FIELD_MANAGER: &str = "kmeta-dev";
@@ -324,7 +324,7 @@ async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevE
 
 /// Installs the CompositeController/DecoratorController/ControllerRevision CRDs.
 pub async fn install_crds(client: &kube::Client) -> Result<(), DevError> {
-    let crds = crate::crds::all().map_err(|e| DevError::Server(e.to_string()))?;
+    let crds = crate::api::crds::all().map_err(|e| DevError::Server(e.to_string()))?;
     let manifests: Vec<Manifest> = crds
         .into_iter()
         .map(|crd| {
@@ -448,7 +448,7 @@ pub async fn run(
         "controller running; edit and save a manifest to re-apply it; Ctrl-C to stop"
     )?;
     out.flush()?;
-    crate::run::run_manager(client, config, stop, Duration::from_secs(10))
+    crate::cmd::run::run_manager(client, config, stop, Duration::from_secs(10))
         .await
         .map_err(|e| DevError::Server(e.to_string()))?;
     env.server.shutdown().await;

@@ -12,8 +12,8 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::decide::{controller_ref, meta_str};
-use crate::resources::Resolved;
+use crate::object::{controller_ref, meta_str};
+use crate::runtime::resources::Resolved;
 
 /// `(namespace, name)`; namespace is "" for cluster-scoped objects.
 pub type ObjKey = (String, String);
@@ -362,13 +362,6 @@ impl Informers {
         inf
     }
 
-    /// Number of running watches.
-    pub fn active(&self) -> usize {
-        self.map
-            .lock()
-            .map(|m| m.values().filter(|w| w.strong_count() > 0).count())
-            .unwrap_or(0)
-    }
 }
 
 #[cfg(test)]

@@ -199,25 +199,10 @@ pub struct RunConfig {
 
 /// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, CliError> {
-    go_duration(value).ok_or_else(|| CliError::Duration {
+    crate::duration::go_duration(value).ok_or_else(|| CliError::Duration {
         flag,
         value: value.to_owned(),
     })
-}
-
-/// A non-negative Go duration (`0`, `10s`, `1h30m`, `1.5h`, `250ms`, `500us`), as flags and the
-/// CRDs' `timeout` fields spell them; `None` for anything else.
-pub fn go_duration(value: &str) -> Option<Duration> {
-    let s = value.trim();
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    // Go's units; jiff's friendly parser accepts the same compact form ("1h30m", "1.5h", "250ms").
-    let d: jiff::SignedDuration = s.parse().ok()?;
-    if d.is_negative() || s.starts_with('P') || s.starts_with('p') || s.contains(' ') {
-        return None;
-    }
-    Duration::try_from(d).ok()
 }
 
 /// Parses a Go-style bind address: "0" disables, ":PORT" binds every interface, "HOST:PORT"
@@ -350,14 +335,19 @@ impl RunArgs {
                 message: format!("must be a number >= 0, got {}", self.events_qps),
             });
         }
-        let selector = self.target_label_selector.trim();
-        if !selector.is_empty() {
-            kmeta_apiserver::selector::LabelSelector::parse(selector).map_err(|e| {
-                CliError::Invalid {
-                    flag: "target-label-selector",
-                    message: e.to_string(),
-                }
-            })?;
+        // Without the embedded API server (and its selector parser) a bad selector is reported
+        // by the API server when the CompositeController watch starts.
+        #[cfg(feature = "embedded-apiserver")]
+        {
+            let selector = self.target_label_selector.trim();
+            if !selector.is_empty() {
+                kmeta_apiserver::selector::LabelSelector::parse(selector).map_err(|e| {
+                    CliError::Invalid {
+                        flag: "target-label-selector",
+                        message: e.to_string(),
+                    }
+                })?;
+            }
         }
         if self.leader_election && self.leader_election_id.trim().is_empty() {
             return Err(CliError::Invalid {
@@ -405,7 +395,8 @@ impl RunArgs {
                 namespace: self.leader_election_namespace.trim().to_owned(),
                 name: self.leader_election_id.trim().to_owned(),
             }),
-            target_label_selector: Some(selector.to_owned()).filter(|s| !s.is_empty()),
+            target_label_selector: Some(self.target_label_selector.trim().to_owned())
+                .filter(|s| !s.is_empty()),
             events_qps: self.events_qps,
             events_burst: self.events_burst,
             shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,

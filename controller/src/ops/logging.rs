@@ -2,7 +2,7 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{LogConfig, LogFormat};
+use crate::cmd::cli::{LogConfig, LogFormat};
 
 /// The filter directive: the explicit flag, else `$RUST_LOG`, else `info`.
 pub fn filter(config: &LogConfig) -> Result<EnvFilter, String> {

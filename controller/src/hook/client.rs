@@ -13,8 +13,8 @@ use crate::api::{
     Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, Hook, HookVersion, KeyReference,
     ResponseUnmarshallMode, Webhook,
 };
-use crate::metrics::Metrics;
-use crate::wire;
+use crate::ops::metrics::Metrics;
+use crate::hook::wire;
 
 /// Default hook timeout: 10 s (Metacontroller `webhookTimeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -110,12 +110,6 @@ pub enum HookError {
     /// The body did not decode.
     #[error(transparent)]
     Wire(#[from] wire::WireError),
-}
-
-/// Parses a Go duration string (`10s`, `1m30s`, `500ms`, `1.5h`, `250us`).
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    crate::cli::go_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s, 1m30s, 500ms)"))
 }
 
 /// The URL a webhook is called at: `url`, else `{protocol}://{name}.{namespace}:{port}{path}`.
@@ -305,7 +299,7 @@ impl HookClient {
         let url = webhook_url(w).map_err(cfg)?;
         let parsed = reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {url:?}: {e}")))?;
         let timeout = match w.timeout.as_deref() {
-            Some(t) => parse_go_duration(t).map_err(|e| cfg(format!("timeout: {e}")))?,
+            Some(t) => crate::duration::parse_go_duration(t).map_err(|e| cfg(format!("timeout: {e}")))?,
             None => DEFAULT_TIMEOUT,
         };
         let sec = security(w, match_endpoint_config(&parsed, endpoint_configs));
@@ -690,33 +684,6 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.matches(&url).count(), 1, "the url once: {err}");
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(
-            parse_go_duration("500ms").unwrap(),
-            Duration::from_millis(500)
-        );
-        assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(
-            parse_go_duration("1.5h").unwrap(),
-            Duration::from_secs(5400)
-        );
-        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
-        assert_eq!(
-            parse_go_duration("250us").unwrap(),
-            Duration::from_micros(250)
-        );
-        assert_eq!(
-            parse_go_duration("1h2m3s").unwrap(),
-            Duration::from_secs(3723)
-        );
-        assert!(parse_go_duration("-5s").is_err());
-        assert!(parse_go_duration("10").is_err());
-        assert!(parse_go_duration("10parsecs").is_err());
-        assert!(parse_go_duration("").is_err());
     }
 
     #[test]

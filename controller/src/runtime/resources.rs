@@ -19,7 +19,7 @@ pub struct Resolved {
 impl Resolved {
     /// `<Kind>.<apiVersion>`.
     pub fn group_key(&self) -> String {
-        crate::wire::group_key(&self.api.api_version, &self.api.kind)
+        crate::hook::wire::group_key(&self.api.api_version, &self.api.kind)
     }
     /// `apiVersion/plural`, the identity of a watch.
     pub fn watch_key(&self) -> String {
@@ -85,24 +85,5 @@ impl Resources {
                 api_version: api_version.to_owned(),
                 resource: resource.to_owned(),
             })
-    }
-
-    /// Looks up by `apiVersion` + kind (main resource, not a subresource).
-    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Resolved> {
-        self.map.read().ok().and_then(|m| {
-            m.get(api_version)?
-                .values()
-                .find(|r| r.api.kind == kind)
-                .cloned()
-        })
-    }
-
-    /// Inserts one resource (tests and static setups).
-    pub fn insert(&self, r: Resolved) {
-        if let Ok(mut m) = self.map.write() {
-            m.entry(r.api.api_version.clone())
-                .or_default()
-                .insert(r.api.plural.clone(), r);
-        }
     }
 }

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ManagerConfig;
-use crate::kapi;
+use crate::runtime::kapi;
 
 /// Settings of [`run`].
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub enum DemoError {
     Hook(#[source] std::io::Error),
     /// kmeta's own CRDs could not be built.
     #[error("building kmeta's crds: {0}")]
-    Crds(#[from] crate::crds::CrdError),
+    Crds(#[from] crate::api::crds::CrdError),
     /// An API call the demo makes itself failed.
     #[error("step {step}: {action}: {source}")]
     Api {
@@ -592,7 +592,7 @@ impl<'o> Demo<'o> {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
         )
         .await?;
-        for crd in crate::crds::all()? {
+        for crd in crate::api::crds::all()? {
             let crd = serde_json::to_value(crd).map_err(|e| DemoError::Api {
                 step: SETUP,
                 action: "encoding kmeta's crds".into(),
@@ -644,7 +644,7 @@ impl<'o> Demo<'o> {
             workers: 2,
             ..ManagerConfig::default()
         };
-        let manager = tokio::spawn(crate::manager::run(
+        let manager = tokio::spawn(crate::reconcile::manager::run(
             self.client.clone(),
             config,
             stop.clone(),

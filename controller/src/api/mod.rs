@@ -1,6 +1,8 @@
 //! The `metacontroller.k8s.io/v1alpha1` API types: `CompositeController`,
 //! `DecoratorController` and `ControllerRevision`, with Metacontroller v4.17's field names.
 
+pub mod crds;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::CustomResource;
 use schemars::JsonSchema;

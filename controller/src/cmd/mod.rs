@@ -1,0 +1,9 @@
+//! Layer 5, the command line: flags ([`cli`]), `kmeta run` ([`run`]), and with the default
+//! `embedded-apiserver` feature the one-process `kmeta demo` ([`demo`]) and `kmeta dev` ([`dev`]).
+
+pub mod cli;
+#[cfg(feature = "embedded-apiserver")]
+pub mod demo;
+#[cfg(feature = "embedded-apiserver")]
+pub mod dev;
+pub mod run;

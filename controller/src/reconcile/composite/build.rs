@@ -1,0 +1,265 @@
+//! Building a [`Composite`] from a CompositeController object: resolve the parent and child
+//! resources, start (or share) their watches, read list rules from child CRDs, and make the hook
+//! clients. The result is everything one sync reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::api::{ChildUpdateMethod, CompositeController, Hook};
+use crate::hook::wire::RelatedResourceRule;
+use crate::hook::{HookClient, HookError};
+use crate::reconcile::core::{Context, SyncError};
+use crate::reconcile::decide::{ChildType, FutileUpdates};
+use crate::runtime::cache::Informer;
+use crate::runtime::resources::{Resolved, ResourceError};
+use crate::runtime::selector;
+
+/// A declared child type, resolved and watched.
+pub struct ChildRule {
+    /// The resolved resource.
+    pub resolved: Resolved,
+    /// The shared watch.
+    pub informer: Arc<Informer>,
+    /// Update method.
+    pub method: ChildUpdateMethod,
+    /// dynapply options with the list rules of this type.
+    pub options: dynapply::Options,
+}
+
+/// Why a controller could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A resource is not served (yet).
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// A hook is misconfigured or its credentials are unreadable.
+    #[error(transparent)]
+    Hook(#[from] HookError),
+    /// The parent resource has no status subresource.
+    #[error(
+        "parent resource {resource} in {api_version} has no status subresource; kmeta (like Metacontroller) requires one, enable `subresources.status` in the CRD"
+    )]
+    NoStatusSubresource {
+        /// apiVersion.
+        api_version: String,
+        /// Plural.
+        resource: String,
+    },
+    /// No sync hook.
+    #[error("spec.hooks.sync is required")]
+    NoSyncHook,
+}
+
+/// Cached customize answers: parent UID → (generation, rules, fetched at).
+pub type CustomizeCache = HashMap<String, (i64, Vec<RelatedResourceRule>, Instant)>;
+
+/// The hook clients of one CompositeController.
+pub struct Hooks {
+    /// The sync hook.
+    pub sync: HookClient,
+    /// The finalize hook, if declared.
+    pub finalize: Option<HookClient>,
+    /// The customize hook, if declared.
+    pub customize: Option<HookClient>,
+}
+
+/// Everything one sync of a composite parent reads and the state it keeps between syncs: the
+/// resolved parent and children, their watches, the hooks and the caches. It knows nothing of
+/// the work queue or the triggers that feed it.
+pub struct Composite {
+    /// Shared context.
+    pub ctx: Arc<Context>,
+    /// The CompositeController's name.
+    pub name: String,
+    /// The CompositeController as sent in hook requests (`controller`).
+    pub cc_json: Value,
+    /// The CompositeController.
+    pub cc: CompositeController,
+    /// The parent resource.
+    pub parent: Resolved,
+    /// Parent watch.
+    pub parents: Arc<Informer>,
+    /// Child rules by `<Kind>.<apiVersion>`.
+    pub children: HashMap<String, ChildRule>,
+    /// Declared child types for validation.
+    pub declared: HashMap<String, ChildType>,
+    /// Declared group keys in spec order.
+    pub child_keys: Vec<String>,
+    /// Hooks.
+    pub hooks: Hooks,
+    /// Customize cache.
+    pub customize_cache: Mutex<CustomizeCache>,
+    /// Related watches this controller listens to, by watch key.
+    pub related: Mutex<HashMap<String, Arc<Informer>>>,
+    /// Child updates the API server answered without writing, not to be sent again.
+    pub futile_updates: Mutex<FutileUpdates>,
+}
+
+impl std::fmt::Debug for Composite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Composite")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn list_rules(ctx: &Context, r: &Resolved) -> dynapply::ListRules {
+    let builtin = dynapply::ListRules::builtin(&r.api.api_version, &r.api.kind);
+    // CRD groups always contain a dot; built-in groups have none or end in `.k8s.io`
+    if !r.api.group.contains('.') || r.api.group.ends_with(".k8s.io") {
+        return builtin;
+    }
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(ctx.client.clone());
+    match crds
+        .get_opt(&format!("{}.{}", r.api.plural, r.api.group))
+        .await
+    {
+        Ok(Some(crd)) => match serde_json::to_value(crd)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
+            }) {
+            Ok(from_schema) => builtin.merge(from_schema),
+            Err(e) => {
+                tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
+                builtin
+            }
+        },
+        _ => builtin,
+    }
+}
+
+/// The resolved parent resource, which must have a status subresource.
+fn resolve_parent(ctx: &Context, cc: &CompositeController) -> Result<Resolved, BuildError> {
+    let pr = &cc.spec.parent_resource;
+    let parent = ctx.resources.get(&pr.api_version, &pr.resource)?;
+    if !parent.has_status {
+        return Err(BuildError::NoStatusSubresource {
+            api_version: pr.api_version.clone(),
+            resource: pr.resource.clone(),
+        });
+    }
+    Ok(parent)
+}
+
+/// The declared child types: rules by group key, types for validation, keys in spec order.
+type ChildTypes = (
+    HashMap<String, ChildRule>,
+    HashMap<String, ChildType>,
+    Vec<String>,
+);
+
+async fn resolve_children(
+    ctx: &Context,
+    cc: &CompositeController,
+) -> Result<ChildTypes, BuildError> {
+    let mut children = HashMap::new();
+    let mut declared = HashMap::new();
+    let mut child_keys = Vec::new();
+    for rule in cc.spec.child_rules() {
+        let r = ctx.resources.get(&rule.api_version, &rule.resource)?;
+        let method = rule
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.method)
+            .unwrap_or_default();
+        let key = r.group_key();
+        let namespaced = r.namespaced;
+        declared.insert(key.clone(), ChildType { namespaced, method });
+        let options = dynapply::Options {
+            rules: list_rules(ctx, &r).await,
+            ..dynapply::Options::default()
+        };
+        child_keys.push(key.clone());
+        let informer = ctx.informers.get(&r);
+        children.insert(
+            key,
+            ChildRule {
+                informer,
+                resolved: r,
+                method,
+                options,
+            },
+        );
+    }
+    Ok((children, declared, child_keys))
+}
+
+async fn hook_client(
+    ctx: &Context,
+    cc: &CompositeController,
+    name: &str,
+    which: &'static str,
+    hook: &Hook,
+) -> Result<HookClient, HookError> {
+    let eps = cc.spec.endpoint_configs.as_deref().unwrap_or_default();
+    let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
+    Ok(client.with_metrics(ctx.config.metrics.clone(), name))
+}
+
+async fn hook_clients(
+    ctx: &Context,
+    cc: &CompositeController,
+    name: &str,
+) -> Result<Hooks, BuildError> {
+    let spec = &cc.spec;
+    let sync = match spec.sync_hook() {
+        Some(h) => hook_client(ctx, cc, name, "sync", h).await?,
+        None => return Err(BuildError::NoSyncHook),
+    };
+    let finalize = match spec.finalize_hook() {
+        Some(h) => Some(hook_client(ctx, cc, name, "finalize", h).await?),
+        None => None,
+    };
+    let customize = match spec.customize_hook() {
+        Some(h) => Some(hook_client(ctx, cc, name, "customize", h).await?),
+        None => None,
+    };
+    Ok(Hooks {
+        sync,
+        finalize,
+        customize,
+    })
+}
+
+impl Composite {
+    /// Resolves resources, starts (or shares) watches and builds hook clients.
+    pub async fn build(ctx: Arc<Context>, cc: CompositeController) -> Result<Composite, BuildError> {
+        let name = cc.metadata.name.clone().unwrap_or_default();
+        let parent = resolve_parent(&ctx, &cc)?;
+        let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
+        let hooks = hook_clients(&ctx, &cc, &name).await?;
+        let mut cc_json = serde_json::to_value(&cc).unwrap_or(Value::Null);
+        if let Some(m) = cc_json.as_object_mut() {
+            m.remove("status");
+        }
+        Ok(Composite {
+            parents: ctx.informers.get(&parent),
+            ctx,
+            name,
+            cc_json,
+            cc,
+            parent,
+            children,
+            declared,
+            child_keys,
+            hooks,
+            customize_cache: Mutex::new(HashMap::new()),
+            related: Mutex::new(HashMap::new()),
+            futile_updates: Mutex::new(FutileUpdates::default()),
+        })
+    }
+
+    /// Is this parent selected by `parentResource.labelSelector`?
+    pub fn selected(&self, parent: &Value) -> Result<bool, SyncError> {
+        match &self.cc.spec.parent_resource.label_selector {
+            None => Ok(true),
+            Some(sel) => Ok(selector::matches(sel, &selector::labels_of(parent))?),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Child management: executes the plan of [`decide::plan_children`] — create, update (dynapply's
+//! three-way merge, skipping updates the API server ignored before) and delete — and reports
+//! fields the server dropped.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::build::{ChildRule, Composite};
+use crate::object::{describe, meta_str};
+use crate::reconcile::core::SyncError;
+use crate::reconcile::decide::{self, ChildOp};
+use crate::runtime::kapi;
+
+/// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
+/// left to the next sync, other failures are collected and reported together.
+pub(super) async fn manage_children(
+    c: &Composite,
+    parent: &Value,
+    observed: &[Value],
+    desired: &BTreeMap<String, Value>,
+) -> Result<(), SyncError> {
+    let ops = decide::plan_children(
+        parent,
+        observed,
+        desired,
+        |gk| c.children.get(gk).map(|r| r.method).unwrap_or_default(),
+        |gk| {
+            c.children
+                .get(gk)
+                .map(|r| r.options.clone())
+                .unwrap_or_default()
+        },
+    )?;
+    let mut errors = Vec::new();
+    let mut ignored = Vec::new();
+    for op in ops {
+        let obj = match &op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
+        };
+        let gk = decide::child_key(obj)
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let Some(rule) = c.children.get(&gk) else {
+            errors.push(format!("{}: undeclared type {gk}", describe(obj)));
+            continue;
+        };
+        let Some((verb, op_label, res)) = execute(c, rule, &op, &mut ignored).await else {
+            continue;
+        };
+        match res {
+            Ok(()) => {
+                c.ctx.config.metrics.child_op(&c.name, op_label);
+                tracing::info!(controller = %c.name, child = %describe(obj), "{verb} child")
+            }
+            Err(e) if kapi::is_conflict(&e) || kapi::is_not_found(&e) => {
+                tracing::debug!(controller = %c.name, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
+            }
+            Err(e) => errors.push(format!("{verb} {}: {e}", describe(obj))),
+        }
+    }
+    for (child, paths) in ignored {
+        report_ignored_fields(c, parent, &child, &paths).await;
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(SyncError::Children(errors))
+    }
+}
+
+/// What one executed child operation was (verb, metric label) and how it ended.
+type Executed = (&'static str, &'static str, Result<(), kube::Error>);
+
+/// Sends one child operation; `None` when an update is skipped because the API server ignored
+/// the same update of this child version before. Fields an update lost are added to `ignored`.
+async fn execute(
+    c: &Composite,
+    rule: &ChildRule,
+    op: &ChildOp,
+    ignored: &mut Vec<(String, Vec<String>)>,
+) -> Option<Executed> {
+    let obj = match op {
+        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
+    };
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(obj, "namespace"));
+    Some(match op {
+        ChildOp::Create(o) => (
+            "creating",
+            "create",
+            kapi::create(&api, o).await.map(|_| ()),
+        ),
+        ChildOp::Update(o)
+            if c
+                .futile_updates
+                .lock()
+                .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
+        {
+            tracing::debug!(child = %describe(o), "update skipped: the API server ignored the same update of this child version");
+            c.ctx.config.metrics.child_op(&c.name, "skip");
+            return None;
+        }
+        ChildOp::Update(o) => (
+            "updating",
+            "update",
+            kapi::replace(&api, o)
+                .await
+                .map(|stored| remember_ignored(c, o, &stored, ignored)),
+        ),
+        ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
+    })
+}
+
+/// After an update: remembers (or forgets) it as futile when the server kept the child as it
+/// was, and collects the fields it dropped.
+fn remember_ignored(
+    c: &Composite,
+    sent: &Value,
+    stored: &Value,
+    ignored: &mut Vec<(String, Vec<String>)>,
+) {
+    let ignored_paths = decide::ignored_by_server(sent, stored);
+    if let Ok(mut futile) = c.futile_updates.lock() {
+        match &ignored_paths {
+            Some(_) => futile.record(sent, Instant::now()),
+            None => futile.forget(sent),
+        }
+    }
+    if let Some(paths) = ignored_paths.filter(|p| !p.is_empty()) {
+        ignored.push((describe(sent), paths));
+    }
+}
+
+/// A child update the API server answered without writing: the fields it dropped or overrode
+/// would come back on every sync (the update is remembered and not repeated). Says so in a Warning event on the parent (rate-limited per parent)
+/// and in the log, naming the fields.
+async fn report_ignored_fields(
+    c: &Composite,
+    parent: &Value,
+    child: &str,
+    paths: &[String],
+) {
+    const SHOWN: usize = 5;
+    let mut fields = paths
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > SHOWN {
+        fields.push_str(&format!(" and {} more", paths.len() - SHOWN));
+    }
+    tracing::warn!(child, fields = %fields, "the API server dropped or overrode fields the hook sets");
+    let note = format!(
+        "the API server kept {child} unchanged: it drops or overrides {fields}, which the hook sets \
+         (undeclared in the child's schema, or reset by admission); kmeta sends this update again \
+         only when the child or the hook's answer changes"
+    );
+    c.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
+}
+

@@ -1,0 +1,267 @@
+//! The CompositeController kind: a [`ParentController`] owns one [`Composite`] (what a sync
+//! reads), its work queue and the triggers that feed it — parent, child and related watch events
+//! and the resync period — and plugs [`sync::sync_parent`] into the shared
+//! [reconcile core](crate::reconcile::core).
+
+mod build;
+mod children;
+mod related;
+pub mod sync;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::CompositeController;
+use crate::object::{controller_ref, meta_str};
+use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
+use crate::reconcile::decide;
+use crate::runtime::cache::{Change, ObjKey, obj_key};
+use crate::runtime::queue::Queue;
+use crate::runtime::resources::Resolved;
+use crate::runtime::selector;
+
+pub use build::{BuildError, ChildRule, Composite, CustomizeCache, Hooks};
+pub use related::select_related;
+pub use sync::Used;
+
+/// A running CompositeController: its [`Composite`], work queue and triggers.
+pub struct ParentController {
+    /// What a sync reads.
+    pub c: Composite,
+    /// Work queue of parent keys.
+    pub queue: Queue<ObjKey>,
+}
+
+impl std::fmt::Debug for ParentController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParentController")
+            .field("name", &self.c.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParentController {
+    /// Resolves resources, starts (or shares) watches and builds hook clients.
+    pub async fn build(
+        ctx: Arc<Context>,
+        cc: CompositeController,
+    ) -> Result<ParentController, BuildError> {
+        Ok(ParentController {
+            c: Composite::build(ctx, cc).await?,
+            queue: Queue::default(),
+        })
+    }
+
+    /// Enqueues the parent that controls `child`, or every parent whose selector matches an
+    /// orphan.
+    fn enqueue_for_child(&self, child: &Value) {
+        if let Some(r) = controller_ref(child) {
+            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let av = r
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let group = av.rsplit_once('/').map_or("", |(g, _)| g);
+            if kind != self.c.parent.api.kind || group != self.c.parent.api.group {
+                return;
+            }
+            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+            let ns = if self.c.parent.namespaced {
+                meta_str(child, "namespace")
+            } else {
+                ""
+            };
+            let uid = r.get("uid").and_then(Value::as_str).unwrap_or_default();
+            if let Some(p) = self.c.parents.get(ns, name)
+                && meta_str(&p, "uid") == uid
+            {
+                self.queue.add((ns.to_owned(), name.to_owned()));
+            }
+            return;
+        }
+        let labels = selector::labels_of(child);
+        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+        for p in self.c.parents.list() {
+            if self.c.parent.namespaced && meta_str(&p, "namespace") != meta_str(child, "namespace") {
+                continue;
+            }
+            let Ok(sel) = decide::parent_selector(&p, generate) else {
+                continue;
+            };
+            if selector::matches(&sel, &labels).unwrap_or(false) {
+                self.queue.add(obj_key(&p));
+            }
+        }
+    }
+
+    fn on_parent_change(&self, change: &Change) {
+        match change {
+            Change::Applied { old, new } => {
+                let ignore = self
+                    .c
+                    .cc
+                    .spec
+                    .parent_resource
+                    .ignore_status_changes
+                    .unwrap_or(false);
+                if ignore
+                    && let Some(old) = old
+                    && !decide::parent_update_relevant(old, new)
+                {
+                    return;
+                }
+                self.queue.add(obj_key(new));
+            }
+            Change::Deleted(old) => {
+                let key = obj_key(old);
+                self.queue.forget(&key);
+                self.c.ctx
+                    .config
+                    .metrics
+                    .parent_gone(&self.c.name, meta_str(old, "uid"));
+                if let Ok(mut c) = self.c.customize_cache.lock() {
+                    c.remove(meta_str(old, "uid"));
+                }
+            }
+        }
+    }
+
+    fn on_child_change(&self, change: &Change) {
+        match change {
+            Change::Applied { old, new } => {
+                if old.as_ref().is_some_and(|o| {
+                    meta_str(o, "resourceVersion") == meta_str(new, "resourceVersion")
+                }) {
+                    return;
+                }
+                if let Some(o) = old
+                    && controller_ref(o).map(|r| r.get("uid"))
+                        != controller_ref(new).map(|r| r.get("uid"))
+                {
+                    self.enqueue_for_child(o);
+                }
+                self.enqueue_for_child(new);
+            }
+            Change::Deleted(old) => self.enqueue_for_child(old),
+        }
+    }
+
+    /// A related object changed: enqueue parents whose cached rules name its resource.
+    fn on_related_change(&self, r: &Resolved) {
+        let uids: Vec<String> = match self.c.customize_cache.lock() {
+            Ok(c) => c
+                .iter()
+                .filter(|(_, (_, rules, _))| {
+                    rules
+                        .iter()
+                        .any(|x| x.api_version == r.api.api_version && x.resource == r.api.plural)
+                })
+                .map(|(uid, _)| uid.clone())
+                .collect(),
+            Err(_) => return,
+        };
+        for p in self.c.parents.list() {
+            if uids.iter().any(|u| u == meta_str(&p, "uid")) {
+                self.queue.add(obj_key(&p));
+            }
+        }
+    }
+
+    fn enqueue_all(&self) {
+        for p in self.c.parents.list() {
+            self.queue.add(obj_key(&p));
+        }
+    }
+
+    /// Waits until the parent watch and every child watch have listed once (the manager's
+    /// readiness signal).
+    pub async fn wait_watches_synced(&self) {
+        self.c.parents.wait_synced().await;
+        for rule in self.c.children.values() {
+            rule.informer.wait_synced().await;
+        }
+    }
+
+    /// Runs the triggers and the workers until `stop` is cancelled; then stops taking work and
+    /// returns once the syncs in flight have finished (the caller bounds how long it waits).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let triggers = self.triggers();
+        core::run(self, triggers, stop).await;
+    }
+
+    /// Parent events, child events, and the resync period, each enqueueing parents.
+    fn triggers(self: &Arc<Self>) -> Triggers {
+        let mut t = Triggers::default();
+        let parents = self.c.parents.subscribe();
+        let pc = self.clone();
+        t.spawn(async move {
+            pc.c.parents.wait_synced().await;
+            pc.enqueue_all();
+        });
+        let (on, lag) = (self.clone(), self.clone());
+        t.watch_receiver(parents, move |c| on.on_parent_change(c), move || lag.enqueue_all());
+        for rule in self.c.children.values() {
+            let (on, lag) = (self.clone(), self.clone());
+            t.watch(&rule.informer, move |c| on.on_child_change(c), move || lag.enqueue_all());
+        }
+        if let Some(secs) = self.c.cc.spec.resync_period_seconds {
+            let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
+            let pc = self.clone();
+            t.every(period, move || pc.enqueue_all());
+        }
+        t
+    }
+
+    /// Listens to the related watches a sync subscribed to first, for as long as this
+    /// controller exists.
+    fn listen_related(self: &Arc<Self>, used: Used) {
+        for (resolved, rx) in used.subscribed {
+            let weak: Weak<ParentController> = Arc::downgrade(self);
+            tokio::spawn(listen(weak, resolved, rx));
+        }
+    }
+}
+
+async fn listen(weak: Weak<ParentController>, resolved: Resolved, mut rx: broadcast::Receiver<Change>) {
+    while rx.recv().await.is_ok() || !rx.is_empty() {
+        let Some(pc) = weak.upgrade() else { break };
+        pc.on_related_change(&resolved);
+    }
+}
+
+impl Reconciler for ParentController {
+    fn name(&self) -> &str {
+        &self.c.name
+    }
+
+    fn context(&self) -> &Arc<Context> {
+        &self.c.ctx
+    }
+
+    fn queue(&self) -> &Queue<ObjKey> {
+        &self.queue
+    }
+
+    fn cached(&self, key: &ObjKey) -> Option<Arc<Value>> {
+        self.c.parents.get(&key.0, &key.1)
+    }
+
+    async fn wait_synced(&self) {
+        self.c.parents.wait_synced().await;
+    }
+
+    async fn sync(self: &Arc<Self>, key: &ObjKey) -> Result<Option<Duration>, SyncError> {
+        let mut used = Used::default();
+        let result = sync::sync_parent(&self.c, key, &mut used).await;
+        self.listen_related(used);
+        result
+    }
+
+    async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
+        sync::report_failure(&self.c, parent, message).await
+    }
+}

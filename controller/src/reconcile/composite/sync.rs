@@ -1,0 +1,359 @@
+//! One sync of one parent, as named steps:
+//! `ensure_finalizer → claim_children → call_customize → call_hook → validate_desired →
+//! manage_children → update_status → release_finalizer`.
+//! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+
+use super::build::Composite;
+use super::children::manage_children;
+use super::related::call_customize;
+use crate::hook::wire::{self, SyncResponse};
+use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta_str};
+use crate::reconcile::core::{SyncError, api_err};
+use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
+use crate::runtime::cache::{Change, ObjKey};
+use crate::runtime::kapi;
+use crate::runtime::resources::Resolved;
+use crate::runtime::selector;
+
+/// What a sync used that its owner must listen to: the related watches it subscribed to first,
+/// with receivers that hold every change since.
+#[derive(Default)]
+pub struct Used {
+    /// Newly used related resources and their change receivers.
+    pub subscribed: Vec<(Resolved, broadcast::Receiver<Change>)>,
+}
+
+/// Syncs the parent at `key`; returns when to sync it again (if sooner than an event).
+pub async fn sync_parent(
+    c: &Composite,
+    key: &ObjKey,
+    used: &mut Used,
+) -> Result<Option<Duration>, SyncError> {
+    let Some(cached) = c.parents.get(&key.0, &key.1) else {
+        return Ok(None);
+    };
+    let fin = finalizer_name(&c.name);
+    let selected = c.selected(&cached)?;
+    let Some(parent) = ensure_finalizer(c, (*cached).clone(), &fin).await? else {
+        return Ok(None);
+    };
+    let choice = decide::choose_hook(
+        c.hooks.finalize.is_some(),
+        is_deleting(&parent),
+        selected,
+        has_finalizer(&parent, &fin),
+    );
+    let finalizing = match choice {
+        HookChoice::Skip => return Ok(None),
+        HookChoice::Finalize => true,
+        HookChoice::Sync => false,
+    };
+    let generate = c.cc.spec.generate_selector.unwrap_or(false);
+    let selector = decide::parent_selector(&parent, generate)?;
+    let observed = claim_children(c, &parent, &selector).await?;
+    let related = call_customize(c, &parent, used).await?;
+    let response = call_hook(c, &parent, &observed, &related, finalizing).await?;
+    let desired = decide::validate_desired(
+        &parent,
+        c.parent.namespaced,
+        &c.declared,
+        &selector,
+        generate,
+        response.children.clone(),
+    )?;
+    if decide::may_manage_children(&parent, finalizing, &fin) {
+        manage_children(c, &parent, &observed, &desired).await?;
+        c.ctx
+            .config
+            .metrics
+            .children(&c.name, meta_str(&parent, "uid"), desired.len());
+    }
+    update_status(c, &parent, response.status.as_ref()).await?;
+    if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
+        == FinalizerAction::Remove
+    {
+        set_finalizer(c, &parent, &fin, false).await?;
+    }
+    Ok((response.resync_after_seconds > 0.0)
+        .then(|| Duration::try_from_secs_f64(response.resync_after_seconds).ok())
+        .flatten())
+}
+
+async fn set_finalizer(
+    c: &Composite,
+    parent: &Value,
+    fin: &str,
+    add: bool,
+) -> Result<Option<Value>, SyncError> {
+    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
+    let name = meta_str(parent, "name");
+    kapi::atomic_update(&api, name, meta_str(parent, "uid"), false, |o| {
+        let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return false;
+        };
+        let list = m
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        let Some(a) = list.as_array_mut() else {
+            return false;
+        };
+        let present = a.iter().any(|v| v.as_str() == Some(fin));
+        match (add, present) {
+            (true, false) => a.push(Value::String(fin.to_owned())),
+            (false, true) => a.retain(|v| v.as_str() != Some(fin)),
+            _ => return false,
+        }
+        true
+    })
+    .await
+    .map_err(api_err(format!(
+        "updating finalizer {fin} on {}",
+        describe(parent)
+    )))
+}
+
+/// Step: add our finalizer when a finalize hook exists, remove it when none does.
+async fn ensure_finalizer(
+    c: &Composite,
+    parent: Value,
+    fin: &str,
+) -> Result<Option<Value>, SyncError> {
+    match decide::finalizer_before_hook(
+        c.hooks.finalize.is_some(),
+        is_deleting(&parent),
+        has_finalizer(&parent, fin),
+    ) {
+        FinalizerAction::Keep => Ok(Some(parent)),
+        FinalizerAction::Add => set_finalizer(c, &parent, fin, true).await,
+        FinalizerAction::Remove => set_finalizer(c, &parent, fin, false).await,
+    }
+}
+
+/// Step: observed children = owned matching children + adopted orphans; non-matching owned
+/// children are released.
+async fn claim_children(
+    c: &Composite,
+    parent: &Value,
+    selector: &LabelSelector,
+) -> Result<Vec<Value>, SyncError> {
+    let uid = meta_str(parent, "uid").to_owned();
+    let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
+    let mut observed = Vec::new();
+    let mut parent_checked = false;
+    for key in &c.child_keys {
+        let Some(rule) = c.children.get(key) else {
+            continue;
+        };
+        let candidates = rule
+            .informer
+            .owned_by(&uid)
+            .into_iter()
+            .chain(rule.informer.orphans(ns))
+            .filter(|c| ns.is_none_or(|n| n == meta_str(c, "namespace")))
+            .map(|c| (*c).clone());
+        let plan = decide::claim_children(parent, selector, candidates)?;
+        observed.extend(plan.owned);
+        if !plan.adopt.is_empty() && !parent_checked {
+            if !parent_alive_uncached(c, parent).await? {
+                return Ok(observed);
+            }
+            parent_checked = true;
+        }
+        for orphan in plan.adopt {
+            let api = kapi::api(
+                &c.ctx.client,
+                &rule.resolved,
+                meta_str(&orphan, "namespace"),
+            );
+            let adopted = kapi::atomic_update(
+                &api,
+                meta_str(&orphan, "name"),
+                meta_str(&orphan, "uid"),
+                false,
+                |o| {
+                    let still_orphan = controller_ref(o).is_none();
+                    let matches =
+                        selector::matches(selector, &selector::labels_of(o)).unwrap_or(false);
+                    if still_orphan && matches {
+                        *o = decide::with_owner(o, parent);
+                        true
+                    } else {
+                        false
+                    }
+                },
+            )
+            .await
+            .map_err(api_err(format!("adopting {}", describe(&orphan))))?;
+            c.ctx.config.metrics.child_op(&c.name, "adopt");
+            if let Some(a) = adopted
+                && controller_ref(&a)
+                    .and_then(|r| r.get("uid"))
+                    .and_then(Value::as_str)
+                    == Some(&uid)
+            {
+                observed.push(a);
+            }
+        }
+        for child in plan.release {
+            let api = kapi::api(
+                &c.ctx.client,
+                &rule.resolved,
+                meta_str(&child, "namespace"),
+            );
+            kapi::atomic_update(
+                &api,
+                meta_str(&child, "name"),
+                meta_str(&child, "uid"),
+                false,
+                |o| {
+                    let ours = controller_ref(o)
+                        .and_then(|r| r.get("uid"))
+                        .and_then(Value::as_str)
+                        == Some(&uid);
+                    let matches =
+                        selector::matches(selector, &selector::labels_of(o)).unwrap_or(true);
+                    if ours && !matches {
+                        *o = decide::without_owner(o, &uid);
+                        true
+                    } else {
+                        false
+                    }
+                },
+            )
+            .await
+            .map_err(api_err(format!("releasing {}", describe(&child))))?;
+            c.ctx.config.metrics.child_op(&c.name, "release");
+        }
+    }
+    Ok(observed)
+}
+
+/// Uncached GET: the parent still exists with the same UID and is not being deleted.
+async fn parent_alive_uncached(c: &Composite, parent: &Value) -> Result<bool, SyncError> {
+    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
+    let live = kapi::get(&api, meta_str(parent, "name"))
+        .await
+        .map_err(api_err(format!("re-reading {}", describe(parent))))?;
+    Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
+}
+
+pub(super) fn cache_key(parent: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        parent
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        meta_str(parent, "namespace"),
+        meta_str(parent, "name")
+    )
+}
+
+/// Step: call sync (or finalize) with the parent, observed children and related objects.
+async fn call_hook(
+    c: &Composite,
+    parent: &Value,
+    observed: &[Value],
+    related: &Map<String, Value>,
+    finalizing: bool,
+) -> Result<SyncResponse, SyncError> {
+    let hook = match (&c.hooks.finalize, finalizing) {
+        (Some(f), true) => f,
+        _ => &c.hooks.sync,
+    };
+    let children = wire::object_map(
+        hook.version(),
+        c.parent.namespaced,
+        &c.child_keys,
+        observed.iter(),
+    );
+    let request = wire::sync_request(&c.cc_json, parent, children, related.clone(), finalizing);
+    Ok(hook.sync(&cache_key(parent), &request).await?)
+}
+
+/// Step: write the hook's status plus `observedGeneration` to `/status`, only when it differs.
+async fn update_status(
+    c: &Composite,
+    parent: &Value,
+    status: Option<&Value>,
+) -> Result<(), SyncError> {
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let want = decide::desired_status(status, generation);
+    if !decide::status_changed(parent, &want) {
+        return Ok(());
+    }
+    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
+    let mut next = parent.clone();
+    if let Some(m) = next.as_object_mut() {
+        m.insert("status".into(), want.clone());
+    }
+    let action = || format!("updating status of {}", describe(parent));
+    match kapi::replace_status(&api, &next).await {
+        Ok(_) => Ok(()),
+        Err(e) if kapi::is_not_found(&e) => Ok(()),
+        Err(e) if kapi::is_conflict(&e) => kapi::atomic_update(
+            &api,
+            meta_str(parent, "name"),
+            meta_str(parent, "uid"),
+            true,
+            |live| {
+                if !decide::status_changed(live, &want) {
+                    return false;
+                }
+                if let Some(m) = live.as_object_mut() {
+                    m.insert("status".into(), want.clone());
+                }
+                true
+            },
+        )
+        .await
+        .map(|_| ())
+        .map_err(api_err(action())),
+        Err(e) => Err(api_err(action())(e)),
+    }
+}
+
+/// After a failed sync: a `Synced=False` condition on the parent's status (only when it
+/// differs from what is there; UID-guarded, resourceVersion-checked).
+pub async fn report_failure(
+    c: &Composite,
+    parent: &Value,
+    message: &str,
+) -> Result<(), SyncError> {
+    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    kapi::atomic_update(
+        &api,
+        meta_str(parent, "name"),
+        meta_str(parent, "uid"),
+        true,
+        |live| match decide::with_sync_failure(live, message, &now) {
+            Some(next) => {
+                *live = next;
+                true
+            }
+            None => false,
+        },
+    )
+    .await
+    .map(|_| ())
+    .map_err(api_err(format!(
+        "reporting failure on {}",
+        describe(parent)
+    )))
+}
+

@@ -1,0 +1,424 @@
+//! The reconcile core every controller kind shares: the [`Context`] of a manager (client,
+//! settings, discovery, shared watches, events with their spam filter), the [`Reconciler`]
+//! interface a kind implements (CompositeController today, DecoratorController next), its
+//! [`Triggers`] (watch handlers and resync ticks feeding the work queue) and [`run`], the bounded
+//! workers that take keys from the queue — one sync per key at a time — and turn each result
+//! into a requeue, a backoff, an event and a condition.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
+use serde_json::Value;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::hook::{HookError, HookOptions};
+use crate::object::meta_str;
+use crate::ops::metrics::Metrics;
+use crate::ops::ratelimit::{RateLimit, TokenBucket};
+use crate::reconcile::decide::DecideError;
+use crate::runtime::cache::{Change, Informer, Informers, ObjKey};
+use crate::runtime::queue::Queue;
+use crate::runtime::resources::{ResourceError, Resources};
+use crate::runtime::selector::SelectorError;
+
+/// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
+pub const EVENT_FILTER_KEYS: usize = 4096;
+
+/// Settings of the manager and every controller it runs.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// Concurrent syncs per CompositeController. Default 5 (Metacontroller `--workers`).
+    pub workers: usize,
+    /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
+    pub discovery_interval: Duration,
+    /// Every watch relists this often (None: never). Default 30 min (Metacontroller
+    /// `--cache-flush-interval`).
+    pub cache_flush_interval: Option<Duration>,
+    /// Hook transport settings (16 MiB response cap by default).
+    pub hook: HookOptions,
+    /// Customize response cache lifetime. Default 20 min (Metacontroller's customize cache TTL).
+    pub customize_cache_ttl: Duration,
+    /// Event reporter name. Default `metacontroller` (Metacontroller's component name, so event
+    /// filters carry over).
+    pub reporter: String,
+    /// Prometheus registry shared with the `/metrics` endpoint. Default: a fresh registry.
+    pub metrics: Arc<Metrics>,
+    /// Set once every running controller's watches have synced (the `/readyz` signal).
+    /// Default: a fresh flag, false.
+    pub ready: Arc<AtomicBool>,
+    /// Only CompositeControllers whose labels match this selector are run (Metacontroller
+    /// `--target-label-selector`). Default: none, every CompositeController.
+    pub target_label_selector: Option<String>,
+    /// Events per second for one (object, reason) once its burst is spent. Default 1/300 (one
+    /// per 5 minutes: Metacontroller `--events-qps`, client-go's event spam filter).
+    pub events_qps: f64,
+    /// Events one (object, reason) may emit before `events_qps` applies. Default 25
+    /// (Metacontroller `--events-burst`).
+    pub events_burst: u32,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            workers: 5,
+            discovery_interval: Duration::from_secs(30),
+            cache_flush_interval: Some(Duration::from_secs(30 * 60)),
+            hook: HookOptions::default(),
+            customize_cache_ttl: Duration::from_secs(20 * 60),
+            reporter: "metacontroller".into(),
+            metrics: Arc::new(Metrics::default()),
+            ready: Arc::new(AtomicBool::new(false)),
+            target_label_selector: None,
+            events_qps: 1.0 / 300.0,
+            events_burst: 25,
+        }
+    }
+}
+
+/// Shared by every controller of a manager.
+pub struct Context {
+    /// API client.
+    pub client: kube::Client,
+    /// Settings.
+    pub config: ManagerConfig,
+    /// Discovered resources.
+    pub(crate) resources: Resources,
+    /// Shared watches.
+    pub(crate) informers: Informers,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Event spam filter: one token bucket per (object, reason).
+    event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for `client`.
+    pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: config.reporter.clone(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Arc::new(Context {
+            informers: Informers::new(client.clone(), config.cache_flush_interval),
+            resources: Resources::default(),
+            client,
+            config,
+            recorder,
+            event_limits: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether an event with `reason` about `obj` passes the spam filter (`events_qps` /
+    /// `events_burst` per object and reason). The filter remembers at most
+    /// [`EVENT_FILTER_KEYS`] keys and starts afresh beyond that.
+    fn event_allowed(&self, obj: &Value, reason: &str) -> bool {
+        let limits = RateLimit {
+            qps: self.config.events_qps,
+            burst: self.config.events_burst,
+        };
+        if !limits.enabled() {
+            return true;
+        }
+        let object = match meta_str(obj, "uid") {
+            "" => format!("{}/{}", meta_str(obj, "namespace"), meta_str(obj, "name")),
+            uid => uid.to_owned(),
+        };
+        let now = tokio::time::Instant::now();
+        let Ok(mut buckets) = self.event_limits.lock() else {
+            return true;
+        };
+        if buckets.len() >= EVENT_FILTER_KEYS {
+            buckets.clear();
+        }
+        let bucket = buckets
+            .entry((object, reason.to_owned()))
+            .or_insert_with(|| TokenBucket::new(limits, now));
+        // a dropped event reserves nothing
+        bucket.allow(now)
+    }
+
+    /// Publishes an event about `obj` (errors are logged, never fatal), unless the spam filter
+    /// drops it (counted in the dropped-events metric).
+    pub async fn event(&self, obj: &Value, warning: bool, reason: &str, note: String) {
+        if !self.event_allowed(obj, reason) {
+            self.config.metrics.event_dropped();
+            tracing::debug!(reason, "event dropped by the spam filter");
+            return;
+        }
+        let reference = ObjectReference {
+            api_version: obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            kind: obj.get("kind").and_then(Value::as_str).map(str::to_owned),
+            name: Some(meta_str(obj, "name").to_owned()),
+            namespace: Some(meta_str(obj, "namespace").to_owned()).filter(|s| !s.is_empty()),
+            uid: Some(meta_str(obj, "uid").to_owned()).filter(|s| !s.is_empty()),
+            ..Default::default()
+        };
+        let mut note = note;
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let ev = KEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(reason, error = %e, "publishing event failed");
+        }
+    }
+}
+
+
+/// Why a sync failed. Nothing about the children changes when the hook failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A decision failed (selector, invalid desired child, apply input).
+    #[error(transparent)]
+    Decide(#[from] DecideError),
+    /// A label selector is invalid.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// The hook failed, timed out or answered something unusable.
+    #[error(transparent)]
+    Hook(#[from] HookError),
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// Cause.
+        source: kube::Error,
+    },
+    /// Some child writes failed (the others were made).
+    #[error("managing children: {}", .0.join("; "))]
+    Children(Vec<String>),
+    /// A related resource watch has not listed yet (requeued without an event).
+    #[error("related watch {0} not synced yet")]
+    RelatedNotSynced(String),
+    /// A related-resource rule is invalid or unresolvable.
+    #[error("customize: {0}")]
+    Related(String),
+    /// A resource is unknown.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+}
+
+pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
+    let action = action.into();
+    move |source| SyncError::Api { action, source }
+}
+
+
+/// What a controller kind plugs into the shared loop: how to sync one key and how to report a
+/// failure on the object concerned. Triggers (which watch events enqueue which keys) stay with
+/// the kind; the workers, the backoff and the failure reporting are the core's.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The controller's name: a metric label and a log field.
+    fn name(&self) -> &str;
+    /// The manager's context.
+    fn context(&self) -> &Arc<Context>;
+    /// The work queue of object keys.
+    fn queue(&self) -> &Queue<ObjKey>;
+    /// The object a key names, from the cache (`None` when it is gone).
+    fn cached(&self, key: &ObjKey) -> Option<Arc<Value>>;
+    /// Waits until the watches a sync reads have listed once (the core bounds the wait).
+    fn wait_synced(&self) -> impl Future<Output = ()> + Send;
+    /// One sync of the object at `key`; returns when to sync it again (if sooner than an event).
+    fn sync(
+        self: &Arc<Self>,
+        key: &ObjKey,
+    ) -> impl Future<Output = Result<Option<Duration>, SyncError>> + Send;
+    /// Records a failed sync on the object (a `Synced=False` condition), only when it differs.
+    fn report_failure(
+        &self,
+        obj: &Value,
+        message: &str,
+    ) -> impl Future<Output = Result<(), SyncError>> + Send;
+}
+
+/// The tasks that turn watch events and timers into queued keys; aborted when the controller
+/// stops.
+#[derive(Default)]
+pub struct Triggers {
+    tasks: JoinSet<()>,
+}
+
+impl Triggers {
+    /// Calls `on_change` for every change `informer` broadcasts from now on, and `on_lag` when
+    /// changes were missed (the handler fell behind): the owner then enqueues everything.
+    pub fn watch(
+        &mut self,
+        informer: &Informer,
+        on_change: impl Fn(&Change) + Send + 'static,
+        on_lag: impl Fn() + Send + 'static,
+    ) {
+        self.watch_receiver(informer.subscribe(), on_change, on_lag);
+    }
+
+    /// As [`Triggers::watch`], for a receiver subscribed earlier (no change since is lost).
+    pub fn watch_receiver(
+        &mut self,
+        mut rx: broadcast::Receiver<Change>,
+        on_change: impl Fn(&Change) + Send + 'static,
+        on_lag: impl Fn() + Send + 'static,
+    ) {
+        self.tasks.spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(c) => on_change(&c),
+                    Err(RecvError::Lagged(_)) => on_lag(),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+    }
+
+    /// Calls `tick` every `period`, the first time one period from now.
+    pub fn every(&mut self, period: Duration, tick: impl Fn() + Send + 'static) {
+        self.tasks.spawn(async move {
+            let mut interval = tokio::time::interval(period);
+            interval.tick().await;
+            loop {
+                interval.tick().await;
+                tick();
+            }
+        });
+    }
+
+    /// Runs `task` until the controller stops.
+    pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    async fn stop(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
+/// cancelled; then stops taking work and returns once the syncs in flight have finished (the
+/// caller bounds how long it waits).
+pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: CancellationToken) {
+    let mut workers = JoinSet::new();
+    for _ in 0..reconciler.context().config.workers.max(1) {
+        let r = reconciler.clone();
+        workers.spawn(async move {
+            while let Some((key, waited)) = r.queue().next_timed().await {
+                let metrics = &r.context().config.metrics;
+                metrics.queue_wait(r.name(), waited);
+                process(&r, &key).await;
+                r.queue().done(&key);
+                metrics.queue_depth(r.name(), r.queue().len());
+            }
+        });
+    }
+    stop.cancelled().await;
+    reconciler.queue().shutdown();
+    triggers.stop().await;
+    while workers.join_next().await.is_some() {}
+    reconciler
+        .context()
+        .config
+        .metrics
+        .controller_stopped(reconciler.name());
+}
+
+/// One sync of one key, in a `sync` span carrying the controller and the object (events inside
+/// it do not repeat them).
+async fn process<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+    use tracing::Instrument as _;
+    let span = tracing::info_span!("sync", controller = %r.name(), parent = %KeyName(key));
+    process_in_span(r, key).instrument(span).await;
+}
+
+async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+    let _ = tokio::time::timeout(Duration::from_secs(30), r.wait_synced()).await;
+    let started = Instant::now();
+    let result = r.sync(key).await;
+    let metrics = &r.context().config.metrics;
+    metrics.reconcile(r.name(), result_label(&result), started.elapsed());
+    match result {
+        Ok(after) => {
+            r.queue().forget(key);
+            if let Some(d) = after {
+                r.queue().add_after(key.clone(), d);
+            }
+        }
+        Err(SyncError::Hook(HookError::TooManyRequests { retry_after, .. })) => {
+            tracing::info!(?retry_after, "hook asked to retry later");
+            r.queue().add_after(key.clone(), retry_after);
+        }
+        Err(SyncError::RelatedNotSynced(watch)) => {
+            tracing::debug!(related = %watch, "waiting for related watch");
+            r.queue().add_rate_limited(key.clone());
+        }
+        Err(e) => {
+            let delay = r.queue().add_rate_limited(key.clone());
+            tracing::warn!(error = %e, ?delay, "sync failed");
+            if let Some(obj) = r.cached(key) {
+                r.context()
+                    .event(&obj, true, "SyncError", format!("Sync error: {e}"))
+                    .await;
+                if let Err(err) = r.report_failure(&obj, &e.to_string()).await {
+                    tracing::warn!(error = %err, "writing the SyncError condition failed");
+                }
+            }
+        }
+    }
+}
+
+/// The `result` label of a sync in `kmeta_reconcile_*` metrics.
+fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(
+            SyncError::RelatedNotSynced(_) | SyncError::Hook(HookError::TooManyRequests { .. }),
+        ) => "retry",
+        Err(_) => "error",
+    }
+}
+
+/// An object's key as logged: `namespace/name`, or `name` for a cluster-scoped object.
+struct KeyName<'a>(&'a ObjKey);
+
+impl std::fmt::Display for KeyName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.0.is_empty() {
+            f.write_str(&self.0.1)
+        } else {
+            write!(f, "{}/{}", self.0.0, self.0.1)
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Layer 1, the controller runtime: shared watches of any resource ([`cache`]), the work queue
+//! ([`queue`]), discovery ([`resources`]), typed-less API calls ([`kapi`]) and label selectors
+//! ([`selector`]). Nothing here knows about hooks or controller kinds.
+
+pub mod cache;
+pub mod kapi;
+pub mod queue;
+pub mod resources;
+pub mod selector;
