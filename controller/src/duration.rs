@@ -20,8 +20,7 @@ pub fn go_duration(value: &str) -> Option<Duration> {
 
 /// Parses a Go duration string (`10s`, `1m30s`, `500ms`, `1.5h`, `250us`).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    go_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s, 1m30s, 500ms)"))
+    go_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s, 1m30s, 500ms)"))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | [`object`], [`duration`], [`api`] | object accessors, Go durations, the CRD types |
+//! | 0 | `object`, `duration`, [`api`] | object accessors, Go durations, the CRD types |
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
 //! | 2 | [`ops`] | metrics, client rate limits, logging, health probes, leader election |
 //! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, wire decoding |
@@ -18,8 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod api;
-pub mod duration;
-pub mod object;
+pub(crate) mod duration;
+pub(crate) mod object;
 
 pub(crate) mod runtime;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kmeta::demo::{DemoOptions, run};
+use kmeta::cmd::demo::{DemoOptions, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_succeeds_and_tells_the_story() -> anyhow::Result<()> {

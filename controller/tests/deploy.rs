@@ -33,7 +33,7 @@ fn kustomize_resources() -> anyhow::Result<Vec<PathBuf>> {
 async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client();
-    let manifests = kmeta::dev::order(kmeta::dev::load(&kustomize_resources()?)?);
+    let manifests = kmeta::cmd::dev::order(kmeta::cmd::dev::load(&kustomize_resources()?)?);
     let kinds: Vec<&str> = manifests
         .iter()
         .filter_map(|m| m.object["kind"].as_str())
@@ -48,7 +48,7 @@ async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     ] {
         assert!(kinds.contains(&kind), "deploy/ lacks a {kind}: {kinds:?}");
     }
-    kmeta::dev::apply_all(&client, &manifests, &mut std::io::sink()).await?;
+    kmeta::cmd::dev::apply_all(&client, &manifests, &mut std::io::sink()).await?;
 
     // The Deployment, as stored, runs `kmeta run` with flags the binary accepts.
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -220,7 +220,7 @@ fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<
         args.push(rendered);
     }
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 
@@ -264,15 +264,15 @@ fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
 }
 
 /// The rendered objects (CRDs from crds/ first, as Helm installs them), keyed by kind.
-fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::dev::Manifest>> {
+fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::cmd::dev::Manifest>> {
     let mut out = Vec::new();
     for (name, text) in r.crds.iter().chain(r.manifests.iter()) {
-        out.extend(kmeta::dev::parse_manifest(Path::new(name), text)?);
+        out.extend(kmeta::cmd::dev::parse_manifest(Path::new(name), text)?);
     }
-    Ok(kmeta::dev::order(out))
+    Ok(kmeta::cmd::dev::order(out))
 }
 
-fn of_kind<'a>(objects: &'a [kmeta::dev::Manifest], kind: &str) -> Vec<&'a Value> {
+fn of_kind<'a>(objects: &'a [kmeta::cmd::dev::Manifest], kind: &str) -> Vec<&'a Value> {
     objects
         .iter()
         .map(|m| &m.object)
@@ -281,12 +281,12 @@ fn of_kind<'a>(objects: &'a [kmeta::dev::Manifest], kind: &str) -> Vec<&'a Value
 }
 
 /// The `kmeta run` flags of the rendered Deployment, parsed by the binary's own parser.
-fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cli::RunConfig> {
+fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cmd::cli::RunConfig> {
     let args: Vec<String> = serde_json::from_value(
         deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
     )?;
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
+    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
 }
 
 #[tokio::test]
@@ -322,7 +322,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> any
         &serde_json::from_value(serde_json::json!({"metadata": {"name": "kmeta"}}))?,
     )
     .await?;
-    kmeta::dev::apply_all(&client, &objects, &mut std::io::sink()).await?;
+    kmeta::cmd::dev::apply_all(&client, &objects, &mut std::io::sink()).await?;
     let stored: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "kmeta");
     let d = stored.get("kmeta").await?;

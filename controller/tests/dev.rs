@@ -58,7 +58,7 @@ async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
     std::fs::write(dir.path().join("c-crd.yml"), CRD)?;
     std::fs::write(dir.path().join("notes.txt"), "not a manifest")?;
     let kubeconfig = dir.path().join("kmeta-dev.kubeconfig");
-    let opts = kmeta::dev::DevOptions {
+    let opts = kmeta::cmd::dev::DevOptions {
         kubeconfig_out: kubeconfig.clone(),
         files: vec![dir.path().to_owned()],
         poll_interval: Duration::from_millis(100),
@@ -70,7 +70,7 @@ async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
         let stop = stop.clone();
         tokio::spawn(async move {
             let mut out = ChannelWriter(tx);
-            kmeta::dev::run(opts, stop, &mut out).await
+            kmeta::cmd::dev::run(opts, stop, &mut out).await
         })
     };
     // Wait for the "controller running" line: everything was applied by then.
@@ -154,12 +154,12 @@ async fn dev_rejects_a_bad_manifest_naming_the_file() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "kind: ConfigMap\nmetadata: {name: x}\n")?;
-    let opts = kmeta::dev::DevOptions {
+    let opts = kmeta::cmd::dev::DevOptions {
         kubeconfig_out: dir.path().join("kc"),
         files: vec![bad.clone()],
         ..Default::default()
     };
-    let err = kmeta::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
+    let err = kmeta::cmd::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
         .await
         .expect_err("invalid manifest");
     assert_eq!(
@@ -177,12 +177,12 @@ async fn dev_rejects_a_field_the_crd_does_not_declare() -> anyhow::Result<()> {
         &typo,
         CONTROLLER.replace("generateSelector: true", "generateSelectr: true"),
     )?;
-    let opts = kmeta::dev::DevOptions {
+    let opts = kmeta::cmd::dev::DevOptions {
         kubeconfig_out: dir.path().join("kc"),
         files: vec![typo.clone()],
         ..Default::default()
     };
-    let err = kmeta::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
+    let err = kmeta::cmd::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
         .await
         .expect_err("a typo in a CompositeController is an error, not a silently dropped field")
         .to_string();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
-use kmeta::leader::{self, LeaderConfig, LeaderError};
+use kmeta::ops::leader::{self, LeaderConfig, LeaderError};
 use kube::api::Api;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

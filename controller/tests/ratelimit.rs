@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kmeta::metrics::Metrics;
-use kmeta::ratelimit::{self, RateLimit};
+use kmeta::ops::metrics::Metrics;
+use kmeta::ops::ratelimit::{self, RateLimit};
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 

@@ -53,7 +53,7 @@ async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Resul
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
     let client = server.client();
-    kmeta::dev::install_crds(&client).await?;
+    kmeta::cmd::dev::install_crds(&client).await?;
     let (metrics, health) = (free_port()?, free_port()?);
     let log_path = dir.path().join("kmeta.log");
     let mut proc = Proc(
@@ -300,7 +300,7 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
-    kmeta::dev::install_crds(&server.client()).await?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
     let (mut a, ha, ma) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
     let (mut b, hb, mb) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
     let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");

@@ -24,7 +24,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kmeta::ManagerConfig;
-use kmeta::metrics::Metrics;
+use kmeta::ops::metrics::Metrics;
 use kmeta_apiserver::TestServer;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -146,7 +146,7 @@ impl Env {
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
         let client = self.client.clone();
         let stop = self.stop.clone();
-        self.manager = Some(tokio::spawn(kmeta::manager::run(client, config, stop)));
+        self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(client, config, stop)));
     }
 
     /// Stops the controller and waits (bounded) for it to finish its syncs in flight.
@@ -591,7 +591,7 @@ pub async fn install_kmeta_crds(env: &mut Env) -> anyhow::Result<()> {
         "customresourcedefinitions",
         None,
     );
-    for crd in kmeta::crds::all()? {
+    for crd in kmeta::api::crds::all()? {
         let crd = serde_json::to_value(crd)?;
         let name = crd
             .pointer("/metadata/name")

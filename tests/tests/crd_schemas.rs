@@ -106,7 +106,7 @@ fn decorator_controller_schema_describes_every_field() {
 
 #[test]
 fn controller_revision_schema_describes_every_field() {
-    let crd = serde_json::to_value(kmeta::crds::controller_revision_crd().unwrap()).unwrap();
+    let crd = serde_json::to_value(kmeta::api::crds::controller_revision_crd().unwrap()).unwrap();
     let schema = Schema::compile(schema_of(&crd)).unwrap();
     let rev = kmeta::api::ControllerRevision {
         api_version: "metacontroller.k8s.io/v1alpha1".into(),

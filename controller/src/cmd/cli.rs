@@ -13,7 +13,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
+
+pub use crate::ops::logging::{LogConfig, LogFormat};
 
 /// Invalid flag values, named by flag.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -42,15 +44,6 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line (for log collectors).
-    Json,
-    /// Human-readable lines.
-    Text,
 }
 
 /// Flags of `kmeta run` (the in-cluster controller).
@@ -113,6 +106,7 @@ pub struct RunArgs {
     /// How long in-flight syncs may run after SIGTERM/SIGINT before the process exits.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub shutdown_timeout: String,
+    /// Logging flags.
     #[command(flatten)]
     pub log: LogArgs,
 }
@@ -142,15 +136,6 @@ pub struct LogArgs {
     /// Accepted for compatibility; ignored.
     #[arg(long, value_name = "ENCODING", hide = true)]
     pub zap_time_encoding: Option<String>,
-}
-
-/// Validated logging settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogConfig {
-    /// Output format.
-    pub format: LogFormat,
-    /// An `EnvFilter` directive; None: $RUST_LOG, else "info".
-    pub filter: Option<String>,
 }
 
 /// Leader election settings from the flags.

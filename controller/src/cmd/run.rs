@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::cli::RunConfig;
-use crate::reconcile::core::ManagerConfig;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
+use crate::reconcile::core::ManagerConfig;
 
 /// Where the pod's namespace is mounted in a cluster.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

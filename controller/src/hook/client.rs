@@ -13,8 +13,8 @@ use crate::api::{
     Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, Hook, HookVersion, KeyReference,
     ResponseUnmarshallMode, Webhook,
 };
-use crate::ops::metrics::Metrics;
 use crate::hook::wire;
+use crate::ops::metrics::Metrics;
 
 /// Default hook timeout: 10 s (Metacontroller `webhookTimeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -299,7 +299,9 @@ impl HookClient {
         let url = webhook_url(w).map_err(cfg)?;
         let parsed = reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {url:?}: {e}")))?;
         let timeout = match w.timeout.as_deref() {
-            Some(t) => crate::duration::parse_go_duration(t).map_err(|e| cfg(format!("timeout: {e}")))?,
+            Some(t) => {
+                crate::duration::parse_go_duration(t).map_err(|e| cfg(format!("timeout: {e}")))?
+            }
             None => DEFAULT_TIMEOUT,
         };
         let sec = security(w, match_endpoint_config(&parsed, endpoint_configs));
@@ -408,16 +410,6 @@ impl HookClient {
     /// The hook's wire version.
     pub fn version(&self) -> HookVersion {
         self.version
-    }
-
-    /// The hook's response decode mode.
-    pub fn mode(&self) -> ResponseUnmarshallMode {
-        self.mode
-    }
-
-    /// The URL called.
-    pub fn url(&self) -> &str {
-        &self.url
     }
 
     fn cached(&self, key: &str) -> Option<(String, Vec<u8>)> {

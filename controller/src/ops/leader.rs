@@ -43,8 +43,8 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::kapi::is_conflict;
 use crate::ops::metrics::Metrics;
+use crate::runtime::kapi::is_conflict;
 
 /// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
 const JITTER_FACTOR: f64 = 1.2;

@@ -2,7 +2,25 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cmd::cli::{LogConfig, LogFormat};
+use clap::ValueEnum;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors).
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Validated logging settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Output format.
+    pub format: LogFormat,
+    /// An `EnvFilter` directive; None: $RUST_LOG, else "info".
+    pub filter: Option<String>,
+}
 
 /// The filter directive: the explicit flag, else `$RUST_LOG`, else `info`.
 pub fn filter(config: &LogConfig) -> Result<EnvFilter, String> {

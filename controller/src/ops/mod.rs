@@ -1,7 +1,7 @@
 //! Layer 2, operating kmeta: Prometheus [`metrics`], client-side rate limits ([`ratelimit`]),
-//! [`logging`], health probes ([`health`]) and leader election ([`leader`]).
+//! [`logging`], health probes (`health`) and leader election ([`leader`]).
 
-pub mod health;
+pub(crate) mod health;
 pub mod leader;
 pub mod logging;
 pub mod metrics;

@@ -199,7 +199,6 @@ impl Context {
     }
 }
 
-
 /// Why a sync failed. Nothing about the children changes when the hook failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -238,7 +237,6 @@ pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> 
     let action = action.into();
     move |source| SyncError::Api { action, source }
 }
-
 
 /// What a controller kind plugs into the shared loop: how to sync one key and how to report a
 /// failure on the object concerned. Triggers (which watch events enqueue which keys) stay with

@@ -8,9 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value, json};
 
 use crate::api::ChildUpdateMethod;
+use crate::hook::wire::group_key;
 use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta, meta_str};
 use crate::runtime::selector::{self, SelectorError};
-use crate::hook::wire::group_key;
 
 /// The generated-selector label.
 pub const CONTROLLER_UID_LABEL: &str = "controller-uid";

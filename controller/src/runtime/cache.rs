@@ -260,10 +260,6 @@ impl Shared {
 }
 
 impl Informer {
-    /// The watched resource.
-    pub fn resource(&self) -> &Resolved {
-        &self.shared.resource
-    }
     /// A cached object.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.shared.read(|s| {
@@ -361,7 +357,6 @@ impl Informers {
         map.insert(key, Arc::downgrade(&inf));
         inf
     }
-
 }
 
 #[cfg(test)]

@@ -111,17 +111,14 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         self.with(|s| s.due.len())
     }
 
-    /// True when nothing is scheduled.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Waits for the next due key that is not running and marks it running.
+    #[cfg(test)]
     pub async fn next(&self) -> Option<K> {
         self.next_timed().await.map(|(k, _)| k)
     }
 
-    /// Like [`Queue::next`], also returning how long the key waited past its due time.
+    /// Waits for the next due key that is not running and marks it running,
+    /// also returning how long the key waited past its due time.
     pub async fn next_timed(&self) -> Option<(K, Duration)> {
         loop {
             let notified = self.notify.notified();

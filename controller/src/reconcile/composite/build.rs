@@ -229,7 +229,10 @@ async fn hook_clients(
 
 impl Composite {
     /// Resolves resources, starts (or shares) watches and builds hook clients.
-    pub async fn build(ctx: Arc<Context>, cc: CompositeController) -> Result<Composite, BuildError> {
+    pub async fn build(
+        ctx: Arc<Context>,
+        cc: CompositeController,
+    ) -> Result<Composite, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;

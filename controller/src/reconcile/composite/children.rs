@@ -94,8 +94,7 @@ async fn execute(
             kapi::create(&api, o).await.map(|_| ()),
         ),
         ChildOp::Update(o)
-            if c
-                .futile_updates
+            if c.futile_updates
                 .lock()
                 .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
         {
@@ -137,12 +136,7 @@ fn remember_ignored(
 /// A child update the API server answered without writing: the fields it dropped or overrode
 /// would come back on every sync (the update is remembered and not repeated). Says so in a Warning event on the parent (rate-limited per parent)
 /// and in the log, naming the fields.
-async fn report_ignored_fields(
-    c: &Composite,
-    parent: &Value,
-    child: &str,
-    paths: &[String],
-) {
+async fn report_ignored_fields(c: &Composite, parent: &Value, child: &str, paths: &[String]) {
     const SHOWN: usize = 5;
     let mut fields = paths
         .iter()
@@ -161,4 +155,3 @@ async fn report_ignored_fields(
     );
     c.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
 }
-

@@ -24,9 +24,8 @@ use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
 
-pub use build::{BuildError, ChildRule, Composite, CustomizeCache, Hooks};
-pub use related::select_related;
-pub use sync::Used;
+pub use build::{BuildError, Composite};
+pub use related::Used;
 
 /// A running CompositeController: its [`Composite`], work queue and triggers.
 pub struct ParentController {
@@ -86,7 +85,8 @@ impl ParentController {
         let labels = selector::labels_of(child);
         let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
         for p in self.c.parents.list() {
-            if self.c.parent.namespaced && meta_str(&p, "namespace") != meta_str(child, "namespace") {
+            if self.c.parent.namespaced && meta_str(&p, "namespace") != meta_str(child, "namespace")
+            {
                 continue;
             }
             let Ok(sel) = decide::parent_selector(&p, generate) else {
@@ -119,7 +119,8 @@ impl ParentController {
             Change::Deleted(old) => {
                 let key = obj_key(old);
                 self.queue.forget(&key);
-                self.c.ctx
+                self.c
+                    .ctx
                     .config
                     .metrics
                     .parent_gone(&self.c.name, meta_str(old, "uid"));
@@ -203,10 +204,18 @@ impl ParentController {
             pc.enqueue_all();
         });
         let (on, lag) = (self.clone(), self.clone());
-        t.watch_receiver(parents, move |c| on.on_parent_change(c), move || lag.enqueue_all());
+        t.watch_receiver(
+            parents,
+            move |c| on.on_parent_change(c),
+            move || lag.enqueue_all(),
+        );
         for rule in self.c.children.values() {
             let (on, lag) = (self.clone(), self.clone());
-            t.watch(&rule.informer, move |c| on.on_child_change(c), move || lag.enqueue_all());
+            t.watch(
+                &rule.informer,
+                move |c| on.on_child_change(c),
+                move || lag.enqueue_all(),
+            );
         }
         if let Some(secs) = self.c.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
@@ -226,7 +235,11 @@ impl ParentController {
     }
 }
 
-async fn listen(weak: Weak<ParentController>, resolved: Resolved, mut rx: broadcast::Receiver<Change>) {
+async fn listen(
+    weak: Weak<ParentController>,
+    resolved: Resolved,
+    mut rx: broadcast::Receiver<Change>,
+) {
     while rx.recv().await.is_ok() || !rx.is_empty() {
         let Some(pc) = weak.upgrade() else { break };
         pc.on_related_change(&resolved);

@@ -7,16 +7,37 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value};
+use tokio::sync::broadcast;
 
 use super::build::Composite;
-use super::sync::{Used, cache_key};
 use crate::api::HookVersion;
 use crate::hook::wire::{self, RelatedResourceRule};
 use crate::object::meta_str;
 use crate::reconcile::core::SyncError;
-use crate::runtime::cache::Informer;
+use crate::runtime::cache::{Change, Informer};
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
+
+/// What a sync used that its owner must listen to: the related watches it subscribed to first,
+/// with receivers that hold every change since.
+#[derive(Default)]
+pub struct Used {
+    /// Newly used related resources and their change receivers.
+    pub subscribed: Vec<(Resolved, broadcast::Receiver<Change>)>,
+}
+
+/// The key of a parent in the hook clients' response caches: `kind/namespace/name`.
+pub(super) fn cache_key(parent: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        parent
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        meta_str(parent, "namespace"),
+        meta_str(parent, "name")
+    )
+}
 
 /// Step: related objects chosen by the customize hook (cached per parent UID + generation).
 pub(super) async fn call_customize(
@@ -210,7 +231,6 @@ pub fn select_related(
     }
     Ok(out)
 }
-
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

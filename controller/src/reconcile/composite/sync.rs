@@ -7,27 +7,17 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
-use tokio::sync::broadcast;
 
 use super::build::Composite;
 use super::children::manage_children;
-use super::related::call_customize;
+use super::related::{Used, cache_key, call_customize};
 use crate::hook::wire::{self, SyncResponse};
 use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta_str};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
-use crate::runtime::cache::{Change, ObjKey};
+use crate::runtime::cache::ObjKey;
 use crate::runtime::kapi;
-use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
-
-/// What a sync used that its owner must listen to: the related watches it subscribed to first,
-/// with receivers that hold every change since.
-#[derive(Default)]
-pub struct Used {
-    /// Newly used related resources and their change receivers.
-    pub subscribed: Vec<(Resolved, broadcast::Receiver<Change>)>,
-}
 
 /// Syncs the parent at `key`; returns when to sync it again (if sooner than an event).
 pub async fn sync_parent(
@@ -204,11 +194,7 @@ async fn claim_children(
             }
         }
         for child in plan.release {
-            let api = kapi::api(
-                &c.ctx.client,
-                &rule.resolved,
-                meta_str(&child, "namespace"),
-            );
+            let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(&child, "namespace"));
             kapi::atomic_update(
                 &api,
                 meta_str(&child, "name"),
@@ -244,18 +230,6 @@ async fn parent_alive_uncached(c: &Composite, parent: &Value) -> Result<bool, Sy
         .await
         .map_err(api_err(format!("re-reading {}", describe(parent))))?;
     Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
-}
-
-pub(super) fn cache_key(parent: &Value) -> String {
-    format!(
-        "{}/{}/{}",
-        parent
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-        meta_str(parent, "namespace"),
-        meta_str(parent, "name")
-    )
 }
 
 /// Step: call sync (or finalize) with the parent, observed children and related objects.
@@ -326,11 +300,7 @@ async fn update_status(
 
 /// After a failed sync: a `Synced=False` condition on the parent's status (only when it
 /// differs from what is there; UID-guarded, resourceVersion-checked).
-pub async fn report_failure(
-    c: &Composite,
-    parent: &Value,
-    message: &str,
-) -> Result<(), SyncError> {
+pub async fn report_failure(c: &Composite, parent: &Value, message: &str) -> Result<(), SyncError> {
     let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
@@ -356,4 +326,3 @@ pub async fn report_failure(
         describe(parent)
     )))
 }
-

@@ -1,0 +1,221 @@
+//! The `kmeta` crate's layering, checked from its source: a module only refers to modules of its
+//! own layer or below (`crate::…` paths), and no two modules refer to each other through a
+//! cycle. The layers are those in the crate documentation (`src/lib.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level modules by layer, lowest first.
+const LAYERS: &[&[&str]] = &[
+    &["object", "duration", "api"],
+    &["runtime"],
+    &["ops"],
+    &["hook"],
+    &["reconcile"],
+    &["cmd"],
+];
+
+fn layer_of(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&top))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `runtime/cache.rs` → `["runtime", "cache"]`, `reconcile/composite/mod.rs` →
+/// `["reconcile", "composite"]`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("file under src");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Source without `//` comments and without `#[cfg(test)]` modules at the end of a file.
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\n#[allow(clippy::unwrap_used)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => match text.find("#[cfg(test)]\nmod tests") {
+            Some(i) => &text[..i],
+            None => text,
+        },
+    };
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every module path a file refers to: `crate::a::b::{…}` and `super::x` (resolved), cut to the
+/// longest prefix that is a known module.
+fn references(
+    module: &[String],
+    is_dir_module: bool,
+    code: &str,
+    known: &BTreeSet<Vec<String>>,
+) -> BTreeSet<Vec<String>> {
+    let mut out = BTreeSet::new();
+    let bytes = code.as_bytes();
+    for (prefix, base) in [
+        ("crate::", Vec::new()),
+        ("super::", {
+            let mut b = module.to_vec();
+            if !is_dir_module {
+                b.pop();
+            }
+            b.pop();
+            b
+        }),
+    ] {
+        let mut start = 0;
+        while let Some(i) = code[start..].find(prefix) {
+            let at = start + i;
+            start = at + prefix.len();
+            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+                continue;
+            }
+            let path: Vec<String> = code[start..]
+                .split("::")
+                .map_while(|seg| {
+                    let ident: String = seg
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    (!ident.is_empty() && ident.len() == seg.len()).then_some(ident)
+                })
+                .collect();
+            let mut full = base.clone();
+            full.extend(path);
+            // the segment after the last full segment may still be a module (`crate::a::b;`)
+            let tail: String = code[start..]
+                .split("::")
+                .nth(full.len() - base.len())
+                .unwrap_or_default()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !tail.is_empty() {
+                full.push(tail);
+            }
+            while !full.is_empty() && !known.contains(&full) {
+                full.pop();
+            }
+            if !full.is_empty() && full != module {
+                out.insert(full);
+            }
+        }
+    }
+    out
+}
+
+struct Crate {
+    /// Module → modules it refers to.
+    edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+}
+
+fn load() -> Crate {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: Vec<(Vec<String>, bool, String)> = files
+        .iter()
+        .filter(|f| {
+            !matches!(
+                f.file_name().and_then(|n| n.to_str()),
+                Some("lib.rs" | "main.rs")
+            )
+        })
+        .map(|f| {
+            let is_dir = f.file_name().is_some_and(|n| n == "mod.rs");
+            let text = std::fs::read_to_string(f).expect("read source");
+            (module_path(&src, f), is_dir, code_of(&text))
+        })
+        .collect();
+    let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _, _)| m.clone()).collect();
+    let edges = modules
+        .iter()
+        .map(|(m, dir, code)| (m.clone(), references(m, *dir, code, &known)))
+        .collect();
+    Crate { edges }
+}
+
+#[test]
+fn no_module_refers_to_a_higher_layer() {
+    let krate = load();
+    let mut violations = Vec::new();
+    for (module, refs) in &krate.edges {
+        let own = layer_of(&module[0]).unwrap_or_else(|| {
+            panic!(
+                "module {} is in no layer: add it to LAYERS",
+                module.join("::")
+            )
+        });
+        for r in refs {
+            let theirs = layer_of(&r[0]).unwrap_or(0);
+            if theirs > own {
+                violations.push(format!(
+                    "{} (layer {own}) -> {} (layer {theirs})",
+                    module.join("::"),
+                    r.join("::")
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "upward references:\n{}",
+        violations.join("\n")
+    );
+    // the check sees real references: the composite controller uses the runtime cache
+    assert!(
+        krate.edges[&vec!["reconcile".to_owned(), "composite".to_owned()]]
+            .contains(&vec!["runtime".to_owned(), "cache".to_owned()])
+    );
+}
+
+#[test]
+fn no_module_cycles() {
+    let krate = load();
+    // a module's reference to its own descendants or ancestors is containment, not a cycle
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut cycles = Vec::new();
+    for start in krate.edges.keys() {
+        // depth-first search for a path back to `start`
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((node, path)) = stack.pop() {
+            for next in krate.edges.get(&node).into_iter().flatten() {
+                if related(&node, next) {
+                    continue;
+                }
+                if next == start {
+                    cycles.push(
+                        path.iter()
+                            .chain([next])
+                            .map(|m| m.join("::"))
+                            .collect::<Vec<_>>()
+                            .join(" -> "),
+                    );
+                } else if seen.insert(next.clone()) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next.clone(), p));
+                }
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "module cycles:\n{}", cycles.join("\n"));
+}
