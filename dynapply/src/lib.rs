@@ -1,6 +1,7 @@
 #![doc = include_str!("../docs/semantics.md")]
 
 mod annotation;
+#[cfg(feature = "yaml")]
 mod document;
 mod error;
 mod merge;
@@ -12,6 +13,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 pub use annotation::{get_last_applied, set_last_applied};
+#[cfg(feature = "yaml")]
 pub use document::{parse_document, to_yaml};
 pub use error::Error;
 pub use merge::json_eq;
