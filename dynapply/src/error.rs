@@ -37,7 +37,8 @@ pub enum Error {
         /// The limit, [`crate::MAX_DEPTH`].
         limit: usize,
     },
-    /// An input document could not be parsed as JSON or YAML.
+    /// An input document could not be parsed as JSON or YAML (only from `parse_document`, feature
+    /// `yaml`).
     #[error("{source_name}: {message}")]
     Parse {
         /// File name or other label of the document.
@@ -45,7 +46,7 @@ pub enum Error {
         /// The parser's message, with line and column when known.
         message: String,
     },
-    /// A value could not be rendered (YAML output).
+    /// A value could not be rendered (YAML output; only from `to_yaml`, feature `yaml`).
     #[error("rendering {what}: {message}")]
     Render {
         /// What was being rendered.

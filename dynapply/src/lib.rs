@@ -1,6 +1,8 @@
 #![doc = include_str!("../docs/semantics.md")]
+#![warn(missing_docs)]
 
 mod annotation;
+#[cfg(feature = "yaml")]
 mod document;
 mod error;
 mod merge;
@@ -12,6 +14,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 pub use annotation::{get_last_applied, set_last_applied};
+#[cfg(feature = "yaml")]
 pub use document::{parse_document, to_yaml};
 pub use error::Error;
 pub use merge::json_eq;
@@ -261,6 +264,56 @@ fn without_annotation(obj: &Value, annotation: &str) -> Value {
 /// result with `observed` ([`json_eq`]: key order ignored, numbers by value).
 ///
 /// Applying the same desired to the returned object gives [`Outcome::Unchanged`].
+///
+/// A Deployment kmeta created with one container, into which an admission webhook has since
+/// injected a sidecar; the hook now wants a new image:
+///
+/// ```
+/// use dynapply::{LAST_APPLIED_ANNOTATION, Options, Outcome, apply_update, set_last_applied};
+/// use serde_json::json;
+///
+/// let opts = Options::default();
+/// let created = json!({
+///     "apiVersion": "apps/v1", "kind": "Deployment",
+///     "metadata": {"name": "web", "namespace": "default"},
+///     "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:1"}]}}}
+/// });
+/// // live: what the server holds - our last-applied annotation, server fields, the sidecar,
+/// // status
+/// let mut live = json!({
+///     "apiVersion": "apps/v1", "kind": "Deployment",
+///     "metadata": {"name": "web", "namespace": "default", "uid": "u-1", "resourceVersion": "42"},
+///     "spec": {"replicas": 1, "template": {"spec": {"containers": [
+///         {"name": "app", "image": "app:1"},
+///         {"name": "proxy", "image": "proxy:1"}
+///     ]}}},
+///     "status": {"readyReplicas": 1}
+/// });
+/// set_last_applied(&mut live, &created, &opts)?;
+/// let desired = json!({
+///     "apiVersion": "apps/v1", "kind": "Deployment",
+///     "metadata": {"name": "web", "namespace": "default"},
+///     "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:2"}]}}}
+/// });
+///
+/// let Outcome::Changed(updated) = apply_update(&live, &desired, &opts)? else {
+///     panic!("the image changed, so the object must be written");
+/// };
+/// // the image is updated and the injected sidecar survives, in place
+/// assert_eq!(
+///     updated["spec"]["template"]["spec"]["containers"],
+///     json!([{"name": "app", "image": "app:2"}, {"name": "proxy", "image": "proxy:1"}])
+/// );
+/// // what others own is kept: the defaulted replicas, status and the server's metadata
+/// assert_eq!(updated["spec"]["replicas"], 1);
+/// assert_eq!(updated["status"], live["status"]);
+/// assert_eq!(updated["metadata"]["resourceVersion"], "42");
+/// // the annotation now records desired, so the next sync sends nothing
+/// let recorded = updated["metadata"]["annotations"][LAST_APPLIED_ANNOTATION].as_str();
+/// assert!(recorded.is_some_and(|a| a.contains("app:2")));
+/// assert_eq!(apply_update(&updated, &desired, &opts)?, Outcome::Unchanged);
+/// # Ok::<(), dynapply::Error>(())
+/// ```
 pub fn apply_update(observed: &Value, desired: &Value, opts: &Options) -> Result<Outcome, Error> {
     require_object(observed, "observed")?;
     require_object(desired, "desired")?;

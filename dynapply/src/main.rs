@@ -280,6 +280,8 @@ fn object_label(obj: &Value) -> String {
         .to_owned()
 }
 
+/// The `diff` subcommand's report: a header naming the inputs, the unified YAML diff of what an
+/// update would write, and the paths kept only because other writers own them.
 fn render_diff(
     common: &Common,
     inputs: &Inputs,
@@ -297,19 +299,7 @@ fn render_diff(
         .with_context(|| format!("{}", common.observed.display()))?;
     let outcome = apply_update(observed, desired, opts)
         .with_context(|| format!("{}", common.observed.display()))?;
-    let mut out = String::new();
-    out.push_str(&style.paint("1", &format!("dynapply diff: {}", object_label(desired))));
-    out.push('\n');
-    out.push_str(&format!(
-        "  live object   {}\n  desired       {}\n  last-applied  {}\n",
-        common.observed.display(),
-        common.desired.display(),
-        if last.is_some() {
-            format!("from the live object's {} annotation", opts.annotation)
-        } else {
-            "none (the live object has no annotation: nothing will be removed)".to_owned()
-        },
-    ));
+    let mut out = diff_header(common, inputs, last.is_some(), &style);
     let new = match outcome {
         Outcome::Unchanged => {
             out.push_str(
@@ -325,14 +315,51 @@ fn render_diff(
         elide_annotation(&mut before, &opts.annotation);
         elide_annotation(&mut after, &opts.annotation);
     }
-    let before = to_yaml(&before)?;
-    let after = to_yaml(&after)?;
     out.push_str(&format!(
         "\nAn update would write this object ({} removed, {} added):\n\n",
         style.paint("31", "- lines"),
         style.paint("32", "+ lines"),
     ));
-    let diff = similar::TextDiff::from_lines(&before, &after);
+    out.push_str(&unified_diff(
+        &to_yaml(&before)?,
+        &to_yaml(&after)?,
+        context,
+        &style,
+    ));
+    out.push_str(&kept_section(inputs, last.as_ref())?);
+    out.push_str("\nThis is a preview: nothing was written.\n");
+    Ok(out)
+}
+
+/// The diff's first lines: the object and where live, desired and last-applied come from.
+fn diff_header(common: &Common, inputs: &Inputs, has_last: bool, style: &Style) -> String {
+    let mut out = String::new();
+    out.push_str(&style.paint(
+        "1",
+        &format!("dynapply diff: {}", object_label(&inputs.desired)),
+    ));
+    out.push('\n');
+    out.push_str(&format!(
+        "  live object   {}\n  desired       {}\n  last-applied  {}\n",
+        common.observed.display(),
+        common.desired.display(),
+        if has_last {
+            format!(
+                "from the live object's {} annotation",
+                inputs.opts.annotation
+            )
+        } else {
+            "none (the live object has no annotation: nothing will be removed)".to_owned()
+        },
+    ));
+    out
+}
+
+/// A unified diff of two texts, `context` lines around each change, removals red and additions
+/// green when `style` is on.
+fn unified_diff(before: &str, after: &str, context: usize, style: &Style) -> String {
+    let mut out = String::new();
+    let diff = similar::TextDiff::from_lines(before, after);
     out.push_str(&style.paint("31", "--- live"));
     out.push('\n');
     out.push_str(&style.paint("32", "+++ after apply"));
@@ -359,13 +386,25 @@ fn render_diff(
             out.push('\n');
         }
     }
-    let kept: Vec<String> = kept_by_others(observed, last.as_ref(), desired, opts)?
+    out
+}
+
+/// The paths the merge keeps only because other writers own them (server-owned ones and our own
+/// annotation left out); empty when there are none.
+fn kept_section(inputs: &Inputs, last: Option<&Value>) -> Result<String> {
+    let Inputs {
+        observed,
+        desired,
+        opts,
+    } = inputs;
+    let kept: Vec<String> = kept_by_others(observed, last, desired, opts)?
         .into_iter()
         .filter(|p| !is_server_owned(p, &opts.annotation))
         .filter(|p| {
             !(p == "metadata.annotations" && only_our_annotation(observed, &opts.annotation))
         })
         .collect();
+    let mut out = String::new();
     if !kept.is_empty() {
         out.push_str(
             "\nKept because neither desired nor the last-applied configuration mentions them\n(owned by other writers, e.g. an injected sidecar or server defaults):\n",
@@ -374,7 +413,6 @@ fn render_diff(
             out.push_str(&format!("  {path}\n"));
         }
     }
-    out.push_str("\nThis is a preview: nothing was written.\n");
     Ok(out)
 }
 

@@ -697,53 +697,81 @@ fn merge_list_map(
     };
     match ctx.ordering {
         Ordering::Desired => {
-            // Rule 8: interleave desired order with the live order of kept items.
-            let kept: Vec<usize> = (0..old.len()).filter(|&j| state[j] == KEPT).collect();
-            let mut next_kept = 0;
-            for i in 0..da.len() {
-                if da[i].is_null() {
-                    continue;
-                }
-                if let Some(pos) = live_of[i] {
-                    while next_kept < kept.len() && kept[next_kept] < pos {
-                        out.push(std::mem::take(&mut old[kept[next_kept]]));
-                        next_kept += 1;
-                    }
-                }
-                let v = merged_item(&mut old, i)?;
-                out.push(v);
-            }
-            for &j in &kept[next_kept..] {
-                out.push(std::mem::take(&mut old[j]));
-            }
+            rebuild_in_desired_order(&mut old, da, &state, &live_of, &mut out, merged_item)?;
         }
         Ordering::Metacontroller => {
-            // Live order first (merged in place), then new desired items in desired order.
-            let mut desired_of: Vec<Option<usize>> = vec![None; old.len()];
-            for (i, j) in live_of.iter().enumerate() {
-                if let Some(j) = j {
-                    desired_of[*j] = Some(i);
-                }
-            }
-            for j in 0..old.len() {
-                match (state[j], desired_of[j]) {
-                    (MATCHED, Some(i)) => {
-                        let v = merged_item(&mut old, i)?;
-                        out.push(v);
-                    }
-                    (KEPT, _) => out.push(std::mem::take(&mut old[j])),
-                    _ => {}
-                }
-            }
-            for i in 0..da.len() {
-                if !da[i].is_null() && live_of[i].is_none() {
-                    let v = merged_item(&mut old, i)?;
-                    out.push(v);
-                }
-            }
+            rebuild_in_live_order(&mut old, da, &state, &live_of, &mut out, merged_item)?;
         }
     }
     *la = out;
+    Ok(())
+}
+
+/// Rule 8, [`Ordering::Desired`]: the merged desired items in desired order, interleaved with
+/// the kept live items in live order (a kept item goes out just before the first desired item
+/// whose live position is after it). `merged_item(old, i)` merges desired item `i` with its
+/// live item, taking that item out of `old`.
+fn rebuild_in_desired_order(
+    old: &mut Vec<Value>,
+    da: &[Value],
+    state: &[u8],
+    live_of: &[Option<usize>],
+    out: &mut Vec<Value>,
+    merged_item: impl Fn(&mut Vec<Value>, usize) -> Result<Value, Error>,
+) -> Result<(), Error> {
+    let kept: Vec<usize> = (0..old.len()).filter(|&j| state[j] == KEPT).collect();
+    let mut next_kept = 0;
+    for i in 0..da.len() {
+        if da[i].is_null() {
+            continue;
+        }
+        if let Some(pos) = live_of[i] {
+            while next_kept < kept.len() && kept[next_kept] < pos {
+                out.push(std::mem::take(&mut old[kept[next_kept]]));
+                next_kept += 1;
+            }
+        }
+        let v = merged_item(old, i)?;
+        out.push(v);
+    }
+    for &j in &kept[next_kept..] {
+        out.push(std::mem::take(&mut old[j]));
+    }
+    Ok(())
+}
+
+/// Rule 8, [`Ordering::Metacontroller`]: every surviving live item in live order (matched ones
+/// merged where they stand), then the new desired items in desired order.
+fn rebuild_in_live_order(
+    old: &mut Vec<Value>,
+    da: &[Value],
+    state: &[u8],
+    live_of: &[Option<usize>],
+    out: &mut Vec<Value>,
+    merged_item: impl Fn(&mut Vec<Value>, usize) -> Result<Value, Error>,
+) -> Result<(), Error> {
+    let mut desired_of: Vec<Option<usize>> = vec![None; old.len()];
+    for (i, j) in live_of.iter().enumerate() {
+        if let Some(j) = j {
+            desired_of[*j] = Some(i);
+        }
+    }
+    for j in 0..old.len() {
+        match (state[j], desired_of[j]) {
+            (MATCHED, Some(i)) => {
+                let v = merged_item(old, i)?;
+                out.push(v);
+            }
+            (KEPT, _) => out.push(std::mem::take(&mut old[j])),
+            _ => {}
+        }
+    }
+    for i in 0..da.len() {
+        if !da[i].is_null() && live_of[i].is_none() {
+            let v = merged_item(old, i)?;
+            out.push(v);
+        }
+    }
     Ok(())
 }
 
@@ -908,47 +936,56 @@ fn list_would_change(
     match ordering {
         // live order is kept and nothing is appended: no reordering possible
         Ordering::Metacontroller => false,
-        // the interleave must reproduce live's order: emitted positions strictly increase
-        Ordering::Desired => {
-            let mut next_kept = 0;
-            let mut last_pos: Option<usize> = None;
-            let mut emit = |pos: usize| {
-                let ok = last_pos.is_none_or(|p| pos > p);
-                last_pos = Some(pos);
-                ok
-            };
-            for (i, d) in da.iter().enumerate() {
-                if d.is_null() {
-                    continue;
-                }
-                let Some(pos) = live_of[i] else { return true };
-                while next_kept < la.len() {
-                    if state[next_kept] != KEPT {
-                        next_kept += 1;
-                        continue;
-                    }
-                    if next_kept < pos {
-                        if !emit(next_kept) {
-                            return true;
-                        }
-                        next_kept += 1;
-                    } else {
-                        break;
-                    }
-                }
-                if !emit(pos) {
-                    return true;
-                }
+        Ordering::Desired => desired_order_would_move(la.len(), da, &state, &live_of),
+    }
+}
+
+/// Whether rule 8's interleave ([`Ordering::Desired`]) would reorder a live list whose desired
+/// items are all present (`live_of[i]` is desired item `i`'s live position): it keeps live's
+/// order exactly when the emitted live positions strictly increase.
+fn desired_order_would_move(
+    live_len: usize,
+    da: &[Value],
+    state: &[u8],
+    live_of: &[Option<usize>],
+) -> bool {
+    let mut next_kept = 0;
+    let mut last_pos: Option<usize> = None;
+    let mut emit = |pos: usize| {
+        let ok = last_pos.is_none_or(|p| pos > p);
+        last_pos = Some(pos);
+        ok
+    };
+    for (i, d) in da.iter().enumerate() {
+        if d.is_null() {
+            continue;
+        }
+        let Some(pos) = live_of[i] else { return true };
+        while next_kept < live_len {
+            if state[next_kept] != KEPT {
+                next_kept += 1;
+                continue;
             }
-            while next_kept < la.len() {
-                if state[next_kept] == KEPT && !emit(next_kept) {
+            if next_kept < pos {
+                if !emit(next_kept) {
                     return true;
                 }
                 next_kept += 1;
+            } else {
+                break;
             }
-            false
+        }
+        if !emit(pos) {
+            return true;
         }
     }
+    while next_kept < live_len {
+        if state[next_kept] == KEPT && !emit(next_kept) {
+            return true;
+        }
+        next_kept += 1;
+    }
+    false
 }
 
 // ---------------------------------------------------------------------------------------------
