@@ -57,6 +57,14 @@ fn containers(w: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The child's containers as they should be: the app with `image`, then the sidecar.
+fn app_and_proxy(image: &str) -> [(String, String); 2] {
+    [
+        ("app".into(), image.into()),
+        ("proxy".into(), "envoy:1.30".into()),
+    ]
+}
+
 #[tokio::test]
 async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() -> anyhow::Result<()>
 {
@@ -99,13 +107,7 @@ async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() ->
             containers(w).len() == 2
         })
         .await?;
-    assert_eq!(
-        containers(&w),
-        [
-            ("app".into(), "web:1".into()),
-            ("proxy".into(), "envoy:1.30".into())
-        ]
-    );
+    assert_eq!(containers(&w), app_and_proxy("web:1"));
 
     // the parent's image changes: the child gets it and keeps the sidecar
     s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
@@ -117,10 +119,7 @@ async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() ->
         .await?;
     assert_eq!(
         containers(&w),
-        [
-            ("app".into(), "web:2".into()),
-            ("proxy".into(), "envoy:1.30".into())
-        ],
+        app_and_proxy("web:2"),
         "the sidecar must survive the update, in place: {w}"
     );
     // the sidecar's own list-map items were not touched either
