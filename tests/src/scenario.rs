@@ -70,7 +70,10 @@ impl Scenario {
 
     /// The scenario's hook server ([`HookServer::start`] with `handler`); [`Cc`]s call it
     /// unless told otherwise, and [`Running::hooks`] returns it.
-    pub fn hook(mut self, handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static) -> Self {
+    pub fn hook(
+        mut self,
+        handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> Scenario {
         self.hook = Some(Box::new(handler));
         self
     }
