@@ -54,17 +54,11 @@ async fn create_all(env: &Env, plural: &str, objects: Vec<Value>) -> anyhow::Res
     Ok(start.elapsed())
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> anyhow::Result<()> {
-    let parents = env_usize("KMETA_BENCH_PARENTS", 1000);
-    let children = env_usize("KMETA_BENCH_CHILDREN", 10);
-    let workers = env_usize("KMETA_BENCH_WORKERS", 5);
-    println!("converge: {parents} parents × {children} ConfigMap children, {workers} workers");
-
-    // the floor: the same client creating the same number of objects directly
+/// The floor: the same client creating `objects` ConfigMaps directly.
+async fn floor(objects: usize) -> anyhow::Result<Duration> {
     let floor_env = Env::new("floor").await?;
     let ns = floor_env.ns.clone();
-    let direct: Vec<Value> = (0..parents * children)
+    let direct: Vec<Value> = (0..objects)
         .map(|i| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": format!("cm-{i}"), "namespace": ns},
@@ -75,17 +69,16 @@ async fn main() -> anyhow::Result<()> {
     floor_env.finish().await?;
     println!(
         "  floor: create {} ConfigMaps directly ({CONCURRENCY} concurrent): {:.2} s ({:.0}/s)",
-        parents * children,
+        objects,
         floor.as_secs_f64(),
-        (parents * children) as f64 / floor.as_secs_f64()
+        objects as f64 / floor.as_secs_f64()
     );
+    Ok(floor)
+}
 
-    let mut env = Env::new("converge").await?;
-    install_kmeta_crds(&mut env).await?;
-    let group = format!("{}.kmeta.test", env.id);
-    let av = format!("{group}/v1");
-    env.create_crd(crd(&group, "Thing", "things", true)).await?;
-    let hooks = HookServer::start(move |_, req| {
+/// The hook: `children` ConfigMaps per parent; status.children counts the observed ones.
+fn hook(children: usize) -> impl Fn(&str, &Value) -> Reply + Send + Sync + 'static {
+    move |_, req| {
         let name = req["parent"]["metadata"]["name"]
             .as_str()
             .unwrap_or_default();
@@ -100,63 +93,12 @@ async fn main() -> anyhow::Result<()> {
             })
             .collect();
         Reply::Json(json!({"status": {"children": observed}, "children": cms}))
-    })
-    .await?;
-    let spec = json!({
-        "parentResource": {"apiVersion": av, "resource": "things"},
-        "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                            "updateStrategy": {"method": "InPlace"}}],
-        "hooks": {"sync": {"webhook": {"url": hooks.url("sync")}}},
-        "generateSelector": true
-    });
-    env.create(
-        "compositecontrollers",
-        composite_controller(&env, "bench-cc", spec),
-    )
-    .await?;
-    env.start_controller_with(ManagerConfig {
-        workers,
-        ..ManagerConfig::default()
-    });
-    let ns = env.ns.clone();
-    let objects: Vec<Value> = (0..parents)
-        .map(|i| {
-            json!({"apiVersion": av, "kind": "Thing",
-                   "metadata": {"name": format!("p-{i}"), "namespace": ns}, "spec": {}})
-        })
-        .collect();
-    let start = Instant::now();
-    create_all(&env, "things", objects).await?;
-    let things = env.api(&av, "Thing", "things", Some(&ns));
-    let want = json!(children);
-    eventually(
-        "every parent reports all its children",
-        Duration::from_secs(600),
-        || async {
-            let list = things.list(&Default::default()).await?;
-            let done = list
-                .items
-                .iter()
-                .filter(|p| p.data.pointer("/status/children") == Some(&want))
-                .count();
-            Ok((done == parents).then_some(()))
-        },
-    )
-    .await?;
-    let converge = start.elapsed();
-    let syncs = env.syncs("bench-cc");
-    println!(
-        "  kmeta: converge {} parents / {} children: {:.2} s ({:.0} children/s) — {:.2}× the floor; {} syncs, {} hook calls",
-        parents,
-        parents * children,
-        converge.as_secs_f64(),
-        (parents * children) as f64 / converge.as_secs_f64(),
-        converge.as_secs_f64() / floor.as_secs_f64(),
-        syncs,
-        hooks.count("sync"),
-    );
+    }
+}
 
-    // a full resync with nothing to change: count the controller's writes
+/// A full resync with nothing to change: counts the controller's writes.
+async fn resync(env: &Running, parents: usize) -> anyhow::Result<()> {
+    let things = env.parents();
     let server = env.server().map(|s| s.counters());
     let before = env.syncs("bench-cc");
     let start = Instant::now();
@@ -194,6 +136,67 @@ async fn main() -> anyhow::Result<()> {
             d.writes_to("things/status"),
         );
     }
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let parents = env_usize("KMETA_BENCH_PARENTS", 1000);
+    let children = env_usize("KMETA_BENCH_CHILDREN", 10);
+    let workers = env_usize("KMETA_BENCH_WORKERS", 5);
+    println!("converge: {parents} parents × {children} ConfigMap children, {workers} workers");
+
+    let floor = floor(parents * children).await?;
+
+    let env = Scenario::new("converge")
+        .crd("Thing", "things")
+        .hook(hook(children))
+        .controller(Cc::new("bench-cc"))
+        .config(ManagerConfig {
+            workers,
+            ..ManagerConfig::default()
+        })
+        .start()
+        .await?;
+    let (av, ns) = (env.av.clone(), env.ns.clone());
+    let objects: Vec<Value> = (0..parents)
+        .map(|i| {
+            json!({"apiVersion": av, "kind": "Thing",
+                   "metadata": {"name": format!("p-{i}"), "namespace": ns}, "spec": {}})
+        })
+        .collect();
+    let start = Instant::now();
+    create_all(&env, "things", objects).await?;
+    let things = env.parents();
+    let want = json!(children);
+    eventually(
+        "every parent reports all its children",
+        Duration::from_secs(600),
+        || async {
+            let list = things.list(&Default::default()).await?;
+            let done = list
+                .items
+                .iter()
+                .filter(|p| p.data.pointer("/status/children") == Some(&want))
+                .count();
+            Ok((done == parents).then_some(()))
+        },
+    )
+    .await?;
+    let converge = start.elapsed();
+    let syncs = env.syncs("bench-cc");
+    println!(
+        "  kmeta: converge {} parents / {} children: {:.2} s ({:.0} children/s) — {:.2}× the floor; {} syncs, {} hook calls",
+        parents,
+        parents * children,
+        converge.as_secs_f64(),
+        (parents * children) as f64 / converge.as_secs_f64(),
+        converge.as_secs_f64() / floor.as_secs_f64(),
+        syncs,
+        env.hooks().count("sync"),
+    );
+
+    resync(&env, parents).await?;
     if let Some(rss) = peak_rss_mib() {
         println!("  peak RSS of the whole process (server + controller + hook): {rss:.0} MiB");
     }

@@ -9,8 +9,47 @@
 //!
 //! Hooks are real HTTP servers ([`HookServer`]) on 127.0.0.1 inside the test process, so the
 //! controller (also in-process) reaches them in both modes.
+//!
+//! # Writing a scenario
+//!
+//! [`Scenario`] states the setup scenarios share — the [`Env`], kmeta's CRDs, the scenario's own
+//! CRDs (group `<env id>.kmeta.test`), a hook, CompositeControllers ([`Cc`], with Metacontroller's
+//! usual spec by default), the running controller, parents — so that the test body holds only
+//! what the scenario is about. Every wait has a deadline ([`TIMEOUT`]) and a condition.
+//!
+//! ```no_run
+//! use kmeta_tests::{Cc, Reply, Scenario};
+//! use serde_json::json;
+//!
+//! # async fn scenario() -> anyhow::Result<()> {
+//! // a hook that makes one ConfigMap `<parent>-cm` per parent, carrying spec.message
+//! let hook = |_: &str, req: &serde_json::Value| {
+//!     let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+//!     Reply::Json(json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+//!         "metadata": {"name": format!("{name}-cm")},
+//!         "data": {"message": req["parent"]["spec"]["message"]}}]}))
+//! };
+//! let s = Scenario::new("example")
+//!     .crd("Thing", "things") // the first CRD is the parent kind
+//!     .hook(hook)
+//!     .controller(Cc::new("example-cc").webhook(json!({"timeout": "1s"})))
+//!     .parent("one", json!({"message": "hello"}))
+//!     .start() // ... and the controller runs
+//!     .await?;
+//! let cm = s.wait_child("one-cm").await?;
+//! assert_eq!(cm["data"]["message"], "hello");
+//! // a Running scenario is its Env: merge_patch, wait_event, metrics, ...
+//! s.merge_patch(&s.parents(), "one", json!({"spec": {"message": "bye"}})).await?;
+//! s.wait_child_where("one-cm", "child updated", |c| c["data"]["message"] == "bye").await?;
+//! assert!(s.hooks().count("sync") >= 2);
+//! s.finish().await
+//! # }
+//! ```
 
+pub mod scenario;
 pub mod tls;
+
+pub use scenario::{Cc, Running, Scenario};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -243,6 +282,49 @@ impl Env {
         Ok(serde_json::to_value(o)?)
     }
 
+    /// Waits until `name` exists in `api` and `ok` holds for it, and returns it; `what` names
+    /// the condition in the timeout error.
+    pub async fn wait_for(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+        ok: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        eventually(what, TIMEOUT, || async {
+            Ok(self.get(api, name).await?.filter(|o| ok(o)))
+        })
+        .await
+    }
+
+    /// Waits until `name` no longer exists in `api`.
+    pub async fn wait_gone(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        eventually(what, TIMEOUT, || async {
+            Ok(self.get(api, name).await?.is_none().then_some(()))
+        })
+        .await
+    }
+
+    /// JSON-merge-patches `name` and waits until `controller` finished a sync after the patch
+    /// (a way to make it sync again: patch an annotation).
+    pub async fn patch_and_sync(
+        &self,
+        controller: &str,
+        api: &Api<DynamicObject>,
+        name: &str,
+        patch: Value,
+    ) -> anyhow::Result<Value> {
+        let syncs = self.syncs(controller);
+        let patched = self.merge_patch(api, name, patch).await?;
+        self.wait_syncs(controller, syncs).await?;
+        Ok(patched)
+    }
+
     /// Finished syncs of `controller` (success + failure + retry).
     pub fn syncs(&self, controller: &str) -> u64 {
         ["ok", "error", "retry"]
@@ -345,6 +427,11 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// Waits until `done` holds (polled like [`eventually`], deadline [`TIMEOUT`]).
+pub async fn until(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
+    eventually(what, TIMEOUT, || async { Ok(done().then_some(())) }).await
 }
 
 /// A namespaced CRD `group`/v1 `kind` with a status subresource and a free-form spec.

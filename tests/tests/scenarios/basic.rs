@@ -22,59 +22,16 @@ fn configmap_hook(_hook: &str, req: &Value) -> Reply {
     }))
 }
 
-pub async fn setup(
-    env: &mut Env,
-    hooks: &HookServer,
-    cc_name: &str,
-    extra: Value,
-) -> anyhow::Result<(String, kube::Api<kube::api::DynamicObject>)> {
-    install_kmeta_crds(env).await?;
-    let group = format!("{}.kmeta.test", env.id);
-    env.create_crd(crd(&group, "Thing", "things", true)).await?;
-    let mut spec = json!({
-        "parentResource": {"apiVersion": format!("{group}/v1"), "resource": "things"},
-        "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                            "updateStrategy": {"method": "InPlace"}}],
-        "hooks": {"sync": {"webhook": {"url": hooks.url("sync")}}},
-        "generateSelector": true
-    });
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    env.create(
-        "compositecontrollers",
-        composite_controller(env, cc_name, spec),
-    )
-    .await?;
-    let things = env.api(
-        &format!("{group}/v1"),
-        "Thing",
-        "things",
-        Some(&env.ns.clone()),
-    );
-    Ok((format!("{group}/v1"), things))
-}
-
 #[tokio::test]
 async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
-    let mut env = Env::new("basic").await?;
-    let hooks = HookServer::start(configmap_hook).await?;
-    let (av, things) = setup(&mut env, &hooks, "things-cc", json!({})).await?;
-    env.start_controller();
-    let ns = env.ns.clone();
-    env.create(
-        "things",
-        json!({"apiVersion": av, "kind": "Thing",
-        "metadata": {"name": "one", "namespace": ns}, "spec": {"message": "hello"}}),
-    )
-    .await?;
-    let cms = env.api("v1", "ConfigMap", "configmaps", Some(&ns));
-    let cm = eventually("child ConfigMap", TIMEOUT, || async {
-        env.get(&cms, "one-cm").await
-    })
-    .await?;
+    let s = Scenario::new("basic")
+        .crd("Thing", "things")
+        .hook(configmap_hook)
+        .controller(Cc::new("things-cc"))
+        .parent("one", json!({"message": "hello"}))
+        .start()
+        .await?;
+    let cm = s.wait_child("one-cm").await?;
     assert_eq!(cm["data"]["message"], "hello");
     let owner = &cm["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "Thing");
@@ -85,63 +42,46 @@ async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
         cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"]
             .is_string()
     );
-    let parent = eventually("parent status with the observed child", TIMEOUT, || async {
-        let p = env.get(&things, "one").await?;
-        Ok(p.filter(|p| p["status"]["observedChildren"] == 1))
-    })
-    .await?;
+    let parent = s
+        .wait_parent("one", "parent status with the observed child", |p| {
+            p["status"]["observedChildren"] == 1
+        })
+        .await?;
     assert_eq!(parent["status"]["observedGeneration"], 1);
     assert_eq!(parent["status"]["message"], "hello");
     // the request had Metacontroller's shape
-    let req = hooks.calls("sync").last().cloned().unwrap();
+    let req = s.hooks().calls("sync").last().cloned().unwrap();
     assert_eq!(req["controller"]["metadata"]["name"], "things-cc");
     assert_eq!(req["finalizing"], false);
     assert!(req["children"]["ConfigMap.v1"].is_object());
     assert!(req["related"].is_object());
 
     // an update of the parent reaches the child
-    env.merge_patch(&things, "one", json!({"spec": {"message": "bye"}}))
+    s.merge_patch(&s.parents(), "one", json!({"spec": {"message": "bye"}}))
         .await?;
-    eventually("child updated", TIMEOUT, || async {
-        Ok(env
-            .get(&cms, "one-cm")
-            .await?
-            .filter(|c| c["data"]["message"] == "bye"))
-    })
-    .await?;
-    let parent = eventually("status of generation 2", TIMEOUT, || async {
-        Ok(env
-            .get(&things, "one")
-            .await?
-            .filter(|p| p["status"]["observedGeneration"] == 2))
-    })
-    .await?;
+    s.wait_child_where("one-cm", "child updated", |c| c["data"]["message"] == "bye")
+        .await?;
+    let parent = s
+        .wait_parent("one", "status of generation 2", |p| {
+            p["status"]["observedGeneration"] == 2
+        })
+        .await?;
     assert_eq!(parent["status"]["message"], "bye");
-    env.finish().await
+    s.finish().await
 }
 
 #[tokio::test]
 async fn deleting_the_parent_garbage_collects_children() -> anyhow::Result<()> {
-    let mut env = Env::new("gc").await?;
-    let hooks = HookServer::start(configmap_hook).await?;
-    let (av, things) = setup(&mut env, &hooks, "gc-cc", json!({})).await?;
-    env.start_controller();
-    let ns = env.ns.clone();
-    env.create(
-        "things",
-        json!({"apiVersion": av, "kind": "Thing",
-        "metadata": {"name": "two", "namespace": ns}, "spec": {"message": "x"}}),
-    )
-    .await?;
-    let cms = env.api("v1", "ConfigMap", "configmaps", Some(&ns));
-    eventually("child ConfigMap", TIMEOUT, || async {
-        env.get(&cms, "two-cm").await
-    })
-    .await?;
-    things.delete("two", &Default::default()).await?;
-    eventually("child garbage collected", TIMEOUT, || async {
-        Ok(env.get(&cms, "two-cm").await?.is_none().then_some(()))
-    })
-    .await?;
-    env.finish().await
+    let s = Scenario::new("gc")
+        .crd("Thing", "things")
+        .hook(configmap_hook)
+        .controller(Cc::new("gc-cc"))
+        .parent("two", json!({"message": "x"}))
+        .start()
+        .await?;
+    s.wait_child("two-cm").await?;
+    s.parents().delete("two", &Default::default()).await?;
+    s.wait_gone(&s.configmaps(), "two-cm", "child garbage collected")
+        .await?;
+    s.finish().await
 }

@@ -41,37 +41,17 @@ fn answer(mode: Mode, req: &Value) -> Reply {
 
 #[tokio::test]
 async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
-    let mut env = Env::new("fail").await?;
-    install_kmeta_crds(&mut env).await?;
-    let group = format!("{}.kmeta.test", env.id);
-    let av = format!("{group}/v1");
-    env.create_crd(crd(&group, "Thing", "things", true)).await?;
     let mode = Arc::new(Mutex::new(Mode::Good));
     let m = mode.clone();
-    let hooks = HookServer::start(move |_, req| answer(*m.lock().unwrap(), req)).await?;
-    let spec = json!({
-        "parentResource": {"apiVersion": av, "resource": "things"},
-        "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                            "updateStrategy": {"method": "InPlace"}}],
-        "hooks": {"sync": {"webhook": {"url": hooks.url("sync"), "timeout": "1s"}}},
-        "generateSelector": true
-    });
-    env.create(
-        "compositecontrollers",
-        composite_controller(&env, "fail-cc", spec),
-    )
-    .await?;
-    env.start_controller();
-    let ns = env.ns.clone();
-    let things = env.api(&av, "Thing", "things", Some(&ns));
-    let cms = env.api("v1", "ConfigMap", "configmaps", Some(&ns));
-    env.create(
-        "things",
-        json!({"apiVersion": av, "kind": "Thing", "metadata": {"name": "t", "namespace": ns},
-               "spec": {"v": "1"}}),
-    )
-    .await?;
-    let good = eventually("child", TIMEOUT, || async { env.get(&cms, "t-cm").await }).await?;
+    let s = Scenario::new("fail")
+        .crd("Thing", "things")
+        .hook(move |_, req| answer(*m.lock().unwrap(), req))
+        .controller(Cc::new("fail-cc").webhook(json!({"timeout": "1s"})))
+        .parent("t", json!({"v": "1"}))
+        .start()
+        .await?;
+    let (things, cms) = (s.parents(), s.configmaps());
+    let good = s.wait_child("t-cm").await?;
     for bad in [
         Mode::Garbage,
         Mode::Error500,
@@ -80,41 +60,39 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
         Mode::Undeclared,
     ] {
         *mode.lock().unwrap() = bad;
-        let calls = hooks.count("sync");
-        let errors = env.metrics.reconcile_count("fail-cc", "error");
+        let calls = s.hooks().count("sync");
+        let errors = s.metrics.reconcile_count("fail-cc", "error");
         // a spec change would normally change (and with a bad hook must not touch) the child
-        env.merge_patch(&things, "t", json!({"spec": {"v": format!("{bad:?}")}}))
+        s.merge_patch(&things, "t", json!({"spec": {"v": format!("{bad:?}")}}))
             .await?;
-        eventually(&format!("{bad:?}: a failed sync"), TIMEOUT, || async {
-            Ok((hooks.count("sync") > calls
-                && env.metrics.reconcile_count("fail-cc", "error") > errors)
-                .then_some(()))
+        until(&format!("{bad:?}: a failed sync"), || {
+            s.hooks().count("sync") > calls
+                && s.metrics.reconcile_count("fail-cc", "error") > errors
         })
         .await?;
-        let now = env.get(&cms, "t-cm").await?.unwrap();
+        let now = s.get(&cms, "t-cm").await?.unwrap();
         assert_eq!(
             now["metadata"]["resourceVersion"], good["metadata"]["resourceVersion"],
             "{bad:?} changed the child"
         );
-        assert!(env.get(&cms, "s").await?.is_none());
+        assert!(s.get(&cms, "s").await?.is_none());
     }
     // each failure was reported on the parent as a SyncError event
-    let ev = env
-        .wait_event("SyncError event", Some(&ns), |e| {
+    let ev = s
+        .wait_event("SyncError event", Some(&s.ns), |e| {
             e["reason"] == "SyncError" && e["regarding"]["name"] == "t"
         })
         .await?;
     assert_eq!(ev["type"], "Warning");
     // and as a condition on the parent's status
-    let p = eventually("Synced=False condition", TIMEOUT, || async {
-        Ok(env.get(&things, "t").await?.filter(|p| {
+    let p = s
+        .wait_parent("t", "Synced=False condition", |p| {
             p["status"]["conditions"].as_array().is_some_and(|c| {
                 c.iter()
                     .any(|c| c["type"] == "Synced" && c["status"] == "False")
             })
-        }))
-    })
-    .await?;
+        })
+        .await?;
     let cond = &p["status"]["conditions"][0];
     assert_eq!(cond["reason"], "SyncError");
     assert!(
@@ -126,14 +104,11 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
     );
     // a good answer again: the child follows
     *mode.lock().unwrap() = Mode::Good;
-    env.merge_patch(&things, "t", json!({"spec": {"v": "2"}}))
+    s.merge_patch(&things, "t", json!({"spec": {"v": "2"}}))
         .await?;
-    eventually("child updated after recovery", TIMEOUT, || async {
-        Ok(env
-            .get(&cms, "t-cm")
-            .await?
-            .filter(|c| c["data"]["v"] == "2"))
+    s.wait_child_where("t-cm", "child updated after recovery", |c| {
+        c["data"]["v"] == "2"
     })
     .await?;
-    env.finish().await
+    s.finish().await
 }

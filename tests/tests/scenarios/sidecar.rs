@@ -57,95 +57,69 @@ fn containers(w: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The child's containers as they should be: the app with `image`, then the sidecar.
+fn app_and_proxy(image: &str) -> [(String, String); 2] {
+    [
+        ("app".into(), image.into()),
+        ("proxy".into(), "envoy:1.30".into()),
+    ]
+}
+
 #[tokio::test]
 async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() -> anyhow::Result<()>
 {
-    let mut env = Env::new("sidecar").await?;
-    install_kmeta_crds(&mut env).await?;
-    let group = format!("{}.kmeta.test", env.id);
-    let av = format!("{group}/v1");
-    env.create_crd(crd(&group, "App", "apps", true)).await?;
-    env.create_crd(crd(&group, "Workload", "workloads", true))
+    let mut s = Scenario::new("sidecar")
+        .crd("App", "apps")
+        .crd("Workload", "workloads")
+        .hook(hook)
+        .prepare()
         .await?;
-    let hooks = HookServer::start(hook).await?;
-    let spec = json!({
-        "parentResource": {"apiVersion": av, "resource": "apps"},
-        "childResources": [{"apiVersion": av, "resource": "workloads",
-                            "updateStrategy": {"method": "InPlace"}}],
-        "hooks": {"sync": {"webhook": {"url": hooks.url("sync")}}},
-        "generateSelector": true
-    });
-    env.create(
-        "compositecontrollers",
-        composite_controller(&env, "apps-cc", spec),
-    )
-    .await?;
     // the injector: an admission hook on the test server, or (real cluster) a second client
     // patching the child after each write, as an operator's own automation would
-    let admission = env.server().map(|s| {
-        s.admission().mutate(&av, "workloads", |obj, op| {
+    let admission = s.server().map(|server| {
+        server.admission().mutate(&s.av, "workloads", |obj, op| {
             if matches!(op, Operation::Create | Operation::Update) {
                 inject(obj);
             }
             Ok(())
         })
     });
-    env.start_controller();
-    let ns = env.ns.clone();
-    let apps = env.api(&av, "App", "apps", Some(&ns));
-    let workloads = env.api(&av, "Workload", "workloads", Some(&ns));
-    env.create(
-        "apps",
-        json!({"apiVersion": av, "kind": "App", "metadata": {"name": "web", "namespace": ns},
-               "spec": {"image": "web:1"}}),
-    )
-    .await?;
-    let w = eventually("child Workload", TIMEOUT, || async {
-        env.get(&workloads, "web").await
-    })
-    .await?;
+    s.controller(Cc::new("apps-cc").child("workloads")).await?;
+    s.start_controller();
+    s.parent("web", json!({"image": "web:1"})).await?;
+    let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
+    let w = s
+        .wait_for(&workloads, "web", "child Workload", |_| true)
+        .await?;
     if admission.is_none() {
         let mut patched = w.clone();
         inject(&mut patched);
         let cs = patched.pointer("/spec/template/spec/containers").cloned();
-        env.merge_patch(
+        s.merge_patch(
             &workloads,
             "web",
             json!({"spec": {"template": {"spec": {"containers": cs}}}}),
         )
         .await?;
     }
-    let w = eventually("sidecar injected", TIMEOUT, || async {
-        Ok(env
-            .get(&workloads, "web")
-            .await?
-            .filter(|w| containers(w).len() == 2))
-    })
-    .await?;
-    assert_eq!(
-        containers(&w),
-        [
-            ("app".into(), "web:1".into()),
-            ("proxy".into(), "envoy:1.30".into())
-        ]
-    );
+    let w = s
+        .wait_for(&workloads, "web", "sidecar injected", |w| {
+            containers(w).len() == 2
+        })
+        .await?;
+    assert_eq!(containers(&w), app_and_proxy("web:1"));
 
     // the parent's image changes: the child gets it and keeps the sidecar
-    env.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
+    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
         .await?;
-    let w = eventually("new image in the child", TIMEOUT, || async {
-        Ok(env
-            .get(&workloads, "web")
-            .await?
-            .filter(|w| containers(w).first().is_some_and(|c| c.1 == "web:2")))
-    })
-    .await?;
+    let w = s
+        .wait_for(&workloads, "web", "new image in the child", |w| {
+            containers(w).first().is_some_and(|c| c.1 == "web:2")
+        })
+        .await?;
     assert_eq!(
         containers(&w),
-        [
-            ("app".into(), "web:2".into()),
-            ("proxy".into(), "envoy:1.30".into())
-        ],
+        app_and_proxy("web:2"),
         "the sidecar must survive the update, in place: {w}"
     );
     // the sidecar's own list-map items were not touched either
@@ -155,31 +129,22 @@ async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() ->
     );
 
     // settle: wait until status reflects the child, then force another sync and see no write
-    eventually("parent status", TIMEOUT, || async {
-        Ok(env
-            .get(&apps, "web")
-            .await?
-            .filter(|p| p["status"]["observedGeneration"] == 2 && p["status"]["workloads"] == 1))
+    s.wait_parent("web", "parent status", |p| {
+        p["status"]["observedGeneration"] == 2 && p["status"]["workloads"] == 1
     })
     .await?;
     let before_rv = w["metadata"]["resourceVersion"].clone();
-    let before = env.server().map(|s| s.counters());
-    let syncs = env.syncs("apps-cc");
-    env.merge_patch(
-        &apps,
-        "web",
-        json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}}),
-    )
-    .await?;
-    env.wait_syncs("apps-cc", syncs).await?;
-    let w = env.get(&workloads, "web").await?.unwrap();
+    let before = s.server().map(|s| s.counters());
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.patch_and_sync("apps-cc", &apps, "web", touch).await?;
+    let w = s.get(&workloads, "web").await?.unwrap();
     assert_eq!(
         w["metadata"]["resourceVersion"], before_rv,
         "resync rewrote the child"
     );
-    if let (Some(s), Some(before)) = (env.server(), before) {
+    if let (Some(s), Some(before)) = (s.server(), before) {
         let d = s.counters().since(&before);
         assert_eq!(d.writes_to("workloads"), 0, "writes during resync: {d:?}");
     }
-    env.finish().await
+    s.finish().await
 }
