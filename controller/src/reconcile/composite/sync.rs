@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
 
-use super::build::Composite;
+use super::build::{ChildRule, Composite};
 use super::children::manage_children;
 use super::related::{Used, cache_key, call_customize};
 use crate::hook::wire::{self, SyncResponse};
@@ -135,7 +135,7 @@ async fn claim_children(
     parent: &Value,
     selector: &LabelSelector,
 ) -> Result<Vec<Value>, SyncError> {
-    let uid = meta_str(parent, "uid").to_owned();
+    let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
     let mut observed = Vec::new();
     let mut parent_checked = false;
@@ -145,11 +145,11 @@ async fn claim_children(
         };
         let candidates = rule
             .informer
-            .owned_by(&uid)
+            .owned_by(uid)
             .into_iter()
             .chain(rule.informer.orphans(ns))
-            .filter(|c| ns.is_none_or(|n| n == meta_str(c, "namespace")))
-            .map(|c| (*c).clone());
+            .filter(|child| ns.is_none_or(|n| n == meta_str(child, "namespace")))
+            .map(|child| (*child).clone());
         let plan = decide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
         if !plan.adopt.is_empty() && !parent_checked {
@@ -159,68 +159,87 @@ async fn claim_children(
             parent_checked = true;
         }
         for orphan in plan.adopt {
-            let api = kapi::api(
-                &c.ctx.client,
-                &rule.resolved,
-                meta_str(&orphan, "namespace"),
-            );
-            let adopted = kapi::atomic_update(
-                &api,
-                meta_str(&orphan, "name"),
-                meta_str(&orphan, "uid"),
-                false,
-                |o| {
-                    let still_orphan = controller_ref(o).is_none();
-                    let matches =
-                        selector::matches(selector, &selector::labels_of(o)).unwrap_or(false);
-                    if still_orphan && matches {
-                        *o = decide::with_owner(o, parent);
-                        true
-                    } else {
-                        false
-                    }
-                },
-            )
-            .await
-            .map_err(api_err(format!("adopting {}", describe(&orphan))))?;
-            c.ctx.config.metrics.child_op(&c.name, "adopt");
-            if let Some(a) = adopted
-                && controller_ref(&a)
-                    .and_then(|r| r.get("uid"))
-                    .and_then(Value::as_str)
-                    == Some(&uid)
-            {
-                observed.push(a);
+            if let Some(adopted) = adopt(c, rule, parent, selector, &orphan).await? {
+                observed.push(adopted);
             }
         }
         for child in plan.release {
-            let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(&child, "namespace"));
-            kapi::atomic_update(
-                &api,
-                meta_str(&child, "name"),
-                meta_str(&child, "uid"),
-                false,
-                |o| {
-                    let ours = controller_ref(o)
-                        .and_then(|r| r.get("uid"))
-                        .and_then(Value::as_str)
-                        == Some(&uid);
-                    let matches =
-                        selector::matches(selector, &selector::labels_of(o)).unwrap_or(true);
-                    if ours && !matches {
-                        *o = decide::without_owner(o, &uid);
-                        true
-                    } else {
-                        false
-                    }
-                },
-            )
-            .await
-            .map_err(api_err(format!("releasing {}", describe(&child))))?;
-            c.ctx.config.metrics.child_op(&c.name, "release");
+            release(c, rule, uid, selector, &child).await?;
         }
     }
     Ok(observed)
+}
+
+/// Adopts an orphan that still matches the selector (re-checked on the live object); returns it
+/// when it is now controlled by `parent`.
+async fn adopt(
+    c: &Composite,
+    rule: &ChildRule,
+    parent: &Value,
+    selector: &LabelSelector,
+    orphan: &Value,
+) -> Result<Option<Value>, SyncError> {
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(orphan, "namespace"));
+    let adopted = kapi::atomic_update(
+        &api,
+        meta_str(orphan, "name"),
+        meta_str(orphan, "uid"),
+        false,
+        |o| {
+            let still_orphan = controller_ref(o).is_none();
+            let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(false);
+            if still_orphan && matches {
+                *o = decide::with_owner(o, parent);
+                true
+            } else {
+                false
+            }
+        },
+    )
+    .await
+    .map_err(api_err(format!("adopting {}", describe(orphan))))?;
+    c.ctx.config.metrics.child_op(&c.name, "adopt");
+    let uid = meta_str(parent, "uid");
+    Ok(adopted.filter(|a| controller_uid(a) == Some(uid)))
+}
+
+/// Releases a child controlled by the parent with `uid` that no longer matches the selector
+/// (re-checked on the live object).
+async fn release(
+    c: &Composite,
+    rule: &ChildRule,
+    uid: &str,
+    selector: &LabelSelector,
+    child: &Value,
+) -> Result<(), SyncError> {
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    kapi::atomic_update(
+        &api,
+        meta_str(child, "name"),
+        meta_str(child, "uid"),
+        false,
+        |o| {
+            let ours = controller_uid(o) == Some(uid);
+            let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(true);
+            if ours && !matches {
+                *o = decide::without_owner(o, uid);
+                true
+            } else {
+                false
+            }
+        },
+    )
+    .await
+    .map_err(api_err(format!("releasing {}", describe(child))))?;
+    c.ctx.config.metrics.child_op(&c.name, "release");
+    Ok(())
+}
+
+/// The UID in an object's controller owner reference.
+fn controller_uid(obj: &Value) -> Option<&str> {
+    controller_ref(obj)
+        .and_then(|r| r.get("uid"))
+        .and_then(Value::as_str)
 }
 
 /// Uncached GET: the parent still exists with the same UID and is not being deleted.
