@@ -1,7 +1,8 @@
 //! Write Metacontroller/kmeta hooks in Rust.
 //!
-//! Typed hook requests and responses in Metacontroller's wire format (hook versions v1 and v2),
-//! helpers to read observed children and build desired ones, and an axum adapter:
+//! The hook requests and responses are [`kmeta_wire`]'s, the same types the kmeta controller
+//! sends and decodes (Metacontroller's wire format, hook versions v1 and v2). This crate adds a
+//! builder for desired children ([`child`]) and an axum adapter ([`Hooks`]):
 //!
 //! ```no_run
 //! use kmeta_hook::{SyncRequest, SyncResponse, child};
@@ -22,8 +23,18 @@
 //! # }
 //! ```
 
-mod server;
-mod types;
+#![warn(missing_docs)]
 
+mod child;
+mod server;
+
+pub use child::{ChildBuilder, child};
+pub use kmeta_wire::{
+    CustomizeRequest, CustomizeResponse, DecoratorFinalizeRequest, DecoratorFinalizeResponse,
+    DecoratorSyncRequest, DecoratorSyncResponse, FinalizeRequest, FinalizeResponse, ObjectMap,
+    RelatedResourceRule, SyncRequest, SyncResponse, WireFields, group_key,
+};
 pub use server::{Hooks, router};
-pub use types::*;
+
+/// The wire format crate itself, for what this crate does not re-export by name.
+pub use kmeta_wire as wire;

@@ -13,13 +13,58 @@ use axum::routing::post;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::types::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse};
+use kmeta_wire::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse};
 
 type Reply<Resp> = Pin<Box<dyn Future<Output = Result<Resp, String>> + Send>>;
 type Handler<Req, Resp> = Arc<dyn Fn(Req) -> Reply<Resp> + Send + Sync>;
 
 /// The hooks of one controller; build with [`router`], then [`Hooks::into_router`] or
 /// [`Hooks::serve`].
+///
+/// Each registered hook answers `POST /sync`, `/finalize` or `/customize`: the body is decoded
+/// into the request type (a malformed one answers 400 naming the field), the function's `Ok`
+/// is encoded as the response, its `Err` answers 500 `{"error": "<hook> hook failed: .."}`.
+///
+/// ```
+/// use kmeta_hook::{SyncRequest, SyncResponse, child};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let app = kmeta_hook::router()
+///     .sync(|req: SyncRequest| {
+///         let cm = child("v1", "ConfigMap", req.parent_name()).build();
+///         Ok::<_, String>(SyncResponse::new().child(cm))
+///     })
+///     .into_router();
+/// let request = axum::http::Request::post("/sync")
+///     .header("content-type", "application/json")
+///     .body(axum::body::Body::from(r#"{"parent": {"metadata": {"name": "p"}}}"#))
+///     .unwrap();
+/// let response = app.oneshot(request).await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// let body = http_body_util::BodyExt::collect(response.into_body())
+///     .await
+///     .unwrap()
+///     .to_bytes();
+/// assert_eq!(
+///     &body[..],
+///     br#"{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"p"}}]}"#
+/// );
+/// # }
+/// ```
+///
+/// A hook server binds an address and serves until the process ends:
+///
+/// ```no_run
+/// # use kmeta_hook::{SyncRequest, SyncResponse};
+/// # async fn run() -> std::io::Result<()> {
+/// kmeta_hook::router()
+///     .sync(|_req: SyncRequest| Ok::<_, String>(SyncResponse::new()))
+///     .serve("0.0.0.0:8080")
+///     .await
+/// # }
+/// ```
 #[derive(Clone, Default)]
 pub struct Hooks {
     sync: Option<Handler<SyncRequest, SyncResponse>>,
@@ -195,10 +240,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{RelatedResourceRule, child};
+    use crate::child;
     use axum::body::Body;
     use axum::http::Request;
     use http_body_util::BodyExt;
+    use kmeta_wire::RelatedResourceRule;
     use serde_json::{Value, json};
     use tower::ServiceExt;
 

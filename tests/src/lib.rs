@@ -185,7 +185,9 @@ impl Env {
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
         let client = self.client.clone();
         let stop = self.stop.clone();
-        self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(client, config, stop)));
+        self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(
+            client, config, stop,
+        )));
     }
 
     /// Stops the controller and waits (bounded) for it to finish its syncs in flight.

@@ -1,11 +1,19 @@
-//! The hook wire format, exactly Metacontroller's: requests `{controller, parent, children,
-//! related, finalizing}`, responses `{status, children, resyncAfterSeconds, finalized}`, object
-//! maps keyed `<Kind>.<apiVersion>` then by object key (v1 relative, v2 uniform).
+//! The controller's side of the hook wire format. The types are kmeta-wire's (shared with the
+//! `kmeta-hook` SDK); this module builds requests (object maps keyed `<Kind>.<apiVersion>`, then
+//! by object key: v1 relative, v2 uniform) and decodes responses in loose or strict mode.
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use serde::de::{DeserializeOwned, Error as _, IgnoredAny};
 use serde_json::{Map, Value};
 
+pub use kmeta_wire::{
+    CustomizeRequest, CustomizeResponse, ObjectMap, RelatedResourceRule, SyncRequest, SyncResponse,
+    WireFields, group_key,
+};
+
 use crate::api::{Hook, HookVersion, ResponseUnmarshallMode};
+use crate::object::meta_str;
 
 /// A hook response that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -32,24 +40,13 @@ pub enum WireError {
     },
 }
 
-/// The map key of an object type: `Pod.v1`, `StatefulSet.apps/v1`.
-pub fn group_key(api_version: &str, kind: &str) -> String {
-    format!("{kind}.{api_version}")
-}
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
 /// The key of one object inside a group: v1 uses `name`, or `namespace/name` for a namespaced
 /// object seen by a cluster-scoped parent; v2 always uses `namespace/name` for namespaced objects
 /// and `name` for cluster-scoped ones.
 pub fn object_key(version: HookVersion, parent_namespaced: bool, obj: &Value) -> String {
-    let name = meta_str(obj, "name").unwrap_or_default();
-    match (meta_str(obj, "namespace"), version) {
+    let name = meta_str(obj, "name");
+    let namespace = Some(meta_str(obj, "namespace")).filter(|ns| !ns.is_empty());
+    match (namespace, version) {
         (Some(ns), HookVersion::V2) => format!("{ns}/{name}"),
         (Some(ns), HookVersion::V1) if !parent_namespaced => format!("{ns}/{name}"),
         _ => name.to_owned(),
@@ -64,9 +61,9 @@ pub fn object_map<'a>(
     declared: &[String],
     objects: impl IntoIterator<Item = &'a Value>,
 ) -> Map<String, Value> {
-    let mut out = Map::new();
+    let mut out = ObjectMap::new();
     for g in declared {
-        out.insert(g.clone(), Value::Object(Map::new()));
+        out.declare(g);
     }
     for obj in objects {
         let av = obj
@@ -74,14 +71,13 @@ pub fn object_map<'a>(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let entry = out
-            .entry(group_key(av, kind))
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Some(m) = entry.as_object_mut() {
-            m.insert(object_key(version, parent_namespaced, obj), obj.clone());
-        }
+        out.insert(
+            &group_key(av, kind),
+            object_key(version, parent_namespaced, obj),
+            obj.clone(),
+        );
     }
-    out
+    out.into()
 }
 
 /// The sync/finalize request body.
@@ -92,57 +88,23 @@ pub fn sync_request(
     related: Map<String, Value>,
     finalizing: bool,
 ) -> Value {
-    let mut m = Map::new();
-    m.insert("controller".into(), controller.clone());
-    m.insert("parent".into(), parent.clone());
-    m.insert("children".into(), Value::Object(children));
-    m.insert("related".into(), Value::Object(related));
-    m.insert("finalizing".into(), Value::Bool(finalizing));
-    Value::Object(m)
+    SyncRequest {
+        controller: controller.clone(),
+        parent: parent.clone(),
+        children: children.into(),
+        related: related.into(),
+        finalizing,
+    }
+    .into()
 }
 
 /// The customize request body.
 pub fn customize_request(controller: &Value, parent: &Value) -> Value {
-    serde_json::json!({"controller": controller, "parent": parent})
-}
-
-/// A decoded sync/finalize response.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SyncResponse {
-    /// Replaces the parent's `.status` (None when null/absent: `{}` is written).
-    pub status: Option<Value>,
-    /// Desired children (null entries dropped). An absent list means "no children".
-    pub children: Vec<Value>,
-    /// Requeue after this many seconds when positive.
-    pub resync_after_seconds: f64,
-    /// Finalize hook says teardown is complete.
-    pub finalized: bool,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StrictSync {
-    #[serde(default)]
-    status: Option<Value>,
-    #[serde(default)]
-    children: Option<Vec<Value>>,
-    #[serde(default)]
-    resync_after_seconds: Option<f64>,
-    #[serde(default)]
-    finalized: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LooseSync {
-    #[serde(default)]
-    status: Option<Value>,
-    #[serde(default)]
-    children: Option<Vec<Value>>,
-    #[serde(default)]
-    resync_after_seconds: Option<f64>,
-    #[serde(default)]
-    finalized: Option<bool>,
+    CustomizeRequest {
+        controller: controller.clone(),
+        parent: parent.clone(),
+    }
+    .into()
 }
 
 fn mode_name(mode: ResponseUnmarshallMode) -> &'static str {
@@ -168,16 +130,17 @@ pub fn response_mode(hook: &Hook) -> ResponseUnmarshallMode {
     }
 }
 
-/// Loose mode parses into a JSON value first, so duplicate keys keep the last value and unknown
-/// fields are ignored; strict mode rejects both.
-fn decode_as<S, L>(
+/// Decodes a response body into its wire type. Loose mode parses into a JSON value first, so
+/// duplicate keys keep the last value and unknown fields are ignored. Strict mode decodes the
+/// bytes directly (a duplicate field is an error) and then rejects any top-level field that is
+/// not in the type's [`WireFields::FIELDS`].
+fn decode_as<T>(
     body: &[u8],
     mode: ResponseUnmarshallMode,
     hook: &'static str,
-) -> Result<Result<S, L>, WireError>
+) -> Result<T, WireError>
 where
-    S: for<'de> Deserialize<'de>,
-    L: for<'de> Deserialize<'de>,
+    T: DeserializeOwned + WireFields,
 {
     let err = |message: String| WireError::Decode {
         hook,
@@ -196,35 +159,56 @@ where
     match mode {
         ResponseUnmarshallMode::Strict => {
             let mut de = serde_json::Deserializer::from_slice(body);
-            let decoded = serde_path_to_error::deserialize::<_, S>(&mut de).map_err(located)?;
+            let decoded = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(located)?;
             de.end().map_err(|e| err(e.to_string()))?;
-            Ok(Ok(decoded))
+            let fields: BTreeMap<String, IgnoredAny> =
+                serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
+            if let Some(unknown) = fields.keys().find(|k| !T::FIELDS.contains(&k.as_str())) {
+                return Err(err(
+                    serde_json::Error::unknown_field(unknown, T::FIELDS).to_string()
+                ));
+            }
+            Ok(decoded)
         }
         ResponseUnmarshallMode::Loose => {
             let v: Value = serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
             if !v.is_object() {
                 return Err(err("expected a JSON object".into()));
             }
-            serde_path_to_error::deserialize::<_, L>(v)
-                .map(Err)
-                .map_err(located)
+            serde_path_to_error::deserialize::<_, T>(v).map_err(located)
         }
     }
 }
 
-/// Decodes and checks a sync/finalize response: each child must be an object with `apiVersion`,
-/// `kind` and `metadata.name`.
+fn child_problem(child: &Value) -> Option<&'static str> {
+    let missing = |field: &str| {
+        child
+            .get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    };
+    if !child.is_object() {
+        Some("not an object")
+    } else if missing("apiVersion") {
+        Some("missing apiVersion")
+    } else if missing("kind") {
+        Some("missing kind")
+    } else if meta_str(child, "name").is_empty() {
+        Some("missing metadata.name")
+    } else {
+        None
+    }
+}
+
+/// Decodes and checks a sync/finalize response: `status` must be an object (or null), each
+/// child an object with `apiVersion`, `kind` and `metadata.name`; null children are dropped.
 pub fn decode_sync_response(
     body: &[u8],
     mode: ResponseUnmarshallMode,
     hook: &'static str,
 ) -> Result<SyncResponse, WireError> {
-    let (status, children, resync, finalized) =
-        match decode_as::<StrictSync, LooseSync>(body, mode, hook)? {
-            Ok(s) => (s.status, s.children, s.resync_after_seconds, s.finalized),
-            Err(l) => (l.status, l.children, l.resync_after_seconds, l.finalized),
-        };
-    if let Some(s) = &status
+    let decoded: SyncResponse = decode_as(body, mode, hook)?;
+    if let Some(s) = &decoded.status
         && !(s.is_null() || s.is_object())
     {
         return Err(WireError::Decode {
@@ -233,81 +217,25 @@ pub fn decode_sync_response(
             message: "status must be an object or null".into(),
         });
     }
-    let mut out = Vec::new();
-    for (index, child) in children.unwrap_or_default().into_iter().enumerate() {
+    let mut children = Vec::new();
+    for (index, child) in decoded.children.into_iter().enumerate() {
         if child.is_null() {
             continue;
         }
-        let problem = if !child.is_object() {
-            Some("not an object".to_owned())
-        } else if child
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            Some("missing apiVersion".to_owned())
-        } else if child
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            Some("missing kind".to_owned())
-        } else if meta_str(&child, "name").is_none() {
-            Some("missing metadata.name".to_owned())
-        } else {
-            None
-        };
-        if let Some(message) = problem {
+        if let Some(message) = child_problem(&child) {
             return Err(WireError::Child {
                 hook,
                 index,
-                message,
+                message: message.to_owned(),
             });
         }
-        out.push(child);
+        children.push(child);
     }
     Ok(SyncResponse {
-        status: status.filter(|s| !s.is_null()),
-        children: out,
-        resync_after_seconds: resync.unwrap_or(0.0),
-        finalized: finalized.unwrap_or(false),
+        status: decoded.status.filter(|s| !s.is_null()),
+        children,
+        ..decoded
     })
-}
-
-/// A `relatedResources` rule from a customize response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RelatedResourceRule {
-    /// e.g. `v1`.
-    pub api_version: String,
-    /// Plural resource.
-    pub resource: String,
-    /// Objects matching these labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_selector: Option<Value>,
-    /// Namespaces matching these labels (v2 for namespaced parents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<Value>,
-    /// One namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Exact names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub names: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StrictCustomize {
-    #[serde(default)]
-    related_resources: Option<Vec<RelatedResourceRule>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LooseCustomize {
-    #[serde(default)]
-    related_resources: Option<Vec<RelatedResourceRule>>,
 }
 
 /// Decodes a customize response.
@@ -315,11 +243,8 @@ pub fn decode_customize_response(
     body: &[u8],
     mode: ResponseUnmarshallMode,
 ) -> Result<Vec<RelatedResourceRule>, WireError> {
-    let rules = match decode_as::<StrictCustomize, LooseCustomize>(body, mode, "customize")? {
-        Ok(s) => s.related_resources,
-        Err(l) => l.related_resources,
-    };
-    Ok(rules.unwrap_or_default())
+    let decoded: CustomizeResponse = decode_as(body, mode, "customize")?;
+    Ok(decoded.related_resources)
 }
 
 #[cfg(test)]
@@ -384,6 +309,59 @@ mod tests {
             ["controller", "parent", "children", "related", "finalizing"]
         );
         assert_eq!(req["finalizing"], json!(true));
+    }
+
+    #[test]
+    fn request_bytes() {
+        let declared = vec!["Service.v1".to_owned(), "Pod.v1".to_owned()];
+        let (b, a) = (pod(Some("ns"), "b"), pod(Some("ns"), "a"));
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        let children = object_map(HookVersion::V2, true, &declared, [&b, &cm, &a]);
+        let req = sync_request(
+            &json!({}),
+            &json!({"kind": "P"}),
+            children,
+            Map::new(),
+            false,
+        );
+        assert_eq!(
+            serde_json::to_string(&req).unwrap(),
+            concat!(
+                r#"{"controller":{},"parent":{"kind":"P"},"children":{"Service.v1":{},"#,
+                r#""Pod.v1":{"ns/b":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b","namespace":"ns"}},"#,
+                r#""ns/a":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"ns"}}},"#,
+                r#""ConfigMap.v1":{"c":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}}},"#,
+                r#""related":{},"finalizing":false}"#
+            )
+        );
+        assert_eq!(
+            serde_json::to_string(&customize_request(&json!({"k": 1}), &json!(null))).unwrap(),
+            r#"{"controller":{"k":1},"parent":null}"#
+        );
+    }
+
+    #[test]
+    fn strict_rejects_unknown_fields_and_non_objects() {
+        let e = decode_customize_response(
+            br#"{"relatedResources": [], "x": 1}"#,
+            ResponseUnmarshallMode::Strict,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("unknown field `x`, expected `relatedResources`"),
+            "{e}"
+        );
+        for body in [&b"[]"[..], b"null"] {
+            assert!(decode_sync_response(body, ResponseUnmarshallMode::Strict, "sync").is_err());
+        }
+        let r = decode_sync_response(
+            br#"{"status": null, "children": [null], "resyncAfterSeconds": null, "finalized": null}"#,
+            ResponseUnmarshallMode::Strict,
+            "finalize",
+        )
+        .unwrap();
+        assert_eq!(r, SyncResponse::default());
     }
 
     #[test]

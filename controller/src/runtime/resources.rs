@@ -19,7 +19,7 @@ pub struct Resolved {
 impl Resolved {
     /// `<Kind>.<apiVersion>`.
     pub fn group_key(&self) -> String {
-        crate::hook::wire::group_key(&self.api.api_version, &self.api.kind)
+        kmeta_wire::group_key(&self.api.api_version, &self.api.kind)
     }
     /// `apiVersion/plural`, the identity of a watch.
     pub fn watch_key(&self) -> String {
