@@ -50,6 +50,7 @@ fn parent(text: &str) -> String {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
 async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // Files are named so that directory order is the wrong apply order.

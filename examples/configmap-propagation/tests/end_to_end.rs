@@ -65,6 +65,7 @@ fn data(cm: &Option<Value>) -> Option<Value> {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
 async fn source_configmap_is_propagated_and_updates_follow() -> anyhow::Result<()> {
     if !python3_available() {
         eprintln!("skipped: python3 is not on PATH (the example's hook is a Python script)");

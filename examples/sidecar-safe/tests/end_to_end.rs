@@ -34,6 +34,7 @@ fn sidecar() -> Value {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
 async fn image_update_keeps_the_injected_sidecar_and_resync_writes_nothing() -> anyhow::Result<()> {
     let mut env = Env::new("sidecar-safe").await?;
     let Some(server) = env.server() else {
