@@ -1,10 +1,12 @@
 //! Layer 4, reconciling: the core every controller kind shares (`core`: context, events,
-//! workers), pure decisions (`decide`), the CompositeController (`composite`) and the
+//! workers; `children`: child management; `status`: finalizer, status and failure writes), pure decisions (`decide`), the CompositeController (`composite`) and the
 //! [`manager`] that runs one controller per CompositeController object.
 
+pub(crate) mod children;
 pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
 pub mod manager;
+pub(crate) mod status;
 
 pub use core::{Context, ManagerConfig};

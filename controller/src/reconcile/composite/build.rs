@@ -8,26 +8,15 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::api::{ChildUpdateMethod, CompositeController, Hook};
+use crate::api::{CompositeController, Hook};
 use crate::hook::wire::RelatedResourceRule;
 use crate::hook::{HookClient, HookError};
+use crate::reconcile::children::{ChildRule, Children};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{ChildType, FutileUpdates};
 use crate::runtime::cache::Informer;
 use crate::runtime::resources::{Resolved, ResourceError};
 use crate::runtime::selector;
-
-/// A declared child type, resolved and watched.
-pub struct ChildRule {
-    /// The resolved resource.
-    pub resolved: Resolved,
-    /// The shared watch.
-    pub informer: Arc<Informer>,
-    /// Update method.
-    pub method: ChildUpdateMethod,
-    /// dynapply options with the list rules of this type.
-    pub options: dynapply::Options,
-}
 
 /// Why a controller could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +245,16 @@ impl Composite {
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),
         })
+    }
+
+    /// The children as the shared child management sees them.
+    pub fn child_set(&self) -> Children<'_> {
+        Children {
+            ctx: &self.ctx,
+            controller: &self.name,
+            rules: &self.children,
+            futile: &self.futile_updates,
+        }
     }
 
     /// Is this parent selected by `parentResource.labelSelector`?

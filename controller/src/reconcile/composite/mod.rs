@@ -4,7 +4,6 @@
 //! [reconcile core](crate::reconcile::core).
 
 mod build;
-mod children;
 mod related;
 pub mod sync;
 
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::CompositeController;
 use crate::object::{controller_ref, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
-use crate::reconcile::decide;
+use crate::reconcile::{decide, status};
 use crate::runtime::cache::{Change, ObjKey, obj_key};
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
@@ -275,6 +274,6 @@ impl Reconciler for ParentController {
     }
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
-        sync::report_failure(&self.c, parent, message).await
+        status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await
     }
 }

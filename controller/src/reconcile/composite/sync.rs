@@ -8,13 +8,14 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
 
-use super::build::{ChildRule, Composite};
-use super::children::manage_children;
+use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
 use crate::hook::wire::{self, SyncResponse};
 use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta_str};
+use crate::reconcile::children::{ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
+use crate::reconcile::status;
 use crate::runtime::cache::ObjKey;
 use crate::runtime::kapi;
 use crate::runtime::selector;
@@ -58,57 +59,21 @@ pub async fn sync_parent(
         response.children.clone(),
     )?;
     if decide::may_manage_children(&parent, finalizing, &fin) {
-        manage_children(c, &parent, &observed, &desired).await?;
+        manage_children(&c.child_set(), &parent, &observed, &desired).await?;
         c.ctx
             .config
             .metrics
             .children(&c.name, meta_str(&parent, "uid"), desired.len());
     }
-    update_status(c, &parent, response.status.as_ref()).await?;
+    status::update_status(&c.ctx, &c.parent, &parent, response.status.as_ref()).await?;
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
         == FinalizerAction::Remove
     {
-        set_finalizer(c, &parent, &fin, false).await?;
+        status::set_finalizer(&c.ctx, &c.parent, &parent, &fin, false).await?;
     }
     Ok((response.resync_after_seconds > 0.0)
         .then(|| Duration::try_from_secs_f64(response.resync_after_seconds).ok())
         .flatten())
-}
-
-async fn set_finalizer(
-    c: &Composite,
-    parent: &Value,
-    fin: &str,
-    add: bool,
-) -> Result<Option<Value>, SyncError> {
-    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
-    let name = meta_str(parent, "name");
-    kapi::atomic_update(&api, name, meta_str(parent, "uid"), false, |o| {
-        let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
-            return false;
-        };
-        let list = m
-            .entry("finalizers")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
-        }
-        let Some(a) = list.as_array_mut() else {
-            return false;
-        };
-        let present = a.iter().any(|v| v.as_str() == Some(fin));
-        match (add, present) {
-            (true, false) => a.push(Value::String(fin.to_owned())),
-            (false, true) => a.retain(|v| v.as_str() != Some(fin)),
-            _ => return false,
-        }
-        true
-    })
-    .await
-    .map_err(api_err(format!(
-        "updating finalizer {fin} on {}",
-        describe(parent)
-    )))
 }
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
@@ -123,8 +88,10 @@ async fn ensure_finalizer(
         has_finalizer(&parent, fin),
     ) {
         FinalizerAction::Keep => Ok(Some(parent)),
-        FinalizerAction::Add => set_finalizer(c, &parent, fin, true).await,
-        FinalizerAction::Remove => set_finalizer(c, &parent, fin, false).await,
+        FinalizerAction::Add => status::set_finalizer(&c.ctx, &c.parent, &parent, fin, true).await,
+        FinalizerAction::Remove => {
+            status::set_finalizer(&c.ctx, &c.parent, &parent, fin, false).await
+        }
     }
 }
 
@@ -271,77 +238,4 @@ async fn call_hook(
     );
     let request = wire::sync_request(&c.cc_json, parent, children, related.clone(), finalizing);
     Ok(hook.sync(&cache_key(parent), &request).await?)
-}
-
-/// Step: write the hook's status plus `observedGeneration` to `/status`, only when it differs.
-async fn update_status(
-    c: &Composite,
-    parent: &Value,
-    status: Option<&Value>,
-) -> Result<(), SyncError> {
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
-    let want = decide::desired_status(status, generation);
-    if !decide::status_changed(parent, &want) {
-        return Ok(());
-    }
-    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
-    let mut next = parent.clone();
-    if let Some(m) = next.as_object_mut() {
-        m.insert("status".into(), want.clone());
-    }
-    let action = || format!("updating status of {}", describe(parent));
-    match kapi::replace_status(&api, &next).await {
-        Ok(_) => Ok(()),
-        Err(e) if kapi::is_not_found(&e) => Ok(()),
-        Err(e) if kapi::is_conflict(&e) => kapi::atomic_update(
-            &api,
-            meta_str(parent, "name"),
-            meta_str(parent, "uid"),
-            true,
-            |live| {
-                if !decide::status_changed(live, &want) {
-                    return false;
-                }
-                if let Some(m) = live.as_object_mut() {
-                    m.insert("status".into(), want.clone());
-                }
-                true
-            },
-        )
-        .await
-        .map(|_| ())
-        .map_err(api_err(action())),
-        Err(e) => Err(api_err(action())(e)),
-    }
-}
-
-/// After a failed sync: a `Synced=False` condition on the parent's status (only when it
-/// differs from what is there; UID-guarded, resourceVersion-checked).
-pub async fn report_failure(c: &Composite, parent: &Value, message: &str) -> Result<(), SyncError> {
-    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
-    let now = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or_else(|_| jiff::Timestamp::now())
-        .to_string();
-    kapi::atomic_update(
-        &api,
-        meta_str(parent, "name"),
-        meta_str(parent, "uid"),
-        true,
-        |live| match decide::with_sync_failure(live, message, &now) {
-            Some(next) => {
-                *live = next;
-                true
-            }
-            None => false,
-        },
-    )
-    .await
-    .map(|_| ())
-    .map_err(api_err(format!(
-        "reporting failure on {}",
-        describe(parent)
-    )))
 }

@@ -1,22 +1,50 @@
-//! Child management: executes the plan of [`decide::plan_children`] — create, update (dynapply's
-//! three-way merge, skipping updates the API server ignored before) and delete — and reports
-//! fields the server dropped.
+//! Child management, shared by every controller kind: executes the plan of
+//! [`decide::plan_children`] — create, update (dynapply's three-way merge, skipping updates the
+//! API server ignored before) and delete — and reports fields the server dropped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::build::{ChildRule, Composite};
+use crate::api::ChildUpdateMethod;
 use crate::object::{describe, meta_str};
-use crate::reconcile::core::SyncError;
-use crate::reconcile::decide::{self, ChildOp};
+use crate::reconcile::core::{Context, SyncError};
+use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
+use crate::runtime::cache::Informer;
 use crate::runtime::kapi;
+use crate::runtime::resources::Resolved;
+
+/// A declared child type, resolved and watched.
+pub struct ChildRule {
+    /// The resolved resource.
+    pub resolved: Resolved,
+    /// The shared watch.
+    pub informer: Arc<Informer>,
+    /// Update method.
+    pub method: ChildUpdateMethod,
+    /// dynapply options with the list rules of this type.
+    pub options: dynapply::Options,
+}
+
+/// The children of one owner as a controller manages them: the declared types, and the updates
+/// the API server ignored before (not to be sent again).
+pub struct Children<'a> {
+    /// Shared context.
+    pub ctx: &'a Context,
+    /// The controller's name (metric label).
+    pub controller: &'a str,
+    /// Child rules by `<Kind>.<apiVersion>`.
+    pub rules: &'a HashMap<String, ChildRule>,
+    /// Child updates the API server answered without writing.
+    pub futile: &'a Mutex<FutileUpdates>,
+}
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
 /// left to the next sync, other failures are collected and reported together.
-pub(super) async fn manage_children(
-    c: &Composite,
+pub async fn manage_children(
+    c: &Children<'_>,
     parent: &Value,
     observed: &[Value],
     desired: &BTreeMap<String, Value>,
@@ -25,9 +53,9 @@ pub(super) async fn manage_children(
         parent,
         observed,
         desired,
-        |gk| c.children.get(gk).map(|r| r.method).unwrap_or_default(),
+        |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| {
-            c.children
+            c.rules
                 .get(gk)
                 .map(|r| r.options.clone())
                 .unwrap_or_default()
@@ -44,7 +72,7 @@ pub(super) async fn manage_children(
             .next()
             .unwrap_or_default()
             .to_owned();
-        let Some(rule) = c.children.get(&gk) else {
+        let Some(rule) = c.rules.get(&gk) else {
             errors.push(format!("{}: undeclared type {gk}", describe(obj)));
             continue;
         };
@@ -53,11 +81,11 @@ pub(super) async fn manage_children(
         };
         match res {
             Ok(()) => {
-                c.ctx.config.metrics.child_op(&c.name, op_label);
-                tracing::info!(controller = %c.name, child = %describe(obj), "{verb} child")
+                c.ctx.config.metrics.child_op(c.controller, op_label);
+                tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child")
             }
             Err(e) if kapi::is_conflict(&e) || kapi::is_not_found(&e) => {
-                tracing::debug!(controller = %c.name, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
+                tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
             }
             Err(e) => errors.push(format!("{verb} {}: {e}", describe(obj))),
         }
@@ -78,7 +106,7 @@ type Executed = (&'static str, &'static str, Result<(), kube::Error>);
 /// Sends one child operation; `None` when an update is skipped because the API server ignored
 /// the same update of this child version before. Fields an update lost are added to `ignored`.
 async fn execute(
-    c: &Composite,
+    c: &Children<'_>,
     rule: &ChildRule,
     op: &ChildOp,
     ignored: &mut Vec<(String, Vec<String>)>,
@@ -94,12 +122,12 @@ async fn execute(
             kapi::create(&api, o).await.map(|_| ()),
         ),
         ChildOp::Update(o)
-            if c.futile_updates
+            if c.futile
                 .lock()
                 .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
         {
             tracing::debug!(child = %describe(o), "update skipped: the API server ignored the same update of this child version");
-            c.ctx.config.metrics.child_op(&c.name, "skip");
+            c.ctx.config.metrics.child_op(c.controller, "skip");
             return None;
         }
         ChildOp::Update(o) => (
@@ -116,13 +144,13 @@ async fn execute(
 /// After an update: remembers (or forgets) it as futile when the server kept the child as it
 /// was, and collects the fields it dropped.
 fn remember_ignored(
-    c: &Composite,
+    c: &Children<'_>,
     sent: &Value,
     stored: &Value,
     ignored: &mut Vec<(String, Vec<String>)>,
 ) {
     let ignored_paths = decide::ignored_by_server(sent, stored);
-    if let Ok(mut futile) = c.futile_updates.lock() {
+    if let Ok(mut futile) = c.futile.lock() {
         match &ignored_paths {
             Some(_) => futile.record(sent, Instant::now()),
             None => futile.forget(sent),
@@ -136,7 +164,7 @@ fn remember_ignored(
 /// A child update the API server answered without writing: the fields it dropped or overrode
 /// would come back on every sync (the update is remembered and not repeated). Says so in a Warning event on the parent (rate-limited per parent)
 /// and in the log, naming the fields.
-async fn report_ignored_fields(c: &Composite, parent: &Value, child: &str, paths: &[String]) {
+async fn report_ignored_fields(c: &Children<'_>, parent: &Value, child: &str, paths: &[String]) {
     const SHOWN: usize = 5;
     let mut fields = paths
         .iter()
