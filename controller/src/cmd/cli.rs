@@ -272,21 +272,58 @@ fn zap_level(level: &str) -> Result<&'static str, CliError> {
 
 impl RunArgs {
     /// Validates the flags into a [`RunConfig`] (pure: no IO).
+    ///
+    /// The checks run in a fixed order, so the first invalid flag reported is always the same.
     pub fn to_config(&self) -> Result<RunConfig, CliError> {
-        if self.apply_strategy != "dynamic-apply" {
-            let message = if self.apply_strategy == "server-side-apply" {
-                "server-side-apply is not implemented yet; use dynamic-apply (the default)".into()
-            } else {
-                format!(
-                    "unknown apply strategy {:?} (dynamic-apply or server-side-apply)",
-                    self.apply_strategy
-                )
-            };
-            return Err(CliError::Invalid {
-                flag: "apply-strategy",
-                message,
-            });
+        self.check_apply_strategy()?;
+        self.check_leader_lock()?;
+        self.check_workers_and_rates()?;
+        self.check_target_label_selector()?;
+        let leader = self.leader_flags()?;
+        let (discovery_interval, cache_flush_interval) = self.intervals()?;
+        let ignored = self.ignored_flags();
+        let (metrics_address, health_address) = self.addresses()?;
+        Ok(RunConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            discovery_interval,
+            cache_flush_interval,
+            workers: self.workers,
+            qps: self.client_go_qps,
+            burst: self.client_go_burst,
+            metrics_address,
+            health_address,
+            leader,
+            target_label_selector: Some(self.target_label_selector.trim().to_owned())
+                .filter(|s| !s.is_empty()),
+            events_qps: self.events_qps,
+            events_burst: self.events_burst,
+            shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
+            log: self.log.to_config()?,
+            ignored,
+        })
+    }
+
+    /// `--apply-strategy`: only dynamic-apply is implemented.
+    fn check_apply_strategy(&self) -> Result<(), CliError> {
+        if self.apply_strategy == "dynamic-apply" {
+            return Ok(());
         }
+        let message = if self.apply_strategy == "server-side-apply" {
+            "server-side-apply is not implemented yet; use dynamic-apply (the default)".into()
+        } else {
+            format!(
+                "unknown apply strategy {:?} (dynamic-apply or server-side-apply)",
+                self.apply_strategy
+            )
+        };
+        Err(CliError::Invalid {
+            flag: "apply-strategy",
+            message,
+        })
+    }
+
+    /// `--leader-election-resource-lock`: only leases.
+    fn check_leader_lock(&self) -> Result<(), CliError> {
         if self.leader_election_resource_lock != "leases" {
             return Err(CliError::Invalid {
                 flag: "leader-election-resource-lock",
@@ -296,6 +333,11 @@ impl RunArgs {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// `--workers`, `--client-go-qps`, `--client-go-burst` and `--events-qps`.
+    fn check_workers_and_rates(&self) -> Result<(), CliError> {
         if self.workers == 0 {
             return Err(CliError::Invalid {
                 flag: "workers",
@@ -320,6 +362,11 @@ impl RunArgs {
                 message: format!("must be a number >= 0, got {}", self.events_qps),
             });
         }
+        Ok(())
+    }
+
+    /// `--target-label-selector`, parsed when the embedded API server's parser is built in.
+    fn check_target_label_selector(&self) -> Result<(), CliError> {
         // Without the embedded API server (and its selector parser) a bad selector is reported
         // by the API server when the CompositeController watch starts.
         #[cfg(feature = "embedded-apiserver")]
@@ -334,12 +381,25 @@ impl RunArgs {
                 })?;
             }
         }
+        Ok(())
+    }
+
+    /// `--leader-election` with its Lease's namespace and name (None: disabled).
+    fn leader_flags(&self) -> Result<Option<LeaderFlags>, CliError> {
         if self.leader_election && self.leader_election_id.trim().is_empty() {
             return Err(CliError::Invalid {
                 flag: "leader-election-id",
                 message: "must not be empty".into(),
             });
         }
+        Ok(self.leader_election.then(|| LeaderFlags {
+            namespace: self.leader_election_namespace.trim().to_owned(),
+            name: self.leader_election_id.trim().to_owned(),
+        }))
+    }
+
+    /// `--discovery-interval` (positive) and `--cache-flush-interval` (zero: never).
+    fn intervals(&self) -> Result<(Duration, Option<Duration>), CliError> {
         let discovery_interval = parse_duration("discovery-interval", &self.discovery_interval)?;
         if discovery_interval.is_zero() {
             return Err(CliError::Invalid {
@@ -348,6 +408,14 @@ impl RunArgs {
             });
         }
         let cache_flush = parse_duration("cache-flush-interval", &self.cache_flush_interval)?;
+        Ok((
+            discovery_interval,
+            Some(cache_flush).filter(|d| !d.is_zero()),
+        ))
+    }
+
+    /// Compatibility flags set to a value that kmeta ignores (flag, value).
+    fn ignored_flags(&self) -> Vec<(&'static str, String)> {
         let mut ignored = Vec::new();
         if self.pprof_address != "0" {
             ignored.push(("pprof-address", self.pprof_address.clone()));
@@ -364,30 +432,15 @@ impl RunArgs {
         if let Some(v) = &self.log.zap_time_encoding {
             ignored.push(("zap-time-encoding", v.clone()));
         }
-        Ok(RunConfig {
-            kubeconfig: self.kubeconfig.clone(),
-            discovery_interval,
-            cache_flush_interval: Some(cache_flush).filter(|d| !d.is_zero()),
-            workers: self.workers,
-            qps: self.client_go_qps,
-            burst: self.client_go_burst,
-            metrics_address: parse_bind_address("metrics-address", &self.metrics_address)?,
-            health_address: parse_bind_address(
-                "health-probe-bind-address",
-                &self.health_probe_bind_address,
-            )?,
-            leader: self.leader_election.then(|| LeaderFlags {
-                namespace: self.leader_election_namespace.trim().to_owned(),
-                name: self.leader_election_id.trim().to_owned(),
-            }),
-            target_label_selector: Some(self.target_label_selector.trim().to_owned())
-                .filter(|s| !s.is_empty()),
-            events_qps: self.events_qps,
-            events_burst: self.events_burst,
-            shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
-            log: self.log.to_config()?,
-            ignored,
-        })
+        ignored
+    }
+
+    /// `--metrics-address` and `--health-probe-bind-address` (None: disabled).
+    fn addresses(&self) -> Result<(Option<SocketAddr>, Option<SocketAddr>), CliError> {
+        Ok((
+            parse_bind_address("metrics-address", &self.metrics_address)?,
+            parse_bind_address("health-probe-bind-address", &self.health_probe_bind_address)?,
+        ))
     }
 }
 

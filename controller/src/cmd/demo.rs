@@ -20,12 +20,12 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kmeta_apiserver::{Operation, TestServer};
+use kmeta_apiserver::{HookId, Operation, TestServer};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::ManagerConfig;
 use crate::runtime::kapi;
@@ -137,6 +137,14 @@ const POLL: Duration = Duration::from_millis(50);
 const STEP_WAIT: Duration = Duration::from_secs(10);
 /// Bound on stopping the controller and the servers at the end.
 const SHUTDOWN: Duration = Duration::from_secs(10);
+/// Step 1 of the tour.
+const S1: &str = "1 (sidecar injected at creation)";
+/// Step 2 of the tour.
+const S2: &str = "2 (image update keeps the sidecar)";
+/// Step 3 of the tour.
+const S3: &str = "3 (a resync writes nothing)";
+/// Step 4 of the tour.
+const S4: &str = "4 (shutdown)";
 
 /// The demo's sync hook, as a pure function of the hook request: one Deployment named like the
 /// parent, whose pod template is the parent's `spec.template` with `spec.image` on the `app`
@@ -566,12 +574,24 @@ impl<'o> Demo<'o> {
         .await
     }
 
+    /// The whole tour, top-down: setup, then the four numbered steps.
     async fn story(&mut self, server: &TestServer) -> Result<(), DemoError> {
-        const S1: &str = "1 (sidecar injected at creation)";
-        const S2: &str = "2 (image update keeps the sidecar)";
-        const S3: &str = "3 (a resync writes nothing)";
-        const S4: &str = "4 (shutdown)";
+        self.introduce(server)?;
+        self.create_world().await?;
+        // the simulated mutating admission webhook: a sidecar injector for Deployments
+        let injector = server.admission().mutate("apps/v1", "deployments", inject);
+        let hook = self.start_hook().await?;
+        let controller = self.start_controller(&hook.url).await?;
+        let apis = self.create_parent().await?;
+        self.sidecar_injected(&apis, &hook).await?;
+        let d = self.image_update(&apis, &hook).await?;
+        self.status_settles(&apis).await?;
+        self.resync_writes_nothing(server, &apis, &hook, &d).await?;
+        self.shutdown(server, injector, controller, hook).await
+    }
 
+    /// Setup: the opening lines.
+    fn introduce(&mut self, server: &TestServer) -> Result<(), DemoError> {
         self.say(
             "kmeta demo — a Metacontroller-style controller that does not fight other writers.",
         )?;
@@ -582,9 +602,11 @@ impl<'o> Demo<'o> {
         self.say(
             "controller, and a small sync hook (an HTTP server) for a WebApp custom resource.",
         )?;
-        self.detail(&format!("api server: {}", server.url()))?;
+        self.detail(&format!("api server: {}", server.url()))
+    }
 
-        // the world: a namespace, kmeta's CRDs, the WebApp CRD
+    /// Setup: the world — a namespace, kmeta's CRDs, the WebApp CRD.
+    async fn create_world(&mut self) -> Result<(), DemoError> {
         let namespaces = self.api("v1", "Namespace", "namespaces", false);
         self.create(
             SETUP,
@@ -600,44 +622,51 @@ impl<'o> Demo<'o> {
             })?;
             self.create_crd(SETUP, crd).await?;
         }
-        self.create_crd(SETUP, webapp_crd()).await?;
+        self.create_crd(SETUP, webapp_crd()).await
+    }
 
-        // the simulated mutating admission webhook: a sidecar injector for Deployments
-        let injector = server.admission().mutate("apps/v1", "deployments", inject);
-
-        // the sync hook
-        let hook_state = Arc::new(HookState::default());
+    /// Setup: the sync hook, an HTTP server on 127.0.0.1.
+    async fn start_hook(&mut self) -> Result<HookServer, DemoError> {
+        let state = Arc::new(HookState::default());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(DemoError::Hook)?;
         let hook_addr = listener.local_addr().map_err(DemoError::Hook)?;
-        let hook_stop = CancellationToken::new();
+        let stop = CancellationToken::new();
         let app = axum::Router::new()
             .route("/sync", axum::routing::post(serve_sync))
-            .with_state(hook_state.clone());
-        let hook_task = {
-            let stop = hook_stop.clone();
+            .with_state(state.clone());
+        let task = {
+            let stop = stop.clone();
             AbortOnDrop(tokio::spawn(async move {
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await;
             }))
         };
-        let hook_url = format!("http://{hook_addr}/sync");
-        self.detail(&format!("sync hook: {hook_url}"))?;
+        let url = format!("http://{hook_addr}/sync");
+        self.detail(&format!("sync hook: {url}"))?;
+        Ok(HookServer {
+            state,
+            url,
+            stop,
+            task,
+        })
+    }
 
-        // the controller
+    /// Setup: the CompositeController, and the controller itself started in the background.
+    async fn start_controller(&mut self, hook_url: &str) -> Result<Controller, DemoError> {
         let ccs = self.api(
             "metacontroller.k8s.io/v1alpha1",
             "CompositeController",
             "compositecontrollers",
             false,
         );
-        self.create(SETUP, &ccs, composite_controller(&hook_url))
+        self.create(SETUP, &ccs, composite_controller(hook_url))
             .await?;
         let stop = CancellationToken::new();
         // a demo cut short (timeout, error) still stops the controller
-        let _stop_on_drop = stop.clone().drop_guard();
+        let stop_on_drop = stop.clone().drop_guard();
         let config = ManagerConfig {
             // the WebApp CRD exists before the controller starts; a short refresh anyway
             discovery_interval: Duration::from_secs(1),
@@ -649,7 +678,15 @@ impl<'o> Demo<'o> {
             config,
             stop.clone(),
         ));
+        Ok(Controller {
+            stop,
+            _stop_on_drop: stop_on_drop,
+            manager,
+        })
+    }
 
+    /// Setup: explains the controller and creates the WebApp.
+    async fn create_parent(&mut self) -> Result<Apis, DemoError> {
         self.say("")?;
         self.say(&format!(
             "The CompositeController {CONTROLLER} makes one Deployment per WebApp, from the WebApp's"
@@ -658,17 +695,23 @@ impl<'o> Demo<'o> {
         self.say("OnDelete, would never update the Deployment). The WebApp we create:")?;
         let parent = parent();
         self.yaml("spec", &parent["spec"])?;
-        let webapps = self.api(PARENT_API_VERSION, "WebApp", "webapps", true);
-        let deployments = self.api("apps/v1", "Deployment", "deployments", true);
-        self.create(SETUP, &webapps, parent).await?;
+        let apis = Apis {
+            webapps: self.api(PARENT_API_VERSION, "WebApp", "webapps", true),
+            deployments: self.api("apps/v1", "Deployment", "deployments", true),
+        };
+        self.create(SETUP, &apis.webapps, parent).await?;
+        Ok(apis)
+    }
 
-        // 1. the child, with the injected sidecar
+    /// Step 1: the child, with the injected sidecar.
+    async fn sidecar_injected(&mut self, apis: &Apis, hook: &HookServer) -> Result<(), DemoError> {
+        let deployments = &apis.deployments;
         let d = self
             .wait(
                 S1,
                 &format!("Deployment {PARENT} with containers app (nginx:1.27) and {SIDECAR}"),
                 || async {
-                    let Some(d) = kapi::get(&deployments, PARENT).await? else {
+                    let Some(d) = kapi::get(deployments, PARENT).await? else {
                         return Ok(Err(format!("no Deployment {PARENT}")));
                     };
                     let cs = containers(&d);
@@ -689,23 +732,27 @@ impl<'o> Demo<'o> {
         self.yaml("containers", &d["spec"]["template"]["spec"]["containers"])?;
         self.detail(&format!(
             "hook calls so far: {}",
-            hook_state.calls.load(Ordering::SeqCst)
-        ))?;
+            hook.state.calls.load(Ordering::SeqCst)
+        ))
+    }
 
-        // 2. an image update
+    /// Step 2: an image update reaches the Deployment and the sidecar stays; returns the
+    /// Deployment.
+    async fn image_update(&mut self, apis: &Apis, hook: &HookServer) -> Result<Value, DemoError> {
         self.merge_patch(
             S2,
-            &webapps,
+            &apis.webapps,
             PARENT,
             json!({"spec": {"image": "nginx:1.28"}}),
         )
         .await?;
+        let deployments = &apis.deployments;
         let d = self
             .wait(
                 S2,
                 &format!("Deployment {PARENT} with app (nginx:1.28) and {SIDECAR} still there"),
                 || async {
-                    let d = kapi::get(&deployments, PARENT).await?.unwrap_or_default();
+                    let d = kapi::get(deployments, PARENT).await?.unwrap_or_default();
                     let cs = containers(&d);
                     let ok = cs
                         .first()
@@ -720,7 +767,8 @@ impl<'o> Demo<'o> {
             "2. We changed the WebApp's spec.image to nginx:1.28. The hook knows nothing about",
         )?;
         self.say("   the sidecar; the containers it asked for:")?;
-        let desired = hook_state
+        let desired = hook
+            .state
             .desired
             .lock()
             .map(|d| d.clone())
@@ -737,9 +785,13 @@ impl<'o> Demo<'o> {
             "   A plain replace with the hook's Deployment would have dropped {SIDECAR} (and the"
         ))?;
         self.say("   injector only runs on create, so it would not come back).")?;
+        Ok(d)
+    }
 
-        // settle: the parent's status reflects the update
-        let generation = kapi::get(&webapps, PARENT)
+    /// Step 2, settling: the parent's status reflects the update.
+    async fn status_settles(&mut self, apis: &Apis) -> Result<(), DemoError> {
+        let webapps = &apis.webapps;
+        let generation = kapi::get(webapps, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S2,
@@ -755,7 +807,7 @@ impl<'o> Demo<'o> {
                     "WebApp {PARENT} status with observedGeneration {generation} and both containers"
                 ),
                 || async {
-                    let p = kapi::get(&webapps, PARENT).await?.unwrap_or_default();
+                    let p = kapi::get(webapps, PARENT).await?.unwrap_or_default();
                     let s = p.get("status").cloned().unwrap_or(Value::Null);
                     let running = s["containers"].as_array().map_or(0, Vec::len);
                     let ok = s["observedGeneration"] == generation
@@ -766,42 +818,25 @@ impl<'o> Demo<'o> {
             )
             .await?;
         self.say("   The WebApp's status, written by kmeta from the hook's answer:")?;
-        self.yaml("status", &status)?;
+        self.yaml("status", &status)
+    }
 
-        // 3. a resync writes nothing
+    /// Step 3: forced resyncs call the hook again, and Deployment `d` is not written.
+    async fn resync_writes_nothing(
+        &mut self,
+        server: &TestServer,
+        apis: &Apis,
+        hook: &HookServer,
+        d: &Value,
+    ) -> Result<(), DemoError> {
         let rv = d["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let calls = hook_state.calls.load(Ordering::SeqCst);
+        let calls = hook.state.calls.load(Ordering::SeqCst);
         let before = server.counters();
-        for touch in ["1", "2"] {
-            self.merge_patch(
-                S3,
-                &webapps,
-                PARENT,
-                json!({"metadata": {"annotations": {TOUCH: touch}}}),
-            )
-            .await?;
-            let seen = hook_state.clone();
-            self.wait(
-                S3,
-                &format!("a hook call for the parent annotated {TOUCH}={touch}"),
-                || {
-                    let seen = seen.clone();
-                    async move {
-                        let touches = seen.touches.lock().map(|t| t.clone()).unwrap_or_default();
-                        Ok(if touches.iter().any(|t| t == touch) {
-                            Ok(())
-                        } else {
-                            Err(format!("hook calls with touches {touches:?}"))
-                        })
-                    }
-                },
-            )
-            .await?;
-        }
-        let after = kapi::get(&deployments, PARENT)
+        self.force_resyncs(apis, hook).await?;
+        let after = kapi::get(&apis.deployments, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S3,
@@ -810,7 +845,7 @@ impl<'o> Demo<'o> {
             })?
             .unwrap_or_default();
         let writes = server.counters().since(&before).writes_to("deployments");
-        let new_calls = hook_state.calls.load(Ordering::SeqCst) - calls;
+        let new_calls = hook.state.calls.load(Ordering::SeqCst) - calls;
         if after["metadata"]["resourceVersion"] != rv.as_str() || writes != 0 {
             return Err(DemoError::Step {
                 step: S3,
@@ -834,13 +869,52 @@ impl<'o> Demo<'o> {
         ))?;
         self.detail(&format!(
             "api server writes to deployments during the resyncs: {writes}"
-        ))?;
+        ))
+    }
 
-        // 4. shutdown
+    /// Step 3, forcing: annotates the parent twice, each time waiting for the hook to see it.
+    async fn force_resyncs(&mut self, apis: &Apis, hook: &HookServer) -> Result<(), DemoError> {
+        for touch in ["1", "2"] {
+            self.merge_patch(
+                S3,
+                &apis.webapps,
+                PARENT,
+                json!({"metadata": {"annotations": {TOUCH: touch}}}),
+            )
+            .await?;
+            let seen = hook.state.clone();
+            self.wait(
+                S3,
+                &format!("a hook call for the parent annotated {TOUCH}={touch}"),
+                || {
+                    let seen = seen.clone();
+                    async move {
+                        let touches = seen.touches.lock().map(|t| t.clone()).unwrap_or_default();
+                        Ok(if touches.iter().any(|t| t == touch) {
+                            Ok(())
+                        } else {
+                            Err(format!("hook calls with touches {touches:?}"))
+                        })
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: removes the injector, stops the controller, then the hook server.
+    async fn shutdown(
+        &mut self,
+        server: &TestServer,
+        injector: HookId,
+        controller: Controller,
+        hook: HookServer,
+    ) -> Result<(), DemoError> {
         self.at(S4);
         server.admission().remove(injector);
-        stop.cancel();
-        match tokio::time::timeout(SHUTDOWN, manager).await {
+        controller.stop.cancel();
+        match tokio::time::timeout(SHUTDOWN, controller.manager).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => return Err(DemoError::Controller(format!("stopped with: {e}"))),
             Ok(Err(e)) => return Err(DemoError::Controller(format!("task failed: {e}"))),
@@ -850,8 +924,8 @@ impl<'o> Demo<'o> {
                 )));
             }
         }
-        hook_stop.cancel();
-        let mut hook_task = hook_task;
+        hook.stop.cancel();
+        let mut hook_task = hook.task;
         let _ = tokio::time::timeout(SHUTDOWN, &mut hook_task.0).await;
         self.say("")?;
         self.say(&format!(
@@ -860,6 +934,36 @@ impl<'o> Demo<'o> {
         self.say("   Next: write your own hook (see the README) and try it with `kmeta dev`.")?;
         Ok(())
     }
+}
+
+/// The demo's sync hook server, running.
+struct HookServer {
+    /// What it counts.
+    state: Arc<HookState>,
+    /// Its `/sync` URL.
+    url: String,
+    /// Stops it gracefully.
+    stop: CancellationToken,
+    /// Its task (aborted when dropped).
+    task: AbortOnDrop,
+}
+
+/// The controller, running in the background.
+struct Controller {
+    /// Stops it.
+    stop: CancellationToken,
+    /// A demo cut short (timeout, error) still stops the controller.
+    _stop_on_drop: DropGuard,
+    /// Its task.
+    manager: tokio::task::JoinHandle<Result<(), kube::Error>>,
+}
+
+/// The namespaced APIs the steps use.
+struct Apis {
+    /// The parents.
+    webapps: Api<DynamicObject>,
+    /// The children.
+    deployments: Api<DynamicObject>,
 }
 
 #[cfg(test)]

@@ -278,84 +278,85 @@ fn security<'a>(w: &'a Webhook, ep: Option<&'a EndpointConfig>) -> Security<'a> 
     }
 }
 
-impl HookClient {
-    /// Builds the client for `hook` (named `name`: sync, finalize, customize), reading CA bundles
-    /// and credentials from Secrets/ConfigMaps once.
-    pub async fn new(
-        client: &kube::Client,
-        name: &'static str,
-        hook: &Hook,
-        endpoint_configs: &[EndpointConfig],
-        opts: &HookOptions,
-    ) -> Result<HookClient, HookError> {
-        let cfg = |message: String| HookError::Config {
-            hook: name,
+/// Where a hook's CA bundle and credentials are read from, and the hook its errors name.
+struct Credentials<'a> {
+    client: &'a kube::Client,
+    hook: &'static str,
+}
+
+impl Credentials<'_> {
+    /// A configuration error of this hook.
+    fn invalid(&self, message: String) -> HookError {
+        HookError::Config {
+            hook: self.hook,
             message,
-        };
-        let w = hook
-            .webhook
-            .as_ref()
-            .ok_or_else(|| cfg("webhook is required".into()))?;
-        let url = webhook_url(w).map_err(cfg)?;
-        let parsed = reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {url:?}: {e}")))?;
-        let timeout = match w.timeout.as_deref() {
-            Some(t) => {
-                crate::duration::parse_go_duration(t).map_err(|e| cfg(format!("timeout: {e}")))?
-            }
-            None => DEFAULT_TIMEOUT,
-        };
-        let sec = security(w, match_endpoint_config(&parsed, endpoint_configs));
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .min_tls_version(reqwest::tls::Version::TLS_1_2);
-        if let Some(ca) = sec.ca_bundle {
-            let pem = match (&ca.inline, &ca.secret_ref, &ca.config_map_ref) {
-                (Some(p), None, None) => p.clone().into_bytes(),
-                (None, Some(r), None) => read_key(client, name, true, r, "ca.crt").await?,
-                (None, None, Some(r)) => read_key(client, name, false, r, "ca.crt").await?,
-                _ => {
-                    return Err(cfg(
-                        "caBundle needs exactly one of inline, secretRef, configMapRef".into(),
-                    ));
-                }
-            };
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| cfg(format!("caBundle: {e}")))?;
-            if certs.is_empty() {
-                return Err(cfg("caBundle holds no certificate".into()));
-            }
-            for c in certs {
-                builder = builder.add_root_certificate(c);
-            }
         }
-        if let Some(tls) = sec.client_tls {
-            let r = &tls.secret_ref;
-            let cert_key = tls.cert_key.as_deref().unwrap_or("tls.crt");
-            let key_key = tls.private_key_key.as_deref().unwrap_or("tls.key");
-            let mut pem = read_named(client, name, true, &r.namespace, &r.name, cert_key).await?;
-            pem.push(b'\n');
-            pem.extend(read_named(client, name, true, &r.namespace, &r.name, key_key).await?);
-            let id =
-                reqwest::Identity::from_pem(&pem).map_err(|e| cfg(format!("clientTLS: {e}")))?;
-            builder = builder.identity(id);
+    }
+
+    /// Adds the CA bundle's certificates (inline, or from a Secret or ConfigMap) as trust roots.
+    async fn add_ca_bundle(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+        ca: &CaBundle,
+    ) -> Result<reqwest::ClientBuilder, HookError> {
+        let (client, name) = (self.client, self.hook);
+        let pem = match (&ca.inline, &ca.secret_ref, &ca.config_map_ref) {
+            (Some(p), None, None) => p.clone().into_bytes(),
+            (None, Some(r), None) => read_key(client, name, true, r, "ca.crt").await?,
+            (None, None, Some(r)) => read_key(client, name, false, r, "ca.crt").await?,
+            _ => {
+                return Err(self.invalid(
+                    "caBundle needs exactly one of inline, secretRef, configMapRef".into(),
+                ));
+            }
+        };
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| self.invalid(format!("caBundle: {e}")))?;
+        if certs.is_empty() {
+            return Err(self.invalid("caBundle holds no certificate".into()));
         }
-        let authorization = match (sec.authorization, sec.basic_auth) {
+        for c in certs {
+            builder = builder.add_root_certificate(c);
+        }
+        Ok(builder)
+    }
+
+    /// Adds the client certificate and key read from the `clientTLS` Secret as the identity.
+    async fn add_client_tls(
+        &self,
+        builder: reqwest::ClientBuilder,
+        tls: &ClientTls,
+    ) -> Result<reqwest::ClientBuilder, HookError> {
+        let (client, name) = (self.client, self.hook);
+        let r = &tls.secret_ref;
+        let cert_key = tls.cert_key.as_deref().unwrap_or("tls.crt");
+        let key_key = tls.private_key_key.as_deref().unwrap_or("tls.key");
+        let mut pem = read_named(client, name, true, &r.namespace, &r.name, cert_key).await?;
+        pem.push(b'\n');
+        pem.extend(read_named(client, name, true, &r.namespace, &r.name, key_key).await?);
+        let id = reqwest::Identity::from_pem(&pem)
+            .map_err(|e| self.invalid(format!("clientTLS: {e}")))?;
+        Ok(builder.identity(id))
+    }
+
+    /// The `Authorization` header value: from `authorization` (a token) or `basicAuth`, never
+    /// both.
+    async fn authorization(&self, sec: &Security<'_>) -> Result<Option<String>, HookError> {
+        let (client, name) = (self.client, self.hook);
+        match (sec.authorization, sec.basic_auth) {
             (Some(_), Some(_)) => {
-                return Err(cfg("authorization and basicAuth are exclusive".into()));
+                Err(self.invalid("authorization and basicAuth are exclusive".into()))
             }
             (Some(a), None) => {
                 let scheme = a.type_.as_deref().unwrap_or("Bearer");
                 if scheme.eq_ignore_ascii_case("basic") {
-                    return Err(cfg(
-                        "authorization type Basic is not allowed; use basicAuth".into(),
-                    ));
+                    return Err(self
+                        .invalid("authorization type Basic is not allowed; use basicAuth".into()));
                 }
                 let token = read_key(client, name, true, &a.secret_ref, "token").await?;
-                let token =
-                    String::from_utf8(token).map_err(|_| cfg("token is not utf-8".into()))?;
-                Some(format!("{scheme} {}", token.trim()))
+                let token = String::from_utf8(token)
+                    .map_err(|_| self.invalid("token is not utf-8".into()))?;
+                Ok(Some(format!("{scheme} {}", token.trim())))
             }
             (None, Some(b)) => {
                 let r = &b.secret_ref;
@@ -366,28 +367,74 @@ impl HookClient {
                 let mut raw = user;
                 raw.push(b':');
                 raw.extend(pass);
-                Some(format!("Basic {}", base64_encode(&raw)))
+                Ok(Some(format!("Basic {}", base64_encode(&raw))))
             }
-            (None, None) => None,
-        };
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// The webhook's `timeout` (Go duration), else [`DEFAULT_TIMEOUT`]; the error is a message.
+fn webhook_timeout(w: &Webhook) -> Result<Duration, String> {
+    match w.timeout.as_deref() {
+        Some(t) => crate::duration::parse_go_duration(t).map_err(|e| format!("timeout: {e}")),
+        None => Ok(DEFAULT_TIMEOUT),
+    }
+}
+
+/// The ETag cache (entry lifetime, sweep interval, entries) when the webhook enables it.
+fn etag_cache(w: &Webhook) -> Option<(Duration, Duration, Mutex<EtagCache>)> {
+    w.etag
+        .as_ref()
+        .filter(|e| e.enabled == Some(true))
+        .map(|e| {
+            let secs = |v: Option<i32>, d: Duration| {
+                v.filter(|s| *s > 0)
+                    .map_or(d, |s| Duration::from_secs(u64::from(s.unsigned_abs())))
+            };
+            (
+                secs(e.cache_timeout_seconds, DEFAULT_ETAG_TIMEOUT),
+                secs(e.cache_cleanup_seconds, DEFAULT_ETAG_CLEANUP),
+                Mutex::new(EtagCache::default()),
+            )
+        })
+}
+
+impl HookClient {
+    /// Builds the client for `hook` (named `name`: sync, finalize, customize), reading CA bundles
+    /// and credentials from Secrets/ConfigMaps once.
+    pub async fn new(
+        client: &kube::Client,
+        name: &'static str,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        opts: &HookOptions,
+    ) -> Result<HookClient, HookError> {
+        let creds = Credentials { client, hook: name };
+        let cfg = |message: String| creds.invalid(message);
+        let w = hook
+            .webhook
+            .as_ref()
+            .ok_or_else(|| cfg("webhook is required".into()))?;
+        let url = webhook_url(w).map_err(cfg)?;
+        let parsed = reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {url:?}: {e}")))?;
+        let timeout = webhook_timeout(w).map_err(cfg)?;
+        let sec = security(w, match_endpoint_config(&parsed, endpoint_configs));
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .min_tls_version(reqwest::tls::Version::TLS_1_2);
+        if let Some(ca) = sec.ca_bundle {
+            builder = creds.add_ca_bundle(builder, ca).await?;
+        }
+        if let Some(tls) = sec.client_tls {
+            builder = creds.add_client_tls(builder, tls).await?;
+        }
+        let authorization = creds.authorization(&sec).await?;
         let http = builder
             .build()
             .map_err(|e| cfg(format!("http client: {e}")))?;
-        let etag = w
-            .etag
-            .as_ref()
-            .filter(|e| e.enabled == Some(true))
-            .map(|e| {
-                let secs = |v: Option<i32>, d: Duration| {
-                    v.filter(|s| *s > 0)
-                        .map_or(d, |s| Duration::from_secs(u64::from(s.unsigned_abs())))
-                };
-                (
-                    secs(e.cache_timeout_seconds, DEFAULT_ETAG_TIMEOUT),
-                    secs(e.cache_cleanup_seconds, DEFAULT_ETAG_CLEANUP),
-                    Mutex::new(EtagCache::default()),
-                )
-            });
         Ok(HookClient {
             name,
             url,
@@ -396,7 +443,7 @@ impl HookClient {
             version: hook.version.unwrap_or_default(),
             mode: wire::response_mode(hook),
             max_response_bytes: opts.max_response_bytes,
-            etag,
+            etag: etag_cache(w),
             metrics: None,
         })
     }
@@ -464,52 +511,18 @@ impl HookClient {
         result
     }
 
+    /// POSTs `body` once, without metrics: the request (with `If-None-Match` when the ETag cache
+    /// holds `cache_key`), then the response checked and cached.
     async fn call_unobserved(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
-        let transport = |e: reqwest::Error| HookError::Transport {
-            hook: self.name,
-            url: self.url.clone(),
-            message: if e.is_timeout() {
-                "timed out".to_owned()
-            } else if e.is_connect() {
-                // the URL is already in the message; say plainly that nothing answered
-                format!("cannot connect: {}", error_chain(&e.without_url()))
-            } else {
-                error_chain(&e.without_url())
-            },
-        };
-        let payload = serde_json::to_vec(body).map_err(|e| HookError::Config {
-            hook: self.name,
-            message: format!("encoding request: {e}"),
-        })?;
-        if tracing::enabled!(tracing::Level::TRACE) {
-            tracing::trace!(hook = self.name, url = %self.url, request = %redact_secrets(body), "hook request");
-        }
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(payload);
-        if let Some(a) = &self.authorization {
-            req = req.header(http::header::AUTHORIZATION, a);
-        }
+        let mut req = self.request(body)?;
         let cached = self.cached(cache_key);
         if let Some((etag, _)) = &cached {
             req = req.header(http::header::IF_NONE_MATCH, etag);
         }
-        let mut resp = req.send().await.map_err(transport)?;
+        let mut resp = req.send().await.map_err(|e| self.transport_error(e))?;
         let code = resp.status().as_u16();
         if code == 429 {
-            let retry_after = resp
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()))
-                .unwrap_or(Duration::from_secs(1));
-            return Err(HookError::TooManyRequests {
-                hook: self.name,
-                url: self.url.clone(),
-                retry_after,
-            });
+            return Err(self.too_many_requests(&resp));
         }
         if let Some((_, body)) = cached
             && (code == 304 || code == 412)
@@ -521,17 +534,7 @@ impl HookClient {
             .get(http::header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if out.len() + chunk.len() > self.max_response_bytes {
-                return Err(HookError::TooLarge {
-                    hook: self.name,
-                    url: self.url.clone(),
-                    limit: self.max_response_bytes,
-                });
-            }
-            out.extend_from_slice(&chunk);
-        }
+        let out = self.read_capped(&mut resp).await?;
         if code != 200 {
             let n = out.len().min(512);
             return Err(HookError::Status {
@@ -549,6 +552,74 @@ impl HookClient {
         }
         if let Some(etag) = etag {
             self.store(cache_key, etag, &out);
+        }
+        Ok(out)
+    }
+
+    /// The POST of `body` as JSON, with the `Authorization` header when configured (traced with
+    /// Secrets redacted).
+    fn request(&self, body: &Value) -> Result<reqwest::RequestBuilder, HookError> {
+        let payload = serde_json::to_vec(body).map_err(|e| HookError::Config {
+            hook: self.name,
+            message: format!("encoding request: {e}"),
+        })?;
+        if tracing::enabled!(tracing::Level::TRACE) {
+            tracing::trace!(hook = self.name, url = %self.url, request = %redact_secrets(body), "hook request");
+        }
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(payload);
+        if let Some(a) = &self.authorization {
+            req = req.header(http::header::AUTHORIZATION, a);
+        }
+        Ok(req)
+    }
+
+    /// A transport failure (timeout, connection, body read) as this hook's error.
+    fn transport_error(&self, e: reqwest::Error) -> HookError {
+        HookError::Transport {
+            hook: self.name,
+            url: self.url.clone(),
+            message: if e.is_timeout() {
+                "timed out".to_owned()
+            } else if e.is_connect() {
+                // the URL is already in the message; say plainly that nothing answered
+                format!("cannot connect: {}", error_chain(&e.without_url()))
+            } else {
+                error_chain(&e.without_url())
+            },
+        }
+    }
+
+    /// A 429 answer as an error, with its `Retry-After` (default 1 s).
+    fn too_many_requests(&self, resp: &reqwest::Response) -> HookError {
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()))
+            .unwrap_or(Duration::from_secs(1));
+        HookError::TooManyRequests {
+            hook: self.name,
+            url: self.url.clone(),
+            retry_after,
+        }
+    }
+
+    /// The whole response body, or an error as soon as it exceeds the size cap.
+    async fn read_capped(&self, resp: &mut reqwest::Response) -> Result<Vec<u8>, HookError> {
+        let mut out = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(e))? {
+            if out.len() + chunk.len() > self.max_response_bytes {
+                return Err(HookError::TooLarge {
+                    hook: self.name,
+                    url: self.url.clone(),
+                    limit: self.max_response_bytes,
+                });
+            }
+            out.extend_from_slice(&chunk);
         }
         Ok(out)
     }

@@ -33,6 +33,7 @@
 //! a busy controller cannot starve lease renewals.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -485,33 +486,14 @@ where
         observed: None,
         held: None,
     };
+    let phase = Phase {
+        cfg: &cfg,
+        lease_name: &lease_name,
+        shutdown: &shutdown,
+    };
 
-    // follower: retry until acquired
-    tracing::info!(lease = %lease_name, identity = %cfg.identity, "waiting to acquire the leader lease");
-    let acquired_at = loop {
-        let started = Instant::now();
-        let attempt = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => {
-                // an attempt cut short may have written the lease without us seeing the answer
-                elector.release_within(cfg.retry_period).await;
-                return Ok(());
-            }
-            r = tokio::time::timeout(cfg.renew_deadline, elector.try_acquire()) => r,
-        };
-        match attempt {
-            Ok(Ok(true)) => break started,
-            Ok(Ok(false)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(lease = %lease_name, error = %e, "leader lease attempt failed");
-            }
-            Err(_) => tracing::warn!(lease = %lease_name, "leader lease attempt timed out"),
-        }
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return Ok(()),
-            () = tokio::time::sleep(jittered(cfg.retry_period)) => {}
-        }
+    let Some(acquired_at) = phase.acquire(&mut elector).await else {
+        return Ok(());
     };
 
     // leader
@@ -520,51 +502,9 @@ where
     let work_token = CancellationToken::new();
     let work_fut = work(work_token.clone());
     tokio::pin!(work_fut);
-    let mut last_renewed = acquired_at;
-    let mut next_attempt = acquired_at + cfg.retry_period;
-    // renew until shutdown, the work returns or the lease is lost; on shutdown keep renewing
-    // while the work drains, so no standby starts before this instance's last write is done
-    let mut draining = false;
-    let end = loop {
-        let deadline = last_renewed + cfg.renew_deadline;
-        let wake = next_attempt.min(deadline);
-        let el = &mut elector;
-        let attempt = async move {
-            tokio::time::sleep_until(wake).await;
-            let started = Instant::now();
-            (started, tokio::time::timeout_at(deadline, el.renew()).await)
-        };
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled(), if !draining => {
-                tracing::info!(lease = %lease_name, "shutting down: stopping work, then releasing the lease");
-                draining = true;
-                cfg.set_leading(false);
-                work_token.cancel();
-            }
-            () = &mut work_fut => break End::WorkReturned,
-            (started, result) = attempt => {
-                match result {
-                    Ok(Ok(Renewal::Renewed)) => last_renewed = started,
-                    Ok(Ok(Renewal::Lost(reason))) => break End::Lost(reason),
-                    Ok(Ok(Renewal::Conflict)) => {
-                        tracing::debug!(lease = %lease_name, "leader lease renewal conflicted; re-reading");
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(lease = %lease_name, error = %e, "leader lease renewal failed");
-                    }
-                    Err(_) => {}
-                }
-                if Instant::now() >= last_renewed + cfg.renew_deadline {
-                    break End::Lost(format!(
-                        "not renewed within the renew deadline ({:?})",
-                        cfg.renew_deadline
-                    ));
-                }
-                next_attempt = started + cfg.retry_period;
-            }
-        }
-    };
+    let end = phase
+        .lead(&mut elector, &work_token, work_fut.as_mut(), acquired_at)
+        .await;
 
     cfg.set_leading(false);
     work_token.cancel();
@@ -577,6 +517,104 @@ where
             tracing::error!(lease = %lease_name, %reason, "lost the leader lease: stopping work");
             work_fut.await;
             Err(elector.lost(reason))
+        }
+    }
+}
+
+/// What the follower and leader phases of [`run_elected`] share.
+struct Phase<'a> {
+    cfg: &'a LeaderConfig,
+    /// `namespace/name` of the Lease, for logs.
+    lease_name: &'a str,
+    shutdown: &'a CancellationToken,
+}
+
+impl Phase<'_> {
+    /// Follower: retries until this instance holds the Lease and returns when the successful
+    /// attempt started; `None` when shutdown came first.
+    async fn acquire(&self, elector: &mut Elector) -> Option<Instant> {
+        let (cfg, lease_name, shutdown) = (self.cfg, self.lease_name, self.shutdown);
+        tracing::info!(lease = %lease_name, identity = %cfg.identity, "waiting to acquire the leader lease");
+        loop {
+            let started = Instant::now();
+            let attempt = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => {
+                    // an attempt cut short may have written the lease without us seeing the answer
+                    elector.release_within(cfg.retry_period).await;
+                    return None;
+                }
+                r = tokio::time::timeout(cfg.renew_deadline, elector.try_acquire()) => r,
+            };
+            match attempt {
+                Ok(Ok(true)) => return Some(started),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(lease = %lease_name, error = %e, "leader lease attempt failed");
+                }
+                Err(_) => tracing::warn!(lease = %lease_name, "leader lease attempt timed out"),
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(jittered(cfg.retry_period)) => {}
+            }
+        }
+    }
+
+    /// Leader: renews the Lease until the work returns or the Lease is lost. On shutdown it
+    /// cancels `work_token` and keeps renewing while the work drains, so no standby starts
+    /// before this instance's last write is done.
+    async fn lead<Fut: Future<Output = ()>>(
+        &self,
+        elector: &mut Elector,
+        work_token: &CancellationToken,
+        mut work_fut: Pin<&mut Fut>,
+        acquired_at: Instant,
+    ) -> End {
+        let (cfg, lease_name, shutdown) = (self.cfg, self.lease_name, self.shutdown);
+        let mut last_renewed = acquired_at;
+        let mut next_attempt = acquired_at + cfg.retry_period;
+        let mut draining = false;
+        loop {
+            let deadline = last_renewed + cfg.renew_deadline;
+            let wake = next_attempt.min(deadline);
+            let el = &mut *elector;
+            let attempt = async move {
+                tokio::time::sleep_until(wake).await;
+                let started = Instant::now();
+                (started, tokio::time::timeout_at(deadline, el.renew()).await)
+            };
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled(), if !draining => {
+                    tracing::info!(lease = %lease_name, "shutting down: stopping work, then releasing the lease");
+                    draining = true;
+                    cfg.set_leading(false);
+                    work_token.cancel();
+                }
+                () = &mut work_fut => return End::WorkReturned,
+                (started, result) = attempt => {
+                    match result {
+                        Ok(Ok(Renewal::Renewed)) => last_renewed = started,
+                        Ok(Ok(Renewal::Lost(reason))) => return End::Lost(reason),
+                        Ok(Ok(Renewal::Conflict)) => {
+                            tracing::debug!(lease = %lease_name, "leader lease renewal conflicted; re-reading");
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(lease = %lease_name, error = %e, "leader lease renewal failed");
+                        }
+                        Err(_) => {}
+                    }
+                    if Instant::now() >= last_renewed + cfg.renew_deadline {
+                        return End::Lost(format!(
+                            "not renewed within the renew deadline ({:?})",
+                            cfg.renew_deadline
+                        ));
+                    }
+                    next_attempt = started + cfg.retry_period;
+                }
+            }
         }
     }
 }
