@@ -1,8 +1,14 @@
-//! Layer 3, calling hooks: the HTTP client with its transport, TLS, authentication and response
-//! cache (`client`), and the wire format's decoding and object maps ([`wire`]).
+//! Layer 3, calling hooks: the HTTP client (`client`), how a hook is reached — URL, TLS,
+//! credentials (`transport`), the ETag response cache (`etag`), the errors (`error`), and the
+//! wire format's decoding and object maps ([`wire`]).
 
 pub(crate) mod client;
+pub(crate) mod error;
+pub(crate) mod etag;
+pub(crate) mod transport;
 pub mod wire;
 
-pub(crate) use client::{HookClient, HookError};
-pub use client::{HookOptions, base64_encode};
+pub(crate) use client::HookClient;
+pub use client::HookOptions;
+pub(crate) use error::HookError;
+pub use transport::base64_encode;

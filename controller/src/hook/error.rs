@@ -1,0 +1,77 @@
+//! Why configuring or calling a hook failed.
+
+use std::time::Duration;
+
+use crate::hook::wire;
+
+/// Errors configuring or calling a hook.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The hook spec is unusable.
+    #[error("{hook} hook config: {message}")]
+    Config {
+        /// Hook name.
+        hook: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A Secret/ConfigMap with credentials could not be read.
+    #[error("{hook} hook: reading {what} {namespace}/{name}: {message}")]
+    Credentials {
+        /// Hook.
+        hook: &'static str,
+        /// `secret` or `configmap`.
+        what: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Cause.
+        message: String,
+    },
+    /// Connecting, sending or receiving failed (including the timeout).
+    #[error("{hook} hook {url}: {message}")]
+    Transport {
+        /// Hook.
+        hook: &'static str,
+        /// URL.
+        url: String,
+        /// Cause.
+        message: String,
+    },
+    /// The hook answered with a non-200 status.
+    #[error("{hook} hook {url}: http status {code}: {body}")]
+    Status {
+        /// Hook.
+        hook: &'static str,
+        /// URL.
+        url: String,
+        /// HTTP status.
+        code: u16,
+        /// The first 512 bytes of the body.
+        body: String,
+    },
+    /// 429 Too Many Requests: requeue after the delay.
+    #[error("{hook} hook {url}: too many requests, retry after {retry_after:?}")]
+    TooManyRequests {
+        /// Hook.
+        hook: &'static str,
+        /// URL.
+        url: String,
+        /// From `Retry-After` (default 1 s when absent or unparsable).
+        retry_after: Duration,
+    },
+    /// The body exceeded the cap.
+    #[error("{hook} hook {url}: response larger than {limit} bytes")]
+    TooLarge {
+        /// Hook.
+        hook: &'static str,
+        /// URL.
+        url: String,
+        /// The cap.
+        limit: usize,
+    },
+    /// The body did not decode.
+    #[error(transparent)]
+    Wire(#[from] wire::WireError),
+}
