@@ -149,13 +149,14 @@ impl Inner {
     /// LIST, reading the state [`ListOpts::read`] asks for.
     ///
     /// Exact reads (`resourceVersionMatch=Exact`, continue tokens, legacy `limit` + N) come from
-    /// [`Storage::snapshot`] at that rv and carry it as the list's resourceVersion: 410 once it
-    /// is compacted; a future rv is a 504 `ResourceVersionTooLarge` at once, without a retry
-    /// hint, because kube-apiserver serves these from etcd, which refuses a future revision
-    /// immediately (etcd3 store `GetList`, `NewTooLargeResourceVersionError(rev, current, 0)`).
-    /// A not-older-than read of a future rv is a 504 with `Retry-After: 1`; the HTTP layer
-    /// first waits for the rv as the watch cache does ([`crate::ServerState`]), this function
-    /// does not wait (it runs under the state lock).
+    /// [`crate::store::Storage::snapshot`] at that rv and carry it as the list's
+    /// resourceVersion: 410 once it is compacted; a future rv is a 504
+    /// `ResourceVersionTooLarge` at once, without a retry hint, because kube-apiserver serves
+    /// these from etcd, which refuses a future revision immediately (etcd3 store `GetList`,
+    /// `NewTooLargeResourceVersionError(rev, current, 0)`). A not-older-than read of a future
+    /// rv is a 504 with `Retry-After: 1`; the HTTP layer first waits for the rv as the watch
+    /// cache does ([`crate::ServerState`]), this function does not wait (it runs under the
+    /// state lock).
     pub(crate) fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
         opts.field
             .check(|f| req.def.supports_field(f))

@@ -247,17 +247,22 @@ fn delete(call: &Call<'_>) -> ApiResult<Response> {
     let dopts = delete_opts(&call.q, &call.body)?;
     let (state, req) = (call.state, &call.req);
     let out = state.write(|i| i.delete(&state.admission, req, &dopts))?;
-    Ok(match out {
-        Deleted::Pending(o) => obj_response(StatusCode::OK, &o),
-        Deleted::Gone(o) => obj_response(StatusCode::OK, &deleted_body(req, &o)),
-    })
+    let obj = match out {
+        Deleted::Pending(o) => o,
+        Deleted::Gone(o) => match removed_status(req, &o) {
+            Some(status) => return Ok(obj_response(StatusCode::OK, &status)),
+            None => o,
+        },
+    };
+    Ok(obj_response(StatusCode::OK, &obj))
 }
 
-/// What a DELETE that removed the object answers: the object for custom resources and pods, a
-/// `Success` Status naming it for the other built-in kinds (as kube-apiserver's registries).
-fn deleted_body(req: &Req, obj: &Value) -> Value {
+/// What a DELETE that removed the object answers instead of the object: a `Success` Status
+/// naming it for built-in kinds other than pods (as kube-apiserver's registries); `None` for
+/// custom resources and pods, which answer with the object.
+fn removed_status(req: &Req, obj: &Value) -> Option<Value> {
     if !req.def.is_builtin() || req.def.plural == "pods" {
-        return obj.clone();
+        return None;
     }
     let mut details = json!({
         "name": req.name,
@@ -267,6 +272,6 @@ fn deleted_body(req: &Req, obj: &Value) -> Value {
     if !req.def.group.is_empty() {
         details["group"] = json!(req.def.group);
     }
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Success", "details": details})
+    Some(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success", "details": details}))
 }
