@@ -118,7 +118,7 @@ pub(super) fn wants_table(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The server-side `Table` kubectl asks for (see [`crate::table`]).
+/// The server-side `Table` kubectl asks for (see [`super::table`]).
 pub(super) fn table(req: &Req, items: &[&Value], metadata: Value) -> Value {
     super::table::render(
         &req.def,
