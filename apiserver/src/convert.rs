@@ -41,7 +41,7 @@ const EVENTS_V1: &str = "events.k8s.io/v1";
 
 /// Whether `(group, plural)` is stored in another resource's storage, and which: the storage
 /// key (`group/plural`) to use instead of its own.
-pub fn shared_storage(group: &str, plural: &str) -> Option<&'static str> {
+pub(crate) fn shared_storage(group: &str, plural: &str) -> Option<&'static str> {
     match (group, plural) {
         ("events.k8s.io", "events") => Some("/events"),
         _ => None,
@@ -50,7 +50,7 @@ pub fn shared_storage(group: &str, plural: &str) -> Option<&'static str> {
 
 /// The field an object of `(group, plural)` is selected by for the field-selector label `label`,
 /// in the stored form. `None`: the label is the field path itself.
-pub fn stored_field(group: &str, plural: &str, label: &str) -> Option<&'static str> {
+pub(crate) fn stored_field(group: &str, plural: &str, label: &str) -> Option<&'static str> {
     match (group, plural) {
         ("events.k8s.io", "events") => EVENT_FIELD_LABELS
             .iter()
@@ -62,7 +62,7 @@ pub fn stored_field(group: &str, plural: &str, label: &str) -> Option<&'static s
 
 /// Converts a request body of `(group, plural)` to the form it is stored in. Objects of
 /// resources with their own storage are returned unchanged.
-pub fn to_storage(group: &str, plural: &str, obj: Value) -> Value {
+pub(crate) fn to_storage(group: &str, plural: &str, obj: Value) -> Value {
     match (group, plural) {
         ("events.k8s.io", "events") => rename(obj, "v1", |k| {
             EVENT_FIELDS.iter().find(|(e, _)| *e == k).map(|(_, c)| *c)
@@ -74,7 +74,7 @@ pub fn to_storage(group: &str, plural: &str, obj: Value) -> Value {
 /// Converts a stored object to `api_version`, when the stored object is of a kind served
 /// under another group (core Events, the only stored form, read as `events.k8s.io/v1`).
 /// `None`: no conversion applies (the caller only rewrites `apiVersion`).
-pub fn present(obj: &Value, api_version: &str) -> Option<Value> {
+pub(crate) fn present(obj: &Value, api_version: &str) -> Option<Value> {
     let core_event = obj.get("kind").and_then(Value::as_str) == Some("Event")
         && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
     (core_event && api_version == EVENTS_V1).then(|| {

@@ -87,91 +87,89 @@ fn default_template(spec: &mut Map<String, Value>, restart_policy: Option<&str>)
 
 /// Default an object of a built-in kind (`group`, `plural`) in place. Unknown kinds are untouched.
 pub fn default_object(group: &str, plural: &str, obj: &mut Value) {
-    match (group, plural) {
-        ("", "pods") => {
-            if let Some(spec) = obj.get_mut("spec") {
-                default_pod_spec(spec, Some("Always"));
+    if (group, plural) == ("", "pods") {
+        if let Some(spec) = obj.get_mut("spec") {
+            default_pod_spec(spec, Some("Always"));
+        }
+        return;
+    }
+    let default_spec: fn(&mut Map<String, Value>) = match (group, plural) {
+        ("apps", "deployments") => deployment_spec,
+        ("apps", "statefulsets") => statefulset_spec,
+        ("apps", "daemonsets") => daemonset_spec,
+        ("apps", "replicasets") => replicaset_spec,
+        ("batch", "jobs") => job_spec,
+        ("", "services") => service_spec,
+        _ => return,
+    };
+    if let Some(s) = obj_mut(obj, "spec") {
+        default_spec(s);
+    }
+}
+
+fn deployment_spec(s: &mut Map<String, Value>) {
+    set_default(s, "replicas", json!(1));
+    set_default(s, "revisionHistoryLimit", json!(10));
+    set_default(s, "progressDeadlineSeconds", json!(600));
+    set_default(
+        s,
+        "strategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+    );
+    default_template(s, Some("Always"));
+}
+
+fn statefulset_spec(s: &mut Map<String, Value>) {
+    set_default(s, "replicas", json!(1));
+    set_default(s, "revisionHistoryLimit", json!(10));
+    set_default(s, "podManagementPolicy", json!("OrderedReady"));
+    set_default(
+        s,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+    );
+    set_default(
+        s,
+        "persistentVolumeClaimRetentionPolicy",
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    );
+    default_template(s, Some("Always"));
+}
+
+fn daemonset_spec(s: &mut Map<String, Value>) {
+    set_default(s, "revisionHistoryLimit", json!(10));
+    set_default(
+        s,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
+    );
+    default_template(s, Some("Always"));
+}
+
+fn replicaset_spec(s: &mut Map<String, Value>) {
+    set_default(s, "replicas", json!(1));
+    default_template(s, Some("Always"));
+}
+
+fn job_spec(s: &mut Map<String, Value>) {
+    set_default(s, "parallelism", json!(1));
+    set_default(s, "completions", json!(1));
+    set_default(s, "backoffLimit", json!(6));
+    set_default(s, "completionMode", json!("NonIndexed"));
+    set_default(s, "suspend", json!(false));
+    default_template(s, None);
+}
+
+fn service_spec(s: &mut Map<String, Value>) {
+    set_default(s, "type", json!("ClusterIP"));
+    set_default(s, "sessionAffinity", json!("None"));
+    if let Some(Value::Array(ports)) = s.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_default(p, "protocol", json!("TCP"));
+            if let Some(port) = p.get("port").cloned() {
+                set_default(p, "targetPort", port);
             }
         }
-        ("apps", "deployments") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "replicas", json!(1));
-            set_default(s, "revisionHistoryLimit", json!(10));
-            set_default(s, "progressDeadlineSeconds", json!(600));
-            set_default(
-                s,
-                "strategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
-            );
-            default_template(s, Some("Always"));
-        }
-        ("apps", "statefulsets") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "replicas", json!(1));
-            set_default(s, "revisionHistoryLimit", json!(10));
-            set_default(s, "podManagementPolicy", json!("OrderedReady"));
-            set_default(
-                s,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
-            set_default(
-                s,
-                "persistentVolumeClaimRetentionPolicy",
-                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-            );
-            default_template(s, Some("Always"));
-        }
-        ("apps", "daemonsets") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "revisionHistoryLimit", json!(10));
-            set_default(
-                s,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
-            );
-            default_template(s, Some("Always"));
-        }
-        ("apps", "replicasets") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "replicas", json!(1));
-            default_template(s, Some("Always"));
-        }
-        ("batch", "jobs") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "parallelism", json!(1));
-            set_default(s, "completions", json!(1));
-            set_default(s, "backoffLimit", json!(6));
-            set_default(s, "completionMode", json!("NonIndexed"));
-            set_default(s, "suspend", json!(false));
-            default_template(s, None);
-        }
-        ("", "services") => {
-            let Some(s) = obj_mut(obj, "spec") else {
-                return;
-            };
-            set_default(s, "type", json!("ClusterIP"));
-            set_default(s, "sessionAffinity", json!("None"));
-            if let Some(Value::Array(ports)) = s.get_mut("ports") {
-                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
-                    set_default(p, "protocol", json!("TCP"));
-                    if let Some(port) = p.get("port").cloned() {
-                        set_default(p, "targetPort", port);
-                    }
-                }
-            }
-        }
-        _ => {}
     }
 }
 

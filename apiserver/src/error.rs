@@ -20,6 +20,26 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
+/// A validation failure of one field: its path and a message starting with the error type like
+/// the real server's (`Invalid value: ...`, `Forbidden: ...`), answered as 422 Invalid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Field path, e.g. `spec.selector`.
+    pub field: String,
+    /// Message, starting with the error type.
+    pub message: String,
+}
+
+impl FieldError {
+    /// A failure of `field`.
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Describes the object an error is about, for `Status.details`.
 #[derive(Debug, Clone, Default)]
 pub struct Target<'a> {

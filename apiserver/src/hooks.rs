@@ -251,15 +251,15 @@ struct Latency {
 
 /// SplitMix64: small deterministic PRNG.
 #[derive(Debug, Clone)]
-pub struct SplitMix(u64);
+pub(crate) struct SplitMix(u64);
 
 impl SplitMix {
     /// Seeded generator.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         SplitMix(seed)
     }
     /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -267,7 +267,7 @@ impl SplitMix {
         z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -1,244 +1,36 @@
+#![warn(missing_docs)]
 //! kmeta-apiserver: an in-memory Kubernetes API server, faithful to the API conventions, for
 //! testing controllers with real clients (`kube::Client`, `kubectl`).
 //!
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
+//!
+//! Layers, lowest first; a module imports only from its own layer or the ones below it:
+//! data and rules (`error`, `store`, `registry`, `schema`, `selector`, `patch`, `ssa`,
+//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `hooks`, `defaults`), the API
+//! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
+//! test entry point (`test_server`). See the crate README for where things live.
 
-pub mod convert;
+mod convert;
 pub mod defaults;
-pub mod discovery;
-pub mod engine;
-pub mod error;
-pub mod hooks;
-pub mod openapi;
-pub mod patch;
-pub mod proto;
-pub mod registry;
+mod engine;
+mod error;
+mod hooks;
+mod http;
+mod immutable;
+mod metadata;
+mod patch;
+mod proto;
+mod registry;
 pub mod schema;
 pub mod selector;
-pub mod server;
-pub mod ssa;
-pub mod store;
-pub mod table;
-pub mod typed;
-pub mod validation;
+mod ssa;
+mod state;
+mod store;
+mod test_server;
+mod typed;
 
 pub use error::ApiError;
 pub use hooks::{Admission, AdmissionError, Counters, FaultSpec, Faults, HookId, Operation};
-pub use server::{ServerConfig, ServerState, router};
-
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-
-/// Errors starting or using a [`TestServer`].
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Binding or serving failed.
-    #[error("apiserver i/o: {0}")]
-    Io(#[from] std::io::Error),
-    /// Building the kube client failed.
-    #[error("building kube client for {url}: {source}")]
-    Client {
-        /// Server URL.
-        url: String,
-        /// Cause.
-        source: kube::Error,
-    },
-    /// The server URL could not be parsed.
-    #[error("invalid server url {0}")]
-    Url(String),
-    /// The kubeconfig could not be built.
-    #[error("kubeconfig: {0}")]
-    Kubeconfig(String),
-}
-
-/// Builder for [`TestServer`].
-#[derive(Debug, Clone, Default)]
-pub struct TestServerBuilder {
-    config: ServerConfig,
-    port: u16,
-}
-
-impl TestServerBuilder {
-    /// Number of retained watch events (older resourceVersions get 410 Gone).
-    pub fn watch_window(mut self, n: usize) -> Self {
-        self.config.watch_window = n;
-        self
-    }
-    /// Seed for uids, generated names and fault rates.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.config.seed = seed;
-        self
-    }
-    /// Interval between BOOKMARK events on watches that allow them.
-    pub fn bookmark_interval(mut self, d: Duration) -> Self {
-        self.config.bookmark_interval = d;
-        self
-    }
-    /// Default built-in workload fields (imagePullPolicy, protocol, replicas, ...) like a real
-    /// kube-apiserver, via mutating admission ([`defaults::register`]). Off by default.
-    pub fn builtin_defaults(mut self, on: bool) -> Self {
-        self.config.builtin_defaults = on;
-        self
-    }
-    /// Port to bind on 127.0.0.1 (0 = any free port, the default).
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
-    /// Replace the whole configuration.
-    pub fn config(mut self, config: ServerConfig) -> Self {
-        self.config = config;
-        self
-    }
-    /// Bind and serve.
-    pub async fn start(self) -> Result<TestServer, Error> {
-        let state = ServerState::new(self.config);
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await?;
-        let addr = listener.local_addr()?;
-        if let Ok(mut a) = state.address.lock() {
-            *a = addr.to_string();
-        }
-        let url = format!("http://{addr}");
-        let uri: http::Uri = url.parse().map_err(|_| Error::Url(url.clone()))?;
-        let client =
-            kube::Client::try_from(kube::Config::new(uri)).map_err(|source| Error::Client {
-                url: url.clone(),
-                source,
-            })?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let app = router(state.clone());
-        let st = state.clone();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.await;
-                st.faults.close_watches();
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("apiserver stopped: {e}");
-            }
-        });
-        Ok(TestServer {
-            state,
-            addr,
-            client,
-            shutdown: Some(tx),
-            task: Some(task),
-        })
-    }
-}
-
-/// A running in-memory API server.
-pub struct TestServer {
-    state: Arc<ServerState>,
-    addr: SocketAddr,
-    client: kube::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl TestServer {
-    /// Start with defaults on a free port.
-    pub async fn start() -> Result<TestServer, Error> {
-        Self::builder().start().await
-    }
-
-    /// Builder with options.
-    pub fn builder() -> TestServerBuilder {
-        TestServerBuilder::default()
-    }
-
-    /// A client for this server (default namespace `default`).
-    pub fn client(&self) -> kube::Client {
-        self.client.clone()
-    }
-
-    /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Kubeconfig YAML text for this server (context `kmeta`, namespace `default`).
-    pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url())
-    }
-
-    /// Kubeconfig for this server.
-    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        // the text is generated here and always parses; fall back to an empty config otherwise
-        kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml()).unwrap_or_default()
-    }
-
-    /// Write the kubeconfig to a file.
-    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
-        std::fs::write(path, self.kubeconfig_yaml())?;
-        Ok(())
-    }
-
-    /// Admission hooks.
-    pub fn admission(&self) -> &Admission {
-        &self.state.admission
-    }
-
-    /// Fault injection.
-    pub fn faults(&self) -> &Faults {
-        &self.state.faults
-    }
-
-    /// Snapshot of request counters.
-    pub fn counters(&self) -> Counters {
-        self.state.counters()
-    }
-
-    /// Reset request counters.
-    pub fn reset_counters(&self) {
-        self.state.reset_counters()
-    }
-
-    /// Shared state (storage inspection, compaction).
-    pub fn state(&self) -> &Arc<ServerState> {
-        &self.state
-    }
-
-    /// Stop serving and wait for the server task.
-    pub async fn shutdown(mut self) {
-        self.stop().await;
-    }
-
-    async fn stop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        self.state.faults.close_watches();
-        if let Some(t) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
-    }
-}
-
-/// Kubeconfig YAML pointing at `url` with context `kmeta` and namespace `default`.
-pub fn kubeconfig_yaml(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kmeta\n  cluster:\n    server: {url}\ncontexts:\n- name: kmeta\n  context:\n    cluster: kmeta\n    user: kmeta\n    namespace: default\ncurrent-context: kmeta\nusers:\n- name: kmeta\n  user: {{}}\npreferences: {{}}\n"
-    )
-}
+pub use http::router;
+pub use state::{ServerConfig, ServerState};
+pub use test_server::{Error, TestServer, TestServerBuilder, kubeconfig_yaml};

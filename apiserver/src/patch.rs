@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 /// Errors applying a patch.
 #[derive(Debug, thiserror::Error)]
-pub enum PatchError {
+pub(crate) enum PatchError {
     /// The patch body is not valid JSON/YAML of the right shape.
     #[error("invalid patch body: {0}")]
     Body(String),
@@ -24,7 +24,7 @@ pub enum PatchError {
 
 /// How a list field is merged.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     /// Associative list keyed by these fields (first is the strategic merge key).
     Map(Vec<String>),
     /// A set of scalars (merged by value).
@@ -35,7 +35,7 @@ pub enum ListKind {
 
 /// List kinds of the built-in types, from their `patchMergeKey`/`patchStrategy` and
 /// `listType`/`listMapKeys` markers. `path` is the field-name path from the object root.
-pub fn builtin_list_kind(path: &[String]) -> ListKind {
+pub(crate) fn builtin_list_kind(path: &[String]) -> ListKind {
     let Some(last) = path.last() else {
         return ListKind::Atomic;
     };
@@ -78,7 +78,7 @@ pub fn builtin_list_kind(path: &[String]) -> ListKind {
 
 /// List kinds from a CRD structural schema (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`).
 /// Metadata lists fall back to the built-in knowledge.
-pub fn schema_list_kind(schema: Option<&Value>, path: &[String]) -> ListKind {
+pub(crate) fn schema_list_kind(schema: Option<&Value>, path: &[String]) -> ListKind {
     if path.first().is_some_and(|p| p == "metadata") {
         return builtin_list_kind(path);
     }
@@ -125,12 +125,12 @@ pub fn schema_list_kind(schema: Option<&Value>, path: &[String]) -> ListKind {
 }
 
 /// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
 /// RFC 6902 JSON patch.
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let p: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| PatchError::Body(e.to_string()))?;
     json_patch::patch(target, &p).map_err(|e| PatchError::JsonPatch(e.to_string()))
@@ -166,7 +166,7 @@ fn key_matches(item: &Value, probe: &Value, keys: &[String]) -> bool {
 
 /// Apply a strategic merge patch. `kinds` tells how lists at a field path merge; for strategic
 /// merge only the first map key (the `patchMergeKey`) is used.
-pub fn strategic_merge(
+pub(crate) fn strategic_merge(
     original: &Value,
     patch: &Value,
     kinds: &dyn Fn(&[String]) -> ListKind,
@@ -238,21 +238,7 @@ fn smp_value(
                     path.pop();
                     let order = pv.as_array().cloned().unwrap_or_default();
                     if let Some(Value::Array(items)) = out.get_mut(field) {
-                        let mut rest = std::mem::take(items);
-                        let mut sorted = vec![];
-                        for o in &order {
-                            let pos = match &kind {
-                                ListKind::Map(keys) => {
-                                    rest.iter().position(|i| key_matches(i, o, &keys[..1]))
-                                }
-                                _ => rest.iter().position(|i| i == o),
-                            };
-                            if let Some(p) = pos {
-                                sorted.push(rest.remove(p));
-                            }
-                        }
-                        sorted.extend(rest);
-                        *items = sorted;
+                        set_element_order(items, &order, &kind);
                     }
                 }
             }
@@ -264,6 +250,24 @@ fn smp_value(
         }
         other => Ok(Some(other.clone())),
     }
+}
+
+/// Reorder list items as `$setElementOrder` lists them (map lists by their first key); items it
+/// does not list keep their order after those it does.
+fn set_element_order(items: &mut Vec<Value>, order: &[Value], kind: &ListKind) {
+    let mut rest = std::mem::take(items);
+    let mut sorted = vec![];
+    for o in order {
+        let pos = match kind {
+            ListKind::Map(keys) => rest.iter().position(|i| key_matches(i, o, &keys[..1])),
+            _ => rest.iter().position(|i| i == o),
+        };
+        if let Some(p) = pos {
+            sorted.push(rest.remove(p));
+        }
+    }
+    sorted.extend(rest);
+    *items = sorted;
 }
 
 fn smp_field(

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 /// Errors decoding protobuf.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ProtoError {
+pub(crate) enum ProtoError {
     /// The bytes are not a valid protobuf message.
     #[error("malformed protobuf at byte {0}")]
     Malformed(usize),
@@ -101,7 +101,7 @@ fn string(b: &[u8]) -> String {
 }
 
 /// Standard base64 with padding.
-pub fn base64(data: &[u8]) -> String {
+pub(crate) fn base64(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
 }
@@ -163,7 +163,7 @@ fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
 }
 
 /// Decode a protobuf request body into a JSON object.
-pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     let rest = body.strip_prefix(b"k8s\x00").ok_or(ProtoError::NoMagic)?;
     let mut api_version = String::new();
     let mut kind = String::new();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The standard verbs of a fully featured resource.
-pub const ALL_VERBS: &[&str] = &[
+pub(crate) const ALL_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -19,53 +19,53 @@ pub const ALL_VERBS: &[&str] = &[
 
 /// Where `/scale` finds replicas and the selector in the object.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ScaleSpec {
+pub(crate) struct ScaleSpec {
     /// JSON path of desired replicas, e.g. `.spec.replicas`.
-    pub spec_replicas_path: String,
+    pub(crate) spec_replicas_path: String,
     /// JSON path of observed replicas, e.g. `.status.replicas`.
-    pub status_replicas_path: String,
+    pub(crate) status_replicas_path: String,
     /// JSON path of the label selector string, if any.
-    pub label_selector_path: Option<String>,
+    pub(crate) label_selector_path: Option<String>,
 }
 
 /// One served resource (all its served versions).
 #[derive(Debug, Clone)]
-pub struct ResourceDef {
+pub(crate) struct ResourceDef {
     /// API group, "" for core.
-    pub group: String,
+    pub(crate) group: String,
     /// Served versions, preferred (storage) first.
-    pub versions: Vec<String>,
+    pub(crate) versions: Vec<String>,
     /// Kind, e.g. `Deployment`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// Lowercase plural, e.g. `deployments`.
-    pub plural: String,
+    pub(crate) plural: String,
     /// Lowercase singular.
-    pub singular: String,
+    pub(crate) singular: String,
     /// Namespaced or cluster scoped.
-    pub namespaced: bool,
+    pub(crate) namespaced: bool,
     /// Short names (`deploy`).
-    pub short_names: Vec<String>,
+    pub(crate) short_names: Vec<String>,
     /// Categories (`all`).
-    pub categories: Vec<String>,
+    pub(crate) categories: Vec<String>,
     /// Whether a `/status` subresource exists.
-    pub status_subresource: bool,
+    pub(crate) status_subresource: bool,
     /// `/scale` subresource, if any.
-    pub scale: Option<ScaleSpec>,
+    pub(crate) scale: Option<ScaleSpec>,
     /// Name of the CRD that defines this resource; `None` for built-ins.
-    pub crd: Option<String>,
+    pub(crate) crd: Option<String>,
     /// The CRD's schema per version (`openAPIV3Schema`), used for list types.
-    pub schemas: BTreeMap<String, Value>,
+    pub(crate) schemas: BTreeMap<String, Value>,
     /// The same schemas compiled once, for pruning, defaulting and validation of writes.
-    pub structural: BTreeMap<String, Arc<crate::schema::Schema>>,
+    pub(crate) structural: BTreeMap<String, Arc<crate::schema::Schema>>,
     /// CRD `selectableFields` (without the leading dot), usable in field selectors.
-    pub selectable_fields: Vec<String>,
+    pub(crate) selectable_fields: Vec<String>,
     /// The CRD's `additionalPrinterColumns` per version, for `kubectl get` tables.
-    pub printer_columns: BTreeMap<String, Vec<Value>>,
+    pub(crate) printer_columns: BTreeMap<String, Vec<Value>>,
 }
 
 impl ResourceDef {
     /// Storage key: `group/plural`, independent of version.
-    pub fn storage_key(&self) -> Arc<str> {
+    pub(crate) fn storage_key(&self) -> Arc<str> {
         match crate::convert::shared_storage(&self.group, &self.plural) {
             Some(shared) => Arc::from(shared),
             None => Arc::from(format!("{}/{}", self.group, self.plural).as_str()),
@@ -73,12 +73,12 @@ impl ResourceDef {
     }
 
     /// A field selector with each label resolved to the field it selects in stored objects.
-    pub fn stored_selector(&self, field: FieldSelector) -> FieldSelector {
+    pub(crate) fn stored_selector(&self, field: FieldSelector) -> FieldSelector {
         field.resolve(|label| crate::convert::stored_field(&self.group, &self.plural, label))
     }
 
     /// `apiVersion` for a version.
-    pub fn api_version(&self, version: &str) -> String {
+    pub(crate) fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()
         } else {
@@ -86,14 +86,21 @@ impl ResourceDef {
         }
     }
 
+    /// The compiled schema of a custom resource's version (`None` for built-in kinds and
+    /// versions without a schema).
+    pub(crate) fn structural_schema(&self, version: &str) -> Option<Arc<crate::schema::Schema>> {
+        self.crd.as_ref()?;
+        self.structural.get(version).cloned()
+    }
+
     /// Whether this is a built-in kind (strategic merge patch allowed).
-    pub fn is_builtin(&self) -> bool {
+    pub(crate) fn is_builtin(&self) -> bool {
         self.crd.is_none()
     }
 
     /// Whether a field selector may use this field (`metadata.name`/`metadata.namespace` for all,
     /// plus the per-kind fields kube-apiserver supports, plus a CRD's `selectableFields`).
-    pub fn supports_field(&self, field: &str) -> bool {
+    pub(crate) fn supports_field(&self, field: &str) -> bool {
         if matches!(field, "metadata.name" | "metadata.namespace") {
             return true;
         }
@@ -145,7 +152,7 @@ impl ResourceDef {
     }
 
     /// Group-qualified resource, e.g. `deployments.apps`.
-    pub fn group_resource(&self) -> String {
+    pub(crate) fn group_resource(&self) -> String {
         if self.group.is_empty() {
             self.plural.clone()
         } else {
@@ -156,7 +163,7 @@ impl ResourceDef {
 
 /// The set of served resources.
 #[derive(Debug, Clone, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     defs: Vec<ResourceDef>,
 }
 
@@ -209,7 +216,9 @@ impl B {
 }
 
 /// The built-in resources this server serves.
-pub fn builtin_resources() -> Vec<ResourceDef> {
+// a data table: one entry per built-in resource
+#[allow(clippy::too_many_lines)]
+pub(crate) fn builtin_resources() -> Vec<ResourceDef> {
     let list = vec![
         B::new("", "v1", "Namespace", "namespaces", false)
             .short(&["ns"])
@@ -321,7 +330,7 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
 
 /// Errors reading a CRD into a [`ResourceDef`].
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum CrdError {
+pub(crate) enum CrdError {
     /// A required field is missing or has the wrong type.
     #[error("spec.{0}: Required value")]
     Missing(&'static str),
@@ -348,7 +357,7 @@ fn parse_json_path(v: Option<&str>, default: &str) -> String {
 }
 
 /// Build the served resource from a CRD object (apiextensions.k8s.io/v1).
-pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
+pub(crate) fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     let spec = crd.get("spec").ok_or(CrdError::Missing("spec"))?;
     let group = str_at(spec, &["group"]).ok_or(CrdError::Missing("group"))?;
     let kind = str_at(spec, &["names", "kind"]).ok_or(CrdError::Missing("names.kind"))?;
@@ -363,17 +372,7 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     let singular = str_at(spec, &["names", "singular"])
         .map(str::to_string)
         .unwrap_or_else(|| kind.to_lowercase());
-    let scope = str_at(spec, &["scope"]).ok_or(CrdError::Missing("scope"))?;
-    let namespaced = match scope {
-        "Namespaced" => true,
-        "Cluster" => false,
-        other => {
-            return Err(CrdError::Invalid {
-                field: "spec.scope".into(),
-                msg: format!("\"{other}\": supported values: \"Cluster\", \"Namespaced\""),
-            });
-        }
-    };
+    let namespaced = crd_namespaced(spec)?;
     let strs = |p: &str| -> Vec<String> {
         spec.get("names")
             .and_then(|n| n.get(p))
@@ -392,15 +391,63 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
     if versions.is_empty() {
         return Err(CrdError::Missing("versions"));
     }
-    let mut served = vec![];
-    let mut storage: Option<String> = None;
-    let mut schemas = BTreeMap::new();
-    let mut structural = BTreeMap::new();
-    let mut status_subresource = false;
-    let mut scale = None;
-    let mut selectable: Vec<String> = vec![];
-    let mut printer_columns = BTreeMap::new();
+    let mut vs = CrdVersions::default();
     for (i, v) in versions.iter().enumerate() {
+        vs.read(i, v)?;
+    }
+    let storage = vs.storage.ok_or_else(|| CrdError::Invalid {
+        field: "spec.versions".into(),
+        msg: "must have exactly one version marked as storage version".into(),
+    })?;
+    // preferred version: the storage version if served, else the first served
+    vs.served.sort_by_key(|v| if *v == storage { 0 } else { 1 });
+    Ok(ResourceDef {
+        group: group.into(),
+        versions: vs.served,
+        kind: kind.into(),
+        plural: plural.into(),
+        singular,
+        namespaced,
+        short_names: strs("shortNames"),
+        categories: strs("categories"),
+        status_subresource: vs.status_subresource,
+        scale: vs.scale,
+        crd: Some(name.to_string()),
+        schemas: vs.schemas,
+        structural: vs.structural,
+        selectable_fields: vs.selectable,
+        printer_columns: vs.printer_columns,
+    })
+}
+
+/// `spec.scope`: `Namespaced` or `Cluster`.
+fn crd_namespaced(spec: &Value) -> Result<bool, CrdError> {
+    match str_at(spec, &["scope"]).ok_or(CrdError::Missing("scope"))? {
+        "Namespaced" => Ok(true),
+        "Cluster" => Ok(false),
+        other => Err(CrdError::Invalid {
+            field: "spec.scope".into(),
+            msg: format!("\"{other}\": supported values: \"Cluster\", \"Namespaced\""),
+        }),
+    }
+}
+
+/// What the versions of a CRD declare, read one version at a time.
+#[derive(Default)]
+struct CrdVersions {
+    served: Vec<String>,
+    storage: Option<String>,
+    schemas: BTreeMap<String, Value>,
+    structural: BTreeMap<String, Arc<crate::schema::Schema>>,
+    status_subresource: bool,
+    scale: Option<ScaleSpec>,
+    selectable: Vec<String>,
+    printer_columns: BTreeMap<String, Vec<Value>>,
+}
+
+impl CrdVersions {
+    /// Read `spec.versions[i]`.
+    fn read(&mut self, i: usize, v: &Value) -> Result<(), CrdError> {
         let vname = v
             .get("name")
             .and_then(Value::as_str)
@@ -409,23 +456,23 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
                 msg: "required".into(),
             })?;
         if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
-            served.push(vname.to_string());
+            self.served.push(vname.to_string());
         }
         if v.get("storage").and_then(Value::as_bool).unwrap_or(false) {
-            if storage.is_some() {
+            if self.storage.is_some() {
                 return Err(CrdError::Invalid {
                     field: "spec.versions".into(),
                     msg: "must have exactly one version marked as storage version".into(),
                 });
             }
-            storage = Some(vname.to_string());
+            self.storage = Some(vname.to_string());
         }
         if let Some(fields) = v.get("selectableFields").and_then(Value::as_array) {
             for f in fields {
                 if let Some(p) = f.get("jsonPath").and_then(Value::as_str) {
                     let p = p.trim_start_matches('.').to_string();
-                    if !selectable.contains(&p) {
-                        selectable.push(p);
+                    if !self.selectable.contains(&p) {
+                        self.selectable.push(p);
                     }
                 }
             }
@@ -436,112 +483,102 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, CrdError> {
                     field: format!("spec.versions[{i}].schema.{field}"),
                     msg,
                 })?;
-            structural.insert(vname.to_string(), Arc::new(compiled));
-            schemas.insert(vname.to_string(), s.clone());
+            self.structural
+                .insert(vname.to_string(), Arc::new(compiled));
+            self.schemas.insert(vname.to_string(), s.clone());
         }
         if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
-            for (j, c) in cols.iter().enumerate() {
-                for f in ["name", "type", "jsonPath"] {
-                    if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                        return Err(CrdError::Invalid {
-                            field: format!("spec.versions[{i}].additionalPrinterColumns[{j}].{f}"),
-                            msg: "Required value".into(),
-                        });
-                    }
-                }
-            }
-            printer_columns.insert(vname.to_string(), cols.clone());
+            check_printer_columns(i, cols)?;
+            self.printer_columns.insert(vname.to_string(), cols.clone());
         }
         if let Some(sub) = v.get("subresources") {
             if sub.get("status").is_some() {
-                status_subresource = true;
+                self.status_subresource = true;
             }
             if let Some(sc) = sub.get("scale") {
-                scale = Some(ScaleSpec {
-                    spec_replicas_path: parse_json_path(
-                        sc.get("specReplicasPath").and_then(Value::as_str),
-                        ".spec.replicas",
-                    ),
-                    status_replicas_path: parse_json_path(
-                        sc.get("statusReplicasPath").and_then(Value::as_str),
-                        ".status.replicas",
-                    ),
-                    label_selector_path: sc
-                        .get("labelSelectorPath")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
+                self.scale = Some(scale_spec(sc));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every printer column of `spec.versions[i]` needs a name, a type and a JSONPath.
+fn check_printer_columns(i: usize, cols: &[Value]) -> Result<(), CrdError> {
+    for (j, c) in cols.iter().enumerate() {
+        for f in ["name", "type", "jsonPath"] {
+            if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(CrdError::Invalid {
+                    field: format!("spec.versions[{i}].additionalPrinterColumns[{j}].{f}"),
+                    msg: "Required value".into(),
                 });
             }
         }
     }
-    let storage = storage.ok_or_else(|| CrdError::Invalid {
-        field: "spec.versions".into(),
-        msg: "must have exactly one version marked as storage version".into(),
-    })?;
-    // preferred version: the storage version if served, else the first served
-    served.sort_by_key(|v| if *v == storage { 0 } else { 1 });
-    Ok(ResourceDef {
-        group: group.into(),
-        versions: served,
-        kind: kind.into(),
-        plural: plural.into(),
-        singular,
-        namespaced,
-        short_names: strs("shortNames"),
-        categories: strs("categories"),
-        status_subresource,
-        scale,
-        crd: Some(name.to_string()),
-        schemas,
-        structural,
-        selectable_fields: selectable,
-        printer_columns,
-    })
+    Ok(())
+}
+
+/// `subresources.scale` of a CRD version.
+fn scale_spec(sc: &Value) -> ScaleSpec {
+    ScaleSpec {
+        spec_replicas_path: parse_json_path(
+            sc.get("specReplicasPath").and_then(Value::as_str),
+            ".spec.replicas",
+        ),
+        status_replicas_path: parse_json_path(
+            sc.get("statusReplicasPath").and_then(Value::as_str),
+            ".status.replicas",
+        ),
+        label_selector_path: sc
+            .get("labelSelectorPath")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    }
 }
 
 impl Registry {
     /// A registry with the built-in resources.
-    pub fn with_builtins() -> Self {
+    pub(crate) fn with_builtins() -> Self {
         Registry {
             defs: builtin_resources(),
         }
     }
 
     /// All served resources.
-    pub fn all(&self) -> &[ResourceDef] {
+    pub(crate) fn all(&self) -> &[ResourceDef] {
         &self.defs
     }
 
     /// Find a resource by group, version and plural.
-    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+    pub(crate) fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
         self.defs.iter().find(|d| {
             d.group == group && d.plural == plural && d.versions.iter().any(|v| v == version)
         })
     }
 
     /// Find a resource by group and plural (any version).
-    pub fn lookup_group_resource(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
+    pub(crate) fn lookup_group_resource(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
         self.defs
             .iter()
             .find(|d| d.group == group && d.plural == plural)
     }
 
     /// Whether any resource is served under group/version.
-    pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
+    pub(crate) fn serves_group_version(&self, group: &str, version: &str) -> bool {
         self.defs
             .iter()
             .any(|d| d.group == group && d.versions.iter().any(|v| v == version))
     }
 
     /// Install (or replace) a CRD-defined resource.
-    pub fn install(&mut self, def: ResourceDef) {
+    pub(crate) fn install(&mut self, def: ResourceDef) {
         self.defs
             .retain(|d| !(d.group == def.group && d.plural == def.plural));
         self.defs.push(def);
     }
 
     /// Remove the resource defined by the named CRD.
-    pub fn uninstall_crd(&mut self, crd_name: &str) -> Option<ResourceDef> {
+    pub(crate) fn uninstall_crd(&mut self, crd_name: &str) -> Option<ResourceDef> {
         let idx = self
             .defs
             .iter()
@@ -551,7 +588,7 @@ impl Registry {
 
     /// Groups with their versions (preferred first), core group excluded, in a stable order:
     /// built-in groups in registration order, then CRD groups.
-    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+    pub(crate) fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut out: Vec<(String, Vec<String>)> = vec![];
         for d in &self.defs {
             if d.group.is_empty() {
@@ -577,7 +614,7 @@ impl Registry {
 
 /// Sort versions by Kubernetes version priority: GA > beta > alpha, higher numbers first,
 /// then non-conforming names alphabetically.
-pub fn sort_versions(vs: &mut [String]) {
+pub(crate) fn sort_versions(vs: &mut [String]) {
     fn rank(v: &str) -> (u8, i64, i64, String) {
         let parse = |s: &str| -> Option<(i64, u8, i64)> {
             let s = s.strip_prefix('v')?;
@@ -605,7 +642,7 @@ pub fn sort_versions(vs: &mut [String]) {
 }
 
 /// The `status` a freshly accepted CRD gets.
-pub fn crd_accepted_status(crd: &Value, now: &str, storage_version: &str) -> Value {
+pub(crate) fn crd_accepted_status(crd: &Value, now: &str, storage_version: &str) -> Value {
     let names = crd
         .get("spec")
         .and_then(|s| s.get("names"))

@@ -15,39 +15,8 @@
 
 use crate::error::ApiError;
 use crate::patch::ListKind;
-use crate::registry::ResourceDef;
 use regex::Regex;
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
-
-/// The compiled schema of a custom resource's request version (`None` for built-in kinds and
-/// versions without a schema).
-pub fn for_version(def: &ResourceDef, version: &str) -> Option<Arc<Schema>> {
-    def.crd.as_ref()?;
-    def.structural.get(version).cloned()
-}
-
-/// After admission, what the real server does to a custom resource before storing it: prune and
-/// default again when a mutating hook may have changed the object (`mutated`), then validate the
-/// whole object, ratcheting against `old` on update.
-pub fn admit(
-    schema: &Schema,
-    def: &ResourceDef,
-    name: &str,
-    obj: &mut Value,
-    old: Option<&Value>,
-    mutated: bool,
-) -> Result<(), ApiError> {
-    if mutated {
-        schema.coerce(obj);
-    }
-    let errs = schema.validate(obj, old);
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(invalid_error(&def.kind, &def.group, name, &errs))
-    }
-}
 
 /// The JSON types a schema node may require.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,71 +108,15 @@ impl Node {
         let num = |k: &str| m.get(k).and_then(Value::as_f64);
         let count = |k: &str| m.get(k).and_then(Value::as_u64);
         let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let subs = |k: &str| -> Result<Vec<Node>, (String, String)> {
-            m.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .enumerate()
-                        .map(|(i, s)| Node::compile(s, &format!("{path}.{k}[{i}]")))
-                        .collect()
-                })
-                .unwrap_or_else(|| Ok(vec![]))
-        };
-        let sub = |k: &str| -> Result<Option<Box<Node>>, (String, String)> {
-            match m.get(k) {
-                Some(s @ Value::Object(_)) => {
-                    Ok(Some(Box::new(Node::compile(s, &format!("{path}.{k}"))?)))
-                }
-                _ => Ok(None),
-            }
-        };
-        let strings = |k: &str| -> Vec<String> {
-            m.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let properties = match m.get("properties").and_then(Value::as_object) {
-            Some(p) => Some(
-                p.iter()
-                    .map(|(k, s)| {
-                        Ok((
-                            k.clone(),
-                            Node::compile(s, &format!("{path}.properties[{k}]"))?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, (String, String)>>()?,
-            ),
-            None => None,
-        };
-        let additional = sub("additionalProperties")?;
-        let items = sub("items")?;
-        let pattern = match m.get("pattern").and_then(Value::as_str) {
-            Some(p) => match Regex::new(p) {
-                Ok(re) => Some((p.to_string(), re)),
-                Err(e) => {
-                    return Err((
-                        format!("{path}.pattern"),
-                        format!(
-                            "{}: must be a valid regular expression, but isn't: {e}",
-                            go_quote(p)
-                        ),
-                    ));
-                }
-            },
-            None => None,
-        };
-        let list_type = match m.get("x-kubernetes-list-type").and_then(Value::as_str) {
-            Some("set") => Some(ListKind::Set),
-            Some("map") => Some(ListKind::Map(strings("x-kubernetes-list-map-keys"))),
-            Some("atomic") => Some(ListKind::Atomic),
-            _ => None,
-        };
+        // compiled in this order, so the first invalid part reported stays the same
+        let properties = properties_of(m, path)?;
+        let additional = sub_of(m, "additionalProperties", path)?;
+        let items = sub_of(m, "items", path)?;
+        let pattern = pattern_of(m, path)?;
+        let all_of = subs_of(m, "allOf", path)?;
+        let any_of = subs_of(m, "anyOf", path)?;
+        let one_of = subs_of(m, "oneOf", path)?;
+        let not = sub_of(m, "not", path)?;
         Ok(Node {
             ty: m.get("type").and_then(Value::as_str).and_then(Ty::parse),
             int_or_string: flag("x-kubernetes-int-or-string"),
@@ -214,7 +127,7 @@ impl Node {
             preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
             embedded: flag("x-kubernetes-embedded-resource"),
             default: m.get("default").cloned(),
-            required: strings("required"),
+            required: strings_of(m, "required"),
             enumeration: m.get("enum").and_then(Value::as_array).cloned(),
             minimum: num("minimum"),
             exclusive_minimum: flag("exclusiveMinimum"),
@@ -229,12 +142,91 @@ impl Node {
             max_items: count("maxItems"),
             min_properties: count("minProperties"),
             max_properties: count("maxProperties"),
-            list_type,
-            all_of: subs("allOf")?,
-            any_of: subs("anyOf")?,
-            one_of: subs("oneOf")?,
-            not: sub("not")?,
+            list_type: list_type_of(m),
+            all_of,
+            any_of,
+            one_of,
+            not,
         })
+    }
+}
+
+/// A compile error: the path of the invalid part of the schema and why.
+type CompileError = (String, String);
+
+fn strings_of(m: &Map<String, Value>, k: &str) -> Vec<String> {
+    m.get(k)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The schemas of a list keyword (`allOf`, `anyOf`, `oneOf`).
+fn subs_of(m: &Map<String, Value>, k: &str, path: &str) -> Result<Vec<Node>, CompileError> {
+    m.get(k)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .enumerate()
+                .map(|(i, s)| Node::compile(s, &format!("{path}.{k}[{i}]")))
+                .collect()
+        })
+        .unwrap_or_else(|| Ok(vec![]))
+}
+
+/// The schema of a keyword holding one (`additionalProperties`, `items`, `not`).
+fn sub_of(m: &Map<String, Value>, k: &str, path: &str) -> Result<Option<Box<Node>>, CompileError> {
+    match m.get(k) {
+        Some(s @ Value::Object(_)) => Ok(Some(Box::new(Node::compile(s, &format!("{path}.{k}"))?))),
+        _ => Ok(None),
+    }
+}
+
+fn properties_of(
+    m: &Map<String, Value>,
+    path: &str,
+) -> Result<Option<Vec<(String, Node)>>, CompileError> {
+    let Some(p) = m.get("properties").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    p.iter()
+        .map(|(k, s)| {
+            Ok((
+                k.clone(),
+                Node::compile(s, &format!("{path}.properties[{k}]"))?,
+            ))
+        })
+        .collect::<Result<Vec<_>, CompileError>>()
+        .map(Some)
+}
+
+/// `pattern`, compiled (an invalid regular expression is a compile error).
+fn pattern_of(m: &Map<String, Value>, path: &str) -> Result<Option<(String, Regex)>, CompileError> {
+    let Some(p) = m.get("pattern").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    match Regex::new(p) {
+        Ok(re) => Ok(Some((p.to_string(), re))),
+        Err(e) => Err((
+            format!("{path}.pattern"),
+            format!(
+                "{}: must be a valid regular expression, but isn't: {e}",
+                go_quote(p)
+            ),
+        )),
+    }
+}
+
+fn list_type_of(m: &Map<String, Value>) -> Option<ListKind> {
+    match m.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => Some(ListKind::Set),
+        Some("map") => Some(ListKind::Map(strings_of(m, "x-kubernetes-list-map-keys"))),
+        Some("atomic") => Some(ListKind::Atomic),
+        _ => None,
     }
 }
 
@@ -948,7 +940,7 @@ pub fn invalid_error(kind: &str, group: &str, name: &str, errs: &[FieldError]) -
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::too_many_lines)]
 mod tests {
     use super::*;
 

@@ -14,13 +14,13 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 
 /// A path element in FieldsV1 notation (`f:name`, `k:{"name":"x"}`, `v:"a"`).
-pub type Path = Vec<String>;
+pub(crate) type Path = Vec<String>;
 /// A set of owned paths.
-pub type FieldSet = BTreeSet<Path>;
+pub(crate) type FieldSet = BTreeSet<Path>;
 
 /// Which part of an object a write touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// The whole object (no status subresource).
     All,
     /// Everything except `status` (main endpoint of a resource with a status subresource).
@@ -30,7 +30,11 @@ pub enum Scope {
 }
 
 /// Field-set of an object: the leaves (and list items) it sets.
-pub fn field_set(obj: &Value, scope: Scope, kinds: &dyn Fn(&[String]) -> ListKind) -> FieldSet {
+pub(crate) fn field_set(
+    obj: &Value,
+    scope: Scope,
+    kinds: &dyn Fn(&[String]) -> ListKind,
+) -> FieldSet {
     let mut out = FieldSet::new();
     let Some(m) = obj.as_object() else {
         return out;
@@ -142,7 +146,7 @@ fn item_matches(item: &Value, key: &Value) -> bool {
 }
 
 /// The value at a path, if present.
-pub fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+pub(crate) fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     let mut cur = obj;
     for e in path {
         let (tag, v) = parse_elem(e)?;
@@ -157,7 +161,7 @@ pub fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
 }
 
 /// Remove the node at a path (map key, list item or set value). Returns whether it existed.
-pub fn remove_at(obj: &mut Value, path: &[String]) -> bool {
+pub(crate) fn remove_at(obj: &mut Value, path: &[String]) -> bool {
     let Some((last, parent_path)) = path.split_last() else {
         return false;
     };
@@ -206,7 +210,7 @@ pub fn remove_at(obj: &mut Value, path: &[String]) -> bool {
 }
 
 /// Encode a field set as a FieldsV1 object.
-pub fn to_fields_v1(set: &FieldSet) -> Value {
+pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = Map::new();
     for path in set {
         let mut cur = &mut root;
@@ -225,7 +229,7 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
 }
 
 /// Decode a FieldsV1 object into a field set.
-pub fn from_fields_v1(v: &Value) -> FieldSet {
+pub(crate) fn from_fields_v1(v: &Value) -> FieldSet {
     fn walk(v: &Value, pe: &mut Path, out: &mut FieldSet) {
         let Some(m) = v.as_object() else { return };
         if m.is_empty() && !pe.is_empty() {
@@ -248,7 +252,7 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
 }
 
 /// Render a path for conflict messages: `.spec.replicas`, `.spec.containers[name="app"].image`.
-pub fn display_path(path: &[String]) -> String {
+pub(crate) fn display_path(path: &[String]) -> String {
     let mut s = String::new();
     for e in path {
         match parse_elem(e) {
@@ -272,23 +276,23 @@ pub fn display_path(path: &[String]) -> String {
 
 /// One managedFields entry.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Field manager name.
-    pub manager: String,
+    pub(crate) manager: String,
     /// `Apply` or `Update`.
-    pub operation: String,
+    pub(crate) operation: String,
     /// API version of the write.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// RFC3339 time of the last write.
-    pub time: String,
+    pub(crate) time: String,
     /// Subresource ("" or "status").
-    pub subresource: String,
+    pub(crate) subresource: String,
     /// Owned fields.
-    pub fields: FieldSet,
+    pub(crate) fields: FieldSet,
 }
 
 /// Parse `metadata.managedFields`.
-pub fn parse_managed(obj: &Value) -> Vec<Entry> {
+pub(crate) fn parse_managed(obj: &Value) -> Vec<Entry> {
     obj.get("metadata")
         .and_then(|m| m.get("managedFields"))
         .and_then(Value::as_array)
@@ -311,7 +315,7 @@ pub fn parse_managed(obj: &Value) -> Vec<Entry> {
 }
 
 /// Render entries as `metadata.managedFields` (entries owning nothing are dropped).
-pub fn render_managed(entries: &[Entry]) -> Value {
+pub(crate) fn render_managed(entries: &[Entry]) -> Value {
     Value::Array(
         entries
             .iter()
@@ -343,7 +347,7 @@ fn is_leaf(v: Option<&Value>) -> bool {
 }
 
 /// Record a non-apply write (create/update/patch) by `manager`.
-pub fn record_update(
+pub(crate) fn record_update(
     entries: &mut Vec<Entry>,
     old: Option<&Value>,
     new: &Value,
@@ -399,28 +403,28 @@ pub fn record_update(
 
 /// Who is writing.
 #[derive(Debug, Clone)]
-pub struct Writer<'a> {
+pub(crate) struct Writer<'a> {
     /// Field manager.
-    pub manager: &'a str,
+    pub(crate) manager: &'a str,
     /// API version of the request.
-    pub api_version: &'a str,
+    pub(crate) api_version: &'a str,
     /// Subresource ("" or "status").
-    pub subresource: &'a str,
+    pub(crate) subresource: &'a str,
     /// Part of the object this write may touch.
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// Timestamp for the entry.
-    pub now: &'a str,
+    pub(crate) now: &'a str,
 }
 
 /// A field owned by another manager whose value the apply would change.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Conflict {
+pub(crate) struct Conflict {
     /// The other manager.
-    pub manager: String,
+    pub(crate) manager: String,
     /// Its API version.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// The field, rendered like `.spec.replicas`.
-    pub field: String,
+    pub(crate) field: String,
 }
 
 fn merge_apply(
@@ -467,7 +471,7 @@ fn merge_apply(
 
 /// Apply `config` (the applied object) onto `live` for `who`. Returns the merged object with its
 /// new managedFields, or the conflicts when `force` is false.
-pub fn apply(
+pub(crate) fn apply(
     live: &Value,
     config: &Value,
     who: &Writer<'_>,
@@ -479,6 +483,60 @@ pub fn apply(
     let mine = |e: &Entry| {
         e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource
     };
+    let (conflicts, conflict_paths) = find_conflicts(live, config, &entries, &new_set, &mine);
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    for e in entries.iter_mut().filter(|e| !mine(e)) {
+        e.fields.retain(|p| !conflict_paths.contains(p));
+    }
+    let old_mine: FieldSet = entries
+        .iter()
+        .find(|e| mine(e))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let mut merged = live.clone();
+    merge_apply(
+        &mut merged,
+        &applicable(config, who.scope),
+        &mut vec![],
+        kinds,
+    );
+    // remove what this manager applied before and no longer applies, unless others own it
+    let others: FieldSet = entries
+        .iter()
+        .filter(|e| !mine(e))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    remove_dropped(&mut merged, &old_mine, &new_set, &others);
+    let entry = Entry {
+        manager: who.manager.to_string(),
+        operation: "Apply".into(),
+        api_version: who.api_version.to_string(),
+        time: who.now.to_string(),
+        subresource: who.subresource.to_string(),
+        fields: new_set,
+    };
+    // keep the entry's position so an unchanged re-apply renders identically
+    match entries.iter().position(mine) {
+        Some(i) => entries[i] = entry,
+        None => entries.push(entry),
+    }
+    if let Some(md) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+        md.insert("managedFields".into(), render_managed(&entries));
+    }
+    Ok(merged)
+}
+
+/// Leaves of the configuration that other managers own with a different live value: the
+/// conflicts, and their paths.
+fn find_conflicts(
+    live: &Value,
+    config: &Value,
+    entries: &[Entry],
+    new_set: &FieldSet,
+    mine: &dyn Fn(&Entry) -> bool,
+) -> (Vec<Conflict>, FieldSet) {
     let mut conflicts = vec![];
     let mut conflict_paths = FieldSet::new();
     for e in entries.iter().filter(|e| !mine(e)) {
@@ -497,23 +555,18 @@ pub fn apply(
             }
         }
     }
-    if !conflicts.is_empty() && !force {
-        return Err(conflicts);
-    }
-    for e in entries.iter_mut().filter(|e| !mine(e)) {
-        e.fields.retain(|p| !conflict_paths.contains(p));
-    }
-    let old_mine: FieldSet = entries
-        .iter()
-        .find(|e| mine(e))
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
-    let mut merged = live.clone();
+    (conflicts, conflict_paths)
+}
+
+/// The part of an applied configuration merged into the live object: no `apiVersion`/`kind`,
+/// only the parts of the object the write's scope allows, and of `metadata` only labels,
+/// annotations, finalizers and ownerReferences.
+fn applicable(config: &Value, scope: Scope) -> Value {
     let mut cfg = config.clone();
     if let Some(m) = cfg.as_object_mut() {
         m.remove("apiVersion");
         m.remove("kind");
-        match who.scope {
+        match scope {
             Scope::NoStatus => {
                 m.remove("status");
             }
@@ -527,18 +580,17 @@ pub fn apply(
                     "labels" | "annotations" | "finalizers" | "ownerReferences"
                 )
             });
-            if who.scope == Scope::StatusOnly {
+            if scope == Scope::StatusOnly {
                 md.clear();
             }
         }
     }
-    merge_apply(&mut merged, &cfg, &mut vec![], kinds);
-    // remove what this manager applied before and no longer applies, unless others own it
-    let others: FieldSet = entries
-        .iter()
-        .filter(|e| !mine(e))
-        .flat_map(|e| e.fields.iter().cloned())
-        .collect();
+    cfg
+}
+
+/// Remove the fields this manager applied before (`old_mine`) and no longer applies, unless
+/// other managers own them.
+fn remove_dropped(merged: &mut Value, old_mine: &FieldSet, new_set: &FieldSet, others: &FieldSet) {
     let mut dropped: Vec<&Path> = old_mine
         .iter()
         .filter(|p| !new_set.contains(*p) && !others.contains(*p))
@@ -552,25 +604,8 @@ pub fn apply(
         {
             continue;
         }
-        remove_at(&mut merged, p);
+        remove_at(merged, p);
     }
-    let entry = Entry {
-        manager: who.manager.to_string(),
-        operation: "Apply".into(),
-        api_version: who.api_version.to_string(),
-        time: who.now.to_string(),
-        subresource: who.subresource.to_string(),
-        fields: new_set,
-    };
-    // keep the entry's position so an unchanged re-apply renders identically
-    match entries.iter().position(mine) {
-        Some(i) => entries[i] = entry,
-        None => entries.push(entry),
-    }
-    if let Some(md) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
-        md.insert("managedFields".into(), render_managed(&entries));
-    }
-    Ok(merged)
 }
 
 #[cfg(test)]

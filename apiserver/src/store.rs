@@ -6,17 +6,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// A stored object (immutable once stored).
-pub type Obj = Arc<Value>;
+pub(crate) type Obj = Arc<Value>;
 
 /// Storage key. `res` is `group/plural`; `ns` is "" for cluster-scoped objects.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     /// `group/plural`.
-    pub res: Arc<str>,
+    pub(crate) res: Arc<str>,
     /// Namespace ("" for cluster scope).
-    pub ns: String,
+    pub(crate) ns: String,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl Key {
@@ -28,7 +28,7 @@ impl Key {
 
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     /// Object created.
     Added,
     /// Object changed.
@@ -37,37 +37,26 @@ pub enum EventType {
     Deleted,
 }
 
-impl EventType {
-    /// Wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
 /// One change.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     /// resourceVersion of the change.
-    pub rv: u64,
+    pub(crate) rv: u64,
     /// Type.
-    pub ty: EventType,
+    pub(crate) ty: EventType,
     /// Key of the object.
-    pub key: Key,
+    pub(crate) key: Key,
     /// Object after the change (for DELETED: its last state, with the deletion's rv).
-    pub obj: Obj,
+    pub(crate) obj: Obj,
     /// Object before the change (for selector transitions).
-    pub prev: Option<Obj>,
+    pub(crate) prev: Option<Obj>,
     /// `obj` serialized once, shared by all watchers that need it verbatim.
-    pub json: std::sync::OnceLock<bytes::Bytes>,
+    pub(crate) json: std::sync::OnceLock<bytes::Bytes>,
 }
 
 impl Event {
     /// The serialized object (computed on first use).
-    pub fn obj_json(&self) -> &bytes::Bytes {
+    pub(crate) fn obj_json(&self) -> &bytes::Bytes {
         self.json
             .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&*self.obj).unwrap_or_default()))
     }
@@ -75,7 +64,7 @@ impl Event {
 
 /// Why [`Storage::snapshot`] cannot read a resourceVersion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtError {
+pub(crate) enum AtError {
     /// The rv is older than the retained history (`compacted` is the oldest readable rv).
     Compacted {
         /// Highest rv no longer retained.
@@ -91,28 +80,23 @@ pub enum AtError {
 /// The objects of one resource as of a resourceVersion: the live table with the changes made
 /// after that rv undone (see [`Storage::snapshot`]).
 #[derive(Debug)]
-pub struct Snapshot<'a> {
+pub(crate) struct Snapshot<'a> {
     store: &'a Storage,
     res: Arc<str>,
     ns: Option<String>,
-    rv: u64,
     /// State at `rv` of each key changed after it (`None`: absent at `rv`).
     undo: BTreeMap<Key, Option<Obj>>,
 }
 
 impl<'a> Snapshot<'a> {
-    /// The resourceVersion this snapshot shows.
-    pub fn rv(&self) -> u64 {
-        self.rv
-    }
-
     /// Whether this is the live state (nothing undone).
-    pub fn is_live(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_live(&self) -> bool {
         self.undo.is_empty()
     }
 
     /// Object by key as of the snapshot's rv (the key must be in the snapshot's range).
-    pub fn get(&self, key: &Key) -> Option<&Obj> {
+    pub(crate) fn get(&self, key: &Key) -> Option<&Obj> {
         match self.undo.get(key) {
             Some(before) => before.as_ref(),
             None => self.store.get(key),
@@ -121,7 +105,7 @@ impl<'a> Snapshot<'a> {
 
     /// Objects in key order as of the snapshot's rv, starting after `after` (exclusive) if
     /// given: the live range merged with the undone keys.
-    pub fn range<'s>(
+    pub(crate) fn range<'s>(
         &'s self,
         after: Option<&Key>,
     ) -> impl Iterator<Item = (&'s Key, &'s Obj)> + 's {
@@ -178,7 +162,7 @@ where
 
 /// The object table and event log.
 #[derive(Debug)]
-pub struct Storage {
+pub(crate) struct Storage {
     rv: u64,
     objects: BTreeMap<Key, Obj>,
     uids: HashMap<String, Key>,
@@ -190,12 +174,12 @@ pub struct Storage {
 }
 
 /// Return uid of an object.
-pub fn uid_of(v: &Value) -> Option<&str> {
+pub(crate) fn uid_of(v: &Value) -> Option<&str> {
     v.get("metadata")?.get("uid")?.as_str()
 }
 
 /// Owner uids of an object.
-pub fn owner_uids(v: &Value) -> Vec<String> {
+pub(crate) fn owner_uids(v: &Value) -> Vec<String> {
     v.get("metadata")
         .and_then(|m| m.get("ownerReferences"))
         .and_then(Value::as_array)
@@ -209,7 +193,7 @@ pub fn owner_uids(v: &Value) -> Vec<String> {
 
 impl Storage {
     /// Empty storage retaining `window` events.
-    pub fn new(window: usize) -> Self {
+    pub(crate) fn new(window: usize) -> Self {
         Storage {
             rv: 0,
             objects: BTreeMap::new(),
@@ -222,33 +206,33 @@ impl Storage {
     }
 
     /// Current resourceVersion.
-    pub fn rv(&self) -> u64 {
+    pub(crate) fn rv(&self) -> u64 {
         self.rv
     }
 
     /// Highest rv no longer in the event window (a watch must start at or after it).
-    pub fn compacted(&self) -> u64 {
+    pub(crate) fn compacted(&self) -> u64 {
         self.compacted
     }
 
     /// Drop all retained events (as if compaction ran): watches from older rvs get 410.
-    pub fn compact_all(&mut self) {
+    pub(crate) fn compact_all(&mut self) {
         self.events.clear();
         self.compacted = self.rv;
     }
 
     /// Object by key.
-    pub fn get(&self, key: &Key) -> Option<&Obj> {
+    pub(crate) fn get(&self, key: &Key) -> Option<&Obj> {
         self.objects.get(key)
     }
 
     /// Key of the object with a uid.
-    pub fn key_of_uid(&self, uid: &str) -> Option<&Key> {
+    pub(crate) fn key_of_uid(&self, uid: &str) -> Option<&Key> {
         self.uids.get(uid)
     }
 
     /// Keys of the objects that list `uid` as an owner.
-    pub fn dependents(&self, uid: &str) -> Vec<Key> {
+    pub(crate) fn dependents(&self, uid: &str) -> Vec<Key> {
         self.owners
             .get(uid)
             .map(|s| s.iter().cloned().collect())
@@ -257,7 +241,7 @@ impl Storage {
 
     /// Objects of a resource, in one namespace (`Some`) or all, in key order, starting after
     /// `after` (exclusive) if given.
-    pub fn range<'a>(
+    pub(crate) fn range<'a>(
         &'a self,
         res: &Arc<str>,
         ns: Option<&str>,
@@ -280,7 +264,7 @@ impl Storage {
     }
 
     /// Whether any object lives in the namespace (any resource).
-    pub fn namespace_keys(&self, ns: &str) -> Vec<Key> {
+    pub(crate) fn namespace_keys(&self, ns: &str) -> Vec<Key> {
         self.objects
             .keys()
             .filter(|k| k.ns == ns)
@@ -330,7 +314,7 @@ impl Storage {
 
     /// Store (create or replace) an object, assigning a new resourceVersion and emitting one
     /// event. Returns the stored object.
-    pub fn put(&mut self, key: Key, obj: Value) -> Obj {
+    pub(crate) fn put(&mut self, key: Key, obj: Value) -> Obj {
         let obj = Arc::new(self.stamp(obj));
         let prev = self.objects.insert(key.clone(), obj.clone());
         if let Some(p) = &prev {
@@ -355,7 +339,7 @@ impl Storage {
 
     /// Remove an object, emitting a DELETED event carrying `last` (the final state) stamped with
     /// a new resourceVersion. Returns that final object.
-    pub fn remove(&mut self, key: &Key, last: Option<Value>) -> Option<Obj> {
+    pub(crate) fn remove(&mut self, key: &Key, last: Option<Value>) -> Option<Obj> {
         let prev = self.objects.remove(key)?;
         self.index_remove(key, &prev);
         let last = last.unwrap_or_else(|| (*prev).clone());
@@ -382,7 +366,7 @@ impl Storage {
     ///
     /// Fails with [`AtError::Compacted`] when `rv` is below the compacted rv (some of the
     /// events needed are gone) and [`AtError::TooLarge`] when `rv` is newer than the current one.
-    pub fn snapshot(
+    pub(crate) fn snapshot(
         &self,
         res: &Arc<str>,
         ns: Option<&str>,
@@ -409,13 +393,12 @@ impl Storage {
             store: self,
             res: res.clone(),
             ns: ns.map(str::to_string),
-            rv,
             undo,
         })
     }
 
     /// Events with rv greater than `since`, or `Err(compacted)` when some were already dropped.
-    pub fn events_since(&self, since: u64) -> Result<Vec<Arc<Event>>, u64> {
+    pub(crate) fn events_since(&self, since: u64) -> Result<Vec<Arc<Event>>, u64> {
         if since < self.compacted {
             return Err(self.compacted);
         }
@@ -424,12 +407,13 @@ impl Storage {
     }
 
     /// Number of stored objects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.objects.len()
     }
 
     /// Whether nothing is stored.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
 }

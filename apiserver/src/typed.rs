@@ -13,7 +13,7 @@ use serde_json::Value;
 /// Removes from `obj` (a built-in kind's object of `group`) the fields its typed API does not
 /// declare, returning their paths (`spec.replcas`, `spec.template.spec.containers[0].imag`).
 /// Kinds without a typed mapping, and bodies that do not decode, return no paths.
-pub fn prune_unknown(group: &str, kind: &str, obj: &mut Value) -> Vec<String> {
+pub(crate) fn prune_unknown(group: &str, kind: &str, obj: &mut Value) -> Vec<String> {
     let Some(typed) = round_trip(group, kind, obj) else {
         return Vec::new();
     };

@@ -1,6 +1,6 @@
 //! core/v1 Events and events.k8s.io/v1 Events are one resource in two versions, as in
 //! kube-apiserver: what one API writes, the other reads (converted), watches and deletes.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, ObjectReference};

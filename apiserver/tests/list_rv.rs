@@ -1,7 +1,7 @@
 //! LIST and GET at past and future resourceVersions, through a real `kube::Client`: exact reads
 //! from the retained history, consistent pagination, 410 once compacted, 504 for versions the
 //! server has not reached.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kmeta_apiserver::{ServerConfig, TestServer};

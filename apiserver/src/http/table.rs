@@ -26,7 +26,7 @@ enum Cell {
 }
 
 /// Renders `items` (already in the requested version) as a `meta.k8s.io/v1` Table.
-pub fn render(
+pub(super) fn render(
     def: &ResourceDef,
     version: &str,
     items: &[&Value],
@@ -91,6 +91,8 @@ const AGE: (&str, &str, i64, &str) = (
 
 /// The printers of the built-in kinds `kubectl get` users look at most, with kube-apiserver's
 /// columns; other built-ins get the default `Name`, `Created At`.
+// a data table: one printer per kind, each a few lines of columns and cells
+#[allow(clippy::too_many_lines)]
 fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
     if !def.is_builtin() {
         return None;
@@ -773,7 +775,7 @@ fn age_since(ts: Option<&str>, now: jiff::Timestamp) -> String {
 /// A duration in seconds in Kubernetes' short human form: exact seconds up to 2 minutes, then
 /// minutes (with seconds below 10 minutes), hours (with minutes below 8 hours), days (with hours
 /// below 8 days), years (with days below 8 years).
-pub fn human_duration(secs: i64) -> String {
+pub(super) fn human_duration(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".to_owned();
     }

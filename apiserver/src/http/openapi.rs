@@ -38,7 +38,7 @@ fn group_versions(reg: &Registry) -> Vec<(String, String)> {
 }
 
 /// `/openapi/v3`: the index of group-version documents.
-pub fn root(reg: &Registry) -> Value {
+pub(super) fn root(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (g, v) in group_versions(reg) {
         let p = gv_path(&g, &v);
@@ -61,7 +61,7 @@ fn schema_name(d: &ResourceDef, version: &str) -> String {
 }
 
 /// `/openapi/v3/apis/{group}/{version}` (or `api/v1`).
-pub fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(super) fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let defs: Vec<&ResourceDef> = reg
         .all()
         .iter()

@@ -1,16 +1,18 @@
 //! Discovery documents: legacy (`APIVersions`, `APIGroupList`, `APIResourceList`) and
 //! aggregated (`APIGroupDiscoveryList`, apidiscovery.k8s.io v2 and v2beta1), chosen by `Accept`.
 
+use super::openapi;
+use super::route::Route;
 use crate::error::ApiError;
 use crate::registry::{ALL_VERBS, Registry, ResourceDef};
-use crate::server::{Route, ServerState};
+use crate::state::ServerState;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Aggregated discovery version the client accepts, if any (`v2` preferred over `v2beta1`).
-pub fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
+pub(super) fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
     let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
     let mut best = None;
     for part in accept.split(',') {
@@ -160,7 +162,12 @@ fn legacy_group(group: &str, versions: &[String]) -> Value {
 }
 
 /// Serve a non-resource route.
-pub fn serve(state: &Arc<ServerState>, route: &Route, headers: &HeaderMap, path: &str) -> Response {
+pub(super) fn serve(
+    state: &Arc<ServerState>,
+    route: &Route,
+    headers: &HeaderMap,
+    path: &str,
+) -> Response {
     let reg = state.registry_snapshot();
     let agg = aggregated_version(headers);
     let address = state.address.lock().map(|a| a.clone()).unwrap_or_default();
@@ -222,13 +229,13 @@ pub fn serve(state: &Arc<ServerState>, route: &Route, headers: &HeaderMap, path:
         Route::OpenApi => {
             let rest = path.trim_start_matches("/openapi/");
             if rest == "v3" || rest == "v3/" {
-                return respond(crate::openapi::root(&reg), "application/json");
+                return respond(openapi::root(&reg), "application/json");
             }
             let doc = rest.strip_prefix("v3/").and_then(|gvp| {
                 let segs: Vec<&str> = gvp.split('/').collect();
                 match segs.as_slice() {
-                    ["api", v] => crate::openapi::group_version(&reg, "", v),
-                    ["apis", g, v] => crate::openapi::group_version(&reg, g, v),
+                    ["api", v] => openapi::group_version(&reg, "", v),
+                    ["apis", g, v] => openapi::group_version(&reg, g, v),
                     _ => None,
                 }
             });

@@ -1,0 +1,310 @@
+//! GET and LIST: which state a read asks for (`resourceVersion`, `resourceVersionMatch`,
+//! `limit`, `continue`), selectors, paging and continue tokens.
+
+use super::inner::Inner;
+use super::request::Req;
+use crate::error::{ApiError, ApiResult};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{AtError, Key, Obj};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// List parameters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListOpts {
+    /// labelSelector.
+    pub label: LabelSelector,
+    /// fieldSelector.
+    pub field: FieldSelector,
+    /// limit (0 = none).
+    pub limit: usize,
+    /// continue token.
+    pub continue_token: Option<String>,
+    /// resourceVersion.
+    pub resource_version: Option<String>,
+    /// resourceVersionMatch.
+    pub resource_version_match: Option<String>,
+}
+
+/// `Retry-After` of the 504 for a resourceVersion the server has not reached after waiting
+/// (kube-apiserver's watch cache: `resourceVersionTooHighRetrySeconds`).
+pub(crate) const RV_TOO_LARGE_RETRY_SECONDS: u64 = 1;
+
+/// 410 for an exact list older than the retained history (etcd3 store `expiredList`).
+const LIST_EXPIRED: &str = "The resourceVersion for the provided list is too old.";
+
+/// 410 for a continue token older than the retained history (etcd3 store `inconsistentContinue`).
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// Which state a list reads, from `resourceVersion`, `resourceVersionMatch` and `limit`
+/// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListRead {
+    /// `resourceVersion` unset (most recent) or `"0"` (any; this server has no stale cache, so
+    /// any is the current state).
+    Current,
+    /// Not older than this rv: the current state once the server has reached it.
+    NotOlderThan(u64),
+    /// Exactly this rv (`resourceVersionMatch=Exact`, a continue token, or the legacy case of
+    /// `limit` with `resourceVersion=N` and no match), read from the retained history.
+    Exact(u64),
+}
+
+impl ListOpts {
+    /// `ValidateListOptions` of kube-apiserver (422 `ListOptions.meta.k8s.io`).
+    fn validate(&self) -> ApiResult<()> {
+        let Some(m) = self.resource_version_match.as_deref() else {
+            return Ok(());
+        };
+        let mut errs = vec![];
+        if self.resource_version.is_none() {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                    .to_string(),
+            ));
+        }
+        if self.continue_token.is_some() {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+            ));
+        }
+        if m != "Exact" && m != "NotOlderThan" {
+            errs.push((
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ),
+            ));
+        }
+        if m == "Exact" && self.resource_version.as_deref() == Some("0") {
+            errs.push((
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+                    .into(),
+            ));
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_fields(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                "resourceVersionMatch",
+                &errs,
+            ))
+        }
+    }
+
+    /// The read these options ask for (validated; the continue token is not looked at).
+    pub(crate) fn read(&self) -> ApiResult<ListRead> {
+        self.validate()?;
+        let n = match self.resource_version.as_deref() {
+            None | Some("0") => return Ok(ListRead::Current),
+            Some(r) => r
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {r:?}")))?,
+        };
+        Ok(match self.resource_version_match.as_deref() {
+            Some("Exact") => ListRead::Exact(n),
+            None if self.limit > 0 => ListRead::Exact(n),
+            _ => ListRead::NotOlderThan(n),
+        })
+    }
+
+    /// The rv a list must wait for before it is served (NotOlderThan a future rv).
+    pub(crate) fn not_older_than(&self) -> Option<u64> {
+        match self.read() {
+            Ok(ListRead::NotOlderThan(n)) if self.continue_token.is_none() => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// A computed list (serialized outside the lock).
+#[derive(Debug)]
+pub(crate) struct ListResult {
+    /// Items (already converted to the requested version).
+    pub items: Vec<Obj>,
+    /// List resourceVersion.
+    pub rv: u64,
+    /// Continue token if more items remain.
+    pub continue_token: Option<String>,
+    /// Items left after this page.
+    pub remaining: Option<u64>,
+}
+
+impl Inner {
+    /// GET one object.
+    pub(crate) fn get(&self, req: &Req) -> ApiResult<Obj> {
+        let name = req.name.as_deref().unwrap_or("");
+        self.store
+            .get(&req.key(name))
+            .map(|o| Self::present(o, &req.api_version()))
+            .ok_or_else(|| ApiError::not_found(req.target()))
+    }
+
+    /// LIST, reading the state [`ListOpts::read`] asks for.
+    ///
+    /// Exact reads (`resourceVersionMatch=Exact`, continue tokens, legacy `limit` + N) come from
+    /// [`crate::store::Storage::snapshot`] at that rv and carry it as the list's
+    /// resourceVersion: 410 once it is compacted; a future rv is a 504
+    /// `ResourceVersionTooLarge` at once, without a retry hint, because kube-apiserver serves
+    /// these from etcd, which refuses a future revision immediately (etcd3 store `GetList`,
+    /// `NewTooLargeResourceVersionError(rev, current, 0)`). A not-older-than read of a future
+    /// rv is a 504 with `Retry-After: 1`; the HTTP layer first waits for the rv as the watch
+    /// cache does ([`crate::ServerState`]), this function does not wait (it runs under the
+    /// state lock).
+    pub(crate) fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
+        opts.field
+            .check(|f| req.def.supports_field(f))
+            .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
+        let res = req.def.storage_key();
+        let (read, after) = read_of(opts, &res)?;
+        let list_rv = list_rv(read, self.store.rv())?;
+        let snap = self
+            .store
+            .snapshot(&res, req.ns.as_deref(), list_rv)
+            .map_err(|e| match e {
+                AtError::Compacted { .. } if after.is_some() => ApiError::gone(CONTINUE_EXPIRED),
+                AtError::Compacted { .. } => ApiError::gone(LIST_EXPIRED),
+                // etcd answers a read at a future revision at once (no wait, no retry hint)
+                AtError::TooLarge { current } => {
+                    ApiError::resource_version_too_large(list_rv, current, 0)
+                }
+            })?;
+        let api_version = req.api_version();
+        let matches = |o: &Obj| opts.label.matches(o) && opts.field.matches(o);
+        let present = |o: &Obj| Self::present(o, &api_version);
+        if let Some(name) = opts.field.exact_name() {
+            let key = Key {
+                res: res.clone(),
+                ns: req.ns.clone().unwrap_or_default(),
+                name: name.to_string(),
+            };
+            let items = if req.ns.is_some() || !req.def.namespaced {
+                snap.get(&key)
+                    .filter(|o| matches(o))
+                    .map(present)
+                    .into_iter()
+                    .collect()
+            } else {
+                snap.range(None)
+                    .map(|(_, o)| o)
+                    .filter(|o| matches(o))
+                    .map(present)
+                    .collect()
+            };
+            return Ok(ListResult {
+                items,
+                rv: list_rv,
+                continue_token: None,
+                remaining: None,
+            });
+        }
+        let mut it = snap.range(after.as_ref()).filter(|(_, o)| matches(o));
+        let mut items = vec![];
+        let mut cont = None;
+        for (k, o) in it.by_ref() {
+            items.push(present(o));
+            if opts.limit > 0 && items.len() >= opts.limit {
+                cont = Some(k.clone());
+                break;
+            }
+        }
+        let mut remaining = None;
+        if let Some(last) = cont.take() {
+            let rest = it.count() as u64;
+            if rest > 0 {
+                cont = Some(last);
+                remaining = Some(rest);
+            }
+        }
+        Ok(ListResult {
+            items,
+            rv: list_rv,
+            continue_token: cont.map(|k| encode_continue(list_rv, &k.ns, &k.name)),
+            remaining,
+        })
+    }
+}
+
+/// The read a list asks for, and with a continue token the key it continues after.
+fn read_of(opts: &ListOpts, res: &Arc<str>) -> ApiResult<(ListRead, Option<Key>)> {
+    let Some(tok) = &opts.continue_token else {
+        return Ok((opts.read()?, None));
+    };
+    opts.read()?;
+    if opts.resource_version.as_deref().is_some_and(|r| r != "0") {
+        return Err(ApiError::bad_request(
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
+    let (rv, ns, name) = decode_continue(tok)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid continue token {tok:?}")))?;
+    let after = Key {
+        res: res.clone(),
+        ns,
+        name,
+    };
+    Ok((ListRead::Exact(rv), Some(after)))
+}
+
+/// The resourceVersion a list reads at, given the current one (504 for a not-older-than read
+/// of a future rv; the HTTP layer waited for it already).
+fn list_rv(read: ListRead, current: u64) -> ApiResult<u64> {
+    match read {
+        ListRead::Current => Ok(current),
+        ListRead::NotOlderThan(n) if n > current => Err(ApiError::resource_version_too_large(
+            n,
+            current,
+            RV_TOO_LARGE_RETRY_SECONDS,
+        )),
+        ListRead::NotOlderThan(_) => Ok(current),
+        ListRead::Exact(n) => Ok(n),
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// Encode a continue token (opaque to clients).
+fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
+    hex(&json!({"v": "meta.k8s.io/v1", "rv": rv, "ns": ns, "start": name}).to_string())
+}
+
+/// Decode a continue token.
+fn decode_continue(tok: &str) -> Option<(u64, String, String)> {
+    let v: Value = serde_json::from_str(&unhex(tok)?).ok()?;
+    Some((
+        v.get("rv")?.as_u64()?,
+        v.get("ns")?.as_str()?.to_string(),
+        v.get("start")?.as_str()?.to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_roundtrip() {
+        let t = encode_continue(5, "a", "b:c");
+        assert_eq!(decode_continue(&t), Some((5, "a".into(), "b:c".into())));
+        assert_eq!(decode_continue("zz"), None);
+    }
+}

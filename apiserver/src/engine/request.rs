@@ -1,0 +1,122 @@
+//! The vocabulary of a request to the engine: its resolved target ([`Req`]) and the options of
+//! writes and deletes, as parsed by the HTTP layer.
+
+use crate::error::{ApiError, ApiResult, Target};
+use crate::registry::ResourceDef;
+use crate::ssa::Scope;
+use crate::store::{Key, Obj};
+
+/// A request's resolved target.
+#[derive(Debug, Clone)]
+pub(crate) struct Req {
+    /// Resource definition.
+    pub def: ResourceDef,
+    /// Requested version.
+    pub version: String,
+    /// Namespace (namespaced resources only).
+    pub ns: Option<String>,
+    /// Object name, for item requests.
+    pub name: Option<String>,
+    /// Subresource (`status`, `scale`).
+    pub sub: Option<String>,
+}
+
+impl Req {
+    pub(super) fn target(&self) -> Target<'_> {
+        Target {
+            group: &self.def.group,
+            plural: &self.def.plural,
+            name: self.name.as_deref().unwrap_or(""),
+        }
+    }
+    pub(super) fn key(&self, name: &str) -> Key {
+        Key {
+            res: self.def.storage_key(),
+            ns: self.ns.clone().unwrap_or_default(),
+            name: name.to_string(),
+        }
+    }
+    pub(super) fn api_version(&self) -> String {
+        self.def.api_version(&self.version)
+    }
+    pub(super) fn scope(&self) -> Scope {
+        match (self.def.status_subresource, self.sub.as_deref()) {
+            (_, Some("status")) => Scope::StatusOnly,
+            (true, _) => Scope::NoStatus,
+            (false, _) => Scope::All,
+        }
+    }
+}
+
+/// Options shared by writes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteOpts {
+    /// Field manager (from `fieldManager` or the User-Agent).
+    pub field_manager: String,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `force=true` (apply).
+    pub force: bool,
+    /// `fieldValidation`: what to do with fields the object's schema (a CRD version's, or a
+    /// built-in kind's typed API) does not declare.
+    pub field_validation: FieldValidation,
+}
+
+/// The `fieldValidation` query parameter (kube-apiserver's default is `Warn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum FieldValidation {
+    /// Drop unknown fields silently.
+    Ignore,
+    /// Drop them and answer with a `Warning` header per field.
+    #[default]
+    Warn,
+    /// Reject the request (400) naming them.
+    Strict,
+}
+
+impl FieldValidation {
+    /// Parses the query value (`Ignore`, `Warn`, `Strict`; absent: `Warn`).
+    pub(crate) fn parse(v: Option<&str>) -> ApiResult<FieldValidation> {
+        match v {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: invalid value {other:?}: must be one of Ignore, Warn, Strict"
+            ))),
+        }
+    }
+}
+
+/// Deletion propagation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Propagation {
+    /// Delete now; the garbage collector deletes dependents afterwards.
+    Background,
+    /// Delete dependents first (`foregroundDeletion` finalizer).
+    Foreground,
+    /// Strip owner references from dependents (`orphan` finalizer).
+    Orphan,
+}
+
+/// DeleteOptions.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeleteOpts {
+    /// propagationPolicy (None: Background).
+    pub propagation: Option<Propagation>,
+    /// preconditions.uid
+    pub uid: Option<String>,
+    /// preconditions.resourceVersion
+    pub resource_version: Option<String>,
+    /// dryRun=All
+    pub dry_run: bool,
+}
+
+/// Result of a delete.
+#[derive(Debug, Clone)]
+pub(crate) enum Deleted {
+    /// Removed from storage (final state).
+    Gone(Obj),
+    /// Still present with deletionTimestamp (finalizers pending).
+    Pending(Obj),
+}

@@ -1,0 +1,163 @@
+//! Building responses: JSON objects and lists, `Warning` headers, metadata-only and `Table`
+//! views, injected faults, streams.
+
+use crate::engine::{ListResult, Req};
+use crate::error::ApiError;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+
+pub(super) fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = (code, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Adds a `Warning: 299 - "text"` header per warning (RFC 7234 warn-code 299, as kube-apiserver).
+pub(super) fn warned(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+pub(super) fn obj_response(code: StatusCode, obj: &Value) -> Response {
+    json_response(code, serde_json::to_vec(obj).unwrap_or_default())
+}
+
+pub(super) fn fault_response(code: u16, retry_after: u64) -> Response {
+    let e = match code {
+        429 => ApiError::too_many_requests(retry_after),
+        409 => ApiError::new(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again (injected fault)",
+        ),
+        500 => ApiError::internal("injected fault"),
+        503 => {
+            let mut e = ApiError::service_unavailable(
+                "the server is currently unable to handle the request (injected fault)",
+            );
+            e.retry_after = Some(retry_after);
+            e
+        }
+        410 => ApiError::gone("too old resource version (injected fault)"),
+        c => ApiError::new(c, "InternalError", "injected fault"),
+    };
+    e.into_response()
+}
+
+/// Serialize a list without cloning items into one big `Value`.
+pub(super) fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u8> {
+    let mut md = json!({"resourceVersion": res.rv.to_string()});
+    if let Some(c) = &res.continue_token {
+        md["continue"] = json!(c);
+    }
+    if let Some(r) = res.remaining {
+        md["remainingItemCount"] = json!(r);
+    }
+    let mut out = Vec::with_capacity(64 + res.items.len() * 512);
+    out.extend_from_slice(
+        format!(
+            "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
+            json!(kind),
+            json!(api_version),
+            md
+        )
+        .as_bytes(),
+    );
+    for (i, item) in res.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if serde_json::to_writer(&mut out, &**item).is_err() {
+            out.extend_from_slice(b"null");
+        }
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+pub(super) fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+        })
+}
+
+/// `PartialObjectMetadata` view of an object (metadata-only requests).
+pub(super) fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
+pub(super) fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        })
+}
+
+/// The server-side `Table` kubectl asks for (see [`super::table`]).
+pub(super) fn table(req: &Req, items: &[&Value], metadata: Value) -> Value {
+    super::table::render(
+        &req.def,
+        &req.version,
+        items,
+        metadata,
+        jiff::Timestamp::now(),
+    )
+}
+
+pub(super) fn stream_response<S>(s: S) -> Response
+where
+    S: futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+{
+    let mut resp = Response::new(Body::from_stream(s));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn list_body_is_valid_json() {
+        let res = ListResult {
+            items: vec![Arc::new(json!({"a": 1}))],
+            rv: 7,
+            continue_token: Some("x".into()),
+            remaining: Some(3),
+        };
+        let v: Value =
+            serde_json::from_slice(&list_body("ConfigMapList", "v1", res)).unwrap_or_default();
+        assert_eq!(v["metadata"]["resourceVersion"], "7");
+        assert_eq!(v["metadata"]["remainingItemCount"], 3);
+        assert_eq!(v["items"][0]["a"], 1);
+    }
+}

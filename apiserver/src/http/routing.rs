@@ -1,0 +1,41 @@
+//! The axum entry point: every request is routed to discovery or to a resource verb, after
+//! injected latency and faults, and counted.
+
+use super::discovery;
+use super::params::{query_map, verb_of};
+use super::response::fault_response;
+use super::route::{Route, parse_path};
+use super::verbs::resource_request;
+use crate::state::ServerState;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+/// Serve one request.
+pub(super) async fn handle(State(state): State<Arc<ServerState>>, request: Request) -> Response {
+    let route = parse_path(request.uri().path());
+    let q = query_map(request.uri());
+    let Route::Resource { plural, sub, .. } = &route else {
+        return discovery::serve(&state, &route, request.headers(), request.uri().path());
+    };
+    let verb = verb_of(request.method(), &route, &q);
+    let resource = match sub {
+        Some(s) => format!("{plural}/{s}"),
+        None => plural.clone(),
+    };
+    let (fault, delay) = state.faults.check(verb, &resource);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let resp = match fault {
+        Some(f) => fault_response(f.code, f.retry_after_seconds),
+        None => match resource_request(&state, route, q, request).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        },
+    };
+    state
+        .counters
+        .record(verb, &resource, resp.status().as_u16());
+    resp
+}

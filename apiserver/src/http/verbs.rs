@@ -1,0 +1,277 @@
+//! One handler per verb of a resource request: get, list (or watch), create, update, patch,
+//! delete and deletecollection. Each parses what it needs, calls the engine under the state lock
+//! and renders the answer.
+
+use super::params::{
+    decode_body, delete_opts, get_rv, list_opts, media_type, parse_json, write_opts,
+};
+use super::response::{
+    json_response, list_body, obj_response, partial, table, wants_metadata, wants_table, warned,
+};
+use super::route::Route;
+use super::watch::watch;
+use crate::engine::{Deleted, Inner, ListResult, Req, WriteOpts};
+use crate::error::{ApiError, ApiResult};
+use crate::state::ServerState;
+use axum::extract::Request;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Everything a verb handler works with.
+struct Call<'a> {
+    state: &'a Arc<ServerState>,
+    req: Req,
+    q: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+    wopts: WriteOpts,
+}
+
+impl Call<'_> {
+    fn is_scale(&self) -> bool {
+        self.req.sub.as_deref() == Some("scale")
+    }
+
+    fn list_kind(&self) -> String {
+        format!("{}List", self.req.def.kind)
+    }
+
+    fn api_version(&self) -> String {
+        self.req.def.api_version(&self.req.version)
+    }
+}
+
+/// Serve a request for a resource route.
+pub(super) async fn resource_request(
+    state: &Arc<ServerState>,
+    route: Route,
+    q: HashMap<String, String>,
+    request: Request,
+) -> ApiResult<Response> {
+    let req = resolve(state, route, request.method(), request.uri().path())?;
+    let method = request.method().clone();
+    let headers = request.headers().clone();
+    let body = axum::body::to_bytes(request.into_body(), 64 * 1024 * 1024)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?;
+    let body = decode_body(&method, &media_type(&headers, "application/json"), body)?;
+    let wopts = write_opts(&q, &headers)?;
+    let call = Call {
+        state,
+        req,
+        q,
+        headers,
+        body,
+        wopts,
+    };
+    match method {
+        Method::GET if call.req.name.is_some() => get(call).await,
+        Method::GET => list(call).await,
+        Method::POST => create(&call),
+        Method::PUT => update(&call),
+        Method::PATCH => patch(&call),
+        Method::DELETE if call.req.name.is_none() => delete_collection(&call),
+        Method::DELETE => delete(&call),
+        _ => Err(ApiError::method_not_allowed(method.as_str())),
+    }
+}
+
+/// The served resource a route names, or 404 when it names none (unknown resource, namespace
+/// on a cluster-scoped resource or missing on a namespaced item, unknown subresource).
+fn resolve(state: &ServerState, route: Route, method: &Method, path: &str) -> ApiResult<Req> {
+    let Route::Resource {
+        group,
+        version,
+        ns,
+        plural,
+        name,
+        sub,
+    } = route
+    else {
+        return Err(ApiError::path_not_found(path));
+    };
+    let Some(def) = state.lookup(&group, &version, &plural) else {
+        return Err(ApiError::path_not_found(path));
+    };
+    if def.namespaced != ns.is_some()
+        && !(def.namespaced && name.is_none() && method == Method::GET)
+    {
+        return Err(ApiError::path_not_found(path));
+    }
+    if let Some(s) = &sub {
+        let ok = (s == "status" && def.status_subresource) || (s == "scale" && def.scale.is_some());
+        if !ok || name.is_none() {
+            return Err(ApiError::path_not_found(path));
+        }
+    }
+    Ok(Req {
+        def,
+        version,
+        ns,
+        name,
+        sub,
+    })
+}
+
+async fn get(call: Call<'_>) -> ApiResult<Response> {
+    let Call {
+        state,
+        req,
+        q,
+        headers,
+        ..
+    } = &call;
+    if let Some(rv) = get_rv(q)? {
+        state.reach_rv(rv).await?;
+    }
+    let obj = state.lock().get(req)?;
+    if wants_metadata(headers) && !call.is_scale() {
+        return Ok(obj_response(StatusCode::OK, &partial(&obj)));
+    }
+    if call.is_scale() {
+        let scale = Inner::to_scale(req, &obj)?;
+        return Ok(obj_response(StatusCode::OK, &scale));
+    }
+    if wants_table(headers) {
+        let rv = obj
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
+        return Ok(obj_response(
+            StatusCode::OK,
+            &table(req, &[&obj], json!({"resourceVersion": rv})),
+        ));
+    }
+    Ok(obj_response(StatusCode::OK, &obj))
+}
+
+async fn list(call: Call<'_>) -> ApiResult<Response> {
+    let lopts = list_opts(&call.q, &call.req.def)?;
+    let meta_only = wants_metadata(&call.headers);
+    if call.q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        return watch(call.state, call.req, &call.q, lopts, meta_only);
+    }
+    if let Some(rv) = lopts.not_older_than() {
+        call.state.reach_rv(rv).await?;
+    }
+    let res = call.state.lock().list(&call.req, &lopts)?;
+    if wants_table(&call.headers) {
+        let mut md = json!({"resourceVersion": res.rv.to_string()});
+        if let Some(c) = &res.continue_token {
+            md["continue"] = json!(c);
+        }
+        let items: Vec<&Value> = res.items.iter().map(|o| &**o).collect();
+        return Ok(obj_response(StatusCode::OK, &table(&call.req, &items, md)));
+    }
+    if meta_only {
+        let res = ListResult {
+            items: res.items.iter().map(|o| Arc::new(partial(o))).collect(),
+            ..res
+        };
+        return Ok(json_response(
+            StatusCode::OK,
+            list_body("PartialObjectMetadataList", "meta.k8s.io/v1", res),
+        ));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        list_body(&call.list_kind(), &call.api_version(), res),
+    ))
+}
+
+fn create(call: &Call<'_>) -> ApiResult<Response> {
+    if call.req.name.is_some() {
+        return Err(ApiError::method_not_allowed("POST on an object"));
+    }
+    let v = parse_json(&call.body)?;
+    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (obj, warnings) = state.write_warn(|i| i.create(&state.admission, req, v, wopts, false));
+    Ok(warned(obj_response(StatusCode::CREATED, &*obj?), &warnings))
+}
+
+fn update(call: &Call<'_>) -> ApiResult<Response> {
+    if call.req.name.is_none() {
+        return Err(ApiError::method_not_allowed("PUT on a collection"));
+    }
+    let v = parse_json(&call.body)?;
+    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (obj, warnings) = if call.is_scale() {
+        state.write_warn(|i| i.update_scale(&state.admission, req, v, wopts))
+    } else {
+        state.write_warn(|i| i.update(&state.admission, req, v, wopts))
+    };
+    Ok(warned(obj_response(StatusCode::OK, &*obj?), &warnings))
+}
+
+fn patch(call: &Call<'_>) -> ApiResult<Response> {
+    if call.req.name.is_none() {
+        return Err(ApiError::method_not_allowed("PATCH on a collection"));
+    }
+    let ct = media_type(&call.headers, "");
+    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let existed = state.lock().get(req).is_ok();
+    let (obj, warnings) =
+        state.write_warn(|i| i.patch(&state.admission, req, &ct, &call.body, wopts));
+    // a patch that created the object (apply) answers 201
+    let code = if existed || call.is_scale() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(warned(obj_response(code, &*obj?), &warnings))
+}
+
+fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
+    let dopts = delete_opts(&call.q, &call.body)?;
+    let lopts = list_opts(&call.q, &call.req.def)?;
+    let (state, req) = (call.state, &call.req);
+    let items = state.write(|i| i.delete_collection(&state.admission, req, &lopts, &dopts))?;
+    let rv = state.resource_version();
+    let res = ListResult {
+        items,
+        rv,
+        continue_token: None,
+        remaining: None,
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        list_body(&call.list_kind(), &call.api_version(), res),
+    ))
+}
+
+fn delete(call: &Call<'_>) -> ApiResult<Response> {
+    let dopts = delete_opts(&call.q, &call.body)?;
+    let (state, req) = (call.state, &call.req);
+    let out = state.write(|i| i.delete(&state.admission, req, &dopts))?;
+    let obj = match out {
+        Deleted::Pending(o) => o,
+        Deleted::Gone(o) => match removed_status(req, &o) {
+            Some(status) => return Ok(obj_response(StatusCode::OK, &status)),
+            None => o,
+        },
+    };
+    Ok(obj_response(StatusCode::OK, &obj))
+}
+
+/// What a DELETE that removed the object answers instead of the object: a `Success` Status
+/// naming it for built-in kinds other than pods (as kube-apiserver's registries); `None` for
+/// custom resources and pods, which answer with the object.
+fn removed_status(req: &Req, obj: &Value) -> Option<Value> {
+    if !req.def.is_builtin() || req.def.plural == "pods" {
+        return None;
+    }
+    let mut details = json!({
+        "name": req.name,
+        "kind": req.def.plural,
+        "uid": obj.get("metadata").and_then(|m| m.get("uid")),
+    });
+    if !req.def.group.is_empty() {
+        details["group"] = json!(req.def.group);
+    }
+    Some(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success", "details": details}))
+}

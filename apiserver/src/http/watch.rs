@@ -1,0 +1,306 @@
+//! WATCH: the initial events, the event stream filtered by namespace and selectors, BOOKMARK
+//! events (periodic, at the timeout, `initial-events-end`) and 410 as an ERROR event.
+
+use super::response::{partial, stream_response};
+use crate::engine::{Inner, ListOpts, Req};
+use crate::error::{ApiError, ApiResult};
+use crate::state::ServerState;
+use crate::store::{Event, EventType, Obj};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::Sender;
+
+fn event_line(ty: &str, obj: &Value) -> Bytes {
+    let mut s = Vec::with_capacity(256);
+    s.extend_from_slice(b"{\"type\":\"");
+    s.extend_from_slice(ty.as_bytes());
+    s.extend_from_slice(b"\",\"object\":");
+    if serde_json::to_writer(&mut s, obj).is_err() {
+        s.extend_from_slice(b"null");
+    }
+    s.extend_from_slice(b"}\n");
+    Bytes::from(s)
+}
+
+fn event_line_raw(ty: &str, obj_json: &[u8]) -> Bytes {
+    let mut s = Vec::with_capacity(obj_json.len() + 32);
+    s.extend_from_slice(b"{\"type\":\"");
+    s.extend_from_slice(ty.as_bytes());
+    s.extend_from_slice(b"\",\"object\":");
+    s.extend_from_slice(obj_json);
+    s.extend_from_slice(b"}\n");
+    Bytes::from(s)
+}
+
+fn bookmark(kind: &str, api_version: &str, rv: u64, initial_end: bool) -> Bytes {
+    let mut md = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": md}),
+    )
+}
+
+/// The watch parameters of the query.
+struct WatchParams {
+    /// `allowWatchBookmarks=true`.
+    bookmarks: bool,
+    /// `sendInitialEvents`.
+    send_initial: Option<bool>,
+    /// `timeoutSeconds`, or the configured default.
+    timeout: Duration,
+    /// `resourceVersion` to resume after (not `"0"`).
+    rv: Option<String>,
+}
+
+fn watch_params(
+    q: &HashMap<String, String>,
+    lopts: &ListOpts,
+    default_timeout: Duration,
+) -> ApiResult<WatchParams> {
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let send_initial = q.get("sendInitialEvents").map(|b| b == "true");
+    let timeout =
+        match q.get("timeoutSeconds") {
+            Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}"))
+            })?),
+            None => default_timeout,
+        };
+    let rv = lopts.resource_version.clone().filter(|r| r != "0");
+    if send_initial == Some(true) && !bookmarks {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "allowWatchBookmarks: Required value: allowWatchBookmarks must be set to true when sendInitialEvents is set",
+        ));
+    }
+    Ok(WatchParams {
+        bookmarks,
+        send_initial,
+        timeout,
+        rv,
+    })
+}
+
+/// Where a watch starts.
+enum Start {
+    /// The requested resourceVersion is no longer retained: one 410 ERROR event.
+    Expired(Bytes),
+    /// These objects as ADDED events, then the changes after this resourceVersion.
+    From(Vec<Obj>, u64),
+}
+
+/// Decide the start of a watch under the state lock: resume after a given resourceVersion, or
+/// list the current state as initial events (unless `sendInitialEvents=false`).
+fn start_of(state: &ServerState, req: &Req, lopts: &ListOpts, p: &WatchParams) -> ApiResult<Start> {
+    let g = state.lock();
+    match &p.rv {
+        Some(r) if p.send_initial != Some(true) => {
+            let n = r.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion: invalid value {r:?}"))
+            })?;
+            let expired = state.faults.take_watch_expiry() || n < g.store.compacted();
+            if expired {
+                let status = ApiError::gone(format!(
+                    "too old resource version: {n} ({})",
+                    g.store.compacted().max(n + 1)
+                ))
+                .to_status();
+                return Ok(Start::Expired(event_line("ERROR", &status)));
+            }
+            Ok(Start::From(vec![], n))
+        }
+        _ if p.send_initial == Some(false) => Ok(Start::From(vec![], g.store.rv())),
+        _ => {
+            let all = ListOpts {
+                label: lopts.label.clone(),
+                field: lopts.field.clone(),
+                limit: 0,
+                ..Default::default()
+            };
+            let res = g.list(req, &all)?;
+            Ok(Start::From(res.items, res.rv))
+        }
+    }
+}
+
+/// Serve a watch: a stream of JSON event lines fed by a task.
+pub(super) fn watch(
+    state: &Arc<ServerState>,
+    req: Req,
+    q: &HashMap<String, String>,
+    lopts: ListOpts,
+    meta_only: bool,
+) -> ApiResult<Response> {
+    lopts
+        .field
+        .check(|f| req.def.supports_field(f))
+        .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
+    let p = watch_params(q, &lopts, state.config.default_watch_timeout)?;
+    let (initial, start) = match start_of(state, &req, &lopts, &p)? {
+        Start::Expired(line) => {
+            return Ok(stream_response(futures::stream::once(async move {
+                Ok::<_, Infallible>(line)
+            })));
+        }
+        Start::From(initial, start) => (initial, start),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    let mut close = state.faults.close_signal();
+    close.mark_unchanged();
+    let task = WatchTask {
+        state: state.clone(),
+        notify: state.subscribe(),
+        close,
+        api_version: req.def.api_version(&req.version),
+        kind: req.def.kind.clone(),
+        res: req.def.storage_key(),
+        ns: req.ns.clone(),
+        lopts,
+        meta_only,
+        bookmarks: p.bookmarks,
+        send_initial: p.send_initial,
+        timeout: p.timeout,
+        bookmark_every: state.config.bookmark_interval.max(Duration::from_millis(1)),
+    };
+    tokio::spawn(task.run(tx, initial, start));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Ok(stream_response(stream))
+}
+
+/// The watch type of a stored change for a watcher, from whether the object matches its
+/// selectors after (`cur`) and before (`prev`) the change: transitions become ADDED/DELETED.
+fn event_type(ty: &EventType, cur: bool, prev: bool) -> Option<&'static str> {
+    match ty {
+        EventType::Added if cur => Some("ADDED"),
+        EventType::Modified if cur && prev => Some("MODIFIED"),
+        EventType::Modified if cur => Some("ADDED"),
+        EventType::Modified if prev => Some("DELETED"),
+        EventType::Deleted if prev || cur => Some("DELETED"),
+        _ => None,
+    }
+}
+
+/// The task feeding one watch stream.
+struct WatchTask {
+    state: Arc<ServerState>,
+    notify: tokio::sync::watch::Receiver<u64>,
+    close: tokio::sync::watch::Receiver<u64>,
+    api_version: String,
+    kind: String,
+    res: Arc<str>,
+    ns: Option<String>,
+    lopts: ListOpts,
+    meta_only: bool,
+    bookmarks: bool,
+    send_initial: Option<bool>,
+    timeout: Duration,
+    bookmark_every: Duration,
+}
+
+impl WatchTask {
+    async fn run(mut self, tx: Sender<Bytes>, initial: Vec<Obj>, start: u64) {
+        for o in &initial {
+            let obj = if self.meta_only {
+                partial(o)
+            } else {
+                (**o).clone()
+            };
+            if tx.send(event_line("ADDED", &obj)).await.is_err() {
+                return;
+            }
+        }
+        if self.send_initial == Some(true)
+            && self.bookmarks
+            && tx.send(self.bookmark(start, true)).await.is_err()
+        {
+            return;
+        }
+        let far = Duration::from_secs(365 * 24 * 3600);
+        let deadline = tokio::time::Instant::now() + self.timeout.min(far);
+        let every = self.bookmark_every;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut last = start;
+        loop {
+            if !self.send_changes(&tx, &mut last).await {
+                return;
+            }
+            tokio::select! {
+                r = self.notify.changed() => { if r.is_err() { return; } }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if self.bookmarks {
+                        let _ = tx.send(self.bookmark(last, false)).await;
+                    }
+                    return;
+                }
+                _ = self.close.changed() => return,
+                _ = tick.tick(), if self.bookmarks => {
+                    if tx.send(self.bookmark(last, false)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        bookmark(&self.kind, &self.api_version, rv, initial_end)
+    }
+
+    /// Send the events after `last` that concern this watch; false when the watch ends (the
+    /// client went away, or `last` is no longer retained: a 410 ERROR event).
+    async fn send_changes(&self, tx: &Sender<Bytes>, last: &mut u64) -> bool {
+        let evs = self.state.lock().store.events_since(*last);
+        let evs = match evs {
+            Ok(evs) => evs,
+            Err(compacted) => {
+                let status =
+                    ApiError::gone(format!("too old resource version: {last} ({compacted})"))
+                        .to_status();
+                let _ = tx.send(event_line("ERROR", &status)).await;
+                return false;
+            }
+        };
+        for e in evs {
+            *last = e.rv;
+            if let Some(line) = self.line_of(&e)
+                && tx.send(line).await.is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The event line of a stored change for this watch, if it concerns it.
+    fn line_of(&self, e: &Event) -> Option<Bytes> {
+        if e.key.res != self.res || self.ns.as_ref().is_some_and(|n| *n != e.key.ns) {
+            return None;
+        }
+        let matches = |o: &Value| self.lopts.label.matches(o) && self.lopts.field.matches(o);
+        let cur = matches(&e.obj);
+        let prev = e.prev.as_ref().map(|p| matches(p)).unwrap_or(false);
+        let ty = event_type(&e.ty, cur, prev)?;
+        let same_version =
+            e.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+        Some(if self.meta_only {
+            event_line(ty, &partial(&e.obj))
+        } else if same_version {
+            event_line_raw(ty, e.obj_json())
+        } else {
+            let obj: Obj = Inner::present(&e.obj, &self.api_version);
+            event_line(ty, &obj)
+        })
+    }
+}
