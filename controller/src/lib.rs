@@ -5,7 +5,7 @@
 //! applies the desired children it returns with [`dynapply`].
 //!
 //! The crate is layered; a module only imports from its own layer or the ones below it
-//! (`controller/tests/layers.rs` checks this):
+//! (`tests/tests/module_graph.rs` checks this):
 //!
 //! | layer | modules | what |
 //! |---|---|---|

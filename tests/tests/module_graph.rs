@@ -1,12 +1,13 @@
-//! The `kmeta` crate's layering, checked from its source: a module only refers to modules of its
-//! own layer or below (`crate::…` paths), and no two modules refer to each other through a
-//! cycle. The layers are those in the crate documentation (`src/lib.rs`).
+//! The workspace's module graphs, checked from the sources: no crate has an import cycle between
+//! its modules (`crate::…` and `super::…` references), and in the layered crates — `kmeta`
+//! (`controller/src/lib.rs`) and `kmeta-apiserver` (`apiserver/README.md`) — a module only
+//! refers to modules of its own layer or below.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level modules by layer, lowest first.
-const LAYERS: &[&[&str]] = &[
+/// `kmeta`'s top-level modules by layer, lowest first.
+const KMETA_LAYERS: &[&[&str]] = &[
     &["object", "duration", "api"],
     &["runtime"],
     &["ops"],
@@ -15,8 +16,35 @@ const LAYERS: &[&[&str]] = &[
     &["cmd"],
 ];
 
-fn layer_of(top: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&top))
+/// `kmeta-apiserver`'s top-level modules by layer, lowest first.
+const APISERVER_LAYERS: &[&[&str]] = &[
+    &[
+        "error",
+        "store",
+        "registry",
+        "schema",
+        "selector",
+        "patch",
+        "ssa",
+        "convert",
+        "typed",
+        "proto",
+        "metadata",
+        "immutable",
+        "hooks",
+        "defaults",
+    ],
+    &["engine"],
+    &["state"],
+    &["http"],
+    &["test_server"],
+];
+
+/// Every library crate of the workspace, by its folder.
+const CRATES: &[&str] = &["controller", "apiserver", "dynapply", "wire", "sdk"];
+
+fn layer_of(layers: &[&[&str]], top: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&top))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -126,8 +154,11 @@ struct Crate {
     edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
 }
 
-fn load() -> Crate {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn load(krate: &str) -> Crate {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(krate)
+        .join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let modules: Vec<(Vec<String>, bool, String)> = files
@@ -152,19 +183,15 @@ fn load() -> Crate {
     Crate { edges }
 }
 
-#[test]
-fn no_module_refers_to_a_higher_layer() {
-    let krate = load();
+fn upward_references(krate: &Crate, layers: &[&[&str]]) -> Vec<String> {
     let mut violations = Vec::new();
     for (module, refs) in &krate.edges {
-        let own = layer_of(&module[0]).unwrap_or_else(|| {
-            panic!(
-                "module {} is in no layer: add it to LAYERS",
-                module.join("::")
-            )
-        });
+        let Some(own) = layer_of(layers, &module[0]) else {
+            violations.push(format!("module {} is in no layer", module.join("::")));
+            continue;
+        };
         for r in refs {
-            let theirs = layer_of(&r[0]).unwrap_or(0);
+            let theirs = layer_of(layers, &r[0]).unwrap_or(0);
             if theirs > own {
                 violations.push(format!(
                     "{} (layer {own}) -> {} (layer {theirs})",
@@ -174,6 +201,17 @@ fn no_module_refers_to_a_higher_layer() {
             }
         }
     }
+    violations
+}
+
+fn module(path: &[&str]) -> Vec<String> {
+    path.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn kmeta_modules_refer_only_to_their_layer_or_below() {
+    let krate = load("controller");
+    let violations = upward_references(&krate, KMETA_LAYERS);
     assert!(
         violations.is_empty(),
         "upward references:\n{}",
@@ -181,17 +219,30 @@ fn no_module_refers_to_a_higher_layer() {
     );
     // the check sees real references: the composite controller uses the runtime cache
     assert!(
-        krate.edges[&vec!["reconcile".to_owned(), "composite".to_owned()]]
-            .contains(&vec!["runtime".to_owned(), "cache".to_owned()])
+        krate.edges[&module(&["reconcile", "composite"])].contains(&module(&["runtime", "cache"]))
     );
 }
 
 #[test]
-fn no_module_cycles() {
-    let krate = load();
+fn apiserver_modules_refer_only_to_their_layer_or_below() {
+    let krate = load("apiserver");
+    let violations = upward_references(&krate, APISERVER_LAYERS);
+    assert!(
+        violations.is_empty(),
+        "upward references:\n{}",
+        violations.join("\n")
+    );
+    assert!(
+        krate.edges[&module(&["http", "verbs"])]
+            .iter()
+            .any(|m| m[0] == "engine")
+    );
+}
+
+fn cycles(krate: &Crate) -> Vec<String> {
     // a module's reference to its own descendants or ancestors is containment, not a cycle
     let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
-    let mut cycles = Vec::new();
+    let mut found = Vec::new();
     for start in krate.edges.keys() {
         // depth-first search for a path back to `start`
         let mut stack = vec![(start.clone(), vec![start.clone()])];
@@ -202,7 +253,7 @@ fn no_module_cycles() {
                     continue;
                 }
                 if next == start {
-                    cycles.push(
+                    found.push(
                         path.iter()
                             .chain([next])
                             .map(|m| m.join("::"))
@@ -217,5 +268,32 @@ fn no_module_cycles() {
             }
         }
     }
-    assert!(cycles.is_empty(), "module cycles:\n{}", cycles.join("\n"));
+    found
+}
+
+#[test]
+fn no_crate_has_module_cycles() {
+    for name in CRATES {
+        let krate = load(name);
+        assert!(!krate.edges.is_empty(), "{name}: no modules read");
+        let found = cycles(&krate);
+        assert!(
+            found.is_empty(),
+            "{name}: module cycles:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let a = module(&["a"]);
+    let b = module(&["b"]);
+    let krate = Crate {
+        edges: BTreeMap::from([
+            (a.clone(), BTreeSet::from([b.clone()])),
+            (b.clone(), BTreeSet::from([a.clone()])),
+        ]),
+    };
+    assert_eq!(cycles(&krate).len(), 2);
 }
