@@ -194,10 +194,8 @@ impl HookClient {
                 .unwrap_or_else(|_| format!("<{} bytes, not JSON>", out.len()));
             tracing::trace!(hook = self.name, url = %self.url, response = %shown, "hook response");
         }
-        if let Some(etag) = etag {
-            if let Some(cache) = &self.etag {
-                cache.put(cache_key, etag, &out);
-            }
+        if let (Some(etag), Some(cache)) = (etag, &self.etag) {
+            cache.put(cache_key, etag, &out);
         }
         Ok(out)
     }
@@ -354,7 +352,6 @@ mod tests {
     }
 
     use super::*;
-    use crate::api::ServiceReference;
 
     #[tokio::test]
     async fn nothing_listening_is_reported_plainly_once() {
