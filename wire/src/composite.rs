@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fields::{WireFields, is_false, is_zero, meta_str, null_as_default, to_json};
+use crate::fields::{WireFields, is_false, is_zero, meta_str, null_as_default, object};
 use crate::object_map::ObjectMap;
 
 /// A CompositeController sync (or finalize) hook request: Metacontroller's
@@ -52,9 +52,17 @@ impl SyncRequest {
     }
 }
 
+/// The request as JSON, the same as its serde encoding, built by moving each field (no copy of
+/// the parent or the children).
 impl From<SyncRequest> for Value {
     fn from(r: SyncRequest) -> Self {
-        to_json(&r)
+        object([
+            ("controller", r.controller),
+            ("parent", r.parent),
+            ("children", r.children.into()),
+            ("related", r.related.into()),
+            ("finalizing", Value::Bool(r.finalizing)),
+        ])
     }
 }
 

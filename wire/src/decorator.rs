@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fields::{WireFields, is_false, is_zero, meta_str, null_as_default, to_json};
+use crate::fields::{WireFields, is_false, is_zero, meta_str, null_as_default, object};
 use crate::object_map::ObjectMap;
 
 /// A DecoratorController sync (or finalize) hook request: Metacontroller's
@@ -55,9 +55,16 @@ impl DecoratorSyncRequest {
     }
 }
 
+/// The request as JSON, the same as its serde encoding, built by moving each field.
 impl From<DecoratorSyncRequest> for Value {
     fn from(r: DecoratorSyncRequest) -> Self {
-        to_json(&r)
+        object([
+            ("controller", r.controller),
+            ("object", r.object),
+            ("attachments", r.attachments.into()),
+            ("related", r.related.into()),
+            ("finalizing", Value::Bool(r.finalizing)),
+        ])
     }
 }
 

@@ -1,8 +1,8 @@
 //! What the wire types share: their field lists and the serde helpers for Metacontroller's
 //! zero-value semantics.
 
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
 /// The JSON field names of a wire type, in encoding order.
 ///
@@ -35,11 +35,9 @@ pub(crate) fn is_false(v: &bool) -> bool {
     !*v
 }
 
-/// The JSON value of a wire type. The wire types hold only strings, numbers, booleans and JSON
-/// values under string keys, for which `serde_json::to_value` has no failure case; the fallback
-/// exists only so that the conversion needs no panic path.
-pub(crate) fn to_json<T: Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or_else(|_| Value::Object(Map::new()))
+/// A JSON object of `fields` in the given order (a request's fields, moved, not copied).
+pub(crate) fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
 /// `metadata.<field>` of an object, as a string.

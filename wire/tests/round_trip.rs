@@ -46,6 +46,36 @@ where
     decoded
 }
 
+/// A request turned into a `Value` by moving its fields (what the controller sends) is exactly
+/// its serde encoding, bytes and order included.
+fn moves_to_its_encoding<T: Serialize + Clone + Into<Value>>(name: &str, request: &T) {
+    let moved: Value = request.clone().into();
+    assert_eq!(
+        serde_json::to_string(&moved).unwrap(),
+        serde_json::to_string(request).unwrap(),
+        "{name}: Value::from differs from the serde encoding"
+    );
+}
+
+#[test]
+fn requests_convert_to_values_as_they_encode() {
+    for name in [
+        "composite-sync-request-v1.json",
+        "composite-sync-request-v2.json",
+        "composite-finalize-request-v1-cluster-parent.json",
+    ] {
+        moves_to_its_encoding(name, &round_trip::<SyncRequest>(name));
+    }
+    for name in [
+        "decorator-sync-request-v1.json",
+        "decorator-finalize-request-v2.json",
+    ] {
+        moves_to_its_encoding(name, &round_trip::<DecoratorSyncRequest>(name));
+    }
+    let name = "customize-request.json";
+    moves_to_its_encoding(name, &round_trip::<CustomizeRequest>(name));
+}
+
 #[test]
 fn composite_requests() {
     let v1: SyncRequest = round_trip("composite-sync-request-v1.json");
