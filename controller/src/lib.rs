@@ -32,3 +32,4 @@ pub mod reconcile;
 pub mod cmd;
 
 pub use reconcile::{Context, ManagerConfig};
+pub use runtime::cache::PendingWatches;

@@ -195,7 +195,10 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         ..Probes::default()
     };
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
-    let manager = manager_config(&config, metrics.clone(), probes.synced.clone());
+    let manager = ManagerConfig {
+        pending_watches: probes.pending_watches.clone(),
+        ..manager_config(&config, metrics.clone(), probes.synced.clone())
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers = config.workers,

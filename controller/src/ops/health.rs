@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::metrics::Metrics;
+use crate::runtime::cache::PendingWatches;
 
 /// Content type of the OpenMetrics text exposition format.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -49,10 +50,29 @@ pub struct Probes {
     pub elected: bool,
     /// The process is shutting down (readiness fails at once so traffic drains).
     pub stopping: Arc<AtomicBool>,
+    /// The watches that have not finished their first list, named while not synced.
+    pub pending_watches: Arc<PendingWatches>,
 }
 
-/// The result of the readiness checks, a pure function of the flags.
-pub fn readiness(synced: bool, elected: bool, leading: bool, stopping: bool) -> (bool, String) {
+/// The result of the readiness checks, a pure function of the flags (no watch named).
+#[cfg(test)]
+fn readiness(synced: bool, elected: bool, leading: bool, stopping: bool) -> (bool, String) {
+    readiness_waiting(synced, elected, leading, stopping, &[])
+}
+
+/// The result of the readiness checks, a pure function of the flags, naming the watches still
+/// `waiting` for their first list when not synced.
+pub fn readiness_waiting(
+    synced: bool,
+    elected: bool,
+    leading: bool,
+    stopping: bool,
+    waiting: &[String],
+) -> (bool, String) {
+    let not_synced = match waiting {
+        [] => "caches not synced".to_owned(),
+        w => format!("caches not synced; waiting for watches: {}", w.join(", ")),
+    };
     let mut lines = Vec::new();
     let mut ok = true;
     let mut check = |name: &str, pass: bool, detail: &str| {
@@ -74,7 +94,7 @@ pub fn readiness(synced: bool, elected: bool, leading: bool, stopping: bool) -> 
         check(
             "informer-sync",
             synced,
-            if synced { "ok" } else { "caches not synced" },
+            if synced { "ok" } else { &not_synced },
         );
     }
     let verdict = if ok {
@@ -98,11 +118,12 @@ fn metrics_router(metrics: Arc<Metrics>) -> Router {
 }
 
 async fn readyz(State(p): State<Probes>, RawQuery(q): RawQuery) -> impl IntoResponse {
-    let (ok, text) = readiness(
+    let (ok, text) = readiness_waiting(
         p.synced.load(Ordering::SeqCst),
         p.elected,
         p.leading.load(Ordering::SeqCst),
         p.stopping.load(Ordering::SeqCst),
+        &p.pending_watches.list(),
     );
     let code = if ok {
         StatusCode::OK
@@ -185,6 +206,21 @@ mod tests {
         assert!(readiness(false, true, false, false).0, "standby");
         assert!(!readiness(false, true, true, false).0, "leader, not synced");
         assert!(readiness(true, true, true, false).0, "leader, synced");
+    }
+
+    #[test]
+    fn not_ready_names_the_waiting_watches() {
+        let waiting = ["apps/v1/deployments".to_owned(), "v1/configmaps".to_owned()];
+        let (ok, text) = readiness_waiting(false, false, false, false, &waiting);
+        assert!(!ok);
+        assert!(
+            text.contains(
+                "[-]informer-sync caches not synced; waiting for watches: apps/v1/deployments, v1/configmaps"
+            ),
+            "{text}"
+        );
+        let (ok, text) = readiness_waiting(true, false, false, false, &waiting);
+        assert!(ok && text.contains("[+]informer-sync ok"), "{text}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::object::meta_str;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
 use crate::reconcile::decide::DecideError;
-use crate::runtime::cache::{Change, Informer, Informers, ObjKey};
+use crate::runtime::cache::{Change, Informer, Informers, ObjKey, PendingWatches};
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
@@ -53,6 +53,9 @@ pub struct ManagerConfig {
     /// Set once every running controller's watches have synced (the `/readyz` signal).
     /// Default: a fresh flag, false.
     pub ready: Arc<AtomicBool>,
+    /// The watches that have not finished their first list (what `/readyz` names while not
+    /// ready). Default: a fresh, empty set.
+    pub pending_watches: Arc<PendingWatches>,
     /// Only CompositeControllers whose labels match this selector are run (Metacontroller
     /// `--target-label-selector`). Default: none, every CompositeController.
     pub target_label_selector: Option<String>,
@@ -75,6 +78,7 @@ impl Default for ManagerConfig {
             reporter: "metacontroller".into(),
             metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(false)),
+            pending_watches: Arc::new(PendingWatches::default()),
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,
@@ -117,7 +121,11 @@ impl Context {
             },
         );
         Arc::new(Context {
-            informers: Informers::new(client.clone(), config.cache_flush_interval),
+            informers: Informers::new(
+                client.clone(),
+                config.cache_flush_interval,
+                config.pending_watches.clone(),
+            ),
             resources: Resources::default(),
             client,
             config,
@@ -225,6 +233,10 @@ pub enum SyncError {
     /// A related resource watch has not listed yet (requeued without an event).
     #[error("related watch {0} not synced yet")]
     RelatedNotSynced(String),
+    /// A watch the sync reads (parent or child) has not finished its first list within
+    /// [`WATCH_SYNC_DEADLINE`]: the sync is retried rather than run on a partial cache.
+    #[error("watch {0} not synced yet")]
+    WatchNotSynced(String),
     /// A related-resource rule is invalid or unresolvable.
     #[error("customize: {0}")]
     Related(String),
@@ -250,8 +262,9 @@ pub trait Reconciler: Send + Sync + 'static {
     fn queue(&self) -> &Queue<ObjKey>;
     /// The object a key names, from the cache (`None` when it is gone).
     fn cached(&self, key: &ObjKey) -> Option<Arc<Value>>;
-    /// Waits until the watches a sync reads have listed once (the core bounds the wait).
-    fn wait_synced(&self) -> impl Future<Output = ()> + Send;
+    /// The watches a sync reads (the parent's and every child's): a sync runs only once each
+    /// has finished its first list, as client-go's `WaitForCacheSync` before workers start.
+    fn watches(&self) -> Vec<Arc<Informer>>;
     /// One sync of the object at `key`; returns when to sync it again (if sooner than an event).
     fn sync(
         self: &Arc<Self>,
@@ -362,9 +375,12 @@ async fn process<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
 }
 
 async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
-    let _ = tokio::time::timeout(Duration::from_secs(30), r.wait_synced()).await;
+    let synced = wait_for_watches(&r.watches(), WATCH_SYNC_DEADLINE).await;
     let started = Instant::now();
-    let result = r.sync(key).await;
+    let result = match synced {
+        Ok(()) => r.sync(key).await,
+        Err(watch) => Err(SyncError::WatchNotSynced(watch)),
+    };
     let metrics = &r.context().config.metrics;
     metrics.reconcile(r.name(), result_label(&result), started.elapsed());
     match result {
@@ -378,7 +394,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
             tracing::info!(?retry_after, "hook asked to retry later");
             r.queue().add_after(key.clone(), retry_after);
         }
-        Err(SyncError::RelatedNotSynced(watch)) => {
+        Err(SyncError::RelatedNotSynced(watch) | SyncError::WatchNotSynced(watch)) => {
             tracing::debug!(related = %watch, "waiting for related watch");
             r.queue().add_rate_limited(key.clone());
         }
@@ -397,12 +413,37 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
     }
 }
 
+/// How long a sync waits for its watches' first list before it is retried instead: 30 s
+/// (kmeta's; the parent watch had the same bound before every watch was waited for).
+pub const WATCH_SYNC_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Waits until every watch has finished its first list; `Err` names the first one that has not
+/// within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
+/// the old objects until the new list replaces them, so no sync sees an emptied cache.
+pub async fn wait_for_watches(
+    watches: &[Arc<Informer>],
+    deadline: Duration,
+) -> Result<(), String> {
+    let until = tokio::time::Instant::now() + deadline;
+    for w in watches {
+        if w.is_synced() {
+            continue;
+        }
+        if tokio::time::timeout_at(until, w.wait_synced()).await.is_err() {
+            return Err(w.watch_key());
+        }
+    }
+    Ok(())
+}
+
 /// The `result` label of a sync in `kmeta_reconcile_*` metrics.
 fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(
-            SyncError::RelatedNotSynced(_) | SyncError::Hook(HookError::TooManyRequests { .. }),
+            SyncError::RelatedNotSynced(_)
+            | SyncError::WatchNotSynced(_)
+            | SyncError::Hook(HookError::TooManyRequests { .. }),
         ) => "retry",
         Err(_) => "error",
     }

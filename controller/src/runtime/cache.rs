@@ -1,7 +1,7 @@
 //! Shared, reference-counted watches per resource (`apiVersion/plural`), each with a store
 //! indexed by controller-owner UID and by orphans, and a broadcast of changes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -97,8 +97,34 @@ pub fn obj_key(obj: &Value) -> ObjKey {
     )
 }
 
+/// The watches that have not finished their first list, by watch key (`apiVersion/plural`):
+/// what the readiness probe names while the caches are not synced.
+#[derive(Debug, Default)]
+pub struct PendingWatches(Mutex<BTreeSet<String>>);
+
+impl PendingWatches {
+    /// The waiting watches, sorted.
+    pub fn list(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn set(&self, key: &str, pending: bool) {
+        if let Ok(mut s) = self.0.lock() {
+            if pending {
+                s.insert(key.to_owned());
+            } else {
+                s.remove(key);
+            }
+        }
+    }
+}
+
 struct Shared {
     resource: Resolved,
+    pending: Arc<PendingWatches>,
     state: RwLock<State>,
     tx: broadcast::Sender<Change>,
     synced: watch::Sender<bool>,
@@ -113,6 +139,9 @@ pub struct Informer {
 impl Drop for Informer {
     fn drop(&mut self) {
         self.task.abort();
+        self.shared
+            .pending
+            .set(&self.shared.resource.watch_key(), false);
     }
 }
 
@@ -200,6 +229,7 @@ impl Shared {
             }
         }
         self.synced.send_replace(true);
+        self.pending.set(&self.resource.watch_key(), false);
     }
 
     /// Watches until aborted. Every `flush` the watch is restarted with a fresh list (which
@@ -299,6 +329,10 @@ impl Informer {
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.shared.tx.subscribe()
     }
+    /// The watch key, `apiVersion/plural`.
+    pub fn watch_key(&self) -> String {
+        self.shared.resource.watch_key()
+    }
     /// True once the first list completed.
     pub fn is_synced(&self) -> bool {
         *self.shared.synced.borrow()
@@ -314,6 +348,7 @@ impl Informer {
 pub struct Informers {
     client: kube::Client,
     flush: Option<Duration>,
+    pending: Arc<PendingWatches>,
     map: Mutex<HashMap<String, Weak<Informer>>>,
 }
 
@@ -324,11 +359,17 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
-    /// No watches yet; each watch relists every `flush` (None: never).
-    pub fn new(client: kube::Client, flush: Option<Duration>) -> Self {
+    /// No watches yet; each watch relists every `flush` (None: never); watches that have not
+    /// listed yet are kept in `pending`.
+    pub fn new(
+        client: kube::Client,
+        flush: Option<Duration>,
+        pending: Arc<PendingWatches>,
+    ) -> Self {
         Informers {
             client,
             flush,
+            pending,
             map: Mutex::new(HashMap::new()),
         }
     }
@@ -346,8 +387,10 @@ impl Informers {
         map.retain(|_, w| w.strong_count() > 0);
         let (synced, _) = watch::channel(false);
         let (tx, _) = broadcast::channel(CHANGE_BUFFER);
+        self.pending.set(&key, true);
         let shared = Arc::new(Shared {
             resource: r.clone(),
+            pending: self.pending.clone(),
             state: RwLock::new(State::default()),
             tx,
             synced,

@@ -18,7 +18,7 @@ use crate::api::CompositeController;
 use crate::object::{controller_ref, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
 use crate::reconcile::{decide, status};
-use crate::runtime::cache::{Change, ObjKey, obj_key};
+use crate::runtime::cache::{Change, Informer, ObjKey, obj_key};
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
@@ -262,8 +262,10 @@ impl Reconciler for ParentController {
         self.c.parents.get(&key.0, &key.1)
     }
 
-    async fn wait_synced(&self) {
-        self.c.parents.wait_synced().await;
+    fn watches(&self) -> Vec<Arc<Informer>> {
+        std::iter::once(self.c.parents.clone())
+            .chain(self.c.children.values().map(|rule| rule.informer.clone()))
+            .collect()
     }
 
     async fn sync(self: &Arc<Self>, key: &ObjKey) -> Result<Option<Duration>, SyncError> {
