@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod basic;
+mod caches;
 mod failures;
 mod lifecycle;
 mod metacontroller;
