@@ -143,7 +143,11 @@ async fn hook() -> anyhow::Result<String> {
     Ok(url)
 }
 
-async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
+/// A `notes` CRD and a CompositeController with ConfigMap children calling a local hook; returns
+/// the (served) notes API in `default`.
+async fn create_notes_controller(
+    server: &TestServer,
+) -> anyhow::Result<kube::Api<kube::api::DynamicObject>> {
     use kube::api::{Api, DynamicObject, PostParams};
     use kube::discovery::ApiResource;
     use serde_json::json;
@@ -167,8 +171,6 @@ async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
                  "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
                  "hooks": {"sync": {"webhook": {"url": url}}}}
     });
-    let parent = json!({"apiVersion": "run.example.com/v1", "kind": "Note",
-                        "metadata": {"name": "n1", "namespace": "default"}, "spec": {}});
     let crds = ApiResource::erase::<
         k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     >(&());
@@ -199,6 +201,61 @@ async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
         notes.list(&Default::default()).await.is_ok()
     })
     .await?;
+    Ok(notes)
+}
+
+/// While a watch a controller reads has not finished its first list, `/readyz` fails and names
+/// it; once it has, the instance is ready.
+#[tokio::test]
+async fn readyz_names_the_watch_it_waits_for() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    create_notes_controller(&server).await?;
+    // the child resource lists slowly
+    let slow = server.faults().add_latency(
+        Some("list"),
+        Some("configmaps"),
+        Duration::from_secs(4),
+    );
+    let health = free_port()?;
+    let _proc = Proc(
+        Command::new(KMETA)
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg("--metrics-address=0")
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .args(["--discovery-interval=1s", "--log-level=warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let readyz = format!("http://127.0.0.1:{health}/readyz?verbose");
+    wait_for("/readyz naming the configmaps watch", || async {
+        http_get(&readyz).await.is_some_and(|(code, text)| {
+            code == 503 && text.contains("waiting for watches: v1/configmaps")
+        })
+    })
+    .await?;
+    wait_for("/readyz ready once the list completed", || async {
+        http_get(&readyz).await.is_some_and(|(code, _)| code == 200)
+    })
+    .await?;
+    server.faults().remove(slow);
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+    let client = server.client();
+    let notes = create_notes_controller(server).await?;
+    let parent = json!({"apiVersion": "run.example.com/v1", "kind": "Note",
+                        "metadata": {"name": "n1", "namespace": "default"}, "spec": {}});
+    let pp = PostParams::default();
     notes.create(&pp, &serde_json::from_value(parent)?).await?;
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), "default");
