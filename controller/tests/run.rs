@@ -120,6 +120,32 @@ async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Resul
 }
 
 /// A sync hook on 127.0.0.1:0 answering one ConfigMap child per parent.
+/// A sync hook that wants `per_parent` ConfigMaps `<parent>-<i>` per parent.
+async fn many_children_hook(per_parent: usize) -> anyhow::Result<String> {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let app = axum::Router::new().route(
+        "/sync",
+        axum::routing::post(move |Json(req): Json<Value>| async move {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("x")
+                .to_owned();
+            let children: Vec<Value> = (0..per_parent)
+                .map(|i| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": format!("{name}-{i}")}})
+                })
+                .collect();
+            Json(json!({"status": {}, "children": children}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/sync", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
 async fn hook() -> anyhow::Result<String> {
     use axum::Json;
     use serde_json::{Value, json};
@@ -147,12 +173,12 @@ async fn hook() -> anyhow::Result<String> {
 /// the (served) notes API in `default`.
 async fn create_notes_controller(
     server: &TestServer,
+    url: &str,
 ) -> anyhow::Result<kube::Api<kube::api::DynamicObject>> {
     use kube::api::{Api, DynamicObject, PostParams};
     use kube::discovery::ApiResource;
     use serde_json::json;
     let client = server.client();
-    let url = hook().await?;
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "notes.run.example.com"},
@@ -213,13 +239,12 @@ async fn readyz_names_the_watch_it_waits_for() -> anyhow::Result<()> {
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
     kmeta::cmd::dev::install_crds(&server.client()).await?;
-    create_notes_controller(&server).await?;
+    create_notes_controller(&server, &hook().await?).await?;
     // the child resource lists slowly
-    let slow = server.faults().add_latency(
-        Some("list"),
-        Some("configmaps"),
-        Duration::from_secs(4),
-    );
+    let slow =
+        server
+            .faults()
+            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(4));
     let health = free_port()?;
     let _proc = Proc(
         Command::new(KMETA)
@@ -252,7 +277,7 @@ async fn reconcile_one(server: &TestServer) -> anyhow::Result<()> {
     use kube::api::{Api, PostParams};
     use serde_json::json;
     let client = server.client();
-    let notes = create_notes_controller(server).await?;
+    let notes = create_notes_controller(server, &hook().await?).await?;
     let parent = json!({"apiVersion": "run.example.com/v1", "kind": "Note",
                         "metadata": {"name": "n1", "namespace": "default"}, "spec": {}});
     let pp = PostParams::default();
@@ -424,6 +449,110 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
     .await?;
     sigterm(&standby.0)?;
     assert!(wait_exit(&mut standby.0).await?.success());
+    server.shutdown().await;
+    Ok(())
+}
+
+/// kill -9 of the leader while it creates children: the standby takes the Lease and its first
+/// syncs wait for the child watch's list, so it creates only what is missing (no create answered
+/// 409 AlreadyExists) and ends with every child.
+#[tokio::test]
+async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    const PARENTS: usize = 3;
+    const PER_PARENT: usize = 20;
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let notes = create_notes_controller(&server, &many_children_hook(PER_PARENT).await?).await?;
+    // creates take a while, so the leader is killed with some children made and some not
+    server.faults().add_latency(
+        Some("create"),
+        Some("configmaps"),
+        Duration::from_millis(100),
+    );
+    let (mut a, _, _) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
+    let (mut b, _, _) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
+    let holder = || async {
+        leases
+            .get_opt("metacontroller")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
+    };
+    wait_for("a leader", || async { holder().await.is_some() }).await?;
+    for i in 0..PARENTS {
+        let parent = serde_json::json!({"apiVersion": "run.example.com/v1", "kind": "Note",
+            "metadata": {"name": format!("n{i}"), "namespace": "default"}, "spec": {}});
+        notes
+            .create(&Default::default(), &serde_json::from_value(parent)?)
+            .await?;
+    }
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(server.client(), "default");
+    let count = || async {
+        cms.list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|c| {
+                        c.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with('n'))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    wait_for("some children created", || async { count().await >= 5 }).await?;
+    let first = holder().await.context("holder")?;
+    let (leader, standby_name) = if first == "kmeta-a" {
+        (&mut a, "kmeta-b")
+    } else {
+        (&mut b, "kmeta-a")
+    };
+    leader.0.kill()?;
+    let _ = leader.0.wait();
+    let made = count().await;
+    assert!(
+        made < PARENTS * PER_PARENT,
+        "killed after every child was made ({made})"
+    );
+    // the new leader's child list is slow: its parent watch syncs first
+    server
+        .faults()
+        .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2));
+    let before = server.counters();
+    // the Lease (15 s) must expire before the standby takes over
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while holder().await.as_deref() != Some(standby_name) || count().await < PARENTS * PER_PARENT {
+        if Instant::now() > deadline {
+            bail!(
+                "standby did not take over and finish: holder {:?}, {} of {} children",
+                holder().await,
+                count().await,
+                PARENTS * PER_PARENT
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = server.counters().since(&before);
+    assert_eq!(
+        d.get("create", "configmaps", 409),
+        0,
+        "creates answered 409 after the takeover"
+    );
+    assert!(
+        d.get("create", "configmaps", 201) > 0,
+        "the new leader created the missing children"
+    );
     server.shutdown().await;
     Ok(())
 }

@@ -420,16 +420,16 @@ pub const WATCH_SYNC_DEADLINE: Duration = Duration::from_secs(30);
 /// Waits until every watch has finished its first list; `Err` names the first one that has not
 /// within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
 /// the old objects until the new list replaces them, so no sync sees an emptied cache.
-pub async fn wait_for_watches(
-    watches: &[Arc<Informer>],
-    deadline: Duration,
-) -> Result<(), String> {
+pub async fn wait_for_watches(watches: &[Arc<Informer>], deadline: Duration) -> Result<(), String> {
     let until = tokio::time::Instant::now() + deadline;
     for w in watches {
         if w.is_synced() {
             continue;
         }
-        if tokio::time::timeout_at(until, w.wait_synced()).await.is_err() {
+        if tokio::time::timeout_at(until, w.wait_synced())
+            .await
+            .is_err()
+        {
             return Err(w.watch_key());
         }
     }

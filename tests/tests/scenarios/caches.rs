@@ -11,7 +11,9 @@ const CHILDREN: usize = 5;
 
 /// Five ConfigMaps per parent; status counts the observed ones.
 fn five_children(_hook: &str, req: &Value) -> Reply {
-    let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+    let name = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
     let observed = req["children"]["ConfigMap.v1"]
         .as_object()
         .map_or(0, |m| m.len());
@@ -52,7 +54,10 @@ async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Resul
     let before = s.server().map(|server| server.counters());
     let calls_before = s.hooks().count("sync");
     s.start_controller();
-    until("a sync after the restart", || s.hooks().count("sync") > calls_before).await?;
+    until("a sync after the restart", || {
+        s.hooks().count("sync") > calls_before
+    })
+    .await?;
     let seen: Vec<usize> = s.hooks().calls("sync")[calls_before..]
         .iter()
         .map(observed_children)
@@ -63,7 +68,11 @@ async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Resul
     );
     if let (Some(server), Some(before), Some(slow)) = (s.server(), before, slow) {
         let d = server.counters().since(&before);
-        assert_eq!(d.get("create", "configmaps", 409), 0, "creates answered 409: {d:?}");
+        assert_eq!(
+            d.get("create", "configmaps", 409),
+            0,
+            "creates answered 409: {d:?}"
+        );
         server.faults().remove(slow);
     }
     s.finish().await
