@@ -56,6 +56,9 @@ pub struct ManagerConfig {
     /// The watches that have not finished their first list (what `/readyz` names while not
     /// ready). Default: a fresh, empty set.
     pub pending_watches: Arc<PendingWatches>,
+    /// How long a sync waits for its watches' first list before it is retried with backoff
+    /// instead. Default [`WATCH_SYNC_DEADLINE`] (30 s).
+    pub watch_sync_deadline: Duration,
     /// Only CompositeControllers whose labels match this selector are run (Metacontroller
     /// `--target-label-selector`). Default: none, every CompositeController.
     pub target_label_selector: Option<String>,
@@ -79,6 +82,7 @@ impl Default for ManagerConfig {
             metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(false)),
             pending_watches: Arc::new(PendingWatches::default()),
+            watch_sync_deadline: WATCH_SYNC_DEADLINE,
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,
@@ -234,7 +238,7 @@ pub enum SyncError {
     #[error("related watch {0} not synced yet")]
     RelatedNotSynced(String),
     /// A watch the sync reads (parent or child) has not finished its first list within
-    /// [`WATCH_SYNC_DEADLINE`]: the sync is retried rather than run on a partial cache.
+    /// `watch_sync_deadline`: the sync is retried rather than run on a partial cache.
     #[error("watch {0} not synced yet")]
     WatchNotSynced(String),
     /// A related-resource rule is invalid or unresolvable.
@@ -375,7 +379,8 @@ async fn process<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
 }
 
 async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
-    let synced = wait_for_watches(&r.watches(), WATCH_SYNC_DEADLINE).await;
+    let deadline = r.context().config.watch_sync_deadline;
+    let synced = wait_for_watches(&r.watches(), deadline).await;
     let started = Instant::now();
     let result = match synced {
         Ok(()) => r.sync(key).await,
@@ -413,7 +418,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
     }
 }
 
-/// How long a sync waits for its watches' first list before it is retried instead: 30 s
+/// How long a sync waits for its watches' first list before it is retried instead, by default: 30 s
 /// (kmeta's; the parent watch had the same bound before every watch was waited for).
 pub const WATCH_SYNC_DEADLINE: Duration = Duration::from_secs(30);
 

@@ -2,7 +2,7 @@
 //! first list before it syncs a parent, so the hook never sees fewer children than exist and no
 //! child is created again (409 AlreadyExists).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kmeta_tests::*;
 use serde_json::{Value, json};
@@ -73,6 +73,102 @@ async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Resul
             0,
             "creates answered 409: {d:?}"
         );
+        server.faults().remove(slow);
+    }
+    s.finish().await
+}
+
+/// A relist (the watch expired: 410 Gone) keeps the old objects in the cache until the new list
+/// replaces them, so a sync during a slow relist still sees every child.
+#[tokio::test]
+async fn relist_keeps_every_child_visible_until_the_new_list_arrives() -> anyhow::Result<()> {
+    let s = Scenario::new("relist")
+        .crd("Thing", "things")
+        .hook(five_children)
+        .controller(Cc::new("things-cc"))
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    s.wait_parent("p", "all children observed", |p| {
+        p["status"]["observed"] == CHILDREN
+    })
+    .await?;
+    let Some(server) = s.server() else {
+        // a real cluster cannot be made to expire watches on demand
+        eprintln!("relist scenario needs kmeta-apiserver's fault injection: checked there");
+        return s.finish().await;
+    };
+    let slow =
+        server
+            .faults()
+            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2));
+    let before = server.counters();
+    // every watch is closed and its resumption answered 410: each informer relists
+    server.faults().expire_next_watches(10);
+    server.faults().close_watches();
+    let calls_before = s.hooks().count("sync");
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.merge_patch(&s.parents(), "p", touch).await?;
+    until("a sync during the relist", || {
+        s.hooks().count("sync") > calls_before
+    })
+    .await?;
+    let seen: Vec<usize> = s.hooks().calls("sync")[calls_before..]
+        .iter()
+        .map(observed_children)
+        .collect();
+    assert!(
+        seen.iter().all(|n| *n == CHILDREN),
+        "children observed by the hook during the relist: {seen:?}, {CHILDREN} exist"
+    );
+    until("the child watch relisted", || {
+        server.counters().since(&before).count("list", "configmaps") > 0
+    })
+    .await?;
+    server.faults().remove(slow);
+    s.finish().await
+}
+
+/// A child watch that has not listed within the deadline makes the sync a retry (counted as
+/// `result="retry"`), not a run on a partial cache; the sync runs once the list arrives.
+#[tokio::test]
+async fn an_unsynced_child_watch_makes_the_sync_a_retry() -> anyhow::Result<()> {
+    let mut s = Scenario::new("unsynced")
+        .crd("Thing", "things")
+        .hook(five_children)
+        .controller(Cc::new("things-cc"))
+        .start()
+        .await?;
+    s.stop_controller().await?;
+    let Some(slow) = s.server().map(|server| {
+        server
+            .faults()
+            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2))
+    }) else {
+        eprintln!("needs kmeta-apiserver's fault injection to slow the child list: checked there");
+        return s.finish().await;
+    };
+    // the restarted controller's child list takes longer than a sync waits for it
+    let started = Instant::now();
+    s.start_controller_with(kmeta::ManagerConfig {
+        watch_sync_deadline: Duration::from_millis(300),
+        ..Default::default()
+    });
+    s.parent("p", json!({})).await?;
+    until("a sync retried while the child watch lists", || {
+        s.metrics.reconcile_count("things-cc", "retry") > 0
+    })
+    .await?;
+    until("the first hook call", || s.hooks().count("sync") > 0).await?;
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the hook was called before the child list (2 s) completed"
+    );
+    s.wait_parent("p", "all children observed", |p| {
+        p["status"]["observed"] == CHILDREN
+    })
+    .await?;
+    if let Some(server) = s.server() {
         server.faults().remove(slow);
     }
     s.finish().await
