@@ -477,15 +477,7 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
     let (mut a, _, _) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
     let (mut b, _, _) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
     let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
-    let holder = || async {
-        leases
-            .get_opt("metacontroller")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-            .filter(|h| !h.is_empty())
-    };
+    let holder = || lease_holder(&leases);
     wait_for("a leader", || async { holder().await.is_some() }).await?;
     for i in 0..PARENTS {
         let parent = serde_json::json!({"apiVersion": "run.example.com/v1", "kind": "Note",
@@ -495,22 +487,7 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
             .await?;
     }
     let cms: kube::Api<ConfigMap> = kube::Api::namespaced(server.client(), "default");
-    let count = || async {
-        cms.list(&Default::default())
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|c| {
-                        c.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with('n'))
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let count = || note_children(&cms);
     wait_for("some children created", || async { count().await >= 5 }).await?;
     let first = holder().await.context("holder")?;
     let (leader, standby_name) = if first == "kmeta-a" {
@@ -534,12 +511,8 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
     let deadline = Instant::now() + Duration::from_secs(60);
     while holder().await.as_deref() != Some(standby_name) || count().await < PARENTS * PER_PARENT {
         if Instant::now() > deadline {
-            bail!(
-                "standby did not take over and finish: holder {:?}, {} of {} children",
-                holder().await,
-                count().await,
-                PARENTS * PER_PARENT
-            );
+            let (h, n) = (holder().await, count().await);
+            bail!("standby did not take over and finish: holder {h:?}, {n} children");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -555,4 +528,32 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
     );
     server.shutdown().await;
     Ok(())
+}
+
+async fn lease_holder(
+    leases: &kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+) -> Option<String> {
+    leases
+        .get_opt("metacontroller")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// The notes' children (ConfigMaps named after their `n<i>` parent).
+async fn note_children(cms: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>) -> usize {
+    let names = |l: kube::core::ObjectList<k8s_openapi::api::core::v1::ConfigMap>| {
+        l.items
+            .iter()
+            .filter(|c| {
+                c.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with('n'))
+            })
+            .count()
+    };
+    cms.list(&Default::default()).await.map(names).unwrap_or(0)
 }
