@@ -472,7 +472,7 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
     server.faults().add_latency(
         Some("create"),
         Some("configmaps"),
-        Duration::from_millis(100),
+        Duration::from_millis(200),
     );
     let (mut a, _, _) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
     let (mut b, _, _) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
