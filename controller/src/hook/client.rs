@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::error::HookError;
 use super::etag::EtagCache;
 use super::transport::{
-    Credentials, match_endpoint_config, security, webhook_timeout, webhook_url,
+    Credentials, mask, match_endpoint_config, security, sent_credentials, webhook_timeout,
+    webhook_url, without_userinfo,
 };
 use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
 use crate::hook::wire;
@@ -48,7 +49,12 @@ pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> 
 /// A configured hook.
 pub struct HookClient {
     name: &'static str,
+    /// The URL requests go to (may carry userinfo: never printed).
     url: String,
+    /// The URL as printed, labelled and stored: without userinfo.
+    shown_url: String,
+    /// Credential values requests carry, masked in response text kmeta copies anywhere.
+    sent: Vec<String>,
     http: reqwest::Client,
     /// The `Authorization` header value, if any (never logged).
     authorization: Option<String>,
@@ -64,7 +70,7 @@ impl std::fmt::Debug for HookClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookClient")
             .field("name", &self.name)
-            .field("url", &self.url)
+            .field("url", &self.shown_url)
             .field("version", &self.version)
             .finish_non_exhaustive()
     }
@@ -87,7 +93,9 @@ impl HookClient {
             .as_ref()
             .ok_or_else(|| cfg("webhook is required".into()))?;
         let url = webhook_url(w).map_err(cfg)?;
-        let parsed = reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {url:?}: {e}")))?;
+        let shown_url = without_userinfo(&url);
+        let parsed =
+            reqwest::Url::parse(&url).map_err(|e| cfg(format!("url {shown_url:?}: {e}")))?;
         let timeout = webhook_timeout(w).map_err(cfg)?;
         let sec = security(w, match_endpoint_config(&parsed, endpoint_configs));
         let mut builder = reqwest::Client::builder()
@@ -105,9 +113,12 @@ impl HookClient {
         let http = builder
             .build()
             .map_err(|e| cfg(format!("http client: {e}")))?;
+        let sent = sent_credentials(&url, authorization.as_deref());
         Ok(HookClient {
             name,
             url,
+            shown_url,
+            sent,
             http,
             authorization,
             version: hook.version.unwrap_or_default(),
@@ -135,7 +146,7 @@ impl HookClient {
         let Some((metrics, controller)) = &self.metrics else {
             return self.call_unobserved(cache_key, body).await;
         };
-        let _in_flight = metrics.hook_in_flight(controller, self.name, &self.url);
+        let _in_flight = metrics.hook_in_flight(controller, self.name, &self.shown_url);
         let started = Instant::now();
         let result = self.call_unobserved(cache_key, body).await;
         let code = match &result {
@@ -147,7 +158,7 @@ impl HookClient {
         metrics.hook_request(
             controller,
             self.name,
-            &self.url,
+            &self.shown_url,
             "POST",
             &code,
             started.elapsed(),
@@ -183,16 +194,16 @@ impl HookClient {
             let n = out.len().min(512);
             return Err(HookError::Status {
                 hook: self.name,
-                url: self.url.clone(),
+                url: self.shown_url.clone(),
                 code,
-                body: String::from_utf8_lossy(&out[..n]).into_owned(),
+                body: mask(&String::from_utf8_lossy(&out[..n]), &self.sent),
             });
         }
         if tracing::enabled!(tracing::Level::TRACE) {
             let shown = serde_json::from_slice::<Value>(&out)
                 .map(|v| redact_secrets(&v).to_string())
                 .unwrap_or_else(|_| format!("<{} bytes, not JSON>", out.len()));
-            tracing::trace!(hook = self.name, url = %self.url, response = %shown, "hook response");
+            tracing::trace!(hook = self.name, url = %self.shown_url, response = %shown, "hook response");
         }
         if let (Some(etag), Some(cache)) = (etag, &self.etag) {
             cache.put(cache_key, etag, &out);
@@ -208,7 +219,7 @@ impl HookClient {
             message: format!("encoding request: {e}"),
         })?;
         if tracing::enabled!(tracing::Level::TRACE) {
-            tracing::trace!(hook = self.name, url = %self.url, request = %redact_secrets(body), "hook request");
+            tracing::trace!(hook = self.name, url = %self.shown_url, request = %redact_secrets(body), "hook request");
         }
         let mut req = self
             .http
@@ -225,7 +236,7 @@ impl HookClient {
     fn transport_error(&self, e: reqwest::Error) -> HookError {
         HookError::Transport {
             hook: self.name,
-            url: self.url.clone(),
+            url: self.shown_url.clone(),
             message: if e.is_timeout() {
                 "timed out".to_owned()
             } else if e.is_connect() {
@@ -247,7 +258,7 @@ impl HookClient {
             .unwrap_or(Duration::from_secs(1));
         HookError::TooManyRequests {
             hook: self.name,
-            url: self.url.clone(),
+            url: self.shown_url.clone(),
             retry_after,
         }
     }
@@ -259,7 +270,7 @@ impl HookClient {
             if out.len() + chunk.len() > self.max_response_bytes {
                 return Err(HookError::TooLarge {
                     hook: self.name,
-                    url: self.url.clone(),
+                    url: self.shown_url.clone(),
                     limit: self.max_response_bytes,
                 });
             }
@@ -275,7 +286,7 @@ impl HookClient {
         request: &Value,
     ) -> Result<wire::SyncResponse, HookError> {
         let body = self.call(cache_key, request).await?;
-        Ok(wire::decode_sync_response(&body, self.mode, self.name)?)
+        wire::decode_sync_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
     }
 
     /// Calls a customize hook and decodes the response.
@@ -285,7 +296,33 @@ impl HookClient {
         request: &Value,
     ) -> Result<Vec<wire::RelatedResourceRule>, HookError> {
         let body = self.call(cache_key, request).await?;
-        Ok(wire::decode_customize_response(&body, self.mode)?)
+        wire::decode_customize_response(&body, self.mode).map_err(|e| self.masked(e))
+    }
+
+    /// A decoding error whose message quotes the response, with every credential kmeta sent
+    /// masked (a hook may echo its `Authorization` header).
+    fn masked(&self, e: wire::WireError) -> HookError {
+        let m = |message: String| mask(&message, &self.sent);
+        HookError::Wire(match e {
+            wire::WireError::Decode {
+                hook,
+                mode,
+                message,
+            } => wire::WireError::Decode {
+                hook,
+                mode,
+                message: m(message),
+            },
+            wire::WireError::Child {
+                hook,
+                index,
+                message,
+            } => wire::WireError::Child {
+                hook,
+                index,
+                message: m(message),
+            },
+        })
     }
 }
 

@@ -253,6 +253,93 @@ pub fn base64_encode(input: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(input)
 }
 
+/// `url` as kmeta prints, labels and stores it: without userinfo (`user:password@`), which is a
+/// credential. A URL that does not parse loses everything between `://` and the last `@` of its
+/// authority.
+pub fn without_userinfo(url: &str) -> String {
+    if let Ok(mut u) = reqwest::Url::parse(url) {
+        if u.username().is_empty() && u.password().is_none() {
+            return url.to_owned();
+        }
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        return u.to_string();
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+/// The credential values a hook request carries — the URL's password, the bearer token, the
+/// basic-auth header and its password — to be masked in any text kmeta copies from a response.
+pub fn sent_credentials(url: &str, authorization: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(u) = reqwest::Url::parse(url)
+        && let Some(p) = u.password()
+    {
+        out.push(p.to_owned());
+        let user = percent_decode(u.username()).unwrap_or_default();
+        let password = percent_decode(p).unwrap_or_else(|_| p.to_owned());
+        // the basic-auth header an HTTP client derives from the userinfo
+        out.push(base64_encode(format!("{user}:{password}").as_bytes()));
+        out.push(password);
+    }
+    if let Some(a) = authorization {
+        if let Some(token) = a.strip_prefix("Bearer ") {
+            out.push(token.to_owned());
+        } else if let Some(blob) = a.strip_prefix("Basic ") {
+            out.push(blob.to_owned());
+            use base64::Engine as _;
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(blob)
+                && let Ok(pair) = String::from_utf8(bytes)
+                && let Some((_, password)) = pair.split_once(':')
+            {
+                out.push(password.to_owned());
+            }
+        }
+    }
+    // short values would mask ordinary text; longer ones first so no part of one survives
+    out.retain(|s| s.len() >= 4);
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
+fn percent_decode(s: &str) -> Result<String, std::string::FromUtf8Error> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out)
+}
+
+/// `text` with every value of `secrets` replaced by `<redacted>`.
+pub fn mask(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_owned(), |t, s| t.replace(s.as_str(), "<redacted>"))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -335,5 +422,32 @@ mod tests {
         };
         let s = security(&w, Some(&ep));
         assert!(s.ca_bundle.is_none() && s.basic_auth.is_some());
+    }
+
+    #[test]
+    fn userinfo_never_shown() {
+        assert_eq!(
+            without_userinfo("http://user:s3cret@hook.ns:8080/sync?x=1"),
+            "http://hook.ns:8080/sync?x=1"
+        );
+        assert_eq!(without_userinfo("https://hook/sync"), "https://hook/sync");
+        assert_eq!(
+            without_userinfo("http://u:p@ss@bad host/sync"),
+            "http://bad host/sync"
+        );
+    }
+
+    #[test]
+    fn credentials_sent_are_masked() {
+        let basic = format!("Basic {}", base64_encode(b"kmeta:pa55word"));
+        let secrets = sent_credentials("http://u:url%2Fpass@h/sync", Some(&basic));
+        let body = format!("echo: {basic} url%2Fpass url/pass pa55word fine");
+        let masked = mask(&body, &secrets);
+        for s in ["pa55word", "url%2Fpass", "url/pass", "cGE1NXdvcmQ"] {
+            assert!(!masked.contains(s), "{s} in {masked}");
+        }
+        assert!(masked.ends_with("fine"), "{masked}");
+        let bearer = sent_credentials("http://h/sync", Some("Bearer tok-123456"));
+        assert_eq!(mask("got tok-123456", &bearer), "got <redacted>");
     }
 }

@@ -112,3 +112,63 @@ async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
     .await?;
     s.finish().await
 }
+
+/// A hook URL with userinfo, and a hook that echoes the credentials it received in its error
+/// body: the SyncError event, the parent's condition and the metrics show the URL without
+/// userinfo and never the password or the basic-auth header.
+#[tokio::test]
+async fn no_credential_in_events_conditions_or_metrics() -> anyhow::Result<()> {
+    const PASSWORD: &str = "s3cret-hook-pass";
+    let mut s = Scenario::new("creds")
+        .crd("Thing", "things")
+        .hook(|_, _| {
+            // what a careless hook does: echo the Authorization header it got
+            Reply::Raw(
+                500,
+                format!("denied for kmeta:{PASSWORD} (Basic a21ldGE6czNjcmV0LWhvb2stcGFzcw==)"),
+            )
+        })
+        .prepare()
+        .await?;
+    let url = s.hooks().url("sync");
+    let with_userinfo = url.replacen("://", &format!("://kmeta:{PASSWORD}@"), 1);
+    s.controller(Cc::new("creds-cc").sync_url(&with_userinfo))
+        .await?;
+    s.start_controller();
+    s.parent("t", json!({})).await?;
+    let ev = s
+        .wait_event("SyncError event", Some(&s.ns), |e| {
+            e["reason"] == "SyncError" && e["regarding"]["name"] == "t"
+        })
+        .await?;
+    let p = s
+        .wait_parent("t", "Synced=False condition", |p| {
+            p["status"]["conditions"][0]["reason"] == "SyncError"
+        })
+        .await?;
+    let note = ev["note"].as_str().unwrap_or_default();
+    let condition = p["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    let metrics = s.metrics.encode();
+    for (what, text) in [
+        ("event", note),
+        ("condition", condition),
+        ("metrics", &metrics),
+    ] {
+        assert!(
+            !text.contains(PASSWORD),
+            "{what} shows the password: {text}"
+        );
+        assert!(
+            !text.contains("a21ldGE6"),
+            "{what} shows the basic-auth header: {text}"
+        );
+    }
+    assert!(
+        note.contains(&url),
+        "the event names the URL without userinfo: {note}"
+    );
+    assert!(note.contains("<redacted>"), "{note}");
+    s.finish().await
+}
