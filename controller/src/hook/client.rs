@@ -338,8 +338,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// A copy of a hook body for trace logs, with the values of every Secret's `data` and
-/// `stringData` replaced by `<redacted>`: bodies may carry Secrets (children or related objects),
-/// and logs must never contain them. The Authorization header is never logged at all.
+/// `stringData` replaced by `<redacted>` — also inside a Secret's annotations that hold the object
+/// as JSON (the last-applied configuration of kmeta or kubectl): bodies may carry Secrets
+/// (children or related objects), and logs must never contain them. The Authorization header is
+/// never logged at all.
 pub fn redact_secrets(v: &Value) -> Value {
     match v {
         Value::Object(map) => {
@@ -354,6 +356,7 @@ pub fn redact_secrets(v: &Value) -> Value {
                                 .map(|f| (f.clone(), Value::from("<redacted>")))
                                 .collect(),
                         ),
+                        (true, "metadata", Value::Object(meta)) => redact_annotations(meta),
                         _ => redact_secrets(val),
                     };
                     (k.clone(), redacted)
@@ -364,6 +367,24 @@ pub fn redact_secrets(v: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(redact_secrets).collect()),
         other => other.clone(),
     }
+}
+
+/// A Secret's metadata with every annotation that holds a JSON object (a last-applied
+/// configuration) redacted as a body is.
+fn redact_annotations(meta: &serde_json::Map<String, Value>) -> Value {
+    let mut meta = meta.clone();
+    if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+        for value in annotations.values_mut() {
+            let parsed = value
+                .as_str()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                .filter(Value::is_object);
+            if let Some(obj) = parsed {
+                *value = Value::from(redact_secrets(&obj).to_string());
+            }
+        }
+    }
+    Value::Object(meta)
 }
 
 #[cfg(test)]
@@ -386,6 +407,24 @@ mod tests {
             shown.contains("\"keep\":\"me\""),
             "non-secrets stay: {shown}"
         );
+    }
+
+    #[test]
+    fn secret_data_inside_last_applied_annotations_is_redacted() {
+        let last = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s"}, "stringData": {"token": "t0k3n-inside"}});
+        let body = serde_json::json!({"children": {"Secret.v1": {"s": {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "annotations": {
+                "metacontroller.k8s.io/last-applied-configuration": last.to_string(),
+                "kubectl.kubernetes.io/last-applied-configuration": last.to_string(),
+                "team": "a"}},
+            "data": {"token": "dDBrM24taW5zaWRl"}
+        }}}});
+        let shown = redact_secrets(&body).to_string();
+        assert!(!shown.contains("t0k3n-inside"), "{shown}");
+        assert!(!shown.contains("dDBrM24taW5zaWRl"), "{shown}");
+        assert!(shown.contains("\"team\":\"a\""), "{shown}");
     }
 
     use super::*;
