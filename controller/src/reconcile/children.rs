@@ -79,15 +79,35 @@ pub async fn manage_children(
         let Some((verb, op_label, res)) = execute(c, rule, &op, &mut ignored).await else {
             continue;
         };
-        match res {
+        let e = match res {
             Ok(()) => {
                 c.ctx.config.metrics.child_op(c.controller, op_label);
-                tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child")
+                tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
+                continue;
             }
-            Err(e) if kapi::is_conflict(&e) || kapi::is_not_found(&e) => {
+            Err(e) => e,
+        };
+        let holder = match op_label {
+            "create" if kapi::is_conflict(&e) => Some(existing_controller(c, rule, obj).await),
+            _ => None,
+        };
+        match decide::child_write_failure(op_label, kapi::code(&e), holder, meta_str(parent, "uid"))
+        {
+            decide::WriteFailure::LeftToNextSync => {
                 tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
             }
-            Err(e) => errors.push(format!("{verb} {}: {e}", describe(obj))),
+            decide::WriteFailure::Failed(why) => {
+                let cause = match why {
+                    Some(why) => format!("{e}: {why}"),
+                    None => e.to_string(),
+                };
+                let message = format!("{verb} {}: {cause}", describe(obj));
+                c.ctx.config.metrics.child_op(c.controller, "error");
+                c.ctx
+                    .event(parent, true, "ChildWriteFailed", message.clone())
+                    .await;
+                errors.push(message);
+            }
         }
     }
     for (child, paths) in ignored {
@@ -98,6 +118,20 @@ pub async fn manage_children(
     } else {
         Err(SyncError::Children(errors))
     }
+}
+
+/// The controller of the object that holds a child's name: `Some(uid)` of its controller
+/// (`Some("")` when it has none), `None` when it cannot be read.
+async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) -> Option<String> {
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    let existing = kapi::get(&api, meta_str(child, "name")).await.ok()??;
+    Some(
+        crate::object::controller_ref(&existing)
+            .and_then(|r| r.get("uid"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    )
 }
 
 /// What one executed child operation was (verb, metric label) and how it ended.

@@ -172,3 +172,58 @@ async fn no_credential_in_events_conditions_or_metrics() -> anyhow::Result<()> {
     assert!(note.contains("<redacted>"), "{note}");
     s.finish().await
 }
+
+/// Two parents want a child of the same name: the second one's create is answered 409 by an
+/// object the first controls. That is not silent: a `ChildWriteFailed` Warning event and a
+/// `Synced=False` condition on the second parent name the child and the cause, and the sync is
+/// retried with backoff; the first parent is unaffected.
+#[tokio::test]
+async fn a_child_name_held_by_another_parent_is_reported() -> anyhow::Result<()> {
+    let s = Scenario::new("clash")
+        .crd("Thing", "things")
+        .hook(|_, _| {
+            Reply::Json(json!({"status": {}, "children": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}}
+            ]}))
+        })
+        .controller(Cc::new("clash-cc"))
+        .parent("first", json!({}))
+        .start()
+        .await?;
+    let cm = s.wait_child("shared").await?;
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], "first");
+    let mut s = s;
+    s.parent("second", json!({})).await?;
+    let ev = s
+        .wait_event("ChildWriteFailed on the second parent", Some(&s.ns), |e| {
+            e["reason"] == "ChildWriteFailed" && e["regarding"]["name"] == "second"
+        })
+        .await?;
+    assert_eq!(ev["type"], "Warning");
+    let note = ev["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("ConfigMap") && note.contains("shared"),
+        "{note}"
+    );
+    assert!(note.contains("another controller owns"), "{note}");
+    let p = s
+        .wait_parent("second", "Synced=False on the second parent", |p| {
+            p["status"]["conditions"][0]["status"] == "False"
+        })
+        .await?;
+    let message = p["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("another controller owns"), "{message}");
+    // the first parent's child is untouched and it reports no failure
+    let first = s.get(&s.parents(), "first").await?.unwrap();
+    assert!(
+        first["status"]["conditions"]
+            .as_array()
+            .is_none_or(|c| c.iter().all(|c| c["status"] != "False")),
+        "{first}"
+    );
+    let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], "first");
+    s.finish().await
+}
