@@ -49,19 +49,25 @@ pub async fn set_finalizer(
     )))
 }
 
-/// Writes the hook's status plus `observedGeneration` to `/status`, only when it differs.
+fn resource_version(obj: &Value) -> String {
+    meta_str(obj, "resourceVersion").to_owned()
+}
+
+/// Writes the hook's status plus `observedGeneration` to `/status`, only when it differs;
+/// returns the resourceVersion written, if any (so the owner can tell its own write's watch
+/// event from a change made by others).
 pub async fn update_status(
     ctx: &Context,
     resource: &Resolved,
     parent: &Value,
     status: Option<&Value>,
-) -> Result<(), SyncError> {
+) -> Result<Option<String>, SyncError> {
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
     let want = decide::desired_status(status, generation);
     if !decide::status_changed(parent, &want) {
-        return Ok(());
+        return Ok(None);
     }
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
     let mut next = parent.clone();
@@ -70,8 +76,8 @@ pub async fn update_status(
     }
     let action = || format!("updating status of {}", describe(parent));
     match kapi::replace_status(&api, &next).await {
-        Ok(_) => Ok(()),
-        Err(e) if kapi::is_not_found(&e) => Ok(()),
+        Ok(written) => Ok(Some(resource_version(&written))),
+        Err(e) if kapi::is_not_found(&e) => Ok(None),
         Err(e) if kapi::is_conflict(&e) => kapi::atomic_update(
             &api,
             meta_str(parent, "name"),
@@ -88,7 +94,7 @@ pub async fn update_status(
             },
         )
         .await
-        .map(|_| ())
+        .map(|written| written.as_ref().map(resource_version))
         .map_err(api_err(action())),
         Err(e) => Err(api_err(action())(e)),
     }
@@ -101,7 +107,7 @@ pub async fn report_failure(
     resource: &Resolved,
     parent: &Value,
     message: &str,
-) -> Result<(), SyncError> {
+) -> Result<Option<String>, SyncError> {
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
@@ -121,7 +127,7 @@ pub async fn report_failure(
         },
     )
     .await
-    .map(|_| ())
+    .map(|written| written.as_ref().map(resource_version))
     .map_err(api_err(format!(
         "reporting failure on {}",
         describe(parent)

@@ -227,3 +227,32 @@ async fn a_child_name_held_by_another_parent_is_reported() -> anyhow::Result<()>
     assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], "first");
     s.finish().await
 }
+
+/// A hook that fails with a different message every time (a request id in its 500 body): each
+/// failure rewrites the parent's `Synced` condition, and that write — kmeta's own — must not
+/// requeue the parent, or the backoff never holds. Eight calls take at least the backoff's
+/// first seven steps (5 ms doubling: 635 ms), not a burst.
+#[tokio::test]
+async fn a_varying_hook_error_does_not_defeat_the_backoff() -> anyhow::Result<()> {
+    let calls: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let seen = calls.clone();
+    let s = Scenario::new("flap")
+        .crd("Thing", "things")
+        .hook(move |_, _| {
+            let mut c = seen.lock().unwrap();
+            c.push(std::time::Instant::now());
+            Reply::Raw(500, format!("internal error, request id {}", c.len()))
+        })
+        .controller(Cc::new("flap-cc"))
+        .parent("t", json!({}))
+        .start()
+        .await?;
+    until("eight hook calls", || calls.lock().unwrap().len() >= 8).await?;
+    let c = calls.lock().unwrap().clone();
+    let spread = c[7] - c[0];
+    assert!(
+        spread >= Duration::from_millis(300),
+        "8 calls within {spread:?}: the condition writes requeued the parent"
+    );
+    s.finish().await
+}

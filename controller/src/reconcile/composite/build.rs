@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::api::{CompositeController, Hook};
 use crate::hook::wire::RelatedResourceRule;
 use crate::hook::{HookClient, HookError};
+use crate::object::meta_str;
 use crate::reconcile::children::{ChildRule, Children};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{ChildType, FutileUpdates};
@@ -85,6 +86,10 @@ pub struct Composite {
     pub related: Mutex<HashMap<String, Arc<Informer>>>,
     /// Child updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// The resourceVersion of this controller's last status write per parent UID: its watch
+    /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
+    /// defeat the backoff).
+    pub own_status_writes: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Composite {
@@ -244,6 +249,7 @@ impl Composite {
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),
+            own_status_writes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -255,6 +261,29 @@ impl Composite {
             rules: &self.children,
             futile: &self.futile_updates,
         }
+    }
+
+    /// Remembers that this controller wrote `parent`'s status at resourceVersion `rv`.
+    pub fn remember_status_write(&self, parent: &Value, rv: Option<String>) {
+        if let (Some(rv), Ok(mut own)) = (rv, self.own_status_writes.lock()) {
+            own.insert(meta_str(parent, "uid").to_owned(), rv);
+        }
+    }
+
+    /// Whether this version of a parent is this controller's own status write (forgotten once
+    /// seen).
+    pub fn is_own_status_write(&self, parent: &Value) -> bool {
+        let Ok(mut own) = self.own_status_writes.lock() else {
+            return false;
+        };
+        let uid = meta_str(parent, "uid");
+        let ours = own
+            .get(uid)
+            .is_some_and(|rv| rv == meta_str(parent, "resourceVersion"));
+        if ours {
+            own.remove(uid);
+        }
+        ours
     }
 
     /// Is this parent selected by `parentResource.labelSelector`?

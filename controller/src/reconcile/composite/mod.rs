@@ -113,6 +113,11 @@ impl ParentController {
                 {
                     return;
                 }
+                // this controller's own status write is not a change to react to: requeueing
+                // on it would defeat the backoff of a failing parent
+                if old.is_some() && self.c.is_own_status_write(new) {
+                    return;
+                }
                 self.queue.add(obj_key(new));
             }
             Change::Deleted(old) => {
@@ -125,6 +130,9 @@ impl ParentController {
                     .parent_gone(&self.c.name, meta_str(old, "uid"));
                 if let Ok(mut c) = self.c.customize_cache.lock() {
                     c.remove(meta_str(old, "uid"));
+                }
+                if let Ok(mut own) = self.c.own_status_writes.lock() {
+                    own.remove(meta_str(old, "uid"));
                 }
             }
         }
@@ -276,6 +284,8 @@ impl Reconciler for ParentController {
     }
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
-        status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await
+        let written = status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await?;
+        self.c.remember_status_write(parent, written);
+        Ok(())
     }
 }

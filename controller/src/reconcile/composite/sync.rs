@@ -65,7 +65,9 @@ pub async fn sync_parent(
             .metrics
             .children(&c.name, meta_str(&parent, "uid"), desired.len());
     }
-    status::update_status(&c.ctx, &c.parent, &parent, response.status.as_ref()).await?;
+    let written =
+        status::update_status(&c.ctx, &c.parent, &parent, response.status.as_ref()).await?;
+    c.remember_status_write(&parent, written);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
         == FinalizerAction::Remove
     {
