@@ -128,6 +128,8 @@ struct Shared {
     state: RwLock<State>,
     tx: broadcast::Sender<Change>,
     synced: watch::Sender<bool>,
+    /// Counts completed lists (1 after the first; each relist adds one).
+    lists: watch::Sender<u64>,
 }
 
 /// A running watch of one resource. Dropping the last `Arc<Informer>` stops it.
@@ -230,6 +232,7 @@ impl Shared {
         }
         self.synced.send_replace(true);
         self.pending.set(&self.resource.watch_key(), false);
+        self.lists.send_modify(|n| *n += 1);
     }
 
     /// Watches until aborted. Every `flush` the watch is restarted with a fresh list (which
@@ -337,6 +340,11 @@ impl Informer {
     pub fn is_synced(&self) -> bool {
         *self.shared.synced.borrow()
     }
+    /// A receiver that changes whenever a list completes (the first, and every relist after a
+    /// 410 or a cache flush).
+    pub fn lists(&self) -> watch::Receiver<u64> {
+        self.shared.lists.subscribe()
+    }
     /// Waits for the first list.
     pub async fn wait_synced(&self) {
         let mut rx = self.shared.synced.subscribe();
@@ -386,6 +394,7 @@ impl Informers {
         }
         map.retain(|_, w| w.strong_count() > 0);
         let (synced, _) = watch::channel(false);
+        let (lists, _) = watch::channel(0);
         let (tx, _) = broadcast::channel(CHANGE_BUFFER);
         self.pending.set(&key, true);
         let shared = Arc::new(Shared {
@@ -394,6 +403,7 @@ impl Informers {
             state: RwLock::new(State::default()),
             tx,
             synced,
+            lists,
         });
         let task = tokio::spawn(shared.clone().run(self.client.clone(), self.flush));
         let inf = Arc::new(Informer { shared, task });

@@ -26,6 +26,10 @@ use crate::runtime::selector;
 pub use build::{BuildError, Composite};
 pub use related::Used;
 
+/// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
+/// become one burst of hook calls.
+pub const RELIST_RESYNC_SPREAD: Duration = Duration::from_secs(2);
+
 /// A running CompositeController: its [`Composite`], work queue and triggers.
 pub struct ParentController {
     /// What a sync reads.
@@ -179,6 +183,20 @@ impl ParentController {
         }
     }
 
+    /// After a relist of a watch this controller reads (410 Gone, `--cache-flush-interval`):
+    /// every parent, spread over up to [`RELIST_RESYNC_SPREAD`], so state lost to a missed event
+    /// (a child deleted unseen) converges within one interval, as Metacontroller's informer
+    /// resync does.
+    fn enqueue_all_jittered(&self) {
+        use rand::Rng as _;
+        let mut rng = rand::rng();
+        let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
+        for p in self.c.parents.list() {
+            let delay = Duration::from_millis(rng.random_range(0..=spread));
+            self.queue.add_after(obj_key(&p), delay);
+        }
+    }
+
     fn enqueue_all(&self) {
         for p in self.c.parents.list() {
             self.queue.add(obj_key(&p));
@@ -223,6 +241,20 @@ impl ParentController {
                 move |c| on.on_child_change(c),
                 move || lag.enqueue_all(),
             );
+        }
+        for inf in self.watches() {
+            let pc = self.clone();
+            let mut lists = inf.lists();
+            t.spawn(async move {
+                // the first list is the start, which enqueues every parent already
+                if lists.wait_for(|n| *n >= 1).await.is_err() {
+                    return;
+                }
+                lists.borrow_and_update();
+                while lists.changed().await.is_ok() {
+                    pc.enqueue_all_jittered();
+                }
+            });
         }
         if let Some(secs) = self.c.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
