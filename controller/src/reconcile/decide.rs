@@ -342,42 +342,12 @@ pub fn validate_desired(
         let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
             return Err(bad(&child, "metadata must be an object".into()));
         };
-        if t.namespaced {
-            if ns.is_empty() {
-                if !parent_namespaced {
-                    return Err(bad(
-                        &child,
-                        "metadata.namespace is required: the type is namespaced and the parent is cluster-scoped".into(),
-                    ));
-                }
-                m.insert("namespace".into(), Value::String(parent_ns.to_owned()));
-            } else if parent_namespaced && ns != parent_ns {
-                return Err(bad(
-                    &child,
-                    format!(
-                        "namespace {ns:?} differs from the parent's {parent_ns:?}; a namespaced parent may only own children in its namespace"
-                    ),
-                ));
-            }
-        } else if parent_namespaced {
-            return Err(bad(
-                &child,
-                "a namespaced parent may not own cluster-scoped children".into(),
-            ));
-        } else if !ns.is_empty() {
-            m.remove("namespace");
+        if let Err(message) = place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns)
+        {
+            return Err(bad(&child, message));
         }
         if generate_selector {
-            let labels = m
-                .entry("labels")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if labels.is_null() {
-                *labels = Value::Object(Map::new());
-            }
-            if let Some(l) = labels.as_object_mut() {
-                l.entry(CONTROLLER_UID_LABEL)
-                    .or_insert_with(|| Value::String(meta_str(parent, "uid").to_owned()));
-            }
+            add_controller_uid(m, meta_str(parent, "uid"));
         }
         if !selector::matches(selector, &selector::labels_of(&child))? {
             return Err(bad(
@@ -389,9 +359,81 @@ pub fn validate_desired(
                 ),
             ));
         }
-        out.insert(child_key(&child), child);
+        let key = child_key(&child);
+        let problem = name_problem(meta_str(&child, "name")).or_else(|| {
+            out.contains_key(&key)
+                .then(|| "appears more than once in the hook's response".to_owned())
+        });
+        if let Some(message) = problem {
+            return Err(bad(&child, message));
+        }
+        out.insert(key, child);
     }
     Ok(out)
+}
+
+/// The namespace rules of a child's metadata `m` (its namespace `ns`): a namespaced child of a
+/// namespaced parent defaults to, and must stay in, the parent's namespace; a cluster-scoped
+/// parent names the namespace of each namespaced child; a namespaced parent owns no
+/// cluster-scoped child; a cluster-scoped child carries no namespace.
+fn place_in_namespace(
+    m: &mut Map<String, Value>,
+    ns: &str,
+    namespaced: bool,
+    parent_namespaced: bool,
+    parent_ns: &str,
+) -> Result<(), String> {
+    if namespaced {
+        if ns.is_empty() {
+            if !parent_namespaced {
+                return Err("metadata.namespace is required: the type is namespaced and the parent is cluster-scoped".into());
+            }
+            m.insert("namespace".into(), Value::String(parent_ns.to_owned()));
+        } else if parent_namespaced && ns != parent_ns {
+            return Err(format!(
+                "namespace {ns:?} differs from the parent's {parent_ns:?}; a namespaced parent may only own children in its namespace"
+            ));
+        }
+    } else if parent_namespaced {
+        return Err("a namespaced parent may not own cluster-scoped children".into());
+    } else if !ns.is_empty() {
+        m.remove("namespace");
+    }
+    Ok(())
+}
+
+/// Adds the generated-selector label `controller-uid=<parent uid>` unless the child sets it.
+fn add_controller_uid(m: &mut Map<String, Value>, parent_uid: &str) {
+    let labels = m
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if labels.is_null() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(l) = labels.as_object_mut() {
+        l.entry(CONTROLLER_UID_LABEL)
+            .or_insert_with(|| Value::String(parent_uid.to_owned()));
+    }
+}
+
+/// What is wrong with a child's name for every kind of object: empty, longer than 253
+/// characters, `.` or `..`, or containing `/` or `%` (kinds add stricter rules of their own,
+/// which the API server reports).
+fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("metadata.name is empty".to_owned())
+    } else if name.len() > 253 {
+        Some(format!(
+            "metadata.name is {} characters, at most 253 are allowed",
+            name.len()
+        ))
+    } else if name == "." || name == ".." || name.contains(['/', '%']) {
+        Some(format!(
+            "metadata.name {name:?} may not be '.' or '..' or contain '/' or '%'"
+        ))
+    } else {
+        None
+    }
 }
 
 /// Identity of a child: `Kind.apiVersion namespace/name`.
@@ -1141,5 +1183,31 @@ mod tests {
             child_write_failure("update", Some(403), None, "p1"),
             Failed(None)
         );
+    }
+
+    #[test]
+    fn duplicate_and_unusable_child_names_fail_before_any_write() {
+        let p = json!({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}});
+        let d = HashMap::from([(
+            "ConfigMap.v1".to_owned(),
+            ChildType {
+                namespaced: true,
+                method: ChildUpdateMethod::default(),
+            },
+        )]);
+        let sel = LabelSelector::default();
+        let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        let e = validate_desired(&p, true, &d, &sel, false, vec![cm("a"), cm("b"), cm("a")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than once") && e.contains("ns/a"), "{e}");
+        for bad in ["a/b", "..", "50%"] {
+            let e = validate_desired(&p, true, &d, &sel, false, vec![cm(bad)]).unwrap_err();
+            assert!(e.to_string().contains("metadata.name"), "{bad}: {e}");
+        }
+        let long = "x".repeat(254);
+        assert!(validate_desired(&p, true, &d, &sel, false, vec![cm(&long)]).is_err());
+        // names other kinds allow (RBAC's `system:` names) are left to the API server
+        assert!(validate_desired(&p, true, &d, &sel, false, vec![cm("system:web")]).is_ok());
     }
 }
