@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// How often every watch relists (flushes its cache). "0" disables.
     #[arg(long, default_value = "30m", value_name = "DURATION")]
     pub cache_flush_interval: String,
+    /// The shortest resync a hook's `resyncAfterSeconds` can ask for (kmeta's; Metacontroller has
+    /// no minimum). "0" disables.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub min_resync_after: String,
     /// Concurrent syncs per CompositeController.
     #[arg(long, default_value_t = 5)]
     pub workers: usize,
@@ -156,6 +160,8 @@ pub struct RunConfig {
     pub discovery_interval: Duration,
     /// Watch relist period (None: never).
     pub cache_flush_interval: Option<Duration>,
+    /// The shortest `resyncAfterSeconds` honoured (zero: no minimum).
+    pub min_resync_after: Duration,
     /// Workers per CompositeController.
     pub workers: usize,
     /// API requests per second (0: unlimited).
@@ -298,6 +304,7 @@ impl RunArgs {
             events_qps: self.events_qps,
             events_burst: self.events_burst,
             shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
+            min_resync_after: parse_duration("min-resync-after", &self.min_resync_after)?,
             log: self.log.to_config()?,
             ignored,
         })

@@ -67,6 +67,7 @@ pub fn manager_config(
         workers: config.workers,
         discovery_interval: config.discovery_interval,
         cache_flush_interval: config.cache_flush_interval,
+        min_resync_after: config.min_resync_after,
         target_label_selector: config.target_label_selector.clone(),
         events_qps: config.events_qps,
         events_burst: config.events_burst,

@@ -59,6 +59,10 @@ pub struct ManagerConfig {
     /// How long a sync waits for its watches' first list before it is retried with backoff
     /// instead. Default [`WATCH_SYNC_DEADLINE`] (30 s).
     pub watch_sync_deadline: Duration,
+    /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot
+    /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
+    /// Metacontroller has none; `--min-resync-after`, zero disables).
+    pub min_resync_after: Duration,
     /// Only CompositeControllers whose labels match this selector are run (Metacontroller
     /// `--target-label-selector`). Default: none, every CompositeController.
     pub target_label_selector: Option<String>,
@@ -83,6 +87,7 @@ impl Default for ManagerConfig {
             ready: Arc::new(AtomicBool::new(false)),
             pending_watches: Arc::new(PendingWatches::default()),
             watch_sync_deadline: WATCH_SYNC_DEADLINE,
+            min_resync_after: MIN_RESYNC_AFTER,
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,
@@ -391,7 +396,8 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
     match result {
         Ok(after) => {
             r.queue().forget(key);
-            if let Some(d) = after {
+            let min = r.context().config.min_resync_after;
+            if let Some(d) = after.map(|d| resync_delay(d, min)) {
                 r.queue().add_after(key.clone(), d);
             }
         }
@@ -441,6 +447,14 @@ pub async fn wait_for_watches(watches: &[Arc<Informer>], deadline: Duration) -> 
     Ok(())
 }
 
+/// The default shortest resync a hook can ask for: 1 s (kmeta's).
+pub const MIN_RESYNC_AFTER: Duration = Duration::from_secs(1);
+
+/// When to resync after a hook asked for `requested`: never sooner than `min`.
+pub fn resync_delay(requested: Duration, min: Duration) -> Duration {
+    requested.max(min)
+}
+
 /// The `result` label of a sync in `kmeta_reconcile_*` metrics.
 fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
     match result {
@@ -464,5 +478,18 @@ impl std::fmt::Display for KeyName<'_> {
         } else {
             write!(f, "{}/{}", self.0.0, self.0.1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resync_after_has_a_floor() {
+        let ms = Duration::from_millis;
+        assert_eq!(resync_delay(ms(1), MIN_RESYNC_AFTER), MIN_RESYNC_AFTER);
+        assert_eq!(resync_delay(ms(5000), MIN_RESYNC_AFTER), ms(5000));
+        assert_eq!(resync_delay(ms(1), Duration::ZERO), ms(1));
     }
 }

@@ -36,6 +36,36 @@ async fn resync_after_seconds_calls_the_hook_again() -> anyhow::Result<()> {
     s.finish().await
 }
 
+/// A tiny `resyncAfterSeconds` is raised to `min_resync_after` (`--min-resync-after`), so one
+/// parent cannot become a hook-call loop: five calls take at least four minimum intervals.
+#[tokio::test]
+async fn resync_after_seconds_has_a_floor() -> anyhow::Result<()> {
+    let calls: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>> = Default::default();
+    let seen = calls.clone();
+    let s = Scenario::new("floor")
+        .crd("Thing", "things")
+        .hook(move |_, _| {
+            seen.lock().unwrap().push(std::time::Instant::now());
+            Reply::Json(json!({"children": [], "resyncAfterSeconds": 0.001}))
+        })
+        .controller(Cc::new("floor-cc"))
+        .config(kmeta::ManagerConfig {
+            min_resync_after: std::time::Duration::from_millis(200),
+            ..Default::default()
+        })
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    until("five syncs", || calls.lock().unwrap().len() >= 5).await?;
+    let c = calls.lock().unwrap().clone();
+    let spread = c[4] - c[0];
+    assert!(
+        spread >= std::time::Duration::from_millis(700),
+        "five syncs within {spread:?} despite a 200 ms floor"
+    );
+    s.finish().await
+}
+
 #[tokio::test]
 async fn customize_hook_supplies_related_objects() -> anyhow::Result<()> {
     let s = Scenario::new("related")
