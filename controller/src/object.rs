@@ -33,6 +33,11 @@ pub fn controller_ref(obj: &Value) -> Option<&Value> {
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
 }
 
+/// The UID in the controller owner reference, if any.
+pub fn controller_uid(obj: &Value) -> Option<&str> {
+    controller_ref(obj)?.get("uid")?.as_str()
+}
+
 /// A human name for an object: `Kind namespace/name` or `Kind name`.
 pub fn describe(obj: &Value) -> String {
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("object");

@@ -283,8 +283,12 @@ pub fn sent_credentials(url: &str, authorization: Option<&str>) -> Vec<String> {
         && let Some(p) = u.password()
     {
         out.push(p.to_owned());
-        let user = percent_decode(u.username()).unwrap_or_default();
-        let password = percent_decode(p).unwrap_or_else(|_| p.to_owned());
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let (user, password) = (decode(u.username()), decode(p));
         // the basic-auth header an HTTP client derives from the userinfo
         out.push(base64_encode(format!("{user}:{password}").as_bytes()));
         out.push(password);
@@ -308,29 +312,6 @@ pub fn sent_credentials(url: &str, authorization: Option<&str>) -> Vec<String> {
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.dedup();
     out
-}
-
-fn percent_decode(s: &str) -> Result<String, std::string::FromUtf8Error> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
 }
 
 /// `text` with every value of `secrets` replaced by `<redacted>`.

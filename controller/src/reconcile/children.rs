@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::api::ChildUpdateMethod;
-use crate::object::{describe, meta_str};
+use crate::object::{controller_uid, describe, meta_str};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
 use crate::runtime::cache::Informer;
@@ -125,13 +125,7 @@ pub async fn manage_children(
 async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) -> Option<String> {
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
     let existing = kapi::get(&api, meta_str(child, "name")).await.ok()??;
-    Some(
-        crate::object::controller_ref(&existing)
-            .and_then(|r| r.get("uid"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-    )
+    Some(controller_uid(&existing).unwrap_or_default().to_owned())
 }
 
 /// What one executed child operation was (verb, metric label) and how it ended.

@@ -12,7 +12,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::object::{controller_ref, meta_str};
+use crate::object::{controller_uid, meta_str};
 use crate::runtime::resources::Resolved;
 
 /// `(namespace, name)`; namespace is "" for cluster-scoped objects.
@@ -45,10 +45,7 @@ struct State {
 
 impl State {
     fn unindex(&mut self, key: &ObjKey, obj: &Value) {
-        match controller_ref(obj)
-            .and_then(|r| r.get("uid"))
-            .and_then(Value::as_str)
-        {
+        match controller_uid(obj) {
             Some(uid) => {
                 if let Some(s) = self.by_owner.get_mut(uid) {
                     s.remove(key);
@@ -65,10 +62,7 @@ impl State {
     fn insert(&mut self, obj: Arc<Value>) -> Option<Arc<Value>> {
         let key = obj_key(&obj);
         let old = self.remove(&key);
-        match controller_ref(&obj)
-            .and_then(|r| r.get("uid"))
-            .and_then(Value::as_str)
-        {
+        match controller_uid(&obj) {
             Some(uid) => {
                 self.by_owner
                     .entry(uid.to_owned())

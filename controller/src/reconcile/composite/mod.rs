@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CompositeController;
-use crate::object::{controller_ref, meta_str};
+use crate::object::{controller_ref, controller_uid, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
 use crate::reconcile::{decide, status};
 use crate::runtime::cache::{Change, Informer, ObjKey, obj_key};
@@ -151,8 +151,7 @@ impl ParentController {
                     return;
                 }
                 if let Some(o) = old
-                    && controller_ref(o).map(|r| r.get("uid"))
-                        != controller_ref(new).map(|r| r.get("uid"))
+                    && controller_uid(o) != controller_uid(new)
                 {
                     self.enqueue_for_child(o);
                 }

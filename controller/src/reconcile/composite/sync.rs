@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
 use crate::hook::wire::{self, SyncResponse};
-use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta_str};
+use crate::object::{
+    controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
+};
 use crate::reconcile::children::{ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
@@ -202,13 +204,6 @@ async fn release(
     .map_err(api_err(format!("releasing {}", describe(child))))?;
     c.ctx.config.metrics.child_op(&c.name, "release");
     Ok(())
-}
-
-/// The UID in an object's controller owner reference.
-fn controller_uid(obj: &Value) -> Option<&str> {
-    controller_ref(obj)
-        .and_then(|r| r.get("uid"))
-        .and_then(Value::as_str)
 }
 
 /// Uncached GET: the parent still exists with the same UID and is not being deleted.
