@@ -82,9 +82,7 @@ fn hook(children: usize) -> impl Fn(&str, &Value) -> Reply + Send + Sync + 'stat
         let name = req["parent"]["metadata"]["name"]
             .as_str()
             .unwrap_or_default();
-        let observed = req["children"]["ConfigMap.v1"]
-            .as_object()
-            .map_or(0, |m| m.len());
+        let observed = observed_configmaps(req);
         let cms: Vec<Value> = (0..children)
             .map(|i| {
                 json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -436,6 +436,13 @@ pub async fn until(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
     eventually(what, TIMEOUT, || async { Ok(done().then_some(())) }).await
 }
 
+/// How many ConfigMap children a sync request carries (`children["ConfigMap.v1"]`).
+pub fn observed_configmaps(req: &Value) -> usize {
+    req["children"]["ConfigMap.v1"]
+        .as_object()
+        .map_or(0, |m| m.len())
+}
+
 /// A namespaced CRD `group`/v1 `kind` with a status subresource and a free-form spec.
 pub fn crd(group: &str, kind: &str, plural: &str, namespaced: bool) -> Value {
     json!({

@@ -9,9 +9,7 @@ use serde_json::{Value, json};
 fn configmap_hook(_hook: &str, req: &Value) -> Reply {
     let parent = &req["parent"];
     let name = parent["metadata"]["name"].as_str().unwrap_or_default();
-    let observed = req["children"]["ConfigMap.v1"]
-        .as_object()
-        .map_or(0, |m| m.len());
+    let observed = observed_configmaps(req);
     Reply::Json(json!({
         "status": {"observedChildren": observed, "message": parent["spec"]["message"]},
         "children": [{

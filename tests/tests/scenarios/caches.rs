@@ -14,24 +14,16 @@ fn five_children(_hook: &str, req: &Value) -> Reply {
     let name = req["parent"]["metadata"]["name"]
         .as_str()
         .unwrap_or_default();
-    let observed = req["children"]["ConfigMap.v1"]
-        .as_object()
-        .map_or(0, |m| m.len());
+    let observed = observed_configmaps(req);
     let children: Vec<Value> = (0..CHILDREN)
         .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-{i}")}}))
         .collect();
     Reply::Json(json!({"status": {"observed": observed}, "children": children}))
 }
 
-fn observed_children(req: &Value) -> usize {
-    req["children"]["ConfigMap.v1"]
-        .as_object()
-        .map_or(0, |m| m.len())
-}
-
-#[tokio::test]
-async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Result<()> {
-    let mut s = Scenario::new("caches")
+/// A scenario whose parent `p` has its five children and has observed them all.
+async fn converged(name: &str) -> anyhow::Result<Running> {
+    let s = Scenario::new(name)
         .crd("Thing", "things")
         .hook(five_children)
         .controller(Cc::new("things-cc"))
@@ -42,30 +34,53 @@ async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Resul
         p["status"]["observed"] == CHILDREN
     })
     .await?;
-    s.stop_controller().await?;
+    Ok(s)
+}
 
-    // the child list answers slowly: the parent watch syncs first, as after a leader takeover
-    // on a busy cluster (a real cluster has no fault injection: the property is still checked)
-    let slow = s.server().map(|server| {
+/// Makes every child (ConfigMap) list answer 2 s late, on kmeta-apiserver (a real cluster has
+/// no fault injection: `None`).
+fn slow_child_list(s: &Running) -> Option<kmeta_apiserver::HookId> {
+    s.server().map(|server| {
         server
             .faults()
             .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2))
-    });
-    let before = s.server().map(|server| server.counters());
-    let calls_before = s.hooks().count("sync");
-    s.start_controller();
-    until("a sync after the restart", || {
+    })
+}
+
+/// Waits for a sync after the first `calls_before` and checks that every sync since saw all the
+/// children.
+async fn every_sync_since_sees_every_child(
+    s: &Running,
+    calls_before: usize,
+    when: &str,
+) -> anyhow::Result<()> {
+    until(&format!("a sync {when}"), || {
         s.hooks().count("sync") > calls_before
     })
     .await?;
     let seen: Vec<usize> = s.hooks().calls("sync")[calls_before..]
         .iter()
-        .map(observed_children)
+        .map(observed_configmaps)
         .collect();
     assert!(
         seen.iter().all(|n| *n == CHILDREN),
-        "children observed by the hook after the restart: {seen:?}, {CHILDREN} exist"
+        "children observed by the hook {when}: {seen:?}, {CHILDREN} exist"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Result<()> {
+    let mut s = converged("caches").await?;
+    s.stop_controller().await?;
+
+    // the child list answers slowly: the parent watch syncs first, as after a leader takeover
+    // on a busy cluster (a real cluster has no fault injection: the property is still checked)
+    let slow = slow_child_list(&s);
+    let before = s.server().map(|server| server.counters());
+    let calls_before = s.hooks().count("sync");
+    s.start_controller();
+    every_sync_since_sees_every_child(&s, calls_before, "after the restart").await?;
     if let (Some(server), Some(before), Some(slow)) = (s.server(), before, slow) {
         let d = server.counters().since(&before);
         assert_eq!(
@@ -82,26 +97,12 @@ async fn restart_waits_for_child_caches_before_the_first_sync() -> anyhow::Resul
 /// replaces them, so a sync during a slow relist still sees every child.
 #[tokio::test]
 async fn relist_keeps_every_child_visible_until_the_new_list_arrives() -> anyhow::Result<()> {
-    let s = Scenario::new("relist")
-        .crd("Thing", "things")
-        .hook(five_children)
-        .controller(Cc::new("things-cc"))
-        .parent("p", json!({}))
-        .start()
-        .await?;
-    s.wait_parent("p", "all children observed", |p| {
-        p["status"]["observed"] == CHILDREN
-    })
-    .await?;
-    let Some(server) = s.server() else {
+    let s = converged("relist").await?;
+    let (Some(server), Some(slow)) = (s.server(), slow_child_list(&s)) else {
         // a real cluster cannot be made to expire watches on demand
         eprintln!("relist scenario needs kmeta-apiserver's fault injection: checked there");
         return s.finish().await;
     };
-    let slow =
-        server
-            .faults()
-            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2));
     let before = server.counters();
     // every watch is closed and its resumption answered 410: each informer relists
     server.faults().expire_next_watches(10);
@@ -109,18 +110,7 @@ async fn relist_keeps_every_child_visible_until_the_new_list_arrives() -> anyhow
     let calls_before = s.hooks().count("sync");
     let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
     s.merge_patch(&s.parents(), "p", touch).await?;
-    until("a sync during the relist", || {
-        s.hooks().count("sync") > calls_before
-    })
-    .await?;
-    let seen: Vec<usize> = s.hooks().calls("sync")[calls_before..]
-        .iter()
-        .map(observed_children)
-        .collect();
-    assert!(
-        seen.iter().all(|n| *n == CHILDREN),
-        "children observed by the hook during the relist: {seen:?}, {CHILDREN} exist"
-    );
+    every_sync_since_sees_every_child(&s, calls_before, "during the relist").await?;
     until("the child watch relisted", || {
         server.counters().since(&before).count("list", "configmaps") > 0
     })
@@ -140,11 +130,7 @@ async fn an_unsynced_child_watch_makes_the_sync_a_retry() -> anyhow::Result<()> 
         .start()
         .await?;
     s.stop_controller().await?;
-    let Some(slow) = s.server().map(|server| {
-        server
-            .faults()
-            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2))
-    }) else {
+    let Some(slow) = slow_child_list(&s) else {
         eprintln!("needs kmeta-apiserver's fault injection to slow the child list: checked there");
         return s.finish().await;
     };
