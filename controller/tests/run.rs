@@ -48,12 +48,7 @@ async fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus
 
 #[tokio::test]
 async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    let client = server.client();
-    kmeta::cmd::dev::install_crds(&client).await?;
+    let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     let (metrics, health) = (free_port()?, free_port()?);
     let log_path = dir.path().join("kmeta.log");
     let mut proc = Proc(
@@ -120,6 +115,26 @@ async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Resul
 }
 
 /// A sync hook on 127.0.0.1:0 answering one ConfigMap child per parent.
+/// An API server with kmeta's CRDs installed, and a kubeconfig for it in a temporary directory
+/// (kept as long as the returned `TempDir`).
+async fn server_with_kmeta_crds()
+-> anyhow::Result<(TestServer, tempfile::TempDir, std::path::PathBuf)> {
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    Ok((server, dir, kubeconfig))
+}
+
+/// Serves `app` on a free local port; returns its `/sync` URL.
+async fn serve_hook(app: axum::Router) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/sync", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
 /// A sync hook that wants `per_parent` ConfigMaps `<parent>-<i>` per parent.
 async fn many_children_hook(per_parent: usize) -> anyhow::Result<String> {
     use axum::Json;
@@ -140,10 +155,7 @@ async fn many_children_hook(per_parent: usize) -> anyhow::Result<String> {
             Json(json!({"status": {}, "children": children}))
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/sync", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve_hook(app).await
 }
 
 async fn hook() -> anyhow::Result<String> {
@@ -163,10 +175,7 @@ async fn hook() -> anyhow::Result<String> {
             }))
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/sync", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve_hook(app).await
 }
 
 /// A `notes` CRD and a CompositeController with ConfigMap children calling a local hook; returns
@@ -234,11 +243,7 @@ async fn create_notes_controller(
 /// it; once it has, the instance is ready.
 #[tokio::test]
 async fn readyz_names_the_watch_it_waits_for() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (server, _dir, kubeconfig) = server_with_kmeta_crds().await?;
     create_notes_controller(&server, &hook().await?).await?;
     // the child resource lists slowly
     let slow =
@@ -378,23 +383,11 @@ async fn leading(health: u16) -> Option<bool> {
 #[tokio::test]
 async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow::Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
-    let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     let (mut a, ha, ma) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
     let (mut b, hb, mb) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
     let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
-    let holder = || async {
-        leases
-            .get_opt("metacontroller")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-            .filter(|h| !h.is_empty())
-    };
+    let holder = || lease_holder(&leases);
     wait_for("a leader", || async { holder().await.is_some() }).await?;
     wait_for("both instances to answer /readyz", || async {
         leading(ha).await.is_some() && leading(hb).await.is_some()
@@ -462,11 +455,7 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
     use k8s_openapi::api::core::v1::ConfigMap;
     const PARENTS: usize = 3;
     const PER_PARENT: usize = 20;
-    let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     let notes = create_notes_controller(&server, &many_children_hook(PER_PARENT).await?).await?;
     // creates take a while, so the leader is killed with some children made and some not
     server.faults().add_latency(
