@@ -70,17 +70,7 @@ impl Inner {
         check_no_new_finalizers(req, &name, old, &new)?;
         let crd_def = self.admit_update(adm, req, &name, old, opts, &mut new)?;
         bump_generation(req, old, &mut new);
-        let writer = Writer {
-            manager: &opts.field_manager,
-            api_version: &api_version,
-            subresource: if req.sub.as_deref() == Some("status") {
-                "status"
-            } else {
-                ""
-            },
-            scope: req.scope(),
-            now: &now,
-        };
+        let writer = req.writer(&opts.field_manager, &api_version, &now);
         record_managed_fields(req, &writer, old, applied, client_managed, &mut new);
         if without_volatile(old) == without_volatile(&new) {
             return Ok(Self::present(old, &api_version));

@@ -19,11 +19,7 @@ impl Inner {
         req: &Req,
         opts: &DeleteOpts,
     ) -> ApiResult<Deleted> {
-        let name = req.name.clone().unwrap_or_default();
-        let key = req.key(&name);
-        let Some(obj) = self.store.get(&key).cloned() else {
-            return Err(ApiError::not_found(req.target()));
-        };
+        let (key, obj) = self.stored(req)?;
         if let Some(uid) = &opts.uid
             && Some(uid.as_str()) != uid_of(&obj)
         {
@@ -54,7 +50,7 @@ impl Inner {
             &mut probe,
             Operation::Delete,
         )
-        .map_err(|e| admission_error(e, req, &name))?;
+        .map_err(|e| admission_error(e, req, &key.name))?;
         if opts.dry_run {
             return Ok(Deleted::Pending(obj));
         }

@@ -1,10 +1,12 @@
 //! [`Inner`], the mutable state every engine operation works on: storage, the served
 //! resources, the seeded generator of uids and names, and the warnings of the current request.
 
+use super::request::Req;
+use crate::error::{ApiError, ApiResult};
 use crate::hooks::SplitMix;
 use crate::patch::{self, ListKind};
 use crate::registry::{Registry, ResourceDef};
-use crate::store::{Obj, Storage};
+use crate::store::{Key, Obj, Storage};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -20,6 +22,15 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The stored object an item request names, with its key; NotFound when there is none.
+    pub(super) fn stored(&self, req: &Req) -> ApiResult<(Key, Obj)> {
+        let key = req.key(req.name.as_deref().unwrap_or_default());
+        match self.store.get(&key) {
+            Some(obj) => Ok((key, obj.clone())),
+            None => Err(ApiError::not_found(req.target())),
+        }
+    }
+
     /// New state.
     pub(crate) fn new(window: usize, seed: u64) -> Self {
         Inner {

@@ -32,16 +32,19 @@ pub(super) fn meta_str<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     meta(v)?.get(k)?.as_str()
 }
 
-pub(super) fn finalizers(v: &Value) -> Vec<String> {
-    meta(v)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+/// The strings of a JSON array (other items skipped; not an array: none).
+fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(|s| s.as_str().map(str::to_string))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+pub(super) fn finalizers(v: &Value) -> Vec<String> {
+    string_list(meta(v).and_then(|m| m.get("finalizers")))
 }
 
 pub(super) fn set_finalizers(v: &mut Value, f: &[String]) {
@@ -58,13 +61,5 @@ pub(super) fn deleting(v: &Value) -> bool {
 }
 
 pub(super) fn ns_spec_finalizers(v: &Value) -> Vec<String> {
-    v.get("spec")
-        .and_then(|s| s.get("finalizers"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    string_list(v.get("spec").and_then(|s| s.get("finalizers")))
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{ApiError, ApiResult, Target};
 use crate::registry::ResourceDef;
-use crate::ssa::Scope;
+use crate::ssa::{Scope, Writer};
 use crate::store::{Key, Obj};
 
 /// A request's resolved target.
@@ -38,6 +38,26 @@ impl Req {
     }
     pub(super) fn api_version(&self) -> String {
         self.def.api_version(&self.version)
+    }
+    /// The `managedFields` writer of an update or apply by `manager` through this request (its
+    /// subresource is `status` or the main resource).
+    pub(super) fn writer<'a>(
+        &self,
+        manager: &'a str,
+        api_version: &'a str,
+        now: &'a str,
+    ) -> Writer<'a> {
+        Writer {
+            manager,
+            api_version,
+            subresource: if self.sub.as_deref() == Some("status") {
+                "status"
+            } else {
+                ""
+            },
+            scope: self.scope(),
+            now,
+        }
     }
     pub(super) fn scope(&self) -> Scope {
         match (self.def.status_subresource, self.sub.as_deref()) {

@@ -136,11 +136,7 @@ impl Inner {
         body: Value,
         opts: &WriteOpts,
     ) -> ApiResult<Obj> {
-        let name = req.name.clone().unwrap_or_default();
-        let key = req.key(&name);
-        let Some(old) = self.store.get(&key).cloned() else {
-            return Err(ApiError::not_found(req.target()));
-        };
+        let (key, old) = self.stored(req)?;
         self.write_scale(adm, req, &key, &old, body, opts)
     }
 }

@@ -7,7 +7,7 @@ use super::object::{meta, meta_str, now_rfc3339};
 use super::request::{Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
 use crate::hooks::Admission;
-use crate::ssa::{self, Writer};
+use crate::ssa;
 use crate::store::Obj;
 use serde_json::{Value, json};
 
@@ -20,11 +20,8 @@ impl Inner {
         body: Value,
         opts: &WriteOpts,
     ) -> ApiResult<Obj> {
-        let name = req.name.clone().unwrap_or_default();
-        let key = req.key(&name);
-        let Some(old) = self.store.get(&key).cloned() else {
-            return Err(ApiError::not_found(req.target()));
-        };
+        let (key, old) = self.stored(req)?;
+        let name = &key.name;
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the request body must be a JSON object",
@@ -140,17 +137,7 @@ impl Inner {
         }
         let now = now_rfc3339();
         let kinds = Self::kinds_for(&req.def, &req.version);
-        let writer = Writer {
-            manager: &opts.field_manager,
-            api_version: &api_version,
-            subresource: if req.sub.as_deref() == Some("status") {
-                "status"
-            } else {
-                ""
-            },
-            scope: req.scope(),
-            now: &now,
-        };
+        let writer = req.writer(&opts.field_manager, &api_version, &now);
         let live = Self::present(&old, &api_version);
         let merged = ssa::apply(&live, &cfg, &writer, opts.force, &kinds)
             .map_err(|conflicts| apply_conflict(req, &name, &conflicts))?;

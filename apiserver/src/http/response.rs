@@ -87,15 +87,17 @@ pub(super) fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u
     out
 }
 
-pub(super) fn wants_metadata(headers: &HeaderMap) -> bool {
+/// Whether the first media type of the `Accept` header asks for the view `as=<what>`.
+fn accepts_as(headers: &HeaderMap, what: &str) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
-        })
+        .and_then(|a| a.split(',').next())
+        .is_some_and(|first| first.contains(&format!("as={what}")))
+}
+
+pub(super) fn wants_metadata(headers: &HeaderMap) -> bool {
+    accepts_as(headers, "PartialObjectMetadata")
 }
 
 /// `PartialObjectMetadata` view of an object (metadata-only requests).
@@ -108,14 +110,7 @@ pub(super) fn partial(obj: &Value) -> Value {
 }
 
 pub(super) fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        })
+    accepts_as(headers, "Table")
 }
 
 /// The server-side `Table` kubectl asks for (see [`super::table`]).
