@@ -205,9 +205,8 @@ impl ParentController {
     /// Waits until the parent watch and every child watch have listed once (the manager's
     /// readiness signal).
     pub async fn wait_watches_synced(&self) {
-        self.c.parents.wait_synced().await;
-        for rule in self.c.children.values() {
-            rule.informer.wait_synced().await;
+        for watch in self.watches() {
+            watch.wait_synced().await;
         }
     }
 
