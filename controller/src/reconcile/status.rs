@@ -43,6 +43,7 @@ pub async fn set_finalizer(
         true
     })
     .await
+    .map(kapi::Updated::object)
     .map_err(api_err(format!(
         "updating finalizer {fin} on {}",
         describe(parent)
@@ -94,7 +95,7 @@ pub async fn update_status(
             },
         )
         .await
-        .map(|written| written.as_ref().map(resource_version))
+        .map(|u| u.written().map(resource_version))
         .map_err(api_err(action())),
         Err(e) => Err(api_err(action())(e)),
     }
@@ -127,9 +128,88 @@ pub async fn report_failure(
         },
     )
     .await
-    .map(|written| written.as_ref().map(resource_version))
+    .map(|u| u.written().map(resource_version))
     .map_err(api_err(format!(
         "reporting failure on {}",
         describe(parent)
     )))
+}
+
+#[cfg(all(test, feature = "embedded-apiserver"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::reconcile::ManagerConfig;
+    use kube::api::{ApiResource, Patch, PatchParams, PostParams};
+    use kube::core::{DynamicObject, GroupVersionKind};
+    use serde_json::json;
+
+    /// A namespaced kind `Thing` with a status subresource, served by an in-memory API server.
+    async fn things() -> anyhow::Result<(kmeta_apiserver::TestServer, Resolved)> {
+        let server = kmeta_apiserver::TestServer::start().await?;
+        let crds: kube::Api<DynamicObject> = kube::Api::all_with(
+            server.client(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+                "customresourcedefinitions",
+            ),
+        );
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "things.status.kmeta.test"},
+            "spec": {"group": "status.kmeta.test", "scope": "Namespaced",
+                "names": {"kind": "Thing", "plural": "things", "singular": "thing", "listKind": "ThingList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        crds.create(&PostParams::default(), &serde_json::from_value(crd)?)
+            .await?;
+        let resolved = Resolved {
+            api: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("status.kmeta.test", "v1", "Thing"),
+                "things",
+            ),
+            namespaced: true,
+            has_status: true,
+        };
+        Ok((server, resolved))
+    }
+
+    /// A status write that finds the status already as wanted writes nothing and claims no
+    /// resourceVersion: the one it read may be another writer's change, whose watch event the
+    /// caller must not take for its own write and ignore.
+    #[tokio::test]
+    async fn status_already_as_wanted_claims_no_resource_version() -> anyhow::Result<()> {
+        let (server, things) = things().await?;
+        let ctx = Context::new(server.client(), ManagerConfig::default());
+        let api = kapi::api(&ctx.client, &things, "default");
+        let thing = json!({"apiVersion": "status.kmeta.test/v1", "kind": "Thing",
+                           "metadata": {"name": "t", "namespace": "default"}, "spec": {"n": 1}});
+        // kmeta-apiserver serves a CRD as soon as its create returns
+        let created = api
+            .create(&PostParams::default(), &serde_json::from_value(thing)?)
+            .await?;
+        let stale = serde_json::to_value(created)?;
+        let status = json!({"ready": true});
+        let first = update_status(&ctx, &things, &stale, Some(&status)).await?;
+        assert!(first.is_some(), "the first write changes the status");
+        // another writer changes the spec; this controller still holds the stale copy
+        let other = api
+            .patch(
+                "t",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"n": 2}})),
+            )
+            .await?;
+        let other_rv = other.metadata.resource_version.clone().unwrap();
+        let again = update_status(&ctx, &things, &stale, Some(&status)).await?;
+        assert_eq!(
+            again, None,
+            "claimed {other_rv}, the other writer's version"
+        );
+        let live = api.get("t").await?;
+        assert_eq!(live.metadata.resource_version.as_deref(), Some(&*other_rv));
+        Ok(())
+    }
 }

@@ -87,25 +87,54 @@ pub async fn delete(api: &Api<DynamicObject>, obj: &Value) -> Result<(), kube::E
     api.delete(meta_str(obj, "name"), &dp).await.map(|_| ())
 }
 
+/// What [`atomic_update`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Updated {
+    /// The object as this call wrote it.
+    Written(Value),
+    /// `modify` wanted no write: the object as read (its resourceVersion may be another
+    /// writer's, never this call's).
+    Unchanged(Value),
+    /// The object is gone, or its UID changed.
+    Gone,
+}
+
+impl Updated {
+    /// The object as it is now (written or read), `None` when gone.
+    pub fn object(self) -> Option<Value> {
+        match self {
+            Updated::Written(v) | Updated::Unchanged(v) => Some(v),
+            Updated::Gone => None,
+        }
+    }
+
+    /// The object as this call wrote it, `None` when nothing was written.
+    pub fn written(&self) -> Option<&Value> {
+        match self {
+            Updated::Written(v) => Some(v),
+            Updated::Unchanged(_) | Updated::Gone => None,
+        }
+    }
+}
+
 /// GET-modify-PUT with retries on conflict. `modify` returns false when no write is needed.
-/// Returns `None` when the object is gone or its UID changed.
 pub async fn atomic_update(
     api: &Api<DynamicObject>,
     name: &str,
     uid: &str,
     status: bool,
     modify: impl Fn(&mut Value) -> bool,
-) -> Result<Option<Value>, kube::Error> {
+) -> Result<Updated, kube::Error> {
     let mut attempt = 0;
     loop {
         let Some(mut live) = get(api, name).await? else {
-            return Ok(None);
+            return Ok(Updated::Gone);
         };
         if !uid.is_empty() && meta_str(&live, "uid") != uid {
-            return Ok(None);
+            return Ok(Updated::Gone);
         }
         if !modify(&mut live) {
-            return Ok(Some(live));
+            return Ok(Updated::Unchanged(live));
         }
         let res = if status {
             replace_status(api, &live).await
@@ -113,9 +142,9 @@ pub async fn atomic_update(
             replace(api, &live).await
         };
         match res {
-            Ok(v) => return Ok(Some(v)),
+            Ok(v) => return Ok(Updated::Written(v)),
             Err(e) if is_conflict(&e) && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
-            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) if is_not_found(&e) => return Ok(Updated::Gone),
             Err(e) => return Err(e),
         }
     }

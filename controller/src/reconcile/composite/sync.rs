@@ -169,9 +169,11 @@ async fn adopt(
     )
     .await
     .map_err(api_err(format!("adopting {}", describe(orphan))))?;
-    c.ctx.config.metrics.child_op(&c.name, "adopt");
+    if adopted.written().is_some() {
+        c.ctx.config.metrics.child_op(&c.name, "adopt");
+    }
     let uid = meta_str(parent, "uid");
-    Ok(adopted.filter(|a| controller_uid(a) == Some(uid)))
+    Ok(adopted.object().filter(|a| controller_uid(a) == Some(uid)))
 }
 
 /// Releases a child controlled by the parent with `uid` that no longer matches the selector
@@ -184,7 +186,7 @@ async fn release(
     child: &Value,
 ) -> Result<(), SyncError> {
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
-    kapi::atomic_update(
+    let released = kapi::atomic_update(
         &api,
         meta_str(child, "name"),
         meta_str(child, "uid"),
@@ -202,7 +204,9 @@ async fn release(
     )
     .await
     .map_err(api_err(format!("releasing {}", describe(child))))?;
-    c.ctx.config.metrics.child_op(&c.name, "release");
+    if released.written().is_some() {
+        c.ctx.config.metrics.child_op(&c.name, "release");
+    }
     Ok(())
 }
 
