@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
+use kmeta::ops::fence::{Fence, Fenced};
 use kmeta::ops::leader::{self, LeaderConfig, LeaderError};
 use kube::api::Api;
 use tokio::task::JoinHandle;
@@ -24,6 +25,7 @@ fn config(identity: &str) -> LeaderConfig {
         retry_period: Duration::from_millis(200),
         leading: Arc::new(AtomicBool::new(false)),
         metrics: None,
+        fence: Fence::new(),
     }
 }
 
@@ -320,5 +322,94 @@ async fn lease_taken_by_another_holder_stops_the_leader() -> anyhow::Result<()> 
     assert!(!a.working.load(Ordering::SeqCst));
     // a lost leader does not touch the lease
     assert_eq!(holder(&api).await?.as_deref(), Some("intruder"));
+    Ok(())
+}
+
+/// Writes ConfigMaps through a client fenced by `fence` every 20 ms until dropped, as a sync
+/// that ignores cancellation would; counts the writes sent and the writes the fence refused.
+#[derive(Default)]
+struct Writes {
+    ok: AtomicUsize,
+    fenced: AtomicUsize,
+    other: AtomicUsize,
+}
+
+fn keep_writing(client: kube::Client, writes: Arc<Writes>) -> JoinHandle<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    tokio::spawn(async move {
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        for i in 0.. {
+            let mut cm = ConfigMap::default();
+            cm.metadata.name = Some(format!("w-{i}"));
+            match api.create(&Default::default(), &cm).await {
+                Ok(_) => writes.ok.fetch_add(1, Ordering::SeqCst),
+                Err(kube::Error::Service(e)) if e.is::<Fenced>() => {
+                    writes.fenced.fetch_add(1, Ordering::SeqCst)
+                }
+                Err(_) => writes.other.fetch_add(1, Ordering::SeqCst),
+            };
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// A leader that cannot renew loses the Lease with work that never stops (a sync stuck in a hook
+/// call, a task outside the work): `run_elected` returns at once instead of waiting for it, and
+/// from then on the fenced client sends no write at all.
+#[tokio::test]
+async fn a_leader_that_lost_the_lease_sends_no_write() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let cfg = config("a");
+    let kube_config =
+        kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default()).await?;
+    let metrics = Arc::new(kmeta::ops::Metrics::default());
+    let limits = kmeta::ops::ratelimit::RateLimit { qps: 0.0, burst: 0 };
+    let fenced =
+        kmeta::ops::ratelimit::fenced_client(kube_config, limits, metrics, cfg.fence.clone())?;
+    let writes = Arc::new(Writes::default());
+    let writer = keep_writing(fenced, writes.clone());
+    let task = {
+        let (cfg, leading) = (cfg.clone(), cfg.leading.clone());
+        tokio::spawn(leader::run_elected(
+            server.client(),
+            cfg,
+            CancellationToken::new(),
+            move |_stop: CancellationToken| async move {
+                let _ = leading; // the work ignores its token
+                std::future::pending::<()>().await;
+            },
+        ))
+    };
+    eventually("writes while leading", || {
+        writes.ok.load(Ordering::SeqCst) >= 3
+    })
+    .await?;
+    assert_eq!(writes.other.load(Ordering::SeqCst), 0);
+
+    server.faults().inject(
+        kmeta_apiserver::FaultSpec::error(500)
+            .verb("update")
+            .resource("leases"),
+    );
+    let result = tokio::time::timeout(DEADLINE, task)
+        .await
+        .context("the lost leader waited for work that never returns")??;
+    assert!(
+        matches!(result, Err(LeaderError::Lost { .. })),
+        "{result:?}"
+    );
+    let sent = server.counters().writes_to("configmaps");
+    let fenced_before = writes.fenced.load(Ordering::SeqCst);
+    eventually("ten more write attempts", || {
+        writes.fenced.load(Ordering::SeqCst) >= fenced_before + 10
+    })
+    .await?;
+    writer.abort();
+    assert_eq!(
+        server.counters().writes_to("configmaps"),
+        sent,
+        "a write reached the API server after the Lease was lost"
+    );
+    assert_eq!(writes.other.load(Ordering::SeqCst), 0);
     Ok(())
 }

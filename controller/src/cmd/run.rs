@@ -9,10 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::cli::RunConfig;
+use crate::ops::fence::Fence;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
-use crate::ops::ratelimit::RateLimit;
+use crate::ops::ratelimit::{self, RateLimit};
 use crate::reconcile::core::ManagerConfig;
 
 /// Where the pod's namespace is mounted in a cluster.
@@ -189,8 +190,16 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         qps: config.qps,
         burst: config.burst,
     };
-    let client = crate::ops::ratelimit::client(kube_config.clone(), limits, metrics.clone())
-        .map_err(|e| RunError::Client(e.to_string()))?;
+    // Under leader election every write of the work's client passes the fence the election
+    // opens and closes, so a leader that lost its Lease sends nothing.
+    let fence = Fence::new();
+    let client = match &config.leader {
+        Some(_) => {
+            ratelimit::fenced_client(kube_config.clone(), limits, metrics.clone(), fence.clone())
+        }
+        None => ratelimit::client(kube_config.clone(), limits, metrics.clone()),
+    }
+    .map_err(|e| RunError::Client(e.to_string()))?;
     let probes = Probes {
         elected: config.leader.is_some(),
         ..Probes::default()
@@ -214,11 +223,12 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
                 name: flags.name.clone(),
                 leading: probes.leading.clone(),
                 metrics: Some(metrics.clone()),
+                fence,
                 ..LeaderConfig::default()
             };
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.
-            let lease_client = crate::ops::ratelimit::client(kube_config, limits, metrics)
+            let lease_client = ratelimit::client(kube_config, limits, metrics)
                 .map_err(|e| RunError::Client(e.to_string()))?;
             run_elected_manager(lease_client, leader, client, manager, shutdown, bound).await
         }

@@ -44,6 +44,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::ops::fence::Fence;
 use crate::ops::metrics::Metrics;
 use crate::runtime::kapi::is_conflict;
 
@@ -76,6 +77,10 @@ pub struct LeaderConfig {
     pub leading: Arc<AtomicBool>,
     /// Where leadership is reported as `kmeta_leader_election_status{name}`. Default: none.
     pub metrics: Option<Arc<Metrics>>,
+    /// The write fence of the work's API client: opened by each acquisition or renewal until
+    /// its start plus the renew deadline, closed when the Lease is lost or released. Default: a
+    /// fresh fence no client checks.
+    pub fence: Fence,
 }
 
 impl Default for LeaderConfig {
@@ -89,6 +94,7 @@ impl Default for LeaderConfig {
             retry_period: Duration::from_secs(2),
             leading: Arc::new(AtomicBool::new(false)),
             metrics: None,
+            fence: Fence::new(),
         }
     }
 }
@@ -496,8 +502,9 @@ where
         return Ok(());
     };
 
-    // leader
-    tracing::info!(lease = %lease_name, identity = %cfg.identity, "acquired the leader lease");
+    // leader; client-go's wording, which scripts written for Metacontroller grep for
+    cfg.fence.open_until(acquired_at + cfg.renew_deadline);
+    tracing::info!(lease = %lease_name, identity = %cfg.identity, "successfully acquired lease {lease_name}");
     cfg.set_leading(true);
     let work_token = CancellationToken::new();
     let work_fut = work(work_token.clone());
@@ -506,6 +513,7 @@ where
         .lead(&mut elector, &work_token, work_fut.as_mut(), acquired_at)
         .await;
 
+    cfg.fence.close();
     cfg.set_leading(false);
     work_token.cancel();
     match end {
@@ -514,8 +522,9 @@ where
             Ok(())
         }
         End::Lost(reason) => {
+            // the work is dropped here, not drained: every in-flight sync stops at once, and the
+            // closed fence refuses any write a task outside it might still attempt
             tracing::error!(lease = %lease_name, %reason, "lost the leader lease: stopping work");
-            work_fut.await;
             Err(elector.lost(reason))
         }
     }
@@ -534,7 +543,7 @@ impl Phase<'_> {
     /// attempt started; `None` when shutdown came first.
     async fn acquire(&self, elector: &mut Elector) -> Option<Instant> {
         let (cfg, lease_name, shutdown) = (self.cfg, self.lease_name, self.shutdown);
-        tracing::info!(lease = %lease_name, identity = %cfg.identity, "waiting to acquire the leader lease");
+        tracing::info!(lease = %lease_name, identity = %cfg.identity, "attempting to acquire leader lease {lease_name}...");
         loop {
             let started = Instant::now();
             let attempt = tokio::select! {
@@ -596,7 +605,10 @@ impl Phase<'_> {
                 () = &mut work_fut => return End::WorkReturned,
                 (started, result) = attempt => {
                     match result {
-                        Ok(Ok(Renewal::Renewed)) => last_renewed = started,
+                        Ok(Ok(Renewal::Renewed)) => {
+                            last_renewed = started;
+                            cfg.fence.open_until(started + cfg.renew_deadline);
+                        }
                         Ok(Ok(Renewal::Lost(reason))) => return End::Lost(reason),
                         Ok(Ok(Renewal::Conflict)) => {
                             tracing::debug!(lease = %lease_name, "leader lease renewal conflicted; re-reading");

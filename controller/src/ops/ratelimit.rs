@@ -32,6 +32,7 @@ use http::{Method, Request, Response, Uri};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
+use crate::ops::fence::{Fence, FenceLayer};
 use crate::ops::metrics::Metrics;
 
 /// Limits of the client-side token bucket.
@@ -336,6 +337,22 @@ pub fn client(
 ) -> Result<kube::Client, kube::Error> {
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
+        .with_layer(&RateLimitLayer::new(limits, metrics))
+        .build())
+}
+
+/// As [`client`], with every write checked against `fence` once its rate-limit wait is over
+/// (the fence is the innermost layer, so a write that waited for a token while the Lease was
+/// lost is still refused).
+pub fn fenced_client(
+    config: kube::Config,
+    limits: RateLimit,
+    metrics: Arc<Metrics>,
+    fence: Fence,
+) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder
+        .with_layer(&FenceLayer::new(fence))
         .with_layer(&RateLimitLayer::new(limits, metrics))
         .build())
 }

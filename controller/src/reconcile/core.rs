@@ -246,6 +246,11 @@ pub enum SyncError {
     /// `watch_sync_deadline`: the sync is retried rather than run on a partial cache.
     #[error("watch {0} not synced yet")]
     WatchNotSynced(String),
+    /// The object changed since the sync read it (a write based on that read got 409 Conflict):
+    /// the write is abandoned, never redone on a re-read, and the sync retried on the newer
+    /// version (requeued without an event).
+    #[error("{0} changed since it was read; syncing again")]
+    Stale(String),
     /// A related-resource rule is invalid or unresolvable.
     #[error("customize: {0}")]
     Related(String),
@@ -409,6 +414,10 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
             tracing::debug!(related = %watch, "waiting for related watch");
             r.queue().add_rate_limited(key.clone());
         }
+        Err(SyncError::Stale(what)) => {
+            tracing::debug!(%what, "changed since read; syncing again");
+            r.queue().add_rate_limited(key.clone());
+        }
         Err(e) => {
             let delay = r.queue().add_rate_limited(key.clone());
             tracing::warn!(error = %e, ?delay, "sync failed");
@@ -462,6 +471,7 @@ fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
         Err(
             SyncError::RelatedNotSynced(_)
             | SyncError::WatchNotSynced(_)
+            | SyncError::Stale(_)
             | SyncError::Hook(HookError::TooManyRequests { .. }),
         ) => "retry",
         Err(_) => "error",

@@ -54,7 +54,8 @@ fn resource_version(obj: &Value) -> String {
     meta_str(obj, "resourceVersion").to_owned()
 }
 
-/// Writes the hook's status plus `observedGeneration` to `/status`, only when it differs;
+/// Writes the hook's status plus `observedGeneration` to `/status`, only when it differs, with
+/// the resourceVersion of `parent` as read ([`SyncError::Stale`] on a conflict);
 /// returns the resourceVersion written, if any (so the owner can tell its own write's watch
 /// event from a change made by others).
 pub async fn update_status(
@@ -75,29 +76,16 @@ pub async fn update_status(
     if let Some(m) = next.as_object_mut() {
         m.insert("status".into(), want.clone());
     }
-    let action = || format!("updating status of {}", describe(parent));
+    // Written on the version the sync read: a 409 means someone changed the parent since
+    // (a spec edit, or a newer leader's status), and this status, computed from the older
+    // version, must not overwrite it. The sync runs again on the newer version instead.
     match kapi::replace_status(&api, &next).await {
         Ok(written) => Ok(Some(resource_version(&written))),
         Err(e) if kapi::is_not_found(&e) => Ok(None),
-        Err(e) if kapi::is_conflict(&e) => kapi::atomic_update(
-            &api,
-            meta_str(parent, "name"),
-            meta_str(parent, "uid"),
-            true,
-            |live| {
-                if !decide::status_changed(live, &want) {
-                    return false;
-                }
-                if let Some(m) = live.as_object_mut() {
-                    m.insert("status".into(), want.clone());
-                }
-                true
-            },
-        )
-        .await
-        .map(|u| u.written().map(resource_version))
-        .map_err(api_err(action())),
-        Err(e) => Err(api_err(action())(e)),
+        Err(e) if kapi::is_conflict(&e) => Err(SyncError::Stale(describe(parent))),
+        Err(e) => Err(api_err(format!("updating status of {}", describe(parent)))(
+            e,
+        )),
     }
 }
 
@@ -176,25 +164,21 @@ mod tests {
         Ok((server, resolved))
     }
 
-    /// A status write that finds the status already as wanted writes nothing and claims no
-    /// resourceVersion: the one it read may be another writer's change, whose watch event the
-    /// caller must not take for its own write and ignore.
-    #[tokio::test]
-    async fn status_already_as_wanted_claims_no_resource_version() -> anyhow::Result<()> {
-        let (server, things) = things().await?;
-        let ctx = Context::new(server.client(), ManagerConfig::default());
-        let api = kapi::api(&ctx.client, &things, "default");
+    /// The parent `t` of kind Thing, created.
+    async fn thing(ctx: &Context, things: &Resolved) -> anyhow::Result<Value> {
+        let api = kapi::api(&ctx.client, things, "default");
         let thing = json!({"apiVersion": "status.kmeta.test/v1", "kind": "Thing",
                            "metadata": {"name": "t", "namespace": "default"}, "spec": {"n": 1}});
         // kmeta-apiserver serves a CRD as soon as its create returns
         let created = api
             .create(&PostParams::default(), &serde_json::from_value(thing)?)
             .await?;
-        let stale = serde_json::to_value(created)?;
-        let status = json!({"ready": true});
-        let first = update_status(&ctx, &things, &stale, Some(&status)).await?;
-        assert!(first.is_some(), "the first write changes the status");
-        // another writer changes the spec; this controller still holds the stale copy
+        Ok(serde_json::to_value(created)?)
+    }
+
+    /// Another writer changes the spec of `t`; returns its resourceVersion.
+    async fn other_writer(ctx: &Context, things: &Resolved) -> anyhow::Result<String> {
+        let api = kapi::api(&ctx.client, things, "default");
         let other = api
             .patch(
                 "t",
@@ -202,14 +186,43 @@ mod tests {
                 &Patch::Merge(json!({"spec": {"n": 2}})),
             )
             .await?;
-        let other_rv = other.metadata.resource_version.clone().unwrap();
-        let again = update_status(&ctx, &things, &stale, Some(&status)).await?;
-        assert_eq!(
-            again, None,
-            "claimed {other_rv}, the other writer's version"
-        );
-        let live = api.get("t").await?;
-        assert_eq!(live.metadata.resource_version.as_deref(), Some(&*other_rv));
+        Ok(other.metadata.resource_version.unwrap())
+    }
+
+    async fn live_rv(ctx: &Context, things: &Resolved) -> anyhow::Result<Option<String>> {
+        let api = kapi::api(&ctx.client, things, "default");
+        Ok(api.get("t").await?.metadata.resource_version)
+    }
+
+    /// The status computed from a version that is no longer current is never written over the
+    /// newer one (no re-read-and-overwrite): the sync is told to run again.
+    #[tokio::test]
+    async fn status_computed_from_a_stale_read_is_abandoned() -> anyhow::Result<()> {
+        let (server, things) = things().await?;
+        let ctx = Context::new(server.client(), ManagerConfig::default());
+        let stale = thing(&ctx, &things).await?;
+        let other_rv = other_writer(&ctx, &things).await?;
+        let status = json!({"ready": true});
+        let r = update_status(&ctx, &things, &stale, Some(&status)).await;
+        assert!(matches!(r, Err(SyncError::Stale(_))), "{r:?}");
+        assert_eq!(live_rv(&ctx, &things).await?, Some(other_rv));
+        Ok(())
+    }
+
+    /// A failure condition that is already there is not written again, and the resourceVersion
+    /// read is not claimed as this controller's write: it may be another writer's change, whose
+    /// watch event the caller must not take for its own write and ignore.
+    #[tokio::test]
+    async fn failure_already_reported_claims_no_resource_version() -> anyhow::Result<()> {
+        let (server, things) = things().await?;
+        let ctx = Context::new(server.client(), ManagerConfig::default());
+        let stale = thing(&ctx, &things).await?;
+        let first = report_failure(&ctx, &things, &stale, "hook down").await?;
+        assert!(first.is_some(), "the first report writes the condition");
+        let other_rv = other_writer(&ctx, &things).await?;
+        let again = report_failure(&ctx, &things, &stale, "hook down").await?;
+        assert_eq!(again, None, "claimed the other writer's version {other_rv}");
+        assert_eq!(live_rv(&ctx, &things).await?, Some(other_rv));
         Ok(())
     }
 }

@@ -1,0 +1,176 @@
+//! The write fence of a leader-elected `kmeta run`: below every API write, a check that this
+//! instance still holds the Lease.
+//!
+//! Leader election alone does not stop a leader that was paused (SIGSTOP, a long GC pause, a
+//! frozen VM) from writing once it resumes: its in-flight syncs carry on before its election
+//! loop has even noticed that the Lease expired, and a standby may already lead. The fence
+//! closes by the clock rather than by a notification: each successful renewal opens it until
+//! `renewal start + renew deadline` (on the monotonic clock, which keeps running while the
+//! process is stopped), so the instant the election loop would declare the Lease lost, every
+//! write is already refused, whether or not any task has been scheduled since. Losing the Lease
+//! or shutting down closes it at once.
+//!
+//! [`FenceLayer`] applies the check to a [`kube::Client`] just before a request is sent (after
+//! any rate-limit wait): methods other than GET, HEAD and OPTIONS fail with [`Fenced`] without
+//! reaching the API server. Reads and watches go on, so a standby keeps its caches warm.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use http::{Method, Request};
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+/// Whether writes are allowed: open until an instant, or closed. Cloning shares the state.
+#[derive(Clone, Debug, Default)]
+pub struct Fence {
+    /// Writes are allowed before this instant; `None`: closed. Starts closed.
+    open_until: Arc<Mutex<Option<Instant>>>,
+}
+
+/// The error of a write the fence refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "write refused: this instance does not hold the leader lease (lost, expired or not yet acquired)"
+)]
+pub struct Fenced;
+
+impl Fence {
+    /// A closed fence.
+    pub fn new() -> Fence {
+        Fence::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Option<Instant>) -> T) -> T {
+        match self.open_until.lock() {
+            Ok(mut g) => f(&mut g),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    /// Allows writes until `until` (a renewal that started at `t` proves the Lease held until
+    /// `t + renew deadline` at least; renewals move it forward, never back).
+    pub fn open_until(&self, until: Instant) {
+        self.with(|o| {
+            if o.is_none_or(|cur| until > cur) {
+                *o = Some(until);
+            }
+        });
+    }
+
+    /// Refuses every write from now on.
+    pub fn close(&self) {
+        self.with(|o| *o = None);
+    }
+
+    /// Whether a write may be sent at `now`.
+    pub fn permits(&self, now: Instant) -> bool {
+        self.with(|o| o.is_some_and(|until| now < until))
+    }
+}
+
+/// Whether a request with `method` changes anything on the server (and so must pass the fence).
+pub fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// A [`tower::Layer`] refusing writes while its [`Fence`] is closed.
+#[derive(Clone, Debug)]
+pub struct FenceLayer {
+    fence: Fence,
+}
+
+impl FenceLayer {
+    /// A layer checking `fence`.
+    pub fn new(fence: Fence) -> FenceLayer {
+        FenceLayer { fence }
+    }
+}
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = FenceService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FenceService {
+            inner,
+            fence: self.fence.clone(),
+        }
+    }
+}
+
+/// The service made by [`FenceLayer`].
+#[derive(Clone, Debug)]
+pub struct FenceService<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, ReqBody> Service<Request<ReqBody>> for FenceService<S>
+where
+    S: Service<Request<ReqBody>>,
+    S::Error: From<tower::BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let write = is_write(req.method());
+        // kube's inner stack sends nothing until this future is polled, so the check below is
+        // the last moment before the request leaves
+        let fut = self.inner.call(req);
+        let fence = self.fence.clone();
+        Box::pin(async move {
+            if write && !fence.permits(Instant::now()) {
+                let refused: tower::BoxError = Box::new(Fenced);
+                return Err(S::Error::from(refused));
+            }
+            fut.await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn starts_closed_opens_until_a_deadline_and_closes() {
+        let f = Fence::new();
+        let t = Instant::now();
+        assert!(!f.permits(t), "closed until a lease is held");
+        f.open_until(t + Duration::from_secs(10));
+        assert!(f.permits(t));
+        assert!(f.permits(t + Duration::from_millis(9_999)));
+        assert!(
+            !f.permits(t + Duration::from_secs(10)),
+            "closed at the deadline, whether or not the election loop has run"
+        );
+        // a late answer to an older renewal never shortens the window
+        f.open_until(t + Duration::from_secs(5));
+        assert!(f.permits(t + Duration::from_secs(7)));
+        f.close();
+        assert!(!f.permits(t));
+        let shared = f.clone();
+        shared.open_until(t + Duration::from_secs(1));
+        assert!(f.permits(t), "clones share one state");
+    }
+
+    #[test]
+    fn only_reads_pass_a_closed_fence() {
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert!(!is_write(&m), "{m}");
+        }
+        for m in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert!(is_write(&m), "{m}");
+        }
+    }
+}
