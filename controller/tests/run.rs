@@ -442,6 +442,18 @@ async fn two_instances_one_leads_and_the_other_takes_over_on_sigterm() -> anyhow
     .await?;
     sigterm(&standby.0)?;
     assert!(wait_exit(&mut standby.0).await?.success());
+    // client-go's wording, which scripts written for Metacontroller grep for
+    for log in ["a.log", "b.log"] {
+        let text = std::fs::read_to_string(dir.path().join(log))?;
+        assert!(
+            text.contains("attempting to acquire leader lease default/metacontroller..."),
+            "{log}:\n{text}"
+        );
+        assert!(
+            text.contains("successfully acquired lease default/metacontroller"),
+            "{log}:\n{text}"
+        );
+    }
     server.shutdown().await;
     Ok(())
 }
