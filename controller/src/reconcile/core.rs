@@ -403,7 +403,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
             r.queue().forget(key);
             let min = r.context().config.min_resync_after;
             if let Some(d) = after.map(|d| resync_delay(d, min)) {
-                r.queue().add_after(key.clone(), d);
+                r.queue().resync_after(key.clone(), d);
             }
         }
         Err(SyncError::Hook(HookError::TooManyRequests { retry_after, .. })) => {

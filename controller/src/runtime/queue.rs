@@ -1,7 +1,8 @@
 //! The work queue of one controller: deduplicated keys with due times, never handing out a key
-//! that is being worked on, with per-key exponential backoff (client-go's rate limiter shape).
+//! that is being worked on, with per-key exponential backoff (client-go's rate limiter shape),
+//! fair across tenants (namespaces) and serving changes before periodic resyncs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,26 +24,260 @@ pub fn backoff(failures: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// How urgent a scheduled key is. A change made by someone (an event) is [`Priority::Normal`];
+/// a periodic resync (resync period, `resyncAfterSeconds`, a relist) is [`Priority::Low`] and is
+/// handed out only when no normal key is ready (or after [`LOW_PRIORITY_EVERY`] normal keys in a
+/// row, so resyncs are delayed, never starved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    /// A resync: never advances a key already scheduled, served after normal keys.
+    Low,
+    /// A change, a retry.
+    Normal,
+}
+
+/// Under a steady stream of normal keys, one low-priority key is handed out after this many
+/// normal ones in a row.
+pub const LOW_PRIORITY_EVERY: u32 = 8;
+
+/// The tenant a key belongs to: keys are handed out round-robin across tenants, so one tenant's
+/// burst cannot starve another's keys.
+pub trait Tenant {
+    /// The tenant (for an object key, its namespace).
+    fn tenant(&self) -> &str;
+}
+
+impl Tenant for (String, String) {
+    fn tenant(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Tenant for &str {
+    fn tenant(&self) -> &str {
+        ""
+    }
+}
+
+impl Tenant for u32 {
+    fn tenant(&self) -> &str {
+        ""
+    }
+}
+
+/// When a key is due and how urgent it is; `generation` tells the current entry of the key in
+/// the timer and ready structures from outdated ones (skipped when met).
+#[derive(Clone, Copy, Debug)]
+struct Due {
+    at: Instant,
+    priority: Priority,
+    generation: u64,
+}
+
+/// Ready keys of one priority, one FIFO per tenant, tenants served round-robin.
+struct Ready<K> {
+    per_tenant: HashMap<String, VecDeque<(K, u64)>>,
+    turn: VecDeque<String>,
+}
+
+impl<K> Default for Ready<K> {
+    fn default() -> Self {
+        Ready {
+            per_tenant: HashMap::new(),
+            turn: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Tenant> Ready<K> {
+    fn push(&mut self, key: K, generation: u64) {
+        let tenant = key.tenant();
+        match self.per_tenant.get_mut(tenant) {
+            Some(q) => q.push_back((key, generation)),
+            None => {
+                let tenant = tenant.to_owned();
+                self.turn.push_back(tenant.clone());
+                self.per_tenant
+                    .insert(tenant, VecDeque::from([(key, generation)]));
+            }
+        }
+    }
+
+    /// The next entry, from the tenant whose turn it is (then at the back of the line).
+    fn pop(&mut self) -> Option<(K, u64)> {
+        let tenant = self.turn.pop_front()?;
+        let q = self.per_tenant.get_mut(&tenant)?;
+        let entry = q.pop_front();
+        if q.is_empty() {
+            self.per_tenant.remove(&tenant);
+        } else {
+            self.turn.push_back(tenant);
+        }
+        entry
+    }
+
+    fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
+}
+
 struct State<K> {
-    due: HashMap<K, Instant>,
+    due: HashMap<K, Due>,
+    /// Keys due later, by due time (entries may be outdated: checked against `due`).
+    timers: BTreeMap<(Instant, u64), K>,
+    normal: Ready<K>,
+    low: Ready<K>,
+    /// Normal keys handed out in a row while low ones were waiting.
+    normal_streak: u32,
     running: HashSet<K>,
+    /// Keys that became due while running: made ready again by [`Queue::done`].
+    parked: HashSet<K>,
     failures: HashMap<K, u32>,
+    next_generation: u64,
     shutdown: bool,
 }
 
-/// A deduplicating delay queue.
+impl<K: Clone + Eq + Hash + Tenant> State<K> {
+    /// Schedules `key`; returns whether a worker should look again.
+    fn schedule(&mut self, key: K, at: Instant, priority: Priority, now: Instant) -> bool {
+        let current = self.due.get(&key).copied();
+        let next = match (current, priority) {
+            // a resync never moves a key that is scheduled already (its backoff holds)
+            (Some(_), Priority::Low) => return false,
+            (Some(cur), Priority::Normal) if cur.at <= at && cur.priority == Priority::Normal => {
+                return false;
+            }
+            (Some(cur), Priority::Normal) => (at.min(cur.at), Priority::Normal),
+            (None, p) => (at, p),
+        };
+        self.next_generation += 1;
+        let d = Due {
+            at: next.0,
+            priority: next.1,
+            generation: self.next_generation,
+        };
+        self.due.insert(key.clone(), d);
+        if self.running.contains(&key) {
+            // handed out again after done(); its due time still counts
+            self.timers.insert((d.at, d.generation), key.clone());
+            self.parked.insert(key);
+            return false;
+        }
+        if d.at <= now {
+            self.ready(d.priority).push(key, d.generation);
+        } else {
+            self.timers.insert((d.at, d.generation), key);
+        }
+        true
+    }
+
+    fn ready(&mut self, p: Priority) -> &mut Ready<K> {
+        match p {
+            Priority::Normal => &mut self.normal,
+            Priority::Low => &mut self.low,
+        }
+    }
+
+    fn is_current(&self, key: &K, generation: u64) -> bool {
+        self.due
+            .get(key)
+            .is_some_and(|d| d.generation == generation)
+    }
+
+    /// Moves the keys due by `now` from the timers to the ready lines.
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((_, generation), key) = entry.remove_entry();
+            if !self.is_current(&key, generation) || self.running.contains(&key) {
+                continue;
+            }
+            if let Some(d) = self.due.get(&key).copied() {
+                self.ready(d.priority).push(key, generation);
+            }
+        }
+    }
+
+    /// The line to serve next: normal first, low after [`LOW_PRIORITY_EVERY`] normal in a row.
+    fn pick_line(&mut self) -> Option<Priority> {
+        let low_waiting = !self.low.is_empty();
+        let low_turn = low_waiting && self.normal_streak >= LOW_PRIORITY_EVERY;
+        if !self.normal.is_empty() && !low_turn {
+            self.normal_streak = if low_waiting {
+                self.normal_streak + 1
+            } else {
+                0
+            };
+            return Some(Priority::Normal);
+        }
+        self.normal_streak = 0;
+        low_waiting.then_some(Priority::Low)
+    }
+
+    /// The next ready key (marked running) and when it was due, or the earliest timer.
+    fn take(&mut self, now: Instant) -> Result<(K, Instant), Option<Instant>> {
+        self.fire_timers(now);
+        while let Some(line) = self.pick_line() {
+            let Some((key, generation)) = self.ready(line).pop() else {
+                continue;
+            };
+            if !self.is_current(&key, generation) {
+                continue;
+            }
+            if self.running.contains(&key) {
+                self.parked.insert(key);
+                continue;
+            }
+            let Some(d) = self.due.remove(&key) else {
+                continue;
+            };
+            self.running.insert(key.clone());
+            return Ok((key, d.at));
+        }
+        Err(self.timers.first_key_value().map(|((at, _), _)| *at))
+    }
+
+    /// `key` finished: if it became due meanwhile, it is ready (or timed) again.
+    fn finish(&mut self, key: &K, now: Instant) -> bool {
+        self.running.remove(key);
+        if !self.parked.remove(key) {
+            return false;
+        }
+        let Some(d) = self.due.get(key).copied() else {
+            return false;
+        };
+        if d.at <= now {
+            self.ready(d.priority).push(key.clone(), d.generation);
+        } else {
+            self.timers.insert((d.at, d.generation), key.clone());
+        }
+        true
+    }
+}
+
+/// A deduplicating delay queue: a key is scheduled at most once (the earlier schedule wins), never
+/// handed out while it runs, handed out round-robin across tenants (namespaces) and normal
+/// priority before low. Scheduling and handing out cost O(log n) in the number of keys.
 pub struct Queue<K> {
     state: Mutex<State<K>>,
     notify: Notify,
 }
 
-impl<K: Clone + Eq + Hash> Default for Queue<K> {
+impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
     fn default() -> Self {
         Queue {
             state: Mutex::new(State {
                 due: HashMap::new(),
+                timers: BTreeMap::new(),
+                normal: Ready::default(),
+                low: Ready::default(),
+                normal_streak: 0,
                 running: HashSet::new(),
+                parked: HashSet::new(),
                 failures: HashMap::new(),
+                next_generation: 0,
                 shutdown: false,
             }),
             notify: Notify::new(),
@@ -50,7 +285,7 @@ impl<K: Clone + Eq + Hash> Default for Queue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash> Queue<K> {
+impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     fn with<T>(&self, f: impl FnOnce(&mut State<K>) -> T) -> T {
         match self.state.lock() {
             Ok(mut s) => f(&mut s),
@@ -65,15 +300,19 @@ impl<K: Clone + Eq + Hash> Queue<K> {
 
     /// Schedules `key` after `delay` (an earlier schedule wins).
     pub fn add_after(&self, key: K, delay: Duration) {
-        let at = Instant::now() + delay;
-        self.with(|s| {
-            let e = s.due.entry(key).or_insert(at);
-            if at < *e {
-                *e = at;
-            }
-        });
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        self.schedule(key, delay, Priority::Normal);
+    }
+
+    /// Schedules a resync of `key` after `delay` at low priority, unless it is scheduled already.
+    pub fn resync_after(&self, key: K, delay: Duration) {
+        self.schedule(key, delay, Priority::Low);
+    }
+
+    fn schedule(&self, key: K, delay: Duration, priority: Priority) {
+        let now = Instant::now();
+        if self.with(|s| s.schedule(key, now + delay, priority, now)) {
+            self.notify.notify_one();
+        }
     }
 
     /// Records a failure of `key` and schedules it after the backoff.
@@ -94,9 +333,10 @@ impl<K: Clone + Eq + Hash> Queue<K> {
 
     /// Marks `key` as no longer running.
     pub fn done(&self, key: &K) {
-        self.with(|s| s.running.remove(key));
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        let now = Instant::now();
+        if self.with(|s| s.finish(key, now)) {
+            self.notify.notify_one();
+        }
     }
 
     /// Stops handing out keys; `next` returns `None`.
@@ -127,34 +367,17 @@ impl<K: Clone + Eq + Hash> Queue<K> {
                 if s.shutdown {
                     return Err(None);
                 }
-                let mut earliest: Option<Instant> = None;
-                let mut ready: Option<(K, Instant)> = None;
-                for (k, at) in &s.due {
-                    if s.running.contains(k) {
-                        continue;
-                    }
-                    if *at <= now {
-                        if ready.as_ref().is_none_or(|(_, r)| at < r) {
-                            ready = Some((k.clone(), *at));
-                        }
-                    } else if earliest.is_none_or(|e| *at < e) {
-                        earliest = Some(*at);
-                    }
-                }
-                match ready {
-                    Some((k, at)) => {
-                        s.due.remove(&k);
-                        s.running.insert(k.clone());
-                        Ok((k, now.saturating_duration_since(at)))
-                    }
-                    None => Err(earliest),
-                }
+                s.take(now).map_err(Some)
             });
             match pick {
-                Ok(k) => return Some(k),
-                Err(None) if self.with(|s| s.shutdown) => return None,
-                Err(None) => notified.await,
-                Err(Some(at)) => {
+                Ok((key, at)) => {
+                    // another worker may have work too: pass the wake-up on
+                    self.notify.notify_one();
+                    return Some((key, now.saturating_duration_since(at)));
+                }
+                Err(None) => return None,
+                Err(Some(None)) => notified.await,
+                Err(Some(Some(at))) => {
                     tokio::select! {
                         _ = notified => {}
                         _ = tokio::time::sleep_until(at) => {}
@@ -216,5 +439,107 @@ mod tests {
         let start = Instant::now();
         assert_eq!(q.next().await, Some(1));
         assert!(start.elapsed() < Duration::from_secs(2));
+    }
+
+    fn key(ns: &str, name: &str) -> (String, String) {
+        (ns.to_owned(), name.to_owned())
+    }
+
+    /// Takes `n` keys (each done at once), in the order handed out.
+    async fn take(q: &Queue<(String, String)>, n: usize) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let k = q.next().await.unwrap();
+            q.done(&k);
+            out.push(k);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_burst_in_one_namespace_does_not_starve_another() {
+        let q: Queue<(String, String)> = Queue::default();
+        for i in 0..1000 {
+            q.add(key("busy", &format!("p{i}")));
+        }
+        q.add(key("quiet", "p"));
+        let first = take(&q, 2).await;
+        assert!(first.contains(&key("quiet", "p")), "{first:?}");
+        // within one namespace, first come first served
+        let rest = take(&q, 999).await;
+        let busy: Vec<_> = first
+            .iter()
+            .chain(&rest)
+            .filter(|k| k.0 == "busy")
+            .collect();
+        assert_eq!(busy[0].1, "p0");
+        assert_eq!(busy[998].1, "p998");
+        assert_eq!(q.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn changes_before_resyncs_and_resyncs_are_never_starved() {
+        let q: Queue<(String, String)> = Queue::default();
+        for i in 0..3 {
+            q.resync_after(key("ns", &format!("resync{i}")), Duration::ZERO);
+        }
+        for i in 0..20 {
+            q.add(key("ns", &format!("change{i}")));
+        }
+        let order = take(&q, 23).await;
+        let pos = |name: &str| order.iter().position(|k| k.1 == name).unwrap();
+        assert!(
+            order[..LOW_PRIORITY_EVERY as usize]
+                .iter()
+                .all(|k| k.1.starts_with("change"))
+        );
+        assert_eq!(pos("resync0"), LOW_PRIORITY_EVERY as usize, "{order:?}");
+        assert!(
+            pos("resync1") < pos("change19"),
+            "a steady stream of changes starved resyncs"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_never_advances_a_backoff() {
+        let q: Queue<(String, String)> = Queue::default();
+        let k = key("ns", "failing");
+        let d = (0..5)
+            .map(|_| q.add_rate_limited(k.clone()))
+            .last()
+            .unwrap();
+        assert_eq!(d, backoff(5));
+        q.resync_after(k.clone(), Duration::ZERO);
+        let start = Instant::now();
+        assert_eq!(q.next().await, Some(k.clone()));
+        assert!(
+            start.elapsed() >= Duration::from_millis(5),
+            "the resync ran before the backoff"
+        );
+        q.done(&k);
+        // a change does advance it
+        q.add_after(k.clone(), Duration::from_secs(100));
+        q.add(k.clone());
+        let start = Instant::now();
+        assert_eq!(q.next().await, Some(k));
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_scheduled_while_running_is_handed_out_after_done_and_its_due_time() {
+        let q: Queue<u32> = Queue::default();
+        q.add(1);
+        assert_eq!(q.next().await, Some(1));
+        q.add_after(1, Duration::from_secs(5));
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let got = tokio::time::timeout(Duration::from_secs(60), q.next()).await;
+        assert!(got.is_err(), "handed out while running");
+        q.done(&1);
+        assert_eq!(q.next().await, Some(1));
+        assert!(started.elapsed() >= Duration::from_secs(5));
+        q.done(&1);
+        q.add_after(1, Duration::from_secs(1));
+        assert_eq!(q.len(), 1);
     }
 }

@@ -6,6 +6,7 @@
 mod basic;
 mod caches;
 mod failures;
+mod fairness;
 mod lifecycle;
 mod metacontroller;
 mod schema;

@@ -192,7 +192,15 @@ impl ParentController {
         let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
         for p in self.c.parents.list() {
             let delay = Duration::from_millis(rng.random_range(0..=spread));
-            self.queue.add_after(obj_key(&p), delay);
+            self.queue.resync_after(obj_key(&p), delay);
+        }
+    }
+
+    /// The resync period's tick: every parent, at low priority (a parent already scheduled, for
+    /// a change or a retry after its backoff, keeps its schedule).
+    fn resync_all(&self) {
+        for p in self.c.parents.list() {
+            self.queue.resync_after(obj_key(&p), Duration::ZERO);
         }
     }
 
@@ -257,7 +265,7 @@ impl ParentController {
         if let Some(secs) = self.c.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let pc = self.clone();
-            t.every(period, move || pc.enqueue_all());
+            t.every(period, move || pc.resync_all());
         }
         t
     }
