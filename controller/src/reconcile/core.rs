@@ -22,6 +22,7 @@ use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
+use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::DecideError;
 use crate::runtime::cache::{Change, Informer, Informers, ObjKey, PendingWatches};
 use crate::runtime::queue::Queue;
@@ -357,13 +358,15 @@ impl Triggers {
 /// caller bounds how long it waits).
 pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: CancellationToken) {
     let mut workers = JoinSet::new();
+    let circuit: Arc<Circuit<ObjKey>> = Arc::default();
     for _ in 0..reconciler.context().config.workers.max(1) {
         let r = reconciler.clone();
+        let circuit = circuit.clone();
         workers.spawn(async move {
             while let Some((key, waited)) = r.queue().next_timed().await {
                 let metrics = &r.context().config.metrics;
                 metrics.queue_wait(r.name(), waited);
-                process(&r, &key).await;
+                process(&r, &circuit, &key).await;
                 r.queue().done(&key);
                 metrics.queue_depth(r.name(), r.queue().len());
             }
@@ -382,13 +385,19 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
 
 /// One sync of one key, in a `sync` span carrying the controller and the object (events inside
 /// it do not repeat them).
-async fn process<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<ObjKey>, key: &ObjKey) {
     use tracing::Instrument as _;
     let span = tracing::info_span!("sync", controller = %r.name(), parent = %KeyName(key));
-    process_in_span(r, key).instrument(span).await;
+    process_in_span(r, circuit, key).instrument(span).await;
 }
 
-async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<ObjKey>, key: &ObjKey) {
+    let metrics = &r.context().config.metrics;
+    if circuit.gate(key, tokio::time::Instant::now()) == Gate::Park {
+        tracing::debug!("hook circuit open: waiting for it to close");
+        metrics.reconcile(r.name(), "parked", Duration::ZERO);
+        return;
+    }
     let deadline = r.context().config.watch_sync_deadline;
     let synced = wait_for_watches(&r.watches(), deadline).await;
     let started = Instant::now();
@@ -396,8 +405,12 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
         Ok(()) => r.sync(key).await,
         Err(watch) => Err(SyncError::WatchNotSynced(watch)),
     };
-    let metrics = &r.context().config.metrics;
     metrics.reconcile(r.name(), result_label(&result), started.elapsed());
+    let outcome = match r.cached(key) {
+        Some(_) => hook_outcome(&result),
+        None => Outcome::Unrelated,
+    };
+    let parked = apply_circuit(r, circuit.record(key, outcome, tokio::time::Instant::now()));
     match result {
         Ok(after) => {
             r.queue().forget(key);
@@ -419,7 +432,8 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
             r.queue().add_rate_limited(key.clone());
         }
         Err(e) => {
-            let delay = r.queue().add_rate_limited(key.clone());
+            // a parked key waits for the circuit instead of a backoff of its own
+            let delay = (!parked).then(|| r.queue().add_rate_limited(key.clone()));
             tracing::warn!(error = %e, ?delay, "sync failed");
             if let Some(obj) = r.cached(key) {
                 r.context()
@@ -429,6 +443,48 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
                     tracing::warn!(error = %err, "writing the SyncError condition failed");
                 }
             }
+        }
+    }
+}
+
+/// What a sync's result says about the hook endpoint.
+fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
+    match result {
+        Err(SyncError::Hook(HookError::Transport { .. })) => Outcome::HookDown,
+        Err(SyncError::Hook(HookError::Status { code, .. })) if *code >= 500 => Outcome::HookDown,
+        Err(SyncError::Hook(_)) | Ok(_) => Outcome::HookAnswered,
+        Err(_) => Outcome::Unrelated,
+    }
+}
+
+/// Acts on what the circuit decided; returns whether the key is parked (no backoff of its own).
+fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<ObjKey>) -> bool {
+    match effect {
+        Effect::None => false,
+        Effect::Parked => true,
+        Effect::Opened { probe, after } => {
+            tracing::warn!(
+                failures = circuit::OPEN_AFTER,
+                probe_after = ?after,
+                "hook circuit open: the hook keeps failing; one probe sync at a time until it answers"
+            );
+            r.queue().add_after(probe, after);
+            true
+        }
+        Effect::Probe { probe, after } => {
+            r.queue().add_after(probe, after);
+            true
+        }
+        Effect::Closed(keys) => {
+            tracing::info!(
+                parents = keys.len(),
+                "hook circuit closed: the hook answers again; syncing the parents that waited"
+            );
+            for (i, key) in keys.into_iter().enumerate() {
+                r.queue().forget(&key);
+                r.queue().add_after(key, circuit::recovery_delay(i));
+            }
+            false
         }
     }
 }

@@ -256,3 +256,56 @@ async fn a_varying_hook_error_does_not_defeat_the_backoff() -> anyhow::Result<()
     );
     s.finish().await
 }
+
+/// A hook outage with ten parents: once the hook has failed five times in a row, only one parent
+/// (the probe) calls it, at the backoff cadence, instead of all ten on their own backoffs; when
+/// it answers again, every parent that waited is synced at once, not after its own backoff.
+#[tokio::test]
+async fn a_hook_outage_is_probed_by_one_parent_and_recovery_is_prompt() -> anyhow::Result<()> {
+    const PARENTS: usize = 10;
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hook_down = down.clone();
+    let mut builder = Scenario::new("outage")
+        .crd("Thing", "things")
+        .hook(move |_, req| {
+            if hook_down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Reply::Raw(503, "down for maintenance".into());
+            }
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            Reply::Json(
+                json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": format!("{name}-c")}}]}),
+            )
+        })
+        .controller(Cc::new("outage-cc"));
+    for i in 0..PARENTS {
+        builder = builder.parent(&format!("p{i}"), json!({}));
+    }
+    let s = builder.start().await?;
+    // the circuit opens after five failures (a parked sync); twenty calls also end the wait, so
+    // that without a circuit the assertion below is what fails
+    until("the circuit to open, or twenty calls", || {
+        s.metrics.reconcile_count("outage-cc", "parked") > 0 || s.hooks().count("sync") >= 20
+    })
+    .await?;
+    let opened = s.hooks().count("sync");
+    until("four more probes", || s.hooks().count("sync") >= opened + 4).await?;
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let calls = s.hooks().calls("sync");
+    let probers: std::collections::BTreeSet<&str> = calls[opened..]
+        .iter()
+        .filter_map(|c| c["parent"]["metadata"]["name"].as_str())
+        .collect();
+    // the calls after the opening may include one sync that started before it
+    assert!(
+        probers.len() <= 2,
+        "{} parents called the hook while it was down: {probers:?}",
+        probers.len()
+    );
+    for i in 0..PARENTS {
+        s.wait_child(&format!("p{i}-c")).await?;
+    }
+    s.finish().await
+}

@@ -1,0 +1,346 @@
+//! The hook circuit of one controller: when its hook endpoint keeps failing, one probe sync at
+//! the backoff cadence instead of every parent hammering it, and the first success brings every
+//! parent that failed back at once.
+//!
+//! Without it, each parent backs off on its own (up to 1000 s, client-go's cap): after a long
+//! hook outage the parents that failed early are still waiting out long delays when the hook is
+//! healthy again, and during the outage every parent keeps calling a hook that is known to be
+//! down. Metacontroller has the same per-parent backoff and nothing more.
+//!
+//! [`Circuit`] is the pure state machine (time passed in, unit-tested here); `core::process`
+//! consults it before a sync ([`Circuit::gate`]) and tells it the outcome after
+//! ([`Circuit::record`]), then applies the [`Effect`].
+
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::runtime::queue::backoff;
+
+/// Consecutive failures of the hook endpoint (no success in between, any parent) that open the
+/// circuit: 5 (kmeta's).
+pub const OPEN_AFTER: u32 = 5;
+
+/// The longest wait between two probes of an open circuit: 30 s (kmeta's; the per-parent backoff
+/// goes up to 1000 s, too long to notice a recovered hook).
+pub const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Parents brought back by a closing circuit are spread over this much time per parent (10 ms),
+/// at most [`RECOVERY_SPREAD_MAX`] in all: promptly, without a thundering herd on a hook that
+/// just came back.
+pub const RECOVERY_SPREAD_PER_PARENT: Duration = Duration::from_millis(10);
+
+/// The longest spread of a recovery: 5 s.
+pub const RECOVERY_SPREAD_MAX: Duration = Duration::from_secs(5);
+
+/// What a sync's result says about the hook endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The hook answered usably (the sync may still have failed later, e.g. on a child write).
+    HookAnswered,
+    /// The endpoint is unhealthy: no connection, a timeout, a 5xx.
+    HookDown,
+    /// The result says nothing about the endpoint (the hook was not reached: a watch not synced,
+    /// an API error before the call, a parent gone).
+    Unrelated,
+}
+
+/// Whether a key may sync now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Closed circuit, or this key is the probe.
+    Run,
+    /// Open circuit: the key waits for it to close (or to be chosen as the probe).
+    Park,
+}
+
+/// What the caller does after [`Circuit::record`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect<K> {
+    /// Nothing beyond the usual handling of the result.
+    None,
+    /// The circuit opened (log it once) and the key is parked; probe with `probe` after `after`.
+    Opened {
+        /// The key to sync as the next probe.
+        probe: K,
+        /// When.
+        after: Duration,
+    },
+    /// The probe failed: the key is parked; probe again with `probe` after `after`.
+    Probe {
+        /// The key to sync as the next probe.
+        probe: K,
+        /// When.
+        after: Duration,
+    },
+    /// The key failed while the circuit was open: it is parked (no backoff of its own).
+    Parked,
+    /// The circuit closed: bring these keys back (backoff forgotten), spread by
+    /// [`recovery_delay`].
+    Closed(Vec<K>),
+}
+
+struct State<K> {
+    failures: u32,
+    open: bool,
+    /// The key chosen as the next probe, and when it may run.
+    probe: Option<K>,
+    probe_at: Option<Instant>,
+    parked: HashSet<K>,
+}
+
+/// The circuit of one controller's hooks.
+pub struct Circuit<K> {
+    state: std::sync::Mutex<State<K>>,
+}
+
+impl<K: Clone + Eq + Hash> Default for Circuit<K> {
+    fn default() -> Self {
+        Circuit {
+            state: std::sync::Mutex::new(State {
+                failures: 0,
+                open: false,
+                probe: None,
+                probe_at: None,
+                parked: HashSet::new(),
+            }),
+        }
+    }
+}
+
+/// The wait before the next probe after `failures` consecutive failures: the queue's backoff for
+/// as many failures (so one failing parent is called no more often than without the circuit), at
+/// most [`MAX_PROBE_INTERVAL`].
+pub fn probe_interval(failures: u32) -> Duration {
+    backoff(failures).min(MAX_PROBE_INTERVAL)
+}
+
+/// The delay of the `i`-th parent brought back by a closing circuit.
+pub fn recovery_delay(i: usize) -> Duration {
+    let n = u32::try_from(i).unwrap_or(u32::MAX);
+    RECOVERY_SPREAD_PER_PARENT
+        .saturating_mul(n)
+        .min(RECOVERY_SPREAD_MAX)
+}
+
+impl<K: Clone + Eq + Hash> Circuit<K> {
+    fn with<T>(&self, f: impl FnOnce(&mut State<K>) -> T) -> T {
+        match self.state.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    /// Whether `key` may sync at `now`: always while closed; while open, only the chosen probe
+    /// once its time has come (or any key, when no probe is chosen and the time has come).
+    pub fn gate(&self, key: &K, now: Instant) -> Gate {
+        self.with(|s| {
+            if !s.open {
+                return Gate::Run;
+            }
+            let due = s.probe_at.is_none_or(|at| now >= at);
+            let is_probe = s.probe.as_ref().is_none_or(|p| p == key);
+            if due && is_probe {
+                s.probe = Some(key.clone());
+                s.probe_at = None;
+                s.parked.remove(key);
+                Gate::Run
+            } else {
+                s.parked.insert(key.clone());
+                Gate::Park
+            }
+        })
+    }
+
+    /// Records how `key`'s sync (run at `now`) went.
+    pub fn record(&self, key: &K, outcome: Outcome, now: Instant) -> Effect<K> {
+        self.with(|s| match outcome {
+            Outcome::HookAnswered => {
+                s.failures = 0;
+                if !s.open {
+                    return Effect::None;
+                }
+                s.open = false;
+                s.probe = None;
+                s.probe_at = None;
+                let mut back: Vec<K> = s.parked.drain().filter(|k| k != key).collect();
+                back.shrink_to_fit();
+                Effect::Closed(back)
+            }
+            Outcome::HookDown => {
+                s.failures = s.failures.saturating_add(1);
+                if s.failures < OPEN_AFTER {
+                    return Effect::None;
+                }
+                let after = probe_interval(s.failures);
+                if !s.open {
+                    s.open = true;
+                    s.probe = Some(key.clone());
+                    s.probe_at = Some(now + after);
+                    Effect::Opened {
+                        probe: key.clone(),
+                        after,
+                    }
+                } else if s.probe.as_ref() == Some(key) {
+                    s.probe_at = Some(now + after);
+                    Effect::Probe {
+                        probe: key.clone(),
+                        after,
+                    }
+                } else {
+                    // a sync that started before the circuit opened
+                    s.parked.insert(key.clone());
+                    Effect::Parked
+                }
+            }
+            Outcome::Unrelated => {
+                // a probe that did not reach the hook hands the probe on at once
+                if s.open && s.probe.as_ref() == Some(key) {
+                    s.probe = None;
+                    s.probe_at = None;
+                }
+                Effect::None
+            }
+        })
+    }
+
+    /// Whether the circuit is open.
+    #[cfg(test)]
+    pub fn is_open(&self) -> bool {
+        self.with(|s| s.open)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down_n(c: &Circuit<u32>, keys: std::ops::Range<u32>, now: Instant) -> Vec<Effect<u32>> {
+        keys.map(|k| {
+            assert_eq!(c.gate(&k, now), Gate::Run);
+            c.record(&k, Outcome::HookDown, now)
+        })
+        .collect()
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures_and_parks_everyone_but_the_probe() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        let effects = down_n(&c, 0..OPEN_AFTER, t);
+        assert!(effects[..4].iter().all(|e| *e == Effect::None));
+        assert_eq!(
+            effects[4],
+            Effect::Opened {
+                probe: 4,
+                after: backoff(OPEN_AFTER)
+            }
+        );
+        assert!(c.is_open());
+        // before the probe time nobody runs, not even the probe
+        assert_eq!(c.gate(&7, t), Gate::Park);
+        assert_eq!(c.gate(&4, t), Gate::Park);
+        // at the probe time only the probe runs
+        let later = t + backoff(OPEN_AFTER);
+        assert_eq!(c.gate(&8, later), Gate::Park);
+        assert_eq!(c.gate(&4, later), Gate::Run);
+    }
+
+    #[test]
+    fn a_success_in_between_keeps_it_closed() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        down_n(&c, 0..OPEN_AFTER - 1, t);
+        assert_eq!(c.record(&9, Outcome::HookAnswered, t), Effect::None);
+        assert!(
+            down_n(&c, 0..OPEN_AFTER - 1, t)
+                .iter()
+                .all(|e| *e == Effect::None)
+        );
+        assert!(!c.is_open());
+        // unrelated failures neither open nor reset it
+        assert_eq!(c.record(&1, Outcome::Unrelated, t), Effect::None);
+        assert!(matches!(
+            c.record(&2, Outcome::HookDown, t),
+            Effect::Opened { .. }
+        ));
+    }
+
+    #[test]
+    fn failed_probes_back_off_up_to_the_cap() {
+        let c: Circuit<u32> = Circuit::default();
+        let mut t = Instant::now();
+        down_n(&c, 0..OPEN_AFTER, t);
+        let mut last = backoff(OPEN_AFTER);
+        for _ in 0..30 {
+            t += last;
+            assert_eq!(c.gate(&4, t), Gate::Run);
+            match c.record(&4, Outcome::HookDown, t) {
+                Effect::Probe { probe, after } => {
+                    assert_eq!(probe, 4);
+                    assert!(after >= last && after <= MAX_PROBE_INTERVAL);
+                    last = after;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(last, MAX_PROBE_INTERVAL);
+    }
+
+    #[test]
+    fn the_first_success_closes_it_and_brings_every_parked_key_back() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        down_n(&c, 0..OPEN_AFTER, t);
+        for k in 10..20 {
+            assert_eq!(c.gate(&k, t), Gate::Park);
+        }
+        let t2 = t + backoff(OPEN_AFTER);
+        assert_eq!(c.gate(&4, t2), Gate::Run);
+        match c.record(&4, Outcome::HookAnswered, t2) {
+            Effect::Closed(mut keys) => {
+                keys.sort_unstable();
+                assert_eq!(keys, (10..20).collect::<Vec<_>>());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!c.is_open());
+        assert_eq!(c.gate(&11, t2), Gate::Run);
+    }
+
+    #[test]
+    fn a_probe_that_did_not_reach_the_hook_hands_the_probe_on() {
+        let c: Circuit<u32> = Circuit::default();
+        let t0 = Instant::now();
+        let t = t0 + backoff(OPEN_AFTER);
+        down_n(&c, 0..OPEN_AFTER, t0);
+        assert_eq!(c.gate(&4, t), Gate::Run);
+        assert_eq!(c.record(&4, Outcome::Unrelated, t), Effect::None);
+        assert_eq!(c.gate(&6, t), Gate::Run, "another parent may probe now");
+    }
+
+    #[test]
+    fn a_sync_in_flight_when_it_opened_is_parked_on_failure() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        assert_eq!(c.gate(&99, t), Gate::Run); // started while closed
+        down_n(&c, 0..OPEN_AFTER, t);
+        assert_eq!(c.record(&99, Outcome::HookDown, t), Effect::Parked);
+        // the probe is still 4, and 99 comes back when the circuit closes
+        let t2 = t + backoff(OPEN_AFTER);
+        assert_eq!(c.gate(&4, t2), Gate::Run);
+        assert_eq!(
+            c.record(&4, Outcome::HookAnswered, t2),
+            Effect::Closed(vec![99])
+        );
+    }
+
+    #[test]
+    fn recovery_is_spread_and_bounded() {
+        assert_eq!(recovery_delay(0), Duration::ZERO);
+        assert_eq!(recovery_delay(3), Duration::from_millis(30));
+        assert_eq!(recovery_delay(100_000), RECOVERY_SPREAD_MAX);
+    }
+}
