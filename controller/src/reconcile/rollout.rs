@@ -38,6 +38,14 @@ pub enum RolloutError {
         /// Where: `in the parent` or `in ControllerRevision <name>`.
         side: String,
     },
+    /// A stored ControllerRevision does not decode.
+    #[error("ControllerRevision {name}: {message}")]
+    Revision {
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The hook's status cannot take the `Updated` condition.
     #[error("status from the sync hook: {0}")]
     Status(String),
