@@ -8,6 +8,7 @@ mod caches;
 mod failures;
 mod lifecycle;
 mod metacontroller;
+mod rollout;
 mod schema;
 mod sidecar;
 mod transport;
