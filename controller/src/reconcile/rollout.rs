@@ -46,6 +46,14 @@ pub enum RolloutError {
         /// What is wrong.
         message: String,
     },
+    /// ControllerRevisions are namespaced: a cluster-scoped parent has nowhere to keep them.
+    #[error(
+        "{parent}: rolling updates (RollingRecreate, RollingInPlace) need a namespaced parent, ControllerRevisions live in the parent's namespace; use Recreate or InPlace"
+    )]
+    ClusterScopedParent {
+        /// The parent.
+        parent: String,
+    },
     /// The hook's status cannot take the `Updated` condition.
     #[error("status from the sync hook: {0}")]
     Status(String),
@@ -109,6 +117,17 @@ fn rule<'a>(rules: &'a RollingRules, group: &str, kind: &str) -> Option<&'a Roll
 
 // ---------------------------------------------------------------------------------------------
 // revision identity
+
+/// The namespace a parent's revisions live in: its own (a cluster-scoped parent has none, and
+/// Metacontroller's create of a revision without a namespace fails on every sync).
+pub fn revision_namespace(parent: &Value, parent_namespaced: bool) -> Result<&str, RolloutError> {
+    match meta_str(parent, "namespace") {
+        ns if parent_namespaced && !ns.is_empty() => Ok(ns),
+        _ => Err(RolloutError::ClusterScopedParent {
+            parent: crate::object::describe(parent),
+        }),
+    }
+}
 
 /// The fields `field_paths` (dot paths) name in `parent`, as a partial object (`makePatch`).
 pub fn make_patch(parent: &Value, field_paths: &[String]) -> Result<Value, RolloutError> {
@@ -1048,6 +1067,15 @@ mod tests {
         assert_eq!(out[&key("c-0")]["spec"]["color"], "white");
         assert_eq!(out[&key("c-1")]["spec"]["color"], "black");
         assert_eq!(out[&key("c-2")]["spec"]["color"], "white");
+    }
+
+    #[test]
+    fn revisions_live_in_the_parents_namespace() {
+        let p = json!({"kind": "CatSet", "metadata": {"name": "cs", "namespace": "ns"}});
+        assert_eq!(revision_namespace(&p, true).unwrap(), "ns");
+        let c = json!({"kind": "CatSet", "metadata": {"name": "cs"}});
+        let err = revision_namespace(&c, false).unwrap_err().to_string();
+        assert!(err.starts_with("CatSet cs: rolling updates"), "{err}");
     }
 
     #[test]

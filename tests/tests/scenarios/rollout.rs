@@ -174,6 +174,17 @@ async fn rolling_in_place_moves_one_child_at_a_time_and_rolls_back_to_its_revisi
         .find(|r| r["metadata"]["name"] != json!(black_name))
         .unwrap();
     assert_eq!(claimed(white), ["cs-0"]);
+    // the hook is called once per live revision: the older one with its own spec (written over
+    // the current parent) and, as in Metacontroller, every observed child
+    let call = s
+        .wait_call("sync", "a sync call for the black revision", |r| {
+            r["parent"]["metadata"]["generation"] == 2 && r["parent"]["spec"]["color"] == "black"
+        })
+        .await?;
+    let observed = call["children"][format!("Cat.{}", s.av)]
+        .as_object()
+        .map(|m| m.len());
+    assert_eq!(observed, Some(2));
     // observed but not Ready: still waiting
     report(&s, "cs-0", "False").await?;
     wait_updated(&s, "RolloutWaiting", "child Cat cs-0 failed status check: \"Ready\" condition status is \"False\" (want \"True\")").await?;

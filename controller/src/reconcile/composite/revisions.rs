@@ -42,6 +42,7 @@ pub(super) async fn sync_revisions(
     related: &Map<String, Value>,
     finalizing: bool,
 ) -> Result<SyncResponse, SyncError> {
+    rollout::revision_namespace(parent, c.parent.namespaced)?;
     let stored = claim_revisions(c, rev, parent, selector).await?;
     let revisions = parent_revisions(c, parent, &stored)?;
     let responses = call_hooks(c, &revisions, observed, related, finalizing).await?;
