@@ -117,6 +117,25 @@ async fn wait_updated(
     Ok(updated(&p))
 }
 
+/// The first revision of CatSet `cs` (spec black): its name, patch, claims, labels and owner.
+fn assert_first_revision(s: &Running, rev: &Value) {
+    let name = rev["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with(&format!("catsets.{}-", s.group)), "{name}");
+    assert_eq!(rev["parentPatch"], json!({"spec": {"color": "black"}}));
+    assert_eq!(claimed(rev), ["cs-0", "cs-1"]);
+    assert_eq!(rev["children"][0]["apiGroup"], json!(s.group));
+    assert_eq!(rev["children"][0]["kind"], "Cat");
+    let labels = &rev["metadata"]["labels"];
+    assert_eq!(labels["metacontroller.k8s.io/apiGroup"], json!(s.group));
+    assert_eq!(labels["metacontroller.k8s.io/resource"], "catsets");
+    assert!(labels["controller-uid"].is_string());
+    let owner = &rev["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"], &owner["controller"]),
+        (&json!("CatSet"), &json!("cs"), &json!(true))
+    );
+}
+
 #[tokio::test]
 async fn rolling_in_place_moves_one_child_at_a_time_and_rolls_back_to_its_revision()
 -> anyhow::Result<()> {
@@ -135,23 +154,7 @@ async fn rolling_in_place_moves_one_child_at_a_time_and_rolls_back_to_its_revisi
     let black = black[0].clone();
     let black_name = black["metadata"]["name"].as_str().unwrap().to_owned();
     assert_eq!(message, format!("latest ControllerRevision: {black_name}"));
-    assert!(
-        black_name.starts_with(&format!("catsets.{}-", s.group)),
-        "{black_name}"
-    );
-    assert_eq!(black["parentPatch"], json!({"spec": {"color": "black"}}));
-    assert_eq!(claimed(&black), ["cs-0", "cs-1"]);
-    assert_eq!(black["children"][0]["apiGroup"], json!(s.group));
-    assert_eq!(black["children"][0]["kind"], "Cat");
-    let labels = &black["metadata"]["labels"];
-    assert_eq!(labels["metacontroller.k8s.io/apiGroup"], json!(s.group));
-    assert_eq!(labels["metacontroller.k8s.io/resource"], "catsets");
-    assert!(labels["controller-uid"].is_string());
-    let owner = &black["metadata"]["ownerReferences"][0];
-    assert_eq!(
-        (&owner["kind"], &owner["name"], &owner["controller"]),
-        (&json!("CatSet"), &json!("cs"), &json!(true))
-    );
+    assert_first_revision(&s, &black);
     for cat in ["cs-0", "cs-1"] {
         report(&s, cat, "True").await?;
     }
