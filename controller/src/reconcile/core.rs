@@ -24,6 +24,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::DecideError;
+use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Informer, Informers, ObjKey, PendingWatches};
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::{ResourceError, Resources};
@@ -226,6 +227,9 @@ pub enum SyncError {
     /// A label selector is invalid.
     #[error(transparent)]
     Selector(#[from] SelectorError),
+    /// A rolling update cannot be decided (revision history, stored revision, hook status).
+    #[error(transparent)]
+    Rollout(#[from] RolloutError),
     /// The hook failed, timed out or answered something unusable.
     #[error(transparent)]
     Hook(#[from] HookError),

@@ -8,6 +8,7 @@ pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
 pub mod manager;
+pub(crate) mod rollout;
 pub(crate) mod status;
 
 pub use core::{Context, ManagerConfig};

@@ -9,6 +9,7 @@ mod failures;
 mod fairness;
 mod lifecycle;
 mod metacontroller;
+mod rollout;
 mod schema;
 mod sidecar;
 mod transport;

@@ -15,6 +15,7 @@ use crate::object::meta_str;
 use crate::reconcile::children::{ChildRule, Children};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{ChildType, FutileUpdates};
+use crate::reconcile::rollout::{self, RollingRule, RollingRules};
 use crate::runtime::cache::Informer;
 use crate::runtime::resources::{Resolved, ResourceError};
 use crate::runtime::selector;
@@ -56,6 +57,70 @@ pub struct Hooks {
     pub customize: Option<HookClient>,
 }
 
+/// Rolling updates of a controller with a `RollingRecreate`/`RollingInPlace` child type: the
+/// ControllerRevision resource, its watch and the rolling child types.
+pub struct Revisions {
+    /// `controllerrevisions.metacontroller.k8s.io`.
+    pub resolved: Resolved,
+    /// The shared ControllerRevision watch.
+    pub informer: Arc<Informer>,
+    /// Rolling child types by (group, kind).
+    pub rules: RollingRules,
+}
+
+/// The ControllerRevision resource kmeta stores revisions as.
+const REVISIONS_API_VERSION: &str = "metacontroller.k8s.io/v1alpha1";
+const REVISIONS_RESOURCE: &str = "controllerrevisions";
+
+/// Rolling updates, when some child type of `cc` uses a rolling strategy (as Metacontroller, no
+/// ControllerRevision is read or written otherwise).
+fn resolve_revisions(
+    ctx: &Context,
+    cc: &CompositeController,
+    children: &HashMap<String, ChildRule>,
+) -> Result<Option<Revisions>, BuildError> {
+    let mut rules = RollingRules::new();
+    for rule in cc.spec.child_rules() {
+        let Some(strategy) = &rule.update_strategy else {
+            continue;
+        };
+        let method = strategy.method.unwrap_or_default();
+        if !rollout::is_rolling(method) {
+            continue;
+        }
+        let r = ctx.resources.get(&rule.api_version, &rule.resource)?;
+        let options = children
+            .get(&r.group_key())
+            .map(|c| c.options.clone())
+            .unwrap_or_default();
+        let conditions = strategy
+            .status_checks
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let key = (r.api.group.clone(), r.api.kind.clone());
+        rules.insert(
+            key,
+            RollingRule {
+                method,
+                conditions,
+                options,
+            },
+        );
+    }
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    let resolved = ctx
+        .resources
+        .get(REVISIONS_API_VERSION, REVISIONS_RESOURCE)?;
+    Ok(Some(Revisions {
+        informer: ctx.informers.get(&resolved),
+        resolved,
+        rules,
+    }))
+}
+
 /// Everything one sync of a composite parent reads and the state it keeps between syncs: the
 /// resolved parent and children, their watches, the hooks and the caches. It knows nothing of
 /// the work queue or the triggers that feed it.
@@ -80,6 +145,8 @@ pub struct Composite {
     pub child_keys: Vec<String>,
     /// Hooks.
     pub hooks: Hooks,
+    /// Rolling updates, when a child type uses a rolling strategy.
+    pub revisions: Option<Revisions>,
     /// Customize cache.
     pub customize_cache: Mutex<CustomizeCache>,
     /// Related watches this controller listens to, by watch key.
@@ -231,6 +298,7 @@ impl Composite {
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
         let hooks = hook_clients(&ctx, &cc, &name).await?;
+        let revisions = resolve_revisions(&ctx, &cc, &children)?;
         let mut cc_json = serde_json::to_value(&cc).unwrap_or(Value::Null);
         if let Some(m) = cc_json.as_object_mut() {
             m.remove("status");
@@ -246,6 +314,7 @@ impl Composite {
             declared,
             child_keys,
             hooks,
+            revisions,
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),

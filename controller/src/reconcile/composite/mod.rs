@@ -5,6 +5,7 @@
 
 mod build;
 mod related;
+mod revisions;
 pub mod sync;
 
 use std::sync::{Arc, Weak};
@@ -311,6 +312,7 @@ impl Reconciler for ParentController {
     fn watches(&self) -> Vec<Arc<Informer>> {
         std::iter::once(self.c.parents.clone())
             .chain(self.c.children.values().map(|rule| rule.informer.clone()))
+            .chain(self.c.revisions.iter().map(|r| r.informer.clone()))
             .collect()
     }
 

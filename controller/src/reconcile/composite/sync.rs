@@ -1,5 +1,6 @@
 //! One sync of one parent, as named steps:
-//! `ensure_finalizer → claim_children → call_customize → call_hook → validate_desired →
+//! `ensure_finalizer → claim_children → call_customize → call_hook (once per revision with a
+//! rolling child type: [`super::revisions`]) → validate_desired →
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
@@ -10,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
+use super::revisions;
 use crate::hook::wire::{self, SyncResponse};
 use crate::object::{
     controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
@@ -51,7 +53,25 @@ pub async fn sync_parent(
     let selector = decide::parent_selector(&parent, generate)?;
     let observed = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
-    let response = call_hook(c, &parent, &observed, &related, finalizing).await?;
+    let response = match &c.revisions {
+        // rolling updates, unless the children are left alone anyway (Metacontroller's test)
+        Some(rev) if decide::may_manage_children(&parent, finalizing, &fin) => {
+            let (observed, related) = (&observed, &related);
+            revisions::sync_revisions(c, rev, &parent, &selector, observed, related, finalizing)
+                .await?
+        }
+        _ => {
+            call_hook(
+                c,
+                &parent,
+                &observed,
+                &related,
+                finalizing,
+                &cache_key(&parent),
+            )
+            .await?
+        }
+    };
     let desired = decide::validate_desired(
         &parent,
         c.parent.namespaced,
@@ -211,7 +231,10 @@ async fn release(
 }
 
 /// Uncached GET: the parent still exists with the same UID and is not being deleted.
-async fn parent_alive_uncached(c: &Composite, parent: &Value) -> Result<bool, SyncError> {
+pub(super) async fn parent_alive_uncached(
+    c: &Composite,
+    parent: &Value,
+) -> Result<bool, SyncError> {
     let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
     let live = kapi::get(&api, meta_str(parent, "name"))
         .await
@@ -219,13 +242,15 @@ async fn parent_alive_uncached(c: &Composite, parent: &Value) -> Result<bool, Sy
     Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
 }
 
-/// Step: call sync (or finalize) with the parent, observed children and related objects.
-async fn call_hook(
+/// Step: call sync (or finalize) with the parent, observed children and related objects;
+/// `cache_key` names the answer in the hook's response cache.
+pub(super) async fn call_hook(
     c: &Composite,
     parent: &Value,
     observed: &[Value],
     related: &Map<String, Value>,
     finalizing: bool,
+    cache_key: &str,
 ) -> Result<SyncResponse, SyncError> {
     let hook = match (&c.hooks.finalize, finalizing) {
         (Some(f), true) => f,
@@ -238,5 +263,5 @@ async fn call_hook(
         observed.iter(),
     );
     let request = wire::sync_request(&c.cc_json, parent, children, related.clone(), finalizing);
-    Ok(hook.sync(&cache_key(parent), &request).await?)
+    Ok(hook.sync(cache_key, &request).await?)
 }

@@ -1,0 +1,1086 @@
+//! Pure decisions of a rolling update (`RollingRecreate`, `RollingInPlace`), after
+//! Metacontroller's `composite/controller_revision.go` and `rolling_update.go`: a parent's
+//! revisions (the fields `revisionHistory.fieldPaths` name, stored as ControllerRevisions), which
+//! revision claims which child, which child moves to the latest revision next (at most one per
+//! sync, and only when every rolling child already there is observed, up to date and passes its
+//! status checks), the parent's `Updated` condition and which revisions to prune. No I/O here;
+//! [`crate::reconcile::composite`] reads the caches, calls the hooks and writes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+
+use crate::api::{ChildUpdateMethod, ControllerRevisionChildren, StatusConditionCheck};
+use crate::object::meta_str;
+
+/// The parent condition a rollout reports.
+pub const UPDATED_CONDITION: &str = "Updated";
+/// Revision label: the parent resource's API group.
+pub const LABEL_API_GROUP: &str = "metacontroller.k8s.io/apiGroup";
+/// Revision label: the parent resource's plural name.
+pub const LABEL_RESOURCE: &str = "metacontroller.k8s.io/resource";
+/// `revisionHistory.fieldPaths` when none are given.
+pub const DEFAULT_FIELD_PATHS: &[&str] = &["spec"];
+/// The longest object name Kubernetes accepts.
+const MAX_NAME: usize = 253;
+/// Hex digits of a SHA-1.
+const HASH_LEN: usize = 40;
+
+/// What makes a rollout impossible to decide.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    /// A field path crosses something that is not an object.
+    #[error("revisionHistory.fieldPaths: {path:?} crosses a field that is not an object ({side})")]
+    FieldPath {
+        /// The dot path.
+        path: String,
+        /// Where: `in the parent` or `in ControllerRevision <name>`.
+        side: String,
+    },
+    /// A stored ControllerRevision does not decode.
+    #[error("ControllerRevision {name}: {message}")]
+    Revision {
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// ControllerRevisions are namespaced: a cluster-scoped parent has nowhere to keep them.
+    #[error(
+        "{parent}: rolling updates (RollingRecreate, RollingInPlace) need a namespaced parent, ControllerRevisions live in the parent's namespace; use Recreate or InPlace"
+    )]
+    ClusterScopedParent {
+        /// The parent.
+        parent: String,
+    },
+    /// The hook's status cannot take the `Updated` condition.
+    #[error("status from the sync hook: {0}")]
+    Status(String),
+}
+
+/// A child as revisions name it: API group (no version), kind, name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChildId {
+    /// API group, `""` for core.
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ChildId {
+    /// The identity of `obj` (its `apiVersion`'s group, `kind`, `metadata.name`).
+    pub fn of(obj: &Value) -> ChildId {
+        let av = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ChildId {
+            group: av.rsplit_once('/').map_or("", |(g, _)| g).to_owned(),
+            kind: obj
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name: meta_str(obj, "name").to_owned(),
+        }
+    }
+}
+
+/// The rollout settings of one child type (group, kind) that uses a rolling strategy.
+#[derive(Debug, Clone)]
+pub struct RollingRule {
+    /// `RollingRecreate` or `RollingInPlace`.
+    pub method: ChildUpdateMethod,
+    /// `updateStrategy.statusChecks.conditions`.
+    pub conditions: Vec<StatusConditionCheck>,
+    /// dynapply options of the type (to tell whether a child is up to date).
+    pub options: dynapply::Options,
+}
+
+/// Whether `method` is a rolling one.
+pub fn is_rolling(method: ChildUpdateMethod) -> bool {
+    matches!(
+        method,
+        ChildUpdateMethod::RollingRecreate | ChildUpdateMethod::RollingInPlace
+    )
+}
+
+/// Rolling rules by (group, kind).
+pub type RollingRules = HashMap<(String, String), RollingRule>;
+
+fn rule<'a>(rules: &'a RollingRules, group: &str, kind: &str) -> Option<&'a RollingRule> {
+    rules.get(&(group.to_owned(), kind.to_owned()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// revision identity
+
+/// The namespace a parent's revisions live in: its own (a cluster-scoped parent has none, and
+/// Metacontroller's create of a revision without a namespace fails on every sync).
+pub fn revision_namespace(parent: &Value, parent_namespaced: bool) -> Result<&str, RolloutError> {
+    match meta_str(parent, "namespace") {
+        ns if parent_namespaced && !ns.is_empty() => Ok(ns),
+        _ => Err(RolloutError::ClusterScopedParent {
+            parent: crate::object::describe(parent),
+        }),
+    }
+}
+
+/// The fields `field_paths` (dot paths) name in `parent`, as a partial object (`makePatch`).
+pub fn make_patch(parent: &Value, field_paths: &[String]) -> Result<Value, RolloutError> {
+    let mut patch = Value::Object(Map::new());
+    for path in field_paths {
+        let parts: Vec<&str> = path.split('.').collect();
+        if let Some(value) = nested(parent, &parts, path, "in the parent")? {
+            set_nested(&mut patch, &parts, value.clone(), path, "in the patch")?;
+        }
+    }
+    Ok(patch)
+}
+
+/// `parent` with the fields of a revision's `patch` written over it at `field_paths`
+/// (`applyPatch`: a path the patch lacks keeps the parent's value).
+pub fn apply_patch(
+    parent: &Value,
+    patch: &Value,
+    field_paths: &[String],
+    revision: &str,
+) -> Result<Value, RolloutError> {
+    let mut out = parent.clone();
+    let side = format!("in ControllerRevision {revision}");
+    for path in field_paths {
+        let parts: Vec<&str> = path.split('.').collect();
+        if let Some(value) = nested(patch, &parts, path, &side)? {
+            set_nested(&mut out, &parts, value.clone(), path, "in the parent")?;
+        }
+    }
+    Ok(out)
+}
+
+fn nested<'a>(
+    v: &'a Value,
+    parts: &[&str],
+    path: &str,
+    side: &str,
+) -> Result<Option<&'a Value>, RolloutError> {
+    let mut at = v;
+    for part in parts {
+        match at {
+            Value::Object(m) => match m.get(*part) {
+                Some(next) => at = next,
+                None => return Ok(None),
+            },
+            _ => {
+                return Err(RolloutError::FieldPath {
+                    path: path.to_owned(),
+                    side: side.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(Some(at))
+}
+
+fn set_nested(
+    v: &mut Value,
+    parts: &[&str],
+    value: Value,
+    path: &str,
+    side: &str,
+) -> Result<(), RolloutError> {
+    let bad = || RolloutError::FieldPath {
+        path: path.to_owned(),
+        side: side.to_owned(),
+    };
+    let Some((last, init)) = parts.split_last() else {
+        return Ok(());
+    };
+    let mut at = v;
+    for part in init {
+        let m = at.as_object_mut().ok_or_else(bad)?;
+        at = m
+            .entry((*part).to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    at.as_object_mut()
+        .ok_or_else(bad)?
+        .insert((*last).to_owned(), value);
+    Ok(())
+}
+
+/// The name of the revision of `patch` for the parent with `parent_uid`:
+/// `<resource>.<group or "core">-<sha1(uid + patch as Go's encoding/json writes it)>`, the prefix
+/// cut so the name stays within 253 characters (Metacontroller's `controllerRevisionName`, so
+/// both name the same revision alike).
+pub fn revision_name(resource: &str, group: &str, parent_uid: &str, patch: &Value) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    let mut prefix = format!("{resource}.{group}");
+    let max = MAX_NAME - HASH_LEN - 1;
+    if prefix.len() > max {
+        let mut cut = max;
+        while !prefix.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        prefix.truncate(cut);
+    }
+    let mut data = parent_uid.as_bytes().to_vec();
+    data.extend_from_slice(go_json(patch).as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &data);
+    let mut hash = String::with_capacity(HASH_LEN);
+    for b in digest.as_ref() {
+        let _ = write!(hash, "{b:02x}");
+    }
+    format!("{prefix}-{hash}")
+}
+
+/// `v` as Go's `json.Marshal` writes a `map[string]interface{}`: keys sorted, no spaces, `<`,
+/// `>`, `&`, U+2028 and U+2029 escaped.
+pub fn go_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_go(&mut out, v);
+    out
+}
+
+fn write_go(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_go_number(out, n),
+        Value::String(s) => write_go_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_string(out, k);
+                out.push(':');
+                write_go(out, v);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_go_number(out: &mut String, n: &serde_json::Number) {
+    if n.is_i64() || n.is_u64() {
+        out.push_str(&n.to_string());
+        return;
+    }
+    let f = n.as_f64().unwrap_or_default();
+    let abs = f.abs();
+    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+        let _ = write!(out, "{f}");
+    } else {
+        // Go: exponent form with at least one exponent digit and an explicit `+`
+        let text = format!("{f:e}");
+        match text.split_once('e') {
+            Some((mantissa, exp)) if !exp.starts_with('-') => {
+                let _ = write!(out, "{mantissa}e+{exp}");
+            }
+            _ => out.push_str(&text),
+        }
+    }
+}
+
+fn write_go_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The labels of a new revision: the parent's `spec.template.metadata.labels` (or
+/// `controller-uid=<uid>` with generateSelector), plus the parent resource's group and plural.
+pub fn revision_labels(
+    parent: &Value,
+    generate_selector: bool,
+    group: &str,
+    resource: &str,
+) -> Map<String, Value> {
+    let mut labels = Map::new();
+    if generate_selector {
+        labels.insert(
+            crate::reconcile::decide::CONTROLLER_UID_LABEL.to_owned(),
+            json!(meta_str(parent, "uid")),
+        );
+    } else if let Some(m) = parent
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        labels.extend(
+            m.iter()
+                .filter(|(_, v)| v.is_string())
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+    }
+    labels.insert(LABEL_API_GROUP.to_owned(), json!(group));
+    labels.insert(LABEL_RESOURCE.to_owned(), json!(resource));
+    labels
+}
+
+// ---------------------------------------------------------------------------------------------
+// claims
+
+/// Which revision (index into the list, 0 = latest) claims each child.
+pub type ClaimMap = HashMap<ChildId, usize>;
+
+fn add_child(claims: &mut Vec<ControllerRevisionChildren>, id: &ChildId) {
+    let at = match claims
+        .iter()
+        .position(|c| c.api_group == id.group && c.kind == id.kind)
+    {
+        Some(i) => i,
+        None => {
+            claims.push(ControllerRevisionChildren {
+                api_group: id.group.clone(),
+                kind: id.kind.clone(),
+                names: Vec::new(),
+            });
+            claims.len() - 1
+        }
+    };
+    if let Some(group) = claims.get_mut(at)
+        && !group.names.contains(&id.name)
+    {
+        group.names.push(id.name.clone());
+    }
+}
+
+fn remove_child(claims: &mut Vec<ControllerRevisionChildren>, id: &ChildId) {
+    for group in claims
+        .iter_mut()
+        .filter(|c| c.api_group == id.group && c.kind == id.kind)
+    {
+        group.names.retain(|n| n != &id.name);
+    }
+    claims.retain(|c| !c.names.is_empty());
+}
+
+/// Drops claims of kinds that no longer roll, of children the latest revision no longer wants
+/// (they are deleted now) and duplicates (the latest revision, first, wins; then list order).
+/// Unlike Metacontroller, which keeps the unfiltered names in the stored revision, the claims
+/// kept are the ones written back, so a revision whose children are gone can be pruned.
+pub fn sync_claims(
+    revisions: &mut [Vec<ControllerRevisionChildren>],
+    rules: &RollingRules,
+    latest_desired: &HashMap<ChildId, Value>,
+) -> ClaimMap {
+    let mut claimed = ClaimMap::new();
+    for (i, claims) in revisions.iter_mut().enumerate() {
+        for group in claims.iter_mut() {
+            if rule(rules, &group.api_group, &group.kind).is_none() {
+                group.names.clear();
+                continue;
+            }
+            group.names.retain(|name| {
+                let id = ChildId {
+                    group: group.api_group.clone(),
+                    kind: group.kind.clone(),
+                    name: name.clone(),
+                };
+                if !latest_desired.contains_key(&id) || claimed.contains_key(&id) {
+                    return false;
+                }
+                claimed.insert(id, i);
+                true
+            });
+        }
+        claims.retain(|c| !c.names.is_empty());
+    }
+    claimed
+}
+
+/// What the rollout step found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A child must become ready before the next one moves (why).
+    Waiting(String),
+    /// This child moved to the latest revision in this sync.
+    Progressing {
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
+    /// Every rolling child is on the latest revision.
+    OnLatest,
+}
+
+/// What a rollout step reads: the rolling rules, the observed children and the latest revision's
+/// desired children in the hook's response order.
+#[derive(Debug, Clone, Copy)]
+pub struct RolloutView<'a> {
+    /// Rolling child types.
+    pub rules: &'a RollingRules,
+    /// Observed children.
+    pub observed: &'a HashMap<ChildId, Value>,
+    /// The latest revision's desired children, in response order.
+    pub latest_order: &'a [ChildId],
+    /// The latest revision's desired children.
+    pub latest_desired: &'a HashMap<ChildId, Value>,
+}
+
+/// Whether an update of `observed` to `desired` would change nothing.
+fn up_to_date(observed: &Value, desired: &Value, opts: &dynapply::Options) -> bool {
+    matches!(
+        dynapply::apply_update(observed, desired, opts),
+        Ok(dynapply::Outcome::Unchanged)
+    )
+}
+
+/// The rollout of one sync (`syncRollingUpdate`): reconciles the claims, gives the latest
+/// revision every unclaimed desired child and every child whose update would be a no-op, then
+/// moves at most one more child — the first in response order not on the latest revision — if
+/// [`ready_to_continue`] holds. `revisions[0]` is the latest revision's claims.
+pub fn roll(revisions: &mut [Vec<ControllerRevisionChildren>], view: RolloutView<'_>) -> Step {
+    let mut claimed = sync_claims(revisions, view.rules, view.latest_desired);
+    for id in view.latest_order {
+        let Some(r) = rule(view.rules, &id.group, &id.kind) else {
+            continue;
+        };
+        let move_now = match claimed.get(id) {
+            None => true,
+            Some(0) => false,
+            Some(_) => match (view.observed.get(id), view.latest_desired.get(id)) {
+                (Some(obs), Some(want)) => up_to_date(obs, want, &r.options),
+                _ => false,
+            },
+        };
+        if move_now {
+            move_to_latest(revisions, &mut claimed, id);
+        }
+    }
+    for id in view.latest_order {
+        if rule(view.rules, &id.group, &id.kind).is_none() || claimed.get(id) == Some(&0) {
+            continue;
+        }
+        let latest = revisions.first().map(Vec::as_slice).unwrap_or_default();
+        if let Err(why) = ready_to_continue(latest, view) {
+            return Step::Waiting(why);
+        }
+        move_to_latest(revisions, &mut claimed, id);
+        return Step::Progressing {
+            kind: id.kind.clone(),
+            name: id.name.clone(),
+        };
+    }
+    Step::OnLatest
+}
+
+fn move_to_latest(
+    revisions: &mut [Vec<ControllerRevisionChildren>],
+    claimed: &mut ClaimMap,
+    id: &ChildId,
+) {
+    for claims in revisions.iter_mut().skip(1) {
+        remove_child(claims, id);
+    }
+    if let Some(latest) = revisions.first_mut() {
+        add_child(latest, id);
+    }
+    claimed.insert(id.clone(), 0);
+}
+
+/// `shouldContinueRolling`: every rolling child the latest revision claims is observed, up to
+/// date with the latest desired state, (RollingInPlace) has `status.observedGeneration` ≥
+/// `metadata.generation` when it reports one, and passes its type's status checks. `Err` says
+/// which child is not and why.
+pub fn ready_to_continue(
+    latest: &[ControllerRevisionChildren],
+    view: RolloutView<'_>,
+) -> Result<(), String> {
+    for group in latest {
+        let Some(r) = rule(view.rules, &group.api_group, &group.kind) else {
+            continue;
+        };
+        for name in &group.names {
+            let id = ChildId {
+                group: group.api_group.clone(),
+                kind: group.kind.clone(),
+                name: name.clone(),
+            };
+            let kind = &group.kind;
+            let Some(child) = view.observed.get(&id) else {
+                return Err(format!("missing child {kind} {name}"));
+            };
+            let updated = view
+                .latest_desired
+                .get(&id)
+                .is_some_and(|want| up_to_date(child, want, &r.options));
+            if !updated {
+                return Err(format!("child {kind} {name} is not updated yet"));
+            }
+            if r.method == ChildUpdateMethod::RollingInPlace && !observed_latest_generation(child) {
+                return Err(format!(
+                    "child {kind} {name} with RollingInPlace update strategy hasn't observed latest spec"
+                ));
+            }
+            status_check(&r.conditions, child)
+                .map_err(|why| format!("child {kind} {name} failed status check: {why}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `status.observedGeneration` ≥ `metadata.generation`, or no (positive) observedGeneration at
+/// all: not every controller reports one.
+fn observed_latest_generation(child: &Value) -> bool {
+    let observed = child
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let generation = child
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    observed <= 0 || observed >= generation
+}
+
+/// `childStatusCheck`: every condition check holds on the child's `status.conditions`.
+pub fn status_check(checks: &[StatusConditionCheck], child: &Value) -> Result<(), String> {
+    for check in checks {
+        let found = child
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.get("type").and_then(Value::as_str) == Some(check.type_.as_str()))
+            });
+        let Some(cond) = found else {
+            return Err(format!(
+                "required condition type missing: {:?}",
+                check.type_
+            ));
+        };
+        let field = |k: &str| cond.get(k).and_then(Value::as_str).unwrap_or_default();
+        if let Some(want) = &check.status
+            && field("status") != want
+        {
+            return Err(format!(
+                "{:?} condition status is {:?} (want {want:?})",
+                check.type_,
+                field("status")
+            ));
+        }
+        if let Some(want) = &check.reason
+            && field("reason") != want
+        {
+            return Err(format!(
+                "{:?} condition reason is {:?} (want {want:?})",
+                check.type_,
+                field("reason")
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// the Updated condition, pruning, combining
+
+/// The `Updated` condition a step reports (Metacontroller's text; no `lastTransitionTime`).
+pub fn updated_condition(step: &Step, latest_revision: &str) -> Value {
+    let (status, reason, message) = match step {
+        Step::Waiting(why) => ("False", "RolloutWaiting", why.clone()),
+        Step::Progressing { kind, name } => (
+            "False",
+            "RolloutProgressing",
+            format!("updating {kind} {name}"),
+        ),
+        Step::OnLatest => (
+            "True",
+            "OnLatestRevision",
+            format!("latest ControllerRevision: {latest_revision}"),
+        ),
+    };
+    json!({"type": UPDATED_CONDITION, "status": status, "reason": reason, "message": message})
+}
+
+/// The hook's status (`{}` when null) with `condition` replacing the condition of its type, or
+/// appended (`SetCondition`).
+pub fn with_condition(status: Option<&Value>, condition: Value) -> Result<Value, RolloutError> {
+    let mut status = match status {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => {
+            return Err(RolloutError::Status(format!(
+                "status must be an object to carry the {UPDATED_CONDITION} condition, got {other}"
+            )));
+        }
+    };
+    let conditions = status
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(list) = conditions.as_array_mut() else {
+        return Err(RolloutError::Status(format!(
+            "status.conditions must be a list to carry the {UPDATED_CONDITION} condition"
+        )));
+    };
+    let ty = condition.get("type").cloned();
+    match list
+        .iter_mut()
+        .find(|c| c.is_object() && c.get("type") == ty.as_ref())
+    {
+        Some(existing) => *existing = condition,
+        None => list.push(condition),
+    }
+    Ok(Value::Object(status))
+}
+
+/// Which revisions to keep: the latest (index 0) always, the others while they claim a child.
+pub fn keep_revisions(revisions: &[Vec<ControllerRevisionChildren>]) -> Vec<bool> {
+    revisions
+        .iter()
+        .enumerate()
+        .map(|(i, claims)| i == 0 || claims.iter().any(|c| !c.names.is_empty()))
+        .collect()
+}
+
+/// The smallest positive `resyncAfterSeconds` of all revisions (0: none).
+pub fn combined_resync(values: impl IntoIterator<Item = f64>) -> f64 {
+    values
+        .into_iter()
+        .filter(|v| *v > 0.0)
+        .fold(0.0, |acc, v| if acc == 0.0 || v < acc { v } else { acc })
+}
+
+/// The desired children of a rolling sync (keyed like [`crate::reconcile::decide::child_key`]):
+/// the latest revision's, with each child an older revision still claims replaced by that
+/// revision's version of it (only when both want it: a child the latest revision drops is
+/// deleted).
+pub fn combine_desired(
+    latest: BTreeMap<String, Value>,
+    older: &[(&[ControllerRevisionChildren], &BTreeMap<String, Value>)],
+) -> BTreeMap<String, Value> {
+    let mut out = latest;
+    let index = |m: &BTreeMap<String, Value>| -> HashMap<ChildId, String> {
+        m.iter().map(|(k, v)| (ChildId::of(v), k.clone())).collect()
+    };
+    for (claims, desired) in older {
+        let theirs = index(desired);
+        let ours = index(&out);
+        for group in *claims {
+            for name in &group.names {
+                let id = ChildId {
+                    group: group.api_group.clone(),
+                    kind: group.kind.clone(),
+                    name: name.clone(),
+                };
+                let (Some(our_key), Some(their_key)) = (ours.get(&id), theirs.get(&id)) else {
+                    continue;
+                };
+                if let Some(child) = desired.get(their_key) {
+                    out.remove(our_key);
+                    out.insert(their_key.clone(), child.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> ChildId {
+        ChildId {
+            group: "example.com".into(),
+            kind: "Cat".into(),
+            name: name.into(),
+        }
+    }
+
+    fn claims(names: &[&str]) -> Vec<ControllerRevisionChildren> {
+        if names.is_empty() {
+            return Vec::new();
+        }
+        vec![ControllerRevisionChildren {
+            api_group: "example.com".into(),
+            kind: "Cat".into(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }]
+    }
+
+    fn cat(name: &str, color: &str) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Cat",
+               "metadata": {"name": name, "namespace": "ns"}, "spec": {"color": color}})
+    }
+
+    /// An observed cat as the API server holds it after a create of `cat(name, color)`.
+    fn observed(name: &str, color: &str, generation: i64) -> Value {
+        let mut o =
+            dynapply::prepare_create(&cat(name, color), &dynapply::Options::default()).unwrap();
+        o["metadata"]["generation"] = json!(generation);
+        o
+    }
+
+    fn with_status(mut o: Value, observed_generation: i64, ready: &str) -> Value {
+        o["status"] = json!({"observedGeneration": observed_generation,
+                             "conditions": [{"type": "Ready", "status": ready}]});
+        o
+    }
+
+    fn rules(method: ChildUpdateMethod) -> RollingRules {
+        let check = StatusConditionCheck {
+            type_: "Ready".into(),
+            status: Some("True".into()),
+            reason: None,
+        };
+        RollingRules::from([(
+            ("example.com".to_owned(), "Cat".to_owned()),
+            RollingRule {
+                method,
+                conditions: vec![check],
+                options: dynapply::Options::default(),
+            },
+        )])
+    }
+
+    struct World {
+        rules: RollingRules,
+        observed: HashMap<ChildId, Value>,
+        order: Vec<ChildId>,
+        desired: HashMap<ChildId, Value>,
+    }
+
+    impl World {
+        /// Two cats, both wanted `color` by the latest revision.
+        fn new(method: ChildUpdateMethod, color: &str) -> World {
+            let order = vec![id("c-0"), id("c-1")];
+            let desired = order
+                .iter()
+                .map(|i| (i.clone(), cat(&i.name, color)))
+                .collect();
+            World {
+                rules: rules(method),
+                observed: HashMap::new(),
+                order,
+                desired,
+            }
+        }
+        fn observe(&mut self, o: Value) {
+            self.observed.insert(ChildId::of(&o), o);
+        }
+        fn view(&self) -> RolloutView<'_> {
+            RolloutView {
+                rules: &self.rules,
+                observed: &self.observed,
+                latest_order: &self.order,
+                latest_desired: &self.desired,
+            }
+        }
+    }
+
+    #[test]
+    fn revision_name_is_metacontrollers_sha1_of_uid_and_go_json() {
+        // sha1("uid-1" + `{"spec":{"a":1}}`), computed with sha1sum
+        let want = "things.example.com-7e2336ed18726c7c0512cdaf694929359b3e75c4";
+        let patch = json!({"spec": {"a": 1}});
+        assert_eq!(
+            revision_name("things", "example.com", "uid-1", &patch),
+            want
+        );
+        // stable: key order and a re-decoded copy do not change it
+        let a = json!({"spec": {"b": "x", "a": [1, 2]}, "meta": {"z": true, "y": null}});
+        let b: Value =
+            serde_json::from_str(r#"{"meta":{"y":null,"z":true},"spec":{"a":[1,2],"b":"x"}}"#)
+                .unwrap();
+        assert_eq!(
+            revision_name("things", "example.com", "u", &a),
+            revision_name("things", "example.com", "u", &b)
+        );
+        assert_ne!(
+            revision_name("things", "example.com", "u", &a),
+            revision_name("things", "example.com", "v", &a),
+            "the parent UID is part of the hash"
+        );
+        assert!(revision_name("pods", "", "u", &a).starts_with("pods.core-"));
+        let long = revision_name(&"r".repeat(300), "example.com", "u", &a);
+        assert_eq!(long.len(), 253);
+    }
+
+    #[test]
+    fn go_json_sorts_keys_and_escapes_like_encoding_json() {
+        let v: Value = serde_json::from_str(
+            r#"{"b": "<a>&\n\u2028", "a": [1.5e-7, 1e21, 0.5, -3, 100000000000000000000.0]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            go_json(&v),
+            r#"{"a":[1.5e-7,1e+21,0.5,-3,100000000000000000000],"b":"\u003ca\u003e\u0026\n\u2028"}"#
+        );
+    }
+
+    #[test]
+    fn patches_take_and_restore_the_field_paths() {
+        let parent = json!({"metadata": {"name": "p"}, "spec": {"replicas": 2, "template": {"x": 1}},
+                            "status": {"ready": 1}});
+        let paths = vec!["spec.template".to_owned(), "spec.missing".to_owned()];
+        let patch = make_patch(&parent, &paths).unwrap();
+        assert_eq!(patch, json!({"spec": {"template": {"x": 1}}}));
+        let now = json!({"metadata": {"name": "p"}, "spec": {"replicas": 3, "template": {"x": 2}}});
+        let old = apply_patch(&now, &patch, &paths, "r").unwrap();
+        assert_eq!(
+            old,
+            json!({"metadata": {"name": "p"}, "spec": {"replicas": 3, "template": {"x": 1}}})
+        );
+        let err = make_patch(&json!({"spec": "text"}), &["spec.a".to_owned()]).unwrap_err();
+        assert!(err.to_string().contains("\"spec.a\""), "{err}");
+    }
+
+    #[test]
+    fn unclaimed_children_go_to_the_latest_revision_at_once() {
+        let w = World::new(ChildUpdateMethod::RollingInPlace, "black");
+        let mut revs = vec![claims(&[])];
+        let step = roll(&mut revs, w.view());
+        assert_eq!(step, Step::OnLatest);
+        assert_eq!(revs[0], claims(&["c-0", "c-1"]));
+    }
+
+    #[test]
+    fn one_child_moves_per_sync_and_waits_for_the_status_check() {
+        let mut w = World::new(ChildUpdateMethod::RollingInPlace, "white");
+        w.observe(with_status(observed("c-0", "black", 1), 1, "True"));
+        w.observe(with_status(observed("c-1", "black", 1), 1, "True"));
+        let mut revs = vec![claims(&[]), claims(&["c-0", "c-1"])];
+        // nothing on latest yet: the first child moves
+        let step = roll(&mut revs, w.view());
+        assert_eq!(
+            step,
+            Step::Progressing {
+                kind: "Cat".into(),
+                name: "c-0".into()
+            }
+        );
+        assert_eq!(revs, vec![claims(&["c-0"]), claims(&["c-1"])]);
+        // c-0 not updated yet: wait
+        let step = roll(&mut revs, w.view());
+        assert_eq!(
+            step,
+            Step::Waiting("child Cat c-0 is not updated yet".into())
+        );
+        assert_eq!(revs, vec![claims(&["c-0"]), claims(&["c-1"])]);
+        // updated (generation 2) but its controller has not observed it
+        let updated = dynapply::apply_update(
+            &w.observed[&id("c-0")],
+            &cat("c-0", "white"),
+            &dynapply::Options::default(),
+        )
+        .unwrap();
+        let dynapply::Outcome::Changed(mut updated) = updated else {
+            panic!("an update")
+        };
+        updated["metadata"]["generation"] = json!(2);
+        w.observe(updated.clone());
+        let step = roll(&mut revs, w.view());
+        assert_eq!(
+            step,
+            Step::Waiting(
+                "child Cat c-0 with RollingInPlace update strategy hasn't observed latest spec"
+                    .into()
+            )
+        );
+        // observed, but not Ready
+        w.observe(with_status(updated.clone(), 2, "False"));
+        let step = roll(&mut revs, w.view());
+        assert_eq!(
+            step,
+            Step::Waiting(
+                "child Cat c-0 failed status check: \"Ready\" condition status is \"False\" (want \"True\")"
+                    .into()
+            )
+        );
+        assert_eq!(revs, vec![claims(&["c-0"]), claims(&["c-1"])]);
+        // Ready: the next child moves, the old revision is left with none
+        w.observe(with_status(updated, 2, "True"));
+        let step = roll(&mut revs, w.view());
+        assert_eq!(
+            step,
+            Step::Progressing {
+                kind: "Cat".into(),
+                name: "c-1".into()
+            }
+        );
+        assert_eq!(revs, vec![claims(&["c-0", "c-1"]), claims(&[])]);
+        assert_eq!(keep_revisions(&revs), vec![true, false]);
+    }
+
+    #[test]
+    fn rolling_recreate_ignores_observed_generation_and_needs_the_child_observed() {
+        let mut w = World::new(ChildUpdateMethod::RollingRecreate, "white");
+        // c-0 was deleted for its recreate and is not back yet
+        w.observe(with_status(observed("c-1", "black", 1), 1, "True"));
+        let mut revs = vec![claims(&["c-0"]), claims(&["c-1"])];
+        assert_eq!(
+            roll(&mut revs, w.view()),
+            Step::Waiting("missing child Cat c-0".into())
+        );
+        // recreated at generation 5 with a stale observedGeneration: RollingRecreate does not care
+        w.observe(with_status(observed("c-0", "white", 5), 1, "True"));
+        assert_eq!(
+            roll(&mut revs, w.view()),
+            Step::Progressing {
+                kind: "Cat".into(),
+                name: "c-1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_child_already_as_the_latest_revision_wants_it_moves_without_a_step() {
+        let mut w = World::new(ChildUpdateMethod::RollingInPlace, "white");
+        w.observe(with_status(observed("c-0", "white", 1), 1, "True"));
+        w.observe(with_status(observed("c-1", "black", 1), 1, "True"));
+        let mut revs = vec![claims(&[]), claims(&["c-0", "c-1"])];
+        let step = roll(&mut revs, w.view());
+        // c-0 moved for free, then c-1 is the one step of this sync
+        assert_eq!(
+            step,
+            Step::Progressing {
+                kind: "Cat".into(),
+                name: "c-1".into()
+            }
+        );
+        assert_eq!(revs, vec![claims(&["c-0", "c-1"]), claims(&[])]);
+    }
+
+    #[test]
+    fn claims_drop_undesired_children_other_kinds_and_duplicates() {
+        let w = World::new(ChildUpdateMethod::RollingInPlace, "white");
+        let mut dog = claims(&["d"]);
+        dog[0].kind = "Dog".into();
+        let mut older = claims(&["c-0", "gone"]);
+        older.extend(dog);
+        let mut revs = vec![claims(&["c-0"]), older, claims(&["c-1"]), claims(&["c-1"])];
+        let claimed = sync_claims(&mut revs, &w.rules, &w.desired);
+        assert_eq!(
+            revs,
+            vec![claims(&["c-0"]), claims(&[]), claims(&["c-1"]), claims(&[])]
+        );
+        assert_eq!(claimed.get(&id("c-0")), Some(&0));
+        assert_eq!(claimed.get(&id("c-1")), Some(&2));
+        assert_eq!(keep_revisions(&revs), vec![true, false, true, false]);
+    }
+
+    #[test]
+    fn status_checks_name_the_missing_or_wrong_condition() {
+        let check = |status: Option<&str>, reason: Option<&str>| StatusConditionCheck {
+            type_: "Ready".into(),
+            status: status.map(str::to_owned),
+            reason: reason.map(str::to_owned),
+        };
+        let child = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Fed"}]}});
+        assert_eq!(
+            status_check(&[check(Some("True"), Some("Fed"))], &child),
+            Ok(())
+        );
+        assert_eq!(status_check(&[], &json!({})), Ok(()));
+        assert_eq!(
+            status_check(&[check(None, None)], &json!({"status": {}})),
+            Err("required condition type missing: \"Ready\"".into())
+        );
+        assert_eq!(
+            status_check(&[check(None, Some("Hungry"))], &child),
+            Err("\"Ready\" condition reason is \"Fed\" (want \"Hungry\")".into())
+        );
+    }
+
+    #[test]
+    fn the_updated_condition_says_where_the_rollout_is() {
+        let c = |s: &Step| updated_condition(s, "things.example.com-abc");
+        assert_eq!(
+            c(&Step::OnLatest),
+            json!({"type": "Updated", "status": "True", "reason": "OnLatestRevision",
+                   "message": "latest ControllerRevision: things.example.com-abc"})
+        );
+        let moving = Step::Progressing {
+            kind: "Cat".into(),
+            name: "c-1".into(),
+        };
+        assert_eq!(c(&moving)["reason"], "RolloutProgressing");
+        assert_eq!(c(&moving)["message"], "updating Cat c-1");
+        assert_eq!(c(&moving)["status"], "False");
+        let waiting = c(&Step::Waiting("why".into()));
+        assert_eq!(
+            (&waiting["reason"], &waiting["message"]),
+            (&json!("RolloutWaiting"), &json!("why"))
+        );
+
+        // a null status gets one; an existing Updated condition is replaced, others kept
+        let s = with_condition(None, c(&Step::OnLatest)).unwrap();
+        assert_eq!(s["conditions"].as_array().unwrap().len(), 1);
+        let hook = json!({"ready": 1, "conditions": [{"type": "Other", "status": "True"},
+                                                     {"type": "Updated", "status": "True"}]});
+        let s = with_condition(Some(&hook), c(&moving)).unwrap();
+        assert_eq!(s["ready"], 1);
+        assert_eq!(s["conditions"][0]["type"], "Other");
+        assert_eq!(s["conditions"][1]["reason"], "RolloutProgressing");
+        assert!(with_condition(Some(&json!({"conditions": 1})), c(&moving)).is_err());
+    }
+
+    #[test]
+    fn older_revisions_keep_their_version_of_the_children_they_claim() {
+        let key = |n: &str| format!("Cat.example.com/v1 ns/{n}");
+        let latest: BTreeMap<String, Value> = ["c-0", "c-1", "c-2"]
+            .iter()
+            .map(|n| (key(n), cat(n, "white")))
+            .collect();
+        let old: BTreeMap<String, Value> = ["c-1", "c-3"]
+            .iter()
+            .map(|n| (key(n), cat(n, "black")))
+            .collect();
+        let old_claims = claims(&["c-1", "c-3"]);
+        let out = combine_desired(latest, &[(&old_claims, &old)]);
+        assert_eq!(out.len(), 3, "c-3 is not wanted by the latest revision");
+        assert_eq!(out[&key("c-0")]["spec"]["color"], "white");
+        assert_eq!(out[&key("c-1")]["spec"]["color"], "black");
+        assert_eq!(out[&key("c-2")]["spec"]["color"], "white");
+    }
+
+    #[test]
+    fn revisions_live_in_the_parents_namespace() {
+        let p = json!({"kind": "CatSet", "metadata": {"name": "cs", "namespace": "ns"}});
+        assert_eq!(revision_namespace(&p, true).unwrap(), "ns");
+        let c = json!({"kind": "CatSet", "metadata": {"name": "cs"}});
+        let err = revision_namespace(&c, false).unwrap_err().to_string();
+        assert!(err.starts_with("CatSet cs: rolling updates"), "{err}");
+    }
+
+    #[test]
+    fn resync_is_the_smallest_positive() {
+        assert_eq!(combined_resync([0.0, 5.0, 2.0, -1.0]), 2.0);
+        assert_eq!(combined_resync([0.0]), 0.0);
+    }
+}
