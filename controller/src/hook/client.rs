@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::error::HookError;
 use super::etag::EtagCache;
+use super::tls;
 use super::transport::{
     Credentials, mask, match_endpoint_config, security, sent_credentials, webhook_timeout,
     webhook_url, without_userinfo,
@@ -103,16 +104,23 @@ impl HookClient {
             .timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(90))
             .min_tls_version(reqwest::tls::Version::TLS_1_2);
-        if let Some(ca) = sec.ca_bundle {
-            builder = creds.add_ca_bundle(builder, ca).await?;
-        }
-        if let Some(tls) = sec.client_tls {
-            builder = creds.add_client_tls(builder, tls).await?;
+        let roots = match sec.ca_bundle {
+            Some(ca) => Some(creds.ca_bundle(ca).await?),
+            None => None,
+        };
+        let identity = match sec.client_tls {
+            Some(tls) => Some(creds.client_identity(tls).await?),
+            None => None,
+        };
+        if roots.is_some() || identity.is_some() {
+            let config = tls::client_config(roots.as_deref(), identity)
+                .map_err(|e| cfg(format!("TLS: {e}")))?;
+            builder = builder.use_preconfigured_tls(config);
         }
         let authorization = creds.authorization(&sec).await?;
         let http = builder
             .build()
-            .map_err(|e| cfg(format!("http client: {e}")))?;
+            .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
         let sent = sent_credentials(&url, authorization.as_deref());
         Ok(HookClient {
             name,
@@ -239,6 +247,8 @@ impl HookClient {
             url: self.shown_url.clone(),
             message: if e.is_timeout() {
                 "timed out".to_owned()
+            } else if let Some(hint) = tls::handshake_hint(&error_chain(&e)) {
+                format!("TLS handshake: {}: {hint}", error_chain(&e.without_url()))
             } else if e.is_connect() {
                 // the URL is already in the message; say plainly that nothing answered
                 format!("cannot connect: {}", error_chain(&e.without_url()))
