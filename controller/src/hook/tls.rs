@@ -66,6 +66,22 @@ pub(super) fn client_config(
     roots: Option<&[CertificateDer<'static>]>,
     identity: Option<ClientIdentity>,
 ) -> Result<rustls::ClientConfig, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_root_certificates(root_store(roots)?);
+    let mut config = match identity {
+        Some(id) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(
+            CertifiedKey::new(id.chain, id.key),
+        ))),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The trust roots: a caBundle's certificates only (Go's `RootCAs`), else the Mozilla roots.
+fn root_store(roots: Option<&[CertificateDer<'static>]>) -> Result<rustls::RootCertStore, String> {
     let mut store = rustls::RootCertStore::empty();
     match roots {
         Some(certs) => {
@@ -77,18 +93,7 @@ pub(super) fn client_config(
         }
         None => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
     }
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("TLS versions: {e}"))?
-        .with_root_certificates(store);
-    let mut config = match identity {
-        Some(id) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(
-            CertifiedKey::new(id.chain, id.key),
-        ))),
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok(store)
 }
 
 /// What to do about a handshake failure whose error chain is `chain`, when kmeta knows: an
@@ -193,6 +198,16 @@ mod tests {
             subject_public_key_info(&cert(false, &tlv(0x02, &[1]))),
             None
         );
+    }
+
+    #[test]
+    fn a_ca_bundle_replaces_the_built_in_roots() {
+        assert_eq!(root_store(Some(&[])).unwrap().len(), 0);
+        let builtin = root_store(None).unwrap().len();
+        assert!(builtin > 0 && builtin == webpki_roots::TLS_SERVER_ROOTS.len());
+        let garbage = CertificateDer::from(vec![0x30, 0x00]);
+        let e = root_store(Some(&[garbage])).unwrap_err();
+        assert!(e.starts_with("caBundle certificate 1:"), "{e}");
     }
 
     #[test]
