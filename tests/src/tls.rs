@@ -328,3 +328,84 @@ fn pem(label: &str, der: &[u8]) -> String {
         lines.join("\n")
     )
 }
+
+/// An HTTPS hook that answers like Python's `http.server` over `ssl`: `HTTP/1.0 200`, no
+/// Content-Length, the body delimited by closing the connection — without TLS close_notify.
+/// Aborted when dropped.
+pub struct CloseDelimitedHook {
+    /// `https://127.0.0.1:PORT`.
+    pub base: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for CloseDelimitedHook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CloseDelimitedHook {
+    /// Serves every request with the body `respond` makes from the request's JSON.
+    pub async fn start(
+        tls: Arc<rustls::ServerConfig>,
+        respond: impl Fn(&serde_json::Value) -> Vec<u8> + Send + Sync + 'static,
+    ) -> anyhow::Result<CloseDelimitedHook> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let base = format!("https://{}", listener.local_addr()?);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let respond = Arc::new(respond);
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, respond) = (acceptor.clone(), respond.clone());
+                tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(tcp).await {
+                        let _ = answer_once(stream, respond.as_ref()).await;
+                    }
+                });
+            }
+        });
+        Ok(CloseDelimitedHook { base, task })
+    }
+
+    /// The URL of hook path `hook`.
+    pub fn url(&self, hook: &str) -> String {
+        format!("{}/{hook}", self.base)
+    }
+}
+
+/// Reads one request (head and Content-Length body), writes the HTTP/1.0 answer and drops the
+/// stream: TCP closes without close_notify.
+async fn answer_once(
+    mut stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    respond: &(dyn Fn(&serde_json::Value) -> Vec<u8> + Send + Sync),
+) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let (head_end, length) = loop {
+        let n = stream.read(&mut chunk).await?;
+        anyhow::ensure!(n > 0, "request ended early");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (i + 4, length);
+        }
+    };
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await?;
+        anyhow::ensure!(n > 0, "request body ended early");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let request = serde_json::from_slice(&buf[head_end..head_end + length])?;
+    let mut answer = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n".to_vec();
+    answer.extend(respond(&request));
+    stream.write_all(&answer).await?;
+    stream.flush().await?;
+    // dropped here: no poll_shutdown, so no close_notify
+    Ok(())
+}

@@ -310,3 +310,63 @@ async fn v1_server_certificate_is_refused_with_its_cause() -> anyhow::Result<()>
     assert!(s.get(&s.configmaps(), "p-c").await?.is_none());
     s.finish().await
 }
+
+/// An HTTPS hook answering HTTP/1.0 without Content-Length and closing without TLS close_notify
+/// (Python's `http.server` over `ssl`) is read to the end, as Go reads it; a body cut short the
+/// same way still fails, as a decoding error.
+#[tokio::test]
+async fn close_delimited_https_answer_without_close_notify() -> anyhow::Result<()> {
+    let pki = kmeta_tests::tls::Pki::generate()?;
+    let body = |req: &Value| {
+        serde_json::to_vec(&json!({"children": [child(req, "http-1.0")]})).unwrap_or_default()
+    };
+    let whole =
+        kmeta_tests::tls::CloseDelimitedHook::start(pki.server_config(false)?, body).await?;
+    let cut = kmeta_tests::tls::CloseDelimitedHook::start(pki.server_config(false)?, move |req| {
+        let b = body(req);
+        b[..b.len() / 2].to_vec()
+    })
+    .await?;
+    let ca = json!({"caBundle": {"inline": pki.ca_pem}});
+    let mut s = Scenario::new("close-notify")
+        .crd("Thing", "things")
+        .prepare()
+        .await?;
+    let ns = s.ns.clone();
+    for (name, hook, labels) in [
+        (
+            "http10-cc",
+            &whole,
+            json!({"matchExpressions": [{"key": "cut", "operator": "DoesNotExist"}]}),
+        ),
+        (
+            "http10-cut-cc",
+            &cut,
+            json!({"matchLabels": {"cut": "yes"}}),
+        ),
+    ] {
+        let cc = Cc::new(name)
+            .selector(labels)
+            .no_strategy()
+            .sync_url(&hook.url("sync"))
+            .webhook(ca.clone());
+        s.controller(cc).await?;
+    }
+    s.start_controller();
+    s.parent("p", Value::Null).await?;
+    let cm = s
+        .wait_child_where("p-c", "the child from the HTTP/1.0 hook", |_| true)
+        .await?;
+    assert_eq!(cm["data"]["v"], "http-1.0");
+    s.parent_labeled("q", json!({"cut": "yes"}), Value::Null)
+        .await?;
+    let event = s
+        .wait_event("a SyncError event on q", Some(&ns), |e| {
+            e["reason"] == "SyncError" && e["regarding"]["name"] == "q"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains("decoding sync hook response"), "{note}");
+    assert!(s.get(&s.configmaps(), "q-c").await?.is_none());
+    s.finish().await
+}
