@@ -147,15 +147,25 @@ fn related_keys_hook(resource: &'static str) -> impl Fn(&str, &Value) -> Reply +
 /// only the parent's.
 #[tokio::test]
 async fn v2_related_label_selector_reads_every_namespace() -> anyhow::Result<()> {
-    let mut s = Scenario::new("related-v2")
+    related_across_namespaces("related-v2", "v2").await
+}
+
+/// The rules follow the customize hook's version, the related map's keys the sync hook's (v1:
+/// names only, for a namespaced parent).
+#[tokio::test]
+async fn related_selection_follows_the_customize_hook_version() -> anyhow::Result<()> {
+    related_across_namespaces("related-v1-sync", "v1").await
+}
+
+/// A v2 customize hook and a sync hook of `sync_version` see ConfigMaps labelled for the parent
+/// in its namespace and in another one.
+async fn related_across_namespaces(name: &str, sync_version: &str) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
         .crd("Thing", "things")
         .hook(related_keys_hook("configmaps"))
-        .controller(
-            Cc::new("related-v2-cc")
-                .hook("customize")
-                .patch(json!({"hooks": {
-            "sync": {"version": "v2"}, "customize": {"version": "v2"}}})),
-        )
+        .controller(Cc::new(&format!("{name}-cc")).hook("customize").patch(
+            json!({"hooks": {"sync": {"version": sync_version}, "customize": {"version": "v2"}}}),
+        ))
         .start()
         .await?;
     let other = format!("{}-other", s.ns);
@@ -175,7 +185,10 @@ async fn v2_related_label_selector_reads_every_namespace() -> anyhow::Result<()>
         s.create("configmaps", cm).await?;
     }
     s.parent("p", json!({"share": share})).await?;
-    let mut keys = [format!("{}/here", s.ns), format!("{other}/there")];
+    let mut keys = match sync_version {
+        "v2" => [format!("{}/here", s.ns), format!("{other}/there")],
+        _ => ["here".to_owned(), "there".to_owned()],
+    };
     keys.sort();
     let want = json!({ "ConfigMap.v1": keys });
     s.wait_parent("p", "related ConfigMaps of both namespaces", |p| {
