@@ -92,8 +92,8 @@ async fn run_serves_endpoints_reconciles_and_stops_on_sigterm() -> anyhow::Resul
         "{body}"
     );
     assert!(
-        body.ends_with("# EOF\n"),
-        "OpenMetrics text ends with # EOF"
+        !body.contains("# EOF"),
+        "without an Accept for OpenMetrics, text format 0.0.4"
     );
 
     // A CompositeController reconciles through the binary's rate-limited client.

@@ -45,8 +45,9 @@ impl WireFields for CustomizeResponse {
 /// `apiVersion`, chosen by `labelSelector` (and, for namespaced kinds, `namespaceSelector`) or by
 /// `names`, in `namespace`.
 ///
-/// An empty `namespace` means the parent's namespace for a namespaced parent with hook v1, and
-/// every namespace otherwise. `names` cannot be combined with either selector, nor `namespace`
+/// For a namespaced resource, an empty `namespace` means the parent's namespace for a namespaced
+/// parent whose customize hook is v1, and every namespace otherwise (cluster-scoped resources are
+/// read from the whole cluster). `names` cannot be combined with either selector, nor `namespace`
 /// with `namespaceSelector`; a namespaced parent needs hook v2 for `namespaceSelector`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

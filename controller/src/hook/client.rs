@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::error::HookError;
 use super::etag::EtagCache;
+use super::tls;
 use super::transport::{
     Credentials, mask, match_endpoint_config, security, sent_credentials, webhook_timeout,
     webhook_url, without_userinfo,
@@ -103,16 +104,23 @@ impl HookClient {
             .timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(90))
             .min_tls_version(reqwest::tls::Version::TLS_1_2);
-        if let Some(ca) = sec.ca_bundle {
-            builder = creds.add_ca_bundle(builder, ca).await?;
-        }
-        if let Some(tls) = sec.client_tls {
-            builder = creds.add_client_tls(builder, tls).await?;
+        let roots = match sec.ca_bundle {
+            Some(ca) => Some(creds.ca_bundle(ca).await?),
+            None => None,
+        };
+        let identity = match sec.client_tls {
+            Some(tls) => Some(creds.client_identity(tls).await?),
+            None => None,
+        };
+        if roots.is_some() || identity.is_some() {
+            let config = tls::client_config(roots.as_deref(), identity)
+                .map_err(|e| cfg(format!("TLS: {e}")))?;
+            builder = builder.use_preconfigured_tls(config);
         }
         let authorization = creds.authorization(&sec).await?;
         let http = builder
             .build()
-            .map_err(|e| cfg(format!("http client: {e}")))?;
+            .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
         let sent = sent_credentials(&url, authorization.as_deref());
         Ok(HookClient {
             name,
@@ -239,6 +247,8 @@ impl HookClient {
             url: self.shown_url.clone(),
             message: if e.is_timeout() {
                 "timed out".to_owned()
+            } else if let Some(hint) = tls::handshake_hint(&error_chain(&e)) {
+                format!("TLS handshake: {}: {hint}", error_chain(&e.without_url()))
             } else if e.is_connect() {
                 // the URL is already in the message; say plainly that nothing answered
                 format!("cannot connect: {}", error_chain(&e.without_url()))
@@ -263,10 +273,20 @@ impl HookClient {
         }
     }
 
-    /// The whole response body, or an error as soon as it exceeds the size cap.
+    /// The whole response body, or an error as soon as it exceeds the size cap. A body delimited
+    /// by the end of the connection may end without TLS close_notify (Python's `http.server` over
+    /// `ssl` does so), as Go accepts: rustls only hands over whole records, so the body ends at a
+    /// record boundary, and a truncated one fails to decode.
     async fn read_capped(&self, resp: &mut reqwest::Response) -> Result<Vec<u8>, HookError> {
+        let until_close = close_delimited(resp.headers());
         let mut out = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(e))? {
+        loop {
+            let chunk = match resp.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(e) if until_close && unclean_tls_eof(&e) => break,
+                Err(e) => return Err(self.transport_error(e)),
+            };
             if out.len() + chunk.len() > self.max_response_bytes {
                 return Err(HookError::TooLarge {
                     hook: self.name,
@@ -324,6 +344,32 @@ impl HookClient {
             },
         })
     }
+}
+
+/// True when a response body ends with the connection (RFC 9112 §6.3: no Content-Length and no
+/// chunked Transfer-Encoding), as in an HTTP/1.0 answer without Content-Length.
+fn close_delimited(headers: &http::HeaderMap) -> bool {
+    let chunked = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .next_back()
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+    !chunked && !headers.contains_key(http::header::CONTENT_LENGTH)
+}
+
+/// True when `e` comes from a TLS connection the peer closed without close_notify (rustls reports
+/// it as an `UnexpectedEof` I/O error once every whole record has been read).
+fn unclean_tls_eof(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::UnexpectedEof;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -390,6 +436,43 @@ fn redact_annotations(meta: &serde_json::Map<String, Value>) -> Value {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn close_delimited_bodies() {
+        use http::header::{CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING};
+        let mut h = http::HeaderMap::new();
+        assert!(super::close_delimited(&h));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("2"));
+        assert!(!super::close_delimited(&h));
+        let mut h = http::HeaderMap::new();
+        h.insert(TRANSFER_ENCODING, HeaderValue::from_static("gzip, Chunked"));
+        assert!(!super::close_delimited(&h));
+        h.insert(TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(super::close_delimited(&h));
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("body error")
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn unclean_tls_eof_is_found_in_the_chain() {
+        use std::io::{Error, ErrorKind};
+        let eof = Wrapper(Error::new(ErrorKind::UnexpectedEof, "no close_notify"));
+        assert!(super::unclean_tls_eof(&eof));
+        let reset = Wrapper(Error::from(ErrorKind::ConnectionReset));
+        assert!(!super::unclean_tls_eof(&reset));
+        assert!(!super::unclean_tls_eof(&std::fmt::Error));
+    }
+
     #[test]
     fn secrets_are_redacted_at_any_depth() {
         let body = serde_json::json!({

@@ -1,10 +1,11 @@
 //! Layer 3, calling hooks: the HTTP client (`client`), how a hook is reached — URL, TLS,
-//! credentials (`transport`), the ETag response cache (`etag`), the errors (`error`), and the
+//! credentials (`transport`), the rustls configuration for caBundle and clientTLS (`tls`), the ETag response cache (`etag`), the errors (`error`), and the
 //! wire format's decoding and object maps ([`wire`]).
 
 pub(crate) mod client;
 pub(crate) mod error;
 pub(crate) mod etag;
+mod tls;
 pub(crate) mod transport;
 pub mod wire;
 

@@ -8,7 +8,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
+use rustls::pki_types::CertificateDer;
+
 use super::error::HookError;
+use super::tls;
 /// Default hook timeout: 10 s (Metacontroller `webhookTimeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -155,12 +158,11 @@ impl Credentials<'_> {
         }
     }
 
-    /// Adds the CA bundle's certificates (inline, or from a Secret or ConfigMap) as trust roots.
-    pub(super) async fn add_ca_bundle(
+    /// The CA bundle's certificates (inline, or from a Secret or ConfigMap).
+    pub(super) async fn ca_bundle(
         &self,
-        mut builder: reqwest::ClientBuilder,
         ca: &CaBundle,
-    ) -> Result<reqwest::ClientBuilder, HookError> {
+    ) -> Result<Vec<CertificateDer<'static>>, HookError> {
         let (client, name) = (self.client, self.hook);
         let pem = match (&ca.inline, &ca.secret_ref, &ca.config_map_ref) {
             (Some(p), None, None) => p.clone().into_bytes(),
@@ -172,33 +174,31 @@ impl Credentials<'_> {
                 ));
             }
         };
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| self.invalid(format!("caBundle: {e}")))?;
+        let certs =
+            tls::parse_certificates(&pem).map_err(|e| self.invalid(format!("caBundle: {e}")))?;
         if certs.is_empty() {
             return Err(self.invalid("caBundle holds no certificate".into()));
         }
-        for c in certs {
-            builder = builder.add_root_certificate(c);
-        }
-        Ok(builder)
+        Ok(certs)
     }
 
-    /// Adds the client certificate and key read from the `clientTLS` Secret as the identity.
-    pub(super) async fn add_client_tls(
+    /// The client certificate and key read from the `clientTLS` Secret.
+    pub(super) async fn client_identity(
         &self,
-        builder: reqwest::ClientBuilder,
         tls: &ClientTls,
-    ) -> Result<reqwest::ClientBuilder, HookError> {
+    ) -> Result<tls::ClientIdentity, HookError> {
         let (client, name) = (self.client, self.hook);
         let r = &tls.secret_ref;
         let cert_key = tls.cert_key.as_deref().unwrap_or("tls.crt");
         let key_key = tls.private_key_key.as_deref().unwrap_or("tls.key");
-        let mut pem = read_named(client, name, true, &r.namespace, &r.name, cert_key).await?;
-        pem.push(b'\n');
-        pem.extend(read_named(client, name, true, &r.namespace, &r.name, key_key).await?);
-        let id = reqwest::Identity::from_pem(&pem)
-            .map_err(|e| self.invalid(format!("clientTLS: {e}")))?;
-        Ok(builder.identity(id))
+        let cert = read_named(client, name, true, &r.namespace, &r.name, cert_key).await?;
+        let key = read_named(client, name, true, &r.namespace, &r.name, key_key).await?;
+        tls::client_identity(&cert, &key).map_err(|e| {
+            self.invalid(format!(
+                "clientTLS (secret {}/{}, keys {cert_key:?} and {key_key:?}): {e}",
+                r.namespace, r.name
+            ))
+        })
     }
 
     /// The `Authorization` header value: from `authorization` (a token) or `basicAuth`, never

@@ -18,11 +18,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{self, Metrics};
 use crate::runtime::cache::PendingWatches;
-
-/// Content type of the OpenMetrics text exposition format.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Errors starting an endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -110,9 +107,16 @@ fn metrics_router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route(
             "/metrics",
-            get(|State(m): State<Arc<Metrics>>| async move {
-                ([(header::CONTENT_TYPE, OPENMETRICS)], m.encode())
-            }),
+            get(
+                |State(m): State<Arc<Metrics>>, headers: header::HeaderMap| async move {
+                    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                    let format = metrics::negotiate(accept);
+                    (
+                        [(header::CONTENT_TYPE, format.content_type())],
+                        m.encode_as(format),
+                    )
+                },
+            ),
         )
         .with_state(metrics)
 }
@@ -221,6 +225,52 @@ mod tests {
         );
         let (ok, text) = readiness_waiting(true, false, false, false, &waiting);
         assert!(ok && text.contains("[+]informer-sync ok"), "{text}");
+    }
+
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn metrics_are_served_in_the_format_the_scraper_asks_for() {
+        let m = Arc::new(Metrics::new());
+        m.event_dropped();
+        let stop = CancellationToken::new();
+        let addr = serve_metrics(SocketAddr::from(([127, 0, 0, 1], 0)), m, stop.clone())
+            .await
+            .unwrap();
+        let scrape = |accept: Option<&'static str>| async move {
+            let mut req = reqwest::Client::new().get(format!("http://{addr}/metrics"));
+            if let Some(a) = accept {
+                req = req.header(header::ACCEPT, a);
+            }
+            let resp = req.send().await.unwrap();
+            let ct = resp.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            (ct, resp.text().await.unwrap())
+        };
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let (ct, body) = scrape(Some(prometheus)).await;
+        assert_eq!(
+            ct,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        assert!(
+            body.contains("# TYPE kmeta_events_dropped counter\n"),
+            "{body}"
+        );
+        for accept in [Some("text/plain;version=0.0.4"), None, Some("*/*")] {
+            let (ct, body) = scrape(accept).await;
+            assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8", "{accept:?}");
+            assert!(!body.contains("# EOF"), "{body}");
+            assert!(
+                body.contains("# TYPE kmeta_events_dropped_total counter\n"),
+                "{body}"
+            );
+            assert!(body.contains("\nkmeta_events_dropped_total 1\n"), "{body}");
+        }
+        stop.cancel();
     }
 
     #[test]

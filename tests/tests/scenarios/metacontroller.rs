@@ -117,6 +117,115 @@ async fn customize_hook_supplies_related_objects() -> anyhow::Result<()> {
     s.finish().await
 }
 
+/// A customize hook asking for `resource` objects labelled `share: <parent's spec.share>`, and a
+/// sync hook that copies the keys of every related group into the parent's status.
+fn related_keys_hook(resource: &'static str) -> impl Fn(&str, &Value) -> Reply + Send + Sync {
+    move |hook, req| match hook {
+        "customize" => Reply::Json(json!({"relatedResources": [{
+            "apiVersion": "v1", "resource": resource,
+            "labelSelector": {"matchLabels": {"share": req["parent"]["spec"]["share"]}}
+        }]})),
+        _ => {
+            let groups = req["related"].as_object().cloned().unwrap_or_default();
+            let keys: serde_json::Map<String, Value> = groups
+                .iter()
+                .map(|(g, objs)| {
+                    let mut k: Vec<&String> = objs
+                        .as_object()
+                        .map(|o| o.keys().collect())
+                        .unwrap_or_default();
+                    k.sort();
+                    (g.clone(), json!(k))
+                })
+                .collect();
+            Reply::Json(json!({"status": {"related": keys}, "children": []}))
+        }
+    }
+}
+
+/// A v2 customize rule with a labelSelector and no namespace selects in every namespace, not
+/// only the parent's.
+#[tokio::test]
+async fn v2_related_label_selector_reads_every_namespace() -> anyhow::Result<()> {
+    related_across_namespaces("related-v2", "v2").await
+}
+
+/// The rules follow the customize hook's version, the related map's keys the sync hook's (v1:
+/// names only, for a namespaced parent).
+#[tokio::test]
+async fn related_selection_follows_the_customize_hook_version() -> anyhow::Result<()> {
+    related_across_namespaces("related-v1-sync", "v1").await
+}
+
+/// A v2 customize hook and a sync hook of `sync_version` see ConfigMaps labelled for the parent
+/// in its namespace and in another one.
+async fn related_across_namespaces(name: &str, sync_version: &str) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(related_keys_hook("configmaps"))
+        .controller(Cc::new(&format!("{name}-cc")).hook("customize").patch(
+            json!({"hooks": {"sync": {"version": sync_version}, "customize": {"version": "v2"}}}),
+        ))
+        .start()
+        .await?;
+    let other = format!("{}-other", s.ns);
+    let share = s.id.clone();
+    s.create(
+        "namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": other}}),
+    )
+    .await?;
+    for (ns, name, value) in [
+        (s.ns.clone(), "here", &share),
+        (other.clone(), "there", &share),
+    ] {
+        let mut cm = configmap(name, json!({"share": value}), Value::Null);
+        cm["metadata"]["namespace"] = json!(ns);
+        s.create("configmaps", cm).await?;
+    }
+    s.parent("p", json!({"share": share})).await?;
+    let mut keys = match sync_version {
+        "v2" => [format!("{}/here", s.ns), format!("{other}/there")],
+        _ => ["here".to_owned(), "there".to_owned()],
+    };
+    keys.sort();
+    let want = json!({ "ConfigMap.v1": keys });
+    s.wait_parent("p", "related ConfigMaps of both namespaces", |p| {
+        p["status"]["related"] == want
+    })
+    .await?;
+    s.finish().await
+}
+
+/// A namespaced parent with a v1 customize hook still reads cluster-scoped related objects
+/// (here Namespaces).
+#[tokio::test]
+async fn v1_namespaced_parent_reads_cluster_scoped_related() -> anyhow::Result<()> {
+    let mut s = Scenario::new("related-v1")
+        .crd("Thing", "things")
+        .hook(related_keys_hook("namespaces"))
+        .controller(Cc::new("related-v1-cc").hook("customize"))
+        .start()
+        .await?;
+    let share = s.id.clone();
+    let names = [format!("{}-a", s.ns), format!("{}-b", s.ns)];
+    for n in &names {
+        s.create(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": n, "labels": {"share": share}}}),
+        )
+        .await?;
+    }
+    s.parent("p", json!({"share": share})).await?;
+    s.wait_parent("p", "related Namespaces", |p| {
+        p["status"]["related"] == json!({"Namespace.v1": names})
+    })
+    .await?;
+    s.finish().await
+}
+
 #[tokio::test]
 async fn claims_matching_orphans_and_ignores_non_matching_objects() -> anyhow::Result<()> {
     // the hook reports what it observed and desires the orphan (so it is kept, now owned)

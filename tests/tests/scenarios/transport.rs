@@ -210,3 +210,163 @@ async fn https_hook_with_ca_bundle_and_client_certificate() -> anyhow::Result<()
     assert!(s.get(&s.configmaps(), "q-c").await?.is_none());
     s.finish().await
 }
+
+/// A `kubernetes.io/tls` Secret `name` holding `cert` and `key` (PEM).
+fn tls_secret(name: &str, cert: &str, key: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": name},
+           "data": {"tls.crt": base64_encode(cert.as_bytes()),
+                    "tls.key": base64_encode(key.as_bytes())}})
+}
+
+/// An X.509 v1 client certificate (`openssl x509 -req` without extensions) is presented, as Go
+/// presents it; a certificate whose key is not the Secret's key is refused with that cause in the
+/// CompositeController's event, not hidden behind "builder error".
+#[tokio::test]
+async fn v1_client_certificate_and_clear_tls_configuration_errors() -> anyhow::Result<()> {
+    let pki = kmeta_tests::tls::Pki::generate()?;
+    let hooks = HookServer::start_tls(
+        |_, req| Reply::Json(json!({"children": [child(req, "v1-client")]})),
+        pki.server_config_accepting_v1_clients()?,
+    )
+    .await?;
+    let mut s = Scenario::new("v1-client")
+        .crd("Thing", "things")
+        .object(
+            "secrets",
+            tls_secret("v1", &pki.client_v1_cert_pem, &pki.client_v1_key_pem),
+        )
+        .object(
+            "secrets",
+            tls_secret("mismatch", &pki.client_v1_cert_pem, &pki.client_key_pem),
+        )
+        .prepare()
+        .await?;
+    let ns = s.ns.clone();
+    let client_tls = |secret: &str| {
+        json!({"caBundle": {"inline": pki.ca_pem},
+               "clientTLS": {"secretRef": {"name": secret, "namespace": ns}}})
+    };
+    let cc = Cc::new("v1-client-cc")
+        .selector(json!({"matchExpressions": [{"key": "cert", "operator": "DoesNotExist"}]}))
+        .no_strategy()
+        .sync_url(&hooks.url("sync"))
+        .webhook(client_tls("v1"));
+    s.controller(cc).await?;
+    let cc = Cc::new("mismatch-cc")
+        .selector(json!({"matchLabels": {"cert": "mismatch"}}))
+        .no_strategy()
+        .sync_url(&hooks.url("sync"))
+        .webhook(client_tls("mismatch"));
+    s.controller(cc).await?;
+    s.start_controller();
+    s.parent("p", Value::Null).await?;
+    let cm = s
+        .wait_child_where("p-c", "the child from the mTLS hook", |_| true)
+        .await?;
+    assert_eq!(cm["data"]["v"], "v1-client");
+    let event = s
+        .wait_event("CreateError of mismatch-cc", None, |e| {
+            e["reason"] == "CreateError" && e["regarding"]["name"] == "mismatch-cc"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("clientTLS") && note.contains("does not match"),
+        "{note}"
+    );
+    s.finish().await
+}
+
+/// An X.509 v1 *server* certificate is refused, as Go refuses it (no subjectAltName), and the
+/// parent's SyncError event says why.
+#[tokio::test]
+async fn v1_server_certificate_is_refused_with_its_cause() -> anyhow::Result<()> {
+    let pki = kmeta_tests::tls::Pki::generate()?;
+    let hooks = HookServer::start_tls(
+        |_, req| Reply::Json(json!({"children": [child(req, "v1-server")]})),
+        pki.server_v1_config()?,
+    )
+    .await?;
+    let s = Scenario::new("v1-server")
+        .crd("Thing", "things")
+        .controller(
+            Cc::new("v1-server-cc")
+                .no_strategy()
+                .sync_url(&hooks.url("sync"))
+                .webhook(json!({"caBundle": {"inline": pki.ca_pem}})),
+        )
+        .parent("p", Value::Null)
+        .start()
+        .await?;
+    let ns = s.ns.clone();
+    let event = s
+        .wait_event("a SyncError event on p", Some(&ns), |e| {
+            e["reason"] == "SyncError" && e["regarding"]["name"] == "p"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains("X.509 v1"), "{note}");
+    assert!(s.get(&s.configmaps(), "p-c").await?.is_none());
+    s.finish().await
+}
+
+/// An HTTPS hook answering HTTP/1.0 without Content-Length and closing without TLS close_notify
+/// (Python's `http.server` over `ssl`) is read to the end, as Go reads it; a body cut short the
+/// same way still fails, as a decoding error.
+#[tokio::test]
+async fn close_delimited_https_answer_without_close_notify() -> anyhow::Result<()> {
+    let pki = kmeta_tests::tls::Pki::generate()?;
+    let body = |req: &Value| {
+        serde_json::to_vec(&json!({"children": [child(req, "http-1.0")]})).unwrap_or_default()
+    };
+    let whole =
+        kmeta_tests::tls::CloseDelimitedHook::start(pki.server_config(false)?, body).await?;
+    let cut = kmeta_tests::tls::CloseDelimitedHook::start(pki.server_config(false)?, move |req| {
+        let b = body(req);
+        b[..b.len() / 2].to_vec()
+    })
+    .await?;
+    let ca = json!({"caBundle": {"inline": pki.ca_pem}});
+    let mut s = Scenario::new("close-notify")
+        .crd("Thing", "things")
+        .prepare()
+        .await?;
+    let ns = s.ns.clone();
+    for (name, hook, labels) in [
+        (
+            "http10-cc",
+            &whole,
+            json!({"matchExpressions": [{"key": "cut", "operator": "DoesNotExist"}]}),
+        ),
+        (
+            "http10-cut-cc",
+            &cut,
+            json!({"matchLabels": {"cut": "yes"}}),
+        ),
+    ] {
+        let cc = Cc::new(name)
+            .selector(labels)
+            .no_strategy()
+            .sync_url(&hook.url("sync"))
+            .webhook(ca.clone());
+        s.controller(cc).await?;
+    }
+    s.start_controller();
+    s.parent("p", Value::Null).await?;
+    let cm = s
+        .wait_child_where("p-c", "the child from the HTTP/1.0 hook", |_| true)
+        .await?;
+    assert_eq!(cm["data"]["v"], "http-1.0");
+    s.parent_labeled("q", json!({"cut": "yes"}), Value::Null)
+        .await?;
+    let event = s
+        .wait_event("a SyncError event on q", Some(&ns), |e| {
+            e["reason"] == "SyncError" && e["regarding"]["name"] == "q"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains("decoding sync hook response"), "{note}");
+    assert!(s.get(&s.configmaps(), "q-c").await?.is_none());
+    s.finish().await
+}

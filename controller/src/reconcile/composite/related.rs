@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
@@ -71,7 +72,8 @@ pub(super) async fn call_customize(
             rules
         }
     };
-    let version = hook_version(c);
+    // Metacontroller selects by the customize hook's version and keys the map by the sync hook's.
+    let version = hook.version();
     let mut objects = Vec::new();
     let mut groups = Vec::new();
     for rule in &rules {
@@ -101,7 +103,7 @@ pub(super) async fn call_customize(
         objects.extend(selected);
     }
     Ok(wire::object_map(
-        version,
+        hook_version(c),
         c.parent.namespaced,
         &groups,
         objects.iter(),
@@ -143,8 +145,64 @@ fn related_informer(
     }
 }
 
+/// Where a related rule looks for objects of a namespaced resource.
+enum Scope<'a> {
+    /// Every namespace.
+    All,
+    /// One namespace.
+    Namespace(&'a str),
+    /// The namespaces whose labels match a selector.
+    Namespaces(LabelSelector),
+}
+
+/// Metacontroller's `determineSelectionType` and the namespace rules of `GetRelatedObjects`:
+/// where a rule looks. A v1 hook with a namespaced parent and a namespaced related resource only
+/// sees the parent's namespace; everything else (v2, a cluster-scoped parent, a cluster-scoped
+/// related resource) may look everywhere, or in the `namespace` or namespaces the rule names.
+/// (Metacontroller lists every namespace for a v1 `names` rule without `namespace` but only
+/// resyncs on changes in the parent's namespace; kmeta keeps that rule to the parent's
+/// namespace, as Metacontroller's documentation says.)
+fn related_scope<'a>(
+    rule: &'a RelatedResourceRule,
+    parent_ns: &'a str,
+    parent_namespaced: bool,
+    version: HookVersion,
+    related_namespaced: bool,
+) -> Result<Scope<'a>, String> {
+    let names = rule.names.as_deref().is_some_and(|n| !n.is_empty());
+    let ns_rule = rule.namespace.as_deref().filter(|n| !n.is_empty());
+    if names && (rule.label_selector.is_some() || rule.namespace_selector.is_some()) {
+        return Err("names cannot be combined with labelSelector or namespaceSelector".into());
+    }
+    if ns_rule.is_some() && rule.namespace_selector.is_some() {
+        return Err("namespace cannot be combined with namespaceSelector".into());
+    }
+    let v1_local = version == HookVersion::V1 && parent_namespaced && related_namespaced;
+    if let Some(v) = &rule.namespace_selector {
+        if !related_namespaced {
+            return Err("namespaceSelector needs a namespaced resource".into());
+        }
+        if v1_local {
+            return Err("namespaceSelector with a namespaced parent needs hook version v2".into());
+        }
+        let sel = selector::decode(v, "namespaceSelector").map_err(|e| e.to_string())?;
+        return Ok(Scope::Namespaces(sel));
+    }
+    if !related_namespaced {
+        return Ok(Scope::All);
+    }
+    match ns_rule {
+        Some(n) if v1_local && n != parent_ns => Err(format!(
+            "a namespaced parent with hook v1 can only read namespace {parent_ns:?}, not {n:?}"
+        )),
+        Some(n) => Ok(Scope::Namespace(n)),
+        None if v1_local => Ok(Scope::Namespace(parent_ns)),
+        None => Ok(Scope::All),
+    }
+}
+
 /// Applies one related-resource rule to the cached objects of its resource (Metacontroller's
-/// rule combinations and namespace visibility for v1/v2).
+/// rule combinations and namespace visibility for v1/v2, see [`related_scope`]).
 pub fn select_related(
     rule: &RelatedResourceRule,
     parent: &Value,
@@ -155,66 +213,30 @@ pub fn select_related(
     namespace_labels: &HashMap<String, BTreeMap<String, String>>,
 ) -> Result<Vec<Value>, String> {
     let what = format!("relatedResources {}/{}", rule.api_version, rule.resource);
+    let scope = related_scope(
+        rule,
+        meta_str(parent, "namespace"),
+        parent_namespaced,
+        version,
+        related_namespaced,
+    )
+    .map_err(|e| format!("{what}: {e}"))?;
     let names = rule.names.as_deref().filter(|n| !n.is_empty());
-    let ns_rule = rule.namespace.as_deref().filter(|n| !n.is_empty());
-    if names.is_some() && (rule.label_selector.is_some() || rule.namespace_selector.is_some()) {
-        return Err(format!(
-            "{what}: names cannot be combined with labelSelector or namespaceSelector"
-        ));
-    }
-    if ns_rule.is_some() && rule.namespace_selector.is_some() {
-        return Err(format!(
-            "{what}: namespace cannot be combined with namespaceSelector"
-        ));
-    }
-    if rule.namespace_selector.is_some() && !related_namespaced {
-        return Err(format!(
-            "{what}: namespaceSelector needs a namespaced resource"
-        ));
-    }
-    let parent_ns = meta_str(parent, "namespace");
-    if parent_namespaced && version == HookVersion::V1 {
-        if rule.namespace_selector.is_some() {
-            return Err(format!(
-                "{what}: namespaceSelector with a namespaced parent needs hook version v2"
-            ));
-        }
-        if let Some(n) = ns_rule
-            && n != parent_ns
-        {
-            return Err(format!(
-                "{what}: a namespaced parent with hook v1 can only read namespace {parent_ns:?}, not {n:?}"
-            ));
-        }
-        if !related_namespaced {
-            return Ok(Vec::new());
-        }
-    }
-    let ns_sel = match &rule.namespace_selector {
-        Some(v) => {
-            Some(selector::decode(v, "namespaceSelector").map_err(|e| format!("{what}: {e}"))?)
-        }
-        None => None,
-    };
     let label_sel = match &rule.label_selector {
         Some(v) => Some(selector::decode(v, "labelSelector").map_err(|e| format!("{what}: {e}"))?),
         None => None,
     };
+    let empty = BTreeMap::new();
     let mut out = Vec::new();
     for obj in candidates {
         let ons = meta_str(obj, "namespace");
-        let ns_ok = if !related_namespaced {
-            true
-        } else if let Some(n) = ns_rule {
-            ons == n
-        } else if let Some(sel) = &ns_sel {
-            let empty = BTreeMap::new();
-            selector::matches(sel, namespace_labels.get(ons).unwrap_or(&empty))
-                .map_err(|e| format!("{what}: {e}"))?
-        } else if parent_namespaced {
-            ons == parent_ns
-        } else {
-            true
+        let ns_ok = match &scope {
+            Scope::All => true,
+            Scope::Namespace(n) => ons == *n,
+            Scope::Namespaces(sel) => {
+                selector::matches(sel, namespace_labels.get(ons).unwrap_or(&empty))
+                    .map_err(|e| format!("{what}: {e}"))?
+            }
         };
         if !ns_ok {
             continue;
@@ -311,5 +333,75 @@ mod tests {
         assert!(select_related(&bad, &parent, true, HookVersion::V2, true, &objs, &ns).is_err());
         let bad = rule(json!({"namespace": "a", "namespaceSelector": {}}));
         assert!(select_related(&bad, &parent, true, HookVersion::V2, true, &objs, &ns).is_err());
+    }
+
+    fn ns(name: &str) -> Arc<Value> {
+        Arc::new(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"team": name}}}))
+    }
+
+    #[test]
+    fn v2_label_selector_without_namespace_reads_every_namespace() {
+        let parent = json!({"metadata": {"namespace": "a", "name": "p"}});
+        let objs = [
+            cm("a", "x", json!({"k": "1"})),
+            cm("b", "z", json!({"k": "1"})),
+            cm("b", "y", json!({})),
+        ];
+        let none = HashMap::new();
+        let r = rule(json!({"labelSelector": {"matchLabels": {"k": "1"}}}));
+        let got = select_related(&r, &parent, true, HookVersion::V2, true, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["a/x", "b/z"]);
+        // names without namespace: every namespace in v2, the parent's in v1
+        let r = rule(json!({"names": ["x", "z"]}));
+        let got = select_related(&r, &parent, true, HookVersion::V2, true, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["a/x", "b/z"]);
+        let got = select_related(&r, &parent, true, HookVersion::V1, true, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["a/x"]);
+        // namespace + labelSelector: that namespace only, in both versions
+        let r = rule(json!({"namespace": "b", "labelSelector": {}}));
+        let got = select_related(&r, &parent, true, HookVersion::V2, true, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["b/z", "b/y"]);
+        let r = rule(json!({"namespace": "a", "labelSelector": {}}));
+        let got = select_related(&r, &parent, true, HookVersion::V1, true, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["a/x"]);
+    }
+
+    #[test]
+    fn v1_namespaced_parent_reads_cluster_scoped_related() {
+        let parent = json!({"metadata": {"namespace": "a", "name": "p"}});
+        let objs = [ns("a"), ns("b")];
+        let none = HashMap::new();
+        let all = rule(json!({"resource": "namespaces", "labelSelector": {}}));
+        let got =
+            select_related(&all, &parent, true, HookVersion::V1, false, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["/a", "/b"]);
+        let by_name = rule(json!({"resource": "namespaces", "names": ["b"]}));
+        let got = select_related(
+            &by_name,
+            &parent,
+            true,
+            HookVersion::V1,
+            false,
+            &objs,
+            &none,
+        )
+        .unwrap();
+        assert_eq!(names(&got), ["/b"]);
+        // `namespace` means nothing for a cluster-scoped resource: no v1 namespace error
+        let other = rule(
+            json!({"resource": "namespaces", "namespace": "b", "labelSelector":
+            {"matchLabels": {"team": "a"}}}),
+        );
+        let got =
+            select_related(&other, &parent, true, HookVersion::V1, false, &objs, &none).unwrap();
+        assert_eq!(names(&got), ["/a"]);
+        // but namespaceSelector still needs a namespaced resource
+        let bad = rule(json!({"resource": "namespaces", "namespaceSelector": {}}));
+        assert!(
+            select_related(&bad, &parent, true, HookVersion::V2, false, &objs, &none)
+                .unwrap_err()
+                .contains("needs a namespaced resource")
+        );
     }
 }
