@@ -289,6 +289,16 @@ impl HookClient {
         wire::decode_sync_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
     }
 
+    /// Calls a DecoratorController sync/finalize hook and decodes the response.
+    pub async fn decorator_sync(
+        &self,
+        cache_key: &str,
+        request: &Value,
+    ) -> Result<wire::DecoratorSyncResponse, HookError> {
+        let body = self.call(cache_key, request).await?;
+        wire::decode_decorator_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
+    }
+
     /// Calls a customize hook and decodes the response.
     pub async fn customize(
         &self,
@@ -318,6 +328,15 @@ impl HookClient {
                 index,
                 message,
             } => wire::WireError::Child {
+                hook,
+                index,
+                message: m(message),
+            },
+            wire::WireError::Attachment {
+                hook,
+                index,
+                message,
+            } => wire::WireError::Attachment {
                 hook,
                 index,
                 message: m(message),

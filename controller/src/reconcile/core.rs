@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -259,25 +260,40 @@ pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> 
     move |source| SyncError::Api { action, source }
 }
 
+/// The key of an object in a controller's work queue: what the queue dedups on and how a sync's
+/// log span names the object.
+pub trait QueueKey: Clone + Eq + Hash + Send + Sync + 'static {
+    /// The object as logged: `namespace/name`, or `name` when cluster-scoped.
+    fn log_name(&self) -> String;
+}
+
+impl QueueKey for ObjKey {
+    fn log_name(&self) -> String {
+        KeyName(self).to_string()
+    }
+}
+
 /// What a controller kind plugs into the shared loop: how to sync one key and how to report a
 /// failure on the object concerned. Triggers (which watch events enqueue which keys) stay with
 /// the kind; the workers, the backoff and the failure reporting are the core's.
 pub trait Reconciler: Send + Sync + 'static {
+    /// The key of a queued object (one resource: [`ObjKey`]; several: the resource too).
+    type Key: QueueKey;
     /// The controller's name: a metric label and a log field.
     fn name(&self) -> &str;
     /// The manager's context.
     fn context(&self) -> &Arc<Context>;
     /// The work queue of object keys.
-    fn queue(&self) -> &Queue<ObjKey>;
+    fn queue(&self) -> &Queue<Self::Key>;
     /// The object a key names, from the cache (`None` when it is gone).
-    fn cached(&self, key: &ObjKey) -> Option<Arc<Value>>;
+    fn cached(&self, key: &Self::Key) -> Option<Arc<Value>>;
     /// The watches a sync reads (the parent's and every child's): a sync runs only once each
     /// has finished its first list, as client-go's `WaitForCacheSync` before workers start.
     fn watches(&self) -> Vec<Arc<Informer>>;
     /// One sync of the object at `key`; returns when to sync it again (if sooner than an event).
     fn sync(
         self: &Arc<Self>,
-        key: &ObjKey,
+        key: &Self::Key,
     ) -> impl Future<Output = Result<Option<Duration>, SyncError>> + Send;
     /// Records a failed sync on the object (a `Synced=False` condition), only when it differs.
     fn report_failure(
@@ -377,13 +393,13 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
 
 /// One sync of one key, in a `sync` span carrying the controller and the object (events inside
 /// it do not repeat them).
-async fn process<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+async fn process<R: Reconciler>(r: &Arc<R>, key: &R::Key) {
     use tracing::Instrument as _;
-    let span = tracing::info_span!("sync", controller = %r.name(), parent = %KeyName(key));
+    let span = tracing::info_span!("sync", controller = %r.name(), parent = %key.log_name());
     process_in_span(r, key).instrument(span).await;
 }
 
-async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &ObjKey) {
+async fn process_in_span<R: Reconciler>(r: &Arc<R>, key: &R::Key) {
     let deadline = r.context().config.watch_sync_deadline;
     let synced = wait_for_watches(&r.watches(), deadline).await;
     let started = Instant::now();

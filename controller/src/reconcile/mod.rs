@@ -1,11 +1,13 @@
 //! Layer 4, reconciling: the core every controller kind shares (`core`: context, events,
-//! workers; `children`: child management; `status`: finalizer, status and failure writes), pure decisions (`decide`), the CompositeController (`composite`) and the
-//! [`manager`] that runs one controller per CompositeController object.
+//! workers; `children`: child management; `status`: finalizer, status and failure writes), pure decisions (`decide`), the CompositeController (`composite`), the
+//! DecoratorController (`decorator`) and the [`manager`] that runs one controller per
+//! CompositeController or DecoratorController object.
 
 pub(crate) mod children;
 pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
+pub(crate) mod decorator;
 pub mod manager;
 pub(crate) mod status;
 

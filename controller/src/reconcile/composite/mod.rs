@@ -284,6 +284,8 @@ async fn listen(
 }
 
 impl Reconciler for ParentController {
+    type Key = ObjKey;
+
     fn name(&self) -> &str {
         &self.c.name
     }
