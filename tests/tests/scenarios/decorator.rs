@@ -298,7 +298,8 @@ async fn clustered_parent_attaches_namespaced_objects() -> anyhow::Result<()> {
     s.finish().await
 }
 
-/// The hook's status replaces the target's: through `/status` when the resource has the
+/// The hook's labels and annotations are merged into the target (`null` removes a label), its
+/// status replaces the target's: through `/status` when the resource has the
 /// subresource, in the object otherwise; a target already as asked is not written again.
 #[tokio::test]
 async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
@@ -313,7 +314,8 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
         .hook(|_, req| {
             let name = str_of(&req["object"], "/metadata/name");
             Reply::Json(json!({"status": {"decorated": name},
-                               "annotations": {"decorated": "yes"}}))
+                               "annotations": {"decorated": "yes"},
+                               "labels": {"old": null, "new": "n"}}))
         })
         .start()
         .await?;
@@ -324,7 +326,8 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
         .patch(json!({"resyncPeriodSeconds": 1}));
     s.decorator(dc).await?;
     let (av, ns) = (s.av.clone(), s.ns.clone());
-    s.parent("t", Value::Null).await?;
+    s.parent_labeled("t", json!({"old": "x", "kept": "k"}), Value::Null)
+        .await?;
     s.create("plains", json!({"apiVersion": av, "kind": "Plain",
                               "metadata": {"name": "p", "namespace": ns}}))
         .await?;
@@ -333,6 +336,7 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
         .wait_parent("t", "the status on the Thing", |o| {
             o["status"] == json!({"decorated": "t"})
                 && o["metadata"]["annotations"]["decorated"] == "yes"
+                && o["metadata"]["labels"] == json!({"kept": "k", "new": "n"})
         })
         .await?;
     let p = s
@@ -340,7 +344,8 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
             o["status"] == json!({"decorated": "p"})
         })
         .await?;
-    // two more resyncs of each find nothing to change
+    // more resyncs of each find nothing to change, and send no write
+    let before = s.server().map(|server| server.counters());
     let after = s.syncs("dec-status");
     let after = s.wait_syncs("dec-status", after + 3).await?;
     s.wait_syncs("dec-status", after).await?;
@@ -348,6 +353,19 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
     let t2 = s.get(&s.parents(), "t").await?.unwrap();
     let p2 = s.get(&plains, "p").await?.unwrap();
     assert_eq!((rv(&t2), rv(&p2)), (rv(&t), rv(&p)), "a resync wrote again");
+    if let (Some(server), Some(before)) = (s.server(), before) {
+        let d = server.counters().since(&before);
+        let targets: u64 = d
+            .by_key
+            .iter()
+            .filter(|((verb, r, _), _)| {
+                (r.starts_with("things") || r.starts_with("plains")) && verb != "get"
+                    && verb != "list" && verb != "watch"
+            })
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(targets, 0, "writes to targets during resyncs: {d:?}");
+    }
     s.finish().await
 }
 
@@ -476,8 +494,8 @@ async fn a_failing_hook_changes_nothing() -> anyhow::Result<()> {
     s.finish().await
 }
 
-/// A DecoratorController using something kmeta does not run is not ignored silently: a Warning
-/// event on it names what.
+/// A DecoratorController kmeta cannot run is not ignored silently: a Warning event on it names
+/// what (an unsupported field, a resource that is not served).
 #[tokio::test]
 async fn an_unsupported_decorator_is_reported() -> anyhow::Result<()> {
     let mut s = Scenario::new("decunsupported")
@@ -493,6 +511,20 @@ async fn an_unsupported_decorator_is_reported() -> anyhow::Result<()> {
             && e["type"] == "Warning"
             && e["reason"] == "Unsupported"
             && e["note"].as_str().is_some_and(|n| n.contains("customize"))
+    })
+    .await?;
+    // nor is one whose resource is not served: a CreateError warning
+    let unknown = format!("dec-unknown-{}", s.id);
+    let av = s.av.clone();
+    s.decorator(
+        Dc::new(&unknown).resources(json!([{"apiVersion": av, "resource": "nonesuches"}])),
+    )
+    .await?;
+    s.wait_event("a CreateError warning", None, |e| {
+        e["regarding"]["name"] == unknown.as_str()
+            && e["type"] == "Warning"
+            && e["reason"] == "CreateError"
+            && e["note"].as_str().is_some_and(|n| n.contains("nonesuches"))
     })
     .await?;
     s.finish().await
