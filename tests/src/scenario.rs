@@ -392,11 +392,15 @@ impl Dc {
     /// The DecoratorController object for scenario `s`.
     fn resolve(self, s: &Running) -> anyhow::Result<Value> {
         let hooks = s.hooks.as_ref().with_context(|| {
-            format!("DecoratorController {}: the scenario has no hook", self.name)
+            format!(
+                "DecoratorController {}: the scenario has no hook",
+                self.name
+            )
         })?;
-        let resources = self.resources.clone().unwrap_or_else(
-            || json!([{"apiVersion": s.av, "resource": s.parent_kind.1}]),
-        );
+        let resources = self
+            .resources
+            .clone()
+            .unwrap_or_else(|| json!([{"apiVersion": s.av, "resource": s.parent_kind.1}]));
         let mut spec = json!({"resources": resources, "hooks": {}});
         let attachments = self.attachments.clone().unwrap_or_else(|| {
             json!([{"apiVersion": "v1", "resource": "configmaps",

@@ -571,9 +571,29 @@ mod tests {
                 decode_decorator_response(body, ResponseUnmarshallMode::Strict, "sync").is_err()
             );
         }
-        let req = decorator_request(&json!({}), &json!({"kind": "P"}), Map::new(), Map::new(), true);
-        let keys: Vec<&str> = req.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["controller", "object", "attachments", "related", "finalizing"]);
+        let req = decorator_request(
+            &json!({}),
+            &json!({"kind": "P"}),
+            Map::new(),
+            Map::new(),
+            true,
+        );
+        let keys: Vec<&str> = req
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "controller",
+                "object",
+                "attachments",
+                "related",
+                "finalizing"
+            ]
+        );
     }
 
     #[test]

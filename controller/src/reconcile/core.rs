@@ -1,6 +1,6 @@
 //! The reconcile core every controller kind shares: the [`Context`] of a manager (client,
 //! settings, discovery, shared watches, events with their spam filter), the [`Reconciler`]
-//! interface a kind implements (CompositeController today, DecoratorController next), its
+//! interface a kind implements (CompositeController, DecoratorController), its
 //! [`Triggers`] (watch handlers and resync ticks feeding the work queue) and [`run`], the bounded
 //! workers that take keys from the queue — one sync per key at a time — and turn each result
 //! into a requeue, a backoff, an event and a condition.
@@ -35,7 +35,7 @@ pub const EVENT_FILTER_KEYS: usize = 4096;
 /// Settings of the manager and every controller it runs.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
-    /// Concurrent syncs per CompositeController. Default 5 (Metacontroller `--workers`).
+    /// Concurrent syncs per CompositeController or DecoratorController. Default 5 (Metacontroller `--workers`).
     pub workers: usize,
     /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
     pub discovery_interval: Duration,
@@ -64,8 +64,8 @@ pub struct ManagerConfig {
     /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
     /// Metacontroller has none; `--min-resync-after`, zero disables).
     pub min_resync_after: Duration,
-    /// Only CompositeControllers whose labels match this selector are run (Metacontroller
-    /// `--target-label-selector`). Default: none, every CompositeController.
+    /// Only CompositeControllers and DecoratorControllers whose labels match this selector are
+    /// run (Metacontroller `--target-label-selector`). Default: none, every one.
     pub target_label_selector: Option<String>,
     /// Events per second for one (object, reason) once its burst is spent. Default 1/300 (one
     /// per 5 minutes: Metacontroller `--events-qps`, client-go's event spam filter).

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use kube::{Api, Resource as _};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource as _};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -59,8 +59,7 @@ pub trait ControllerKind: Send + Sync + 'static {
     /// Waits until the runner's watches have listed once.
     fn wait_synced(runner: Arc<Self::Runner>) -> impl Future<Output = ()> + Send;
     /// Runs the runner until `stop`.
-    fn run(runner: Arc<Self::Runner>, stop: CancellationToken)
-    -> impl Future<Output = ()> + Send;
+    fn run(runner: Arc<Self::Runner>, stop: CancellationToken) -> impl Future<Output = ()> + Send;
     /// Whether a deleted (being-deleted) object needs [`ControllerKind::release`] before it
     /// goes away.
     fn needs_release(_obj: &Self::Object) -> bool {
@@ -400,7 +399,10 @@ impl<K: ControllerKind> Controllers<K> {
     /// After a (re)list: stops controllers whose object is gone, starts or restarts the others
     /// (counted as pending for readiness on the first list).
     fn replace(&mut self, listed: Vec<K::Object>, readiness: Option<&Arc<Readiness>>) {
-        let names: Vec<String> = listed.iter().filter_map(|o| o.meta().name.clone()).collect();
+        let names: Vec<String> = listed
+            .iter()
+            .filter_map(|o| o.meta().name.clone())
+            .collect();
         self.running.retain(|n, r| {
             let keep = names.contains(n);
             if !keep {
@@ -454,7 +456,8 @@ impl<K: ControllerKind> Controllers<K> {
             let _finish_now = finished.drop_guard();
             self.tasks.spawn(release_one::<K>(ctx, obj, stopped, stop));
         } else {
-            self.tasks.spawn(run_one::<K>(ctx, obj, stop, pending, finished));
+            self.tasks
+                .spawn(run_one::<K>(ctx, obj, stop, pending, finished));
         }
     }
 }

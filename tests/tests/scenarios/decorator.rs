@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 const ANNOTATION: &str = "metacontroller.k8s.io/decorator-controller";
 
 fn str_of<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn has_finalizer(o: &Value, fin: &str) -> bool {
@@ -26,9 +28,8 @@ fn controlled_by(o: &Value, owner: &Value) -> bool {
     o["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|refs| {
-            refs.iter().any(|r| {
-                r["uid"] == owner["metadata"]["uid"] && r["controller"] == json!(true)
-            })
+            refs.iter()
+                .any(|r| r["uid"] == owner["metadata"]["uid"] && r["controller"] == json!(true))
         })
 }
 
@@ -43,7 +44,8 @@ fn service_per_pod_hooks(path: &str, req: &Value) -> Reply {
                 .split(',')
                 .filter_map(|p| p.split_once(':'))
                 .map(|(port, target)| {
-                    let (port, target) = (port.parse::<i64>().unwrap(), target.parse::<i64>().unwrap());
+                    let (port, target) =
+                        (port.parse::<i64>().unwrap(), target.parse::<i64>().unwrap());
                     json!({"name": format!("port-{port}"), "port": port, "targetPort": target})
                 })
                 .collect();
@@ -125,11 +127,22 @@ async fn service_per_pod(version: &str) -> anyhow::Result<()> {
     let services = s.api("v1", "Service", "services", Some(&ns));
     for i in 0..2 {
         let svc = s
-            .wait_for(&services, &format!("nginx-{i}"), "a Service per Pod", |_| true)
+            .wait_for(
+                &services,
+                &format!("nginx-{i}"),
+                "a Service per Pod",
+                |_| true,
+            )
             .await?;
-        assert_eq!(svc["metadata"]["annotations"][ANNOTATION], "service-per-pod");
+        assert_eq!(
+            svc["metadata"]["annotations"][ANNOTATION],
+            "service-per-pod"
+        );
         assert!(controlled_by(&svc, &sts), "{svc}");
-        assert_eq!(svc["spec"]["selector"], json!({"pod-name": format!("nginx-{i}")}));
+        assert_eq!(
+            svc["spec"]["selector"],
+            json!({"pod-name": format!("nginx-{i}")})
+        );
     }
     // the hook saw its attachments keyed per the hook version
     let key = if version == "v2" {
@@ -137,15 +150,20 @@ async fn service_per_pod(version: &str) -> anyhow::Result<()> {
     } else {
         "nginx-0".to_owned()
     };
-    s.wait_call("sync-service-per-pod", "a request with the observed Services", |r| {
-        r["attachments"]["Service.v1"].get(&key).is_some() && r["finalizing"] == false
-    })
+    s.wait_call(
+        "sync-service-per-pod",
+        "a request with the observed Services",
+        |r| r["attachments"]["Service.v1"].get(&key).is_some() && r["finalizing"] == false,
+    )
     .await?;
     let statefulsets = s.api("apps/v1", "StatefulSet", "statefulsets", Some(&ns));
     let fin = "metacontroller.io/decoratorcontroller-service-per-pod";
-    s.wait_for(&statefulsets, "nginx", "the finalizer on the StatefulSet", |o| {
-        has_finalizer(o, fin)
-    })
+    s.wait_for(
+        &statefulsets,
+        "nginx",
+        "the finalizer on the StatefulSet",
+        |o| has_finalizer(o, fin),
+    )
     .await?;
     // pod-name-label: a label on the target itself
     let pods = s.api("v1", "Pod", "pods", Some(&ns));
@@ -160,15 +178,18 @@ async fn service_per_pod(version: &str) -> anyhow::Result<()> {
     // scaling down: the attachment no longer desired is deleted
     s.merge_patch(&statefulsets, "nginx", json!({"spec": {"replicas": 1}}))
         .await?;
-    s.wait_gone(&services, "nginx-1", "the second Service deleted").await?;
+    s.wait_gone(&services, "nginx-1", "the second Service deleted")
+        .await?;
     // deleting the target: finalize deletes the attachments, then lets the target go
     statefulsets.delete("nginx", &Default::default()).await?;
     s.wait_call("finalize-service-per-pod", "the finalize hook", |r| {
         r["finalizing"] == true
     })
     .await?;
-    s.wait_gone(&services, "nginx-0", "Services deleted by finalize").await?;
-    s.wait_gone(&statefulsets, "nginx", "the StatefulSet released").await?;
+    s.wait_gone(&services, "nginx-0", "Services deleted by finalize")
+        .await?;
+    s.wait_gone(&statefulsets, "nginx", "the StatefulSet released")
+        .await?;
     delete_decorator(&s, "service-per-pod").await?;
     s.finish().await
 }
@@ -268,9 +289,12 @@ async fn clustered_parent_attaches_namespaced_objects() -> anyhow::Result<()> {
     .await?;
     let role_name = format!("{}-role", s.id);
     let role = s
-        .create("clusterroles", json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+        .create(
+            "clusterroles",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole", "metadata": {"name": role_name,
-                "annotations": {"default-service-account-binding": role_name}}, "rules": []}))
+                "annotations": {"default-service-account-binding": role_name}}, "rules": []}),
+        )
         .await?;
     let ns = s.ns.clone();
     namespace.set(ns.clone()).unwrap();
@@ -291,7 +315,12 @@ async fn clustered_parent_attaches_namespaced_objects() -> anyhow::Result<()> {
         Some(&ns),
     );
     let binding = s
-        .wait_for(&bindings, &role_name, "a RoleBinding for the ClusterRole", |_| true)
+        .wait_for(
+            &bindings,
+            &role_name,
+            "a RoleBinding for the ClusterRole",
+            |_| true,
+        )
         .await?;
     assert!(controlled_by(&binding, &role), "{binding}");
     assert_eq!(binding["roleRef"]["name"], json!(role_name));
@@ -328,9 +357,12 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
     let (av, ns) = (s.av.clone(), s.ns.clone());
     s.parent_labeled("t", json!({"old": "x", "kept": "k"}), Value::Null)
         .await?;
-    s.create("plains", json!({"apiVersion": av, "kind": "Plain",
-                              "metadata": {"name": "p", "namespace": ns}}))
-        .await?;
+    s.create(
+        "plains",
+        json!({"apiVersion": av, "kind": "Plain",
+                              "metadata": {"name": "p", "namespace": ns}}),
+    )
+    .await?;
     let plains = s.resource("Plain", "plains");
     let t = s
         .wait_parent("t", "the status on the Thing", |o| {
@@ -359,8 +391,10 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
             .by_key
             .iter()
             .filter(|((verb, r, _), _)| {
-                (r.starts_with("things") || r.starts_with("plains")) && verb != "get"
-                    && verb != "list" && verb != "watch"
+                (r.starts_with("things") || r.starts_with("plains"))
+                    && verb != "get"
+                    && verb != "list"
+                    && verb != "watch"
             })
             .map(|(_, n)| n)
             .sum();
@@ -390,10 +424,10 @@ async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
         })
         .start()
         .await?;
-    let dc = Dc::new("dec-unmatch").hook("finalize").resources(
-        json!([{"apiVersion": s.av, "resource": "things",
-                "labelSelector": {"matchLabels": {"decorate": "yes"}}}]),
-    );
+    let dc = Dc::new("dec-unmatch")
+        .hook("finalize")
+        .resources(json!([{"apiVersion": s.av, "resource": "things",
+                "labelSelector": {"matchLabels": {"decorate": "yes"}}}]));
     s.decorator(dc).await?;
     s.parent_labeled("t", json!({"decorate": "yes"}), Value::Null)
         .await?;
@@ -401,8 +435,12 @@ async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
     s.wait_child("t-a").await?;
     s.wait_parent("t", "our finalizer", |o| has_finalizer(o, fin))
         .await?;
-    s.merge_patch(&s.parents(), "t", json!({"metadata": {"labels": {"decorate": null}}}))
-        .await?;
+    s.merge_patch(
+        &s.parents(),
+        "t",
+        json!({"metadata": {"labels": {"decorate": null}}}),
+    )
+    .await?;
     s.wait_call("finalize", "the finalize hook", |r| {
         r["finalizing"] == true && str_of(r, "/object/metadata/name") == "t"
     })
@@ -427,8 +465,12 @@ async fn deleting_the_decorator_releases_its_targets() -> anyhow::Result<()> {
         })
         .start()
         .await?;
-    s.decorator(Dc::new("dec-release").hook("finalize").attachments(Value::Null))
-        .await?;
+    s.decorator(
+        Dc::new("dec-release")
+            .hook("finalize")
+            .attachments(Value::Null),
+    )
+    .await?;
     s.parent("t", Value::Null).await?;
     let fin = "metacontroller.io/decoratorcontroller-dec-release";
     s.wait_parent("t", "our finalizer and the hook's annotation", |o| {
@@ -516,10 +558,8 @@ async fn an_unsupported_decorator_is_reported() -> anyhow::Result<()> {
     // nor is one whose resource is not served: a CreateError warning
     let unknown = format!("dec-unknown-{}", s.id);
     let av = s.av.clone();
-    s.decorator(
-        Dc::new(&unknown).resources(json!([{"apiVersion": av, "resource": "nonesuches"}])),
-    )
-    .await?;
+    s.decorator(Dc::new(&unknown).resources(json!([{"apiVersion": av, "resource": "nonesuches"}])))
+        .await?;
     s.wait_event("a CreateError warning", None, |e| {
         e["regarding"]["name"] == unknown.as_str()
             && e["type"] == "Warning"

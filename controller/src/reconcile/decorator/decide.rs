@@ -110,7 +110,10 @@ pub fn desired_attachments(
         attachments,
     )?;
     for attachment in desired.values_mut() {
-        if let Some(m) = attachment.get_mut("metadata").and_then(Value::as_object_mut) {
+        if let Some(m) = attachment
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+        {
             let annotations = m
                 .entry("annotations")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -145,9 +148,7 @@ pub fn merge_string_map(
                 }
             }
             Some(v) => {
-                let map = m
-                    .entry(field)
-                    .or_insert_with(|| Value::Object(Map::new()));
+                let map = m.entry(field).or_insert_with(|| Value::Object(Map::new()));
                 if !map.is_object() {
                     *map = Value::Object(Map::new());
                 }
@@ -247,17 +248,29 @@ mod tests {
                 .unwrap(),
             )),
         };
-        let ok = sts(json!({}), json!({"service-per-pod-label": "x", "team": "a"}));
+        let ok = sts(
+            json!({}),
+            json!({"service-per-pod-label": "x", "team": "a"}),
+        );
         assert!(s.matches(&ok).unwrap());
-        let labelled = sts(json!({"pod-name": "p"}), ok["metadata"]["annotations"].clone());
+        let labelled = sts(
+            json!({"pod-name": "p"}),
+            ok["metadata"]["annotations"].clone(),
+        );
         assert!(!s.matches(&labelled).unwrap());
-        let other_team = sts(json!({}), json!({"service-per-pod-label": "x", "team": "b"}));
+        let other_team = sts(
+            json!({}),
+            json!({"service-per-pod-label": "x", "team": "b"}),
+        );
         assert!(!s.matches(&other_team).unwrap());
         let no_annotation = sts(json!({}), json!({"team": "a"}));
         assert!(!s.matches(&no_annotation).unwrap());
         assert!(TargetSelector::default().matches(&no_annotation).unwrap());
         // a label with the annotation's key does not satisfy the annotation selector
-        let as_label = sts(json!({"service-per-pod-label": "x", "team": "a"}), json!({}));
+        let as_label = sts(
+            json!({"service-per-pod-label": "x", "team": "a"}),
+            json!({}),
+        );
         assert!(!s.matches(&as_label).unwrap());
     }
 
@@ -288,7 +301,11 @@ mod tests {
             c
         };
         assert!(is_attachment(&child("u1", true, Some("dc")), "u1", "dc"));
-        assert!(!is_attachment(&child("u1", true, Some("other")), "u1", "dc"));
+        assert!(!is_attachment(
+            &child("u1", true, Some("other")),
+            "u1",
+            "dc"
+        ));
         assert!(!is_attachment(&child("u1", true, None), "u1", "dc"));
         assert!(!is_attachment(&child("u2", true, Some("dc")), "u1", "dc"));
         assert!(!is_attachment(&child("u1", false, Some("dc")), "u1", "dc"));

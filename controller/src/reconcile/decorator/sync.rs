@@ -63,11 +63,9 @@ pub async fn sync_target(
             .metrics
             .children(&d.name, meta_str(&target, "uid"), desired.len());
     }
-    let remove = decide::finalizer_after_hook(
-        finalizing,
-        response.finalized,
-        has_finalizer(&target, fin),
-    ) == FinalizerAction::Remove;
+    let remove =
+        decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&target, fin))
+            == FinalizerAction::Remove;
     decorate_target(d, rule, &target, &response, remove.then_some(fin.as_str())).await?;
     Ok((response.resync_after_seconds > 0.0)
         .then(|| Duration::try_from_secs_f64(response.resync_after_seconds).ok())
