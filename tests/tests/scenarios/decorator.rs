@@ -258,6 +258,12 @@ async fn crd_roles_decorates_cluster_scoped_targets() -> anyhow::Result<()> {
         )
         .await?;
     assert!(controlled_by(&role, &widget), "{role}");
+    // the hook series say which kind of controller called
+    let series = format!(
+        "metacontroller_sync_requests_total{{controller_name=\"crd-role-{}\",controller_type=\"DecoratorController\"",
+        s.id
+    );
+    assert!(s.metrics.encode().contains(&series), "no {series}");
     // only the annotated CRD is a target
     let calls = s.hooks().calls("sync");
     assert!(

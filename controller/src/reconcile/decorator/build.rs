@@ -214,7 +214,8 @@ async fn hook_client(
     let eps = dc.spec.endpoint_configs.as_deref().unwrap_or_default();
     let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
     let name = dc.metadata.name.as_deref().unwrap_or_default();
-    Ok(client.with_metrics(ctx.config.metrics.clone(), name))
+    let metrics = ctx.config.metrics.clone();
+    Ok(client.with_metrics_of(metrics, crate::ops::metrics::DECORATOR, name))
 }
 
 async fn hook_clients(
