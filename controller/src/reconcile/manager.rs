@@ -115,11 +115,8 @@ impl ControllerKind for DecoratorController {
     ) -> Result<DecoratorRunner, DecoratorBuildError> {
         DecoratorRunner::build(ctx, obj).await
     }
-    fn failure_reason(e: &DecoratorBuildError) -> &'static str {
-        match e {
-            DecoratorBuildError::Unsupported(_) => "Unsupported",
-            _ => "CreateError",
-        }
+    fn failure_reason(_: &DecoratorBuildError) -> &'static str {
+        "CreateError"
     }
     async fn wait_synced(runner: Arc<DecoratorRunner>) {
         runner.wait_watches_synced().await;
@@ -237,11 +234,7 @@ async fn run_one<K: ControllerKind>(
                 let msg = e.to_string();
                 if msg != last_error {
                     let reason = K::failure_reason(&e);
-                    if reason == "Unsupported" {
-                        tracing::error!(kind = K::KIND, controller = %name, error = %msg, "cannot run controller: it uses something kmeta does not support");
-                    } else {
-                        tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
-                    }
+                    tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
                     let note = format!("Cannot start controller: {msg}");
                     ctx.event(&value, true, reason, note).await;
                     last_error = msg;

@@ -9,6 +9,7 @@ pub(crate) mod core;
 pub(crate) mod decide;
 pub(crate) mod decorator;
 pub mod manager;
+pub(crate) mod related;
 pub(crate) mod status;
 
 pub use core::{Context, ManagerConfig};

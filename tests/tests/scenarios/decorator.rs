@@ -1,8 +1,8 @@
 //! DecoratorControllers: Metacontroller's decorator examples (service-per-pod in v1 and v2,
 //! crd-roles, clusteredparent) unchanged but for their hooks, written here as Rust closures;
 //! the status written to the target; finalize when a target stops matching; releasing the
-//! targets of a deleted DecoratorController; a failing hook changing nothing; an unsupported
-//! field reported.
+//! targets of a deleted DecoratorController; a failing hook changing nothing; related objects
+//! from the customize hook; a DecoratorController that cannot run reported.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -542,26 +542,69 @@ async fn a_failing_hook_changes_nothing() -> anyhow::Result<()> {
     s.finish().await
 }
 
-/// A DecoratorController kmeta cannot run is not ignored silently: a Warning event on it names
-/// what (an unsupported field, a resource that is not served).
+/// The customize hook selects related objects for a decorator's targets: they arrive in the
+/// sync request's `related`, and a change of one syncs the targets that asked for it.
 #[tokio::test]
-async fn an_unsupported_decorator_is_reported() -> anyhow::Result<()> {
-    let mut s = Scenario::new("decunsupported")
+async fn customize_sends_related_objects() -> anyhow::Result<()> {
+    let mut s = Scenario::new("deccustomize")
+        .crd("Thing", "things")
+        .hook(|path, req| match path {
+            "customize" => Reply::Json(json!({"relatedResources": [{"apiVersion": "v1",
+                "resource": "configmaps", "labelSelector": {"matchLabels": {"share": "yes"}}}]})),
+            _ => {
+                let shared = req["related"]["ConfigMap.v1"]
+                    .as_object()
+                    .map(|m| {
+                        m.values()
+                            .filter_map(|c| c["data"]["v"].as_str())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_default();
+                Reply::Json(json!({"annotations": {"shared": shared}}))
+            }
+        })
+        .object(
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "labels": {"share": "yes"}}, "data": {"v": "1"}}),
+        )
+        .start()
+        .await?;
+    s.decorator(
+        Dc::new("dec-customize")
+            .hook("customize")
+            .attachments(Value::Null),
+    )
+    .await?;
+    s.parent("t", Value::Null).await?;
+    s.wait_parent("t", "the related ConfigMap's value on the target", |o| {
+        o["metadata"]["annotations"]["shared"] == "1"
+    })
+    .await?;
+    let req = s
+        .wait_call("customize", "a customize request", |_| true)
+        .await?;
+    assert_eq!(str_of(&req, "/controller/kind"), "DecoratorController");
+    assert_eq!(str_of(&req, "/parent/metadata/name"), "t");
+    s.merge_patch(&s.configmaps(), "cfg", json!({"data": {"v": "2"}}))
+        .await?;
+    s.wait_parent("t", "the change of the related ConfigMap", |o| {
+        o["metadata"]["annotations"]["shared"] == "2"
+    })
+    .await?;
+    s.finish().await
+}
+
+/// A DecoratorController kmeta cannot run is not ignored silently: a Warning event on it names
+/// why (here a resource that is not served).
+#[tokio::test]
+async fn an_unusable_decorator_is_reported() -> anyhow::Result<()> {
+    let mut s = Scenario::new("decunusable")
         .crd("Thing", "things")
         .hook(|_, _| Reply::Json(json!({})))
         .start()
         .await?;
-    s.decorator(Dc::new(&format!("dec-customize-{}", s.id)).hook("customize"))
-        .await?;
-    let name = format!("dec-customize-{}", s.id);
-    s.wait_event("an Unsupported warning", None, |e| {
-        e["regarding"]["name"] == name.as_str()
-            && e["type"] == "Warning"
-            && e["reason"] == "Unsupported"
-            && e["note"].as_str().is_some_and(|n| n.contains("customize"))
-    })
-    .await?;
-    // nor is one whose resource is not served: a CreateError warning
     let unknown = format!("dec-unknown-{}", s.id);
     let av = s.av.clone();
     s.decorator(Dc::new(&unknown).resources(json!([{"apiVersion": av, "resource": "nonesuches"}])))

@@ -4,12 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::api::{CompositeController, Hook};
-use crate::hook::wire::RelatedResourceRule;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::reconcile::children::{ChildRule, Children, list_rules};
@@ -43,8 +41,7 @@ pub enum BuildError {
     NoSyncHook,
 }
 
-/// Cached customize answers: parent UID → (generation, rules, fetched at).
-pub type CustomizeCache = HashMap<String, (i64, Vec<RelatedResourceRule>, Instant)>;
+pub use crate::reconcile::related::CustomizeCache;
 
 /// The hook clients of one CompositeController.
 pub struct Hooks {

@@ -12,6 +12,7 @@ use crate::hook::{HookClient, HookError};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::Context;
 use crate::reconcile::decide::{ChildType, FutileUpdates};
+use crate::reconcile::related::{CustomizeCache, RelatedSource};
 use crate::runtime::cache::Informer;
 use crate::runtime::resources::{Resolved, ResourceError};
 use crate::runtime::selector;
@@ -38,9 +39,6 @@ pub enum DecoratorBuildError {
         /// What is wrong.
         message: String,
     },
-    /// A field kmeta does not implement for DecoratorControllers.
-    #[error("{0} is not supported on a DecoratorController by this kmeta version")]
-    Unsupported(&'static str),
     /// Adding the release finalizer to the DecoratorController failed.
     #[error("adding finalizer {finalizer}: {message}")]
     Finalizer {
@@ -69,6 +67,8 @@ pub struct DecoratorHooks {
     pub sync: HookClient,
     /// The finalize hook, if declared.
     pub finalize: Option<HookClient>,
+    /// The customize hook, if declared.
+    pub customize: Option<HookClient>,
 }
 
 /// Everything one sync of a target reads, and the state kept between syncs.
@@ -96,6 +96,10 @@ pub struct Decorator {
     pub finalizer: String,
     /// Attachment updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// Customize cache.
+    pub customize_cache: Mutex<CustomizeCache>,
+    /// Related watches this controller listens to, by watch key.
+    pub related: Mutex<HashMap<String, Arc<Informer>>>,
 }
 
 impl std::fmt::Debug for Decorator {
@@ -223,11 +227,6 @@ async fn hook_clients(
     dc: &DecoratorController,
 ) -> Result<DecoratorHooks, DecoratorBuildError> {
     let hooks = dc.spec.hooks.clone().unwrap_or_default();
-    if hooks.customize.is_some() {
-        return Err(DecoratorBuildError::Unsupported(
-            "spec.hooks.customize (related objects)",
-        ));
-    }
     let sync = match &hooks.sync {
         Some(h) => hook_client(ctx, dc, "sync", h).await?,
         None => return Err(DecoratorBuildError::NoSyncHook),
@@ -236,7 +235,15 @@ async fn hook_clients(
         Some(h) => Some(hook_client(ctx, dc, "finalize", h).await?),
         None => None,
     };
-    Ok(DecoratorHooks { sync, finalize })
+    let customize = match &hooks.customize {
+        Some(h) => Some(hook_client(ctx, dc, "customize", h).await?),
+        None => None,
+    };
+    Ok(DecoratorHooks {
+        sync,
+        finalize,
+        customize,
+    })
 }
 
 impl Decorator {
@@ -265,7 +272,22 @@ impl Decorator {
             attachment_keys,
             hooks,
             futile_updates: Mutex::new(FutileUpdates::default()),
+            customize_cache: Mutex::new(HashMap::new()),
+            related: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The related-object side of target resource `rule`.
+    pub fn related_source<'a>(&'a self, rule: &TargetRule) -> RelatedSource<'a> {
+        RelatedSource {
+            ctx: &self.ctx,
+            controller: &self.dc_json,
+            customize: self.hooks.customize.as_ref(),
+            version: self.hooks.sync.version(),
+            parent_namespaced: rule.resolved.namespaced,
+            cache: &self.customize_cache,
+            watches: &self.related,
+        }
     }
 
     /// The attachments as the shared child management sees them.

@@ -1,6 +1,6 @@
 //! The DecoratorController kind: a [`DecoratorRunner`] owns one [`Decorator`] (what a sync
-//! reads), its work queue of targets and the triggers that feed it — target and attachment
-//! watch events, relists and the resync period — and plugs [`sync::sync_target`] into the
+//! reads), its work queue of targets and the triggers that feed it — target, attachment and
+//! related watch events, relists and the resync period — and plugs [`sync::sync_target`] into the
 //! shared [reconcile core](crate::reconcile::core). [`release`] frees the targets of a deleted
 //! DecoratorController.
 
@@ -9,10 +9,11 @@ pub mod decide;
 mod release;
 mod sync;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::DecoratorController;
@@ -20,8 +21,10 @@ use crate::object::{controller_ref, controller_uid, meta_str};
 use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
 use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
 use crate::reconcile::decide as shared;
+use crate::reconcile::related::{self, Used};
 use crate::runtime::cache::{Change, Informer};
 use crate::runtime::queue::Queue;
+use crate::runtime::resources::Resolved;
 
 pub use build::{Decorator, DecoratorBuildError};
 pub use release::{ensure_release_finalizer, needs_release, release_targets};
@@ -116,6 +119,9 @@ impl DecoratorRunner {
             }
             Change::Deleted(old) => {
                 self.queue.forget(&target_key(resource, old));
+                if let Ok(mut c) = self.d.customize_cache.lock() {
+                    c.remove(meta_str(old, "uid"));
+                }
                 self.d
                     .ctx
                     .config
@@ -191,6 +197,31 @@ impl DecoratorRunner {
         }
     }
 
+    /// A related object changed: enqueue the targets whose cached customize rules read its
+    /// resource.
+    fn on_related_change(&self, r: &Resolved) {
+        let uids = related::parents_reading(&self.d.customize_cache, r);
+        if uids.is_empty() {
+            return;
+        }
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            for t in rule.informer.list() {
+                if uids.iter().any(|u| u == meta_str(&t, "uid")) {
+                    self.enqueue_if_target(i, &t);
+                }
+            }
+        }
+    }
+
+    /// Listens to the related watches a sync subscribed to first, for as long as this
+    /// controller exists.
+    fn listen_related(self: &Arc<Self>, used: Used) {
+        for (resolved, rx) in used.subscribed {
+            let weak: Weak<DecoratorRunner> = Arc::downgrade(self);
+            tokio::spawn(listen(weak, resolved, rx));
+        }
+    }
+
     /// Waits until every target and attachment watch has listed once (readiness).
     pub async fn wait_watches_synced(&self) {
         for watch in self.watches() {
@@ -255,6 +286,17 @@ impl DecoratorRunner {
     }
 }
 
+async fn listen(
+    weak: Weak<DecoratorRunner>,
+    resolved: Resolved,
+    mut rx: broadcast::Receiver<Change>,
+) {
+    while rx.recv().await.is_ok() || !rx.is_empty() {
+        let Some(dr) = weak.upgrade() else { break };
+        dr.on_related_change(&resolved);
+    }
+}
+
 impl Reconciler for DecoratorRunner {
     type Key = TargetKey;
 
@@ -291,7 +333,11 @@ impl Reconciler for DecoratorRunner {
         let Some(rule) = self.d.targets.get(key.resource) else {
             return Ok(None);
         };
-        sync::sync_target(&self.d, rule, &key.namespace, &key.name).await
+        let mut used = Used::default();
+        let target = (key.namespace.as_str(), key.name.as_str());
+        let result = sync::sync_target(&self.d, rule, target, &mut used).await;
+        self.listen_related(used);
+        result
     }
 
     /// Nothing beyond the core's `SyncError` event and metric: a target is not this

@@ -1,5 +1,5 @@
 //! One sync of one target, as named steps:
-//! `ensure_finalizer → observe_attachments → call_hook → desired_attachments →
+//! `ensure_finalizer → observe_attachments → call_customize → call_hook → desired_attachments →
 //! manage_children → decorate_target` (labels, annotations, status, finalizer).
 //! Decisions come from [`super::decide`] and [`crate::reconcile::decide`]; this module only
 //! reads caches and writes.
@@ -15,6 +15,7 @@ use crate::object::{describe, has_finalizer, is_deleting, meta_str};
 use crate::reconcile::children::manage_children;
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
+use crate::reconcile::related::{Used, cache_key, call_customize};
 use crate::reconcile::status;
 use crate::runtime::kapi;
 
@@ -22,8 +23,8 @@ use crate::runtime::kapi;
 pub async fn sync_target(
     d: &Decorator,
     rule: &TargetRule,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
+    used: &mut Used,
 ) -> Result<Option<Duration>, SyncError> {
     let Some(cached) = rule.informer.get(namespace, name) else {
         return Ok(None);
@@ -48,7 +49,8 @@ pub async fn sync_target(
         HookChoice::Sync => false,
     };
     let observed = observe_attachments(d, &target);
-    let response = call_hook(d, rule, &target, &observed, finalizing).await?;
+    let related = call_customize(&d.related_source(rule), &target, used).await?;
+    let response = call_hook(d, rule, &target, (&observed, related), finalizing).await?;
     let desired = ddecide::desired_attachments(
         &target,
         rule.resolved.namespaced,
@@ -119,12 +121,13 @@ fn observe_attachments(d: &Decorator, target: &Value) -> Vec<Value> {
     observed
 }
 
-/// Step: call sync (or finalize) with the target and its observed attachments.
+/// Step: call sync (or finalize) with the target, its observed attachments and the related
+/// objects.
 async fn call_hook(
     d: &Decorator,
     rule: &TargetRule,
     target: &Value,
-    observed: &[Value],
+    (observed, related): (&[Value], Map<String, Value>),
     finalizing: bool,
 ) -> Result<DecoratorSyncResponse, SyncError> {
     let hook = match (&d.hooks.finalize, finalizing) {
@@ -137,14 +140,8 @@ async fn call_hook(
         &d.attachment_keys,
         observed.iter(),
     );
-    let request = wire::decorator_request(&d.dc_json, target, attachments, Map::new(), finalizing);
-    let cache_key = format!(
-        "{}/{}/{}",
-        rule.resolved.api.kind,
-        meta_str(target, "namespace"),
-        meta_str(target, "name")
-    );
-    Ok(hook.decorator_sync(&cache_key, &request).await?)
+    let request = wire::decorator_request(&d.dc_json, target, attachments, related, finalizing);
+    Ok(hook.decorator_sync(&cache_key(target), &request).await?)
 }
 
 /// Step: the hook's labels, annotations and status on the target, and our finalizer removed
