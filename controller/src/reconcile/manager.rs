@@ -446,7 +446,8 @@ impl<K: ControllerKind> Controllers<K> {
         );
         let ctx = self.ctx.clone();
         if releasing {
-            let _finish_now = finished.drop_guard();
+            // a release runs no controller: nothing to wait for
+            finished.cancel();
             self.tasks.spawn(release_one::<K>(ctx, obj, stopped, stop));
         } else {
             self.tasks

@@ -291,6 +291,42 @@ mod tests {
     }
 
     #[test]
+    fn finalizer_decisions_for_targets() {
+        use crate::reconcile::decide::{
+            FinalizerAction, HookChoice, choose_hook, finalizer_after_hook, finalizer_before_hook,
+        };
+        // with a finalize hook: a matching live target gets the finalizer and is synced
+        assert_eq!(
+            finalizer_before_hook(true, false, false),
+            FinalizerAction::Add
+        );
+        assert_eq!(choose_hook(true, false, true, true), HookChoice::Sync);
+        // it stops matching, or is deleted: finalize while our finalizer is on it
+        assert_eq!(choose_hook(true, false, false, true), HookChoice::Finalize);
+        assert_eq!(choose_hook(true, true, true, true), HookChoice::Finalize);
+        assert_eq!(
+            finalizer_after_hook(true, true, true),
+            FinalizerAction::Remove
+        );
+        assert_eq!(
+            finalizer_after_hook(true, false, true),
+            FinalizerAction::Keep
+        );
+        // without a finalize hook: no finalizer (one left from before is removed), and an
+        // unmatched or deleted target is left alone
+        assert_eq!(
+            finalizer_before_hook(false, false, false),
+            FinalizerAction::Keep
+        );
+        assert_eq!(
+            finalizer_before_hook(false, false, true),
+            FinalizerAction::Remove
+        );
+        assert_eq!(choose_hook(false, false, false, false), HookChoice::Skip);
+        assert_eq!(choose_hook(false, true, true, false), HookChoice::Skip);
+    }
+
+    #[test]
     fn attachments_need_our_controller_ref_and_annotation() {
         let child = |uid: &str, controller: bool, dc: Option<&str>| {
             let mut c = json!({"metadata": {"name": "c", "ownerReferences": [

@@ -90,3 +90,28 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
     status::set_finalizer(ctx, &resolved, &dc_value(dc), RELEASE_FINALIZER, false).await?;
     Ok(released)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dc(finalizers: Value, deleting: bool) -> DecoratorController {
+        let mut v = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "DecoratorController", "metadata": {"name": "d", "finalizers": finalizers},
+            "spec": {"resources": []}});
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn release_only_a_deleted_decorator_holding_our_finalizer() {
+        assert!(needs_release(&dc(json!([RELEASE_FINALIZER]), true)));
+        assert!(!needs_release(&dc(json!([RELEASE_FINALIZER]), false)));
+        assert!(!needs_release(&dc(json!(["other"]), true)));
+        assert!(!needs_release(&dc(Value::Null, true)));
+    }
+}
