@@ -337,6 +337,7 @@ pub struct Dc {
     attachments: Option<Value>,
     hooks: Vec<(String, String)>,
     version: Option<String>,
+    sync_url: Option<String>,
     patches: Vec<Value>,
 }
 
@@ -349,8 +350,15 @@ impl Dc {
             attachments: None,
             hooks: vec![("sync".into(), "sync".into())],
             version: None,
+            sync_url: None,
             patches: Vec::new(),
         }
+    }
+
+    /// The sync hook's URL, instead of the scenario hook's `/sync` (a hook served elsewhere).
+    pub fn sync_url(mut self, url: &str) -> Dc {
+        self.sync_url = Some(url.to_owned());
+        self
     }
 
     /// `spec.resources`, instead of the parent kind.
@@ -391,12 +399,15 @@ impl Dc {
 
     /// The DecoratorController object for scenario `s`.
     fn resolve(self, s: &Running) -> anyhow::Result<Value> {
-        let hooks = s.hooks.as_ref().with_context(|| {
-            format!(
-                "DecoratorController {}: the scenario has no hook",
-                self.name
-            )
-        })?;
+        let hook_url = |path: &str| -> anyhow::Result<String> {
+            let hooks = s.hooks.as_ref().with_context(|| {
+                format!(
+                    "DecoratorController {}: the scenario has no hook",
+                    self.name
+                )
+            })?;
+            Ok(hooks.url(path))
+        };
         let resources = self
             .resources
             .clone()
@@ -410,7 +421,11 @@ impl Dc {
             spec["attachments"] = attachments;
         }
         for (hook, path) in &self.hooks {
-            spec["hooks"][hook] = json!({"webhook": {"url": hooks.url(path)}});
+            let url = match (&self.sync_url, hook.as_str()) {
+                (Some(url), "sync") => url.clone(),
+                _ => hook_url(path)?,
+            };
+            spec["hooks"][hook] = json!({"webhook": {"url": url}});
             if let Some(v) = &self.version {
                 spec["hooks"][hook]["version"] = json!(v);
             }

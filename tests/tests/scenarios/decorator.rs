@@ -1,5 +1,6 @@
 //! DecoratorControllers: Metacontroller's decorator examples (service-per-pod in v1 and v2,
-//! crd-roles, clusteredparent) unchanged but for their hooks, written here as Rust closures;
+//! crd-roles, clusteredparent) unchanged but for their hooks, written here as Rust closures (and
+//! crd-roles' in Python, its language, when `python3` is installed);
 //! the status written to the target; finalize when a target stops matching; releasing the
 //! targets of a deleted DecoratorController; a failing hook changing nothing; related objects
 //! from the customize hook; a DecoratorController that cannot run reported.
@@ -204,10 +205,47 @@ async fn service_per_pod_v2() -> anyhow::Result<()> {
     service_per_pod("v2").await
 }
 
+/// The crd-roles hook in Python (`hooks/crd_roles.py`), when `python3` runs here: its process
+/// (killed on drop) and URL. None without Python.
+async fn python_crd_roles_hook() -> anyhow::Result<Option<(tokio::process::Child, String)>> {
+    use tokio::io::AsyncBufReadExt as _;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scenarios/hooks/crd_roles.py"
+    );
+    let spawned = tokio::process::Command::new("python3")
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let Ok(mut child) = spawned else {
+        eprintln!("python3 not found: the crd-roles hook runs as a Rust closure");
+        return Ok(None);
+    };
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    tokio::time::timeout(
+        TIMEOUT,
+        tokio::io::BufReader::new(stdout).read_line(&mut line),
+    )
+    .await??;
+    if line.is_empty() {
+        eprintln!("python3 exited before serving: the crd-roles hook runs as a Rust closure");
+        return Ok(None);
+    }
+    let port: u16 = line.trim().parse()?;
+    Ok(Some((
+        child,
+        format!("http://127.0.0.1:{port}/sync-crd-role"),
+    )))
+}
+
 /// examples/crd-roles: cluster-scoped targets (CRDs) with cluster-scoped attachments
-/// (ClusterRoles); its hook (sync.py) as a closure.
+/// (ClusterRoles). Its hook is the example's language, Python, when `python3` is installed, else
+/// the same hook as a closure.
 #[tokio::test]
 async fn crd_roles_decorates_cluster_scoped_targets() -> anyhow::Result<()> {
+    let python = python_crd_roles_hook().await?;
     let mut s = Scenario::new("crdroles")
         .hook(|_, req| {
             let crd = &req["object"];
@@ -223,16 +261,17 @@ async fn crd_roles_decorates_cluster_scoped_targets() -> anyhow::Result<()> {
     s.create_crd(my_crd).await?;
     let plain = crd(&s.group, "Gadget", "gadgets", true);
     s.create_crd(plain).await?;
-    s.decorator(
-        Dc::new(&format!("crd-role-{}", s.id))
-            .resources(json!([{"apiVersion": "apiextensions.k8s.io/v1",
-                "resource": "customresourcedefinitions",
-                "annotationSelector": {"matchExpressions": [
-                    {"key": "enable-default-roles", "operator": "Exists"}]}}]))
-            .attachments(json!([{"apiVersion": "rbac.authorization.k8s.io/v1",
-                "resource": "clusterroles"}])),
-    )
-    .await?;
+    let mut dc = Dc::new(&format!("crd-role-{}", s.id))
+        .resources(json!([{"apiVersion": "apiextensions.k8s.io/v1",
+            "resource": "customresourcedefinitions",
+            "annotationSelector": {"matchExpressions": [
+                {"key": "enable-default-roles", "operator": "Exists"}]}}]))
+        .attachments(json!([{"apiVersion": "rbac.authorization.k8s.io/v1",
+            "resource": "clusterroles"}]));
+    if let Some((_, url)) = &python {
+        dc = dc.sync_url(url);
+    }
+    s.decorator(dc).await?;
     let crds = s.api(
         "apiextensions.k8s.io/v1",
         "CustomResourceDefinition",
@@ -265,13 +304,21 @@ async fn crd_roles_decorates_cluster_scoped_targets() -> anyhow::Result<()> {
     );
     assert!(s.metrics.encode().contains(&series), "no {series}");
     // only the annotated CRD is a target
-    let calls = s.hooks().calls("sync");
+    let gadget_role = format!("gadgets.{}-reader", s.group);
     assert!(
-        calls
-            .iter()
-            .all(|c| str_of(c, "/object/metadata/name") != format!("gadgets.{}", s.group)),
-        "the CRD without the annotation was decorated"
+        s.get(&roles, &gadget_role).await?.is_none(),
+        "{gadget_role}"
     );
+    if python.is_some() {
+        assert_eq!(s.hooks().count("sync"), 0, "the Python hook did not answer");
+    } else {
+        assert!(
+            s.hooks()
+                .calls("sync")
+                .iter()
+                .all(|c| { str_of(c, "/object/metadata/name") != format!("gadgets.{}", s.group) })
+        );
+    }
     s.finish().await
 }
 
