@@ -29,7 +29,7 @@ const KINDS: usize = 2;
 
 /// What the manager needs of a controller kind: its object, how to build and run one controller
 /// from it, and what to do when such an object is being deleted.
-pub trait ControllerKind: Send + Sync + 'static {
+pub(crate) trait ControllerKind: Send + Sync + 'static {
     /// The controller object (`CompositeController`, `DecoratorController`).
     type Object: kube::Resource<DynamicType = ()>
         + Clone
