@@ -65,6 +65,11 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
     fn needs_release(_obj: &Self::Object) -> bool {
         false
     }
+    /// Whether an object being deleted (and not to be released) still runs its controller until
+    /// it is gone (a CompositeController does, as in Metacontroller).
+    fn runs_while_deleting(_obj: &Self::Object) -> bool {
+        true
+    }
     /// Cleans up after a deleted object (its own finalizer is removed at the end).
     fn release(
         _ctx: Arc<Context>,
@@ -126,6 +131,10 @@ impl ControllerKind for DecoratorController {
     }
     fn needs_release(obj: &DecoratorController) -> bool {
         decorator::needs_release(obj)
+    }
+    /// Not with a finalize hook: it would put finalizers on targets that no release removes.
+    fn runs_while_deleting(obj: &DecoratorController) -> bool {
+        obj.spec.hooks.as_ref().is_none_or(|h| h.finalize.is_none())
     }
     async fn release(ctx: Arc<Context>, obj: DecoratorController) -> Result<String, String> {
         decorator::release_targets(&ctx, &obj)
@@ -420,10 +429,15 @@ impl<K: ControllerKind> Controllers<K> {
     fn upsert(&mut self, obj: K::Object, pending: Option<PendingGuard>) {
         let name = obj.meta().name.clone().unwrap_or_default();
         let releasing = K::needs_release(&obj);
+        // released once: never run again, whatever still holds the object
         if let Some(r) = self.running.get(&name)
-            && r.releasing == releasing
-            && (releasing || r.spec == *K::spec(&obj))
+            && (r.releasing || (!releasing && r.spec == *K::spec(&obj)))
         {
+            return;
+        }
+        let deleting = obj.meta().deletion_timestamp.is_some();
+        if deleting && !releasing && !K::runs_while_deleting(&obj) {
+            self.remove(&name);
             return;
         }
         let stopped = match self.running.remove(&name) {

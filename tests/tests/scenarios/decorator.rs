@@ -510,37 +510,91 @@ async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
 /// them stuck, its issue #1062), even when the finalize hook never finishes.
 #[tokio::test]
 async fn deleting_the_decorator_releases_its_targets() -> anyhow::Result<()> {
-    let mut s = Scenario::new("decrelease")
+    let s = release_scenario("decrelease").await?;
+    delete_decorator(&s, "dec-release").await?;
+    s.wait_parent("t", "the finalizer released", |o| {
+        !has_finalizer(o, RELEASED)
+    })
+    .await?;
+    // and the target can now be deleted
+    s.parents().delete("t", &Default::default()).await?;
+    s.wait_gone(&s.parents(), "t", "the target deleted").await?;
+    s.finish().await
+}
+
+/// The target finalizer of `dec-release`.
+const RELEASED: &str = "metacontroller.io/decoratorcontroller-dec-release";
+
+/// A running `dec-release` (finalize hook that never finishes) whose target `t` carries its
+/// finalizer, and a `dec-witness` without finalize hook annotating every Thing `witnessed`.
+async fn release_scenario(name: &str) -> anyhow::Result<Running> {
+    let mut s = Scenario::new(name)
         .crd("Thing", "things")
         .hook(|path, _| match path {
             "sync" => Reply::Json(json!({"annotations": {"seen": "yes"}})),
+            "witness" => Reply::Json(json!({"annotations": {"witnessed": "yes"}})),
             _ => Reply::Json(json!({"finalized": false})),
         })
         .start()
         .await?;
-    s.decorator(
-        Dc::new("dec-release")
-            .hook("finalize")
-            .attachments(Value::Null),
+    let dc = Dc::new("dec-release")
+        .hook("finalize")
+        .attachments(Value::Null);
+    s.decorator(dc).await?;
+    let witness = Dc::new("dec-witness").hook_at("sync", "witness");
+    s.decorator(witness.attachments(Value::Null)).await?;
+    s.parent("t", Value::Null).await?;
+    s.wait_parent("t", "our finalizer and the hook's annotation", |o| {
+        has_finalizer(o, RELEASED) && o["metadata"]["annotations"]["seen"] == "yes"
+    })
+    .await?;
+    s.wait_for(
+        &s.decorators(),
+        "dec-release",
+        "kmeta's release finalizer",
+        |o| has_finalizer(o, "kmeta.dev/release-decorator-targets"),
     )
     .await?;
-    s.parent("t", Value::Null).await?;
-    let fin = "metacontroller.io/decoratorcontroller-dec-release";
-    s.wait_parent("t", "our finalizer and the hook's annotation", |o| {
-        has_finalizer(o, fin) && o["metadata"]["annotations"]["seen"] == "yes"
-    })
-    .await?;
+    Ok(s)
+}
+
+/// A released DecoratorController still held by another finalizer does not run again: a new
+/// target (seen by a witness decorator) gets no finalizer that nothing would remove.
+#[tokio::test]
+async fn a_released_decorator_does_not_run_again() -> anyhow::Result<()> {
+    let mut s = release_scenario("decreleased").await?;
     let dcs = s.decorators();
-    s.wait_for(&dcs, "dec-release", "kmeta's release finalizer", |o| {
-        has_finalizer(o, "kmeta.dev/release-decorator-targets")
+    let hold = json!({"metadata": {"finalizers": ["kmeta.test/hold", "kmeta.dev/release-decorator-targets"]}});
+    s.merge_patch(&dcs, "dec-release", hold).await?;
+    dcs.delete("dec-release", &Default::default()).await?;
+    s.wait_for(
+        &dcs,
+        "dec-release",
+        "the release done, the hold left",
+        |o| o["metadata"]["finalizers"] == json!(["kmeta.test/hold"]),
+    )
+    .await?;
+    s.wait_parent("t", "the finalizer released", |o| {
+        !has_finalizer(o, RELEASED)
     })
     .await?;
-    delete_decorator(&s, "dec-release").await?;
-    s.wait_parent("t", "the finalizer released", |o| !has_finalizer(o, fin))
+    s.parent("t2", Value::Null).await?;
+    let t2 = s
+        .wait_parent("t2", "the witness's annotation", |o| {
+            o["metadata"]["annotations"]["witnessed"] == "yes"
+        })
         .await?;
-    // and the target can now be deleted
-    s.parents().delete("t", &Default::default()).await?;
-    s.wait_gone(&s.parents(), "t", "the target deleted").await?;
+    assert!(!has_finalizer(&t2, RELEASED), "{t2}");
+    let t = s.get(&s.parents(), "t").await?.unwrap();
+    assert!(!has_finalizer(&t, RELEASED), "{t}");
+    s.merge_patch(
+        &dcs,
+        "dec-release",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await?;
+    s.wait_gone(&dcs, "dec-release", "the DecoratorController gone")
+        .await?;
     s.finish().await
 }
 
