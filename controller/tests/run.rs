@@ -558,3 +558,58 @@ async fn note_children(cms: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>) -
     };
     cms.list(&Default::default()).await.map(names).unwrap_or(0)
 }
+
+/// `/readyz` covers DecoratorControllers too: while a watch a DecoratorController reads has not
+/// finished its first list, the instance is not ready and names it.
+#[tokio::test]
+async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    let (server, _dir, kubeconfig) = server_with_kmeta_crds().await?;
+    let dcs = ApiResource {
+        group: "metacontroller.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "metacontroller.k8s.io/v1alpha1".into(),
+        kind: "DecoratorController".into(),
+        plural: "decoratorcontrollers".into(),
+    };
+    let dc = serde_json::json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "services"},
+        "spec": {"resources": [{"apiVersion": "v1", "resource": "services"}],
+                 "hooks": {"sync": {"webhook": {"url": hook().await?}}}}
+    });
+    Api::<DynamicObject>::all_with(server.client(), &dcs)
+        .create(&PostParams::default(), &serde_json::from_value(dc)?)
+        .await?;
+    // the target resource lists slowly
+    let slow = server
+        .faults()
+        .add_latency(Some("list"), Some("services"), Duration::from_secs(4));
+    let health = free_port()?;
+    let _proc = Proc(
+        Command::new(KMETA)
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg("--metrics-address=0")
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .args(["--discovery-interval=1s", "--log-level=warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let readyz = format!("http://127.0.0.1:{health}/readyz?verbose");
+    wait_for("/readyz naming the services watch", || async {
+        http_get(&readyz).await.is_some_and(|(code, text)| {
+            code == 503 && text.contains("waiting for watches: v1/services")
+        })
+    })
+    .await?;
+    wait_for("/readyz ready once the list completed", || async {
+        http_get(&readyz).await.is_some_and(|(code, _)| code == 200)
+    })
+    .await?;
+    server.faults().remove(slow);
+    server.shutdown().await;
+    Ok(())
+}

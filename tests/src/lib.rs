@@ -49,7 +49,7 @@
 pub mod scenario;
 pub mod tls;
 
-pub use scenario::{Cc, Running, Scenario};
+pub use scenario::{Cc, Dc, Running, Scenario};
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -322,6 +322,126 @@ impl Cc {
     }
 }
 
+/// A DecoratorController for a [`Scenario`]. Unless changed, its spec is
+///
+/// ```text
+/// resources: [{apiVersion: <scenario group>/v1, resource: <parent plural>}]
+/// attachments: [{apiVersion: v1, resource: configmaps, updateStrategy: {method: InPlace}}]
+/// hooks: {sync: {webhook: {url: <scenario hook>/sync}}}
+/// ```
+///
+/// and it carries the scenario's label, so the scenario's controller runs it.
+pub struct Dc {
+    name: String,
+    resources: Option<Value>,
+    attachments: Option<Value>,
+    hooks: Vec<(String, String)>,
+    version: Option<String>,
+    sync_url: Option<String>,
+    patches: Vec<Value>,
+}
+
+impl Dc {
+    /// The default DecoratorController named `name`.
+    pub fn new(name: &str) -> Dc {
+        Dc {
+            name: name.to_owned(),
+            resources: None,
+            attachments: None,
+            hooks: vec![("sync".into(), "sync".into())],
+            version: None,
+            sync_url: None,
+            patches: Vec::new(),
+        }
+    }
+
+    /// The sync hook's URL, instead of the scenario hook's `/sync` (a hook served elsewhere).
+    pub fn sync_url(mut self, url: &str) -> Dc {
+        self.sync_url = Some(url.to_owned());
+        self
+    }
+
+    /// `spec.resources`, instead of the parent kind.
+    pub fn resources(mut self, resources: Value) -> Dc {
+        self.resources = Some(resources);
+        self
+    }
+
+    /// `spec.attachments`, instead of InPlace ConfigMaps (`null`: none).
+    pub fn attachments(mut self, attachments: Value) -> Dc {
+        self.attachments = Some(attachments);
+        self
+    }
+
+    /// `hooks.<hook>` served by the scenario hook at `/<path>` (`sync` replaces the default).
+    pub fn hook_at(mut self, hook: &str, path: &str) -> Dc {
+        self.hooks.retain(|(h, _)| h != hook);
+        self.hooks.push((hook.to_owned(), path.to_owned()));
+        self
+    }
+
+    /// `hooks.<hook>` served by the scenario hook at `/<hook>`.
+    pub fn hook(self, hook: &str) -> Dc {
+        self.hook_at(hook, hook)
+    }
+
+    /// Every hook's `version` (`v1`, `v2`).
+    pub fn version(mut self, version: &str) -> Dc {
+        self.version = Some(version.to_owned());
+        self
+    }
+
+    /// A JSON merge patch (RFC 7386: `null` removes) applied to the finished spec.
+    pub fn patch(mut self, patch: Value) -> Dc {
+        self.patches.push(patch);
+        self
+    }
+
+    /// The DecoratorController object for scenario `s`.
+    fn resolve(self, s: &Running) -> anyhow::Result<Value> {
+        let hook_url = |path: &str| -> anyhow::Result<String> {
+            let hooks = s.hooks.as_ref().with_context(|| {
+                format!(
+                    "DecoratorController {}: the scenario has no hook",
+                    self.name
+                )
+            })?;
+            Ok(hooks.url(path))
+        };
+        let resources = self
+            .resources
+            .clone()
+            .unwrap_or_else(|| json!([{"apiVersion": s.av, "resource": s.parent_kind.1}]));
+        let mut spec = json!({"resources": resources, "hooks": {}});
+        let attachments = self.attachments.clone().unwrap_or_else(|| {
+            json!([{"apiVersion": "v1", "resource": "configmaps",
+                    "updateStrategy": {"method": "InPlace"}}])
+        });
+        if !attachments.is_null() {
+            spec["attachments"] = attachments;
+        }
+        for (hook, path) in &self.hooks {
+            let url = match (&self.sync_url, hook.as_str()) {
+                (Some(url), "sync") => url.clone(),
+                _ => hook_url(path)?,
+            };
+            spec["hooks"][hook] = json!({"webhook": {"url": url}});
+            if let Some(v) = &self.version {
+                spec["hooks"][hook]["version"] = json!(v);
+            }
+        }
+        for patch in &self.patches {
+            merge_patch(&mut spec, patch);
+        }
+        Ok(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "DecoratorController",
+            "metadata": {"name": self.name, "labels": s.env.cc_labels()},
+            "spec": spec,
+        }))
+    }
+}
+
 /// A built [`Scenario`]: its [`Env`] (which it derefs to), its group and hook, and the waits
 /// scenarios share. End it with [`Running::finish`].
 pub struct Running {
@@ -363,6 +483,22 @@ impl Running {
     pub async fn controller(&mut self, cc: Cc) -> anyhow::Result<Value> {
         let cc = cc.resolve(self)?;
         self.env.create("compositecontrollers", cc).await
+    }
+
+    /// Creates a DecoratorController.
+    pub async fn decorator(&mut self, dc: Dc) -> anyhow::Result<Value> {
+        let dc = dc.resolve(self)?;
+        self.env.create("decoratorcontrollers", dc).await
+    }
+
+    /// The DecoratorControllers (cluster-scoped).
+    pub fn decorators(&self) -> Api<DynamicObject> {
+        self.env.api(
+            "metacontroller.k8s.io/v1alpha1",
+            "DecoratorController",
+            "decoratorcontrollers",
+            None,
+        )
     }
 
     /// The CompositeControllers (cluster-scoped).

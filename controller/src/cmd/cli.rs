@@ -62,7 +62,7 @@ pub struct RunArgs {
     /// no minimum). "0" disables.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub min_resync_after: String,
-    /// Concurrent syncs per CompositeController.
+    /// Concurrent syncs per CompositeController or DecoratorController.
     #[arg(long, default_value_t = 5)]
     pub workers: usize,
     /// API requests per second (client-side token bucket on every request). 0 disables limiting.
@@ -89,7 +89,8 @@ pub struct RunArgs {
     /// Lock type; only "leases" is supported (Metacontroller's default).
     #[arg(long, default_value = "leases", value_name = "LOCK")]
     pub leader_election_resource_lock: String,
-    /// Only run CompositeControllers whose labels match this selector (e.g. "shard=a").
+    /// Only run CompositeControllers and DecoratorControllers whose labels match this selector
+    /// (e.g. "shard=a").
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub target_label_selector: String,
     /// Events per second per object and reason after the burst (default one per 5 minutes).

@@ -63,8 +63,9 @@ pub struct HookClient {
     mode: ResponseUnmarshallMode,
     max_response_bytes: usize,
     etag: Option<EtagCache>,
-    /// Where request counts, durations and in-flight gauges go, with the controller's name.
-    metrics: Option<(Arc<Metrics>, String)>,
+    /// Where request counts, durations and in-flight gauges go, with the controller's type
+    /// (`controller_type` label) and name.
+    metrics: Option<(Arc<Metrics>, &'static str, String)>,
 }
 
 impl std::fmt::Debug for HookClient {
@@ -138,8 +139,19 @@ impl HookClient {
     }
 
     /// Records this hook's requests in `metrics` under `controller`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>, controller: &str) -> HookClient {
-        self.metrics = Some((metrics, controller.to_owned()));
+    pub fn with_metrics(self, metrics: Arc<Metrics>, controller: &str) -> HookClient {
+        self.with_metrics_of(metrics, crate::ops::metrics::COMPOSITE, controller)
+    }
+
+    /// Records this hook's requests in `metrics` under `controller` of kind `controller_type`
+    /// ([`crate::ops::metrics::COMPOSITE`], [`crate::ops::metrics::DECORATOR`]).
+    pub fn with_metrics_of(
+        mut self,
+        metrics: Arc<Metrics>,
+        controller_type: &'static str,
+        controller: &str,
+    ) -> HookClient {
+        self.metrics = Some((metrics, controller_type, controller.to_owned()));
         self
     }
 
@@ -151,10 +163,11 @@ impl HookClient {
     /// POSTs `body` and returns the response body of a 200 (or the cached body on 304/412 when
     /// `If-None-Match` was sent). `cache_key` identifies the root object for the ETag cache.
     pub async fn call(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
-        let Some((metrics, controller)) = &self.metrics else {
+        let Some((metrics, controller_type, controller)) = &self.metrics else {
             return self.call_unobserved(cache_key, body).await;
         };
-        let _in_flight = metrics.hook_in_flight(controller, self.name, &self.shown_url);
+        let who = (*controller_type, controller.as_str());
+        let _in_flight = metrics.hook_in_flight_of(who, self.name, &self.shown_url);
         let started = Instant::now();
         let result = self.call_unobserved(cache_key, body).await;
         let code = match &result {
@@ -163,8 +176,8 @@ impl HookClient {
             Err(HookError::TooManyRequests { .. }) => "429".to_owned(),
             Err(_) => "error".to_owned(),
         };
-        metrics.hook_request(
-            controller,
+        metrics.hook_request_of(
+            who,
             self.name,
             &self.shown_url,
             "POST",
@@ -309,6 +322,16 @@ impl HookClient {
         wire::decode_sync_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
     }
 
+    /// Calls a DecoratorController sync/finalize hook and decodes the response.
+    pub async fn decorator_sync(
+        &self,
+        cache_key: &str,
+        request: &Value,
+    ) -> Result<wire::DecoratorSyncResponse, HookError> {
+        let body = self.call(cache_key, request).await?;
+        wire::decode_decorator_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
+    }
+
     /// Calls a customize hook and decodes the response.
     pub async fn customize(
         &self,
@@ -338,6 +361,15 @@ impl HookClient {
                 index,
                 message,
             } => wire::WireError::Child {
+                hook,
+                index,
+                message: m(message),
+            },
+            wire::WireError::Attachment {
+                hook,
+                index,
+                message,
+            } => wire::WireError::Attachment {
                 hook,
                 index,
                 message: m(message),

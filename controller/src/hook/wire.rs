@@ -8,8 +8,8 @@ use serde::de::{DeserializeOwned, Error as _, IgnoredAny};
 use serde_json::{Map, Value};
 
 pub use kmeta_wire::{
-    CustomizeRequest, CustomizeResponse, ObjectMap, RelatedResourceRule, SyncRequest, SyncResponse,
-    WireFields, group_key,
+    CustomizeRequest, CustomizeResponse, DecoratorSyncRequest, DecoratorSyncResponse, ObjectMap,
+    RelatedResourceRule, SyncRequest, SyncResponse, WireFields, group_key,
 };
 
 use crate::api::{Hook, HookVersion, ResponseUnmarshallMode};
@@ -26,6 +26,17 @@ pub enum WireError {
         /// `loose` or `strict`.
         mode: &'static str,
         /// Cause, with line/column.
+        message: String,
+    },
+    /// An attachment in a DecoratorController's response is not an object or lacks
+    /// apiVersion/kind/name.
+    #[error("{hook} hook response: attachments[{index}]: {message}")]
+    Attachment {
+        /// Hook.
+        hook: &'static str,
+        /// Position in `attachments`.
+        index: usize,
+        /// What is wrong.
         message: String,
     },
     /// A child in the response is not an object or lacks apiVersion/kind/name.
@@ -92,6 +103,25 @@ pub fn sync_request(
         controller: controller.clone(),
         parent: parent.clone(),
         children: children.into(),
+        related: related.into(),
+        finalizing,
+    }
+    .into()
+}
+
+/// The DecoratorController sync/finalize request body:
+/// `{controller, object, attachments, related, finalizing}`.
+pub fn decorator_request(
+    controller: &Value,
+    object: &Value,
+    attachments: Map<String, Value>,
+    related: Map<String, Value>,
+    finalizing: bool,
+) -> Value {
+    DecoratorSyncRequest {
+        controller: controller.clone(),
+        object: object.clone(),
+        attachments: attachments.into(),
         related: related.into(),
         finalizing,
     }
@@ -234,6 +264,45 @@ pub fn decode_sync_response(
     Ok(SyncResponse {
         status: decoded.status.filter(|s| !s.is_null()),
         children,
+        ..decoded
+    })
+}
+
+/// Decodes and checks a DecoratorController sync/finalize response: `status` must be an object
+/// (or null: left unchanged), each attachment an object with `apiVersion`, `kind` and
+/// `metadata.name`; null attachments are dropped.
+pub fn decode_decorator_response(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+    hook: &'static str,
+) -> Result<DecoratorSyncResponse, WireError> {
+    let decoded: DecoratorSyncResponse = decode_as(body, mode, hook)?;
+    if let Some(s) = &decoded.status
+        && !(s.is_null() || s.is_object())
+    {
+        return Err(WireError::Decode {
+            hook,
+            mode: mode_name(mode),
+            message: "status must be an object or null".into(),
+        });
+    }
+    let mut attachments = Vec::new();
+    for (index, attachment) in decoded.attachments.into_iter().enumerate() {
+        if attachment.is_null() {
+            continue;
+        }
+        if let Some(message) = child_problem(&attachment) {
+            return Err(WireError::Attachment {
+                hook,
+                index,
+                message: message.to_owned(),
+            });
+        }
+        attachments.push(attachment);
+    }
+    Ok(DecoratorSyncResponse {
+        status: decoded.status.filter(|s| !s.is_null()),
+        attachments,
         ..decoded
     })
 }
@@ -474,6 +543,57 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(response_mode(&h), ResponseUnmarshallMode::Loose);
+    }
+
+    #[test]
+    fn decorator_response_nulls_and_bad_attachments() {
+        let r = decode_decorator_response(
+            br#"{"labels": {"a": "1", "b": null}, "status": null, "attachments": [null, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]}"#,
+            ResponseUnmarshallMode::Strict,
+            "sync",
+        )
+        .unwrap();
+        assert_eq!(r.labels.get("a"), Some(&Some("1".to_owned())));
+        assert_eq!(r.labels.get("b"), Some(&None));
+        assert_eq!((r.status, r.attachments.len()), (None, 1));
+        let e = decode_decorator_response(
+            br#"{"attachments": [{"kind": "Service"}]}"#,
+            ResponseUnmarshallMode::Loose,
+            "finalize",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "finalize hook response: attachments[0]: missing apiVersion"
+        );
+        for body in [&br#"{"status": []}"#[..], br#"{"children": []}"#] {
+            assert!(
+                decode_decorator_response(body, ResponseUnmarshallMode::Strict, "sync").is_err()
+            );
+        }
+        let req = decorator_request(
+            &json!({}),
+            &json!({"kind": "P"}),
+            Map::new(),
+            Map::new(),
+            true,
+        );
+        let keys: Vec<&str> = req
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "controller",
+                "object",
+                "attachments",
+                "related",
+                "finalizing"
+            ]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The operational HTTP endpoints: Prometheus `/metrics`, and `/healthz` + `/readyz` probes.
 //!
 //! Readiness: an instance is ready when the manager's caches are synced (the CompositeController
-//! list was read and every controller started from it has synced its watches). With leader
+//! and DecoratorController lists were read and every controller started from it has synced its watches). With leader
 //! election, a standby instance (not leading) is also reported ready while its election loop is
 //! running: it is healthy and able to take over, and marking it unready would only take it out of
 //! Services it does not serve anyway. `/readyz?verbose` lists the individual checks.

@@ -25,6 +25,8 @@ use prometheus_client::registry::Registry;
 
 /// The controller kind label value Metacontroller uses for CompositeControllers.
 pub const COMPOSITE: &str = "CompositeController";
+/// The controller kind label value Metacontroller uses for DecoratorControllers.
+pub const DECORATOR: &str = "DecoratorController";
 
 /// Prometheus' default histogram buckets (client_golang `DefBuckets`), which Metacontroller's hook
 /// duration histograms use.
@@ -272,11 +274,25 @@ impl Metrics {
         }
     }
 
-    /// One finished hook request. `hook` is `sync`, `finalize` or `customize`; `code` the HTTP
-    /// status (`"200"`) or `"error"` when no response arrived; `method` the HTTP method.
+    /// One finished hook request of a CompositeController (see [`Metrics::hook_request_of`]).
     pub fn hook_request(
         &self,
         controller: &str,
+        hook: &str,
+        url: &str,
+        method: &str,
+        code: &str,
+        elapsed: Duration,
+    ) {
+        self.hook_request_of((COMPOSITE, controller), hook, url, method, code, elapsed);
+    }
+
+    /// One finished hook request of controller `(type, name)` (`type`: [`COMPOSITE`] or
+    /// [`DECORATOR`]). `hook` is `sync`, `finalize` or `customize`; `code` the HTTP status
+    /// (`"200"`) or `"error"` when no response arrived; `method` the HTTP method.
+    pub fn hook_request_of(
+        &self,
+        (controller_type, controller): (&str, &str),
         hook: &str,
         url: &str,
         method: &str,
@@ -287,7 +303,7 @@ impl Metrics {
         s.requests
             .get_or_create(&HookLabels {
                 controller_name: controller.into(),
-                controller_type: COMPOSITE.into(),
+                controller_type: controller_type.into(),
                 url: url.into(),
                 code: code.into(),
                 method: method.into(),
@@ -296,21 +312,32 @@ impl Metrics {
         s.duration
             .get_or_create(&HookDurationLabels {
                 controller_name: controller.into(),
-                controller_type: COMPOSITE.into(),
+                controller_type: controller_type.into(),
                 url: url.into(),
                 method: method.into(),
             })
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts a hook request as in flight until the returned guard is dropped.
+    /// Counts a CompositeController's hook request as in flight until the guard is dropped.
     pub fn hook_in_flight(&self, controller: &str, hook: &str, url: &str) -> InFlightGuard {
+        self.hook_in_flight_of((COMPOSITE, controller), hook, url)
+    }
+
+    /// Counts a hook request of controller `(type, name)` as in flight until the returned guard
+    /// is dropped.
+    pub fn hook_in_flight_of(
+        &self,
+        (controller_type, controller): (&str, &str),
+        hook: &str,
+        url: &str,
+    ) -> InFlightGuard {
         let gauge = self
             .hook(hook)
             .in_flight
             .get_or_create(&HookFlightLabels {
                 controller_name: controller.into(),
-                controller_type: COMPOSITE.into(),
+                controller_type: controller_type.into(),
                 url: url.into(),
             })
             .clone();

@@ -211,3 +211,33 @@ async fn report_ignored_fields(c: &Children<'_>, parent: &Value, child: &str, pa
     );
     c.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
 }
+
+/// The list rules dynapply merges a child type with: the built-in ones of its kind, plus the
+/// `x-kubernetes-list-type`/`list-map-keys` markers of its CRD's schema (read once per build).
+pub async fn list_rules(ctx: &Context, r: &Resolved) -> dynapply::ListRules {
+    let builtin = dynapply::ListRules::builtin(&r.api.api_version, &r.api.kind);
+    // CRD groups always contain a dot; built-in groups have none or end in `.k8s.io`
+    if !r.api.group.contains('.') || r.api.group.ends_with(".k8s.io") {
+        return builtin;
+    }
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(ctx.client.clone());
+    match crds
+        .get_opt(&format!("{}.{}", r.api.plural, r.api.group))
+        .await
+    {
+        Ok(Some(crd)) => match serde_json::to_value(crd)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
+            }) {
+            Ok(from_schema) => builtin.merge(from_schema),
+            Err(e) => {
+                tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
+                builtin
+            }
+        },
+        _ => builtin,
+    }
+}

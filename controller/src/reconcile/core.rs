@@ -1,12 +1,13 @@
 //! The reconcile core every controller kind shares: the [`Context`] of a manager (client,
 //! settings, discovery, shared watches, events with their spam filter), the [`Reconciler`]
-//! interface a kind implements (CompositeController today, DecoratorController next), its
+//! interface a kind implements (CompositeController, DecoratorController), its
 //! [`Triggers`] (watch handlers and resync ticks feeding the work queue) and [`run`], the bounded
 //! workers that take keys from the queue — one sync per key at a time — and turn each result
 //! into a requeue, a backoff, an event and a condition.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::DecideError;
 use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Informer, Informers, ObjKey, PendingWatches};
-use crate::runtime::queue::Queue;
+use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
 
@@ -36,7 +37,7 @@ pub const EVENT_FILTER_KEYS: usize = 4096;
 /// Settings of the manager and every controller it runs.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
-    /// Concurrent syncs per CompositeController. Default 5 (Metacontroller `--workers`).
+    /// Concurrent syncs per CompositeController or DecoratorController. Default 5 (Metacontroller `--workers`).
     pub workers: usize,
     /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
     pub discovery_interval: Duration,
@@ -65,8 +66,8 @@ pub struct ManagerConfig {
     /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
     /// Metacontroller has none; `--min-resync-after`, zero disables).
     pub min_resync_after: Duration,
-    /// Only CompositeControllers whose labels match this selector are run (Metacontroller
-    /// `--target-label-selector`). Default: none, every CompositeController.
+    /// Only CompositeControllers and DecoratorControllers whose labels match this selector are
+    /// run (Metacontroller `--target-label-selector`). Default: none, every one.
     pub target_label_selector: Option<String>,
     /// Events per second for one (object, reason) once its burst is spent. Default 1/300 (one
     /// per 5 minutes: Metacontroller `--events-qps`, client-go's event spam filter).
@@ -269,25 +270,40 @@ pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> 
     move |source| SyncError::Api { action, source }
 }
 
+/// The key of an object in a controller's work queue: what the queue dedups on and how a sync's
+/// log span names the object.
+pub trait QueueKey: Clone + Eq + Hash + Tenant + Send + Sync + 'static {
+    /// The object as logged: `namespace/name`, or `name` when cluster-scoped.
+    fn log_name(&self) -> String;
+}
+
+impl QueueKey for ObjKey {
+    fn log_name(&self) -> String {
+        KeyName(self).to_string()
+    }
+}
+
 /// What a controller kind plugs into the shared loop: how to sync one key and how to report a
 /// failure on the object concerned. Triggers (which watch events enqueue which keys) stay with
 /// the kind; the workers, the backoff and the failure reporting are the core's.
 pub trait Reconciler: Send + Sync + 'static {
+    /// The key of a queued object (one resource: [`ObjKey`]; several: the resource too).
+    type Key: QueueKey;
     /// The controller's name: a metric label and a log field.
     fn name(&self) -> &str;
     /// The manager's context.
     fn context(&self) -> &Arc<Context>;
     /// The work queue of object keys.
-    fn queue(&self) -> &Queue<ObjKey>;
+    fn queue(&self) -> &Queue<Self::Key>;
     /// The object a key names, from the cache (`None` when it is gone).
-    fn cached(&self, key: &ObjKey) -> Option<Arc<Value>>;
+    fn cached(&self, key: &Self::Key) -> Option<Arc<Value>>;
     /// The watches a sync reads (the parent's and every child's): a sync runs only once each
     /// has finished its first list, as client-go's `WaitForCacheSync` before workers start.
     fn watches(&self) -> Vec<Arc<Informer>>;
     /// One sync of the object at `key`; returns when to sync it again (if sooner than an event).
     fn sync(
         self: &Arc<Self>,
-        key: &ObjKey,
+        key: &Self::Key,
     ) -> impl Future<Output = Result<Option<Duration>, SyncError>> + Send;
     /// Records a failed sync on the object (a `Synced=False` condition), only when it differs.
     fn report_failure(
@@ -362,7 +378,7 @@ impl Triggers {
 /// caller bounds how long it waits).
 pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: CancellationToken) {
     let mut workers = JoinSet::new();
-    let circuit: Arc<Circuit<ObjKey>> = Arc::default();
+    let circuit: Arc<Circuit<R::Key>> = Arc::default();
     for _ in 0..reconciler.context().config.workers.max(1) {
         let r = reconciler.clone();
         let circuit = circuit.clone();
@@ -389,13 +405,13 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
 
 /// One sync of one key, in a `sync` span carrying the controller and the object (events inside
 /// it do not repeat them).
-async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<ObjKey>, key: &ObjKey) {
+async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
     use tracing::Instrument as _;
-    let span = tracing::info_span!("sync", controller = %r.name(), parent = %KeyName(key));
+    let span = tracing::info_span!("sync", controller = %r.name(), parent = %key.log_name());
     process_in_span(r, circuit, key).instrument(span).await;
 }
 
-async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<ObjKey>, key: &ObjKey) {
+async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
     let metrics = &r.context().config.metrics;
     if circuit.gate(key, tokio::time::Instant::now()) == Gate::Park {
         tracing::debug!("hook circuit open: waiting for it to close");
@@ -462,7 +478,7 @@ fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
 }
 
 /// Acts on what the circuit decided; returns whether the key is parked (no backoff of its own).
-fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<ObjKey>) -> bool {
+fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
     match effect {
         Effect::None => false,
         Effect::Parked => true,

@@ -1,42 +1,180 @@
-//! The manager: watches CompositeControllers and runs one [`ParentController`] per CC,
-//! restarting it when the spec changes and stopping it when the CC is deleted; refreshes
-//! discovery periodically so a CC whose parent CRD appears later starts without a restart.
+//! The manager: watches CompositeControllers and DecoratorControllers and runs one controller
+//! per object ([`ParentController`], [`DecoratorRunner`]), restarting it when the spec changes
+//! and stopping it when the object is deleted; refreshes discovery periodically so a controller
+//! whose resources appear later starts without a restart. One generic loop serves both kinds
+//! ([`ControllerKind`]).
 
 use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource as _};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{CompositeController, CompositeControllerSpec};
+use crate::api::{CompositeController, DecoratorController};
 use crate::reconcile::composite::{BuildError, ParentController};
 use crate::reconcile::core::{Context, ManagerConfig};
+use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
 
-struct Running {
-    spec: CompositeControllerSpec,
+/// The controller kinds the manager runs.
+const KINDS: usize = 2;
+
+/// What the manager needs of a controller kind: its object, how to build and run one controller
+/// from it, and what to do when such an object is being deleted.
+pub(crate) trait ControllerKind: Send + Sync + 'static {
+    /// The controller object (`CompositeController`, `DecoratorController`).
+    type Object: kube::Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static;
+    /// What a running controller is built from: a change restarts it.
+    type Spec: PartialEq + Clone + Send + Sync + 'static;
+    /// A running controller.
+    type Runner: Send + Sync + 'static;
+    /// Why one could not be built.
+    type Error: std::fmt::Display + Send;
+    /// The kind's name in logs, events and errors.
+    const KIND: &'static str;
+    /// The object's spec.
+    fn spec(obj: &Self::Object) -> &Self::Spec;
+    /// Resolves resources, starts watches, builds hooks.
+    fn build(
+        ctx: Arc<Context>,
+        obj: Self::Object,
+    ) -> impl Future<Output = Result<Self::Runner, Self::Error>> + Send;
+    /// The event reason of a build failure.
+    fn failure_reason(e: &Self::Error) -> &'static str;
+    /// Waits until the runner's watches have listed once.
+    fn wait_synced(runner: Arc<Self::Runner>) -> impl Future<Output = ()> + Send;
+    /// Runs the runner until `stop`.
+    fn run(runner: Arc<Self::Runner>, stop: CancellationToken) -> impl Future<Output = ()> + Send;
+    /// Whether a deleted (being-deleted) object needs [`ControllerKind::release`] before it
+    /// goes away.
+    fn needs_release(_obj: &Self::Object) -> bool {
+        false
+    }
+    /// Whether an object being deleted (and not to be released) still runs its controller until
+    /// it is gone (a CompositeController does, as in Metacontroller).
+    fn runs_while_deleting(_obj: &Self::Object) -> bool {
+        true
+    }
+    /// Cleans up after a deleted object (its own finalizer is removed at the end).
+    fn release(
+        _ctx: Arc<Context>,
+        _obj: Self::Object,
+    ) -> impl Future<Output = Result<String, String>> + Send {
+        async { Ok(String::new()) }
+    }
+}
+
+impl ControllerKind for CompositeController {
+    type Object = CompositeController;
+    type Spec = crate::api::CompositeControllerSpec;
+    type Runner = ParentController;
+    type Error = BuildError;
+    const KIND: &'static str = "CompositeController";
+    fn spec(obj: &Self::Object) -> &Self::Spec {
+        &obj.spec
+    }
+    async fn build(ctx: Arc<Context>, obj: Self::Object) -> Result<ParentController, BuildError> {
+        ParentController::build(ctx, obj).await
+    }
+    fn failure_reason(e: &BuildError) -> &'static str {
+        match e {
+            BuildError::NoStatusSubresource { .. } => "SyncError",
+            _ => "CreateError",
+        }
+    }
+    async fn wait_synced(runner: Arc<ParentController>) {
+        runner.wait_watches_synced().await;
+    }
+    async fn run(runner: Arc<ParentController>, stop: CancellationToken) {
+        runner.run(stop).await;
+    }
+}
+
+impl ControllerKind for DecoratorController {
+    type Object = DecoratorController;
+    type Spec = crate::api::DecoratorControllerSpec;
+    type Runner = DecoratorRunner;
+    type Error = DecoratorBuildError;
+    const KIND: &'static str = "DecoratorController";
+    fn spec(obj: &Self::Object) -> &Self::Spec {
+        &obj.spec
+    }
+    async fn build(
+        ctx: Arc<Context>,
+        obj: Self::Object,
+    ) -> Result<DecoratorRunner, DecoratorBuildError> {
+        DecoratorRunner::build(ctx, obj).await
+    }
+    fn failure_reason(_: &DecoratorBuildError) -> &'static str {
+        "CreateError"
+    }
+    async fn wait_synced(runner: Arc<DecoratorRunner>) {
+        runner.wait_watches_synced().await;
+    }
+    async fn run(runner: Arc<DecoratorRunner>, stop: CancellationToken) {
+        runner.run(stop).await;
+    }
+    fn needs_release(obj: &DecoratorController) -> bool {
+        decorator::needs_release(obj)
+    }
+    /// Not with a finalize hook: it would put finalizers on targets that no release removes.
+    fn runs_while_deleting(obj: &DecoratorController) -> bool {
+        obj.spec.hooks.as_ref().is_none_or(|h| h.finalize.is_none())
+    }
+    async fn release(ctx: Arc<Context>, obj: DecoratorController) -> Result<String, String> {
+        decorator::release_targets(&ctx, &obj)
+            .await
+            .map(|n| format!("Released {n} target(s) of the deleted DecoratorController"))
+            .map_err(|e| e.to_string())
+    }
+}
+
+struct Running<S> {
+    spec: S,
     stop: CancellationToken,
+    /// Cancelled once the controller's task has returned (no sync in flight any more).
+    finished: CancellationToken,
+    /// This entry releases a deleted object instead of running a controller.
+    releasing: bool,
 }
 
-fn cc_value(cc: &CompositeController) -> Value {
-    serde_json::to_value(cc).unwrap_or(Value::Null)
+fn obj_value<T: Serialize>(obj: &T) -> Value {
+    serde_json::to_value(obj).unwrap_or(Value::Null)
 }
 
-/// Readiness: the CompositeController list has been read once and every controller started from
-/// it has synced its watches (or failed to build, which is reported on the CC instead).
-#[derive(Debug, Default)]
+/// Readiness: every kind's controller list has been read once and every controller started from
+/// it has synced its watches (or failed to build, which is reported on its object instead).
+#[derive(Debug)]
 struct Readiness {
-    listed: AtomicBool,
+    unlisted: AtomicUsize,
     pending: AtomicUsize,
 }
 
 impl Readiness {
+    fn new() -> Readiness {
+        Readiness {
+            unlisted: AtomicUsize::new(KINDS),
+            pending: AtomicUsize::new(0),
+        }
+    }
+
     fn update(&self, flag: &AtomicBool) {
-        if self.listed.load(Ordering::SeqCst) && self.pending.load(Ordering::SeqCst) == 0 {
+        if self.unlisted.load(Ordering::SeqCst) == 0 && self.pending.load(Ordering::SeqCst) == 0 {
             flag.store(true, Ordering::SeqCst);
         }
     }
@@ -65,64 +203,49 @@ impl Drop for PendingGuard {
     }
 }
 
-/// Runs one CC until `stop`: builds its controller (retrying every discovery interval while
-/// resources are missing or the parent lacks a status subresource), then runs it.
-async fn run_cc(
+/// Runs one controller object until `stop`: builds its controller (retrying every discovery
+/// interval while resources are missing or the object is unusable, with a Warning event on the
+/// object whenever the reason changes), then runs it. Cancels `finished` when it returns.
+async fn run_one<K: ControllerKind>(
     ctx: Arc<Context>,
-    cc: CompositeController,
+    obj: K::Object,
     stop: CancellationToken,
     pending: Option<PendingGuard>,
+    finished: CancellationToken,
 ) {
+    let _finished = finished.drop_guard();
     let mut pending = pending;
-    let name = cc.metadata.name.clone().unwrap_or_default();
-    let obj = cc_value(&cc);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let value = with_type::<K>(obj_value(&obj));
     let mut last_error = String::new();
     loop {
-        match ParentController::build(ctx.clone(), cc.clone()).await {
-            Ok(pc) => {
-                let pc = Arc::new(pc);
+        match K::build(ctx.clone(), obj.clone()).await {
+            Ok(runner) => {
+                let runner = Arc::new(runner);
                 if let Some(guard) = pending.take() {
-                    let waiting = pc.clone();
+                    let waiting = runner.clone();
                     tokio::spawn(async move {
-                        waiting.wait_watches_synced().await;
+                        K::wait_synced(waiting).await;
                         drop(guard);
                     });
                 }
-                tracing::info!(controller = %name, "started");
-                ctx.event(
-                    &obj,
-                    false,
-                    "Started",
-                    format!("Started controller: {name}"),
-                )
-                .await;
-                pc.run(stop.clone()).await;
-                tracing::info!(controller = %name, "stopped");
-                ctx.event(
-                    &obj,
-                    false,
-                    "Stopped",
-                    format!("Stopped controller: {name}"),
-                )
-                .await;
+                tracing::info!(kind = K::KIND, controller = %name, "started");
+                let started = format!("Started controller: {name}");
+                ctx.event(&value, false, "Started", started).await;
+                K::run(runner, stop.clone()).await;
+                tracing::info!(kind = K::KIND, controller = %name, "stopped");
+                let stopped = format!("Stopped controller: {name}");
+                ctx.event(&value, false, "Stopped", stopped).await;
                 return;
             }
             Err(e) => {
                 pending = None;
                 let msg = e.to_string();
                 if msg != last_error {
-                    tracing::warn!(controller = %name, error = %msg, "cannot start controller; retrying");
-                    let reason = match e {
-                        BuildError::NoStatusSubresource { .. } => "SyncError",
-                        _ => "CreateError",
-                    };
-                    ctx.event(
-                        &obj,
-                        true,
-                        reason,
-                        format!("Cannot start controller: {msg}"),
-                    )
-                    .await;
+                    let reason = K::failure_reason(&e);
+                    tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
+                    let note = format!("Cannot start controller: {msg}");
+                    ctx.event(&value, true, reason, note).await;
                     last_error = msg;
                 }
             }
@@ -138,7 +261,52 @@ async fn run_cc(
     }
 }
 
-/// Runs the manager until `stop` is cancelled.
+/// The object as JSON with its apiVersion and kind (events need both).
+fn with_type<K: ControllerKind>(mut v: Value) -> Value {
+    if let Some(m) = v.as_object_mut() {
+        let av = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
+        m.insert("apiVersion".into(), Value::String(av));
+        m.insert("kind".into(), Value::String(K::KIND.into()));
+    }
+    v
+}
+
+/// Releases what a deleted controller object holds ([`ControllerKind::release`]) once its
+/// controller has stopped (`stopped`), retrying every discovery interval until it succeeds or
+/// `stop`; a failure is a Warning event on the object.
+async fn release_one<K: ControllerKind>(
+    ctx: Arc<Context>,
+    obj: K::Object,
+    stopped: CancellationToken,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = stopped.cancelled() => {}
+    }
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let value = with_type::<K>(obj_value(&obj));
+    loop {
+        match K::release(ctx.clone(), obj.clone()).await {
+            Ok(note) => {
+                tracing::info!(kind = K::KIND, controller = %name, "{note}");
+                ctx.event(&value, false, "Released", note).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(kind = K::KIND, controller = %name, error = %e, "releasing after deletion failed; retrying");
+                let note = format!("Cannot release after deletion: {e}");
+                ctx.event(&value, true, "ReleaseError", note).await;
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(ctx.config.discovery_interval) => {}
+        }
+    }
+}
+
+/// Runs the manager until `stop` is cancelled: one watch loop per controller kind.
 pub async fn run(
     client: kube::Client,
     config: ManagerConfig,
@@ -163,84 +331,148 @@ pub async fn run(
             }
         });
     }
-    let api: Api<CompositeController> = Api::all(client);
+    let readiness = Arc::new(Readiness::new());
+    tokio::join!(
+        watch_kind::<CompositeController>(&ctx, &readiness, &stop),
+        watch_kind::<DecoratorController>(&ctx, &readiness, &stop),
+    );
+    ctx.config.ready.store(false, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The running controllers of one kind, by object name, and the tasks running them.
+struct Controllers<K: ControllerKind> {
+    ctx: Arc<Context>,
+    tasks: tokio::task::JoinSet<()>,
+    running: HashMap<String, Running<K::Spec>>,
+    stop: CancellationToken,
+}
+
+/// Watches the controller objects of kind `K` (those matching the target label selector) and
+/// keeps one controller running per object until `stop`.
+async fn watch_kind<K: ControllerKind>(
+    ctx: &Arc<Context>,
+    readiness: &Arc<Readiness>,
+    stop: &CancellationToken,
+) {
+    let api: Api<K::Object> = Api::all(ctx.client.clone());
     let mut wc = watcher::Config::default();
     if let Some(sel) = &ctx.config.target_label_selector {
         wc = wc.labels(sel);
     }
     let mut stream = watcher::watcher(api, wc).default_backoff().boxed();
-    let readiness = Arc::new(Readiness::default());
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut running: HashMap<String, Running> = HashMap::new();
-    let mut listed: Vec<CompositeController> = Vec::new();
+    let mut c = Controllers::<K> {
+        ctx: ctx.clone(),
+        tasks: tokio::task::JoinSet::new(),
+        running: HashMap::new(),
+        stop: stop.clone(),
+    };
+    let mut listed: Vec<K::Object> = Vec::new();
+    let mut first = true;
     loop {
         let ev = tokio::select! {
             _ = stop.cancelled() => break,
             ev = stream.next() => ev,
         };
         let Some(ev) = ev else { break };
-        while tasks.try_join_next().is_some() {}
+        while c.tasks.try_join_next().is_some() {}
         match ev {
-            Ok(Event::Apply(cc)) => upsert(&ctx, &mut tasks, &mut running, cc, None),
-            Ok(Event::Delete(cc)) => {
-                if let Some(r) = running.remove(&cc.metadata.name.clone().unwrap_or_default()) {
-                    r.stop.cancel();
-                }
-            }
+            Ok(Event::Apply(obj)) => c.upsert(obj, None),
+            Ok(Event::Delete(obj)) => c.remove(&obj.meta().name.clone().unwrap_or_default()),
             Ok(Event::Init) => listed.clear(),
-            Ok(Event::InitApply(cc)) => listed.push(cc),
+            Ok(Event::InitApply(obj)) => listed.push(obj),
             Ok(Event::InitDone) => {
-                let names: Vec<String> = listed
-                    .iter()
-                    .filter_map(|c| c.metadata.name.clone())
-                    .collect();
-                running.retain(|n, r| {
-                    let keep = names.contains(n);
-                    if !keep {
-                        r.stop.cancel();
-                    }
-                    keep
-                });
-                let first = !readiness.listed.load(Ordering::SeqCst);
-                for cc in std::mem::take(&mut listed) {
-                    let guard = first.then(|| PendingGuard::new(&readiness, &ctx.config.ready));
-                    upsert(&ctx, &mut tasks, &mut running, cc, guard);
+                c.replace(std::mem::take(&mut listed), first.then_some(readiness));
+                if std::mem::take(&mut first) {
+                    readiness.unlisted.fetch_sub(1, Ordering::SeqCst);
                 }
-                readiness.listed.store(true, Ordering::SeqCst);
                 readiness.update(&ctx.config.ready);
             }
-            Err(e) => tracing::warn!(error = %e, "compositecontroller watch error"),
+            Err(e) => tracing::warn!(kind = K::KIND, error = %e, "controller watch error"),
         }
     }
-    for r in running.values() {
+    for r in c.running.values() {
         r.stop.cancel();
     }
-    ctx.config.ready.store(false, Ordering::SeqCst);
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    while c.tasks.join_next().await.is_some() {}
 }
 
-fn upsert(
-    ctx: &Arc<Context>,
-    tasks: &mut tokio::task::JoinSet<()>,
-    running: &mut HashMap<String, Running>,
-    cc: CompositeController,
-    pending: Option<PendingGuard>,
-) {
-    let name = cc.metadata.name.clone().unwrap_or_default();
-    if running.get(&name).is_some_and(|r| r.spec == cc.spec) {
-        return;
+impl<K: ControllerKind> Controllers<K> {
+    /// After a (re)list: stops controllers whose object is gone, starts or restarts the others
+    /// (counted as pending for readiness on the first list).
+    fn replace(&mut self, listed: Vec<K::Object>, readiness: Option<&Arc<Readiness>>) {
+        let names: Vec<String> = listed
+            .iter()
+            .filter_map(|o| o.meta().name.clone())
+            .collect();
+        self.running.retain(|n, r| {
+            let keep = names.contains(n);
+            if !keep {
+                r.stop.cancel();
+            }
+            keep
+        });
+        for obj in listed {
+            let guard = readiness.map(|r| PendingGuard::new(r, &self.ctx.config.ready));
+            self.upsert(obj, guard);
+        }
     }
-    if let Some(old) = running.remove(&name) {
-        old.stop.cancel();
+
+    fn remove(&mut self, name: &str) {
+        if let Some(r) = self.running.remove(name) {
+            r.stop.cancel();
+        }
     }
-    let stop = CancellationToken::new();
-    running.insert(
-        name,
-        Running {
-            spec: cc.spec.clone(),
-            stop: stop.clone(),
-        },
-    );
-    tasks.spawn(run_cc(ctx.clone(), cc, stop, pending));
+
+    /// Starts the controller of `obj`, restarts it when its spec changed, or — once the object
+    /// is being deleted and needs it — stops it and releases what it holds.
+    fn upsert(&mut self, obj: K::Object, pending: Option<PendingGuard>) {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        let releasing = K::needs_release(&obj);
+        // released once: never run again, whatever still holds the object
+        if let Some(r) = self.running.get(&name)
+            && (r.releasing || (!releasing && r.spec == *K::spec(&obj)))
+        {
+            return;
+        }
+        let deleting = obj.meta().deletion_timestamp.is_some();
+        if deleting && !releasing && !K::runs_while_deleting(&obj) {
+            self.remove(&name);
+            return;
+        }
+        let stopped = match self.running.remove(&name) {
+            Some(old) => {
+                old.stop.cancel();
+                old.finished
+            }
+            None => cancelled(),
+        };
+        let stop = self.stop.child_token();
+        let finished = CancellationToken::new();
+        self.running.insert(
+            name,
+            Running {
+                spec: K::spec(&obj).clone(),
+                stop: stop.clone(),
+                finished: finished.clone(),
+                releasing,
+            },
+        );
+        let ctx = self.ctx.clone();
+        if releasing {
+            // a release runs no controller: nothing to wait for
+            finished.cancel();
+            self.tasks.spawn(release_one::<K>(ctx, obj, stopped, stop));
+        } else {
+            self.tasks
+                .spawn(run_one::<K>(ctx, obj, stop, pending, finished));
+        }
+    }
+}
+
+/// A token already cancelled (nothing to wait for).
+fn cancelled() -> CancellationToken {
+    let t = CancellationToken::new();
+    t.cancel();
+    t
 }

@@ -1,13 +1,17 @@
 //! Layer 4, reconciling: the core every controller kind shares (`core`: context, events,
-//! workers; `children`: child management; `status`: finalizer, status and failure writes; `circuit`: the hook circuit), pure decisions (`decide`), the CompositeController (`composite`) and the
-//! [`manager`] that runs one controller per CompositeController object.
+//! workers; `children`: child management; `status`: finalizer, status and failure writes; `circuit`: the hook circuit; `rollout`: rolling
+//! updates; `related`: related objects), pure decisions (`decide`), the CompositeController (`composite`), the
+//! DecoratorController (`decorator`) and the [`manager`] that runs one controller per
+//! CompositeController or DecoratorController object.
 
 pub(crate) mod children;
 pub(crate) mod circuit;
 pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
+pub(crate) mod decorator;
 pub mod manager;
+pub(crate) mod related;
 pub(crate) mod rollout;
 pub(crate) mod status;
 

@@ -5,6 +5,7 @@
 
 mod basic;
 mod caches;
+mod decorator;
 mod failures;
 mod fairness;
 mod lifecycle;

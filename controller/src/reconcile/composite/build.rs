@@ -4,15 +4,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::api::{CompositeController, Hook};
-use crate::hook::wire::RelatedResourceRule;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
-use crate::reconcile::children::{ChildRule, Children};
+use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{ChildType, FutileUpdates};
 use crate::reconcile::rollout::{self, RollingRule, RollingRules};
@@ -44,8 +42,7 @@ pub enum BuildError {
     NoSyncHook,
 }
 
-/// Cached customize answers: parent UID → (generation, rules, fetched at).
-pub type CustomizeCache = HashMap<String, (i64, Vec<RelatedResourceRule>, Instant)>;
+pub use crate::reconcile::related::CustomizeCache;
 
 /// The hook clients of one CompositeController.
 pub struct Hooks {
@@ -164,34 +161,6 @@ impl std::fmt::Debug for Composite {
         f.debug_struct("Composite")
             .field("name", &self.name)
             .finish_non_exhaustive()
-    }
-}
-
-async fn list_rules(ctx: &Context, r: &Resolved) -> dynapply::ListRules {
-    let builtin = dynapply::ListRules::builtin(&r.api.api_version, &r.api.kind);
-    // CRD groups always contain a dot; built-in groups have none or end in `.k8s.io`
-    if !r.api.group.contains('.') || r.api.group.ends_with(".k8s.io") {
-        return builtin;
-    }
-    let crds: kube::Api<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    > = kube::Api::all(ctx.client.clone());
-    match crds
-        .get_opt(&format!("{}.{}", r.api.plural, r.api.group))
-        .await
-    {
-        Ok(Some(crd)) => match serde_json::to_value(crd)
-            .map_err(|e| e.to_string())
-            .and_then(|v| {
-                dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
-            }) {
-            Ok(from_schema) => builtin.merge(from_schema),
-            Err(e) => {
-                tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
-                builtin
-            }
-        },
-        _ => builtin,
     }
 }
 

@@ -164,18 +164,7 @@ impl ParentController {
 
     /// A related object changed: enqueue parents whose cached rules name its resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids: Vec<String> = match self.c.customize_cache.lock() {
-            Ok(c) => c
-                .iter()
-                .filter(|(_, (_, rules, _))| {
-                    rules
-                        .iter()
-                        .any(|x| x.api_version == r.api.api_version && x.resource == r.api.plural)
-                })
-                .map(|(uid, _)| uid.clone())
-                .collect(),
-            Err(_) => return,
-        };
+        let uids = crate::reconcile::related::parents_reading(&self.c.customize_cache, r);
         for p in self.c.parents.list() {
             if uids.iter().any(|u| u == meta_str(&p, "uid")) {
                 self.queue.add(obj_key(&p));
@@ -293,6 +282,8 @@ async fn listen(
 }
 
 impl Reconciler for ParentController {
+    type Key = ObjKey;
+
     fn name(&self) -> &str {
         &self.c.name
     }

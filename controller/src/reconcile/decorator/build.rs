@@ -1,0 +1,302 @@
+//! Building a [`Decorator`] from a DecoratorController object: resolve the target and attachment
+//! resources, start (or share) their watches, check the selectors and make the hook clients.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::decide::{self, TargetSelector};
+use crate::api::{DecoratorController, Hook};
+use crate::hook::{HookClient, HookError};
+use crate::reconcile::children::{ChildRule, Children, list_rules};
+use crate::reconcile::core::Context;
+use crate::reconcile::decide::{ChildType, FutileUpdates};
+use crate::reconcile::related::{CustomizeCache, RelatedSource};
+use crate::runtime::cache::Informer;
+use crate::runtime::resources::{Resolved, ResourceError};
+use crate::runtime::selector;
+
+/// Why a DecoratorController could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum DecoratorBuildError {
+    /// A resource is not served (yet).
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// A hook is misconfigured or its credentials are unreadable.
+    #[error(transparent)]
+    Hook(#[from] HookError),
+    /// No sync hook.
+    #[error("spec.hooks.sync is required")]
+    NoSyncHook,
+    /// A selector of `spec.resources[]` is invalid.
+    #[error("spec.resources[{index}].{field}: {message}")]
+    Selector {
+        /// Position in `spec.resources`.
+        index: usize,
+        /// `labelSelector` or `annotationSelector`.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// Adding the release finalizer to the DecoratorController failed.
+    #[error("adding finalizer {finalizer}: {message}")]
+    Finalizer {
+        /// The finalizer.
+        finalizer: &'static str,
+        /// Cause.
+        message: String,
+    },
+}
+
+/// One resource whose objects are decorated, resolved and watched.
+pub struct TargetRule {
+    /// The resolved resource.
+    pub resolved: Resolved,
+    /// The shared watch.
+    pub informer: Arc<Informer>,
+    /// Which objects are targets.
+    pub selector: TargetSelector,
+    /// `ignoreStatusChanges`.
+    pub ignore_status_changes: bool,
+}
+
+/// The hook clients of one DecoratorController.
+pub struct DecoratorHooks {
+    /// The sync hook.
+    pub sync: HookClient,
+    /// The finalize hook, if declared.
+    pub finalize: Option<HookClient>,
+    /// The customize hook, if declared.
+    pub customize: Option<HookClient>,
+}
+
+/// Everything one sync of a target reads, and the state kept between syncs.
+pub struct Decorator {
+    /// Shared context.
+    pub ctx: Arc<Context>,
+    /// The DecoratorController's name.
+    pub name: String,
+    /// The DecoratorController as sent in hook requests (`controller`).
+    pub dc_json: Value,
+    /// The DecoratorController.
+    pub dc: DecoratorController,
+    /// The target resources, one per group and kind (a later rule for the same kind replaces
+    /// an earlier one's selectors, as in Metacontroller).
+    pub targets: Vec<TargetRule>,
+    /// Attachment rules by `<Kind>.<apiVersion>`.
+    pub attachments: HashMap<String, ChildRule>,
+    /// Declared attachment types for validation.
+    pub declared: HashMap<String, ChildType>,
+    /// Declared group keys in spec order.
+    pub attachment_keys: Vec<String>,
+    /// Hooks.
+    pub hooks: DecoratorHooks,
+    /// The finalizer on targets (`metacontroller.io/decoratorcontroller-<name>`).
+    pub finalizer: String,
+    /// Attachment updates the API server answered without writing, not to be sent again.
+    pub futile_updates: Mutex<FutileUpdates>,
+    /// Customize cache.
+    pub customize_cache: Mutex<CustomizeCache>,
+    /// Related watches this controller listens to, by watch key.
+    pub related: Mutex<HashMap<String, Arc<Informer>>>,
+}
+
+impl std::fmt::Debug for Decorator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decorator")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn target_selector(
+    index: usize,
+    rule: &crate::api::DecoratorControllerResourceRule,
+) -> Result<TargetSelector, DecoratorBuildError> {
+    let sel = TargetSelector {
+        labels: rule.label_selector.clone(),
+        annotations: rule
+            .annotation_selector
+            .as_ref()
+            .map(decide::annotation_selector),
+    };
+    // evaluating against nothing reports an invalid operator or value list now, not per sync
+    let nothing = Default::default();
+    for (field, s) in [
+        ("labelSelector", &sel.labels),
+        ("annotationSelector", &sel.annotations),
+    ] {
+        if let Some(s) = s
+            && let Err(e) = selector::matches(s, &nothing)
+        {
+            return Err(DecoratorBuildError::Selector {
+                index,
+                field,
+                message: e.to_string(),
+            });
+        }
+    }
+    Ok(sel)
+}
+
+fn resolve_targets(
+    ctx: &Context,
+    dc: &DecoratorController,
+) -> Result<Vec<TargetRule>, DecoratorBuildError> {
+    let mut targets: Vec<TargetRule> = Vec::new();
+    for (index, rule) in dc.spec.resources.iter().enumerate() {
+        let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
+        let selector = target_selector(index, rule)?;
+        let ignore_status_changes = rule.ignore_status_changes.unwrap_or(false);
+        let same_kind = |t: &&mut TargetRule| {
+            t.resolved.api.group == resolved.api.group && t.resolved.api.kind == resolved.api.kind
+        };
+        if let Some(t) = targets.iter_mut().find(same_kind) {
+            t.selector = selector;
+            t.ignore_status_changes = ignore_status_changes;
+            continue;
+        }
+        targets.push(TargetRule {
+            informer: ctx.informers.get(&resolved),
+            resolved,
+            selector,
+            ignore_status_changes,
+        });
+    }
+    Ok(targets)
+}
+
+/// The declared attachment types: rules by group key, types for validation, keys in spec order.
+type AttachmentTypes = (
+    HashMap<String, ChildRule>,
+    HashMap<String, ChildType>,
+    Vec<String>,
+);
+
+async fn resolve_attachments(
+    ctx: &Context,
+    dc: &DecoratorController,
+) -> Result<AttachmentTypes, DecoratorBuildError> {
+    let mut rules = HashMap::new();
+    let mut declared = HashMap::new();
+    let mut keys = Vec::new();
+    for rule in dc.spec.attachments.as_deref().unwrap_or_default() {
+        let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
+        let method = rule
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.method)
+            .unwrap_or_default();
+        let key = resolved.group_key();
+        let namespaced = resolved.namespaced;
+        declared.insert(key.clone(), ChildType { namespaced, method });
+        let options = dynapply::Options {
+            rules: list_rules(ctx, &resolved).await,
+            ..dynapply::Options::default()
+        };
+        keys.push(key.clone());
+        rules.insert(
+            key,
+            ChildRule {
+                informer: ctx.informers.get(&resolved),
+                resolved,
+                method,
+                options,
+            },
+        );
+    }
+    Ok((rules, declared, keys))
+}
+
+async fn hook_client(
+    ctx: &Context,
+    dc: &DecoratorController,
+    which: &'static str,
+    hook: &Hook,
+) -> Result<HookClient, HookError> {
+    let eps = dc.spec.endpoint_configs.as_deref().unwrap_or_default();
+    let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
+    let name = dc.metadata.name.as_deref().unwrap_or_default();
+    let metrics = ctx.config.metrics.clone();
+    Ok(client.with_metrics_of(metrics, crate::ops::metrics::DECORATOR, name))
+}
+
+async fn hook_clients(
+    ctx: &Context,
+    dc: &DecoratorController,
+) -> Result<DecoratorHooks, DecoratorBuildError> {
+    let hooks = dc.spec.hooks.clone().unwrap_or_default();
+    let sync = match &hooks.sync {
+        Some(h) => hook_client(ctx, dc, "sync", h).await?,
+        None => return Err(DecoratorBuildError::NoSyncHook),
+    };
+    let finalize = match &hooks.finalize {
+        Some(h) => Some(hook_client(ctx, dc, "finalize", h).await?),
+        None => None,
+    };
+    let customize = match &hooks.customize {
+        Some(h) => Some(hook_client(ctx, dc, "customize", h).await?),
+        None => None,
+    };
+    Ok(DecoratorHooks {
+        sync,
+        finalize,
+        customize,
+    })
+}
+
+impl Decorator {
+    /// Resolves resources, starts (or shares) watches and builds hook clients.
+    pub async fn build(
+        ctx: Arc<Context>,
+        dc: DecoratorController,
+    ) -> Result<Decorator, DecoratorBuildError> {
+        let name = dc.metadata.name.clone().unwrap_or_default();
+        let hooks = hook_clients(&ctx, &dc).await?;
+        let targets = resolve_targets(&ctx, &dc)?;
+        let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
+        let mut dc_json = serde_json::to_value(&dc).unwrap_or(Value::Null);
+        if let Some(m) = dc_json.as_object_mut() {
+            m.remove("status");
+        }
+        Ok(Decorator {
+            finalizer: decide::finalizer_name(&name),
+            ctx,
+            name,
+            dc_json,
+            dc,
+            targets,
+            attachments,
+            declared,
+            attachment_keys,
+            hooks,
+            futile_updates: Mutex::new(FutileUpdates::default()),
+            customize_cache: Mutex::new(HashMap::new()),
+            related: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The related-object side of target resource `rule`.
+    pub fn related_source<'a>(&'a self, rule: &TargetRule) -> RelatedSource<'a> {
+        RelatedSource {
+            ctx: &self.ctx,
+            controller: &self.dc_json,
+            customize: self.hooks.customize.as_ref(),
+            version: self.hooks.sync.version(),
+            parent_namespaced: rule.resolved.namespaced,
+            cache: &self.customize_cache,
+            watches: &self.related,
+        }
+    }
+
+    /// The attachments as the shared child management sees them.
+    pub fn child_set(&self) -> Children<'_> {
+        Children {
+            ctx: &self.ctx,
+            controller: &self.name,
+            rules: &self.attachments,
+            futile: &self.futile_updates,
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The DecoratorController kind: a [`DecoratorRunner`] owns one [`Decorator`] (what a sync
+//! reads), its work queue of targets and the triggers that feed it — target, attachment and
+//! related watch events, relists and the resync period — and plugs [`sync::sync_target`] into the
+//! shared [reconcile core](crate::reconcile::core). [`release`] frees the targets of a deleted
+//! DecoratorController.
+
+mod build;
+pub mod decide;
+mod release;
+mod sync;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::DecoratorController;
+use crate::object::{controller_ref, controller_uid, meta_str};
+use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
+use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
+use crate::reconcile::decide as shared;
+use crate::reconcile::related::{self, Used};
+use crate::runtime::cache::{Change, Informer};
+use crate::runtime::queue::{Queue, Tenant};
+use crate::runtime::resources::Resolved;
+
+pub use build::{Decorator, DecoratorBuildError};
+pub use release::{ensure_release_finalizer, needs_release, release_targets};
+
+/// A target in the work queue: which of the decorator's resources, and the object's namespace
+/// ("" when cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TargetKey {
+    /// Index into [`Decorator::targets`].
+    pub resource: usize,
+    /// Namespace ("" when cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl QueueKey for TargetKey {
+    fn log_name(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+impl Tenant for TargetKey {
+    fn tenant(&self) -> &str {
+        &self.namespace
+    }
+}
+
+fn target_key(resource: usize, obj: &Value) -> TargetKey {
+    TargetKey {
+        resource,
+        namespace: meta_str(obj, "namespace").to_owned(),
+        name: meta_str(obj, "name").to_owned(),
+    }
+}
+
+/// A running DecoratorController: its [`Decorator`], work queue and triggers.
+pub struct DecoratorRunner {
+    /// What a sync reads.
+    pub d: Decorator,
+    /// Work queue of targets.
+    pub queue: Queue<TargetKey>,
+}
+
+impl std::fmt::Debug for DecoratorRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecoratorRunner")
+            .field("name", &self.d.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecoratorRunner {
+    /// Resolves resources, starts (or shares) watches, builds hook clients, and puts the
+    /// release finalizer on the DecoratorController when it has a finalize hook.
+    pub async fn build(
+        ctx: Arc<Context>,
+        dc: DecoratorController,
+    ) -> Result<DecoratorRunner, DecoratorBuildError> {
+        let d = Decorator::build(ctx, dc).await?;
+        if d.hooks.finalize.is_some() {
+            ensure_release_finalizer(&d.ctx, &d.dc).await?;
+        }
+        Ok(DecoratorRunner {
+            d,
+            queue: Queue::default(),
+        })
+    }
+
+    /// Enqueues `obj` of target resource `resource` when it is a target.
+    fn enqueue_if_target(&self, resource: usize, obj: &Value) {
+        if let Some(rule) = self.d.targets.get(resource)
+            && decide::is_target(&rule.selector, obj, &self.d.finalizer)
+        {
+            self.queue.add(target_key(resource, obj));
+        }
+    }
+
+    fn on_target_change(&self, resource: usize, change: &Change) {
+        match change {
+            Change::Applied { old, new } => {
+                let ignore = self
+                    .d
+                    .targets
+                    .get(resource)
+                    .is_some_and(|r| r.ignore_status_changes);
+                if ignore
+                    && let Some(old) = old
+                    && !shared::parent_update_relevant(old, new)
+                {
+                    return;
+                }
+                self.enqueue_if_target(resource, new);
+            }
+            Change::Deleted(old) => {
+                self.queue.forget(&target_key(resource, old));
+                if let Ok(mut c) = self.d.customize_cache.lock() {
+                    c.remove(meta_str(old, "uid"));
+                }
+                self.d
+                    .ctx
+                    .config
+                    .metrics
+                    .parent_gone(&self.d.name, meta_str(old, "uid"));
+            }
+        }
+    }
+
+    /// Enqueues the target that controls `child`, if it is one of ours.
+    fn enqueue_for_attachment(&self, child: &Value) {
+        let Some(r) = controller_ref(child) else {
+            return;
+        };
+        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
+        let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            if rule.resolved.api.kind != field("kind") || rule.resolved.api.group != group {
+                continue;
+            }
+            let ns = if rule.resolved.namespaced {
+                meta_str(child, "namespace")
+            } else {
+                ""
+            };
+            if let Some(t) = rule.informer.get(ns, field("name"))
+                && meta_str(&t, "uid") == field("uid")
+            {
+                self.enqueue_if_target(i, &t);
+            }
+        }
+    }
+
+    fn on_attachment_change(&self, change: &Change) {
+        match change {
+            Change::Applied { old, new } => {
+                if old.as_ref().is_some_and(|o| {
+                    meta_str(o, "resourceVersion") == meta_str(new, "resourceVersion")
+                }) {
+                    return;
+                }
+                if let Some(o) = old
+                    && controller_uid(o) != controller_uid(new)
+                {
+                    self.enqueue_for_attachment(o);
+                }
+                self.enqueue_for_attachment(new);
+            }
+            Change::Deleted(old) => self.enqueue_for_attachment(old),
+        }
+    }
+
+    fn enqueue_all(&self) {
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            for t in rule.informer.list() {
+                self.enqueue_if_target(i, &t);
+            }
+        }
+    }
+
+    /// After a relist: every target, spread over up to [`RELIST_RESYNC_SPREAD`] (as composite).
+    fn enqueue_all_jittered(&self) {
+        use rand::Rng as _;
+        let mut rng = rand::rng();
+        let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            for t in rule.informer.list() {
+                if decide::is_target(&rule.selector, &t, &self.d.finalizer) {
+                    let delay = Duration::from_millis(rng.random_range(0..=spread));
+                    self.queue.add_after(target_key(i, &t), delay);
+                }
+            }
+        }
+    }
+
+    /// A related object changed: enqueue the targets whose cached customize rules read its
+    /// resource.
+    fn on_related_change(&self, r: &Resolved) {
+        let uids = related::parents_reading(&self.d.customize_cache, r);
+        if uids.is_empty() {
+            return;
+        }
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            for t in rule.informer.list() {
+                if uids.iter().any(|u| u == meta_str(&t, "uid")) {
+                    self.enqueue_if_target(i, &t);
+                }
+            }
+        }
+    }
+
+    /// Listens to the related watches a sync subscribed to first, for as long as this
+    /// controller exists.
+    fn listen_related(self: &Arc<Self>, used: Used) {
+        for (resolved, rx) in used.subscribed {
+            let weak: Weak<DecoratorRunner> = Arc::downgrade(self);
+            tokio::spawn(listen(weak, resolved, rx));
+        }
+    }
+
+    /// Waits until every target and attachment watch has listed once (readiness).
+    pub async fn wait_watches_synced(&self) {
+        for watch in self.watches() {
+            watch.wait_synced().await;
+        }
+    }
+
+    /// Runs the triggers and the workers until `stop` is cancelled; then stops taking work and
+    /// returns once the syncs in flight have finished.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let triggers = self.triggers();
+        core::run(self, triggers, stop).await;
+    }
+
+    /// Target events, attachment events, relists and the resync period, each enqueueing
+    /// targets.
+    fn triggers(self: &Arc<Self>) -> Triggers {
+        let mut t = Triggers::default();
+        for (i, rule) in self.d.targets.iter().enumerate() {
+            let rx = rule.informer.subscribe();
+            let (start, informer) = (self.clone(), rule.informer.clone());
+            t.spawn(async move {
+                informer.wait_synced().await;
+                for obj in informer.list() {
+                    start.enqueue_if_target(i, &obj);
+                }
+            });
+            let (on, lag) = (self.clone(), self.clone());
+            t.watch_receiver(
+                rx,
+                move |c| on.on_target_change(i, c),
+                move || lag.enqueue_all(),
+            );
+        }
+        for rule in self.d.attachments.values() {
+            let (on, lag) = (self.clone(), self.clone());
+            t.watch(
+                &rule.informer,
+                move |c| on.on_attachment_change(c),
+                move || lag.enqueue_all(),
+            );
+        }
+        for inf in self.watches() {
+            let dr = self.clone();
+            let mut lists = inf.lists();
+            t.spawn(async move {
+                if lists.wait_for(|n| *n >= 1).await.is_err() {
+                    return;
+                }
+                lists.borrow_and_update();
+                while lists.changed().await.is_ok() {
+                    dr.enqueue_all_jittered();
+                }
+            });
+        }
+        if let Some(secs) = self.d.dc.spec.resync_period_seconds {
+            let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
+            let dr = self.clone();
+            t.every(period, move || dr.enqueue_all());
+        }
+        t
+    }
+}
+
+async fn listen(
+    weak: Weak<DecoratorRunner>,
+    resolved: Resolved,
+    mut rx: broadcast::Receiver<Change>,
+) {
+    while rx.recv().await.is_ok() || !rx.is_empty() {
+        let Some(dr) = weak.upgrade() else { break };
+        dr.on_related_change(&resolved);
+    }
+}
+
+impl Reconciler for DecoratorRunner {
+    type Key = TargetKey;
+
+    fn name(&self) -> &str {
+        &self.d.name
+    }
+
+    fn context(&self) -> &Arc<Context> {
+        &self.d.ctx
+    }
+
+    fn queue(&self) -> &Queue<TargetKey> {
+        &self.queue
+    }
+
+    fn cached(&self, key: &TargetKey) -> Option<Arc<Value>> {
+        self.d
+            .targets
+            .get(key.resource)?
+            .informer
+            .get(&key.namespace, &key.name)
+    }
+
+    fn watches(&self) -> Vec<Arc<Informer>> {
+        self.d
+            .targets
+            .iter()
+            .map(|t| t.informer.clone())
+            .chain(self.d.attachments.values().map(|a| a.informer.clone()))
+            .collect()
+    }
+
+    async fn sync(self: &Arc<Self>, key: &TargetKey) -> Result<Option<Duration>, SyncError> {
+        let Some(rule) = self.d.targets.get(key.resource) else {
+            return Ok(None);
+        };
+        let mut used = Used::default();
+        let target = (key.namespace.as_str(), key.name.as_str());
+        let result = sync::sync_target(&self.d, rule, target, &mut used).await;
+        self.listen_related(used);
+        result
+    }
+
+    /// Nothing beyond the core's `SyncError` event and metric: a target is not this
+    /// controller's object, so no condition is written to its status (as Metacontroller).
+    async fn report_failure(&self, _target: &Value, _message: &str) -> Result<(), SyncError> {
+        Ok(())
+    }
+}

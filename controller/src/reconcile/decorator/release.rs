@@ -1,0 +1,117 @@
+//! Releasing the targets of a deleted DecoratorController (beyond Metacontroller, its issue
+//! #1062): a DecoratorController with a finalize hook carries kmeta's
+//! [`RELEASE_FINALIZER`](super::decide::RELEASE_FINALIZER); once it is being deleted, kmeta
+//! removes the targets' finalizer `metacontroller.io/decoratorcontroller-<name>` from every
+//! object of its resources, then its own finalizer, so neither the targets nor the
+//! DecoratorController are left stuck. See docs/design/decorator.md.
+
+use kube::api::ListParams;
+use serde_json::Value;
+
+use super::build::DecoratorBuildError;
+use super::decide::{RELEASE_FINALIZER, finalizer_name};
+use crate::api::{DecoratorController, GROUP, VERSION};
+use crate::object::{describe, has_finalizer};
+use crate::reconcile::core::{Context, SyncError, api_err};
+use crate::reconcile::status;
+use crate::runtime::kapi;
+use crate::runtime::resources::Resolved;
+
+fn dc_resource(ctx: &Context) -> Result<Resolved, crate::runtime::resources::ResourceError> {
+    ctx.resources
+        .get(&format!("{GROUP}/{VERSION}"), "decoratorcontrollers")
+}
+
+fn dc_value(dc: &DecoratorController) -> Value {
+    let mut v = serde_json::to_value(dc).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), format!("{GROUP}/{VERSION}").into());
+        m.insert("kind".into(), "DecoratorController".into());
+    }
+    v
+}
+
+/// Adds [`RELEASE_FINALIZER`] to a live DecoratorController that lacks it.
+pub async fn ensure_release_finalizer(
+    ctx: &Context,
+    dc: &DecoratorController,
+) -> Result<(), DecoratorBuildError> {
+    let obj = dc_value(dc);
+    if has_finalizer(&obj, RELEASE_FINALIZER) || dc.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let failed = |message: String| DecoratorBuildError::Finalizer {
+        finalizer: RELEASE_FINALIZER,
+        message,
+    };
+    let resolved = dc_resource(ctx)?;
+    status::set_finalizer(ctx, &resolved, &obj, RELEASE_FINALIZER, true)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(())
+}
+
+/// Whether a DecoratorController is being deleted and still holds [`RELEASE_FINALIZER`]: its
+/// targets must be released.
+pub fn needs_release(dc: &DecoratorController) -> bool {
+    dc.metadata.deletion_timestamp.is_some()
+        && dc
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == RELEASE_FINALIZER)
+}
+
+/// Removes the DecoratorController's finalizer from every object of its resources that carries
+/// it (an uncached list: nothing added just before the controller stopped is missed), then
+/// [`RELEASE_FINALIZER`] from the DecoratorController. Returns how many targets were released.
+pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<usize, SyncError> {
+    let name = dc.metadata.name.clone().unwrap_or_default();
+    let fin = finalizer_name(&name);
+    let mut released = 0;
+    for rule in &dc.spec.resources {
+        let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
+        let all = kapi::api(&ctx.client, &resolved, "")
+            .list(&ListParams::default())
+            .await
+            .map_err(api_err(format!("listing {}", resolved.watch_key())))?;
+        for obj in all.items {
+            let obj = serde_json::to_value(obj).unwrap_or(Value::Null);
+            if !has_finalizer(&obj, &fin) {
+                continue;
+            }
+            status::set_finalizer(ctx, &resolved, &obj, &fin, false).await?;
+            tracing::info!(controller = %name, target = %describe(&obj), "released target");
+            released += 1;
+        }
+    }
+    let resolved = dc_resource(ctx)?;
+    status::set_finalizer(ctx, &resolved, &dc_value(dc), RELEASE_FINALIZER, false).await?;
+    Ok(released)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dc(finalizers: Value, deleting: bool) -> DecoratorController {
+        let mut v = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "DecoratorController", "metadata": {"name": "d", "finalizers": finalizers},
+            "spec": {"resources": []}});
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn release_only_a_deleted_decorator_holding_our_finalizer() {
+        assert!(needs_release(&dc(json!([RELEASE_FINALIZER]), true)));
+        assert!(!needs_release(&dc(json!([RELEASE_FINALIZER]), false)));
+        assert!(!needs_release(&dc(json!(["other"]), true)));
+        assert!(!needs_release(&dc(Value::Null, true)));
+    }
+}
