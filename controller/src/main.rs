@@ -52,6 +52,24 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         check: Option<PathBuf>,
     },
+    /// Print the least-privilege ClusterRole kmeta needs for the CompositeControllers and
+    /// DecoratorControllers in these manifests.
+    Rbac {
+        /// Manifest files or directories holding the controllers.
+        #[arg(
+            short = 'f',
+            long = "filename",
+            value_name = "FILE|DIR",
+            required = true
+        )]
+        files: Vec<PathBuf>,
+        /// Read access to a related resource a customize hook selects (repeatable).
+        #[arg(long, value_name = "APIVERSION/RESOURCE")]
+        related: Vec<String>,
+        /// Name of the ClusterRole.
+        #[arg(long, default_value = "kmeta")]
+        name: String,
+    },
     /// Print the version.
     Version,
 }
@@ -158,6 +176,11 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
+        Command::Rbac {
+            files,
+            related,
+            name,
+        } => print!("{}", kmeta::cmd::rbac::render(&files, &related, &name)?),
         Command::Version => println!("kmeta {}", env!("CARGO_PKG_VERSION")),
     }
     Ok(())

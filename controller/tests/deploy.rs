@@ -290,6 +290,7 @@ fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cmd::cli::RunConfig> 
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one render per values case, read top to bottom
 async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> anyhow::Result<()> {
     let Some(defaults) = helm_render(&serde_json::json!({}))? else {
         return Ok(());
@@ -312,6 +313,13 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> any
     let deployment = of_kind(&objects, "Deployment")[0];
     assert_eq!(deployment["spec"]["replicas"], 1);
     assert!(run_config(deployment)?.leader.is_none());
+    assert!(
+        of_kind(&objects, "PodDisruptionBudget").is_empty(),
+        "a PDB for one replica"
+    );
+    assert!(of_kind(&objects, "NetworkPolicy").is_empty());
+    let limits = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(limits["cpu"], "1", "{limits}");
 
     // Everything Helm renders is accepted by the API server (into the release namespace).
     let server = TestServer::start().await?;
@@ -348,6 +356,9 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> any
             "{kind} rendered without being asked for"
         );
     }
+    let pdb = of_kind(&objects, "PodDisruptionBudget");
+    assert_eq!(pdb.len(), 1, "two replicas get a PDB");
+    assert_eq!(pdb[0]["spec"]["maxUnavailable"], 1);
     let deployment = of_kind(&objects, "Deployment")[0];
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(
@@ -370,5 +381,21 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values() -> any
     };
     let objects = rendered_objects(&scoped)?;
     assert_eq!(of_kind(&objects, "ClusterRole")[0]["rules"], rules);
+
+    // The optional NetworkPolicy admits the metrics and health ports only.
+    let Some(fenced) = helm_render(&serde_json::json!({"networkPolicy": {"enabled": true}}))?
+    else {
+        return Ok(());
+    };
+    let objects = rendered_objects(&fenced)?;
+    let np = of_kind(&objects, "NetworkPolicy");
+    assert_eq!(np.len(), 1);
+    let ports: Vec<&Value> = np[0]["spec"]["ingress"][0]["ports"]
+        .as_array()
+        .context("ports")?
+        .iter()
+        .map(|p| &p["port"])
+        .collect();
+    assert_eq!(ports, [&serde_json::json!(9999), &serde_json::json!(8081)]);
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Layer 5, the command line: flags ([`cli`]), `kmeta run` ([`run`]), and with the default
+//! Layer 5, the command line: flags ([`cli`]), `kmeta run` ([`run`]), `kmeta rbac` ([`rbac`]), and with the default
 //! `embedded-apiserver` feature the one-process `kmeta demo` ([`demo`]) and `kmeta dev` ([`dev`]).
 
 pub mod cli;
@@ -6,4 +6,5 @@ pub mod cli;
 pub mod demo;
 #[cfg(feature = "embedded-apiserver")]
 pub mod dev;
+pub mod rbac;
 pub mod run;

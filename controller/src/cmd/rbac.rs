@@ -1,0 +1,505 @@
+//! `kmeta rbac`: the least-privilege ClusterRole a set of CompositeControllers and
+//! DecoratorControllers needs, derived from their manifests.
+//!
+//! What kmeta does with each resource decides the verbs: parents and decorator targets are read,
+//! get kmeta's finalizer (update) and their status written; children and attachments have their
+//! whole lifecycle managed; the Secrets and ConfigMaps that hook credentials and CA bundles name
+//! are read by name only. kmeta itself needs its controllers (and the decorator release
+//! finalizer), ControllerRevisions when a rolling update strategy is used, events and the
+//! leader-election Lease. Related objects are chosen by customize hooks at run time, so they
+//! cannot be read from the manifests: name them with `--related`, and the output says when a
+//! controller has a customize hook.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::api::{
+    CaBundle, ChildUpdateMethod, CompositeControllerSpec, DecoratorControllerSpec, EndpointConfig,
+    Hook,
+};
+
+/// Errors of `kmeta rbac`.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    /// A file or directory could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A manifest is not YAML/JSON, or a controller's spec does not decode.
+    #[error("{path}: {message}")]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (document and field).
+        message: String,
+    },
+    /// A `--related` value is not `<apiVersion>/<resource>`.
+    #[error(
+        "--related {0:?}: expected <apiVersion>/<resource>, e.g. v1/secrets or apps/v1/deployments"
+    )]
+    Related(String),
+    /// No CompositeController or DecoratorController was found.
+    #[error("no CompositeController or DecoratorController in {0}")]
+    Empty(String),
+    /// The role could not be rendered.
+    #[error("rendering the ClusterRole: {0}")]
+    Render(String),
+}
+
+/// A controller read from a manifest.
+#[derive(Debug, Clone)]
+pub enum Controller {
+    /// A CompositeController.
+    Composite(Box<CompositeControllerSpec>),
+    /// A DecoratorController.
+    Decorator(Box<DecoratorControllerSpec>),
+}
+
+/// What kmeta does with a resource, from least to most.
+const READ: &[&str] = &["get", "list", "watch"];
+const OWN: &[&str] = &["get", "list", "watch", "update", "patch"];
+const STATUS: &[&str] = &["get", "update", "patch"];
+const MANAGE: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+
+/// The grants: verbs per (API group, resource), and names per (group, resource) for objects that
+/// are read by name only.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Grants {
+    /// Verbs on every object of a resource.
+    pub verbs: BTreeMap<(String, String), BTreeSet<&'static str>>,
+    /// `get` on these names only.
+    pub named: BTreeMap<(String, String), BTreeSet<String>>,
+    /// Controllers with a customize hook (their related resources are not in the manifests).
+    pub customized: BTreeSet<String>,
+}
+
+/// The API group of an `apiVersion` (`""` for the core group).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+impl Grants {
+    fn add(&mut self, api_version: &str, resource: &str, verbs: &[&'static str]) {
+        self.verbs
+            .entry((group_of(api_version).to_owned(), resource.to_owned()))
+            .or_default()
+            .extend(verbs);
+    }
+
+    fn add_named(&mut self, resource: &str, name: &str) {
+        self.named
+            .entry((String::new(), resource.to_owned()))
+            .or_default()
+            .insert(name.to_owned());
+    }
+
+    /// What kmeta itself needs, whatever its controllers.
+    fn base(&mut self) {
+        let mc = "metacontroller.k8s.io/v1alpha1";
+        self.add(mc, "compositecontrollers", READ);
+        // the finalizer that releases a deleted DecoratorController's targets
+        self.add(mc, "decoratorcontrollers", OWN);
+        self.add("v1", "events", &["create", "patch", "update"]);
+        self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
+        self.add(
+            "coordination.k8s.io/v1",
+            "leases",
+            &["get", "create", "update"],
+        );
+    }
+
+    /// The Secrets and ConfigMaps a hook's credentials and CA bundle name.
+    fn credentials(&mut self, hooks: &[&Hook], endpoints: &[EndpointConfig]) {
+        let bundle = |g: &mut Grants, ca: &CaBundle| {
+            if let Some(r) = &ca.secret_ref {
+                g.add_named("secrets", &r.name);
+            }
+            if let Some(r) = &ca.config_map_ref {
+                g.add_named("configmaps", &r.name);
+            }
+        };
+        for w in hooks.iter().filter_map(|h| h.webhook.as_ref()) {
+            if let Some(ca) = &w.ca_bundle {
+                bundle(self, ca);
+            }
+            if let Some(t) = &w.client_tls {
+                self.add_named("secrets", &t.secret_ref.name);
+            }
+            if let Some(a) = &w.authorization {
+                self.add_named("secrets", &a.secret_ref.name);
+            }
+            if let Some(b) = &w.basic_auth {
+                self.add_named("secrets", &b.secret_ref.name);
+            }
+        }
+        for e in endpoints {
+            if let Some(ca) = &e.ca_bundle {
+                bundle(self, ca);
+            }
+            if let Some(t) = &e.client_tls {
+                self.add_named("secrets", &t.secret_ref.name);
+            }
+            if let Some(a) = &e.authorization {
+                self.add_named("secrets", &a.secret_ref.name);
+            }
+            if let Some(b) = &e.basic_auth {
+                self.add_named("secrets", &b.secret_ref.name);
+            }
+        }
+    }
+
+    fn composite(&mut self, name: &str, cc: &CompositeControllerSpec) {
+        let p = &cc.parent_resource;
+        self.add(&p.api_version, &p.resource, OWN);
+        self.add(&p.api_version, &format!("{}/status", p.resource), STATUS);
+        let mut rolling = false;
+        for c in cc.child_resources.iter().flatten() {
+            self.add(&c.api_version, &c.resource, MANAGE);
+            let method = c.update_strategy.as_ref().and_then(|s| s.method);
+            rolling |= matches!(
+                method,
+                Some(ChildUpdateMethod::RollingRecreate | ChildUpdateMethod::RollingInPlace)
+            );
+        }
+        if rolling {
+            self.add(
+                "metacontroller.k8s.io/v1alpha1",
+                "controllerrevisions",
+                MANAGE,
+            );
+        }
+        let hooks = cc.hooks.as_ref();
+        let list: Vec<&Hook> = hooks
+            .map(|h| [&h.sync, &h.finalize, &h.customize, &h.pre_update_child])
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect();
+        if hooks.is_some_and(|h| h.customize.is_some()) {
+            self.customized
+                .insert(format!("CompositeController {name}"));
+        }
+        self.credentials(&list, cc.endpoint_configs.as_deref().unwrap_or_default());
+    }
+
+    fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec) {
+        for r in &dc.resources {
+            self.add(&r.api_version, &r.resource, OWN);
+            self.add(&r.api_version, &format!("{}/status", r.resource), STATUS);
+        }
+        for a in dc.attachments.iter().flatten() {
+            self.add(&a.api_version, &a.resource, MANAGE);
+        }
+        let hooks = dc.hooks.as_ref();
+        let list: Vec<&Hook> = hooks
+            .map(|h| [&h.sync, &h.finalize, &h.customize])
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect();
+        if hooks.is_some_and(|h| h.customize.is_some()) {
+            self.customized
+                .insert(format!("DecoratorController {name}"));
+        }
+        self.credentials(&list, dc.endpoint_configs.as_deref().unwrap_or_default());
+    }
+}
+
+/// The grants `controllers` (with their names) need, plus read access to `related`
+/// (`(apiVersion, resource)` pairs the customize hooks select).
+pub fn grants(controllers: &[(String, Controller)], related: &[(String, String)]) -> Grants {
+    let mut g = Grants::default();
+    g.base();
+    for (name, c) in controllers {
+        match c {
+            Controller::Composite(cc) => g.composite(name, cc),
+            Controller::Decorator(dc) => g.decorator(name, dc),
+        }
+    }
+    for (api_version, resource) in related {
+        g.add(api_version, resource, READ);
+    }
+    g
+}
+
+/// The ClusterRole named `name` granting `g`: one rule per API group and verb set, resources
+/// sorted, so the output is stable.
+pub fn cluster_role(name: &str, g: &Grants) -> Value {
+    let mut by_verbs: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
+    for ((group, resource), verbs) in &g.verbs {
+        let verbs: Vec<&str> = verbs.iter().copied().collect();
+        by_verbs
+            .entry((group.clone(), verbs))
+            .or_default()
+            .push(resource.clone());
+    }
+    let mut rules: Vec<Value> = by_verbs
+        .into_iter()
+        .map(|((group, verbs), resources)| {
+            json!({"apiGroups": [group], "resources": resources, "verbs": verbs})
+        })
+        .collect();
+    for ((group, resource), names) in &g.named {
+        rules.push(json!({"apiGroups": [group], "resources": [resource],
+                          "resourceNames": names, "verbs": ["get"]}));
+    }
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "kmeta"}},
+        "rules": rules,
+    })
+}
+
+/// Parses `--related` values: `<apiVersion>/<resource>` (`v1/secrets`, `apps/v1/deployments`).
+pub fn parse_related(values: &[String]) -> Result<Vec<(String, String)>, RbacError> {
+    values
+        .iter()
+        .map(|v| {
+            let (api_version, resource) = v
+                .rsplit_once('/')
+                .filter(|(a, r)| !a.is_empty() && !r.is_empty() && a.split('/').count() <= 2)
+                .ok_or_else(|| RbacError::Related(v.clone()))?;
+            Ok((api_version.to_owned(), resource.to_owned()))
+        })
+        .collect()
+}
+
+/// The controllers in the YAML/JSON documents of `text` (other kinds are skipped).
+pub fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, RbacError> {
+    let bad = |message: String| RbacError::Manifest {
+        path: path.to_owned(),
+        message,
+    };
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| bad(e.to_string()))?;
+    let mut out = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if !matches!(kind, "CompositeController" | "DecoratorController") {
+            continue;
+        }
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+        let at =
+            |e: serde_json::Error| bad(format!("document {} ({kind} {name}): spec: {e}", i + 1));
+        let c = if kind == "CompositeController" {
+            Controller::Composite(Box::new(serde_json::from_value(spec).map_err(at)?))
+        } else {
+            Controller::Decorator(Box::new(serde_json::from_value(spec).map_err(at)?))
+        };
+        out.push((name, c));
+    }
+    Ok(out)
+}
+
+/// The controllers in the files and directories (`*.yaml`, `*.yml`, `*.json`, not recursive)
+/// named by `paths`.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| RbacError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let mut out = Vec::new();
+    for p in paths {
+        let dir = std::fs::read_dir(p);
+        let files: Vec<PathBuf> = match dir {
+            Ok(entries) => {
+                let mut f: Vec<PathBuf> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|f| {
+                        matches!(
+                            f.extension().and_then(|e| e.to_str()),
+                            Some("yaml" | "yml" | "json")
+                        )
+                    })
+                    .collect();
+                f.sort();
+                f
+            }
+            Err(_) => vec![p.clone()],
+        };
+        for f in files {
+            out.extend(controllers_in(&f, &read(&f)?)?);
+        }
+    }
+    Ok(out)
+}
+
+/// `kmeta rbac`: the ClusterRole as YAML, with a comment naming the controllers whose related
+/// resources were not given.
+pub fn render(paths: &[PathBuf], related: &[String], name: &str) -> Result<String, RbacError> {
+    let controllers = load(paths)?;
+    if controllers.is_empty() {
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(RbacError::Empty(shown.join(", ")));
+    }
+    let g = grants(&controllers, &parse_related(related)?);
+    let role = cluster_role(name, &g);
+    let mut text = String::from(
+        "# The ClusterRole kmeta needs for these controllers (kmeta rbac). Bind it to kmeta's\n\
+         # ServiceAccount in place of deploy/rbac.yaml's wildcard role.\n",
+    );
+    if !g.customized.is_empty() && related.is_empty() {
+        let list: Vec<&str> = g.customized.iter().map(String::as_str).collect();
+        text.push_str(&format!(
+            "# These have a customize hook; add read access to the related resources it selects\n\
+             # with --related <apiVersion>/<resource>: {}\n",
+            list.join(", ")
+        ));
+    }
+    text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
+    Ok(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn composite(yaml: &str) -> Vec<(String, Controller)> {
+        controllers_in(Path::new("t.yaml"), yaml).unwrap()
+    }
+
+    fn verbs(g: &Grants, group: &str, resource: &str) -> Vec<&'static str> {
+        g.verbs
+            .get(&(group.to_owned(), resource.to_owned()))
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    const CC: &str = r"
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: cats}
+spec:
+  parentResource: {apiVersion: ctl.example.com/v1, resource: catsets}
+  childResources:
+  - {apiVersion: v1, resource: pods, updateStrategy: {method: RollingRecreate}}
+  - {apiVersion: v1, resource: persistentvolumeclaims}
+  hooks:
+    sync:
+      webhook:
+        url: https://hook/sync
+        caBundle: {configMapRef: {name: hook-ca, namespace: kmeta}}
+        clientTLS: {secretRef: {name: hook-client, namespace: kmeta}}
+    customize: {webhook: {url: https://hook/customize}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ignored}
+";
+
+    #[test]
+    fn a_composite_controller_gets_its_parent_children_revisions_and_credentials() {
+        let g = grants(&composite(CC), &[]);
+        assert_eq!(
+            verbs(&g, "ctl.example.com", "catsets"),
+            ["get", "list", "patch", "update", "watch"]
+        );
+        assert_eq!(
+            verbs(&g, "ctl.example.com", "catsets/status"),
+            ["get", "patch", "update"]
+        );
+        assert_eq!(
+            verbs(&g, "", "pods"),
+            [
+                "create", "delete", "get", "list", "patch", "update", "watch"
+            ]
+        );
+        assert_eq!(verbs(&g, "", "persistentvolumeclaims").len(), 7);
+        // a rolling strategy needs ControllerRevisions
+        assert_eq!(
+            verbs(&g, "metacontroller.k8s.io", "controllerrevisions").len(),
+            7
+        );
+        // credentials by name only, no blanket Secret access
+        assert!(verbs(&g, "", "secrets").is_empty());
+        assert_eq!(
+            g.named[&(String::new(), "secrets".to_owned())],
+            BTreeSet::from(["hook-client".to_owned()])
+        );
+        assert_eq!(
+            g.named[&(String::new(), "configmaps".to_owned())],
+            BTreeSet::from(["hook-ca".to_owned()])
+        );
+        assert!(g.customized.contains("CompositeController cats"));
+    }
+
+    #[test]
+    fn without_rolling_updates_no_revisions_and_related_resources_are_read_only() {
+        let cc = CC.replace("RollingRecreate", "InPlace");
+        let related = parse_related(&["v1/secrets".into(), "apps/v1/deployments".into()]).unwrap();
+        let g = grants(&composite(&cc), &related);
+        assert!(verbs(&g, "metacontroller.k8s.io", "controllerrevisions").is_empty());
+        assert_eq!(verbs(&g, "", "secrets"), ["get", "list", "watch"]);
+        assert_eq!(verbs(&g, "apps", "deployments"), ["get", "list", "watch"]);
+        assert!(parse_related(&["secrets".into()]).is_err());
+        assert!(parse_related(&["a/b/c/d".into()]).is_err());
+    }
+
+    #[test]
+    fn a_decorator_controller_gets_its_targets_and_attachments() {
+        let dc = r"
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: service-per-pod}
+spec:
+  resources: [{apiVersion: apps/v1, resource: statefulsets}]
+  attachments: [{apiVersion: v1, resource: services}]
+  hooks: {sync: {webhook: {url: http://hook/sync}}}
+";
+        let g = grants(&composite(dc), &[]);
+        assert_eq!(verbs(&g, "apps", "statefulsets").len(), 5);
+        assert_eq!(verbs(&g, "apps", "statefulsets/status").len(), 3);
+        assert_eq!(verbs(&g, "", "services").len(), 7);
+        assert!(g.customized.is_empty());
+    }
+
+    #[test]
+    fn the_role_is_stable_and_groups_rules_by_verbs() {
+        let g = grants(&composite(CC), &[]);
+        let role = cluster_role("kmeta", &g);
+        assert_eq!(role, cluster_role("kmeta", &g.clone()));
+        let rules = role["rules"].as_array().unwrap();
+        let core_manage = rules
+            .iter()
+            .find(|r| r["apiGroups"] == json!([""]) && r["verbs"].as_array().unwrap().len() == 7)
+            .unwrap();
+        assert_eq!(
+            core_manage["resources"],
+            json!(["persistentvolumeclaims", "pods"])
+        );
+        let named = rules
+            .iter()
+            .filter(|r| r.get("resourceNames").is_some())
+            .count();
+        assert_eq!(named, 2);
+    }
+
+    #[test]
+    fn a_bad_spec_names_the_file_document_and_controller() {
+        let bad = "kind: CompositeController\nmetadata: {name: x}\nspec: {parentResource: 3}\n";
+        let e = controllers_in(Path::new("c.yaml"), bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("c.yaml: document 1 (CompositeController x): spec:"),
+            "{e}"
+        );
+    }
+}
