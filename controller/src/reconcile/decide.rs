@@ -1,7 +1,7 @@
 //! Pure decisions of a sync: claiming, finalizers, hook choice, desired-children validation, the
 //! child plan and the status diff. No I/O here; the executor in [`crate::reconcile::composite::sync`] acts on them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -434,6 +434,13 @@ fn name_problem(name: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Whether applying `desired` (keyed by [`child_key`]) over `observed` creates a child: one
+/// desired and not observed.
+pub fn creates_any(observed: &[Value], desired: &BTreeMap<String, Value>) -> bool {
+    let have: HashSet<String> = observed.iter().map(child_key).collect();
+    desired.keys().any(|k| !have.contains(k))
 }
 
 /// Identity of a child: `Kind.apiVersion namespace/name`.
@@ -1209,5 +1216,20 @@ mod tests {
         assert!(validate_desired(&p, true, &d, &sel, false, vec![cm(&long)]).is_err());
         // names other kinds allow (RBAC's `system:` names) are left to the API server
         assert!(validate_desired(&p, true, &d, &sel, false, vec![cm("system:web")]).is_ok());
+    }
+
+    #[test]
+    fn creates_any_is_a_desired_child_not_observed() {
+        let cm = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": "ns"}})
+        };
+        let desired: BTreeMap<String, Value> = [cm("a"), cm("b")]
+            .into_iter()
+            .map(|c| (child_key(&c), c))
+            .collect();
+        assert!(!creates_any(&[cm("a"), cm("b"), cm("c")], &desired));
+        assert!(creates_any(&[cm("a")], &desired));
+        assert!(!creates_any(&[], &BTreeMap::new()));
     }
 }

@@ -309,3 +309,39 @@ async fn a_hook_outage_is_probed_by_one_parent_and_recovery_is_prompt() -> anyho
     }
     s.finish().await
 }
+
+/// A parent deleted while its hook is being called gets no children: the sync sees from a fresh
+/// read that it is gone before it creates anything (the children would only wait for the garbage
+/// collector).
+#[tokio::test]
+async fn a_parent_deleted_during_its_hook_call_gets_no_children() -> anyhow::Result<()> {
+    let s = Scenario::new("gone")
+        .crd("Thing", "things")
+        .hook(|_, req| {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": format!("{name}-c")}});
+            Reply::Delay(
+                Duration::from_millis(500),
+                Box::new(Reply::Json(json!({"children": [child]}))),
+            )
+        })
+        .controller(Cc::new("gone-cc"))
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    s.wait_call("sync", "the hook call", |_| true).await?;
+    let synced = |s: &Running| {
+        s.metrics.reconcile_count("gone-cc", "ok") + s.metrics.reconcile_count("gone-cc", "error")
+    };
+    let before = synced(&s);
+    s.parents()
+        .delete("p", &kube::api::DeleteParams::default())
+        .await?;
+    until("the sync to end", || synced(&s) > before).await?;
+    assert_eq!(s.metrics.child_op_count("gone-cc", "create"), 0);
+    assert!(s.get(&s.configmaps(), "p-c").await?.is_none());
+    s.finish().await
+}

@@ -81,6 +81,15 @@ pub async fn sync_parent(
         response.children.clone(),
     )?;
     if decide::may_manage_children(&parent, finalizing, &fin) {
+        // a parent deleted since the cache saw it (the hook call takes a while) gets no new
+        // children: they would only wait for the garbage collector
+        if !finalizing
+            && decide::creates_any(&observed, &desired)
+            && !parent_alive_uncached(c, &parent).await?
+        {
+            tracing::debug!("parent gone or being deleted: no children created");
+            return Ok(None);
+        }
         manage_children(&c.child_set(), &parent, &observed, &desired).await?;
         c.ctx
             .config
