@@ -119,8 +119,53 @@ fn init_logs(log: &LogArgs) -> anyhow::Result<()> {
 async fn main() {
     if let Err(e) = run_command(Cli::parse()).await {
         // the error and its causes on one line; no backtrace (RUST_BACKTRACE is for panics)
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
+    }
+}
+
+/// The error and its causes joined by `: `, each cause once: a cause whose text its error's
+/// message already includes (`reading {path}: {source}` with `source` also the error's source)
+/// is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading {path}: {source}")]
+    struct Read {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let e = anyhow::Error::new(Read {
+            path: "x/",
+            source: io,
+        });
+        assert_eq!(one_line(&e), "reading x/: No such file or directory");
+        let e = e.context("loading manifests");
+        assert_eq!(
+            one_line(&e),
+            "loading manifests: reading x/: No such file or directory"
+        );
     }
 }
 

@@ -351,6 +351,48 @@ fn version_and_help_show_defaults() -> anyhow::Result<()> {
     ] {
         assert!(help.contains(default), "missing {default} in:\n{help}");
     }
+    // readable defaults, and every accepted flag listed
+    assert!(!help.contains("[default: \"\"]"), "{help}");
+    assert!(
+        help.contains("[default: 1/300, one per 5 minutes]"),
+        "{help}"
+    );
+    for flag in [
+        "--zap-log-level",
+        "--zap-encoder",
+        "--zap-devel",
+        "--zap-time-encoding",
+    ] {
+        assert!(help.contains(flag), "{flag} not listed:\n{help}");
+    }
+    Ok(())
+}
+
+/// One line per error: what, where, the cause once.
+#[test]
+fn cli_errors_name_what_and_where_once() -> anyhow::Result<()> {
+    let enoent = "No such file or directory (os error 2)";
+    for (args, want) in [
+        (
+            &["run", "--kubeconfig", "/nonexistent/kc"][..],
+            format!(
+                "error: loading cluster configuration: reading kubeconfig /nonexistent/kc: {enoent}"
+            ),
+        ),
+        (
+            &["dev", "-f", "/nonexistent/dir/"][..],
+            format!("error: reading /nonexistent/dir/: {enoent}"),
+        ),
+        (
+            &["rbac", "-f", "/nonexistent.yaml"][..],
+            format!("error: reading /nonexistent.yaml: {enoent}"),
+        ),
+    ] {
+        let out = kmeta(args)?;
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end(), want, "{args:?}");
+    }
     Ok(())
 }
 

@@ -81,7 +81,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub leader_election: bool,
     /// Namespace of the Lease. Default: the pod's namespace (required out of cluster).
-    #[arg(long, default_value = "", value_name = "NAMESPACE")]
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "NAMESPACE"
+    )]
     pub leader_election_namespace: String,
     /// Name of the Lease.
     #[arg(long, default_value = "metacontroller", value_name = "NAME")]
@@ -91,10 +96,16 @@ pub struct RunArgs {
     pub leader_election_resource_lock: String,
     /// Only run CompositeControllers and DecoratorControllers whose labels match this selector
     /// (e.g. "shard=a").
-    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "SELECTOR"
+    )]
     pub target_label_selector: String,
-    /// Events per second per object and reason after the burst (default one per 5 minutes).
-    #[arg(long, default_value_t = 1.0 / 300.0)]
+    /// Events per second per object and reason after the burst [default: 1/300, one per 5
+    /// minutes].
+    #[arg(long, default_value_t = 1.0 / 300.0, hide_default_value = true, value_name = "QPS")]
     pub events_qps: f64,
     /// Events per object and reason allowed before --events-qps applies.
     #[arg(long, default_value_t = 25)]
@@ -127,19 +138,35 @@ pub struct LogArgs {
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
     /// Metacontroller's zap log level (accepted: 0-3 → info, 4-5 → debug, 6+ → trace, or a name).
-    #[arg(long, value_name = "LEVEL", hide = true)]
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        help_heading = "Metacontroller compatibility"
+    )]
     pub zap_log_level: Option<String>,
     /// Metacontroller's zap encoder (json or console), mapped to --log-format.
-    #[arg(long, value_name = "ENCODER", hide = true)]
+    #[arg(
+        long,
+        value_name = "ENCODER",
+        help_heading = "Metacontroller compatibility"
+    )]
     pub zap_encoder: Option<String>,
     /// Metacontroller's zap development mode: text logs at debug level.
-    #[arg(long, hide = true)]
+    #[arg(long, help_heading = "Metacontroller compatibility")]
     pub zap_devel: bool,
     /// Accepted for compatibility; ignored.
-    #[arg(long, value_name = "LEVEL", hide = true)]
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        help_heading = "Metacontroller compatibility"
+    )]
     pub zap_stacktrace_level: Option<String>,
     /// Accepted for compatibility; ignored.
-    #[arg(long, value_name = "ENCODING", hide = true)]
+    #[arg(
+        long,
+        value_name = "ENCODING",
+        help_heading = "Metacontroller compatibility"
+    )]
     pub zap_time_encoding: Option<String>,
 }
 

@@ -44,8 +44,10 @@ pub enum RunError {
 pub async fn kube_config(path: Option<&Path>) -> Result<kube::Config, RunError> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     if let Some(path) = path {
-        let kc = Kubeconfig::read_from(path)
-            .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RunError::Config(format!("reading kubeconfig {}: {e}", path.display())))?;
+        let kc = Kubeconfig::from_yaml(&text)
+            .map_err(|e| RunError::Config(format!("kubeconfig {}: {e}", path.display())))?;
         return kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| RunError::Config(format!("{}: {e}", path.display())));
