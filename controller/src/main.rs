@@ -142,33 +142,6 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::one_line;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("reading {path}: {source}")]
-    struct Read {
-        path: &'static str,
-        source: std::io::Error,
-    }
-
-    #[test]
-    fn each_cause_is_printed_once() {
-        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
-        let e = anyhow::Error::new(Read {
-            path: "x/",
-            source: io,
-        });
-        assert_eq!(one_line(&e), "reading x/: No such file or directory");
-        let e = e.context("loading manifests");
-        assert_eq!(
-            one_line(&e),
-            "loading manifests: reading x/: No such file or directory"
-        );
-    }
-}
-
 async fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
@@ -229,4 +202,31 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Version => println!("kmeta {}", env!("CARGO_PKG_VERSION")),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading {path}: {source}")]
+    struct Read {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let e = anyhow::Error::new(Read {
+            path: "x/",
+            source: io,
+        });
+        assert_eq!(one_line(&e), "reading x/: No such file or directory");
+        let e = e.context("loading manifests");
+        assert_eq!(
+            one_line(&e),
+            "loading manifests: reading x/: No such file or directory"
+        );
+    }
 }
