@@ -142,6 +142,31 @@ async fn source_configmap_is_propagated_and_updates_follow() -> anyhow::Result<(
     })
     .await?;
 
+    // `kubectl get configmappropagations` prints the CRD's printer columns
+    let request = http::Request::get("/apis/examples.kmeta.dev/v1alpha1/configmappropagations")
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())?;
+    let table: Value = env.client.request(request).await?;
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Name", "Source", "Expected", "Copies", "Age"],
+        "{table}"
+    );
+    let row = table["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["cells"][0] == json!(parent_name))
+        .ok_or_else(|| anyhow::anyhow!("no row for {parent_name}: {table}"))?;
+    let cells = [&row["cells"][1], &row["cells"][2], &row["cells"][3]];
+    assert_eq!(cells, [&json!(source_name), &json!(2), &json!(2)], "{row}");
+
     // the source changes: the related object's change resyncs the parent, the copies follow
     let sources = env.api("v1", "ConfigMap", "configmaps", Some(&source_ns));
     env.merge_patch(
