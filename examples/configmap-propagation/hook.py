@@ -97,7 +97,11 @@ def main():
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0 picks a free one)")
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), Handler)
+    except OSError as err:
+        # one line, no traceback: the usual cause is another hook already on the port
+        sys.exit(f"hook: cannot listen on {args.host}:{args.port}: {err.strerror}")
     # The first line on stdout is the bound port, so a test can start the hook on port 0.
     print(f"listening on {server.server_address[0]}:{server.server_address[1]}", flush=True)
     try:

@@ -189,3 +189,25 @@ async fn source_configmap_is_propagated_and_updates_follow() -> anyhow::Result<(
     hook.kill().await?;
     Ok(())
 }
+
+/// A hook started on a port that is taken says so in one line and exits, no traceback.
+#[test]
+fn a_taken_port_is_reported_in_one_line() -> anyhow::Result<()> {
+    if !python3_available() {
+        eprintln!("skipped: python3 is not on PATH (the example's hook is a Python script)");
+        return Ok(());
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let out = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hook.py"))
+        .args(["--port", &port.to_string()])
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!("hook: cannot listen on 127.0.0.1:{port}: Address already in use")
+    );
+    Ok(())
+}
