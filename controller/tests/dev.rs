@@ -150,48 +150,119 @@ async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts `kmeta dev` on `files` and waits until its output contains every one of `wanted`;
+/// returns the stop token, the task, the output so far and a client for its server.
+async fn dev_until(
+    dir: &std::path::Path,
+    files: Vec<std::path::PathBuf>,
+    wanted: &[&str],
+) -> anyhow::Result<(CancellationToken, DevTask, String, kube::Client)> {
+    let kubeconfig = dir.join("kc");
+    let opts = kmeta::cmd::dev::DevOptions {
+        kubeconfig_out: kubeconfig.clone(),
+        files,
+        poll_interval: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let stop = CancellationToken::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut out = ChannelWriter(tx);
+            kmeta::cmd::dev::run(opts, stop, &mut out).await
+        })
+    };
+    let mut printed = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wanted.iter().all(|w| printed.contains(w)) {
+        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            Ok(Some(s)) => printed.push_str(&s),
+            _ => bail!("dev never printed {wanted:?}; output so far:\n{printed}"),
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig)?,
+        &Default::default(),
+    )
+    .await?;
+    Ok((stop, task, printed, kube::Client::try_from(config)?))
+}
+
+type DevTask = tokio::task::JoinHandle<Result<(), kmeta::cmd::dev::DevError>>;
+
+/// A bad manifest at start is reported naming the file, `dev` keeps running, and the fixed file
+/// is applied once saved: the same as a bad manifest saved later.
 #[tokio::test]
-async fn dev_rejects_a_bad_manifest_naming_the_file() -> anyhow::Result<()> {
+async fn dev_reports_a_bad_manifest_and_applies_it_once_fixed() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "kind: ConfigMap\nmetadata: {name: x}\n")?;
-    let opts = kmeta::cmd::dev::DevOptions {
-        kubeconfig_out: dir.path().join("kc"),
-        files: vec![bad.clone()],
-        ..Default::default()
-    };
-    let err = kmeta::cmd::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
-        .await
-        .expect_err("invalid manifest");
-    assert_eq!(
-        err.to_string(),
-        format!("{}: document 1: apiVersion is missing", bad.display())
+    let line = format!(
+        "kmeta dev: {}: document 1: apiVersion is missing (fix it and save the file to apply it)",
+        bad.display()
     );
+    let (stop, task, _, client) = dev_until(
+        dir.path(),
+        vec![bad.clone()],
+        &[&line, "controller running"],
+    )
+    .await?;
+    std::fs::write(
+        &bad,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    wait_for("the fixed manifest applied", || async {
+        cms.get_opt("x").await.ok().flatten().is_some()
+    })
+    .await?;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task).await???;
     Ok(())
 }
 
 #[tokio::test]
-async fn dev_rejects_a_field_the_crd_does_not_declare() -> anyhow::Result<()> {
+async fn dev_reports_a_field_the_crd_does_not_declare() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let typo = dir.path().join("controller.yaml");
     std::fs::write(
         &typo,
         CONTROLLER.replace("generateSelector: true", "generateSelectr: true"),
     )?;
+    // a typo in a CompositeController is an error, not a silently dropped field
+    let (stop, task, printed, _) = dev_until(
+        dir.path(),
+        vec![typo.clone()],
+        &[
+            "unknown field \"spec.generateSelectr\"",
+            "controller running",
+        ],
+    )
+    .await?;
+    assert!(printed.contains(&typo.display().to_string()), "{printed}");
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task).await???;
+    Ok(())
+}
+
+/// Without `-f`, `dev` says how to add manifests; a path that does not exist stops it.
+#[tokio::test]
+async fn dev_without_manifests_says_how_to_add_them() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (stop, task, _, _) =
+        dev_until(dir.path(), vec![], &["no manifests given: kubectl"]).await?;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task).await???;
     let opts = kmeta::cmd::dev::DevOptions {
-        kubeconfig_out: dir.path().join("kc"),
-        files: vec![typo.clone()],
+        kubeconfig_out: dir.path().join("kc2"),
+        files: vec![dir.path().join("missing")],
         ..Default::default()
     };
     let err = kmeta::cmd::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
         .await
-        .expect_err("a typo in a CompositeController is an error, not a silently dropped field")
-        .to_string();
-    assert!(err.contains(&typo.display().to_string()), "{err}");
-    assert!(
-        err.contains("unknown field \"spec.generateSelectr\""),
-        "{err}"
-    );
+        .expect_err("a missing path");
+    assert!(err.to_string().contains("missing"), "{err}");
     Ok(())
 }
 

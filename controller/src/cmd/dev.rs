@@ -347,7 +347,10 @@ pub struct DevEnv {
 
 /// Starts the server, writes the kubeconfig, installs kmeta's CRDs and applies the manifests.
 pub async fn prepare(opts: &DevOptions, out: &mut (dyn Write + Send)) -> Result<DevEnv, DevError> {
-    let manifests = order(load(&opts.files)?);
+    // a path that does not exist cannot be watched: that stops `dev`; a bad manifest in it is
+    // reported, and applied once it is fixed and saved, as later saves are
+    manifest_files(&opts.files)?;
+    let loaded = load(&opts.files).map(order);
     let server = TestServer::builder()
         .port(opts.port)
         .start()
@@ -364,10 +367,28 @@ pub async fn prepare(opts: &DevOptions, out: &mut (dyn Write + Send)) -> Result<
         "  try: kubectl --kubeconfig {} get compositecontrollers,crds",
         kubeconfig.display()
     )?;
+    if opts.files.is_empty() {
+        writeln!(
+            out,
+            "  no manifests given: kubectl --kubeconfig {} apply -f FILE, or restart with -f FILE|DIR",
+            kubeconfig.display()
+        )?;
+    }
     let client = server.client();
     install_crds(&client).await?;
-    apply_all(&client, &manifests, out).await?;
+    let applied = match loaded {
+        Ok(manifests) => apply_all(&client, &manifests, out).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = applied {
+        writeln!(out, "{}", report(&e))?;
+    }
     Ok(DevEnv { server, kubeconfig })
+}
+
+/// How `dev` reports a manifest it could not read or apply (at start and on save alike).
+pub fn report(e: &DevError) -> String {
+    format!("kmeta dev: {e} (fix it and save the file to apply it)")
 }
 
 fn mtimes(paths: &[PathBuf]) -> BTreeMap<PathBuf, SystemTime> {
@@ -420,7 +441,7 @@ async fn watch_files(
             Err(e) => Err(e),
         };
         if let Err(e) = applied {
-            eprintln!("kmeta dev: {e}");
+            eprintln!("{}", report(&e));
         }
     }
 }
