@@ -31,12 +31,15 @@ impl Resolved {
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {
     /// The resource is not (yet) served.
-    #[error("discovery: can't find resource {resource} in apiVersion {api_version}")]
+    #[error("discovery: can't find resource {resource} in apiVersion {api_version}{}",
+        .suggestion.as_ref().map(|s| format!("; did you mean {s}?")).unwrap_or_default())]
     NotFound {
         /// apiVersion.
         api_version: String,
         /// Plural name.
         resource: String,
+        /// A close served resource (`apps/v1 deployments`), if any.
+        suggestion: Option<String>,
     },
     /// Discovery failed.
     #[error("discovery: {0}")]
@@ -77,13 +80,100 @@ impl Resources {
 
     /// Looks up `apiVersion` + plural `resource`.
     pub fn get(&self, api_version: &str, resource: &str) -> Result<Resolved, ResourceError> {
-        self.map
-            .read()
-            .ok()
-            .and_then(|m| m.get(api_version).and_then(|v| v.get(resource)).cloned())
-            .ok_or_else(|| ResourceError::NotFound {
-                api_version: api_version.to_owned(),
-                resource: resource.to_owned(),
-            })
+        let map = self.map.read().ok();
+        let found = map
+            .as_ref()
+            .and_then(|m| m.get(api_version).and_then(|v| v.get(resource)).cloned());
+        found.ok_or_else(|| ResourceError::NotFound {
+            api_version: api_version.to_owned(),
+            resource: resource.to_owned(),
+            suggestion: map.as_ref().and_then(|m| suggest(m, api_version, resource)),
+        })
+    }
+}
+
+/// A served resource close to `api_version` + `resource` that was not found: the plural of a
+/// kind or singular name given instead (`ConfigMap`, `deployment`), a plural with a typo (at most
+/// two edits), or the same plural in another apiVersion. Shown as `apiVersion plural`.
+pub fn suggest(
+    served: &HashMap<String, HashMap<String, Resolved>>,
+    api_version: &str,
+    resource: &str,
+) -> Option<String> {
+    let wanted = resource.to_ascii_lowercase();
+    let show = |r: &Resolved| format!("{} {}", r.api.api_version, r.api.plural);
+    if let Some(group) = served.get(api_version) {
+        let by_name = group.values().find(|r| {
+            r.api.kind.eq_ignore_ascii_case(&wanted) || r.api.plural.eq_ignore_ascii_case(&wanted)
+        });
+        if let Some(r) = by_name {
+            return Some(show(r));
+        }
+        let close = group
+            .values()
+            .map(|r| (strsim::levenshtein(&wanted, &r.api.plural), r))
+            .filter(|(d, _)| *d <= 2)
+            .min_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then_with(|| a.1.api.plural.cmp(&b.1.api.plural))
+            });
+        if let Some((_, r)) = close {
+            return Some(show(r));
+        }
+    }
+    let mut elsewhere: Vec<&Resolved> = served.values().filter_map(|g| g.get(resource)).collect();
+    elsewhere.sort_by(|a, b| a.api.api_version.cmp(&b.api.api_version));
+    elsewhere.first().map(|r| show(r))
+}
+
+#[cfg(test)]
+mod suggest_tests {
+    use super::*;
+    use kube::core::{ApiResource, GroupVersionKind};
+
+    fn served(list: &[(&str, &str, &str)]) -> HashMap<String, HashMap<String, Resolved>> {
+        let mut m: HashMap<String, HashMap<String, Resolved>> = HashMap::new();
+        for (av, kind, plural) in list {
+            let (g, v) = av.rsplit_once('/').unwrap_or(("", av));
+            let r = Resolved {
+                api: ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), plural),
+                namespaced: true,
+                has_status: false,
+            };
+            m.entry((*av).to_owned())
+                .or_default()
+                .insert((*plural).to_owned(), r);
+        }
+        m
+    }
+
+    #[test]
+    fn suggests_the_plural_a_typo_or_another_api_version() {
+        let m = served(&[
+            ("v1", "ConfigMap", "configmaps"),
+            ("v1", "Secret", "secrets"),
+            ("apps/v1", "Deployment", "deployments"),
+        ]);
+        let s = |av: &str, r: &str| suggest(&m, av, r);
+        assert_eq!(s("v1", "ConfigMap").as_deref(), Some("v1 configmaps"));
+        assert_eq!(s("v1", "configmap").as_deref(), Some("v1 configmaps"));
+        assert_eq!(
+            s("apps/v1", "deploymnets").as_deref(),
+            Some("apps/v1 deployments")
+        );
+        assert_eq!(
+            s("v1", "deployments").as_deref(),
+            Some("apps/v1 deployments")
+        );
+        assert_eq!(s("v1", "widgets"), None);
+        let e = ResourceError::NotFound {
+            api_version: "v1".into(),
+            resource: "configmap".into(),
+            suggestion: s("v1", "configmap"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "discovery: can't find resource configmap in apiVersion v1; did you mean v1 configmaps?"
+        );
     }
 }

@@ -222,3 +222,27 @@ async fn controllers_share_one_watch_per_child_resource() -> anyhow::Result<()> 
     .await?;
     s.finish().await
 }
+
+/// A CompositeController naming a resource by its kind or with a typo is reported with the
+/// served resource it probably means.
+#[tokio::test]
+async fn a_misspelt_child_resource_is_reported_with_a_suggestion() -> anyhow::Result<()> {
+    let s = Scenario::new("typo")
+        .crd("Thing", "things")
+        .hook(|_, _| Reply::Json(json!({})))
+        .controller(
+            Cc::new("typo-cc")
+                .patch(json!({"childResources": [{"apiVersion": "v1", "resource": "configmap"}]})),
+        )
+        .start()
+        .await?;
+    s.wait_event("a CreateError with a suggestion", None, |e| {
+        e["regarding"]["name"] == "typo-cc"
+            && e["reason"] == "CreateError"
+            && e["note"].as_str().is_some_and(|n| {
+                n.contains("configmap in apiVersion v1; did you mean v1 configmaps?")
+            })
+    })
+    .await?;
+    s.finish().await
+}
