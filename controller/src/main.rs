@@ -70,6 +70,12 @@ enum Command {
         #[arg(long, default_value = "kmeta")]
         name: String,
     },
+    /// Print a shell completion script (e.g. `kmeta completion bash > /etc/bash_completion.d/kmeta`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print the version.
     Version,
 }
@@ -121,6 +127,16 @@ async fn main() {
         // the error and its causes on one line; no backtrace (RUST_BACKTRACE is for panics)
         eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
+    }
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`kmeta crds | head`) is not an error.
+fn emit(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }
 
@@ -188,17 +204,21 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             } else if let Some(dir) = check {
                 kmeta::api::crds::check_dir(&dir)?;
             } else {
-                print!(
-                    "{}",
-                    kmeta::api::crds::rendered_stream().context("rendering crds")?
-                );
+                let text = kmeta::api::crds::rendered_stream().context("rendering crds")?;
+                emit(text.as_bytes())?;
             }
         }
         Command::Rbac {
             files,
             related,
             name,
-        } => print!("{}", kmeta::cmd::rbac::render(&files, &related, &name)?),
+        } => emit(kmeta::cmd::rbac::render(&files, &related, &name)?.as_bytes())?,
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kmeta", &mut script);
+            emit(&script)?;
+        }
         Command::Version => println!("kmeta {}", env!("CARGO_PKG_VERSION")),
     }
     Ok(())

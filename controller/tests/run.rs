@@ -368,6 +368,22 @@ fn version_and_help_show_defaults() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Shell completions for bash, zsh and fish name the subcommands.
+#[test]
+fn completion_scripts_name_the_subcommands() -> anyhow::Result<()> {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = kmeta(&["completion", shell])?;
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for sub in ["run", "dev", "rbac", "crds"] {
+            assert!(script.contains(sub), "{shell} script lacks {sub}");
+        }
+    }
+    let out = kmeta(&["completion", "tcsh"])?;
+    assert!(!out.status.success());
+    Ok(())
+}
+
 /// One line per error: what, where, the cause once.
 #[test]
 fn cli_errors_name_what_and_where_once() -> anyhow::Result<()> {
