@@ -54,7 +54,11 @@ pub fn pending(req: &SyncRequest) -> Option<u64> {
 
 /// The sync hook.
 pub fn sync(req: SyncRequest) -> Result<SyncResponse, Infallible> {
-    let status = json!({"phase": "Active", "pending": pending(&req)});
+    // no worker has reported yet: no `pending` at all, rather than `pending: null`
+    let mut status = json!({"phase": "Active"});
+    if let Some(n) = pending(&req) {
+        status["pending"] = json!(n);
+    }
     Ok(SyncResponse::new().child(desired(&req)).status(status))
 }
 
@@ -109,6 +113,8 @@ mod tests {
         );
         assert_eq!(resp.status.expect("status")["pending"], 7);
         assert!(!resp.finalized);
+        let first = sync(request(None, false)).expect("sync");
+        assert_eq!(first.status.expect("status"), json!({"phase": "Active"}));
     }
 
     #[test]
