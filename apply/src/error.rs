@@ -51,9 +51,9 @@ pub enum Error {
         verb: &'static str,
         /// The object.
         object: String,
-        /// kube's error: [`kube::Error::Api`] carries the server's status (code, reason,
-        /// message).
-        source: kube::Error,
+        /// kube's error (boxed: it is large): [`kube::Error::Api`] carries the server's status
+        /// (code, reason, message).
+        source: Box<kube::Error>,
     },
     /// Every attempt met a 409 Conflict: another writer changed the object between each read
     /// and write (or kept re-creating it).
@@ -70,7 +70,7 @@ impl Error {
     /// True for a 409 Conflict from the API server (an answer [`DynApply`](crate::DynApply)
     /// itself retries; a caller never sees one unless it retries on its own).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Api { source: kube::Error::Api(s), .. } if s.code == 409)
+        matches!(self, Error::Api { source, .. } if matches!(&**source, kube::Error::Api(s) if s.code == 409))
             || matches!(self, Error::Conflicts { .. })
     }
 }

@@ -178,7 +178,7 @@ impl Target {
             Err(source) => Err(Error::Api {
                 verb: "get",
                 object: self.object.clone(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -201,7 +201,7 @@ impl Target {
             Err(source) => Err(Error::Api {
                 verb,
                 object: self.object.clone(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
