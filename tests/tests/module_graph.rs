@@ -13,7 +13,7 @@ const KMETA_LAYERS: &[&[&str]] = &[
     &["ops"],
     &["hook"],
     &["reconcile"],
-    &["cmd"],
+    &["cmd", "embed"],
 ];
 
 /// `kmeta-apiserver`'s top-level modules by layer, lowest first.

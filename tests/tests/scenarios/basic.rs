@@ -20,9 +20,10 @@ fn configmap_hook(_hook: &str, req: &Value) -> Reply {
     }))
 }
 
-#[tokio::test]
-async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
+each_hook_mode!(sync_creates_children_and_sets_status);
+async fn sync_creates_children_and_sets_status(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("basic")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(configmap_hook)
         .controller(Cc::new("things-cc"))
@@ -68,9 +69,10 @@ async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
     s.finish().await
 }
 
-#[tokio::test]
-async fn deleting_the_parent_garbage_collects_children() -> anyhow::Result<()> {
+each_hook_mode!(deleting_the_parent_garbage_collects_children);
+async fn deleting_the_parent_garbage_collects_children(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("gc")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(configmap_hook)
         .controller(Cc::new("gc-cc"))
