@@ -118,7 +118,7 @@ impl Composite {
                 hooks: None,
                 endpoint_configs: None,
                 resync_period_seconds: None,
-                generate_selector: None,
+                generate_selector: Some(true),
             },
             has_parent: false,
             sync: None,
@@ -178,8 +178,10 @@ impl Composite {
         self
     }
 
-    /// `generateSelector`: select children by the parent's uid label instead of the parent's
-    /// `spec.selector`. Default: false, as in a CompositeController.
+    /// `generateSelector`: select children by a label kmeta puts on them with the parent's uid
+    /// (`controller-uid`), or, when false, by the parent's own `spec.selector` as a
+    /// CompositeController does by default. Default here: true, so a parent type needs no
+    /// selector. A [`Composite::spec`] given later replaces it.
     pub fn generate_selector(mut self, on: bool) -> Composite {
         self.spec.generate_selector = Some(on);
         self
@@ -435,6 +437,7 @@ mod tests {
             ("apps/v1", "deployments")
         );
         assert_eq!(cc.spec.resync_period_seconds, Some(1));
+        assert_eq!(cc.spec.generate_selector, Some(true));
         assert!(cc.spec.hooks.is_some_and(|h| h.sync.is_some()));
         assert!(local.finalize.is_none() && local.customize.is_none());
         Ok(())
