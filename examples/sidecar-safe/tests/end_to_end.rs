@@ -40,8 +40,8 @@ async fn image_update_keeps_the_injected_sidecar_and_resync_writes_nothing() -> 
 
 /// The same hook function, unchanged, as an in-process hook (`kmeta::embed`): the same story.
 #[tokio::test]
-async fn the_same_hook_in_process_keeps_the_sidecar_and_resync_writes_nothing()
--> anyhow::Result<()> {
+async fn the_same_hook_in_process_keeps_the_sidecar_and_resync_writes_nothing() -> anyhow::Result<()>
+{
     sidecar_story(HookMode::InProcess).await
 }
 
