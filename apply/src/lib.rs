@@ -43,7 +43,8 @@ pub struct Outcome<K> {
     /// CRD's schema or overridden by admission. Such an object will differ again on the next
     /// apply; fix desired or the schema. Always empty when [`Action::Unchanged`].
     pub dropped: Vec<String>,
-    /// Writes attempted (1 unless the server answered 409 Conflict and the apply re-read live).
+    /// Writes sent: 1 for a write that succeeded at once, one more per 409 Conflict (after
+    /// which live was read again), 0 when live was unchanged from the start.
     pub attempts: u32,
 }
 
