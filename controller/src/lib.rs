@@ -14,7 +14,7 @@
 //! | 2 | [`ops`] | metrics, client rate limits, logging, health probes, leader election |
 //! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, wire decoding |
 //! | 4 | [`reconcile`] | the reconcile core, pure decisions, the CompositeController, the manager |
-//! | 5 | [`cmd`] | `kmeta run`, `demo`, `dev`, `crds`: flags and entry points |
+//! | 5 | [`cmd`], [`embed`] | `kmeta run`, `demo`, `dev`, `crds`: flags and entry points; CompositeControllers with in-process Rust hooks |
 #![warn(missing_docs)]
 
 pub mod api;
@@ -30,6 +30,8 @@ pub mod hook;
 pub mod reconcile;
 
 pub mod cmd;
+
+pub mod embed;
 
 pub use reconcile::{Context, ManagerConfig};
 pub use runtime::cache::PendingWatches;

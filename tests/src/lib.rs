@@ -49,7 +49,7 @@
 pub mod scenario;
 pub mod tls;
 
-pub use scenario::{Cc, Dc, Running, Scenario};
+pub use scenario::{Cc, Dc, HookMode, Running, Scenario};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -92,6 +92,8 @@ pub struct Env {
     pub metrics: Arc<Metrics>,
     stop: CancellationToken,
     manager: Option<JoinHandle<Result<(), kube::Error>>>,
+    /// CompositeControllers running with in-process hooks ([`Env::start_in_process`]).
+    in_process: Vec<JoinHandle<Result<(), kmeta::embed::EmbedError>>>,
     cleanup: Vec<(ApiResource, String)>,
 }
 
@@ -153,6 +155,7 @@ impl Env {
             metrics: Arc::new(Metrics::default()),
             stop: CancellationToken::new(),
             manager: None,
+            in_process: Vec::new(),
             cleanup: vec![(ar("v1", "Namespace", "namespaces"), ns)],
         })
     }
@@ -179,10 +182,8 @@ impl Env {
     }
 
     /// Starts the controller (only this scenario's CompositeControllers).
-    pub fn start_controller_with(&mut self, mut config: ManagerConfig) {
-        config.target_label_selector = Some(format!("kmeta-test={}", self.id));
-        config.metrics = self.metrics.clone();
-        config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
+    pub fn start_controller_with(&mut self, config: ManagerConfig) {
+        let config = self.scenario_config(config);
         let client = self.client.clone();
         let stop = self.stop.clone();
         self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(
@@ -190,13 +191,36 @@ impl Env {
         )));
     }
 
-    /// Stops the controller and waits (bounded) for it to finish its syncs in flight.
+    /// `config` as this scenario runs it: only its CompositeControllers, its metrics, discovery
+    /// at least every second.
+    fn scenario_config(&self, mut config: ManagerConfig) -> ManagerConfig {
+        config.target_label_selector = Some(format!("kmeta-test={}", self.id));
+        config.metrics = self.metrics.clone();
+        config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
+        config
+    }
+
+    /// Runs a CompositeController with in-process hooks (kmeta as a library) with `config` as
+    /// the scenario runs it, until [`Env::stop_controller`] or the end of the scenario.
+    pub fn start_in_process(&mut self, composite: kmeta::embed::Composite, config: ManagerConfig) {
+        let composite = composite.config(self.scenario_config(config));
+        self.in_process
+            .push(tokio::spawn(composite.run(self.stop.clone())));
+    }
+
+    /// Stops the controller (and the in-process ones) and waits (bounded) for them to finish
+    /// their syncs in flight.
     pub async fn stop_controller(&mut self) -> anyhow::Result<()> {
         self.stop.cancel();
         if let Some(m) = self.manager.take() {
             tokio::time::timeout(TIMEOUT, m)
                 .await
                 .context("controller did not stop in time")???;
+        }
+        for c in std::mem::take(&mut self.in_process) {
+            tokio::time::timeout(TIMEOUT, c)
+                .await
+                .context("in-process controller did not stop in time")???;
         }
         self.stop = CancellationToken::new();
         Ok(())
@@ -575,6 +599,28 @@ impl HookServer {
         format!("{}/{hook}", self.base)
     }
 
+    /// `hook` answered in this process, without HTTP (for in-process hooks): each request is
+    /// recorded as one received over HTTP and answered by the handler; a `Reply::Json` is the
+    /// answer, `Reply::Raw` with 200 and a JSON body too, any other `Reply::Raw` is an error
+    /// with its status and text, delays are slept and headers dropped.
+    pub fn responder(
+        &self,
+        hook: &str,
+    ) -> impl Fn(Value) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        let state = self.state.clone();
+        let hook = hook.to_owned();
+        move |body: Value| {
+            if let Ok(mut c) = state.calls.lock() {
+                c.push((hook.clone(), body.clone()));
+            }
+            let reply = (state.handler)(&hook, &body);
+            Box::pin(answer_in_process(reply))
+        }
+    }
+
     /// Requests received so far at `hook`.
     pub fn calls(&self, hook: &str) -> Vec<Value> {
         self.state
@@ -666,6 +712,24 @@ async fn serve(
         }
     }
     response
+}
+
+/// What an in-process hook answers for `reply` (see [`HookServer::responder`]).
+async fn answer_in_process(mut reply: Reply) -> Result<Value, String> {
+    loop {
+        match reply {
+            Reply::Json(v) => return Ok(v),
+            Reply::Raw(200, text) => {
+                return serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
+            }
+            Reply::Raw(code, text) => return Err(format!("http status {code}: {text}")),
+            Reply::Delay(d, next) => {
+                tokio::time::sleep(d).await;
+                reply = *next;
+            }
+            Reply::Headers(_, next) => reply = *next,
+        }
+    }
 }
 
 /// A CompositeController named `name` for scenario `env`.

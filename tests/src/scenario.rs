@@ -19,9 +19,21 @@ use crate::{Env, HookServer, Reply, TIMEOUT, composite_controller, crd, eventual
 type HookFn = Box<dyn Fn(&str, &Value) -> Reply + Send + Sync>;
 type CrdEdit = Box<dyn FnOnce(&mut Value)>;
 
+/// Where a scenario's CompositeControllers get their hook answers from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HookMode {
+    /// A CompositeController object; kmeta calls the scenario's hook server over HTTP.
+    #[default]
+    Webhook,
+    /// No CompositeController object: the same spec runs with in-process hooks
+    /// (`kmeta::embed::Composite`) that the scenario's hook server answers without HTTP.
+    InProcess,
+}
+
 /// A scenario to build: see the [module documentation](self).
 pub struct Scenario {
     name: String,
+    mode: HookMode,
     crds: Vec<(String, String, Option<CrdEdit>)>,
     hook: Option<HookFn>,
     objects: Vec<(String, Value)>,
@@ -35,6 +47,7 @@ impl Scenario {
     pub fn new(name: &str) -> Scenario {
         Scenario {
             name: name.to_owned(),
+            mode: HookMode::Webhook,
             crds: Vec::new(),
             hook: None,
             objects: Vec::new(),
@@ -78,6 +91,13 @@ impl Scenario {
         self
     }
 
+    /// Where the CompositeControllers get their hook answers from (default
+    /// [`HookMode::Webhook`]).
+    pub fn hook_mode(mut self, mode: HookMode) -> Scenario {
+        self.mode = mode;
+        self
+    }
+
     /// An object of `plural` created in the scenario's namespace (filled in) before the
     /// CompositeControllers.
     pub fn object(mut self, plural: &str, object: Value) -> Scenario {
@@ -112,10 +132,13 @@ impl Scenario {
         let config = self.config.take().unwrap_or_default();
         let parents = std::mem::take(&mut self.parents);
         let mut s = self.prepare().await?;
+        s.config = config.clone();
         for cc in controllers {
             s.controller(cc).await?;
         }
-        s.env.start_controller_with(config);
+        if s.mode == HookMode::Webhook {
+            s.env.start_controller_with(config);
+        }
         for (name, spec) in parents {
             s.parent(&name, spec).await?;
         }
@@ -156,6 +179,8 @@ impl Scenario {
             env.create(&plural, object).await?;
         }
         Ok(Running {
+            mode: self.mode,
+            config: ManagerConfig::default(),
             av: format!("{group}/v1"),
             group,
             parent_kind,
@@ -453,6 +478,9 @@ pub struct Running {
     pub av: String,
     parent_kind: (String, String),
     hooks: Option<HookServer>,
+    mode: HookMode,
+    /// The settings of in-process controllers (those of [`Scenario::config`]).
+    config: ManagerConfig,
 }
 
 impl Deref for Running {
@@ -479,10 +507,36 @@ impl Running {
             .expect("the scenario declared no hook (Scenario::hook)")
     }
 
-    /// Creates a CompositeController.
+    /// Creates a CompositeController; with [`HookMode::InProcess`], runs its spec with
+    /// in-process hooks instead (answered by the scenario's hook server) and returns the
+    /// CompositeController it would have created.
     pub async fn controller(&mut self, cc: Cc) -> anyhow::Result<Value> {
         let cc = cc.resolve(self)?;
-        self.env.create("compositecontrollers", cc).await
+        if self.mode == HookMode::Webhook {
+            return self.env.create("compositecontrollers", cc).await;
+        }
+        let name = cc["metadata"]["name"].as_str().unwrap_or_default();
+        let spec: kmeta::api::CompositeControllerSpec = serde_json::from_value(cc["spec"].clone())
+            .with_context(|| format!("CompositeController {name}: spec"))?;
+        let hooks = self
+            .hooks
+            .as_ref()
+            .with_context(|| format!("CompositeController {name}: the scenario has no hook"))?;
+        let mut composite = kmeta::embed::Composite::builder(self.env.client.clone(), name);
+        for hook in ["sync", "finalize", "customize"] {
+            if cc["spec"]["hooks"].get(hook).is_some() {
+                composite = composite.hook_json(hook, hooks.responder(hook));
+            }
+        }
+        let composite = composite.spec(spec);
+        let config = self.config.clone();
+        self.env.start_in_process(composite, config);
+        Ok(cc)
+    }
+
+    /// Where this scenario's CompositeControllers get their hook answers from.
+    pub fn hook_mode(&self) -> HookMode {
+        self.mode
     }
 
     /// Creates a DecoratorController.

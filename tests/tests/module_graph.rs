@@ -13,7 +13,7 @@ const KMETA_LAYERS: &[&[&str]] = &[
     &["ops"],
     &["hook"],
     &["reconcile"],
-    &["cmd"],
+    &["cmd", "embed"],
 ];
 
 /// `kmeta-apiserver`'s top-level modules by layer, lowest first.
@@ -41,7 +41,14 @@ const APISERVER_LAYERS: &[&[&str]] = &[
 ];
 
 /// Every library crate of the workspace, by its folder.
-const CRATES: &[&str] = &["controller", "apiserver", "dynapply", "wire", "sdk"];
+const CRATES: &[&str] = &[
+    "controller",
+    "apiserver",
+    "dynapply",
+    "wire",
+    "sdk",
+    "apply",
+];
 
 fn layer_of(layers: &[&[&str]], top: &str) -> Option<usize> {
     layers.iter().position(|l| l.contains(&top))

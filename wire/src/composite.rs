@@ -50,6 +50,29 @@ impl SyncRequest {
     pub fn parent_field(&self, pointer: &str) -> Option<&Value> {
         self.parent.pointer(pointer)
     }
+
+    /// The parent as a Rust type: a `#[derive(CustomResource)]` type, a k8s-openapi type, or
+    /// any serde type of the fields you read. The error names the field that does not fit.
+    ///
+    /// ```
+    /// use kmeta_wire::SyncRequest;
+    /// use serde_json::json;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct App { spec: AppSpec }
+    /// #[derive(serde::Deserialize)]
+    /// struct AppSpec { image: String, replicas: Option<i32> }
+    ///
+    /// let req: SyncRequest = serde_json::from_value(json!({
+    ///     "parent": {"metadata": {"name": "web"}, "spec": {"image": "web:1"}}
+    /// }))?;
+    /// let app: App = req.parent_as()?;
+    /// assert_eq!((app.spec.image.as_str(), app.spec.replicas), ("web:1", None));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn parent_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        T::deserialize(&self.parent)
+    }
 }
 
 /// The request as JSON, the same as its serde encoding, built by moving each field (no copy of

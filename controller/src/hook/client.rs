@@ -18,6 +18,9 @@ use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
 use crate::hook::wire;
 use crate::ops::metrics::Metrics;
 
+/// The URL an in-process hook is shown (and labelled in metrics) as.
+pub const IN_PROCESS_URL: &str = "in-process";
+
 /// Default response size cap: 16 MiB (kmeta; Metacontroller has none).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -47,6 +50,15 @@ pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> 
     Some(Duration::try_from(d).unwrap_or(Duration::ZERO))
 }
 
+/// A hook answered by a Rust function in this process instead of a webhook (kmeta used as a
+/// library, see [`crate::embed`]): it gets the request body a webhook would get and returns the
+/// response body; an `Err` fails the parent's sync with that text ([`HookError::InProcess`]).
+pub type LocalHook = Arc<
+    dyn Fn(Value) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// A configured hook.
 pub struct HookClient {
     name: &'static str,
@@ -66,6 +78,8 @@ pub struct HookClient {
     /// Where request counts, durations and in-flight gauges go, with the controller's type
     /// (`controller_type` label) and name.
     metrics: Option<(Arc<Metrics>, &'static str, String)>,
+    /// Set for an in-process hook: called instead of the webhook, within this timeout.
+    local: Option<(LocalHook, Duration)>,
 }
 
 impl std::fmt::Debug for HookClient {
@@ -135,6 +149,63 @@ impl HookClient {
             max_response_bytes: opts.max_response_bytes,
             etag: EtagCache::for_webhook(w),
             metrics: None,
+            local: None,
+        })
+    }
+
+    /// A hook answered by `f` in this process (named `name`: sync, finalize, customize), with
+    /// the wire version and response decoding `hook` declares (its webhook, if any, is not
+    /// called, its `timeout` bounds the function). Requests and responses are the webhook's JSON
+    /// bodies, decoded the same way, cached nowhere and counted in the metrics as a webhook's
+    /// (url label `in-process`).
+    pub fn in_process(
+        name: &'static str,
+        hook: &Hook,
+        f: LocalHook,
+    ) -> Result<HookClient, HookError> {
+        let cfg = |message: String| HookError::Config {
+            hook: name,
+            message,
+        };
+        let timeout = webhook_timeout(&hook.webhook.clone().unwrap_or_default()).map_err(cfg)?;
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
+        Ok(HookClient {
+            name,
+            url: IN_PROCESS_URL.to_owned(),
+            shown_url: IN_PROCESS_URL.to_owned(),
+            sent: Vec::new(),
+            http,
+            authorization: None,
+            version: hook.version.unwrap_or_default(),
+            mode: wire::response_mode(hook),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            etag: None,
+            metrics: None,
+            local: Some((f, timeout)),
+        })
+    }
+
+    /// Calls the in-process function with `body`; its answer as the bytes a webhook would send.
+    async fn call_local(
+        &self,
+        (f, timeout): &(LocalHook, Duration),
+        body: &Value,
+    ) -> Result<Vec<u8>, HookError> {
+        let answer = tokio::time::timeout(*timeout, f(body.clone()))
+            .await
+            .map_err(|_| HookError::InProcess {
+                hook: self.name,
+                message: format!("no answer within the hook's timeout ({timeout:?})"),
+            })?;
+        let answer = answer.map_err(|message| HookError::InProcess {
+            hook: self.name,
+            message,
+        })?;
+        serde_json::to_vec(&answer).map_err(|e| HookError::Config {
+            hook: self.name,
+            message: format!("encoding the in-process answer: {e}"),
         })
     }
 
@@ -190,6 +261,9 @@ impl HookClient {
     /// POSTs `body` once, without metrics: the request (with `If-None-Match` when the ETag cache
     /// holds `cache_key`), then the response checked and cached.
     async fn call_unobserved(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
+        if let Some(f) = &self.local {
+            return self.call_local(f, body).await;
+        }
         let mut req = self.request(body)?;
         let cached = self.etag.as_ref().and_then(|e| e.get(cache_key));
         if let Some((etag, _)) = &cached {

@@ -74,4 +74,14 @@ pub enum HookError {
     /// The body did not decode.
     #[error(transparent)]
     Wire(#[from] wire::WireError),
+    /// An in-process hook function returned an error or did not answer within the hook's
+    /// timeout. A failure of this parent's sync, not an outage of a hook service: retried with
+    /// the parent's backoff, never parking other parents behind the hook circuit.
+    #[error("{hook} hook (in-process): {message}")]
+    InProcess {
+        /// Hook.
+        hook: &'static str,
+        /// The function's error, or the timeout.
+        message: String,
+    },
 }

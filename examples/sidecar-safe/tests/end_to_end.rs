@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use kmeta_apiserver::Operation;
 use kmeta_hook::SyncRequest;
-use kmeta_tests::{Env, TIMEOUT, eventually, install_kmeta_crds};
+use kmeta_tests::{Env, HookMode, TIMEOUT, eventually, install_kmeta_crds};
 use serde_json::{Value, json};
 
 const CC: &str = "webapp-controller";
@@ -34,8 +34,19 @@ fn sidecar() -> Value {
 }
 
 #[tokio::test]
-#[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
 async fn image_update_keeps_the_injected_sidecar_and_resync_writes_nothing() -> anyhow::Result<()> {
+    sidecar_story(HookMode::Webhook).await
+}
+
+/// The same hook function, unchanged, as an in-process hook (`kmeta::embed`): the same story.
+#[tokio::test]
+async fn the_same_hook_in_process_keeps_the_sidecar_and_resync_writes_nothing() -> anyhow::Result<()>
+{
+    sidecar_story(HookMode::InProcess).await
+}
+
+#[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
+async fn sidecar_story(mode: HookMode) -> anyhow::Result<()> {
     let mut env = Env::new("sidecar-safe").await?;
     let Some(server) = env.server() else {
         eprintln!("skipped: needs the in-process API server's admission hooks");
@@ -62,21 +73,34 @@ async fn image_update_keeps_the_injected_sidecar_and_resync_writes_nothing() -> 
     // the hook, recording the annotations of every parent it is asked about
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let record = seen.clone();
-    let hooks = kmeta_hook::router().sync(move |req: SyncRequest| {
+    let sync = move |req: SyncRequest| {
         if let Ok(mut s) = record.lock() {
             s.push(req.parent["metadata"]["annotations"].clone());
         }
         kmeta_example_sidecar_safe::sync(req)
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let hook_task = tokio::spawn(async move { hooks.serve_listener(listener).await });
-
+    };
     let mut cc = yaml("controller.yaml")?;
-    cc["spec"]["hooks"]["sync"]["webhook"]["url"] = json!(format!("http://{addr}/sync"));
-    cc["metadata"]["labels"] = env.cc_labels();
-    env.create("compositecontrollers", cc).await?;
-    env.start_controller();
+    let hook_task = match mode {
+        HookMode::Webhook => {
+            let hooks = kmeta_hook::router().sync(sync);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            let task = tokio::spawn(async move { hooks.serve_listener(listener).await });
+            cc["spec"]["hooks"]["sync"]["webhook"]["url"] = json!(format!("http://{addr}/sync"));
+            cc["metadata"]["labels"] = env.cc_labels();
+            env.create("compositecontrollers", cc).await?;
+            env.start_controller();
+            Some(task)
+        }
+        HookMode::InProcess => {
+            let spec = serde_json::from_value(cc["spec"].take())?;
+            let composite = kmeta::embed::Composite::builder(env.client.clone(), CC)
+                .spec(spec)
+                .sync(sync);
+            env.start_in_process(composite, kmeta::ManagerConfig::default());
+            None
+        }
+    };
 
     let ns = env.ns.clone();
     let mut parent = yaml("parent.yaml")?;
@@ -158,6 +182,8 @@ async fn image_update_keeps_the_injected_sidecar_and_resync_writes_nothing() -> 
     );
     assert!(env.syncs(CC) > 0);
 
-    hook_task.abort();
+    if let Some(task) = hook_task {
+        task.abort();
+    }
     env.finish().await
 }

@@ -20,9 +20,10 @@ fn configmap_hook(_hook: &str, req: &Value) -> Reply {
     }))
 }
 
-#[tokio::test]
-async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
+each_hook_mode!(sync_creates_children_and_sets_status);
+async fn sync_creates_children_and_sets_status(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("basic")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(configmap_hook)
         .controller(Cc::new("things-cc"))
@@ -53,6 +54,20 @@ async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
     assert_eq!(req["finalizing"], false);
     assert!(req["children"]["ConfigMap.v1"].is_object());
     assert!(req["related"].is_object());
+    // the hook's calls are counted as Metacontroller's hook series, under the hook's URL
+    let url = match mode {
+        HookMode::Webhook => s.hooks().url("sync"),
+        HookMode::InProcess => "in-process".to_owned(),
+    };
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("metacontroller_sync_requests_total{")
+                && l.contains(&format!("url=\"{url}\""))
+                && l.contains("code=\"200\"")),
+        "no hook series for {url}: {metrics}"
+    );
 
     // an update of the parent reaches the child
     s.merge_patch(&s.parents(), "one", json!({"spec": {"message": "bye"}}))
@@ -68,9 +83,10 @@ async fn sync_creates_children_and_sets_status() -> anyhow::Result<()> {
     s.finish().await
 }
 
-#[tokio::test]
-async fn deleting_the_parent_garbage_collects_children() -> anyhow::Result<()> {
+each_hook_mode!(deleting_the_parent_garbage_collects_children);
+async fn deleting_the_parent_garbage_collects_children(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("gc")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(configmap_hook)
         .controller(Cc::new("gc-cc"))

@@ -39,11 +39,12 @@ fn answer(mode: Mode, req: &Value) -> Reply {
     }
 }
 
-#[tokio::test]
-async fn failing_hooks_leave_children_unchanged() -> anyhow::Result<()> {
+each_hook_mode!(failing_hooks_leave_children_unchanged);
+async fn failing_hooks_leave_children_unchanged(hooks: HookMode) -> anyhow::Result<()> {
     let mode = Arc::new(Mutex::new(Mode::Good));
     let m = mode.clone();
     let s = Scenario::new("fail")
+        .hook_mode(hooks)
         .crd("Thing", "things")
         .hook(move |_, req| answer(*m.lock().unwrap(), req))
         .controller(Cc::new("fail-cc").webhook(json!({"timeout": "1s"})))

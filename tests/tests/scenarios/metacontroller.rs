@@ -19,9 +19,10 @@ fn configmap(name: &str, labels: Value, data: Value) -> Value {
     cm
 }
 
-#[tokio::test]
-async fn resync_after_seconds_calls_the_hook_again() -> anyhow::Result<()> {
+each_hook_mode!(resync_after_seconds_calls_the_hook_again);
+async fn resync_after_seconds_calls_the_hook_again(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("resync")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(|_, _| Reply::Json(json!({"children": [], "resyncAfterSeconds": 0.1})))
         .controller(Cc::new("resync-cc"))
@@ -66,9 +67,10 @@ async fn resync_after_seconds_has_a_floor() -> anyhow::Result<()> {
     s.finish().await
 }
 
-#[tokio::test]
-async fn customize_hook_supplies_related_objects() -> anyhow::Result<()> {
+each_hook_mode!(customize_hook_supplies_related_objects);
+async fn customize_hook_supplies_related_objects(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("related")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(|hook, req| match hook {
             "customize" => Reply::Json(json!({"relatedResources": [{
@@ -226,10 +228,13 @@ async fn v1_namespaced_parent_reads_cluster_scoped_related() -> anyhow::Result<(
     s.finish().await
 }
 
-#[tokio::test]
-async fn claims_matching_orphans_and_ignores_non_matching_objects() -> anyhow::Result<()> {
+each_hook_mode!(claims_matching_orphans_and_ignores_non_matching_objects);
+async fn claims_matching_orphans_and_ignores_non_matching_objects(
+    mode: HookMode,
+) -> anyhow::Result<()> {
     // the hook reports what it observed and desires the orphan (so it is kept, now owned)
     let s = Scenario::new("claim")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(|_, req| {
             let names: Vec<String> = req["children"]["ConfigMap.v1"]
@@ -276,11 +281,12 @@ async fn claims_matching_orphans_and_ignores_non_matching_objects() -> anyhow::R
     s.finish().await
 }
 
-#[tokio::test]
-async fn releases_owned_children_whose_labels_stop_matching() -> anyhow::Result<()> {
+each_hook_mode!(releases_owned_children_whose_labels_stop_matching);
+async fn releases_owned_children_whose_labels_stop_matching(mode: HookMode) -> anyhow::Result<()> {
     let keep = Arc::new(Mutex::new(true));
     let k = keep.clone();
     let s = Scenario::new("release")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(move |_, req| {
             let name = req["parent"]["metadata"]["name"]
@@ -355,9 +361,10 @@ async fn parent_without_status_subresource_is_reported() -> anyhow::Result<()> {
     s.finish().await
 }
 
-#[tokio::test]
-async fn v2_hooks_key_children_by_namespace_and_name() -> anyhow::Result<()> {
+each_hook_mode!(v2_hooks_key_children_by_namespace_and_name);
+async fn v2_hooks_key_children_by_namespace_and_name(mode: HookMode) -> anyhow::Result<()> {
     let s = Scenario::new("v2")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(|_, req| {
             let name = req["parent"]["metadata"]["name"]
@@ -413,11 +420,12 @@ async fn hook_authorization_from_a_secret() -> anyhow::Result<()> {
     s.finish().await
 }
 
-#[tokio::test]
-async fn finalize_hook_runs_before_the_parent_goes_away() -> anyhow::Result<()> {
+each_hook_mode!(finalize_hook_runs_before_the_parent_goes_away);
+async fn finalize_hook_runs_before_the_parent_goes_away(mode: HookMode) -> anyhow::Result<()> {
     let done = Arc::new(Mutex::new(false));
     let d = done.clone();
     let s = Scenario::new("finalize")
+        .hook_mode(mode)
         .crd("Thing", "things")
         .hook(move |hook, req| {
             let name = req["parent"]["metadata"]["name"]

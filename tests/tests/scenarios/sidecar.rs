@@ -65,10 +65,12 @@ fn app_and_proxy(image: &str) -> [(String, String); 2] {
     ]
 }
 
-#[tokio::test]
-async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing() -> anyhow::Result<()>
-{
+each_hook_mode!(injected_sidecar_survives_parent_updates_and_resync_writes_nothing);
+async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing(
+    mode: HookMode,
+) -> anyhow::Result<()> {
     let mut s = Scenario::new("sidecar")
+        .hook_mode(mode)
         .crd("App", "apps")
         .crd("Workload", "workloads")
         .hook(hook)

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::api::{CompositeController, Hook};
+use crate::hook::client::LocalHook;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::reconcile::children::{ChildRule, Children, list_rules};
@@ -257,6 +258,45 @@ async fn hook_clients(
     })
 }
 
+/// The Rust functions that answer a CompositeController's hooks in this process, instead of its
+/// webhooks (kmeta used as a library).
+#[derive(Clone)]
+pub struct LocalHooks {
+    /// The sync hook.
+    pub sync: LocalHook,
+    /// The finalize hook, if any.
+    pub finalize: Option<LocalHook>,
+    /// The customize hook, if any.
+    pub customize: Option<LocalHook>,
+}
+
+/// In-process hook clients: each with the version and decoding the spec declares for that hook
+/// (the defaults when it declares none), counted in the metrics under `name`.
+fn local_hook_clients(
+    ctx: &Context,
+    cc: &CompositeController,
+    name: &str,
+    local: LocalHooks,
+) -> Result<Hooks, BuildError> {
+    let spec = &cc.spec;
+    let client = |which: &'static str, declared: Option<&Hook>, f: LocalHook| {
+        let default = Hook::default();
+        HookClient::in_process(which, declared.unwrap_or(&default), f)
+            .map(|c| c.with_metrics(ctx.config.metrics.clone(), name))
+    };
+    Ok(Hooks {
+        sync: client("sync", spec.sync_hook(), local.sync)?,
+        finalize: match local.finalize {
+            Some(f) => Some(client("finalize", spec.finalize_hook(), f)?),
+            None => None,
+        },
+        customize: match local.customize {
+            Some(f) => Some(client("customize", spec.customize_hook(), f)?),
+            None => None,
+        },
+    })
+}
+
 impl Composite {
     /// Resolves resources, starts (or shares) watches and builds hook clients.
     pub async fn build(
@@ -264,9 +304,30 @@ impl Composite {
         cc: CompositeController,
     ) -> Result<Composite, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
+        let hooks = hook_clients(&ctx, &cc, &name).await?;
+        Self::build_with(ctx, cc, hooks).await
+    }
+
+    /// Like [`Composite::build`], with the hooks answered by Rust functions in this process.
+    pub async fn build_in_process(
+        ctx: Arc<Context>,
+        cc: CompositeController,
+        local: LocalHooks,
+    ) -> Result<Composite, BuildError> {
+        let name = cc.metadata.name.clone().unwrap_or_default();
+        let hooks = local_hook_clients(&ctx, &cc, &name, local)?;
+        Self::build_with(ctx, cc, hooks).await
+    }
+
+    /// Resolves resources and starts (or shares) watches, with the hook clients given.
+    async fn build_with(
+        ctx: Arc<Context>,
+        cc: CompositeController,
+        hooks: Hooks,
+    ) -> Result<Composite, BuildError> {
+        let name = cc.metadata.name.clone().unwrap_or_default();
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
-        let hooks = hook_clients(&ctx, &cc, &name).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children)?;
         let mut cc_json = serde_json::to_value(&cc).unwrap_or(Value::Null);
         if let Some(m) = cc_json.as_object_mut() {

@@ -24,7 +24,7 @@ use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
 
-pub use build::{BuildError, Composite};
+pub use build::{BuildError, Composite, LocalHooks};
 pub use related::Used;
 
 /// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
@@ -55,6 +55,19 @@ impl ParentController {
     ) -> Result<ParentController, BuildError> {
         Ok(ParentController {
             c: Composite::build(ctx, cc).await?,
+            queue: Queue::default(),
+        })
+    }
+
+    /// Like [`ParentController::build`], with the hooks answered by Rust functions in this
+    /// process (no webhook is called).
+    pub async fn build_in_process(
+        ctx: Arc<Context>,
+        cc: CompositeController,
+        local: LocalHooks,
+    ) -> Result<ParentController, BuildError> {
+        Ok(ParentController {
+            c: Composite::build_in_process(ctx, cc, local).await?,
             queue: Queue::default(),
         })
     }
