@@ -33,3 +33,6 @@ pub mod cmd;
 
 pub use reconcile::{Context, ManagerConfig};
 pub use runtime::cache::PendingWatches;
+/// The cache's form of a watched object, and a resolved resource (for the memory benchmark).
+#[doc(hidden)]
+pub use runtime::{cache::cached_value, resources::Resolved};
