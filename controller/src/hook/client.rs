@@ -337,10 +337,10 @@ impl HookClient {
     }
 
     /// Calls a DecoratorController sync/finalize hook and decodes the response.
-    pub async fn decorator_sync(
+    pub async fn decorator_sync<B: Serialize + ?Sized>(
         &self,
         cache_key: &str,
-        request: &Value,
+        request: &B,
     ) -> Result<wire::DecoratorSyncResponse, HookError> {
         let body = self.call(cache_key, request).await?;
         wire::decode_decorator_response(&body, self.mode, self.name).map_err(|e| self.masked(e))

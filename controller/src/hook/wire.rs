@@ -167,6 +167,22 @@ pub struct SyncRequestRef<'a> {
     pub finalizing: bool,
 }
 
+/// The DecoratorController sync/finalize request body by reference: the same JSON as
+/// [`decorator_request`], encoded straight from the cached object and attachments.
+#[derive(Debug, Serialize)]
+pub struct DecoratorRequestRef<'a> {
+    /// The DecoratorController object.
+    pub controller: &'a Value,
+    /// The decorated object.
+    pub object: &'a Value,
+    /// Observed attachments.
+    pub attachments: ObjectMapRef<'a>,
+    /// Related objects.
+    pub related: &'a Map<String, Value>,
+    /// True for the finalize hook.
+    pub finalizing: bool,
+}
+
 /// The sync/finalize request body.
 pub fn sync_request(
     controller: &Value,
@@ -422,6 +438,24 @@ mod tests {
                 children: object_map_ref(version, false, &declared, objs),
                 related: &related,
                 finalizing: true,
+            };
+            assert_eq!(
+                serde_json::to_string(&borrowed).unwrap(),
+                serde_json::to_string(&owned).unwrap()
+            );
+            let owned = decorator_request(
+                &controller,
+                &parent,
+                object_map(version, false, &declared, objs),
+                related.clone(),
+                false,
+            );
+            let borrowed = DecoratorRequestRef {
+                controller: &controller,
+                object: &parent,
+                attachments: object_map_ref(version, false, &declared, objs),
+                related: &related,
+                finalizing: false,
             };
             assert_eq!(
                 serde_json::to_string(&borrowed).unwrap(),
