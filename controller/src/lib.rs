@@ -33,6 +33,7 @@ pub mod cmd;
 
 pub use reconcile::{Context, ManagerConfig};
 pub use runtime::cache::PendingWatches;
-/// The cache's form of a watched object, and a resolved resource (for the memory benchmark).
+/// The cache's form of a watched object, a resolved resource and the work queue (for the
+/// benchmarks).
 #[doc(hidden)]
-pub use runtime::{cache::cached_value, resources::Resolved};
+pub use runtime::{cache::cached_value, queue::Queue, resources::Resolved};
