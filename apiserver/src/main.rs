@@ -4,6 +4,10 @@ use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 
+/// The allocator of the binary (chosen by measurement: docs/design/sync-path-costs.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kmeta-apiserver",

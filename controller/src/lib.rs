@@ -35,3 +35,7 @@ pub mod embed;
 
 pub use reconcile::{Context, ManagerConfig};
 pub use runtime::cache::PendingWatches;
+/// The cache's form of a watched object, a resolved resource and the work queue (for the
+/// benchmarks).
+#[doc(hidden)]
+pub use runtime::{cache::cached_value, queue::Queue, resources::Resolved};

@@ -7,6 +7,10 @@ use clap::{Parser, Subcommand};
 use kmeta::cmd::cli::{LogArgs, RunArgs};
 use tokio_util::sync::CancellationToken;
 
+/// The allocator of the binary (chosen by measurement: docs/design/sync-path-costs.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kmeta",

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use serde_json::Value;
 
 use super::error::HookError;
@@ -191,14 +192,15 @@ impl HookClient {
     async fn call_local(
         &self,
         (f, timeout): &(LocalHook, Duration),
-        body: &Value,
+        body: Value,
     ) -> Result<Vec<u8>, HookError> {
-        let answer = tokio::time::timeout(*timeout, f(body.clone()))
-            .await
-            .map_err(|_| HookError::InProcess {
-                hook: self.name,
-                message: format!("no answer within the hook's timeout ({timeout:?})"),
-            })?;
+        let answer =
+            tokio::time::timeout(*timeout, f(body))
+                .await
+                .map_err(|_| HookError::InProcess {
+                    hook: self.name,
+                    message: format!("no answer within the hook's timeout ({timeout:?})"),
+                })?;
         let answer = answer.map_err(|message| HookError::InProcess {
             hook: self.name,
             message,
@@ -233,7 +235,11 @@ impl HookClient {
 
     /// POSTs `body` and returns the response body of a 200 (or the cached body on 304/412 when
     /// `If-None-Match` was sent). `cache_key` identifies the root object for the ETag cache.
-    pub async fn call(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
+    pub async fn call<B: Serialize + ?Sized>(
+        &self,
+        cache_key: &str,
+        body: &B,
+    ) -> Result<Vec<u8>, HookError> {
         let Some((metrics, controller_type, controller)) = &self.metrics else {
             return self.call_unobserved(cache_key, body).await;
         };
@@ -260,8 +266,16 @@ impl HookClient {
 
     /// POSTs `body` once, without metrics: the request (with `If-None-Match` when the ETag cache
     /// holds `cache_key`), then the response checked and cached.
-    async fn call_unobserved(&self, cache_key: &str, body: &Value) -> Result<Vec<u8>, HookError> {
+    async fn call_unobserved<B: Serialize + ?Sized>(
+        &self,
+        cache_key: &str,
+        body: &B,
+    ) -> Result<Vec<u8>, HookError> {
         if let Some(f) = &self.local {
+            let body = serde_json::to_value(body).map_err(|e| HookError::InProcess {
+                hook: self.name,
+                message: format!("encoding the request: {e}"),
+            })?;
             return self.call_local(f, body).await;
         }
         let mut req = self.request(body)?;
@@ -306,15 +320,20 @@ impl HookClient {
         Ok(out)
     }
 
-    /// The POST of `body` as JSON, with the `Authorization` header when configured (traced with
-    /// Secrets redacted).
-    fn request(&self, body: &Value) -> Result<reqwest::RequestBuilder, HookError> {
+    /// The POST of `body` as JSON (encoded straight from what it borrows), with the
+    /// `Authorization` header when configured (traced with Secrets redacted).
+    fn request<B: Serialize + ?Sized>(
+        &self,
+        body: &B,
+    ) -> Result<reqwest::RequestBuilder, HookError> {
         let payload = serde_json::to_vec(body).map_err(|e| HookError::Config {
             hook: self.name,
             message: format!("encoding request: {e}"),
         })?;
         if tracing::enabled!(tracing::Level::TRACE) {
-            tracing::trace!(hook = self.name, url = %self.shown_url, request = %redact_secrets(body), "hook request");
+            let shown = serde_json::to_value(body).map(|v| redact_secrets(&v).to_string());
+            let shown = shown.unwrap_or_else(|e| e.to_string());
+            tracing::trace!(hook = self.name, url = %self.shown_url, request = %shown, "hook request");
         }
         let mut req = self
             .http
@@ -387,20 +406,20 @@ impl HookClient {
     }
 
     /// Calls a sync/finalize hook and decodes the response.
-    pub async fn sync(
+    pub async fn sync<B: Serialize + ?Sized>(
         &self,
         cache_key: &str,
-        request: &Value,
+        request: &B,
     ) -> Result<wire::SyncResponse, HookError> {
         let body = self.call(cache_key, request).await?;
         wire::decode_sync_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
     }
 
     /// Calls a DecoratorController sync/finalize hook and decodes the response.
-    pub async fn decorator_sync(
+    pub async fn decorator_sync<B: Serialize + ?Sized>(
         &self,
         cache_key: &str,
-        request: &Value,
+        request: &B,
     ) -> Result<wire::DecoratorSyncResponse, HookError> {
         let body = self.call(cache_key, request).await?;
         wire::decode_decorator_response(&body, self.mode, self.name).map_err(|e| self.masked(e))

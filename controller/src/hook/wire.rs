@@ -2,9 +2,11 @@
 //! `kmeta-hook` SDK); this module builds requests (object maps keyed `<Kind>.<apiVersion>`, then
 //! by object key: v1 relative, v2 uniform) and decodes responses in loose or strict mode.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::de::{DeserializeOwned, Error as _, IgnoredAny};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 pub use kmeta_wire::{
@@ -89,6 +91,96 @@ pub fn object_map<'a>(
         );
     }
     out.into()
+}
+
+/// An object map (`children`) borrowed from the observed objects: it serializes to the same
+/// JSON as [`object_map`] without copying an object. Groups and objects keep their order.
+#[derive(Debug)]
+pub struct ObjectMapRef<'a>(Vec<(String, Vec<(String, &'a Value)>)>);
+
+/// One group of an [`ObjectMapRef`].
+struct GroupRef<'b, 'a>(&'b [(String, &'a Value)]);
+
+impl Serialize for GroupRef<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, *v)))
+    }
+}
+
+impl Serialize for ObjectMapRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(g, objs)| (g, GroupRef(objs))))
+    }
+}
+
+/// [`object_map`] by reference: one (possibly empty) entry per declared group, then every
+/// object under its group (a later object with the same key replaces an earlier one).
+pub fn object_map_ref<'a>(
+    version: HookVersion,
+    parent_namespaced: bool,
+    declared: &[String],
+    objects: impl IntoIterator<Item = &'a Value>,
+) -> ObjectMapRef<'a> {
+    let mut groups: Vec<(String, Vec<(String, &'a Value)>)> =
+        declared.iter().map(|g| (g.clone(), Vec::new())).collect();
+    let mut slots: HashMap<(usize, String), usize> = HashMap::new();
+    for obj in objects {
+        let av = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let group = group_key(av, kind);
+        let idx = match groups.iter().position(|(g, _)| *g == group) {
+            Some(i) => i,
+            None => {
+                groups.push((group, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let key = object_key(version, parent_namespaced, obj);
+        let objs = &mut groups[idx].1;
+        match slots.entry((idx, key)) {
+            Entry::Occupied(slot) => objs[*slot.get()].1 = obj,
+            Entry::Vacant(slot) => {
+                objs.push((slot.key().1.clone(), obj));
+                slot.insert(objs.len() - 1);
+            }
+        }
+    }
+    ObjectMapRef(groups)
+}
+
+/// The sync/finalize request body by reference: the same JSON as [`sync_request`], encoded
+/// straight from the cached parent, children and related objects (nothing is copied).
+#[derive(Debug, Serialize)]
+pub struct SyncRequestRef<'a> {
+    /// The CompositeController object.
+    pub controller: &'a Value,
+    /// The parent.
+    pub parent: &'a Value,
+    /// Observed children.
+    pub children: ObjectMapRef<'a>,
+    /// Related objects.
+    pub related: &'a Map<String, Value>,
+    /// True for the finalize hook.
+    pub finalizing: bool,
+}
+
+/// The DecoratorController sync/finalize request body by reference: the same JSON as
+/// [`decorator_request`], encoded straight from the cached object and attachments.
+#[derive(Debug, Serialize)]
+pub struct DecoratorRequestRef<'a> {
+    /// The DecoratorController object.
+    pub controller: &'a Value,
+    /// The decorated object.
+    pub object: &'a Value,
+    /// Observed attachments.
+    pub attachments: ObjectMapRef<'a>,
+    /// Related objects.
+    pub related: &'a Map<String, Value>,
+    /// True for the finalize hook.
+    pub finalizing: bool,
 }
 
 /// The sync/finalize request body.
@@ -321,6 +413,56 @@ pub fn decode_customize_response(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn borrowed_request_encodes_like_the_owned_one() {
+        let declared = vec!["Pod.v1".to_owned(), "ConfigMap.v1".to_owned()];
+        let (a, b) = (pod(Some("ns"), "a"), pod(Some("ns"), "b"));
+        let mut b2 = b.clone();
+        b2["spec"] = json!({"again": true});
+        let cm = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        let related = object_map(HookVersion::V1, true, &declared, [&cm]);
+        let (controller, parent) = (json!({"kind": "CompositeController"}), pod(None, "p"));
+        for version in [HookVersion::V1, HookVersion::V2] {
+            let objs = [&b, &cm, &a, &b2];
+            let owned = sync_request(
+                &controller,
+                &parent,
+                object_map(version, false, &declared, objs),
+                related.clone(),
+                true,
+            );
+            let borrowed = SyncRequestRef {
+                controller: &controller,
+                parent: &parent,
+                children: object_map_ref(version, false, &declared, objs),
+                related: &related,
+                finalizing: true,
+            };
+            assert_eq!(
+                serde_json::to_string(&borrowed).unwrap(),
+                serde_json::to_string(&owned).unwrap()
+            );
+            let owned = decorator_request(
+                &controller,
+                &parent,
+                object_map(version, false, &declared, objs),
+                related.clone(),
+                false,
+            );
+            let borrowed = DecoratorRequestRef {
+                controller: &controller,
+                object: &parent,
+                attachments: object_map_ref(version, false, &declared, objs),
+                related: &related,
+                finalizing: false,
+            };
+            assert_eq!(
+                serde_json::to_string(&borrowed).unwrap(),
+                serde_json::to_string(&owned).unwrap()
+            );
+        }
+    }
 
     fn pod(ns: Option<&str>, name: &str) -> Value {
         let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});

@@ -1,6 +1,9 @@
 //! Thin dynamic API helpers: every write carries a resourceVersion or a UID precondition.
 
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GetParams, PostParams, Preconditions, PropagationPolicy,
+};
+use kube::core::Request;
 use serde_json::Value;
 
 use crate::object::meta_str;
@@ -36,42 +39,64 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     code(e) == Some(409)
 }
 
-fn to_dyn(v: &Value) -> Result<DynamicObject, kube::Error> {
-    serde_json::from_value(v.clone()).map_err(kube::Error::SerdeError)
+/// Sends `req` (tagged `verb` for kube's tracing) and decodes the answer straight into a `Value`:
+/// no `DynamicObject` in between.
+async fn send_raw(
+    api: &Api<DynamicObject>,
+    mut req: http::Request<Vec<u8>>,
+    verb: &'static str,
+) -> Result<Value, kube::Error> {
+    req.extensions_mut().insert(verb);
+    api.clone().into_client().request::<Value>(req).await
 }
 
-fn to_value(o: DynamicObject) -> Result<Value, kube::Error> {
-    serde_json::to_value(o).map_err(kube::Error::SerdeError)
+fn body(obj: &Value) -> Result<Vec<u8>, kube::Error> {
+    serde_json::to_vec(obj).map_err(kube::Error::SerdeError)
+}
+
+fn request(api: &Api<DynamicObject>) -> Request {
+    Request::new(api.resource_url())
 }
 
 /// GET (uncached).
 pub async fn get(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
-    match api.get(name).await {
-        Ok(o) => Ok(Some(to_value(o)?)),
+    let req = request(api)
+        .get(name, &GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    match send_raw(api, req, "get").await {
+        Ok(o) => Ok(Some(o)),
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// POST.
+/// POST: the object is sent as raw JSON, exactly as given.
 pub async fn create(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
-    to_value(api.create(&PostParams::default(), &to_dyn(obj)?).await?)
+    let req = request(api)
+        .create(&PostParams::default(), body(obj)?)
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "create").await
 }
 
-/// PUT (the object carries its resourceVersion).
+/// PUT (the object carries its resourceVersion), as raw JSON.
 pub async fn replace(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
-    to_value(
-        api.replace(meta_str(obj, "name"), &PostParams::default(), &to_dyn(obj)?)
-            .await?,
-    )
+    let req = request(api)
+        .replace(meta_str(obj, "name"), &PostParams::default(), body(obj)?)
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "replace").await
 }
 
-/// PUT /status.
+/// PUT /status, as raw JSON.
 pub async fn replace_status(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
-    to_value(
-        api.replace_status(meta_str(obj, "name"), &PostParams::default(), &to_dyn(obj)?)
-            .await?,
-    )
+    let req = request(api)
+        .replace_subresource(
+            "status",
+            meta_str(obj, "name"),
+            &PostParams::default(),
+            body(obj)?,
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "replace_subresource").await
 }
 
 /// DELETE with a UID precondition and Background propagation.

@@ -351,6 +351,11 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         self.with(|s| s.due.len())
     }
 
+    /// True when no key is scheduled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Waits for the next due key that is not running and marks it running.
     #[cfg(test)]
     pub async fn next(&self) -> Option<K> {
@@ -405,9 +410,11 @@ mod tests {
     #[tokio::test]
     async fn dedups_and_never_hands_out_a_running_key() {
         let q: Queue<&str> = Queue::default();
+        assert!(q.is_empty());
         q.add("a");
         q.add("a");
         assert_eq!(q.len(), 1);
+        assert!(!q.is_empty());
         let k = q.next().await.unwrap();
         assert_eq!(k, "a");
         q.add("a"); // re-added while running

@@ -265,12 +265,17 @@ pub(super) async fn call_hook(
         (Some(f), true) => f,
         _ => &c.hooks.sync,
     };
-    let children = wire::object_map(
-        hook.version(),
-        c.parent.namespaced,
-        &c.child_keys,
-        observed.iter(),
-    );
-    let request = wire::sync_request(&c.cc_json, parent, children, related.clone(), finalizing);
+    let request = wire::SyncRequestRef {
+        controller: &c.cc_json,
+        parent,
+        children: wire::object_map_ref(
+            hook.version(),
+            c.parent.namespaced,
+            &c.child_keys,
+            observed.iter(),
+        ),
+        related,
+        finalizing,
+    };
     Ok(hook.sync(cache_key, &request).await?)
 }

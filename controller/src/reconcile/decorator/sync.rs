@@ -134,13 +134,18 @@ async fn call_hook(
         (Some(f), true) => f,
         _ => &d.hooks.sync,
     };
-    let attachments = wire::object_map(
-        hook.version(),
-        rule.resolved.namespaced,
-        &d.attachment_keys,
-        observed.iter(),
-    );
-    let request = wire::decorator_request(&d.dc_json, target, attachments, related, finalizing);
+    let request = wire::DecoratorRequestRef {
+        controller: &d.dc_json,
+        object: target,
+        attachments: wire::object_map_ref(
+            hook.version(),
+            rule.resolved.namespaced,
+            &d.attachment_keys,
+            observed.iter(),
+        ),
+        related: &related,
+        finalizing,
+    };
     Ok(hook.decorator_sync(&cache_key(target), &request).await?)
 }
 

@@ -1,0 +1,137 @@
+//! Memory per cached child: Deployment-shaped children (~1 KB and ~3.3 KB of JSON as the API
+//! server returns them, managedFields included) created on kmeta-apiserver, listed, and held
+//! the way the controller's cache holds them (`cache::cached_value`, managedFields dropped),
+//! side by side with the whole object kept as decoded (the earlier form).
+//!
+//! `cargo bench -p kmeta-tests --bench child_bytes` (env `KMETA_BENCH_CHILDREN`, default
+//! 10 000). Each form is measured in a fresh process: the heap bytes requested and not freed
+//! while decoding and holding every child (allocator overhead not included). Prints figures;
+//! asserts nothing.
+
+use std::alloc::System;
+use std::sync::Arc;
+
+use kmeta::{Resolved, cached_value};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// The system allocator, counting the bytes requested (what a child holds does not depend on
+/// the allocator; its overhead is not counted).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A Deployment with `containers` containers of `env` env vars each.
+fn deployment(name: &str, containers: usize, env: usize) -> Value {
+    let cs: Vec<Value> = (0..containers)
+        .map(|c| {
+            json!({"name": format!("c{c}"), "image": format!("registry.example/app-{c}:1.2.3"),
+                "ports": [{"containerPort": 8080 + c, "protocol": "TCP"}],
+                "env": (0..env).map(|e| json!({"name": format!("VAR_{e}"), "value": format!("value-{e}")}))
+                    .collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}})
+        })
+        .collect();
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name, "tier": "web"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": cs}}}})
+}
+
+/// Holds every listed child in `form` and returns the resident growth per child.
+fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
+    let n = items.len() as f64;
+    let region = Region::new(GLOBAL);
+    let held: Vec<Arc<Value>> = items
+        .iter()
+        .filter_map(|bytes| {
+            let o: DynamicObject = serde_json::from_slice(bytes).ok()?;
+            let v = match form {
+                "cache" => cached_value(o, r)?,
+                _ => serde_json::to_value(o).ok()?,
+            };
+            Some(Arc::new(v))
+        })
+        .collect();
+    let c = region.change();
+    let net = c.bytes_allocated as f64 - c.bytes_deallocated as f64 + c.bytes_reallocated as f64;
+    let per = net / n;
+    drop(held);
+    per
+}
+
+async fn measure(form: &str, containers: usize, env: usize) -> anyhow::Result<()> {
+    let n = env_usize("KMETA_BENCH_CHILDREN", 10_000);
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let ar = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
+    let pp = PostParams {
+        field_manager: Some("bench".into()),
+        ..PostParams::default()
+    };
+    for i in 0..n {
+        let d: DynamicObject =
+            serde_json::from_value(deployment(&format!("d-{i}"), containers, env))?;
+        api.create(&pp, &d).await?;
+    }
+    let listed = api.list(&ListParams::default()).await?;
+    let items: Vec<Vec<u8>> = listed
+        .items
+        .iter()
+        .map(serde_json::to_vec)
+        .collect::<Result<_, _>>()?;
+    drop(listed);
+    let wire = items.iter().map(Vec::len).sum::<usize>() as f64 / n as f64;
+    let managed = items
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
+        .filter_map(|v| {
+            v.pointer("/metadata/managedFields")
+                .map(|m| m.to_string().len())
+        })
+        .sum::<usize>() as f64
+        / n as f64;
+    let r = Resolved {
+        api: ar,
+        namespaced: true,
+        has_status: true,
+    };
+    let per = hold(&items, form, &r);
+    println!(
+        "  {containers}×{env} Deployment: {wire:.0} B of JSON ({managed:.0} B managedFields); {form}: {per:.0} B per child ({:.1}× the JSON)",
+        per / wire
+    );
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    if let Ok(spec) = std::env::var("KMETA_CHILD_BYTES_RUN") {
+        let parts: Vec<&str> = spec.split(',').collect();
+        if let [form, c, e] = parts[..] {
+            return measure(form, c.parse()?, e.parse()?).await;
+        }
+        anyhow::bail!("KMETA_CHILD_BYTES_RUN={spec}: expected FORM,CONTAINERS,ENV");
+    }
+    println!(
+        "child_bytes: {} children per shape; heap bytes held per child",
+        env_usize("KMETA_BENCH_CHILDREN", 10_000)
+    );
+    let me = std::env::current_exe()?;
+    for (c, e) in [(1, 1), (2, 6)] {
+        for form in ["decoded", "cache"] {
+            let status = std::process::Command::new(&me)
+                .env("KMETA_CHILD_BYTES_RUN", format!("{form},{c},{e}"))
+                .status()?;
+            anyhow::ensure!(status.success(), "{form} {c}×{e} failed: {status}");
+        }
+    }
+    Ok(())
+}
