@@ -182,6 +182,7 @@ pub struct Cc {
     webhook: Value,
     hooks: Vec<String>,
     patches: Vec<Value>,
+    annotations: Vec<(String, String)>,
 }
 
 enum Children {
@@ -198,6 +199,7 @@ impl Cc {
             parent: None,
             selector: None,
             children: Children::ConfigMaps(Some("InPlace".into())),
+            annotations: Vec::new(),
             sync_url: None,
             webhook: json!({}),
             hooks: Vec::new(),
@@ -265,6 +267,12 @@ impl Cc {
         self.patch(json!({"generateSelector": null}))
     }
 
+    /// An annotation on the CompositeController object.
+    pub fn annotate(mut self, key: &str, value: &str) -> Cc {
+        self.annotations.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// A JSON merge patch (RFC 7386: `null` removes) applied to the finished spec.
     pub fn patch(mut self, patch: Value) -> Cc {
         self.patches.push(patch);
@@ -318,7 +326,11 @@ impl Cc {
         for patch in &self.patches {
             merge_patch(&mut spec, patch);
         }
-        Ok(composite_controller(&s.env, &self.name, spec))
+        let mut cc = composite_controller(&s.env, &self.name, spec);
+        for (k, v) in &self.annotations {
+            cc["metadata"]["annotations"][k] = json!(v);
+        }
+        Ok(cc)
     }
 }
 

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::api::ChildUpdateMethod;
 use crate::object::{controller_uid, describe, meta_str};
+use crate::reconcile::apply::{self, ApplyStrategy, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
 use crate::runtime::cache::Informer;
@@ -39,6 +40,37 @@ pub struct Children<'a> {
     pub rules: &'a HashMap<String, ChildRule>,
     /// Child updates the API server answered without writing.
     pub futile: &'a Mutex<FutileUpdates>,
+    /// How children are written.
+    pub strategy: ApplyStrategy,
+}
+
+/// What one sync writes children as: its parent, the parent's field manager, the desired
+/// children and the observed ones by key.
+struct Writing<'a> {
+    parent: &'a Value,
+    manager: String,
+    desired: &'a BTreeMap<String, Value>,
+    observed: BTreeMap<String, &'a Value>,
+}
+
+impl<'a> Writing<'a> {
+    fn new(
+        c: &Children<'_>,
+        parent: &'a Value,
+        observed: &'a [Value],
+        desired: &'a BTreeMap<String, Value>,
+    ) -> Self {
+        Writing {
+            parent,
+            manager: apply::field_manager(
+                &c.ctx.config.ssa_field_manager,
+                c.controller,
+                meta_str(parent, "uid"),
+            ),
+            desired,
+            observed: observed.iter().map(|o| (decide::child_key(o), o)).collect(),
+        }
+    }
 }
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
@@ -63,6 +95,7 @@ pub async fn manage_children(
     )?;
     let mut errors = Vec::new();
     let mut ignored = Vec::new();
+    let w = Writing::new(c, parent, observed, desired);
     for op in ops {
         let obj = match &op {
             ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
@@ -76,7 +109,7 @@ pub async fn manage_children(
             errors.push(format!("{}: undeclared type {gk}", describe(obj)));
             continue;
         };
-        let Some((verb, op_label, res)) = execute(c, rule, &op, &mut ignored).await else {
+        let Some((verb, op_label, res)) = execute(c, rule, &w, &op, &mut ignored).await else {
             continue;
         };
         let e = match res {
@@ -136,6 +169,7 @@ type Executed = (&'static str, &'static str, Result<(), kube::Error>);
 async fn execute(
     c: &Children<'_>,
     rule: &ChildRule,
+    w: &Writing<'_>,
     op: &ChildOp,
     ignored: &mut Vec<(String, Vec<String>)>,
 ) -> Option<Executed> {
@@ -147,8 +181,11 @@ async fn execute(
         ChildOp::Create(o) => (
             "creating",
             "create",
-            kapi::create(&api, o).await.map(|_| ()),
+            kapi::create_as(&api, o, &w.manager).await.map(|_| ()),
         ),
+        ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
+            ("applying", "update", apply_child(c, rule, w, o).await)
+        }
         ChildOp::Update(o)
             if c.futile
                 .lock()
@@ -161,12 +198,89 @@ async fn execute(
         ChildOp::Update(o) => (
             "updating",
             "update",
-            kapi::replace(&api, o)
+            kapi::replace_as(&api, o, &w.manager)
                 .await
                 .map(|stored| remember_ignored(c, o, &stored, ignored)),
         ),
         ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
     })
+}
+
+/// Server-side apply of one child (the desired object, with its owner reference and
+/// last-applied annotation): first moves the fields the parent's manager owns through earlier
+/// non-apply writes into its apply entry, then applies without force. Fields held by other
+/// managers are taken with force and named in a `ChildFieldsTaken` event; fields held by another
+/// parent's manager are not taken: the child is left alone and a `ChildContested` event says so.
+async fn apply_child(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    merged: &Value,
+) -> Result<(), kube::Error> {
+    let key = decide::child_key(merged);
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
+    let Some(want) = w.desired.get(&key) else {
+        return Ok(());
+    };
+    let prepared = dynapply::prepare_create(want, &rule.options)
+        .map(|p| decide::with_owner(&p, w.parent))
+        .map_err(|e| kube::Error::Service(Box::new(e)))?;
+    let body = apply::apply_body(&prepared);
+    if let Some(live) = w.observed.get(&key)
+        && let Some(up) = live
+            .pointer("/metadata/managedFields")
+            .and_then(|m| apply::upgraded_managed_fields(m, &w.manager))
+    {
+        kapi::set_managed_fields(&api, live, &up, &w.manager).await?;
+    }
+    let e = match kapi::apply_as(&api, &body, &w.manager, false).await {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    let kube::Error::Api(status) = &e else {
+        return Err(e);
+    };
+    let conflicts = apply::conflicts_of(status);
+    if status.code != 409 || conflicts.is_empty() {
+        return Err(e);
+    }
+    let child = describe(merged);
+    let controlled = w
+        .observed
+        .get(&key)
+        .and_then(|live| controller_uid(live))
+        .is_some_and(|uid| uid == meta_str(w.parent, "uid"));
+    match apply::decide_conflicts(
+        conflicts,
+        &c.ctx.config.ssa_field_manager,
+        &w.manager,
+        controlled,
+    ) {
+        ConflictDecision::Contested(held) => {
+            let note = format!(
+                "{child} is wanted by another parent too: {} (kmeta does not take fields from another parent; the child is left as it is until one of them stops wanting it)",
+                apply::describe_conflicts(&held)
+            );
+            c.ctx.config.metrics.child_op(c.controller, "contested");
+            c.ctx
+                .event(w.parent, true, "ChildContested", note.clone())
+                .await;
+            Err(kube::Error::Service(note.into()))
+        }
+        ConflictDecision::Take(taken) => {
+            if !taken.is_empty() {
+                let note = format!(
+                    "applying {child} took {} (the hook's answer is the source of truth)",
+                    apply::describe_conflicts(&taken)
+                );
+                c.ctx.config.metrics.child_op(c.controller, "fields_taken");
+                c.ctx.event(w.parent, true, "ChildFieldsTaken", note).await;
+            }
+            kapi::apply_as(&api, &body, &w.manager, true)
+                .await
+                .map(|_| ())
+        }
+    }
 }
 
 /// After an update: remembers (or forgets) it as futile when the server kept the child as it

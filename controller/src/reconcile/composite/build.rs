@@ -21,6 +21,9 @@ use crate::runtime::selector;
 /// Why a controller could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// The `kmeta.io/apply-strategy` annotation names no strategy.
+    #[error("{0}")]
+    ApplyStrategy(String),
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -264,6 +267,11 @@ impl Composite {
         cc: CompositeController,
     ) -> Result<Composite, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
+        crate::reconcile::apply::strategy_for(
+            cc.metadata.annotations.as_ref(),
+            ctx.config.apply_strategy,
+        )
+        .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
         let hooks = hook_clients(&ctx, &cc, &name).await?;
@@ -298,6 +306,11 @@ impl Composite {
             controller: &self.name,
             rules: &self.children,
             futile: &self.futile_updates,
+            strategy: crate::reconcile::apply::strategy_for(
+                self.cc.metadata.annotations.as_ref(),
+                self.ctx.config.apply_strategy,
+            )
+            .unwrap_or(self.ctx.config.apply_strategy),
         }
     }
 

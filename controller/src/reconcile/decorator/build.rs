@@ -20,6 +20,9 @@ use crate::runtime::selector;
 /// Why a DecoratorController could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum DecoratorBuildError {
+    /// The `kmeta.io/apply-strategy` annotation names no strategy.
+    #[error("{0}")]
+    ApplyStrategy(String),
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -253,6 +256,11 @@ impl Decorator {
         dc: DecoratorController,
     ) -> Result<Decorator, DecoratorBuildError> {
         let name = dc.metadata.name.clone().unwrap_or_default();
+        crate::reconcile::apply::strategy_for(
+            dc.metadata.annotations.as_ref(),
+            ctx.config.apply_strategy,
+        )
+        .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
         let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
@@ -297,6 +305,11 @@ impl Decorator {
             controller: &self.name,
             rules: &self.attachments,
             futile: &self.futile_updates,
+            strategy: crate::reconcile::apply::strategy_for(
+                self.dc.metadata.annotations.as_ref(),
+                self.ctx.config.apply_strategy,
+            )
+            .unwrap_or(self.ctx.config.apply_strategy),
         }
     }
 }

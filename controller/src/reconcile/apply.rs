@@ -1,0 +1,413 @@
+//! How children are written: the apply strategy (dynamic apply, kmeta's three-way merge, or
+//! server-side apply), the field manager of each parent, the body of a server-side apply and
+//! what an apply conflict means. Pure decisions; `children.rs` executes them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+/// The annotation on a CompositeController (or DecoratorController) that overrides
+/// `--apply-strategy` for it: `dynamic-apply` or `server-side-apply`.
+pub const STRATEGY_ANNOTATION: &str = "kmeta.io/apply-strategy";
+
+/// Kubernetes' limit on a field manager's length.
+pub const MAX_FIELD_MANAGER: usize = 128;
+
+/// Hex digits of the parent UID hash in a field manager.
+const UID_HASH_LEN: usize = 10;
+
+/// How children are updated (Metacontroller's `--apply-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApplyStrategy {
+    /// kmeta's three-way merge against the last-applied annotation, written with PUT.
+    #[default]
+    DynamicApply,
+    /// `application/apply-patch+yaml` PATCH of the desired object, one field manager per parent.
+    ServerSideApply,
+}
+
+impl ApplyStrategy {
+    /// The flag and annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyStrategy::DynamicApply => "dynamic-apply",
+            ApplyStrategy::ServerSideApply => "server-side-apply",
+        }
+    }
+}
+
+impl fmt::Display for ApplyStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ApplyStrategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "dynamic-apply" => Ok(ApplyStrategy::DynamicApply),
+            "server-side-apply" => Ok(ApplyStrategy::ServerSideApply),
+            other => Err(format!(
+                "unknown apply strategy {other:?} (dynamic-apply or server-side-apply)"
+            )),
+        }
+    }
+}
+
+/// The strategy of one controller: its [`STRATEGY_ANNOTATION`] if set, else `default` (the
+/// flag). An unknown annotation value is an error naming the annotation.
+pub fn strategy_for(
+    annotations: Option<&BTreeMap<String, String>>,
+    default: ApplyStrategy,
+) -> Result<ApplyStrategy, String> {
+    match annotations.and_then(|a| a.get(STRATEGY_ANNOTATION)) {
+        None => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|e| format!("annotation {STRATEGY_ANNOTATION}: {e}")),
+    }
+}
+
+/// The field manager of one parent's child writes: `<prefix>/<controller>/<hash of parent uid>`,
+/// cut to Kubernetes' 128 characters by shortening the controller name (the hash, which tells
+/// parents apart, is always whole).
+pub fn field_manager(prefix: &str, controller: &str, parent_uid: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, parent_uid.as_bytes());
+    let hash: String = digest
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .chars()
+        .take(UID_HASH_LEN)
+        .collect();
+    let room = MAX_FIELD_MANAGER.saturating_sub(prefix.len() + hash.len() + 2);
+    let controller: String = controller.chars().take(room).collect();
+    let full = format!("{prefix}/{controller}/{hash}");
+    full.chars().take(MAX_FIELD_MANAGER).collect()
+}
+
+/// The body of a server-side apply of a child: the desired object as prepared for writing
+/// (with its owner reference and last-applied annotation), without anything the server owns
+/// (`status`, `resourceVersion`, `uid`, `managedFields`, timestamps, generation).
+pub fn apply_body(prepared: &Value) -> Value {
+    let mut body = prepared.clone();
+    if let Some(root) = body.as_object_mut() {
+        root.remove("status");
+        if let Some(meta) = root.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.retain(|k, _| {
+                matches!(
+                    k.as_str(),
+                    "name"
+                        | "namespace"
+                        | "generateName"
+                        | "labels"
+                        | "annotations"
+                        | "ownerReferences"
+                        | "finalizers"
+                )
+            });
+        }
+    }
+    body
+}
+
+/// One field an apply would take from another manager (a `FieldManagerConflict` cause).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldConflict {
+    /// The field path, as the API server renders it (`.data.color`).
+    pub field: String,
+    /// The manager that owns it now.
+    pub manager: String,
+}
+
+/// The conflicts of a 409 answer to an apply (its `FieldManagerConflict` causes); empty when the
+/// 409 is not an apply conflict.
+pub fn conflicts_of(status: &kube::core::Status) -> Vec<FieldConflict> {
+    let Some(details) = &status.details else {
+        return Vec::new();
+    };
+    details
+        .causes
+        .iter()
+        .filter(|c| c.reason == "FieldManagerConflict")
+        .map(|c| FieldConflict {
+            field: c.field.clone(),
+            manager: manager_of(&c.message),
+        })
+        .collect()
+}
+
+/// The manager named in a cause message `conflict with "<manager>" using <version>` (or the
+/// message itself when it is not worded so).
+fn manager_of(message: &str) -> String {
+    message
+        .split_once('"')
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map_or_else(|| message.to_owned(), |(m, _)| m.to_owned())
+}
+
+/// What to do about an apply's conflicts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConflictDecision {
+    /// Another parent's manager (same prefix, another parent) holds fields of a child this
+    /// parent does not control: two parents want it. kmeta does not force, so the two never take
+    /// the fields back and forth.
+    Contested(Vec<FieldConflict>),
+    /// Other managers (a person, another tool, or the parent that controlled the child before
+    /// this one adopted it) hold fields the hook sets: force, and name them.
+    Take(Vec<FieldConflict>),
+}
+
+/// Classifies the conflicts of an apply by `mine` (a manager under `prefix`); `controlled`:
+/// whether the child's controller reference is this parent (then another parent's manager is a
+/// leftover of an earlier owner, not a contender).
+pub fn decide_conflicts(
+    conflicts: Vec<FieldConflict>,
+    prefix: &str,
+    mine: &str,
+    controlled: bool,
+) -> ConflictDecision {
+    let others: Vec<FieldConflict> = conflicts
+        .into_iter()
+        .filter(|c| c.manager != mine)
+        .collect();
+    let kmeta_prefix = format!("{prefix}/");
+    let contested: Vec<FieldConflict> = others
+        .iter()
+        .filter(|c| c.manager.starts_with(&kmeta_prefix))
+        .cloned()
+        .collect();
+    if contested.is_empty() || controlled {
+        ConflictDecision::Take(others)
+    } else {
+        ConflictDecision::Contested(contested)
+    }
+}
+
+/// `field (manager), …`, at most 5 named, for events and conditions.
+pub fn describe_conflicts(conflicts: &[FieldConflict]) -> String {
+    const SHOWN: usize = 5;
+    let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for c in conflicts.iter().take(SHOWN) {
+        by_manager.entry(&c.manager).or_default().push(&c.field);
+    }
+    let mut out = by_manager
+        .iter()
+        .map(|(m, fs)| format!("{} from {m:?}", fs.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if conflicts.len() > SHOWN {
+        out.push_str(&format!(" and {} more", conflicts.len() - SHOWN));
+    }
+    out
+}
+
+/// The client-side → server-side upgrade of a child's `managedFields` (what kubectl does for
+/// `apply --server-side` after client-side apply): the fields `manager` owns through non-apply
+/// writes (`Update`: its POSTs and PUTs under dynamic apply) move into its `Apply` entry, so a
+/// later apply that no longer sets one of them removes it. `None` when there is nothing to move.
+pub fn upgraded_managed_fields(managed: &Value, manager: &str) -> Option<Value> {
+    let entries = managed.as_array()?;
+    let is_update = |e: &Value| {
+        e["manager"] == manager
+            && e["operation"] == "Update"
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    };
+    let moved = entries
+        .iter()
+        .filter(|e| is_update(e))
+        .fold(None, |acc, e| {
+            Some(union(
+                acc.unwrap_or(Value::Object(Default::default())),
+                &e["fieldsV1"],
+            ))
+        })?;
+    let mut out: Vec<Value> = entries.iter().filter(|e| !is_update(e)).cloned().collect();
+    let apply = out.iter_mut().find(|e| {
+        e["manager"] == manager
+            && e["operation"] == "Apply"
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    });
+    match apply {
+        Some(e) => e["fieldsV1"] = union(e["fieldsV1"].take(), &moved),
+        None => {
+            let template = entries.iter().find(|e| is_update(e))?;
+            let mut e = template.clone();
+            e["operation"] = Value::String("Apply".into());
+            e["fieldsV1"] = moved;
+            out.push(e);
+        }
+    }
+    Some(Value::Array(out))
+}
+
+/// The union of two FieldsV1 trees.
+fn union(mut a: Value, b: &Value) -> Value {
+    if let (Some(am), Some(bm)) = (a.as_object_mut(), b.as_object()) {
+        for (k, bv) in bm {
+            let merged = union(
+                am.remove(k).unwrap_or(Value::Object(Default::default())),
+                bv,
+            );
+            am.insert(k.clone(), merged);
+        }
+        return a;
+    }
+    if a.is_object() { a } else { b.clone() }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strategy_from_annotation_or_flag() {
+        let mut a = BTreeMap::new();
+        assert_eq!(
+            strategy_for(None, ApplyStrategy::ServerSideApply),
+            Ok(ApplyStrategy::ServerSideApply)
+        );
+        a.insert(STRATEGY_ANNOTATION.to_owned(), "dynamic-apply".to_owned());
+        assert_eq!(
+            strategy_for(Some(&a), ApplyStrategy::ServerSideApply),
+            Ok(ApplyStrategy::DynamicApply)
+        );
+        a.insert(STRATEGY_ANNOTATION.to_owned(), "merge".to_owned());
+        let e = strategy_for(Some(&a), ApplyStrategy::DynamicApply).unwrap_err();
+        assert!(
+            e.contains(STRATEGY_ANNOTATION) && e.contains("merge"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn field_manager_per_parent_within_the_limit() {
+        let a = field_manager("metacontroller", "apps-cc", "uid-a");
+        let b = field_manager("metacontroller", "apps-cc", "uid-b");
+        assert_ne!(a, b);
+        assert!(a.starts_with("metacontroller/apps-cc/"), "{a}");
+        assert_eq!(a.len(), "metacontroller/apps-cc/".len() + UID_HASH_LEN);
+        assert_eq!(a, field_manager("metacontroller", "apps-cc", "uid-a"));
+        let long = field_manager("p", &"c".repeat(300), "uid-a");
+        assert_eq!(long.len(), MAX_FIELD_MANAGER);
+        assert!(long.ends_with(&a[a.len() - UID_HASH_LEN..]), "{long}");
+    }
+
+    #[test]
+    fn apply_body_keeps_desired_drops_server_fields() {
+        let prepared = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "n", "resourceVersion": "5", "uid": "u",
+                "managedFields": [], "labels": {"a": "b"}, "creationTimestamp": "t"},
+            "data": {"k": "v"}, "status": {"s": 1}});
+        assert_eq!(
+            apply_body(&prepared),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "n", "labels": {"a": "b"}},
+                "data": {"k": "v"}})
+        );
+    }
+
+    fn conflict(field: &str, manager: &str) -> FieldConflict {
+        FieldConflict {
+            field: field.into(),
+            manager: manager.into(),
+        }
+    }
+
+    #[test]
+    fn conflicts_with_another_parent_are_contested_others_taken() {
+        let mine = "metacontroller/cc/aaaa";
+        let d = decide_conflicts(
+            vec![
+                conflict(".data.a", "kubectl-edit"),
+                conflict(".data.b", mine),
+            ],
+            "metacontroller",
+            mine,
+            false,
+        );
+        assert_eq!(
+            d,
+            ConflictDecision::Take(vec![conflict(".data.a", "kubectl-edit")])
+        );
+        let both = vec![
+            conflict(".data.a", "kubectl-edit"),
+            conflict(".data.b", "metacontroller/cc/bbbb"),
+        ];
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, false);
+        assert_eq!(
+            d,
+            ConflictDecision::Contested(vec![conflict(".data.b", "metacontroller/cc/bbbb")])
+        );
+        // an earlier owner's leftover fields on a child this parent controls are taken
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, true);
+        assert_eq!(d, ConflictDecision::Take(both));
+    }
+
+    #[test]
+    fn update_ownership_moves_into_the_apply_entry() {
+        let mine = "metacontroller/cc/aaaa";
+        let managed = json!([
+            {"manager": mine, "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:a": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {"f:b": {}}}},
+            {"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:c": {}}}},
+            {"manager": mine, "operation": "Update", "subresource": "status",
+             "fieldsV1": {"f:status": {}}},
+        ]);
+        let up = upgraded_managed_fields(&managed, mine).unwrap();
+        assert_eq!(
+            up,
+            json!([
+                {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {"f:b": {}}}},
+                {"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}, "f:c": {}}}},
+                {"manager": mine, "operation": "Update", "subresource": "status",
+                 "fieldsV1": {"f:status": {}}},
+            ])
+        );
+        assert_eq!(
+            upgraded_managed_fields(&up, mine),
+            None,
+            "nothing left to move"
+        );
+        let only_update = json!([{"manager": mine, "operation": "Update", "apiVersion": "v1",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        assert_eq!(
+            upgraded_managed_fields(&only_update, mine).unwrap(),
+            json!([{"manager": mine, "operation": "Apply", "apiVersion": "v1",
+                "fieldsV1": {"f:data": {"f:a": {}}}}])
+        );
+    }
+
+    #[test]
+    fn conflict_causes_are_parsed() {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "code": 409, "reason": "Conflict",
+            "message": "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: .data.color",
+            "details": {"causes": [{"reason": "FieldManagerConflict",
+                "message": "conflict with \"kubectl-edit\" using v1", "field": ".data.color"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            conflicts_of(&status),
+            vec![conflict(".data.color", "kubectl-edit")]
+        );
+        assert_eq!(
+            describe_conflicts(&conflicts_of(&status)),
+            ".data.color from \"kubectl-edit\""
+        );
+    }
+}

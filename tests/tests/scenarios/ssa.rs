@@ -1,0 +1,164 @@
+//! Server-side apply (`--apply-strategy=server-side-apply` or the `kmeta.io/apply-strategy`
+//! annotation): children are applied under one field manager per parent, every write names its
+//! manager, and fields taken from other managers are named in an event.
+
+use kmeta::ManagerConfig;
+use kmeta::reconcile::ApplyStrategy;
+use kmeta::reconcile::apply::{STRATEGY_ANNOTATION, field_manager};
+use kmeta_tests::*;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// One ConfigMap per parent with `data.message` from `spec.message`, and `data.extra` only
+/// while the parent's `spec.extra` is set.
+fn hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let mut data = json!({"message": parent["spec"]["message"]});
+    if let Some(extra) = parent["spec"].get("extra") {
+        data["extra"] = extra.clone();
+    }
+    Reply::Json(json!({
+        "status": {"observedChildren": observed_configmaps(req)},
+        "children": [{
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
+            "data": data
+        }]
+    }))
+}
+
+fn ssa() -> ManagerConfig {
+    ManagerConfig {
+        apply_strategy: ApplyStrategy::ServerSideApply,
+        ..ManagerConfig::default()
+    }
+}
+
+/// The managedFields entries of `obj` as (manager, operation).
+fn managers(obj: &Value) -> Vec<(String, String)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap_or_default().to_owned(),
+                        e["operation"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A person's `kubectl edit`: an update by manager `kubectl-edit`.
+async fn edit_as_person(api: &Api<DynamicObject>, name: &str, patch: Value) -> anyhow::Result<()> {
+    let params = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn children_are_applied_under_a_manager_per_parent() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-manager")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-cc"))
+        .config(ssa())
+        .parent("one", json!({"message": "hello", "extra": "x"}))
+        .start()
+        .await?;
+    let cm = s.wait_child("one-cm").await?;
+    assert_eq!(cm["data"], json!({"message": "hello", "extra": "x"}));
+    let parent = s
+        .wait_parent("one", "status written", |p| {
+            p["status"]["observedChildren"] == 1
+        })
+        .await?;
+    let mine = field_manager(
+        "metacontroller",
+        "ssa-cc",
+        parent["metadata"]["uid"].as_str().unwrap(),
+    );
+    assert!(
+        managers(&cm).iter().any(|(m, _)| *m == mine),
+        "{mine} in {:?}",
+        managers(&cm)
+    );
+    // kmeta's own write of the parent's status is named after its User-Agent (the test's
+    // client, which created the parent, sends none: its write is `unknown`)
+    let status_managers: Vec<_> = parent["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["subresource"] == "status")
+        .map(|e| e["manager"].clone())
+        .collect();
+    assert_eq!(status_managers, vec![json!("kmeta")], "{parent}");
+    assert!(!managers(&cm).iter().any(|(m, _)| m == "unknown"), "{cm}");
+
+    // an update goes as an apply; the child is then owned by the parent's manager through
+    // Apply only, so a field the hook stops setting is removed
+    s.merge_patch(
+        &s.parents(),
+        "one",
+        json!({"spec": {"message": "bye", "extra": null}}),
+    )
+    .await?;
+    let cm = s
+        .wait_child_where("one-cm", "child updated without extra", |c| {
+            c["data"]["message"] == "bye"
+        })
+        .await?;
+    assert_eq!(cm["data"], json!({"message": "bye"}), "{cm}");
+    let ours: Vec<_> = managers(&cm)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{cm}");
+    s.finish().await
+}
+
+#[tokio::test]
+async fn a_person_edit_of_a_configmap_is_reverted_and_named() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-edit")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-edit-cc").annotate(STRATEGY_ANNOTATION, "server-side-apply"))
+        .parent("two", json!({"message": "hello"}))
+        .start()
+        .await?;
+    s.wait_child("two-cm").await?;
+    edit_as_person(
+        &s.configmaps(),
+        "two-cm",
+        json!({"data": {"message": "edited"}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
+            e["reason"] == "ChildFieldsTaken"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".data.message") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    assert_eq!(event["regarding"]["name"], "two");
+    let cm = s
+        .wait_child_where("two-cm", "edit reverted", |c| {
+            c["data"]["message"] == "hello"
+        })
+        .await?;
+    assert!(
+        !managers(&cm).iter().any(|(m, _)| m == "kubectl-edit"),
+        "the edit's fields were taken: {:?}",
+        managers(&cm)
+    );
+    s.finish().await
+}
