@@ -222,7 +222,9 @@ async fn apply_child(
     let Some(want) = w.desired.get(&key) else {
         return Ok(());
     };
-    let prepared = dynapply::prepare_create(want, &rule.options)
+    let live = w.observed.get(&key).copied().unwrap_or(merged);
+    let subtrees = rule.options.rules.preserve_unknown_subtrees();
+    let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
         .map(|p| decide::with_owner(&p, w.parent))
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let body = apply::apply_body(&prepared);
