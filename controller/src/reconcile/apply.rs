@@ -208,13 +208,15 @@ pub fn describe_conflicts(conflicts: &[FieldConflict]) -> String {
 }
 
 /// The client-side → server-side upgrade of a child's `managedFields` (what kubectl does for
-/// `apply --server-side` after client-side apply): the fields `manager` owns through non-apply
-/// writes (`Update`: its POSTs and PUTs under dynamic apply) move into its `Apply` entry, so a
-/// later apply that no longer sets one of them removes it. `None` when there is nothing to move.
-pub fn upgraded_managed_fields(managed: &Value, manager: &str) -> Option<Value> {
+/// `apply --server-side` after client-side apply): the fields that `manager` or one of the
+/// `legacy` managers own through non-apply writes (`Update`: POSTs and PUTs under dynamic apply,
+/// by this parent's manager, or by kmeta or Metacontroller under their User-Agent names) move
+/// into `manager`'s `Apply` entry, so a later apply that no longer sets one of them removes it.
+/// `None` when there is nothing to move.
+pub fn upgraded_managed_fields(managed: &Value, manager: &str, legacy: &[&str]) -> Option<Value> {
     let entries = managed.as_array()?;
     let is_update = |e: &Value| {
-        e["manager"] == manager
+        (e["manager"] == manager || legacy.iter().any(|l| e["manager"] == *l))
             && e["operation"] == "Update"
             && e.get("subresource")
                 .and_then(Value::as_str)
@@ -244,6 +246,7 @@ pub fn upgraded_managed_fields(managed: &Value, manager: &str) -> Option<Value> 
         None => {
             let template = entries.iter().find(|e| is_update(e))?;
             let mut e = template.clone();
+            e["manager"] = Value::String(manager.to_owned());
             e["operation"] = Value::String("Apply".into());
             e["fieldsV1"] = moved;
             out.push(e);
@@ -368,7 +371,7 @@ mod tests {
             {"manager": mine, "operation": "Update", "subresource": "status",
              "fieldsV1": {"f:status": {}}},
         ]);
-        let up = upgraded_managed_fields(&managed, mine).unwrap();
+        let up = upgraded_managed_fields(&managed, mine, &[]).unwrap();
         assert_eq!(
             up,
             json!([
@@ -379,17 +382,25 @@ mod tests {
             ])
         );
         assert_eq!(
-            upgraded_managed_fields(&up, mine),
+            upgraded_managed_fields(&up, mine, &[]),
             None,
             "nothing left to move"
         );
         let only_update = json!([{"manager": mine, "operation": "Update", "apiVersion": "v1",
             "fieldsV1": {"f:data": {"f:a": {}}}}]);
         assert_eq!(
-            upgraded_managed_fields(&only_update, mine).unwrap(),
+            upgraded_managed_fields(&only_update, mine, &[]).unwrap(),
             json!([{"manager": mine, "operation": "Apply", "apiVersion": "v1",
                 "fieldsV1": {"f:data": {"f:a": {}}}}])
         );
+        // Metacontroller's dynamic apply (manager from its User-Agent) is taken over too
+        let legacy = json!([{"manager": "metacontroller", "operation": "Update",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        assert_eq!(
+            upgraded_managed_fields(&legacy, mine, &["metacontroller", "kmeta"]).unwrap(),
+            json!([{"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}}])
+        );
+        assert_eq!(upgraded_managed_fields(&legacy, mine, &["kmeta"]), None);
     }
 
     #[test]

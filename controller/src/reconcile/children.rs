@@ -229,9 +229,10 @@ async fn apply_child(
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let body = apply::apply_body(&prepared);
     if let Some(live) = w.observed.get(&key)
-        && let Some(up) = live
-            .pointer("/metadata/managedFields")
-            .and_then(|m| apply::upgraded_managed_fields(m, &w.manager))
+        && let Some(up) = live.pointer("/metadata/managedFields").and_then(|m| {
+            let legacy = [c.ctx.config.ssa_field_manager.as_str(), "kmeta"];
+            apply::upgraded_managed_fields(m, &w.manager, &legacy)
+        })
     {
         kapi::set_managed_fields(&api, live, &up, &w.manager).await?;
     }

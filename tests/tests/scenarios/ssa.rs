@@ -162,3 +162,67 @@ async fn a_person_edit_of_a_configmap_is_reverted_and_named() -> anyhow::Result<
     );
     s.finish().await
 }
+
+#[tokio::test]
+async fn switching_strategies_takes_over_children_in_place() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-migrate")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("migrate-cc"))
+        .parent("m", json!({"message": "a", "extra": "e"}))
+        .start()
+        .await?;
+    let cm = s.wait_child("m-cm").await?;
+    let uid = cm["metadata"]["uid"].clone();
+    edit_as_person(
+        &s.configmaps(),
+        "m-cm",
+        json!({"metadata": {"labels": {"team": "blue"}}, "data": {"foreign": "f"}}),
+    )
+    .await?;
+    let foreign_kept = |c: &Value| {
+        c["metadata"]["uid"] == uid
+            && c["metadata"]["labels"]["team"] == "blue"
+            && c["data"]["foreign"] == "f"
+    };
+
+    // dynamic apply → server-side apply: the child is applied in place, the field the hook no
+    // longer sets is removed, the person's fields stay
+    s.stop_controller().await?;
+    s.start_controller_with(ssa());
+    s.merge_patch(
+        &s.parents(),
+        "m",
+        json!({"spec": {"message": "b", "extra": null}}),
+    )
+    .await?;
+    let cm = s
+        .wait_child_where("m-cm", "applied under SSA", |c| c["data"]["message"] == "b")
+        .await?;
+    assert!(foreign_kept(&cm), "{cm}");
+    assert_eq!(cm["data"].get("extra"), None, "{cm}");
+    let parent = s.get(&s.parents(), "m").await?.unwrap();
+    let mine = field_manager(
+        "metacontroller",
+        "migrate-cc",
+        parent["metadata"]["uid"].as_str().unwrap(),
+    );
+    let ours: Vec<_> = managers(&cm)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{cm}");
+
+    // and back to dynamic apply
+    s.stop_controller().await?;
+    s.start_controller_with(ManagerConfig::default());
+    s.merge_patch(&s.parents(), "m", json!({"spec": {"message": "c"}}))
+        .await?;
+    let cm = s
+        .wait_child_where("m-cm", "updated under dynamic apply", |c| {
+            c["data"]["message"] == "c"
+        })
+        .await?;
+    assert!(foreign_kept(&cm), "{cm}");
+    s.finish().await
+}
