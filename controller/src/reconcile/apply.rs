@@ -270,6 +270,142 @@ fn union(mut a: Value, b: &Value) -> Value {
     if a.is_object() { a } else { b.clone() }
 }
 
+/// The fields of `desired` whose value in `live` differs (rendered `.data.color`; lists compared
+/// whole), sorted. Fields only `live` has are not drift: others may add fields.
+pub fn drifted_paths(desired: &Value, live: &Value) -> Vec<String> {
+    fn walk(d: &Value, l: Option<&Value>, path: &mut String, out: &mut Vec<String>) {
+        match (d, l) {
+            (Value::Object(dm), Some(Value::Object(lm))) => {
+                for (k, dv) in dm {
+                    let len = path.len();
+                    path.push('.');
+                    path.push_str(k);
+                    walk(dv, lm.get(k), path, out);
+                    path.truncate(len);
+                }
+            }
+            (Value::Null, None) => {}
+            (d, Some(l)) if dynapply::json_eq(d, l) => {}
+            _ => out.push(path.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    let Some(dm) = desired.as_object() else {
+        return out;
+    };
+    for (k, dv) in dm {
+        if matches!(k.as_str(), "apiVersion" | "kind" | "status") {
+            continue;
+        }
+        if k == "metadata" {
+            for mk in ["labels", "annotations"] {
+                if let Some(v) = dv.get(mk) {
+                    let mut path = format!(".metadata.{mk}");
+                    walk(
+                        v,
+                        live.pointer(&format!("/metadata/{mk}")),
+                        &mut path,
+                        &mut out,
+                    );
+                }
+            }
+            continue;
+        }
+        let mut path = format!(".{k}");
+        walk(dv, live.get(k), &mut path, &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// A condition kmeta sets on a parent about its children: `ChildDrift` (drift or a conflict
+/// left as it is) or `ChildContested`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChildReport {
+    /// Condition type.
+    pub kind: &'static str,
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+}
+
+/// `ChildDrift`: a child differs from what the hook wants and was left as it is.
+pub const DRIFT_CONDITION: &str = "ChildDrift";
+/// `ChildContested`: another parent's manager holds fields of a child.
+pub const CONTESTED_CONDITION: &str = "ChildContested";
+
+/// The reports of each parent's last sync (by parent UID), kept between its child management
+/// and its status write.
+#[derive(Debug, Default)]
+pub struct ChildReports {
+    by_parent: std::collections::HashMap<String, Vec<ChildReport>>,
+}
+
+impl ChildReports {
+    /// Replaces the reports of a parent (none: forgets it).
+    pub fn set(&mut self, parent_uid: &str, mut reports: Vec<ChildReport>) {
+        reports.sort();
+        if reports.is_empty() {
+            self.by_parent.remove(parent_uid);
+        } else {
+            self.by_parent.insert(parent_uid.to_owned(), reports);
+        }
+    }
+
+    /// The reports of a parent's last sync.
+    pub fn get(&self, parent_uid: &str) -> Vec<ChildReport> {
+        self.by_parent.get(parent_uid).cloned().unwrap_or_default()
+    }
+}
+
+/// The hook's status with kmeta's child conditions added (one per type, messages joined;
+/// `lastTransitionTime` kept from the live parent while the condition stays). `None` stays
+/// `None` when there is nothing to add; a hook status whose `conditions` is not a list is left
+/// as it is.
+pub fn with_child_conditions(
+    status: Option<&Value>,
+    live_parent: &Value,
+    reports: &[ChildReport],
+    now: &str,
+) -> Option<Value> {
+    if reports.is_empty() {
+        return status.cloned();
+    }
+    let mut out = match status {
+        Some(Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let list = out
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Some(Value::Object(out));
+    };
+    let mut by_type: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
+    for r in reports {
+        let e = by_type.entry(r.kind).or_insert((r.reason, Vec::new()));
+        e.1.push(&r.message);
+    }
+    for (kind, (reason, messages)) in by_type {
+        let since = live_parent
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == kind && c["status"] == "True")
+            })
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or(now);
+        list.retain(|c| c["type"] != kind);
+        list.push(
+            serde_json::json!({"type": kind, "status": "True", "reason": reason,
+            "message": messages.join("; "), "lastTransitionTime": since}),
+        );
+    }
+    Some(Value::Object(out))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -401,6 +537,56 @@ mod tests {
             json!([{"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}}])
         );
         assert_eq!(upgraded_managed_fields(&legacy, mine, &["kmeta"]), None);
+    }
+
+    #[test]
+    fn drift_is_what_desired_sets_differently() {
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "labels": {"a": "1"}},
+            "data": {"k": "v", "n": 1, "l": [1, 2]}});
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "uid": "u", "labels": {"a": "2", "b": "x"}},
+            "data": {"k": "v", "n": 1.0, "l": [2, 1], "extra": "e"}});
+        assert_eq!(
+            drifted_paths(&desired, &live),
+            vec![".data.l", ".metadata.labels.a"]
+        );
+        assert!(drifted_paths(&desired, &desired).is_empty());
+        let gone = json!({"metadata": {"name": "x"}});
+        assert_eq!(
+            drifted_paths(&desired, &gone),
+            vec![".data", ".metadata.labels"]
+        );
+    }
+
+    #[test]
+    fn child_conditions_join_the_hook_status_and_keep_their_time() {
+        let report = |m: &str| ChildReport {
+            kind: DRIFT_CONDITION,
+            reason: "Drifted",
+            message: m.into(),
+        };
+        let hook = json!({"ready": 1, "conditions": [{"type": "Ready", "status": "True"}]});
+        let s = with_child_conditions(Some(&hook), &json!({}), &[report("a"), report("b")], "t1")
+            .unwrap();
+        assert_eq!(
+            s["conditions"],
+            json!([{"type": "Ready", "status": "True"},
+                {"type": "ChildDrift", "status": "True", "reason": "Drifted", "message": "a; b",
+                 "lastTransitionTime": "t1"}])
+        );
+        let live = json!({"status": s});
+        let again = with_child_conditions(Some(&hook), &live, &[report("a"), report("b")], "t2");
+        assert_eq!(
+            again.as_ref(),
+            Some(&live["status"]),
+            "stable while it stays"
+        );
+        assert_eq!(
+            with_child_conditions(Some(&hook), &live, &[], "t2"),
+            Some(hook.clone())
+        );
+        assert_eq!(with_child_conditions(None, &live, &[], "t2"), None);
     }
 
     #[test]

@@ -226,3 +226,135 @@ async fn switching_strategies_takes_over_children_in_place() -> anyhow::Result<(
     assert!(foreign_kept(&cm), "{cm}");
     s.finish().await
 }
+
+/// The parent's condition of `kind`, if set.
+fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
+    parent["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// Drift policy `Report`: a person's edit is reported (event, `ChildDrift` condition,
+/// `kmeta_child_drift`) and left; a change of the hook's answer is still written.
+async fn report_leaves_a_person_edit(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
+    let cc = format!("{name}-cc");
+    let s = Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new(&cc).patch(json!({"childResources": [{
+            "apiVersion": "v1", "resource": "configmaps",
+            "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Report"}]})))
+        .config(ManagerConfig {
+            apply_strategy: strategy,
+            ..ManagerConfig::default()
+        })
+        .parent("r", json!({"message": "hello"}))
+        .start()
+        .await?;
+    s.wait_child("r-cm").await?;
+    edit_as_person(
+        &s.configmaps(),
+        "r-cm",
+        json!({"data": {"message": "edited"}}),
+    )
+    .await?;
+    let reason = match strategy {
+        ApplyStrategy::ServerSideApply => "ChildConflict",
+        ApplyStrategy::DynamicApply => "ChildDrift",
+    };
+    let event = s
+        .wait_event(&format!("{reason} event"), Some(&s.ns), |e| {
+            e["reason"] == reason
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains(".data.message"), "{note}");
+    let parent = s
+        .wait_parent("r", "ChildDrift condition", |p| {
+            condition(p, "ChildDrift").is_some()
+        })
+        .await?;
+    let c = condition(&parent, "ChildDrift").unwrap();
+    assert_eq!(c["status"], "True");
+    assert!(c["message"].as_str().unwrap().contains("r-cm"), "{c}");
+    assert_eq!(s.metrics.child_drift_total(&cc), 1);
+    // left as it is, also after another sync
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.patch_and_sync(&cc, &s.parents(), "r", touch).await?;
+    let cm = s.get(&s.configmaps(), "r-cm").await?.unwrap();
+    assert_eq!(cm["data"]["message"], "edited", "{cm}");
+
+    // a change of the hook's answer: dynamic apply writes it (the merge sets the hook's fields);
+    // server-side apply never forces under Report, so while the person holds a field the hook
+    // sets, the apply is refused whole and the child stays as it is, still reported
+    let changed = json!({"spec": {"message": "bye", "extra": "x"}});
+    match strategy {
+        ApplyStrategy::DynamicApply => {
+            s.merge_patch(&s.parents(), "r", changed).await?;
+            let cm = s
+                .wait_child_where("r-cm", "hook change written", |c| c["data"]["extra"] == "x")
+                .await?;
+            assert_eq!(cm["data"]["message"], "bye", "{cm}");
+            s.wait_parent("r", "ChildDrift condition cleared", |p| {
+                condition(p, "ChildDrift").is_none()
+            })
+            .await?;
+            assert_eq!(s.metrics.child_drift_total(&cc), 0);
+        }
+        ApplyStrategy::ServerSideApply => {
+            s.patch_and_sync(&cc, &s.parents(), "r", changed).await?;
+            let cm = s.get(&s.configmaps(), "r-cm").await?.unwrap();
+            assert_eq!(cm["data"], json!({"message": "edited"}), "{cm}");
+            let parent = s.get(&s.parents(), "r").await?.unwrap();
+            assert!(condition(&parent, "ChildDrift").is_some(), "{parent}");
+            assert_eq!(s.metrics.child_drift_total(&cc), 1);
+        }
+    }
+    s.finish().await
+}
+
+#[tokio::test]
+async fn report_leaves_a_person_edit_under_dynamic_apply() -> anyhow::Result<()> {
+    report_leaves_a_person_edit("drift-report", ApplyStrategy::DynamicApply).await
+}
+
+#[tokio::test]
+async fn report_leaves_a_person_edit_under_server_side_apply() -> anyhow::Result<()> {
+    report_leaves_a_person_edit("ssa-report", ApplyStrategy::ServerSideApply).await
+}
+
+/// Drift policy `Ignore`: children are created, never updated.
+#[tokio::test]
+async fn ignore_creates_children_only() -> anyhow::Result<()> {
+    for (name, strategy) in [
+        ("drift-ignore", ApplyStrategy::DynamicApply),
+        ("ssa-ignore", ApplyStrategy::ServerSideApply),
+    ] {
+        let cc = format!("{name}-cc");
+        let s = Scenario::new(name)
+            .crd("Thing", "things")
+            .hook(hook)
+            .controller(Cc::new(&cc).patch(json!({"childResources": [{
+                "apiVersion": "v1", "resource": "configmaps",
+                "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Ignore"}]})))
+            .config(ManagerConfig {
+                apply_strategy: strategy,
+                ..ManagerConfig::default()
+            })
+            .parent("i", json!({"message": "hello"}))
+            .start()
+            .await?;
+        let created = s.wait_child("i-cm").await?;
+        s.patch_and_sync(&cc, &s.parents(), "i", json!({"spec": {"message": "bye"}}))
+            .await?;
+        let cm = s.get(&s.configmaps(), "i-cm").await?.unwrap();
+        assert_eq!(
+            cm["metadata"]["resourceVersion"],
+            created["metadata"]["resourceVersion"]
+        );
+        assert_eq!(cm["data"]["message"], "hello");
+        s.finish().await?;
+    }
+    Ok(())
+}

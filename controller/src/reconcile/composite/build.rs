@@ -153,6 +153,8 @@ pub struct Composite {
     pub related: Mutex<HashMap<String, Arc<Informer>>>,
     /// Child updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// Drift, conflicts and contests of each parent's last sync.
+    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// The resourceVersion of this controller's last status write per parent UID: its watch
     /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
     /// defeat the backoff).
@@ -217,6 +219,7 @@ async fn resolve_children(
                 resolved: r,
                 method,
                 options,
+                drift: rule.drift_policy.unwrap_or_default(),
             },
         );
     }
@@ -295,6 +298,7 @@ impl Composite {
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),
+            child_reports: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
         })
     }
@@ -306,6 +310,7 @@ impl Composite {
             controller: &self.name,
             rules: &self.children,
             futile: &self.futile_updates,
+            reports: &self.child_reports,
             strategy: crate::reconcile::apply::strategy_for(
                 self.cc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,

@@ -99,6 +99,8 @@ pub struct Decorator {
     pub finalizer: String,
     /// Attachment updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// Drift, conflicts and contests of each parent's last sync.
+    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// Customize cache.
     pub customize_cache: Mutex<CustomizeCache>,
     /// Related watches this controller listens to, by watch key.
@@ -206,6 +208,7 @@ async fn resolve_attachments(
                 resolved,
                 method,
                 options,
+                drift: crate::api::DriftPolicy::Enforce,
             },
         );
     }
@@ -280,6 +283,7 @@ impl Decorator {
             attachment_keys,
             hooks,
             futile_updates: Mutex::new(FutileUpdates::default()),
+            child_reports: Mutex::default(),
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
         })
@@ -305,6 +309,7 @@ impl Decorator {
             controller: &self.name,
             rules: &self.attachments,
             futile: &self.futile_updates,
+            reports: &self.child_reports,
             strategy: crate::reconcile::apply::strategy_for(
                 self.dc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,
