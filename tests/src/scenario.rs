@@ -351,6 +351,7 @@ pub struct Dc {
     version: Option<String>,
     sync_url: Option<String>,
     patches: Vec<Value>,
+    annotations: Value,
 }
 
 impl Dc {
@@ -364,7 +365,14 @@ impl Dc {
             version: None,
             sync_url: None,
             patches: Vec::new(),
+            annotations: json!({}),
         }
+    }
+
+    /// An annotation on the DecoratorController object.
+    pub fn annotate(mut self, key: &str, value: &str) -> Dc {
+        self.annotations[key] = json!(value);
+        self
     }
 
     /// The sync hook's URL, instead of the scenario hook's `/sync` (a hook served elsewhere).
@@ -448,7 +456,8 @@ impl Dc {
         Ok(json!({
             "apiVersion": "metacontroller.k8s.io/v1alpha1",
             "kind": "DecoratorController",
-            "metadata": {"name": self.name, "labels": s.env.cc_labels()},
+            "metadata": {"name": self.name, "labels": s.env.cc_labels(),
+                         "annotations": self.annotations},
             "spec": spec,
         }))
     }

@@ -358,3 +358,116 @@ async fn ignore_creates_children_only() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Every parent wants the same ConfigMap `shared`.
+fn shared_hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    Reply::Json(json!({
+        "status": {"observedChildren": observed_configmaps(req)},
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared"},
+            "data": {"owner": parent["metadata"]["name"]}}]
+    }))
+}
+
+/// Two parents wanting one child under server-side apply: the first one's child stays its own,
+/// the second is told (`ChildWriteFailed`), and neither rewrites the child again and again.
+#[tokio::test]
+async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-contest")
+        .crd("Thing", "things")
+        .hook(shared_hook)
+        .controller(Cc::new("contest-cc"))
+        .config(ssa())
+        .parent("first", json!({}))
+        .start()
+        .await?;
+    let cm = s.wait_child("shared").await?;
+    assert_eq!(cm["data"]["owner"], "first");
+    let mut s = s;
+    s.parent("second", json!({})).await?;
+    let event = s
+        .wait_event("ChildWriteFailed for the second parent", Some(&s.ns), |e| {
+            e["reason"] == "ChildWriteFailed" && e["regarding"]["name"] == "second"
+        })
+        .await?;
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another controller owns"),
+        "{event}"
+    );
+    let rv =
+        s.get(&s.configmaps(), "shared").await?.unwrap()["metadata"]["resourceVersion"].clone();
+    for name in ["first", "second", "first", "second"] {
+        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": name}}});
+        s.patch_and_sync("contest-cc", &s.parents(), name, touch)
+            .await?;
+    }
+    let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
+    assert_eq!(
+        cm["metadata"]["resourceVersion"], rv,
+        "the child was rewritten: {cm}"
+    );
+    assert_eq!(cm["data"]["owner"], "first");
+    s.finish().await
+}
+
+/// One Service per decorated ConfigMap, its port from the ConfigMap's `data.port`.
+fn service_hook(_hook: &str, req: &Value) -> Reply {
+    let obj = &req["object"];
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let port: i64 = obj["data"]["port"]
+        .as_str()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(80);
+    Reply::Json(
+        json!({"attachments": [{"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("{name}-svc")},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "web", "port": port}]}}]}),
+    )
+}
+
+/// A DecoratorController's attachments follow the strategy too (here its annotation).
+#[tokio::test]
+async fn decorator_attachments_are_applied() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-dc").hook(service_hook).start().await?;
+    let dc = Dc::new("svc-dc")
+        .resources(json!([{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"svc": "yes"}}}]))
+        .attachments(json!([{"apiVersion": "v1", "resource": "services",
+            "updateStrategy": {"method": "InPlace"}}]))
+        .annotate(STRATEGY_ANNOTATION, "server-side-apply");
+    s.decorator(dc).await?;
+    let ns = s.ns.clone();
+    let target = s
+        .create(
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": ns, "labels": {"svc": "yes"}},
+            "data": {"port": "80"}}),
+        )
+        .await?;
+    let services = s.api("v1", "Service", "services", Some(&ns));
+    s.wait_for(&services, "web-svc", "the attachment", |_| true)
+        .await?;
+    s.merge_patch(&s.configmaps(), "web", json!({"data": {"port": "8080"}}))
+        .await?;
+    let svc = s
+        .wait_for(&services, "web-svc", "the attachment updated", |svc| {
+            svc["spec"]["ports"] == json!([{"name": "web", "port": 8080}])
+        })
+        .await?;
+    let mine = field_manager(
+        "metacontroller",
+        "svc-dc",
+        target["metadata"]["uid"].as_str().unwrap(),
+    );
+    let ours: Vec<_> = managers(&svc)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{svc}");
+    s.finish().await
+}
