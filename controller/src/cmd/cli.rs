@@ -105,7 +105,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 25)]
     pub events_burst: u32,
     /// How children are updated: "dynamic-apply" (three-way merge, PUT) or "server-side-apply"
-    /// (apply patches, one field manager per parent); a controller's `kmeta.io/apply-strategy`
+    /// (apply patches, one field manager per parent); a controller's `kmeta.dev/apply-strategy`
     /// annotation overrides it.
     #[arg(long, default_value = "dynamic-apply", value_name = "STRATEGY")]
     pub apply_strategy: String,

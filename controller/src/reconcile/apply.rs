@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// The annotation on a CompositeController (or DecoratorController) that overrides
 /// `--apply-strategy` for it: `dynamic-apply` or `server-side-apply`.
-pub const STRATEGY_ANNOTATION: &str = "kmeta.io/apply-strategy";
+pub const STRATEGY_ANNOTATION: &str = "kmeta.dev/apply-strategy";
 
 /// Kubernetes' limit on a field manager's length.
 pub const MAX_FIELD_MANAGER: usize = 128;

@@ -75,7 +75,7 @@ pub struct ManagerConfig {
     /// Events one (object, reason) may emit before `events_qps` applies. Default 25
     /// (Metacontroller `--events-burst`).
     pub events_burst: u32,
-    /// How children are written, unless a controller's `kmeta.io/apply-strategy` annotation
+    /// How children are written, unless a controller's `kmeta.dev/apply-strategy` annotation
     /// says otherwise. Default dynamic apply (Metacontroller `--apply-strategy`).
     pub apply_strategy: crate::reconcile::apply::ApplyStrategy,
     /// Prefix of the per-parent field managers of child writes. Default `metacontroller`

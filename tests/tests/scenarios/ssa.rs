@@ -1,4 +1,4 @@
-//! Server-side apply (`--apply-strategy=server-side-apply` or the `kmeta.io/apply-strategy`
+//! Server-side apply (`--apply-strategy=server-side-apply` or the `kmeta.dev/apply-strategy`
 //! annotation): children are applied under one field manager per parent, every write names its
 //! manager, and fields taken from other managers are named in an event.
 

@@ -21,7 +21,7 @@ use crate::runtime::selector;
 /// Why a controller could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// The `kmeta.io/apply-strategy` annotation names no strategy.
+    /// The `kmeta.dev/apply-strategy` annotation names no strategy.
     #[error("{0}")]
     ApplyStrategy(String),
     /// A resource is not served (yet).

@@ -20,7 +20,7 @@ use crate::runtime::selector;
 /// Why a DecoratorController could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum DecoratorBuildError {
-    /// The `kmeta.io/apply-strategy` annotation names no strategy.
+    /// The `kmeta.dev/apply-strategy` annotation names no strategy.
     #[error("{0}")]
     ApplyStrategy(String),
     /// A resource is not served (yet).
