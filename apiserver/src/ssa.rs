@@ -595,6 +595,18 @@ fn remove_dropped(merged: &mut Value, old_mine: &FieldSet, new_set: &FieldSet, o
         .iter()
         .filter(|p| !new_set.contains(*p) && !others.contains(*p))
         .collect();
+    // a list item that goes goes whole: its fields are not removed first, or the item would no
+    // longer match its key (`k:{"port":80}` once `port` is gone) and stay behind as `{}`
+    let items: Vec<&Path> = dropped
+        .iter()
+        .copied()
+        .filter(|p| p.last().is_some_and(|l| l.starts_with("k:")))
+        .collect();
+    dropped.retain(|p| {
+        !items
+            .iter()
+            .any(|item| item.len() < p.len() && p.starts_with(item))
+    });
     // remove deepest first so item removal after field removal is harmless
     dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
     for p in dropped {
@@ -688,6 +700,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(next["metadata"]["labels"], json!({"a": "1", "c": "3"}));
+    }
+
+    #[test]
+    fn an_item_no_longer_applied_goes_whole() {
+        let cfg = |port: i64| json!({"metadata": {"name": "s"}, "spec": {"ports": [{"name": "web", "port": port}]}});
+        let first = apply(
+            &json!({"metadata": {"name": "s"}}),
+            &cfg(80),
+            &w("a"),
+            false,
+            &builtin_list_kind,
+        )
+        .unwrap();
+        let next = apply(&first, &cfg(8080), &w("a"), false, &builtin_list_kind).unwrap();
+        assert_eq!(
+            next["spec"]["ports"],
+            json!([{"name": "web", "port": 8080}])
+        );
     }
 
     #[test]

@@ -173,6 +173,7 @@ impl Composite {
                     method: Some(method),
                     status_checks: None,
                 }),
+                drift_policy: None,
             },
         );
         self

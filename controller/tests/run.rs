@@ -318,7 +318,7 @@ fn kmeta(args: &[&str]) -> anyhow::Result<Output> {
 
 #[test]
 fn bad_flags_fail_at_start_naming_the_flag() -> anyhow::Result<()> {
-    let out = kmeta(&["run", "--apply-strategy=server-side-apply"])?;
+    let out = kmeta(&["run", "--apply-strategy=client-side"])?;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--apply-strategy"), "{err}");

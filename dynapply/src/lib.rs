@@ -8,6 +8,7 @@ mod error;
 mod merge;
 mod path;
 mod rules;
+mod ssa;
 
 use std::borrow::Cow;
 
@@ -19,6 +20,7 @@ pub use document::{parse_document, to_yaml};
 pub use error::Error;
 pub use merge::json_eq;
 pub use rules::{ListRule, ListRules};
+pub use ssa::{preserve_unknown_subtrees, server_side_apply_body};
 
 use error::type_name;
 use merge::{Ctx, merge_value, pruned};

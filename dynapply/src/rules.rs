@@ -34,6 +34,9 @@ pub enum ListRule {
 #[derive(Clone, Default, Debug)]
 pub struct ListRules {
     root: Node,
+    /// The schema's `x-kubernetes-preserve-unknown-fields` subtrees (see
+    /// [`crate::preserve_unknown_subtrees`]).
+    preserve_unknown: Vec<Vec<String>>,
 }
 
 #[derive(Clone, Default, Debug)]
@@ -216,7 +219,18 @@ impl ListRules {
     /// Combines two rule sets; where both have a rule for the same path, `other`'s wins.
     pub fn merge(mut self, other: ListRules) -> ListRules {
         self.root.merge_from(other.root);
+        for p in other.preserve_unknown {
+            if !self.preserve_unknown.contains(&p) {
+                self.preserve_unknown.push(p);
+            }
+        }
         self
+    }
+
+    /// The field paths of the `x-kubernetes-preserve-unknown-fields` subtrees of the schema these
+    /// rules were read from (empty for built-in kinds), for [`crate::server_side_apply_body`].
+    pub fn preserve_unknown_subtrees(&self) -> &[Vec<String>] {
+        &self.preserve_unknown
     }
 
     /// Rules for a built-in Kubernetes kind, from the Kubernetes API's `patchMergeKey` /
@@ -300,6 +314,7 @@ impl ListRules {
         let mut rules = ListRules::new();
         walk_schema(schema, &mut rules.root, 0);
         rules.root.prune();
+        rules.preserve_unknown = crate::preserve_unknown_subtrees(schema);
         rules
     }
 }

@@ -83,6 +83,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Env {
     /// Client for the API server or cluster.
     pub client: kube::Client,
+    /// The controller's client: the same server, with kmeta's User-Agent (so its writes are
+    /// told apart from the test's own in `managedFields`).
+    controller_client: kube::Client,
     /// The in-process server (None on a real cluster).
     server: Option<TestServer>,
     /// Unique id of this scenario (lowercase, DNS-safe).
@@ -126,18 +129,21 @@ impl Env {
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let rand = uuid::Uuid::new_v4().simple().to_string();
         let id = format!("{}-{seq}-{}", name, &rand[..6]);
-        let (client, server) = match std::env::var_os(KUBECONFIG_ENV) {
+        let (client, controller_config, server) = match std::env::var_os(KUBECONFIG_ENV) {
             Some(path) => {
                 let kc = kube::config::Kubeconfig::read_from(&path)
                     .with_context(|| format!("reading {KUBECONFIG_ENV}={path:?}"))?;
                 let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-                (kube::Client::try_from(cfg)?, None)
+                (kube::Client::try_from(cfg.clone())?, cfg, None)
             }
             None => {
                 let server = builder.start().await.context("starting kmeta-apiserver")?;
-                (server.client(), Some(server))
+                let cfg = kube::Config::new(server.url().parse()?);
+                (server.client(), cfg, Some(server))
             }
         };
+        let controller_client =
+            kube::Client::try_from(kmeta::ops::ratelimit::with_user_agent(controller_config))?;
         let ns = format!("t-{id}");
         let namespaces: Api<DynamicObject> =
             Api::all_with(client.clone(), &ar("v1", "Namespace", "namespaces"));
@@ -150,6 +156,7 @@ impl Env {
             .with_context(|| format!("creating namespace {ns}"))?;
         Ok(Env {
             client,
+            controller_client,
             server,
             id,
             ns: ns.clone(),
@@ -185,7 +192,7 @@ impl Env {
     /// Starts the controller (only this scenario's CompositeControllers).
     pub fn start_controller_with(&mut self, config: ManagerConfig) {
         let config = self.scenario_config(config);
-        let client = self.client.clone();
+        let client = self.controller_client.clone();
         let stop = self.stop.clone();
         self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(
             client, config, stop,

@@ -207,6 +207,7 @@ pub struct Cc {
     webhook: Value,
     hooks: Vec<String>,
     patches: Vec<Value>,
+    annotations: Vec<(String, String)>,
 }
 
 enum Children {
@@ -223,6 +224,7 @@ impl Cc {
             parent: None,
             selector: None,
             children: Children::ConfigMaps(Some("InPlace".into())),
+            annotations: Vec::new(),
             sync_url: None,
             webhook: json!({}),
             hooks: Vec::new(),
@@ -290,6 +292,12 @@ impl Cc {
         self.patch(json!({"generateSelector": null}))
     }
 
+    /// An annotation on the CompositeController object.
+    pub fn annotate(mut self, key: &str, value: &str) -> Cc {
+        self.annotations.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// A JSON merge patch (RFC 7386: `null` removes) applied to the finished spec.
     pub fn patch(mut self, patch: Value) -> Cc {
         self.patches.push(patch);
@@ -343,7 +351,11 @@ impl Cc {
         for patch in &self.patches {
             merge_patch(&mut spec, patch);
         }
-        Ok(composite_controller(&s.env, &self.name, spec))
+        let mut cc = composite_controller(&s.env, &self.name, spec);
+        for (k, v) in &self.annotations {
+            cc["metadata"]["annotations"][k] = json!(v);
+        }
+        Ok(cc)
     }
 }
 
@@ -364,6 +376,7 @@ pub struct Dc {
     version: Option<String>,
     sync_url: Option<String>,
     patches: Vec<Value>,
+    annotations: Value,
 }
 
 impl Dc {
@@ -377,7 +390,14 @@ impl Dc {
             version: None,
             sync_url: None,
             patches: Vec::new(),
+            annotations: json!({}),
         }
+    }
+
+    /// An annotation on the DecoratorController object.
+    pub fn annotate(mut self, key: &str, value: &str) -> Dc {
+        self.annotations[key] = json!(value);
+        self
     }
 
     /// The sync hook's URL, instead of the scenario hook's `/sync` (a hook served elsewhere).
@@ -461,7 +481,8 @@ impl Dc {
         Ok(json!({
             "apiVersion": "metacontroller.k8s.io/v1alpha1",
             "kind": "DecoratorController",
-            "metadata": {"name": self.name, "labels": s.env.cc_labels()},
+            "metadata": {"name": self.name, "labels": s.env.cc_labels(),
+                         "annotations": self.annotations},
             "spec": spec,
         }))
     }

@@ -92,6 +92,25 @@ pub struct CompositeControllerChildResourceRule {
     /// How existing children are updated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<CompositeControllerChildUpdateStrategy>,
+    /// kmeta extension (Metacontroller ignores it): what kmeta does when a child differs from
+    /// what the hook wants. Default `Enforce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_policy: Option<DriftPolicy>,
+}
+
+/// `childResources[].driftPolicy` (kmeta extension).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftPolicy {
+    /// Restore what the hook wants on every sync (under server-side apply, with force; the
+    /// fields taken from other managers are named in a `ChildFieldsTaken` event). The default.
+    #[default]
+    Enforce,
+    /// Write what the hook changes, but never overwrite others' changes: a drifted child (or,
+    /// under server-side apply, a conflict) is reported in a `ChildDrift` event and condition
+    /// and the `kmeta_child_drift` gauge, and left as it is.
+    Report,
+    /// Create children only; never update (or recreate) an existing one.
+    Ignore,
 }
 
 /// `childResources[].updateStrategy`.

@@ -6,14 +6,19 @@
 //!
 //! Metacontroller flags that are accepted but have no effect in kmeta (a warning is logged at
 //! start when they are set to a non-default value): `--pprof-address`,
-//! `--apply-strategy-ssa-field-manager` (only meaningful with `server-side-apply`, which kmeta
-//! rejects), `--zap-stacktrace-level`, `--zap-time-encoding`.
+//! `--zap-stacktrace-level`, `--zap-time-encoding`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::reconcile::apply::{ApplyStrategy, MAX_FIELD_MANAGER};
+
+/// The longest `--apply-strategy-ssa-field-manager`: half of a field manager's 128 characters,
+/// the rest being the controller name and the parent UID hash.
+const MAX_FIELD_MANAGER_PREFIX: usize = MAX_FIELD_MANAGER / 2;
 
 pub use crate::ops::logging::{LogConfig, LogFormat};
 
@@ -110,10 +115,12 @@ pub struct RunArgs {
     /// Events per object and reason allowed before --events-qps applies.
     #[arg(long, default_value_t = 25)]
     pub events_burst: u32,
-    /// How children are updated. Only "dynamic-apply" (three-way merge) is implemented.
+    /// How children are updated: "dynamic-apply" (three-way merge, PUT) or "server-side-apply"
+    /// (apply patches, one field manager per parent); a controller's `kmeta.dev/apply-strategy`
+    /// annotation overrides it.
     #[arg(long, default_value = "dynamic-apply", value_name = "STRATEGY")]
     pub apply_strategy: String,
-    /// Field manager for server-side apply (accepted for compatibility; unused).
+    /// Prefix of the field managers of child writes: `<prefix>/<controller>/<parent uid hash>`.
     #[arg(long, default_value = "metacontroller", value_name = "NAME")]
     pub apply_strategy_ssa_field_manager: String,
     /// pprof address of Metacontroller (accepted for compatibility; kmeta serves no pprof).
@@ -214,6 +221,10 @@ pub struct RunConfig {
     pub log: LogConfig,
     /// Flags accepted for compatibility whose values have no effect (flag, value).
     pub ignored: Vec<(&'static str, String)>,
+    /// `--apply-strategy`.
+    pub apply_strategy: ApplyStrategy,
+    /// `--apply-strategy-ssa-field-manager`: the field manager prefix.
+    pub ssa_field_manager: String,
 }
 
 /// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
@@ -309,7 +320,7 @@ impl RunArgs {
     ///
     /// The checks run in a fixed order, so the first invalid flag reported is always the same.
     pub fn to_config(&self) -> Result<RunConfig, CliError> {
-        self.check_apply_strategy()?;
+        let (apply_strategy, ssa_field_manager) = self.check_apply_strategy()?;
         self.check_leader_lock()?;
         self.check_workers_and_rates()?;
         self.check_target_label_selector()?;
@@ -334,27 +345,33 @@ impl RunArgs {
             shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
             min_resync_after: parse_duration("min-resync-after", &self.min_resync_after)?,
             log: self.log.to_config()?,
+            apply_strategy,
+            ssa_field_manager,
             ignored,
         })
     }
 
-    /// `--apply-strategy`: only dynamic-apply is implemented.
-    fn check_apply_strategy(&self) -> Result<(), CliError> {
-        if self.apply_strategy == "dynamic-apply" {
-            return Ok(());
+    /// `--apply-strategy` and `--apply-strategy-ssa-field-manager` (a non-empty prefix that
+    /// leaves room in Kubernetes' 128 characters for the controller and parent parts).
+    fn check_apply_strategy(&self) -> Result<(ApplyStrategy, String), CliError> {
+        let strategy = self
+            .apply_strategy
+            .parse()
+            .map_err(|message| CliError::Invalid {
+                flag: "apply-strategy",
+                message,
+            })?;
+        let prefix = self.apply_strategy_ssa_field_manager.trim();
+        if prefix.is_empty() || prefix.len() > MAX_FIELD_MANAGER_PREFIX {
+            return Err(CliError::Invalid {
+                flag: "apply-strategy-ssa-field-manager",
+                message: format!(
+                    "must be 1 to {MAX_FIELD_MANAGER_PREFIX} characters, got {}",
+                    prefix.len()
+                ),
+            });
         }
-        let message = if self.apply_strategy == "server-side-apply" {
-            "server-side-apply is not implemented yet; use dynamic-apply (the default)".into()
-        } else {
-            format!(
-                "unknown apply strategy {:?} (dynamic-apply or server-side-apply)",
-                self.apply_strategy
-            )
-        };
-        Err(CliError::Invalid {
-            flag: "apply-strategy",
-            message,
-        })
+        Ok((strategy, prefix.to_owned()))
     }
 
     /// `--leader-election-resource-lock`: only leases.
@@ -454,12 +471,6 @@ impl RunArgs {
         let mut ignored = Vec::new();
         if self.pprof_address != "0" {
             ignored.push(("pprof-address", self.pprof_address.clone()));
-        }
-        if self.apply_strategy_ssa_field_manager != "metacontroller" {
-            ignored.push((
-                "apply-strategy-ssa-field-manager",
-                self.apply_strategy_ssa_field_manager.clone(),
-            ));
         }
         if let Some(v) = &self.log.zap_stacktrace_level {
             ignored.push(("zap-stacktrace-level", v.clone()));
@@ -596,9 +607,22 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
-        let e = parse(&["--apply-strategy=server-side-apply"]).expect_err("unsupported");
-        assert!(e.to_string().starts_with("--apply-strategy: "), "{e}");
+        let c = parse(&[
+            "--apply-strategy=server-side-apply",
+            "--apply-strategy-ssa-field-manager=acme",
+        ])
+        .expect("ssa");
+        assert_eq!(c.apply_strategy, ApplyStrategy::ServerSideApply);
+        assert_eq!(c.ssa_field_manager, "acme");
+        assert!(c.ignored.is_empty(), "{:?}", c.ignored);
+        let e = parse(&["--apply-strategy-ssa-field-manager="]).expect_err("empty prefix");
+        assert!(
+            e.to_string()
+                .starts_with("--apply-strategy-ssa-field-manager: "),
+            "{e}"
+        );
         let e = parse(&["--apply-strategy=merge"]).expect_err("unknown");
+        assert!(e.to_string().starts_with("--apply-strategy: "), "{e}");
         assert!(e.to_string().contains("unknown apply strategy"), "{e}");
         let e = parse(&["--discovery-interval=30"]).expect_err("no unit");
         assert!(e.to_string().starts_with("--discovery-interval: "), "{e}");

@@ -74,6 +74,8 @@ pub fn manager_config(
         target_label_selector: config.target_label_selector.clone(),
         events_qps: config.events_qps,
         events_burst: config.events_burst,
+        apply_strategy: config.apply_strategy,
+        ssa_field_manager: config.ssa_field_manager.clone(),
         metrics,
         ready,
         ..ManagerConfig::default()

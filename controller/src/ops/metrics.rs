@@ -97,6 +97,24 @@ fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
+/// `kmeta_child_drift`, summed over each controller's parents.
+#[derive(Default)]
+struct DriftSeries {
+    gauge: Family<ControllerLabels, Gauge>,
+    /// controller → parent uid → drifted children left as they are.
+    by_parent: Mutex<HashMap<String, HashMap<String, usize>>>,
+}
+
+impl DriftSeries {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kmeta_child_drift",
+            "children that differ from what the hook wants and were left as they are (drift policy Report, or a conflict not taken), per controller",
+            self.gauge.clone(),
+        );
+    }
+}
+
 /// The series of one hook kind (`sync`, `finalize` or `customize`).
 struct HookSeries {
     requests: Family<HookLabels, Counter>,
@@ -146,6 +164,7 @@ pub struct Metrics {
     children: Family<ControllerLabels, Gauge>,
     /// controller → parent uid → children count, summed into `children`.
     children_by_parent: Mutex<HashMap<String, HashMap<String, usize>>>,
+    drift: DriftSeries,
     api_requests: Family<ApiLabels, Counter>,
     api_duration: HistogramFamily<ApiLabels>,
     rate_limit_wait: Histogram,
@@ -198,6 +217,7 @@ impl Metrics {
             child_ops: Family::default(),
             children: Family::default(),
             children_by_parent: Mutex::new(HashMap::new()),
+            drift: DriftSeries::default(),
             api_requests: Family::default(),
             api_duration: Family::new_with_constructor(default_histogram),
             rate_limit_wait: wait_histogram(),
@@ -238,6 +258,7 @@ impl Metrics {
             "children observed for the parents of a controller at their last sync",
             m.children.clone(),
         );
+        m.drift.register(r);
         r.register(
             "kmeta_api_requests",
             "Kubernetes API requests by verb and HTTP code",
@@ -422,11 +443,60 @@ impl Metrics {
         self.update_children(controller, |m| {
             m.remove(parent_uid);
         });
+        self.update_drift(controller, |m| {
+            m.remove(parent_uid);
+        });
+    }
+
+    /// The number of one parent's children left drifted at its last sync. The
+    /// `kmeta_child_drift` gauge is the sum over the controller's parents.
+    pub fn child_drift(&self, controller: &str, parent_uid: &str, count: usize) {
+        self.update_drift(controller, |m| {
+            if count == 0 {
+                m.remove(parent_uid);
+            } else {
+                m.insert(parent_uid.to_owned(), count);
+            }
+        });
+    }
+
+    /// The `kmeta_child_drift` value of `controller`.
+    pub fn child_drift_total(&self, controller: &str) -> i64 {
+        self.drift
+            .gauge
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .get()
+    }
+
+    fn update_drift(&self, controller: &str, f: impl FnOnce(&mut HashMap<String, usize>)) {
+        let total = {
+            let mut all = self
+                .drift
+                .by_parent
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let per_parent = all.entry(controller.to_owned()).or_default();
+            f(per_parent);
+            let total: usize = per_parent.values().sum();
+            if per_parent.is_empty() {
+                all.remove(controller);
+            }
+            total
+        };
+        self.drift
+            .gauge
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     /// A controller stopped: forget its children sum.
     pub fn controller_stopped(&self, controller: &str) {
         self.update_children(controller, HashMap::clear);
+        self.update_drift(controller, HashMap::clear);
         self.queue_depth(controller, 0);
     }
 

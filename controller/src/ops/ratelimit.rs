@@ -327,7 +327,9 @@ where
     }
 }
 
-/// A [`kube::Client`] for `config` whose every request goes through a [`RateLimitLayer`] with
+pub use crate::runtime::kapi::{user_agent, with_user_agent};
+
+/// A [`kube::Client`] for `config` (with kmeta's User-Agent) whose every request goes through a [`RateLimitLayer`] with
 /// `limits` (its own bucket: clients built separately do not share tokens) and is counted in
 /// `metrics`.
 pub fn client(
@@ -335,7 +337,8 @@ pub fn client(
     limits: RateLimit,
     metrics: Arc<Metrics>,
 ) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder =
+        kube::client::ClientBuilder::try_from(crate::runtime::kapi::with_user_agent(config))?;
     Ok(builder
         .with_layer(&RateLimitLayer::new(limits, metrics))
         .build())
@@ -350,7 +353,8 @@ pub fn fenced_client(
     metrics: Arc<Metrics>,
     fence: Fence,
 ) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder =
+        kube::client::ClientBuilder::try_from(crate::runtime::kapi::with_user_agent(config))?;
     Ok(builder
         .with_layer(&FenceLayer::new(fence))
         .with_layer(&RateLimitLayer::new(limits, metrics))

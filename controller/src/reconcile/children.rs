@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::api::ChildUpdateMethod;
+use crate::api::{ChildUpdateMethod, DriftPolicy};
 use crate::object::{controller_uid, describe, meta_str};
+use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
 use crate::runtime::cache::Informer;
@@ -26,6 +27,8 @@ pub struct ChildRule {
     pub method: ChildUpdateMethod,
     /// dynapply options with the list rules of this type.
     pub options: dynapply::Options,
+    /// What to do when a child differs from what the hook wants.
+    pub drift: DriftPolicy,
 }
 
 /// The children of one owner as a controller manages them: the declared types, and the updates
@@ -39,6 +42,48 @@ pub struct Children<'a> {
     pub rules: &'a HashMap<String, ChildRule>,
     /// Child updates the API server answered without writing.
     pub futile: &'a Mutex<FutileUpdates>,
+    /// How children are written.
+    pub strategy: ApplyStrategy,
+    /// Drift, conflicts and contests of each parent's last sync (its `ChildDrift` and
+    /// `ChildContested` conditions).
+    pub reports: &'a Mutex<ChildReports>,
+}
+
+/// What a sync's child writes found besides their results: fields the server dropped, and
+/// children left as they are (drift, conflicts, contests).
+#[derive(Default)]
+struct Collected {
+    ignored: Vec<(String, Vec<String>)>,
+    reports: Vec<ChildReport>,
+}
+
+/// What one sync writes children as: its parent, the parent's field manager, the desired
+/// children and the observed ones by key.
+struct Writing<'a> {
+    parent: &'a Value,
+    manager: String,
+    desired: &'a BTreeMap<String, Value>,
+    observed: BTreeMap<String, &'a Value>,
+}
+
+impl<'a> Writing<'a> {
+    fn new(
+        c: &Children<'_>,
+        parent: &'a Value,
+        observed: &'a [Value],
+        desired: &'a BTreeMap<String, Value>,
+    ) -> Self {
+        Writing {
+            parent,
+            manager: apply::field_manager(
+                &c.ctx.config.ssa_field_manager,
+                c.controller,
+                meta_str(parent, "uid"),
+            ),
+            desired,
+            observed: observed.iter().map(|o| (decide::child_key(o), o)).collect(),
+        }
+    }
 }
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
@@ -62,7 +107,8 @@ pub async fn manage_children(
         },
     )?;
     let mut errors = Vec::new();
-    let mut ignored = Vec::new();
+    let mut out = Collected::default();
+    let w = Writing::new(c, parent, observed, desired);
     for op in ops {
         let obj = match &op {
             ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
@@ -76,7 +122,10 @@ pub async fn manage_children(
             errors.push(format!("{}: undeclared type {gk}", describe(obj)));
             continue;
         };
-        let Some((verb, op_label, res)) = execute(c, rule, &op, &mut ignored).await else {
+        if held_back(c, rule, &w, &op, &mut out).await {
+            continue;
+        }
+        let Some((verb, op_label, res)) = execute(c, rule, &w, &op, &mut out).await else {
             continue;
         };
         let e = match res {
@@ -110,9 +159,10 @@ pub async fn manage_children(
             }
         }
     }
-    for (child, paths) in ignored {
-        report_ignored_fields(c, parent, &child, &paths).await;
+    for (child, paths) in &out.ignored {
+        report_ignored_fields(c, parent, child, paths).await;
     }
+    remember_reports(c, parent, out.reports);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -132,12 +182,14 @@ async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) 
 type Executed = (&'static str, &'static str, Result<(), kube::Error>);
 
 /// Sends one child operation; `None` when an update is skipped because the API server ignored
-/// the same update of this child version before. Fields an update lost are added to `ignored`.
+/// the same update of this child version before, or an apply left the child as it is (reported
+/// in `out`). Fields an update lost are added to `out`.
 async fn execute(
     c: &Children<'_>,
     rule: &ChildRule,
+    w: &Writing<'_>,
     op: &ChildOp,
-    ignored: &mut Vec<(String, Vec<String>)>,
+    out: &mut Collected,
 ) -> Option<Executed> {
     let obj = match op {
         ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
@@ -147,8 +199,14 @@ async fn execute(
         ChildOp::Create(o) => (
             "creating",
             "create",
-            kapi::create(&api, o).await.map(|_| ()),
+            kapi::create_as(&api, o, &w.manager).await.map(|_| ()),
         ),
+        ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
+            match apply_child(c, rule, w, o, out).await {
+                Ok(false) => return None,
+                res => ("applying", "update", res.map(|_| ())),
+            }
+        }
         ChildOp::Update(o)
             if c.futile
                 .lock()
@@ -161,12 +219,246 @@ async fn execute(
         ChildOp::Update(o) => (
             "updating",
             "update",
-            kapi::replace(&api, o)
+            kapi::replace_as(&api, o, &w.manager)
                 .await
-                .map(|stored| remember_ignored(c, o, &stored, ignored)),
+                .map(|stored| remember_ignored(c, o, &stored, &mut out.ignored)),
         ),
         ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
     })
+}
+
+/// Server-side apply of one child (the desired object, with its owner reference and
+/// last-applied annotation): first moves the fields the parent's manager owns through earlier
+/// non-apply writes into its apply entry, then applies without force. Fields held by other
+/// managers are taken with force under drift policy `Enforce` and named in a `ChildFieldsTaken`
+/// event; under `Report` the conflict is reported (`ChildConflict`) and the child left as it is;
+/// fields held by another parent's manager are never taken (`ChildContested`). `Ok(false)`: the
+/// child was left as it is.
+async fn apply_child(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    merged: &Value,
+    out: &mut Collected,
+) -> Result<bool, kube::Error> {
+    let key = decide::child_key(merged);
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
+    let Some(want) = w.desired.get(&key) else {
+        return Ok(false);
+    };
+    let live = w.observed.get(&key).copied().unwrap_or(merged);
+    let subtrees = rule.options.rules.preserve_unknown_subtrees();
+    let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
+        .map(|p| decide::with_owner(&p, w.parent))
+        .map_err(|e| kube::Error::Service(Box::new(e)))?;
+    let body = apply::apply_body(&prepared);
+    if let Some(live) = w.observed.get(&key) {
+        upgrade_ownership(c, &api, live, &w.manager).await?;
+    }
+    let e = match kapi::apply_as(&api, &body, &w.manager, false).await {
+        Ok(_) => return Ok(true),
+        Err(e) => e,
+    };
+    let kube::Error::Api(status) = &e else {
+        return Err(e);
+    };
+    let conflicts = apply::conflicts_of(status);
+    if status.code != 409 || conflicts.is_empty() {
+        return Err(e);
+    }
+    resolve_conflicts(c, rule, w, merged, &body, conflicts, out).await
+}
+
+/// Moves the fields `manager` (or kmeta's legacy managers) own through earlier creates and
+/// updates into its apply entry, once per child: the caches keep no `managedFields`, so they
+/// are read fresh the first time.
+async fn upgrade_ownership(
+    c: &Children<'_>,
+    api: &kube::Api<kube::api::DynamicObject>,
+    live: &Value,
+    manager: &str,
+) -> Result<(), kube::Error> {
+    let uid = meta_str(live, "uid");
+    let check = c
+        .reports
+        .lock()
+        .map(|r| r.needs_upgrade_check(uid, manager))
+        .unwrap_or(true);
+    if !check {
+        return Ok(());
+    }
+    let Some(fresh) = kapi::get(api, meta_str(live, "name")).await? else {
+        return Ok(());
+    };
+    let legacy = [c.ctx.config.ssa_field_manager.as_str(), "kmeta"];
+    if let Some(up) = fresh
+        .pointer("/metadata/managedFields")
+        .and_then(|m| apply::upgraded_managed_fields(m, manager, &legacy))
+    {
+        kapi::set_managed_fields(api, &fresh, &up, manager).await?;
+    }
+    if let Ok(mut r) = c.reports.lock() {
+        r.upgraded(uid, manager);
+    }
+    Ok(())
+}
+
+/// After an apply refused with conflicts: contests and (under `Report`) conflicts are reported
+/// and the child left as it is (`Ok(false)`); otherwise the fields are taken with force and named
+/// in a `ChildFieldsTaken` event.
+async fn resolve_conflicts(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    merged: &Value,
+    body: &Value,
+    conflicts: Vec<apply::FieldConflict>,
+    out: &mut Collected,
+) -> Result<bool, kube::Error> {
+    let key = decide::child_key(merged);
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
+    let child = describe(merged);
+    let controlled = w
+        .observed
+        .get(&key)
+        .and_then(|live| controller_uid(live))
+        .is_some_and(|uid| uid == meta_str(w.parent, "uid"));
+    match apply::decide_conflicts(
+        conflicts,
+        &c.ctx.config.ssa_field_manager,
+        &w.manager,
+        controlled,
+    ) {
+        ConflictDecision::Contested(held) => {
+            let fields = apply::describe_conflicts(&held);
+            let note = format!(
+                "{child} is wanted by another parent too: {fields} (kmeta does not take fields from another parent; the child is left as it is until one of them stops wanting it)"
+            );
+            c.ctx.event(w.parent, true, "ChildContested", note).await;
+            out.reports.push(ChildReport {
+                kind: apply::CONTESTED_CONDITION,
+                reason: "ChildContested",
+                message: format!("{child}: {fields}"),
+            });
+            Ok(false)
+        }
+        ConflictDecision::Take(taken) if rule.drift != DriftPolicy::Enforce => {
+            let fields = apply::describe_conflicts(&taken);
+            let note = format!(
+                "{child} was changed by others: {fields}; drift policy {:?} leaves it as it is",
+                rule.drift
+            );
+            c.ctx.event(w.parent, true, "ChildConflict", note).await;
+            out.reports.push(ChildReport {
+                kind: apply::DRIFT_CONDITION,
+                reason: "ChildConflict",
+                message: format!("{child}: {fields}"),
+            });
+            Ok(false)
+        }
+        ConflictDecision::Take(taken) => {
+            if !taken.is_empty() {
+                let note = format!(
+                    "applying {child} took {} (the hook's answer is the source of truth)",
+                    apply::describe_conflicts(&taken)
+                );
+                c.ctx.config.metrics.child_op(c.controller, "fields_taken");
+                c.ctx.event(w.parent, true, "ChildFieldsTaken", note).await;
+            }
+            kapi::apply_as(&api, body, &w.manager, true)
+                .await
+                .map(|_| true)
+        }
+    }
+}
+
+/// The drift policy before an update (or a recreate's delete): `true` when the write is held
+/// back. `Ignore` holds back every one; `Report` holds back those whose hook answer is unchanged
+/// (the difference is drift, made by others: reported in a `ChildDrift` event and condition)
+/// except under server-side apply, where the apply itself reports conflicts.
+async fn held_back(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    op: &ChildOp,
+    out: &mut Collected,
+) -> bool {
+    let obj = match op {
+        ChildOp::Update(o) => o,
+        ChildOp::Delete {
+            object,
+            reason: "recreate",
+        } => object,
+        _ => return false,
+    };
+    match rule.drift {
+        DriftPolicy::Enforce => false,
+        DriftPolicy::Ignore => {
+            tracing::debug!(child = %describe(obj), "drift policy Ignore: the child is not updated");
+            c.ctx.config.metrics.child_op(c.controller, "skip");
+            true
+        }
+        DriftPolicy::Report
+            if c.strategy == ApplyStrategy::ServerSideApply && matches!(op, ChildOp::Update(_)) =>
+        {
+            false
+        }
+        DriftPolicy::Report => {
+            let key = decide::child_key(obj);
+            let (Some(want), Some(live)) = (w.desired.get(&key), w.observed.get(&key)) else {
+                return false;
+            };
+            let Some(paths) = decide::drift_only(live, want, &rule.options) else {
+                return false;
+            };
+            let child = describe(obj);
+            let fields = if paths.is_empty() {
+                "fields the hook sets".to_owned()
+            } else {
+                paths.join(", ")
+            };
+            let note = format!(
+                "{child} differs from what the hook wants at {fields}; drift policy Report leaves it as it is"
+            );
+            c.ctx.event(w.parent, true, "ChildDrift", note).await;
+            out.reports.push(ChildReport {
+                kind: apply::DRIFT_CONDITION,
+                reason: "Drifted",
+                message: format!("{child}: {fields}"),
+            });
+            true
+        }
+    }
+}
+
+/// Keeps a parent's reports for its status write and sets its share of `kmeta_child_drift`.
+fn remember_reports(c: &Children<'_>, parent: &Value, reports: Vec<ChildReport>) {
+    let uid = meta_str(parent, "uid");
+    c.ctx
+        .config
+        .metrics
+        .child_drift(c.controller, uid, reports.len());
+    if let Ok(mut r) = c.reports.lock() {
+        r.set(uid, reports);
+    }
+}
+
+/// The hook's status of `parent` with the child conditions of its last child management.
+pub fn status_with_reports(
+    c: &Children<'_>,
+    parent: &Value,
+    status: Option<&Value>,
+) -> Option<Value> {
+    let reports = c
+        .reports
+        .lock()
+        .map(|r| r.get(meta_str(parent, "uid")))
+        .unwrap_or_default();
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    apply::with_child_conditions(status, parent, &reports, &now)
 }
 
 /// After an update: remembers (or forgets) it as futile when the server kept the child as it

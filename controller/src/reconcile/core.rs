@@ -75,6 +75,12 @@ pub struct ManagerConfig {
     /// Events one (object, reason) may emit before `events_qps` applies. Default 25
     /// (Metacontroller `--events-burst`).
     pub events_burst: u32,
+    /// How children are written, unless a controller's `kmeta.dev/apply-strategy` annotation
+    /// says otherwise. Default dynamic apply (Metacontroller `--apply-strategy`).
+    pub apply_strategy: crate::reconcile::apply::ApplyStrategy,
+    /// Prefix of the per-parent field managers of child writes. Default `metacontroller`
+    /// (Metacontroller `--apply-strategy-ssa-field-manager`).
+    pub ssa_field_manager: String,
 }
 
 impl Default for ManagerConfig {
@@ -94,6 +100,8 @@ impl Default for ManagerConfig {
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,
+            apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
+            ssa_field_manager: "metacontroller".into(),
         }
     }
 }

@@ -530,6 +530,17 @@ pub fn plan_children(
     Ok(ops)
 }
 
+/// Under drift policy `Report` (dynamic apply): `Some(paths)` when the hook's answer for a child
+/// is the one last applied, so a difference between `live` and `desired` was made by others
+/// (the drifted fields, see [`crate::reconcile::apply::drifted_paths`]); `None` when the hook's
+/// answer changed (its change is written) or the last-applied record cannot be read.
+pub fn drift_only(live: &Value, desired: &Value, opts: &dynapply::Options) -> Option<Vec<String>> {
+    let prepared = dynapply::prepare_create(desired, opts).ok()?;
+    let last = dynapply::get_last_applied(live, opts).ok()??;
+    let want = dynapply::get_last_applied(&prepared, opts).ok()??;
+    dynapply::json_eq(&last, &want).then(|| crate::reconcile::apply::drifted_paths(&prepared, live))
+}
+
 // ---------------------------------------------------------------------------------------------
 // status
 

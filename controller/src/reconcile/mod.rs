@@ -4,6 +4,7 @@
 //! DecoratorController (`decorator`) and the [`manager`] that runs one controller per
 //! CompositeController or DecoratorController object.
 
+pub mod apply;
 pub(crate) mod children;
 pub(crate) mod circuit;
 pub(crate) mod composite;
@@ -15,4 +16,5 @@ pub(crate) mod related;
 pub(crate) mod rollout;
 pub(crate) mod status;
 
+pub use apply::ApplyStrategy;
 pub use core::{Context, ManagerConfig};

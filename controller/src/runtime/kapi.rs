@@ -174,3 +174,104 @@ pub async fn atomic_update(
         }
     }
 }
+
+/// The User-Agent of every kmeta request: `kmeta/<version>` (the API server names writes that
+/// carry no field manager after its first segment, `kmeta`).
+pub fn user_agent() -> String {
+    format!("kmeta/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// `config` with kmeta's User-Agent on every request.
+pub fn with_user_agent(mut config: kube::Config) -> kube::Config {
+    if let Ok(v) = http::HeaderValue::from_str(&user_agent()) {
+        config
+            .headers
+            .retain(|(k, _)| k != http::header::USER_AGENT);
+        config.headers.push((http::header::USER_AGENT, v));
+    }
+    config
+}
+
+fn post_params(field_manager: &str) -> PostParams {
+    PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// POST as `field_manager`.
+pub async fn create_as(
+    api: &Api<DynamicObject>,
+    obj: &Value,
+    field_manager: &str,
+) -> Result<Value, kube::Error> {
+    let req = request(api)
+        .create(&post_params(field_manager), body(obj)?)
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "create").await
+}
+
+/// PUT as `field_manager` (the object carries its resourceVersion).
+pub async fn replace_as(
+    api: &Api<DynamicObject>,
+    obj: &Value,
+    field_manager: &str,
+) -> Result<Value, kube::Error> {
+    let req = request(api)
+        .replace(
+            meta_str(obj, "name"),
+            &post_params(field_manager),
+            body(obj)?,
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "replace").await
+}
+
+/// Server-side apply (`application/apply-patch+yaml`) of `obj` as `field_manager`, forcing
+/// conflicts when `force`.
+pub async fn apply_as(
+    api: &Api<DynamicObject>,
+    obj: &Value,
+    field_manager: &str,
+    force: bool,
+) -> Result<Value, kube::Error> {
+    let params = kube::api::PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        force,
+        ..kube::api::PatchParams::default()
+    };
+    let req = request(api)
+        .patch(
+            meta_str(obj, "name"),
+            &params,
+            &kube::api::Patch::Apply(obj),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "patch").await
+}
+
+/// Replaces `metadata.managedFields` of `obj` (merge patch carrying its resourceVersion, so a
+/// concurrent write makes it fail with 409) as `field_manager`.
+pub async fn set_managed_fields(
+    api: &Api<DynamicObject>,
+    obj: &Value,
+    managed: &Value,
+    field_manager: &str,
+) -> Result<Value, kube::Error> {
+    let params = kube::api::PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..kube::api::PatchParams::default()
+    };
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": meta_str(obj, "resourceVersion"),
+        "managedFields": managed,
+    }});
+    let req = request(api)
+        .patch(
+            meta_str(obj, "name"),
+            &params,
+            &kube::api::Patch::Merge(&patch),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "patch").await
+}

@@ -35,4 +35,5 @@ mod metacontroller;
 mod rollout;
 mod schema;
 mod sidecar;
+mod ssa;
 mod transport;

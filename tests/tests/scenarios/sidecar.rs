@@ -2,6 +2,8 @@
 //! another actor injects a sidecar container into it; a parent update changes the app image;
 //! the child keeps the sidecar and gets the new image; a further resync writes nothing.
 
+use kmeta::ManagerConfig;
+use kmeta::reconcile::ApplyStrategy;
 use kmeta_apiserver::Operation;
 use kmeta_tests::*;
 use serde_json::{Value, json};
@@ -69,7 +71,31 @@ each_hook_mode!(injected_sidecar_survives_parent_updates_and_resync_writes_nothi
 async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing(
     mode: HookMode,
 ) -> anyhow::Result<()> {
-    let mut s = Scenario::new("sidecar")
+    sidecar_survives("sidecar", mode, ApplyStrategy::DynamicApply, true).await
+}
+
+/// The same under server-side apply: the pod template is in a preserve-unknown-fields subtree,
+/// whose lists the API server replaces whole, so kmeta sends the merged subtree. The injector is
+/// another writer patching the child once (an admission hook would re-inject the sidecar into
+/// every write and hide a lost one).
+#[tokio::test]
+async fn injected_sidecar_survives_under_server_side_apply() -> anyhow::Result<()> {
+    sidecar_survives(
+        "sidecar-ssa",
+        HookMode::Webhook,
+        ApplyStrategy::ServerSideApply,
+        false,
+    )
+    .await
+}
+
+async fn sidecar_survives(
+    name: &str,
+    mode: HookMode,
+    strategy: ApplyStrategy,
+    by_admission: bool,
+) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
         .hook_mode(mode)
         .crd("App", "apps")
         .crd("Workload", "workloads")
@@ -78,7 +104,7 @@ async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing(
         .await?;
     // the injector: an admission hook on the test server, or (real cluster) a second client
     // patching the child after each write, as an operator's own automation would
-    let admission = s.server().map(|server| {
+    let admission = s.server().filter(|_| by_admission).map(|server| {
         server.admission().mutate(&s.av, "workloads", |obj, op| {
             if matches!(op, Operation::Create | Operation::Update) {
                 inject(obj);
@@ -87,7 +113,10 @@ async fn injected_sidecar_survives_parent_updates_and_resync_writes_nothing(
         })
     });
     s.controller(Cc::new("apps-cc").child("workloads")).await?;
-    s.start_controller();
+    s.start_controller_with(ManagerConfig {
+        apply_strategy: strategy,
+        ..ManagerConfig::default()
+    });
     s.parent("web", json!({"image": "web:1"})).await?;
     let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
     let w = s

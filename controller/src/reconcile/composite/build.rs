@@ -22,6 +22,9 @@ use crate::runtime::selector;
 /// Why a controller could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// The `kmeta.dev/apply-strategy` annotation names no strategy.
+    #[error("{0}")]
+    ApplyStrategy(String),
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -151,6 +154,8 @@ pub struct Composite {
     pub related: Mutex<HashMap<String, Arc<Informer>>>,
     /// Child updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// Drift, conflicts and contests of each parent's last sync.
+    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// The resourceVersion of this controller's last status write per parent UID: its watch
     /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
     /// defeat the backoff).
@@ -215,6 +220,7 @@ async fn resolve_children(
                 resolved: r,
                 method,
                 options,
+                drift: rule.drift_policy.unwrap_or_default(),
             },
         );
     }
@@ -326,6 +332,11 @@ impl Composite {
         hooks: Hooks,
     ) -> Result<Composite, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
+        crate::reconcile::apply::strategy_for(
+            cc.metadata.annotations.as_ref(),
+            ctx.config.apply_strategy,
+        )
+        .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children)?;
@@ -348,6 +359,7 @@ impl Composite {
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),
+            child_reports: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
         })
     }
@@ -359,6 +371,12 @@ impl Composite {
             controller: &self.name,
             rules: &self.children,
             futile: &self.futile_updates,
+            reports: &self.child_reports,
+            strategy: crate::reconcile::apply::strategy_for(
+                self.cc.metadata.annotations.as_ref(),
+                self.ctx.config.apply_strategy,
+            )
+            .unwrap_or(self.ctx.config.apply_strategy),
         }
     }
 

@@ -146,6 +146,9 @@ impl ParentController {
                     .config
                     .metrics
                     .parent_gone(&self.c.name, meta_str(old, "uid"));
+                if let Ok(mut r) = self.c.child_reports.lock() {
+                    r.set(meta_str(old, "uid"), Vec::new());
+                }
                 if let Ok(mut c) = self.c.customize_cache.lock() {
                     c.remove(meta_str(old, "uid"));
                 }

@@ -16,7 +16,7 @@ use crate::hook::wire::{self, SyncResponse};
 use crate::object::{
     controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
-use crate::reconcile::children::{ChildRule, manage_children};
+use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
 use crate::reconcile::status;
@@ -96,8 +96,9 @@ pub async fn sync_parent(
             .metrics
             .children(&c.name, meta_str(&parent, "uid"), desired.len());
     }
-    let written =
-        status::update_status(&c.ctx, &c.parent, &parent, response.status.as_ref()).await?;
+    let hook_status =
+        children::status_with_reports(&c.child_set(), &parent, response.status.as_ref());
+    let written = status::update_status(&c.ctx, &c.parent, &parent, hook_status.as_ref()).await?;
     c.remember_status_write(&parent, written);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
         == FinalizerAction::Remove

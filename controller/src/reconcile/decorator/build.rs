@@ -20,6 +20,9 @@ use crate::runtime::selector;
 /// Why a DecoratorController could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum DecoratorBuildError {
+    /// The `kmeta.dev/apply-strategy` annotation names no strategy.
+    #[error("{0}")]
+    ApplyStrategy(String),
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -96,6 +99,8 @@ pub struct Decorator {
     pub finalizer: String,
     /// Attachment updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// Drift, conflicts and contests of each parent's last sync.
+    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// Customize cache.
     pub customize_cache: Mutex<CustomizeCache>,
     /// Related watches this controller listens to, by watch key.
@@ -203,6 +208,7 @@ async fn resolve_attachments(
                 resolved,
                 method,
                 options,
+                drift: crate::api::DriftPolicy::Enforce,
             },
         );
     }
@@ -253,6 +259,11 @@ impl Decorator {
         dc: DecoratorController,
     ) -> Result<Decorator, DecoratorBuildError> {
         let name = dc.metadata.name.clone().unwrap_or_default();
+        crate::reconcile::apply::strategy_for(
+            dc.metadata.annotations.as_ref(),
+            ctx.config.apply_strategy,
+        )
+        .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
         let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
@@ -272,6 +283,7 @@ impl Decorator {
             attachment_keys,
             hooks,
             futile_updates: Mutex::new(FutileUpdates::default()),
+            child_reports: Mutex::default(),
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
         })
@@ -297,6 +309,12 @@ impl Decorator {
             controller: &self.name,
             rules: &self.attachments,
             futile: &self.futile_updates,
+            reports: &self.child_reports,
+            strategy: crate::reconcile::apply::strategy_for(
+                self.dc.metadata.annotations.as_ref(),
+                self.ctx.config.apply_strategy,
+            )
+            .unwrap_or(self.ctx.config.apply_strategy),
         }
     }
 }

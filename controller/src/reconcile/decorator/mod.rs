@@ -133,6 +133,9 @@ impl DecoratorRunner {
                     .config
                     .metrics
                     .parent_gone(&self.d.name, meta_str(old, "uid"));
+                if let Ok(mut r) = self.d.child_reports.lock() {
+                    r.set(meta_str(old, "uid"), Vec::new());
+                }
             }
         }
     }

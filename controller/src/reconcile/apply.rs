@@ -1,0 +1,630 @@
+//! How children are written: the apply strategy (dynamic apply, kmeta's three-way merge, or
+//! server-side apply), the field manager of each parent, the body of a server-side apply and
+//! what an apply conflict means. Pure decisions; `children.rs` executes them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+/// The annotation on a CompositeController (or DecoratorController) that overrides
+/// `--apply-strategy` for it: `dynamic-apply` or `server-side-apply`.
+pub const STRATEGY_ANNOTATION: &str = "kmeta.dev/apply-strategy";
+
+/// Kubernetes' limit on a field manager's length.
+pub const MAX_FIELD_MANAGER: usize = 128;
+
+/// Hex digits of the parent UID hash in a field manager.
+const UID_HASH_LEN: usize = 10;
+
+/// How children are updated (Metacontroller's `--apply-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApplyStrategy {
+    /// kmeta's three-way merge against the last-applied annotation, written with PUT.
+    #[default]
+    DynamicApply,
+    /// `application/apply-patch+yaml` PATCH of the desired object, one field manager per parent.
+    ServerSideApply,
+}
+
+impl ApplyStrategy {
+    /// The flag and annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyStrategy::DynamicApply => "dynamic-apply",
+            ApplyStrategy::ServerSideApply => "server-side-apply",
+        }
+    }
+}
+
+impl fmt::Display for ApplyStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ApplyStrategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "dynamic-apply" => Ok(ApplyStrategy::DynamicApply),
+            "server-side-apply" => Ok(ApplyStrategy::ServerSideApply),
+            other => Err(format!(
+                "unknown apply strategy {other:?} (dynamic-apply or server-side-apply)"
+            )),
+        }
+    }
+}
+
+/// The strategy of one controller: its [`STRATEGY_ANNOTATION`] if set, else `default` (the
+/// flag). An unknown annotation value is an error naming the annotation.
+pub fn strategy_for(
+    annotations: Option<&BTreeMap<String, String>>,
+    default: ApplyStrategy,
+) -> Result<ApplyStrategy, String> {
+    match annotations.and_then(|a| a.get(STRATEGY_ANNOTATION)) {
+        None => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|e| format!("annotation {STRATEGY_ANNOTATION}: {e}")),
+    }
+}
+
+/// The field manager of one parent's child writes: `<prefix>/<controller>/<hash of parent uid>`,
+/// cut to Kubernetes' 128 characters by shortening the controller name (the hash, which tells
+/// parents apart, is always whole).
+pub fn field_manager(prefix: &str, controller: &str, parent_uid: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, parent_uid.as_bytes());
+    let hash: String = digest
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .chars()
+        .take(UID_HASH_LEN)
+        .collect();
+    let room = MAX_FIELD_MANAGER.saturating_sub(prefix.len() + hash.len() + 2);
+    let controller: String = controller.chars().take(room).collect();
+    let full = format!("{prefix}/{controller}/{hash}");
+    full.chars().take(MAX_FIELD_MANAGER).collect()
+}
+
+/// The body of a server-side apply of a child: the desired object as prepared for writing
+/// (with its owner reference and last-applied annotation), without anything the server owns
+/// (`status`, `resourceVersion`, `uid`, `managedFields`, timestamps, generation).
+pub fn apply_body(prepared: &Value) -> Value {
+    let mut body = prepared.clone();
+    if let Some(root) = body.as_object_mut() {
+        root.remove("status");
+        if let Some(meta) = root.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.retain(|k, _| {
+                matches!(
+                    k.as_str(),
+                    "name"
+                        | "namespace"
+                        | "generateName"
+                        | "labels"
+                        | "annotations"
+                        | "ownerReferences"
+                        | "finalizers"
+                )
+            });
+        }
+    }
+    body
+}
+
+/// One field an apply would take from another manager (a `FieldManagerConflict` cause).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldConflict {
+    /// The field path, as the API server renders it (`.data.color`).
+    pub field: String,
+    /// The manager that owns it now.
+    pub manager: String,
+}
+
+/// The conflicts of a 409 answer to an apply (its `FieldManagerConflict` causes); empty when the
+/// 409 is not an apply conflict.
+pub fn conflicts_of(status: &kube::core::Status) -> Vec<FieldConflict> {
+    let Some(details) = &status.details else {
+        return Vec::new();
+    };
+    details
+        .causes
+        .iter()
+        .filter(|c| c.reason == "FieldManagerConflict")
+        .map(|c| FieldConflict {
+            field: c.field.clone(),
+            manager: manager_of(&c.message),
+        })
+        .collect()
+}
+
+/// The manager named in a cause message `conflict with "<manager>" using <version>` (or the
+/// message itself when it is not worded so).
+fn manager_of(message: &str) -> String {
+    message
+        .split_once('"')
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map_or_else(|| message.to_owned(), |(m, _)| m.to_owned())
+}
+
+/// What to do about an apply's conflicts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConflictDecision {
+    /// Another parent's manager (same prefix, another parent) holds fields of a child this
+    /// parent does not control: two parents want it. kmeta does not force, so the two never take
+    /// the fields back and forth.
+    Contested(Vec<FieldConflict>),
+    /// Other managers (a person, another tool, or the parent that controlled the child before
+    /// this one adopted it) hold fields the hook sets: force, and name them.
+    Take(Vec<FieldConflict>),
+}
+
+/// Classifies the conflicts of an apply by `mine` (a manager under `prefix`); `controlled`:
+/// whether the child's controller reference is this parent (then another parent's manager is a
+/// leftover of an earlier owner, not a contender).
+pub fn decide_conflicts(
+    conflicts: Vec<FieldConflict>,
+    prefix: &str,
+    mine: &str,
+    controlled: bool,
+) -> ConflictDecision {
+    let others: Vec<FieldConflict> = conflicts
+        .into_iter()
+        .filter(|c| c.manager != mine)
+        .collect();
+    let kmeta_prefix = format!("{prefix}/");
+    let contested: Vec<FieldConflict> = others
+        .iter()
+        .filter(|c| c.manager.starts_with(&kmeta_prefix))
+        .cloned()
+        .collect();
+    if contested.is_empty() || controlled {
+        ConflictDecision::Take(others)
+    } else {
+        ConflictDecision::Contested(contested)
+    }
+}
+
+/// `field (manager), …`, at most 5 named, for events and conditions.
+pub fn describe_conflicts(conflicts: &[FieldConflict]) -> String {
+    const SHOWN: usize = 5;
+    let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for c in conflicts.iter().take(SHOWN) {
+        by_manager.entry(&c.manager).or_default().push(&c.field);
+    }
+    let mut out = by_manager
+        .iter()
+        .map(|(m, fs)| format!("{} from {m:?}", fs.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if conflicts.len() > SHOWN {
+        out.push_str(&format!(" and {} more", conflicts.len() - SHOWN));
+    }
+    out
+}
+
+/// The client-side → server-side upgrade of a child's `managedFields` (what kubectl does for
+/// `apply --server-side` after client-side apply): the fields that `manager` or one of the
+/// `legacy` managers own through non-apply writes (`Update`: POSTs and PUTs under dynamic apply,
+/// by this parent's manager, or by kmeta or Metacontroller under their User-Agent names) move
+/// into `manager`'s `Apply` entry, so a later apply that no longer sets one of them removes it.
+/// `None` when there is nothing to move.
+pub fn upgraded_managed_fields(managed: &Value, manager: &str, legacy: &[&str]) -> Option<Value> {
+    let entries = managed.as_array()?;
+    let is_update = |e: &Value| {
+        (e["manager"] == manager || legacy.iter().any(|l| e["manager"] == *l))
+            && e["operation"] == "Update"
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    };
+    let moved = entries
+        .iter()
+        .filter(|e| is_update(e))
+        .fold(None, |acc, e| {
+            Some(union(
+                acc.unwrap_or(Value::Object(Default::default())),
+                &e["fieldsV1"],
+            ))
+        })?;
+    let mut out: Vec<Value> = entries.iter().filter(|e| !is_update(e)).cloned().collect();
+    let apply = out.iter_mut().find(|e| {
+        e["manager"] == manager
+            && e["operation"] == "Apply"
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    });
+    match apply {
+        Some(e) => e["fieldsV1"] = union(e["fieldsV1"].take(), &moved),
+        None => {
+            let template = entries.iter().find(|e| is_update(e))?;
+            let mut e = template.clone();
+            e["manager"] = Value::String(manager.to_owned());
+            e["operation"] = Value::String("Apply".into());
+            e["fieldsV1"] = moved;
+            out.push(e);
+        }
+    }
+    Some(Value::Array(out))
+}
+
+/// The union of two FieldsV1 trees.
+fn union(mut a: Value, b: &Value) -> Value {
+    if let (Some(am), Some(bm)) = (a.as_object_mut(), b.as_object()) {
+        for (k, bv) in bm {
+            let merged = union(
+                am.remove(k).unwrap_or(Value::Object(Default::default())),
+                bv,
+            );
+            am.insert(k.clone(), merged);
+        }
+        return a;
+    }
+    if a.is_object() { a } else { b.clone() }
+}
+
+/// The fields of `desired` whose value in `live` differs (rendered `.data.color`; lists compared
+/// whole), sorted. Fields only `live` has are not drift: others may add fields.
+pub fn drifted_paths(desired: &Value, live: &Value) -> Vec<String> {
+    fn walk(d: &Value, l: Option<&Value>, path: &mut String, out: &mut Vec<String>) {
+        match (d, l) {
+            (Value::Object(dm), Some(Value::Object(lm))) => {
+                for (k, dv) in dm {
+                    let len = path.len();
+                    path.push('.');
+                    path.push_str(k);
+                    walk(dv, lm.get(k), path, out);
+                    path.truncate(len);
+                }
+            }
+            (Value::Null, None) => {}
+            (d, Some(l)) if dynapply::json_eq(d, l) => {}
+            _ => out.push(path.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    let Some(dm) = desired.as_object() else {
+        return out;
+    };
+    for (k, dv) in dm {
+        if matches!(k.as_str(), "apiVersion" | "kind" | "status") {
+            continue;
+        }
+        if k == "metadata" {
+            for mk in ["labels", "annotations"] {
+                if let Some(v) = dv.get(mk) {
+                    let mut path = format!(".metadata.{mk}");
+                    walk(
+                        v,
+                        live.pointer(&format!("/metadata/{mk}")),
+                        &mut path,
+                        &mut out,
+                    );
+                }
+            }
+            continue;
+        }
+        let mut path = format!(".{k}");
+        walk(dv, live.get(k), &mut path, &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// A condition kmeta sets on a parent about its children: `ChildDrift` (drift or a conflict
+/// left as it is) or `ChildContested`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChildReport {
+    /// Condition type.
+    pub kind: &'static str,
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+}
+
+/// `ChildDrift`: a child differs from what the hook wants and was left as it is.
+pub const DRIFT_CONDITION: &str = "ChildDrift";
+/// `ChildContested`: another parent's manager holds fields of a child.
+pub const CONTESTED_CONDITION: &str = "ChildContested";
+
+/// The reports of each parent's last sync (by parent UID), kept between its child management
+/// and its status write.
+#[derive(Debug, Default)]
+pub struct ChildReports {
+    by_parent: std::collections::HashMap<String, Vec<ChildReport>>,
+    /// Children (by UID) whose ownership was already moved to the manager named (the caches
+    /// keep no `managedFields`, so this is checked on a fresh read once per child and manager).
+    upgraded: std::collections::HashMap<String, String>,
+}
+
+/// At most this many children are remembered as upgraded (then the memory starts over: each
+/// child costs one more read at its next apply): 100 000.
+const UPGRADED_MAX: usize = 100_000;
+
+impl ChildReports {
+    /// Whether the ownership of child `uid` still has to be checked for `manager`.
+    pub fn needs_upgrade_check(&self, uid: &str, manager: &str) -> bool {
+        self.upgraded.get(uid).is_none_or(|m| m != manager)
+    }
+
+    /// Records that child `uid`'s ownership belongs to `manager`'s apply entry.
+    pub fn upgraded(&mut self, uid: &str, manager: &str) {
+        if self.upgraded.len() >= UPGRADED_MAX {
+            self.upgraded.clear();
+        }
+        self.upgraded.insert(uid.to_owned(), manager.to_owned());
+    }
+
+    /// Replaces the reports of a parent (none: forgets it).
+    pub fn set(&mut self, parent_uid: &str, mut reports: Vec<ChildReport>) {
+        reports.sort();
+        if reports.is_empty() {
+            self.by_parent.remove(parent_uid);
+        } else {
+            self.by_parent.insert(parent_uid.to_owned(), reports);
+        }
+    }
+
+    /// The reports of a parent's last sync.
+    pub fn get(&self, parent_uid: &str) -> Vec<ChildReport> {
+        self.by_parent.get(parent_uid).cloned().unwrap_or_default()
+    }
+}
+
+/// The hook's status with kmeta's child conditions added (one per type, messages joined;
+/// `lastTransitionTime` kept from the live parent while the condition stays). `None` stays
+/// `None` when there is nothing to add; a hook status whose `conditions` is not a list is left
+/// as it is.
+pub fn with_child_conditions(
+    status: Option<&Value>,
+    live_parent: &Value,
+    reports: &[ChildReport],
+    now: &str,
+) -> Option<Value> {
+    if reports.is_empty() {
+        return status.cloned();
+    }
+    let mut out = match status {
+        Some(Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let list = out
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Some(Value::Object(out));
+    };
+    let mut by_type: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
+    for r in reports {
+        let e = by_type.entry(r.kind).or_insert((r.reason, Vec::new()));
+        e.1.push(&r.message);
+    }
+    for (kind, (reason, messages)) in by_type {
+        let since = live_parent
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == kind && c["status"] == "True")
+            })
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or(now);
+        list.retain(|c| c["type"] != kind);
+        list.push(
+            serde_json::json!({"type": kind, "status": "True", "reason": reason,
+            "message": messages.join("; "), "lastTransitionTime": since}),
+        );
+    }
+    Some(Value::Object(out))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strategy_from_annotation_or_flag() {
+        let mut a = BTreeMap::new();
+        assert_eq!(
+            strategy_for(None, ApplyStrategy::ServerSideApply),
+            Ok(ApplyStrategy::ServerSideApply)
+        );
+        a.insert(STRATEGY_ANNOTATION.to_owned(), "dynamic-apply".to_owned());
+        assert_eq!(
+            strategy_for(Some(&a), ApplyStrategy::ServerSideApply),
+            Ok(ApplyStrategy::DynamicApply)
+        );
+        a.insert(STRATEGY_ANNOTATION.to_owned(), "merge".to_owned());
+        let e = strategy_for(Some(&a), ApplyStrategy::DynamicApply).unwrap_err();
+        assert!(
+            e.contains(STRATEGY_ANNOTATION) && e.contains("merge"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn field_manager_per_parent_within_the_limit() {
+        let a = field_manager("metacontroller", "apps-cc", "uid-a");
+        let b = field_manager("metacontroller", "apps-cc", "uid-b");
+        assert_ne!(a, b);
+        assert!(a.starts_with("metacontroller/apps-cc/"), "{a}");
+        assert_eq!(a.len(), "metacontroller/apps-cc/".len() + UID_HASH_LEN);
+        assert_eq!(a, field_manager("metacontroller", "apps-cc", "uid-a"));
+        let long = field_manager("p", &"c".repeat(300), "uid-a");
+        assert_eq!(long.len(), MAX_FIELD_MANAGER);
+        assert!(long.ends_with(&a[a.len() - UID_HASH_LEN..]), "{long}");
+    }
+
+    #[test]
+    fn apply_body_keeps_desired_drops_server_fields() {
+        let prepared = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "n", "resourceVersion": "5", "uid": "u",
+                "managedFields": [], "labels": {"a": "b"}, "creationTimestamp": "t"},
+            "data": {"k": "v"}, "status": {"s": 1}});
+        assert_eq!(
+            apply_body(&prepared),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "n", "labels": {"a": "b"}},
+                "data": {"k": "v"}})
+        );
+    }
+
+    fn conflict(field: &str, manager: &str) -> FieldConflict {
+        FieldConflict {
+            field: field.into(),
+            manager: manager.into(),
+        }
+    }
+
+    #[test]
+    fn conflicts_with_another_parent_are_contested_others_taken() {
+        let mine = "metacontroller/cc/aaaa";
+        let d = decide_conflicts(
+            vec![
+                conflict(".data.a", "kubectl-edit"),
+                conflict(".data.b", mine),
+            ],
+            "metacontroller",
+            mine,
+            false,
+        );
+        assert_eq!(
+            d,
+            ConflictDecision::Take(vec![conflict(".data.a", "kubectl-edit")])
+        );
+        let both = vec![
+            conflict(".data.a", "kubectl-edit"),
+            conflict(".data.b", "metacontroller/cc/bbbb"),
+        ];
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, false);
+        assert_eq!(
+            d,
+            ConflictDecision::Contested(vec![conflict(".data.b", "metacontroller/cc/bbbb")])
+        );
+        // an earlier owner's leftover fields on a child this parent controls are taken
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, true);
+        assert_eq!(d, ConflictDecision::Take(both));
+    }
+
+    #[test]
+    fn update_ownership_moves_into_the_apply_entry() {
+        let mine = "metacontroller/cc/aaaa";
+        let managed = json!([
+            {"manager": mine, "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:a": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {"f:b": {}}}},
+            {"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:c": {}}}},
+            {"manager": mine, "operation": "Update", "subresource": "status",
+             "fieldsV1": {"f:status": {}}},
+        ]);
+        let up = upgraded_managed_fields(&managed, mine, &[]).unwrap();
+        assert_eq!(
+            up,
+            json!([
+                {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {"f:b": {}}}},
+                {"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}, "f:c": {}}}},
+                {"manager": mine, "operation": "Update", "subresource": "status",
+                 "fieldsV1": {"f:status": {}}},
+            ])
+        );
+        assert_eq!(
+            upgraded_managed_fields(&up, mine, &[]),
+            None,
+            "nothing left to move"
+        );
+        let only_update = json!([{"manager": mine, "operation": "Update", "apiVersion": "v1",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        assert_eq!(
+            upgraded_managed_fields(&only_update, mine, &[]).unwrap(),
+            json!([{"manager": mine, "operation": "Apply", "apiVersion": "v1",
+                "fieldsV1": {"f:data": {"f:a": {}}}}])
+        );
+        // Metacontroller's dynamic apply (manager from its User-Agent) is taken over too
+        let legacy = json!([{"manager": "metacontroller", "operation": "Update",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        assert_eq!(
+            upgraded_managed_fields(&legacy, mine, &["metacontroller", "kmeta"]).unwrap(),
+            json!([{"manager": mine, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}}])
+        );
+        assert_eq!(upgraded_managed_fields(&legacy, mine, &["kmeta"]), None);
+    }
+
+    #[test]
+    fn drift_is_what_desired_sets_differently() {
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "labels": {"a": "1"}},
+            "data": {"k": "v", "n": 1, "l": [1, 2]}});
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "uid": "u", "labels": {"a": "2", "b": "x"}},
+            "data": {"k": "v", "n": 1.0, "l": [2, 1], "extra": "e"}});
+        assert_eq!(
+            drifted_paths(&desired, &live),
+            vec![".data.l", ".metadata.labels.a"]
+        );
+        assert!(drifted_paths(&desired, &desired).is_empty());
+        let gone = json!({"metadata": {"name": "x"}});
+        assert_eq!(
+            drifted_paths(&desired, &gone),
+            vec![".data", ".metadata.labels"]
+        );
+    }
+
+    #[test]
+    fn child_conditions_join_the_hook_status_and_keep_their_time() {
+        let report = |m: &str| ChildReport {
+            kind: DRIFT_CONDITION,
+            reason: "Drifted",
+            message: m.into(),
+        };
+        let hook = json!({"ready": 1, "conditions": [{"type": "Ready", "status": "True"}]});
+        let s = with_child_conditions(Some(&hook), &json!({}), &[report("a"), report("b")], "t1")
+            .unwrap();
+        assert_eq!(
+            s["conditions"],
+            json!([{"type": "Ready", "status": "True"},
+                {"type": "ChildDrift", "status": "True", "reason": "Drifted", "message": "a; b",
+                 "lastTransitionTime": "t1"}])
+        );
+        let live = json!({"status": s});
+        let again = with_child_conditions(Some(&hook), &live, &[report("a"), report("b")], "t2");
+        assert_eq!(
+            again.as_ref(),
+            Some(&live["status"]),
+            "stable while it stays"
+        );
+        assert_eq!(
+            with_child_conditions(Some(&hook), &live, &[], "t2"),
+            Some(hook.clone())
+        );
+        assert_eq!(with_child_conditions(None, &live, &[], "t2"), None);
+    }
+
+    #[test]
+    fn conflict_causes_are_parsed() {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "code": 409, "reason": "Conflict",
+            "message": "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: .data.color",
+            "details": {"causes": [{"reason": "FieldManagerConflict",
+                "message": "conflict with \"kubectl-edit\" using v1", "field": ".data.color"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            conflicts_of(&status),
+            vec![conflict(".data.color", "kubectl-edit")]
+        );
+        assert_eq!(
+            describe_conflicts(&conflicts_of(&status)),
+            ".data.color from \"kubectl-edit\""
+        );
+    }
+}

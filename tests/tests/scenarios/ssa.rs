@@ -1,0 +1,473 @@
+//! Server-side apply (`--apply-strategy=server-side-apply` or the `kmeta.dev/apply-strategy`
+//! annotation): children are applied under one field manager per parent, every write names its
+//! manager, and fields taken from other managers are named in an event.
+
+use kmeta::ManagerConfig;
+use kmeta::reconcile::ApplyStrategy;
+use kmeta::reconcile::apply::{STRATEGY_ANNOTATION, field_manager};
+use kmeta_tests::*;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// One ConfigMap per parent with `data.message` from `spec.message`, and `data.extra` only
+/// while the parent's `spec.extra` is set.
+fn hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let mut data = json!({"message": parent["spec"]["message"]});
+    if let Some(extra) = parent["spec"].get("extra") {
+        data["extra"] = extra.clone();
+    }
+    Reply::Json(json!({
+        "status": {"observedChildren": observed_configmaps(req)},
+        "children": [{
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
+            "data": data
+        }]
+    }))
+}
+
+fn ssa() -> ManagerConfig {
+    ManagerConfig {
+        apply_strategy: ApplyStrategy::ServerSideApply,
+        ..ManagerConfig::default()
+    }
+}
+
+/// The managedFields entries of `obj` as (manager, operation).
+fn managers(obj: &Value) -> Vec<(String, String)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["manager"].as_str().unwrap_or_default().to_owned(),
+                        e["operation"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A person's `kubectl edit`: an update by manager `kubectl-edit`.
+async fn edit_as_person(api: &Api<DynamicObject>, name: &str, patch: Value) -> anyhow::Result<()> {
+    let params = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn children_are_applied_under_a_manager_per_parent() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-manager")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-cc"))
+        .config(ssa())
+        .parent("one", json!({"message": "hello", "extra": "x"}))
+        .start()
+        .await?;
+    let cm = s.wait_child("one-cm").await?;
+    assert_eq!(cm["data"], json!({"message": "hello", "extra": "x"}));
+    let parent = s
+        .wait_parent("one", "status written", |p| {
+            p["status"]["observedChildren"] == 1
+        })
+        .await?;
+    let mine = field_manager(
+        "metacontroller",
+        "ssa-cc",
+        parent["metadata"]["uid"].as_str().unwrap(),
+    );
+    assert!(
+        managers(&cm).iter().any(|(m, _)| *m == mine),
+        "{mine} in {:?}",
+        managers(&cm)
+    );
+    // kmeta's own write of the parent's status is named after its User-Agent (the test's
+    // client, which created the parent, sends none: its write is `unknown`)
+    let status_managers: Vec<_> = parent["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["subresource"] == "status")
+        .map(|e| e["manager"].clone())
+        .collect();
+    assert_eq!(status_managers, vec![json!("kmeta")], "{parent}");
+    assert!(!managers(&cm).iter().any(|(m, _)| m == "unknown"), "{cm}");
+
+    // an update goes as an apply; the child is then owned by the parent's manager through
+    // Apply only, so a field the hook stops setting is removed
+    s.merge_patch(
+        &s.parents(),
+        "one",
+        json!({"spec": {"message": "bye", "extra": null}}),
+    )
+    .await?;
+    let cm = s
+        .wait_child_where("one-cm", "child updated without extra", |c| {
+            c["data"]["message"] == "bye"
+        })
+        .await?;
+    assert_eq!(cm["data"], json!({"message": "bye"}), "{cm}");
+    let ours: Vec<_> = managers(&cm)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{cm}");
+    s.finish().await
+}
+
+#[tokio::test]
+async fn a_person_edit_of_a_configmap_is_reverted_and_named() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-edit")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-edit-cc").annotate(STRATEGY_ANNOTATION, "server-side-apply"))
+        .parent("two", json!({"message": "hello"}))
+        .start()
+        .await?;
+    s.wait_child("two-cm").await?;
+    edit_as_person(
+        &s.configmaps(),
+        "two-cm",
+        json!({"data": {"message": "edited"}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
+            e["reason"] == "ChildFieldsTaken"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".data.message") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    assert_eq!(event["regarding"]["name"], "two");
+    let cm = s
+        .wait_child_where("two-cm", "edit reverted", |c| {
+            c["data"]["message"] == "hello"
+        })
+        .await?;
+    assert!(
+        !managers(&cm).iter().any(|(m, _)| m == "kubectl-edit"),
+        "the edit's fields were taken: {:?}",
+        managers(&cm)
+    );
+    s.finish().await
+}
+
+#[tokio::test]
+async fn switching_strategies_takes_over_children_in_place() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-migrate")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("migrate-cc"))
+        .parent("m", json!({"message": "a", "extra": "e"}))
+        .start()
+        .await?;
+    let cm = s.wait_child("m-cm").await?;
+    let uid = cm["metadata"]["uid"].clone();
+    edit_as_person(
+        &s.configmaps(),
+        "m-cm",
+        json!({"metadata": {"labels": {"team": "blue"}}, "data": {"foreign": "f"}}),
+    )
+    .await?;
+    let foreign_kept = |c: &Value| {
+        c["metadata"]["uid"] == uid
+            && c["metadata"]["labels"]["team"] == "blue"
+            && c["data"]["foreign"] == "f"
+    };
+
+    // dynamic apply → server-side apply: the child is applied in place, the field the hook no
+    // longer sets is removed, the person's fields stay
+    s.stop_controller().await?;
+    s.start_controller_with(ssa());
+    s.merge_patch(
+        &s.parents(),
+        "m",
+        json!({"spec": {"message": "b", "extra": null}}),
+    )
+    .await?;
+    let cm = s
+        .wait_child_where("m-cm", "applied under SSA", |c| c["data"]["message"] == "b")
+        .await?;
+    assert!(foreign_kept(&cm), "{cm}");
+    assert_eq!(cm["data"].get("extra"), None, "{cm}");
+    let parent = s.get(&s.parents(), "m").await?.unwrap();
+    let mine = field_manager(
+        "metacontroller",
+        "migrate-cc",
+        parent["metadata"]["uid"].as_str().unwrap(),
+    );
+    let ours: Vec<_> = managers(&cm)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{cm}");
+
+    // and back to dynamic apply
+    s.stop_controller().await?;
+    s.start_controller_with(ManagerConfig::default());
+    s.merge_patch(&s.parents(), "m", json!({"spec": {"message": "c"}}))
+        .await?;
+    let cm = s
+        .wait_child_where("m-cm", "updated under dynamic apply", |c| {
+            c["data"]["message"] == "c"
+        })
+        .await?;
+    assert!(foreign_kept(&cm), "{cm}");
+    s.finish().await
+}
+
+/// The parent's condition of `kind`, if set.
+fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
+    parent["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// Drift policy `Report`: a person's edit is reported (event, `ChildDrift` condition,
+/// `kmeta_child_drift`) and left; a change of the hook's answer is still written.
+async fn report_leaves_a_person_edit(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
+    let cc = format!("{name}-cc");
+    let s = Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new(&cc).patch(json!({"childResources": [{
+            "apiVersion": "v1", "resource": "configmaps",
+            "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Report"}]})))
+        .config(ManagerConfig {
+            apply_strategy: strategy,
+            ..ManagerConfig::default()
+        })
+        .parent("r", json!({"message": "hello"}))
+        .start()
+        .await?;
+    s.wait_child("r-cm").await?;
+    edit_as_person(
+        &s.configmaps(),
+        "r-cm",
+        json!({"data": {"message": "edited"}}),
+    )
+    .await?;
+    let reason = match strategy {
+        ApplyStrategy::ServerSideApply => "ChildConflict",
+        ApplyStrategy::DynamicApply => "ChildDrift",
+    };
+    let event = s
+        .wait_event(&format!("{reason} event"), Some(&s.ns), |e| {
+            e["reason"] == reason
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains(".data.message"), "{note}");
+    let parent = s
+        .wait_parent("r", "ChildDrift condition", |p| {
+            condition(p, "ChildDrift").is_some()
+        })
+        .await?;
+    let c = condition(&parent, "ChildDrift").unwrap();
+    assert_eq!(c["status"], "True");
+    assert!(c["message"].as_str().unwrap().contains("r-cm"), "{c}");
+    assert_eq!(s.metrics.child_drift_total(&cc), 1);
+    // left as it is, also after another sync
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.patch_and_sync(&cc, &s.parents(), "r", touch).await?;
+    let cm = s.get(&s.configmaps(), "r-cm").await?.unwrap();
+    assert_eq!(cm["data"]["message"], "edited", "{cm}");
+
+    // a change of the hook's answer: dynamic apply writes it (the merge sets the hook's fields);
+    // server-side apply never forces under Report, so while the person holds a field the hook
+    // sets, the apply is refused whole and the child stays as it is, still reported
+    let changed = json!({"spec": {"message": "bye", "extra": "x"}});
+    match strategy {
+        ApplyStrategy::DynamicApply => {
+            s.merge_patch(&s.parents(), "r", changed).await?;
+            let cm = s
+                .wait_child_where("r-cm", "hook change written", |c| c["data"]["extra"] == "x")
+                .await?;
+            assert_eq!(cm["data"]["message"], "bye", "{cm}");
+            s.wait_parent("r", "ChildDrift condition cleared", |p| {
+                condition(p, "ChildDrift").is_none()
+            })
+            .await?;
+            assert_eq!(s.metrics.child_drift_total(&cc), 0);
+        }
+        ApplyStrategy::ServerSideApply => {
+            s.patch_and_sync(&cc, &s.parents(), "r", changed).await?;
+            let cm = s.get(&s.configmaps(), "r-cm").await?.unwrap();
+            assert_eq!(cm["data"], json!({"message": "edited"}), "{cm}");
+            let parent = s.get(&s.parents(), "r").await?.unwrap();
+            assert!(condition(&parent, "ChildDrift").is_some(), "{parent}");
+            assert_eq!(s.metrics.child_drift_total(&cc), 1);
+        }
+    }
+    s.finish().await
+}
+
+#[tokio::test]
+async fn report_leaves_a_person_edit_under_dynamic_apply() -> anyhow::Result<()> {
+    report_leaves_a_person_edit("drift-report", ApplyStrategy::DynamicApply).await
+}
+
+#[tokio::test]
+async fn report_leaves_a_person_edit_under_server_side_apply() -> anyhow::Result<()> {
+    report_leaves_a_person_edit("ssa-report", ApplyStrategy::ServerSideApply).await
+}
+
+/// Drift policy `Ignore`: children are created, never updated.
+#[tokio::test]
+async fn ignore_creates_children_only() -> anyhow::Result<()> {
+    for (name, strategy) in [
+        ("drift-ignore", ApplyStrategy::DynamicApply),
+        ("ssa-ignore", ApplyStrategy::ServerSideApply),
+    ] {
+        let cc = format!("{name}-cc");
+        let s = Scenario::new(name)
+            .crd("Thing", "things")
+            .hook(hook)
+            .controller(Cc::new(&cc).patch(json!({"childResources": [{
+                "apiVersion": "v1", "resource": "configmaps",
+                "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Ignore"}]})))
+            .config(ManagerConfig {
+                apply_strategy: strategy,
+                ..ManagerConfig::default()
+            })
+            .parent("i", json!({"message": "hello"}))
+            .start()
+            .await?;
+        let created = s.wait_child("i-cm").await?;
+        s.patch_and_sync(&cc, &s.parents(), "i", json!({"spec": {"message": "bye"}}))
+            .await?;
+        let cm = s.get(&s.configmaps(), "i-cm").await?.unwrap();
+        assert_eq!(
+            cm["metadata"]["resourceVersion"],
+            created["metadata"]["resourceVersion"]
+        );
+        assert_eq!(cm["data"]["message"], "hello");
+        s.finish().await?;
+    }
+    Ok(())
+}
+
+/// Every parent wants the same ConfigMap `shared`.
+fn shared_hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    Reply::Json(json!({
+        "status": {"observedChildren": observed_configmaps(req)},
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared"},
+            "data": {"owner": parent["metadata"]["name"]}}]
+    }))
+}
+
+/// Two parents wanting one child under server-side apply: the first one's child stays its own,
+/// the second is told (`ChildWriteFailed`), and neither rewrites the child again and again.
+#[tokio::test]
+async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-contest")
+        .crd("Thing", "things")
+        .hook(shared_hook)
+        .controller(Cc::new("contest-cc"))
+        .config(ssa())
+        .parent("first", json!({}))
+        .start()
+        .await?;
+    let cm = s.wait_child("shared").await?;
+    assert_eq!(cm["data"]["owner"], "first");
+    let mut s = s;
+    s.parent("second", json!({})).await?;
+    let event = s
+        .wait_event("ChildWriteFailed for the second parent", Some(&s.ns), |e| {
+            e["reason"] == "ChildWriteFailed" && e["regarding"]["name"] == "second"
+        })
+        .await?;
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another controller owns"),
+        "{event}"
+    );
+    let rv =
+        s.get(&s.configmaps(), "shared").await?.unwrap()["metadata"]["resourceVersion"].clone();
+    for name in ["first", "second", "first", "second"] {
+        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": name}}});
+        s.patch_and_sync("contest-cc", &s.parents(), name, touch)
+            .await?;
+    }
+    let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
+    assert_eq!(
+        cm["metadata"]["resourceVersion"], rv,
+        "the child was rewritten: {cm}"
+    );
+    assert_eq!(cm["data"]["owner"], "first");
+    s.finish().await
+}
+
+/// One Service per decorated ConfigMap, its port from the ConfigMap's `data.port`.
+fn service_hook(_hook: &str, req: &Value) -> Reply {
+    let obj = &req["object"];
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let port: i64 = obj["data"]["port"]
+        .as_str()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(80);
+    Reply::Json(
+        json!({"attachments": [{"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("{name}-svc")},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "web", "port": port}]}}]}),
+    )
+}
+
+/// A DecoratorController's attachments follow the strategy too (here its annotation).
+#[tokio::test]
+async fn decorator_attachments_are_applied() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-dc").hook(service_hook).start().await?;
+    let dc = Dc::new("svc-dc")
+        .resources(json!([{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"svc": "yes"}}}]))
+        .attachments(json!([{"apiVersion": "v1", "resource": "services",
+            "updateStrategy": {"method": "InPlace"}}]))
+        .annotate(STRATEGY_ANNOTATION, "server-side-apply");
+    s.decorator(dc).await?;
+    let ns = s.ns.clone();
+    let target = s
+        .create(
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": ns, "labels": {"svc": "yes"}},
+            "data": {"port": "80"}}),
+        )
+        .await?;
+    let services = s.api("v1", "Service", "services", Some(&ns));
+    s.wait_for(&services, "web-svc", "the attachment", |_| true)
+        .await?;
+    s.merge_patch(&s.configmaps(), "web", json!({"data": {"port": "8080"}}))
+        .await?;
+    let svc = s
+        .wait_for(&services, "web-svc", "the attachment updated", |svc| {
+            svc["spec"]["ports"] == json!([{"name": "web", "port": 8080}])
+        })
+        .await?;
+    let mine = field_manager(
+        "metacontroller",
+        "svc-dc",
+        target["metadata"]["uid"].as_str().unwrap(),
+    );
+    let ours: Vec<_> = managers(&svc)
+        .into_iter()
+        .filter(|(m, _)| *m == mine)
+        .collect();
+    assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{svc}");
+    s.finish().await
+}
