@@ -98,7 +98,6 @@ fn code_of(text: &str) -> String {
 /// longest prefix that is a known module.
 fn references(
     module: &[String],
-    is_dir_module: bool,
     code: &str,
     known: &BTreeSet<Vec<String>>,
 ) -> BTreeSet<Vec<String>> {
@@ -106,14 +105,8 @@ fn references(
     let bytes = code.as_bytes();
     for (prefix, base) in [
         ("crate::", Vec::new()),
-        ("super::", {
-            let mut b = module.to_vec();
-            if !is_dir_module {
-                b.pop();
-            }
-            b.pop();
-            b
-        }),
+        // `super` of `a::b` is `a`, whether `b` is `a/b.rs` or `a/b/mod.rs`
+        ("super::", module[..module.len().saturating_sub(1)].to_vec()),
     ] {
         let mut start = 0;
         while let Some(i) = code[start..].find(prefix) {
@@ -168,7 +161,7 @@ fn load(krate: &str) -> Crate {
         .join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let modules: Vec<(Vec<String>, bool, String)> = files
+    let modules: Vec<(Vec<String>, String)> = files
         .iter()
         .filter(|f| {
             !matches!(
@@ -177,15 +170,14 @@ fn load(krate: &str) -> Crate {
             )
         })
         .map(|f| {
-            let is_dir = f.file_name().is_some_and(|n| n == "mod.rs");
             let text = std::fs::read_to_string(f).expect("read source");
-            (module_path(&src, f), is_dir, code_of(&text))
+            (module_path(&src, f), code_of(&text))
         })
         .collect();
-    let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _, _)| m.clone()).collect();
+    let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _)| m.clone()).collect();
     let edges = modules
         .iter()
-        .map(|(m, dir, code)| (m.clone(), references(m, *dir, code, &known)))
+        .map(|(m, code)| (m.clone(), references(m, code, &known)))
         .collect();
     Crate { edges }
 }

@@ -6,6 +6,7 @@
 mod build;
 mod related;
 mod revisions;
+mod steps;
 pub mod sync;
 
 use std::sync::{Arc, Weak};

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::build::{Composite, Revisions};
 use super::related::cache_key;
-use super::sync::{call_hook, parent_alive_uncached};
+use super::steps::{call_hook, parent_alive_uncached};
 use crate::api::{ControllerRevision, ControllerRevisionChildren};
 use crate::hook::wire::SyncResponse;
 use crate::object::{controller_ref, describe, is_deleting, meta_str};

@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
-use crate::hook::wire::{self, SyncResponse};
+use super::steps::{call_hook, parent_alive_uncached};
 use crate::object::{
     controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
@@ -238,45 +238,4 @@ async fn release(
         c.ctx.config.metrics.child_op(&c.name, "release");
     }
     Ok(())
-}
-
-/// Uncached GET: the parent still exists with the same UID and is not being deleted.
-pub(super) async fn parent_alive_uncached(
-    c: &Composite,
-    parent: &Value,
-) -> Result<bool, SyncError> {
-    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
-    let live = kapi::get(&api, meta_str(parent, "name"))
-        .await
-        .map_err(api_err(format!("re-reading {}", describe(parent))))?;
-    Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
-}
-
-/// Step: call sync (or finalize) with the parent, observed children and related objects;
-/// `cache_key` names the answer in the hook's response cache.
-pub(super) async fn call_hook(
-    c: &Composite,
-    parent: &Value,
-    observed: &[Value],
-    related: &Map<String, Value>,
-    finalizing: bool,
-    cache_key: &str,
-) -> Result<SyncResponse, SyncError> {
-    let hook = match (&c.hooks.finalize, finalizing) {
-        (Some(f), true) => f,
-        _ => &c.hooks.sync,
-    };
-    let request = wire::SyncRequestRef {
-        controller: &c.cc_json,
-        parent,
-        children: wire::object_map_ref(
-            hook.version(),
-            c.parent.namespaced,
-            &c.child_keys,
-            observed.iter(),
-        ),
-        related,
-        finalizing,
-    };
-    Ok(hook.sync(cache_key, &request).await?)
 }

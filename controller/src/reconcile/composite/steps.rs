@@ -1,0 +1,51 @@
+//! Steps both sync paths take (the plain one in [`super::sync`] and the rolling-update one in
+//! [`super::revisions`]): calling the sync or finalize hook, and re-reading the parent uncached.
+
+use serde_json::{Map, Value};
+
+use super::build::Composite;
+use crate::hook::wire::{self, SyncResponse};
+use crate::object::{describe, is_deleting, meta_str};
+use crate::reconcile::core::{SyncError, api_err};
+use crate::runtime::kapi;
+
+/// Uncached GET: the parent still exists with the same UID and is not being deleted.
+pub(super) async fn parent_alive_uncached(
+    c: &Composite,
+    parent: &Value,
+) -> Result<bool, SyncError> {
+    let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
+    let live = kapi::get(&api, meta_str(parent, "name"))
+        .await
+        .map_err(api_err(format!("re-reading {}", describe(parent))))?;
+    Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
+}
+
+/// Step: call sync (or finalize) with the parent, observed children and related objects;
+/// `cache_key` names the answer in the hook's response cache.
+pub(super) async fn call_hook(
+    c: &Composite,
+    parent: &Value,
+    observed: &[Value],
+    related: &Map<String, Value>,
+    finalizing: bool,
+    cache_key: &str,
+) -> Result<SyncResponse, SyncError> {
+    let hook = match (&c.hooks.finalize, finalizing) {
+        (Some(f), true) => f,
+        _ => &c.hooks.sync,
+    };
+    let request = wire::SyncRequestRef {
+        controller: &c.cc_json,
+        parent,
+        children: wire::object_map_ref(
+            hook.version(),
+            c.parent.namespaced,
+            &c.child_keys,
+            observed.iter(),
+        ),
+        related,
+        finalizing,
+    };
+    Ok(hook.sync(cache_key, &request).await?)
+}
