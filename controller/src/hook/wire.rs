@@ -322,6 +322,41 @@ fn child_problem(child: &Value) -> Option<&'static str> {
     }
 }
 
+/// A hook's `status`: an object, or null (treated as absent).
+fn checked_status(
+    status: Option<Value>,
+    mode: ResponseUnmarshallMode,
+    hook: &'static str,
+) -> Result<Option<Value>, WireError> {
+    match status {
+        Some(s) if !(s.is_null() || s.is_object()) => Err(WireError::Decode {
+            hook,
+            mode: mode_name(mode),
+            message: "status must be an object or null".into(),
+        }),
+        s => Ok(s.filter(|s| !s.is_null())),
+    }
+}
+
+/// Desired objects (children, attachments): null items dropped, each other item an object with
+/// `apiVersion`, `kind` and `metadata.name`, else `problem(index, message)`.
+fn checked_objects(
+    objects: Vec<Value>,
+    problem: impl Fn(usize, String) -> WireError,
+) -> Result<Vec<Value>, WireError> {
+    let mut out = Vec::with_capacity(objects.len());
+    for (index, object) in objects.into_iter().enumerate() {
+        if object.is_null() {
+            continue;
+        }
+        if let Some(message) = child_problem(&object) {
+            return Err(problem(index, message.to_owned()));
+        }
+        out.push(object);
+    }
+    Ok(out)
+}
+
 /// Decodes and checks a sync/finalize response: `status` must be an object (or null), each
 /// child an object with `apiVersion`, `kind` and `metadata.name`; null children are dropped.
 pub fn decode_sync_response(
@@ -330,32 +365,13 @@ pub fn decode_sync_response(
     hook: &'static str,
 ) -> Result<SyncResponse, WireError> {
     let decoded: SyncResponse = decode_as(body, mode, hook)?;
-    if let Some(s) = &decoded.status
-        && !(s.is_null() || s.is_object())
-    {
-        return Err(WireError::Decode {
-            hook,
-            mode: mode_name(mode),
-            message: "status must be an object or null".into(),
-        });
-    }
-    let mut children = Vec::new();
-    for (index, child) in decoded.children.into_iter().enumerate() {
-        if child.is_null() {
-            continue;
-        }
-        if let Some(message) = child_problem(&child) {
-            return Err(WireError::Child {
-                hook,
-                index,
-                message: message.to_owned(),
-            });
-        }
-        children.push(child);
-    }
     Ok(SyncResponse {
-        status: decoded.status.filter(|s| !s.is_null()),
-        children,
+        status: checked_status(decoded.status, mode, hook)?,
+        children: checked_objects(decoded.children, |index, message| WireError::Child {
+            hook,
+            index,
+            message,
+        })?,
         ..decoded
     })
 }
@@ -369,32 +385,15 @@ pub fn decode_decorator_response(
     hook: &'static str,
 ) -> Result<DecoratorSyncResponse, WireError> {
     let decoded: DecoratorSyncResponse = decode_as(body, mode, hook)?;
-    if let Some(s) = &decoded.status
-        && !(s.is_null() || s.is_object())
-    {
-        return Err(WireError::Decode {
-            hook,
-            mode: mode_name(mode),
-            message: "status must be an object or null".into(),
-        });
-    }
-    let mut attachments = Vec::new();
-    for (index, attachment) in decoded.attachments.into_iter().enumerate() {
-        if attachment.is_null() {
-            continue;
-        }
-        if let Some(message) = child_problem(&attachment) {
-            return Err(WireError::Attachment {
+    Ok(DecoratorSyncResponse {
+        status: checked_status(decoded.status, mode, hook)?,
+        attachments: checked_objects(decoded.attachments, |index, message| {
+            WireError::Attachment {
                 hook,
                 index,
-                message: message.to_owned(),
-            });
-        }
-        attachments.push(attachment);
-    }
-    Ok(DecoratorSyncResponse {
-        status: decoded.status.filter(|s| !s.is_null()),
-        attachments,
+                message,
+            }
+        })?,
         ..decoded
     })
 }
