@@ -21,3 +21,23 @@ where
     }
     Ok(())
 }
+
+/// A test that cannot run on this machine (a program it needs is missing): under CI
+/// (`KMETA_CI=1`, which `.ci/run` sets) that is a failure naming `reason`; elsewhere the test
+/// prints `SKIPPED: {reason}` and passes. Such a test's name ends in `_or_skips_without_…`, so
+/// a local run shows that it may not have run.
+#[allow(dead_code)] // not every test file has a test that may skip
+pub fn skip_or_fail(reason: &str) -> anyhow::Result<()> {
+    if std::env::var("KMETA_CI").is_ok_and(|v| v == "1") {
+        anyhow::bail!("required under CI (KMETA_CI=1) but cannot run: {reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+    Ok(())
+}
+
+/// Whether `program` is an executable file in one of the directories of `$PATH`.
+#[allow(dead_code)] // not every test file has a test that may skip
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
