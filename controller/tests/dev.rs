@@ -9,7 +9,7 @@ use kube::discovery::ApiResource;
 use tokio_util::sync::CancellationToken;
 
 mod support;
-use support::wait_for;
+use support::{on_path, skip_or_fail, wait_for};
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -51,7 +51,8 @@ fn parent(text: &str) -> String {
 
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one end-to-end story, read top to bottom
-async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
+async fn dev_applies_manifests_and_reapplies_changes_or_skips_kubectl_without_it()
+-> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // Files are named so that directory order is the wrong apply order.
     std::fs::write(dir.path().join("a-parent.yaml"), parent("hi"))?;
@@ -118,21 +119,24 @@ async fn dev_applies_manifests_and_reapplies_changes() -> anyhow::Result<()> {
     })
     .await?;
 
-    // kubectl works against the printed kubeconfig (skipped when kubectl is absent).
+    // kubectl works against the printed kubeconfig (that step skips or fails, see skip_or_fail,
+    // when kubectl is absent).
     // (tokio's Command: the API server runs on this test's runtime and must keep serving.)
-    if let Ok(out) = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "get",
-            "compositecontrollers",
-            "-o",
-            "name",
-            "--request-timeout=10s",
-        ])
-        .output()
-        .await
-    {
+    if !on_path("kubectl") {
+        skip_or_fail("kubectl is not on PATH (the kubectl step)")?;
+    } else {
+        let out = tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "get",
+                "compositecontrollers",
+                "-o",
+                "name",
+                "--request-timeout=10s",
+            ])
+            .output()
+            .await?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
