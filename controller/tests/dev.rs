@@ -270,6 +270,67 @@ async fn dev_without_manifests_says_how_to_add_them() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Progress lines are for a terminal: `kmeta dev` with its stderr piped (as in scripts) prints
+/// none, even while a controller cannot start (its parent's CRD is missing).
+#[tokio::test]
+async fn dev_with_piped_stderr_prints_no_progress_lines() -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("controller.yaml"), CONTROLLER)?;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kmeta"))
+        .args(["dev", "-f"])
+        .arg(dir.path())
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("kc"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    for mut pipe in [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let output = output.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                if let Ok(mut out) = output.lock() {
+                    out.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }
+        });
+    }
+    let text = || output.lock().map(|o| o.clone()).unwrap_or_default();
+    wait_for("dev to report the controller that cannot start", || async {
+        text().contains("cannot start controller")
+    })
+    .await?;
+    // a progress line would show within QUIET_FOR + TICK (550 ms) of the wait's start; watch
+    // four times as long
+    let window =
+        Instant::now() + 4 * (kmeta::cmd::progress::QUIET_FOR + kmeta::cmd::progress::TICK);
+    while Instant::now() < window {
+        let t = text();
+        assert!(
+            !t.contains("waiting for") && !t.contains('\r'),
+            "a progress line on a piped stderr:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().await?;
+    Ok(())
+}
+
 struct ChannelWriter(tokio::sync::mpsc::UnboundedSender<String>);
 
 impl std::io::Write for ChannelWriter {

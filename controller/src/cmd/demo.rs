@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::ManagerConfig;
+use crate::cmd::progress::Progress;
 use crate::runtime::kapi;
 
 /// Settings of [`run`].
@@ -306,6 +307,8 @@ struct Demo<'o> {
     deadline: Instant,
     /// The step under way, for the timeout error.
     progress: Arc<Mutex<&'static str>>,
+    /// What a wait is waiting for, on a terminal.
+    terminal: Progress,
     client: kube::Client,
 }
 
@@ -433,6 +436,7 @@ impl<'o> Demo<'o> {
             verbose: opts.verbose,
             deadline,
             progress,
+            terminal: Progress::on_terminal(),
             client: server.client(),
         };
         demo.story(&server).await
@@ -490,20 +494,26 @@ impl<'o> Demo<'o> {
         Fut: Future<Output = Result<Result<T, String>, kube::Error>>,
     {
         self.at(step);
-        let deadline = self.deadline.min(Instant::now() + STEP_WAIT);
+        let since = Instant::now();
+        let deadline = self.deadline.min(since + STEP_WAIT);
         loop {
             let found = match check().await {
-                Ok(Ok(v)) => return Ok(v),
+                Ok(Ok(v)) => {
+                    self.terminal.clear();
+                    return Ok(v);
+                }
                 Ok(Err(f)) => f,
                 Err(e) => format!("api error: {e}"),
             };
             if Instant::now() + POLL >= deadline {
+                self.terminal.clear();
                 return Err(DemoError::Step {
                     step,
                     expected: expected.to_owned(),
                     found,
                 });
             }
+            self.terminal.show(expected, since);
             tokio::time::sleep(POLL).await;
         }
     }

@@ -14,6 +14,7 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::cmd::progress::{self, Progress};
 use crate::reconcile::core::ManagerConfig;
 
 /// Field manager of the objects `kmeta dev` applies.
@@ -234,7 +235,10 @@ pub async fn apply_all(
             m.path.display()
         )?;
         if m.object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
-            wait_established(client, &m.object).await?;
+            let what = format!("{} to be Established", describe(&m.object));
+            Progress::on_terminal()
+                .during(&what, wait_established(client, &m.object))
+                .await?;
         }
     }
     Ok(())
@@ -446,6 +450,76 @@ async fn watch_files(
     }
 }
 
+/// The names of the CompositeControllers and DecoratorControllers, and of those a `Started`
+/// event says are running.
+async fn controllers_and_started(
+    client: &kube::Client,
+) -> Result<(Vec<String>, Vec<String>), kube::Error> {
+    use k8s_openapi::api::core::v1::Event;
+    let mut all = Vec::new();
+    for (kind, plural) in [
+        ("CompositeController", "compositecontrollers"),
+        ("DecoratorController", "decoratorcontrollers"),
+    ] {
+        let gvk = kube::core::GroupVersionKind::gvk("metacontroller.k8s.io", "v1alpha1", kind);
+        let ar = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        all.extend(
+            api.list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|o| o.metadata.name),
+        );
+    }
+    let events: Api<Event> = Api::all(client.clone());
+    let started = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Started"))
+        .filter(|e| {
+            matches!(
+                e.involved_object.kind.as_deref(),
+                Some("CompositeController" | "DecoratorController")
+            )
+        })
+        .filter_map(|e| e.involved_object.name)
+        .collect();
+    Ok((all, started))
+}
+
+/// On a terminal, names the controllers that have not started yet until they all have (a
+/// controller whose resources are missing retries at each discovery interval), for at most a
+/// minute.
+async fn show_controllers_starting(
+    client: kube::Client,
+    progress: Progress,
+    stop: CancellationToken,
+) {
+    const AT_MOST: Duration = Duration::from_secs(60);
+    if !progress.is_enabled() {
+        return;
+    }
+    let since = tokio::time::Instant::now();
+    while since.elapsed() < AT_MOST && !stop.is_cancelled() {
+        let Ok((all, started)) = controllers_and_started(&client).await else {
+            break;
+        };
+        let waiting = progress::not_started(&all, &started);
+        if waiting.is_empty() {
+            break;
+        }
+        progress.show(&progress::controllers_text(&waiting), since);
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(progress::TICK) => {}
+        }
+    }
+    progress.clear();
+}
+
 /// Runs `kmeta dev` until `stop`.
 pub async fn run(
     opts: DevOptions,
@@ -469,6 +543,12 @@ pub async fn run(
         "controller running; edit and save a manifest to re-apply it; Ctrl-C to stop"
     )?;
     out.flush()?;
+    let progress = Progress::on_terminal();
+    tokio::spawn(show_controllers_starting(
+        client.clone(),
+        progress,
+        stop.clone(),
+    ));
     crate::cmd::run::run_manager(client, config, stop, Duration::from_secs(10))
         .await
         .map_err(|e| DevError::Server(e.to_string()))?;
