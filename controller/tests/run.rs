@@ -388,6 +388,16 @@ fn completion_scripts_name_the_subcommands() -> anyhow::Result<()> {
 #[test]
 fn cli_errors_name_what_and_where_once() -> anyhow::Result<()> {
     let enoent = "No such file or directory (os error 2)";
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port().to_string();
+    let dir = tempfile::tempdir()?;
+    let bad_yaml = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad_yaml,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x\n",
+    )?;
+    let bad_yaml = bad_yaml.display().to_string();
+    let kc = dir.path().join("kc").display().to_string();
     for (args, want) in [
         (
             &["run", "--kubeconfig", "/nonexistent/kc"][..],
@@ -402,6 +412,19 @@ fn cli_errors_name_what_and_where_once() -> anyhow::Result<()> {
         (
             &["rbac", "-f", "/nonexistent.yaml"][..],
             format!("error: reading /nonexistent.yaml: {enoent}"),
+        ),
+        // a YAML syntax error: one line, no `error:` twice, no source snippet
+        (
+            &["rbac", "-f", &bad_yaml][..],
+            format!("error: {bad_yaml}: unclosed bracket '{{' at line 3, column 11"),
+        ),
+        // a taken port is named
+        (
+            &["dev", "--port", &port, "--kubeconfig-out", &kc][..],
+            format!(
+                "error: starting the API server on 127.0.0.1:{port}: \
+                 Address already in use (os error 98)"
+            ),
         ),
     ] {
         let out = kmeta(args)?;

@@ -227,6 +227,14 @@ pub struct RunConfig {
     pub ssa_field_manager: String,
 }
 
+/// A YAML parse error as one line, `what at line L, column C` (the parser's own rendering adds
+/// an `error: ` prefix and a multi-line source snippet, which a one-line CLI error must not).
+pub fn yaml_error(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+}
+
 /// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, CliError> {
     crate::duration::go_duration(value).ok_or_else(|| CliError::Duration {

@@ -42,6 +42,14 @@ pub enum DevError {
     /// The API server could not start or be written to.
     #[error("api server: {0}")]
     Server(String),
+    /// The API server could not listen on its port.
+    #[error("starting the API server on 127.0.0.1:{port}: {message}")]
+    Start {
+        /// The port asked for (`--port`; 0 is any free one).
+        port: u16,
+        /// Cause.
+        message: String,
+    },
     /// An object was rejected.
     #[error("applying {what} from {path}: {message}")]
     Apply {
@@ -150,7 +158,8 @@ pub fn parse_manifest(path: &Path, text: &str) -> Result<Vec<Manifest>, DevError
         path: path.to_owned(),
         message,
     };
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| bad(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| bad(crate::cmd::cli::yaml_error(&e)))?;
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
@@ -359,7 +368,13 @@ pub async fn prepare(opts: &DevOptions, out: &mut (dyn Write + Send)) -> Result<
         .port(opts.port)
         .start()
         .await
-        .map_err(|e| DevError::Server(e.to_string()))?;
+        .map_err(|e| DevError::Start {
+            port: opts.port,
+            message: match e {
+                kmeta_apiserver::Error::Io(io) => io.to_string(),
+                other => other.to_string(),
+            },
+        })?;
     server
         .write_kubeconfig(&opts.kubeconfig_out)
         .map_err(|e| DevError::Server(e.to_string()))?;
@@ -572,6 +587,16 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ok.len(), 2);
+    }
+
+    #[test]
+    fn a_yaml_syntax_error_is_one_line_with_its_position() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x\n";
+        let e = parse_manifest(Path::new("f.yaml"), text).expect_err("unclosed bracket");
+        assert_eq!(
+            e.to_string(),
+            "f.yaml: unclosed bracket '{' at line 3, column 11"
+        );
     }
 
     #[test]

@@ -279,7 +279,8 @@ pub fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller
         path: path.to_owned(),
         message,
     };
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| bad(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| bad(crate::cmd::cli::yaml_error(&e)))?;
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
