@@ -250,6 +250,31 @@ async fn dev_reports_a_field_the_crd_does_not_declare() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A kind the server does not serve gets a "did you mean" naming the served kind.
+#[tokio::test]
+async fn dev_suggests_the_kind_for_a_typo() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let typo = dir.path().join("cm.yaml");
+    std::fs::write(
+        &typo,
+        "apiVersion: v1\nkind: Configmap\nmetadata: {name: x}\n",
+    )?;
+    let line = format!(
+        "kmeta dev: applying Configmap x from {}: the server does not serve Configmap in \
+         v1; did you mean v1 ConfigMap? (fix it and save the file to apply it)",
+        typo.display()
+    );
+    let (stop, task, _, _) = dev_until(
+        dir.path(),
+        vec![typo.clone()],
+        &[&line, "controller running"],
+    )
+    .await?;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task).await???;
+    Ok(())
+}
+
 /// Without `-f`, `dev` says how to add manifests; a path that does not exist stops it.
 #[tokio::test]
 async fn dev_without_manifests_says_how_to_add_them() -> anyhow::Result<()> {

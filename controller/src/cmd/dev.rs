@@ -269,9 +269,23 @@ async fn apply_one(
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = discovery
-        .resolve_gvk(&gvk)
-        .ok_or_else(|| fail(format!("the server does not serve {kind} in {api_version}")))?;
+    let (ar, caps) = discovery.resolve_gvk(&gvk).ok_or_else(|| {
+        let served: Vec<(String, String)> = discovery
+            .groups()
+            .flat_map(|g| {
+                g.versions()
+                    .flat_map(|v| g.versioned_resources(v))
+                    .map(|(r, _)| (r.api_version, r.kind))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let hint = suggest_kind(&served, api_version, kind)
+            .map(|s| format!("; did you mean {s}?"))
+            .unwrap_or_default();
+        fail(format!(
+            "the server does not serve {kind} in {api_version}{hint}"
+        ))
+    })?;
     let ns = obj
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -302,6 +316,31 @@ async fn apply_one(
             other => other.to_string(),
         })
     })
+}
+
+/// A served kind close to `kind` in `api_version` that was not found: the same name in other
+/// case, or at most two edits away; else the same kind in another apiVersion. Shown as
+/// `apiVersion Kind`.
+pub fn suggest_kind(served: &[(String, String)], api_version: &str, kind: &str) -> Option<String> {
+    let show = |(av, k): &(String, String)| format!("{av} {k}");
+    let same_version = served.iter().filter(|(av, _)| av == api_version);
+    let close = same_version
+        .map(|s| {
+            let d = if s.1.eq_ignore_ascii_case(kind) {
+                0
+            } else {
+                strsim::levenshtein(&s.1.to_ascii_lowercase(), &kind.to_ascii_lowercase())
+            };
+            (d, s)
+        })
+        .filter(|(d, _)| *d <= 2)
+        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.1.cmp(&b.1.1)));
+    if let Some((_, s)) = close {
+        return Some(show(s));
+    }
+    let mut elsewhere: Vec<&(String, String)> = served.iter().filter(|(_, k)| k == kind).collect();
+    elsewhere.sort();
+    elsewhere.first().map(|s| show(s))
 }
 
 async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevError> {
@@ -587,6 +626,28 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ok.len(), 2);
+    }
+
+    #[test]
+    fn a_kind_typo_or_a_wrong_api_version_gets_a_suggestion() {
+        let served: Vec<(String, String)> = [
+            ("v1", "ConfigMap"),
+            ("v1", "Secret"),
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "DaemonSet"),
+        ]
+        .iter()
+        .map(|(a, k)| ((*a).to_owned(), (*k).to_owned()))
+        .collect();
+        let s = |av: &str, k: &str| suggest_kind(&served, av, k);
+        assert_eq!(s("v1", "Configmap").as_deref(), Some("v1 ConfigMap"));
+        assert_eq!(s("v1", "ConfigMaps").as_deref(), Some("v1 ConfigMap"));
+        assert_eq!(
+            s("apps/v1", "Deployemnt").as_deref(),
+            Some("apps/v1 Deployment")
+        );
+        assert_eq!(s("apps/v1", "ConfigMap").as_deref(), Some("v1 ConfigMap"));
+        assert_eq!(s("v1", "Gadget"), None);
     }
 
     #[test]
