@@ -436,7 +436,10 @@ fn drive(readme: &str) -> anyhow::Result<bool> {
     let bin_dir = bin_dir()?;
     let missing = missing_programs(&steps, &bin_dir);
     if !missing.is_empty() {
-        skip_or_fail(&format!("{readme} needs {missing:?} on PATH"))?;
+        skip_or_fail(&format!(
+            "{readme} needs {missing:?}: not on PATH, not built here \
+             (`cargo test --workspace` builds the examples' binaries)"
+        ))?;
         return Ok(false);
     }
     let mut session = Session::new(&repo(), &bin_dir)?;
