@@ -69,8 +69,10 @@ impl Progress {
             return;
         }
         if let Some(text) = line(what, since.elapsed()) {
-            // a terminal that went away is no reason to stop waiting
-            let _ = write!(std::io::stderr(), "\r\x1b[2K{text}");
+            // the cursor goes back to the line's start, so a log line written meanwhile
+            // overwrites the progress instead of following it; a terminal that went away is no
+            // reason to stop waiting
+            let _ = write!(std::io::stderr(), "\r\x1b[2K{text}\r");
             self.shown.store(true, Ordering::Relaxed);
         }
     }
