@@ -356,6 +356,63 @@ async fn dev_with_piped_stderr_prints_no_progress_lines() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// On a terminal (a pseudo-terminal from util-linux `script`), `kmeta dev` says what it waits
+/// for: here a controller that cannot start (its parent's CRD is missing).
+#[test]
+fn dev_on_a_terminal_shows_what_it_waits_for_or_skips_without_script() -> anyhow::Result<()> {
+    use std::io::Read as _;
+    if !on_path("script") || !on_path("timeout") {
+        return skip_or_fail("`script` and `timeout` (util-linux, coreutils) are not on PATH");
+    }
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("controller.yaml"), CONTROLLER)?;
+    // `timeout` ends dev even if `script` is killed first
+    let dev = format!(
+        "timeout 30 {} dev -f {} --kubeconfig-out {}",
+        env!("CARGO_BIN_EXE_kmeta"),
+        dir.path().display(),
+        dir.path().join("kc").display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &dev, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut pipe = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut buf) {
+            if tx
+                .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + support::TIMEOUT;
+    let mut seen = String::new();
+    let found = loop {
+        if seen.contains("… waiting for controller greeting to start") {
+            break true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(text) => seen.push_str(&text),
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found, "no progress line on a terminal:\n{seen}");
+    Ok(())
+}
+
 struct ChannelWriter(tokio::sync::mpsc::UnboundedSender<String>);
 
 impl std::io::Write for ChannelWriter {
