@@ -359,21 +359,51 @@ async fn ignore_creates_children_only() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every parent wants the same ConfigMap `shared`.
+/// Every parent wants the same ConfigMap `shared`, unless its `spec.want` is `false`.
 fn shared_hook(_hook: &str, req: &Value) -> Reply {
     let parent = &req["parent"];
+    let children = if parent["spec"]["want"] == false {
+        json!([])
+    } else {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared"},
+            "data": {"owner": parent["metadata"]["name"]}}])
+    };
     Reply::Json(json!({
         "status": {"observedChildren": observed_configmaps(req)},
-        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "shared"},
-            "data": {"owner": parent["metadata"]["name"]}}]
+        "children": children
     }))
 }
 
-/// Two parents wanting one child under server-side apply: the first one's child stays its own,
-/// the second is told (`ChildWriteFailed`), and neither rewrites the child again and again.
+/// The `resourceVersion` of ConfigMap `name` after each of `rounds` synced touches of every
+/// parent in `parents` (a bounded window of syncs in which a flapping child would be rewritten).
+async fn versions_over_syncs(
+    s: &Running,
+    cc: &str,
+    parents: &[&str],
+    rounds: usize,
+) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        for name in parents {
+            let touch =
+                json!({"metadata": {"annotations": {"kmeta.test/touch": round.to_string()}}});
+            s.patch_and_sync(cc, &s.parents(), name, touch).await?;
+        }
+        let cm = s.get(&s.configmaps(), "shared").await?;
+        out.push(
+            cm.map(|c| c["metadata"]["resourceVersion"].clone())
+                .unwrap_or_default(),
+        );
+    }
+    Ok(out)
+}
+
+/// Two parents wanting one child under server-side apply: the first one's child stays its own;
+/// both parents end with a `ChildContested` condition naming the child (the second also names
+/// the holder), and neither rewrites the child again and again.
 #[tokio::test]
-async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
+async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyhow::Result<()> {
     let s = Scenario::new("ssa-contest")
         .crd("Thing", "things")
         .hook(shared_hook)
@@ -387,30 +417,65 @@ async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
     let mut s = s;
     s.parent("second", json!({})).await?;
     let event = s
-        .wait_event("ChildWriteFailed for the second parent", Some(&s.ns), |e| {
-            e["reason"] == "ChildWriteFailed" && e["regarding"]["name"] == "second"
+        .wait_event("ChildContested for the second parent", Some(&s.ns), |e| {
+            e["reason"] == "ChildContested" && e["regarding"]["name"] == "second"
         })
         .await?;
+    let note = event["note"].as_str().unwrap_or_default();
     assert!(
-        event["note"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("another controller owns"),
+        note.contains("ConfigMap") && note.contains("Thing first"),
         "{event}"
     );
+    let second = s
+        .wait_parent("second", "ChildContested condition", |p| {
+            condition(p, "ChildContested").is_some()
+        })
+        .await?;
+    let c = condition(&second, "ChildContested").unwrap();
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shared") && message.contains("held by Thing first"),
+        "{c}"
+    );
+    // the holder learns it at its next sync
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "holder"}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+        .await?;
+    let first = s
+        .wait_parent("first", "ChildContested condition on the holder", |p| {
+            condition(p, "ChildContested").is_some()
+        })
+        .await?;
+    let c = condition(&first, "ChildContested").unwrap();
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shared") && message.contains("second"),
+        "{c}"
+    );
+
     let rv =
         s.get(&s.configmaps(), "shared").await?.unwrap()["metadata"]["resourceVersion"].clone();
-    for name in ["first", "second", "first", "second"] {
-        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": name}}});
-        s.patch_and_sync("contest-cc", &s.parents(), name, touch)
-            .await?;
-    }
+    let versions = versions_over_syncs(&s, "contest-cc", &["first", "second"], 3).await?;
+    assert_eq!(versions, vec![rv.clone(); 3], "the child was rewritten");
     let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
-    assert_eq!(
-        cm["metadata"]["resourceVersion"], rv,
-        "the child was rewritten: {cm}"
-    );
     assert_eq!(cm["data"]["owner"], "first");
+    assert!(s.metrics.child_op_count("contest-cc", "contested") > 0);
+
+    // once the second parent stops wanting it, the holder's condition goes at its next sync
+    s.patch_and_sync(
+        "contest-cc",
+        &s.parents(),
+        "second",
+        json!({"spec": {"want": false}}),
+    )
+    .await?;
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "alone"}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+        .await?;
+    s.wait_parent("first", "ChildContested condition cleared", |p| {
+        condition(p, "ChildContested").is_none()
+    })
+    .await?;
     s.finish().await
 }
 
