@@ -536,3 +536,113 @@ async fn decorator_attachments_are_applied() -> anyhow::Result<()> {
     assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{svc}");
     s.finish().await
 }
+
+/// One Service per parent, selecting `app: <spec.message>`.
+fn service_child_hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    Reply::Json(json!({
+        "children": [{
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{name}-svc")},
+            "spec": {"selector": {"app": parent["spec"]["message"]},
+                "ports": [{"name": "web", "port": 80}]}
+        }]
+    }))
+}
+
+/// A CompositeController of Things with Service children under server-side apply and drift
+/// policy `drift`.
+async fn service_scenario(name: &str, drift: &str) -> anyhow::Result<Running> {
+    Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(service_child_hook)
+        .controller(
+            Cc::new(&format!("{name}-cc")).patch(json!({"childResources": [{
+            "apiVersion": "v1", "resource": "services",
+            "updateStrategy": {"method": "InPlace"}, "driftPolicy": drift}]})),
+        )
+        .config(ssa())
+        .parent("s", json!({"message": "web"}))
+        .start()
+        .await
+}
+
+/// A person's edit of a Service's spec (an update by another manager; a Service's generation
+/// does not say it changed) is reverted under `Enforce`, naming the field and its manager.
+#[tokio::test]
+async fn a_person_edit_of_a_service_is_reverted_and_named() -> anyhow::Result<()> {
+    let s = service_scenario("ssa-svc-edit", "Enforce").await?;
+    let services = s.api("v1", "Service", "services", Some(&s.ns));
+    s.wait_for(&services, "s-svc", "the child", |_| true)
+        .await?;
+    edit_as_person(
+        &services,
+        "s-svc",
+        json!({"spec": {"selector": {"app": "edited"}}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
+            e["reason"] == "ChildFieldsTaken"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    let svc = s
+        .wait_for(&services, "s-svc", "edit reverted", |svc| {
+            svc["spec"]["selector"]["app"] == "web"
+        })
+        .await?;
+    assert!(
+        !managers(&svc).iter().any(|(m, _)| m == "kubectl-edit"),
+        "the edit's fields were taken: {:?}",
+        managers(&svc)
+    );
+    s.finish().await
+}
+
+/// Under `Report`, the same edit of a Service is reported (`ChildConflict` event, `ChildDrift`
+/// condition) and left as it is.
+#[tokio::test]
+async fn a_person_edit_of_a_service_is_reported_and_left() -> anyhow::Result<()> {
+    let s = service_scenario("ssa-svc-report", "Report").await?;
+    let services = s.api("v1", "Service", "services", Some(&s.ns));
+    s.wait_for(&services, "s-svc", "the child", |_| true)
+        .await?;
+    edit_as_person(
+        &services,
+        "s-svc",
+        json!({"spec": {"selector": {"app": "edited"}}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildConflict event", Some(&s.ns), |e| {
+            e["reason"] == "ChildConflict"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    let parent = s
+        .wait_parent("s", "ChildDrift condition", |p| {
+            condition(p, "ChildDrift").is_some()
+        })
+        .await?;
+    let c = condition(&parent, "ChildDrift").unwrap();
+    assert!(
+        c["message"].as_str().unwrap_or_default().contains("s-svc"),
+        "{c}"
+    );
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.patch_and_sync("ssa-svc-report-cc", &s.parents(), "s", touch)
+        .await?;
+    let svc = s.get(&services, "s-svc").await?.unwrap();
+    assert_eq!(svc["spec"]["selector"]["app"], "edited", "{svc}");
+    s.finish().await
+}
