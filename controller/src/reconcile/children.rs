@@ -169,7 +169,7 @@ pub async fn manage_children(
     for (child, paths) in &out.ignored {
         report_ignored_fields(c, parent, child, paths).await;
     }
-    remember_contests(c, parent, out.contests, &mut out.reports);
+    remember_contests(c, parent, out.contests, &mut out.reports).await;
     remember_reports(c, parent, out.reports);
     if errors.is_empty() {
         Ok(())
@@ -219,17 +219,28 @@ async fn contested_create(
 }
 
 /// Records this parent's contests (for their holders) and adds the contests of children it
-/// holds to its reports.
-fn remember_contests(
+/// holds to its reports, each also told in a `ChildContested` event on it.
+async fn remember_contests(
     c: &Children<'_>,
     parent: &Value,
     contests: Vec<apply::Contest>,
     reports: &mut Vec<ChildReport>,
 ) {
     let uid = meta_str(parent, "uid");
-    if let Ok(mut all) = c.ctx.contests.lock() {
-        all.set(c.controller, uid, contests);
-        reports.extend(all.against(c.controller, uid));
+    let against = match c.ctx.contests.lock() {
+        Ok(mut all) => {
+            all.set(c.controller, uid, contests);
+            all.against(c.controller, uid)
+        }
+        Err(_) => Vec::new(),
+    };
+    for r in against {
+        let note = format!(
+            "{} (kmeta leaves the child to this parent and writes nothing for the other)",
+            r.message
+        );
+        c.ctx.event(parent, true, "ChildContested", note).await;
+        reports.push(r);
     }
 }
 

@@ -452,6 +452,10 @@ async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyho
         message.contains("shared") && message.contains("second"),
         "{c}"
     );
+    s.wait_event("ChildContested for the holder", Some(&s.ns), |e| {
+        e["reason"] == "ChildContested" && e["regarding"]["name"] == "first"
+    })
+    .await?;
 
     let rv =
         s.get(&s.configmaps(), "shared").await?.unwrap()["metadata"]["resourceVersion"].clone();
@@ -644,5 +648,82 @@ async fn a_person_edit_of_a_service_is_reported_and_left() -> anyhow::Result<()>
         .await?;
     let svc = s.get(&services, "s-svc").await?.unwrap();
     assert_eq!(svc["spec"]["selector"]["app"], "edited", "{svc}");
+    s.finish().await
+}
+
+/// Two DecoratorControllers attaching the same Service to one ConfigMap under server-side
+/// apply: the attachment stays the first one's; the second is told who holds it, the first is
+/// told who else wants it (`ChildContested` events on the target), and the Service is not
+/// rewritten by either.
+#[tokio::test]
+async fn two_decorators_attaching_one_child_end_contested_without_flapping() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-dc-contest")
+        .hook(service_hook)
+        .config(ssa())
+        .start()
+        .await?;
+    let dc = |name: &str| {
+        Dc::new(name)
+            .resources(json!([{"apiVersion": "v1", "resource": "configmaps",
+                "labelSelector": {"matchLabels": {"svc": "yes"}}}]))
+            .attachments(json!([{"apiVersion": "v1", "resource": "services",
+                "updateStrategy": {"method": "InPlace"}}]))
+    };
+    s.decorator(dc("svc-first")).await?;
+    let ns = s.ns.clone();
+    s.create(
+        "configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": ns, "labels": {"svc": "yes"}},
+            "data": {"port": "80"}}),
+    )
+    .await?;
+    let services = s.api("v1", "Service", "services", Some(&ns));
+    s.wait_for(
+        &services,
+        "web-svc",
+        "the first decorator's attachment",
+        |svc| {
+            svc["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"]
+                == "svc-first"
+        },
+    )
+    .await?;
+    s.decorator(dc("svc-second")).await?;
+    let event = s
+        .wait_event("ChildContested for the second decorator", Some(&ns), |e| {
+            e["reason"] == "ChildContested"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("held by ConfigMap web"))
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("Service") && note.contains("DecoratorController svc-first"),
+        "{event}"
+    );
+    // the holder learns it at its next sync of the target (its event about the target has the
+    // same reason as the contender's, so the two are one event series: its report is checked
+    // through `kmeta_child_drift`)
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "holder"}}});
+    s.patch_and_sync("svc-first", &s.configmaps(), "web", touch)
+        .await?;
+    assert_eq!(s.metrics.child_drift_total("svc-first"), 1);
+
+    let rv = s.get(&services, "web-svc").await?.unwrap()["metadata"]["resourceVersion"].clone();
+    for round in 0..3 {
+        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": round.to_string()}}});
+        let first = s.syncs("svc-first");
+        s.patch_and_sync("svc-second", &s.configmaps(), "web", touch)
+            .await?;
+        s.wait_syncs("svc-first", first).await?;
+        let svc = s.get(&services, "web-svc").await?.unwrap();
+        assert_eq!(
+            svc["metadata"]["resourceVersion"], rv,
+            "round {round}: the attachment was rewritten: {svc}"
+        );
+    }
+    assert!(s.metrics.child_op_count("svc-second", "contested") > 0);
     s.finish().await
 }
