@@ -480,6 +480,34 @@ async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyho
         condition(p, "ChildContested").is_none()
     })
     .await?;
+
+    // and once the other parent is deleted while it wants the child
+    s.patch_and_sync(
+        "contest-cc",
+        &s.parents(),
+        "second",
+        json!({"spec": {"want": true}}),
+    )
+    .await?;
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "again"}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+        .await?;
+    s.wait_parent("first", "ChildContested condition again", |p| {
+        condition(p, "ChildContested").is_some()
+    })
+    .await?;
+    s.parents().delete("second", &Default::default()).await?;
+    s.wait_gone(&s.parents(), "second", "the other parent deleted")
+        .await?;
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "deleted"}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+        .await?;
+    s.wait_parent(
+        "first",
+        "ChildContested condition cleared after the delete",
+        |p| condition(p, "ChildContested").is_none(),
+    )
+    .await?;
     s.finish().await
 }
 
