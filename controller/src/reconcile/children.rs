@@ -137,10 +137,7 @@ pub async fn manage_children(
             }
             Err(e) => e,
         };
-        if op_label == "create"
-            && kapi::is_conflict(&e)
-            && contested_create(c, rule, &w, obj, &mut out).await
-        {
+        if op_label == "create" && contested_create(c, rule, &w, obj, &e, &mut out).await {
             continue;
         }
         let holder = match op_label {
@@ -166,11 +163,7 @@ pub async fn manage_children(
             }
         }
     }
-    for (child, paths) in &out.ignored {
-        report_ignored_fields(c, parent, child, paths).await;
-    }
-    remember_contests(c, parent, out.contests, &mut out.reports).await;
-    remember_reports(c, parent, out.reports);
+    report_collected(c, parent, out).await;
     if errors.is_empty() {
         Ok(())
     } else {
@@ -187,9 +180,10 @@ async fn contested_create(
     rule: &ChildRule,
     w: &Writing<'_>,
     child: &Value,
+    error: &kube::Error,
     out: &mut Collected,
 ) -> bool {
-    if c.strategy != ApplyStrategy::ServerSideApply {
+    if c.strategy != ApplyStrategy::ServerSideApply || !kapi::is_conflict(error) {
         return false;
     }
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
@@ -503,6 +497,16 @@ async fn held_back(
             true
         }
     }
+}
+
+/// After a sync's child writes: reports the fields the server dropped, records its contests and
+/// keeps its reports (with the contests of children it holds).
+async fn report_collected(c: &Children<'_>, parent: &Value, mut out: Collected) {
+    for (child, paths) in &out.ignored {
+        report_ignored_fields(c, parent, child, paths).await;
+    }
+    remember_contests(c, parent, out.contests, &mut out.reports).await;
+    remember_reports(c, parent, out.reports);
 }
 
 /// Keeps a parent's reports for its status write and sets its share of `kmeta_child_drift`.

@@ -399,6 +399,19 @@ async fn versions_over_syncs(
     Ok(out)
 }
 
+/// Parent `first` after a sync (made by touching it with `touch`), once it has (`contested`) or
+/// has not a `ChildContested` condition.
+async fn holder_after_a_sync(s: &Running, touch: &str, contested: bool) -> anyhow::Result<Value> {
+    let patch = json!({"metadata": {"annotations": {"kmeta.test/touch": touch}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", patch)
+        .await?;
+    let what = format!("ChildContested on the holder: {contested} ({touch})");
+    s.wait_parent("first", &what, |p| {
+        condition(p, "ChildContested").is_some() == contested
+    })
+    .await
+}
+
 /// Two parents wanting one child under server-side apply: the first one's child stays its own;
 /// both parents end with a `ChildContested` condition naming the child (the second also names
 /// the holder), and neither rewrites the child again and again.
@@ -438,14 +451,7 @@ async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyho
         "{c}"
     );
     // the holder learns it at its next sync
-    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "holder"}}});
-    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
-        .await?;
-    let first = s
-        .wait_parent("first", "ChildContested condition on the holder", |p| {
-            condition(p, "ChildContested").is_some()
-        })
-        .await?;
+    let first = holder_after_a_sync(&s, "holder", true).await?;
     let c = condition(&first, "ChildContested").unwrap();
     let message = c["message"].as_str().unwrap_or_default();
     assert!(
@@ -465,49 +471,19 @@ async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyho
     assert_eq!(cm["data"]["owner"], "first");
     assert!(s.metrics.child_op_count("contest-cc", "contested") > 0);
 
-    // once the second parent stops wanting it, the holder's condition goes at its next sync
-    s.patch_and_sync(
-        "contest-cc",
-        &s.parents(),
-        "second",
-        json!({"spec": {"want": false}}),
-    )
-    .await?;
-    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "alone"}}});
-    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+    // once the second parent stops wanting it, the holder's condition goes at its next sync;
+    // and so once the second parent is deleted while it wants the child
+    let want = |w: bool| json!({"spec": {"want": w}});
+    s.patch_and_sync("contest-cc", &s.parents(), "second", want(false))
         .await?;
-    s.wait_parent("first", "ChildContested condition cleared", |p| {
-        condition(p, "ChildContested").is_none()
-    })
-    .await?;
-
-    // and once the other parent is deleted while it wants the child
-    s.patch_and_sync(
-        "contest-cc",
-        &s.parents(),
-        "second",
-        json!({"spec": {"want": true}}),
-    )
-    .await?;
-    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "again"}}});
-    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
+    holder_after_a_sync(&s, "alone", false).await?;
+    s.patch_and_sync("contest-cc", &s.parents(), "second", want(true))
         .await?;
-    s.wait_parent("first", "ChildContested condition again", |p| {
-        condition(p, "ChildContested").is_some()
-    })
-    .await?;
+    holder_after_a_sync(&s, "again", true).await?;
     s.parents().delete("second", &Default::default()).await?;
     s.wait_gone(&s.parents(), "second", "the other parent deleted")
         .await?;
-    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "deleted"}}});
-    s.patch_and_sync("contest-cc", &s.parents(), "first", touch)
-        .await?;
-    s.wait_parent(
-        "first",
-        "ChildContested condition cleared after the delete",
-        |p| condition(p, "ChildContested").is_none(),
-    )
-    .await?;
+    holder_after_a_sync(&s, "deleted", false).await?;
     s.finish().await
 }
 
