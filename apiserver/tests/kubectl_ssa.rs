@@ -3,7 +3,9 @@
 //! prints, the managed fields stored per manager, `x-kubernetes-list-type: map` merges and the
 //! lists of a `x-kubernetes-preserve-unknown-fields` subtree. Expected values follow
 //! kube-apiserver (k8s.io/apiserver fieldmanager/internal/conflict.go for the messages,
-//! structured-merge-diff for the merges). Skips without kubectl, fails then under CI.
+//! structured-merge-diff for the merges; kube-openapi schemaconv's `__untyped_deduced_` type for
+//! preserve-unknown-fields: lists atomic, maps field by field). Skips without kubectl, fails then
+//! under CI.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 mod common;
