@@ -731,3 +731,31 @@ async fn two_decorators_attaching_one_child_end_contested_without_flapping() -> 
     assert!(s.metrics.child_op_count("svc-second", "contested") > 0);
     s.finish().await
 }
+
+/// An unknown `kmeta.dev/apply-strategy` value stops that controller: a Warning event on the
+/// CompositeController names the annotation and the value, and no child is written.
+#[tokio::test]
+async fn an_unknown_strategy_annotation_stops_the_controller() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-bad")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-bad-cc").annotate(STRATEGY_ANNOTATION, "merge"))
+        .parent("b", json!({"message": "hello"}))
+        .start()
+        .await?;
+    let event = s
+        .wait_event("the controller's start failure", None, |e| {
+            e["regarding"]["kind"] == "CompositeController"
+                && e["regarding"]["name"] == "ssa-bad-cc"
+                && e["type"] == "Warning"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(STRATEGY_ANNOTATION) && note.contains("merge"),
+        "{event}"
+    );
+    assert!(s.get(&s.configmaps(), "b-cm").await?.is_none());
+    assert_eq!(s.syncs("ssa-bad-cc"), 0);
+    s.finish().await
+}
