@@ -423,8 +423,28 @@ pub(crate) struct Conflict {
     pub(crate) manager: String,
     /// Its API version.
     pub(crate) api_version: String,
+    /// Its operation (`Apply` or `Update`).
+    pub(crate) operation: String,
+    /// Its subresource ("" or "status").
+    pub(crate) subresource: String,
     /// The field, rendered like `.spec.replicas`.
     pub(crate) field: String,
+}
+
+impl Conflict {
+    /// The other manager as kube-apiserver names it in a conflict (its `printManager`, over
+    /// the manager identifier, which never holds a time and holds the API version of updates
+    /// only): `"name"`, `"name" with subresource "status"`, then ` using v1` for an update.
+    pub(crate) fn printed_manager(&self) -> String {
+        let mut out = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            out.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == "Update" {
+            out.push_str(&format!(" using {}", self.api_version));
+        }
+        out
+    }
 }
 
 fn merge_apply(
@@ -550,6 +570,8 @@ fn find_conflicts(
                 conflicts.push(Conflict {
                     manager: e.manager.clone(),
                     api_version: e.api_version.clone(),
+                    operation: e.operation.clone(),
+                    subresource: e.subresource.clone(),
                     field: display_path(p),
                 });
             }

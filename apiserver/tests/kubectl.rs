@@ -1,117 +1,13 @@
 //! Drives the `kmeta-apiserver` binary with the real kubectl. Skips (with a message) when
-//! kubectl is not installed.
+//! kubectl is not installed, and fails then under CI.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
-use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-fn kubectl_path() -> Option<PathBuf> {
-    let candidates = [
-        PathBuf::from("/usr/bin/kubectl"),
-        PathBuf::from("/usr/local/bin/kubectl"),
-    ];
-    candidates.into_iter().find(|p| p.exists())
-}
-
-struct Server {
-    child: Child,
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// kubectl is missing: under CI (`KMETA_CI=1`, set by `.ci/run`) a failure, elsewhere a printed
-/// SKIPPED and a pass (the test's name says it may skip).
-fn skip_without_kubectl() {
-    assert!(
-        std::env::var("KMETA_CI").as_deref() != Ok("1"),
-        "kubectl is required under CI (KMETA_CI=1) but is not installed"
-    );
-    println!("SKIPPED: kubectl not found at /usr/bin/kubectl or /usr/local/bin/kubectl");
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kmeta-apiserver"))
-        .args(["--port", "0", "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let url = rx.recv_timeout(WAIT).expect("server printed its address");
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    let kc = std::fs::read_to_string(&kubeconfig).unwrap();
-    assert!(kc.contains(&format!("server: {}", url.trim())), "{kc}");
-    Server {
-        child,
-        kubeconfig,
-        _dir: dir,
-    }
-}
-
-fn kubectl(kc: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut cmd = Command::new(kubectl_path().unwrap());
-    cmd.arg("--kubeconfig")
-        .arg(kc)
-        .arg("--request-timeout=15s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (success, out, err) = kubectl(kc, args, stdin);
-    assert!(success, "kubectl {args:?} failed: {err}\n{out}");
-    out
-}
-
-fn get_json(kc: &Path, args: &[&str]) -> Value {
-    let mut a = vec!["get"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&["-o", "json"]);
-    serde_json::from_str(&ok(kc, &a, None)).unwrap()
-}
 
 const DEPLOY: &str = r#"
 apiVersion: apps/v1
@@ -134,8 +30,7 @@ spec:
 
 #[test]
 fn kubectl_end_to_end_or_skips_without_kubectl() {
-    if kubectl_path().is_none() {
-        skip_without_kubectl();
+    if !have_kubectl() {
         return;
     }
     let s = start();
@@ -414,8 +309,7 @@ fn columns(line: &str) -> Vec<String> {
 
 #[test]
 fn kubectl_get_prints_crd_printer_columns_and_event_columns_or_skips_without_kubectl() {
-    if kubectl_path().is_none() {
-        skip_without_kubectl();
+    if !have_kubectl() {
         return;
     }
     let s = start();
@@ -526,8 +420,7 @@ spec:
 
 #[test]
 fn kubectl_apply_reports_fields_the_crd_schema_does_not_declare_or_skips_without_kubectl() {
-    if kubectl_path().is_none() {
-        skip_without_kubectl();
+    if !have_kubectl() {
         return;
     }
     let s = start();

@@ -168,32 +168,83 @@ fn parse_apply_config(body: &[u8]) -> ApiResult<Value> {
     Ok(cfg)
 }
 
-/// 409 of an apply that would change fields other managers own, worded as kube-apiserver's
-/// (`Apply failed with N conflicts: ...`, causes `FieldManagerConflict`).
-fn apply_conflict(req: &Req, name: &str, conflicts: &[ssa::Conflict]) -> ApiError {
-    let n = conflicts.len();
-    let msgs: Vec<String> = conflicts
+/// The message of an apply conflict, worded as kube-apiserver's (`getConflictMessage` in
+/// k8s.io/apiserver's fieldmanager/internal/conflict.go): one conflict on one line, several
+/// grouped by manager (sorted), one `- <field>` line each.
+fn conflict_message(conflicts: &[ssa::Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            c.printed_manager(),
+            c.field
+        );
+    }
+    let mut by_manager: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for c in conflicts {
+        by_manager
+            .entry(c.printed_manager())
+            .or_default()
+            .push(&c.field);
+    }
+    let lines: Vec<String> = by_manager
         .iter()
-        .map(|c| {
-            format!(
-                "conflict with \"{}\" using {}: {}",
-                c.manager, c.api_version, c.field
-            )
+        .flat_map(|(m, fields)| {
+            std::iter::once(format!("conflicts with {m}:"))
+                .chain(fields.iter().map(|f| format!("- {f}")))
         })
         .collect();
+    format!(
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
+    )
+}
+
+/// 409 of an apply that would change fields other managers own, worded as kube-apiserver's
+/// ([`conflict_message`], causes `FieldManagerConflict` naming each field and manager).
+fn apply_conflict(req: &Req, name: &str, conflicts: &[ssa::Conflict]) -> ApiError {
     let mut e = ApiError::conflict(req.target(), "");
-    e.message = format!(
-        "Apply failed with {n} conflict{}: {}",
-        if n == 1 { "" } else { "s" },
-        msgs.join("\n")
-    );
+    e.message = conflict_message(conflicts);
     e.details = Some(Box::new(json!({
         "name": name, "group": req.def.group, "kind": req.def.plural,
         "causes": conflicts.iter().map(|c| json!({
             "reason": "FieldManagerConflict",
-            "message": format!("conflict with \"{}\" using {}", c.manager, c.api_version),
+            "message": format!("conflict with {}", c.printed_manager()),
             "field": c.field,
         })).collect::<Vec<_>>(),
     })));
     e
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+
+    fn conflict(manager: &str, operation: &str, subresource: &str, field: &str) -> ssa::Conflict {
+        ssa::Conflict {
+            manager: manager.into(),
+            api_version: "v1".into(),
+            operation: operation.into(),
+            subresource: subresource.into(),
+            field: field.into(),
+        }
+    }
+
+    #[test]
+    fn conflicts_are_worded_as_kube_apiserver_words_them() {
+        let one = [conflict("editor", "Update", "", ".data.d")];
+        assert_eq!(
+            conflict_message(&one),
+            r#"Apply failed with 1 conflict: conflict with "editor" using v1: .data.d"#
+        );
+        let many = [
+            conflict("zed", "Apply", "", ".data.a"),
+            conflict("ctl", "Update", "status", ".status.x"),
+            conflict("zed", "Apply", "", ".data.b"),
+        ];
+        assert_eq!(
+            conflict_message(&many),
+            "Apply failed with 3 conflicts: conflicts with \"ctl\" with subresource \"status\" using v1:\n- .status.x\nconflicts with \"zed\":\n- .data.a\n- .data.b"
+        );
+    }
 }

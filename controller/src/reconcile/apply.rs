@@ -379,6 +379,101 @@ impl ChildReports {
     }
 }
 
+/// The annotation naming the DecoratorController that made an attachment (Metacontroller's).
+const DECORATOR_ANNOTATION: &str = "metacontroller.k8s.io/decorator-controller";
+
+/// Who holds a child that a parent wants but could not create (its name is taken), when the
+/// holder is another parent: another object is its controller, or its controller is this
+/// parent but another DecoratorController made it (two decorators attaching one child to one
+/// target). `None` when the child is this parent's own (a cache lag) or has no controller (it
+/// is adopted or reported as it always was).
+pub fn contest_holder(parent_uid: &str, desired: &Value, existing: &Value) -> Option<String> {
+    let owner = crate::object::controller_ref(existing)?;
+    let uid = owner.get("uid").and_then(Value::as_str).unwrap_or_default();
+    let text = |v: &Value, f: &str| {
+        v.get(f)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let maker = |obj: &Value| {
+        crate::object::meta(obj, "annotations")
+            .and_then(|a| a.get(DECORATOR_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let holder = format!("{} {}", text(owner, "kind"), text(owner, "name"));
+    if uid.is_empty() {
+        None
+    } else if uid != parent_uid {
+        Some(holder)
+    } else {
+        match (maker(desired), maker(existing)) {
+            (Some(mine), Some(theirs)) if mine != theirs => Some(format!(
+                "{holder} (attached by DecoratorController {theirs})"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// One child a parent (the contender) wants and another parent holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contest {
+    /// The UID of the holder's parent (the child's controller).
+    pub holder_uid: String,
+    /// The contested child (`Kind namespace/name`).
+    pub child: String,
+    /// The contender's controller and parent, for the holder's condition.
+    pub contender: String,
+}
+
+/// The contests of every controller's parents in this process (by contender controller and
+/// parent UID, replaced at each of its syncs), so that the holder's parent learns at its next
+/// sync that a child of its own is contested too.
+#[derive(Debug, Default)]
+pub struct Contests {
+    by_contender: std::collections::HashMap<(String, String), Vec<Contest>>,
+}
+
+/// At most this many contending parents are remembered (then the memory starts over and each
+/// is remembered again at its next sync): 100 000.
+const CONTESTS_MAX: usize = 100_000;
+
+impl Contests {
+    /// Replaces the contests of `controller`'s parent `uid` (none: forgets it).
+    pub fn set(&mut self, controller: &str, uid: &str, contests: Vec<Contest>) {
+        let key = (controller.to_owned(), uid.to_owned());
+        if contests.is_empty() {
+            self.by_contender.remove(&key);
+            return;
+        }
+        if self.by_contender.len() >= CONTESTS_MAX {
+            self.by_contender.clear();
+        }
+        self.by_contender.insert(key, contests);
+    }
+
+    /// The `ChildContested` reports of the holder `controller`'s parent `uid`: children it
+    /// holds that other parents want (its own contests as a contender are not among them).
+    pub fn against(&self, controller: &str, uid: &str) -> Vec<ChildReport> {
+        let mut out: Vec<ChildReport> = self
+            .by_contender
+            .iter()
+            .filter(|((ctl, contender), _)| !(ctl == controller && contender == uid))
+            .flat_map(|(_, cs)| cs.iter().filter(|c| c.holder_uid == uid))
+            .map(|c| ChildReport {
+                kind: CONTESTED_CONDITION,
+                reason: "ChildContested",
+                message: format!("{}: wanted by {} too", c.child, c.contender),
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
 /// The hook's status with kmeta's child conditions added (one per type, messages joined;
 /// `lastTransitionTime` kept from the live parent while the condition stays). `None` stays
 /// `None` when there is nothing to add; a hook status whose `conditions` is not a list is left
@@ -607,6 +702,56 @@ mod tests {
             Some(hook.clone())
         );
         assert_eq!(with_child_conditions(None, &live, &[], "t2"), None);
+    }
+
+    #[test]
+    fn a_child_held_by_another_parent_or_decorator_is_contested() {
+        let owned_by = |uid: &str, dc: Option<&str>| {
+            let mut o = json!({"metadata": {"ownerReferences": [{"kind": "Thing", "name": "first",
+                "uid": uid, "controller": true}]}});
+            if let Some(dc) = dc {
+                o["metadata"]["annotations"] = json!({DECORATOR_ANNOTATION: dc});
+            }
+            o
+        };
+        let plain = json!({"metadata": {}});
+        assert_eq!(
+            contest_holder("p2", &plain, &owned_by("p1", None)).as_deref(),
+            Some("Thing first")
+        );
+        assert_eq!(contest_holder("p1", &plain, &owned_by("p1", None)), None);
+        assert_eq!(contest_holder("p1", &plain, &plain), None);
+        let mine = owned_by("t", Some("dc-b"));
+        assert_eq!(
+            contest_holder("t", &mine, &owned_by("t", Some("dc-a"))).as_deref(),
+            Some("Thing first (attached by DecoratorController dc-a)")
+        );
+        assert_eq!(
+            contest_holder("t", &mine, &owned_by("t", Some("dc-b"))),
+            None
+        );
+    }
+
+    #[test]
+    fn contests_reach_the_holder_until_the_contender_stops() {
+        let mut c = Contests::default();
+        let contest = Contest {
+            holder_uid: "h".into(),
+            child: "ConfigMap ns/shared".into(),
+            contender: "cc second".into(),
+        };
+        c.set("cc", "c", vec![contest]);
+        let reports = c.against("cc", "h");
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].kind, CONTESTED_CONDITION);
+        assert_eq!(
+            reports[0].message,
+            "ConfigMap ns/shared: wanted by cc second too"
+        );
+        assert!(c.against("cc", "c").is_empty(), "not the contender's own");
+        assert!(c.against("other", "x").is_empty());
+        c.set("cc", "c", Vec::new());
+        assert!(c.against("cc", "h").is_empty());
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub struct Children<'a> {
 struct Collected {
     ignored: Vec<(String, Vec<String>)>,
     reports: Vec<ChildReport>,
+    contests: Vec<apply::Contest>,
 }
 
 /// What one sync writes children as: its parent, the parent's field manager, the desired
@@ -136,6 +137,9 @@ pub async fn manage_children(
             }
             Err(e) => e,
         };
+        if op_label == "create" && contested_create(c, rule, &w, obj, &e, &mut out).await {
+            continue;
+        }
         let holder = match op_label {
             "create" if kapi::is_conflict(&e) => Some(existing_controller(c, rule, obj).await),
             _ => None,
@@ -159,14 +163,78 @@ pub async fn manage_children(
             }
         }
     }
-    for (child, paths) in &out.ignored {
-        report_ignored_fields(c, parent, child, paths).await;
-    }
-    remember_reports(c, parent, out.reports);
+    report_collected(c, parent, out).await;
     if errors.is_empty() {
         Ok(())
     } else {
         Err(SyncError::Children(errors))
+    }
+}
+
+/// Under server-side apply, a create refused because another parent holds the child's name
+/// (another controller, or another DecoratorController on the same target): the parent is told
+/// (`ChildContested` event and condition naming the holder), the holder's parent learns it at
+/// its next sync, and nothing is written, so the two never take the child back and forth.
+async fn contested_create(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    child: &Value,
+    error: &kube::Error,
+    out: &mut Collected,
+) -> bool {
+    if c.strategy != ApplyStrategy::ServerSideApply || !kapi::is_conflict(error) {
+        return false;
+    }
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    let Ok(Some(existing)) = kapi::get(&api, meta_str(child, "name")).await else {
+        return false;
+    };
+    let Some(holder) = apply::contest_holder(meta_str(w.parent, "uid"), child, &existing) else {
+        return false;
+    };
+    let name = describe(child);
+    let note = format!(
+        "{name} is wanted by another parent too: it is held by {holder} (kmeta does not take a child from another parent; it is left as it is until one of them stops wanting it)"
+    );
+    c.ctx.config.metrics.child_op(c.controller, "contested");
+    c.ctx.event(w.parent, true, "ChildContested", note).await;
+    out.reports.push(ChildReport {
+        kind: apply::CONTESTED_CONDITION,
+        reason: "ChildContested",
+        message: format!("{name}: held by {holder}"),
+    });
+    out.contests.push(apply::Contest {
+        holder_uid: controller_uid(&existing).unwrap_or_default().to_owned(),
+        child: name,
+        contender: format!("{} {}", c.controller, describe(w.parent)),
+    });
+    true
+}
+
+/// Records this parent's contests (for their holders) and adds the contests of children it
+/// holds to its reports, each also told in a `ChildContested` event on it.
+async fn remember_contests(
+    c: &Children<'_>,
+    parent: &Value,
+    contests: Vec<apply::Contest>,
+    reports: &mut Vec<ChildReport>,
+) {
+    let uid = meta_str(parent, "uid");
+    let against = match c.ctx.contests.lock() {
+        Ok(mut all) => {
+            all.set(c.controller, uid, contests);
+            all.against(c.controller, uid)
+        }
+        Err(_) => Vec::new(),
+    };
+    for r in against {
+        let note = format!(
+            "{} (kmeta leaves the child to this parent and writes nothing for the other)",
+            r.message
+        );
+        c.ctx.event(parent, true, "ChildContested", note).await;
+        reports.push(r);
     }
 }
 
@@ -429,6 +497,16 @@ async fn held_back(
             true
         }
     }
+}
+
+/// After a sync's child writes: reports the fields the server dropped, records its contests and
+/// keeps its reports (with the contests of children it holds).
+async fn report_collected(c: &Children<'_>, parent: &Value, mut out: Collected) {
+    for (child, paths) in &out.ignored {
+        report_ignored_fields(c, parent, child, paths).await;
+    }
+    remember_contests(c, parent, out.contests, &mut out.reports).await;
+    remember_reports(c, parent, out.reports);
 }
 
 /// Keeps a parent's reports for its status write and sets its share of `kmeta_child_drift`.

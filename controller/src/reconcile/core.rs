@@ -120,6 +120,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Event spam filter: one token bucket per (object, reason).
     event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
+    /// Children wanted by one parent and held by another, across controllers (server-side
+    /// apply's `ChildContested` on both parents).
+    pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
 }
 
 impl std::fmt::Debug for Context {
@@ -151,6 +154,7 @@ impl Context {
             config,
             recorder,
             event_limits: Mutex::new(HashMap::new()),
+            contests: Mutex::default(),
         })
     }
 

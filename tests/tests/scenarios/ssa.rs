@@ -359,21 +359,64 @@ async fn ignore_creates_children_only() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every parent wants the same ConfigMap `shared`.
+/// Every parent wants the same ConfigMap `shared`, unless its `spec.want` is `false`.
 fn shared_hook(_hook: &str, req: &Value) -> Reply {
     let parent = &req["parent"];
+    let children = if parent["spec"]["want"] == false {
+        json!([])
+    } else {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared"},
+            "data": {"owner": parent["metadata"]["name"]}}])
+    };
     Reply::Json(json!({
         "status": {"observedChildren": observed_configmaps(req)},
-        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "shared"},
-            "data": {"owner": parent["metadata"]["name"]}}]
+        "children": children
     }))
 }
 
-/// Two parents wanting one child under server-side apply: the first one's child stays its own,
-/// the second is told (`ChildWriteFailed`), and neither rewrites the child again and again.
+/// The `resourceVersion` of ConfigMap `name` after each of `rounds` synced touches of every
+/// parent in `parents` (a bounded window of syncs in which a flapping child would be rewritten).
+async fn versions_over_syncs(
+    s: &Running,
+    cc: &str,
+    parents: &[&str],
+    rounds: usize,
+) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        for name in parents {
+            let touch =
+                json!({"metadata": {"annotations": {"kmeta.test/touch": round.to_string()}}});
+            s.patch_and_sync(cc, &s.parents(), name, touch).await?;
+        }
+        let cm = s.get(&s.configmaps(), "shared").await?;
+        out.push(
+            cm.map(|c| c["metadata"]["resourceVersion"].clone())
+                .unwrap_or_default(),
+        );
+    }
+    Ok(out)
+}
+
+/// Parent `first` after a sync (made by touching it with `touch`), once it has (`contested`) or
+/// has not a `ChildContested` condition.
+async fn holder_after_a_sync(s: &Running, touch: &str, contested: bool) -> anyhow::Result<Value> {
+    let patch = json!({"metadata": {"annotations": {"kmeta.test/touch": touch}}});
+    s.patch_and_sync("contest-cc", &s.parents(), "first", patch)
+        .await?;
+    let what = format!("ChildContested on the holder: {contested} ({touch})");
+    s.wait_parent("first", &what, |p| {
+        condition(p, "ChildContested").is_some() == contested
+    })
+    .await
+}
+
+/// Two parents wanting one child under server-side apply: the first one's child stays its own;
+/// both parents end with a `ChildContested` condition naming the child (the second also names
+/// the holder), and neither rewrites the child again and again.
 #[tokio::test]
-async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
+async fn two_parents_wanting_one_child_end_contested_without_flapping() -> anyhow::Result<()> {
     let s = Scenario::new("ssa-contest")
         .crd("Thing", "things")
         .hook(shared_hook)
@@ -387,30 +430,60 @@ async fn two_parents_wanting_one_child_do_not_flap() -> anyhow::Result<()> {
     let mut s = s;
     s.parent("second", json!({})).await?;
     let event = s
-        .wait_event("ChildWriteFailed for the second parent", Some(&s.ns), |e| {
-            e["reason"] == "ChildWriteFailed" && e["regarding"]["name"] == "second"
+        .wait_event("ChildContested for the second parent", Some(&s.ns), |e| {
+            e["reason"] == "ChildContested" && e["regarding"]["name"] == "second"
         })
         .await?;
+    let note = event["note"].as_str().unwrap_or_default();
     assert!(
-        event["note"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("another controller owns"),
+        note.contains("ConfigMap") && note.contains("Thing first"),
         "{event}"
     );
+    let second = s
+        .wait_parent("second", "ChildContested condition", |p| {
+            condition(p, "ChildContested").is_some()
+        })
+        .await?;
+    let c = condition(&second, "ChildContested").unwrap();
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shared") && message.contains("held by Thing first"),
+        "{c}"
+    );
+    // the holder learns it at its next sync
+    let first = holder_after_a_sync(&s, "holder", true).await?;
+    let c = condition(&first, "ChildContested").unwrap();
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shared") && message.contains("second"),
+        "{c}"
+    );
+    s.wait_event("ChildContested for the holder", Some(&s.ns), |e| {
+        e["reason"] == "ChildContested" && e["regarding"]["name"] == "first"
+    })
+    .await?;
+
     let rv =
         s.get(&s.configmaps(), "shared").await?.unwrap()["metadata"]["resourceVersion"].clone();
-    for name in ["first", "second", "first", "second"] {
-        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": name}}});
-        s.patch_and_sync("contest-cc", &s.parents(), name, touch)
-            .await?;
-    }
+    let versions = versions_over_syncs(&s, "contest-cc", &["first", "second"], 3).await?;
+    assert_eq!(versions, vec![rv.clone(); 3], "the child was rewritten");
     let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
-    assert_eq!(
-        cm["metadata"]["resourceVersion"], rv,
-        "the child was rewritten: {cm}"
-    );
     assert_eq!(cm["data"]["owner"], "first");
+    assert!(s.metrics.child_op_count("contest-cc", "contested") > 0);
+
+    // once the second parent stops wanting it, the holder's condition goes at its next sync;
+    // and so once the second parent is deleted while it wants the child
+    let want = |w: bool| json!({"spec": {"want": w}});
+    s.patch_and_sync("contest-cc", &s.parents(), "second", want(false))
+        .await?;
+    holder_after_a_sync(&s, "alone", false).await?;
+    s.patch_and_sync("contest-cc", &s.parents(), "second", want(true))
+        .await?;
+    holder_after_a_sync(&s, "again", true).await?;
+    s.parents().delete("second", &Default::default()).await?;
+    s.wait_gone(&s.parents(), "second", "the other parent deleted")
+        .await?;
+    holder_after_a_sync(&s, "deleted", false).await?;
     s.finish().await
 }
 
@@ -469,5 +542,220 @@ async fn decorator_attachments_are_applied() -> anyhow::Result<()> {
         .filter(|(m, _)| *m == mine)
         .collect();
     assert_eq!(ours, vec![(mine.clone(), "Apply".to_owned())], "{svc}");
+    s.finish().await
+}
+
+/// One Service per parent, selecting `app: <spec.message>`.
+fn service_child_hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    Reply::Json(json!({
+        "children": [{
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{name}-svc")},
+            "spec": {"selector": {"app": parent["spec"]["message"]},
+                "ports": [{"name": "web", "port": 80}]}
+        }]
+    }))
+}
+
+/// A CompositeController of Things with Service children under server-side apply and drift
+/// policy `drift`.
+async fn service_scenario(name: &str, drift: &str) -> anyhow::Result<Running> {
+    Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(service_child_hook)
+        .controller(
+            Cc::new(&format!("{name}-cc")).patch(json!({"childResources": [{
+            "apiVersion": "v1", "resource": "services",
+            "updateStrategy": {"method": "InPlace"}, "driftPolicy": drift}]})),
+        )
+        .config(ssa())
+        .parent("s", json!({"message": "web"}))
+        .start()
+        .await
+}
+
+/// A person's edit of a Service's spec (an update by another manager; a Service's generation
+/// does not say it changed) is reverted under `Enforce`, naming the field and its manager.
+#[tokio::test]
+async fn a_person_edit_of_a_service_is_reverted_and_named() -> anyhow::Result<()> {
+    let s = service_scenario("ssa-svc-edit", "Enforce").await?;
+    let services = s.api("v1", "Service", "services", Some(&s.ns));
+    s.wait_for(&services, "s-svc", "the child", |_| true)
+        .await?;
+    edit_as_person(
+        &services,
+        "s-svc",
+        json!({"spec": {"selector": {"app": "edited"}}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
+            e["reason"] == "ChildFieldsTaken"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    let svc = s
+        .wait_for(&services, "s-svc", "edit reverted", |svc| {
+            svc["spec"]["selector"]["app"] == "web"
+        })
+        .await?;
+    assert!(
+        !managers(&svc).iter().any(|(m, _)| m == "kubectl-edit"),
+        "the edit's fields were taken: {:?}",
+        managers(&svc)
+    );
+    s.finish().await
+}
+
+/// Under `Report`, the same edit of a Service is reported (`ChildConflict` event, `ChildDrift`
+/// condition) and left as it is.
+#[tokio::test]
+async fn a_person_edit_of_a_service_is_reported_and_left() -> anyhow::Result<()> {
+    let s = service_scenario("ssa-svc-report", "Report").await?;
+    let services = s.api("v1", "Service", "services", Some(&s.ns));
+    s.wait_for(&services, "s-svc", "the child", |_| true)
+        .await?;
+    edit_as_person(
+        &services,
+        "s-svc",
+        json!({"spec": {"selector": {"app": "edited"}}}),
+    )
+    .await?;
+    let event = s
+        .wait_event("ChildConflict event", Some(&s.ns), |e| {
+            e["reason"] == "ChildConflict"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
+        "{note}"
+    );
+    let parent = s
+        .wait_parent("s", "ChildDrift condition", |p| {
+            condition(p, "ChildDrift").is_some()
+        })
+        .await?;
+    let c = condition(&parent, "ChildDrift").unwrap();
+    assert!(
+        c["message"].as_str().unwrap_or_default().contains("s-svc"),
+        "{c}"
+    );
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.patch_and_sync("ssa-svc-report-cc", &s.parents(), "s", touch)
+        .await?;
+    let svc = s.get(&services, "s-svc").await?.unwrap();
+    assert_eq!(svc["spec"]["selector"]["app"], "edited", "{svc}");
+    s.finish().await
+}
+
+/// Two DecoratorControllers attaching the same Service to one ConfigMap under server-side
+/// apply: the attachment stays the first one's; the second is told who holds it, the first is
+/// told who else wants it (`ChildContested` events on the target), and the Service is not
+/// rewritten by either.
+#[tokio::test]
+async fn two_decorators_attaching_one_child_end_contested_without_flapping() -> anyhow::Result<()> {
+    let mut s = Scenario::new("ssa-dc-contest")
+        .hook(service_hook)
+        .config(ssa())
+        .start()
+        .await?;
+    let dc = |name: &str| {
+        Dc::new(name)
+            .resources(json!([{"apiVersion": "v1", "resource": "configmaps",
+                "labelSelector": {"matchLabels": {"svc": "yes"}}}]))
+            .attachments(json!([{"apiVersion": "v1", "resource": "services",
+                "updateStrategy": {"method": "InPlace"}}]))
+    };
+    s.decorator(dc("svc-first")).await?;
+    let ns = s.ns.clone();
+    s.create(
+        "configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": ns, "labels": {"svc": "yes"}},
+            "data": {"port": "80"}}),
+    )
+    .await?;
+    let services = s.api("v1", "Service", "services", Some(&ns));
+    s.wait_for(
+        &services,
+        "web-svc",
+        "the first decorator's attachment",
+        |svc| {
+            svc["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"]
+                == "svc-first"
+        },
+    )
+    .await?;
+    s.decorator(dc("svc-second")).await?;
+    let event = s
+        .wait_event("ChildContested for the second decorator", Some(&ns), |e| {
+            e["reason"] == "ChildContested"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("held by ConfigMap web"))
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("Service") && note.contains("DecoratorController svc-first"),
+        "{event}"
+    );
+    // the holder learns it at its next sync of the target (its event about the target has the
+    // same reason as the contender's, so the two are one event series: its report is checked
+    // through `kmeta_child_drift`)
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "holder"}}});
+    s.patch_and_sync("svc-first", &s.configmaps(), "web", touch)
+        .await?;
+    assert_eq!(s.metrics.child_drift_total("svc-first"), 1);
+
+    let rv = s.get(&services, "web-svc").await?.unwrap()["metadata"]["resourceVersion"].clone();
+    for round in 0..3 {
+        let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": round.to_string()}}});
+        let first = s.syncs("svc-first");
+        s.patch_and_sync("svc-second", &s.configmaps(), "web", touch)
+            .await?;
+        s.wait_syncs("svc-first", first).await?;
+        let svc = s.get(&services, "web-svc").await?.unwrap();
+        assert_eq!(
+            svc["metadata"]["resourceVersion"], rv,
+            "round {round}: the attachment was rewritten: {svc}"
+        );
+    }
+    assert!(s.metrics.child_op_count("svc-second", "contested") > 0);
+    s.finish().await
+}
+
+/// An unknown `kmeta.dev/apply-strategy` value stops that controller: a Warning event on the
+/// CompositeController names the annotation and the value, and no child is written.
+#[tokio::test]
+async fn an_unknown_strategy_annotation_stops_the_controller() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-bad")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("ssa-bad-cc").annotate(STRATEGY_ANNOTATION, "merge"))
+        .parent("b", json!({"message": "hello"}))
+        .start()
+        .await?;
+    let event = s
+        .wait_event("the controller's start failure", None, |e| {
+            e["regarding"]["kind"] == "CompositeController"
+                && e["regarding"]["name"] == "ssa-bad-cc"
+                && e["type"] == "Warning"
+        })
+        .await?;
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(STRATEGY_ANNOTATION) && note.contains("merge"),
+        "{event}"
+    );
+    assert!(s.get(&s.configmaps(), "b-cm").await?.is_none());
+    assert_eq!(s.syncs("ssa-bad-cc"), 0);
     s.finish().await
 }

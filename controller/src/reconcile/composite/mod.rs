@@ -150,6 +150,9 @@ impl ParentController {
                 if let Ok(mut r) = self.c.child_reports.lock() {
                     r.set(meta_str(old, "uid"), Vec::new());
                 }
+                if let Ok(mut c) = self.c.ctx.contests.lock() {
+                    c.set(&self.c.name, meta_str(old, "uid"), Vec::new());
+                }
                 if let Ok(mut c) = self.c.customize_cache.lock() {
                     c.remove(meta_str(old, "uid"));
                 }

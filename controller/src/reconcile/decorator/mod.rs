@@ -128,6 +128,9 @@ impl DecoratorRunner {
                 if let Ok(mut c) = self.d.customize_cache.lock() {
                     c.remove(meta_str(old, "uid"));
                 }
+                if let Ok(mut c) = self.d.ctx.contests.lock() {
+                    c.set(&self.d.name, meta_str(old, "uid"), Vec::new());
+                }
                 self.d
                     .ctx
                     .config
