@@ -175,7 +175,8 @@ fn gateway(spec: &Value) -> String {
 }
 
 #[test]
-fn kubectl_server_side_apply_merges_list_maps_and_replaces_unknown_lists_or_skips_without_kubectl() {
+fn kubectl_server_side_apply_merges_list_maps_and_replaces_unknown_lists_or_skips_without_kubectl()
+{
     if !have_kubectl() {
         return;
     }
