@@ -474,6 +474,40 @@ impl Counters {
         }
         Counters { by_key }
     }
+    /// The counts as rows, the form `GET /kmeta-apiserver/counters` serves them in.
+    pub fn rows(&self) -> Vec<CounterRow> {
+        self.by_key
+            .iter()
+            .map(|((verb, resource, code), count)| CounterRow {
+                verb: verb.clone(),
+                resource: resource.clone(),
+                code: *code,
+                count: *count,
+            })
+            .collect()
+    }
+    /// Counters from rows (a client reading `GET /kmeta-apiserver/counters` of a server in
+    /// another process); rows with the same key add up.
+    pub fn from_rows(rows: impl IntoIterator<Item = CounterRow>) -> Counters {
+        let mut by_key = BTreeMap::new();
+        for r in rows {
+            *by_key.entry((r.verb, r.resource, r.code)).or_insert(0) += r.count;
+        }
+        Counters { by_key }
+    }
+}
+
+/// One count of [`Counters`]: requests with this verb on this resource answered with this code.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CounterRow {
+    /// Verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`).
+    pub verb: String,
+    /// Plural, with `/subresource` when there is one (`things/status`).
+    pub resource: String,
+    /// HTTP status code.
+    pub code: u16,
+    /// Number of requests.
+    pub count: u64,
 }
 
 /// Live counters.

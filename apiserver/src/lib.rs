@@ -30,7 +30,9 @@ mod test_server;
 mod typed;
 
 pub use error::ApiError;
-pub use hooks::{Admission, AdmissionError, Counters, FaultSpec, Faults, HookId, Operation};
-pub use http::router;
+pub use hooks::{
+    Admission, AdmissionError, CounterRow, Counters, FaultSpec, Faults, HookId, Operation,
+};
+pub use http::{COUNTERS_PATH, router};
 pub use state::{ServerConfig, ServerState};
 pub use test_server::{Error, TestServer, TestServerBuilder, kubeconfig_yaml};

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+pub mod procs;
 pub mod scenario;
 pub mod tls;
 

@@ -1,0 +1,103 @@
+//! The hook process: this bench binary started again with `KMETA_SCALE_ROLE=hook`. It answers
+//! `POST /sync` after `KMETA_SCALE_HOOK_LATENCY_MS` with M children of the case's kind and
+//! `status.children` = the observed ones, keeps no request, and serves its call count at
+//! `GET /stats`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::routing::{get, post};
+use kmeta_tests::procs::{Proc, http_get};
+use serde_json::{Value, json};
+
+use super::{Case, Kind, child};
+
+const ROLE: &str = "KMETA_SCALE_ROLE";
+
+struct Hook {
+    kind: Kind,
+    children: usize,
+    latency: Duration,
+    calls: AtomicU64,
+}
+
+/// The hook process, its port, for `case`.
+pub(crate) async fn spawn(dir: &std::path::Path, case: &Case) -> anyhow::Result<(Proc, u16)> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.env(ROLE, "hook")
+        .env("KMETA_SCALE_HOOK_KIND", format!("{:?}", case.kind))
+        .env("KMETA_SCALE_HOOK_CHILDREN", case.children.to_string())
+        .env("KMETA_SCALE_HOOK_LATENCY_MS", case.latency_ms.to_string());
+    let mut proc = Proc::spawn("hook", cmd, &dir.join("hook.log"))?;
+    let port = proc.first_line(Duration::from_secs(30)).await?.parse()?;
+    Ok((proc, port))
+}
+
+/// Sync calls answered so far.
+pub(crate) async fn calls(port: u16) -> anyhow::Result<u64> {
+    let (_, body) = http_get(port, "/stats")
+        .await
+        .context("hook /stats unreachable")?;
+    Ok(body.trim().parse()?)
+}
+
+/// True when this process was started as the hook.
+pub(crate) fn is_hook() -> bool {
+    std::env::var(ROLE).is_ok_and(|r| r == "hook")
+}
+
+/// The hook process's main.
+pub(crate) fn main() -> anyhow::Result<()> {
+    let kind = match std::env::var("KMETA_SCALE_HOOK_KIND").as_deref() {
+        Ok("Deployment") => Kind::Deployment,
+        _ => Kind::ConfigMap,
+    };
+    let hook = Arc::new(Hook {
+        kind,
+        children: super::env_num("KMETA_SCALE_HOOK_CHILDREN", 10)?,
+        latency: Duration::from_millis(super::env_num("KMETA_SCALE_HOOK_LATENCY_MS", 0)?),
+        calls: AtomicU64::new(0),
+    });
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(hook))
+}
+
+async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?.port());
+    let app = axum::Router::new()
+        .route("/sync", post(sync))
+        .route("/stats", get(stats))
+        .with_state(hook);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+async fn stats(State(hook): State<Arc<Hook>>) -> String {
+    hook.calls.load(Ordering::Relaxed).to_string()
+}
+
+async fn sync(
+    State(hook): State<Arc<Hook>>,
+    axum::Json(req): axum::Json<Value>,
+) -> axum::Json<Value> {
+    if !hook.latency.is_zero() {
+        tokio::time::sleep(hook.latency).await;
+    }
+    hook.calls.fetch_add(1, Ordering::Relaxed);
+    let parent = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    let key = format!("{}.{}", hook.kind.kind(), hook.kind.api_version());
+    let observed = req["children"][&key].as_object().map_or(0, |m| m.len());
+    let children: Vec<Value> = (0..hook.children)
+        .map(|i| child(hook.kind, parent, i, json!({})))
+        .collect();
+    axum::Json(json!({"status": {"children": observed}, "children": children}))
+}

@@ -1,0 +1,382 @@
+//! Sizing benchmark: the `kmeta-apiserver` binary, the `kmeta run` binary and a hook run as three
+//! separate processes, so the controller's CPU seconds and peak RSS are its own (read from
+//! `/proc/<pid>/stat` and `VmHWM`). Each figure is printed beside its analytic bound, and every
+//! ratio is measured within one run.
+//!
+//! ```sh
+//! cargo build --release -p kmeta -p kmeta-apiserver     # the binaries it runs
+//! cargo bench -p kmeta-tests --bench scale               # modest default: 1000 × 10 ConfigMaps
+//! ```
+//!
+//! Scenarios (`KMETA_SCALE_SCENARIOS`, default `converge,steady,qps,adopt`):
+//! - `converge`: N parents each wanting M children; wall time from the first parent created to
+//!   every parent's status reporting its M children, API requests of the controller by verb,
+//!   hook calls, p50/p99 sync time (kmeta's `kmeta_reconcile_duration_seconds`), CPU and peak
+//!   RSS of each process; against the floor: a fresh server process of the same binary getting
+//!   the same N × M children created directly by 32 concurrent writers.
+//! - `steady` (after each converge, same controller): `resyncPeriodSeconds` set, then two full
+//!   resyncs of every parent measured: writes (0 expected), controller CPU per parent per resync.
+//! - `qps`: converge with `--client-go-qps` (every request waits for the client-side bucket):
+//!   wall time against requests / QPS and writes / QPS.
+//! - `adopt`: N × M orphans (matching labels, no owner) and their N parents created before the
+//!   controller starts; wall time from its start to every parent reporting M children, writes,
+//!   against the floor.
+//!
+//! Matrix (comma lists): `KMETA_SCALE_PARENTS` (1000), `KMETA_SCALE_KINDS` (`configmap`;
+//! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
+//! latency, 0), `KMETA_SCALE_WORKERS` (5). Single values: `KMETA_SCALE_CHILDREN` (10),
+//! `KMETA_SCALE_QPS` (50), `KMETA_SCALE_QPS_PARENTS` (100), `KMETA_SCALE_ADOPT_PARENTS` (1000),
+//! `KMETA_SCALE_RESYNC_S` (5), `KMETA_SCALE_REPEAT` (1). The full matrix of issue 15:
+//! `KMETA_SCALE_PARENTS=1000,10000 KMETA_SCALE_KINDS=configmap,deployment
+//! KMETA_SCALE_LATENCY_MS=0,5 KMETA_SCALE_WORKERS=5,50`. Prints figures; asserts nothing
+//! about time.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt, TryStreamExt};
+use kmeta_apiserver::{COUNTERS_PATH, CounterRow, Counters};
+use kmeta_tests::procs::{Proc, Usage, bin};
+use kmeta_tests::{ar, crd, obj};
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const WRITERS: usize = 32;
+const GROUP: &str = "bench.kmeta.dev";
+const AV: &str = "bench.kmeta.dev/v1";
+const NS: &str = "default";
+const CC: &str = "bench-cc";
+const DEADLINE: Duration = Duration::from_secs(3600);
+const POLL: Duration = Duration::from_millis(500);
+
+mod hook;
+mod run;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    ConfigMap,
+    Deployment,
+}
+
+impl Kind {
+    fn parse(s: &str) -> anyhow::Result<Kind> {
+        match s {
+            "configmap" => Ok(Kind::ConfigMap),
+            "deployment" => Ok(Kind::Deployment),
+            _ => bail!("KMETA_SCALE_KINDS: unknown kind {s:?} (configmap, deployment)"),
+        }
+    }
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmaps",
+            Kind::Deployment => "deployments",
+        }
+    }
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "v1",
+            Kind::Deployment => "apps/v1",
+        }
+    }
+    fn kind(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Deployment => "Deployment",
+        }
+    }
+}
+
+/// One cell of the matrix.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    parents: usize,
+    children: usize,
+    kind: Kind,
+    latency_ms: u64,
+    workers: usize,
+    qps: f64,
+}
+
+impl Case {
+    fn objects(&self) -> usize {
+        self.parents * self.children
+    }
+    fn label(&self) -> String {
+        let qps = if self.qps > 0.0 {
+            format!(", --client-go-qps {}", self.qps)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} parents × {} {}s, hook latency {} ms, {} workers{qps}",
+            self.parents,
+            self.children,
+            self.kind.kind(),
+            self.latency_ms,
+            self.workers
+        )
+    }
+}
+
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .ok()
+            .with_context(|| format!("{name}: not a number: {v:?}")),
+        Err(_) => Ok(default),
+    }
+}
+
+fn env_nums<T: std::str::FromStr>(name: &str, default: &str) -> anyhow::Result<Vec<T>> {
+    env_list(name, default)
+        .iter()
+        .map(|v| {
+            v.parse()
+                .ok()
+                .with_context(|| format!("{name}: not a number: {v:?}"))
+        })
+        .collect()
+}
+
+/// A `kmeta-apiserver` process and a client for it.
+struct Server {
+    proc: Proc,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+}
+
+impl Server {
+    async fn start(dir: &Path, tag: &str) -> anyhow::Result<Server> {
+        let kubeconfig = dir.join(format!("{tag}.kubeconfig"));
+        let mut cmd = Command::new(bin("kmeta-apiserver")?);
+        cmd.args([
+            "--port",
+            "0",
+            "--watch-window",
+            "100000",
+            "--kubeconfig-out",
+        ])
+        .arg(&kubeconfig);
+        let mut proc = Proc::spawn("kmeta-apiserver", cmd, &dir.join(format!("{tag}.log")))?;
+        let url = proc.first_line(Duration::from_secs(30)).await?;
+        let uri: http::Uri = url.parse().with_context(|| format!("server url {url}"))?;
+        let client = kube::Client::try_from(kube::Config::new(uri))?;
+        Ok(Server {
+            proc,
+            client,
+            kubeconfig,
+        })
+    }
+
+    /// The server's request counters, read over HTTP from its process.
+    async fn counters(&self) -> anyhow::Result<Counters> {
+        let req = http::Request::get(COUNTERS_PATH).body(Vec::new())?;
+        let rows: Vec<CounterRow> = serde_json::from_str(&self.client.request_text(req).await?)?;
+        Ok(Counters::from_rows(rows))
+    }
+
+    fn api(&self, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &ar(av, kind, plural))
+    }
+}
+
+/// Creates `objects` with [`WRITERS`] concurrent writers; the created objects, in order.
+async fn create_all(api: &Api<DynamicObject>, objects: Vec<Value>) -> anyhow::Result<Vec<Value>> {
+    futures::stream::iter(objects)
+        .map(|o| async move {
+            let created = api.create(&PostParams::default(), &obj(o)?).await?;
+            anyhow::Ok(serde_json::to_value(created)?)
+        })
+        .buffered(WRITERS)
+        .try_collect()
+        .await
+}
+
+/// A Deployment with 2 containers of 6 env vars each.
+fn deployment(name: &str, labels: &Value) -> Value {
+    let cs: Vec<Value> = (0..2)
+        .map(|c| {
+            json!({"name": format!("c{c}"), "image": format!("registry.example/app-{c}:1.2.3"),
+                "ports": [{"containerPort": 8080 + c, "protocol": "TCP"}],
+                "env": (0..6).map(|e| json!({"name": format!("VAR_{e}"), "value": format!("value-{e}")}))
+                    .collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}})
+        })
+        .collect();
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": cs}}}})
+}
+
+/// Child `i` of parent `parent`, as the hook desires it (plus `labels`).
+fn child(kind: Kind, parent: &str, i: usize, labels: Value) -> Value {
+    let name = format!("{parent}-{i}");
+    match kind {
+        Kind::ConfigMap => json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels}, "data": {"i": i.to_string()}}),
+        Kind::Deployment => deployment(&name, &labels),
+    }
+}
+
+fn in_ns(mut o: Value) -> Value {
+    o["metadata"]["namespace"] = json!(NS);
+    o
+}
+
+/// The floor: a fresh server process gets the case's N × M children created directly.
+async fn floor(dir: &Path, case: &Case) -> anyhow::Result<(Duration, Usage)> {
+    let server = Server::start(dir, "floor").await?;
+    let kind = case.kind;
+    let objects: Vec<Value> = (0..case.objects())
+        .map(|i| in_ns(child(kind, "floor", i, json!({}))))
+        .collect();
+    let api = server.api(kind.api_version(), kind.kind(), kind.plural());
+    let before = server.proc.usage()?;
+    let start = Instant::now();
+    create_all(&api, objects).await?;
+    let took = start.elapsed();
+    let after = server.proc.usage()?;
+    println!(
+        "  floor: {} {}s created directly ({WRITERS} writers, fresh server): {:.2} s ({:.0}/s), server CPU {:.1} s",
+        case.objects(),
+        kind.kind(),
+        took.as_secs_f64(),
+        case.objects() as f64 / took.as_secs_f64(),
+        after.cpu_s - before.cpu_s
+    );
+    Ok((took, after))
+}
+
+/// Installs kmeta's CRDs, the parent CRD and the CompositeController.
+async fn install(server: &Server, case: &Case, hook_url: &str) -> anyhow::Result<()> {
+    let crds = Api::<DynamicObject>::all_with(
+        server.client.clone(),
+        &ar(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    let mut all: Vec<Value> = kmeta::api::crds::all()?
+        .into_iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    all.push(crd(GROUP, "Thing", "things", true));
+    for c in all {
+        crds.create(&PostParams::default(), &obj(c)?).await?;
+    }
+    // the in-memory server serves a CRD as soon as it is created
+    let ccs = Api::<DynamicObject>::all_with(
+        server.client.clone(),
+        &ar(
+            "metacontroller.k8s.io/v1alpha1",
+            "CompositeController",
+            "compositecontrollers",
+        ),
+    );
+    let cc = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": CC},
+        "spec": {"parentResource": {"apiVersion": AV, "resource": "things"},
+            "childResources": [{"apiVersion": case.kind.api_version(),
+                "resource": case.kind.plural(), "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook_url}}},
+            "generateSelector": true}});
+    ccs.create(&PostParams::default(), &obj(cc)?).await?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    if hook::is_hook() {
+        return hook::main();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}
+
+/// The matrix's cells for one scenario, `parents` overriding the parent counts when given.
+fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
+    let children = env_num("KMETA_SCALE_CHILDREN", 10)?;
+    let counts = match parents {
+        Some(p) => vec![p],
+        None => env_nums("KMETA_SCALE_PARENTS", "1000")?,
+    };
+    let (latencies, workers) = match parents {
+        Some(_) => (vec![0], vec![5]),
+        None => (
+            env_nums("KMETA_SCALE_LATENCY_MS", "0")?,
+            env_nums("KMETA_SCALE_WORKERS", "5")?,
+        ),
+    };
+    let mut out = Vec::new();
+    for kind in env_list("KMETA_SCALE_KINDS", "configmap") {
+        let kind = Kind::parse(&kind)?;
+        for &parents in &counts {
+            for &latency_ms in &latencies {
+                for &workers in &workers {
+                    out.push(Case {
+                        parents,
+                        children,
+                        kind,
+                        latency_ms,
+                        workers,
+                        qps,
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn bench() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("kmeta-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let scenarios = env_list("KMETA_SCALE_SCENARIOS", "converge,steady,qps,adopt");
+    let has = |s: &str| scenarios.iter().any(|x| x == s);
+    let resync = match has("steady") {
+        true => Some(env_num("KMETA_SCALE_RESYNC_S", 5)?),
+        false => None,
+    };
+    println!("scale: processes' logs in {}", dir.display());
+    for round in 1..=env_num("KMETA_SCALE_REPEAT", 1)? {
+        println!("round {round}");
+        if has("converge") {
+            for case in cases(None, 0.0)? {
+                println!("{}", case.label());
+                run::converge(&dir, &case, resync).await?;
+            }
+        }
+        if has("qps") {
+            let parents = env_num("KMETA_SCALE_QPS_PARENTS", 100)?;
+            for case in cases(Some(parents), env_num("KMETA_SCALE_QPS", 50.0)?)? {
+                println!("{}", case.label());
+                run::converge(&dir, &case, None).await?;
+            }
+        }
+        if has("adopt") {
+            for case in cases(Some(env_num("KMETA_SCALE_ADOPT_PARENTS", 1000)?), 0.0)? {
+                println!("adoption: {}", case.label());
+                run::adopt(&dir, &case).await?;
+            }
+        }
+    }
+    Ok(())
+}

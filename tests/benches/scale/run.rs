@@ -1,0 +1,348 @@
+//! The scenarios: the three processes, snapshots of their counters and usage, and the printed
+//! figures beside their bounds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use kmeta_apiserver::Counters;
+use kmeta_tests::procs::{Proc, Usage, bin, free_port, histogram_quantile, http_get};
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::{AV, CC, Case, DEADLINE, NS, POLL, Server, child, create_all, floor, hook, in_ns};
+
+/// The `kmeta run` process.
+struct Controller {
+    proc: Proc,
+    metrics: u16,
+}
+
+impl Controller {
+    async fn start(dir: &Path, server: &Server, case: &Case) -> anyhow::Result<Controller> {
+        let (metrics, health) = (free_port()?, free_port()?);
+        let mut cmd = Command::new(bin("kmeta")?);
+        cmd.args(["run", "--kubeconfig"])
+            .arg(&server.kubeconfig)
+            .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--workers={}", case.workers))
+            .arg(format!("--client-go-qps={}", case.qps))
+            .args(["--discovery-interval=1s", "--log-level=warn"]);
+        let proc = Proc::spawn("kmeta run", cmd, &dir.join("kmeta.log"))?;
+        // a profiler can attach to it: `perf record -e cpu-clock -p <pid>`
+        println!("    (kmeta run: pid {})", proc.pid());
+        let start = Instant::now();
+        while http_get(health, "/readyz").await.map(|r| r.0) != Some(200) {
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("kmeta run not ready within 60 s (log: {})", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(Controller { proc, metrics })
+    }
+
+    async fn metrics(&self) -> String {
+        http_get(self.metrics, "/metrics")
+            .await
+            .map(|r| r.1)
+            .unwrap_or_default()
+    }
+}
+
+/// Server, hook and (once started) controller of one case.
+struct Rig {
+    server: Server,
+    hook: Proc,
+    hook_port: u16,
+    ctrl: Option<Controller>,
+}
+
+/// What each process had done at one moment.
+struct Snap {
+    at: Instant,
+    counters: Counters,
+    hook_calls: u64,
+    ctrl: Usage,
+    server: Usage,
+    hook: Usage,
+}
+
+impl Rig {
+    async fn new(dir: &Path, case: &Case) -> anyhow::Result<Rig> {
+        let server = Server::start(dir, "server").await?;
+        let (hook, hook_port) = hook::spawn(dir, case).await?;
+        super::install(&server, case, &format!("http://127.0.0.1:{hook_port}/sync")).await?;
+        Ok(Rig {
+            server,
+            hook,
+            hook_port,
+            ctrl: None,
+        })
+    }
+
+    async fn snap(&self) -> anyhow::Result<Snap> {
+        Ok(Snap {
+            at: Instant::now(),
+            counters: self.server.counters().await?,
+            hook_calls: hook::calls(self.hook_port).await?,
+            ctrl: match &self.ctrl {
+                Some(c) => c.proc.usage()?,
+                None => Usage::default(),
+            },
+            server: self.server.proc.usage()?,
+            hook: self.hook.usage()?,
+        })
+    }
+
+    async fn wait_calls(&self, at_least: u64) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while hook::calls(self.hook_port).await? < at_least {
+            if start.elapsed() > DEADLINE {
+                bail!("hook calls did not reach {at_least}");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+}
+
+fn parents(case: &Case) -> Vec<Value> {
+    (0..case.parents)
+        .map(|i| {
+            json!({"apiVersion": AV, "kind": "Thing",
+                   "metadata": {"name": format!("p-{i}"), "namespace": NS}, "spec": {}})
+        })
+        .collect()
+}
+
+/// Polls (one list of every parent each) until every parent reports its M children; the number
+/// of polls, so they can be taken out of the controller's requests.
+async fn wait_converged(server: &Server, case: &Case) -> anyhow::Result<u64> {
+    let things = server.api(AV, "Thing", "things");
+    let want = json!(case.children);
+    let start = Instant::now();
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        let list = things.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|p| p.data.pointer("/status/children") == Some(&want))
+            .count();
+        if done == case.parents {
+            return Ok(polls);
+        }
+        if start.elapsed() > DEADLINE {
+            bail!("{done} of {} parents converged", case.parents);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Takes `n` successful `verb` requests on `resource` (the bench's own) out of `c`.
+fn without_own(c: &mut Counters, verb: &str, resource: &str, n: u64) {
+    for ((v, r, code), count) in c.by_key.iter_mut() {
+        if v == verb && r == resource && *code < 300 {
+            *count = count.saturating_sub(n);
+            return;
+        }
+    }
+}
+
+fn by_verb(c: &Counters) -> String {
+    let mut verbs: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((v, _, _), n) in &c.by_key {
+        *verbs.entry(v.as_str()).or_default() += n;
+    }
+    let list: Vec<String> = verbs.iter().map(|(v, n)| format!("{v} {n}")).collect();
+    format!("{} requests ({})", c.total(), list.join(", "))
+}
+
+fn print_processes(s0: &Snap, s1: &Snap) {
+    println!(
+        "    CPU seconds: controller {:.2}, server {:.2}, hook {:.2}; peak RSS MiB: controller {:.0}, server {:.0}, hook {:.0}",
+        s1.ctrl.cpu_s - s0.ctrl.cpu_s,
+        s1.server.cpu_s - s0.server.cpu_s,
+        s1.hook.cpu_s - s0.hook.cpu_s,
+        s1.ctrl.hwm_mib,
+        s1.server.hwm_mib,
+        s1.hook.hwm_mib
+    );
+}
+
+async fn print_sync_times(ctrl: Option<&Controller>) {
+    let Some(ctrl) = ctrl else { return };
+    let m = ctrl.metrics().await;
+    let q = |q| {
+        histogram_quantile(&m, "kmeta_reconcile_duration_seconds", q)
+            .map_or("-".to_owned(), |s| format!("{:.1} ms", s * 1000.0))
+    };
+    println!(
+        "    sync time p50 {}, p99 {} (kmeta_reconcile_duration_seconds, interpolated in its buckets)",
+        q(0.5),
+        q(0.99)
+    );
+}
+
+/// Writes, hook calls and the bounds a converge or adoption is held to: a new parent needs two
+/// syncs (the first sees no children and reports 0, the second reports M), an adopting one one.
+fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent: usize) {
+    let plural = case.kind.plural();
+    let calls = s1.hook_calls - s0.hook_calls;
+    let min_calls = case.parents * syncs_per_parent;
+    println!("    controller: {}", by_verb(d));
+    println!(
+        "    writes: children {} (bound {} = one per child), parent status {} (bound {min_calls} = one per sync)",
+        d.writes_to(plural),
+        case.objects(),
+        d.writes_to("things/status"),
+    );
+    let latency_bound = min_calls as f64 * case.latency_ms as f64 / 1000.0 / case.workers as f64;
+    println!(
+        "    hook calls {calls} (bound {min_calls} = {syncs_per_parent} per parent; bound × latency / workers = {latency_bound:.2} s)"
+    );
+}
+
+/// N parents created with the controller running, until each reports its M children.
+pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> anyhow::Result<()> {
+    let floor = match case.qps > 0.0 {
+        true => None,
+        false => Some(floor(dir, case).await?.0),
+    };
+    let mut rig = Rig::new(dir, case).await?;
+    rig.ctrl = Some(Controller::start(dir, &rig.server, case).await?);
+    let s0 = rig.snap().await?;
+    let things = rig.server.api(AV, "Thing", "things");
+    create_all(&things, parents(case)).await?;
+    let polls = wait_converged(&rig.server, case).await?;
+    let s1 = rig.snap().await?;
+    let mut d = s1.counters.since(&s0.counters);
+    without_own(&mut d, "create", "things", case.parents as u64);
+    without_own(&mut d, "list", "things", polls);
+    let wall = (s1.at - s0.at).as_secs_f64();
+    match floor {
+        Some(f) => println!(
+            "  converge: {wall:.2} s — {:.2}× the floor ({:.2} s)",
+            wall / f.as_secs_f64(),
+            f.as_secs_f64()
+        ),
+        None => print_qps(case, wall, &d),
+    }
+    print_work(case, &d, &s0, &s1, 2);
+    print_sync_times(rig.ctrl.as_ref()).await;
+    print_processes(&s0, &s1);
+    let ctrl_cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
+    println!(
+        "    controller CPU per child: {:.0} µs",
+        ctrl_cpu * 1e6 / case.objects() as f64
+    );
+    if let Some(r) = resync_s {
+        steady(&rig, case, r).await?;
+    }
+    Ok(())
+}
+
+/// kmeta's default `--client-go-burst`: that many requests go before the bucket limits.
+const BURST: f64 = 10.0;
+
+fn print_qps(case: &Case, wall: f64, d: &Counters) {
+    let (requests, writes) = (d.total() as f64, d.writes() as f64);
+    let bound = (requests - BURST).max(0.0) / case.qps;
+    println!(
+        "  converge: {wall:.2} s; bound (requests − burst) / QPS = {bound:.2} s ({:.3}× of it); writes / QPS = {:.2} s ({:.3}× of it)",
+        wall / bound,
+        writes / case.qps,
+        wall / (writes / case.qps)
+    );
+}
+
+/// Two full resyncs of every parent with nothing to change.
+async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
+    let ccs = kube::Api::<kube::api::DynamicObject>::all_with(
+        rig.server.client.clone(),
+        &kmeta_tests::ar(
+            "metacontroller.k8s.io/v1alpha1",
+            "CompositeController",
+            "compositecontrollers",
+        ),
+    );
+    let patch = json!({"spec": {"resyncPeriodSeconds": resync_s}});
+    ccs.patch(CC, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let n = case.parents as u64;
+    // the first full round after the change (the controller rebuilt, or its first resync)
+    rig.wait_calls(hook::calls(rig.hook_port).await? + n)
+        .await?;
+    let s0 = rig.snap().await?;
+    rig.wait_calls(s0.hook_calls + 2 * n).await?;
+    let s1 = rig.snap().await?;
+    let d = s1.counters.since(&s0.counters);
+    let cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
+    println!(
+        "  steady: two resyncs of {} parents (resyncPeriodSeconds {resync_s}) in {:.2} s (bound 2 × {resync_s} s): writes {} (bound 0), hook calls {} (bound {})",
+        case.parents,
+        (s1.at - s0.at).as_secs_f64(),
+        d.writes(),
+        s1.hook_calls - s0.hook_calls,
+        2 * n
+    );
+    println!(
+        "    controller CPU {cpu:.2} s = {:.0} µs per parent per resync; controller {}",
+        cpu * 1e6 / (2 * n) as f64,
+        by_verb(&d)
+    );
+    Ok(())
+}
+
+/// N × M orphans and their parents exist before the controller starts.
+pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
+    let (floor, _) = floor(dir, case).await?;
+    let mut rig = Rig::new(dir, case).await?;
+    let things = rig.server.api(AV, "Thing", "things");
+    let created = create_all(&things, parents(case)).await?;
+    let mut orphans = Vec::with_capacity(case.objects());
+    for p in &created {
+        let name = p.pointer("/metadata/name").and_then(Value::as_str);
+        let uid = p.pointer("/metadata/uid").and_then(Value::as_str);
+        let (Some(name), Some(uid)) = (name, uid) else {
+            bail!("created parent without name or uid: {p}");
+        };
+        for i in 0..case.children {
+            orphans.push(in_ns(child(
+                case.kind,
+                name,
+                i,
+                json!({"controller-uid": uid}),
+            )));
+        }
+    }
+    let kind = case.kind;
+    create_all(
+        &rig.server
+            .api(kind.api_version(), kind.kind(), kind.plural()),
+        orphans,
+    )
+    .await
+    .context("creating orphans")?;
+    let s0 = rig.snap().await?;
+    rig.ctrl = Some(Controller::start(dir, &rig.server, case).await?);
+    let polls = wait_converged(&rig.server, case).await?;
+    let s1 = rig.snap().await?;
+    let mut d = s1.counters.since(&s0.counters);
+    without_own(&mut d, "list", "things", polls);
+    let wall = (s1.at - s0.at).as_secs_f64();
+    println!(
+        "  adopt {} orphans: {wall:.2} s from the controller's start — {:.2}× the floor ({:.2} s)",
+        case.objects(),
+        wall / floor.as_secs_f64(),
+        floor.as_secs_f64()
+    );
+    print_work(case, &d, &s0, &s1, 1);
+    print_sync_times(rig.ctrl.as_ref()).await;
+    print_processes(&s0, &s1);
+    Ok(())
+}
