@@ -97,12 +97,43 @@ fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
+/// A count per parent uid and their running sum, so a gauge summed over a controller's parents
+/// costs O(1) per sync instead of a walk over every parent (quadratic at 10 000 parents). A
+/// count of 0 forgets the parent.
+#[derive(Default)]
+struct ParentCounts {
+    by_uid: HashMap<String, usize>,
+    total: usize,
+}
+
+impl ParentCounts {
+    fn set(&mut self, parent_uid: &str, count: usize) {
+        let old = if count == 0 {
+            self.by_uid.remove(parent_uid)
+        } else if let Some(slot) = self.by_uid.get_mut(parent_uid) {
+            Some(std::mem::replace(slot, count))
+        } else {
+            self.by_uid.insert(parent_uid.to_owned(), count)
+        };
+        self.total = self.total - old.unwrap_or(0) + count;
+    }
+
+    fn clear(&mut self) {
+        self.by_uid.clear();
+        self.total = 0;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_uid.is_empty()
+    }
+}
+
 /// `kmeta_child_drift`, summed over each controller's parents.
 #[derive(Default)]
 struct DriftSeries {
     gauge: Family<ControllerLabels, Gauge>,
     /// controller → parent uid → drifted children left as they are.
-    by_parent: Mutex<HashMap<String, HashMap<String, usize>>>,
+    by_parent: Mutex<HashMap<String, ParentCounts>>,
 }
 
 impl DriftSeries {
@@ -163,7 +194,7 @@ pub struct Metrics {
     child_ops: Family<OpLabels, Counter>,
     children: Family<ControllerLabels, Gauge>,
     /// controller → parent uid → children count, summed into `children`.
-    children_by_parent: Mutex<HashMap<String, HashMap<String, usize>>>,
+    children_by_parent: Mutex<HashMap<String, ParentCounts>>,
     drift: DriftSeries,
     api_requests: Family<ApiLabels, Counter>,
     api_duration: HistogramFamily<ApiLabels>,
@@ -433,31 +464,19 @@ impl Metrics {
     /// The number of children one parent has after its sync. The `kmeta_children` gauge is the
     /// sum over the controller's parents; the parent uid is never a label.
     pub fn children(&self, controller: &str, parent_uid: &str, count: usize) {
-        self.update_children(controller, |m| {
-            m.insert(parent_uid.to_owned(), count);
-        });
+        self.update_children(controller, |m| m.set(parent_uid, count));
     }
 
     /// A parent is gone (deleted): drop its children from the controller's sum.
     pub fn parent_gone(&self, controller: &str, parent_uid: &str) {
-        self.update_children(controller, |m| {
-            m.remove(parent_uid);
-        });
-        self.update_drift(controller, |m| {
-            m.remove(parent_uid);
-        });
+        self.update_children(controller, |m| m.set(parent_uid, 0));
+        self.update_drift(controller, |m| m.set(parent_uid, 0));
     }
 
     /// The number of one parent's children left drifted at its last sync. The
     /// `kmeta_child_drift` gauge is the sum over the controller's parents.
     pub fn child_drift(&self, controller: &str, parent_uid: &str, count: usize) {
-        self.update_drift(controller, |m| {
-            if count == 0 {
-                m.remove(parent_uid);
-            } else {
-                m.insert(parent_uid.to_owned(), count);
-            }
-        });
+        self.update_drift(controller, |m| m.set(parent_uid, count));
     }
 
     /// The `kmeta_child_drift` value of `controller`.
@@ -470,7 +489,7 @@ impl Metrics {
             .get()
     }
 
-    fn update_drift(&self, controller: &str, f: impl FnOnce(&mut HashMap<String, usize>)) {
+    fn update_drift(&self, controller: &str, f: impl FnOnce(&mut ParentCounts)) {
         let total = {
             let mut all = self
                 .drift
@@ -479,7 +498,7 @@ impl Metrics {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             let per_parent = all.entry(controller.to_owned()).or_default();
             f(per_parent);
-            let total: usize = per_parent.values().sum();
+            let total = per_parent.total;
             if per_parent.is_empty() {
                 all.remove(controller);
             }
@@ -495,12 +514,12 @@ impl Metrics {
 
     /// A controller stopped: forget its children sum.
     pub fn controller_stopped(&self, controller: &str) {
-        self.update_children(controller, HashMap::clear);
-        self.update_drift(controller, HashMap::clear);
+        self.update_children(controller, ParentCounts::clear);
+        self.update_drift(controller, ParentCounts::clear);
         self.queue_depth(controller, 0);
     }
 
-    fn update_children(&self, controller: &str, f: impl FnOnce(&mut HashMap<String, usize>)) {
+    fn update_children(&self, controller: &str, f: impl FnOnce(&mut ParentCounts)) {
         let total = {
             let mut all = self
                 .children_by_parent
@@ -508,7 +527,7 @@ impl Metrics {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             let per_parent = all.entry(controller.to_owned()).or_default();
             f(per_parent);
-            let total: usize = per_parent.values().sum();
+            let total = per_parent.total;
             if per_parent.is_empty() {
                 all.remove(controller);
             }

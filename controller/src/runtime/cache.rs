@@ -40,7 +40,8 @@ pub enum Change {
 struct State {
     objects: HashMap<ObjKey, Arc<Value>>,
     by_owner: HashMap<String, HashSet<ObjKey>>,
-    orphans: HashSet<ObjKey>,
+    /// Ordered by (namespace, name): one namespace's orphans are a range, not a scan of all.
+    orphans: BTreeSet<ObjKey>,
 }
 
 impl State {
@@ -75,6 +76,19 @@ impl State {
         }
         self.objects.insert(key, obj);
         old
+    }
+    /// Orphans in `namespace` (all when `None`): a range of the ordered index, so a parent's
+    /// sync costs its own namespace's orphans, not every orphan of the cluster.
+    fn orphans_in(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let keys: Box<dyn Iterator<Item = &ObjKey>> = match namespace {
+            None => Box::new(self.orphans.iter()),
+            Some(n) => Box::new(
+                self.orphans
+                    .range((n.to_owned(), String::new())..)
+                    .take_while(move |(ns, _)| ns == n),
+            ),
+        };
+        keys.filter_map(|k| self.objects.get(k).cloned()).collect()
     }
     fn remove(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
         let old = self.objects.remove(key)?;
@@ -319,13 +333,7 @@ impl Informer {
     }
     /// Objects without a controller owner (in `namespace` when given).
     pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
-        self.shared.read(|s| {
-            s.orphans
-                .iter()
-                .filter(|(ns, _)| namespace.is_none_or(|n| n == ns))
-                .filter_map(|k| s.objects.get(k).cloned())
-                .collect()
-        })
+        self.shared.read(|s| s.orphans_in(namespace))
     }
     /// Subscribes to changes from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
@@ -474,5 +482,33 @@ mod tests {
         s.remove(&("ns".into(), "b".into()));
         assert!(!s.by_owner.contains_key("u1"));
         assert_eq!(s.orphans.len(), 1);
+    }
+
+    #[test]
+    fn orphans_are_listed_per_namespace() {
+        let mut s = State::default();
+        let in_ns = |ns: &str, name: &str| json!({"metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}")}});
+        for (ns, name) in [("a", "x"), ("ab", "y"), ("b", "z"), ("a", "w")] {
+            s.insert(Arc::new(in_ns(ns, name)));
+        }
+        let names = |ns| {
+            let mut v: Vec<String> = s
+                .orphans_in(ns)
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}/{}",
+                        o["metadata"]["namespace"].as_str().unwrap(),
+                        o["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(Some("a")), ["a/w", "a/x"]);
+        assert_eq!(names(Some("ab")), ["ab/y"]);
+        assert_eq!(names(Some("c")), Vec::<String>::new());
+        assert_eq!(names(None).len(), 4);
     }
 }
