@@ -143,21 +143,24 @@ pub struct ClaimPlan {
     pub release: Vec<Value>,
 }
 
-/// Decides claims for every candidate.
-pub fn claim_children(
+/// Decides claims for every candidate. Candidates may be borrowed (the cache's shared
+/// objects): only the claimed ones are copied into the plan, so orphans a parent ignores cost
+/// no copy.
+pub fn claim_children<C: std::borrow::Borrow<Value>>(
     parent: &Value,
     selector: &LabelSelector,
-    candidates: impl IntoIterator<Item = Value>,
+    candidates: impl IntoIterator<Item = C>,
 ) -> Result<ClaimPlan, DecideError> {
     let uid = meta_str(parent, "uid");
     let deleting = is_deleting(parent);
     let mut plan = ClaimPlan::default();
     for c in candidates {
-        let m = selector::matches(selector, &selector::labels_of(&c))?;
-        match claim_child(uid, deleting, m, &c) {
-            Claim::Owned => plan.owned.push(c),
-            Claim::Adopt => plan.adopt.push(c),
-            Claim::Release => plan.release.push(c),
+        let c = c.borrow();
+        let m = selector::matches(selector, &selector::labels_of(c))?;
+        match claim_child(uid, deleting, m, c) {
+            Claim::Owned => plan.owned.push(c.clone()),
+            Claim::Adopt => plan.adopt.push(c.clone()),
+            Claim::Release => plan.release.push(c.clone()),
             Claim::Ignore => {}
         }
     }

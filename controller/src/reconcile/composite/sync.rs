@@ -149,8 +149,7 @@ async fn claim_children(
             .owned_by(uid)
             .into_iter()
             .chain(rule.informer.orphans(ns))
-            .filter(|child| ns.is_none_or(|n| n == meta_str(child, "namespace")))
-            .map(|child| (*child).clone());
+            .filter(|child| ns.is_none_or(|n| n == meta_str(child, "namespace")));
         let plan = decide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
         if !plan.adopt.is_empty() && !parent_checked {
