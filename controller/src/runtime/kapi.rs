@@ -150,9 +150,29 @@ pub async fn atomic_update(
     status: bool,
     modify: impl Fn(&mut Value) -> bool,
 ) -> Result<Updated, kube::Error> {
+    atomic_update_from(api, None, name, uid, status, modify).await
+}
+
+/// [`atomic_update`] whose first attempt modifies `cached` (a copy from a watch cache, with its
+/// resourceVersion) instead of reading the object: a stale copy is answered 409 and the next
+/// attempts read it fresh, as client-go's and Metacontroller's `AtomicUpdate` start from the
+/// informer's object. Saves one GET per write when the cache is current (adoption, release).
+pub async fn atomic_update_from(
+    api: &Api<DynamicObject>,
+    cached: Option<Value>,
+    name: &str,
+    uid: &str,
+    status: bool,
+    modify: impl Fn(&mut Value) -> bool,
+) -> Result<Updated, kube::Error> {
     let mut attempt = 0;
+    let mut cached = cached;
     loop {
-        let Some(mut live) = get(api, name).await? else {
+        let live = match cached.take() {
+            Some(v) => Some(v),
+            None => get(api, name).await?,
+        };
+        let Some(mut live) = live else {
             return Ok(Updated::Gone);
         };
         if !uid.is_empty() && meta_str(&live, "uid") != uid {
@@ -274,4 +294,78 @@ pub async fn set_managed_fields(
         )
         .map_err(kube::Error::BuildRequest)?;
     send_raw(api, req, "patch").await
+}
+
+#[cfg(all(test, feature = "embedded-apiserver"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kube::api::ApiResource;
+    use kube::core::GroupVersionKind;
+    use serde_json::json;
+
+    async fn configmap(server: &kmeta_apiserver::TestServer) -> (Api<DynamicObject>, Value) {
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        );
+        let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &r);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "c", "namespace": "default"}, "data": {"a": "1"}});
+        let created = api
+            .create(&PostParams::default(), &serde_json::from_value(cm).unwrap())
+            .await
+            .unwrap();
+        (api, serde_json::to_value(created).unwrap())
+    }
+
+    fn label(o: &mut Value) -> bool {
+        o["metadata"]["labels"] = json!({"adopted": "yes"});
+        true
+    }
+
+    /// A current cached copy is written as it is: one PUT, no GET.
+    #[tokio::test]
+    async fn a_current_cached_copy_is_written_without_a_read() {
+        let server = kmeta_apiserver::TestServer::start().await.unwrap();
+        let (api, cached) = configmap(&server).await;
+        server.state().reset_counters();
+        let uid = meta_str(&cached, "uid").to_owned();
+        let out = atomic_update_from(&api, Some(cached), "c", &uid, false, label)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.written().unwrap()["metadata"]["labels"]["adopted"],
+            "yes"
+        );
+        let counters = server.state().counters();
+        assert_eq!(counters.count("get", "configmaps"), 0);
+        assert_eq!(counters.count("update", "configmaps"), 1);
+    }
+
+    /// A stale cached copy is answered 409; the change is made again on the object read fresh,
+    /// so another writer's change is kept.
+    #[tokio::test]
+    async fn a_stale_cached_copy_is_retried_on_the_fresh_object() {
+        let server = kmeta_apiserver::TestServer::start().await.unwrap();
+        let (api, cached) = configmap(&server).await;
+        api.patch(
+            "c",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"b": "2"}})),
+        )
+        .await
+        .unwrap();
+        server.state().reset_counters();
+        let uid = meta_str(&cached, "uid").to_owned();
+        let out = atomic_update_from(&api, Some(cached), "c", &uid, false, label)
+            .await
+            .unwrap();
+        let written = out.written().unwrap();
+        assert_eq!(written["metadata"]["labels"]["adopted"], "yes");
+        assert_eq!(written["data"], json!({"a": "1", "b": "2"}));
+        let counters = server.state().counters();
+        assert_eq!(counters.get("update", "configmaps", 409), 1);
+        assert_eq!(counters.count("get", "configmaps"), 1);
+    }
 }

@@ -180,8 +180,10 @@ async fn adopt(
     orphan: &Value,
 ) -> Result<Option<Value>, SyncError> {
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(orphan, "namespace"));
-    let adopted = kapi::atomic_update(
+    // the first attempt writes the cached copy (409 when stale, then read fresh)
+    let adopted = kapi::atomic_update_from(
         &api,
+        Some(orphan.clone()),
         meta_str(orphan, "name"),
         meta_str(orphan, "uid"),
         false,
@@ -215,8 +217,10 @@ async fn release(
     child: &Value,
 ) -> Result<(), SyncError> {
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
-    let released = kapi::atomic_update(
+    // the first attempt writes the cached copy (409 when stale, then read fresh)
+    let released = kapi::atomic_update_from(
         &api,
+        Some(child.clone()),
         meta_str(child, "name"),
         meta_str(child, "uid"),
         false,
