@@ -22,7 +22,16 @@ fn annotation_path(opts: &Options) -> String {
 /// Serializes `v` canonically. When `skip_annotation` is set, the key
 /// `metadata.annotations.<skip_annotation>` of the top-level object is left out.
 pub(crate) fn canonical_json(v: &Value, skip_annotation: Option<&str>) -> String {
-    let mut out = String::with_capacity(256);
+    canonical_json_sized(v, skip_annotation, 256)
+}
+
+/// [`canonical_json`] into a buffer of `capacity` bytes to start with.
+pub(crate) fn canonical_json_sized(
+    v: &Value,
+    skip_annotation: Option<&str>,
+    capacity: usize,
+) -> String {
+    let mut out = String::with_capacity(capacity);
     write_value(&mut out, v, Skip::Top(skip_annotation));
     out
 }
