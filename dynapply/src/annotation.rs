@@ -320,6 +320,23 @@ mod tests {
     }
 
     #[test]
+    fn recorded_last_applied_is_what_the_written_annotation_parses_to() {
+        let opts = Options::default();
+        let desired = json!({
+            "metadata": {"name": "a", "annotations": {
+                "metacontroller.k8s.io/last-applied-configuration": "{\"stale\":1}",
+                "keep": "me", "gone": null
+            }},
+            "spec": {"n": 3, "x": null, "list": [1, null, {"name": "a", "v": null}], "s": "<&>"}
+        });
+        let written = crate::prepare_create(&desired, &opts).unwrap();
+        let parsed = get_last_applied(&written, &opts).unwrap().unwrap();
+        let recorded = crate::recorded_last_applied(&desired, &opts).unwrap();
+        assert_eq!(recorded, parsed);
+        assert!(crate::recorded_last_applied(&json!([]), &opts).is_err());
+    }
+
+    #[test]
     fn missing_empty_null_and_corrupt() {
         let opts = Options::default();
         let key = crate::LAST_APPLIED_ANNOTATION;

@@ -349,6 +349,25 @@ pub fn apply_update_with(
     update(observed, Last::Given(last_applied), desired, opts)
 }
 
+/// The last-applied configuration recorded by writing `desired` (what [`prepare_create`] and
+/// [`apply_update`] put in the annotation), without encoding and parsing it: `desired` with null
+/// fields and null list items removed and without the annotation. It can differ from what
+/// [`get_last_applied`] parses back only in the form of numbers (`1.0` stays `1.0` where the
+/// annotation reads `1`), which merges compare by value. For [`apply_update_with`] after a
+/// write: the written object's next update then needs no parse.
+pub fn recorded_last_applied(desired: &Value, opts: &Options) -> Result<Value, Error> {
+    require_object(desired, "desired")?;
+    let mut out = pruned(desired, &Path::ROOT, 0)?;
+    if let Some(a) = out
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.shift_remove(opts.annotation.as_str());
+    }
+    Ok(out)
+}
+
 /// Where [`update`] gets the last-applied configuration from.
 #[derive(Clone, Copy)]
 enum Last<'a> {

@@ -3,7 +3,8 @@
 
 use dynapply::{
     ListRules, Options, Ordering, Outcome, apply_update, apply_update_with, get_last_applied,
-    json_eq, merge_into, merge_with, prepare_create, set_last_applied, would_change,
+    json_eq, merge_into, merge_with, prepare_create, recorded_last_applied, set_last_applied,
+    would_change,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -215,6 +216,28 @@ proptest! {
         }
         if let Ok(Outcome::Changed(written)) = &plain {
             prop_assert!(!json_eq(written, &observed), "Changed but equal to observed: {}", written);
+        }
+    }
+
+    /// After a write of `first`, the last-applied recorded from `first` without a parse gives
+    /// the next update exactly what parsing the written annotation gives.
+    #[test]
+    fn recorded_last_applied_stands_for_the_parsed_annotation(
+        observed in top(), first in top(), second in top(), ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let written = match apply_update(&observed, &first, &opts) {
+            Ok(Outcome::Changed(v)) => v,
+            Ok(Outcome::Unchanged) => observed.clone(),
+            Err(_) => return Ok(()),
+        };
+        let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let plain = apply_update(&written, &second, &opts);
+        let with = apply_update_with(&written, Some(&recorded), &second, &opts);
+        match (&plain, &with) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
         }
     }
 
