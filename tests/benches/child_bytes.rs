@@ -4,6 +4,8 @@
 //! side by side with the whole object kept as decoded (the earlier form) and with a candidate
 //! compact form (`compact`: the cached object as compact JSON text plus the fields claim and
 //! selection read, parsed; measured to choose the cache's next representation, issue 15).
+//! `nothing` holds no child (an empty `Arc` each): the baseline the method itself shows; `text`
+//! (run alone with `KMETA_CHILD_BYTES_RUN=text,1,1`) only the compact JSON text.
 //!
 //! `cargo bench -p kmeta-tests --bench child_bytes` (env `KMETA_BENCH_CHILDREN`, default
 //! 10 000). Each form is measured in a fresh process: the heap bytes requested and not freed
@@ -111,6 +113,8 @@ fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
             let held: Held = match form {
                 "cache" => Arc::new(cached_value(o, r)?),
                 "compact" => Arc::new(compact(&cached_value(o, r)?)?),
+                "text" => Arc::new(cached_value(o, r)?.to_string().into_boxed_str()),
+                "nothing" => Arc::new(()),
                 _ => Arc::new(serde_json::to_value(o).ok()?),
             };
             Some(held)
@@ -190,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let me = std::env::current_exe()?;
     for (c, e) in [(1, 1), (2, 6)] {
-        for form in ["decoded", "cache", "compact"] {
+        for form in ["nothing", "decoded", "cache", "compact"] {
             let status = std::process::Command::new(&me)
                 .env("KMETA_CHILD_BYTES_RUN", format!("{form},{c},{e}"))
                 .status()?;
