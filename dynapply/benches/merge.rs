@@ -13,64 +13,19 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dynapply::{
-    Options, Outcome, apply_update, get_last_applied, merge_into, merge_with, prepare_create,
+    Options, Outcome, apply_update, apply_update_with, get_last_applied, merge_into, merge_with,
 };
-use serde_json::{Value, json};
 
-fn desired(containers: usize, envs: usize, generation: u32) -> Value {
-    let containers: Vec<Value> = (0..containers)
-        .map(|c| {
-            let env: Vec<Value> = (0..envs)
-                .map(|e| json!({"name": format!("VAR_{e}"), "value": format!("value-{c}-{e}-g{generation}")}))
-                .collect();
-            json!({
-                "name": format!("container-{c}"),
-                "image": format!("registry.example.com/app-{c}:1.0.0"),
-                "args": ["--listen=:8080", format!("--id={c}"), "--verbose"],
-                "ports": [{"containerPort": 8080 + c, "name": format!("http-{c}")}],
-                "volumeMounts": [{"name": format!("data-{c}"), "mountPath": format!("/data/{c}")}],
-                "env": env,
-            })
-        })
-        .collect();
-    json!({
-        "apiVersion": "ctl.example.com/v1",
-        "kind": "PodSet",
-        "metadata": {"name": "bench", "namespace": "default", "labels": {"app": "bench", "tier": "backend"}},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "bench"}},
-            "template": {
-                "metadata": {"labels": {"app": "bench"}},
-                "spec": {"containers": containers}
-            }
-        }
-    })
-}
+#[path = "support/workload.rs"]
+mod workload;
 
-/// The live object: last-applied as created (with the annotation), plus server fields and status.
-fn observed(last: &Value) -> Value {
-    let mut o = prepare_create(last, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
-    let meta = &mut o["metadata"];
-    meta["uid"] = json!("0d4f9f4e-5c3e-4b8e-9a57-1e0d2c3b4a59");
-    meta["resourceVersion"] = json!("918273");
-    meta["generation"] = json!(7);
-    meta["creationTimestamp"] = json!("2026-11-01T10:00:00Z");
-    meta["managedFields"] = json!([{"manager": "kmeta", "operation": "Update", "apiVersion": "ctl.example.com/v1", "time": "2026-11-01T10:00:00Z"}]);
-    o["status"] = json!({
-        "observedGeneration": 7,
-        "replicas": 3,
-        "readyReplicas": 3,
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-01T10:01:00Z", "reason": "AllReady"}]
-    });
-    o
-}
+use workload::{SIZES, desired, observed};
 
 // one function lists every row of the README's table side by side, so it reads as that table
 #[allow(clippy::too_many_lines)]
 fn bench(c: &mut Criterion) {
     let opts = Options::default();
-    for (cs, es) in [(1usize, 5usize), (5, 20), (20, 50)] {
+    for (cs, es) in SIZES {
         let last = desired(cs, es, 0);
         let live = observed(&last);
         let changed = desired(cs, es, 1);
@@ -133,6 +88,17 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_function("apply_update", |b| {
             b.iter(|| apply_update(black_box(&live), black_box(&changed), &opts))
+        });
+        // last-applied supplied pre-parsed, as the controller's cache keeps it per child version
+        group.bench_function("apply_update_cached", |b| {
+            b.iter(|| {
+                apply_update_with(
+                    black_box(&live),
+                    Some(&last_parsed),
+                    black_box(&changed),
+                    &opts,
+                )
+            })
         });
         group.bench_function("merge_noop", |b| {
             b.iter(|| {

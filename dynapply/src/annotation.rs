@@ -22,7 +22,16 @@ fn annotation_path(opts: &Options) -> String {
 /// Serializes `v` canonically. When `skip_annotation` is set, the key
 /// `metadata.annotations.<skip_annotation>` of the top-level object is left out.
 pub(crate) fn canonical_json(v: &Value, skip_annotation: Option<&str>) -> String {
-    let mut out = String::with_capacity(256);
+    canonical_json_sized(v, skip_annotation, 256)
+}
+
+/// [`canonical_json`] into a buffer of `capacity` bytes to start with.
+pub(crate) fn canonical_json_sized(
+    v: &Value,
+    skip_annotation: Option<&str>,
+    capacity: usize,
+) -> String {
+    let mut out = String::with_capacity(capacity);
     write_value(&mut out, v, Skip::Top(skip_annotation));
     out
 }
@@ -308,6 +317,23 @@ mod tests {
         let last = json!({"testing": "123"});
         set_last_applied(&mut obj, &last, &opts).unwrap();
         assert_eq!(get_last_applied(&obj, &opts).unwrap(), Some(last));
+    }
+
+    #[test]
+    fn recorded_last_applied_is_what_the_written_annotation_parses_to() {
+        let opts = Options::default();
+        let desired = json!({
+            "metadata": {"name": "a", "annotations": {
+                "metacontroller.k8s.io/last-applied-configuration": "{\"stale\":1}",
+                "keep": "me", "gone": null
+            }},
+            "spec": {"n": 3, "x": null, "list": [1, null, {"name": "a", "v": null}], "s": "<&>"}
+        });
+        let written = crate::prepare_create(&desired, &opts).unwrap();
+        let parsed = get_last_applied(&written, &opts).unwrap().unwrap();
+        let recorded = crate::recorded_last_applied(&desired, &opts).unwrap();
+        assert_eq!(recorded, parsed);
+        assert!(crate::recorded_last_applied(&json!([]), &opts).is_err());
     }
 
     #[test]

@@ -317,6 +317,72 @@ fn without_annotation(obj: &Value, annotation: &str) -> Value {
 /// # Ok::<(), dynapply::Error>(())
 /// ```
 pub fn apply_update(observed: &Value, desired: &Value, opts: &Options) -> Result<Outcome, Error> {
+    update(observed, Last::Parse, desired, opts)
+}
+
+/// [`apply_update`] with the last-applied configuration supplied by the caller instead of parsed
+/// from `observed`'s annotation: `last_applied` must be what [`get_last_applied`] returns for
+/// `observed` (or, after a write, what it would return for the object written). A caller that
+/// keeps it per object version (e.g. per child uid and `resourceVersion`) then never parses the
+/// same annotation twice. The result is the same as [`apply_update`]'s for that `observed`.
+///
+/// ```
+/// use dynapply::{Options, Outcome, apply_update, apply_update_with, get_last_applied, prepare_create};
+/// use serde_json::json;
+///
+/// let opts = Options::default();
+/// let mut live = prepare_create(&json!({"metadata": {"name": "a"}, "data": {"k": "1"}}), &opts)?;
+/// live["metadata"]["resourceVersion"] = json!("7");
+/// let last = get_last_applied(&live, &opts)?; // parsed once, kept by the caller
+/// let desired = json!({"metadata": {"name": "a"}, "data": {"k": "2"}});
+/// let with = apply_update_with(&live, last.as_ref(), &desired, &opts)?;
+/// assert_eq!(with, apply_update(&live, &desired, &opts)?);
+/// assert!(matches!(with, Outcome::Changed(_)));
+/// # Ok::<(), dynapply::Error>(())
+/// ```
+pub fn apply_update_with(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Outcome, Error> {
+    update(observed, Last::Given(last_applied), desired, opts)
+}
+
+/// The last-applied configuration recorded by writing `desired` (what [`prepare_create`] and
+/// [`apply_update`] put in the annotation), without encoding and parsing it: `desired` with null
+/// fields and null list items removed and without the annotation. It can differ from what
+/// [`get_last_applied`] parses back only in the form of numbers (`1.0` stays `1.0` where the
+/// annotation reads `1`), which merges compare by value. For [`apply_update_with`] after a
+/// write: the written object's next update then needs no parse.
+pub fn recorded_last_applied(desired: &Value, opts: &Options) -> Result<Value, Error> {
+    require_object(desired, "desired")?;
+    let mut out = pruned(desired, &Path::ROOT, 0)?;
+    if let Some(a) = out
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.shift_remove(opts.annotation.as_str());
+    }
+    Ok(out)
+}
+
+/// Where [`update`] gets the last-applied configuration from.
+#[derive(Clone, Copy)]
+enum Last<'a> {
+    /// Parsed from the observed object's annotation (only when needed).
+    Parse,
+    /// Supplied by the caller (what parsing would give).
+    Given(Option<&'a Value>),
+}
+
+fn update(
+    observed: &Value,
+    last: Last<'_>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Outcome, Error> {
     require_object(observed, "observed")?;
     require_object(desired, "desired")?;
     let desired: Cow<'_, Value> = if has_annotation(desired, &opts.annotation) {
@@ -324,14 +390,17 @@ pub fn apply_update(observed: &Value, desired: &Value, opts: &Options) -> Result
     } else {
         Cow::Borrowed(desired)
     };
-    let text = annotation::canonical_json(&desired, Some(&opts.annotation));
     let recorded = observed
         .get("metadata")
         .and_then(|m| m.get("annotations"))
         .and_then(|a| a.get(opts.annotation.as_str()))
         .and_then(Value::as_str);
+    // the new annotation is usually about as long as the one recorded
+    let capacity = recorded.map_or(256, |r| r.len() + 64);
+    let text = annotation::canonical_json_sized(&desired, Some(&opts.annotation), capacity);
+    let unchanged_record = recorded == Some(text.as_str());
     let parsed;
-    let last: Option<&Value> = if recorded == Some(text.as_str()) {
+    let last: Option<&Value> = if unchanged_record {
         // Steady state: last-applied is exactly desired. If a dry-run merge changes nothing,
         // the update is a no-op - answered without cloning the live object.
         if !merge::would_change(
@@ -346,17 +415,56 @@ pub fn apply_update(observed: &Value, desired: &Value, opts: &Options) -> Result
         }
         Some(&desired)
     } else {
-        parsed = get_last_applied(observed, opts)?;
-        parsed.as_ref()
+        match last {
+            Last::Given(given) => given,
+            Last::Parse => {
+                parsed = get_last_applied(observed, opts)?;
+                parsed.as_ref()
+            }
+        }
     };
-    let mut merged = merge_with(observed, last, &desired, opts)?;
+    let mut merged = clone_without_record(observed, &opts.annotation);
+    merge_into(&mut merged, last, &desired, opts)?;
     restore_server_fields(&mut merged, observed)?;
     annotation::write_annotation(&mut merged, text, opts)?;
-    if json_eq(&merged, observed) {
+    // A new annotation text alone makes the result differ from observed: compare only when the
+    // record is unchanged.
+    if unchanged_record && json_eq(&merged, observed) {
         Ok(Outcome::Unchanged)
     } else {
         Ok(Outcome::Changed(merged))
     }
+}
+
+/// A clone of `observed` whose last-applied annotation (when a string) is left empty: it is
+/// overwritten after the merge, so copying it (often the largest string of the object) is waste.
+/// The key keeps its place.
+fn clone_without_record(observed: &Value, annotation: &str) -> Value {
+    let record = observed
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(annotation));
+    if !record.is_some_and(Value::is_string) {
+        return observed.clone();
+    }
+    clone_except(observed, "metadata", |meta| {
+        clone_except(meta, "annotations", |a| {
+            clone_except(a, annotation, |_| Value::String(String::new()))
+        })
+    })
+}
+
+/// A clone of the object `v` with the value under `key` replaced by `with(that value)`.
+fn clone_except(v: &Value, key: &str, with: impl Fn(&Value) -> Value) -> Value {
+    let Value::Object(m) = v else {
+        return v.clone();
+    };
+    let mut out = serde_json::Map::with_capacity(m.len());
+    for (k, sub) in m {
+        let sub = if k == key { with(sub) } else { sub.clone() };
+        out.insert(k.clone(), sub);
+    }
+    Value::Object(out)
 }
 
 /// Restores `status` and the server-owned metadata fields of `merged` from `observed`.

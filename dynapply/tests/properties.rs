@@ -2,8 +2,9 @@
 //! desired overlap, and list items often share conventional merge keys).
 
 use dynapply::{
-    ListRules, Options, Ordering, Outcome, apply_update, get_last_applied, json_eq, merge_into,
-    merge_with, prepare_create, would_change,
+    ListRules, Options, Ordering, Outcome, apply_update, apply_update_with, get_last_applied,
+    json_eq, merge_into, merge_with, prepare_create, recorded_last_applied, set_last_applied,
+    would_change,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -187,6 +188,57 @@ proptest! {
         };
         let second = apply_update(&written, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(second, Outcome::Unchanged, "written: {}", written);
+    }
+
+    /// With the last-applied configuration supplied (as a caller caching it per object version
+    /// does), the update is exactly apply_update's: same outcome, same object, same error. And
+    /// `Changed` always means the written object differs from observed.
+    #[test]
+    fn apply_update_with_parsed_last_applied_is_apply_update(
+        observed in top(), last in top(), desired in top(), record in 0u8..3, ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let mut observed = observed;
+        match record {
+            0 => {}
+            1 => { let _ = set_last_applied(&mut observed, &last, &opts); }
+            _ => { let _ = set_last_applied(&mut observed, &desired, &opts); }
+        }
+        let Ok(parsed) = get_last_applied(&observed, &opts) else {
+            return Ok(());
+        };
+        let plain = apply_update(&observed, &desired, &opts);
+        let with = apply_update_with(&observed, parsed.as_ref(), &desired, &opts);
+        match (&plain, &with) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
+        }
+        if let Ok(Outcome::Changed(written)) = &plain {
+            prop_assert!(!json_eq(written, &observed), "Changed but equal to observed: {}", written);
+        }
+    }
+
+    /// After a write of `first`, the last-applied recorded from `first` without a parse gives
+    /// the next update exactly what parsing the written annotation gives.
+    #[test]
+    fn recorded_last_applied_stands_for_the_parsed_annotation(
+        observed in top(), first in top(), second in top(), ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let written = match apply_update(&observed, &first, &opts) {
+            Ok(Outcome::Changed(v)) => v,
+            Ok(Outcome::Unchanged) => observed.clone(),
+            Err(_) => return Ok(()),
+        };
+        let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let plain = apply_update(&written, &second, &opts);
+        let with = apply_update_with(&written, Some(&recorded), &second, &opts);
+        match (&plain, &with) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
+        }
     }
 
     /// The dry run used by apply_update's fast path is sound (never "no change" for a merge that

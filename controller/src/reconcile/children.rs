@@ -13,6 +13,7 @@ use crate::object::{controller_uid, describe, meta_str};
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
+use crate::reconcile::last_applied::LastAppliedCache;
 use crate::runtime::cache::Informer;
 use crate::runtime::kapi;
 use crate::runtime::resources::Resolved;
@@ -42,6 +43,8 @@ pub struct Children<'a> {
     pub rules: &'a HashMap<String, ChildRule>,
     /// Child updates the API server answered without writing.
     pub futile: &'a Mutex<FutileUpdates>,
+    /// The last-applied configuration of the children kmeta wrote, per child version.
+    pub last_applied: &'a Mutex<LastAppliedCache>,
     /// How children are written.
     pub strategy: ApplyStrategy,
     /// Drift, conflicts and contests of each parent's last sync (its `ChildDrift` and
@@ -106,6 +109,7 @@ pub async fn manage_children(
                 .map(|r| r.options.clone())
                 .unwrap_or_default()
         },
+        |obs| c.last_applied.lock().ok().and_then(|l| l.get(obs)),
     )?;
     let mut errors = Vec::new();
     let mut out = Collected::default();
@@ -267,7 +271,9 @@ async fn execute(
         ChildOp::Create(o) => (
             "creating",
             "create",
-            kapi::create_as(&api, o, &w.manager).await.map(|_| ()),
+            kapi::create_as(&api, o, &w.manager)
+                .await
+                .map(|stored| remember_last_applied(c, rule, w, o, &stored)),
         ),
         ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
             match apply_child(c, rule, w, o, out).await {
@@ -287,9 +293,10 @@ async fn execute(
         ChildOp::Update(o) => (
             "updating",
             "update",
-            kapi::replace_as(&api, o, &w.manager)
-                .await
-                .map(|stored| remember_ignored(c, o, &stored, &mut out.ignored)),
+            kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
+                remember_ignored(c, o, &stored, &mut out.ignored);
+                remember_last_applied(c, rule, w, o, &stored);
+            }),
         ),
         ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
     })
@@ -537,6 +544,37 @@ pub fn status_with_reports(
         .unwrap_or_else(|_| jiff::Timestamp::now())
         .to_string();
     apply::with_child_conditions(status, parent, &reports, &now)
+}
+
+/// After a create or update `sent` that the server stored with the last-applied annotation as
+/// sent: keeps what that annotation records for the stored version, so the child's next update
+/// does not parse it.
+fn remember_last_applied(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    sent: &Value,
+    stored: &Value,
+) {
+    let Some(want) = w.desired.get(&decide::child_key(sent)) else {
+        return;
+    };
+    let sent_text = annotation_text(sent, &rule.options.annotation);
+    if sent_text.is_none() || sent_text != annotation_text(stored, &rule.options.annotation) {
+        return;
+    }
+    if let (Ok(last), Ok(mut cache)) = (
+        dynapply::recorded_last_applied(want, &rule.options),
+        c.last_applied.lock(),
+    ) {
+        cache.insert(stored, last);
+    }
+}
+
+fn annotation_text<'v>(obj: &'v Value, annotation: &str) -> Option<&'v str> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(annotation))
+        .and_then(Value::as_str)
 }
 
 /// After an update: remembers (or forgets) it as futile when the server kept the child as it

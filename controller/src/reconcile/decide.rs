@@ -482,13 +482,16 @@ pub enum ChildOp {
 
 /// Plans child writes: deletes of observed children no longer desired (first), then creates of
 /// missing ones and updates per update method. Children being deleted are never touched.
-/// `options` gives the dynapply options (list rules) for a child type.
+/// `options` gives the dynapply options (list rules) for a child type; `last_applied` the
+/// last-applied configuration of an observed child when it is known for that child version
+/// (otherwise dynapply parses the annotation).
 pub fn plan_children(
     parent: &Value,
     observed: &[Value],
     desired: &BTreeMap<String, Value>,
     method: impl Fn(&str) -> ChildUpdateMethod,
     options: impl Fn(&str) -> dynapply::Options,
+    last_applied: impl Fn(&Value) -> Option<std::sync::Arc<Value>>,
 ) -> Result<Vec<ChildOp>, DecideError> {
     let observed: BTreeMap<String, &Value> = observed.iter().map(|o| (child_key(o), o)).collect();
     let mut ops = Vec::new();
@@ -513,7 +516,7 @@ pub fn plan_children(
                 ops.push(ChildOp::Create(with_owner(&created, parent)));
             }
             Some(obs) if is_deleting(obs) => {}
-            Some(obs) => match dynapply::apply_update(obs, want, &opts).map_err(err)? {
+            Some(obs) => match update(obs, last_applied(obs), want, &opts).map_err(err)? {
                 dynapply::Outcome::Unchanged => {}
                 dynapply::Outcome::Changed(merged) => match method(gk) {
                     ChildUpdateMethod::OnDelete => {}
@@ -531,6 +534,19 @@ pub fn plan_children(
         }
     }
     Ok(ops)
+}
+
+/// dynapply's update of `obs`, with its last-applied configuration when known.
+fn update(
+    obs: &Value,
+    last: Option<std::sync::Arc<Value>>,
+    want: &Value,
+    opts: &dynapply::Options,
+) -> Result<dynapply::Outcome, dynapply::Error> {
+    match last {
+        Some(last) => dynapply::apply_update_with(obs, Some(&last), want, opts),
+        None => dynapply::apply_update(obs, want, opts),
+    }
 }
 
 /// Under drift policy `Report` (dynamic apply): `Some(paths)` when the hook's answer for a child
@@ -1071,8 +1087,44 @@ mod tests {
             &desired,
             |_| m,
             |_| dynapply::Options::default(),
+            |_| None,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn plan_uses_a_known_last_applied_instead_of_the_annotation() {
+        let opts = dynapply::Options::default();
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1", "b": "2"}});
+        let mut live = dynapply::prepare_create(&first, &opts).unwrap();
+        live["metadata"]["uid"] = json!("u1");
+        live["metadata"]["resourceVersion"] = json!("3");
+        let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let desired = BTreeMap::from([(child_key(&want), want.clone())]);
+        let data_of = |known: Option<Value>| {
+            let ops = plan_children(
+                &parent(),
+                std::slice::from_ref(&live),
+                &desired,
+                |_| ChildUpdateMethod::InPlace,
+                |_| dynapply::Options::default(),
+                |_| known.clone().map(std::sync::Arc::new),
+            )
+            .unwrap();
+            match ops.as_slice() {
+                [ChildOp::Update(o)] => o["data"].clone(),
+                other => panic!("one update expected: {other:?}"),
+            }
+        };
+        // parsed from the annotation: `b` was applied and is no longer wanted, so it goes
+        assert_eq!(data_of(None), json!({"a": "1"}));
+        // the known last-applied is used as is: one that never had `b` leaves it alone
+        assert_eq!(
+            data_of(Some(json!({"data": {"a": "1"}}))),
+            json!({"a": "1", "b": "2"})
+        );
     }
 
     #[test]

@@ -154,6 +154,8 @@ pub struct Composite {
     pub related: Mutex<HashMap<String, Arc<Informer>>>,
     /// Child updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// The last-applied configuration of the children it wrote, per child version.
+    pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
     /// Drift, conflicts and contests of each parent's last sync.
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// The resourceVersion of this controller's last status write per parent UID: its watch
@@ -359,6 +361,7 @@ impl Composite {
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
             futile_updates: Mutex::new(FutileUpdates::default()),
+            last_applied: Mutex::default(),
             child_reports: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
         })
@@ -371,6 +374,7 @@ impl Composite {
             controller: &self.name,
             rules: &self.children,
             futile: &self.futile_updates,
+            last_applied: &self.last_applied,
             reports: &self.child_reports,
             strategy: crate::reconcile::apply::strategy_for(
                 self.cc.metadata.annotations.as_ref(),

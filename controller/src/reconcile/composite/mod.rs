@@ -178,7 +178,12 @@ impl ParentController {
                 }
                 self.enqueue_for_child(new);
             }
-            Change::Deleted(old) => self.enqueue_for_child(old),
+            Change::Deleted(old) => {
+                if let Ok(mut l) = self.c.last_applied.lock() {
+                    l.forget(meta_str(old, "uid"));
+                }
+                self.enqueue_for_child(old);
+            }
         }
     }
 

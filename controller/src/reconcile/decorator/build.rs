@@ -99,6 +99,8 @@ pub struct Decorator {
     pub finalizer: String,
     /// Attachment updates the API server answered without writing, not to be sent again.
     pub futile_updates: Mutex<FutileUpdates>,
+    /// The last-applied configuration of the children it wrote, per child version.
+    pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
     /// Drift, conflicts and contests of each parent's last sync.
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// Customize cache.
@@ -283,6 +285,7 @@ impl Decorator {
             attachment_keys,
             hooks,
             futile_updates: Mutex::new(FutileUpdates::default()),
+            last_applied: Mutex::default(),
             child_reports: Mutex::default(),
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
@@ -309,6 +312,7 @@ impl Decorator {
             controller: &self.name,
             rules: &self.attachments,
             futile: &self.futile_updates,
+            last_applied: &self.last_applied,
             reports: &self.child_reports,
             strategy: crate::reconcile::apply::strategy_for(
                 self.dc.metadata.annotations.as_ref(),

@@ -182,7 +182,12 @@ impl DecoratorRunner {
                 }
                 self.enqueue_for_attachment(new);
             }
-            Change::Deleted(old) => self.enqueue_for_attachment(old),
+            Change::Deleted(old) => {
+                if let Ok(mut l) = self.d.last_applied.lock() {
+                    l.forget(meta_str(old, "uid"));
+                }
+                self.enqueue_for_attachment(old);
+            }
         }
     }
 

@@ -1,0 +1,192 @@
+//! The last-applied configuration of each child kmeta wrote, kept per child version (uid and
+//! `resourceVersion`) so the child's next update does not parse its annotation again
+//! ([`dynapply::apply_update_with`]). Seeded after kmeta's own create or update with what it
+//! recorded, dropped when the child leaves the watch cache, bounded in bytes (past the budget the
+//! entries are dropped: the cost is one parse per child again). See
+//! docs/design/last-applied-cache.md.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::object::meta_str;
+
+/// One child's entry.
+#[derive(Debug)]
+struct Entry {
+    resource_version: String,
+    last: Arc<Value>,
+    bytes: usize,
+}
+
+/// Parsed last-applied configurations by child uid.
+#[derive(Debug)]
+pub struct LastAppliedCache {
+    entries: HashMap<String, Entry>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl Default for LastAppliedCache {
+    fn default() -> Self {
+        LastAppliedCache::with_budget(LastAppliedCache::BUDGET)
+    }
+}
+
+impl LastAppliedCache {
+    /// Default budget: 64 MiB of estimated heap per controller.
+    pub const BUDGET: usize = 64 << 20;
+
+    /// An empty cache holding at most `budget` estimated heap bytes.
+    pub fn with_budget(budget: usize) -> Self {
+        LastAppliedCache {
+            entries: HashMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// The last-applied configuration recorded for `observed` at its `resourceVersion`, if this
+    /// very version is known.
+    pub fn get(&self, observed: &Value) -> Option<Arc<Value>> {
+        let e = self.entries.get(meta_str(observed, "uid"))?;
+        (e.resource_version == meta_str(observed, "resourceVersion")).then(|| e.last.clone())
+    }
+
+    /// Records `last` as the last-applied configuration of the child `stored` (the object the
+    /// API server answered a write with: its uid and new `resourceVersion`). An entry larger
+    /// than the whole budget is not kept; past the budget every entry is dropped first.
+    pub fn insert(&mut self, stored: &Value, last: Value) {
+        let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
+        if uid.is_empty() || rv.is_empty() {
+            return;
+        }
+        self.forget(uid);
+        let bytes = heap_bytes(&last) + uid.len() + rv.len() + ENTRY_OVERHEAD;
+        if bytes > self.budget {
+            return;
+        }
+        if self.bytes + bytes > self.budget {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
+        let entry = Entry {
+            resource_version: rv.to_owned(),
+            last: Arc::new(last),
+            bytes,
+        };
+        self.entries.insert(uid.to_owned(), entry);
+    }
+
+    /// Drops the entry of the child `uid` (it left the cache, or was deleted).
+    pub fn forget(&mut self, uid: &str) {
+        if let Some(e) = self.entries.remove(uid) {
+            self.bytes -= e.bytes;
+        }
+    }
+
+    /// Estimated heap bytes held.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Per-entry bookkeeping besides the value: the map slot, the `Arc` and the key strings' headers.
+const ENTRY_OVERHEAD: usize = 128;
+
+/// An estimate of the heap bytes a `Value` tree holds: strings' bytes, and per map entry or list
+/// item the size of a `Value` plus the order-preserving map's index (about 3 words).
+fn heap_bytes(v: &Value) -> usize {
+    const SLOT: usize = std::mem::size_of::<Value>();
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(|i| SLOT + heap_bytes(i)).sum(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, i)| k.len() + SLOT + 3 * 8 + std::mem::size_of::<String>() + heap_bytes(i))
+            .sum(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn child(uid: &str, rv: &str) -> Value {
+        json!({"metadata": {"name": "c", "uid": uid, "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn an_entry_answers_only_for_its_child_version() {
+        let mut c = LastAppliedCache::default();
+        c.insert(&child("u1", "5"), json!({"data": {"k": "v"}}));
+        assert_eq!(
+            *c.get(&child("u1", "5")).unwrap(),
+            json!({"data": {"k": "v"}})
+        );
+        assert!(
+            c.get(&child("u1", "6")).is_none(),
+            "a newer version is unknown"
+        );
+        assert!(
+            c.get(&child("u2", "5")).is_none(),
+            "another child is unknown"
+        );
+        // a new write replaces the entry, with its accounting
+        let before = c.bytes();
+        c.insert(&child("u1", "7"), json!({"data": {"k": "v2"}}));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.bytes(), before + 1);
+        assert!(c.get(&child("u1", "5")).is_none());
+        assert!(c.get(&child("u1", "7")).is_some());
+    }
+
+    #[test]
+    fn forget_and_objects_without_identity() {
+        let mut c = LastAppliedCache::default();
+        c.insert(&child("u1", "5"), json!({}));
+        c.insert(&child("", "5"), json!({}));
+        c.insert(&child("u3", ""), json!({}));
+        assert_eq!(c.len(), 1);
+        c.forget("u1");
+        c.forget("unknown");
+        assert_eq!((c.len(), c.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn the_budget_bounds_the_bytes_held() {
+        let last = json!({"data": {"key": "x".repeat(1000)}});
+        let one = heap_bytes(&last) + "u0".len() + "1".len() + ENTRY_OVERHEAD;
+        let mut c = LastAppliedCache::with_budget(3 * one);
+        for i in 0..10 {
+            c.insert(&child(&format!("u{i}"), "1"), last.clone());
+            assert!(c.bytes() <= 3 * one, "{} over {}", c.bytes(), 3 * one);
+        }
+        assert!(c.len() >= 1, "the newest entry is kept");
+        assert!(c.get(&child("u9", "1")).is_some());
+        // larger than the whole budget: not kept
+        let mut small = LastAppliedCache::with_budget(10);
+        small.insert(&child("u1", "1"), last);
+        assert_eq!(small.len(), 0);
+    }
+
+    #[test]
+    fn heap_bytes_grows_with_content() {
+        assert_eq!(heap_bytes(&json!(1)), 0);
+        let small = heap_bytes(&json!({"a": "b"}));
+        let large = heap_bytes(&json!({"a": "b", "c": ["d", "e"]}));
+        assert!(small > 2 && large > small);
+    }
+}
