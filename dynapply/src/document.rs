@@ -16,11 +16,16 @@ pub fn parse_document(source_name: &str, text: &str) -> Result<Value, Error> {
     }
     serde_saphyr::from_str::<Value>(text).map_err(|e| Error::Parse {
         source_name: source_name.to_owned(),
-        message: format!(
-            "invalid YAML: {}",
-            e.to_string().lines().next().unwrap_or_default()
-        ),
+        message: format!("invalid YAML: {}", yaml_cause(&e)),
     })
+}
+
+/// The parser's message on one line, without its source snippet and its own `error: ` prefix
+/// (the CLI already says `error:` once).
+fn yaml_cause(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
 /// Renders a value as block YAML, keys in the value's own order.
@@ -54,8 +59,9 @@ mod tests {
         let err = parse_document("bad.yaml", "a: [1, 2\nb: c: d")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("bad.yaml: invalid YAML"), "{err}");
+        assert!(err.starts_with("bad.yaml: invalid YAML: "), "{err}");
         assert!(!err.contains('\n'));
+        assert_eq!(err.matches("error").count(), 0, "{err}");
     }
 
     #[test]
