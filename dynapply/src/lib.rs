@@ -521,15 +521,7 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
 /// removed (at every depth) and the last-applied annotation written (the same canonical JSON
 /// [`apply_update`] writes, so the first update after creation is `Unchanged`).
 pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
-    require_object(desired, "desired")?;
-    let mut out = pruned(desired, &Path::ROOT, 0)?;
-    if let Some(a) = out
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
-        a.shift_remove(opts.annotation.as_str());
-    }
+    let mut out = recorded_last_applied(desired, opts)?;
     let text = annotation::canonical_json(&out, Some(&opts.annotation));
     annotation::write_annotation(&mut out, text, opts)?;
     Ok(out)

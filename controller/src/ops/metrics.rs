@@ -128,6 +128,33 @@ impl ParentCounts {
     }
 }
 
+/// Applies `f` to `controller`'s counts and sets its gauge to their sum (the controller's entry
+/// is dropped once it has no parent left).
+fn update_sum(
+    by_controller: &Mutex<HashMap<String, ParentCounts>>,
+    gauge: &Family<ControllerLabels, Gauge>,
+    controller: &str,
+    f: impl FnOnce(&mut ParentCounts),
+) {
+    let total = {
+        let mut all = by_controller
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let per_parent = all.entry(controller.to_owned()).or_default();
+        f(per_parent);
+        let total = per_parent.total;
+        if per_parent.is_empty() {
+            all.remove(controller);
+        }
+        total
+    };
+    gauge
+        .get_or_create(&ControllerLabels {
+            controller: controller.into(),
+        })
+        .set(i64::try_from(total).unwrap_or(i64::MAX));
+}
+
 /// `kmeta_child_drift`, summed over each controller's parents.
 #[derive(Default)]
 struct DriftSeries {
@@ -490,26 +517,7 @@ impl Metrics {
     }
 
     fn update_drift(&self, controller: &str, f: impl FnOnce(&mut ParentCounts)) {
-        let total = {
-            let mut all = self
-                .drift
-                .by_parent
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let per_parent = all.entry(controller.to_owned()).or_default();
-            f(per_parent);
-            let total = per_parent.total;
-            if per_parent.is_empty() {
-                all.remove(controller);
-            }
-            total
-        };
-        self.drift
-            .gauge
-            .get_or_create(&ControllerLabels {
-                controller: controller.into(),
-            })
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        update_sum(&self.drift.by_parent, &self.drift.gauge, controller, f);
     }
 
     /// A controller stopped: forget its children sum.
@@ -520,24 +528,7 @@ impl Metrics {
     }
 
     fn update_children(&self, controller: &str, f: impl FnOnce(&mut ParentCounts)) {
-        let total = {
-            let mut all = self
-                .children_by_parent
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let per_parent = all.entry(controller.to_owned()).or_default();
-            f(per_parent);
-            let total = per_parent.total;
-            if per_parent.is_empty() {
-                all.remove(controller);
-            }
-            total
-        };
-        self.children
-            .get_or_create(&ControllerLabels {
-                controller: controller.into(),
-            })
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        update_sum(&self.children_by_parent, &self.children, controller, f);
     }
 
     /// One Kubernetes API request: `verb` is the Kubernetes verb (`get`, `list`, `watch`, `create`,
