@@ -62,6 +62,31 @@ async fn edit_as_person(api: &Api<DynamicObject>, name: &str, patch: Value) -> a
     Ok(())
 }
 
+/// A person edits `name` (see [`edit_as_person`]); returns the `reason` event the parent gets
+/// for it.
+async fn person_edit_told(
+    s: &Running,
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch: Value,
+    reason: &str,
+) -> anyhow::Result<Value> {
+    edit_as_person(api, name, patch).await?;
+    s.wait_event(&format!("{reason} event"), Some(&s.ns), |e| {
+        e["reason"] == reason
+    })
+    .await
+}
+
+/// No field of `obj` is left to the person's manager.
+fn assert_taken_from_person(obj: &Value) {
+    assert!(
+        !managers(obj).iter().any(|(m, _)| m == "kubectl-edit"),
+        "the edit's fields were taken: {:?}",
+        managers(obj)
+    );
+}
+
 #[tokio::test]
 async fn children_are_applied_under_a_manager_per_parent() -> anyhow::Result<()> {
     let s = Scenario::new("ssa-manager")
@@ -133,17 +158,14 @@ async fn a_person_edit_of_a_configmap_is_reverted_and_named() -> anyhow::Result<
         .start()
         .await?;
     s.wait_child("two-cm").await?;
-    edit_as_person(
+    let event = person_edit_told(
+        &s,
         &s.configmaps(),
         "two-cm",
         json!({"data": {"message": "edited"}}),
+        "ChildFieldsTaken",
     )
     .await?;
-    let event = s
-        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
-            e["reason"] == "ChildFieldsTaken"
-        })
-        .await?;
     let note = event["note"].as_str().unwrap_or_default();
     assert!(
         note.contains(".data.message") && note.contains("kubectl-edit"),
@@ -155,11 +177,7 @@ async fn a_person_edit_of_a_configmap_is_reverted_and_named() -> anyhow::Result<
             c["data"]["message"] == "hello"
         })
         .await?;
-    assert!(
-        !managers(&cm).iter().any(|(m, _)| m == "kubectl-edit"),
-        "the edit's fields were taken: {:?}",
-        managers(&cm)
-    );
+    assert_taken_from_person(&cm);
     s.finish().await
 }
 
@@ -253,21 +271,18 @@ async fn report_leaves_a_person_edit(name: &str, strategy: ApplyStrategy) -> any
         .start()
         .await?;
     s.wait_child("r-cm").await?;
-    edit_as_person(
-        &s.configmaps(),
-        "r-cm",
-        json!({"data": {"message": "edited"}}),
-    )
-    .await?;
     let reason = match strategy {
         ApplyStrategy::ServerSideApply => "ChildConflict",
         ApplyStrategy::DynamicApply => "ChildDrift",
     };
-    let event = s
-        .wait_event(&format!("{reason} event"), Some(&s.ns), |e| {
-            e["reason"] == reason
-        })
-        .await?;
+    let event = person_edit_told(
+        &s,
+        &s.configmaps(),
+        "r-cm",
+        json!({"data": {"message": "edited"}}),
+        reason,
+    )
+    .await?;
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.contains(".data.message"), "{note}");
     let parent = s
@@ -584,17 +599,14 @@ async fn a_person_edit_of_a_service_is_reverted_and_named() -> anyhow::Result<()
     let services = s.api("v1", "Service", "services", Some(&s.ns));
     s.wait_for(&services, "s-svc", "the child", |_| true)
         .await?;
-    edit_as_person(
+    let event = person_edit_told(
+        &s,
         &services,
         "s-svc",
         json!({"spec": {"selector": {"app": "edited"}}}),
+        "ChildFieldsTaken",
     )
     .await?;
-    let event = s
-        .wait_event("ChildFieldsTaken event", Some(&s.ns), |e| {
-            e["reason"] == "ChildFieldsTaken"
-        })
-        .await?;
     let note = event["note"].as_str().unwrap_or_default();
     assert!(
         note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
@@ -605,11 +617,7 @@ async fn a_person_edit_of_a_service_is_reverted_and_named() -> anyhow::Result<()
             svc["spec"]["selector"]["app"] == "web"
         })
         .await?;
-    assert!(
-        !managers(&svc).iter().any(|(m, _)| m == "kubectl-edit"),
-        "the edit's fields were taken: {:?}",
-        managers(&svc)
-    );
+    assert_taken_from_person(&svc);
     s.finish().await
 }
 
@@ -621,17 +629,14 @@ async fn a_person_edit_of_a_service_is_reported_and_left() -> anyhow::Result<()>
     let services = s.api("v1", "Service", "services", Some(&s.ns));
     s.wait_for(&services, "s-svc", "the child", |_| true)
         .await?;
-    edit_as_person(
+    let event = person_edit_told(
+        &s,
         &services,
         "s-svc",
         json!({"spec": {"selector": {"app": "edited"}}}),
+        "ChildConflict",
     )
     .await?;
-    let event = s
-        .wait_event("ChildConflict event", Some(&s.ns), |e| {
-            e["reason"] == "ChildConflict"
-        })
-        .await?;
     let note = event["note"].as_str().unwrap_or_default();
     assert!(
         note.contains(".spec.selector.app") && note.contains("kubectl-edit"),
