@@ -59,31 +59,14 @@ async fn dev_applies_manifests_and_reapplies_changes_or_skips_kubectl_without_it
     std::fs::write(dir.path().join("b-controller.yaml"), CONTROLLER)?;
     std::fs::write(dir.path().join("c-crd.yml"), CRD)?;
     std::fs::write(dir.path().join("notes.txt"), "not a manifest")?;
-    let kubeconfig = dir.path().join("kmeta-dev.kubeconfig");
-    let opts = kmeta::cmd::dev::DevOptions {
-        kubeconfig_out: kubeconfig.clone(),
-        files: vec![dir.path().to_owned()],
-        poll_interval: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let stop = CancellationToken::new();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let task = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut out = ChannelWriter(tx);
-            kmeta::cmd::dev::run(opts, stop, &mut out).await
-        })
-    };
     // Wait for the "controller running" line: everything was applied by then.
-    let mut printed = String::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !printed.contains("controller running") {
-        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
-            Ok(Some(s)) => printed.push_str(&s),
-            _ => bail!("dev did not start; output so far:\n{printed}"),
-        }
-    }
+    let (stop, task, printed, client) = dev_until(
+        dir.path(),
+        vec![dir.path().to_owned()],
+        &["controller running"],
+    )
+    .await?;
+    let kubeconfig = dir.path().join("kc");
     assert!(printed.contains("kubectl --kubeconfig"), "{printed}");
     let crd_at = printed
         .find("CustomResourceDefinition")
@@ -94,12 +77,6 @@ async fn dev_applies_manifests_and_reapplies_changes_or_skips_kubectl_without_it
         "CRD applied before its objects:\n{printed}"
     );
 
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig)?,
-        &Default::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
     let ar = ApiResource {
         group: "dev.example.com".into(),
         version: "v1".into(),
