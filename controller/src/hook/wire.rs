@@ -293,6 +293,14 @@ where
             Ok(decoded)
         }
         ResponseUnmarshallMode::Loose => {
+            // the common case straight from the bytes: an object without a repeated envelope
+            // field (which a typed decode rejects, where Go keeps the last) or an ill-typed one;
+            // anything else takes the path below, which keeps Go's reading and the messages
+            if body.trim_ascii_start().first() == Some(&b'{')
+                && let Ok(decoded) = serde_json::from_slice::<T>(body)
+            {
+                return Ok(decoded);
+            }
             let v: Value = serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
             if !v.is_object() {
                 return Err(err("expected a JSON object".into()));
@@ -612,6 +620,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("duplicate field"), "{e}");
+    }
+
+    #[test]
+    fn loose_reads_bytes_as_go_would_whichever_path_it_takes() {
+        // what Go's reading gives: the JSON value first, then the envelope
+        let via_value = |body: &[u8]| {
+            let v: Value = serde_json::from_slice(body).ok()?;
+            v.is_object()
+                .then(|| serde_json::from_value::<SyncResponse>(v).ok())?
+        };
+        let bodies: [&[u8]; 9] = [
+            br#"{"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1", "k": "2"}}], "status": {"n": 1}}"#,
+            br#"  {"resyncAfterSeconds": 1.5, "finalized": null, "children": null, "other": [1]}"#,
+            br#"{"children": [], "children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}]}"#,
+            br#"{"status": {"a": 1}, "status": null}"#,
+            br#"[{"a": 1}, [], 0, false]"#,
+            br#"{"resyncAfterSeconds": "5"}"#,
+            br#"{"children": {}}"#,
+            b"{}",
+            b"null",
+        ];
+        for body in bodies {
+            let got = decode_as::<SyncResponse>(body, ResponseUnmarshallMode::Loose, "sync");
+            assert_eq!(
+                got.ok(),
+                via_value(body),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! [`decide::plan_children`] — create, update (dynapply's three-way merge, skipping updates the
 //! API server ignored before) and delete — and reports fields the server dropped.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,7 +14,7 @@ use crate::object::{controller_uid, describe, meta_str};
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
-use crate::reconcile::last_applied::LastAppliedCache;
+use crate::reconcile::last_applied::{self, LastAppliedCache};
 use crate::runtime::cache::Informer;
 use crate::runtime::kapi;
 use crate::runtime::resources::Resolved;
@@ -71,10 +72,10 @@ struct Writing<'a> {
 }
 
 impl<'a> Writing<'a> {
-    fn new(
+    fn new<O: Borrow<Value>>(
         c: &Children<'_>,
         parent: &'a Value,
-        observed: &'a [Value],
+        observed: &'a [O],
         desired: &'a BTreeMap<String, Value>,
     ) -> Self {
         Writing {
@@ -85,34 +86,37 @@ impl<'a> Writing<'a> {
                 meta_str(parent, "uid"),
             ),
             desired,
-            observed: observed.iter().map(|o| (decide::child_key(o), o)).collect(),
+            observed: observed
+                .iter()
+                .map(|o| (decide::child_key(o.borrow()), o.borrow()))
+                .collect(),
         }
     }
 }
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
 /// left to the next sync, other failures are collected and reported together.
-pub async fn manage_children(
+pub async fn manage_children<O: Borrow<Value>>(
     c: &Children<'_>,
     parent: &Value,
-    observed: &[Value],
+    observed: &[O],
     desired: &BTreeMap<String, Value>,
 ) -> Result<(), SyncError> {
+    let fallback = dynapply::Options::default();
     let ops = decide::plan_children(
         parent,
         observed,
         desired,
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
-        |gk| {
-            c.rules
-                .get(gk)
-                .map(|r| r.options.clone())
-                .unwrap_or_default()
-        },
-        |obs| c.last_applied.lock().ok().and_then(|l| l.get(obs)),
+        |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
+        |obs, opts| last_applied::known_or_parsed(c.last_applied, obs, opts),
     )?;
     let mut errors = Vec::new();
     let mut out = Collected::default();
+    if ops.is_empty() {
+        report_collected(c, parent, out).await;
+        return Ok(());
+    }
     let w = Writing::new(c, parent, observed, desired);
     for op in ops {
         let obj = match &op {

@@ -1,6 +1,7 @@
 //! Pure decisions of a sync: claiming, finalizers, hook choice, desired-children validation, the
 //! child plan and the status diff. No I/O here; the executor in [`crate::reconcile::composite::sync`] acts on them.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -132,35 +133,45 @@ pub fn claim_child(parent_uid: &str, parent_deleting: bool, matches: bool, child
     }
 }
 
-/// Claims of every candidate (objects owned by the parent plus orphans).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct ClaimPlan {
+/// Claims of every candidate (objects owned by the parent plus orphans), as the candidates were
+/// given (the cache's shared `Arc`s, or values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan<C = Value> {
     /// Observed children.
-    pub owned: Vec<Value>,
+    pub owned: Vec<C>,
     /// Orphans to adopt (they become observed once adopted).
-    pub adopt: Vec<Value>,
+    pub adopt: Vec<C>,
     /// Children to release.
-    pub release: Vec<Value>,
+    pub release: Vec<C>,
 }
 
-/// Decides claims for every candidate. Candidates may be borrowed (the cache's shared
-/// objects): only the claimed ones are copied into the plan, so orphans a parent ignores cost
-/// no copy.
-pub fn claim_children<C: std::borrow::Borrow<Value>>(
+impl<C> Default for ClaimPlan<C> {
+    fn default() -> Self {
+        ClaimPlan {
+            owned: Vec::new(),
+            adopt: Vec::new(),
+            release: Vec::new(),
+        }
+    }
+}
+
+/// Decides claims for every candidate. Candidates are moved into the plan as they are (the
+/// cache's shared objects: no copy); the ones ignored are dropped.
+pub fn claim_children<C: Borrow<Value>>(
     parent: &Value,
     selector: &LabelSelector,
     candidates: impl IntoIterator<Item = C>,
-) -> Result<ClaimPlan, DecideError> {
+) -> Result<ClaimPlan<C>, DecideError> {
     let uid = meta_str(parent, "uid");
     let deleting = is_deleting(parent);
     let mut plan = ClaimPlan::default();
     for c in candidates {
-        let c = c.borrow();
-        let m = selector::matches(selector, &selector::labels_of(c))?;
-        match claim_child(uid, deleting, m, c) {
-            Claim::Owned => plan.owned.push(c.clone()),
-            Claim::Adopt => plan.adopt.push(c.clone()),
-            Claim::Release => plan.release.push(c.clone()),
+        let child = c.borrow();
+        let m = selector::matches_object(selector, child)?;
+        match claim_child(uid, deleting, m, child) {
+            Claim::Owned => plan.owned.push(c),
+            Claim::Adopt => plan.adopt.push(c),
+            Claim::Release => plan.release.push(c),
             Claim::Ignore => {}
         }
     }
@@ -352,7 +363,7 @@ pub fn validate_desired(
         if generate_selector {
             add_controller_uid(m, meta_str(parent, "uid"));
         }
-        if !selector::matches(selector, &selector::labels_of(&child))? {
+        if !selector::matches_object(selector, &child)? {
             return Err(bad(
                 &child,
                 format!(
@@ -441,24 +452,24 @@ fn name_problem(name: &str) -> Option<String> {
 
 /// Whether applying `desired` (keyed by [`child_key`]) over `observed` creates a child: one
 /// desired and not observed.
-pub fn creates_any(observed: &[Value], desired: &BTreeMap<String, Value>) -> bool {
-    let have: HashSet<String> = observed.iter().map(child_key).collect();
+pub fn creates_any<O: Borrow<Value>>(observed: &[O], desired: &BTreeMap<String, Value>) -> bool {
+    if desired.len() > observed.len() {
+        return true;
+    }
+    let have: HashSet<String> = observed.iter().map(|o| child_key(o.borrow())).collect();
     desired.keys().any(|k| !have.contains(k))
 }
 
-/// Identity of a child: `Kind.apiVersion namespace/name`.
+/// Identity of a child: `Kind.apiVersion namespace/name` (the type part is [`group_key`]).
 pub fn child_key(obj: &Value) -> String {
-    let av = obj
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-    format!(
-        "{} {}/{}",
-        group_key(av, kind),
-        meta_str(obj, "namespace"),
-        meta_str(obj, "name")
-    )
+    let field = |f: &str| obj.get(f).and_then(Value::as_str).unwrap_or_default();
+    let (av, kind) = (field("apiVersion"), field("kind"));
+    let (ns, name) = (meta_str(obj, "namespace"), meta_str(obj, "name"));
+    let mut key = String::with_capacity(kind.len() + av.len() + ns.len() + name.len() + 3);
+    for part in [kind, ".", av, " ", ns, "/", name] {
+        key.push_str(part);
+    }
+    key
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -485,15 +496,18 @@ pub enum ChildOp {
 /// `options` gives the dynapply options (list rules) for a child type; `last_applied` the
 /// last-applied configuration of an observed child when it is known for that child version
 /// (otherwise dynapply parses the annotation).
-pub fn plan_children(
+pub fn plan_children<'o, O: Borrow<Value>>(
     parent: &Value,
-    observed: &[Value],
+    observed: &[O],
     desired: &BTreeMap<String, Value>,
     method: impl Fn(&str) -> ChildUpdateMethod,
-    options: impl Fn(&str) -> dynapply::Options,
-    last_applied: impl Fn(&Value) -> Option<std::sync::Arc<Value>>,
+    options: impl Fn(&str) -> &'o dynapply::Options,
+    last_applied: impl Fn(&Value, &dynapply::Options) -> Option<std::sync::Arc<Value>>,
 ) -> Result<Vec<ChildOp>, DecideError> {
-    let observed: BTreeMap<String, &Value> = observed.iter().map(|o| (child_key(o), o)).collect();
+    let observed: BTreeMap<String, &Value> = observed
+        .iter()
+        .map(|o| (child_key(o.borrow()), o.borrow()))
+        .collect();
     let mut ops = Vec::new();
     for (key, obs) in &observed {
         if !desired.contains_key(key) && !is_deleting(obs) {
@@ -512,11 +526,11 @@ pub fn plan_children(
         };
         match observed.get(key) {
             None => {
-                let created = dynapply::prepare_create(want, &opts).map_err(err)?;
+                let created = dynapply::prepare_create(want, opts).map_err(err)?;
                 ops.push(ChildOp::Create(with_owner(&created, parent)));
             }
             Some(obs) if is_deleting(obs) => {}
-            Some(obs) => match update(obs, last_applied(obs), want, &opts).map_err(err)? {
+            Some(obs) => match update(obs, last_applied(obs, opts), want, opts).map_err(err)? {
                 dynapply::Outcome::Unchanged => {}
                 dynapply::Outcome::Changed(merged) => match method(gk) {
                     ChildUpdateMethod::OnDelete => {}
@@ -1081,15 +1095,8 @@ mod tests {
     fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {
         let p = parent();
         let desired = desired.into_iter().map(|d| (child_key(&d), d)).collect();
-        plan_children(
-            &p,
-            observed,
-            &desired,
-            |_| m,
-            |_| dynapply::Options::default(),
-            |_| None,
-        )
-        .unwrap()
+        let opts = dynapply::Options::default();
+        plan_children(&p, observed, &desired, |_| m, |_| &opts, |_, _| None).unwrap()
     }
 
     #[test]
@@ -1109,8 +1116,8 @@ mod tests {
                 std::slice::from_ref(&live),
                 &desired,
                 |_| ChildUpdateMethod::InPlace,
-                |_| dynapply::Options::default(),
-                |_| known.clone().map(std::sync::Arc::new),
+                |_| &opts,
+                |_, _| known.clone().map(std::sync::Arc::new),
             )
             .unwrap();
             match ops.as_slice() {
@@ -1296,6 +1303,6 @@ mod tests {
             .collect();
         assert!(!creates_any(&[cm("a"), cm("b"), cm("c")], &desired));
         assert!(creates_any(&[cm("a")], &desired));
-        assert!(!creates_any(&[], &BTreeMap::new()));
+        assert!(!creates_any::<Value>(&[], &BTreeMap::new()));
     }
 }

@@ -6,7 +6,7 @@
 //! docs/design/last-applied-cache.md.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -58,6 +58,10 @@ impl LastAppliedCache {
     /// API server answered a write with: its uid and new `resourceVersion`). An entry larger
     /// than the whole budget is not kept; past the budget every entry is dropped first.
     pub fn insert(&mut self, stored: &Value, last: Value) {
+        self.insert_shared(stored, Arc::new(last));
+    }
+
+    fn insert_shared(&mut self, stored: &Value, last: Arc<Value>) {
         let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
         if uid.is_empty() || rv.is_empty() {
             return;
@@ -74,7 +78,7 @@ impl LastAppliedCache {
         self.bytes += bytes;
         let entry = Entry {
             resource_version: rv.to_owned(),
-            last: Arc::new(last),
+            last,
             bytes,
         };
         self.entries.insert(uid.to_owned(), entry);
@@ -98,6 +102,25 @@ impl LastAppliedCache {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+}
+
+/// The last-applied configuration of `observed` at its version: the one known, or else parsed
+/// from its annotation (outside the lock) and kept, so the next sync of an unchanged child (a
+/// resync, or the first syncs after a restart) does not parse it again. `None` when the child
+/// has no annotation, or it cannot be read (dynapply then reports why).
+pub fn known_or_parsed(
+    cache: &Mutex<LastAppliedCache>,
+    observed: &Value,
+    opts: &dynapply::Options,
+) -> Option<Arc<Value>> {
+    if let Some(known) = cache.lock().ok()?.get(observed) {
+        return Some(known);
+    }
+    let parsed = Arc::new(dynapply::get_last_applied(observed, opts).ok()??);
+    if let Ok(mut c) = cache.lock() {
+        c.insert_shared(observed, parsed.clone());
+    }
+    Some(parsed)
 }
 
 /// Per-entry bookkeeping besides the value: the map slot, the `Arc` and the key strings' headers.
@@ -180,6 +203,31 @@ mod tests {
         let mut small = LastAppliedCache::with_budget(10);
         small.insert(&child("u1", "1"), last);
         assert_eq!(small.len(), 0);
+    }
+
+    #[test]
+    fn an_unknown_child_version_is_parsed_once_and_kept() {
+        let opts = dynapply::Options::default();
+        let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"k": "v"}});
+        let mut live = dynapply::prepare_create(&want, &opts).unwrap();
+        live["metadata"]["uid"] = json!("u1");
+        live["metadata"]["resourceVersion"] = json!("4");
+        let cache = Mutex::new(LastAppliedCache::default());
+        let parsed = known_or_parsed(&cache, &live, &opts).unwrap();
+        assert_eq!(
+            Some(&*parsed),
+            dynapply::get_last_applied(&live, &opts).unwrap().as_ref()
+        );
+        let kept = cache.lock().unwrap().get(&live).unwrap();
+        assert!(Arc::ptr_eq(&kept, &parsed), "kept for this version");
+        // the kept one answers now, not a parse of the annotation
+        live["metadata"]["annotations"][&opts.annotation] = json!("{\"data\":{}}");
+        assert_eq!(known_or_parsed(&cache, &live, &opts).unwrap(), parsed);
+        // no annotation: nothing to keep
+        let bare = json!({"metadata": {"name": "b", "uid": "u2", "resourceVersion": "1"}});
+        assert!(known_or_parsed(&cache, &bare, &opts).is_none());
+        assert_eq!(cache.lock().unwrap().len(), 1);
     }
 
     #[test]

@@ -47,16 +47,35 @@ pub fn matches(
     sel: &LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
+    matches_by(sel, |k| labels.get(k).map(String::as_str))
+}
+
+/// Whether the string labels of `obj` (`metadata.labels`; labels that are not strings are not
+/// labels) match `sel`, read in place.
+pub fn matches_object(sel: &LabelSelector, obj: &Value) -> Result<bool, SelectorError> {
+    let labels = obj
+        .get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object);
+    matches_by(sel, |k| labels?.get(k)?.as_str())
+}
+
+/// Whether the labels read by `label` match `sel`.
+fn matches_by<'l>(
+    sel: &LabelSelector,
+    label: impl Fn(&str) -> Option<&'l str>,
+) -> Result<bool, SelectorError> {
     if let Some(ml) = &sel.match_labels {
         for (k, v) in ml {
-            if labels.get(k) != Some(v) {
+            if label(k) != Some(v.as_str()) {
                 return Ok(false);
             }
         }
     }
     for req in sel.match_expressions.iter().flatten() {
         let values = req.values.as_deref().unwrap_or_default();
-        let have = labels.get(&req.key);
+        let have = label(&req.key);
+        let listed = |h: &str| values.iter().any(|v| v == h);
         let need_values = |ok: bool, problem| {
             if ok {
                 Ok(())
@@ -71,11 +90,11 @@ pub fn matches(
         let ok = match req.operator.as_str() {
             "In" => {
                 need_values(!values.is_empty(), "needs values")?;
-                have.is_some_and(|h| values.contains(h))
+                have.is_some_and(listed)
             }
             "NotIn" => {
                 need_values(!values.is_empty(), "needs values")?;
-                have.is_none_or(|h| !values.contains(h))
+                have.is_none_or(|h| !listed(h))
             }
             "Exists" => {
                 need_values(values.is_empty(), "takes no values")?;
@@ -156,6 +175,35 @@ mod tests {
     }
     fn labels(v: Value) -> BTreeMap<String, String> {
         labels_of(&json!({"metadata": {"labels": v}}))
+    }
+
+    #[test]
+    fn matching_in_place_agrees_with_matching_the_label_map() {
+        let selectors = [
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}),
+            json!({"matchExpressions": [{"key": "legacy", "operator": "Exists"}]}),
+            json!({"matchExpressions": [{"key": "legacy", "operator": "DoesNotExist"}]}),
+            json!({}),
+        ];
+        let objects = [
+            json!({"metadata": {"labels": {"app": "web", "tier": "a"}}}),
+            json!({"metadata": {"labels": {"app": "db", "tier": "c", "legacy": "1"}}}),
+            json!({"metadata": {"labels": {"app": 7, "legacy": null}}}),
+            json!({"metadata": {"labels": null}}),
+            json!({"metadata": {}}),
+            json!({}),
+        ];
+        for s in selectors.map(sel) {
+            for o in &objects {
+                assert_eq!(
+                    matches_object(&s, o).unwrap(),
+                    matches(&s, &labels_of(o)).unwrap(),
+                    "{s:?} on {o}"
+                );
+            }
+        }
     }
 
     #[test]

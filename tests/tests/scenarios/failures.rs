@@ -311,9 +311,9 @@ async fn a_hook_outage_is_probed_by_one_parent_and_recovery_is_prompt() -> anyho
     s.finish().await
 }
 
-/// A parent deleted while its hook is being called gets no children: the sync sees from a fresh
-/// read that it is gone before it creates anything (the children would only wait for the garbage
-/// collector).
+/// A parent deleted while its hook is being called gets no children: the sync sees from the
+/// watch cache, read after the hook answered, that it is gone before it creates anything (the
+/// children would only wait for the garbage collector).
 #[tokio::test]
 async fn a_parent_deleted_during_its_hook_call_gets_no_children() -> anyhow::Result<()> {
     let s = Scenario::new("gone")

@@ -4,6 +4,7 @@
 //! child is touched, and wait until the watch shows the writes, so the next sync reads them) and
 //! combine the answers into one hook response for the rest of the sync.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -33,12 +34,12 @@ struct ParentRevision {
 
 /// What a rolling sync hands the rest of the sync: the combined hook response (desired children
 /// already validated).
-pub(super) async fn sync_revisions(
+pub(super) async fn sync_revisions<O: Borrow<Value> + Sync>(
     c: &Composite,
     rev: &Revisions,
     parent: &Value,
     selector: &LabelSelector,
-    observed: &[Value],
+    observed: &[O],
     related: &Map<String, Value>,
     finalizing: bool,
 ) -> Result<SyncResponse, SyncError> {
@@ -66,16 +67,16 @@ pub(super) async fn sync_revisions(
 }
 
 /// The rollout step over the latest revision's answer.
-fn roll(
+fn roll<O: Borrow<Value>>(
     rev: &Revisions,
-    observed: &[Value],
+    observed: &[O],
     responses: &[SyncResponse],
     desired: &[BTreeMap<String, Value>],
     claims: &mut [Vec<ControllerRevisionChildren>],
 ) -> rollout::Step {
     let observed: HashMap<ChildId, Value> = observed
         .iter()
-        .map(|o| (ChildId::of(o), o.clone()))
+        .map(|o| (ChildId::of(o.borrow()), o.borrow().clone()))
         .collect();
     let latest_order: Vec<ChildId> = responses
         .first()
@@ -270,10 +271,10 @@ fn parent_revisions(
 }
 
 /// The sync (or finalize) hook, once per revision, concurrently; any failure fails the sync.
-async fn call_hooks(
+async fn call_hooks<O: Borrow<Value> + Sync>(
     c: &Composite,
     revisions: &[ParentRevision],
-    observed: &[Value],
+    observed: &[O],
     related: &Map<String, Value>,
     finalizing: bool,
 ) -> Result<Vec<SyncResponse>, SyncError> {

@@ -1,5 +1,8 @@
 //! Steps both sync paths take (the plain one in [`super::sync`] and the rolling-update one in
-//! [`super::revisions`]): calling the sync or finalize hook, and re-reading the parent uncached.
+//! [`super::revisions`]): calling the sync or finalize hook, and re-reading the parent (from the
+//! cache, or uncached).
+
+use std::borrow::Borrow;
 
 use serde_json::{Map, Value};
 
@@ -21,12 +24,23 @@ pub(super) async fn parent_alive_uncached(
     Ok(live.is_some_and(|l| meta_str(&l, "uid") == meta_str(parent, "uid") && !is_deleting(&l)))
 }
 
+/// The parent is still in the watch cache with the same UID and not being deleted: read after
+/// the hook call, so a deletion the watch has seen by then stops the sync's creates without a
+/// request (a deletion the watch has not delivered yet leaves children for the garbage
+/// collector, through their owner reference).
+pub(super) fn parent_alive_cached(c: &Composite, parent: &Value) -> bool {
+    let (ns, name) = (meta_str(parent, "namespace"), meta_str(parent, "name"));
+    c.parents
+        .get(ns, name)
+        .is_some_and(|p| meta_str(&p, "uid") == meta_str(parent, "uid") && !is_deleting(&p))
+}
+
 /// Step: call sync (or finalize) with the parent, observed children and related objects;
 /// `cache_key` names the answer in the hook's response cache.
-pub(super) async fn call_hook(
+pub(super) async fn call_hook<O: Borrow<Value>>(
     c: &Composite,
     parent: &Value,
-    observed: &[Value],
+    observed: &[O],
     related: &Map<String, Value>,
     finalizing: bool,
     cache_key: &str,
@@ -42,7 +56,7 @@ pub(super) async fn call_hook(
             hook.version(),
             c.parent.namespaced,
             &c.child_keys,
-            observed.iter(),
+            observed.iter().map(Borrow::borrow),
         ),
         related,
         finalizing,

@@ -4,6 +4,7 @@
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -12,7 +13,7 @@ use serde_json::Value;
 use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
-use super::steps::{call_hook, parent_alive_uncached};
+use super::steps::{call_hook, parent_alive_cached, parent_alive_uncached};
 use crate::object::{
     controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
@@ -35,7 +36,7 @@ pub async fn sync_parent(
     };
     let fin = finalizer_name(&c.name);
     let selected = c.selected(&cached)?;
-    let Some(parent) = ensure_finalizer(c, (*cached).clone(), &fin).await? else {
+    let Some(parent) = ensure_finalizer(c, cached, &fin).await? else {
         return Ok(None);
     };
     let choice = decide::choose_hook(
@@ -53,7 +54,7 @@ pub async fn sync_parent(
     let selector = decide::parent_selector(&parent, generate)?;
     let observed = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
-    let response = match &c.revisions {
+    let mut response = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if decide::may_manage_children(&parent, finalizing, &fin) => {
             let (observed, related) = (&observed, &related);
@@ -78,14 +79,14 @@ pub async fn sync_parent(
         &c.declared,
         &selector,
         generate,
-        response.children.clone(),
+        std::mem::take(&mut response.children),
     )?;
     if decide::may_manage_children(&parent, finalizing, &fin) {
-        // a parent deleted since the cache saw it (the hook call takes a while) gets no new
+        // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
         if !finalizing
             && decide::creates_any(&observed, &desired)
-            && !parent_alive_uncached(c, &parent).await?
+            && !parent_alive_cached(c, &parent)
         {
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(None);
@@ -113,20 +114,20 @@ pub async fn sync_parent(
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
 async fn ensure_finalizer(
     c: &Composite,
-    parent: Value,
+    parent: Arc<Value>,
     fin: &str,
-) -> Result<Option<Value>, SyncError> {
-    match decide::finalizer_before_hook(
+) -> Result<Option<Arc<Value>>, SyncError> {
+    let add = match decide::finalizer_before_hook(
         c.hooks.finalize.is_some(),
         is_deleting(&parent),
         has_finalizer(&parent, fin),
     ) {
-        FinalizerAction::Keep => Ok(Some(parent)),
-        FinalizerAction::Add => status::set_finalizer(&c.ctx, &c.parent, &parent, fin, true).await,
-        FinalizerAction::Remove => {
-            status::set_finalizer(&c.ctx, &c.parent, &parent, fin, false).await
-        }
-    }
+        FinalizerAction::Keep => return Ok(Some(parent)),
+        FinalizerAction::Add => true,
+        FinalizerAction::Remove => false,
+    };
+    let written = status::set_finalizer(&c.ctx, &c.parent, &parent, fin, add).await?;
+    Ok(written.map(Arc::new))
 }
 
 /// Step: observed children = owned matching children + adopted orphans; non-matching owned
@@ -135,7 +136,7 @@ async fn claim_children(
     c: &Composite,
     parent: &Value,
     selector: &LabelSelector,
-) -> Result<Vec<Value>, SyncError> {
+) -> Result<Vec<Arc<Value>>, SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
     let mut observed = Vec::new();
@@ -160,7 +161,7 @@ async fn claim_children(
         }
         for orphan in plan.adopt {
             if let Some(adopted) = adopt(c, rule, parent, selector, &orphan).await? {
-                observed.push(adopted);
+                observed.push(Arc::new(adopted));
             }
         }
         for child in plan.release {
