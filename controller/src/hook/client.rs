@@ -405,14 +405,9 @@ impl HookClient {
         Ok(out)
     }
 
-    /// Calls a sync/finalize hook and decodes the response.
-    pub async fn sync<B: Serialize + ?Sized>(
-        &self,
-        cache_key: &str,
-        request: &B,
-    ) -> Result<wire::SyncResponse, HookError> {
-        let body = self.call(cache_key, request).await?;
-        wire::decode_sync_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
+    /// Decodes and checks a sync/finalize response body (as [`HookClient::call`] returned it).
+    pub fn decode_sync(&self, body: &[u8]) -> Result<wire::SyncResponse, HookError> {
+        wire::decode_sync_response(body, self.mode, self.name).map_err(|e| self.masked(e))
     }
 
     /// Calls a DecoratorController sync/finalize hook and decodes the response.

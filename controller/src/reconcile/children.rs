@@ -95,13 +95,14 @@ impl<'a> Writing<'a> {
 }
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
-/// left to the next sync, other failures are collected and reported together.
+/// left to the next sync, other failures are collected and reported together. `Ok(true)` when
+/// the plan was empty and nothing was reported (a quiet sync).
 pub async fn manage_children<O: Borrow<Value>>(
     c: &Children<'_>,
     parent: &Value,
     observed: &[O],
     desired: &BTreeMap<String, Value>,
-) -> Result<(), SyncError> {
+) -> Result<bool, SyncError> {
     let fallback = dynapply::Options::default();
     let ops = decide::plan_children(
         parent,
@@ -114,8 +115,7 @@ pub async fn manage_children<O: Borrow<Value>>(
     let mut errors = Vec::new();
     let mut out = Collected::default();
     if ops.is_empty() {
-        report_collected(c, parent, out).await;
-        return Ok(());
+        return Ok(!report_collected(c, parent, out).await);
     }
     let w = Writing::new(c, parent, observed, desired);
     for op in ops {
@@ -173,7 +173,7 @@ pub async fn manage_children<O: Borrow<Value>>(
     }
     report_collected(c, parent, out).await;
     if errors.is_empty() {
-        Ok(())
+        Ok(false)
     } else {
         Err(SyncError::Children(errors))
     }
@@ -511,13 +511,15 @@ async fn held_back(
 }
 
 /// After a sync's child writes: reports the fields the server dropped, records its contests and
-/// keeps its reports (with the contests of children it holds).
-async fn report_collected(c: &Children<'_>, parent: &Value, mut out: Collected) {
+/// keeps its reports (with the contests of children it holds); true when anything was reported.
+async fn report_collected(c: &Children<'_>, parent: &Value, mut out: Collected) -> bool {
     for (child, paths) in &out.ignored {
         report_ignored_fields(c, parent, child, paths).await;
     }
     remember_contests(c, parent, out.contests, &mut out.reports).await;
+    let reported = !out.ignored.is_empty() || !out.reports.is_empty();
     remember_reports(c, parent, out.reports);
+    reported
 }
 
 /// Keeps a parent's reports for its status write and sets its share of `kmeta_child_drift`.

@@ -54,6 +54,9 @@ pub enum Gate {
     Run,
     /// Open circuit: the key waits for it to close (or to be chosen as the probe).
     Park,
+    /// Open circuit, and this key is the probe but its time has not come (an event brought it
+    /// early): the caller schedules it again after this long, or nothing would sync it.
+    Early(std::time::Duration),
 }
 
 /// What the caller does after [`Circuit::record`].
@@ -134,7 +137,8 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
     }
 
     /// Whether `key` may sync at `now`: always while closed; while open, only the chosen probe
-    /// once its time has come (or any key, when no probe is chosen and the time has come).
+    /// once its time has come (or any key, when no probe is chosen and the time has come); the
+    /// probe arriving before its time is told how long is left.
     pub fn gate(&self, key: &K, now: Instant) -> Gate {
         self.with(|s| {
             if !s.open {
@@ -142,6 +146,9 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
             }
             let due = s.probe_at.is_none_or(|at| now >= at);
             let is_probe = s.probe.as_ref().is_none_or(|p| p == key);
+            if let (Some(at), false, true) = (s.probe_at, due, s.probe.as_ref() == Some(key)) {
+                return Gate::Early(at - now);
+            }
             if due && is_probe {
                 s.probe = Some(key.clone());
                 s.probe_at = None;
@@ -239,9 +246,10 @@ mod tests {
             }
         );
         assert!(c.is_open());
-        // before the probe time nobody runs, not even the probe
+        // before the probe time nobody runs, not even the probe, which is told when to come
+        // back (nothing else would sync it)
         assert_eq!(c.gate(&7, t), Gate::Park);
-        assert_eq!(c.gate(&4, t), Gate::Park);
+        assert_eq!(c.gate(&4, t), Gate::Early(backoff(OPEN_AFTER)));
         // at the probe time only the probe runs
         let later = t + backoff(OPEN_AFTER);
         assert_eq!(c.gate(&8, later), Gate::Park);

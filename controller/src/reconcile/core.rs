@@ -425,10 +425,19 @@ async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::
 
 async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
     let metrics = &r.context().config.metrics;
-    if circuit.gate(key, tokio::time::Instant::now()) == Gate::Park {
-        tracing::debug!("hook circuit open: waiting for it to close");
-        metrics.reconcile(r.name(), "parked", Duration::ZERO);
-        return;
+    match circuit.gate(key, tokio::time::Instant::now()) {
+        Gate::Run => {}
+        Gate::Park => {
+            tracing::debug!("hook circuit open: waiting for it to close");
+            metrics.reconcile(r.name(), "parked", Duration::ZERO);
+            return;
+        }
+        Gate::Early(left) => {
+            // an event brought the probe before its time: back at its time
+            r.queue().add_after(key.clone(), left);
+            metrics.reconcile(r.name(), "parked", Duration::ZERO);
+            return;
+        }
     }
     let deadline = r.context().config.watch_sync_deadline;
     let synced = wait_for_watches(&r.watches(), deadline).await;

@@ -1,6 +1,6 @@
 //! Layer 4, reconciling: the core every controller kind shares (`core`: context, events,
 //! workers; `children`: child management; `status`: finalizer, status and failure writes; `circuit`: the hook circuit; `rollout`: rolling
-//! updates; `related`: related objects), pure decisions (`decide`), the CompositeController (`composite`), the
+//! updates; `related`: related objects; `unchanged`: syncs known to write nothing), pure decisions (`decide`), the CompositeController (`composite`), the
 //! DecoratorController (`decorator`) and the [`manager`] that runs one controller per
 //! CompositeController or DecoratorController object.
 
@@ -16,6 +16,7 @@ pub mod manager;
 pub(crate) mod related;
 pub(crate) mod rollout;
 pub(crate) mod status;
+pub(crate) mod unchanged;
 
 pub use apply::ApplyStrategy;
 pub use core::{Context, ManagerConfig};

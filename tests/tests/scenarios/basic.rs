@@ -99,3 +99,57 @@ async fn deleting_the_parent_garbage_collects_children(mode: HookMode) -> anyhow
         .await?;
     s.finish().await
 }
+
+/// A sync that finds the parent, its children and the hook's answer as the parent's last sync
+/// that wrote nothing left them is skipped after the hook call (`reconcile/unchanged.rs`), which
+/// makes resyncs of unchanged parents cheap. A change to any of the three is still acted on: a
+/// child edited by someone else is restored, and a new answer from the hook is written, with the
+/// parent and children as they were.
+#[tokio::test]
+async fn resyncs_still_act_on_an_edited_child_and_on_a_new_answer() -> anyhow::Result<()> {
+    let wanted = std::sync::Arc::new(std::sync::Mutex::new("v1".to_owned()));
+    let answer = wanted.clone();
+    let s = Scenario::new("unchanged")
+        .crd("Thing", "things")
+        .hook(move |_, _| {
+            let value = answer.lock().map(|v| v.clone()).unwrap_or_default();
+            Reply::Json(json!({
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "p-cm"}, "data": {"k": value}}],
+                "resyncAfterSeconds": 0.1
+            }))
+        })
+        .controller(Cc::new("unchanged-cc"))
+        .config(kmeta::ManagerConfig {
+            min_resync_after: std::time::Duration::from_millis(100),
+            ..Default::default()
+        })
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    let cms = s.configmaps();
+    s.wait_for(&cms, "p-cm", "the child", |c| c["data"]["k"] == "v1")
+        .await?;
+    let calls = s.hooks().count("sync");
+    until("three more resyncs", || {
+        s.hooks().count("sync") >= calls + 3
+    })
+    .await?;
+    s.merge_patch(&cms, "p-cm", json!({"data": {"k": "edited"}}))
+        .await?;
+    s.wait_for(&cms, "p-cm", "the edited child restored", |c| {
+        c["data"]["k"] == "v1"
+    })
+    .await?;
+    let calls = s.hooks().count("sync");
+    until("three more resyncs", || {
+        s.hooks().count("sync") >= calls + 3
+    })
+    .await?;
+    *wanted.lock().unwrap() = "v2".to_owned();
+    s.wait_for(&cms, "p-cm", "the hook's new answer written", |c| {
+        c["data"]["k"] == "v2"
+    })
+    .await?;
+    s.finish().await
+}

@@ -162,6 +162,8 @@ pub struct Composite {
     /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
     /// defeat the backoff).
     pub own_status_writes: Mutex<HashMap<String, String>>,
+    /// Each parent's last sync that wrote nothing, by its fingerprint.
+    pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
 }
 
 impl std::fmt::Debug for Composite {
@@ -364,6 +366,7 @@ impl Composite {
             last_applied: Mutex::default(),
             child_reports: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
+            unchanged_syncs: Mutex::default(),
         })
     }
 
@@ -381,6 +384,35 @@ impl Composite {
                 self.ctx.config.apply_strategy,
             )
             .unwrap_or(self.ctx.config.apply_strategy),
+        }
+    }
+
+    /// The `resyncAfterSeconds` of the parent's last sync that wrote nothing, when it had this
+    /// fingerprint: this sync would write nothing either.
+    pub fn known_unchanged(
+        &self,
+        parent: &Value,
+        fingerprint: crate::reconcile::unchanged::Fingerprint,
+    ) -> Option<f64> {
+        self.unchanged_syncs
+            .lock()
+            .ok()?
+            .resync_after(meta_str(parent, "uid"), fingerprint)
+    }
+
+    /// After a sync of `parent`: remembers its fingerprint when it wrote nothing (`Some`),
+    /// forgets the parent's entry otherwise.
+    pub fn remember_unchanged(
+        &self,
+        parent: &Value,
+        fingerprint: Option<crate::reconcile::unchanged::Fingerprint>,
+        resync_after: f64,
+    ) {
+        if let Ok(mut u) = self.unchanged_syncs.lock() {
+            match fingerprint {
+                Some(f) => u.remember(meta_str(parent, "uid"), f, resync_after),
+                None => u.forget(meta_str(parent, "uid")),
+            }
         }
     }
 

@@ -159,6 +159,9 @@ impl ParentController {
                 if let Ok(mut own) = self.c.own_status_writes.lock() {
                     own.remove(meta_str(old, "uid"));
                 }
+                if let Ok(mut u) = self.c.unchanged_syncs.lock() {
+                    u.forget(meta_str(old, "uid"));
+                }
             }
         }
     }

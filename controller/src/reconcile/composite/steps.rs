@@ -7,6 +7,7 @@ use std::borrow::Borrow;
 use serde_json::{Map, Value};
 
 use super::build::Composite;
+use crate::hook::HookClient;
 use crate::hook::wire::{self, SyncResponse};
 use crate::object::{describe, is_deleting, meta_str};
 use crate::reconcile::core::{SyncError, api_err};
@@ -45,10 +46,29 @@ pub(super) async fn call_hook<O: Borrow<Value>>(
     finalizing: bool,
     cache_key: &str,
 ) -> Result<SyncResponse, SyncError> {
-    let hook = match (&c.hooks.finalize, finalizing) {
+    let hook = chosen_hook(c, finalizing);
+    let body = call_hook_raw(c, parent, observed, related, finalizing, cache_key).await?;
+    Ok(hook.decode_sync(&body)?)
+}
+
+/// The sync hook, or the finalize hook when finalizing and there is one.
+pub(super) fn chosen_hook(c: &Composite, finalizing: bool) -> &HookClient {
+    match (&c.hooks.finalize, finalizing) {
         (Some(f), true) => f,
         _ => &c.hooks.sync,
-    };
+    }
+}
+
+/// [`call_hook`], the answer's bytes not yet decoded.
+pub(super) async fn call_hook_raw<O: Borrow<Value>>(
+    c: &Composite,
+    parent: &Value,
+    observed: &[O],
+    related: &Map<String, Value>,
+    finalizing: bool,
+    cache_key: &str,
+) -> Result<Vec<u8>, SyncError> {
+    let hook = chosen_hook(c, finalizing);
     let request = wire::SyncRequestRef {
         controller: &c.cc_json,
         parent,
@@ -61,5 +81,5 @@ pub(super) async fn call_hook<O: Borrow<Value>>(
         related,
         finalizing,
     };
-    Ok(hook.sync(cache_key, &request).await?)
+    Ok(hook.call(cache_key, &request).await?)
 }

@@ -4,6 +4,7 @@
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,14 +14,17 @@ use serde_json::Value;
 use super::build::Composite;
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
-use super::steps::{call_hook, parent_alive_cached, parent_alive_uncached};
+use super::steps::{call_hook_raw, chosen_hook, parent_alive_cached, parent_alive_uncached};
+use crate::hook::wire::SyncResponse;
 use crate::object::{
     controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
+use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
 use crate::reconcile::status;
+use crate::reconcile::unchanged::Fingerprint;
 use crate::runtime::cache::ObjKey;
 use crate::runtime::kapi;
 use crate::runtime::selector;
@@ -36,7 +40,7 @@ pub async fn sync_parent(
     };
     let fin = finalizer_name(&c.name);
     let selected = c.selected(&cached)?;
-    let Some(parent) = ensure_finalizer(c, cached, &fin).await? else {
+    let Some(parent) = ensure_finalizer(c, cached.clone(), &fin).await? else {
         return Ok(None);
     };
     let choice = decide::choose_hook(
@@ -52,63 +56,109 @@ pub async fn sync_parent(
     };
     let generate = c.cc.spec.generate_selector.unwrap_or(false);
     let selector = decide::parent_selector(&parent, generate)?;
-    let observed = claim_children(c, &parent, &selector).await?;
+    let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
-    let mut response = match &c.revisions {
+    let manage = decide::may_manage_children(&parent, finalizing, &fin);
+    let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
-        Some(rev) if decide::may_manage_children(&parent, finalizing, &fin) => {
+        Some(rev) if manage => {
             let (observed, related) = (&observed, &related);
-            revisions::sync_revisions(c, rev, &parent, &selector, observed, related, finalizing)
-                .await?
+            let response = revisions::sync_revisions(
+                c, rev, &parent, &selector, observed, related, finalizing,
+            )
+            .await?;
+            (response, None)
         }
         _ => {
-            call_hook(
-                c,
-                &parent,
-                &observed,
-                &related,
-                finalizing,
-                &cache_key(&parent),
-            )
-            .await?
+            let key = cache_key(&parent);
+            let body = call_hook_raw(c, &parent, &observed, &related, finalizing, &key).await?;
+            let may_skip = manage
+                && !finalizing
+                && !claim_wrote
+                && Arc::ptr_eq(&cached, &parent)
+                && c.child_set().strategy != ApplyStrategy::ServerSideApply;
+            let fingerprint = may_skip.then(|| Fingerprint::of(&body, &parent, &observed));
+            if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(&parent, f)) {
+                return Ok(resync_after(resync));
+            }
+            (chosen_hook(c, finalizing).decode_sync(&body)?, fingerprint)
         }
     };
+    let resync = response.resync_after_seconds;
+    let step = (&selector, fin.as_str(), finalizing);
+    match apply_response(c, &parent, &observed, response, step).await? {
+        Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
+        Applied::Wrote => c.remember_unchanged(&parent, None, resync),
+        Applied::ParentGone => return Ok(None),
+    }
+    Ok(resync_after(resync))
+}
+
+/// The hook's `resyncAfterSeconds` as a delay, when positive.
+fn resync_after(seconds: f64) -> Option<Duration> {
+    (seconds > 0.0)
+        .then(|| Duration::try_from_secs_f64(seconds).ok())
+        .flatten()
+}
+
+/// How a sync's answer was applied.
+enum Applied {
+    /// Nothing written, nothing reported.
+    Quiet,
+    /// Something was written or reported.
+    Wrote,
+    /// The parent was deleted while the hook was called: nothing created.
+    ParentGone,
+}
+
+/// Steps after the hook call: validate the desired children, manage them, write the status,
+/// release the finalizer when the finalize hook is done. `(selector, finalizer, finalizing)`.
+async fn apply_response<O: Borrow<Value>>(
+    c: &Composite,
+    parent: &Value,
+    observed: &[O],
+    mut response: SyncResponse,
+    (selector, fin, finalizing): (&LabelSelector, &str, bool),
+) -> Result<Applied, SyncError> {
     let desired = decide::validate_desired(
-        &parent,
+        parent,
         c.parent.namespaced,
         &c.declared,
-        &selector,
-        generate,
+        selector,
+        c.cc.spec.generate_selector.unwrap_or(false),
         std::mem::take(&mut response.children),
     )?;
-    if decide::may_manage_children(&parent, finalizing, &fin) {
+    let mut quiet = true;
+    if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
-        if !finalizing
-            && decide::creates_any(&observed, &desired)
-            && !parent_alive_cached(c, &parent)
+        if !finalizing && decide::creates_any(observed, &desired) && !parent_alive_cached(c, parent)
         {
             tracing::debug!("parent gone or being deleted: no children created");
-            return Ok(None);
+            return Ok(Applied::ParentGone);
         }
-        manage_children(&c.child_set(), &parent, &observed, &desired).await?;
+        quiet = manage_children(&c.child_set(), parent, observed, &desired).await?;
         c.ctx
             .config
             .metrics
-            .children(&c.name, meta_str(&parent, "uid"), desired.len());
+            .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
     let hook_status =
-        children::status_with_reports(&c.child_set(), &parent, response.status.as_ref());
-    let written = status::update_status(&c.ctx, &c.parent, &parent, hook_status.as_ref()).await?;
-    c.remember_status_write(&parent, written);
-    if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(&parent, &fin))
+        children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
+    let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
+    quiet &= written.is_none();
+    c.remember_status_write(parent, written);
+    if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
         == FinalizerAction::Remove
     {
-        status::set_finalizer(&c.ctx, &c.parent, &parent, &fin, false).await?;
+        status::set_finalizer(&c.ctx, &c.parent, parent, fin, false).await?;
+        quiet = false;
     }
-    Ok((response.resync_after_seconds > 0.0)
-        .then(|| Duration::try_from_secs_f64(response.resync_after_seconds).ok())
-        .flatten())
+    Ok(if quiet {
+        Applied::Quiet
+    } else {
+        Applied::Wrote
+    })
 }
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
@@ -131,16 +181,16 @@ async fn ensure_finalizer(
 }
 
 /// Step: observed children = owned matching children + adopted orphans; non-matching owned
-/// children are released.
+/// children are released. True with them when an adoption or release was written.
 async fn claim_children(
     c: &Composite,
     parent: &Value,
     selector: &LabelSelector,
-) -> Result<Vec<Arc<Value>>, SyncError> {
+) -> Result<(Vec<Arc<Value>>, bool), SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
     let mut observed = Vec::new();
-    let mut parent_checked = false;
+    let (mut parent_checked, mut wrote) = (false, false);
     for key in &c.child_keys {
         let Some(rule) = c.children.get(key) else {
             continue;
@@ -153,9 +203,10 @@ async fn claim_children(
             .filter(|child| ns.is_none_or(|n| n == meta_str(child, "namespace")));
         let plan = decide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
+        wrote |= !plan.adopt.is_empty() || !plan.release.is_empty();
         if !plan.adopt.is_empty() && !parent_checked {
             if !parent_alive_uncached(c, parent).await? {
-                return Ok(observed);
+                return Ok((observed, wrote));
             }
             parent_checked = true;
         }
@@ -168,7 +219,7 @@ async fn claim_children(
             release(c, rule, uid, selector, &child).await?;
         }
     }
-    Ok(observed)
+    Ok((observed, wrote))
 }
 
 /// Adopts an orphan that still matches the selector (re-checked on the live object); returns it

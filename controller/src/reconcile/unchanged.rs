@@ -1,0 +1,124 @@
+//! Syncs known to change nothing. A sync's writes are decided by the parent, its observed
+//! children and the hook's answer (the controller's own configuration is fixed for the life of
+//! a controller: a changed CompositeController builds a new one). When a sync with those three
+//! wrote nothing — no child, no status, no finalizer, nothing reported — a later sync that
+//! finds the same parent version, the same child versions and the same answer, byte for byte,
+//! would decide the same again; it is skipped after the hook call, before the answer is even
+//! decoded. This is what makes a periodic resync of an unchanged parent cheap. See
+//! docs/design/unchanged-syncs.md.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::Value;
+
+use crate::object::meta_str;
+
+/// What a sync's decisions depend on, hashed: the hook's answer as sent, the parent's uid and
+/// resourceVersion, and each observed child's uid and resourceVersion (in any order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+impl Fingerprint {
+    /// The fingerprint of a sync of `parent` observing `observed` to which the hook answered
+    /// `answer`.
+    pub fn of<O: Borrow<Value>>(answer: &[u8], parent: &Value, observed: &[O]) -> Fingerprint {
+        let version = |o: &Value| {
+            let mut h = DefaultHasher::new();
+            (meta_str(o, "uid"), meta_str(o, "resourceVersion")).hash(&mut h);
+            h.finish()
+        };
+        // a sum: the cache hands children out in no particular order
+        let children = observed
+            .iter()
+            .fold(0u64, |sum, o| sum.wrapping_add(version(o.borrow())));
+        let mut h = DefaultHasher::new();
+        answer.hash(&mut h);
+        version(parent).hash(&mut h);
+        (observed.len(), children).hash(&mut h);
+        Fingerprint(h.finish())
+    }
+}
+
+/// The last sync of each parent (by uid) that wrote nothing, and the resync it asked for.
+#[derive(Debug, Default)]
+pub struct UnchangedSyncs {
+    by_parent: HashMap<String, (Fingerprint, f64)>,
+}
+
+impl UnchangedSyncs {
+    /// The hook's `resyncAfterSeconds` when the last sync of the parent `uid` that wrote
+    /// nothing had this fingerprint: this sync would write nothing either.
+    pub fn resync_after(&self, uid: &str, fingerprint: Fingerprint) -> Option<f64> {
+        let (known, resync) = self.by_parent.get(uid)?;
+        (*known == fingerprint).then_some(*resync)
+    }
+
+    /// Records that the sync of the parent `uid` with `fingerprint` wrote nothing.
+    pub fn remember(&mut self, uid: &str, fingerprint: Fingerprint, resync_after: f64) {
+        self.by_parent
+            .insert(uid.to_owned(), (fingerprint, resync_after));
+    }
+
+    /// Forgets the parent `uid` (its sync wrote something, failed, or the parent is gone).
+    pub fn forget(&mut self, uid: &str) {
+        self.by_parent.remove(uid);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(uid: &str, rv: &str) -> Value {
+        json!({"metadata": {"name": "o", "uid": uid, "resourceVersion": rv}, "data": {"k": "v"}})
+    }
+
+    #[test]
+    fn the_fingerprint_changes_with_each_input_and_not_with_child_order() {
+        let parent = obj("p", "1");
+        let children = [obj("a", "1"), obj("b", "1")];
+        let base = Fingerprint::of(b"{\"children\":[]}", &parent, &children);
+        let reordered = [children[1].clone(), children[0].clone()];
+        assert_eq!(
+            base,
+            Fingerprint::of(b"{\"children\":[]}", &parent, &reordered)
+        );
+        let others = [
+            Fingerprint::of(b"{\"children\": []}", &parent, &children),
+            Fingerprint::of(b"{\"children\":[]}", &obj("p", "2"), &children),
+            Fingerprint::of(b"{\"children\":[]}", &obj("q", "1"), &children),
+            Fingerprint::of(
+                b"{\"children\":[]}",
+                &parent,
+                &[obj("a", "1"), obj("b", "2")],
+            ),
+            Fingerprint::of(b"{\"children\":[]}", &parent, &children[..1]),
+            Fingerprint::of(
+                b"{\"children\":[]}",
+                &parent,
+                &[obj("a", "1"), obj("c", "1")],
+            ),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(base, *other, "case {i}");
+        }
+    }
+
+    #[test]
+    fn only_the_remembered_fingerprint_answers() {
+        let mut u = UnchangedSyncs::default();
+        let f = Fingerprint::of(b"{}", &obj("p", "1"), &[obj("a", "1")]);
+        let g = Fingerprint::of(b"{}", &obj("p", "1"), &[obj("a", "2")]);
+        assert_eq!(u.resync_after("p", f), None);
+        u.remember("p", f, 30.0);
+        assert_eq!(u.resync_after("p", f), Some(30.0));
+        assert_eq!(u.resync_after("p", g), None);
+        assert_eq!(u.resync_after("q", f), None);
+        u.forget("p");
+        assert_eq!(u.resync_after("p", f), None);
+    }
+}
