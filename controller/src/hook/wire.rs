@@ -130,11 +130,17 @@ pub fn object_map_ref<'a>(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let group = group_key(av, kind);
-        let idx = match groups.iter().position(|(g, _)| *g == group) {
+        // `g == group_key(av, kind)` without building the key for every object
+        let is_group = |g: &str| {
+            g.len() == kind.len() + 1 + av.len()
+                && g.starts_with(kind)
+                && g.ends_with(av)
+                && g.as_bytes()[kind.len()] == b'.'
+        };
+        let idx = match groups.iter().position(|(g, _)| is_group(g)) {
             Some(i) => i,
             None => {
-                groups.push((group, Vec::new()));
+                groups.push((group_key(av, kind), Vec::new()));
                 groups.len() - 1
             }
         };
