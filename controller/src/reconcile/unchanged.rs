@@ -29,11 +29,8 @@ impl Fingerprint {
         // foldhash: several times faster than SipHash on an answer of kilobytes, and no
         // adversary here (a hook could only make its own parent's resyncs run in full)
         let hasher = FixedState::default();
-        let version = |o: &Value| {
-            let mut h = hasher.build_hasher();
-            (meta_str(o, "uid"), meta_str(o, "resourceVersion")).hash(&mut h);
-            h.finish()
-        };
+        let version =
+            |o: &Value| hasher.hash_one((meta_str(o, "uid"), meta_str(o, "resourceVersion")));
         // a sum: the cache hands children out in no particular order
         let children = observed
             .iter()
