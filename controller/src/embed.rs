@@ -302,7 +302,7 @@ impl Composite {
         let ctx = Context::new(self.client.clone(), self.config.clone());
         tokio::spawn(refresh_discovery(ctx.clone(), stop.clone()));
         loop {
-            if let Err(e) = ctx.resources.refresh(&ctx.client).await {
+            if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                 tracing::warn!(controller = %self.name, error = %e, "discovery failed");
             }
             match ParentController::build_in_process(ctx.clone(), cc.clone(), local.clone()).await {
@@ -347,7 +347,7 @@ async fn refresh_discovery(ctx: Arc<Context>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(ctx.config.discovery_interval) => {}
         }
-        if let Err(e) = ctx.resources.refresh(&ctx.client).await {
+        if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
             tracing::warn!(error = %e, "discovery refresh failed");
         }
     }

@@ -14,7 +14,7 @@ use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{self, RateLimit};
-use crate::reconcile::core::ManagerConfig;
+use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
 
 /// Where the pod's namespace is mounted in a cluster.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -209,8 +209,13 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         ..Probes::default()
     };
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
+    // Discovery has its own client (own token bucket), as Metacontroller's discovery client:
+    // a refresh every --discovery-interval does not spend the tokens of writes.
+    let discovery = ratelimit::client(kube_config.clone(), limits, metrics.clone())
+        .map_err(|e| RunError::Client(e.to_string()))?;
     let manager = ManagerConfig {
         pending_watches: probes.pending_watches.clone(),
+        discovery_client: DiscoveryClient(Some(discovery)),
         ..manager_config(&config, metrics.clone(), probes.synced.clone())
     };
     tracing::info!(

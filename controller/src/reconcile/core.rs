@@ -81,6 +81,23 @@ pub struct ManagerConfig {
     /// Prefix of the per-parent field managers of child writes. Default `metacontroller`
     /// (Metacontroller `--apply-strategy-ssa-field-manager`).
     pub ssa_field_manager: String,
+    /// The client discovery runs with. Default: none, the manager's client. `kmeta run` gives
+    /// discovery a client of its own (its own token bucket, as Metacontroller's discovery
+    /// client has), so periodic discovery does not spend the tokens of child and status writes.
+    pub discovery_client: DiscoveryClient,
+}
+
+/// A client for discovery only (see [`ManagerConfig::discovery_client`]).
+#[derive(Clone, Default)]
+pub struct DiscoveryClient(pub Option<kube::Client>);
+
+impl std::fmt::Debug for DiscoveryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "DiscoveryClient(own client)",
+            None => "DiscoveryClient(the manager's client)",
+        })
+    }
 }
 
 impl Default for ManagerConfig {
@@ -102,6 +119,7 @@ impl Default for ManagerConfig {
             events_burst: 25,
             apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
             ssa_field_manager: "metacontroller".into(),
+            discovery_client: DiscoveryClient::default(),
         }
     }
 }
@@ -134,6 +152,15 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
+    /// The client discovery runs with: its own when the configuration gives one.
+    pub fn discovery_client(&self) -> &kube::Client {
+        self.config
+            .discovery_client
+            .0
+            .as_ref()
+            .unwrap_or(&self.client)
+    }
+
     /// A context for `client`.
     pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
         let recorder = Recorder::new(

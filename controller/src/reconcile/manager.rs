@@ -253,7 +253,7 @@ async fn run_one<K: ControllerKind>(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(ctx.config.discovery_interval) => {
-                if let Err(e) = ctx.resources.refresh(&ctx.client).await {
+                if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                     tracing::warn!(error = %e, "discovery refresh failed");
                 }
             }
@@ -313,7 +313,7 @@ pub async fn run(
     stop: CancellationToken,
 ) -> Result<(), kube::Error> {
     let ctx = Context::new(client.clone(), config);
-    if let Err(e) = ctx.resources.refresh(&client).await {
+    if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
         tracing::warn!(error = %e, "initial discovery failed; retrying in the background");
     }
     {
@@ -325,7 +325,7 @@ pub async fn run(
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(ctx.config.discovery_interval) => {}
                 }
-                if let Err(e) = ctx.resources.refresh(&ctx.client).await {
+                if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                     tracing::warn!(error = %e, "discovery refresh failed");
                 }
             }

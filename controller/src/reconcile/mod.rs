@@ -19,4 +19,4 @@ pub(crate) mod status;
 pub(crate) mod unchanged;
 
 pub use apply::ApplyStrategy;
-pub use core::{Context, ManagerConfig};
+pub use core::{Context, DiscoveryClient, ManagerConfig};
