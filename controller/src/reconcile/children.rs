@@ -11,6 +11,11 @@ use serde_json::Value;
 
 use crate::api::{ChildUpdateMethod, DriftPolicy};
 use crate::object::{controller_uid, describe, meta_str};
+
+/// `metadata.<field>` as a string, if it is one.
+fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
+    crate::object::meta(obj, field).and_then(Value::as_str)
+}
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
@@ -275,9 +280,15 @@ async fn execute(
         ChildOp::Create(o) => (
             "creating",
             "create",
-            kapi::create_as(&api, o, &w.manager)
-                .await
-                .map(|stored| remember_last_applied(c, rule, w, o, &stored)),
+            kapi::create_as(&api, o, &w.manager).await.map(|stored| {
+                let m = &stored.metadata;
+                let version = (m.uid.as_deref(), m.resource_version.as_deref());
+                let text = m
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&rule.options.annotation));
+                remember_last_applied(c, rule, w, o, version, text.and_then(Value::as_str));
+            }),
         ),
         ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
             match apply_child(c, rule, w, o, out).await {
@@ -299,7 +310,9 @@ async fn execute(
             "update",
             kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
                 remember_ignored(c, o, &stored, &mut out.ignored);
-                remember_last_applied(c, rule, w, o, &stored);
+                let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
+                let text = annotation_text(&stored, &rule.options.annotation);
+                remember_last_applied(c, rule, w, o, version, text);
             }),
         ),
         ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
@@ -552,28 +565,33 @@ pub fn status_with_reports(
     apply::with_child_conditions(status, parent, &reports, &now)
 }
 
-/// After a create or update `sent` that the server stored with the last-applied annotation as
-/// sent: keeps what that annotation records for the stored version, so the child's next update
-/// does not parse it.
+/// After a create or update `sent` that the server stored (as the `(uid, resourceVersion)`
+/// version given) with the last-applied annotation text `stored_text`: when that is the text
+/// sent, keeps what it records for the stored version, so the child's next update does not parse
+/// it.
 fn remember_last_applied(
     c: &Children<'_>,
     rule: &ChildRule,
     w: &Writing<'_>,
     sent: &Value,
-    stored: &Value,
+    (uid, resource_version): (Option<&str>, Option<&str>),
+    stored_text: Option<&str>,
 ) {
+    let (Some(uid), Some(rv)) = (uid, resource_version) else {
+        return;
+    };
     let Some(want) = w.desired.get(&decide::child_key(sent)) else {
         return;
     };
     let sent_text = annotation_text(sent, &rule.options.annotation);
-    if sent_text.is_none() || sent_text != annotation_text(stored, &rule.options.annotation) {
+    if sent_text.is_none() || sent_text != stored_text {
         return;
     }
     if let (Ok(last), Ok(mut cache)) = (
         dynapply::recorded_last_applied(want, &rule.options),
         c.last_applied.lock(),
     ) {
-        cache.insert(stored, last);
+        cache.insert_version(uid, rv, last);
     }
 }
 

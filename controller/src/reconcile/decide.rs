@@ -180,7 +180,11 @@ pub fn claim_children<C: Borrow<Value>>(
 
 /// `child` with the parent's controllerRef appended (unless a ref with that UID exists).
 pub fn with_owner(child: &Value, parent: &Value) -> Value {
-    let mut out = child.clone();
+    add_owner(child.clone(), parent)
+}
+
+/// [`with_owner`] of a child the caller owns (no copy).
+pub fn add_owner(mut out: Value, parent: &Value) -> Value {
     let uid = meta_str(parent, "uid").to_owned();
     if let Some(m) = out.get_mut("metadata").and_then(Value::as_object_mut) {
         let refs = m
@@ -527,7 +531,7 @@ pub fn plan_children<'o, O: Borrow<Value>>(
         match observed.get(key) {
             None => {
                 let created = dynapply::prepare_create(want, opts).map_err(err)?;
-                ops.push(ChildOp::Create(with_owner(&created, parent)));
+                ops.push(ChildOp::Create(add_owner(created, parent)));
             }
             Some(obs) if is_deleting(obs) => {}
             Some(obs) => match update(obs, last_applied(obs, opts), want, opts).map_err(err)? {

@@ -57,12 +57,22 @@ impl LastAppliedCache {
     /// Records `last` as the last-applied configuration of the child `stored` (the object the
     /// API server answered a write with: its uid and new `resourceVersion`). An entry larger
     /// than the whole budget is not kept; past the budget every entry is dropped first.
+    #[cfg(test)]
     pub fn insert(&mut self, stored: &Value, last: Value) {
         self.insert_shared(stored, Arc::new(last));
     }
 
+    /// [`LastAppliedCache::insert`] for the child version `(uid, rv)`.
+    pub fn insert_version(&mut self, uid: &str, rv: &str, last: Value) {
+        self.insert_version_shared(uid, rv, Arc::new(last));
+    }
+
     fn insert_shared(&mut self, stored: &Value, last: Arc<Value>) {
         let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
+        self.insert_version_shared(uid, rv, last);
+    }
+
+    fn insert_version_shared(&mut self, uid: &str, rv: &str, last: Arc<Value>) {
         if uid.is_empty() || rv.is_empty() {
             return;
         }

@@ -41,13 +41,37 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 
 /// Sends `req` (tagged `verb` for kube's tracing) and decodes the answer straight into a `Value`:
 /// no `DynamicObject` in between.
-async fn send_raw(
+async fn send_raw<T: serde::de::DeserializeOwned>(
     api: &Api<DynamicObject>,
     mut req: http::Request<Vec<u8>>,
     verb: &'static str,
-) -> Result<Value, kube::Error> {
+) -> Result<T, kube::Error> {
     req.extensions_mut().insert(verb);
-    api.clone().into_client().request::<Value>(req).await
+    api.clone().into_client().request::<T>(req).await
+}
+
+/// What a write's answer says of the stored object's metadata, decoded without the rest of the
+/// object (which the caller already has: it sent it).
+#[derive(Debug, Default, Clone, PartialEq, serde::Deserialize)]
+pub struct Stored {
+    /// The stored object's metadata (the fields read; any other is skipped).
+    #[serde(default)]
+    pub metadata: StoredMeta,
+}
+
+/// See [`Stored`].
+#[derive(Debug, Default, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredMeta {
+    /// `metadata.uid`.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    #[serde(default)]
+    pub resource_version: Option<String>,
+    /// `metadata.annotations` (any JSON: not checked here).
+    #[serde(default)]
+    pub annotations: Option<serde_json::Map<String, Value>>,
 }
 
 fn body(obj: &Value) -> Result<Vec<u8>, kube::Error> {
@@ -219,12 +243,12 @@ fn post_params(field_manager: &str) -> PostParams {
     }
 }
 
-/// POST as `field_manager`.
+/// POST as `field_manager`; the answer's metadata only.
 pub async fn create_as(
     api: &Api<DynamicObject>,
     obj: &Value,
     field_manager: &str,
-) -> Result<Value, kube::Error> {
+) -> Result<Stored, kube::Error> {
     let req = request(api)
         .create(&post_params(field_manager), body(obj)?)
         .map_err(kube::Error::BuildRequest)?;
@@ -322,6 +346,32 @@ mod tests {
     fn label(o: &mut Value) -> bool {
         o["metadata"]["labels"] = json!({"adopted": "yes"});
         true
+    }
+
+    /// A create's answer is read for the stored version and annotations only; they are the
+    /// stored object's.
+    #[tokio::test]
+    async fn a_create_answers_the_stored_version_and_annotations() {
+        let server = kmeta_apiserver::TestServer::start().await.unwrap();
+        let (api, _) = configmap(&server).await;
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "d", "namespace": "default",
+                         "annotations": {"a": "{\"x\":1}", "b": ""}},
+            "data": {"big": "x".repeat(4096)}});
+        let stored = create_as(&api, &cm, "kmeta").await.unwrap();
+        let live = get(&api, "d").await.unwrap().unwrap();
+        assert_eq!(stored.metadata.uid.as_deref(), Some(meta_str(&live, "uid")));
+        assert_eq!(
+            stored.metadata.resource_version.as_deref(),
+            Some(meta_str(&live, "resourceVersion"))
+        );
+        let annotations = stored.metadata.annotations.unwrap();
+        assert_eq!(annotations["a"], "{\"x\":1}");
+        assert_eq!(annotations["b"], "");
+        // an answer of any other shape is still read (a create that worked is not an error)
+        let odd: Stored =
+            serde_json::from_value(json!({"metadata": {"annotations": null}, "kind": 1})).unwrap();
+        assert_eq!(odd, Stored::default());
     }
 
     /// A current cached copy is written as it is: one PUT, no GET.
