@@ -203,12 +203,8 @@ impl<'de> serde::Deserialize<'de> for Watched {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut value = Value::deserialize(d)?;
         if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            // kmeta never reads them, and a PUT without them keeps the server's copy; the map is
-            // rebuilt at its size (a removal would keep the room the decoder grew for them)
-            *m = std::mem::take(m)
-                .into_iter()
-                .filter(|(k, _)| k != "managedFields")
-                .collect();
+            // kmeta never reads them, and a PUT without them keeps the server's copy
+            m.shift_remove("managedFields");
         }
         let text = |field: &str| Some(meta_str(&value, field).to_owned()).filter(|s| !s.is_empty());
         let meta = ObjectMeta {
