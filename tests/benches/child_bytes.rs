@@ -1,6 +1,6 @@
 //! Memory per cached child: Deployment-shaped children (~1 KB and ~3.3 KB of JSON as the API
 //! server returns them, managedFields included) created on kmeta-apiserver, listed, and held
-//! the way the controller's cache holds them (decoded as `kmeta::Watched`, managedFields dropped),
+//! the way the controller's cache holds them (`cache::cached_value`, managedFields dropped),
 //! side by side with the whole object kept as decoded (the earlier form) and with a candidate
 //! compact form (`compact`: the cached object as compact JSON text plus the fields claim and
 //! selection read, parsed; measured to choose the cache's next representation, issue 15).
@@ -16,7 +16,7 @@
 use std::alloc::System;
 use std::sync::Arc;
 
-use kmeta::{Resolved, Watched};
+use kmeta::{Resolved, cached_value};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -110,24 +110,13 @@ fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
     let held: Vec<Held> = items
         .iter()
         .filter_map(|bytes| {
-            let cached = || {
-                serde_json::from_slice::<Watched>(bytes)
-                    .ok()?
-                    .into_cached(r)
-            };
+            let o: DynamicObject = serde_json::from_slice(bytes).ok()?;
             let held: Held = match form {
-                "cache" => Arc::new(cached()?),
-                "compact" => Arc::new(compact(&cached()?)?),
-                "text" => Arc::new(cached()?.to_string().into_boxed_str()),
-                "nothing" => Arc::new(
-                    serde_json::from_slice::<DynamicObject>(bytes)
-                        .ok()
-                        .map(|_| ()),
-                ),
-                _ => Arc::new(
-                    serde_json::to_value(serde_json::from_slice::<DynamicObject>(bytes).ok()?)
-                        .ok()?,
-                ),
+                "cache" => Arc::new(cached_value(o, r)?),
+                "compact" => Arc::new(compact(&cached_value(o, r)?)?),
+                "text" => Arc::new(cached_value(o, r)?.to_string().into_boxed_str()),
+                "nothing" => Arc::new(()),
+                _ => Arc::new(serde_json::to_value(o).ok()?),
             };
             Some(held)
         })
@@ -179,8 +168,8 @@ async fn measure(form: &str, containers: usize, env: usize) -> anyhow::Result<()
     };
     let text = items
         .iter()
-        .filter_map(|b| serde_json::from_slice::<Watched>(b).ok())
-        .filter_map(|o| o.into_cached(&r))
+        .filter_map(|b| serde_json::from_slice::<DynamicObject>(b).ok())
+        .filter_map(|o| cached_value(o, &r))
         .map(|v| v.to_string().len())
         .sum::<usize>() as f64
         / n as f64;
