@@ -436,9 +436,14 @@ pub enum Step {
     OnLatest,
 }
 
+/// The last-applied configuration of an observed child at its version, when known (see
+/// `reconcile::last_applied`); `None`: dynapply parses the child's annotation.
+pub type KnownLastApplied<'a> =
+    &'a (dyn Fn(&Value, &dynapply::Options) -> Option<std::sync::Arc<Value>> + Sync);
+
 /// What a rollout step reads: the rolling rules, the observed children and the latest revision's
 /// desired children in the hook's response order.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RolloutView<'a> {
     /// Rolling child types.
     pub rules: &'a RollingRules,
@@ -448,14 +453,34 @@ pub struct RolloutView<'a> {
     pub latest_order: &'a [ChildId],
     /// The latest revision's desired children.
     pub latest_desired: &'a HashMap<ChildId, Value>,
+    /// The last-applied configurations known per child version.
+    pub last_applied: KnownLastApplied<'a>,
 }
 
-/// Whether an update of `observed` to `desired` would change nothing.
-fn up_to_date(observed: &Value, desired: &Value, opts: &dynapply::Options) -> bool {
-    matches!(
-        dynapply::apply_update(observed, desired, opts),
-        Ok(dynapply::Outcome::Unchanged)
-    )
+impl std::fmt::Debug for RolloutView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RolloutView")
+            .field("rules", self.rules)
+            .field("observed", self.observed)
+            .field("latest_order", &self.latest_order)
+            .field("latest_desired", self.latest_desired)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether an update of `observed` to `desired` would change nothing (with the child's known
+/// last-applied configuration, else its annotation parsed).
+fn up_to_date(
+    observed: &Value,
+    desired: &Value,
+    opts: &dynapply::Options,
+    last_applied: KnownLastApplied<'_>,
+) -> bool {
+    let outcome = match last_applied(observed, opts) {
+        Some(last) => dynapply::apply_update_with(observed, Some(&last), desired, opts),
+        None => dynapply::apply_update(observed, desired, opts),
+    };
+    matches!(outcome, Ok(dynapply::Outcome::Unchanged))
 }
 
 /// The rollout of one sync (`syncRollingUpdate`): reconciles the claims, gives the latest
@@ -472,7 +497,7 @@ pub fn roll(revisions: &mut [Vec<ControllerRevisionChildren>], view: RolloutView
             None => true,
             Some(0) => false,
             Some(_) => match (view.observed.get(id), view.latest_desired.get(id)) {
-                (Some(obs), Some(want)) => up_to_date(obs, want, &r.options),
+                (Some(obs), Some(want)) => up_to_date(obs, want, &r.options, view.last_applied),
                 _ => false,
             },
         };
@@ -536,7 +561,7 @@ pub fn ready_to_continue(
             let updated = view
                 .latest_desired
                 .get(&id)
-                .is_some_and(|want| up_to_date(child, want, &r.options));
+                .is_some_and(|want| up_to_date(child, want, &r.options, view.last_applied));
             if !updated {
                 return Err(format!("child {kind} {name} is not updated yet"));
             }
@@ -799,8 +824,35 @@ mod tests {
                 observed: &self.observed,
                 latest_order: &self.order,
                 latest_desired: &self.desired,
+                last_applied: &|_, _| None,
             }
         }
+    }
+
+    #[test]
+    fn up_to_date_consults_the_known_last_applied_and_answers_the_same() {
+        let opts = dynapply::Options::default();
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
+        let live = dynapply::prepare_create(&first, &opts).unwrap();
+        let known = std::sync::Arc::new(dynapply::recorded_last_applied(&first, &opts).unwrap());
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let lookup = |_: &Value, _: &dynapply::Options| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Some(known.clone())
+        };
+        let smaller = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"a": "1"}});
+        for want in [&first, &smaller] {
+            assert_eq!(
+                up_to_date(&live, want, &opts, &lookup),
+                up_to_date(&live, want, &opts, &|_, _| None),
+                "{want}"
+            );
+        }
+        assert!(up_to_date(&live, &first, &opts, &|_, _| None));
+        assert!(!up_to_date(&live, &smaller, &opts, &|_, _| None));
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::hook::wire::SyncResponse;
 use crate::object::{controller_ref, describe, is_deleting, meta_str};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, owner_reference};
+use crate::reconcile::last_applied;
 use crate::reconcile::rollout::{self, ChildId, RolloutError, RolloutView};
 use crate::runtime::kapi;
 use crate::runtime::selector;
@@ -60,7 +61,7 @@ pub(super) async fn sync_revisions<O: Borrow<Value> + Sync>(
         )?);
     }
     let mut claims: Vec<_> = revisions.iter().map(|r| r.children.clone()).collect();
-    let step = roll(rev, observed, &responses, &desired, &mut claims);
+    let step = roll(c, rev, observed, &responses, &desired, &mut claims);
     let keep = rollout::keep_revisions(&claims);
     persist(c, rev, parent, &revisions, &claims, &keep).await?;
     combine(&revisions, responses, desired, &claims, &keep, &step)
@@ -68,6 +69,7 @@ pub(super) async fn sync_revisions<O: Borrow<Value> + Sync>(
 
 /// The rollout step over the latest revision's answer.
 fn roll<O: Borrow<Value>>(
+    c: &Composite,
     rev: &Revisions,
     observed: &[O],
     responses: &[SyncResponse],
@@ -93,6 +95,7 @@ fn roll<O: Borrow<Value>>(
             observed: &observed,
             latest_order: &latest_order,
             latest_desired: &latest_desired,
+            last_applied: &|obs, opts| last_applied::known_or_parsed(&c.last_applied, obs, opts),
         },
     )
 }
