@@ -46,3 +46,145 @@ pub fn describe(obj: &Value) -> String {
         ns => format!("{kind} {ns}/{}", meta_str(obj, "name")),
     }
 }
+
+/// What claims, indexes, selectors, hook request maps and fingerprints read of an object, from
+/// either form the caches hold it in: a decoded JSON value, or the compact form of cached
+/// children (`runtime::compact::Compact`, its identity parsed and its body kept as JSON text).
+pub trait ObjectView {
+    /// `apiVersion` ("" when absent).
+    fn api_version(&self) -> &str;
+    /// `kind` ("" when absent).
+    fn kind(&self) -> &str;
+    /// `metadata.name` ("" when absent).
+    fn name(&self) -> &str;
+    /// `metadata.namespace` ("" when absent or cluster-scoped).
+    fn namespace(&self) -> &str;
+    /// `metadata.uid` ("" when absent).
+    fn uid(&self) -> &str;
+    /// `metadata.resourceVersion` ("" when absent).
+    fn resource_version(&self) -> &str;
+    /// The string label `key` (labels that are not strings are not labels).
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The controller owner reference (`controller: true`), if any.
+    fn controller(&self) -> Option<OwnerView<'_>>;
+    /// True when `metadata.deletionTimestamp` is set.
+    fn deleting(&self) -> bool;
+}
+
+/// The fields of an owner reference kmeta reads ("" when absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerView<'a> {
+    /// `apiVersion`.
+    pub api_version: &'a str,
+    /// `kind`.
+    pub kind: &'a str,
+    /// `name`.
+    pub name: &'a str,
+    /// `uid`.
+    pub uid: &'a str,
+}
+
+impl<'a> OwnerView<'a> {
+    /// The fields of the owner reference `r`.
+    pub fn of(r: &'a Value) -> OwnerView<'a> {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+        OwnerView {
+            api_version: s("apiVersion"),
+            kind: s("kind"),
+            name: s("name"),
+            uid: s("uid"),
+        }
+    }
+}
+
+impl ObjectView for Value {
+    fn api_version(&self) -> &str {
+        self.get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+    fn kind(&self) -> &str {
+        self.get("kind").and_then(Value::as_str).unwrap_or_default()
+    }
+    fn name(&self) -> &str {
+        meta_str(self, "name")
+    }
+    fn namespace(&self) -> &str {
+        meta_str(self, "namespace")
+    }
+    fn uid(&self) -> &str {
+        meta_str(self, "uid")
+    }
+    fn resource_version(&self) -> &str {
+        meta_str(self, "resourceVersion")
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        meta(self, "labels")?.get(key)?.as_str()
+    }
+    fn controller(&self) -> Option<OwnerView<'_>> {
+        controller_ref(self).map(OwnerView::of)
+    }
+    fn deleting(&self) -> bool {
+        is_deleting(self)
+    }
+}
+
+impl<T: ObjectView + ?Sized> ObjectView for &T {
+    fn api_version(&self) -> &str {
+        (**self).api_version()
+    }
+    fn kind(&self) -> &str {
+        (**self).kind()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn namespace(&self) -> &str {
+        (**self).namespace()
+    }
+    fn uid(&self) -> &str {
+        (**self).uid()
+    }
+    fn resource_version(&self) -> &str {
+        (**self).resource_version()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+    fn controller(&self) -> Option<OwnerView<'_>> {
+        (**self).controller()
+    }
+    fn deleting(&self) -> bool {
+        (**self).deleting()
+    }
+}
+
+impl<T: ObjectView + ?Sized> ObjectView for std::sync::Arc<T> {
+    fn api_version(&self) -> &str {
+        (**self).api_version()
+    }
+    fn kind(&self) -> &str {
+        (**self).kind()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn namespace(&self) -> &str {
+        (**self).namespace()
+    }
+    fn uid(&self) -> &str {
+        (**self).uid()
+    }
+    fn resource_version(&self) -> &str {
+        (**self).resource_version()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+    fn controller(&self) -> Option<OwnerView<'_>> {
+        (**self).controller()
+    }
+    fn deleting(&self) -> bool {
+        (**self).deleting()
+    }
+}

@@ -1,12 +1,12 @@
 //! Memory per cached child: Deployment-shaped children (~1 KB and ~3.3 KB of JSON as the API
 //! server returns them, managedFields included) created on kmeta-apiserver, listed, and held
-//! the way the controller's cache holds them (`cache::cached_value`, managedFields dropped),
-//! side by side with the whole object kept as decoded (the earlier form) and with a candidate
-//! compact form (`compact`: the cached object as compact JSON text plus the fields claim and
-//! selection read, parsed; measured to choose the cache's next representation, issue 15).
-//! `nothing` holds no child (an empty `Arc` each): the baseline the method itself shows (the
-//! `Vec` of handles and the empty `Arc`s, ~40 B per child); `text`
-//! (run alone with `KMETA_CHILD_BYTES_RUN=text,1,1`) only the compact JSON text.
+//! the way the controller's cache holds them (`cache`: [`kmeta::Compact`], the JSON text
+//! without managedFields plus the identity claims and indexes read, parsed), side by side with
+//! the earlier forms: the whole object kept as decoded (`decoded`) and the decoded value without
+//! managedFields (`value`, `kmeta::cached_value`: what parents and related objects are still held
+//! as). `nothing` holds no child (an empty `Arc` each): the baseline the method itself shows (the
+//! `Vec` of handles and the empty `Arc`s, ~40 B per child); `text` (run alone with
+//! `KMETA_CHILD_BYTES_RUN=text,1,1`) only the compact JSON text.
 //!
 //! `cargo bench -p kmeta-tests --bench child_bytes` (env `KMETA_BENCH_CHILDREN`, default
 //! 10 000). Each form is measured in a fresh process: the heap bytes requested and not freed
@@ -16,7 +16,7 @@
 use std::alloc::System;
 use std::sync::Arc;
 
-use kmeta::{Resolved, cached_value};
+use kmeta::{Compact, Resolved, cached_value};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -50,58 +50,6 @@ fn deployment(name: &str, containers: usize, env: usize) -> Value {
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": cs}}}})
 }
 
-/// The candidate compact form of a cached child: its JSON text, and parsed only what claim and
-/// selection read without a sync (identity, labels, owner references, deletion).
-#[allow(dead_code)] // held to be measured, never read
-struct Compact {
-    json: Box<str>,
-    uid: Box<str>,
-    name: Box<str>,
-    namespace: Box<str>,
-    resource_version: Box<str>,
-    labels: Box<[(Box<str>, Box<str>)]>,
-    /// Owner uid and whether it is the controller.
-    owners: Box<[(Box<str>, bool)]>,
-    deleting: bool,
-}
-
-fn compact(v: &Value) -> Option<Compact> {
-    let meta = v.get("metadata")?;
-    let text = |k: &str| -> Box<str> { meta.get(k).and_then(Value::as_str).unwrap_or("").into() };
-    let labels = meta
-        .get("labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.as_str().into(), v.as_str().unwrap_or("").into()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let owners = meta
-        .get("ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter()
-                .map(|o| {
-                    let uid = o.get("uid").and_then(Value::as_str).unwrap_or("");
-                    let controller = o.get("controller").and_then(Value::as_bool);
-                    (uid.into(), controller.unwrap_or(false))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Some(Compact {
-        json: serde_json::to_string(v).ok()?.into_boxed_str(),
-        uid: text("uid"),
-        name: text("name"),
-        namespace: text("namespace"),
-        resource_version: text("resourceVersion"),
-        labels,
-        owners,
-        deleting: meta.get("deletionTimestamp").is_some(),
-    })
-}
-
 /// Holds every listed child in `form` and returns the resident growth per child.
 fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
     type Held = Arc<dyn std::any::Any + Send + Sync>;
@@ -112,8 +60,8 @@ fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
         .filter_map(|bytes| {
             let o: DynamicObject = serde_json::from_slice(bytes).ok()?;
             let held: Held = match form {
-                "cache" => Arc::new(cached_value(o, r)?),
-                "compact" => Arc::new(compact(&cached_value(o, r)?)?),
+                "cache" => Arc::new(Compact::from_watched(o, r).ok()?),
+                "value" => Arc::new(cached_value(o, r)?),
                 "text" => Arc::new(cached_value(o, r)?.to_string().into_boxed_str()),
                 "nothing" => Arc::new(()),
                 _ => Arc::new(serde_json::to_value(o).ok()?),
@@ -197,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let me = std::env::current_exe()?;
     for (c, e) in [(1, 1), (2, 6)] {
-        for form in ["nothing", "decoded", "cache", "compact"] {
+        for form in ["nothing", "decoded", "value", "cache"] {
             let status = std::process::Command::new(&me)
                 .env("KMETA_CHILD_BYTES_RUN", format!("{form},{c},{e}"))
                 .status()?;

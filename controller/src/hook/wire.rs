@@ -15,7 +15,7 @@ pub use kmeta_wire::{
 };
 
 use crate::api::{Hook, HookVersion, ResponseUnmarshallMode};
-use crate::object::meta_str;
+use crate::object::{ObjectView, meta_str};
 
 /// A hook response that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -56,9 +56,9 @@ pub enum WireError {
 /// The key of one object inside a group: v1 uses `name`, or `namespace/name` for a namespaced
 /// object seen by a cluster-scoped parent; v2 always uses `namespace/name` for namespaced objects
 /// and `name` for cluster-scoped ones.
-pub fn object_key(version: HookVersion, parent_namespaced: bool, obj: &Value) -> String {
-    let name = meta_str(obj, "name");
-    let namespace = Some(meta_str(obj, "namespace")).filter(|ns| !ns.is_empty());
+pub fn object_key(version: HookVersion, parent_namespaced: bool, obj: &impl ObjectView) -> String {
+    let name = obj.name();
+    let namespace = Some(obj.namespace()).filter(|ns| !ns.is_empty());
     match (namespace, version) {
         (Some(ns), HookVersion::V2) => format!("{ns}/{name}"),
         (Some(ns), HookVersion::V1) if !parent_namespaced => format!("{ns}/{name}"),
@@ -96,18 +96,18 @@ pub fn object_map<'a>(
 /// An object map (`children`) borrowed from the observed objects: it serializes to the same
 /// JSON as [`object_map`] without copying an object. Groups and objects keep their order.
 #[derive(Debug)]
-pub struct ObjectMapRef<'a>(Vec<(String, Vec<(String, &'a Value)>)>);
+pub struct ObjectMapRef<'a, T = Value>(Vec<(String, Vec<(String, &'a T)>)>);
 
 /// One group of an [`ObjectMapRef`].
-struct GroupRef<'b, 'a>(&'b [(String, &'a Value)]);
+struct GroupRef<'b, 'a, T>(&'b [(String, &'a T)]);
 
-impl Serialize for GroupRef<'_, '_> {
+impl<T: Serialize> Serialize for GroupRef<'_, '_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.0.iter().map(|(k, v)| (k, *v)))
     }
 }
 
-impl Serialize for ObjectMapRef<'_> {
+impl<T: Serialize> Serialize for ObjectMapRef<'_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.0.iter().map(|(g, objs)| (g, GroupRef(objs))))
     }
@@ -115,21 +115,17 @@ impl Serialize for ObjectMapRef<'_> {
 
 /// [`object_map`] by reference: one (possibly empty) entry per declared group, then every
 /// object under its group (a later object with the same key replaces an earlier one).
-pub fn object_map_ref<'a>(
+pub fn object_map_ref<'a, T: ObjectView>(
     version: HookVersion,
     parent_namespaced: bool,
     declared: &[String],
-    objects: impl IntoIterator<Item = &'a Value>,
-) -> ObjectMapRef<'a> {
-    let mut groups: Vec<(String, Vec<(String, &'a Value)>)> =
+    objects: impl IntoIterator<Item = &'a T>,
+) -> ObjectMapRef<'a, T> {
+    let mut groups: Vec<(String, Vec<(String, &'a T)>)> =
         declared.iter().map(|g| (g.clone(), Vec::new())).collect();
     let mut slots: HashMap<(usize, String), usize> = HashMap::new();
     for obj in objects {
-        let av = obj
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let (av, kind) = (obj.api_version(), obj.kind());
         // `g == group_key(av, kind)` without building the key for every object
         let is_group = |g: &str| {
             g.len() == kind.len() + 1 + av.len()
@@ -160,13 +156,13 @@ pub fn object_map_ref<'a>(
 /// The sync/finalize request body by reference: the same JSON as [`sync_request`], encoded
 /// straight from the cached parent, children and related objects (nothing is copied).
 #[derive(Debug, Serialize)]
-pub struct SyncRequestRef<'a> {
+pub struct SyncRequestRef<'a, T: Serialize = Value> {
     /// The CompositeController object.
     pub controller: &'a Value,
     /// The parent.
     pub parent: &'a Value,
     /// Observed children.
-    pub children: ObjectMapRef<'a>,
+    pub children: ObjectMapRef<'a, T>,
     /// Related objects.
     pub related: &'a Map<String, Value>,
     /// True for the finalize hook.

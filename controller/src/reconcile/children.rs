@@ -21,6 +21,7 @@ use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
 use crate::reconcile::last_applied::{self, LastAppliedCache};
 use crate::runtime::cache::Informer;
+use crate::runtime::compact::Compact;
 use crate::runtime::kapi;
 use crate::runtime::resources::Resolved;
 
@@ -28,8 +29,8 @@ use crate::runtime::resources::Resolved;
 pub struct ChildRule {
     /// The resolved resource.
     pub resolved: Resolved,
-    /// The shared watch.
-    pub informer: Arc<Informer>,
+    /// The shared watch (children held compact).
+    pub informer: Arc<Informer<Compact>>,
     /// Update method.
     pub method: ChildUpdateMethod,
     /// dynapply options with the list rules of this type.

@@ -26,7 +26,7 @@ use crate::ops::ratelimit::{RateLimit, TokenBucket};
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::DecideError;
 use crate::reconcile::rollout::RolloutError;
-use crate::runtime::cache::{Change, Informer, Informers, ObjKey, PendingWatches};
+use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
@@ -296,6 +296,9 @@ pub enum SyncError {
     /// version (requeued without an event).
     #[error("{0} changed since it was read; syncing again")]
     Stale(String),
+    /// A cached object could not be encoded or parsed.
+    #[error(transparent)]
+    Cached(#[from] crate::runtime::compact::CompactError),
     /// A related-resource rule is invalid or unresolvable.
     #[error("customize: {0}")]
     Related(String),
@@ -338,7 +341,7 @@ pub trait Reconciler: Send + Sync + 'static {
     fn cached(&self, key: &Self::Key) -> Option<Arc<Value>>;
     /// The watches a sync reads (the parent's and every child's): a sync runs only once each
     /// has finished its first list, as client-go's `WaitForCacheSync` before workers start.
-    fn watches(&self) -> Vec<Arc<Informer>>;
+    fn watches(&self) -> Vec<Arc<dyn Watch>>;
     /// One sync of the object at `key`; returns when to sync it again (if sooner than an event).
     fn sync(
         self: &Arc<Self>,
@@ -362,20 +365,20 @@ pub struct Triggers {
 impl Triggers {
     /// Calls `on_change` for every change `informer` broadcasts from now on, and `on_lag` when
     /// changes were missed (the handler fell behind): the owner then enqueues everything.
-    pub fn watch(
+    pub fn watch<T: Form>(
         &mut self,
-        informer: &Informer,
-        on_change: impl Fn(&Change) + Send + 'static,
+        informer: &Informer<T>,
+        on_change: impl Fn(&Change<T>) + Send + 'static,
         on_lag: impl Fn() + Send + 'static,
     ) {
         self.watch_receiver(informer.subscribe(), on_change, on_lag);
     }
 
     /// As [`Triggers::watch`], for a receiver subscribed earlier (no change since is lost).
-    pub fn watch_receiver(
+    pub fn watch_receiver<T: Form>(
         &mut self,
-        mut rx: broadcast::Receiver<Change>,
-        on_change: impl Fn(&Change) + Send + 'static,
+        mut rx: broadcast::Receiver<Change<T>>,
+        on_change: impl Fn(&Change<T>) + Send + 'static,
         on_lag: impl Fn() + Send + 'static,
     ) {
         self.tasks.spawn(async move {
@@ -564,7 +567,10 @@ pub const WATCH_SYNC_DEADLINE: Duration = Duration::from_secs(30);
 /// Waits until every watch has finished its first list; `Err` names the first one that has not
 /// within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
 /// the old objects until the new list replaces them, so no sync sees an emptied cache.
-pub async fn wait_for_watches(watches: &[Arc<Informer>], deadline: Duration) -> Result<(), String> {
+pub async fn wait_for_watches(
+    watches: &[Arc<dyn Watch>],
+    deadline: Duration,
+) -> Result<(), String> {
     let until = tokio::time::Instant::now() + deadline;
     for w in watches {
         if w.is_synced() {

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::ChildUpdateMethod;
 use crate::hook::wire::group_key;
-use crate::object::{controller_ref, describe, has_finalizer, is_deleting, meta, meta_str};
+use crate::object::{ObjectView, describe, has_finalizer, is_deleting, meta, meta_str};
 use crate::runtime::selector::{self, SelectorError};
 
 /// The generated-selector label.
@@ -116,9 +116,14 @@ pub enum Claim {
 }
 
 /// `ClaimObject` of Kubernetes' controller ref manager.
-pub fn claim_child(parent_uid: &str, parent_deleting: bool, matches: bool, child: &Value) -> Claim {
-    match controller_ref(child) {
-        Some(r) if r.get("uid").and_then(Value::as_str) == Some(parent_uid) => {
+pub fn claim_child(
+    parent_uid: &str,
+    parent_deleting: bool,
+    matches: bool,
+    child: &impl ObjectView,
+) -> Claim {
+    match child.controller() {
+        Some(r) if r.uid == parent_uid => {
             if matches {
                 Claim::Owned
             } else if parent_deleting {
@@ -128,7 +133,7 @@ pub fn claim_child(parent_uid: &str, parent_deleting: bool, matches: bool, child
             }
         }
         Some(_) => Claim::Ignore,
-        None if parent_deleting || is_deleting(child) || !matches => Claim::Ignore,
+        None if parent_deleting || child.deleting() || !matches => Claim::Ignore,
         None => Claim::Adopt,
     }
 }
@@ -157,7 +162,7 @@ impl<C> Default for ClaimPlan<C> {
 
 /// Decides claims for every candidate. Candidates are moved into the plan as they are (the
 /// cache's shared objects: no copy); the ones ignored are dropped.
-pub fn claim_children<C: Borrow<Value>>(
+pub fn claim_children<C: ObjectView>(
     parent: &Value,
     selector: &LabelSelector,
     candidates: impl IntoIterator<Item = C>,
@@ -166,9 +171,8 @@ pub fn claim_children<C: Borrow<Value>>(
     let deleting = is_deleting(parent);
     let mut plan = ClaimPlan::default();
     for c in candidates {
-        let child = c.borrow();
-        let m = selector::matches_object(selector, child)?;
-        match claim_child(uid, deleting, m, child) {
+        let m = selector::matches_object(selector, &c)?;
+        match claim_child(uid, deleting, m, &c) {
             Claim::Owned => plan.owned.push(c),
             Claim::Adopt => plan.adopt.push(c),
             Claim::Release => plan.release.push(c),
@@ -856,6 +860,7 @@ mod tests {
         );
     }
     use super::*;
+    use crate::object::controller_ref;
 
     #[test]
     fn sync_failure_condition_is_written_once_and_keeps_other_status() {

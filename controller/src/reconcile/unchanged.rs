@@ -7,7 +7,6 @@
 //! decoded. This is what makes a periodic resync of an unchanged parent cheap. See
 //! docs/design/unchanged-syncs.md.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 
@@ -15,7 +14,7 @@ use foldhash::quality::FixedState;
 
 use serde_json::Value;
 
-use crate::object::meta_str;
+use crate::object::ObjectView;
 
 /// What a sync's decisions depend on, hashed: the hook's answer as sent, the parent's uid and
 /// resourceVersion, and each observed child's uid and resourceVersion (in any order).
@@ -25,16 +24,15 @@ pub struct Fingerprint(u64);
 impl Fingerprint {
     /// The fingerprint of a sync of `parent` observing `observed` to which the hook answered
     /// `answer`.
-    pub fn of<O: Borrow<Value>>(answer: &[u8], parent: &Value, observed: &[O]) -> Fingerprint {
+    pub fn of<O: ObjectView>(answer: &[u8], parent: &Value, observed: &[O]) -> Fingerprint {
         // foldhash: several times faster than SipHash on an answer of kilobytes, and no
         // adversary here (a hook could only make its own parent's resyncs run in full)
         let hasher = FixedState::default();
-        let version =
-            |o: &Value| hasher.hash_one((meta_str(o, "uid"), meta_str(o, "resourceVersion")));
+        let version = |o: &dyn ObjectView| hasher.hash_one((o.uid(), o.resource_version()));
         // a sum: the cache hands children out in no particular order
         let children = observed
             .iter()
-            .fold(0u64, |sum, o| sum.wrapping_add(version(o.borrow())));
+            .fold(0u64, |sum, o| sum.wrapping_add(version(o)));
         let mut h = hasher.build_hasher();
         answer.hash(&mut h);
         version(parent).hash(&mut h);

@@ -1,7 +1,8 @@
 //! Shared, reference-counted watches per resource (`apiVersion/plural`), each with a store
 //! indexed by controller-owner UID and by orphans, and a broadcast of changes.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, watch};
 
-use crate::object::{controller_uid, meta_str};
+use crate::object::ObjectView;
+use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
 
 /// `(namespace, name)`; namespace is "" for cluster-scoped objects.
@@ -22,31 +24,74 @@ pub type ObjKey = (String, String);
 /// and resync everything): 4096 changes.
 pub const CHANGE_BUFFER: usize = 4096;
 
+/// The form a watch holds its objects in: decoded JSON values (parents, targets, related
+/// objects, revisions: read whole by every sync) or [`Compact`] (children: held in numbers,
+/// read mostly by their identity). A resource watched in both forms has two watches.
+pub trait Form: ObjectView + Send + Sync + Sized + 'static {
+    /// The cached form of a watched object; `None` (logged) when it cannot be made.
+    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self>;
+}
+
+impl Form for Value {
+    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+        cached_value(obj, r)
+    }
+}
+
+impl Form for Compact {
+    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+        Compact::from_watched(obj, r)
+            .map_err(|e| tracing::warn!(resource = %r.watch_key(), error = %e, "watched object not cached"))
+            .ok()
+    }
+}
+
 /// One observed change.
-#[derive(Debug, Clone)]
-pub enum Change {
+#[derive(Debug)]
+pub enum Change<T = Value> {
     /// Added or modified (`old` is the previous cached version).
     Applied {
         /// Previous version.
-        old: Option<Arc<Value>>,
+        old: Option<Arc<T>>,
         /// New version.
-        new: Arc<Value>,
+        new: Arc<T>,
     },
     /// Removed.
-    Deleted(Arc<Value>),
+    Deleted(Arc<T>),
 }
 
-#[derive(Default)]
-struct State {
-    objects: HashMap<ObjKey, Arc<Value>>,
+impl<T> Clone for Change<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Applied { old, new } => Change::Applied {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Change::Deleted(o) => Change::Deleted(o.clone()),
+        }
+    }
+}
+
+struct State<T> {
+    objects: HashMap<ObjKey, Arc<T>>,
     by_owner: HashMap<String, HashSet<ObjKey>>,
     /// Ordered by (namespace, name): one namespace's orphans are a range, not a scan of all.
     orphans: BTreeSet<ObjKey>,
 }
 
-impl State {
-    fn unindex(&mut self, key: &ObjKey, obj: &Value) {
-        match controller_uid(obj) {
+impl<T> Default for State<T> {
+    fn default() -> Self {
+        State {
+            objects: HashMap::new(),
+            by_owner: HashMap::new(),
+            orphans: BTreeSet::new(),
+        }
+    }
+}
+
+impl<T: ObjectView> State<T> {
+    fn unindex(&mut self, key: &ObjKey, obj: &T) {
+        match obj.controller().map(|c| c.uid) {
             Some(uid) => {
                 if let Some(s) = self.by_owner.get_mut(uid) {
                     s.remove(key);
@@ -60,10 +105,10 @@ impl State {
             }
         }
     }
-    fn insert(&mut self, obj: Arc<Value>) -> Option<Arc<Value>> {
-        let key = obj_key(&obj);
+    fn insert(&mut self, obj: Arc<T>) -> Option<Arc<T>> {
+        let key = obj_key(&*obj);
         let old = self.remove(&key);
-        match controller_uid(&obj) {
+        match obj.controller().map(|c| c.uid) {
             Some(uid) => {
                 self.by_owner
                     .entry(uid.to_owned())
@@ -79,7 +124,7 @@ impl State {
     }
     /// Orphans in `namespace` (all when `None`): a range of the ordered index, so a parent's
     /// sync costs its own namespace's orphans, not every orphan of the cluster.
-    fn orphans_in(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+    fn orphans_in(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         let keys: Box<dyn Iterator<Item = &ObjKey>> = match namespace {
             None => Box::new(self.orphans.iter()),
             Some(n) => Box::new(
@@ -90,7 +135,7 @@ impl State {
         };
         keys.filter_map(|k| self.objects.get(k).cloned()).collect()
     }
-    fn remove(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
+    fn remove(&mut self, key: &ObjKey) -> Option<Arc<T>> {
         let old = self.objects.remove(key)?;
         self.unindex(key, &old);
         Some(old)
@@ -98,64 +143,66 @@ impl State {
 }
 
 /// The store key of an object.
-pub fn obj_key(obj: &Value) -> ObjKey {
-    (
-        meta_str(obj, "namespace").to_owned(),
-        meta_str(obj, "name").to_owned(),
-    )
+pub fn obj_key(obj: &impl ObjectView) -> ObjKey {
+    (obj.namespace().to_owned(), obj.name().to_owned())
 }
 
 /// The watches that have not finished their first list, by watch key (`apiVersion/plural`):
 /// what the readiness probe names while the caches are not synced.
 #[derive(Debug, Default)]
-pub struct PendingWatches(Mutex<BTreeSet<String>>);
+pub struct PendingWatches(Mutex<BTreeMap<String, usize>>);
 
 impl PendingWatches {
     /// The waiting watches, sorted.
     pub fn list(&self) -> Vec<String> {
         self.0
             .lock()
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.keys().cloned().collect())
             .unwrap_or_default()
     }
 
+    /// One more (`pending`) or one fewer watch of `key` waits (a resource may be watched in
+    /// both forms).
     fn set(&self, key: &str, pending: bool) {
         if let Ok(mut s) = self.0.lock() {
             if pending {
-                s.insert(key.to_owned());
-            } else {
-                s.remove(key);
+                *s.entry(key.to_owned()).or_default() += 1;
+            } else if let Some(n) = s.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    s.remove(key);
+                }
             }
         }
     }
 }
 
-struct Shared {
+struct Shared<T> {
     resource: Resolved,
     pending: Arc<PendingWatches>,
-    state: RwLock<State>,
-    tx: broadcast::Sender<Change>,
+    /// Still counted in `pending`.
+    waiting: std::sync::atomic::AtomicBool,
+    state: RwLock<State<T>>,
+    tx: broadcast::Sender<Change<T>>,
     synced: watch::Sender<bool>,
     /// Counts completed lists (1 after the first; each relist adds one).
     lists: watch::Sender<u64>,
 }
 
 /// A running watch of one resource. Dropping the last `Arc<Informer>` stops it.
-pub struct Informer {
-    shared: Arc<Shared>,
+pub struct Informer<T = Value> {
+    shared: Arc<Shared<T>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Informer {
+impl<T> Drop for Informer<T> {
     fn drop(&mut self) {
         self.task.abort();
-        self.shared
-            .pending
-            .set(&self.shared.resource.watch_key(), false);
+        self.shared.listed();
     }
 }
 
-impl std::fmt::Debug for Informer {
+impl<T> std::fmt::Debug for Informer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Informer")
             .field("resource", &self.shared.resource.watch_key())
@@ -189,27 +236,39 @@ pub fn cached_value(mut obj: DynamicObject, r: &Resolved) -> Option<Value> {
     Some(Value::Object(m))
 }
 
-impl Shared {
-    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+impl<T> Shared<T> {
+    /// This watch no longer waits for its first list (listed, or stopped).
+    fn listed(&self) {
+        if self
+            .waiting
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.pending.set(&self.resource.watch_key(), false);
+        }
+    }
+}
+
+impl<T: Form> Shared<T> {
+    fn read<R>(&self, f: impl FnOnce(&State<T>) -> R) -> R {
         match self.state.read() {
             Ok(s) => f(&s),
             Err(p) => f(&p.into_inner()),
         }
     }
-    fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+    fn write<R>(&self, f: impl FnOnce(&mut State<T>) -> R) -> R {
         match self.state.write() {
             Ok(mut s) => f(&mut s),
             Err(p) => f(&mut p.into_inner()),
         }
     }
 
-    fn apply(&self, obj: Value) {
+    fn apply(&self, obj: T) {
         let new = Arc::new(obj);
         let old = self.write(|s| s.insert(new.clone()));
         let _ = self.tx.send(Change::Applied { old, new });
     }
 
-    fn delete(&self, obj: Value) {
+    fn delete(&self, obj: T) {
         let key = obj_key(&obj);
         let old = self.write(|s| s.remove(&key));
         let _ = self
@@ -218,7 +277,7 @@ impl Shared {
     }
 
     /// Replaces the store after a (re)list, announcing what changed.
-    fn replace(&self, objs: Vec<Value>) {
+    fn replace(&self, objs: Vec<T>) {
         let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
         let gone: Vec<ObjKey> = self.read(|s| {
             s.objects
@@ -235,16 +294,16 @@ impl Shared {
         for o in objs {
             let key = obj_key(&o);
             let same = self.read(|s| {
-                s.objects.get(&key).is_some_and(|c| {
-                    meta_str(c, "resourceVersion") == meta_str(&o, "resourceVersion")
-                })
+                s.objects
+                    .get(&key)
+                    .is_some_and(|c| c.resource_version() == o.resource_version())
             });
             if !same {
                 self.apply(o);
             }
         }
         self.synced.send_replace(true);
-        self.pending.set(&self.resource.watch_key(), false);
+        self.listed();
         self.lists.send_modify(|n| *n += 1);
     }
 
@@ -277,22 +336,22 @@ impl Shared {
             Result<Event<DynamicObject>, watcher::Error>,
         >,
     ) {
-        let mut buffer: Vec<Value> = Vec::new();
+        let mut buffer: Vec<T> = Vec::new();
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(o)) => {
-                    if let Some(v) = cached_value(o, &self.resource) {
+                    if let Some(v) = T::from_watched(o, &self.resource) {
                         self.apply(v);
                     }
                 }
                 Ok(Event::Delete(o)) => {
-                    if let Some(v) = cached_value(o, &self.resource) {
+                    if let Some(v) = T::from_watched(o, &self.resource) {
                         self.delete(v);
                     }
                 }
                 Ok(Event::Init) => buffer.clear(),
                 Ok(Event::InitApply(o)) => {
-                    if let Some(v) = cached_value(o, &self.resource) {
+                    if let Some(v) = T::from_watched(o, &self.resource) {
                         buffer.push(v);
                     }
                 }
@@ -305,9 +364,9 @@ impl Shared {
     }
 }
 
-impl Informer {
+impl<T: Form> Informer<T> {
     /// A cached object.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
         self.shared.read(|s| {
             s.objects
                 .get(&(namespace.to_owned(), name.to_owned()))
@@ -315,11 +374,11 @@ impl Informer {
         })
     }
     /// Every cached object.
-    pub fn list(&self) -> Vec<Arc<Value>> {
+    pub fn list(&self) -> Vec<Arc<T>> {
         self.shared.read(|s| s.objects.values().cloned().collect())
     }
     /// Objects whose controller owner has this UID.
-    pub fn owned_by(&self, uid: &str) -> Vec<Arc<Value>> {
+    pub fn owned_by(&self, uid: &str) -> Vec<Arc<T>> {
         self.shared.read(|s| {
             s.by_owner
                 .get(uid)
@@ -332,11 +391,11 @@ impl Informer {
         })
     }
     /// Objects without a controller owner (in `namespace` when given).
-    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         self.shared.read(|s| s.orphans_in(namespace))
     }
     /// Subscribes to changes from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Change<T>> {
         self.shared.tx.subscribe()
     }
     /// The watch key, `apiVersion/plural`.
@@ -359,12 +418,41 @@ impl Informer {
     }
 }
 
+/// What a controller's loop reads of each watch it depends on, whichever form the watch holds
+/// its objects in.
+pub trait Watch: Send + Sync {
+    /// The watch key, `apiVersion/plural`.
+    fn watch_key(&self) -> String;
+    /// True once the first list completed.
+    fn is_synced(&self) -> bool;
+    /// A receiver that changes whenever a list completes.
+    fn lists(&self) -> watch::Receiver<u64>;
+    /// Waits for the first list.
+    fn wait_synced(&self) -> futures::future::BoxFuture<'_, ()>;
+}
+
+impl<T: Form> Watch for Informer<T> {
+    fn watch_key(&self) -> String {
+        Informer::watch_key(self)
+    }
+    fn is_synced(&self) -> bool {
+        Informer::is_synced(self)
+    }
+    fn lists(&self) -> watch::Receiver<u64> {
+        Informer::lists(self)
+    }
+    fn wait_synced(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(Informer::wait_synced(self))
+    }
+}
+
 /// The shared watches, created on demand and stopped when unused.
 pub struct Informers {
     client: kube::Client,
     flush: Option<Duration>,
     pending: Arc<PendingWatches>,
-    map: Mutex<HashMap<String, Weak<Informer>>>,
+    /// By watch key and form (`std::any::type_name` of it).
+    map: Mutex<HashMap<(String, &'static str), Weak<dyn Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Informers {
@@ -389,14 +477,19 @@ impl Informers {
         }
     }
 
-    /// The shared watch of `r`, started if not running.
-    pub fn get(&self, r: &Resolved) -> Arc<Informer> {
+    /// The shared watch of `r` in the form `T`, started if not running.
+    pub fn get<T: Form>(&self, r: &Resolved) -> Arc<Informer<T>> {
         let key = r.watch_key();
         let mut map = match self.map.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        if let Some(i) = map.get(&key).and_then(Weak::upgrade) {
+        let map_key = (key.clone(), std::any::type_name::<T>());
+        if let Some(i) = map
+            .get(&map_key)
+            .and_then(Weak::upgrade)
+            .and_then(|i| i.downcast::<Informer<T>>().ok())
+        {
             return i;
         }
         map.retain(|_, w| w.strong_count() > 0);
@@ -407,6 +500,7 @@ impl Informers {
         let shared = Arc::new(Shared {
             resource: r.clone(),
             pending: self.pending.clone(),
+            waiting: std::sync::atomic::AtomicBool::new(true),
             state: RwLock::new(State::default()),
             tx,
             synced,
@@ -414,7 +508,8 @@ impl Informers {
         });
         let task = tokio::spawn(shared.clone().run(self.client.clone(), self.flush));
         let inf = Arc::new(Informer { shared, task });
-        map.insert(key, Arc::downgrade(&inf));
+        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&inf) as Weak<_>;
+        map.insert(map_key, weak);
         inf
     }
 }

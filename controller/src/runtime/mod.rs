@@ -3,6 +3,7 @@
 //! ([`selector`]). Nothing here knows about hooks or controller kinds.
 
 pub mod cache;
+pub mod compact;
 pub mod kapi;
 pub mod queue;
 pub mod resources;

@@ -52,12 +52,11 @@ pub fn matches(
 
 /// Whether the string labels of `obj` (`metadata.labels`; labels that are not strings are not
 /// labels) match `sel`, read in place.
-pub fn matches_object(sel: &LabelSelector, obj: &Value) -> Result<bool, SelectorError> {
-    let labels = obj
-        .get("metadata")
-        .and_then(|m| m.get("labels"))
-        .and_then(Value::as_object);
-    matches_by(sel, |k| labels?.get(k)?.as_str())
+pub fn matches_object(
+    sel: &LabelSelector,
+    obj: &impl crate::object::ObjectView,
+) -> Result<bool, SelectorError> {
+    matches_by(sel, |k| obj.label(k))
 }
 
 /// Whether the labels read by `label` match `sel`.

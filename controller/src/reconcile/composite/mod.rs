@@ -17,10 +17,11 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CompositeController;
-use crate::object::{controller_ref, controller_uid, meta_str};
+use crate::object::{ObjectView, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
 use crate::reconcile::{decide, status};
-use crate::runtime::cache::{Change, Informer, ObjKey, obj_key};
+use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
+use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
@@ -75,42 +76,33 @@ impl ParentController {
 
     /// Enqueues the parent that controls `child`, or every parent whose selector matches an
     /// orphan.
-    fn enqueue_for_child(&self, child: &Value) {
-        if let Some(r) = controller_ref(child) {
-            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
-            let av = r
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let group = av.rsplit_once('/').map_or("", |(g, _)| g);
-            if kind != self.c.parent.api.kind || group != self.c.parent.api.group {
+    fn enqueue_for_child(&self, child: &Compact) {
+        if let Some(r) = child.controller() {
+            let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            if r.kind != self.c.parent.api.kind || group != self.c.parent.api.group {
                 return;
             }
-            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
             let ns = if self.c.parent.namespaced {
-                meta_str(child, "namespace")
+                child.namespace()
             } else {
                 ""
             };
-            let uid = r.get("uid").and_then(Value::as_str).unwrap_or_default();
-            if let Some(p) = self.c.parents.get(ns, name)
-                && meta_str(&p, "uid") == uid
+            if let Some(p) = self.c.parents.get(ns, r.name)
+                && meta_str(&p, "uid") == r.uid
             {
-                self.queue.add((ns.to_owned(), name.to_owned()));
+                self.queue.add((ns.to_owned(), r.name.to_owned()));
             }
             return;
         }
-        let labels = selector::labels_of(child);
         let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
         for p in self.c.parents.list() {
-            if self.c.parent.namespaced && meta_str(&p, "namespace") != meta_str(child, "namespace")
-            {
+            if self.c.parent.namespaced && meta_str(&p, "namespace") != child.namespace() {
                 continue;
             }
             let Ok(sel) = decide::parent_selector(&p, generate) else {
                 continue;
             };
-            if selector::matches(&sel, &labels).unwrap_or(false) {
+            if selector::matches_object(&sel, child).unwrap_or(false) {
                 self.queue.add(obj_key(&p));
             }
         }
@@ -166,16 +158,18 @@ impl ParentController {
         }
     }
 
-    fn on_child_change(&self, change: &Change) {
+    fn on_child_change(&self, change: &Change<Compact>) {
         match change {
             Change::Applied { old, new } => {
-                if old.as_ref().is_some_and(|o| {
-                    meta_str(o, "resourceVersion") == meta_str(new, "resourceVersion")
-                }) {
+                if old
+                    .as_ref()
+                    .is_some_and(|o| o.resource_version() == new.resource_version())
+                {
                     return;
                 }
+                let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
-                    && controller_uid(o) != controller_uid(new)
+                    && owner(o) != owner(new)
                 {
                     self.enqueue_for_child(o);
                 }
@@ -183,7 +177,7 @@ impl ParentController {
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.c.last_applied.lock() {
-                    l.forget(meta_str(old, "uid"));
+                    l.forget(old.uid());
                 }
                 self.enqueue_for_child(old);
             }
@@ -328,10 +322,21 @@ impl Reconciler for ParentController {
         self.c.parents.get(&key.0, &key.1)
     }
 
-    fn watches(&self) -> Vec<Arc<Informer>> {
-        std::iter::once(self.c.parents.clone())
-            .chain(self.c.children.values().map(|rule| rule.informer.clone()))
-            .chain(self.c.revisions.iter().map(|r| r.informer.clone()))
+    fn watches(&self) -> Vec<Arc<dyn Watch>> {
+        let parents: Arc<dyn Watch> = self.c.parents.clone();
+        std::iter::once(parents)
+            .chain(
+                self.c
+                    .children
+                    .values()
+                    .map(|rule| rule.informer.clone() as Arc<dyn Watch>),
+            )
+            .chain(
+                self.c
+                    .revisions
+                    .iter()
+                    .map(|r| r.informer.clone() as Arc<dyn Watch>),
+            )
             .collect()
     }
 

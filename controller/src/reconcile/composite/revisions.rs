@@ -8,6 +8,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::build::{Composite, Revisions};
@@ -15,7 +16,7 @@ use super::related::cache_key;
 use super::steps::{call_hook, parent_alive_uncached};
 use crate::api::{ControllerRevision, ControllerRevisionChildren};
 use crate::hook::wire::SyncResponse;
-use crate::object::{controller_ref, describe, is_deleting, meta_str};
+use crate::object::{ObjectView, controller_ref, describe, is_deleting, meta_str};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, owner_reference};
 use crate::reconcile::last_applied;
@@ -35,7 +36,7 @@ struct ParentRevision {
 
 /// What a rolling sync hands the rest of the sync: the combined hook response (desired children
 /// already validated).
-pub(super) async fn sync_revisions<O: Borrow<Value> + Sync>(
+pub(super) async fn sync_revisions<O: Borrow<Value> + ObjectView + Serialize + Sync>(
     c: &Composite,
     rev: &Revisions,
     parent: &Value,
@@ -274,7 +275,7 @@ fn parent_revisions(
 }
 
 /// The sync (or finalize) hook, once per revision, concurrently; any failure fails the sync.
-async fn call_hooks<O: Borrow<Value> + Sync>(
+async fn call_hooks<O: ObjectView + Serialize + Sync>(
     c: &Composite,
     revisions: &[ParentRevision],
     observed: &[O],

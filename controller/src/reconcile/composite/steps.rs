@@ -2,14 +2,13 @@
 //! [`super::revisions`]): calling the sync or finalize hook, and re-reading the parent (from the
 //! cache, or uncached).
 
-use std::borrow::Borrow;
-
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::build::Composite;
 use crate::hook::HookClient;
 use crate::hook::wire::{self, SyncResponse};
-use crate::object::{describe, is_deleting, meta_str};
+use crate::object::{ObjectView, describe, is_deleting, meta_str};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::runtime::kapi;
 
@@ -38,7 +37,7 @@ pub(super) fn parent_alive_cached(c: &Composite, parent: &Value) -> bool {
 
 /// Step: call sync (or finalize) with the parent, observed children and related objects;
 /// `cache_key` names the answer in the hook's response cache.
-pub(super) async fn call_hook<O: Borrow<Value>>(
+pub(super) async fn call_hook<O: ObjectView + Serialize>(
     c: &Composite,
     parent: &Value,
     observed: &[O],
@@ -60,7 +59,7 @@ pub(super) fn chosen_hook(c: &Composite, finalizing: bool) -> &HookClient {
 }
 
 /// [`call_hook`], the answer's bytes not yet decoded.
-pub(super) async fn call_hook_raw<O: Borrow<Value>>(
+pub(super) async fn call_hook_raw<O: ObjectView + Serialize>(
     c: &Composite,
     parent: &Value,
     observed: &[O],
@@ -76,7 +75,7 @@ pub(super) async fn call_hook_raw<O: Borrow<Value>>(
             hook.version(),
             c.parent.namespaced,
             &c.child_keys,
-            observed.iter().map(Borrow::borrow),
+            observed,
         ),
         related,
         finalizing,

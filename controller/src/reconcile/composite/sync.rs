@@ -17,7 +17,7 @@ use super::revisions;
 use super::steps::{call_hook_raw, chosen_hook, parent_alive_cached, parent_alive_uncached};
 use crate::hook::wire::SyncResponse;
 use crate::object::{
-    controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
+    ObjectView, controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
@@ -26,6 +26,7 @@ use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name
 use crate::reconcile::status;
 use crate::reconcile::unchanged::Fingerprint;
 use crate::runtime::cache::ObjKey;
+use crate::runtime::compact::Compact;
 use crate::runtime::kapi;
 use crate::runtime::selector;
 
@@ -62,6 +63,7 @@ pub async fn sync_parent(
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if manage => {
+            let observed = values_of(&observed)?;
             let (observed, related) = (&observed, &related);
             let response = revisions::sync_revisions(
                 c, rev, &parent, &selector, observed, related, finalizing,
@@ -86,6 +88,7 @@ pub async fn sync_parent(
     };
     let resync = response.resync_after_seconds;
     let step = (&selector, fin.as_str(), finalizing);
+    let observed = values_of(&observed)?;
     match apply_response(c, &parent, &observed, response, step).await? {
         Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
         Applied::Wrote => c.remember_unchanged(&parent, None, resync),
@@ -99,6 +102,14 @@ fn resync_after(seconds: f64) -> Option<Duration> {
     (seconds > 0.0)
         .then(|| Duration::try_from_secs_f64(seconds).ok())
         .flatten()
+}
+
+/// The observed children decoded whole, for the steps that decide about them.
+fn values_of(observed: &[Arc<Compact>]) -> Result<Vec<Value>, SyncError> {
+    observed
+        .iter()
+        .map(|c| c.value().map_err(SyncError::from))
+        .collect()
 }
 
 /// How a sync's answer was applied.
@@ -186,7 +197,7 @@ async fn claim_children(
     c: &Composite,
     parent: &Value,
     selector: &LabelSelector,
-) -> Result<(Vec<Arc<Value>>, bool), SyncError> {
+) -> Result<(Vec<Arc<Compact>>, bool), SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
     let mut observed = Vec::new();
@@ -200,7 +211,7 @@ async fn claim_children(
             .owned_by(uid)
             .into_iter()
             .chain(rule.informer.orphans(ns))
-            .filter(|child| ns.is_none_or(|n| n == meta_str(child, "namespace")));
+            .filter(|child| ns.is_none_or(|n| n == child.namespace()));
         let plan = decide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
         wrote |= !plan.adopt.is_empty() || !plan.release.is_empty();
@@ -211,12 +222,12 @@ async fn claim_children(
             parent_checked = true;
         }
         for orphan in plan.adopt {
-            if let Some(adopted) = adopt(c, rule, parent, selector, &orphan).await? {
-                observed.push(Arc::new(adopted));
+            if let Some(adopted) = adopt(c, rule, parent, selector, orphan.value()?).await? {
+                observed.push(Arc::new(Compact::from_value(adopted)?));
             }
         }
         for child in plan.release {
-            release(c, rule, uid, selector, &child).await?;
+            release(c, rule, uid, selector, child.value()?).await?;
         }
     }
     Ok((observed, wrote))
@@ -229,29 +240,28 @@ async fn adopt(
     rule: &ChildRule,
     parent: &Value,
     selector: &LabelSelector,
-    orphan: &Value,
+    orphan: Value,
 ) -> Result<Option<Value>, SyncError> {
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(orphan, "namespace"));
+    let api = kapi::api(
+        &c.ctx.client,
+        &rule.resolved,
+        meta_str(&orphan, "namespace"),
+    );
+    let (name, uid) = (orphan.name().to_owned(), orphan.uid().to_owned());
+    let what = describe(&orphan);
     // the first attempt writes the cached copy (409 when stale, then read fresh)
-    let adopted = kapi::atomic_update_from(
-        &api,
-        Some(orphan.clone()),
-        meta_str(orphan, "name"),
-        meta_str(orphan, "uid"),
-        false,
-        |o| {
-            let still_orphan = controller_ref(o).is_none();
-            let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(false);
-            if still_orphan && matches {
-                *o = decide::with_owner(o, parent);
-                true
-            } else {
-                false
-            }
-        },
-    )
+    let adopted = kapi::atomic_update_from(&api, Some(orphan), &name, &uid, false, |o| {
+        let still_orphan = controller_ref(o).is_none();
+        let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(false);
+        if still_orphan && matches {
+            *o = decide::with_owner(o, parent);
+            true
+        } else {
+            false
+        }
+    })
     .await
-    .map_err(api_err(format!("adopting {}", describe(orphan))))?;
+    .map_err(api_err(format!("adopting {what}")))?;
     if adopted.written().is_some() {
         c.ctx.config.metrics.child_op(&c.name, "adopt");
     }
@@ -266,29 +276,24 @@ async fn release(
     rule: &ChildRule,
     uid: &str,
     selector: &LabelSelector,
-    child: &Value,
+    child: Value,
 ) -> Result<(), SyncError> {
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(&child, "namespace"));
+    let (name, child_uid) = (child.name().to_owned(), child.uid().to_owned());
+    let what = describe(&child);
     // the first attempt writes the cached copy (409 when stale, then read fresh)
-    let released = kapi::atomic_update_from(
-        &api,
-        Some(child.clone()),
-        meta_str(child, "name"),
-        meta_str(child, "uid"),
-        false,
-        |o| {
-            let ours = controller_uid(o) == Some(uid);
-            let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(true);
-            if ours && !matches {
-                *o = decide::without_owner(o, uid);
-                true
-            } else {
-                false
-            }
-        },
-    )
+    let released = kapi::atomic_update_from(&api, Some(child), &name, &child_uid, false, |o| {
+        let ours = controller_uid(o) == Some(uid);
+        let matches = selector::matches(selector, &selector::labels_of(o)).unwrap_or(true);
+        if ours && !matches {
+            *o = decide::without_owner(o, uid);
+            true
+        } else {
+            false
+        }
+    })
     .await
-    .map_err(api_err(format!("releasing {}", describe(child))))?;
+    .map_err(api_err(format!("releasing {what}")))?;
     if released.written().is_some() {
         c.ctx.config.metrics.child_op(&c.name, "release");
     }

@@ -17,12 +17,13 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::DecoratorController;
-use crate::object::{controller_ref, controller_uid, meta_str};
+use crate::object::{ObjectView, meta_str};
 use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
 use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
 use crate::reconcile::decide as shared;
 use crate::reconcile::related::{self, Used};
-use crate::runtime::cache::{Change, Informer};
+use crate::runtime::cache::{Change, Watch};
+use crate::runtime::compact::Compact;
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::Resolved;
 
@@ -144,18 +145,22 @@ impl DecoratorRunner {
     }
 
     /// Enqueues the target that controls `child`, if it is one of ours.
-    fn enqueue_for_attachment(&self, child: &Value) {
-        let Some(r) = controller_ref(child) else {
+    fn enqueue_for_attachment(&self, child: &Compact) {
+        let Some(r) = child.controller() else {
             return;
         };
-        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
-        let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+        let field = |f: &str| match f {
+            "name" => r.name,
+            "uid" => r.uid,
+            _ => "",
+        };
+        let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
         for (i, rule) in self.d.targets.iter().enumerate() {
-            if rule.resolved.api.kind != field("kind") || rule.resolved.api.group != group {
+            if rule.resolved.api.kind != r.kind || rule.resolved.api.group != group {
                 continue;
             }
             let ns = if rule.resolved.namespaced {
-                meta_str(child, "namespace")
+                child.namespace()
             } else {
                 ""
             };
@@ -167,16 +172,18 @@ impl DecoratorRunner {
         }
     }
 
-    fn on_attachment_change(&self, change: &Change) {
+    fn on_attachment_change(&self, change: &Change<Compact>) {
         match change {
             Change::Applied { old, new } => {
-                if old.as_ref().is_some_and(|o| {
-                    meta_str(o, "resourceVersion") == meta_str(new, "resourceVersion")
-                }) {
+                if old
+                    .as_ref()
+                    .is_some_and(|o| o.resource_version() == new.resource_version())
+                {
                     return;
                 }
+                let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
-                    && controller_uid(o) != controller_uid(new)
+                    && owner(o) != owner(new)
                 {
                     self.enqueue_for_attachment(o);
                 }
@@ -184,7 +191,7 @@ impl DecoratorRunner {
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.d.last_applied.lock() {
-                    l.forget(meta_str(old, "uid"));
+                    l.forget(old.uid());
                 }
                 self.enqueue_for_attachment(old);
             }
@@ -337,12 +344,17 @@ impl Reconciler for DecoratorRunner {
             .get(&key.namespace, &key.name)
     }
 
-    fn watches(&self) -> Vec<Arc<Informer>> {
+    fn watches(&self) -> Vec<Arc<dyn Watch>> {
         self.d
             .targets
             .iter()
-            .map(|t| t.informer.clone())
-            .chain(self.d.attachments.values().map(|a| a.informer.clone()))
+            .map(|t| t.informer.clone() as Arc<dyn Watch>)
+            .chain(
+                self.d
+                    .attachments
+                    .values()
+                    .map(|a| a.informer.clone() as Arc<dyn Watch>),
+            )
             .collect()
     }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::build::{Decorator, TargetRule};
 use super::decide::{self as ddecide, TargetChanges};
 use crate::hook::wire::{self, DecoratorSyncResponse};
-use crate::object::{describe, has_finalizer, is_deleting, meta_str};
+use crate::object::{ObjectView, describe, has_finalizer, is_deleting, meta_str};
 use crate::reconcile::children::manage_children;
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
@@ -48,7 +48,7 @@ pub async fn sync_target(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    let observed = observe_attachments(d, &target);
+    let observed = observe_attachments(d, &target)?;
     let related = call_customize(&d.related_source(rule), &target, used).await?;
     let response = call_hook(d, rule, &target, (&observed, related), finalizing).await?;
     let desired = ddecide::desired_attachments(
@@ -101,7 +101,7 @@ async fn ensure_finalizer(
 /// target's namespace (every namespace for a cluster-scoped target) that the target controls
 /// and that carry this DecoratorController's annotation. No adoption: a decorator has no
 /// selector for children.
-fn observe_attachments(d: &Decorator, target: &Value) -> Vec<Value> {
+fn observe_attachments(d: &Decorator, target: &Value) -> Result<Vec<Value>, SyncError> {
     let uid = meta_str(target, "uid");
     let ns = ddecide::attachment_namespace(target);
     let mut observed = Vec::new();
@@ -109,16 +109,17 @@ fn observe_attachments(d: &Decorator, target: &Value) -> Vec<Value> {
         let Some(rule) = d.attachments.get(key) else {
             continue;
         };
-        observed.extend(
-            rule.informer
-                .owned_by(uid)
-                .into_iter()
-                .filter(|a| ns.is_none_or(|n| n == meta_str(a, "namespace")))
-                .filter(|a| ddecide::is_attachment(a, uid, &d.name))
-                .map(|a| (*a).clone()),
-        );
+        for a in rule.informer.owned_by(uid) {
+            if ns.is_some_and(|n| n != a.namespace()) {
+                continue;
+            }
+            let a = a.value()?;
+            if ddecide::is_attachment(&a, uid, &d.name) {
+                observed.push(a);
+            }
+        }
     }
-    observed
+    Ok(observed)
 }
 
 /// Step: call sync (or finalize) with the target, its observed attachments and the related
