@@ -560,6 +560,36 @@ mod tests {
         assert_eq!(cached["kind"], "ConfigMap");
     }
 
+    /// A resource watched in both forms is pending until both have listed (or stopped).
+    #[test]
+    fn a_watch_in_two_forms_is_pending_until_both_listed() {
+        let p = PendingWatches::default();
+        p.set("v1/configmaps", true);
+        p.set("v1/configmaps", true);
+        p.set("v1/secrets", true);
+        p.set("v1/configmaps", false);
+        assert_eq!(p.list(), ["v1/configmaps", "v1/secrets"]);
+        p.set("v1/configmaps", false);
+        p.set("v1/configmaps", false); // a stray decrement is no underflow
+        assert_eq!(p.list(), ["v1/secrets"]);
+    }
+
+    #[test]
+    fn compact_children_are_indexed_by_their_controller() {
+        let mut s: State<Compact> = State::default();
+        let child = |name: &str, owner: Option<&str>| {
+            let v = obj(name, owner);
+            Arc::new(Compact::from_value((*v).clone()).unwrap())
+        };
+        s.insert(child("a", None));
+        s.insert(child("b", Some("u1")));
+        assert_eq!(s.orphans_in(Some("ns")).len(), 1);
+        assert_eq!(s.by_owner["u1"].len(), 1);
+        s.insert(child("a", Some("u1")));
+        assert!(s.orphans.is_empty());
+        assert_eq!(s.by_owner["u1"].len(), 2);
+    }
+
     #[test]
     fn indexes_follow_ownership_changes() {
         let mut s = State::default();

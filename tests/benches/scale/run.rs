@@ -240,9 +240,34 @@ pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> 
         "    controller CPU per child: {:.0} µs",
         ctrl_cpu * 1e6 / case.objects() as f64
     );
+    print_memory(&rig, case, &s1).await?;
     if let Some(r) = resync_s {
         steady(&rig, case, r).await?;
     }
+    Ok(())
+}
+
+/// The controller's peak RSS against issue 15's bound: twice the JSON of what it caches (every
+/// parent and child as the server serves them, managedFields included) plus a 30 MiB base.
+async fn print_memory(rig: &Rig, case: &Case, s1: &Snap) -> anyhow::Result<()> {
+    let kind = case.kind;
+    let mut bytes = 0usize;
+    for api in [
+        rig.server.api(AV, "Thing", "things"),
+        rig.server
+            .api(kind.api_version(), kind.kind(), kind.plural()),
+    ] {
+        for item in api.list(&ListParams::default()).await?.items {
+            bytes += serde_json::to_vec(&item)?.len();
+        }
+    }
+    let json_mib = bytes as f64 / (1024.0 * 1024.0);
+    let bound = 2.0 * json_mib + 30.0;
+    println!(
+        "    memory: controller peak RSS {:.0} MiB; JSON of the cached parents and children {json_mib:.0} MiB; bound 2 × JSON + 30 MiB = {bound:.0} MiB ({:.2}× of it)",
+        s1.ctrl.hwm_mib,
+        s1.ctrl.hwm_mib / bound
+    );
     Ok(())
 }
 
