@@ -72,11 +72,13 @@ impl<T> Clone for Change<T> {
     }
 }
 
+/// The objects by key, and the indexes; the indexes share the key's strings (`Arc`): an
+/// object's key is held once, not once per index.
 struct State<T> {
-    objects: HashMap<ObjKey, Arc<T>>,
-    by_owner: HashMap<String, HashSet<ObjKey>>,
+    objects: HashMap<Arc<ObjKey>, Arc<T>>,
+    by_owner: HashMap<String, HashSet<Arc<ObjKey>>>,
     /// Ordered by (namespace, name): one namespace's orphans are a range, not a scan of all.
-    orphans: BTreeSet<ObjKey>,
+    orphans: BTreeSet<Arc<ObjKey>>,
 }
 
 impl<T> Default for State<T> {
@@ -108,6 +110,7 @@ impl<T: ObjectView> State<T> {
     fn insert(&mut self, obj: Arc<T>) -> Option<Arc<T>> {
         let key = obj_key(&*obj);
         let old = self.remove(&key);
+        let key = Arc::new(key);
         match obj.controller().map(|c| c.uid) {
             Some(uid) => {
                 self.by_owner
@@ -125,12 +128,12 @@ impl<T: ObjectView> State<T> {
     /// Orphans in `namespace` (all when `None`): a range of the ordered index, so a parent's
     /// sync costs its own namespace's orphans, not every orphan of the cluster.
     fn orphans_in(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
-        let keys: Box<dyn Iterator<Item = &ObjKey>> = match namespace {
+        let keys: Box<dyn Iterator<Item = &Arc<ObjKey>>> = match namespace {
             None => Box::new(self.orphans.iter()),
             Some(n) => Box::new(
                 self.orphans
-                    .range((n.to_owned(), String::new())..)
-                    .take_while(move |(ns, _)| ns == n),
+                    .range::<ObjKey, _>((n.to_owned(), String::new())..)
+                    .take_while(move |k| k.0 == n),
             ),
         };
         keys.filter_map(|k| self.objects.get(k).cloned()).collect()
@@ -279,10 +282,10 @@ impl<T: Form> Shared<T> {
     /// Replaces the store after a (re)list, announcing what changed.
     fn replace(&self, objs: Vec<T>) {
         let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
-        let gone: Vec<ObjKey> = self.read(|s| {
+        let gone: Vec<Arc<ObjKey>> = self.read(|s| {
             s.objects
                 .keys()
-                .filter(|k| !keep.contains(*k))
+                .filter(|k| !keep.contains(&***k))
                 .cloned()
                 .collect()
         });

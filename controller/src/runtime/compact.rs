@@ -6,7 +6,7 @@
 //! is, and a sync parses a child only when it has to decide about it
 //! (docs/design/compact-cache.md).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -15,20 +15,63 @@ use serde_json::value::RawValue;
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
 
-/// A cached object as JSON text plus its parsed identity.
+/// A cached object as JSON text plus its parsed identity. The identity's strings are packed
+/// into one buffer (two allocations besides the text, instead of one per string): a child's
+/// identity costs about 250 bytes less than with a `Box<str>` per field.
 #[derive(Debug)]
 pub struct Compact {
     text: Box<RawValue>,
-    api_version: Box<str>,
-    kind: Box<str>,
-    name: Box<str>,
-    namespace: Box<str>,
-    uid: Box<str>,
-    resource_version: Box<str>,
-    labels: Box<[(Box<str>, Box<str>)]>,
-    /// `[apiVersion, kind, name, uid]` of the controller owner reference.
-    controller: Option<Box<[Box<str>; 4]>>,
+    /// The identity's strings one after another: [`FIELDS`] fixed fields, then each label's
+    /// key and value.
+    strings: Box<str>,
+    /// The end offset in `strings` of each string.
+    ends: Box<[u32]>,
+    has_controller: bool,
     deleting: bool,
+}
+
+/// apiVersion, kind, name, namespace, uid, resourceVersion, and the controller reference's
+/// apiVersion, kind, name and uid ("" when there is none).
+const FIELDS: usize = 10;
+const API_VERSION: usize = 0;
+const KIND: usize = 1;
+const NAME: usize = 2;
+const NAMESPACE: usize = 3;
+const UID: usize = 4;
+const RESOURCE_VERSION: usize = 5;
+const CONTROLLER: usize = 6;
+
+/// The identity as read from either form, before packing.
+struct Identity<'a> {
+    fixed: [&'a str; FIELDS],
+    labels: Vec<(&'a str, &'a str)>,
+    has_controller: bool,
+    deleting: bool,
+}
+
+impl Identity<'_> {
+    fn pack(self, text: Box<RawValue>) -> Compact {
+        let strings = self
+            .fixed
+            .iter()
+            .copied()
+            .chain(self.labels.iter().flat_map(|(k, v)| [*k, *v]));
+        let mut packed = String::new();
+        let mut ends = Vec::with_capacity(FIELDS + 2 * self.labels.len());
+        for s in strings {
+            packed.push_str(s);
+            // an identity is a few hundred bytes; an object whose strings exceed 4 GiB cannot
+            // come from an API server, and would be cut rather than wrapped
+            ends.push(u32::try_from(packed.len()).unwrap_or(u32::MAX));
+        }
+        Compact {
+            text,
+            strings: packed.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            has_controller: self.has_controller,
+            deleting: self.deleting,
+        }
+    }
 }
 
 /// An object could not be encoded, or its text not parsed.
@@ -60,12 +103,36 @@ impl Compact {
             source,
         })?;
         let types = obj.types.unwrap_or_default();
-        Ok(Compact::with_meta(
-            text,
-            types.api_version,
-            types.kind,
-            obj.metadata,
-        ))
+        let m = &obj.metadata;
+        let controller = m
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true));
+        let owner = |f: fn(&OwnerReference) -> &str| controller.map(f).unwrap_or_default();
+        let identity = Identity {
+            fixed: [
+                &types.api_version,
+                &types.kind,
+                str_of(&m.name),
+                str_of(&m.namespace),
+                str_of(&m.uid),
+                str_of(&m.resource_version),
+                owner(|r| &r.api_version),
+                owner(|r| &r.kind),
+                owner(|r| &r.name),
+                owner(|r| &r.uid),
+            ],
+            labels: m
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+            has_controller: controller.is_some(),
+            deleting: m.deletion_timestamp.is_some(),
+        };
+        Ok(identity.pack(text))
     }
 
     /// `obj` (as read from the API) in compact form, `managedFields` dropped.
@@ -77,79 +144,59 @@ impl Compact {
             name: format!("{}/{}", obj.namespace(), obj.name()),
             source,
         })?;
-        let owned = |s: &str| -> Box<str> { s.into() };
         let labels = obj
             .get("metadata")
             .and_then(|m| m.get("labels"))
             .and_then(Value::as_object)
             .map(|m| {
                 m.iter()
-                    .filter_map(|(k, v)| Some((owned(k), owned(v.as_str()?))))
+                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
                     .collect()
             })
             .unwrap_or_default();
-        Ok(Compact {
-            api_version: owned(obj.api_version()),
-            kind: owned(obj.kind()),
-            name: owned(obj.name()),
-            namespace: owned(obj.namespace()),
-            uid: owned(obj.uid()),
-            resource_version: owned(obj.resource_version()),
+        let controller = obj.controller();
+        let owner = |f: fn(OwnerView<'_>) -> &str| controller.map(f).unwrap_or_default();
+        let identity = Identity {
+            fixed: [
+                obj.api_version(),
+                obj.kind(),
+                obj.name(),
+                obj.namespace(),
+                obj.uid(),
+                obj.resource_version(),
+                owner(|r| r.api_version),
+                owner(|r| r.kind),
+                owner(|r| r.name),
+                owner(|r| r.uid),
+            ],
             labels,
-            controller: obj.controller().map(|c| {
-                Box::new([
-                    owned(c.api_version),
-                    owned(c.kind),
-                    owned(c.name),
-                    owned(c.uid),
-                ])
-            }),
+            has_controller: controller.is_some(),
             deleting: obj.deleting(),
-            text,
-        })
+        };
+        Ok(identity.pack(text))
     }
 
-    fn with_meta(text: Box<RawValue>, api_version: String, kind: String, m: ObjectMeta) -> Self {
-        let owned = |s: Option<String>| s.unwrap_or_default().into_boxed_str();
-        let controller = m
-            .owner_references
-            .unwrap_or_default()
-            .into_iter()
-            .find(|r| r.controller == Some(true))
-            .map(|r| {
-                Box::new([
-                    r.api_version.into_boxed_str(),
-                    r.kind.into_boxed_str(),
-                    r.name.into_boxed_str(),
-                    r.uid.into_boxed_str(),
-                ])
-            });
-        Compact {
-            text,
-            api_version: api_version.into_boxed_str(),
-            kind: kind.into_boxed_str(),
-            name: owned(m.name),
-            namespace: owned(m.namespace),
-            uid: owned(m.uid),
-            resource_version: owned(m.resource_version),
-            labels: m
-                .labels
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-                .collect(),
-            controller,
-            deleting: m.deletion_timestamp.is_some(),
-        }
+    /// The `i`th packed string.
+    fn string(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.ends.get(i - 1).copied().unwrap_or_default() as usize,
+        };
+        let end = self.ends.get(i).copied().unwrap_or_default() as usize;
+        self.strings.get(start..end).unwrap_or_default()
     }
 
     /// The whole object, parsed from its text.
     pub fn value(&self) -> Result<Value, CompactError> {
         serde_json::from_str(self.text.get()).map_err(|source| CompactError {
-            name: format!("{}/{}", self.namespace, self.name),
+            name: format!("{}/{}", self.namespace(), self.name()),
             source,
         })
     }
+}
+
+fn str_of(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
 }
 
 fn described(m: &ObjectMeta) -> String {
@@ -169,38 +216,36 @@ impl Serialize for Compact {
 
 impl ObjectView for Compact {
     fn api_version(&self) -> &str {
-        &self.api_version
+        self.string(API_VERSION)
     }
     fn kind(&self) -> &str {
-        &self.kind
+        self.string(KIND)
     }
     fn name(&self) -> &str {
-        &self.name
+        self.string(NAME)
     }
     fn namespace(&self) -> &str {
-        &self.namespace
+        self.string(NAMESPACE)
     }
     fn uid(&self) -> &str {
-        &self.uid
+        self.string(UID)
     }
     fn resource_version(&self) -> &str {
-        &self.resource_version
+        self.string(RESOURCE_VERSION)
     }
     fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
+        (FIELDS..self.ends.len())
+            .step_by(2)
+            .find(|&i| self.string(i) == key)
+            .map(|i| self.string(i + 1))
     }
     fn controller(&self) -> Option<OwnerView<'_>> {
-        self.controller
-            .as_deref()
-            .map(|[av, kind, name, uid]| OwnerView {
-                api_version: av,
-                kind,
-                name,
-                uid,
-            })
+        self.has_controller.then(|| OwnerView {
+            api_version: self.string(CONTROLLER),
+            kind: self.string(CONTROLLER + 1),
+            name: self.string(CONTROLLER + 2),
+            uid: self.string(CONTROLLER + 3),
+        })
     }
     fn deleting(&self) -> bool {
         self.deleting
