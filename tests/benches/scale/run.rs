@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 use super::{AV, CC, Case, DEADLINE, NS, POLL, Server, child, create_all, floor, hook, in_ns};
 
+/// How often a resync round's progress is polled (a GET of the hook's call count).
+const ROUND_POLL: Duration = Duration::from_millis(10);
+
 /// The `kmeta run` process.
 struct Controller {
     proc: Proc,
@@ -95,6 +98,26 @@ impl Rig {
             server: self.server.proc.usage()?,
             hook: self.hook.usage()?,
         })
+    }
+
+    /// The wall time of one round of `n` hook calls after the first `base`: from the first call
+    /// seen to the `n`th (each end seen up to [`ROUND_POLL`] late).
+    async fn round(&self, base: u64, n: u64) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        while hook::calls(self.hook_port).await? <= base {
+            if start.elapsed() > DEADLINE {
+                bail!("no hook call after {base}");
+            }
+            tokio::time::sleep(ROUND_POLL).await;
+        }
+        let first = Instant::now();
+        while hook::calls(self.hook_port).await? < base + n {
+            if start.elapsed() > DEADLINE {
+                bail!("hook calls did not reach {}", base + n);
+            }
+            tokio::time::sleep(ROUND_POLL).await;
+        }
+        Ok(first.elapsed())
     }
 
     async fn wait_calls(&self, at_least: u64) -> anyhow::Result<()> {
@@ -303,7 +326,8 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
     rig.wait_calls(hook::calls(rig.hook_port).await? + n)
         .await?;
     let s0 = rig.snap().await?;
-    rig.wait_calls(s0.hook_calls + 2 * n).await?;
+    let first = rig.round(s0.hook_calls, n).await?;
+    let second = rig.round(s0.hook_calls + n, n).await?;
     let s1 = rig.snap().await?;
     let d = s1.counters.since(&s0.counters);
     let cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
@@ -316,9 +340,17 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
         2 * n
     );
     println!(
-        "    controller CPU {cpu:.2} s = {:.0} µs per parent per resync; controller {}",
+        "    each resync, from its first hook call to its {n}th: {:.2} s, {:.2} s (polled every {} ms)",
+        first.as_secs_f64(),
+        second.as_secs_f64(),
+        ROUND_POLL.as_millis()
+    );
+    println!(
+        "    controller CPU {cpu:.2} s = {:.0} µs per parent per resync; controller {}; hook CPU {:.2} s, server CPU {:.2} s",
         cpu * 1e6 / (2 * n) as f64,
-        by_verb(&d)
+        by_verb(&d),
+        s1.hook.cpu_s - s0.hook.cpu_s,
+        s1.server.cpu_s - s0.server.cpu_s
     );
     Ok(())
 }
