@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::de::{DeserializeOwned, Error as _, IgnoredAny};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub use kmeta_wire::{
@@ -157,8 +158,8 @@ pub fn object_map_ref<'a, T: ObjectView>(
 /// straight from the cached parent, children and related objects (nothing is copied).
 #[derive(Debug, Serialize)]
 pub struct SyncRequestRef<'a, T: Serialize = Value> {
-    /// The CompositeController object.
-    pub controller: &'a Value,
+    /// The CompositeController object, encoded.
+    pub controller: &'a RawValue,
     /// The parent.
     pub parent: &'a Value,
     /// Observed children.
@@ -441,8 +442,9 @@ mod tests {
                 related.clone(),
                 true,
             );
+            let raw = serde_json::value::to_raw_value(&controller).unwrap();
             let borrowed = SyncRequestRef {
-                controller: &controller,
+                controller: &raw,
                 parent: &parent,
                 children: object_map_ref(version, false, &declared, objs),
                 related: &related,

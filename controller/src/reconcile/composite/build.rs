@@ -44,6 +44,9 @@ pub enum BuildError {
     /// No sync hook.
     #[error("spec.hooks.sync is required")]
     NoSyncHook,
+    /// The CompositeController could not be encoded for hook requests.
+    #[error("encoding the CompositeController for hook requests: {0}")]
+    Encode(#[from] serde_json::Error),
 }
 
 pub use crate::reconcile::related::CustomizeCache;
@@ -132,6 +135,8 @@ pub struct Composite {
     pub name: String,
     /// The CompositeController as sent in hook requests (`controller`).
     pub cc_json: Value,
+    /// [`Composite::cc_json`] encoded once: the sync requests copy it.
+    pub cc_raw: Box<serde_json::value::RawValue>,
     /// The CompositeController.
     pub cc: CompositeController,
     /// The parent resource.
@@ -348,11 +353,13 @@ impl Composite {
         if let Some(m) = cc_json.as_object_mut() {
             m.remove("status");
         }
+        let cc_raw = serde_json::value::to_raw_value(&cc_json)?;
         Ok(Composite {
             parents: ctx.informers.get(&parent),
             ctx,
             name,
             cc_json,
+            cc_raw,
             cc,
             parent,
             children,

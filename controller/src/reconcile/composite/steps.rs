@@ -69,7 +69,7 @@ pub(super) async fn call_hook_raw<O: ObjectView + Serialize>(
 ) -> Result<Vec<u8>, SyncError> {
     let hook = chosen_hook(c, finalizing);
     let request = wire::SyncRequestRef {
-        controller: &c.cc_json,
+        controller: &c.cc_raw,
         parent,
         children: wire::object_map_ref(
             hook.version(),
