@@ -30,7 +30,8 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     fn via<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value) -> Option<Value> {
-        let typed: T = serde_json::from_value(obj.clone()).ok()?;
+        // decoded from the borrowed value: no copy of the object first
+        let typed = T::deserialize(obj).ok()?;
         serde_json::to_value(typed).ok()
     }
     match (group, kind) {
