@@ -455,8 +455,11 @@ pub struct Informers {
     flush: Option<Duration>,
     pending: Arc<PendingWatches>,
     /// By watch key and form (`std::any::type_name` of it).
-    map: Mutex<HashMap<(String, &'static str), Weak<dyn Any + Send + Sync>>>,
+    map: Mutex<HashMap<(String, &'static str), AnyInformer>>,
 }
+
+/// A running [`Informer`] of some form, not kept alive by the map.
+type AnyInformer = Weak<dyn Any + Send + Sync>;
 
 impl std::fmt::Debug for Informers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
