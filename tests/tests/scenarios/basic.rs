@@ -153,3 +153,84 @@ async fn resyncs_still_act_on_an_edited_child_and_on_a_new_answer() -> anyhow::R
     .await?;
     s.finish().await
 }
+
+/// Things make a Bar each; Bars make a ConfigMap each. Bars are one controller's children (held
+/// compact) and the other's parents (held decoded): two watches of one resource, each form
+/// serving its controller.
+fn chained_hook(_hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let observed: usize = req["children"].as_object().map_or(0, |groups| {
+        groups
+            .values()
+            .filter_map(Value::as_object)
+            .map(|g| g.len())
+            .sum()
+    });
+    let child = match parent["kind"].as_str() {
+        Some("Thing") => json!({
+            "apiVersion": parent["apiVersion"], "kind": "Bar",
+            "metadata": {"name": format!("{name}-bar"), "labels": {"from": name}},
+            "spec": {"message": parent["spec"]["message"]}
+        }),
+        _ => json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-cm")},
+            "data": {"message": parent["spec"]["message"]}
+        }),
+    };
+    Reply::Json(json!({"status": {"observedChildren": observed}, "children": [child]}))
+}
+
+#[tokio::test]
+async fn a_resource_that_is_a_child_and_a_parent_is_synced_in_both_roles() -> anyhow::Result<()> {
+    let s = Scenario::new("chained")
+        .crd("Thing", "things")
+        .crd("Bar", "bars")
+        .hook(chained_hook)
+        .controller(Cc::new("things-cc").child("bars"))
+        .controller(Cc::new("bars-cc").parent("bars"))
+        .parent("one", json!({"message": "hello"}))
+        .start()
+        .await?;
+    let bars = s.resource("Bar", "bars");
+    // the Bar controller syncs the Bar the Thing controller made
+    let cm = s.wait_child("one-bar-cm").await?;
+    assert_eq!(cm["data"]["message"], "hello");
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["kind"], "Bar");
+    let bar = s
+        .env
+        .wait_for(&bars, "one-bar", "Bar status with its ConfigMap", |b| {
+            b["status"]["observedChildren"] == 1
+        })
+        .await?;
+    assert_eq!(bar["metadata"]["ownerReferences"][0]["kind"], "Thing");
+    // and the Thing controller observes its Bar (a child seen through the compact watch)
+    s.wait_parent("one", "Thing status with its Bar", |p| {
+        p["status"]["observedChildren"] == 1
+    })
+    .await?;
+    let req = s
+        .wait_call("sync", "a Thing sync observing its Bar", |r| {
+            r["parent"]["kind"] == "Thing"
+                && r["children"]
+                    .as_object()
+                    .is_some_and(|g| g.values().any(|m| m.get("one-bar").is_some()))
+        })
+        .await?;
+    let observed_bar = req["children"]
+        .as_object()
+        .and_then(|g| g.values().find_map(|m| m.get("one-bar")))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(observed_bar["spec"]["message"], "hello");
+    assert!(observed_bar["metadata"].get("managedFields").is_none());
+    // a change flows through both: Thing → its Bar → the Bar's ConfigMap
+    s.merge_patch(&s.parents(), "one", json!({"spec": {"message": "bye"}}))
+        .await?;
+    s.wait_child_where("one-bar-cm", "ConfigMap of the updated Bar", |c| {
+        c["data"]["message"] == "bye"
+    })
+    .await?;
+    s.finish().await
+}
