@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures::StreamExt;
 use serde_json::Value;
 
 use crate::api::{ChildUpdateMethod, DriftPolicy};
@@ -68,6 +69,15 @@ struct Collected {
     contests: Vec<apply::Contest>,
 }
 
+impl Collected {
+    /// Adds what another write found.
+    fn extend(&mut self, other: Collected) {
+        self.ignored.extend(other.ignored);
+        self.reports.extend(other.reports);
+        self.contests.extend(other.contests);
+    }
+}
+
 /// What one sync writes children as: its parent, the parent's field manager, the desired
 /// children and the observed ones by key.
 struct Writing<'a> {
@@ -118,63 +128,22 @@ pub async fn manage_children<O: Borrow<Value>>(
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| last_applied::known_or_parsed(c.last_applied, obs, opts),
     )?;
-    let mut errors = Vec::new();
     let mut out = Collected::default();
     if ops.is_empty() {
         return Ok(!report_collected(c, parent, out).await);
     }
     let w = Writing::new(c, parent, observed, desired);
-    for op in ops {
-        let obj = match &op {
-            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
-        };
-        let gk = decide::child_key(obj)
-            .split(' ')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let Some(rule) = c.rules.get(&gk) else {
-            errors.push(format!("{}: undeclared type {gk}", describe(obj)));
-            continue;
-        };
-        if held_back(c, rule, &w, &op, &mut out).await {
-            continue;
-        }
-        let Some((verb, op_label, res)) = execute(c, rule, &w, &op, &mut out).await else {
-            continue;
-        };
-        let e = match res {
-            Ok(()) => {
-                c.ctx.config.metrics.child_op(c.controller, op_label);
-                tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
-                continue;
-            }
-            Err(e) => e,
-        };
-        if op_label == "create" && contested_create(c, rule, &w, obj, &e, &mut out).await {
-            continue;
-        }
-        let holder = match op_label {
-            "create" if kapi::is_conflict(&e) => Some(existing_controller(c, rule, obj).await),
-            _ => None,
-        };
-        match decide::child_write_failure(op_label, kapi::code(&e), holder, meta_str(parent, "uid"))
-        {
-            decide::WriteFailure::LeftToNextSync => {
-                tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
-            }
-            decide::WriteFailure::Failed(why) => {
-                let cause = match why {
-                    Some(why) => format!("{e}: {why}"),
-                    None => e.to_string(),
-                };
-                let message = format!("{verb} {}: {cause}", describe(obj));
-                c.ctx.config.metrics.child_op(c.controller, "error");
-                c.ctx
-                    .event(parent, true, "ChildWriteFailed", message.clone())
-                    .await;
-                errors.push(message);
-            }
+    let mut errors = Vec::new();
+    let (first, then) = decide::write_phases(ops);
+    for phase in [first, then] {
+        let written: Vec<(Collected, Option<String>)> =
+            futures::stream::iter(phase.into_iter().map(|op| write_child(c, &w, op)))
+                .buffered(CHILD_WRITES_IN_FLIGHT)
+                .collect()
+                .await;
+        for (found, error) in written {
+            out.extend(found);
+            errors.extend(error);
         }
     }
     report_collected(c, parent, out).await;
@@ -182,6 +151,72 @@ pub async fn manage_children<O: Borrow<Value>>(
         Ok(false)
     } else {
         Err(SyncError::Children(errors))
+    }
+}
+
+/// Child writes of one sync in flight at once: 8 (kmeta's; Metacontroller writes a parent's
+/// children one after another). The deletes of children no longer desired go first, then the
+/// creates and updates; the results are taken in the plan's order.
+pub const CHILD_WRITES_IN_FLIGHT: usize = 8;
+
+/// One planned child write: what it found to report, and the failure to report, if any.
+async fn write_child(
+    c: &Children<'_>,
+    w: &Writing<'_>,
+    op: ChildOp,
+) -> (Collected, Option<String>) {
+    let mut out = Collected::default();
+    let op = &op;
+    let obj = match op {
+        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
+    };
+    let key = decide::child_key(obj);
+    let gk = key.split(' ').next().unwrap_or_default();
+    let Some(rule) = c.rules.get(gk) else {
+        return (
+            out,
+            Some(format!("{}: undeclared type {gk}", describe(obj))),
+        );
+    };
+    if held_back(c, rule, w, op, &mut out).await {
+        return (out, None);
+    }
+    let Some((verb, op_label, res)) = execute(c, rule, w, op, &mut out).await else {
+        return (out, None);
+    };
+    let e = match res {
+        Ok(()) => {
+            c.ctx.config.metrics.child_op(c.controller, op_label);
+            tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
+            return (out, None);
+        }
+        Err(e) => e,
+    };
+    if op_label == "create" && contested_create(c, rule, w, obj, &e, &mut out).await {
+        return (out, None);
+    }
+    let holder = match op_label {
+        "create" if kapi::is_conflict(&e) => Some(existing_controller(c, rule, obj).await),
+        _ => None,
+    };
+    let parent_uid = meta_str(w.parent, "uid");
+    match decide::child_write_failure(op_label, kapi::code(&e), holder, parent_uid) {
+        decide::WriteFailure::LeftToNextSync => {
+            tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
+            (out, None)
+        }
+        decide::WriteFailure::Failed(why) => {
+            let cause = match why {
+                Some(why) => format!("{e}: {why}"),
+                None => e.to_string(),
+            };
+            let message = format!("{verb} {}: {cause}", describe(obj));
+            c.ctx.config.metrics.child_op(c.controller, "error");
+            c.ctx
+                .event(w.parent, true, "ChildWriteFailed", message.clone())
+                .await;
+            (out, Some(message))
+        }
     }
 }
 

@@ -558,6 +558,20 @@ pub fn plan_children<'o, O: Borrow<Value>>(
     Ok(ops)
 }
 
+/// The plan's writes in two phases: first the deletes of children no longer desired, then the
+/// creates, updates and deletes for recreation (each phase's writes may run at once).
+pub fn write_phases(ops: Vec<ChildOp>) -> (Vec<ChildOp>, Vec<ChildOp>) {
+    ops.into_iter().partition(|op| {
+        matches!(
+            op,
+            ChildOp::Delete {
+                reason: "not desired",
+                ..
+            }
+        )
+    })
+}
+
 /// dynapply's update of `obs`, with its last-applied configuration when known.
 fn update(
     obs: &Value,
@@ -1212,6 +1226,36 @@ mod tests {
             matches!(&ops[0], ChildOp::Delete { object, reason: "not desired" } if meta_str(object, "name") == "g")
         );
         assert!(matches!(&ops[1], ChildOp::Create(o) if meta_str(o, "name") == "n"));
+    }
+
+    /// Deletes of children no longer desired are one phase, written before everything else —
+    /// recreation deletes, creates and updates — in the plan's order.
+    #[test]
+    fn write_phases_put_deletes_of_undesired_children_first() {
+        let name = |op: &ChildOp| match op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => {
+                meta_str(o, "name").to_owned()
+            }
+        };
+        let ops = vec![
+            ChildOp::Create(child("c1", json!({}), None)),
+            ChildOp::Delete {
+                object: child("r", json!({}), Some("u1")),
+                reason: "recreate",
+            },
+            ChildOp::Delete {
+                object: child("g1", json!({}), Some("u1")),
+                reason: "not desired",
+            },
+            ChildOp::Update(child("u", json!({}), Some("u1"))),
+            ChildOp::Delete {
+                object: child("g2", json!({}), Some("u1")),
+                reason: "not desired",
+            },
+        ];
+        let (first, then) = write_phases(ops);
+        assert_eq!(first.iter().map(name).collect::<Vec<_>>(), ["g1", "g2"]);
+        assert_eq!(then.iter().map(name).collect::<Vec<_>>(), ["c1", "r", "u"]);
     }
 
     #[test]
