@@ -1,5 +1,6 @@
-//! Shared, reference-counted watches per resource (`apiVersion/plural`), each with a store
-//! indexed by controller-owner UID and by orphans, and a broadcast of changes.
+//! Shared, reference-counted watches per resource (`apiVersion/plural`) and form (decoded JSON
+//! values, or [`Compact`] children), each with a store indexed by controller-owner UID and by
+//! orphans, and a broadcast of changes.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -213,7 +214,8 @@ impl<T> std::fmt::Debug for Informer<T> {
     }
 }
 
-/// The cache's own form of a watched object: one JSON object whose body (everything but
+/// A watched object as the decoded-value watches hold it (parents, targets, related objects,
+/// revisions; children are held [`Compact`]): one JSON object whose body (everything but
 /// `metadata`) is moved out of the `DynamicObject`, not re-encoded, and whose `managedFields`
 /// are dropped (about 40% of a small child's memory; a PUT without them keeps the server's
 /// copy, and kmeta never reads them). `apiVersion`/`kind` default to the watched resource's.
