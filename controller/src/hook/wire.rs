@@ -186,6 +186,19 @@ pub struct DecoratorRequestRef<'a> {
     pub finalizing: bool,
 }
 
+/// A CompositeController or DecoratorController object as hook requests carry it (`controller`):
+/// without its `status` (Metacontroller's) and its `metadata.managedFields` (kmeta's, as for
+/// parents and children: the server's bookkeeping, about the size of the spec again).
+pub fn controller_object(mut controller: Value) -> Value {
+    if let Some(m) = controller.as_object_mut() {
+        m.shift_remove("status");
+        if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.shift_remove("managedFields");
+        }
+    }
+    controller
+}
+
 /// The sync/finalize request body.
 pub fn sync_request(
     controller: &Value,
@@ -481,6 +494,19 @@ mod tests {
             p["metadata"]["namespace"] = json!(ns);
         }
         p
+    }
+
+    #[test]
+    fn controller_object_leaves_out_status_and_managed_fields() {
+        let cc = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "c", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+            "spec": {"x": 1}, "status": {"y": 2}});
+        assert_eq!(
+            controller_object(cc),
+            json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                "metadata": {"name": "c", "labels": {"a": "b"}}, "spec": {"x": 1}})
+        );
+        assert_eq!(controller_object(Value::Null), Value::Null);
     }
 
     #[test]

@@ -51,6 +51,9 @@ async fn sync_creates_children_and_sets_status(mode: HookMode) -> anyhow::Result
     // the request had Metacontroller's shape
     let req = s.hooks().calls("sync").last().cloned().unwrap();
     assert_eq!(req["controller"]["metadata"]["name"], "things-cc");
+    // the server's bookkeeping is left out of the controller, as of parents and children
+    assert!(req["controller"]["metadata"].get("managedFields").is_none());
+    assert!(req["controller"].get("status").is_none());
     assert_eq!(req["finalizing"], false);
     assert!(req["children"]["ConfigMap.v1"].is_object());
     assert!(req["related"].is_object());

@@ -349,10 +349,8 @@ impl Composite {
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children)?;
-        let mut cc_json = serde_json::to_value(&cc).unwrap_or(Value::Null);
-        if let Some(m) = cc_json.as_object_mut() {
-            m.remove("status");
-        }
+        let cc_json =
+            crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
         let cc_raw = serde_json::value::to_raw_value(&cc_json)?;
         Ok(Composite {
             parents: ctx.informers.get(&parent),

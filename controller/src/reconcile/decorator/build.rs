@@ -269,10 +269,8 @@ impl Decorator {
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
         let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
-        let mut dc_json = serde_json::to_value(&dc).unwrap_or(Value::Null);
-        if let Some(m) = dc_json.as_object_mut() {
-            m.remove("status");
-        }
+        let dc_json =
+            crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
         Ok(Decorator {
             finalizer: decide::finalizer_name(&name),
             ctx,
