@@ -1,15 +1,17 @@
 //! The hook process: this bench binary started again with `KMETA_SCALE_ROLE=hook`. It answers
 //! `POST /sync` after `KMETA_SCALE_HOOK_LATENCY_MS` with M children of the case's kind and
 //! `status.children` = the observed ones, keeps no request, and serves its call count at
-//! `GET /stats`.
+//! `GET /stats` and the times its calls arrived at `GET /times?from=K` (microseconds since it
+//! started, one per line, from the `K`th call on).
 
+use std::collections::HashMap;
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use kmeta_tests::procs::{Proc, http_get};
 use serde_json::{Value, json};
@@ -23,6 +25,9 @@ struct Hook {
     children: usize,
     latency: Duration,
     calls: AtomicU64,
+    started: Instant,
+    /// When each call arrived, in microseconds since `started`.
+    times: Mutex<Vec<u64>>,
 }
 
 /// The hook process, its port, for `case`.
@@ -61,6 +66,8 @@ pub(crate) fn main() -> anyhow::Result<()> {
         children: super::env_num("KMETA_SCALE_HOOK_CHILDREN", 10)?,
         latency: Duration::from_millis(super::env_num("KMETA_SCALE_HOOK_LATENCY_MS", 0)?),
         calls: AtomicU64::new(0),
+        started: Instant::now(),
+        times: Mutex::new(Vec::new()),
     });
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -74,6 +81,7 @@ async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/sync", post(sync))
         .route("/stats", get(stats))
+        .route("/times", get(times))
         .with_state(hook);
     axum::serve(listener, app).await?;
     Ok(())
@@ -81,6 +89,23 @@ async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
 
 async fn stats(State(hook): State<Arc<Hook>>) -> String {
     hook.calls.load(Ordering::Relaxed).to_string()
+}
+
+async fn times(State(hook): State<Arc<Hook>>, Query(q): Query<HashMap<String, usize>>) -> String {
+    let from = q.get("from").copied().unwrap_or(0);
+    let times = hook.times.lock().unwrap_or_else(|e| e.into_inner());
+    let lines: Vec<String> = times.iter().skip(from).map(u64::to_string).collect();
+    lines.join("\n")
+}
+
+/// The arrival times (µs since the hook started) of its calls from the `from`th on.
+pub(crate) async fn arrivals(port: u16, from: u64) -> anyhow::Result<Vec<u64>> {
+    let (_, body) = http_get(port, &format!("/times?from={from}"))
+        .await
+        .context("hook /times unreachable")?;
+    body.lines()
+        .map(|l| l.parse().context("hook /times: not a number"))
+        .collect()
 }
 
 async fn sync(
@@ -91,6 +116,11 @@ async fn sync(
         tokio::time::sleep(hook.latency).await;
     }
     hook.calls.fetch_add(1, Ordering::Relaxed);
+    let at = u64::try_from(hook.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    hook.times
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(at);
     let parent = req["parent"]["metadata"]["name"]
         .as_str()
         .unwrap_or_default();

@@ -14,9 +14,6 @@ use serde_json::{Value, json};
 
 use super::{AV, CC, Case, DEADLINE, NS, POLL, Server, child, create_all, floor, hook, in_ns};
 
-/// How often a resync round's progress is polled (a GET of the hook's call count).
-const ROUND_POLL: Duration = Duration::from_millis(10);
-
 /// The `kmeta run` process.
 struct Controller {
     proc: Proc,
@@ -98,26 +95,6 @@ impl Rig {
             server: self.server.proc.usage()?,
             hook: self.hook.usage()?,
         })
-    }
-
-    /// The wall time of one round of `n` hook calls after the first `base`: from the first call
-    /// seen to the `n`th (each end seen up to [`ROUND_POLL`] late).
-    async fn round(&self, base: u64, n: u64) -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        while hook::calls(self.hook_port).await? <= base {
-            if start.elapsed() > DEADLINE {
-                bail!("no hook call after {base}");
-            }
-            tokio::time::sleep(ROUND_POLL).await;
-        }
-        let first = Instant::now();
-        while hook::calls(self.hook_port).await? < base + n {
-            if start.elapsed() > DEADLINE {
-                bail!("hook calls did not reach {}", base + n);
-            }
-            tokio::time::sleep(ROUND_POLL).await;
-        }
-        Ok(first.elapsed())
     }
 
     async fn wait_calls(&self, at_least: u64) -> anyhow::Result<()> {
@@ -308,6 +285,24 @@ fn print_qps(case: &Case, wall: f64, d: &Counters) {
     );
 }
 
+/// The bursts of `arrivals` (sorted, µs) separated by pauses over `gap` µs: (calls, first to
+/// last arrival in µs) each.
+fn bursts(arrivals: &[u64], gap: u64) -> Vec<(usize, u64)> {
+    let mut out: Vec<(usize, u64, u64)> = Vec::new();
+    for &t in arrivals {
+        match out.last_mut() {
+            Some((calls, _, last)) if t.saturating_sub(*last) <= gap => {
+                *calls += 1;
+                *last = (*last).max(t);
+            }
+            _ => out.push((1, t, t)),
+        }
+    }
+    out.into_iter()
+        .map(|(calls, first, last)| (calls, last.saturating_sub(first)))
+        .collect()
+}
+
 /// Two full resyncs of every parent with nothing to change.
 async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
     let ccs = kube::Api::<kube::api::DynamicObject>::all_with(
@@ -326,9 +321,14 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
     rig.wait_calls(hook::calls(rig.hook_port).await? + n)
         .await?;
     let s0 = rig.snap().await?;
-    let first = rig.round(s0.hook_calls, n).await?;
-    let second = rig.round(s0.hook_calls + n, n).await?;
+    rig.wait_calls(s0.hook_calls + 2 * n).await?;
     let s1 = rig.snap().await?;
+    let arrived = hook::arrivals(rig.hook_port, s0.hook_calls).await?;
+    let gap = Duration::from_secs(resync_s).as_micros() as u64 / 2;
+    let rounds: Vec<String> = bursts(&arrived, gap)
+        .iter()
+        .map(|(calls, took)| format!("{calls} calls in {:.2} s", *took as f64 / 1e6))
+        .collect();
     let d = s1.counters.since(&s0.counters);
     let cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
     println!(
@@ -340,10 +340,8 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
         2 * n
     );
     println!(
-        "    each resync, from its first hook call to its {n}th: {:.2} s, {:.2} s (polled every {} ms)",
-        first.as_secs_f64(),
-        second.as_secs_f64(),
-        ROUND_POLL.as_millis()
+        "    each resync (the hook's calls grouped by pauses over half the period; first to last arrival): {}",
+        rounds.join(", ")
     );
     println!(
         "    controller CPU {cpu:.2} s = {:.0} µs per parent per resync; controller {}; hook CPU {:.2} s, server CPU {:.2} s",
