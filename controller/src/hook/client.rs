@@ -65,6 +65,8 @@ pub struct HookClient {
     name: &'static str,
     /// The URL requests go to (may carry userinfo: never printed).
     url: String,
+    /// `url` parsed once (not on every call; `None` for an in-process hook).
+    target: Option<reqwest::Url>,
     /// The URL as printed, labelled and stored: without userinfo.
     shown_url: String,
     /// Credential values requests carry, masked in response text kmeta copies anywhere.
@@ -141,6 +143,7 @@ impl HookClient {
         Ok(HookClient {
             name,
             url,
+            target: Some(parsed),
             shown_url,
             sent,
             http,
@@ -175,6 +178,7 @@ impl HookClient {
         Ok(HookClient {
             name,
             url: IN_PROCESS_URL.to_owned(),
+            target: None,
             shown_url: IN_PROCESS_URL.to_owned(),
             sent: Vec::new(),
             http,
@@ -335,9 +339,11 @@ impl HookClient {
             let shown = shown.unwrap_or_else(|e| e.to_string());
             tracing::trace!(hook = self.name, url = %self.shown_url, request = %shown, "hook request");
         }
-        let mut req = self
-            .http
-            .post(&self.url)
+        let req = match &self.target {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(&self.url),
+        };
+        let mut req = req
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(payload);
         if let Some(a) = &self.authorization {

@@ -77,7 +77,9 @@ impl<T> Clone for Change<T> {
 /// object's key is held once, not once per index.
 struct State<T> {
     objects: HashMap<Arc<ObjKey>, Arc<T>>,
-    by_owner: HashMap<String, HashSet<Arc<ObjKey>>>,
+    /// Each controller's objects, held here too: a parent's children are read without a lookup
+    /// of each in `objects` (the no-op resync reads them for every parent).
+    by_owner: HashMap<String, HashMap<Arc<ObjKey>, Arc<T>>>,
     /// Ordered by (namespace, name): one namespace's orphans are a range, not a scan of all.
     orphans: BTreeSet<Arc<ObjKey>>,
 }
@@ -117,7 +119,7 @@ impl<T: ObjectView> State<T> {
                 self.by_owner
                     .entry(uid.to_owned())
                     .or_default()
-                    .insert(key.clone());
+                    .insert(key.clone(), obj.clone());
             }
             None => {
                 self.orphans.insert(key.clone());
@@ -387,11 +389,7 @@ impl<T: Form> Informer<T> {
         self.shared.read(|s| {
             s.by_owner
                 .get(uid)
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(|k| s.objects.get(k).cloned())
-                        .collect()
-                })
+                .map(|objects| objects.values().cloned().collect())
                 .unwrap_or_default()
         })
     }

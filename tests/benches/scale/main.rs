@@ -239,13 +239,41 @@ fn in_ns(mut o: Value) -> Value {
     o
 }
 
-/// The floor: a fresh server process gets the case's N × M children created directly.
-async fn floor(dir: &Path, case: &Case) -> anyhow::Result<(Duration, Usage)> {
+/// What a floor creates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Shape {
+    /// The objects kmeta creates: the hook's children with the namespace and `controller-uid`
+    /// label kmeta adds (generateSelector), its last-applied annotation and a controller
+    /// reference to their parent (the N parents are created first, untimed). The converge is
+    /// checked to have written exactly these ([`check_as_written`]).
+    AsWritten,
+    /// The hook's children as it answers them (no annotation, no owner), in one namespace:
+    /// smaller objects, what rounds before the floors were compared with.
+    Plain,
+}
+
+/// The floor: a fresh server process gets the case's N × M children created directly by
+/// [`WRITERS`] concurrent writers; the time and the server's usage after.
+async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duration, Usage)> {
     let server = Server::start(dir, "floor").await?;
     let kind = case.kind;
-    let objects: Vec<Value> = (0..case.objects())
-        .map(|i| in_ns(child(kind, "floor", i, json!({}))))
-        .collect();
+    let objects: Vec<Value> = match shape {
+        Shape::Plain => (0..case.objects())
+            .map(|i| in_ns(child(kind, "floor", i, json!({}))))
+            .collect(),
+        Shape::AsWritten => {
+            install_parent_crd(&server).await?;
+            let things = server.api(AV, "Thing", "things");
+            let parents = create_all(&things, run::parents(case)).await?;
+            let mut out = Vec::with_capacity(case.objects());
+            for p in &parents {
+                for i in 0..case.children {
+                    out.push(as_written(kind, p, i)?);
+                }
+            }
+            out
+        }
+    };
     let api = server.api(kind.api_version(), kind.kind(), kind.plural());
     let before = server.proc.usage()?;
     let start = Instant::now();
@@ -253,7 +281,11 @@ async fn floor(dir: &Path, case: &Case) -> anyhow::Result<(Duration, Usage)> {
     let took = start.elapsed();
     let after = server.proc.usage()?;
     println!(
-        "  floor: {} {}s created directly ({WRITERS} writers, fresh server): {:.2} s ({:.0}/s), server CPU {:.1} s",
+        "  floor ({}): {} {}s created directly ({WRITERS} writers, fresh server): {:.2} s ({:.0}/s), server CPU {:.1} s",
+        match shape {
+            Shape::AsWritten => "as kmeta writes them",
+            Shape::Plain => "plain",
+        },
         case.objects(),
         kind.kind(),
         took.as_secs_f64(),
@@ -261,6 +293,72 @@ async fn floor(dir: &Path, case: &Case) -> anyhow::Result<(Duration, Usage)> {
         after.cpu_s - before.cpu_s
     );
     Ok((took, after))
+}
+
+/// Child `i` of `parent` as kmeta creates it (see [`Shape::AsWritten`]).
+fn as_written(kind: Kind, parent: &Value, i: usize) -> anyhow::Result<Value> {
+    let meta = |f: &str| {
+        parent
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .with_context(|| format!("parent without metadata.{f}: {parent}"))
+    };
+    let (name, uid) = (meta("name")?, meta("uid")?);
+    let desired = in_ns(child(kind, name, i, json!({"controller-uid": uid})));
+    let mut out = dynapply::prepare_create(&desired, &dynapply::Options::default())?;
+    out["metadata"]["ownerReferences"] = json!([{"apiVersion": AV, "kind": "Thing", "name": name,
+        "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+    Ok(out)
+}
+
+/// Fails unless the first parent's first child, as the converge stored it, is what
+/// [`as_written`] builds (apart from the fields the server sets): the floor of
+/// [`Shape::AsWritten`] creates the same objects as kmeta.
+async fn check_as_written(server: &Server, case: &Case) -> anyhow::Result<()> {
+    let kind = case.kind;
+    let parent = server.api(AV, "Thing", "things").get("p-0").await?;
+    let parent = serde_json::to_value(parent)?;
+    let stored = server
+        .api(kind.api_version(), kind.kind(), kind.plural())
+        .get("p-0-0")
+        .await?;
+    let strip = |mut v: Value| {
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            for f in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "managedFields",
+                "generation",
+            ] {
+                m.remove(f);
+            }
+        }
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+        }
+        v
+    };
+    let stored = strip(serde_json::to_value(stored)?);
+    let built = strip(as_written(kind, &parent, 0)?);
+    if stored != built {
+        bail!("the floor's objects are not what kmeta wrote:\n  kmeta: {stored}\n  floor: {built}");
+    }
+    Ok(())
+}
+
+async fn install_parent_crd(server: &Server) -> anyhow::Result<()> {
+    let crds = Api::<DynamicObject>::all_with(
+        server.client.clone(),
+        &ar(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    let thing = obj(crd(GROUP, "Thing", "things", true))?;
+    crds.create(&PostParams::default(), &thing).await?;
+    Ok(())
 }
 
 /// Installs kmeta's CRDs, the parent CRD and the CompositeController.

@@ -13,7 +13,10 @@ use kmeta_tests::procs::{Proc, Usage, bin, free_port, histogram_quantile, http_g
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
-use super::{AV, CC, Case, DEADLINE, NS, POLL, Server, child, create_all, floor, hook, in_ns};
+use super::{
+    AV, CC, Case, DEADLINE, NS, POLL, Server, Shape, check_as_written, child, create_all, floor,
+    hook, in_ns,
+};
 
 /// The `kmeta run` process.
 struct Controller {
@@ -110,7 +113,7 @@ impl Rig {
     }
 }
 
-fn parents(case: &Case) -> Vec<Value> {
+pub(crate) fn parents(case: &Case) -> Vec<Value> {
     (0..case.parents)
         .map(|i| {
             json!({"apiVersion": AV, "kind": "Thing",
@@ -191,6 +194,13 @@ impl Own {
         without_own(c, "list", "things", self.lists);
         without_own(c, "watch", "things", self.watches);
     }
+}
+
+/// The floors of both shapes, [`Shape::AsWritten`] first.
+async fn floors(dir: &Path, case: &Case) -> anyhow::Result<(Duration, Duration)> {
+    let written = floor(dir, case, Shape::AsWritten).await?.0;
+    let plain = floor(dir, case, Shape::Plain).await?.0;
+    Ok((written, plain))
 }
 
 /// `wall` against the floor measured just before and just after it: the shared machine's speed
@@ -275,7 +285,7 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
 pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> anyhow::Result<()> {
     let before = match case.qps > 0.0 {
         true => None,
-        false => Some(floor(dir, case).await?.0),
+        false => Some(floors(dir, case).await?),
     };
     let mut rig = Rig::new(dir, case).await?;
     rig.ctrl = Some(Controller::start(dir, &rig.server, case).await?);
@@ -290,10 +300,12 @@ pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> 
     let wall = (s1.at - s0.at).as_secs_f64();
     match before {
         Some(before) => {
-            let after = floor(dir, case).await?.0;
+            let after = floors(dir, case).await?;
+            check_as_written(&rig.server, case).await?;
             println!(
-                "  converge: {wall:.2} s — {}",
-                against_floor(wall, before, after)
+                "  converge: {wall:.2} s — {} (as kmeta writes them); {} (plain)",
+                against_floor(wall, before.0, after.0),
+                against_floor(wall, before.1, after.1)
             );
         }
         None => print_qps(case, wall, &d),
@@ -421,7 +433,7 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
 
 /// N × M orphans and their parents exist before the controller starts.
 pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
-    let (before, _) = floor(dir, case).await?;
+    let (before, _) = floor(dir, case, Shape::Plain).await?;
     let mut rig = Rig::new(dir, case).await?;
     let things = rig.server.api(AV, "Thing", "things");
     let created = create_all(&things, parents(case)).await?;
@@ -456,7 +468,7 @@ pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
     let mut d = s1.counters.since(&s0.counters);
     own.remove_from(&mut d);
     let wall = (s1.at - s0.at).as_secs_f64();
-    let (after, _) = floor(dir, case).await?;
+    let (after, _) = floor(dir, case, Shape::Plain).await?;
     println!(
         "  adopt {} orphans: {wall:.2} s from the controller's start — {}",
         case.objects(),
