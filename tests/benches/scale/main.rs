@@ -13,7 +13,10 @@
 //!   every parent's status reporting its M children, API requests of the controller by verb,
 //!   hook calls, p50/p99 sync time (kmeta's `kmeta_reconcile_duration_seconds`), CPU and peak
 //!   RSS of each process; against the floor: a fresh server process of the same binary getting
-//!   the same N × M children created directly by 32 concurrent writers.
+//!   the same N × M children created directly by 32 concurrent writers — the objects kmeta
+//!   creates ([`Shape::AsWritten`], checked against what the converge stored), and the plain
+//!   ones beside them ([`Shape::Plain`]) — measured just before and just after the converge
+//!   (docs/design/sizing-bench.md).
 //! - `steady` (after each converge, same controller): `resyncPeriodSeconds` set, then two full
 //!   resyncs of every parent measured: writes (0 expected), controller CPU per parent per resync.
 //! - `qps`: converge with `--client-go-qps` (every request waits for the client-side bucket):
