@@ -349,6 +349,39 @@ pub fn apply_update_with(
     update(observed, Last::Given(last_applied), desired, opts)
 }
 
+/// [`apply_update_with`] for an object dynapply wrote: `recorded` is [`recorded_last_applied`] of
+/// the desired object that was written, and `observed` is the version the API server answered
+/// that write with, so its annotation holds the canonical encoding of `recorded`. When `desired`
+/// is exactly `recorded` (numbers in the same form) the annotation needs no re-encoding to know
+/// it is unchanged: a no-op update — a controller's usual resync of a child it wrote — costs
+/// only the dry-run merge over `observed`. The result is [`apply_update`]'s for that `observed`;
+/// if `recorded` is not what the annotation holds, the result may keep an annotation that
+/// [`apply_update`] would have re-encoded.
+///
+/// ```
+/// use dynapply::{Options, Outcome, apply_update, apply_update_recorded, prepare_create, recorded_last_applied};
+/// use serde_json::json;
+///
+/// let opts = Options::default();
+/// let desired = json!({"metadata": {"name": "a"}, "data": {"k": "1"}});
+/// let mut live = prepare_create(&desired, &opts)?;
+/// live["metadata"]["resourceVersion"] = json!("7"); // the server's answer to the create
+/// let recorded = recorded_last_applied(&desired, &opts)?; // kept by the caller for version "7"
+/// assert_eq!(apply_update_recorded(&live, &recorded, &desired, &opts)?, Outcome::Unchanged);
+/// let changed = json!({"metadata": {"name": "a"}, "data": {"k": "2"}});
+/// let with = apply_update_recorded(&live, &recorded, &changed, &opts)?;
+/// assert_eq!(with, apply_update(&live, &changed, &opts)?);
+/// # Ok::<(), dynapply::Error>(())
+/// ```
+pub fn apply_update_recorded(
+    observed: &Value,
+    recorded: &Value,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Outcome, Error> {
+    update(observed, Last::Recorded(recorded), desired, opts)
+}
+
 /// The last-applied configuration recorded by writing `desired` (what [`prepare_create`] and
 /// [`apply_update`] put in the annotation), without encoding and parsing it: `desired` with null
 /// fields and null list items removed and without the annotation. It can differ from what
@@ -375,6 +408,8 @@ enum Last<'a> {
     Parse,
     /// Supplied by the caller (what parsing would give).
     Given(Option<&'a Value>),
+    /// Supplied by the caller, who wrote it: the annotation is its canonical encoding.
+    Recorded(&'a Value),
 }
 
 fn update(
@@ -397,8 +432,17 @@ fn update(
         .and_then(Value::as_str);
     // the new annotation is usually about as long as the one recorded
     let capacity = recorded.map_or(256, |r| r.len() + 64);
-    let text = annotation::canonical_json_sized(&desired, Some(&opts.annotation), capacity);
-    let unchanged_record = recorded == Some(text.as_str());
+    let encode = || annotation::canonical_json_sized(&desired, Some(&opts.annotation), capacity);
+    // desired is what the annotation encodes when it equals what the caller recorded there
+    let known_same =
+        matches!(last, Last::Recorded(l) if recorded.is_some() && identical(l, &desired));
+    let mut text = None;
+    let unchanged_record = known_same || {
+        let t = encode();
+        let same = recorded == Some(t.as_str());
+        text = Some(t);
+        same
+    };
     let parsed;
     let last: Option<&Value> = if unchanged_record {
         // Steady state: last-applied is exactly desired. If a dry-run merge changes nothing,
@@ -417,6 +461,7 @@ fn update(
     } else {
         match last {
             Last::Given(given) => given,
+            Last::Recorded(recorded) => Some(recorded),
             Last::Parse => {
                 parsed = get_last_applied(observed, opts)?;
                 parsed.as_ref()
@@ -426,13 +471,43 @@ fn update(
     let mut merged = clone_without_record(observed, &opts.annotation);
     merge_into(&mut merged, last, &desired, opts)?;
     restore_server_fields(&mut merged, observed)?;
-    annotation::write_annotation(&mut merged, text, opts)?;
+    annotation::write_annotation(&mut merged, text.unwrap_or_else(encode), opts)?;
     // A new annotation text alone makes the result differ from observed: compare only when the
     // record is unchanged.
     if unchanged_record && json_eq(&merged, observed) {
         Ok(Outcome::Unchanged)
     } else {
         Ok(Outcome::Changed(merged))
+    }
+}
+
+/// `a == b` (numbers in the same form, maps in any order), fast when maps list their keys in the
+/// same order — as a recorded configuration and the next identical answer do — without hashing
+/// every key as `Map`'s equality does.
+fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            if x.len() != y.len() {
+                return false;
+            }
+            for (i, ((ka, va), (kb, vb))) in x.iter().zip(y.iter()).enumerate() {
+                if ka != kb {
+                    // another order from here on: look the rest up (the keys before matched)
+                    return x
+                        .iter()
+                        .skip(i)
+                        .all(|(k, v)| y.get(k).is_some_and(|w| identical(v, w)));
+                }
+                if !identical(va, vb) {
+                    return false;
+                }
+            }
+            true
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| identical(v, w))
+        }
+        _ => a == b,
     }
 }
 
@@ -525,4 +600,35 @@ pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
     let text = annotation::canonical_json(&out, Some(&opts.annotation));
     annotation::write_annotation(&mut out, text, opts)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::identical;
+    use serde_json::json;
+
+    #[test]
+    fn identical_is_strict_equality_in_any_key_order() {
+        let a = json!({"a": 1, "b": [{"x": "y", "z": 2.5}], "c": null});
+        assert!(identical(&a, &a.clone()));
+        // the same maps with keys in another order, from the first key or a later one
+        let reordered = json!({"c": null, "b": [{"z": 2.5, "x": "y"}], "a": 1});
+        assert!(identical(&a, &reordered) && identical(&reordered, &a));
+        let late = json!({"a": 1, "c": null, "b": [{"x": "y", "z": 2.5}]});
+        assert!(identical(&a, &late));
+        // numbers in another form, a value, a key, a length, list order
+        for other in [
+            json!({"a": 1.0, "b": [{"x": "y", "z": 2.5}], "c": null}),
+            json!({"a": 1, "b": [{"x": "y", "z": 2.6}], "c": null}),
+            json!({"a": 1, "b": [{"x": "y", "w": 2.5}], "c": null}),
+            json!({"a": 1, "b": [{"x": "y", "z": 2.5}]}),
+            json!({"a": 1, "b": [{"x": "y", "z": 2.5}], "d": null}),
+            json!({"a": 1, "b": [{"x": "y", "z": 2.5}, 3], "c": null}),
+        ] {
+            assert!(!identical(&a, &other), "{other}");
+            assert_eq!(identical(&a, &other), a == other, "{other}");
+        }
+        let list = json!([1, 2]);
+        assert!(!identical(&list, &json!([2, 1])));
+    }
 }

@@ -2,9 +2,9 @@
 //! desired overlap, and list items often share conventional merge keys).
 
 use dynapply::{
-    ListRules, Options, Ordering, Outcome, apply_update, apply_update_with, get_last_applied,
-    json_eq, merge_into, merge_with, prepare_create, recorded_last_applied, set_last_applied,
-    would_change,
+    ListRules, Options, Ordering, Outcome, apply_update, apply_update_recorded, apply_update_with,
+    get_last_applied, json_eq, merge_into, merge_with, prepare_create, recorded_last_applied,
+    set_last_applied, would_change,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -234,6 +234,29 @@ proptest! {
         let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let plain = apply_update(&written, &second, &opts);
         let with = apply_update_with(&written, Some(&recorded), &second, &opts);
+        match (&plain, &with) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
+        }
+    }
+
+    /// After a write of `first`, `apply_update_recorded` with what was recorded gives exactly
+    /// what `apply_update` gives, for the same answer again (its shortcut) and for another.
+    #[test]
+    fn apply_update_recorded_is_apply_update_after_a_write(
+        observed in top(), first in top(), other in top(), again in any::<bool>(), ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let written = match apply_update(&observed, &first, &opts) {
+            Ok(Outcome::Changed(v)) => v,
+            Ok(Outcome::Unchanged) => observed.clone(),
+            Err(_) => return Ok(()),
+        };
+        let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let second = if again { &recorded } else { &other };
+        let plain = apply_update(&written, second, &opts);
+        let with = apply_update_recorded(&written, &recorded, second, &opts);
         match (&plain, &with) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
             (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),

@@ -510,7 +510,7 @@ pub fn plan_children<'o, O: Borrow<Value>>(
     desired: &BTreeMap<String, Value>,
     method: impl Fn(&str) -> ChildUpdateMethod,
     options: impl Fn(&str) -> &'o dynapply::Options,
-    last_applied: impl Fn(&Value, &dynapply::Options) -> Option<std::sync::Arc<Value>>,
+    last_applied: impl Fn(&Value, &dynapply::Options) -> Option<KnownLast>,
 ) -> Result<Vec<ChildOp>, DecideError> {
     let observed: BTreeMap<String, &Value> = observed
         .iter()
@@ -572,15 +572,41 @@ pub fn write_phases(ops: Vec<ChildOp>) -> (Vec<ChildOp>, Vec<ChildOp>) {
     })
 }
 
+/// A child's last-applied configuration known for its observed version: `recorded` when kmeta
+/// wrote that version (its annotation holds the canonical encoding of `value`, so a no-op update
+/// needs no re-encoding: [`dynapply::apply_update_recorded`]), else parsed from the annotation.
+#[derive(Clone, Debug)]
+pub struct KnownLast {
+    /// The configuration.
+    pub value: std::sync::Arc<Value>,
+    /// Whether kmeta recorded it by writing this very version.
+    pub recorded: bool,
+}
+
+impl KnownLast {
+    /// dynapply's update of `obs` (the version this configuration is known for) to `want`.
+    pub fn apply_update(
+        &self,
+        obs: &Value,
+        want: &Value,
+        opts: &dynapply::Options,
+    ) -> Result<dynapply::Outcome, dynapply::Error> {
+        match self.recorded {
+            true => dynapply::apply_update_recorded(obs, &self.value, want, opts),
+            false => dynapply::apply_update_with(obs, Some(&self.value), want, opts),
+        }
+    }
+}
+
 /// dynapply's update of `obs`, with its last-applied configuration when known.
 fn update(
     obs: &Value,
-    last: Option<std::sync::Arc<Value>>,
+    last: Option<KnownLast>,
     want: &Value,
     opts: &dynapply::Options,
 ) -> Result<dynapply::Outcome, dynapply::Error> {
     match last {
-        Some(last) => dynapply::apply_update_with(obs, Some(&last), want, opts),
+        Some(last) => last.apply_update(obs, want, opts),
         None => dynapply::apply_update(obs, want, opts),
     }
 }

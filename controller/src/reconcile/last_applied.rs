@@ -11,12 +11,15 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::object::meta_str;
+use crate::reconcile::decide::KnownLast;
 
 /// One child's entry.
 #[derive(Debug)]
 struct Entry {
     resource_version: String,
     last: Arc<Value>,
+    /// Recorded by kmeta's own write of this version (not parsed from someone's annotation).
+    recorded: bool,
     bytes: usize,
 }
 
@@ -57,8 +60,16 @@ impl LastAppliedCache {
     /// The last-applied configuration recorded for `observed` at its `resourceVersion`, if this
     /// very version is known.
     pub fn get(&self, observed: &Value) -> Option<Arc<Value>> {
+        self.get_known(observed).map(|k| k.value)
+    }
+
+    /// [`LastAppliedCache::get`], and whether kmeta recorded it by writing this version.
+    pub fn get_known(&self, observed: &Value) -> Option<KnownLast> {
         let e = self.entries.get(meta_str(observed, "uid"))?;
-        (e.resource_version == meta_str(observed, "resourceVersion")).then(|| e.last.clone())
+        (e.resource_version == meta_str(observed, "resourceVersion")).then(|| KnownLast {
+            value: e.last.clone(),
+            recorded: e.recorded,
+        })
     }
 
     /// Records `last` as the last-applied configuration of the child `stored` (the object the
@@ -66,20 +77,24 @@ impl LastAppliedCache {
     /// than the whole budget is not kept; past the budget every entry is dropped first.
     #[cfg(test)]
     pub fn insert(&mut self, stored: &Value, last: Value) {
-        self.insert_shared(stored, Arc::new(last));
-    }
-
-    /// [`LastAppliedCache::insert`] for the child version `(uid, rv)`.
-    pub fn insert_version(&mut self, uid: &str, rv: &str, last: Value) {
-        self.insert_version_shared(uid, rv, Arc::new(last));
-    }
-
-    fn insert_shared(&mut self, stored: &Value, last: Arc<Value>) {
         let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
-        self.insert_version_shared(uid, rv, last);
+        self.insert_version_shared(uid, rv, Arc::new(last), true);
     }
 
-    fn insert_version_shared(&mut self, uid: &str, rv: &str, last: Arc<Value>) {
+    /// [`LastAppliedCache::insert`] for the child version `(uid, rv)` kmeta wrote, `last` being
+    /// [`dynapply::recorded_last_applied`] of what it wrote (the stored annotation is the text
+    /// it sent).
+    pub fn insert_version(&mut self, uid: &str, rv: &str, last: Value) {
+        self.insert_version_shared(uid, rv, Arc::new(last), true);
+    }
+
+    /// Keeps a configuration parsed from `stored`'s annotation.
+    fn insert_parsed(&mut self, stored: &Value, last: Arc<Value>) {
+        let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
+        self.insert_version_shared(uid, rv, last, false);
+    }
+
+    fn insert_version_shared(&mut self, uid: &str, rv: &str, last: Arc<Value>, recorded: bool) {
         if uid.is_empty() || rv.is_empty() {
             return;
         }
@@ -96,6 +111,7 @@ impl LastAppliedCache {
         let entry = Entry {
             resource_version: rv.to_owned(),
             last,
+            recorded,
             bytes,
         };
         self.entries.insert(uid.to_owned(), entry);
@@ -129,15 +145,18 @@ pub fn known_or_parsed(
     cache: &Mutex<LastAppliedCache>,
     observed: &Value,
     opts: &dynapply::Options,
-) -> Option<Arc<Value>> {
-    if let Some(known) = cache.lock().ok()?.get(observed) {
+) -> Option<KnownLast> {
+    if let Some(known) = cache.lock().ok()?.get_known(observed) {
         return Some(known);
     }
     let parsed = Arc::new(dynapply::get_last_applied(observed, opts).ok()??);
     if let Ok(mut c) = cache.lock() {
-        c.insert_shared(observed, parsed.clone());
+        c.insert_parsed(observed, parsed.clone());
     }
-    Some(parsed)
+    Some(KnownLast {
+        value: parsed,
+        recorded: false,
+    })
 }
 
 /// Per-entry bookkeeping besides the value: the map slot, the `Arc` and the key strings' headers.
@@ -232,6 +251,11 @@ mod tests {
         live["metadata"]["resourceVersion"] = json!("4");
         let cache = Mutex::new(LastAppliedCache::default());
         let parsed = known_or_parsed(&cache, &live, &opts).unwrap();
+        assert!(
+            !parsed.recorded,
+            "parsed, not recorded by a write of kmeta's"
+        );
+        let parsed = parsed.value;
         assert_eq!(
             Some(&*parsed),
             dynapply::get_last_applied(&live, &opts).unwrap().as_ref()
@@ -240,7 +264,14 @@ mod tests {
         assert!(Arc::ptr_eq(&kept, &parsed), "kept for this version");
         // the kept one answers now, not a parse of the annotation
         live["metadata"]["annotations"][&opts.annotation] = json!("{\"data\":{}}");
-        assert_eq!(known_or_parsed(&cache, &live, &opts).unwrap(), parsed);
+        assert_eq!(known_or_parsed(&cache, &live, &opts).unwrap().value, parsed);
+        // a version kmeta wrote is known as recorded
+        cache
+            .lock()
+            .unwrap()
+            .insert_version("u1", "5", json!({"data": {}}));
+        live["metadata"]["resourceVersion"] = json!("5");
+        assert!(known_or_parsed(&cache, &live, &opts).unwrap().recorded);
         // no annotation: nothing to keep
         let bare = json!({"metadata": {"name": "b", "uid": "u2", "resourceVersion": "1"}});
         assert!(known_or_parsed(&cache, &bare, &opts).is_none());

@@ -439,7 +439,7 @@ pub enum Step {
 /// The last-applied configuration of an observed child at its version, when known (see
 /// `reconcile::last_applied`); `None`: dynapply parses the child's annotation.
 pub type KnownLastApplied<'a> =
-    &'a (dyn Fn(&Value, &dynapply::Options) -> Option<std::sync::Arc<Value>> + Sync);
+    &'a (dyn Fn(&Value, &dynapply::Options) -> Option<crate::reconcile::decide::KnownLast> + Sync);
 
 /// What a rollout step reads: the rolling rules, the observed children and the latest revision's
 /// desired children in the hook's response order.
@@ -477,7 +477,7 @@ fn up_to_date(
     last_applied: KnownLastApplied<'_>,
 ) -> bool {
     let outcome = match last_applied(observed, opts) {
-        Some(last) => dynapply::apply_update_with(observed, Some(&last), desired, opts),
+        Some(last) => last.apply_update(observed, desired, opts),
         None => dynapply::apply_update(observed, desired, opts),
     };
     matches!(outcome, Ok(dynapply::Outcome::Unchanged))

@@ -61,7 +61,7 @@ for _ in $(seq "$rounds"); do
 done
 
 # medians over the rounds per (language and allocator, size, row), then Go / Rust per size and
-# row: Go's `update` row is the reference for `update` and `update_cached`
+# row: Go's `update` row is the reference for `update`, `update_cached` and `update_recorded`
 printf "%-6s %-34s %12s %12s %8s\n" size "row (rust, allocator)" "go ns/op" "rust ns/op" "go/rust"
 sort -k1,1 -k2,2 -k3,3 -k4,4n "$work/results" | awk '
   { key = $1 " " $2 " " $3; v[key, ++n[key]] = $4; keys[key] = 1 }
@@ -71,7 +71,7 @@ sort -k1,1 -k2,2 -k3,3 -k4,4n "$work/results" | awk '
     split("update update_noop merge", gorows, " ")
     for (s = 1; s <= 3; s++) for (k in keys) {
       split(k, p, " "); if (p[1] == "go" || p[2] != sizes[s]) continue
-      row = p[3]; gorow = row; sub(/_cached/, "", gorow)
+      row = p[3]; gorow = row; sub(/_cached|_recorded/, "", gorow)
       g = med["go " sizes[s] " " gorow]
       alloc = (p[1] == "rust") ? "system" : "mimalloc"
       printf "%-6s %-34s %12.0f %12.0f %7.1fx\n", sizes[s], row " (" alloc ")", g, med[k], g / med[k]

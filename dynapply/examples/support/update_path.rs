@@ -17,7 +17,8 @@ use anyhow::{Context, bail};
 
 use crate::workload;
 use dynapply::{
-    Options, Outcome, apply_update, apply_update_with, get_last_applied, json_eq, merge_with,
+    Options, Outcome, apply_update, apply_update_recorded, apply_update_with, get_last_applied,
+    json_eq, merge_with,
 };
 use serde_json::Value;
 
@@ -87,8 +88,17 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
             bail!("{size}: Go's update differs from apply_update's");
         }
         let last = get_last_applied(&live, &opts)?;
+        // the annotation is canonical (the check above): what was parsed is what was recorded
+        let Some(recorded) = last.as_ref() else {
+            bail!("{size}: the observed object has no last-applied annotation");
+        };
+        if apply_update_recorded(&live, recorded, &same, &opts)? != Outcome::Unchanged
+            || apply_update_recorded(&live, recorded, &changed, &opts)? != Outcome::Changed(merged)
+        {
+            bail!("{size}: apply_update_recorded differs from apply_update");
+        }
         for _ in 0..rounds {
-            let rows: [(&str, &mut dyn FnMut()); 5] = [
+            let rows: [(&str, &mut dyn FnMut()); 7] = [
                 ("update", &mut || {
                     black_box(apply_update(black_box(&live), black_box(&changed), &opts)).ok();
                 }),
@@ -102,6 +112,15 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
                 }),
                 ("update_noop_cached", &mut || {
                     let r = apply_update_with(black_box(&live), last.as_ref(), &same, &opts);
+                    black_box(r).ok();
+                }),
+                // the same, known to be what kmeta recorded by writing this version
+                ("update_recorded", &mut || {
+                    let r = apply_update_recorded(black_box(&live), recorded, &changed, &opts);
+                    black_box(r).ok();
+                }),
+                ("update_noop_recorded", &mut || {
+                    let r = apply_update_recorded(black_box(&live), recorded, &same, &opts);
                     black_box(r).ok();
                 }),
                 ("merge", &mut || {
