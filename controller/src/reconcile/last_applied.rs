@@ -59,11 +59,13 @@ impl LastAppliedCache {
 
     /// The last-applied configuration recorded for `observed` at its `resourceVersion`, if this
     /// very version is known.
+    #[cfg(test)]
     pub fn get(&self, observed: &Value) -> Option<Arc<Value>> {
         self.get_known(observed).map(|k| k.value)
     }
 
-    /// [`LastAppliedCache::get`], and whether kmeta recorded it by writing this version.
+    /// The last-applied configuration known for `observed` at its `resourceVersion`, if this
+    /// very version is known, and whether kmeta recorded it by writing this version.
     pub fn get_known(&self, observed: &Value) -> Option<KnownLast> {
         let e = self.entries.get(meta_str(observed, "uid"))?;
         (e.resource_version == meta_str(observed, "resourceVersion")).then(|| KnownLast {
