@@ -1166,7 +1166,12 @@ mod tests {
                 &desired,
                 |_| ChildUpdateMethod::InPlace,
                 |_| &opts,
-                |_, _| known.clone().map(std::sync::Arc::new),
+                |_, _| {
+                    known.clone().map(|v| KnownLast {
+                        value: std::sync::Arc::new(v),
+                        recorded: false,
+                    })
+                },
             )
             .unwrap();
             match ops.as_slice() {

@@ -837,9 +837,13 @@ mod tests {
         let live = dynapply::prepare_create(&first, &opts).unwrap();
         let known = std::sync::Arc::new(dynapply::recorded_last_applied(&first, &opts).unwrap());
         let asked = std::sync::atomic::AtomicUsize::new(0);
+        // what kmeta recorded by writing `live`: the recorded path
         let lookup = |_: &Value, _: &dynapply::Options| {
             asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Some(known.clone())
+            Some(crate::reconcile::decide::KnownLast {
+                value: known.clone(),
+                recorded: true,
+            })
         };
         let smaller = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c"}, "data": {"a": "1"}});
