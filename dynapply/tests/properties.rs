@@ -132,6 +132,36 @@ fn live_only_survive(
     Ok(())
 }
 
+/// Two update results that must be the same: the same outcome, or the same error.
+fn same_result(
+    plain: &Result<Outcome, dynapply::Error>,
+    with: &Result<Outcome, dynapply::Error>,
+) -> Result<(), TestCaseError> {
+    match (plain, with) {
+        (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+        _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
+    }
+    Ok(())
+}
+
+/// `observed` after an update to `first` (as written; `None` when the update fails), and the
+/// last-applied configuration that write recorded.
+fn write(
+    observed: &Value,
+    first: &Value,
+    opts: &Options,
+) -> Result<Option<(Value, Value)>, TestCaseError> {
+    let written = match apply_update(observed, first, opts) {
+        Ok(Outcome::Changed(v)) => v,
+        Ok(Outcome::Unchanged) => observed.clone(),
+        Err(_) => return Ok(None),
+    };
+    let recorded =
+        recorded_last_applied(first, opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    Ok(Some((written, recorded)))
+}
+
 fn opts_with(ordering: Ordering) -> Options {
     Options {
         ordering,
@@ -209,11 +239,7 @@ proptest! {
         };
         let plain = apply_update(&observed, &desired, &opts);
         let with = apply_update_with(&observed, parsed.as_ref(), &desired, &opts);
-        match (&plain, &with) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
-        }
+        same_result(&plain, &with)?;
         if let Ok(Outcome::Changed(written)) = &plain {
             prop_assert!(!json_eq(written, &observed), "Changed but equal to observed: {}", written);
         }
@@ -226,19 +252,12 @@ proptest! {
         observed in top(), first in top(), second in top(), ord in ordering()
     ) {
         let opts = opts_with(ord);
-        let written = match apply_update(&observed, &first, &opts) {
-            Ok(Outcome::Changed(v)) => v,
-            Ok(Outcome::Unchanged) => observed.clone(),
-            Err(_) => return Ok(()),
+        let Some((written, recorded)) = write(&observed, &first, &opts)? else {
+            return Ok(());
         };
-        let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let plain = apply_update(&written, &second, &opts);
         let with = apply_update_with(&written, Some(&recorded), &second, &opts);
-        match (&plain, &with) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
-        }
+        same_result(&plain, &with)?;
     }
 
     /// After a write of `first`, `apply_update_recorded` with what was recorded gives exactly
@@ -248,20 +267,13 @@ proptest! {
         observed in top(), first in top(), other in top(), again in any::<bool>(), ord in ordering()
     ) {
         let opts = opts_with(ord);
-        let written = match apply_update(&observed, &first, &opts) {
-            Ok(Outcome::Changed(v)) => v,
-            Ok(Outcome::Unchanged) => observed.clone(),
-            Err(_) => return Ok(()),
+        let Some((written, recorded)) = write(&observed, &first, &opts)? else {
+            return Ok(());
         };
-        let recorded = recorded_last_applied(&first, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let second = if again { &recorded } else { &other };
         let plain = apply_update(&written, second, &opts);
         let with = apply_update_recorded(&written, &recorded, second, &opts);
-        match (&plain, &with) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-            _ => prop_assert!(false, "{:?} vs {:?}", plain, with),
-        }
+        same_result(&plain, &with)?;
     }
 
     /// The dry run used by apply_update's fast path is sound (never "no change" for a merge that

@@ -63,10 +63,9 @@ pub type LocalHook = Arc<
 /// A configured hook.
 pub struct HookClient {
     name: &'static str,
-    /// The URL requests go to (may carry userinfo: never printed).
-    url: String,
-    /// `url` parsed once (not on every call; `None` for an in-process hook).
-    target: Option<reqwest::Url>,
+    /// The URL requests go to, parsed once (may carry userinfo: never printed; `None` for an
+    /// in-process hook, which sends no request).
+    url: Option<reqwest::Url>,
     /// The URL as printed, labelled and stored: without userinfo.
     shown_url: String,
     /// Credential values requests carry, masked in response text kmeta copies anywhere.
@@ -142,8 +141,7 @@ impl HookClient {
         let sent = sent_credentials(&url, authorization.as_deref());
         Ok(HookClient {
             name,
-            url,
-            target: Some(parsed),
+            url: Some(parsed),
             shown_url,
             sent,
             http,
@@ -177,8 +175,7 @@ impl HookClient {
             .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
         Ok(HookClient {
             name,
-            url: IN_PROCESS_URL.to_owned(),
-            target: None,
+            url: None,
             shown_url: IN_PROCESS_URL.to_owned(),
             sent: Vec::new(),
             http,
@@ -339,11 +336,15 @@ impl HookClient {
             let shown = shown.unwrap_or_else(|e| e.to_string());
             tracing::trace!(hook = self.name, url = %self.shown_url, request = %shown, "hook request");
         }
-        let req = match &self.target {
-            Some(url) => self.http.post(url.clone()),
-            None => self.http.post(&self.url),
+        let Some(url) = &self.url else {
+            return Err(HookError::Config {
+                hook: self.name,
+                message: "an in-process hook sends no request".to_owned(),
+            });
         };
-        let mut req = req
+        let mut req = self
+            .http
+            .post(url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(payload);
         if let Some(a) = &self.authorization {

@@ -265,7 +265,7 @@ async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duratio
             .map(|i| in_ns(child(kind, "floor", i, json!({}))))
             .collect(),
         Shape::AsWritten => {
-            install_parent_crd(&server).await?;
+            create_crds(&server, vec![parent_crd()]).await?;
             let things = server.api(AV, "Thing", "things");
             let parents = create_all(&things, run::parents(case)).await?;
             let mut out = Vec::with_capacity(case.objects());
@@ -350,7 +350,8 @@ async fn check_as_written(server: &Server, case: &Case) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn install_parent_crd(server: &Server) -> anyhow::Result<()> {
+/// Creates these CRDs on `server` (the in-memory server serves a CRD as soon as it is created).
+async fn create_crds(server: &Server, all: Vec<Value>) -> anyhow::Result<()> {
     let crds = Api::<DynamicObject>::all_with(
         server.client.clone(),
         &ar(
@@ -359,29 +360,25 @@ async fn install_parent_crd(server: &Server) -> anyhow::Result<()> {
             "customresourcedefinitions",
         ),
     );
-    let thing = obj(crd(GROUP, "Thing", "things", true))?;
-    crds.create(&PostParams::default(), &thing).await?;
+    for c in all {
+        crds.create(&PostParams::default(), &obj(c)?).await?;
+    }
     Ok(())
+}
+
+/// The parents' CRD (`Thing`).
+fn parent_crd() -> Value {
+    crd(GROUP, "Thing", "things", true)
 }
 
 /// Installs kmeta's CRDs, the parent CRD and the CompositeController.
 async fn install(server: &Server, case: &Case, hook_url: &str) -> anyhow::Result<()> {
-    let crds = Api::<DynamicObject>::all_with(
-        server.client.clone(),
-        &ar(
-            "apiextensions.k8s.io/v1",
-            "CustomResourceDefinition",
-            "customresourcedefinitions",
-        ),
-    );
     let mut all: Vec<Value> = kmeta::api::crds::all()?
         .into_iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()?;
-    all.push(crd(GROUP, "Thing", "things", true));
-    for c in all {
-        crds.create(&PostParams::default(), &obj(c)?).await?;
-    }
+    all.push(parent_crd());
+    create_crds(server, all).await?;
     // the in-memory server serves a CRD as soon as it is created
     let ccs = Api::<DynamicObject>::all_with(
         server.client.clone(),
