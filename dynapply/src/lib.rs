@@ -23,7 +23,7 @@ pub use rules::{ListRule, ListRules};
 pub use ssa::{preserve_unknown_subtrees, server_side_apply_body};
 
 use error::type_name;
-use merge::{Ctx, merge_value, pruned};
+use merge::{Ctx, merge_value, pruned, short_eq, vget};
 use path::Path;
 
 /// The annotation holding the last-applied configuration; the same name Metacontroller uses, so
@@ -242,10 +242,13 @@ pub fn would_change(
 }
 
 fn has_annotation(obj: &Value, annotation: &str) -> bool {
-    obj.get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.as_object())
-        .is_some_and(|a| a.contains_key(annotation))
+    annotation_of(obj, annotation).is_some()
+}
+
+/// `obj.metadata.annotations[annotation]`, looked up without hashing (small maps).
+fn annotation_of<'a>(obj: &'a Value, annotation: &str) -> Option<&'a Value> {
+    let annotations = vget(vget(obj, "metadata")?, "annotations")?;
+    vget(annotations, annotation)
 }
 
 fn without_annotation(obj: &Value, annotation: &str) -> Value {
@@ -425,11 +428,7 @@ fn update(
     } else {
         Cow::Borrowed(desired)
     };
-    let recorded = observed
-        .get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.get(opts.annotation.as_str()))
-        .and_then(Value::as_str);
+    let recorded = annotation_of(observed, &opts.annotation).and_then(Value::as_str);
     // the new annotation is usually about as long as the one recorded
     let capacity = recorded.map_or(256, |r| r.len() + 64);
     let encode = || annotation::canonical_json_sized(&desired, Some(&opts.annotation), capacity);
@@ -491,12 +490,12 @@ fn identical(a: &Value, b: &Value) -> bool {
                 return false;
             }
             for (i, ((ka, va), (kb, vb))) in x.iter().zip(y.iter()).enumerate() {
-                if ka != kb {
+                if !short_eq(ka.as_bytes(), kb.as_bytes()) {
                     // another order from here on: look the rest up (the keys before matched)
                     return x
                         .iter()
                         .skip(i)
-                        .all(|(k, v)| y.get(k).is_some_and(|w| identical(v, w)));
+                        .all(|(k, v)| merge::mget(y, k).is_some_and(|w| identical(v, w)));
                 }
                 if !identical(va, vb) {
                     return false;
@@ -507,7 +506,11 @@ fn identical(a: &Value, b: &Value) -> bool {
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(v, w)| identical(v, w))
         }
-        _ => a == b,
+        (Value::String(x), Value::String(y)) => short_eq(x.as_bytes(), y.as_bytes()),
+        (Value::Number(x), Value::Number(y)) => x == y,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Null, Value::Null) => true,
+        _ => false,
     }
 }
 
@@ -515,10 +518,7 @@ fn identical(a: &Value, b: &Value) -> bool {
 /// overwritten after the merge, so copying it (often the largest string of the object) is waste.
 /// The key keeps its place.
 fn clone_without_record(observed: &Value, annotation: &str) -> Value {
-    let record = observed
-        .get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.get(annotation));
+    let record = annotation_of(observed, annotation);
     if !record.is_some_and(Value::is_string) {
         return observed.clone();
     }
@@ -550,9 +550,9 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
             found: type_name(merged),
         });
     };
-    match observed.get("status") {
+    match vget(observed, "status") {
         Some(status) => {
-            if top.get("status") != Some(status) {
+            if !merge::mget(top, "status").is_some_and(|have| identical(have, status)) {
                 top.insert("status".to_owned(), status.clone());
             }
         }
@@ -560,11 +560,16 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
             top.shift_remove("status");
         }
     }
-    let observed_meta = observed.get("metadata").and_then(Value::as_object);
+    let observed_meta = vget(observed, "metadata");
     for field in SYSTEM_METADATA_FIELDS {
-        let want = observed_meta.and_then(|m| m.get(field));
-        let have = top.get("metadata").and_then(|m| m.get(field));
-        if want == have {
+        let want = observed_meta.and_then(|m| vget(m, field));
+        let have = merge::mget(top, "metadata").and_then(|m| vget(m, field));
+        let same = match (want, have) {
+            (Some(w), Some(h)) => identical(w, h),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
             continue;
         }
         let meta = top

@@ -59,7 +59,7 @@ fn mhas(m: &Map<String, Value>, k: &str) -> bool {
 
 /// `v.get(k)` for an object value, linear for small maps.
 #[inline]
-fn vget<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
+pub(crate) fn vget<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
     match v {
         Value::Object(m) => mget(m, k),
         _ => None,
@@ -464,23 +464,27 @@ fn candidate_bit(k: &str) -> u8 {
     }
 }
 
-/// Byte equality without a `memcmp` call for the short keys Kubernetes objects use.
+/// Byte equality without a `memcmp` call for the short keys and values Kubernetes objects use:
+/// up to 16 bytes in at most two overlapping word loads per side.
 #[inline]
-fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
         return false;
     }
-    if a.len() > 24 {
-        return a == b;
+    #[inline(always)]
+    fn word<const W: usize>(s: &[u8], at: usize) -> [u8; W] {
+        let mut w = [0u8; W];
+        w.copy_from_slice(&s[at..at + W]);
+        w
     }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        _ => a == b,
     }
-    true
 }
 
 fn build_indexes(
@@ -786,12 +790,13 @@ fn eq_pruned(live: &Value, desired: &Value) -> bool {
     match (live, desired) {
         (Value::Object(l), Value::Object(d)) => {
             let mut n = 0;
+            let mut ls = l.iter();
             for (k, dv) in d {
                 if dv.is_null() {
                     continue;
                 }
                 n += 1;
-                if !mget(l, k).is_some_and(|lv| eq_pruned(lv, dv)) {
+                if !in_step(&mut ls, l, k).is_some_and(|lv| eq_pruned(lv, dv)) {
                     return false;
                 }
             }
@@ -834,8 +839,9 @@ pub(crate) fn would_change(
             {
                 return true;
             }
+            let mut ls = lm.iter();
             for (k, dv) in dm {
-                let lv = mget(lm, k);
+                let lv = in_step(&mut ls, lm, k);
                 if dv.is_null() {
                     if lv.is_some() {
                         return true;
@@ -1019,11 +1025,31 @@ pub fn json_eq(a: &Value, b: &Value) -> bool {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
         }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| mget(y, k).is_some_and(|w| json_eq(v, w)))
+            if x.len() != y.len() {
+                return false;
+            }
+            // same length, unique keys: every key of x found in y with an equal value
+            let mut ys = y.iter();
+            x.iter()
+                .all(|(k, v)| in_step(&mut ys, y, k).is_some_and(|w| json_eq(v, w)))
         }
         _ => false,
+    }
+}
+
+/// The value under `k` in `m`, trying first the next entry of `cursor` (an iterator over `m`
+/// walked in step with another map): maps built from one another list their keys in the same
+/// order, and then every lookup is one comparison. Falls back to [`mget`] (the cursor still
+/// moves on, so a later key can line up again).
+#[inline(always)]
+pub(crate) fn in_step<'a>(
+    cursor: &mut serde_json::map::Iter<'a>,
+    m: &'a Map<String, Value>,
+    k: &str,
+) -> Option<&'a Value> {
+    match cursor.next() {
+        Some((key, v)) if short_eq(key.as_bytes(), k.as_bytes()) => Some(v),
+        _ => mget(m, k),
     }
 }
 
@@ -1079,6 +1105,33 @@ fn hash_value(v: &Value) -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn short_eq_is_byte_equality_at_every_length_and_position() {
+        for n in 0..40usize {
+            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(short_eq(&a, &a.clone()), "equal, length {n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!short_eq(&a, &b), "length {n}, differing at {at}");
+            }
+            let mut longer = a.clone();
+            longer.push(b'z');
+            assert!(!short_eq(&a, &longer), "lengths {n} and {}", n + 1);
+        }
+    }
+
+    #[test]
+    fn json_eq_pairs_keys_in_any_order() {
+        // in step, out of step, and out of step after a common prefix
+        let a = json!({"a": 1, "b": {"x": [1, 2]}, "c": "s"});
+        assert!(json_eq(&a, &json!({"a": 1, "b": {"x": [1, 2]}, "c": "s"})));
+        assert!(json_eq(&a, &json!({"c": "s", "b": {"x": [1, 2]}, "a": 1})));
+        assert!(json_eq(&a, &json!({"a": 1, "c": "s", "b": {"x": [1, 2]}})));
+        assert!(!json_eq(&a, &json!({"a": 1, "c": "s", "b": {"x": [2, 1]}})));
+        assert!(!json_eq(&a, &json!({"a": 1, "b": {"x": [1, 2]}, "d": "s"})));
+    }
 
     #[test]
     fn json_eq_numbers_by_value_and_key_order() {
