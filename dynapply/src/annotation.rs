@@ -10,7 +10,6 @@
 use crate::Options;
 use crate::error::{Error, type_name};
 use serde_json::{Number, Value};
-use std::fmt::Write as _;
 
 fn annotation_path(opts: &Options) -> String {
     format!(
@@ -36,6 +35,65 @@ pub(crate) fn canonical_json_sized(
     out
 }
 
+/// Whether [`canonical_json`] of `v` is `expected`, found without building the encoding: the
+/// encoder's output is matched against `expected` piece by piece and stops at the first
+/// difference (no allocation).
+pub(crate) fn canonical_json_is(v: &Value, skip_annotation: Option<&str>, expected: &str) -> bool {
+    let mut m = Matcher {
+        rest: expected.as_bytes(),
+        ok: true,
+    };
+    write_value(&mut m, v, Skip::Top(skip_annotation));
+    m.ok && m.rest.is_empty()
+}
+
+/// Where the canonical encoder writes: a `String`, or a [`Matcher`].
+trait Sink: std::fmt::Write {
+    fn put(&mut self, s: &str);
+    /// Nothing more needs writing (a matcher has already found a difference).
+    fn settled(&self) -> bool;
+}
+
+impl Sink for String {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.push_str(s);
+    }
+    #[inline]
+    fn settled(&self) -> bool {
+        false
+    }
+}
+
+/// Compares what is written with the expected text (what is left of it in `rest`).
+struct Matcher<'a> {
+    rest: &'a [u8],
+    ok: bool,
+}
+
+impl Sink for Matcher<'_> {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        match self.rest.split_at_checked(s.len()) {
+            Some((head, tail)) if self.ok && crate::merge::short_eq(head, s.as_bytes()) => {
+                self.rest = tail;
+            }
+            _ => self.ok = false,
+        }
+    }
+    #[inline]
+    fn settled(&self) -> bool {
+        !self.ok
+    }
+}
+
+impl std::fmt::Write for Matcher<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.put(s);
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Skip<'a> {
     None,
@@ -44,23 +102,26 @@ enum Skip<'a> {
     Annotations(&'a str),
 }
 
-fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
+fn write_value<S: Sink>(out: &mut S, v: &Value, skip: Skip<'_>) {
+    if out.settled() {
+        return;
+    }
     match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.put("null"),
+        Value::Bool(b) => out.put(if *b { "true" } else { "false" }),
         Value::Number(n) => write_number(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
-            out.push('[');
+            out.put("[");
             let mut first = true;
             for item in items.iter().filter(|i| !i.is_null()) {
                 if !first {
-                    out.push(',');
+                    out.put(",");
                 }
                 first = false;
                 write_value(out, item, Skip::None);
             }
-            out.push(']');
+            out.put("]");
         }
         Value::Object(m) => {
             let keep = |k: &String, v: &Value| {
@@ -87,13 +148,13 @@ fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
                 &mut large
             };
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.put("{");
             for (n, (k, sub)) in entries.iter().enumerate() {
                 if n > 0 {
-                    out.push(',');
+                    out.put(",");
                 }
                 write_string(out, k);
-                out.push(':');
+                out.put(":");
                 let child_skip = match (skip, *k) {
                     (Skip::Top(Some(a)), "metadata") => Skip::Metadata(a),
                     (Skip::Metadata(a), "annotations") => Skip::Annotations(a),
@@ -101,7 +162,7 @@ fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
                 };
                 write_value(out, sub, child_skip);
             }
-            out.push('}');
+            out.put("}");
         }
     }
 }
@@ -110,7 +171,7 @@ fn write_value(out: &mut String, v: &Value, skip: Skip<'_>) {
 const SMALL_OBJECT: usize = 16;
 static NULL: Value = Value::Null;
 
-fn write_number(out: &mut String, n: &Number) {
+fn write_number<S: Sink>(out: &mut S, n: &Number) {
     if n.is_i64() || n.is_u64() {
         let _ = write!(out, "{n}");
         return;
@@ -127,7 +188,7 @@ fn write_number(out: &mut String, n: &Number) {
             Some((mantissa, exp)) if !exp.starts_with('-') => {
                 let _ = write!(out, "{mantissa}e+{exp}");
             }
-            _ => out.push_str(&s),
+            _ => out.put(&s),
         }
     } else {
         // Go: 'f' format with the shortest digits; Rust's Display prints 3.0 as "3".
@@ -142,32 +203,35 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2)
 }
 
-fn write_string(out: &mut String, s: &str) {
-    out.push('"');
+fn write_string<S: Sink>(out: &mut S, s: &str) {
+    out.put("\"");
     if !s.bytes().any(needs_escape) {
-        out.push_str(s);
-        out.push('"');
+        out.put(s);
+        out.put("\"");
         return;
     }
     for c in s.chars() {
         match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
+            '"' => out.put("\\\""),
+            '\\' => out.put("\\\\"),
+            '\n' => out.put("\\n"),
+            '\r' => out.put("\\r"),
+            '\t' => out.put("\\t"),
+            '\u{8}' => out.put("\\b"),
+            '\u{c}' => out.put("\\f"),
             '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c if (c as u32) < 0x20 => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
-            c => out.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                out.put(c.encode_utf8(&mut buf));
+            }
         }
     }
-    out.push('"');
+    out.put("\"");
 }
 
 /// Reads the last-applied configuration from `obj`'s annotation `opts.annotation`.
@@ -289,6 +353,33 @@ pub(crate) fn write_annotation(obj: &mut Value, text: String, opts: &Options) ->
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn matching_the_encoding_is_comparing_with_it() {
+        let v = json!({"b": 1, "a": {"z": "<x> & y", "y": null}, "c": [1.5, 3.0, 1e21, null, "\u{2028}é"],
+            "metadata": {"annotations": {"skip": "me", "keep": "me"}}});
+        for skip in [None, Some("skip")] {
+            let text = canonical_json(&v, skip);
+            assert!(canonical_json_is(&v, skip, &text));
+            assert!(
+                !canonical_json_is(&v, skip, &text[..text.len() - 1]),
+                "a prefix"
+            );
+            assert!(!canonical_json_is(&v, skip, &format!("{text} ")), "longer");
+            for at in 0..text.len() {
+                let mut other = text.clone().into_bytes();
+                other[at] = if other[at] == b'x' { b'y' } else { b'x' };
+                if let Ok(other) = String::from_utf8(other) {
+                    assert!(!canonical_json_is(&v, skip, &other), "changed at {at}");
+                }
+            }
+        }
+        assert!(!canonical_json_is(
+            &v,
+            Some("skip"),
+            &canonical_json(&v, None)
+        ));
+    }
 
     #[test]
     fn canonical_matches_go_encoding() {

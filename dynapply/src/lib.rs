@@ -359,7 +359,8 @@ pub fn apply_update_with(
 /// it is unchanged: a no-op update — a controller's usual resync of a child it wrote — costs
 /// only the dry-run merge over `observed`. The result is [`apply_update`]'s for that `observed`;
 /// if `recorded` is not what the annotation holds, the result may keep an annotation that
-/// [`apply_update`] would have re-encoded.
+/// [`apply_update`] would have re-encoded. A configuration parsed back from the annotation
+/// qualifies when [`is_recorded`] says so.
 ///
 /// ```
 /// use dynapply::{Options, Outcome, apply_update, apply_update_recorded, prepare_create, recorded_last_applied};
@@ -383,6 +384,31 @@ pub fn apply_update_recorded(
     opts: &Options,
 ) -> Result<Outcome, Error> {
     update(observed, Last::Recorded(recorded), desired, opts)
+}
+
+/// Whether `observed`'s last-applied annotation is exactly what dynapply writes for `last` (its
+/// canonical encoding): true for an object dynapply wrote when `last` is what
+/// [`get_last_applied`] parsed from it, so `last` may then be given to [`apply_update_recorded`]
+/// (whose no-op check needs no re-encoding). False for an annotation another tool wrote in
+/// another form (key order, spacing, escapes), or when there is none. Costs one encoding of
+/// `last`: for a caller that keeps the parsed configuration per object version, once per version.
+///
+/// ```
+/// use dynapply::{Options, get_last_applied, is_recorded, prepare_create};
+/// use serde_json::json;
+///
+/// let opts = Options::default();
+/// let live = prepare_create(&json!({"metadata": {"name": "a"}, "data": {"k": "1"}}), &opts)?;
+/// let last = get_last_applied(&live, &opts)?.expect("written by dynapply");
+/// assert!(is_recorded(&live, &last, &opts));
+/// assert!(!is_recorded(&live, &json!({"data": {"k": "1"}}), &opts));
+/// # Ok::<(), dynapply::Error>(())
+/// ```
+pub fn is_recorded(observed: &Value, last: &Value, opts: &Options) -> bool {
+    let Some(text) = annotation_of(observed, &opts.annotation).and_then(Value::as_str) else {
+        return false;
+    };
+    last.is_object() && annotation::canonical_json_is(last, Some(&opts.annotation), text)
 }
 
 /// The last-applied configuration recorded by writing `desired` (what [`prepare_create`] and
@@ -435,13 +461,10 @@ fn update(
     // desired is what the annotation encodes when it equals what the caller recorded there
     let known_same =
         matches!(last, Last::Recorded(l) if recorded.is_some() && identical(l, &desired));
-    let mut text = None;
-    let unchanged_record = known_same || {
-        let t = encode();
-        let same = recorded == Some(t.as_str());
-        text = Some(t);
-        same
-    };
+    // (matched against the annotation without building the encoding; built only to write it)
+    let unchanged_record = known_same
+        || recorded
+            .is_some_and(|r| annotation::canonical_json_is(&desired, Some(&opts.annotation), r));
     let parsed;
     let last: Option<&Value> = if unchanged_record {
         // Steady state: last-applied is exactly desired. If a dry-run merge changes nothing,
@@ -470,7 +493,7 @@ fn update(
     let mut merged = clone_without_record(observed, &opts.annotation);
     merge_into(&mut merged, last, &desired, opts)?;
     restore_server_fields(&mut merged, observed)?;
-    annotation::write_annotation(&mut merged, text.unwrap_or_else(encode), opts)?;
+    annotation::write_annotation(&mut merged, encode(), opts)?;
     // A new annotation text alone makes the result differ from observed: compare only when the
     // record is unchanged.
     if unchanged_record && json_eq(&merged, observed) {
@@ -609,8 +632,36 @@ pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::identical;
+    use super::{Options, get_last_applied, identical, is_recorded, prepare_create};
     use serde_json::json;
+
+    #[test]
+    fn is_recorded_only_for_the_canonical_encoding() {
+        let opts = Options::default();
+        let mut live = prepare_create(
+            &json!({"metadata": {"name": "a"}, "data": {"b": "<1>", "a": 2}}),
+            &opts,
+        )
+        .expect("an object");
+        let last = get_last_applied(&live, &opts)
+            .expect("readable")
+            .expect("present");
+        assert!(is_recorded(&live, &last, &opts));
+        // the same configuration written by another tool: other spacing, key order, escapes
+        for other in [
+            serde_json::to_string_pretty(&last).expect("json"),
+            r#"{"data":{"b":"<1>","a":2},"metadata":{"name":"a"}}"#.to_owned(),
+            r#"{"data":{"a":2,"b":"<1>"},"metadata":{"name":"a"}}"#.to_owned(),
+        ] {
+            live["metadata"]["annotations"][opts.annotation.as_str()] = json!(other);
+            let parsed = get_last_applied(&live, &opts)
+                .expect("readable")
+                .expect("present");
+            assert!(!is_recorded(&live, &parsed, &opts), "{other}");
+        }
+        live["metadata"]["annotations"] = json!({});
+        assert!(!is_recorded(&live, &last, &opts));
+    }
 
     #[test]
     fn identical_is_strict_equality_in_any_key_order() {

@@ -18,7 +18,8 @@ use crate::reconcile::decide::KnownLast;
 struct Entry {
     resource_version: String,
     last: Arc<Value>,
-    /// Recorded by kmeta's own write of this version (not parsed from someone's annotation).
+    /// Recorded by kmeta's own write of this version, or parsed from an annotation that is
+    /// exactly dynapply's encoding of it ([`dynapply::is_recorded`]).
     recorded: bool,
     bytes: usize,
 }
@@ -90,10 +91,11 @@ impl LastAppliedCache {
         self.insert_version_shared(uid, rv, Arc::new(last), true);
     }
 
-    /// Keeps a configuration parsed from `stored`'s annotation.
-    fn insert_parsed(&mut self, stored: &Value, last: Arc<Value>) {
+    /// Keeps a configuration parsed from `stored`'s annotation (`recorded`: the annotation is
+    /// dynapply's encoding of it).
+    fn insert_parsed(&mut self, stored: &Value, last: Arc<Value>, recorded: bool) {
         let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
-        self.insert_version_shared(uid, rv, last, false);
+        self.insert_version_shared(uid, rv, last, recorded);
     }
 
     fn insert_version_shared(&mut self, uid: &str, rv: &str, last: Arc<Value>, recorded: bool) {
@@ -141,7 +143,9 @@ impl LastAppliedCache {
 
 /// The last-applied configuration of `observed` at its version: the one known, or else parsed
 /// from its annotation (outside the lock) and kept, so the next sync of an unchanged child (a
-/// resync, or the first syncs after a restart) does not parse it again. `None` when the child
+/// resync, or the first syncs after a restart) does not parse it again. A parsed configuration
+/// whose annotation is dynapply's own encoding of it (a child kmeta wrote, e.g. before a restart)
+/// is marked recorded, so its no-op resyncs need no re-encoding either. `None` when the child
 /// has no annotation, or it cannot be read (dynapply then reports why).
 pub fn known_or_parsed(
     cache: &Mutex<LastAppliedCache>,
@@ -152,12 +156,13 @@ pub fn known_or_parsed(
         return Some(known);
     }
     let parsed = Arc::new(dynapply::get_last_applied(observed, opts).ok()??);
+    let recorded = dynapply::is_recorded(observed, &parsed, opts);
     if let Ok(mut c) = cache.lock() {
-        c.insert_parsed(observed, parsed.clone());
+        c.insert_parsed(observed, parsed.clone(), recorded);
     }
     Some(KnownLast {
         value: parsed,
-        recorded: false,
+        recorded,
     })
 }
 
@@ -254,8 +259,8 @@ mod tests {
         let cache = Mutex::new(LastAppliedCache::default());
         let parsed = known_or_parsed(&cache, &live, &opts).unwrap();
         assert!(
-            !parsed.recorded,
-            "parsed, not recorded by a write of kmeta's"
+            parsed.recorded,
+            "parsed from dynapply's own encoding: as good as recorded"
         );
         let parsed = parsed.value;
         assert_eq!(
@@ -274,6 +279,14 @@ mod tests {
             .insert_version("u1", "5", json!({"data": {}}));
         live["metadata"]["resourceVersion"] = json!("5");
         assert!(known_or_parsed(&cache, &live, &opts).unwrap().recorded);
+        // an annotation another tool wrote (same configuration, another form): parsed only
+        let mut other = live.clone();
+        other["metadata"]["uid"] = json!("u3");
+        other["metadata"]["annotations"][&opts.annotation] =
+            json!(serde_json::to_string_pretty(&*parsed).unwrap());
+        let known = known_or_parsed(&cache, &other, &opts).unwrap();
+        assert!(!known.recorded && *known.value == *parsed);
+        cache.lock().unwrap().forget("u3");
         // no annotation: nothing to keep
         let bare = json!({"metadata": {"name": "b", "uid": "u2", "resourceVersion": "1"}});
         assert!(known_or_parsed(&cache, &bare, &opts).is_none());

@@ -71,7 +71,7 @@ sort -k1,1 -k2,2 -k3,3 -k4,4n "$work/results" | awk '
     split("update update_noop merge", gorows, " ")
     for (s = 1; s <= 3; s++) for (k in keys) {
       split(k, p, " "); if (p[1] == "go" || p[2] != sizes[s]) continue
-      row = p[3]; gorow = row; sub(/_cached|_recorded/, "", gorow)
+      row = p[3]; gorow = row; gsub(/_cached|_recorded|_parsed/, "", gorow)
       g = med["go " sizes[s] " " gorow]
       alloc = (p[1] == "rust") ? "system" : "mimalloc"
       printf "%-6s %-34s %12.0f %12.0f %7.1fx\n", sizes[s], row " (" alloc ")", g, med[k], g / med[k]

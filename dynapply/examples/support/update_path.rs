@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use crate::workload;
 use dynapply::{
     Options, Outcome, apply_update, apply_update_recorded, apply_update_with, get_last_applied,
-    json_eq, merge_with, recorded_last_applied,
+    is_recorded, json_eq, merge_with, recorded_last_applied,
 };
 use serde_json::Value;
 
@@ -105,8 +105,16 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
         {
             bail!("{size}: apply_update_recorded differs from apply_update");
         }
+        // what kmeta keeps after a restart: the annotation parsed back (sorted keys), recognised
+        // as its own encoding
+        let Some(parsed) = last.as_ref().filter(|l| is_recorded(&live, l, &opts)) else {
+            bail!("{size}: the observed annotation is not recognised as dynapply's encoding");
+        };
+        if apply_update_recorded(&live, parsed, &same, &opts)? != Outcome::Unchanged {
+            bail!("{size}: apply_update_recorded on the parsed record differs from apply_update");
+        }
         for _ in 0..rounds {
-            let rows: [(&str, &mut dyn FnMut()); 7] = [
+            let rows: [(&str, &mut dyn FnMut()); 8] = [
                 ("update", &mut || {
                     black_box(apply_update(black_box(&live), black_box(&changed), &opts)).ok();
                 }),
@@ -129,6 +137,11 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
                 }),
                 ("update_noop_recorded", &mut || {
                     let r = apply_update_recorded(black_box(&live), recorded, &same, &opts);
+                    black_box(r).ok();
+                }),
+                // the same, parsed back from the annotation and recognised (after a restart)
+                ("update_noop_parsed", &mut || {
+                    let r = apply_update_recorded(black_box(&live), parsed, &same, &opts);
                     black_box(r).ok();
                 }),
                 ("merge", &mut || {
