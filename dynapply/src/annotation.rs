@@ -47,6 +47,50 @@ pub(crate) fn canonical_json_is(v: &Value, skip_annotation: Option<&str>, expect
     m.ok && m.rest.is_empty()
 }
 
+/// Whether `a` and `b` have the same canonical encoding ([`canonical_json`] without a skipped
+/// annotation): null fields and items left out, keys in any order, numbers as Go formats them.
+/// Walks both values, no encoding (a number is formatted only when the two differ in form).
+pub(crate) fn same_encoding(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut n = 0;
+            let mut ys = y.iter();
+            for (k, v) in x {
+                if v.is_null() {
+                    continue;
+                }
+                n += 1;
+                match crate::merge::in_step(&mut ys, y, k) {
+                    Some(w) if same_encoding(v, w) => {}
+                    _ => return false,
+                }
+            }
+            n == y.values().filter(|w| !w.is_null()).count()
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            let mut ys = y.iter().filter(|w| !w.is_null());
+            x.iter()
+                .filter(|v| !v.is_null())
+                .all(|v| ys.next().is_some_and(|w| same_encoding(v, w)))
+                && ys.next().is_none()
+        }
+        (Value::String(x), Value::String(y)) => crate::merge::short_eq(x.as_bytes(), y.as_bytes()),
+        (Value::Number(x), Value::Number(y)) => {
+            x == y || ((x.is_f64() || y.is_f64()) && number_text(x) == number_text(y))
+        }
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Null, Value::Null) => true,
+        _ => false,
+    }
+}
+
+/// A number as the canonical encoding writes it.
+fn number_text(n: &Number) -> String {
+    let mut out = String::new();
+    write_number(&mut out, n);
+    out
+}
+
 /// Where the canonical encoder writes: a `String`, or a [`Matcher`].
 trait Sink: std::fmt::Write {
     fn put(&mut self, s: &str);
@@ -200,8 +244,19 @@ fn write_number<S: Sink>(out: &mut S, n: &Number) {
 /// 0xE2, the lead byte of U+2028/U+2029).
 #[inline]
 fn needs_escape(b: u8) -> bool {
-    b < 0x20 || matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2)
+    ESCAPES[usize::from(b)]
 }
+
+/// [`needs_escape`] as a table (one load per byte).
+static ESCAPES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b < 0x20 || matches!(b as u8, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2);
+        b += 1;
+    }
+    t
+};
 
 fn write_string<S: Sink>(out: &mut S, s: &str) {
     out.put("\"");
@@ -305,6 +360,16 @@ pub fn set_last_applied(
 }
 
 pub(crate) fn write_annotation(obj: &mut Value, text: String, opts: &Options) -> Result<(), Error> {
+    // the usual case, an annotation already there: found without hashing the keys on its path
+    if let Some(Value::String(existing)) = crate::merge::vget_mut(obj, "metadata")
+        .and_then(|m| crate::merge::vget_mut(m, "annotations"))
+        .and_then(|a| crate::merge::vget_mut(a, &opts.annotation))
+    {
+        if *existing != text {
+            *existing = text;
+        }
+        return Ok(());
+    }
     let found = type_name(obj);
     let Value::Object(top) = obj else {
         return Err(Error::NotAnObject {
@@ -353,6 +418,35 @@ pub(crate) fn write_annotation(obj: &mut Value, text: String, opts: &Options) ->
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn same_encoding_is_equal_canonical_json() {
+        let cases = [
+            (
+                json!({"a": 1, "b": [1, null, "x"]}),
+                json!({"b": [1, "x"], "a": 1, "c": null}),
+            ),
+            (json!({"a": 1.0}), json!({"a": 1})),
+            (json!({"a": 1.5}), json!({"a": 1.5})),
+            (json!({"a": 1e21}), json!({"a": 1e21})),
+            (json!({"a": 1.5}), json!({"a": 2.5})),
+            (json!({"a": 1}), json!({"a": 2})),
+            (json!({"a": 1}), json!({"a": "1"})),
+            (json!({"a": {}}), json!({"a": {"b": null}})),
+            (json!({"a": {}}), json!({"a": {"b": 0}})),
+            (json!({"a": [null]}), json!({"a": []})),
+            (json!({"a": [1]}), json!({"a": [1, 1]})),
+            (json!({"a": "<"}), json!({"a": "<"})),
+            (json!({"a": true}), json!({"a": false})),
+            (json!({"a": null}), json!({})),
+            (json!({"x": 1, "y": 2}), json!({"y": 2, "x": 1, "z": 3})),
+        ];
+        for (a, b) in cases {
+            let want = canonical_json(&a, None) == canonical_json(&b, None);
+            assert_eq!(same_encoding(&a, &b), want, "{a} vs {b}");
+            assert_eq!(same_encoding(&b, &a), want, "{b} vs {a}");
+        }
+    }
 
     #[test]
     fn matching_the_encoding_is_comparing_with_it() {

@@ -66,6 +66,15 @@ pub(crate) fn vget<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
     }
 }
 
+/// `v.get_mut(k)` for an object value, linear for small maps.
+#[inline]
+pub(crate) fn vget_mut<'a>(v: &'a mut Value, k: &str) -> Option<&'a mut Value> {
+    match v {
+        Value::Object(m) => mget_mut(m, k),
+        _ => None,
+    }
+}
+
 fn too_deep(path: &Path<'_>) -> Error {
     Error::TooDeep {
         path: path.render(),
@@ -465,7 +474,7 @@ fn candidate_bit(k: &str) -> u8 {
 }
 
 /// Byte equality without a `memcmp` call for the short keys and values Kubernetes objects use:
-/// up to 16 bytes in at most two overlapping word loads per side.
+/// up to 32 bytes in at most two overlapping loads per side.
 #[inline]
 pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
@@ -483,6 +492,9 @@ pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
         1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
         4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
         8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        17..=32 => {
+            word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16)
+        }
         _ => a == b,
     }
 }
@@ -1108,7 +1120,7 @@ mod tests {
 
     #[test]
     fn short_eq_is_byte_equality_at_every_length_and_position() {
-        for n in 0..40usize {
+        for n in 0..72usize {
             let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
             assert!(short_eq(&a, &a.clone()), "equal, length {n}");
             for at in 0..n {

@@ -53,7 +53,13 @@ fn load(dir: &Path, name: &str) -> anyhow::Result<Value> {
 /// Whether to time `row`: all rows unless `UPDATE_PATH_ROWS` lists some (comma-separated),
 /// e.g. to profile one of them.
 fn selected(row: &str) -> bool {
-    std::env::var("UPDATE_PATH_ROWS").map_or(true, |rows| rows.split(',').any(|r| r == row))
+    listed("UPDATE_PATH_ROWS", row)
+}
+
+/// Whether the comma-separated list in the environment variable `var` holds `item` (true when
+/// the variable is unset).
+fn listed(var: &str, item: &str) -> bool {
+    std::env::var(var).map_or(true, |list| list.split(',').any(|i| i == item))
 }
 
 /// Runs `f` for about `budget`; nanoseconds per call.
@@ -80,6 +86,9 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
     let opts = Options::default();
     for (c, e) in workload::SIZES {
         let size = size_name(c, e);
+        if !listed("UPDATE_PATH_SIZES", &size) {
+            continue;
+        }
         let live = load(dir, &format!("{size}.observed.json"))?;
         let changed = load(dir, &format!("{size}.desired.json"))?;
         let same = load(dir, &format!("{size}.last.json"))?;
