@@ -166,6 +166,8 @@ async fn write_child(
     op: ChildOp,
 ) -> (Collected, Option<String>) {
     let mut out = Collected::default();
+    // bounded across the manager (a closed semaphore never happens: it is never closed)
+    let _permit = c.ctx.child_writes.acquire().await.ok();
     let op = &op;
     let obj = match op {
         ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,

@@ -77,3 +77,81 @@ async fn a_burst_in_one_namespace_does_not_delay_another_namespace() -> anyhow::
     );
     s.finish().await
 }
+
+/// Child writes in flight are bounded across every sync of the manager
+/// (`ManagerConfig::child_writes_in_flight`), whatever the workers: each create answers 300 ms
+/// late, so with 2 permits the creates enter the server at least 300 ms apart two by two.
+#[tokio::test]
+async fn child_writes_in_flight_are_bounded_across_workers() -> anyhow::Result<()> {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    const PARENTS: usize = 4;
+    const CHILDREN: usize = 3;
+    const PERMITS: usize = 2;
+    const LATENCY: Duration = Duration::from_millis(300);
+    let mut s = Scenario::new("bounded")
+        .crd("Thing", "things")
+        .hook(|_, req: &Value| {
+            let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+            let children: Vec<Value> = (0..CHILDREN)
+                .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-{i}")}}))
+                .collect();
+            Reply::Json(json!({"children": children}))
+        })
+        .prepare()
+        .await?;
+    // when each create reaches admission: after the injected latency, so two creates admitted
+    // less than the latency apart were in flight together
+    let admitted: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = admitted.clone();
+    let Some((hook, slow)) = s.server().map(|server| {
+        let hook = server
+            .admission()
+            .validate("v1", "configmaps", move |_, op| {
+                if op == kmeta_apiserver::Operation::Create {
+                    seen.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Instant::now());
+                }
+                Ok(())
+            });
+        let slow = server
+            .faults()
+            .add_latency(Some("create"), Some("configmaps"), LATENCY);
+        (hook, slow)
+    }) else {
+        eprintln!("needs kmeta-apiserver's latency injection and admission hooks: checked there");
+        return s.finish().await;
+    };
+    for i in 0..PARENTS {
+        s.parent(&format!("p{i}"), json!({})).await?;
+    }
+    s.controller(Cc::new("bounded-cc")).await?;
+    s.start_controller_with(kmeta::ManagerConfig {
+        workers: PARENTS,
+        child_writes_in_flight: PERMITS,
+        ..Default::default()
+    });
+    for i in 0..PARENTS {
+        for c in 0..CHILDREN {
+            s.wait_child(&format!("p{i}-{c}")).await?;
+        }
+    }
+    if let Some(server) = s.server() {
+        server.faults().remove(slow);
+        server.admission().remove(hook);
+    }
+    let mut at = admitted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    at.sort();
+    assert_eq!(at.len(), PARENTS * CHILDREN, "one create per child");
+    // any PERMITS + 1 consecutive admissions span at least one latency (minus timer slack)
+    for w in at.windows(PERMITS + 1) {
+        let span = w[PERMITS] - w[0];
+        assert!(
+            span >= LATENCY - Duration::from_millis(30),
+            "{} creates admitted within {span:?}: more than {PERMITS} in flight",
+            PERMITS + 1
+        );
+    }
+    s.finish().await
+}
