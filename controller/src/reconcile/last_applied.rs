@@ -39,15 +39,16 @@ impl Default for LastAppliedCache {
 }
 
 impl LastAppliedCache {
-    /// Default budget: 4 MiB of estimated heap per controller (kmeta's; 64 MiB before children
-    /// were cached compact). A parsed configuration is held in about 5× its JSON, and the
-    /// estimate undercounts the allocator's own share (a heap profile of the 2000 × 10 sizing
-    /// bench measured 26 MB held for a 16 MiB budget: as much as the 20 000 compact children
-    /// themselves). 4 MiB holds about 3 000 ConfigMap-sized or 150 large (20 containers × 50
-    /// env vars) entries; past it a child updated costs one annotation parse again (dynapply's
-    /// bench at 1 container × 5 env vars: `apply_update` 44 µs vs `apply_update_cached` 25 µs on
-    /// a loaded machine, against ~250 µs of controller CPU per child converged).
-    pub const BUDGET: usize = 4 << 20;
+    /// Default budget: 1 MiB of estimated heap per controller (kmeta's; 64 MiB before children
+    /// were cached compact, 4 MiB until a parsed entry could be recognised as kmeta's own
+    /// encoding). A parsed configuration is held in about 5× its JSON, and the estimate
+    /// undercounts the allocator's own share (a heap profile of the 2000 × 10 sizing bench
+    /// measured 26 MB held for a 16 MiB budget). 1 MiB holds about 750 ConfigMap-sized or 40
+    /// large (20 containers × 50 env vars) entries; past it a child costs one annotation parse
+    /// and one encoding check ([`dynapply::is_recorded`]) again, a few µs for a ConfigMap. The
+    /// sizing bench at 1000 × 10 measured a peak RSS of 50 MiB at 1 MiB against 54–55 MiB at
+    /// 4 MiB, with the same converge and resync CPU (`cargo bench -p kmeta-tests --bench scale`).
+    pub const BUDGET: usize = 1 << 20;
 
     /// An empty cache holding at most `budget` estimated heap bytes.
     pub fn with_budget(budget: usize) -> Self {
