@@ -65,7 +65,9 @@ pub(crate) fn same_encoding(a: &Value, b: &Value) -> bool {
                     _ => return false,
                 }
             }
-            n == y.values().filter(|w| !w.is_null()).count()
+            // every key found is a distinct non-null entry of y: counting y's is needed only
+            // when y holds more entries than were found
+            n == y.len() || n == y.values().filter(|w| !w.is_null()).count()
         }
         (Value::Array(x), Value::Array(y)) => {
             let mut ys = y.iter().filter(|w| !w.is_null());

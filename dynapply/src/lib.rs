@@ -468,8 +468,7 @@ fn update(
     // of desired is matched against the annotation without being built (it is built only to be
     // written).
     let unchanged_record = recorded.is_some_and(|r| match last {
-        // (the usual no-op answer is the recorded value itself: strict equality is the fast test)
-        Last::Recorded(l) => identical(l, &desired) || annotation::same_encoding(l, &desired),
+        Last::Recorded(l) => annotation::same_encoding(l, &desired),
         Last::Given(_) | Last::Parse => {
             annotation::canonical_json_is(&desired, Some(&opts.annotation), r)
         }
