@@ -572,14 +572,16 @@ pub fn write_phases(ops: Vec<ChildOp>) -> (Vec<ChildOp>, Vec<ChildOp>) {
     })
 }
 
-/// A child's last-applied configuration known for its observed version: `recorded` when kmeta
-/// wrote that version (its annotation holds the canonical encoding of `value`, so a no-op update
-/// needs no re-encoding: [`dynapply::apply_update_recorded`]), else parsed from the annotation.
+/// A child's last-applied configuration known for its observed version: `recorded` when the
+/// annotation holds the canonical encoding of `value` — kmeta wrote that version, or parsed it
+/// back and [`dynapply::is_recorded`] recognised it — so an update compares the answer with it
+/// instead of encoding the answer ([`dynapply::apply_update_recorded`]); else parsed from an
+/// annotation written in another form.
 #[derive(Clone, Debug)]
 pub struct KnownLast {
     /// The configuration.
     pub value: std::sync::Arc<Value>,
-    /// Whether kmeta recorded it by writing this very version.
+    /// Whether the annotation of this very version is dynapply's encoding of it.
     pub recorded: bool,
 }
 

@@ -67,7 +67,7 @@ impl LastAppliedCache {
     }
 
     /// The last-applied configuration known for `observed` at its `resourceVersion`, if this
-    /// very version is known, and whether kmeta recorded it by writing this version.
+    /// very version is known, and whether it is recorded (see [`KnownLast`]).
     pub fn get_known(&self, observed: &Value) -> Option<KnownLast> {
         let e = self.entries.get(meta_str(observed, "uid"))?;
         (e.resource_version == meta_str(observed, "resourceVersion")).then(|| KnownLast {

@@ -50,14 +50,9 @@ fn load(dir: &Path, name: &str) -> anyhow::Result<Value> {
     serde_json::from_slice(&text).with_context(|| path.display().to_string())
 }
 
-/// Whether to time `row`: all rows unless `UPDATE_PATH_ROWS` lists some (comma-separated),
-/// e.g. to profile one of them.
-fn selected(row: &str) -> bool {
-    listed("UPDATE_PATH_ROWS", row)
-}
-
 /// Whether the comma-separated list in the environment variable `var` holds `item` (true when
-/// the variable is unset).
+/// the variable is unset): `UPDATE_PATH_ROWS` and `UPDATE_PATH_SIZES` select what is timed,
+/// e.g. to profile one row.
 fn listed(var: &str, item: &str) -> bool {
     std::env::var(var).map_or(true, |list| list.split(',').any(|i| i == item))
 }
@@ -158,7 +153,7 @@ fn time(dir: &Path, rounds: usize, budget: Duration) -> anyhow::Result<()> {
                 }),
             ];
             for (row, f) in rows {
-                if !selected(row) {
+                if !listed("UPDATE_PATH_ROWS", row) {
                     continue;
                 }
                 println!("rust {size} {row} {:.0}", time_it(budget, f));
