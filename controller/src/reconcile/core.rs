@@ -35,7 +35,7 @@ use crate::runtime::selector::SelectorError;
 pub const EVENT_FILTER_KEYS: usize = 4096;
 
 /// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
-/// ([`crate::reconcile::children::CHILD_WRITES_IN_FLIGHT`], 8) times the default 5 workers.
+/// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
 pub const CHILD_WRITES_IN_FLIGHT_TOTAL: usize = 40;
 
 /// Settings of the manager and every controller it runs.

@@ -19,4 +19,8 @@ pub(crate) mod status;
 pub(crate) mod unchanged;
 
 pub use apply::ApplyStrategy;
-pub use core::{Context, DiscoveryClient, ManagerConfig};
+// with the defaults its documentation names
+pub use core::{
+    CHILD_WRITES_IN_FLIGHT_TOTAL, Context, DiscoveryClient, MIN_RESYNC_AFTER, ManagerConfig,
+    WATCH_SYNC_DEADLINE,
+};
