@@ -4,7 +4,6 @@
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
-use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +88,7 @@ pub async fn sync_parent(
     let resync = response.resync_after_seconds;
     let step = (&selector, fin.as_str(), finalizing);
     let observed = values_of(&observed)?;
-    match apply_response(c, &parent, &observed, response, step).await? {
+    match apply_response(c, &parent, observed, response, step).await? {
         Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
         Applied::Wrote => c.remember_unchanged(&parent, None, resync),
         Applied::ParentGone => return Ok(None),
@@ -124,10 +123,12 @@ enum Applied {
 
 /// Steps after the hook call: validate the desired children, manage them, write the status,
 /// release the finalizer when the finalize hook is done. `(selector, finalizer, finalizing)`.
-async fn apply_response<O: Borrow<Value>>(
+/// The observed and desired children are dropped once managed: with many workers, syncs
+/// waiting on their status write would otherwise hold them all.
+async fn apply_response(
     c: &Composite,
     parent: &Value,
-    observed: &[O],
+    observed: Vec<Value>,
     mut response: SyncResponse,
     (selector, fin, finalizing): (&LabelSelector, &str, bool),
 ) -> Result<Applied, SyncError> {
@@ -143,17 +144,20 @@ async fn apply_response<O: Borrow<Value>>(
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
-        if !finalizing && decide::creates_any(observed, &desired) && !parent_alive_cached(c, parent)
+        if !finalizing
+            && decide::creates_any(&observed, &desired)
+            && !parent_alive_cached(c, parent)
         {
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(Applied::ParentGone);
         }
-        quiet = manage_children(&c.child_set(), parent, observed, &desired).await?;
+        quiet = manage_children(&c.child_set(), parent, &observed, &desired).await?;
         c.ctx
             .config
             .metrics
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
+    drop((observed, desired));
     let hook_status =
         children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
     let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
