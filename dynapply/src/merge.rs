@@ -255,6 +255,12 @@ impl<'a> KeyMode<'a> {
         }
     }
 
+    /// [`KeyMode::hash`] of an item keyed by one field whose value is `part`.
+    #[inline]
+    fn hash_of_single(part: &Value) -> u64 {
+        mix(0, hash_value(part))
+    }
+
     fn hash(&self, item: &Value) -> u64 {
         let mut h = 0u64;
         for i in 0..self.arity() {
@@ -300,10 +306,22 @@ impl KeyIndex {
         sorted: Vec::new(),
     };
 
+    /// The index of an empty list.
+    const EMPTY: KeyIndex = KeyIndex {
+        hashes: Vec::new(),
+        aligned: false,
+        sorted: Vec::new(),
+    };
+
     /// Indexes `items`; `None` when two items share a key (the list is not a valid map).
     fn build(items: &[Value], mode: KeyMode<'_>) -> Option<KeyIndex> {
-        u32::try_from(items.len()).ok()?;
         let hashes: Vec<u64> = items.iter().map(|item| mode.hash(item)).collect();
+        KeyIndex::from_hashes(items, hashes, mode)
+    }
+
+    /// [`KeyIndex::build`] given the key hash of every item (`mode.hash`, by position).
+    fn from_hashes(items: &[Value], hashes: Vec<u64>, mode: KeyMode<'_>) -> Option<KeyIndex> {
+        u32::try_from(items.len()).ok()?;
         let dup = |a: usize, b: usize| {
             !items[a].is_null() && !items[b].is_null() && mode.eq(&items[a], &items[b])
         };
@@ -409,6 +427,16 @@ fn detect_convention(
     if live.is_empty() && last.is_empty() && desired.iter().all(Value::is_null) {
         return None;
     }
+    aligned_convention(live, last, desired).or_else(|| convention_by_masks(live, last, desired))
+}
+
+/// [`detect_convention`]'s general path: the candidates every item of the three lists has, by
+/// one pass over each item's keys, tried in order.
+fn convention_by_masks(
+    live: &[Value],
+    last: &[Value],
+    desired: &[Value],
+) -> Option<(KeyMode<'static>, [KeyIndex; 3])> {
     let mut mask = candidate_mask(live) & candidate_mask(desired);
     if !same_slice(last, desired) {
         mask &= candidate_mask(last);
@@ -426,6 +454,56 @@ fn detect_convention(
         }
     }
     None
+}
+
+/// [`detect_convention`] for its common case, without scanning every item's keys: live and
+/// last-applied (or an empty last-applied) hold desired's items in desired's order. The
+/// candidate is the first one desired's first item has; it is the convention when every
+/// desired item has it (non-null), live's and last's items carry equal values at the same
+/// positions, and desired's values are unique. That is what the general path would choose:
+/// an earlier candidate is missing from desired's first item, and live and last then have
+/// the candidate in every item, unique (they are desired's keys). `None` when any of this
+/// fails (the general path decides then, from scratch).
+fn aligned_convention(
+    live: &[Value],
+    last: &[Value],
+    desired: &[Value],
+) -> Option<(KeyMode<'static>, [KeyIndex; 3])> {
+    let n = desired.len();
+    if n == 0 || live.len() != n || !(last.is_empty() || last.len() == n) {
+        return None;
+    }
+    let first = candidate_mask(&desired[..1]);
+    if first == 0 {
+        return None;
+    }
+    let i = first.trailing_zeros() as usize;
+    let name = MERGE_KEY_CANDIDATES[i];
+    fn key_of<'v>(item: &'v Value, name: &str) -> Option<&'v Value> {
+        vget(item, name).filter(|v| !v.is_null())
+    }
+    let mut hashes = Vec::with_capacity(n);
+    for (j, d) in desired.iter().enumerate() {
+        let kd = key_of(d, name)?;
+        if !key_of(&live[j], name).is_some_and(|kl| json_eq(kl, kd)) {
+            return None;
+        }
+        if !last.is_empty() && !key_of(&last[j], name).is_some_and(|ka| json_eq(ka, kd)) {
+            return None;
+        }
+        hashes.push(KeyMode::hash_of_single(kd));
+    }
+    let mode = KeyMode::Fields {
+        names: KeyNames::Static(&MERGE_KEY_CANDIDATES[i..=i]),
+        defaults: &[],
+    };
+    let d = KeyIndex::from_hashes(desired, hashes, mode)?;
+    let a = if last.is_empty() {
+        KeyIndex::EMPTY
+    } else {
+        KeyIndex::ALIGNED
+    };
+    Some((mode, [KeyIndex::ALIGNED, a, d]))
 }
 
 /// Bit `i` is set when every (non-null) item has a non-null field `MERGE_KEY_CANDIDATES[i]`;
@@ -1183,6 +1261,86 @@ mod tests {
         for other in ["Name", "names", "value", "", "protocol", "hostPort"] {
             assert_eq!(candidate_bit(other), 0, "{other}");
         }
+    }
+
+    /// What a detected convention decides: the key field, and per list (live, last, desired)
+    /// whether it is aligned and the key hashes by position.
+    fn decision(
+        found: Option<(KeyMode<'static>, [KeyIndex; 3])>,
+    ) -> Option<(String, Vec<(bool, Vec<u64>, Vec<(u64, u32)>)>)> {
+        let (mode, indexes) = found?;
+        let KeyMode::Fields { names, .. } = mode else {
+            panic!("a convention keys by fields");
+        };
+        let indexes = indexes
+            .iter()
+            .map(|i| (i.aligned, i.hashes.clone(), i.sorted.clone()))
+            .collect();
+        Some((names.get(0).to_string(), indexes))
+    }
+
+    #[test]
+    fn aligned_convention_decides_as_the_general_path() {
+        // lists of items drawn from a few shapes: candidates in several orders, missing,
+        // null, duplicated; live and last built from desired (aligned) or varied
+        let shapes = [
+            json!({"name": "a", "image": "x"}),
+            json!({"name": "b", "port": 80}),
+            json!({"port": 80, "name": "c"}),
+            json!({"containerPort": 80, "name": "d"}),
+            json!({"containerPort": 81, "name": "d"}),
+            json!({"name": null, "uid": "u1"}),
+            json!({"mountPath": "/a", "name": "e"}),
+            json!({"name": "a", "value": "y"}),
+            json!(null),
+            json!("scalar"),
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        let mut agreed_fast = 0;
+        for _ in 0..20_000 {
+            let n = 1 + next(6);
+            let desired: Vec<Value> = (0..n).map(|_| shapes[next(shapes.len())].clone()).collect();
+            let vary = |list: &[Value], pick: &mut dyn FnMut(usize) -> usize| -> Vec<Value> {
+                match pick(4) {
+                    0 => list.to_vec(),
+                    1 => list
+                        .iter()
+                        .map(|v| {
+                            let mut v = v.clone();
+                            if let Value::Object(m) = &mut v {
+                                m.insert("extra".into(), json!(1));
+                            }
+                            v
+                        })
+                        .collect(),
+                    2 => Vec::new(),
+                    _ => {
+                        let mut l = list.to_vec();
+                        let at = pick(l.len());
+                        l[at] = shapes[pick(shapes.len())].clone();
+                        l
+                    }
+                }
+            };
+            let live = vary(&desired, &mut next);
+            let last = vary(&desired, &mut next);
+            let fast = aligned_convention(&live, &last, &desired);
+            if fast.is_some() {
+                agreed_fast += 1;
+                assert_eq!(
+                    decision(fast),
+                    decision(convention_by_masks(&live, &last, &desired)),
+                    "live {live:?} last {last:?} desired {desired:?}"
+                );
+            }
+        }
+        assert!(agreed_fast > 1_000, "fast path taken {agreed_fast} times");
     }
 
     #[test]
