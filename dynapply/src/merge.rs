@@ -1263,11 +1263,14 @@ mod tests {
         }
     }
 
+    /// Per list: aligned, key hashes by position, hash-sorted positions.
+    type IndexParts = (bool, Vec<u64>, Vec<(u64, u32)>);
+
     /// What a detected convention decides: the key field, and per list (live, last, desired)
-    /// whether it is aligned and the key hashes by position.
+    /// its index.
     fn decision(
         found: Option<(KeyMode<'static>, [KeyIndex; 3])>,
-    ) -> Option<(String, Vec<(bool, Vec<u64>, Vec<(u64, u32)>)>)> {
+    ) -> Option<(String, Vec<IndexParts>)> {
         let (mode, indexes) = found?;
         let KeyMode::Fields { names, .. } = mode else {
             panic!("a convention keys by fields");
