@@ -98,48 +98,7 @@ pub(crate) fn merge_value(
     match (live, desired) {
         (Value::Object(lm), Value::Object(dm)) => {
             let lastm = last.and_then(Value::as_object);
-            if let Some(lastm) = lastm
-                && !std::ptr::eq(lastm, dm)
-            {
-                // Rule 1: keys in last-applied but no longer in desired are removed from live.
-                let any_removal = lastm.keys().any(|k| !mhas(dm, k) && mhas(lm, k));
-                if any_removal {
-                    lm.retain(|k, _| mhas(dm, k) || !mhas(lastm, k));
-                }
-            }
-            if let Some(kept) = ctx.kept {
-                for k in lm.keys() {
-                    if !mhas(dm, k) && !lastm.is_some_and(|m| mhas(m, k)) {
-                        kept.borrow_mut().push(path.child(Seg::Field(k)).render());
-                    }
-                }
-            }
-            for (k, dv) in dm {
-                if dv.is_null() {
-                    // Rule 2: a null in desired removes the key.
-                    if mhas(lm, k) {
-                        lm.shift_remove(k);
-                    }
-                    continue;
-                }
-                let sub_rules = rules.and_then(|r| r.child(k));
-                let p = path.child(Seg::Field(k));
-                match mget_mut(lm, k) {
-                    Some(lv) => merge_value(
-                        lv,
-                        lastm.and_then(|m| mget(m, k)),
-                        dv,
-                        sub_rules,
-                        ctx,
-                        &p,
-                        depth + 1,
-                    )?,
-                    None => {
-                        lm.insert(k.clone(), pruned(dv, &p, depth + 1)?);
-                    }
-                }
-            }
-            Ok(())
+            merge_map(lm, lastm, dm, rules, ctx, path, depth)
         }
         (Value::Array(la), Value::Array(da)) => {
             // Shortcut: when live already equals desired (nulls pruned), the merge keeps live
@@ -156,7 +115,7 @@ pub(crate) fn merge_value(
         }
         (Value::String(ls), Value::String(ds)) => {
             // Rule 4 for strings: reuse live's buffer (no allocation when it is large enough).
-            if ls != ds {
+            if !short_eq(ls.as_bytes(), ds.as_bytes()) {
                 ls.clone_from(ds);
             }
             Ok(())
@@ -174,6 +133,79 @@ pub(crate) fn merge_value(
             Ok(())
         }
     }
+}
+
+/// [`merge_value`] of two objects. Desired's entries are walked in order and paired with
+/// live's by a cursor over live (and with last-applied's by [`in_step`]): the maps usually
+/// list shared keys in the same order, so a pairing is one comparison. A desired key the
+/// cursor does not meet is looked up once the walk is over; desired's keys live lacks are
+/// added in desired's order, and live keeps its order.
+fn merge_map(
+    lm: &mut Map<String, Value>,
+    lastm: Option<&Map<String, Value>>,
+    dm: &Map<String, Value>,
+    rules: Option<&Node>,
+    ctx: Ctx<'_>,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), Error> {
+    if let Some(lastm) = lastm
+        && !std::ptr::eq(lastm, dm)
+    {
+        // Rule 1: keys in last-applied but no longer in desired are removed from live.
+        let mut in_desired = dm.iter();
+        let any_removal = lastm
+            .keys()
+            .any(|k| in_step(&mut in_desired, dm, k).is_none() && mhas(lm, k));
+        if any_removal {
+            lm.retain(|k, _| mhas(dm, k) || !mhas(lastm, k));
+        }
+    }
+    if let Some(kept) = ctx.kept {
+        for k in lm.keys() {
+            if !mhas(dm, k) && !lastm.is_some_and(|m| mhas(m, k)) {
+                kept.borrow_mut().push(path.child(Seg::Field(k)).render());
+            }
+        }
+    }
+    let mut in_last = lastm.map(Map::iter);
+    let mut last_of = |k: &str| match (lastm, in_last.as_mut()) {
+        (Some(m), Some(cursor)) => in_step(cursor, m, k),
+        _ => None,
+    };
+    let mut later: Vec<(&String, &Value, Option<&Value>)> = Vec::new();
+    let mut in_live = lm.iter_mut();
+    for (k, dv) in dm {
+        let last_v = last_of(k);
+        match in_live.next() {
+            Some((lk, lv)) if !dv.is_null() && short_eq(lk.as_bytes(), k.as_bytes()) => {
+                let p = path.child(Seg::Field(k));
+                let sub_rules = rules.and_then(|r| r.child(k));
+                merge_value(lv, last_v, dv, sub_rules, ctx, &p, depth + 1)?;
+            }
+            _ => later.push((k, dv, last_v)),
+        }
+    }
+    for (k, dv, last_v) in later {
+        if dv.is_null() {
+            // Rule 2: a null in desired removes the key.
+            if mhas(lm, k) {
+                lm.shift_remove(k);
+            }
+            continue;
+        }
+        let p = path.child(Seg::Field(k));
+        match mget_mut(lm, k) {
+            Some(lv) => {
+                let sub_rules = rules.and_then(|r| r.child(k));
+                merge_value(lv, last_v, dv, sub_rules, ctx, &p, depth + 1)?;
+            }
+            None => {
+                lm.insert(k.clone(), pruned(dv, &p, depth + 1)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A deep copy of a desired value with every null object field and null list item dropped.

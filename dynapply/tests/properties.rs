@@ -75,6 +75,20 @@ fn top() -> impl Strategy<Value = Value> {
     object_of(tree())
 }
 
+/// `v` with the keys of every map in reverse order.
+fn reversed(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .rev()
+                .map(|(k, x)| (k.clone(), reversed(x)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(reversed).collect()),
+        other => other.clone(),
+    }
+}
+
 fn ordering() -> impl Strategy<Value = Ordering> {
     prop_oneof![Just(Ordering::Desired), Just(Ordering::Metacontroller)]
 }
@@ -364,6 +378,29 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+
+    /// Key order never decides a merge: with the keys of every map of observed, last-applied
+    /// or desired listed in reverse (the merge pairs keys in step first, then looks them up),
+    /// the result holds the same values.
+    #[test]
+    fn merge_ignores_key_order(
+        observed in top(), last in top(), desired in top(), use_last in any::<bool>(), ord in ordering()
+    ) {
+        let opts = opts_with(ord);
+        let last = use_last.then_some(&last);
+        let want = merge_with(&observed, last, &desired, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let rev_last = last.map(reversed);
+        let variants = [
+            (reversed(&observed), last.cloned(), desired.clone()),
+            (observed.clone(), rev_last.clone(), desired.clone()),
+            (observed.clone(), last.cloned(), reversed(&desired)),
+            (reversed(&observed), rev_last, reversed(&desired)),
+        ];
+        for (o, l, d) in variants {
+            let got = merge_with(&o, l.as_ref(), &d, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(json_eq(&got, &want), "{} vs {}", got, want);
         }
     }
 
