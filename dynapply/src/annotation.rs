@@ -486,6 +486,43 @@ mod tests {
         );
     }
 
+    /// Keys come out in byte order (Go's `encoding/json` sorts map keys so) whatever their
+    /// first 8 bytes share: ties, prefixes, zero bytes, non-ASCII, maps small and large, in
+    /// every rotation of their input order.
+    #[test]
+    fn canonical_orders_keys_as_bytes() {
+        let mut keys: Vec<String> = [
+            "", "a", "ab", "a\u{0}", "a\u{0}\u{0}", "abcdefgh", "abcdefghi", "abcdefgg",
+            "abcdefgh\u{0}", "abcdefgha", "Z", "é", "éa", "\u{7f}", "zzzzzzzzz", "zzzzzzzz",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        for extra in 0..12 {
+            keys.push(format!("k{extra:02}"));
+            let mut want_keys = keys.clone();
+            want_keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            let want: Vec<String> = want_keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{}:{i}", serde_json::to_string(k).unwrap()))
+                .collect();
+            let want = format!("{{{}}}", want.join(","));
+            for shift in 0..keys.len() {
+                let mut order = keys.clone();
+                order.rotate_left(shift);
+                let map: serde_json::Map<String, Value> = order
+                    .iter()
+                    .map(|k| {
+                        let rank = want_keys.iter().position(|w| w == k).unwrap();
+                        (k.clone(), json!(rank))
+                    })
+                    .collect();
+                assert_eq!(canonical_json(&Value::Object(map), None), want, "{} keys", keys.len());
+            }
+        }
+    }
+
     #[test]
     fn canonical_skips_only_the_named_annotation_at_the_top() {
         let v = json!({"metadata": {"annotations": {"keep": "1", "la": "x"}},
