@@ -492,8 +492,22 @@ mod tests {
     #[test]
     fn canonical_orders_keys_as_bytes() {
         let mut keys: Vec<String> = [
-            "", "a", "ab", "a\u{0}", "a\u{0}\u{0}", "abcdefgh", "abcdefghi", "abcdefgg",
-            "abcdefgh\u{0}", "abcdefgha", "Z", "é", "éa", "\u{7f}", "zzzzzzzzz", "zzzzzzzz",
+            "",
+            "a",
+            "ab",
+            "a\u{0}",
+            "a\u{0}\u{0}",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefgg",
+            "abcdefgh\u{0}",
+            "abcdefgha",
+            "Z",
+            "é",
+            "éa",
+            "\u{7f}",
+            "zzzzzzzzz",
+            "zzzzzzzz",
         ]
         .iter()
         .map(|k| k.to_string())
@@ -518,7 +532,12 @@ mod tests {
                         (k.clone(), json!(rank))
                     })
                     .collect();
-                assert_eq!(canonical_json(&Value::Object(map), None), want, "{} keys", keys.len());
+                assert_eq!(
+                    canonical_json(&Value::Object(map), None),
+                    want,
+                    "{} keys",
+                    keys.len()
+                );
             }
         }
     }

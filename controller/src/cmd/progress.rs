@@ -1,7 +1,7 @@
 //! Progress a person can follow while `kmeta dev` and `kmeta demo` wait (for a CRD to be
 //! Established, for controllers to start): one line on stderr, rewritten in place and cleared
 //! when the wait ends, and only when stderr is a terminal, so piped output (tests, scripts)
-//! stays exactly as it was. [`line`] decides the text; [`Progress`] only writes it.
+//! stays exactly as it was. [`line()`] decides the text; [`Progress`] only writes it.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,6 +10,6 @@ pub(crate) mod transport;
 pub mod wire;
 
 pub(crate) use client::HookClient;
-pub use client::HookOptions;
+pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HookOptions};
 pub(crate) use error::HookError;
 pub use transport::base64_encode;

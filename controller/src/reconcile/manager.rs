@@ -1,8 +1,8 @@
 //! The manager: watches CompositeControllers and DecoratorControllers and runs one controller
-//! per object ([`ParentController`], [`DecoratorRunner`]), restarting it when the spec changes
+//! per object (`ParentController`, `DecoratorRunner`), restarting it when the spec changes
 //! and stopping it when the object is deleted; refreshes discovery periodically so a controller
 //! whose resources appear later starts without a restart. One generic loop serves both kinds
-//! ([`ControllerKind`]).
+//! (`ControllerKind`).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
