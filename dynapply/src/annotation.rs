@@ -173,6 +173,11 @@ fn write_value<S: Sink>(out: &mut S, v: &Value, skip: Skip<'_>) {
             let keep = |k: &String, v: &Value| {
                 !v.is_null() && !matches!(skip, Skip::Annotations(a) if a == k.as_str())
             };
+            // a map already in key order (as many small ones are) is written as it stands
+            if m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b) {
+                write_entries(out, m.iter().filter(|(k, v)| keep(k, v)), skip);
+                return;
+            }
             // sort (key, value) pairs; small maps sort on the stack
             let mut small: [(&str, &Value); SMALL_OBJECT] = [("", &NULL); SMALL_OBJECT];
             let mut large: Vec<(&str, &Value)> = Vec::new();
@@ -194,23 +199,33 @@ fn write_value<S: Sink>(out: &mut S, v: &Value, skip: Skip<'_>) {
                 &mut large
             };
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.put("{");
-            for (n, (k, sub)) in entries.iter().enumerate() {
-                if n > 0 {
-                    out.put(",");
-                }
-                write_string(out, k);
-                out.put(":");
-                let child_skip = match (skip, *k) {
-                    (Skip::Top(Some(a)), "metadata") => Skip::Metadata(a),
-                    (Skip::Metadata(a), "annotations") => Skip::Annotations(a),
-                    _ => Skip::None,
-                };
-                write_value(out, sub, child_skip);
-            }
-            out.put("}");
+            write_entries(out, entries.iter().map(|(k, v)| (*k, *v)), skip);
         }
     }
+}
+
+/// An object's entries, in the order given, as `{"key":value,...}`; `skip` is the object's.
+fn write_entries<'v, S: Sink, K: AsRef<str> + 'v>(
+    out: &mut S,
+    entries: impl Iterator<Item = (K, &'v Value)>,
+    skip: Skip<'_>,
+) {
+    out.put("{");
+    for (n, (k, sub)) in entries.enumerate() {
+        if n > 0 {
+            out.put(",");
+        }
+        let k = k.as_ref();
+        write_string(out, k);
+        out.put(":");
+        let child_skip = match (skip, k) {
+            (Skip::Top(Some(a)), "metadata") => Skip::Metadata(a),
+            (Skip::Metadata(a), "annotations") => Skip::Annotations(a),
+            _ => Skip::None,
+        };
+        write_value(out, sub, child_skip);
+    }
+    out.put("}");
 }
 
 /// Objects up to this many keys are sorted in a stack buffer.
@@ -488,7 +503,7 @@ mod tests {
 
     /// Keys come out in byte order (Go's `encoding/json` sorts map keys so) whatever their
     /// first 8 bytes share: ties, prefixes, zero bytes, non-ASCII, maps small and large, in
-    /// every rotation of their input order.
+    /// every rotation of their input order and already sorted.
     #[test]
     fn canonical_orders_keys_as_bytes() {
         let mut keys: Vec<String> = [
@@ -522,9 +537,15 @@ mod tests {
                 .map(|(i, k)| format!("{}:{i}", serde_json::to_string(k).unwrap()))
                 .collect();
             let want = format!("{{{}}}", want.join(","));
-            for shift in 0..keys.len() {
-                let mut order = keys.clone();
-                order.rotate_left(shift);
+            // every rotation of the input order, and the sorted order itself
+            let orders = (0..keys.len())
+                .map(|shift| {
+                    let mut order = keys.clone();
+                    order.rotate_left(shift);
+                    order
+                })
+                .chain([want_keys.clone()]);
+            for order in orders {
                 let map: serde_json::Map<String, Value> = order
                     .iter()
                     .map(|k| {
