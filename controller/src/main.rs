@@ -152,7 +152,7 @@ const PURGE_DELAY_MS: std::ffi::c_long = 10;
 /// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the operator chose one
 /// (`MIMALLOC_PURGE_DELAY`, which mimalloc reads itself).
 #[allow(unsafe_code)]
-fn prompt_purge() {
+fn set_purge_delay() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
     }
@@ -164,7 +164,7 @@ fn prompt_purge() {
 #[tokio::main]
 async fn main() {
     no_transparent_huge_pages();
-    prompt_purge();
+    set_purge_delay();
     if let Err(e) = run_command(Cli::parse()).await {
         // the error and its causes on one line; no backtrace (RUST_BACKTRACE is for panics)
         eprintln!("error: {}", one_line(&e));
