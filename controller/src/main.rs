@@ -149,16 +149,21 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// (docs/design/sizing-bench.md).
 const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
-/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the operator chose one
-/// (`MIMALLOC_PURGE_DELAY`, which mimalloc reads itself).
+/// The purge delay `kmeta` sets: [`PURGE_DELAY_MS`], or none when the operator chose one
+/// (`operator`: `MIMALLOC_PURGE_DELAY`, which mimalloc reads itself).
+fn purge_delay_to_set(operator: Option<&std::ffi::OsStr>) -> Option<std::ffi::c_long> {
+    operator.is_none().then_some(PURGE_DELAY_MS)
+}
+
+/// Sets mimalloc's purge delay as [`purge_delay_to_set`] decides.
 #[allow(unsafe_code)]
 fn set_purge_delay() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-        return;
+    let operator = std::env::var_os("MIMALLOC_PURGE_DELAY");
+    if let Some(ms) = purge_delay_to_set(operator.as_deref()) {
+        // SAFETY: `mi_option_set` stores a value in mimalloc's option table (callable from any
+        // thread at any time); the option index is one of the linked mimalloc's (see above).
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, ms) }
     }
-    // SAFETY: `mi_option_set` stores a value in mimalloc's option table (callable from any
-    // thread at any time); the option index is one of the linked mimalloc's (see above).
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
 }
 
 #[tokio::main]
@@ -268,20 +273,33 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{MI_OPTION_PURGE_DELAY, one_line};
+    use super::{
+        MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS, one_line, purge_delay_to_set, set_purge_delay,
+    };
 
     /// The option index is the purge delay's in the linked mimalloc: its default (1000 ms in
-    /// mimalloc v3) or the value `MIMALLOC_PURGE_DELAY` gives it.
+    /// mimalloc v3) or the value `MIMALLOC_PURGE_DELAY` gives it; `set_purge_delay` then sets
+    /// it to 10 ms, unless the variable is set. (One test: the option is process-wide.)
     #[test]
     #[allow(unsafe_code)]
-    fn purge_delay_index_is_mimallocs() {
-        let want = match std::env::var("MIMALLOC_PURGE_DELAY") {
-            Ok(v) => v.parse().expect("MIMALLOC_PURGE_DELAY is a number"),
-            Err(_) => 1000,
+    fn purge_delay_index_is_mimallocs_and_set() {
+        let operator = std::env::var("MIMALLOC_PURGE_DELAY").ok();
+        let before = match &operator {
+            Some(v) => v.parse().expect("MIMALLOC_PURGE_DELAY is a number"),
+            None => 1000,
         };
         // SAFETY: reads an option of mimalloc's table (any thread, any time).
-        let got = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(got, want);
+        let get = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        assert_eq!(get(), before);
+        set_purge_delay();
+        assert_eq!(get(), if operator.is_some() { before } else { 10 });
+    }
+
+    #[test]
+    fn an_operators_purge_delay_wins() {
+        assert_eq!(purge_delay_to_set(None), Some(PURGE_DELAY_MS));
+        assert_eq!(purge_delay_to_set(Some("0".as_ref())), None);
+        assert_eq!(purge_delay_to_set(Some("".as_ref())), None);
     }
 
     #[derive(Debug, thiserror::Error)]
