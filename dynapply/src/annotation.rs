@@ -350,7 +350,7 @@ pub fn get_last_applied(obj: &Value, opts: &Options) -> Result<Option<Value>, Er
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let parsed: Value = serde_json::from_str(text).map_err(|e| Error::CorruptLastApplied {
+    let parsed: Value = crate::parse::parse_value(text).map_err(|e| Error::CorruptLastApplied {
         path: annotation_path(opts),
         message: format!("invalid JSON: {e}"),
     })?;
