@@ -99,6 +99,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::parse_value;
     use serde_json::Value;
