@@ -382,9 +382,7 @@ pub(crate) fn write_annotation(obj: &mut Value, text: String, opts: &Options) ->
         .and_then(|m| crate::merge::vget_mut(m, "annotations"))
         .and_then(|a| crate::merge::vget_mut(a, &opts.annotation))
     {
-        if *existing != text {
-            *existing = text;
-        }
+        *existing = text;
         return Ok(());
     }
     let found = type_name(obj);
