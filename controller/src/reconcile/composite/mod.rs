@@ -6,10 +6,11 @@
 mod build;
 mod related;
 mod revisions;
+mod selectors;
 mod steps;
 pub mod sync;
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -24,10 +25,10 @@ use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
-use crate::runtime::selector;
 
 pub use build::{BuildError, Composite, LocalHooks};
 pub use related::Used;
+use selectors::ParentSelectors;
 
 /// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
 /// become one burst of hook calls.
@@ -39,6 +40,8 @@ pub struct ParentController {
     pub c: Composite,
     /// Work queue of parent keys.
     pub queue: Queue<ObjKey>,
+    /// The parents' selectors, filed by label: which parents an orphan's event enqueues.
+    selectors: Mutex<ParentSelectors>,
 }
 
 impl std::fmt::Debug for ParentController {
@@ -58,6 +61,7 @@ impl ParentController {
         Ok(ParentController {
             c: Composite::build(ctx, cc).await?,
             queue: Queue::default(),
+            selectors: Mutex::default(),
         })
     }
 
@@ -71,6 +75,7 @@ impl ParentController {
         Ok(ParentController {
             c: Composite::build_in_process(ctx, cc, local).await?,
             queue: Queue::default(),
+            selectors: Mutex::default(),
         })
     }
 
@@ -94,21 +99,55 @@ impl ParentController {
             }
             return;
         }
+        let scope = if self.c.parent.namespaced {
+            child.namespace()
+        } else {
+            ""
+        };
+        let selecting = self.selectors().selecting(scope, child);
+        for key in selecting {
+            self.queue.add(key);
+        }
+    }
+
+    fn selectors(&self) -> std::sync::MutexGuard<'_, ParentSelectors> {
+        self.selectors.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The scope `parent` is filed in: its namespace for a namespaced parent resource, else "".
+    fn scope_of<'p>(&self, parent: &'p Value) -> &'p str {
+        if self.c.parent.namespaced {
+            meta_str(parent, "namespace")
+        } else {
+            ""
+        }
+    }
+
+    /// Keeps the filed selectors in step with a parent event.
+    fn refile(&self, change: &Change) {
+        match change {
+            Change::Applied { new, .. } => {
+                let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+                self.selectors().update(new, self.scope_of(new), generate);
+            }
+            Change::Deleted(old) => self.selectors().remove(&obj_key(old.as_ref())),
+        }
+    }
+
+    /// Files every cached parent's selector afresh: at the start (a shared parent watch may
+    /// have listed before this controller subscribed) and after parent events were lost to lag.
+    fn refile_all(&self) {
         let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
-        for p in self.c.parents.list() {
-            if self.c.parent.namespaced && meta_str(&p, "namespace") != child.namespace() {
-                continue;
-            }
-            let Ok(sel) = decide::parent_selector(&p, generate) else {
-                continue;
-            };
-            if selector::matches_object(&sel, child).unwrap_or(false) {
-                self.queue.add(obj_key(&p));
-            }
+        let parents = self.c.parents.list();
+        let mut selectors = self.selectors();
+        selectors.clear();
+        for p in &parents {
+            selectors.update(p, self.scope_of(p), generate);
         }
     }
 
     fn on_parent_change(&self, change: &Change) {
+        self.refile(change);
         match change {
             Change::Applied { old, new } => {
                 let ignore = self
@@ -241,6 +280,7 @@ impl ParentController {
     fn triggers(self: &Arc<Self>) -> Triggers {
         let mut t = Triggers::default();
         let parents = self.c.parents.subscribe();
+        self.refile_all();
         let pc = self.clone();
         t.spawn(async move {
             pc.c.parents.wait_synced().await;
@@ -250,7 +290,10 @@ impl ParentController {
         t.watch_receiver(
             parents,
             move |c| on.on_parent_change(c),
-            move || lag.enqueue_all(),
+            move || {
+                lag.refile_all();
+                lag.enqueue_all();
+            },
         );
         for rule in self.c.children.values() {
             let (on, lag) = (self.clone(), self.clone());
