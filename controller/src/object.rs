@@ -65,6 +65,8 @@ pub trait ObjectView {
     fn resource_version(&self) -> &str;
     /// The string label `key` (labels that are not strings are not labels).
     fn label(&self, key: &str) -> Option<&str>;
+    /// Every string label, as (key, value).
+    fn labels(&self) -> Vec<(&str, &str)>;
     /// The controller owner reference (`controller: true`), if any.
     fn controller(&self) -> Option<OwnerView<'_>>;
     /// True when `metadata.deletionTimestamp` is set.
@@ -121,6 +123,16 @@ impl ObjectView for Value {
     fn label(&self, key: &str) -> Option<&str> {
         meta(self, "labels")?.get(key)?.as_str()
     }
+    fn labels(&self) -> Vec<(&str, &str)> {
+        meta(self, "labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
     fn controller(&self) -> Option<OwnerView<'_>> {
         controller_ref(self).map(OwnerView::of)
     }
@@ -151,6 +163,9 @@ impl<T: ObjectView + ?Sized> ObjectView for &T {
     fn label(&self, key: &str) -> Option<&str> {
         (**self).label(key)
     }
+    fn labels(&self) -> Vec<(&str, &str)> {
+        (**self).labels()
+    }
     fn controller(&self) -> Option<OwnerView<'_>> {
         (**self).controller()
     }
@@ -180,6 +195,9 @@ impl<T: ObjectView + ?Sized> ObjectView for std::sync::Arc<T> {
     }
     fn label(&self, key: &str) -> Option<&str> {
         (**self).label(key)
+    }
+    fn labels(&self) -> Vec<(&str, &str)> {
+        (**self).labels()
     }
     fn controller(&self) -> Option<OwnerView<'_>> {
         (**self).controller()

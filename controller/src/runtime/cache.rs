@@ -82,6 +82,9 @@ struct State<T> {
     by_owner: HashMap<String, HashMap<Arc<ObjKey>, Arc<T>>>,
     /// Ordered by (namespace, name): one namespace's orphans are a range, not a scan of all.
     orphans: BTreeSet<Arc<ObjKey>>,
+    /// The orphans by label (key → value → orphans): a parent's sync looks among those that
+    /// carry a label its selector requires, not among every orphan of the namespace.
+    orphans_by_label: HashMap<String, HashMap<String, BTreeSet<Arc<ObjKey>>>>,
 }
 
 impl<T> Default for State<T> {
@@ -90,6 +93,7 @@ impl<T> Default for State<T> {
             objects: HashMap::new(),
             by_owner: HashMap::new(),
             orphans: BTreeSet::new(),
+            orphans_by_label: HashMap::new(),
         }
     }
 }
@@ -107,6 +111,20 @@ impl<T: ObjectView> State<T> {
             }
             None => {
                 self.orphans.remove(key);
+                for (k, v) in obj.labels() {
+                    let Some(by_value) = self.orphans_by_label.get_mut(k) else {
+                        continue;
+                    };
+                    if let Some(keys) = by_value.get_mut(v) {
+                        keys.remove(key);
+                        if keys.is_empty() {
+                            by_value.remove(v);
+                        }
+                    }
+                    if by_value.is_empty() {
+                        self.orphans_by_label.remove(k);
+                    }
+                }
             }
         }
     }
@@ -123,6 +141,14 @@ impl<T: ObjectView> State<T> {
             }
             None => {
                 self.orphans.insert(key.clone());
+                for (k, v) in obj.labels() {
+                    self.orphans_by_label
+                        .entry(k.to_owned())
+                        .or_default()
+                        .entry(v.to_owned())
+                        .or_default()
+                        .insert(key.clone());
+                }
             }
         }
         self.objects.insert(key, obj);
@@ -131,11 +157,21 @@ impl<T: ObjectView> State<T> {
     /// Orphans in `namespace` (all when `None`): a range of the ordered index, so a parent's
     /// sync costs its own namespace's orphans, not every orphan of the cluster.
     fn orphans_in(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
+        self.objects_in(&self.orphans, namespace)
+    }
+    /// Orphans labelled `key`=`value` (in `namespace` when given).
+    fn orphans_labelled(&self, namespace: Option<&str>, key: &str, value: &str) -> Vec<Arc<T>> {
+        match self.orphans_by_label.get(key).and_then(|m| m.get(value)) {
+            Some(keys) => self.objects_in(keys, namespace),
+            None => Vec::new(),
+        }
+    }
+    /// The objects of `keys` (in `namespace` when given: a range of the ordered set).
+    fn objects_in(&self, keys: &BTreeSet<Arc<ObjKey>>, namespace: Option<&str>) -> Vec<Arc<T>> {
         let keys: Box<dyn Iterator<Item = &Arc<ObjKey>>> = match namespace {
-            None => Box::new(self.orphans.iter()),
+            None => Box::new(keys.iter()),
             Some(n) => Box::new(
-                self.orphans
-                    .range::<ObjKey, _>((n.to_owned(), String::new())..)
+                keys.range::<ObjKey, _>((n.to_owned(), String::new())..)
                     .take_while(move |k| k.0 == n),
             ),
         };
@@ -397,6 +433,11 @@ impl<T: Form> Informer<T> {
     pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         self.shared.read(|s| s.orphans_in(namespace))
     }
+    /// Objects without a controller owner labelled `key`=`value` (in `namespace` when given).
+    pub fn orphans_labelled(&self, namespace: Option<&str>, key: &str, value: &str) -> Vec<Arc<T>> {
+        self.shared
+            .read(|s| s.orphans_labelled(namespace, key, value))
+    }
     /// Subscribes to changes from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Change<T>> {
         self.shared.tx.subscribe()
@@ -613,6 +654,69 @@ mod tests {
         s.remove(&("ns".into(), "b".into()));
         assert!(!s.by_owner.contains_key("u1"));
         assert_eq!(s.orphans.len(), 1);
+    }
+
+    /// The label index against a scan of every orphan, in both cached forms, while objects are
+    /// created, relabelled, adopted, released and deleted.
+    #[test]
+    fn orphans_by_label_follow_every_change() {
+        fn check<T: ObjectView>(form: impl Fn(Value) -> T) {
+            let mut s: State<T> = State::default();
+            let mut state = 7u64;
+            let mut next = |n: u64| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 33) % n
+            };
+            let names = |ks: &[Arc<T>]| {
+                let mut v: Vec<String> = ks
+                    .iter()
+                    .map(|o| format!("{}/{}", o.namespace(), o.name()))
+                    .collect();
+                v.sort();
+                v
+            };
+            let mut seen = 0;
+            for _ in 0..3000 {
+                let (ns, name) = (["a", "b"][next(2) as usize], format!("o{}", next(30)));
+                if next(8) == 0 {
+                    s.remove(&(ns.to_owned(), name.clone()));
+                } else {
+                    let mut v = json!({"metadata": {"name": name, "namespace": ns, "labels": {}}});
+                    for k in ["app", "tier"] {
+                        if next(3) > 0 {
+                            v["metadata"]["labels"][k] = json!(format!("v{}", next(3)));
+                        }
+                    }
+                    if next(3) == 0 {
+                        v["metadata"]["ownerReferences"] =
+                            json!([{"uid": "u", "controller": true}]);
+                    }
+                    s.insert(Arc::new(form(v)));
+                }
+                for ns in [Some("a"), Some("b"), None] {
+                    for (k, val) in [("app", "v0"), ("tier", "v2"), ("app", "none")] {
+                        let scan: Vec<Arc<T>> = s
+                            .orphans_in(ns)
+                            .into_iter()
+                            .filter(|o| o.label(k) == Some(val))
+                            .collect();
+                        seen += scan.len();
+                        assert_eq!(names(&s.orphans_labelled(ns, k, val)), names(&scan));
+                    }
+                }
+            }
+            assert!(seen > 3000, "only {seen} labelled orphans seen");
+            // emptied entries are dropped: after removing everything, nothing is left
+            let keys: Vec<Arc<ObjKey>> = s.objects.keys().cloned().collect();
+            for k in keys {
+                s.remove(&k);
+            }
+            assert!(s.orphans.is_empty() && s.orphans_by_label.is_empty());
+        }
+        check(|v| v);
+        check(|v| Compact::from_value(v).unwrap());
     }
 
     #[test]

@@ -239,6 +239,12 @@ impl ObjectView for Compact {
             .find(|&i| self.string(i) == key)
             .map(|i| self.string(i + 1))
     }
+    fn labels(&self) -> Vec<(&str, &str)> {
+        (FIELDS..self.ends.len())
+            .step_by(2)
+            .map(|i| (self.string(i), self.string(i + 1)))
+            .collect()
+    }
     fn controller(&self) -> Option<OwnerView<'_>> {
         self.has_controller.then(|| OwnerView {
             api_version: self.string(CONTROLLER),

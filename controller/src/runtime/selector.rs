@@ -42,6 +42,13 @@ pub fn is_empty(sel: &LabelSelector) -> bool {
         && sel.match_expressions.as_ref().is_none_or(Vec::is_empty)
 }
 
+/// A label every object `sel` matches carries: its first `matchLabels` pair (none when it has
+/// only expressions). Indexes look objects up by it; the whole selector is still checked.
+pub fn required_label(sel: &LabelSelector) -> Option<(&str, &str)> {
+    let (k, v) = sel.match_labels.as_ref()?.iter().next()?;
+    Some((k, v))
+}
+
 /// Does `labels` satisfy `sel`? An empty selector matches everything.
 pub fn matches(
     sel: &LabelSelector,
@@ -171,6 +178,23 @@ mod tests {
 
     fn sel(v: Value) -> LabelSelector {
         decode(&v, "spec.selector").unwrap()
+    }
+
+    #[test]
+    fn a_required_label_is_one_every_match_carries() {
+        let both = sel(json!({"matchLabels": {"tier": "db", "app": "x"}}));
+        let (k, v) = required_label(&both).unwrap();
+        let mut labels = BTreeMap::from([("app".to_owned(), "x".to_owned())]);
+        labels.insert("tier".into(), "db".into());
+        assert!(matches(&both, &labels).unwrap());
+        labels.remove(k);
+        assert!(
+            !matches(&both, &labels).unwrap(),
+            "{k}={v} was not required"
+        );
+        let exprs = sel(json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]}));
+        assert_eq!(required_label(&exprs), None);
+        assert_eq!(required_label(&sel(json!({"matchLabels": {}}))), None);
     }
     fn labels(v: Value) -> BTreeMap<String, String> {
         labels_of(&json!({"metadata": {"labels": v}}))

@@ -111,7 +111,9 @@ impl ParentController {
     }
 
     fn selectors(&self) -> std::sync::MutexGuard<'_, ParentSelectors> {
-        self.selectors.lock().unwrap_or_else(PoisonError::into_inner)
+        self.selectors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The scope `parent` is filed in: its namespace for a namespaced parent resource, else "".

@@ -41,10 +41,9 @@ struct Entry {
 }
 
 impl Entry {
-    /// The label the entry is filed under: the first `matchLabels` pair.
+    /// The label the entry is filed under: one its selector requires.
     fn label(&self) -> Option<(&str, &str)> {
-        let labels = self.selector.as_ref()?.match_labels.as_ref()?;
-        labels.iter().next().map(|(k, v)| (k.as_str(), v.as_str()))
+        selector::required_label(self.selector.as_ref()?)
     }
 }
 
@@ -193,16 +192,32 @@ mod tests {
     #[test]
     fn an_orphan_finds_the_parents_whose_selector_it_matches() {
         let mut s = ParentSelectors::default();
-        s.update(&parent("a", "p1", json!({"matchLabels": {"app": "x"}})), "a", false);
         s.update(
-            &parent("a", "p2", json!({"matchLabels": {"app": "x", "tier": "db"}})),
+            &parent("a", "p1", json!({"matchLabels": {"app": "x"}})),
             "a",
             false,
         );
-        s.update(&parent("a", "p3", json!({"matchLabels": {"app": "y"}})), "a", false);
+        s.update(
+            &parent(
+                "a",
+                "p2",
+                json!({"matchLabels": {"app": "x", "tier": "db"}}),
+            ),
+            "a",
+            false,
+        );
+        s.update(
+            &parent("a", "p3", json!({"matchLabels": {"app": "y"}})),
+            "a",
+            false,
+        );
         let expr = json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]});
         s.update(&parent("a", "p4", expr), "a", false);
-        s.update(&parent("b", "p5", json!({"matchLabels": {"app": "x"}})), "b", false);
+        s.update(
+            &parent("b", "p5", json!({"matchLabels": {"app": "x"}})),
+            "b",
+            false,
+        );
         let found = |labels| sorted(s.selecting("a", &child("a", labels)));
         assert_eq!(found(json!({"app": "x"})), [key("a", "p1")]);
         assert_eq!(
@@ -211,8 +226,14 @@ mod tests {
         );
         assert_eq!(found(json!({"tier": "web"})), [key("a", "p4")]);
         assert_eq!(found(json!({"other": "x"})), Vec::<ObjKey>::new());
-        assert_eq!(sorted(s.selecting("b", &child("b", json!({"app": "x"})))), [key("b", "p5")]);
-        assert!(s.selecting("c", &child("c", json!({"app": "x"}))).is_empty());
+        assert_eq!(
+            sorted(s.selecting("b", &child("b", json!({"app": "x"})))),
+            [key("b", "p5")]
+        );
+        assert!(
+            s.selecting("c", &child("c", json!({"app": "x"})))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -223,7 +244,11 @@ mod tests {
         let x = child("a", json!({"app": "x"}));
         let y = child("a", json!({"app": "y"}));
         assert_eq!(s.selecting("a", &x), [key("a", "p")]);
-        s.update(&parent("a", "p", json!({"matchLabels": {"app": "y"}})), "a", false);
+        s.update(
+            &parent("a", "p", json!({"matchLabels": {"app": "y"}})),
+            "a",
+            false,
+        );
         assert!(s.selecting("a", &x).is_empty());
         assert_eq!(s.selecting("a", &y), [key("a", "p")]);
         let expr = json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x"]}]});
@@ -240,16 +265,26 @@ mod tests {
     fn invalid_and_generated_selectors() {
         let mut s = ParentSelectors::default();
         s.update(&parent("a", "empty", json!({})), "a", false);
-        s.update(&json!({"metadata": {"namespace": "a", "name": "none"}}), "a", false);
+        s.update(
+            &json!({"metadata": {"namespace": "a", "name": "none"}}),
+            "a",
+            false,
+        );
         let bad = json!({"matchExpressions": [{"key": "app", "operator": "Near"}]});
         s.update(&parent("a", "bad", bad), "a", false);
         assert_eq!(s.entries.len(), 3);
-        assert!(s.selecting("a", &child("a", json!({"app": "x"}))).is_empty());
+        assert!(
+            s.selecting("a", &child("a", json!({"app": "x"})))
+                .is_empty()
+        );
         let p = parent("a", "gen", json!({"matchLabels": {"app": "x"}}));
         s.update(&p, "a", true);
         let ours = child("a", json!({"controller-uid": "uid-a-gen", "app": "y"}));
         assert_eq!(s.selecting("a", &ours), [key("a", "gen")]);
-        assert!(s.selecting("a", &child("a", json!({"app": "x"}))).is_empty());
+        assert!(
+            s.selecting("a", &child("a", json!({"app": "x"})))
+                .is_empty()
+        );
     }
 
     /// Against the scan it replaces (every parent in scope, its selector decoded and matched),

@@ -210,11 +210,16 @@ async fn claim_children(
         let Some(rule) = c.children.get(key) else {
             continue;
         };
+        // only orphans carrying a label the selector requires can match
+        let orphans = match selector::required_label(selector) {
+            Some((k, v)) => rule.informer.orphans_labelled(ns, k, v),
+            None => rule.informer.orphans(ns),
+        };
         let candidates = rule
             .informer
             .owned_by(uid)
             .into_iter()
-            .chain(rule.informer.orphans(ns))
+            .chain(orphans)
             .filter(|child| ns.is_none_or(|n| n == child.namespace()));
         let plan = decide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
