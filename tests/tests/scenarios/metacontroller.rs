@@ -281,6 +281,73 @@ async fn claims_matching_orphans_and_ignores_non_matching_objects(
     s.finish().await
 }
 
+each_hook_mode!(adopts_orphans_that_come_to_match_after_the_parent_synced);
+/// No resync period: only the orphans' own events can bring the parent back to adopt them — one
+/// created after the parent's first sync, and one relabelled to match.
+async fn adopts_orphans_that_come_to_match_after_the_parent_synced(
+    mode: HookMode,
+) -> anyhow::Result<()> {
+    // the hook keeps what it observes and reports it
+    let mut s = Scenario::new("late-orphan")
+        .hook_mode(mode)
+        .crd("Thing", "things")
+        .hook(|_, req| {
+            let observed = req["children"]["ConfigMap.v1"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            let names: Vec<&String> = observed.keys().collect();
+            let children: Vec<Value> = observed
+                .values()
+                .map(|c| {
+                    configmap(
+                        c["metadata"]["name"].as_str().unwrap_or_default(),
+                        json!({"app": "p"}),
+                        json!({"kept": "yes"}),
+                    )
+                })
+                .collect();
+            Reply::Json(json!({"status": {"observed": names}, "children": children}))
+        })
+        .object(
+            "configmaps",
+            configmap("stranger", json!({"app": "other"}), Value::Null),
+        )
+        .controller(Cc::new("late-orphan-cc").no_generate_selector())
+        .parent("p", json!({"selector": {"matchLabels": {"app": "p"}}}))
+        .start()
+        .await?;
+    let parent = s.get(&s.parents(), "p").await?.unwrap();
+    s.wait_parent("p", "the first sync, nothing observed", |p| {
+        p["status"]["observed"] == json!([])
+    })
+    .await?;
+    let ours = |c: &Value| c["metadata"]["ownerReferences"][0]["uid"] == parent["metadata"]["uid"];
+    let mut late = configmap("late", json!({"app": "p", "extra": "x"}), Value::Null);
+    late["metadata"]["namespace"] = json!(s.ns);
+    s.create("configmaps", late).await?;
+    s.wait_child_where("late", "the late orphan adopted", ours)
+        .await?;
+    s.merge_patch(
+        &s.configmaps(),
+        "stranger",
+        json!({"metadata": {"labels": {"app": "p"}}}),
+    )
+    .await?;
+    s.wait_child_where("stranger", "the relabelled orphan adopted", ours)
+        .await?;
+    s.wait_parent("p", "the hook observed both", |p| {
+        let mut names: Vec<&str> = p["status"]["observed"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
+        names == ["late", "stranger"]
+    })
+    .await?;
+    s.finish().await
+}
+
 each_hook_mode!(releases_owned_children_whose_labels_stop_matching);
 async fn releases_owned_children_whose_labels_stop_matching(mode: HookMode) -> anyhow::Result<()> {
     let keep = Arc::new(Mutex::new(true));
