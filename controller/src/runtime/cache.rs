@@ -29,17 +29,23 @@ pub const CHANGE_BUFFER: usize = 4096;
 /// objects, revisions: read whole by every sync) or [`Compact`] (children: held in numbers,
 /// read mostly by their identity). A resource watched in both forms has two watches.
 pub trait Form: ObjectView + Send + Sync + Sized + 'static {
+    /// Whether the watch indexes its orphans by label: children's watches do (a parent's sync
+    /// looks among the orphans carrying a label its selector requires); the others never look
+    /// orphans up by label, and would hold the index for nothing (every parent is an orphan).
+    const ORPHANS_BY_LABEL: bool;
     /// The cached form of a watched object; `None` (logged) when it cannot be made.
     fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self>;
 }
 
 impl Form for Value {
+    const ORPHANS_BY_LABEL: bool = false;
     fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
         cached_value(obj, r)
     }
 }
 
 impl Form for Compact {
+    const ORPHANS_BY_LABEL: bool = true;
     fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
         Compact::from_watched(obj, r)
             .map_err(|e| tracing::warn!(resource = %r.watch_key(), error = %e, "watched object not cached"))
@@ -98,7 +104,7 @@ impl<T> Default for State<T> {
     }
 }
 
-impl<T: ObjectView> State<T> {
+impl<T: Form> State<T> {
     fn unindex(&mut self, key: &ObjKey, obj: &T) {
         match obj.controller().map(|c| c.uid) {
             Some(uid) => {
@@ -111,6 +117,9 @@ impl<T: ObjectView> State<T> {
             }
             None => {
                 self.orphans.remove(key);
+                if !T::ORPHANS_BY_LABEL {
+                    return;
+                }
                 for (k, v) in obj.labels() {
                     let Some(by_value) = self.orphans_by_label.get_mut(k) else {
                         continue;
@@ -141,7 +150,7 @@ impl<T: ObjectView> State<T> {
             }
             None => {
                 self.orphans.insert(key.clone());
-                for (k, v) in obj.labels() {
+                for (k, v) in obj.labels().into_iter().filter(|_| T::ORPHANS_BY_LABEL) {
                     self.orphans_by_label
                         .entry(k.to_owned())
                         .or_default()
@@ -161,6 +170,11 @@ impl<T: ObjectView> State<T> {
     }
     /// Orphans labelled `key`=`value` (in `namespace` when given).
     fn orphans_labelled(&self, namespace: Option<&str>, key: &str, value: &str) -> Vec<Arc<T>> {
+        if !T::ORPHANS_BY_LABEL {
+            let mut orphans = self.orphans_in(namespace);
+            orphans.retain(|o| o.label(key) == Some(value));
+            return orphans;
+        }
         match self.orphans_by_label.get(key).and_then(|m| m.get(value)) {
             Some(keys) => self.objects_in(keys, namespace),
             None => Vec::new(),
@@ -660,7 +674,7 @@ mod tests {
     /// created, relabelled, adopted, released and deleted.
     #[test]
     fn orphans_by_label_follow_every_change() {
-        fn check<T: ObjectView>(form: impl Fn(Value) -> T) {
+        fn check<T: Form>(form: impl Fn(Value) -> T) {
             let mut s: State<T> = State::default();
             let mut state = 7u64;
             let mut next = |n: u64| {
@@ -695,6 +709,7 @@ mod tests {
                     }
                     s.insert(Arc::new(form(v)));
                 }
+                assert!(T::ORPHANS_BY_LABEL || s.orphans_by_label.is_empty());
                 for ns in [Some("a"), Some("b"), None] {
                     for (k, val) in [("app", "v0"), ("tier", "v2"), ("app", "none")] {
                         let scan: Vec<Arc<T>> = s
@@ -715,6 +730,7 @@ mod tests {
             }
             assert!(s.orphans.is_empty() && s.orphans_by_label.is_empty());
         }
+        // the decoded form (parents, related objects) scans instead of indexing
         check(|v| v);
         check(|v| Compact::from_value(v).unwrap());
     }

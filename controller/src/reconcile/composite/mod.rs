@@ -104,9 +104,14 @@ impl ParentController {
         } else {
             ""
         };
-        let selecting = self.selectors().selecting(scope, child);
-        for key in selecting {
-            self.queue.add(key);
+        let candidates = self.selectors().candidates(scope, child);
+        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+        for key in candidates {
+            if let Some(p) = self.c.parents.get(&key.0, &key.1)
+                && selectors::selects(&p, generate, child)
+            {
+                self.queue.add(key);
+            }
         }
     }
 
@@ -127,12 +132,14 @@ impl ParentController {
 
     /// Keeps the filed selectors in step with a parent event.
     fn refile(&self, change: &Change) {
+        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
         match change {
-            Change::Applied { new, .. } => {
-                let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
-                self.selectors().update(new, self.scope_of(new), generate);
+            Change::Applied { old, new } => {
+                let old = old.as_deref().map(|o| (self.scope_of(o), o));
+                self.selectors()
+                    .change(old, self.scope_of(new), new, generate);
             }
-            Change::Deleted(old) => self.selectors().remove(&obj_key(old.as_ref())),
+            Change::Deleted(old) => self.selectors().remove(self.scope_of(old), old, generate),
         }
     }
 
@@ -144,7 +151,7 @@ impl ParentController {
         let mut selectors = self.selectors();
         selectors.clear();
         for p in &parents {
-            selectors.update(p, self.scope_of(p), generate);
+            selectors.change(None, self.scope_of(p), p, generate);
         }
     }
 
@@ -227,9 +234,17 @@ impl ParentController {
 
     /// A related object changed: enqueue parents whose cached rules name its resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids = crate::reconcile::related::parents_reading(&self.c.customize_cache, r);
+        let uids: std::collections::HashSet<String> =
+            crate::reconcile::related::parents_reading(&self.c.customize_cache, r)
+                .into_iter()
+                .collect();
+        if uids.is_empty() {
+            return;
+        }
+        // one pass over the parents (not one per parent reading `r`: a resource every parent
+        // reads made each event parents × parents comparisons)
         for p in self.c.parents.list() {
-            if uids.iter().any(|u| u == meta_str(&p, "uid")) {
+            if uids.contains(meta_str(&p, "uid")) {
                 self.queue.add(obj_key(&p));
             }
         }
