@@ -169,6 +169,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn parent(ns: &str, name: &str, selector: Value) -> Value {
         json!({
@@ -188,7 +189,7 @@ mod tests {
     /// What an orphan's event enqueues: the candidates whose current selector matches.
     fn selecting(
         s: &ParentSelectors,
-        parents: &HashMap<ObjKey, Value>,
+        parents: &BTreeMap<ObjKey, Value>,
         generate: bool,
         scope: &str,
         c: &Value,
@@ -203,7 +204,7 @@ mod tests {
     }
 
     /// Files `p` as an event would, keeping `parents` as the cache would.
-    fn apply(s: &mut ParentSelectors, parents: &mut HashMap<ObjKey, Value>, p: Value, gen_: bool) {
+    fn apply(s: &mut ParentSelectors, parents: &mut BTreeMap<ObjKey, Value>, p: Value, gen_: bool) {
         let k = obj_key(&p);
         let old = parents.get(&k).cloned();
         s.change(old.as_ref().map(|o| (k.0.as_str(), o)), &k.0, &p, gen_);
@@ -212,7 +213,7 @@ mod tests {
 
     #[test]
     fn an_orphan_finds_the_parents_whose_selector_it_matches() {
-        let (mut s, mut ps) = (ParentSelectors::default(), HashMap::new());
+        let (mut s, mut ps) = (ParentSelectors::default(), BTreeMap::new());
         for (ns, name, sel) in [
             ("a", "p1", json!({"matchLabels": {"app": "x"}})),
             (
@@ -248,7 +249,7 @@ mod tests {
 
     #[test]
     fn a_changed_selector_is_refiled_and_a_removed_parent_forgotten() {
-        let (mut s, mut ps) = (ParentSelectors::default(), HashMap::new());
+        let (mut s, mut ps) = (ParentSelectors::default(), BTreeMap::new());
         let x = child("a", json!({"app": "x"}));
         let y = child("a", json!({"app": "y"}));
         let p = |sel| parent("a", "p", sel);
@@ -278,7 +279,7 @@ mod tests {
 
     #[test]
     fn invalid_and_generated_selectors() {
-        let (mut s, mut ps) = (ParentSelectors::default(), HashMap::new());
+        let (mut s, mut ps) = (ParentSelectors::default(), BTreeMap::new());
         apply(&mut s, &mut ps, parent("a", "empty", json!({})), false);
         let none = json!({"metadata": {"namespace": "a", "name": "none", "uid": "u"}});
         apply(&mut s, &mut ps, none, false);
@@ -288,7 +289,7 @@ mod tests {
         assert!(s.filed.is_empty());
         assert_eq!(s.unfiled["a"], [key("a", "bad")]);
         assert!(selecting(&s, &ps, false, "a", &child("a", json!({"app": "x"}))).is_empty());
-        let (mut s, mut ps) = (ParentSelectors::default(), HashMap::new());
+        let (mut s, mut ps) = (ParentSelectors::default(), BTreeMap::new());
         let gen_ = parent("a", "gen", json!({"matchLabels": {"app": "x"}}));
         apply(&mut s, &mut ps, gen_, true);
         let ours = child("a", json!({"controller-uid": "uid-a-gen", "app": "y"}));
@@ -325,7 +326,7 @@ mod tests {
     }
 
     /// A child in `ns` with random labels, often one parent's controller-uid.
-    fn random_child(rng: &mut StdRng, ns: &str, ps: &HashMap<ObjKey, Value>) -> Value {
+    fn random_child(rng: &mut StdRng, ns: &str, ps: &BTreeMap<ObjKey, Value>) -> Value {
         let mut labels = serde_json::Map::new();
         for k in KEYS {
             if rng.random_range(0..3) > 0 {
@@ -344,7 +345,7 @@ mod tests {
     fn candidates_hold_every_parent_a_scan_finds() {
         let mut rng = StdRng::seed_from_u64(15);
         for generate in [false, true] {
-            let (mut s, mut ps) = (ParentSelectors::default(), HashMap::new());
+            let (mut s, mut ps) = (ParentSelectors::default(), BTreeMap::new());
             let mut hits = 0;
             for round in 0..2000 {
                 let ns = pick(&mut rng, &["a", "b"]);
@@ -407,7 +408,9 @@ mod tests {
                 assert_eq!(all.len(), n, "round {round}: a parent filed twice");
             }
             // the cases are not trivial: children matched parents
-            assert!(hits > 1000, "{hits} matches in all");
+            // (with generateSelector a child matches at most its one parent)
+            let least = if generate { 500 } else { 4000 };
+            assert!(hits > least, "{hits} matches in all");
         }
     }
 }
