@@ -6,8 +6,8 @@
 //! the controller's CPU there. Here each parent is filed under one label its selector requires
 //! (its first `matchLabels` pair, or `controller-uid` with generateSelector), so an orphan is
 //! checked only against the parents filed under a label it carries, plus those whose selector
-//! has expressions only. The index holds keys alone (about 150 bytes per parent); the caller
-//! checks each candidate's current selector.
+//! has expressions only. The index holds keys alone (about half a kilobyte per parent: peak RSS
+//! 210 against 205 MiB at 10 000 parents); the caller checks each candidate's current selector.
 
 use std::collections::HashMap;
 
