@@ -150,7 +150,12 @@ impl<T: Form> State<T> {
             }
             None => {
                 self.orphans.insert(key.clone());
-                for (k, v) in obj.labels().into_iter().filter(|_| T::ORPHANS_BY_LABEL) {
+                let labels = if T::ORPHANS_BY_LABEL {
+                    obj.labels()
+                } else {
+                    Vec::new()
+                };
+                for (k, v) in labels {
                     self.orphans_by_label
                         .entry(k.to_owned())
                         .or_default()
