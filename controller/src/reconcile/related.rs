@@ -3,7 +3,7 @@
 //! Metacontroller's rule combinations for hook versions v1 and v2. A kind describes its side in
 //! a [`RelatedSource`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,8 +51,9 @@ pub struct RelatedSource<'a> {
     pub watches: &'a std::sync::Mutex<HashMap<String, Arc<Informer>>>,
 }
 
-/// The UIDs of the parents whose cached customize rules read resource `r`.
-pub fn parents_reading(cache: &std::sync::Mutex<CustomizeCache>, r: &Resolved) -> Vec<String> {
+/// The UIDs of the parents whose cached customize rules read resource `r`, as a set: callers
+/// test every cached parent against it, once each.
+pub fn parents_reading(cache: &std::sync::Mutex<CustomizeCache>, r: &Resolved) -> HashSet<String> {
     match cache.lock() {
         Ok(c) => c
             .iter()
@@ -63,7 +64,7 @@ pub fn parents_reading(cache: &std::sync::Mutex<CustomizeCache>, r: &Resolved) -
             })
             .map(|(uid, _)| uid.clone())
             .collect(),
-        Err(_) => Vec::new(),
+        Err(_) => HashSet::new(),
     }
 }
 

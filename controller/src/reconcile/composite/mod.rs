@@ -234,10 +234,7 @@ impl ParentController {
 
     /// A related object changed: enqueue parents whose cached rules name its resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids: std::collections::HashSet<String> =
-            crate::reconcile::related::parents_reading(&self.c.customize_cache, r)
-                .into_iter()
-                .collect();
+        let uids = crate::reconcile::related::parents_reading(&self.c.customize_cache, r);
         if uids.is_empty() {
             return;
         }

@@ -230,7 +230,7 @@ impl DecoratorRunner {
         }
         for (i, rule) in self.d.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                if uids.iter().any(|u| u == meta_str(&t, "uid")) {
+                if uids.contains(meta_str(&t, "uid")) {
                     self.enqueue_if_target(i, &t);
                 }
             }
