@@ -144,16 +144,7 @@ impl Compact {
             name: format!("{}/{}", obj.namespace(), obj.name()),
             source,
         })?;
-        let labels = obj
-            .get("metadata")
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = obj.labels();
         let controller = obj.controller();
         let owner = |f: fn(OwnerView<'_>) -> &str| controller.map(f).unwrap_or_default();
         let identity = Identity {

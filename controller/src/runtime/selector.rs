@@ -126,14 +126,11 @@ fn matches_by<'l>(
 
 /// The labels of a JSON object (`metadata.labels`; non-string values are ignored).
 pub fn labels_of(obj: &Value) -> BTreeMap<String, String> {
-    obj.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
+    use crate::object::ObjectView as _;
+    obj.labels()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// Decodes a selector found at `path` in some object.

@@ -313,6 +313,12 @@ fn local_hook_clients(
 }
 
 impl Composite {
+    /// `spec.generateSelector` (default false): children are selected by their
+    /// `controller-uid` label instead of the parent's `spec.selector`.
+    pub fn generate_selector(&self) -> bool {
+        self.cc.spec.generate_selector.unwrap_or(false)
+    }
+
     /// Resolves resources, starts (or shares) watches and builds hook clients.
     pub async fn build(
         ctx: Arc<Context>,

@@ -87,11 +87,7 @@ impl ParentController {
             if r.kind != self.c.parent.api.kind || group != self.c.parent.api.group {
                 return;
             }
-            let ns = if self.c.parent.namespaced {
-                child.namespace()
-            } else {
-                ""
-            };
+            let ns = self.scope_of(child);
             if let Some(p) = self.c.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
             {
@@ -99,13 +95,8 @@ impl ParentController {
             }
             return;
         }
-        let scope = if self.c.parent.namespaced {
-            child.namespace()
-        } else {
-            ""
-        };
-        let candidates = self.selectors().candidates(scope, child);
-        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+        let candidates = self.selectors().candidates(self.scope_of(child), child);
+        let generate = self.c.generate_selector();
         for key in candidates {
             if let Some(p) = self.c.parents.get(&key.0, &key.1)
                 && selectors::selects(&p, generate, child)
@@ -121,10 +112,11 @@ impl ParentController {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The scope `parent` is filed in: its namespace for a namespaced parent resource, else "".
-    fn scope_of<'p>(&self, parent: &'p Value) -> &'p str {
+    /// Where parents of `obj` (a parent itself, or a child) are: `obj`'s namespace for a
+    /// namespaced parent resource, else "" — the scope parents are filed in.
+    fn scope_of<'o>(&self, obj: &'o impl ObjectView) -> &'o str {
         if self.c.parent.namespaced {
-            meta_str(parent, "namespace")
+            obj.namespace()
         } else {
             ""
         }
@@ -132,7 +124,7 @@ impl ParentController {
 
     /// Keeps the filed selectors in step with a parent event.
     fn refile(&self, change: &Change) {
-        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+        let generate = self.c.generate_selector();
         match change {
             Change::Applied { old, new } => {
                 let old = old.as_deref().map(|o| (self.scope_of(o), o));
@@ -146,7 +138,7 @@ impl ParentController {
     /// Files every cached parent's selector afresh: at the start (a shared parent watch may
     /// have listed before this controller subscribed) and after parent events were lost to lag.
     fn refile_all(&self) {
-        let generate = self.c.cc.spec.generate_selector.unwrap_or(false);
+        let generate = self.c.generate_selector();
         let parents = self.c.parents.list();
         let mut selectors = self.selectors();
         selectors.clear();

@@ -49,7 +49,7 @@ pub(super) async fn sync_revisions<O: Borrow<Value> + ObjectView + Serialize + S
     let stored = claim_revisions(c, rev, parent, selector).await?;
     let revisions = parent_revisions(c, parent, &stored)?;
     let responses = call_hooks(c, &revisions, observed, related, finalizing).await?;
-    let generate = c.cc.spec.generate_selector.unwrap_or(false);
+    let generate = c.generate_selector();
     let mut desired = Vec::with_capacity(responses.len());
     for (r, response) in revisions.iter().zip(&responses) {
         desired.push(decide::validate_desired(
@@ -364,7 +364,7 @@ fn new_revision(
     r: &ParentRevision,
     claims: &[ControllerRevisionChildren],
 ) -> Value {
-    let generate = c.cc.spec.generate_selector.unwrap_or(false);
+    let generate = c.generate_selector();
     let labels =
         rollout::revision_labels(parent, generate, &c.parent.api.group, &c.parent.api.plural);
     json!({

@@ -54,7 +54,7 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    let generate = c.cc.spec.generate_selector.unwrap_or(false);
+    let generate = c.generate_selector();
     let selector = decide::parent_selector(&parent, generate)?;
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
@@ -137,7 +137,7 @@ async fn apply_response(
         c.parent.namespaced,
         &c.declared,
         selector,
-        c.cc.spec.generate_selector.unwrap_or(false),
+        c.generate_selector(),
         std::mem::take(&mut response.children),
     )?;
     let mut quiet = true;
