@@ -276,6 +276,7 @@ struct FaultState {
     next_id: u64,
     faults: Vec<ActiveFault>,
     latencies: Vec<Latency>,
+    watch_delays: Vec<Latency>,
     expire_watches: u64,
     rng: SplitMix,
 }
@@ -297,6 +298,7 @@ impl Faults {
                 next_id: 0,
                 faults: vec![],
                 latencies: vec![],
+                watch_delays: vec![],
                 expire_watches: 0,
                 rng: SplitMix::new(seed),
             }),
@@ -336,19 +338,48 @@ impl Faults {
         HookId(id)
     }
 
-    /// Remove a fault or latency.
+    /// Delay the events of matching resources on every open and future watch stream by at least
+    /// `delay` ("a lagging watch cache": kube-apiserver serves watches from a cache that can
+    /// trail the writes it has acknowledged). Events keep their order; a write's response is
+    /// not delayed, so a client can see its create succeed before its watch shows the object.
+    pub fn delay_watch_events(&self, resource: Option<&str>, delay: Duration) -> HookId {
+        let mut s = self.lock();
+        s.next_id += 1;
+        let id = s.next_id;
+        s.watch_delays.push(Latency {
+            id,
+            verb: None,
+            resource: resource.map(str::to_string),
+            delay,
+        });
+        HookId(id)
+    }
+
+    /// Remove a fault, latency or watch delay.
     pub fn remove(&self, id: HookId) {
         let mut s = self.lock();
         s.faults.retain(|f| f.id != id.0);
         s.latencies.retain(|l| l.id != id.0);
+        s.watch_delays.retain(|l| l.id != id.0);
     }
 
-    /// Remove all faults, latencies and pending watch expiries.
+    /// Remove all faults, latencies, watch delays and pending watch expiries.
     pub fn clear(&self) {
         let mut s = self.lock();
         s.faults.clear();
         s.latencies.clear();
+        s.watch_delays.clear();
         s.expire_watches = 0;
+    }
+
+    /// How late the events of `resource` (a plural) are sent to watchers now.
+    pub(crate) fn watch_event_delay(&self, resource: &str) -> Duration {
+        self.lock()
+            .watch_delays
+            .iter()
+            .filter(|l| matches(&l.resource, resource))
+            .map(|l| l.delay)
+            .sum()
     }
 
     /// End every open watch stream now (clients see the stream close and re-watch).

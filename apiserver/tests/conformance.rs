@@ -410,6 +410,62 @@ async fn raw_watch_events_bookmarks_and_410() {
     }
 }
 
+/// `delay_watch_events`: a create is acknowledged at once while its watch event arrives at
+/// least the delay later, on the delayed resource only; removing the delay ends it.
+#[tokio::test]
+async fn delayed_watch_events_trail_acknowledged_writes() {
+    const LAG: Duration = Duration::from_millis(600);
+    let s = TestServer::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let pods: Api<Pod> = Api::namespaced(s.client(), "default");
+    let id = s.faults().delay_watch_events(Some("configmaps"), LAG);
+    let mut cm_events = cms
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut pod_events = pods
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let sent = std::time::Instant::now();
+    cms.create(&PostParams::default(), &cm("late", json!({})))
+        .await
+        .unwrap();
+    let acknowledged = sent.elapsed();
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    match within(pod_events.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Added(p) => assert_eq!(p.metadata.name.as_deref(), Some("p")),
+        other => panic!("expected the pod ADDED, got {other:?}"),
+    }
+    assert!(
+        sent.elapsed() < LAG,
+        "an undelayed resource's event took {:?}",
+        sent.elapsed()
+    );
+    match within(cm_events.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("late")),
+        other => panic!("expected the configmap ADDED, got {other:?}"),
+    }
+    let seen = sent.elapsed();
+    assert!(acknowledged < LAG, "the create itself took {acknowledged:?}");
+    assert!(seen >= LAG, "the delayed event arrived after {seen:?}");
+    s.faults().remove(id);
+    let sent = std::time::Instant::now();
+    cms.create(&PostParams::default(), &cm("prompt", json!({})))
+        .await
+        .unwrap();
+    match within(cm_events.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("prompt")),
+        other => panic!("expected the configmap ADDED, got {other:?}"),
+    }
+    assert!(sent.elapsed() < LAG, "after removal: {:?}", sent.elapsed());
+}
+
 #[tokio::test]
 async fn watcher_reflector_resume_and_relist() {
     let s = TestServer::builder()

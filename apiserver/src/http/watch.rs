@@ -162,6 +162,7 @@ pub(super) fn watch(
         close,
         api_version: req.def.api_version(&req.version),
         kind: req.def.kind.clone(),
+        plural: req.def.plural.clone(),
         res: req.def.storage_key(),
         ns: req.ns.clone(),
         lopts,
@@ -198,6 +199,8 @@ struct WatchTask {
     close: tokio::sync::watch::Receiver<u64>,
     api_version: String,
     kind: String,
+    /// The resource as fault injection names it.
+    plural: String,
     res: Arc<str>,
     ns: Option<String>,
     lopts: ListOpts,
@@ -261,6 +264,7 @@ impl WatchTask {
     /// Send the events after `last` that concern this watch; false when the watch ends (the
     /// client went away, or `last` is no longer retained: a 410 ERROR event).
     async fn send_changes(&self, tx: &Sender<Bytes>, last: &mut u64) -> bool {
+        let fetched = tokio::time::Instant::now();
         let evs = self.state.lock().store.events_since(*last);
         let evs = match evs {
             Ok(evs) => evs,
@@ -272,6 +276,10 @@ impl WatchTask {
                 return false;
             }
         };
+        let lag = self.state.faults.watch_event_delay(&self.plural);
+        if !lag.is_zero() && evs.iter().any(|e| self.line_of(e).is_some()) {
+            tokio::time::sleep_until(fetched + lag).await;
+        }
         for e in evs {
             *last = e.rv;
             if let Some(line) = self.line_of(&e)
