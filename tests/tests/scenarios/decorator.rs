@@ -460,7 +460,26 @@ async fn status_is_written_to_the_target_once() -> anyhow::Result<()> {
 /// deleted and the finalizer removed, while the target itself stays.
 #[tokio::test]
 async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
-    let mut s = Scenario::new("decunmatch")
+    finalize_unmatched("decunmatch", None).await
+}
+
+/// The same when the target stops matching before kmeta's watch has shown the attachment it
+/// just created (the ConfigMap watch trails by 1.5 s on kmeta-apiserver; a real cluster has no
+/// fault injection, the property is still checked): the finalize hook must not be told there is
+/// no attachment, or the finalizer goes and the attachment is left behind for good.
+#[tokio::test]
+async fn finalize_waits_for_an_attachment_the_watch_has_not_shown() -> anyhow::Result<()> {
+    finalize_unmatched("declag", Some(std::time::Duration::from_millis(1500))).await
+}
+
+/// A DecoratorController with a finalize hook that deletes every attachment; the target `t`
+/// gets its attachment `t-a`, then loses its label. With `lag`, ConfigMap watch events trail
+/// their writes by that long from before `t` is created.
+async fn finalize_unmatched(
+    name: &str,
+    lag: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
         .crd("Thing", "things")
         .hook(|path, req| {
             let name = str_of(&req["object"], "/metadata/name");
@@ -482,6 +501,10 @@ async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
         .resources(json!([{"apiVersion": s.av, "resource": "things",
                 "labelSelector": {"matchLabels": {"decorate": "yes"}}}]));
     s.decorator(dc).await?;
+    let lagging = lag.and_then(|lag| {
+        s.server()
+            .map(|server| server.faults().delay_watch_events(Some("configmaps"), lag))
+    });
     s.parent_labeled("t", json!({"decorate": "yes"}), Value::Null)
         .await?;
     let fin = "metacontroller.io/decoratorcontroller-dec-unmatch";
@@ -502,6 +525,9 @@ async fn finalize_when_a_target_stops_matching() -> anyhow::Result<()> {
         .await?;
     s.wait_parent("t", "the finalizer removed", |o| !has_finalizer(o, fin))
         .await?;
+    if let (Some(id), Some(server)) = (lagging, s.server()) {
+        server.faults().remove(id);
+    }
     delete_decorator(&s, "dec-unmatch").await?;
     s.finish().await
 }
