@@ -452,7 +452,10 @@ async fn delayed_watch_events_trail_acknowledged_writes() {
         other => panic!("expected the configmap ADDED, got {other:?}"),
     }
     let seen = sent.elapsed();
-    assert!(acknowledged < LAG, "the create itself took {acknowledged:?}");
+    assert!(
+        acknowledged < LAG,
+        "the create itself took {acknowledged:?}"
+    );
     assert!(seen >= LAG, "the delayed event arrived after {seen:?}");
     s.faults().remove(id);
     let sent = std::time::Instant::now();

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::api::{ChildUpdateMethod, DriftPolicy};
-use crate::object::{controller_uid, describe, meta_str};
+use crate::object::{ObjectView, controller_uid, describe, meta_str};
 
 /// `metadata.<field>` as a string, if it is one.
 fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
@@ -20,6 +20,7 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
+use crate::reconcile::expectations::{CREATE_EXPECTATION_TTL, CreateExpectations, Created};
 use crate::reconcile::last_applied::{self, LastAppliedCache};
 use crate::runtime::cache::Informer;
 use crate::runtime::compact::Compact;
@@ -58,6 +59,8 @@ pub struct Children<'a> {
     /// Drift, conflicts and contests of each parent's last sync (its `ChildDrift` and
     /// `ChildContested` conditions).
     pub reports: &'a Mutex<ChildReports>,
+    /// Children created that the watch caches have not shown yet.
+    pub expected: &'a Mutex<CreateExpectations>,
 }
 
 /// What a sync's child writes found besides their results: fields the server dropped, and
@@ -151,6 +154,81 @@ pub async fn manage_children<O: Borrow<Value>>(
         Ok(false)
     } else {
         Err(SyncError::Children(errors))
+    }
+}
+
+/// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingCreates)` while
+/// children its earlier syncs created are not in the watch caches yet (see
+/// [`crate::reconcile::expectations`]). A child never seen within [`CREATE_EXPECTATION_TTL`] is
+/// given up on, in a `ChildNotObserved` warning event and the log.
+pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
+    let awaited = {
+        let Ok(mut expected) = c.expected.lock() else {
+            return Ok(());
+        };
+        expected.settle(meta_str(owner, "uid"), Instant::now(), |x| {
+            c.rules
+                .get(&x.group_kind)
+                .and_then(|r| r.informer.get(&x.namespace, &x.name))
+                .is_some_and(|o| o.uid() == x.uid)
+        })
+    };
+    for x in &awaited.expired {
+        let child = created_name(x);
+        tracing::warn!(controller = %c.controller, %child, "a created child never appeared in the watch cache; syncing without it");
+        let note = format!(
+            "{child} was created {}s ago but kmeta's watch never showed it; syncing without waiting for it any longer",
+            CREATE_EXPECTATION_TTL.as_secs()
+        );
+        c.ctx.event(owner, true, "ChildNotObserved", note).await;
+    }
+    match awaited.unseen.as_slice() {
+        [] => Ok(()),
+        [one] => Err(SyncError::AwaitingCreates(created_name(one))),
+        [first, rest @ ..] => Err(SyncError::AwaitingCreates(format!(
+            "{} and {} more created children",
+            created_name(first),
+            rest.len()
+        ))),
+    }
+}
+
+/// A watch event of `child` arrived: its owner no longer waits for it.
+pub fn seen(expected: &Mutex<CreateExpectations>, child: &Compact) {
+    let Some(owner) = child.controller() else {
+        return;
+    };
+    if let Ok(mut e) = expected.lock() {
+        e.observed(owner.uid, child.uid());
+    }
+}
+
+/// `<Kind>.<apiVersion> namespace/name` of a recorded create.
+fn created_name(x: &Created) -> String {
+    if x.namespace.is_empty() {
+        format!("{} {}", x.group_kind, x.name)
+    } else {
+        format!("{} {}/{}", x.group_kind, x.namespace, x.name)
+    }
+}
+
+/// After the API server stored the child `sent` as `uid`: the owner's next sync waits until the
+/// watch shows it.
+fn expect_created(c: &Children<'_>, w: &Writing<'_>, sent: &Value, uid: Option<&str>) {
+    let Some(uid) = uid else {
+        return;
+    };
+    let key = decide::child_key(sent);
+    let group_kind = key.split(' ').next().unwrap_or_default().to_owned();
+    let created = Created {
+        group_kind,
+        namespace: meta_str(sent, "namespace").to_owned(),
+        name: meta_str(sent, "name").to_owned(),
+        uid: uid.to_owned(),
+        deadline: Instant::now() + CREATE_EXPECTATION_TTL,
+    };
+    if let Ok(mut expected) = c.expected.lock() {
+        expected.expect(meta_str(w.parent, "uid"), created);
     }
 }
 
@@ -320,6 +398,7 @@ async fn execute(
             "create",
             kapi::create_as(&api, o, &w.manager).await.map(|stored| {
                 let m = &stored.metadata;
+                expect_created(c, w, o, m.uid.as_deref());
                 let version = (m.uid.as_deref(), m.resource_version.as_deref());
                 let text = m
                     .annotations

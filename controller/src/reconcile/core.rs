@@ -311,6 +311,12 @@ pub enum SyncError {
     /// version (requeued without an event).
     #[error("{0} changed since it was read; syncing again")]
     Stale(String),
+    /// Children an earlier sync of this object created are not in the watch caches yet: the
+    /// sync waits for them rather than tell the hook they do not exist (requeued without an
+    /// event; their watch events bring the object back sooner). See
+    /// [`crate::reconcile::expectations`].
+    #[error("waiting for the watch to show {0}")]
+    AwaitingCreates(String),
     /// A cached object could not be encoded or parsed.
     #[error(transparent)]
     Cached(#[from] crate::runtime::compact::CompactError),
@@ -517,6 +523,10 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             tracing::debug!(%what, "changed since read; syncing again");
             r.queue().add_rate_limited(key.clone());
         }
+        Err(SyncError::AwaitingCreates(what)) => {
+            tracing::debug!(%what, "waiting for created children to reach the watch cache");
+            r.queue().add_rate_limited(key.clone());
+        }
         Err(e) => {
             // a parked key waits for the circuit instead of a backoff of its own
             let delay = (!parked).then(|| r.queue().add_rate_limited(key.clone()));
@@ -617,6 +627,7 @@ fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
             SyncError::RelatedNotSynced(_)
             | SyncError::WatchNotSynced(_)
             | SyncError::Stale(_)
+            | SyncError::AwaitingCreates(_)
             | SyncError::Hook(HookError::TooManyRequests { .. }),
         ) => "retry",
         Err(_) => "error",

@@ -11,6 +11,7 @@ pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
 pub(crate) mod decorator;
+pub(crate) mod expectations;
 pub(crate) mod last_applied;
 pub mod manager;
 pub(crate) mod related;

@@ -475,10 +475,7 @@ async fn finalize_waits_for_an_attachment_the_watch_has_not_shown() -> anyhow::R
 /// A DecoratorController with a finalize hook that deletes every attachment; the target `t`
 /// gets its attachment `t-a`, then loses its label. With `lag`, ConfigMap watch events trail
 /// their writes by that long from before `t` is created.
-async fn finalize_unmatched(
-    name: &str,
-    lag: Option<std::time::Duration>,
-) -> anyhow::Result<()> {
+async fn finalize_unmatched(name: &str, lag: Option<std::time::Duration>) -> anyhow::Result<()> {
     let mut s = Scenario::new(name)
         .crd("Thing", "things")
         .hook(|path, req| {

@@ -163,6 +163,8 @@ pub struct Composite {
     pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
     /// Drift, conflicts and contests of each parent's last sync.
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
+    /// Children its syncs created that the watch caches have not shown yet, by owner uid.
+    pub expected_creates: Mutex<crate::reconcile::expectations::CreateExpectations>,
     /// The resourceVersion of this controller's last status write per parent UID: its watch
     /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
     /// defeat the backoff).
@@ -376,6 +378,7 @@ impl Composite {
             futile_updates: Mutex::new(FutileUpdates::default()),
             last_applied: Mutex::default(),
             child_reports: Mutex::default(),
+            expected_creates: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
             unchanged_syncs: Mutex::default(),
         })
@@ -390,6 +393,7 @@ impl Composite {
             futile: &self.futile_updates,
             last_applied: &self.last_applied,
             reports: &self.child_reports,
+            expected: &self.expected_creates,
             strategy: crate::reconcile::apply::strategy_for(
                 self.cc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,

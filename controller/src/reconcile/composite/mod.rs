@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
-use crate::reconcile::{decide, status};
+use crate::reconcile::{children, decide, status};
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
@@ -194,6 +194,9 @@ impl ParentController {
                 if let Ok(mut u) = self.c.unchanged_syncs.lock() {
                     u.forget(meta_str(old, "uid"));
                 }
+                if let Ok(mut e) = self.c.expected_creates.lock() {
+                    e.forget_owner(meta_str(old, "uid"));
+                }
             }
         }
     }
@@ -213,12 +216,14 @@ impl ParentController {
                 {
                     self.enqueue_for_child(o);
                 }
+                children::seen(&self.c.expected_creates, new);
                 self.enqueue_for_child(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.c.last_applied.lock() {
                     l.forget(old.uid());
                 }
+                children::seen(&self.c.expected_creates, old);
                 self.enqueue_for_child(old);
             }
         }

@@ -54,6 +54,7 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
+    children::await_created(&c.child_set(), &parent).await?;
     let generate = c.generate_selector();
     let selector = decide::parent_selector(&parent, generate)?;
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::DecoratorController;
 use crate::object::{ObjectView, meta_str};
+use crate::reconcile::children;
 use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
 use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
 use crate::reconcile::decide as shared;
@@ -140,6 +141,9 @@ impl DecoratorRunner {
                 if let Ok(mut r) = self.d.child_reports.lock() {
                     r.set(meta_str(old, "uid"), Vec::new());
                 }
+                if let Ok(mut e) = self.d.expected_creates.lock() {
+                    e.forget_owner(meta_str(old, "uid"));
+                }
             }
         }
     }
@@ -187,12 +191,14 @@ impl DecoratorRunner {
                 {
                     self.enqueue_for_attachment(o);
                 }
+                children::seen(&self.d.expected_creates, new);
                 self.enqueue_for_attachment(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.d.last_applied.lock() {
                     l.forget(old.uid());
                 }
+                children::seen(&self.d.expected_creates, old);
                 self.enqueue_for_attachment(old);
             }
         }
