@@ -467,8 +467,9 @@ impl Metrics {
             .observe(wait.as_secs_f64());
     }
 
-    /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, or `skip`
-    /// (an update the API server ignored before, not sent again).
+    /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, `skip`
+    /// (an update the API server ignored before, not sent again), `error`, `contested`,
+    /// `fields_taken` or `not_observed` (see the README's metrics table).
     pub fn child_op(&self, controller: &str, op: &str) {
         self.child_ops
             .get_or_create(&OpLabels {

@@ -160,7 +160,8 @@ pub async fn manage_children<O: Borrow<Value>>(
 /// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingCreates)` while
 /// children its earlier syncs created are not in the watch caches yet (see
 /// [`crate::reconcile::expectations`]). A child never seen within [`CREATE_EXPECTATION_TTL`] is
-/// given up on, in a `ChildNotObserved` warning event and the log.
+/// given up on, in a `ChildNotObserved` warning event, the log and
+/// `kmeta_child_operations_total{op="not_observed"}`.
 pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
     let awaited = {
         let Ok(mut expected) = c.expected.lock() else {
@@ -180,6 +181,7 @@ pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
             "{child} was created {}s ago but kmeta's watch never showed it; syncing without waiting for it any longer",
             CREATE_EXPECTATION_TTL.as_secs()
         );
+        c.ctx.config.metrics.child_op(c.controller, "not_observed");
         c.ctx.event(owner, true, "ChildNotObserved", note).await;
     }
     match awaited.unseen.as_slice() {
