@@ -20,7 +20,7 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
-use crate::reconcile::expectations::{CREATE_EXPECTATION_TTL, CreateExpectations, Created};
+use crate::reconcile::expectations::{CreateExpectations, Created};
 use crate::reconcile::last_applied::{self, LastAppliedCache};
 use crate::runtime::cache::Informer;
 use crate::runtime::compact::Compact;
@@ -159,8 +159,9 @@ pub async fn manage_children<O: Borrow<Value>>(
 
 /// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingCreates)` while
 /// children its earlier syncs created are not in the watch caches yet (see
-/// [`crate::reconcile::expectations`]). A child never seen within [`CREATE_EXPECTATION_TTL`] is
-/// given up on, in a `ChildNotObserved` warning event, the log and
+/// [`crate::reconcile::expectations`]). A child never seen within
+/// [`ManagerConfig::created_children_wait`](crate::ManagerConfig::created_children_wait) is given
+/// up on, in a `ChildNotObserved` warning event, the log and
 /// `kmeta_child_operations_total{op="not_observed"}`.
 pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
     let awaited = {
@@ -178,8 +179,8 @@ pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
         let child = created_name(x);
         tracing::warn!(controller = %c.controller, %child, "a created child never appeared in the watch cache; syncing without it");
         let note = format!(
-            "{child} was created {}s ago but kmeta's watch never showed it; syncing without waiting for it any longer",
-            CREATE_EXPECTATION_TTL.as_secs()
+            "{child} was created {:?} ago but kmeta's watch never showed it; syncing without waiting for it any longer",
+            c.ctx.config.created_children_wait
         );
         c.ctx.config.metrics.child_op(c.controller, "not_observed");
         c.ctx.event(owner, true, "ChildNotObserved", note).await;
@@ -227,7 +228,7 @@ fn expect_created(c: &Children<'_>, w: &Writing<'_>, sent: &Value, uid: Option<&
         namespace: meta_str(sent, "namespace").to_owned(),
         name: meta_str(sent, "name").to_owned(),
         uid: uid.to_owned(),
-        deadline: Instant::now() + CREATE_EXPECTATION_TTL,
+        deadline: Instant::now() + c.ctx.config.created_children_wait,
     };
     if let Ok(mut expected) = c.expected.lock() {
         expected.expect(meta_str(w.parent, "uid"), created);

@@ -76,6 +76,12 @@ pub struct ManagerConfig {
     /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
     /// Metacontroller has none; `--min-resync-after`, zero disables).
     pub min_resync_after: Duration,
+    /// How long a sync waits for the watch to show a child an earlier sync of the same parent
+    /// created (see `docs/design/created-children.md`); after that the child is reported
+    /// (`ChildNotObserved`) and the sync goes on without it. Default
+    /// [`CREATE_EXPECTATION_TTL`](crate::reconcile::CREATE_EXPECTATION_TTL) (5 min, Kubernetes'
+    /// `ExpectationsTimeout`).
+    pub created_children_wait: Duration,
     /// Only CompositeControllers and DecoratorControllers whose labels match this selector are
     /// run (Metacontroller `--target-label-selector`). Default: none, every one.
     pub target_label_selector: Option<String>,
@@ -125,6 +131,7 @@ impl Default for ManagerConfig {
             pending_watches: Arc::new(PendingWatches::default()),
             watch_sync_deadline: WATCH_SYNC_DEADLINE,
             min_resync_after: MIN_RESYNC_AFTER,
+            created_children_wait: crate::reconcile::CREATE_EXPECTATION_TTL,
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,

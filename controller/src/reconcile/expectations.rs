@@ -11,13 +11,15 @@
 //! So each create is recorded here under its owner until the child's watch event arrives
 //! ([`CreateExpectations::observed`]) or the cache shows it; while any is unseen, the owner's
 //! sync waits ([`crate::reconcile::core::SyncError::AwaitingCreates`]). A record that is never
-//! seen (the child deleted while the watch was relisting) expires after [`CREATE_EXPECTATION_TTL`].
+//! seen (the child deleted while the watch was relisting) expires after
+//! [`crate::ManagerConfig::created_children_wait`] (default [`CREATE_EXPECTATION_TTL`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a created child is waited for before a sync goes on without it: 5 minutes
-/// (Kubernetes' `ExpectationsTimeout`, `pkg/controller/controller_utils.go`).
+/// How long a created child is waited for before a sync goes on without it, by default
+/// ([`crate::ManagerConfig::created_children_wait`]): 5 minutes (Kubernetes'
+/// `ExpectationsTimeout`, `pkg/controller/controller_utils.go`).
 pub const CREATE_EXPECTATION_TTL: Duration = Duration::from_secs(300);
 
 /// A child one of the owner's syncs created.

@@ -20,6 +20,7 @@ pub(crate) mod status;
 pub(crate) mod unchanged;
 
 pub use apply::ApplyStrategy;
+pub use expectations::CREATE_EXPECTATION_TTL;
 // with the defaults its documentation names
 pub use core::{
     CHILD_WRITES_IN_FLIGHT_TOTAL, Context, DiscoveryClient, MIN_RESYNC_AFTER, ManagerConfig,

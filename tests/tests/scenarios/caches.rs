@@ -166,6 +166,61 @@ async fn a_sync_waits_for_the_children_it_created_to_reach_the_cache() -> anyhow
     s.finish().await
 }
 
+/// A created child the watch does not show in time is not waited for forever: after
+/// `created_children_wait` (300 ms here, 5 min by default) it is named in a `ChildNotObserved`
+/// Warning event on the parent and counted as `op="not_observed"`, and the sync goes on; once the
+/// watch catches up every child is observed.
+#[tokio::test]
+async fn a_created_child_the_watch_never_shows_is_reported() -> anyhow::Result<()> {
+    let mut s = Scenario::new("unseen")
+        .crd("Thing", "things")
+        .hook(five_children)
+        .controller(Cc::new("things-cc"))
+        .config(kmeta::ManagerConfig {
+            created_children_wait: Duration::from_millis(300),
+            ..Default::default()
+        })
+        .start()
+        .await?;
+    let Some(lag) = s.server().map(|server| {
+        server
+            .faults()
+            .delay_watch_events(Some("configmaps"), Duration::from_secs(4))
+    }) else {
+        eprintln!(
+            "needs kmeta-apiserver's fault injection to hold back watch events: checked there"
+        );
+        return s.finish().await;
+    };
+    s.parent("p", json!({})).await?;
+    for i in 0..CHILDREN {
+        s.wait_child(&format!("p-{i}")).await?;
+    }
+    let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "1"}}});
+    s.merge_patch(&s.parents(), "p", touch).await?;
+    s.wait_event("a ChildNotObserved warning", Some(&s.ns), |e| {
+        e["reason"] == "ChildNotObserved"
+            && e["type"] == "Warning"
+            && e["regarding"]["name"] == "p"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("ConfigMap.v1"))
+    })
+    .await?;
+    until("the unseen children counted", || {
+        s.metrics.child_op_count("things-cc", "not_observed") == CHILDREN as u64
+    })
+    .await?;
+    if let Some(server) = s.server() {
+        server.faults().remove(lag);
+    }
+    s.wait_parent("p", "all children observed", |p| {
+        p["status"]["observed"] == CHILDREN
+    })
+    .await?;
+    s.finish().await
+}
+
 /// A child watch that has not listed within the deadline makes the sync a retry (counted as
 /// `result="retry"`), not a run on a partial cache; the sync runs once the list arrives.
 #[tokio::test]
