@@ -114,6 +114,24 @@ fn init_tracing() {
         .try_init();
 }
 
+/// `KMETA_TEST_WATCH_LAG_MS`: every watch event of the in-process API server trails its write by
+/// that many milliseconds (a lagging watch cache), for running the scenarios against it.
+pub const WATCH_LAG_ENV: &str = "KMETA_TEST_WATCH_LAG_MS";
+
+fn watch_lag() -> anyhow::Result<Option<Duration>> {
+    match std::env::var(WATCH_LAG_ENV) {
+        Ok(ms) => {
+            let ms: u64 = ms
+                .trim()
+                .parse()
+                .with_context(|| format!("{WATCH_LAG_ENV}={ms:?}: not a number of milliseconds"))?;
+            Ok((ms > 0).then(|| Duration::from_millis(ms)))
+        }
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("{WATCH_LAG_ENV}: {e}")),
+    }
+}
+
 impl Env {
     /// Starts a fresh in-process API server, or connects to the cluster named by
     /// `KMETA_TEST_KUBECONFIG`, and creates the scenario's namespace.
@@ -139,6 +157,9 @@ impl Env {
             }
             None => {
                 let server = builder.start().await.context("starting kmeta-apiserver")?;
+                if let Some(lag) = watch_lag()? {
+                    server.faults().delay_watch_events(None, lag);
+                }
                 let cfg = kube::Config::new(server.url().parse()?);
                 (server.client(), cfg, Some(server))
             }
