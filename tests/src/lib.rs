@@ -118,7 +118,8 @@ fn init_tracing() {
 /// that many milliseconds (a lagging watch cache), for running the scenarios against it.
 pub const WATCH_LAG_ENV: &str = "KMETA_TEST_WATCH_LAG_MS";
 
-fn watch_lag() -> anyhow::Result<Option<Duration>> {
+/// The watch lag `KMETA_TEST_WATCH_LAG_MS` asks for (`None`: unset or 0).
+pub fn watch_lag() -> anyhow::Result<Option<Duration>> {
     match std::env::var(WATCH_LAG_ENV) {
         Ok(ms) => {
             let ms: u64 = ms

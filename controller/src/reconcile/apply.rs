@@ -116,6 +116,23 @@ pub fn apply_body(prepared: &Value) -> Value {
     body
 }
 
+/// `body` guarded by `live_version`, the resourceVersion of the live object it was merged from,
+/// when it carries subtrees merged from that object (`merged_from_live`: the child's schema has
+/// preserve-unknown-fields subtrees, which the body replaces by dynapply's merge, lists whole).
+/// An apply with a resourceVersion is refused with 409 Conflict when the object changed since:
+/// otherwise an item another writer added after the cached version (an injected sidecar) would be
+/// overwritten by a list built without it. A body made of the desired fields alone needs no
+/// guard: the server merges it.
+pub fn guarded(mut body: Value, live_version: Option<&str>, merged_from_live: bool) -> Value {
+    let rv = live_version
+        .filter(|_| merged_from_live)
+        .filter(|rv| !rv.is_empty());
+    if let (Some(rv), Some(meta)) = (rv, body.get_mut("metadata").and_then(Value::as_object_mut)) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_owned()));
+    }
+    body
+}
+
 /// One field an apply would take from another manager (a `FieldManagerConflict` cause).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldConflict {
@@ -571,6 +588,25 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x", "namespace": "n", "labels": {"a": "b"}},
                 "data": {"k": "v"}})
+        );
+    }
+
+    #[test]
+    fn an_apply_merged_from_live_carries_the_live_resource_version() {
+        let body = json!({"metadata": {"name": "x"}, "spec": {"a": 1}});
+        assert_eq!(
+            guarded(body.clone(), Some("7"), true),
+            json!({"metadata": {"name": "x", "resourceVersion": "7"}, "spec": {"a": 1}})
+        );
+        assert_eq!(
+            guarded(body.clone(), Some("7"), false),
+            body,
+            "nothing merged"
+        );
+        assert_eq!(
+            guarded(body.clone(), None, true),
+            body,
+            "a child not yet observed"
         );
     }
 

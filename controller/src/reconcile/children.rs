@@ -20,7 +20,7 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
-use crate::reconcile::expectations::{CreateExpectations, Created};
+use crate::reconcile::expectations::{self, WriteExpectations, Written};
 use crate::reconcile::last_applied::{self, LastAppliedCache};
 use crate::runtime::cache::Informer;
 use crate::runtime::compact::Compact;
@@ -59,8 +59,8 @@ pub struct Children<'a> {
     /// Drift, conflicts and contests of each parent's last sync (its `ChildDrift` and
     /// `ChildContested` conditions).
     pub reports: &'a Mutex<ChildReports>,
-    /// Children created that the watch caches have not shown yet.
-    pub expected: &'a Mutex<CreateExpectations>,
+    /// Child writes the watch caches have not shown yet.
+    pub expected: &'a Mutex<WriteExpectations>,
 }
 
 /// What a sync's child writes found besides their results: fields the server dropped, and
@@ -157,29 +157,31 @@ pub async fn manage_children<O: Borrow<Value>>(
     }
 }
 
-/// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingCreates)` while
-/// children its earlier syncs created are not in the watch caches yet (see
-/// [`crate::reconcile::expectations`]). A child never seen within
+/// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingWatch)` while
+/// child writes its earlier syncs made are not in the watch caches yet (see
+/// [`crate::reconcile::expectations`]). A write never seen within
 /// [`ManagerConfig::created_children_wait`](crate::ManagerConfig::created_children_wait) is given
 /// up on, in a `ChildNotObserved` warning event, the log and
 /// `kmeta_child_operations_total{op="not_observed"}`.
-pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
+pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
     let awaited = {
         let Ok(mut expected) = c.expected.lock() else {
             return Ok(());
         };
         expected.settle(meta_str(owner, "uid"), Instant::now(), |x| {
-            c.rules
+            let cached = c
+                .rules
                 .get(&x.group_kind)
-                .and_then(|r| r.informer.get(&x.namespace, &x.name))
-                .is_some_and(|o| o.uid() == x.uid)
+                .and_then(|r| r.informer.get(&x.namespace, &x.name));
+            let version = cached.as_ref().map(|o| (o.uid(), o.resource_version()));
+            expectations::shown(x, version)
         })
     };
     for x in &awaited.expired {
-        let child = created_name(x);
-        tracing::warn!(controller = %c.controller, %child, "a created child never appeared in the watch cache; syncing without it");
+        let child = written_name(x);
+        tracing::warn!(controller = %c.controller, %child, "the watch never showed a child write; syncing without it");
         let note = format!(
-            "{child} was created {:?} ago but kmeta's watch never showed it; syncing without waiting for it any longer",
+            "kmeta wrote {child} {:?} ago but its watch never showed the write; syncing without waiting for it any longer",
             c.ctx.config.created_children_wait
         );
         c.ctx.config.metrics.child_op(c.controller, "not_observed");
@@ -187,17 +189,17 @@ pub async fn await_created(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
     }
     match awaited.unseen.as_slice() {
         [] => Ok(()),
-        [one] => Err(SyncError::AwaitingCreates(created_name(one))),
-        [first, rest @ ..] => Err(SyncError::AwaitingCreates(format!(
-            "{} and {} more created children",
-            created_name(first),
+        [one] => Err(SyncError::AwaitingWatch(written_name(one))),
+        [first, rest @ ..] => Err(SyncError::AwaitingWatch(format!(
+            "{} and {} more child writes",
+            written_name(first),
             rest.len()
         ))),
     }
 }
 
-/// A watch event of `child` arrived: its owner no longer waits for it.
-pub fn seen(expected: &Mutex<CreateExpectations>, child: &Compact) {
+/// A watch event of `child` arrived: its owner no longer waits for its writes.
+pub fn seen(expected: &Mutex<WriteExpectations>, child: &Compact) {
     let Some(owner) = child.controller() else {
         return;
     };
@@ -206,8 +208,8 @@ pub fn seen(expected: &Mutex<CreateExpectations>, child: &Compact) {
     }
 }
 
-/// `<Kind>.<apiVersion> namespace/name` of a recorded create.
-fn created_name(x: &Created) -> String {
+/// `<Kind>.<apiVersion> namespace/name` of a recorded write.
+fn written_name(x: &Written) -> String {
     if x.namespace.is_empty() {
         format!("{} {}", x.group_kind, x.name)
     } else {
@@ -215,23 +217,39 @@ fn created_name(x: &Created) -> String {
     }
 }
 
-/// After the API server stored the child `sent` as `uid`: the owner's next sync waits until the
-/// watch shows it.
-fn expect_created(c: &Children<'_>, w: &Writing<'_>, sent: &Value, uid: Option<&str>) {
-    let Some(uid) = uid else {
+/// After the API server stored a write of the child `sent` as `(uid, resourceVersion)`: the
+/// owner's next sync waits until the watch shows it. An update or delete is based on the version
+/// `sent` carries; one the server made without a new version (it changed nothing) is not
+/// recorded, as no event will come.
+fn expect_written(
+    c: &Children<'_>,
+    w: &Writing<'_>,
+    sent: &Value,
+    stored: (Option<&str>, Option<&str>),
+    create: bool,
+) {
+    let (Some(uid), stored_rv) = stored else {
         return;
     };
+    let based_on = (!create).then(|| meta_str(sent, "resourceVersion").to_owned());
+    if based_on
+        .as_deref()
+        .is_some_and(|rv| stored_rv == Some(rv) || rv.is_empty())
+    {
+        return;
+    }
     let key = decide::child_key(sent);
     let group_kind = key.split(' ').next().unwrap_or_default().to_owned();
-    let created = Created {
+    let write = Written {
         group_kind,
         namespace: meta_str(sent, "namespace").to_owned(),
         name: meta_str(sent, "name").to_owned(),
         uid: uid.to_owned(),
+        based_on,
         deadline: Instant::now() + c.ctx.config.created_children_wait,
     };
     if let Ok(mut expected) = c.expected.lock() {
-        expected.expect(meta_str(w.parent, "uid"), created);
+        expected.expect(meta_str(w.parent, "uid"), write);
     }
 }
 
@@ -401,8 +419,8 @@ async fn execute(
             "create",
             kapi::create_as(&api, o, &w.manager).await.map(|stored| {
                 let m = &stored.metadata;
-                expect_created(c, w, o, m.uid.as_deref());
                 let version = (m.uid.as_deref(), m.resource_version.as_deref());
+                expect_written(c, w, o, version, true);
                 let text = m
                     .annotations
                     .as_ref()
@@ -431,11 +449,18 @@ async fn execute(
             kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
                 remember_ignored(c, o, &stored, &mut out.ignored);
                 let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
+                expect_written(c, w, o, version, false);
                 let text = annotation_text(&stored, &rule.options.annotation);
                 remember_last_applied(c, rule, w, o, version, text);
             }),
         ),
-        ChildOp::Delete { object, .. } => ("deleting", "delete", kapi::delete(&api, object).await),
+        ChildOp::Delete { object, .. } => (
+            "deleting",
+            "delete",
+            kapi::delete(&api, object).await.map(|()| {
+                expect_written(c, w, object, (meta(object, "uid"), None), false);
+            }),
+        ),
     })
 }
 
@@ -463,12 +488,28 @@ async fn apply_child(
     let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
         .map(|p| decide::with_owner(&p, w.parent))
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let body = apply::apply_body(&prepared);
-    if let Some(live) = w.observed.get(&key) {
-        upgrade_ownership(c, &api, live, &w.manager).await?;
+    let mut version = w
+        .observed
+        .get(&key)
+        .map(|l| meta_str(l, "resourceVersion").to_owned());
+    if let Some(live) = w.observed.get(&key)
+        && let Some(upgraded) = upgrade_ownership(c, &api, live, &w.manager).await?
+    {
+        version = Some(upgraded);
     }
+    let body = apply::guarded(
+        apply::apply_body(&prepared),
+        version.as_deref(),
+        !subtrees.is_empty(),
+    );
     let e = match kapi::apply_as(&api, &body, &w.manager, false).await {
-        Ok(_) => return Ok(true),
+        Ok(stored) => {
+            if let Some(live) = w.observed.get(&key) {
+                let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
+                expect_written(c, w, live, version, false);
+            }
+            return Ok(true);
+        }
         Err(e) => e,
     };
     let kube::Error::Api(status) = &e else {
@@ -483,13 +524,15 @@ async fn apply_child(
 
 /// Moves the fields `manager` (or kmeta's legacy managers) own through earlier creates and
 /// updates into its apply entry, once per child: the caches keep no `managedFields`, so they
-/// are read fresh the first time.
+/// are read fresh the first time. When it rewrote exactly the cached version `live`, the
+/// resourceVersion it wrote (the apply that follows is based on it: only `managedFields`
+/// changed).
 async fn upgrade_ownership(
     c: &Children<'_>,
     api: &kube::Api<kube::api::DynamicObject>,
     live: &Value,
     manager: &str,
-) -> Result<(), kube::Error> {
+) -> Result<Option<String>, kube::Error> {
     let uid = meta_str(live, "uid");
     let check = c
         .reports
@@ -497,22 +540,25 @@ async fn upgrade_ownership(
         .map(|r| r.needs_upgrade_check(uid, manager))
         .unwrap_or(true);
     if !check {
-        return Ok(());
+        return Ok(None);
     }
     let Some(fresh) = kapi::get(api, meta_str(live, "name")).await? else {
-        return Ok(());
+        return Ok(None);
     };
     let legacy = [c.ctx.config.ssa_field_manager.as_str(), "kmeta"];
+    let mut written = None;
     if let Some(up) = fresh
         .pointer("/metadata/managedFields")
         .and_then(|m| apply::upgraded_managed_fields(m, manager, &legacy))
     {
-        kapi::set_managed_fields(api, &fresh, &up, manager).await?;
+        let stored = kapi::set_managed_fields(api, &fresh, &up, manager).await?;
+        let on_cached = meta_str(&fresh, "resourceVersion") == meta_str(live, "resourceVersion");
+        written = on_cached.then(|| meta_str(&stored, "resourceVersion").to_owned());
     }
     if let Ok(mut r) = c.reports.lock() {
         r.upgraded(uid, manager);
     }
-    Ok(())
+    Ok(written)
 }
 
 /// After an apply refused with conflicts: contests and (under `Report`) conflicts are reported

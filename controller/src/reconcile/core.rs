@@ -318,12 +318,13 @@ pub enum SyncError {
     /// version (requeued without an event).
     #[error("{0} changed since it was read; syncing again")]
     Stale(String),
-    /// Children an earlier sync of this object created are not in the watch caches yet: the
-    /// sync waits for them rather than tell the hook they do not exist (requeued without an
-    /// event; their watch events bring the object back sooner). See
+    /// Writes an earlier sync of this object made (children created, updated or deleted, its own
+    /// status) are not in the watch caches yet: the sync waits for them rather than tell the
+    /// hook a created child does not exist or write over a version already replaced (requeued
+    /// without an event; their watch events bring the object back sooner). See
     /// [`crate::reconcile::expectations`].
     #[error("waiting for the watch to show {0}")]
-    AwaitingCreates(String),
+    AwaitingWatch(String),
     /// A cached object could not be encoded or parsed.
     #[error(transparent)]
     Cached(#[from] crate::runtime::compact::CompactError),
@@ -530,8 +531,8 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             tracing::debug!(%what, "changed since read; syncing again");
             r.queue().add_rate_limited(key.clone());
         }
-        Err(SyncError::AwaitingCreates(what)) => {
-            tracing::debug!(%what, "waiting for created children to reach the watch cache");
+        Err(SyncError::AwaitingWatch(what)) => {
+            tracing::debug!(%what, "waiting for the watch cache to show an earlier write");
             r.queue().add_rate_limited(key.clone());
         }
         Err(e) => {
@@ -634,7 +635,7 @@ fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
             SyncError::RelatedNotSynced(_)
             | SyncError::WatchNotSynced(_)
             | SyncError::Stale(_)
-            | SyncError::AwaitingCreates(_)
+            | SyncError::AwaitingWatch(_)
             | SyncError::Hook(HookError::TooManyRequests { .. }),
         ) => "retry",
         Err(_) => "error",

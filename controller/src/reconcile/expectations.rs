@@ -1,17 +1,20 @@
-//! Children a sync created that the watch caches have not shown yet — Kubernetes'
-//! "expectations" (its ReplicaSet and Job controllers keep the same record).
+//! Child writes a sync made that the watch caches have not shown yet — Kubernetes'
+//! "expectations" (its ReplicaSet and Job controllers keep the same record for creates and
+//! deletes).
 //!
-//! A sync decides from the caches. Right after it creates a child, the cache may not hold it
-//! yet: kube-apiserver acknowledges the create before its watch delivers it. A sync of the same
-//! owner in that window would tell the hook the child does not exist. For a sync that costs a
-//! futile create (`AlreadyExists`); for a finalize it is worse: the hook answers
+//! A sync decides from the caches. Right after it writes a child, the cache may still hold the
+//! state before the write: kube-apiserver acknowledges a write before its watch delivers it. A
+//! sync of the same owner in that window would tell the hook a created child does not exist —
+//! for a sync a futile create (`AlreadyExists`); for a finalize worse: the hook answers
 //! `finalized: true`, the finalizer goes, and — for a DecoratorController target that merely
-//! stopped matching, which nothing garbage-collects — the child is left behind for good.
+//! stopped matching, which nothing garbage-collects — the child is left behind for good — and
+//! would send updates and deletes based on a version already replaced (409 Conflict).
 //!
-//! So each create is recorded here under its owner until the child's watch event arrives
-//! ([`CreateExpectations::observed`]) or the cache shows it; while any is unseen, the owner's
-//! sync waits ([`crate::reconcile::core::SyncError::AwaitingCreates`]). A record that is never
-//! seen (the child deleted while the watch was relisting) expires after
+//! So each write is recorded here under its owner until the cache shows it ([`shown`]: a created
+//! child's uid; for an update or delete, any version other than the one it was based on, or none)
+//! or a watch event of the child arrives ([`WriteExpectations::observed`]); while any is unseen,
+//! the owner's sync waits ([`crate::reconcile::core::SyncError::AwaitingWatch`]). A record that is
+//! never seen (the child deleted while the watch was relisting) expires after
 //! [`crate::ManagerConfig::created_children_wait`] (default [`CREATE_EXPECTATION_TTL`]).
 
 use std::collections::HashMap;
@@ -22,46 +25,67 @@ use std::time::{Duration, Instant};
 /// `ExpectationsTimeout`, `pkg/controller/controller_utils.go`).
 pub const CREATE_EXPECTATION_TTL: Duration = Duration::from_secs(300);
 
-/// A child one of the owner's syncs created.
+/// A child write one of the owner's syncs made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Created {
+pub struct Written {
     /// The child's type as the child rules key it (`<Kind>.<apiVersion>`).
     pub group_kind: String,
     /// Namespace ("" when cluster-scoped).
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// The uid the API server gave it: an older object of the same name (a recreate) is not it.
+    /// The child's uid (for a create, the one the API server gave it: an older object of the
+    /// same name, as in a recreate, is not it).
     pub uid: String,
+    /// The resourceVersion an update or delete was based on (the cached one it read); `None`
+    /// for a create.
+    pub based_on: Option<String>,
     /// When to stop waiting for it.
     pub deadline: Instant,
 }
 
-/// What an owner's sync found: children still unseen, and those given up on just now.
+/// Whether the cache shows `write`, given what it holds under the child's name now (`(uid,
+/// resourceVersion)`, `None` when nothing). A create is shown by an object with its uid. An update
+/// or delete is shown once the cache holds anything but the version it was based on — versions
+/// only move forward, so any other one is newer (no resourceVersion is compared for order, as the
+/// API conventions ask); a write the server made without a new version is never recorded.
+pub fn shown(write: &Written, cached: Option<(&str, &str)>) -> bool {
+    match (&write.based_on, cached) {
+        (None, Some((uid, _))) => uid == write.uid,
+        (None, None) => false,
+        (Some(_), None) => true,
+        (Some(rv), Some((uid, cached_rv))) => uid != write.uid || cached_rv != rv,
+    }
+}
+
+/// What an owner's sync found: writes still unseen, and those given up on just now.
 #[derive(Debug, Default, PartialEq)]
 pub struct Awaited {
-    /// Created, not yet shown by the caches, still within their deadline.
-    pub unseen: Vec<Created>,
+    /// Made, not yet shown by the caches, still within their deadline.
+    pub unseen: Vec<Written>,
     /// Past their deadline without being seen: dropped, to be reported.
-    pub expired: Vec<Created>,
+    pub expired: Vec<Written>,
 }
 
-/// The unseen creates of every owner, by owner uid.
+/// The unseen child writes of every owner, by owner uid.
 #[derive(Debug, Default)]
-pub struct CreateExpectations {
-    by_owner: HashMap<String, Vec<Created>>,
+pub struct WriteExpectations {
+    by_owner: HashMap<String, Vec<Written>>,
 }
 
-impl CreateExpectations {
-    /// Records that a sync of `owner` (its uid) created `created`.
-    pub fn expect(&mut self, owner: &str, created: Created) {
+impl WriteExpectations {
+    /// Records that a sync of `owner` (its uid) made `write` (replacing an earlier record of the
+    /// same child).
+    pub fn expect(&mut self, owner: &str, write: Written) {
         let list = self.by_owner.entry(owner.to_owned()).or_default();
-        list.retain(|c| c.uid != created.uid);
-        list.push(created);
+        list.retain(|c| c.uid != write.uid);
+        list.push(write);
     }
 
-    /// A watch event of the child `child_uid` controlled by `owner` arrived (any event: a child
-    /// added then deleted before a sync looked is seen all the same).
+    /// A watch event of the child `child_uid` controlled by `owner` arrived. Any event settles
+    /// its record: a created child added then deleted before a sync looked is seen all the same,
+    /// and an event handled after an update was recorded is newer than the version it was based
+    /// on (the cache held that one when the sync read it).
     pub fn observed(&mut self, owner: &str, child_uid: &str) {
         let Some(list) = self.by_owner.get_mut(owner) else {
             return;
@@ -77,13 +101,14 @@ impl CreateExpectations {
         self.by_owner.remove(owner);
     }
 
-    /// Before a sync of `owner`: drops the records `in_cache` says the caches show and those past
-    /// their deadline at `now`; returns what is still unseen and what expired.
+    /// Before a sync of `owner`: drops the records `in_cache` says the caches show (see
+    /// [`shown`]) and those past their deadline at `now`; returns what is still unseen and what
+    /// expired.
     pub fn settle(
         &mut self,
         owner: &str,
         now: Instant,
-        mut in_cache: impl FnMut(&Created) -> bool,
+        mut in_cache: impl FnMut(&Written) -> bool,
     ) -> Awaited {
         let Some(list) = self.by_owner.get_mut(owner) else {
             return Awaited::default();
@@ -118,20 +143,52 @@ impl CreateExpectations {
 mod tests {
     use super::*;
 
-    fn created(name: &str, uid: &str, deadline: Instant) -> Created {
-        Created {
+    fn created(name: &str, uid: &str, deadline: Instant) -> Written {
+        Written {
             group_kind: "ConfigMap.v1".into(),
             namespace: "ns".into(),
             name: name.into(),
             uid: uid.into(),
+            based_on: None,
             deadline,
         }
+    }
+
+    fn updated(uid: &str, based_on: &str) -> Written {
+        Written {
+            based_on: Some(based_on.into()),
+            ..created("a", uid, Instant::now() + CREATE_EXPECTATION_TTL)
+        }
+    }
+
+    #[test]
+    fn a_create_is_shown_by_its_uid_only() {
+        let w = created("a", "u1", Instant::now());
+        assert!(shown(&w, Some(("u1", "5"))));
+        assert!(
+            !shown(&w, Some(("u0", "4"))),
+            "the older object of a recreate"
+        );
+        assert!(!shown(&w, None));
+    }
+
+    #[test]
+    fn an_update_or_delete_is_shown_by_any_other_version_or_none() {
+        let w = updated("u1", "7");
+        assert!(!shown(&w, Some(("u1", "7"))), "the version it replaced");
+        assert!(shown(&w, Some(("u1", "8"))));
+        assert!(
+            shown(&w, Some(("u1", "12"))),
+            "a later write by someone else"
+        );
+        assert!(shown(&w, None), "deleted");
+        assert!(shown(&w, Some(("u2", "7"))), "deleted and created again");
     }
 
     #[test]
     fn an_unseen_create_is_waited_for_until_the_cache_shows_it() {
         let now = Instant::now();
-        let mut e = CreateExpectations::default();
+        let mut e = WriteExpectations::default();
         e.expect("p", created("a", "u1", now + CREATE_EXPECTATION_TTL));
         let first = e.settle("p", now, |_| false);
         assert_eq!(first.unseen.len(), 1);
@@ -146,7 +203,7 @@ mod tests {
     #[test]
     fn a_watch_event_of_the_child_settles_it_even_when_the_cache_lost_it_again() {
         let now = Instant::now();
-        let mut e = CreateExpectations::default();
+        let mut e = WriteExpectations::default();
         e.expect("p", created("a", "u1", now + CREATE_EXPECTATION_TTL));
         e.expect("p", created("b", "u2", now + CREATE_EXPECTATION_TTL));
         e.observed("p", "u1");
@@ -166,7 +223,7 @@ mod tests {
     #[test]
     fn an_older_object_of_the_same_name_is_not_the_created_one() {
         let now = Instant::now();
-        let mut e = CreateExpectations::default();
+        let mut e = WriteExpectations::default();
         e.expect("p", created("a", "new", now + CREATE_EXPECTATION_TTL));
         let cache_uid = "old";
         let awaited = e.settle("p", now, |c| c.uid == cache_uid);
@@ -176,7 +233,7 @@ mod tests {
     #[test]
     fn a_create_never_seen_expires_once_and_is_reported() {
         let now = Instant::now();
-        let mut e = CreateExpectations::default();
+        let mut e = WriteExpectations::default();
         e.expect("p", created("a", "u1", now + Duration::from_secs(1)));
         e.expect("p", created("b", "u2", now + Duration::from_secs(10)));
         let later = now + Duration::from_secs(2);
@@ -194,7 +251,7 @@ mod tests {
     #[test]
     fn owners_are_kept_apart_and_forgotten_whole() {
         let now = Instant::now();
-        let mut e = CreateExpectations::default();
+        let mut e = WriteExpectations::default();
         let deadline = now + CREATE_EXPECTATION_TTL;
         e.expect("p", created("a", "u1", deadline));
         e.expect("q", created("a", "u2", deadline));

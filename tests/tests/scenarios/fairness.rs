@@ -69,10 +69,12 @@ async fn a_burst_in_one_namespace_does_not_delay_another_namespace() -> anyhow::
         .iter()
         .position(|c| parent_name(c) == (quiet_ns.clone(), "quiet".to_owned()))
         .expect("the quiet parent's sync call");
-    // workers busy when the quiet parent arrived, plus the watch event's way to the queue
+    // workers busy when the quiet parent arrived, plus the watch event's way to the queue (and,
+    // under KMETA_TEST_WATCH_LAG_MS, what 5 workers sync while the event is held back)
+    let lagged = watch_lag()?.map_or(0, |lag| lag.as_millis() as usize / 50 * 5);
     let busy_in_between = quiet_at - calls_before;
     assert!(
-        busy_in_between <= 15,
+        busy_in_between <= 15 + lagged,
         "{busy_in_between} busy parents were synced before the quiet one ({busy_left} were waiting)"
     );
     s.finish().await

@@ -179,3 +179,61 @@ async fn sidecar_survives(
     }
     s.finish().await
 }
+
+/// Under server-side apply kmeta sends the merged pod template, lists included, so a sidecar
+/// another writer injected after the version in kmeta's cache must not be overwritten by an
+/// apply built from that version: the apply carries the cached resourceVersion and a stale one
+/// is refused (409) and redone once the watch shows the sidecar. Here the Workload watch trails
+/// its writes by 1.5 s (kmeta-apiserver; a real cluster has no fault injection, the property is
+/// still checked) and the parent's image changes right after the injection.
+#[tokio::test]
+async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -> anyhow::Result<()>
+{
+    let mut s = Scenario::new("sidecar-race")
+        .crd("App", "apps")
+        .crd("Workload", "workloads")
+        .hook(hook)
+        .prepare()
+        .await?;
+    s.controller(Cc::new("apps-cc").child("workloads")).await?;
+    s.start_controller_with(ManagerConfig {
+        apply_strategy: ApplyStrategy::ServerSideApply,
+        ..ManagerConfig::default()
+    });
+    s.parent("web", json!({"image": "web:1"})).await?;
+    let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
+    s.wait_parent("web", "the child observed", |p| {
+        p["status"]["workloads"] == 1
+    })
+    .await?;
+    let lag = s.server().map(|server| {
+        server
+            .faults()
+            .delay_watch_events(Some("workloads"), std::time::Duration::from_millis(1500))
+    });
+    let mut w = s.get(&workloads, "web").await?.expect("the child");
+    inject(&mut w);
+    let cs = w.pointer("/spec/template/spec/containers").cloned();
+    s.merge_patch(
+        &workloads,
+        "web",
+        json!({"spec": {"template": {"spec": {"containers": cs}}}}),
+    )
+    .await?;
+    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
+        .await?;
+    let w = s
+        .wait_for(&workloads, "web", "new image in the child", |w| {
+            containers(w).first().is_some_and(|c| c.1 == "web:2")
+        })
+        .await?;
+    assert_eq!(
+        containers(&w),
+        app_and_proxy("web:2"),
+        "the sidecar injected just before the update must survive: {w}"
+    );
+    if let (Some(server), Some(lag)) = (s.server(), lag) {
+        server.faults().remove(lag);
+    }
+    s.finish().await
+}

@@ -163,12 +163,14 @@ pub struct Composite {
     pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
     /// Drift, conflicts and contests of each parent's last sync.
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
-    /// Children its syncs created that the watch caches have not shown yet, by owner uid.
-    pub expected_creates: Mutex<crate::reconcile::expectations::CreateExpectations>,
+    /// Child writes of its syncs the watch caches have not shown yet, by owner uid.
+    pub expected_writes: Mutex<crate::reconcile::expectations::WriteExpectations>,
     /// The resourceVersion of this controller's last status write per parent UID: its watch
     /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
     /// defeat the backoff).
-    pub own_status_writes: Mutex<HashMap<String, String>>,
+    /// With it, the version that write was based on: while the cache still holds that one, a
+    /// sync would read a parent older than its own write.
+    pub own_status_writes: Mutex<HashMap<String, (String, String)>>,
     /// Each parent's last sync that wrote nothing, by its fingerprint.
     pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
 }
@@ -378,7 +380,7 @@ impl Composite {
             futile_updates: Mutex::new(FutileUpdates::default()),
             last_applied: Mutex::default(),
             child_reports: Mutex::default(),
-            expected_creates: Mutex::default(),
+            expected_writes: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
             unchanged_syncs: Mutex::default(),
         })
@@ -393,7 +395,7 @@ impl Composite {
             futile: &self.futile_updates,
             last_applied: &self.last_applied,
             reports: &self.child_reports,
-            expected: &self.expected_creates,
+            expected: &self.expected_writes,
             strategy: crate::reconcile::apply::strategy_for(
                 self.cc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,
@@ -431,11 +433,29 @@ impl Composite {
         }
     }
 
-    /// Remembers that this controller wrote `parent`'s status at resourceVersion `rv`.
+    /// Remembers that this controller wrote the status of `parent` (the version it was based on)
+    /// at resourceVersion `rv`.
     pub fn remember_status_write(&self, parent: &Value, rv: Option<String>) {
-        if let (Some(rv), Ok(mut own)) = (rv, self.own_status_writes.lock()) {
-            own.insert(meta_str(parent, "uid").to_owned(), rv);
+        let based_on = meta_str(parent, "resourceVersion");
+        let Some(rv) = rv.filter(|rv| rv != based_on) else {
+            return;
+        };
+        if let Ok(mut own) = self.own_status_writes.lock() {
+            own.insert(
+                meta_str(parent, "uid").to_owned(),
+                (rv, based_on.to_owned()),
+            );
         }
+    }
+
+    /// Whether `cached` is still the version this controller's last status write of it replaced:
+    /// the watch has not shown that write yet (any other version is newer; see
+    /// [`crate::reconcile::expectations::shown`]).
+    pub fn status_write_unseen(&self, cached: &Value) -> bool {
+        self.own_status_writes.lock().is_ok_and(|own| {
+            own.get(meta_str(cached, "uid"))
+                .is_some_and(|(_, based_on)| based_on == meta_str(cached, "resourceVersion"))
+        })
     }
 
     /// Whether this version of a parent is this controller's own status write (forgotten once
@@ -447,7 +467,7 @@ impl Composite {
         let uid = meta_str(parent, "uid");
         let ours = own
             .get(uid)
-            .is_some_and(|rv| rv == meta_str(parent, "resourceVersion"));
+            .is_some_and(|(rv, _)| rv == meta_str(parent, "resourceVersion"));
         if ours {
             own.remove(uid);
         }

@@ -194,7 +194,7 @@ impl ParentController {
                 if let Ok(mut u) = self.c.unchanged_syncs.lock() {
                     u.forget(meta_str(old, "uid"));
                 }
-                if let Ok(mut e) = self.c.expected_creates.lock() {
+                if let Ok(mut e) = self.c.expected_writes.lock() {
                     e.forget_owner(meta_str(old, "uid"));
                 }
             }
@@ -216,14 +216,14 @@ impl ParentController {
                 {
                     self.enqueue_for_child(o);
                 }
-                children::seen(&self.c.expected_creates, new);
+                children::seen(&self.c.expected_writes, new);
                 self.enqueue_for_child(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.c.last_applied.lock() {
                     l.forget(old.uid());
                 }
-                children::seen(&self.c.expected_creates, old);
+                children::seen(&self.c.expected_writes, old);
                 self.enqueue_for_child(old);
             }
         }

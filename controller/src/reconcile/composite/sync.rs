@@ -54,7 +54,11 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    children::await_created(&c.child_set(), &parent).await?;
+    if c.status_write_unseen(&parent) {
+        let what = format!("the status written to {}", describe(&parent));
+        return Err(SyncError::AwaitingWatch(what));
+    }
+    children::await_written(&c.child_set(), &parent).await?;
     let generate = c.generate_selector();
     let selector = decide::parent_selector(&parent, generate)?;
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;

@@ -103,8 +103,8 @@ pub struct Decorator {
     pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
     /// Drift, conflicts and contests of each parent's last sync.
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
-    /// Children its syncs created that the watch caches have not shown yet, by owner uid.
-    pub expected_creates: Mutex<crate::reconcile::expectations::CreateExpectations>,
+    /// Child writes of its syncs the watch caches have not shown yet, by owner uid.
+    pub expected_writes: Mutex<crate::reconcile::expectations::WriteExpectations>,
     /// Customize cache.
     pub customize_cache: Mutex<CustomizeCache>,
     /// Related watches this controller listens to, by watch key.
@@ -287,7 +287,7 @@ impl Decorator {
             futile_updates: Mutex::new(FutileUpdates::default()),
             last_applied: Mutex::default(),
             child_reports: Mutex::default(),
-            expected_creates: Mutex::default(),
+            expected_writes: Mutex::default(),
             customize_cache: Mutex::new(HashMap::new()),
             related: Mutex::new(HashMap::new()),
         })
@@ -315,7 +315,7 @@ impl Decorator {
             futile: &self.futile_updates,
             last_applied: &self.last_applied,
             reports: &self.child_reports,
-            expected: &self.expected_creates,
+            expected: &self.expected_writes,
             strategy: crate::reconcile::apply::strategy_for(
                 self.dc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,

@@ -141,7 +141,7 @@ impl DecoratorRunner {
                 if let Ok(mut r) = self.d.child_reports.lock() {
                     r.set(meta_str(old, "uid"), Vec::new());
                 }
-                if let Ok(mut e) = self.d.expected_creates.lock() {
+                if let Ok(mut e) = self.d.expected_writes.lock() {
                     e.forget_owner(meta_str(old, "uid"));
                 }
             }
@@ -191,14 +191,14 @@ impl DecoratorRunner {
                 {
                     self.enqueue_for_attachment(o);
                 }
-                children::seen(&self.d.expected_creates, new);
+                children::seen(&self.d.expected_writes, new);
                 self.enqueue_for_attachment(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.d.last_applied.lock() {
                     l.forget(old.uid());
                 }
-                children::seen(&self.d.expected_creates, old);
+                children::seen(&self.d.expected_writes, old);
                 self.enqueue_for_attachment(old);
             }
         }

@@ -12,7 +12,7 @@ use super::build::{Decorator, TargetRule};
 use super::decide::{self as ddecide, TargetChanges};
 use crate::hook::wire::{self, DecoratorSyncResponse};
 use crate::object::{ObjectView, describe, has_finalizer, is_deleting, meta_str};
-use crate::reconcile::children::{await_created, manage_children};
+use crate::reconcile::children::{await_written, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::related::{Used, cache_key, call_customize};
@@ -48,7 +48,7 @@ pub async fn sync_target(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    await_created(&d.child_set(), &target).await?;
+    await_written(&d.child_set(), &target).await?;
     let observed = observe_attachments(d, &target)?;
     let related = call_customize(&d.related_source(rule), &target, used).await?;
     let response = call_hook(d, rule, &target, (&observed, related), finalizing).await?;
