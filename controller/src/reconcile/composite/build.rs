@@ -170,9 +170,20 @@ pub struct Composite {
     /// defeat the backoff).
     /// With it, the version that write was based on: while the cache still holds that one, a
     /// sync would read a parent older than its own write.
-    pub own_status_writes: Mutex<HashMap<String, (String, String)>>,
+    pub own_status_writes: Mutex<HashMap<String, OwnStatusWrite>>,
     /// Each parent's last sync that wrote nothing, by its fingerprint.
     pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
+}
+
+/// This controller's last status write of one parent, until its watch event arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnStatusWrite {
+    /// The resourceVersion it wrote.
+    pub written: String,
+    /// The resourceVersion it replaced.
+    pub based_on: String,
+    /// A sync waited for it: its event, though kmeta's own, brings the parent back.
+    pub awaited: bool,
 }
 
 impl std::fmt::Debug for Composite {
@@ -441,37 +452,44 @@ impl Composite {
             return;
         };
         if let Ok(mut own) = self.own_status_writes.lock() {
-            own.insert(
-                meta_str(parent, "uid").to_owned(),
-                (rv, based_on.to_owned()),
-            );
+            let write = OwnStatusWrite {
+                written: rv,
+                based_on: based_on.to_owned(),
+                awaited: false,
+            };
+            own.insert(meta_str(parent, "uid").to_owned(), write);
         }
     }
 
     /// Whether `cached` is still the version this controller's last status write of it replaced:
     /// the watch has not shown that write yet (any other version is newer; see
-    /// [`crate::reconcile::expectations::shown`]).
+    /// [`crate::reconcile::expectations::shown`]). The write is then marked awaited.
     pub fn status_write_unseen(&self, cached: &Value) -> bool {
-        self.own_status_writes.lock().is_ok_and(|own| {
-            own.get(meta_str(cached, "uid"))
-                .is_some_and(|(_, based_on)| based_on == meta_str(cached, "resourceVersion"))
-        })
+        let Ok(mut own) = self.own_status_writes.lock() else {
+            return false;
+        };
+        let Some(write) = own.get_mut(meta_str(cached, "uid")) else {
+            return false;
+        };
+        let unseen = write.based_on == meta_str(cached, "resourceVersion");
+        write.awaited |= unseen;
+        unseen
     }
 
     /// Whether this version of a parent is this controller's own status write (forgotten once
-    /// seen).
-    pub fn is_own_status_write(&self, parent: &Value) -> bool {
+    /// seen): `Some(awaited)`, `awaited` when a sync waits for it.
+    pub fn own_status_write(&self, parent: &Value) -> Option<bool> {
         let Ok(mut own) = self.own_status_writes.lock() else {
-            return false;
+            return None;
         };
         let uid = meta_str(parent, "uid");
         let ours = own
             .get(uid)
-            .is_some_and(|(rv, _)| rv == meta_str(parent, "resourceVersion"));
-        if ours {
-            own.remove(uid);
+            .is_some_and(|w| w.written == meta_str(parent, "resourceVersion"));
+        if !ours {
+            return None;
         }
-        ours
+        own.remove(uid).map(|w| w.awaited)
     }
 
     /// Is this parent selected by `parentResource.labelSelector`?

@@ -151,6 +151,17 @@ impl ParentController {
         self.refile(change);
         match change {
             Change::Applied { old, new } => {
+                // this controller's own status write is not a change to react to: requeueing
+                // on it would defeat the backoff of a failing parent
+                if old.is_some()
+                    && let Some(awaited) = self.c.own_status_write(new)
+                {
+                    // ...unless a sync waits for the watch to show it
+                    if awaited {
+                        self.queue.add(obj_key(new));
+                    }
+                    return;
+                }
                 let ignore = self
                     .c
                     .cc
@@ -162,11 +173,6 @@ impl ParentController {
                     && let Some(old) = old
                     && !decide::parent_update_relevant(old, new)
                 {
-                    return;
-                }
-                // this controller's own status write is not a change to react to: requeueing
-                // on it would defeat the backoff of a failing parent
-                if old.is_some() && self.c.is_own_status_write(new) {
                     return;
                 }
                 self.queue.add(obj_key(new));

@@ -1,5 +1,5 @@
 //! One sync of one parent, as named steps:
-//! `ensure_finalizer → claim_children → call_customize → call_hook (once per revision with a
+//! `ensure_finalizer → await_own_writes → claim_children → call_customize → call_hook (once per revision with a
 //! rolling child type: [`super::revisions`]) → validate_desired →
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
@@ -54,11 +54,7 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    if c.status_write_unseen(&parent) {
-        let what = format!("the status written to {}", describe(&parent));
-        return Err(SyncError::AwaitingWatch(what));
-    }
-    children::await_written(&c.child_set(), &parent).await?;
+    await_own_writes(c, &parent).await?;
     let generate = c.generate_selector();
     let selector = decide::parent_selector(&parent, generate)?;
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
@@ -99,6 +95,16 @@ pub async fn sync_parent(
         Applied::ParentGone => return Ok(None),
     }
     Ok(resync_after(resync))
+}
+
+/// Step: waits while the watch has not shown this controller's last writes for `parent` — its
+/// status, its children (`docs/design/created-children.md`).
+async fn await_own_writes(c: &Composite, parent: &Value) -> Result<(), SyncError> {
+    if c.status_write_unseen(parent) {
+        let what = format!("the status written to {}", describe(parent));
+        return Err(SyncError::AwaitingWatch(what));
+    }
+    children::await_written(&c.child_set(), parent).await
 }
 
 /// The hook's `resyncAfterSeconds` as a delay, when positive.
