@@ -174,20 +174,25 @@ async fn sidecar_survives(
         "resync rewrote the child"
     );
     if let (Some(server), Some(before)) = (s.server(), before) {
-        let d = server.counters().since(&before);
-        if watch_lag()?.is_none() {
-            assert_eq!(d.writes_to("workloads"), 0, "writes during resync: {d:?}");
-        } else {
-            // under KMETA_TEST_WATCH_LAG_MS a resync may still try an apply from a cached copy
-            // older than the last write; the apply carries that version and is refused (409)
-            let done: u64 = ["create", "update", "patch", "delete"]
-                .iter()
-                .map(|verb| d.get(verb, "workloads", 200) + d.get(verb, "workloads", 201))
-                .sum();
-            assert_eq!(done, 0, "writes made during resync: {d:?}");
-        }
+        resync_wrote_nothing(&server.counters().since(&before))?;
     }
     s.finish().await
+}
+
+/// The requests of a resync (`d`) wrote nothing to the child. Under KMETA_TEST_WATCH_LAG_MS a
+/// resync may still try an apply from a cached copy older than the last write; that apply carries
+/// the version it was built from and is refused (409).
+fn resync_wrote_nothing(d: &kmeta_apiserver::Counters) -> anyhow::Result<()> {
+    if watch_lag()?.is_none() {
+        assert_eq!(d.writes_to("workloads"), 0, "writes during resync: {d:?}");
+    } else {
+        let done: u64 = ["create", "update", "patch", "delete"]
+            .iter()
+            .map(|verb| d.get(verb, "workloads", 200) + d.get(verb, "workloads", 201))
+            .sum();
+        assert_eq!(done, 0, "writes made during resync: {d:?}");
+    }
+    Ok(())
 }
 
 /// Under server-side apply kmeta sends the merged pod template, lists included, so a sidecar
