@@ -218,26 +218,26 @@ fn written_name(x: &Written) -> String {
 }
 
 /// After the API server stored a write of the child `sent` as `(uid, resourceVersion)`: the
-/// owner's next sync waits until the watch shows it. An update or delete is based on the version
-/// `sent` carries; one the server made without a new version (it changed nothing) is not
-/// recorded, as no event will come.
+/// owner's next sync waits until the watch shows it. An update or delete `replaced` the cached
+/// version it was based on, then any kmeta wrote on the way (empty: a create); one the server
+/// made without a new version (it changed nothing) is not recorded, as no event will come.
 fn expect_written(
     c: &Children<'_>,
     w: &Writing<'_>,
     sent: &Value,
     stored: (Option<&str>, Option<&str>),
-    create: bool,
+    replaced: &[&str],
 ) {
     let (Some(uid), stored_rv) = stored else {
         return;
     };
-    let based_on = (!create).then(|| meta_str(sent, "resourceVersion").to_owned());
-    if based_on
-        .as_deref()
-        .is_some_and(|rv| stored_rv == Some(rv) || rv.is_empty())
+    if replaced
+        .iter()
+        .any(|rv| rv.is_empty() || stored_rv == Some(*rv))
     {
         return;
     }
+    let replaced = replaced.iter().map(|rv| (*rv).to_owned()).collect();
     let key = decide::child_key(sent);
     let group_kind = key.split(' ').next().unwrap_or_default().to_owned();
     let write = Written {
@@ -245,7 +245,7 @@ fn expect_written(
         namespace: meta_str(sent, "namespace").to_owned(),
         name: meta_str(sent, "name").to_owned(),
         uid: uid.to_owned(),
-        based_on,
+        replaced,
         deadline: Instant::now() + c.ctx.config.created_children_wait,
     };
     if let Ok(mut expected) = c.expected.lock() {
@@ -420,7 +420,7 @@ async fn execute(
             kapi::create_as(&api, o, &w.manager).await.map(|stored| {
                 let m = &stored.metadata;
                 let version = (m.uid.as_deref(), m.resource_version.as_deref());
-                expect_written(c, w, o, version, true);
+                expect_written(c, w, o, version, &[]);
                 let text = m
                     .annotations
                     .as_ref()
@@ -449,7 +449,7 @@ async fn execute(
             kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
                 remember_ignored(c, o, &stored, &mut out.ignored);
                 let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
-                expect_written(c, w, o, version, false);
+                expect_written(c, w, o, version, &[meta_str(o, "resourceVersion")]);
                 let text = annotation_text(&stored, &rule.options.annotation);
                 remember_last_applied(c, rule, w, o, version, text);
             }),
@@ -458,7 +458,8 @@ async fn execute(
             "deleting",
             "delete",
             kapi::delete(&api, object).await.map(|()| {
-                expect_written(c, w, object, (meta(object, "uid"), None), false);
+                let replaced = [meta_str(object, "resourceVersion")];
+                expect_written(c, w, object, (meta(object, "uid"), None), &replaced);
             }),
         ),
     })
@@ -488,25 +489,22 @@ async fn apply_child(
     let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
         .map(|p| decide::with_owner(&p, w.parent))
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let mut version = w
-        .observed
-        .get(&key)
-        .map(|l| meta_str(l, "resourceVersion").to_owned());
-    if let Some(live) = w.observed.get(&key)
-        && let Some(upgraded) = upgrade_ownership(c, &api, live, &w.manager).await?
-    {
-        version = Some(upgraded);
-    }
+    let cached = w.observed.get(&key).map(|l| meta_str(l, "resourceVersion"));
+    let upgraded = match w.observed.get(&key) {
+        Some(live) => upgrade_ownership(c, &api, live, &w.manager).await?,
+        None => None,
+    };
     let body = apply::guarded(
         apply::apply_body(&prepared),
-        version.as_deref(),
+        upgraded.as_deref().or(cached),
         !subtrees.is_empty(),
     );
     let e = match kapi::apply_as(&api, &body, &w.manager, false).await {
         Ok(stored) => {
             if let Some(live) = w.observed.get(&key) {
-                let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
-                expect_written(c, w, live, version, false);
+                let stored_version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
+                let replaced: Vec<&str> = cached.into_iter().chain(upgraded.as_deref()).collect();
+                expect_written(c, w, live, stored_version, &replaced);
             }
             return Ok(true);
         }

@@ -37,24 +37,27 @@ pub struct Written {
     /// The child's uid (for a create, the one the API server gave it: an older object of the
     /// same name, as in a recreate, is not it).
     pub uid: String,
-    /// The resourceVersion an update or delete was based on (the cached one it read); `None`
-    /// for a create.
-    pub based_on: Option<String>,
+    /// The resourceVersions an update or delete replaced: the cached one it was based on, then
+    /// any kmeta wrote on the way (the ownership upgrade before a first apply). Empty for a
+    /// create.
+    pub replaced: Vec<String>,
     /// When to stop waiting for it.
     pub deadline: Instant,
 }
 
 /// Whether the cache shows `write`, given what it holds under the child's name now (`(uid,
 /// resourceVersion)`, `None` when nothing). A create is shown by an object with its uid. An update
-/// or delete is shown once the cache holds anything but the version it was based on — versions
-/// only move forward, so any other one is newer (no resourceVersion is compared for order, as the
-/// API conventions ask); a write the server made without a new version is never recorded.
+/// or delete is shown once the cache holds anything but the versions it replaced — the first of
+/// them was in the cache when the sync read it, the others are kmeta's own on the way, and
+/// versions only move forward, so any other one is newer (no resourceVersion is compared for
+/// order, as the API conventions ask); a write the server made without a new version is never
+/// recorded.
 pub fn shown(write: &Written, cached: Option<(&str, &str)>) -> bool {
-    match (&write.based_on, cached) {
-        (None, Some((uid, _))) => uid == write.uid,
-        (None, None) => false,
-        (Some(_), None) => true,
-        (Some(rv), Some((uid, cached_rv))) => uid != write.uid || cached_rv != rv,
+    match (write.replaced.is_empty(), cached) {
+        (true, Some((uid, _))) => uid == write.uid,
+        (true, None) => false,
+        (false, None) => true,
+        (false, Some((uid, rv))) => uid != write.uid || !write.replaced.iter().any(|r| r == rv),
     }
 }
 
@@ -149,14 +152,14 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             uid: uid.into(),
-            based_on: None,
+            replaced: Vec::new(),
             deadline,
         }
     }
 
-    fn updated(uid: &str, based_on: &str) -> Written {
+    fn updated(uid: &str, replaced: &[&str]) -> Written {
         Written {
-            based_on: Some(based_on.into()),
+            replaced: replaced.iter().map(|r| (*r).to_owned()).collect(),
             ..created("a", uid, Instant::now() + CREATE_EXPECTATION_TTL)
         }
     }
@@ -174,7 +177,7 @@ mod tests {
 
     #[test]
     fn an_update_or_delete_is_shown_by_any_other_version_or_none() {
-        let w = updated("u1", "7");
+        let w = updated("u1", &["7"]);
         assert!(!shown(&w, Some(("u1", "7"))), "the version it replaced");
         assert!(shown(&w, Some(("u1", "8"))));
         assert!(
@@ -183,6 +186,15 @@ mod tests {
         );
         assert!(shown(&w, None), "deleted");
         assert!(shown(&w, Some(("u2", "7"))), "deleted and created again");
+    }
+
+    #[test]
+    fn a_version_kmeta_wrote_on_the_way_is_not_the_write() {
+        // read at 7, ownership upgraded at 8, applied at 9
+        let w = updated("u1", &["7", "8"]);
+        assert!(!shown(&w, Some(("u1", "7"))));
+        assert!(!shown(&w, Some(("u1", "8"))), "the upgrade, not the apply");
+        assert!(shown(&w, Some(("u1", "9"))));
     }
 
     #[test]
