@@ -11,6 +11,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::api::{ChildUpdateMethod, DriftPolicy};
+use crate::hook::wire::group_key;
 use crate::object::{ObjectView, controller_uid, describe, meta_str};
 
 /// `metadata.<field>` as a string, if it is one.
@@ -238,10 +239,9 @@ fn expect_written(
         return;
     }
     let replaced = replaced.iter().map(|rv| (*rv).to_owned()).collect();
-    let key = decide::child_key(sent);
-    let group_kind = key.split(' ').next().unwrap_or_default().to_owned();
+    let field = |f: &str| sent.get(f).and_then(Value::as_str).unwrap_or_default();
     let write = Written {
-        group_kind,
+        group_kind: group_key(field("apiVersion"), field("kind")),
         namespace: meta_str(sent, "namespace").to_owned(),
         name: meta_str(sent, "name").to_owned(),
         uid: uid.to_owned(),
