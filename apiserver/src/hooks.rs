@@ -291,6 +291,15 @@ fn matches(want: &Option<String>, got: &str) -> bool {
     want.as_deref().is_none_or(|w| w == got)
 }
 
+/// The sum of the `latencies` matching `verb` on `resource`.
+fn total_delay(latencies: &[Latency], verb: &str, resource: &str) -> Duration {
+    latencies
+        .iter()
+        .filter(|l| matches(&l.verb, verb) && matches(&l.resource, resource))
+        .map(|l| l.delay)
+        .sum()
+}
+
 impl Faults {
     pub(crate) fn new(seed: u64) -> Self {
         Faults {
@@ -326,16 +335,7 @@ impl Faults {
         resource: Option<&str>,
         delay: Duration,
     ) -> HookId {
-        let mut s = self.lock();
-        s.next_id += 1;
-        let id = s.next_id;
-        s.latencies.push(Latency {
-            id,
-            verb: verb.map(str::to_string),
-            resource: resource.map(str::to_string),
-            delay,
-        });
-        HookId(id)
+        self.push_latency(|s| &mut s.latencies, verb, resource, delay)
     }
 
     /// Delay the events of matching resources on every open and future watch stream by at least
@@ -343,12 +343,23 @@ impl Faults {
     /// trail the writes it has acknowledged). Events keep their order; a write's response is
     /// not delayed, so a client can see its create succeed before its watch shows the object.
     pub fn delay_watch_events(&self, resource: Option<&str>, delay: Duration) -> HookId {
+        self.push_latency(|s| &mut s.watch_delays, None, resource, delay)
+    }
+
+    /// Adds a [`Latency`] to the list `to` picks; its id.
+    fn push_latency(
+        &self,
+        to: fn(&mut FaultState) -> &mut Vec<Latency>,
+        verb: Option<&str>,
+        resource: Option<&str>,
+        delay: Duration,
+    ) -> HookId {
         let mut s = self.lock();
         s.next_id += 1;
         let id = s.next_id;
-        s.watch_delays.push(Latency {
+        to(&mut s).push(Latency {
             id,
-            verb: None,
+            verb: verb.map(str::to_string),
             resource: resource.map(str::to_string),
             delay,
         });
@@ -374,12 +385,7 @@ impl Faults {
 
     /// How late the events of `resource` (a plural) are sent to watchers now.
     pub(crate) fn watch_event_delay(&self, resource: &str) -> Duration {
-        self.lock()
-            .watch_delays
-            .iter()
-            .filter(|l| matches(&l.resource, resource))
-            .map(|l| l.delay)
-            .sum()
+        total_delay(&self.lock().watch_delays, "watch", resource)
     }
 
     /// End every open watch stream now (clients see the stream close and re-watch).
@@ -409,12 +415,7 @@ impl Faults {
     /// Decide the fault (if any) and latency for a request.
     pub(crate) fn check(&self, verb: &str, resource: &str) -> (Option<FaultSpec>, Duration) {
         let mut s = self.lock();
-        let delay = s
-            .latencies
-            .iter()
-            .filter(|l| matches(&l.verb, verb) && matches(&l.resource, resource))
-            .map(|l| l.delay)
-            .sum();
+        let delay = total_delay(&s.latencies, verb, resource);
         let mut hit = None;
         let mut exhausted = None;
         let FaultState { faults, rng, .. } = &mut *s;
