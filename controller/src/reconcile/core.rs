@@ -76,9 +76,9 @@ pub struct ManagerConfig {
     /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
     /// Metacontroller has none; `--min-resync-after`, zero disables).
     pub min_resync_after: Duration,
-    /// How long a sync waits for the watch to show a child an earlier sync of the same parent
-    /// created (see `docs/design/created-children.md`); after that the child is reported
-    /// (`ChildNotObserved`) and the sync goes on without it. Default
+    /// How long a sync waits for the watch to show a child write (create, update, delete) an
+    /// earlier sync of the same parent made (see `docs/design/created-children.md`); after that
+    /// the write is reported (`ChildNotObserved`) and the sync goes on without it. Default
     /// [`CREATE_EXPECTATION_TTL`](crate::reconcile::CREATE_EXPECTATION_TTL) (5 min, Kubernetes'
     /// `ExpectationsTimeout`).
     pub created_children_wait: Duration,

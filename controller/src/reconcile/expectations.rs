@@ -11,7 +11,7 @@
 //! would send updates and deletes based on a version already replaced (409 Conflict).
 //!
 //! So each write is recorded here under its owner until the cache shows it ([`shown`]: a created
-//! child's uid; for an update or delete, any version other than the one it was based on, or none)
+//! child's uid; for an update or delete, any version other than those it replaced, or none)
 //! or a watch event of the child arrives ([`WriteExpectations::observed`]); while any is unseen,
 //! the owner's sync waits ([`crate::reconcile::core::SyncError::AwaitingWatch`]). A record that is
 //! never seen (the child deleted while the watch was relisting) expires after
@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a created child is waited for before a sync goes on without it, by default
+/// How long a child write is waited for before a sync goes on without it, by default
 /// ([`crate::ManagerConfig::created_children_wait`]): 5 minutes (Kubernetes'
 /// `ExpectationsTimeout`, `pkg/controller/controller_utils.go`).
 pub const CREATE_EXPECTATION_TTL: Duration = Duration::from_secs(300);
@@ -135,7 +135,7 @@ impl WriteExpectations {
         awaited
     }
 
-    /// Owners with unseen creates.
+    /// Owners with unseen writes.
     #[cfg(test)]
     pub fn owners(&self) -> usize {
         self.by_owner.len()

@@ -1,6 +1,6 @@
 //! One sync of one parent, as named steps:
-//! `ensure_finalizer → await_own_writes → claim_children → call_customize → call_hook (once per revision with a
-//! rolling child type: [`super::revisions`]) → validate_desired →
+//! `ensure_finalizer → await_own_writes → claim_children → call_customize → call_hook (once per
+//! revision with a rolling child type: [`super::revisions`]) → validate_desired →
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 

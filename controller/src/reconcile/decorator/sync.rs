@@ -1,6 +1,7 @@
 //! One sync of one target, as named steps:
-//! `ensure_finalizer → await_written → observe_attachments → call_customize → call_hook → desired_attachments →
-//! manage_children → decorate_target` (labels, annotations, status, finalizer).
+//! `ensure_finalizer → await_written → observe_attachments → call_customize → call_hook →
+//! desired_attachments → manage_children → decorate_target` (labels, annotations, status,
+//! finalizer).
 //! Decisions come from [`super::decide`] and [`crate::reconcile::decide`]; this module only
 //! reads caches and writes.
 
