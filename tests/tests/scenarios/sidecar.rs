@@ -43,6 +43,25 @@ fn inject(obj: &mut Value) {
     }
 }
 
+/// The injector as another client: patches `w`'s containers with the sidecar added.
+async fn inject_by_patch(
+    s: &Running,
+    workloads: &kube::Api<kube::api::DynamicObject>,
+    w: &Value,
+) -> anyhow::Result<()> {
+    let mut patched = w.clone();
+    inject(&mut patched);
+    let cs = patched.pointer("/spec/template/spec/containers").cloned();
+    let name = patched["metadata"]["name"].as_str().unwrap_or_default();
+    s.merge_patch(
+        workloads,
+        name,
+        json!({"spec": {"template": {"spec": {"containers": cs}}}}),
+    )
+    .await?;
+    Ok(())
+}
+
 fn containers(w: &Value) -> Vec<(String, String)> {
     w.pointer("/spec/template/spec/containers")
         .and_then(Value::as_array)
@@ -123,15 +142,7 @@ async fn sidecar_survives(
         .wait_for(&workloads, "web", "child Workload", |_| true)
         .await?;
     if admission.is_none() {
-        let mut patched = w.clone();
-        inject(&mut patched);
-        let cs = patched.pointer("/spec/template/spec/containers").cloned();
-        s.merge_patch(
-            &workloads,
-            "web",
-            json!({"spec": {"template": {"spec": {"containers": cs}}}}),
-        )
-        .await?;
+        inject_by_patch(&s, &workloads, &w).await?;
     }
     let w = s
         .wait_for(&workloads, "web", "sidecar injected", |w| {
@@ -226,15 +237,8 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
             .faults()
             .delay_watch_events(Some("workloads"), std::time::Duration::from_millis(1500))
     });
-    let mut w = s.get(&workloads, "web").await?.expect("the child");
-    inject(&mut w);
-    let cs = w.pointer("/spec/template/spec/containers").cloned();
-    s.merge_patch(
-        &workloads,
-        "web",
-        json!({"spec": {"template": {"spec": {"containers": cs}}}}),
-    )
-    .await?;
+    let w = s.get(&workloads, "web").await?.expect("the child");
+    inject_by_patch(&s, &workloads, &w).await?;
     s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
         .await?;
     let w = s
