@@ -120,17 +120,47 @@ pub const WATCH_LAG_ENV: &str = "KMETA_TEST_WATCH_LAG_MS";
 
 /// The watch lag `KMETA_TEST_WATCH_LAG_MS` asks for (`None`: unset or 0).
 pub fn watch_lag() -> anyhow::Result<Option<Duration>> {
-    match std::env::var(WATCH_LAG_ENV) {
+    millis_env(WATCH_LAG_ENV)
+}
+
+/// `KMETA_TEST_WATCH_CHURN_MS`: every that many milliseconds the in-process API server drops its
+/// retained watch events (as etcd compaction does) and closes every watch stream, so each watcher
+/// resumes into 410 Expired and lists again; for running the scenarios against watch churn.
+pub const WATCH_CHURN_ENV: &str = "KMETA_TEST_WATCH_CHURN_MS";
+
+/// The churn period `KMETA_TEST_WATCH_CHURN_MS` asks for (`None`: unset or 0).
+pub fn watch_churn() -> anyhow::Result<Option<Duration>> {
+    millis_env(WATCH_CHURN_ENV)
+}
+
+fn millis_env(var: &str) -> anyhow::Result<Option<Duration>> {
+    match std::env::var(var) {
         Ok(ms) => {
             let ms: u64 = ms
                 .trim()
                 .parse()
-                .with_context(|| format!("{WATCH_LAG_ENV}={ms:?}: not a number of milliseconds"))?;
+                .with_context(|| format!("{var}={ms:?}: not a number of milliseconds"))?;
             Ok((ms > 0).then(|| Duration::from_millis(ms)))
         }
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(anyhow::anyhow!("{WATCH_LAG_ENV}: {e}")),
+        Err(e) => Err(anyhow::anyhow!("{var}: {e}")),
     }
+}
+
+/// Compacts the server's watch history and closes its watches every `period` while the server
+/// lives.
+fn churn_watches(server: &TestServer, period: Duration) {
+    let state = Arc::downgrade(server.state());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(state) = state.upgrade() else { return };
+            state.compact();
+            state.faults.close_watches();
+        }
+    });
 }
 
 impl Env {
@@ -160,6 +190,9 @@ impl Env {
                 let server = builder.start().await.context("starting kmeta-apiserver")?;
                 if let Some(lag) = watch_lag()? {
                     server.faults().delay_watch_events(None, lag);
+                }
+                if let Some(period) = watch_churn()? {
+                    churn_watches(&server, period);
                 }
                 let cfg = kube::Config::new(server.url().parse()?);
                 (server.client(), cfg, Some(server))

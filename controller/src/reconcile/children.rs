@@ -199,13 +199,15 @@ pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
     }
 }
 
-/// A watch event of `child` arrived: its owner no longer waits for its writes.
-pub fn seen(expected: &Mutex<WriteExpectations>, child: &Compact) {
+/// A watch event of `child` arrived (`deleted`: its deletion): its owner no longer waits for the
+/// writes it shows ([`WriteExpectations::observed`]).
+pub fn seen(expected: &Mutex<WriteExpectations>, child: &Compact, deleted: bool) {
     let Some(owner) = child.controller() else {
         return;
     };
     if let Ok(mut e) = expected.lock() {
-        e.observed(owner.uid, child.uid());
+        let version = (!deleted).then(|| child.resource_version());
+        e.observed(owner.uid, child.uid(), version);
     }
 }
 
@@ -499,25 +501,29 @@ async fn apply_child(
         upgraded.as_deref().or(cached),
         !subtrees.is_empty(),
     );
-    let e = match kapi::apply_as(&api, &body, &w.manager, false).await {
-        Ok(stored) => {
-            if let Some(live) = w.observed.get(&key) {
-                let stored_version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
-                let replaced: Vec<&str> = cached.into_iter().chain(upgraded.as_deref()).collect();
-                expect_written(c, w, live, stored_version, &replaced);
+    let stored = match kapi::apply_as(&api, &body, &w.manager, false).await {
+        Ok(stored) => stored,
+        Err(e) => {
+            let kube::Error::Api(status) = &e else {
+                return Err(e);
+            };
+            let conflicts = apply::conflicts_of(status);
+            if status.code != 409 || conflicts.is_empty() {
+                return Err(e);
             }
-            return Ok(true);
+            match resolve_conflicts(c, rule, w, merged, &body, conflicts, out).await? {
+                Some(stored) => stored,
+                None => return Ok(false),
+            }
         }
-        Err(e) => e,
     };
-    let kube::Error::Api(status) = &e else {
-        return Err(e);
-    };
-    let conflicts = apply::conflicts_of(status);
-    if status.code != 409 || conflicts.is_empty() {
-        return Err(e);
+    // the apply (forced or not) is awaited like any write: the next sync waits for the watch
+    if let Some(live) = w.observed.get(&key) {
+        let stored_version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
+        let replaced: Vec<&str> = cached.into_iter().chain(upgraded.as_deref()).collect();
+        expect_written(c, w, live, stored_version, &replaced);
     }
-    resolve_conflicts(c, rule, w, merged, &body, conflicts, out).await
+    Ok(true)
 }
 
 /// Moves the fields `manager` (or kmeta's legacy managers) own through earlier creates and
@@ -560,8 +566,8 @@ async fn upgrade_ownership(
 }
 
 /// After an apply refused with conflicts: contests and (under `Report`) conflicts are reported
-/// and the child left as it is (`Ok(false)`); otherwise the fields are taken with force and named
-/// in a `ChildFieldsTaken` event.
+/// and the child left as it is (`Ok(None)`); otherwise the fields are taken with force and named
+/// in a `ChildFieldsTaken` event (`Ok(Some(stored))`).
 async fn resolve_conflicts(
     c: &Children<'_>,
     rule: &ChildRule,
@@ -570,7 +576,7 @@ async fn resolve_conflicts(
     body: &Value,
     conflicts: Vec<apply::FieldConflict>,
     out: &mut Collected,
-) -> Result<bool, kube::Error> {
+) -> Result<Option<Value>, kube::Error> {
     let key = decide::child_key(merged);
     let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
     let child = describe(merged);
@@ -596,7 +602,7 @@ async fn resolve_conflicts(
                 reason: "ChildContested",
                 message: format!("{child}: {fields}"),
             });
-            Ok(false)
+            Ok(None)
         }
         ConflictDecision::Take(taken) if rule.drift != DriftPolicy::Enforce => {
             let fields = apply::describe_conflicts(&taken);
@@ -610,7 +616,7 @@ async fn resolve_conflicts(
                 reason: "ChildConflict",
                 message: format!("{child}: {fields}"),
             });
-            Ok(false)
+            Ok(None)
         }
         ConflictDecision::Take(taken) => {
             if !taken.is_empty() {
@@ -621,9 +627,7 @@ async fn resolve_conflicts(
                 c.ctx.config.metrics.child_op(c.controller, "fields_taken");
                 c.ctx.event(w.parent, true, "ChildFieldsTaken", note).await;
             }
-            kapi::apply_as(&api, body, &w.manager, true)
-                .await
-                .map(|_| true)
+            kapi::apply_as(&api, body, &w.manager, true).await.map(Some)
         }
     }
 }

@@ -85,15 +85,19 @@ impl WriteExpectations {
         list.push(write);
     }
 
-    /// A watch event of the child `child_uid` controlled by `owner` arrived. Any event settles
-    /// its record: a created child added then deleted before a sync looked is seen all the same,
-    /// and an event handled after an update was recorded is newer than the version it was based
-    /// on (the cache held that one when the sync read it).
-    pub fn observed(&mut self, owner: &str, child_uid: &str) {
+    /// A watch event of the child `child_uid` controlled by `owner` arrived, showing it at
+    /// `version` (`None`: its deletion). A deletion settles the child's record (a created child
+    /// added then deleted before a sync looked is seen all the same); any other event settles it
+    /// when [`shown`] would: not an event of a version the write replaced, such as the ownership
+    /// upgrade kmeta wrote just before an apply, whose event can arrive after the apply was
+    /// recorded.
+    pub fn observed(&mut self, owner: &str, child_uid: &str, version: Option<&str>) {
         let Some(list) = self.by_owner.get_mut(owner) else {
             return;
         };
-        list.retain(|c| c.uid != child_uid);
+        list.retain(|c| {
+            c.uid != child_uid || version.is_some_and(|rv| !shown(c, Some((child_uid, rv))))
+        });
         if list.is_empty() {
             self.by_owner.remove(owner);
         }
@@ -218,8 +222,8 @@ mod tests {
         let mut e = WriteExpectations::default();
         e.expect("p", created("a", "u1", now + CREATE_EXPECTATION_TTL));
         e.expect("p", created("b", "u2", now + CREATE_EXPECTATION_TTL));
-        e.observed("p", "u1");
-        e.observed("other", "u2");
+        e.observed("p", "u1", Some("3"));
+        e.observed("other", "u2", Some("4"));
         let left = e.settle("p", now, |_| false);
         assert_eq!(
             left.unseen
@@ -228,7 +232,23 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["b"]
         );
-        e.observed("p", "u2");
+        e.observed("p", "u2", None);
+        assert_eq!(e.owners(), 0);
+    }
+
+    #[test]
+    fn an_event_of_a_version_the_write_replaced_does_not_settle_it() {
+        // read at 7, ownership upgraded at 8, applied at 9: the upgrade's event arrives after
+        // the apply was recorded (the churn of watches delays it past the apply's answer)
+        let mut e = WriteExpectations::default();
+        e.expect("p", updated("u1", &["7", "8"]));
+        e.observed("p", "u1", Some("8"));
+        assert_eq!(e.settle("p", Instant::now(), |_| false).unseen.len(), 1);
+        e.observed("p", "u1", Some("9"));
+        assert_eq!(e.owners(), 0);
+        // a deletion settles it whatever version it last had
+        e.expect("p", updated("u1", &["9"]));
+        e.observed("p", "u1", None);
         assert_eq!(e.owners(), 0);
     }
 

@@ -222,14 +222,14 @@ impl ParentController {
                 {
                     self.enqueue_for_child(o);
                 }
-                children::seen(&self.c.expected_writes, new);
+                children::seen(&self.c.expected_writes, new, false);
                 self.enqueue_for_child(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.c.last_applied.lock() {
                     l.forget(old.uid());
                 }
-                children::seen(&self.c.expected_writes, old);
+                children::seen(&self.c.expected_writes, old, true);
                 self.enqueue_for_child(old);
             }
         }

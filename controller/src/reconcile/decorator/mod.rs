@@ -191,14 +191,14 @@ impl DecoratorRunner {
                 {
                     self.enqueue_for_attachment(o);
                 }
-                children::seen(&self.d.expected_writes, new);
+                children::seen(&self.d.expected_writes, new, false);
                 self.enqueue_for_attachment(new);
             }
             Change::Deleted(old) => {
                 if let Ok(mut l) = self.d.last_applied.lock() {
                     l.forget(old.uid());
                 }
-                children::seen(&self.d.expected_writes, old);
+                children::seen(&self.d.expected_writes, old, true);
                 self.enqueue_for_attachment(old);
             }
         }
