@@ -104,6 +104,36 @@ pub struct Env {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// [`Env::decided_syncs`] from the metrics.
+fn decided_syncs(metrics: &Metrics, controller: &str) -> u64 {
+    metrics.reconcile_count(controller, "ok") + metrics.reconcile_count(controller, "error")
+}
+
+/// Whether some object in `body` (at any depth: a hook request's parent, children, related
+/// objects) has the uid `uid` and shows `patch`, a JSON merge patch: every field it sets has that
+/// value, every field it nulls is absent.
+pub fn shows_patch(body: &Value, uid: &str, patch: &Value) -> bool {
+    fn applied(obj: &Value, patch: &Value) -> bool {
+        match patch {
+            Value::Object(p) => p.iter().all(|(k, pv)| match (obj.get(k), pv) {
+                (None | Some(Value::Null), Value::Null) => true,
+                (Some(ov), pv) if !pv.is_null() => applied(ov, pv),
+                _ => false,
+            }),
+            other => obj == other,
+        }
+    }
+    match body {
+        Value::Object(m) => {
+            (body.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
+                && applied(body, patch))
+                || m.values().any(|v| shows_patch(v, uid, patch))
+        }
+        Value::Array(items) => items.iter().any(|v| shows_patch(v, uid, patch)),
+        _ => false,
+    }
+}
+
 fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -121,6 +151,15 @@ pub const WATCH_LAG_ENV: &str = "KMETA_TEST_WATCH_LAG_MS";
 /// The watch lag `KMETA_TEST_WATCH_LAG_MS` asks for (`None`: unset or 0).
 pub fn watch_lag() -> anyhow::Result<Option<Duration>> {
     millis_env(WATCH_LAG_ENV)
+}
+
+/// `KMETA_TEST_API_LATENCY_MS`: every request to the in-process API server is answered that many
+/// milliseconds late (a slow or distant API server), for running the scenarios against it.
+pub const API_LATENCY_ENV: &str = "KMETA_TEST_API_LATENCY_MS";
+
+/// The latency `KMETA_TEST_API_LATENCY_MS` asks for (`None`: unset or 0).
+pub fn api_latency() -> anyhow::Result<Option<Duration>> {
+    millis_env(API_LATENCY_ENV)
 }
 
 /// `KMETA_TEST_WATCH_CHURN_MS`: every that many milliseconds the in-process API server drops its
@@ -190,6 +229,9 @@ impl Env {
                 let server = builder.start().await.context("starting kmeta-apiserver")?;
                 if let Some(lag) = watch_lag()? {
                     server.faults().delay_watch_events(None, lag);
+                }
+                if let Some(latency) = api_latency()? {
+                    server.faults().add_latency(None, None, latency);
                 }
                 if let Some(period) = watch_churn()? {
                     churn_watches(&server, period);
@@ -401,7 +443,9 @@ impl Env {
     }
 
     /// JSON-merge-patches `name` and waits until `controller` finished a sync after the patch
-    /// (a way to make it sync again: patch an annotation).
+    /// (a way to make it sync again: patch an annotation). A sync in flight when the patch landed
+    /// may be the one waited for; a scenario with a hook server waits for the sync whose hook
+    /// call showed the patch instead (`Running::patch_and_sync`).
     pub async fn patch_and_sync(
         &self,
         controller: &str,
@@ -413,6 +457,12 @@ impl Env {
         let patched = self.merge_patch(api, name, patch).await?;
         self.wait_syncs(controller, syncs).await?;
         Ok(patched)
+    }
+
+    /// Syncs of `controller` that got past waiting and decided (results `ok` and `error`; not
+    /// `retry`, a sync waiting for the watch to show an earlier write).
+    pub fn decided_syncs(&self, controller: &str) -> u64 {
+        decided_syncs(&self.metrics, controller)
     }
 
     /// Finished syncs of `controller` (success + failure + retry).
@@ -569,7 +619,10 @@ type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 
 struct HookState {
     handler: Arc<Handler>,
-    calls: Mutex<Vec<(String, Value)>>,
+    /// `(hook, body, stamp)` of every request, the stamp from [`HookServer::stamp_calls`].
+    calls: Mutex<Vec<(String, Value, Option<u64>)>>,
+    /// Computes each request's stamp from its body when set.
+    stamp: Mutex<Option<Stamp>>,
     headers: Mutex<Vec<(String, axum::http::HeaderMap)>>,
     tls_failures: AtomicUsize,
     /// Whether bodies and headers are kept ([`HookServer::set_recording`]).
@@ -577,6 +630,26 @@ struct HookState {
     /// Requests received per hook path, recorded or not.
     counts: Mutex<HashMap<String, usize>>,
 }
+
+impl HookState {
+    /// Keeps a request's body (with its stamp) while recording.
+    fn record(&self, hook: &str, body: &Value) {
+        if !self.recording.load(Ordering::SeqCst) {
+            return;
+        }
+        let stamp = self
+            .stamp
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().and_then(|f| f(body)));
+        if let Ok(mut c) = self.calls.lock() {
+            c.push((hook.to_owned(), body.clone(), stamp));
+        }
+    }
+}
+
+/// What [`HookServer::stamp_calls`] records with each request.
+type Stamp = Arc<dyn Fn(&Value) -> Option<u64> + Send + Sync>;
 
 /// A webhook server on 127.0.0.1: every POST to `/<hook>` is recorded and answered by the
 /// handler, which gets the path (`sync`, `finalize`, `customize`, ...) and the request body.
@@ -647,6 +720,7 @@ impl HookServer {
         let state = Arc::new(HookState {
             handler: Arc::new(handler),
             calls: Mutex::new(Vec::new()),
+            stamp: Mutex::new(None),
             headers: Mutex::new(Vec::new()),
             tls_failures: AtomicUsize::new(0),
             recording: AtomicBool::new(true),
@@ -686,11 +760,7 @@ impl HookServer {
             if let Ok(mut n) = state.counts.lock() {
                 *n.entry(hook.clone()).or_default() += 1;
             }
-            if let Ok(mut c) = state.calls.lock()
-                && state.recording.load(Ordering::SeqCst)
-            {
-                c.push((hook.clone(), body.clone()));
-            }
+            state.record(&hook, &body);
             let reply = (state.handler)(&hook, &body);
             Box::pin(answer_in_process(reply))
         }
@@ -703,8 +773,35 @@ impl HookServer {
             .lock()
             .map(|c| {
                 c.iter()
-                    .filter(|(h, _)| h == hook)
-                    .map(|(_, b)| b.clone())
+                    .filter(|(h, _, _)| h == hook)
+                    .map(|(_, b, _)| b.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Records with every later request `stamp(body)`, computed as it arrives (for instance the
+    /// syncs its controller had finished then: see [`HookServer::stamped_since`]).
+    pub fn stamp_calls(&self, stamp: impl Fn(&Value) -> Option<u64> + Send + Sync + 'static) {
+        if let Ok(mut s) = self.state.stamp.lock() {
+            *s = Some(Arc::new(stamp));
+        }
+    }
+
+    /// Requests recorded so far, at every hook path.
+    pub fn recorded(&self) -> usize {
+        self.state.calls.lock().map(|c| c.len()).unwrap_or_default()
+    }
+
+    /// The body and stamp of every request recorded after the first `from`.
+    pub fn stamped_since(&self, from: usize) -> Vec<(Value, Option<u64>)> {
+        self.state
+            .calls
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .skip(from)
+                    .map(|(_, b, s)| (b.clone(), *s))
                     .collect()
             })
             .unwrap_or_default()
@@ -773,11 +870,7 @@ async fn serve(
     if let Ok(mut n) = state.counts.lock() {
         *n.entry(hook.clone()).or_default() += 1;
     }
-    if let Ok(mut c) = state.calls.lock()
-        && recording
-    {
-        c.push((hook.clone(), body.clone()));
-    }
+    state.record(&hook, &body);
     let mut reply = (state.handler)(&hook, &body);
     let mut extra = Vec::new();
     let mut response = loop {

@@ -174,6 +174,15 @@ impl Scenario {
             Some(handler) => Some(HookServer::start(handler).await?),
             None => None,
         };
+        if let Some(hooks) = &hooks {
+            // each hook call records the decided syncs of its controller so far: the sync that
+            // made the call is not among them (see `Running::patch_and_sync`)
+            let metrics = env.metrics.clone();
+            hooks.stamp_calls(move |body| {
+                let name = body.pointer("/controller/metadata/name")?.as_str()?;
+                Some(crate::decided_syncs(&metrics, name))
+            });
+        }
         for (plural, mut object) in self.objects {
             object["metadata"]["namespace"] = json!(env.ns);
             env.create(&plural, object).await?;
@@ -518,6 +527,50 @@ impl DerefMut for Running {
 }
 
 impl Running {
+    /// JSON-merge-patches `name` and waits until `controller` finished the sync whose hook call
+    /// showed the patch (a way to make it sync again: patch an annotation). Neither a sync in
+    /// flight when the patch landed nor one that only waited for the watch counts.
+    pub async fn patch_and_sync(
+        &self,
+        controller: &str,
+        api: &Api<DynamicObject>,
+        name: &str,
+        patch: Value,
+    ) -> anyhow::Result<Value> {
+        let Some(hooks) = &self.hooks else {
+            return self.env.patch_and_sync(controller, api, name, patch).await;
+        };
+        let from = hooks.recorded();
+        let decided_before = self.env.decided_syncs(controller);
+        let patched = self.merge_patch(api, name, patch.clone()).await?;
+        let uid = patched["metadata"]["uid"].as_str().unwrap_or_default();
+        let stamp = eventually(
+            &format!("a hook call of {controller} showing the patch of {name}"),
+            TIMEOUT,
+            || async {
+                Ok(hooks
+                    .stamped_since(from)
+                    .into_iter()
+                    .find(|(body, _)| {
+                        let of = body.pointer("/controller/metadata/name");
+                        of.is_none_or(|n| n == controller) && crate::shows_patch(body, uid, &patch)
+                    })
+                    .map(|(_, stamp)| stamp))
+            },
+        )
+        .await?;
+        // the stamp: the syncs decided before that call's sync; without one (a request naming no
+        // controller), those before the patch
+        let before = stamp.unwrap_or(decided_before);
+        eventually(
+            &format!("the sync of {controller} that saw the patch of {name}"),
+            TIMEOUT,
+            || async { Ok((self.env.decided_syncs(controller) > before).then_some(())) },
+        )
+        .await?;
+        Ok(patched)
+    }
+
     /// The scenario's hook server.
     ///
     /// # Panics
