@@ -196,6 +196,9 @@ pub struct FaultSpec {
     pub times: Option<u64>,
     /// Fraction of matching requests that fail, 0.0..=1.0 (default 1.0), decided by the seeded RNG.
     pub rate: f64,
+    /// Only requests whose `User-Agent` starts with this (`kmeta/`: the controller's, not a
+    /// test's own client); `None` matches all.
+    pub user_agent: Option<String>,
 }
 
 impl FaultSpec {
@@ -208,6 +211,7 @@ impl FaultSpec {
             retry_after_seconds: 1,
             times: None,
             rate: 1.0,
+            user_agent: None,
         }
     }
     /// Restrict to a verb.
@@ -228,6 +232,11 @@ impl FaultSpec {
     /// Fail a fraction of matching requests.
     pub fn rate(mut self, rate: f64) -> Self {
         self.rate = rate.clamp(0.0, 1.0);
+        self
+    }
+    /// Restrict to requests whose `User-Agent` starts with `prefix`.
+    pub fn user_agent(mut self, prefix: &str) -> Self {
+        self.user_agent = Some(prefix.to_string());
         self
     }
     /// Retry-After seconds.
@@ -413,14 +422,24 @@ impl Faults {
     }
 
     /// Decide the fault (if any) and latency for a request.
-    pub(crate) fn check(&self, verb: &str, resource: &str) -> (Option<FaultSpec>, Duration) {
+    pub(crate) fn check(
+        &self,
+        verb: &str,
+        resource: &str,
+        user_agent: &str,
+    ) -> (Option<FaultSpec>, Duration) {
         let mut s = self.lock();
         let delay = total_delay(&s.latencies, verb, resource);
         let mut hit = None;
         let mut exhausted = None;
         let FaultState { faults, rng, .. } = &mut *s;
         for f in faults.iter_mut() {
-            if !(matches(&f.spec.verb, verb) && matches(&f.spec.resource, resource)) {
+            if !(matches(&f.spec.verb, verb) && matches(&f.spec.resource, resource))
+                || f.spec
+                    .user_agent
+                    .as_deref()
+                    .is_some_and(|p| !user_agent.starts_with(p))
+            {
                 continue;
             }
             if f.spec.rate < 1.0 && rng.next_f64() >= f.spec.rate {
@@ -569,6 +588,15 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_fault_for_one_user_agent_spares_the_others() {
+        let f = Faults::new(7);
+        f.inject(FaultSpec::error(500).verb("create").user_agent("kmeta/"));
+        assert!(f.check("create", "configmaps", "kmeta/0.1.0").0.is_some());
+        assert!(f.check("create", "configmaps", "kubectl/v1.32").0.is_none());
+        assert!(f.check("create", "configmaps", "").0.is_none());
+    }
+
+    #[test]
     fn fault_times_and_rate_deterministic() {
         let f = Faults::new(7);
         f.inject(
@@ -577,15 +605,18 @@ mod tests {
                 .resource("configmaps")
                 .times(2),
         );
-        assert!(f.check("get", "configmaps").0.is_none());
-        assert_eq!(f.check("update", "configmaps").0.map(|s| s.code), Some(503));
-        assert!(f.check("update", "configmaps").0.is_some());
-        assert!(f.check("update", "configmaps").0.is_none());
+        assert!(f.check("get", "configmaps", "").0.is_none());
+        assert_eq!(
+            f.check("update", "configmaps", "").0.map(|s| s.code),
+            Some(503)
+        );
+        assert!(f.check("update", "configmaps", "").0.is_some());
+        assert!(f.check("update", "configmaps", "").0.is_none());
         let run = |seed| {
             let f = Faults::new(seed);
             f.inject(FaultSpec::error(500).rate(0.5));
             (0..64)
-                .map(|_| f.check("get", "pods").0.is_some())
+                .map(|_| f.check("get", "pods", "").0.is_some())
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));

@@ -162,6 +162,30 @@ pub fn api_latency() -> anyhow::Result<Option<Duration>> {
     millis_env(API_LATENCY_ENV)
 }
 
+/// `KMETA_TEST_WRITE_FAULT_PCT`: that percentage of the controller's writes (by its User-Agent,
+/// `kmeta/…`; the tests' own requests are spared) fail with 500, for running the scenarios
+/// against a flaky API server.
+pub const WRITE_FAULT_ENV: &str = "KMETA_TEST_WRITE_FAULT_PCT";
+
+/// The fraction of controller writes `KMETA_TEST_WRITE_FAULT_PCT` fails (`None`: unset or 0).
+pub fn write_fault_rate() -> anyhow::Result<Option<f64>> {
+    match std::env::var(WRITE_FAULT_ENV) {
+        Ok(pct) => {
+            let pct: f64 = pct
+                .trim()
+                .parse()
+                .with_context(|| format!("{WRITE_FAULT_ENV}={pct:?}: not a percentage"))?;
+            anyhow::ensure!(
+                (0.0..=100.0).contains(&pct),
+                "{WRITE_FAULT_ENV}={pct}: not between 0 and 100"
+            );
+            Ok((pct > 0.0).then_some(pct / 100.0))
+        }
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("{WRITE_FAULT_ENV}: {e}")),
+    }
+}
+
 /// `KMETA_TEST_WATCH_CHURN_MS`: every that many milliseconds the in-process API server drops its
 /// retained watch events (as etcd compaction does) and closes every watch stream, so each watcher
 /// resumes into 410 Expired and lists again; for running the scenarios against watch churn.
@@ -232,6 +256,16 @@ impl Env {
                 }
                 if let Some(latency) = api_latency()? {
                     server.faults().add_latency(None, None, latency);
+                }
+                if let Some(rate) = write_fault_rate()? {
+                    for verb in ["create", "update", "patch", "delete"] {
+                        server.faults().inject(
+                            kmeta_apiserver::FaultSpec::error(500)
+                                .verb(verb)
+                                .user_agent("kmeta/")
+                                .rate(rate),
+                        );
+                    }
                 }
                 if let Some(period) = watch_churn()? {
                     churn_watches(&server, period);

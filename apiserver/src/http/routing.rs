@@ -23,7 +23,12 @@ pub(super) async fn handle(State(state): State<Arc<ServerState>>, request: Reque
         Some(s) => format!("{plural}/{s}"),
         None => plural.clone(),
     };
-    let (fault, delay) = state.faults.check(verb, &resource);
+    let user_agent = request
+        .headers()
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let (fault, delay) = state.faults.check(verb, &resource, user_agent);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }

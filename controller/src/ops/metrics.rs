@@ -227,6 +227,7 @@ pub struct Metrics {
     api_duration: HistogramFamily<ApiLabels>,
     rate_limit_wait: Histogram,
     events_dropped: Counter,
+    events_failed: Counter,
     leader: Family<LeaseLabels, Gauge>,
 }
 
@@ -261,6 +262,35 @@ impl std::fmt::Debug for InFlightGuard {
 }
 
 impl Metrics {
+    /// Registers the series of the process's API client: requests, rate limiter, Events.
+    fn register_client_series(&mut self) {
+        self.registry.register(
+            "kmeta_api_requests",
+            "Kubernetes API requests by verb and HTTP code",
+            self.api_requests.clone(),
+        );
+        self.registry.register(
+            "kmeta_api_request_duration_seconds",
+            "Kubernetes API request latency by verb and HTTP code",
+            self.api_duration.clone(),
+        );
+        self.registry.register(
+            "kmeta_client_rate_limiter_wait_seconds",
+            "time API requests waited for the client-side rate limiter",
+            self.rate_limit_wait.clone(),
+        );
+        self.registry.register(
+            "kmeta_events_dropped",
+            "Kubernetes Events not sent because of the events rate limit",
+            self.events_dropped.clone(),
+        );
+        self.registry.register(
+            "kmeta_events_failed",
+            "Kubernetes Events given up after the API server did not take them (retried first when a retry could help)",
+            self.events_failed.clone(),
+        );
+    }
+
     /// A fresh registry with every series registered.
     pub fn new() -> Self {
         let mut m = Metrics {
@@ -280,6 +310,7 @@ impl Metrics {
             api_duration: Family::new_with_constructor(default_histogram),
             rate_limit_wait: wait_histogram(),
             events_dropped: Counter::default(),
+            events_failed: Counter::default(),
             leader: Family::default(),
         };
         let r = &mut m.registry;
@@ -318,30 +349,11 @@ impl Metrics {
         );
         m.drift.register(r);
         r.register(
-            "kmeta_api_requests",
-            "Kubernetes API requests by verb and HTTP code",
-            m.api_requests.clone(),
-        );
-        r.register(
-            "kmeta_api_request_duration_seconds",
-            "Kubernetes API request latency by verb and HTTP code",
-            m.api_duration.clone(),
-        );
-        r.register(
-            "kmeta_client_rate_limiter_wait_seconds",
-            "time API requests waited for the client-side rate limiter",
-            m.rate_limit_wait.clone(),
-        );
-        r.register(
-            "kmeta_events_dropped",
-            "Kubernetes Events not sent because of the events rate limit",
-            m.events_dropped.clone(),
-        );
-        r.register(
             "kmeta_leader_election_status",
             "1 while this instance holds the leader Lease of this name, else 0",
             m.leader.clone(),
         );
+        m.register_client_series();
         m
     }
 
@@ -553,6 +565,16 @@ impl Metrics {
     /// An Event was dropped by the events rate limit.
     pub fn event_dropped(&self) {
         self.events_dropped.inc();
+    }
+
+    /// An Event was given up: the API server did not take it (`crate::ops::events`).
+    pub fn event_failed(&self) {
+        self.events_failed.inc();
+    }
+
+    /// Events given up so far.
+    pub fn events_failed(&self) -> u64 {
+        self.events_failed.get()
     }
 
     /// Whether this instance holds the leader Lease `lease`.
@@ -817,6 +839,7 @@ mod tests {
         m.child_op("cc", "create");
         m.api_request("patch", "409", Duration::from_millis(1));
         m.event_dropped();
+        m.event_failed();
         let text = m.encode();
         for want in [
             "kmeta_reconcile_total{controller=\"cc\",result=\"ok\"} 2",
@@ -825,6 +848,7 @@ mod tests {
             "kmeta_child_operations_total{controller=\"cc\",op=\"create\"} 1",
             "kmeta_api_requests_total{verb=\"patch\",code=\"409\"} 1",
             "kmeta_events_dropped_total 1",
+            "kmeta_events_failed_total 1",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }

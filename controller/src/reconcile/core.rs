@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
+use crate::ops::events::EventSender;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
@@ -154,6 +155,8 @@ pub struct Context {
     pub(crate) informers: Informers,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Sends Events through the recorder, retrying those the API server did not take.
+    events: EventSender,
     /// Event spam filter: one token bucket per (object, reason).
     event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
     /// Children wanted by one parent and held by another, across controllers (server-side
@@ -191,6 +194,7 @@ impl Context {
             },
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
+        let events = EventSender::new(recorder.clone(), config.metrics.clone());
         Arc::new(Context {
             informers: Informers::new(
                 client.clone(),
@@ -201,6 +205,7 @@ impl Context {
             client,
             config,
             recorder,
+            events,
             event_limits: Mutex::new(HashMap::new()),
             contests: Mutex::default(),
             child_writes,
@@ -236,8 +241,9 @@ impl Context {
         bucket.allow(now)
     }
 
-    /// Publishes an event about `obj` (errors are logged, never fatal), unless the spam filter
-    /// drops it (counted in the dropped-events metric).
+    /// Publishes an event about `obj`, unless the spam filter drops it (counted in the
+    /// dropped-events metric); one the API server did not take is retried in the background and,
+    /// when given up, logged and counted ([`crate::ops::events`]). Never fatal.
     pub async fn event(&self, obj: &Value, warning: bool, reason: &str, note: String) {
         if !self.event_allowed(obj, reason) {
             self.config.metrics.event_dropped();
@@ -274,9 +280,7 @@ impl Context {
             action: reason.to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(reason, error = %e, "publishing event failed");
-        }
+        self.events.send(ev, reference).await;
     }
 }
 

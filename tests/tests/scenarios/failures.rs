@@ -216,14 +216,14 @@ async fn a_child_name_held_by_another_parent_is_reported() -> anyhow::Result<()>
         .as_str()
         .unwrap_or_default();
     assert!(message.contains("another controller owns"), "{message}");
-    // the first parent's child is untouched and it reports no failure
-    let first = s.get(&s.parents(), "first").await?.unwrap();
-    assert!(
+    // the first parent's child is untouched and it reports no failure (waited for: under
+    // KMETA_TEST_WRITE_FAULT_PCT one of its own writes may fail, be reported and be retried)
+    s.wait_parent("first", "no failure on the first parent", |first| {
         first["status"]["conditions"]
             .as_array()
-            .is_none_or(|c| c.iter().all(|c| c["status"] != "False")),
-        "{first}"
-    );
+            .is_none_or(|c| c.iter().all(|c| c["status"] != "False"))
+    })
+    .await?;
     let cm = s.get(&s.configmaps(), "shared").await?.unwrap();
     assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], "first");
     s.finish().await
@@ -344,5 +344,40 @@ async fn a_parent_deleted_during_its_hook_call_gets_no_children() -> anyhow::Res
     until("the sync to end", || synced(&s) > before).await?;
     assert_eq!(s.metrics.child_op_count("gone-cc", "create"), 0);
     assert!(s.get(&s.configmaps(), "p-c").await?.is_none());
+    s.finish().await
+}
+
+/// An Event the API server refuses with a transient error (500) is sent again (`ops::events`:
+/// after 1 s, doubling): the controller's `Started` event, published once, arrives although its
+/// create was refused, and nothing is counted as given up.
+#[tokio::test]
+async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
+    let mut s = Scenario::new("event-retry")
+        .crd("Thing", "things")
+        .hook(|_, _| Reply::Json(json!({"status": {}, "children": []})))
+        .prepare()
+        .await?;
+    let Some(before) = s.server().map(|server| {
+        server.faults().inject(
+            kmeta_apiserver::FaultSpec::error(500)
+                .verb("create")
+                .resource("events")
+                .times(1),
+        );
+        server.counters()
+    }) else {
+        eprintln!("needs kmeta-apiserver's fault injection to refuse an event: checked there");
+        return s.finish().await;
+    };
+    s.controller(Cc::new("event-retry-cc")).await?;
+    s.start_controller();
+    s.wait_event("the controller's Started event, sent again", None, |e| {
+        e["reason"] == "Started" && e["regarding"]["name"] == "event-retry-cc"
+    })
+    .await?;
+    let counters = s.server().map(|server| server.counters().since(&before));
+    let refused = counters.map_or(0, |c| c.get("create", "events", 500));
+    assert_eq!(refused, 1, "the Started event's first create was refused");
+    assert_eq!(s.metrics.events_failed(), 0, "nothing given up");
     s.finish().await
 }
