@@ -42,10 +42,18 @@ pub enum Outcome {
     HookAnswered,
     /// The endpoint is unhealthy: no connection, a timeout, a 5xx.
     HookDown,
-    /// The result says nothing about the endpoint (the hook was not reached: a watch not synced,
-    /// an API error before the call, a parent gone).
+    /// The result says nothing about the endpoint (the hook was not reached: an API error before
+    /// the call, a parent gone).
     Unrelated,
+    /// The hook was not reached yet, for a wait that ends by itself (the watch still to show the
+    /// sync's last write, a watch not synced yet, the parent changed since read): the key comes
+    /// back on its own soon. A probe stays the probe, up to [`PROBE_WAITS`] times in a row.
+    NotYet,
 }
+
+/// How many times in a row a probe may come back without reaching the hook ([`Outcome::NotYet`])
+/// before the probe is handed on: 5 (kmeta's).
+pub const PROBE_WAITS: u32 = 5;
 
 /// Whether a key may sync now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +99,8 @@ struct State<K> {
     /// The key chosen as the next probe, and when it may run.
     probe: Option<K>,
     probe_at: Option<Instant>,
+    /// [`Outcome::NotYet`] results of the current probe in a row.
+    probe_waits: u32,
     parked: HashSet<K>,
 }
 
@@ -107,6 +117,7 @@ impl<K: Clone + Eq + Hash> Default for Circuit<K> {
                 open: false,
                 probe: None,
                 probe_at: None,
+                probe_waits: 0,
                 parked: HashSet::new(),
             }),
         }
@@ -183,6 +194,7 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                 }
                 let after = probe_interval(s.failures);
                 if !s.open {
+                    s.probe_waits = 0;
                     s.open = true;
                     s.probe = Some(key.clone());
                     s.probe_at = Some(now + after);
@@ -191,6 +203,7 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                         after,
                     }
                 } else if s.probe.as_ref() == Some(key) {
+                    s.probe_waits = 0;
                     s.probe_at = Some(now + after);
                     Effect::Probe {
                         probe: key.clone(),
@@ -202,13 +215,29 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                     Effect::Parked
                 }
             }
-            Outcome::Unrelated => {
-                // a probe that did not reach the hook hands the probe on at once
-                if s.open && s.probe.as_ref() == Some(key) {
-                    s.probe = None;
-                    s.probe_at = None;
+            Outcome::NotYet | Outcome::Unrelated => {
+                if !(s.open && s.probe.as_ref() == Some(key)) {
+                    return Effect::None;
                 }
-                Effect::None
+                if outcome == Outcome::NotYet && s.probe_waits + 1 < PROBE_WAITS {
+                    // it comes back by itself, and may run at once then
+                    s.probe_waits += 1;
+                    return Effect::None;
+                }
+                s.probe_waits = 0;
+                // a probe that did not reach the hook (its parent gone, or waiting for the watch
+                // to show its last write) hands the probe on to a parked parent, at the probe
+                // cadence: handing it on at once made every hand-off an immediate probe, and
+                // left nobody scheduled to probe when no event came
+                let after = probe_interval(s.failures);
+                let next = s.parked.iter().find(|k| *k != key).cloned();
+                if next.is_some() {
+                    s.parked.insert(key.clone());
+                }
+                let next = next.unwrap_or_else(|| key.clone());
+                s.probe = Some(next.clone());
+                s.probe_at = Some(now + after);
+                Effect::Probe { probe: next, after }
             }
         })
     }
@@ -319,14 +348,69 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_that_did_not_reach_the_hook_hands_the_probe_on() {
+    fn a_probe_that_did_not_reach_the_hook_hands_the_probe_on_at_the_cadence() {
+        let c: Circuit<u32> = Circuit::default();
+        let t0 = Instant::now();
+        let t = t0 + backoff(OPEN_AFTER);
+        down_n(&c, 0..OPEN_AFTER, t0);
+        assert_eq!(c.gate(&6, t0), Gate::Park);
+        assert_eq!(c.gate(&4, t), Gate::Run);
+        let after = probe_interval(OPEN_AFTER);
+        assert_eq!(
+            c.record(&4, Outcome::Unrelated, t),
+            Effect::Probe { probe: 6, after },
+            "a parked parent is scheduled to probe next"
+        );
+        assert_eq!(c.gate(&6, t), Gate::Early(after), "not before its time");
+        assert_eq!(c.gate(&4, t + after), Gate::Park, "the old probe waits now");
+        assert_eq!(c.gate(&6, t + after), Gate::Run);
+        assert_eq!(
+            c.record(&6, Outcome::HookAnswered, t + after),
+            Effect::Closed(vec![4]),
+            "the old probe comes back with the rest"
+        );
+    }
+
+    #[test]
+    fn a_probe_waiting_for_its_watch_stays_the_probe_a_few_times() {
+        let c: Circuit<u32> = Circuit::default();
+        let t0 = Instant::now();
+        let t = t0 + backoff(OPEN_AFTER);
+        down_n(&c, 0..OPEN_AFTER, t0);
+        assert_eq!(c.gate(&6, t0), Gate::Park);
+        for _ in 1..PROBE_WAITS {
+            assert_eq!(c.gate(&4, t), Gate::Run, "back by itself, at once");
+            assert_eq!(c.record(&4, Outcome::NotYet, t), Effect::None);
+        }
+        assert_eq!(c.gate(&4, t), Gate::Run);
+        assert_eq!(
+            c.record(&4, Outcome::NotYet, t),
+            Effect::Probe {
+                probe: 6,
+                after: probe_interval(OPEN_AFTER)
+            },
+            "then handed on"
+        );
+    }
+
+    #[test]
+    fn a_probe_with_nobody_parked_stays_the_probe() {
         let c: Circuit<u32> = Circuit::default();
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
         assert_eq!(c.gate(&4, t), Gate::Run);
-        assert_eq!(c.record(&4, Outcome::Unrelated, t), Effect::None);
-        assert_eq!(c.gate(&6, t), Gate::Run, "another parent may probe now");
+        let after = probe_interval(OPEN_AFTER);
+        assert_eq!(
+            c.record(&4, Outcome::Unrelated, t),
+            Effect::Probe { probe: 4, after }
+        );
+        assert_eq!(
+            c.gate(&7, t + after),
+            Gate::Park,
+            "another parent does not jump in"
+        );
+        assert_eq!(c.gate(&4, t + after), Gate::Run);
     }
 
     #[test]

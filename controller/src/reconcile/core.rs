@@ -561,6 +561,12 @@ fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
         Err(SyncError::Hook(HookError::Transport { .. })) => Outcome::HookDown,
         Err(SyncError::Hook(HookError::Status { code, .. })) if *code >= 500 => Outcome::HookDown,
         Err(SyncError::Hook(_)) | Ok(_) => Outcome::HookAnswered,
+        Err(
+            SyncError::AwaitingWatch(_)
+            | SyncError::RelatedNotSynced(_)
+            | SyncError::WatchNotSynced(_)
+            | SyncError::Stale(_),
+        ) => Outcome::NotYet,
         Err(_) => Outcome::Unrelated,
     }
 }
