@@ -1,16 +1,30 @@
-//! Publishing Kubernetes Events so that a transient API failure does not lose one: an Event the
-//! API server did not take is sent again in the background, after 1, 2, 4, 8 and 16 s (about
-//! 31 s in all), unless the answer says a retry cannot help (a 4xx other than 408, 409 and 429).
-//! Given up — after the last retry, on such an answer, or when [`RETRIES_PENDING`] Events
-//! already wait — it is logged and counted in `kmeta_events_failed_total`. client-go's recorder
-//! retries too (12 tries, 10 s apart); kube's `Recorder` does not.
+//! Publishing Kubernetes Events (`events.k8s.io/v1`).
+//!
+//! **Series.** An Event that repeats — same type, reason, object and note — within
+//! [`SERIES_TTL`] of its last occurrence is one Event whose `series` counts the repeats (a
+//! patch, not a new object). The note is part of what makes an Event the same: kube's
+//! `Recorder` (and client-go's `tools/events`) leave it out, so a parent whose child write failed
+//! for one cause and then for another kept showing the first cause, and two controllers' notes
+//! about one object merged into whichever came first. Metacontroller's core/v1 events keep
+//! distinct messages apart too.
+//!
+//! **Retries.** An Event the API server did not take is sent again in the background, after
+//! 1, 2, 4, 8 and 16 s (about 31 s in all), unless the answer says a retry cannot help (a 4xx
+//! other than 408, 409 and 429). Given up — after the last retry, on such an answer, or when
+//! [`RETRIES_PENDING`] Events already wait — it is logged and counted in
+//! `kmeta_events_failed_total`. client-go's recorder retries too (12 tries, 10 s apart); kube's
+//! `Recorder` does not.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use k8s_openapi::api::events::v1::{Event as KEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::ops::metrics::Metrics;
 
@@ -27,6 +41,25 @@ pub const RETRY_DELAYS: [Duration; 5] = [
 /// and memory); a failed Event beyond that is given up at once: 256.
 pub const RETRIES_PENDING: usize = 256;
 
+/// A repeat within this long of an Event's last occurrence counts in its series: 6 minutes
+/// (client-go's and kube's, a little over the 5-minute series heartbeat of the Events KEP).
+pub const SERIES_TTL: Duration = Duration::from_secs(360);
+
+/// Series remembered at most (then the memory starts over: the next repeat of each is a new
+/// Event): 4096, as the events spam filter.
+pub const SERIES_MAX: usize = 4096;
+
+/// One Event to publish.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Event {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// Why (`SyncError`, `ChildWriteFailed`, ...); also the Event's `action`.
+    pub reason: String,
+    /// What happened, for people (at most 1 kB).
+    pub note: String,
+}
+
 /// Whether sending an Event again can succeed after `error`: transport failures, timeouts,
 /// conflicts, throttling and server errors can; a 4xx about the Event itself (invalid,
 /// forbidden, its namespace gone) cannot.
@@ -36,6 +69,178 @@ pub fn retryable(error: &kube::Error) -> bool {
             matches!(status.code, 408 | 409 | 429) || status.code >= 500 || status.code == 0
         }
         _ => true,
+    }
+}
+
+/// What makes two Events one series: the object (by uid, or kind, namespace and name), the
+/// type, the reason and the note.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    regarding: (String, String, String, String),
+    event: Event,
+}
+
+impl SeriesKey {
+    fn of(event: &Event, regarding: &ObjectReference) -> Self {
+        let part = |s: &Option<String>| s.clone().unwrap_or_default();
+        SeriesKey {
+            regarding: (
+                part(&regarding.uid),
+                part(&regarding.kind),
+                part(&regarding.namespace),
+                part(&regarding.name),
+            ),
+            event: event.clone(),
+        }
+    }
+}
+
+/// The last occurrence of a series.
+#[derive(Debug, Clone)]
+struct Last {
+    /// The Event object's name.
+    name: String,
+    /// Occurrences so far (1: the Event has no `series` yet).
+    count: i32,
+    /// When it last occurred.
+    at: Instant,
+}
+
+/// How to publish an occurrence given its series' last one.
+#[derive(Debug, PartialEq)]
+enum Publish {
+    /// A new Event object.
+    Create,
+    /// A repeat: the Event `name` gets `series.count = count`.
+    Repeat { name: String, count: i32 },
+}
+
+/// Pure: a repeat within [`SERIES_TTL`] of the last occurrence patches its series; anything else
+/// creates an Event.
+fn decide(last: Option<&Last>, now: Instant) -> Publish {
+    match last {
+        Some(l) if now.saturating_duration_since(l.at) < SERIES_TTL => Publish::Repeat {
+            name: l.name.clone(),
+            count: l.count.saturating_add(1),
+        },
+        _ => Publish::Create,
+    }
+}
+
+/// Writes Events with series (see the module doc).
+#[derive(Clone)]
+pub struct Recorder {
+    client: kube::Client,
+    controller: String,
+    instance: String,
+    series: Arc<Mutex<HashMap<SeriesKey, Last>>>,
+}
+
+impl Recorder {
+    /// Events reported by `controller` (`reportingController`) from `instance`
+    /// (`reportingInstance`, the controller's name when none).
+    pub fn new(client: kube::Client, controller: String, instance: Option<String>) -> Self {
+        let instance = instance.unwrap_or_else(|| controller.clone());
+        Recorder {
+            client,
+            controller,
+            instance,
+            series: Arc::default(),
+        }
+    }
+
+    /// Publishes one occurrence of `event` about `regarding` (in its namespace; `default` for a
+    /// cluster-scoped object).
+    pub async fn publish(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let key = SeriesKey::of(event, regarding);
+        let now = Instant::now();
+        let last = self.series.lock().ok().and_then(|mut s| {
+            s.retain(|_, l| now.saturating_duration_since(l.at) < SERIES_TTL);
+            s.get(&key).cloned()
+        });
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let api: Api<KEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let stamp = Timestamp::now();
+        let written = match decide(last.as_ref(), now) {
+            Publish::Repeat { name, count } => {
+                let patch = serde_json::json!({"series": EventSeries {
+                    count,
+                    last_observed_time: MicroTime(stamp),
+                }});
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Last {
+                        name,
+                        count,
+                        at: now,
+                    },
+                    // the Event expired on the server: start again
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        self.create(&api, event, regarding, &namespace, stamp, now)
+                            .await?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Publish::Create => {
+                self.create(&api, event, regarding, &namespace, stamp, now)
+                    .await?
+            }
+        };
+        if let Ok(mut s) = self.series.lock() {
+            if s.len() >= SERIES_MAX {
+                s.clear();
+            }
+            s.insert(key, written);
+        }
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        api: &Api<KEvent>,
+        event: &Event,
+        regarding: &ObjectReference,
+        namespace: &str,
+        stamp: Timestamp,
+        now: Instant,
+    ) -> Result<Last, kube::Error> {
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or(&self.controller),
+            stamp.as_nanosecond()
+        );
+        let object = KEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            action: Some(event.reason.clone()),
+            reason: Some(event.reason.clone()),
+            note: Some(event.note.clone()),
+            type_: Some(if event.warning { "Warning" } else { "Normal" }.to_owned()),
+            event_time: Some(MicroTime(stamp)),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &object).await?;
+        Ok(Last {
+            name,
+            count: 1,
+            at: now,
+        })
     }
 }
 
@@ -70,22 +275,21 @@ impl EventSender {
         self.pending.load(Ordering::Relaxed)
     }
 
-    /// Sends `event` about `reference`; on a failure a retry can mend, sends it again in the
+    /// Sends `event` about `regarding`; on a failure a retry can mend, sends it again in the
     /// background (see the module doc). Never fails.
-    pub async fn send(&self, event: Event, reference: ObjectReference) {
-        let reason = event.reason.clone();
-        let error = match self.recorder.publish(&event, &reference).await {
+    pub async fn send(&self, event: Event, regarding: ObjectReference) {
+        let error = match self.recorder.publish(&event, &regarding).await {
             Ok(()) => return,
             Err(e) => e,
         };
         if !retryable(&error) || !self.reserve() {
-            self.give_up(&reason, &error);
+            self.give_up(&event.reason, &error);
             return;
         }
-        tracing::debug!(reason, %error, "publishing event failed; retrying");
+        tracing::debug!(reason = event.reason, %error, "publishing event failed; retrying");
         let this = self.clone();
         tokio::spawn(async move {
-            this.retry(&event, &reference).await;
+            this.retry(&event, &regarding).await;
             this.pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -99,11 +303,11 @@ impl EventSender {
             .is_ok()
     }
 
-    async fn retry(&self, event: &Event, reference: &ObjectReference) {
+    async fn retry(&self, event: &Event, regarding: &ObjectReference) {
         let mut last = None;
         for delay in RETRY_DELAYS {
             tokio::time::sleep(delay).await;
-            match self.recorder.publish(event, reference).await {
+            match self.recorder.publish(event, regarding).await {
                 Ok(()) => return,
                 Err(e) if retryable(&e) => last = Some(e),
                 Err(e) => {
@@ -149,5 +353,57 @@ mod tests {
         assert!(RETRY_DELAYS.windows(2).all(|w| w[1] == w[0] * 2));
         let total: Duration = RETRY_DELAYS.iter().sum();
         assert_eq!(total, Duration::from_secs(31));
+    }
+
+    fn regarding(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Thing".into()),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        }
+    }
+
+    fn event(reason: &str, note: &str) -> Event {
+        Event {
+            warning: true,
+            reason: reason.into(),
+            note: note.into(),
+        }
+    }
+
+    #[test]
+    fn a_different_note_or_object_is_another_series() {
+        let failed = event("ChildWriteFailed", "creating a: AlreadyExists");
+        let key = SeriesKey::of(&failed, &regarding("p"));
+        assert_eq!(key, SeriesKey::of(&failed.clone(), &regarding("p")));
+        let other_cause = event("ChildWriteFailed", "creating a: quota exceeded");
+        assert_ne!(key, SeriesKey::of(&other_cause, &regarding("p")));
+        assert_ne!(key, SeriesKey::of(&failed, &regarding("q")));
+        let normal = Event {
+            warning: false,
+            ..failed.clone()
+        };
+        assert_ne!(key, SeriesKey::of(&normal, &regarding("p")));
+    }
+
+    #[test]
+    fn a_repeat_within_the_ttl_counts_in_the_series() {
+        let now = Instant::now();
+        assert_eq!(decide(None, now), Publish::Create);
+        let last = Last {
+            name: "p.1".into(),
+            count: 1,
+            at: now,
+        };
+        assert_eq!(
+            decide(Some(&last), now + Duration::from_secs(5)),
+            Publish::Repeat {
+                name: "p.1".into(),
+                count: 2
+            }
+        );
+        assert_eq!(decide(Some(&last), now + SERIES_TTL), Publish::Create);
     }
 }

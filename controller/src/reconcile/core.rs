@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
-use crate::ops::events::EventSender;
+use crate::ops::events::{Event, EventSender, Recorder};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
@@ -153,9 +152,7 @@ pub struct Context {
     pub(crate) resources: Resources,
     /// Shared watches.
     pub(crate) informers: Informers,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// Sends Events through the recorder, retrying those the API server did not take.
+    /// Sends Events (with series), retrying those the API server did not take.
     events: EventSender,
     /// Event spam filter: one token bucket per (object, reason).
     event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
@@ -188,10 +185,8 @@ impl Context {
     pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
         let recorder = Recorder::new(
             client.clone(),
-            Reporter {
-                controller: config.reporter.clone(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
+            config.reporter.clone(),
+            std::env::var("POD_NAME").ok(),
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
         let events = EventSender::new(recorder.clone(), config.metrics.clone());
@@ -204,7 +199,6 @@ impl Context {
             resources: Resources::default(),
             client,
             config,
-            recorder,
             events,
             event_limits: Mutex::new(HashMap::new()),
             contests: Mutex::default(),
@@ -269,16 +263,10 @@ impl Context {
             }
             note.truncate(cut);
         }
-        let ev = KEvent {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+        let ev = Event {
+            warning,
             reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
+            note,
         };
         self.events.send(ev, reference).await;
     }

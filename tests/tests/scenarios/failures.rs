@@ -381,3 +381,54 @@ async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
     assert_eq!(s.metrics.events_failed(), 0, "nothing given up");
     s.finish().await
 }
+
+/// Events with a new note are new Events, not a repeat of the first: a hook that fails for one
+/// cause and then another shows both causes, each in a `SyncError` event of its own (a series
+/// counts only repeats of the same note).
+#[tokio::test]
+async fn a_new_cause_of_failure_is_a_new_event() -> anyhow::Result<()> {
+    let cause = Arc::new(Mutex::new("the first cause"));
+    let answer = cause.clone();
+    let s = Scenario::new("event-cause")
+        .crd("Thing", "things")
+        .hook(move |_, _| {
+            let text = answer.lock().map(|c| *c).unwrap_or_default();
+            Reply::Raw(500, text.into())
+        })
+        .controller(Cc::new("event-cause-cc"))
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    let first = s
+        .wait_event("the SyncError event of the first cause", Some(&s.ns), |e| {
+            e["reason"] == "SyncError"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("the first cause"))
+        })
+        .await?;
+    // the same cause again: the first event's series counts it
+    let name = first["metadata"]["name"].clone();
+    s.wait_event("the first cause repeated in the series", Some(&s.ns), |e| {
+        e["metadata"]["name"] == name && e["series"]["count"].as_i64() >= Some(2)
+    })
+    .await?;
+    *cause.lock().map_err(|_| anyhow::anyhow!("poisoned"))? = "the second cause";
+    let second = s
+        .wait_event(
+            "the SyncError event of the second cause",
+            Some(&s.ns),
+            |e| {
+                e["reason"] == "SyncError"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("the second cause"))
+            },
+        )
+        .await?;
+    assert_ne!(
+        second["metadata"]["name"], name,
+        "a new Event, not the first's series"
+    );
+    s.finish().await
+}
