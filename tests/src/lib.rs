@@ -169,21 +169,14 @@ pub const WRITE_FAULT_ENV: &str = "KMETA_TEST_WRITE_FAULT_PCT";
 
 /// The fraction of controller writes `KMETA_TEST_WRITE_FAULT_PCT` fails (`None`: unset or 0).
 pub fn write_fault_rate() -> anyhow::Result<Option<f64>> {
-    match std::env::var(WRITE_FAULT_ENV) {
-        Ok(pct) => {
-            let pct: f64 = pct
-                .trim()
-                .parse()
-                .with_context(|| format!("{WRITE_FAULT_ENV}={pct:?}: not a percentage"))?;
-            anyhow::ensure!(
-                (0.0..=100.0).contains(&pct),
-                "{WRITE_FAULT_ENV}={pct}: not between 0 and 100"
-            );
-            Ok((pct > 0.0).then_some(pct / 100.0))
-        }
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(anyhow::anyhow!("{WRITE_FAULT_ENV}: {e}")),
-    }
+    let Some(pct) = number_env::<f64>(WRITE_FAULT_ENV, "a percentage")? else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        (0.0..=100.0).contains(&pct),
+        "{WRITE_FAULT_ENV}={pct}: not between 0 and 100"
+    );
+    Ok((pct > 0.0).then_some(pct / 100.0))
 }
 
 /// `KMETA_TEST_WATCH_CHURN_MS`: every that many milliseconds the in-process API server drops its
@@ -197,13 +190,22 @@ pub fn watch_churn() -> anyhow::Result<Option<Duration>> {
 }
 
 fn millis_env(var: &str) -> anyhow::Result<Option<Duration>> {
+    let ms = number_env::<u64>(var, "a number of milliseconds")?;
+    Ok(ms.filter(|ms| *ms > 0).map(Duration::from_millis))
+}
+
+/// The number variable `var` holds (`what` it should be, for the error), `None` when unset.
+fn number_env<T: std::str::FromStr>(var: &str, what: &str) -> anyhow::Result<Option<T>>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
     match std::env::var(var) {
-        Ok(ms) => {
-            let ms: u64 = ms
+        Ok(text) => {
+            let n = text
                 .trim()
                 .parse()
-                .with_context(|| format!("{var}={ms:?}: not a number of milliseconds"))?;
-            Ok((ms > 0).then(|| Duration::from_millis(ms)))
+                .with_context(|| format!("{var}={text:?}: not {what}"))?;
+            Ok(Some(n))
         }
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(e) => Err(anyhow::anyhow!("{var}: {e}")),
