@@ -167,16 +167,43 @@ pub fn api_latency() -> anyhow::Result<Option<Duration>> {
 /// against a flaky API server.
 pub const WRITE_FAULT_ENV: &str = "KMETA_TEST_WRITE_FAULT_PCT";
 
-/// The fraction of controller writes `KMETA_TEST_WRITE_FAULT_PCT` fails (`None`: unset or 0).
-pub fn write_fault_rate() -> anyhow::Result<Option<f64>> {
-    let Some(pct) = number_env::<f64>(WRITE_FAULT_ENV, "a percentage")? else {
+/// `KMETA_TEST_READ_FAULT_PCT`: that percentage of the controller's reads (get, list, watch)
+/// fail with 500, as [`WRITE_FAULT_ENV`] does for writes.
+pub const READ_FAULT_ENV: &str = "KMETA_TEST_READ_FAULT_PCT";
+
+/// The fraction of requests the percentage variable `var` fails (`None`: unset or 0).
+pub fn fault_rate(var: &str) -> anyhow::Result<Option<f64>> {
+    let Some(pct) = number_env::<f64>(var, "a percentage")? else {
         return Ok(None);
     };
     anyhow::ensure!(
         (0.0..=100.0).contains(&pct),
-        "{WRITE_FAULT_ENV}={pct}: not between 0 and 100"
+        "{var}={pct}: not between 0 and 100"
     );
     Ok((pct > 0.0).then_some(pct / 100.0))
+}
+
+/// Injects the controller-request faults [`READ_FAULT_ENV`] and [`WRITE_FAULT_ENV`] ask for
+/// (selected by kmeta's User-Agent: the tests' own requests are spared).
+fn fail_controller_requests(server: &TestServer) -> anyhow::Result<()> {
+    let verbs: [(&str, &[&str]); 2] = [
+        (READ_FAULT_ENV, &["get", "list", "watch"]),
+        (WRITE_FAULT_ENV, &["create", "update", "patch", "delete"]),
+    ];
+    for (var, verbs) in verbs {
+        let Some(rate) = fault_rate(var)? else {
+            continue;
+        };
+        for verb in verbs {
+            server.faults().inject(
+                kmeta_apiserver::FaultSpec::error(500)
+                    .verb(verb)
+                    .user_agent("kmeta/")
+                    .rate(rate),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `KMETA_TEST_WATCH_CHURN_MS`: every that many milliseconds the in-process API server drops its
@@ -259,16 +286,7 @@ impl Env {
                 if let Some(latency) = api_latency()? {
                     server.faults().add_latency(None, None, latency);
                 }
-                if let Some(rate) = write_fault_rate()? {
-                    for verb in ["create", "update", "patch", "delete"] {
-                        server.faults().inject(
-                            kmeta_apiserver::FaultSpec::error(500)
-                                .verb(verb)
-                                .user_agent("kmeta/")
-                                .rate(rate),
-                        );
-                    }
-                }
+                fail_controller_requests(&server)?;
                 if let Some(period) = watch_churn()? {
                     churn_watches(&server, period);
                 }

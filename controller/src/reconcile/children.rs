@@ -812,32 +812,53 @@ async fn report_ignored_fields(c: &Children<'_>, parent: &Value, child: &str, pa
     c.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
 }
 
+/// The CRD of a child type could not be read for its list markers (see [`list_rules`]).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the CustomResourceDefinition of {resource} for its list markers: {source}")]
+pub struct SchemaReadError {
+    /// `<plural>.<group>`.
+    pub resource: String,
+    /// The API error.
+    #[source]
+    pub source: kube::Error,
+}
+
 /// The list rules dynapply merges a child type with: the built-in ones of its kind, plus the
-/// `x-kubernetes-list-type`/`list-map-keys` markers of its CRD's schema (read once per build).
-pub async fn list_rules(ctx: &Context, r: &Resolved) -> dynapply::ListRules {
+/// `x-kubernetes-list-type`/`list-map-keys` markers and preserve-unknown-fields subtrees of its
+/// CRD's schema (read once per build). A CRD that cannot be read fails the build, to be tried
+/// again: merging without its markers would treat its lists and preserve-unknown subtrees
+/// wrongly — under server-side apply a pod template's containers would be sent without the live
+/// ones, and a sidecar another writer injected would be lost. No CRD (an aggregated API) is the
+/// built-in rules only.
+pub async fn list_rules(
+    ctx: &Context,
+    r: &Resolved,
+) -> Result<dynapply::ListRules, SchemaReadError> {
     let builtin = dynapply::ListRules::builtin(&r.api.api_version, &r.api.kind);
     // CRD groups always contain a dot; built-in groups have none or end in `.k8s.io`
     if !r.api.group.contains('.') || r.api.group.ends_with(".k8s.io") {
-        return builtin;
+        return Ok(builtin);
     }
     let crds: kube::Api<
         k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     > = kube::Api::all(ctx.client.clone());
-    match crds
-        .get_opt(&format!("{}.{}", r.api.plural, r.api.group))
+    let resource = format!("{}.{}", r.api.plural, r.api.group);
+    let crd = crds
+        .get_opt(&resource)
         .await
-    {
-        Ok(Some(crd)) => match serde_json::to_value(crd)
-            .map_err(|e| e.to_string())
-            .and_then(|v| {
-                dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
-            }) {
-            Ok(from_schema) => builtin.merge(from_schema),
-            Err(e) => {
-                tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
-                builtin
-            }
-        },
-        _ => builtin,
+        .map_err(|source| SchemaReadError { resource, source })?;
+    let Some(crd) = crd else {
+        return Ok(builtin);
+    };
+    match serde_json::to_value(crd)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
+        }) {
+        Ok(from_schema) => Ok(builtin.merge(from_schema)),
+        Err(e) => {
+            tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
+            Ok(builtin)
+        }
     }
 }

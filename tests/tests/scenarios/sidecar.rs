@@ -248,3 +248,58 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
     }
     s.finish().await
 }
+
+/// A child CRD kmeta cannot read when it starts the controller (its list markers and
+/// preserve-unknown-fields subtrees come from there) fails the start, reported and retried —
+/// not a controller merging without them, whose server-side apply would send the pod template's
+/// containers without the live ones and lose the sidecar.
+#[tokio::test]
+async fn an_unreadable_child_crd_fails_the_start_instead_of_losing_the_sidecar()
+-> anyhow::Result<()> {
+    let mut s = Scenario::new("sidecar-schema")
+        .crd("App", "apps")
+        .crd("Workload", "workloads")
+        .hook(hook)
+        .prepare()
+        .await?;
+    let Some(()) = s.server().map(|server| {
+        server.faults().inject(
+            kmeta_apiserver::FaultSpec::error(500)
+                .verb("get")
+                .resource("customresourcedefinitions")
+                .user_agent("kmeta/")
+                .times(1),
+        );
+    }) else {
+        eprintln!("needs kmeta-apiserver's fault injection to refuse the CRD read: checked there");
+        return s.finish().await;
+    };
+    s.controller(Cc::new("apps-cc").child("workloads")).await?;
+    s.start_controller_with(ManagerConfig {
+        apply_strategy: ApplyStrategy::ServerSideApply,
+        ..ManagerConfig::default()
+    });
+    s.wait_event("the failed start, naming the CRD", None, |e| {
+        e["reason"] == "CreateError"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("reading the CustomResourceDefinition of workloads."))
+    })
+    .await?;
+    // retried: the controller starts with the schema's rules
+    s.parent("web", json!({"image": "web:1"})).await?;
+    let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
+    let w = s
+        .wait_for(&workloads, "web", "child Workload", |_| true)
+        .await?;
+    inject_by_patch(&s, &workloads, &w).await?;
+    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
+        .await?;
+    let w = s
+        .wait_for(&workloads, "web", "new image in the child", |w| {
+            containers(w).first().is_some_and(|c| c.1 == "web:2")
+        })
+        .await?;
+    assert_eq!(containers(&w), app_and_proxy("web:2"), "{w}");
+    s.finish().await
+}

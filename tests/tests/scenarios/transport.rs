@@ -265,16 +265,19 @@ async fn v1_client_certificate_and_clear_tls_configuration_errors() -> anyhow::R
         .wait_child_where("p-c", "the child from the mTLS hook", |_| true)
         .await?;
     assert_eq!(cm["data"]["v"], "v1-client");
-    let event = s
-        .wait_event("CreateError of mismatch-cc", None, |e| {
-            e["reason"] == "CreateError" && e["regarding"]["name"] == "mismatch-cc"
-        })
-        .await?;
-    let note = event["note"].as_str().unwrap_or_default();
-    assert!(
-        note.contains("clientTLS") && note.contains("does not match"),
-        "{note}"
-    );
+    // waited for by its note: a transient failure to read the Secret is a CreateError of its own
+    s.wait_event(
+        "CreateError of mismatch-cc naming the mismatch",
+        None,
+        |e| {
+            let note = e["note"].as_str().unwrap_or_default();
+            e["reason"] == "CreateError"
+                && e["regarding"]["name"] == "mismatch-cc"
+                && note.contains("clientTLS")
+                && note.contains("does not match")
+        },
+    )
+    .await?;
     s.finish().await
 }
 

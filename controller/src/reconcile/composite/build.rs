@@ -28,6 +28,9 @@ pub enum BuildError {
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
+    /// A child type's CRD could not be read for its list markers.
+    #[error(transparent)]
+    Schema(#[from] crate::reconcile::children::SchemaReadError),
     /// A hook is misconfigured or its credentials are unreadable.
     #[error(transparent)]
     Hook(#[from] HookError),
@@ -232,7 +235,7 @@ async fn resolve_children(
         let namespaced = r.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let options = dynapply::Options {
-            rules: list_rules(ctx, &r).await,
+            rules: list_rules(ctx, &r).await?,
             ..dynapply::Options::default()
         };
         child_keys.push(key.clone());

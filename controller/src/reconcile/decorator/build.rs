@@ -26,6 +26,9 @@ pub enum DecoratorBuildError {
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),
+    /// A child type's CRD could not be read for its list markers.
+    #[error(transparent)]
+    Schema(#[from] crate::reconcile::children::SchemaReadError),
     /// A hook is misconfigured or its credentials are unreadable.
     #[error(transparent)]
     Hook(#[from] HookError),
@@ -201,7 +204,7 @@ async fn resolve_attachments(
         let namespaced = resolved.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let options = dynapply::Options {
-            rules: list_rules(ctx, &resolved).await,
+            rules: list_rules(ctx, &resolved).await?,
             ..dynapply::Options::default()
         };
         keys.push(key.clone());
