@@ -189,7 +189,7 @@ impl Context {
             std::env::var("POD_NAME").ok(),
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
-        let events = EventSender::new(recorder.clone(), config.metrics.clone());
+        let events = EventSender::new(recorder, config.metrics.clone());
         Arc::new(Context {
             informers: Informers::new(
                 client.clone(),
