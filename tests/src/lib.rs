@@ -183,6 +183,15 @@ pub fn fault_rate(var: &str) -> anyhow::Result<Option<f64>> {
     Ok((pct > 0.0).then_some(pct / 100.0))
 }
 
+/// Whether the suite runs with requests failed or watches churned (`KMETA_TEST_READ_FAULT_PCT`,
+/// `KMETA_TEST_WRITE_FAULT_PCT`, `KMETA_TEST_WATCH_CHURN_MS`): exact request counts then include
+/// retries, re-watches and relists, and a scenario checks them only without.
+pub fn requests_disturbed() -> anyhow::Result<bool> {
+    Ok(fault_rate(READ_FAULT_ENV)?.is_some()
+        || fault_rate(WRITE_FAULT_ENV)?.is_some()
+        || watch_churn()?.is_some())
+}
+
 /// Injects the controller-request faults [`READ_FAULT_ENV`] and [`WRITE_FAULT_ENV`] ask for
 /// (selected by kmeta's User-Agent: the tests' own requests are spared).
 fn fail_controller_requests(server: &TestServer) -> anyhow::Result<()> {

@@ -377,7 +377,8 @@ async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
     .await?;
     let counters = s.server().map(|server| server.counters().since(&before));
     let refused = counters.map_or(0, |c| c.get("create", "events", 500));
-    assert_eq!(refused, 1, "the Started event's first create was refused");
+    // (more than once under KMETA_TEST_WRITE_FAULT_PCT)
+    assert!(refused >= 1, "the Started event's first create was refused");
     assert_eq!(s.metrics.events_failed(), 0, "nothing given up");
     s.finish().await
 }
