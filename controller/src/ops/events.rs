@@ -45,8 +45,8 @@ pub const RETRIES_PENDING: usize = 256;
 /// (client-go's and kube's, a little over the 5-minute series heartbeat of the Events KEP).
 pub const SERIES_TTL: Duration = Duration::from_secs(360);
 
-/// Series remembered at most (then the memory starts over: the next repeat of each is a new
-/// Event): 4096, as the events spam filter.
+/// Series remembered at most (then the expired ones are dropped, and if none has expired the
+/// memory starts over: the next repeat of each is a new Event): 4096, as the events spam filter.
 pub const SERIES_MAX: usize = 4096;
 
 /// One Event to publish.
@@ -158,10 +158,7 @@ impl Recorder {
     ) -> Result<(), kube::Error> {
         let key = SeriesKey::of(event, regarding);
         let now = Instant::now();
-        let last = self.series.lock().ok().and_then(|mut s| {
-            s.retain(|_, l| now.saturating_duration_since(l.at) < SERIES_TTL);
-            s.get(&key).cloned()
-        });
+        let last = self.series.lock().ok().and_then(|s| s.get(&key).cloned());
         let namespace = regarding
             .namespace
             .clone()
@@ -197,6 +194,10 @@ impl Recorder {
             }
         };
         if let Ok(mut s) = self.series.lock() {
+            // expired series are dropped only when the memory is full ([`decide`] ignores them)
+            if s.len() >= SERIES_MAX {
+                s.retain(|_, l| now.saturating_duration_since(l.at) < SERIES_TTL);
+            }
             if s.len() >= SERIES_MAX {
                 s.clear();
             }
@@ -268,11 +269,6 @@ impl EventSender {
             metrics,
             pending: Arc::new(AtomicUsize::new(0)),
         }
-    }
-
-    /// Events waiting for a retry now.
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
     }
 
     /// Sends `event` about `regarding`; on a failure a retry can mend, sends it again in the
