@@ -486,13 +486,14 @@ async fn apply_child(
     let Some(want) = w.desired.get(&key) else {
         return Ok(false);
     };
-    let live = w.observed.get(&key).copied().unwrap_or(merged);
+    let observed = w.observed.get(&key).copied();
+    let live = observed.unwrap_or(merged);
     let subtrees = rule.options.rules.preserve_unknown_subtrees();
     let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
         .map(|p| decide::with_owner(&p, w.parent))
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let cached = w.observed.get(&key).map(|l| meta_str(l, "resourceVersion"));
-    let upgraded = match w.observed.get(&key) {
+    let cached = observed.map(|l| meta_str(l, "resourceVersion"));
+    let upgraded = match observed {
         Some(live) => upgrade_ownership(c, &api, live, &w.manager).await?,
         None => None,
     };
@@ -518,7 +519,7 @@ async fn apply_child(
         }
     };
     // the apply (forced or not) is awaited like any write: the next sync waits for the watch
-    if let Some(live) = w.observed.get(&key) {
+    if let Some(live) = observed {
         let stored_version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
         let replaced: Vec<&str> = cached.into_iter().chain(upgraded.as_deref()).collect();
         expect_written(c, w, live, stored_version, &replaced);
