@@ -62,6 +62,24 @@ async fn inject_by_patch(
     Ok(())
 }
 
+/// Changes the parent `web`'s image to `web:2`, waits for the child to have it and checks that
+/// the sidecar survived, in place (`why` names the case in the failure); the child as it is then.
+async fn update_image_keeping_the_sidecar(
+    s: &Running,
+    workloads: &kube::Api<kube::api::DynamicObject>,
+    why: &str,
+) -> anyhow::Result<Value> {
+    s.merge_patch(&s.parents(), "web", json!({"spec": {"image": "web:2"}}))
+        .await?;
+    let w = s
+        .wait_for(workloads, "web", "new image in the child", |w| {
+            containers(w).first().is_some_and(|c| c.1 == "web:2")
+        })
+        .await?;
+    assert_eq!(containers(&w), app_and_proxy("web:2"), "{why}: {w}");
+    Ok(w)
+}
+
 fn containers(w: &Value) -> Vec<(String, String)> {
     w.pointer("/spec/template/spec/containers")
         .and_then(Value::as_array)
@@ -152,18 +170,12 @@ async fn sidecar_survives(
     assert_eq!(containers(&w), app_and_proxy("web:1"));
 
     // the parent's image changes: the child gets it and keeps the sidecar
-    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
-        .await?;
-    let w = s
-        .wait_for(&workloads, "web", "new image in the child", |w| {
-            containers(w).first().is_some_and(|c| c.1 == "web:2")
-        })
-        .await?;
-    assert_eq!(
-        containers(&w),
-        app_and_proxy("web:2"),
-        "the sidecar must survive the update, in place: {w}"
-    );
+    let w = update_image_keeping_the_sidecar(
+        &s,
+        &workloads,
+        "the sidecar must survive the update, in place",
+    )
+    .await?;
     // the sidecar's own list-map items were not touched either
     assert_eq!(
         w.pointer("/spec/template/spec/containers/1/ports"),
@@ -219,7 +231,7 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
         ..ManagerConfig::default()
     });
     s.parent("web", json!({"image": "web:1"})).await?;
-    let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
+    let workloads = s.resource("Workload", "workloads");
     s.wait_parent("web", "the child observed", |p| {
         p["status"]["workloads"] == 1
     })
@@ -231,18 +243,12 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
     });
     let w = s.get(&workloads, "web").await?.expect("the child");
     inject_by_patch(&s, &workloads, &w).await?;
-    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
-        .await?;
-    let w = s
-        .wait_for(&workloads, "web", "new image in the child", |w| {
-            containers(w).first().is_some_and(|c| c.1 == "web:2")
-        })
-        .await?;
-    assert_eq!(
-        containers(&w),
-        app_and_proxy("web:2"),
-        "the sidecar injected just before the update must survive: {w}"
-    );
+    update_image_keeping_the_sidecar(
+        &s,
+        &workloads,
+        "the sidecar injected just before the update must survive",
+    )
+    .await?;
     if let (Some(server), Some(lag)) = (s.server(), lag) {
         server.faults().remove(lag);
     }
@@ -288,18 +294,11 @@ async fn an_unreadable_child_crd_fails_the_start_instead_of_losing_the_sidecar()
     .await?;
     // retried: the controller starts with the schema's rules
     s.parent("web", json!({"image": "web:1"})).await?;
-    let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
+    let workloads = s.resource("Workload", "workloads");
     let w = s
         .wait_for(&workloads, "web", "child Workload", |_| true)
         .await?;
     inject_by_patch(&s, &workloads, &w).await?;
-    s.merge_patch(&apps, "web", json!({"spec": {"image": "web:2"}}))
-        .await?;
-    let w = s
-        .wait_for(&workloads, "web", "new image in the child", |w| {
-            containers(w).first().is_some_and(|c| c.1 == "web:2")
-        })
-        .await?;
-    assert_eq!(containers(&w), app_and_proxy("web:2"), "{w}");
+    update_image_keeping_the_sidecar(&s, &workloads, "the sidecar after a retried start").await?;
     s.finish().await
 }
