@@ -183,6 +183,12 @@ pub fn fault_rate(var: &str) -> anyhow::Result<Option<f64>> {
     Ok((pct > 0.0).then_some(pct / 100.0))
 }
 
+/// `KMETA_TEST_HOOK_FAULT_PCT`: that percentage of the requests reaching a [`HookServer`] (or one
+/// of its in-process responders) are answered 500 before the handler runs - not recorded, not
+/// counted, the handler never sees them, as when a proxy in front of the hook or the hook's own
+/// runtime fails; for running the scenarios against a flaky hook.
+pub const HOOK_FAULT_ENV: &str = "KMETA_TEST_HOOK_FAULT_PCT";
+
 /// Whether the suite runs with requests failed or watches churned (`KMETA_TEST_READ_FAULT_PCT`,
 /// `KMETA_TEST_WRITE_FAULT_PCT`, `KMETA_TEST_WATCH_CHURN_MS`): exact request counts then include
 /// retries, re-watches and relists, and a scenario checks them only without.
@@ -682,6 +688,13 @@ type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 
 struct HookState {
     handler: Arc<Handler>,
+    /// The share of requests failed before the handler, and the generator deciding which
+    /// ([`HOOK_FAULT_ENV`]).
+    fault: Mutex<Option<(f64, u64)>>,
+    /// Requests failed that way.
+    faults: AtomicUsize,
+    /// `(hook, body, calls recorded before it)` of each request failed that way, while recording.
+    faulted: Mutex<Vec<(String, Value, usize)>>,
     /// `(hook, body, stamp)` of every request, the stamp from [`HookServer::stamp_calls`].
     calls: Mutex<Vec<(String, Value, Option<u64>)>>,
     /// Computes each request's stamp from its body when set.
@@ -695,6 +708,39 @@ struct HookState {
 }
 
 impl HookState {
+    /// Keeps a request failed by [`HOOK_FAULT_ENV`] (where it came among the recorded ones)
+    /// while recording.
+    fn record_fault(&self, hook: &str, body: &Value) {
+        if !self.recording.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(calls) = self.calls.lock() else { return };
+        if let Ok(mut f) = self.faulted.lock() {
+            f.push((hook.to_owned(), body.clone(), calls.len()));
+        }
+    }
+
+    /// Whether this request is one [`HOOK_FAULT_ENV`] fails (SplitMix64 draws).
+    fn faulted(&self) -> bool {
+        let Ok(mut fault) = self.fault.lock() else {
+            return false;
+        };
+        let Some((rate, x)) = fault.as_mut() else {
+            return false;
+        };
+        *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let hit = ((z >> 11) as f64 / (1u64 << 53) as f64) < *rate;
+        drop(fault);
+        if hit {
+            self.faults.fetch_add(1, Ordering::SeqCst);
+        }
+        hit
+    }
+
     /// Keeps a request's body (with its stamp) while recording.
     fn record(&self, hook: &str, body: &Value) {
         if !self.recording.load(Ordering::SeqCst) {
@@ -780,8 +826,14 @@ impl HookServer {
     async fn bind(
         handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
     ) -> anyhow::Result<(Arc<HookState>, axum::Router, tokio::net::TcpListener)> {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let state = Arc::new(HookState {
             handler: Arc::new(handler),
+            fault: Mutex::new(fault_rate(HOOK_FAULT_ENV)?.map(|rate| (rate, seed))),
+            faults: AtomicUsize::new(0),
+            faulted: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
             stamp: Mutex::new(None),
             headers: Mutex::new(Vec::new()),
@@ -794,6 +846,20 @@ impl HookServer {
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         Ok((state, app, listener))
+    }
+
+    /// Answers that fraction (0.0..=1.0) of later requests 500 before the handler runs, as
+    /// [`HOOK_FAULT_ENV`] does from the start (0: none).
+    pub fn fail_requests(&self, rate: f64) {
+        if let Ok(mut fault) = self.state.fault.lock() {
+            let seed = fault.map_or(0x2545_F491_4F6C_DD1D, |(_, x)| x);
+            *fault = (rate > 0.0).then_some((rate.min(1.0), seed));
+        }
+    }
+
+    /// Requests answered 500 before the handler ran ([`HOOK_FAULT_ENV`]), at every hook path.
+    pub fn faults(&self) -> usize {
+        self.state.faults.load(Ordering::SeqCst)
     }
 
     /// TLS handshakes that failed (HTTPS servers only).
@@ -820,6 +886,13 @@ impl HookServer {
         let state = self.state.clone();
         let hook = hook.to_owned();
         move |body: Value| {
+            if state.faulted() {
+                state.record_fault(&hook, &body);
+                return Box::pin(answer_in_process(Reply::Raw(
+                    500,
+                    "injected hook fault".to_owned(),
+                )));
+            }
             if let Ok(mut n) = state.counts.lock() {
                 *n.entry(hook.clone()).or_default() += 1;
             }
@@ -841,6 +914,32 @@ impl HookServer {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Every request received at `hook` in order of arrival, those failed before the handler by
+    /// [`HOOK_FAULT_ENV`] included (which [`HookServer::calls`] leaves out).
+    pub fn requests(&self, hook: &str) -> Vec<Value> {
+        let (Ok(calls), Ok(faulted)) = (self.state.calls.lock(), self.state.faulted.lock()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut faults = faulted.iter().peekable();
+        for (i, (h, body, _)) in calls.iter().enumerate() {
+            while let Some((fh, fb, _)) = faults.next_if(|(_, _, at)| *at <= i) {
+                if fh == hook {
+                    out.push(fb.clone());
+                }
+            }
+            if h == hook {
+                out.push(body.clone());
+            }
+        }
+        out.extend(
+            faults
+                .filter(|(h, _, _)| h == hook)
+                .map(|(_, b, _)| b.clone()),
+        );
+        out
     }
 
     /// Records with every later request `stamp(body)`, computed as it arrives (for instance the
@@ -918,9 +1017,11 @@ async fn serve(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    let faulted = state.faulted();
     let recording = state.recording.load(Ordering::SeqCst);
     if let Ok(mut h) = state.headers.lock()
         && recording
+        && !faulted
     {
         h.push((hook.clone(), headers));
     }
@@ -930,6 +1031,10 @@ async fn serve(
             return (StatusCode::BAD_REQUEST, format!("bad request body: {e}")).into_response();
         }
     };
+    if faulted {
+        state.record_fault(&hook, &body);
+        return (StatusCode::INTERNAL_SERVER_ERROR, "injected hook fault").into_response();
+    }
     if let Ok(mut n) = state.counts.lock() {
         *n.entry(hook.clone()).or_default() += 1;
     }
@@ -1027,4 +1132,27 @@ pub async fn install_kmeta_crds(env: &mut Env) -> anyhow::Result<()> {
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_request_is_a_request_but_not_a_call() -> anyhow::Result<()> {
+        let hooks = HookServer::start(|_, req| Reply::Json(req.clone())).await?;
+        let client = reqwest::Client::new();
+        let post = |n: u32| client.post(hooks.url("sync")).json(&json!({"n": n})).send();
+        hooks.fail_requests(1.0);
+        assert_eq!(post(1).await?.status(), 500);
+        hooks.fail_requests(0.0);
+        assert_eq!(post(2).await?.status(), 200);
+        hooks.fail_requests(1.0);
+        assert_eq!(post(3).await?.status(), 500);
+        let n = |bodies: Vec<Value>| bodies.iter().map(|b| b["n"].clone()).collect::<Vec<_>>();
+        assert_eq!(n(hooks.calls("sync")), [json!(2)]);
+        assert_eq!(n(hooks.requests("sync")), [json!(1), json!(2), json!(3)]);
+        assert_eq!((hooks.count("sync"), hooks.faults()), (1, 2));
+        Ok(())
+    }
 }
