@@ -190,11 +190,13 @@ pub fn fault_rate(var: &str) -> anyhow::Result<Option<f64>> {
 pub const HOOK_FAULT_ENV: &str = "KMETA_TEST_HOOK_FAULT_PCT";
 
 /// Whether the suite runs with requests failed or watches churned (`KMETA_TEST_READ_FAULT_PCT`,
-/// `KMETA_TEST_WRITE_FAULT_PCT`, `KMETA_TEST_WATCH_CHURN_MS`): exact request counts then include
-/// retries, re-watches and relists, and a scenario checks them only without.
+/// `KMETA_TEST_WRITE_FAULT_PCT`, `KMETA_TEST_HOOK_FAULT_PCT`, `KMETA_TEST_WATCH_CHURN_MS`): exact
+/// request counts then include retries, re-watches and relists, and a scenario checks them only
+/// without.
 pub fn requests_disturbed() -> anyhow::Result<bool> {
     Ok(fault_rate(READ_FAULT_ENV)?.is_some()
         || fault_rate(WRITE_FAULT_ENV)?.is_some()
+        || fault_rate(HOOK_FAULT_ENV)?.is_some()
         || watch_churn()?.is_some())
 }
 

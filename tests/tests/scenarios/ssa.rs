@@ -712,13 +712,18 @@ async fn two_decorators_attaching_one_child_end_contested_without_flapping() -> 
         note.contains("Service") && note.contains("DecoratorController svc-first"),
         "{event}"
     );
-    // the holder learns it at its next sync of the target (its event about the target has the
-    // same reason as the contender's, so the two are one event series: its report is checked
-    // through `kmeta_child_drift`)
+    // the holder learns it at its next sync of the target (checked through its own
+    // `kmeta_child_drift` count: its event about the target has the contender's reason)
     let touch = json!({"metadata": {"annotations": {"kmeta.test/touch": "holder"}}});
     s.patch_and_sync("svc-first", &s.configmaps(), "web", touch)
         .await?;
-    assert_eq!(s.metrics.child_drift_total("svc-first"), 1);
+    // (once; a sync retried after an injected fault may report it again)
+    let drift = s.metrics.child_drift_total("svc-first");
+    if requests_disturbed()? {
+        assert!(drift >= 1, "{drift}");
+    } else {
+        assert_eq!(drift, 1);
+    }
 
     let rv = s.get(&services, "web-svc").await?.unwrap()["metadata"]["resourceVersion"].clone();
     for round in 0..3 {
