@@ -690,9 +690,8 @@ type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 
 struct HookState {
     handler: Arc<Handler>,
-    /// The share of requests failed before the handler, and the generator deciding which
-    /// ([`HOOK_FAULT_ENV`]).
-    fault: Mutex<Option<(f64, u64)>>,
+    /// The share of requests failed before the handler ([`HOOK_FAULT_ENV`]).
+    fault: Mutex<Option<f64>>,
     /// Requests failed that way.
     faults: AtomicUsize,
     /// `(hook, body, calls recorded before it)` of each request failed that way, while recording.
@@ -722,21 +721,10 @@ impl HookState {
         }
     }
 
-    /// Whether this request is one [`HOOK_FAULT_ENV`] fails (SplitMix64 draws).
+    /// Whether this request is one [`HOOK_FAULT_ENV`] fails (counted when it is).
     fn faulted(&self) -> bool {
-        let Ok(mut fault) = self.fault.lock() else {
-            return false;
-        };
-        let Some((rate, x)) = fault.as_mut() else {
-            return false;
-        };
-        *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let hit = ((z >> 11) as f64 / (1u64 << 53) as f64) < *rate;
-        drop(fault);
+        let rate = self.fault.lock().ok().and_then(|f| *f);
+        let hit = rate.is_some_and(rand::random_bool);
         if hit {
             self.faults.fetch_add(1, Ordering::SeqCst);
         }
@@ -828,12 +816,9 @@ impl HookServer {
     async fn bind(
         handler: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
     ) -> anyhow::Result<(Arc<HookState>, axum::Router, tokio::net::TcpListener)> {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
         let state = Arc::new(HookState {
             handler: Arc::new(handler),
-            fault: Mutex::new(fault_rate(HOOK_FAULT_ENV)?.map(|rate| (rate, seed))),
+            fault: Mutex::new(fault_rate(HOOK_FAULT_ENV)?),
             faults: AtomicUsize::new(0),
             faulted: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
@@ -854,8 +839,7 @@ impl HookServer {
     /// [`HOOK_FAULT_ENV`] does from the start (0: none).
     pub fn fail_requests(&self, rate: f64) {
         if let Ok(mut fault) = self.state.fault.lock() {
-            let seed = fault.map_or(0x2545_F491_4F6C_DD1D, |(_, x)| x);
-            *fault = (rate > 0.0).then_some((rate.min(1.0), seed));
+            *fault = (rate > 0.0).then_some(rate.min(1.0));
         }
     }
 
