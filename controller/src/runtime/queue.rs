@@ -74,6 +74,14 @@ struct Due {
     generation: u64,
 }
 
+/// The backoff of a failing key: its consecutive counted failures and when the retry they
+/// scheduled is due.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    failures: u32,
+    retry_at: Instant,
+}
+
 /// Ready keys of one priority, one FIFO per tenant, tenants served round-robin.
 struct Ready<K> {
     per_tenant: HashMap<String, VecDeque<(K, u64)>>,
@@ -129,10 +137,11 @@ struct State<K> {
     low: Ready<K>,
     /// Normal keys handed out in a row while low ones were waiting.
     normal_streak: u32,
-    running: HashSet<K>,
+    /// Keys handed out and not done yet, with when they were handed out.
+    running: HashMap<K, Instant>,
     /// Keys that became due while running: made ready again by [`Queue::done`].
     parked: HashSet<K>,
-    failures: HashMap<K, u32>,
+    failures: HashMap<K, Backoff>,
     next_generation: u64,
     shutdown: bool,
 }
@@ -157,7 +166,7 @@ impl<K: Clone + Eq + Hash + Tenant> State<K> {
             generation: self.next_generation,
         };
         self.due.insert(key.clone(), d);
-        if self.running.contains(&key) {
+        if self.running.contains_key(&key) {
             // handed out again after done(); its due time still counts
             self.timers.insert((d.at, d.generation), key.clone());
             self.parked.insert(key);
@@ -191,7 +200,7 @@ impl<K: Clone + Eq + Hash + Tenant> State<K> {
                 break;
             }
             let ((_, generation), key) = entry.remove_entry();
-            if !self.is_current(&key, generation) || self.running.contains(&key) {
+            if !self.is_current(&key, generation) || self.running.contains_key(&key) {
                 continue;
             }
             if let Some(d) = self.due.get(&key).copied() {
@@ -226,17 +235,43 @@ impl<K: Clone + Eq + Hash + Tenant> State<K> {
             if !self.is_current(&key, generation) {
                 continue;
             }
-            if self.running.contains(&key) {
+            if self.running.contains_key(&key) {
                 self.parked.insert(key);
                 continue;
             }
             let Some(d) = self.due.remove(&key) else {
                 continue;
             };
-            self.running.insert(key.clone());
+            self.running.insert(key.clone(), now);
             return Ok((key, d.at));
         }
         Err(self.timers.first_key_value().map(|((at, _), _)| *at))
+    }
+
+    /// Records a failure of `key` at `now`; returns how long until its retry. A failure counts
+    /// (the delay doubles) unless the attempt that failed was handed out before the retry the
+    /// last counted failure scheduled - brought early by an event: its retry stays when it was.
+    /// Otherwise every event during a backoff would double it again without waiting it out, and
+    /// a parent whose children change often would reach the 1000 s cap within seconds
+    /// (kubernetes/kubernetes#132805: client-go's rate limiter counts every attempt).
+    fn fail(&mut self, key: &K, now: Instant) -> Duration {
+        let started = self.running.get(key).copied();
+        if let Some(b) = self.failures.get_mut(key) {
+            if started.is_some_and(|at| at < b.retry_at) {
+                return b.retry_at.saturating_duration_since(now);
+            }
+            b.failures = b.failures.saturating_add(1);
+            let d = backoff(b.failures);
+            b.retry_at = now + d;
+            return d;
+        }
+        let d = backoff(1);
+        let first = Backoff {
+            failures: 1,
+            retry_at: now + d,
+        };
+        self.failures.insert(key.clone(), first);
+        d
     }
 
     /// `key` finished: if it became due meanwhile, it is ready (or timed) again.
@@ -274,7 +309,7 @@ impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
                 normal: Ready::default(),
                 low: Ready::default(),
                 normal_streak: 0,
-                running: HashSet::new(),
+                running: HashMap::new(),
                 parked: HashSet::new(),
                 failures: HashMap::new(),
                 next_generation: 0,
@@ -315,13 +350,11 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         }
     }
 
-    /// Records a failure of `key` and schedules it after the backoff.
+    /// Records a failure of `key` and schedules it after the backoff (see [`State::fail`]: an
+    /// attempt an event brought early neither grows the backoff nor moves its retry).
     pub fn add_rate_limited(&self, key: K) -> Duration {
-        let d = self.with(|s| {
-            let n = s.failures.entry(key.clone()).or_insert(0);
-            *n += 1;
-            backoff(*n)
-        });
+        let now = Instant::now();
+        let d = self.with(|s| s.fail(&key, now));
         self.add_after(key, d);
         d
     }
@@ -530,6 +563,51 @@ mod tests {
         let start = Instant::now();
         assert_eq!(q.next().await, Some(k));
         assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    fn state() -> State<&'static str> {
+        Queue::default().state.into_inner().unwrap()
+    }
+
+    /// Hands `key` out at `at` (due then), as a worker would.
+    fn attempt(s: &mut State<&'static str>, key: &'static str, at: Instant) {
+        s.schedule(key, at, Priority::Normal, at);
+        assert_eq!(s.take(at).map(|(k, _)| k), Ok(key));
+    }
+
+    #[test]
+    fn an_attempt_an_event_brought_early_neither_grows_the_backoff_nor_moves_its_retry() {
+        let mut s = state();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        attempt(&mut s, "p", t0);
+        assert_eq!(s.fail(&"p", t0), backoff(1));
+        s.finish(&"p", t0);
+        // a child's event brings the parent 1 ms into its 5 ms backoff; it fails again
+        attempt(&mut s, "p", t0 + ms(1));
+        assert_eq!(s.fail(&"p", t0 + ms(2)), ms(3), "the retry stays at 5 ms");
+        s.finish(&"p", t0 + ms(2));
+        // the retry itself fails: now the backoff doubles
+        attempt(&mut s, "p", t0 + ms(5));
+        assert_eq!(s.fail(&"p", t0 + ms(5)), backoff(2));
+        assert_eq!(s.failures[&"p"].failures, 2);
+    }
+
+    #[test]
+    fn events_every_millisecond_for_a_second_grow_the_backoff_with_time_not_with_attempts() {
+        let mut s = state();
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            let at = t0 + Duration::from_millis(i);
+            attempt(&mut s, "p", at);
+            s.fail(&"p", at);
+            s.finish(&"p", at);
+        }
+        // counted failures at 0, 5, 15, 35, 75, 155, 315, 635 ms: the backoff is where a key
+        // failing on its own would be after a second, not at the cap (1000 counted failures)
+        let b = s.failures[&"p"];
+        assert_eq!(b.failures, 8, "{b:?}");
+        assert_eq!(b.retry_at, t0 + Duration::from_millis(635) + backoff(8));
     }
 
     #[tokio::test(start_paused = true)]

@@ -278,6 +278,69 @@ async fn a_varying_hook_error_does_not_defeat_the_backoff() -> anyhow::Result<()
     s.finish().await
 }
 
+/// A parent whose hook keeps failing (a garbage answer: the hook is up, so no circuit opens)
+/// while its child changes every 20 ms: each change brings the parent early and it fails again,
+/// but its backoff grows with time, not with these attempts, so once the hook answers again the
+/// backoff's own retry syncs it within seconds, with no event to bring it. (client-go's rate
+/// limiter counts every attempt - kubernetes/kubernetes#132805 - and would leave this parent
+/// at its 1000 s cap.)
+#[tokio::test]
+async fn child_events_during_a_backoff_do_not_stretch_it() -> anyhow::Result<()> {
+    let mode = Arc::new(Mutex::new(Mode::Good));
+    let m = mode.clone();
+    let s = Scenario::new("stretch")
+        .crd("Thing", "things")
+        .hook(move |_, req| answer(*m.lock().unwrap(), req))
+        .controller(Cc::new("stretch-cc"))
+        .parent("t", json!({"v": "1"}))
+        .start()
+        .await?;
+    let (things, cms) = (s.parents(), s.configmaps());
+    s.wait_child("t-cm").await?;
+    *mode.lock().unwrap() = Mode::Garbage;
+    let errors = s.metrics.reconcile_count("stretch-cc", "error");
+    s.merge_patch(&things, "t", json!({"spec": {"v": "2"}}))
+        .await?;
+    let mut pace = tokio::time::interval(Duration::from_millis(20));
+    let churn = std::time::Instant::now();
+    let mut n = 0;
+    while churn.elapsed() < Duration::from_secs(3) {
+        pace.tick().await;
+        let poke = json!({"metadata": {"annotations": {"kmeta.test/poke": n.to_string()}}});
+        s.merge_patch(&cms, "t-cm", poke).await?;
+        n += 1;
+    }
+    // the last change reached the hook (so no event is on its way any more)
+    let last = (n - 1).to_string();
+    until("a failed sync that saw the last change", || {
+        s.hooks().calls("sync").iter().any(|c| {
+            c["children"]["ConfigMap.v1"]["t-cm"]["metadata"]["annotations"]["kmeta.test/poke"]
+                == last.as_str()
+        })
+    })
+    .await?;
+    let failed = s.metrics.reconcile_count("stretch-cc", "error") - errors;
+    // the changes did bring it early, many times (a backoff of its own would have made ~10 tries)
+    assert!(
+        failed >= 30,
+        "only {failed} failed syncs in 3 s of child changes"
+    );
+    *mode.lock().unwrap() = Mode::Good;
+    // no event from here on: only the backoff's retry can sync the parent (due about 2.5 s after
+    // the last counted failure: failures counted at 0, 5, 15, ... 2555 ms)
+    let recovered = std::time::Instant::now();
+    s.wait_child_where("t-cm", "the child updated by the backoff's retry", |c| {
+        c["data"]["v"] == "2"
+    })
+    .await?;
+    assert!(
+        recovered.elapsed() < Duration::from_secs(10),
+        "recovered after {:?}",
+        recovered.elapsed()
+    );
+    s.finish().await
+}
+
 /// A hook outage with ten parents: once the hook has failed five times in a row, only one parent
 /// (the probe) calls it, at the backoff cadence, instead of all ten on their own backoffs; when
 /// it answers again, every parent that waited is synced at once, not after its own backoff.
