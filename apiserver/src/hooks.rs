@@ -199,6 +199,10 @@ pub struct FaultSpec {
     /// Only requests whose `User-Agent` starts with this (`kmeta/`: the controller's, not a
     /// test's own client); `None` matches all.
     pub user_agent: Option<String>,
+    /// The request is carried out first and only its answer is replaced by the error: a write
+    /// that took effect although the client saw it fail (an answer lost on the way, a timeout
+    /// after the commit).
+    pub after_commit: bool,
 }
 
 impl FaultSpec {
@@ -212,6 +216,7 @@ impl FaultSpec {
             times: None,
             rate: 1.0,
             user_agent: None,
+            after_commit: false,
         }
     }
     /// Restrict to a verb.
@@ -237,6 +242,12 @@ impl FaultSpec {
     /// Restrict to requests whose `User-Agent` starts with `prefix`.
     pub fn user_agent(mut self, prefix: &str) -> Self {
         self.user_agent = Some(prefix.to_string());
+        self
+    }
+    /// Carry the request out, then answer with the error instead (see
+    /// [`FaultSpec::after_commit`]).
+    pub fn after_commit(mut self) -> Self {
+        self.after_commit = true;
         self
     }
     /// Retry-After seconds.

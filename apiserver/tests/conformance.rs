@@ -827,6 +827,21 @@ async fn admission_faults_and_counters() {
     let e = api_err(pods.list(&ListParams::default()).await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
     assert!(pods.list(&ListParams::default()).await.is_ok());
+    // a lost answer: the create is carried out, the client sees 500
+    s.faults().inject(
+        FaultSpec::error(500)
+            .verb("create")
+            .resource("pods")
+            .after_commit()
+            .times(1),
+    );
+    let e = api_err(
+        pods.create(&PostParams::default(), &pod("lost"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 500);
+    assert!(pods.get("lost").await.is_ok(), "the create took effect");
     // 409 on update
     s.faults()
         .inject(FaultSpec::error(409).verb("update").times(1));

@@ -33,6 +33,11 @@ pub(super) async fn handle(State(state): State<Arc<ServerState>>, request: Reque
         tokio::time::sleep(delay).await;
     }
     let resp = match fault {
+        Some(f) if f.after_commit => {
+            // carried out, then the answer is lost: the client sees the error
+            let _done = resource_request(&state, route, q, request).await;
+            fault_response(f.code, f.retry_after_seconds)
+        }
         Some(f) => fault_response(f.code, f.retry_after_seconds),
         None => match resource_request(&state, route, q, request).await {
             Ok(r) => r,

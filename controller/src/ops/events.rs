@@ -13,7 +13,9 @@
 //! other than 408, 409 and 429). Given up — after the last retry, on such an answer, or when
 //! [`RETRIES_PENDING`] Events already wait — it is logged and counted in
 //! `kmeta_events_failed_total`. client-go's recorder retries too (12 tries, 10 s apart); kube's
-//! `Recorder` does not.
+//! `Recorder` does not. A retry sends the same occurrence: the same Event name and time, so when
+//! the first try was created but its answer lost, the retry's `AlreadyExists` ends it instead of
+//! making a second Event.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -156,6 +158,19 @@ impl Recorder {
         event: &Event,
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
+        self.publish_at(event, regarding, Timestamp::now()).await
+    }
+
+    /// [`Recorder::publish`] for the occurrence at `stamp`. Publishing one occurrence again (a
+    /// retry, with the same `stamp`) never makes a second Event: a new Event's name comes from
+    /// the object and `stamp`, and a create answered `AlreadyExists` is the earlier try whose
+    /// answer was lost; a repeat sets the series count, which a second patch sets again.
+    pub async fn publish_at(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+        stamp: Timestamp,
+    ) -> Result<(), kube::Error> {
         let key = SeriesKey::of(event, regarding);
         let now = Instant::now();
         let last = self.series.lock().ok().and_then(|s| s.get(&key).cloned());
@@ -164,7 +179,6 @@ impl Recorder {
             .clone()
             .unwrap_or_else(|| "default".to_owned());
         let api: Api<KEvent> = Api::namespaced(self.client.clone(), &namespace);
-        let stamp = Timestamp::now();
         let written = match decide(last.as_ref(), now) {
             Publish::Repeat { name, count } => {
                 let patch = serde_json::json!({"series": EventSeries {
@@ -236,7 +250,12 @@ impl Recorder {
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };
-        api.create(&PostParams::default(), &object).await?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            // an earlier try of this occurrence was created; its answer was lost
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
+            Err(e) => return Err(e),
+        }
         Ok(Last {
             name,
             count: 1,
@@ -274,7 +293,8 @@ impl EventSender {
     /// Sends `event` about `regarding`; on a failure a retry can mend, sends it again in the
     /// background (see the module doc). Never fails.
     pub async fn send(&self, event: Event, regarding: ObjectReference) {
-        let error = match self.recorder.publish(&event, &regarding).await {
+        let stamp = Timestamp::now();
+        let error = match self.recorder.publish_at(&event, &regarding, stamp).await {
             Ok(()) => return,
             Err(e) => e,
         };
@@ -285,7 +305,7 @@ impl EventSender {
         tracing::debug!(reason = event.reason, %error, "publishing event failed; retrying");
         let this = self.clone();
         tokio::spawn(async move {
-            this.retry(&event, &regarding).await;
+            this.retry(&event, &regarding, stamp).await;
             this.pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -299,11 +319,12 @@ impl EventSender {
             .is_ok()
     }
 
-    async fn retry(&self, event: &Event, regarding: &ObjectReference) {
+    /// Sends the occurrence at `stamp` again (the same Event: see [`Recorder::publish_at`]).
+    async fn retry(&self, event: &Event, regarding: &ObjectReference, stamp: Timestamp) {
         let mut last = None;
         for delay in RETRY_DELAYS {
             tokio::time::sleep(delay).await;
-            match self.recorder.publish(event, regarding).await {
+            match self.recorder.publish_at(event, regarding, stamp).await {
                 Ok(()) => return,
                 Err(e) if retryable(&e) => last = Some(e),
                 Err(e) => {

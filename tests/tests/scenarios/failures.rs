@@ -475,6 +475,56 @@ async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
     s.finish().await
 }
 
+/// An Event created although its create was answered with an error (the answer lost: a
+/// timeout after the commit) is not created twice: the retry sends the same occurrence, and
+/// its `AlreadyExists` ends it. The controller's `Started` event, published once, exists once.
+#[tokio::test]
+async fn an_event_whose_answer_was_lost_is_not_created_twice() -> anyhow::Result<()> {
+    let mut s = Scenario::new("event-lost")
+        .crd("Thing", "things")
+        .hook(|_, _| Reply::Json(json!({"status": {}, "children": []})))
+        .prepare()
+        .await?;
+    let Some(before) = s.server().map(|server| {
+        server.faults().inject(
+            kmeta_apiserver::FaultSpec::error(500)
+                .verb("create")
+                .resource("events")
+                .after_commit()
+                .times(1),
+        );
+        server.counters()
+    }) else {
+        eprintln!("needs kmeta-apiserver's fault injection to lose an answer: checked there");
+        return s.finish().await;
+    };
+    s.controller(Cc::new("event-lost-cc")).await?;
+    s.start_controller();
+    // the retry (after 1 s) found the Event the first try made
+    until("a retried create answered AlreadyExists", || {
+        s.server().is_some_and(|server| {
+            server
+                .counters()
+                .since(&before)
+                .get("create", "events", 409)
+                > 0
+        })
+    })
+    .await?;
+    let events = s.api("events.k8s.io/v1", "Event", "events", None);
+    let started: Vec<Value> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .filter(|e| e["reason"] == "Started" && e["regarding"]["name"] == "event-lost-cc")
+        .collect();
+    assert_eq!(started.len(), 1, "Started events: {started:?}");
+    assert_eq!(s.metrics.events_failed(), 0, "nothing given up");
+    s.finish().await
+}
+
 /// Events with a new note are new Events, not a repeat of the first: a hook that fails for one
 /// cause and then another shows both causes, each in a `SyncError` event of its own (a series
 /// counts only repeats of the same note).
