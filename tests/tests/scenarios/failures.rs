@@ -439,30 +439,41 @@ async fn a_parent_deleted_during_its_hook_call_gets_no_children() -> anyhow::Res
     s.finish().await
 }
 
+/// Starts controller `<name>-cc` while `fault` applies to the next Event create; the running
+/// scenario and the server's counters from before. `None` on a real cluster (no fault injection:
+/// said on stderr, and the scenario is finished).
+async fn start_with_an_event_fault(
+    name: &str,
+    fault: kmeta_apiserver::FaultSpec,
+) -> anyhow::Result<Option<(Running, kmeta_apiserver::Counters)>> {
+    let mut s = Scenario::new(name)
+        .crd("Thing", "things")
+        .hook(|_, _| Reply::Json(json!({"status": {}, "children": []})))
+        .prepare()
+        .await?;
+    let fault = fault.verb("create").resource("events").times(1);
+    let Some(before) = s.server().map(|server| {
+        server.faults().inject(fault);
+        server.counters()
+    }) else {
+        eprintln!("needs kmeta-apiserver's fault injection on Event creates: checked there");
+        s.finish().await?;
+        return Ok(None);
+    };
+    s.controller(Cc::new(&format!("{name}-cc"))).await?;
+    s.start_controller();
+    Ok(Some((s, before)))
+}
+
 /// An Event the API server refuses with a transient error (500) is sent again (`ops::events`:
 /// after 1 s, doubling): the controller's `Started` event, published once, arrives although its
 /// create was refused, and nothing is counted as given up.
 #[tokio::test]
 async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
-    let mut s = Scenario::new("event-retry")
-        .crd("Thing", "things")
-        .hook(|_, _| Reply::Json(json!({"status": {}, "children": []})))
-        .prepare()
-        .await?;
-    let Some(before) = s.server().map(|server| {
-        server.faults().inject(
-            kmeta_apiserver::FaultSpec::error(500)
-                .verb("create")
-                .resource("events")
-                .times(1),
-        );
-        server.counters()
-    }) else {
-        eprintln!("needs kmeta-apiserver's fault injection to refuse an event: checked there");
-        return s.finish().await;
+    let fault = kmeta_apiserver::FaultSpec::error(500);
+    let Some((s, before)) = start_with_an_event_fault("event-retry", fault).await? else {
+        return Ok(());
     };
-    s.controller(Cc::new("event-retry-cc")).await?;
-    s.start_controller();
     s.wait_event("the controller's Started event, sent again", None, |e| {
         e["reason"] == "Started" && e["regarding"]["name"] == "event-retry-cc"
     })
@@ -480,26 +491,10 @@ async fn an_event_refused_once_is_sent_again() -> anyhow::Result<()> {
 /// its `AlreadyExists` ends it. The controller's `Started` event, published once, exists once.
 #[tokio::test]
 async fn an_event_whose_answer_was_lost_is_not_created_twice() -> anyhow::Result<()> {
-    let mut s = Scenario::new("event-lost")
-        .crd("Thing", "things")
-        .hook(|_, _| Reply::Json(json!({"status": {}, "children": []})))
-        .prepare()
-        .await?;
-    let Some(before) = s.server().map(|server| {
-        server.faults().inject(
-            kmeta_apiserver::FaultSpec::error(500)
-                .verb("create")
-                .resource("events")
-                .after_commit()
-                .times(1),
-        );
-        server.counters()
-    }) else {
-        eprintln!("needs kmeta-apiserver's fault injection to lose an answer: checked there");
-        return s.finish().await;
+    let fault = kmeta_apiserver::FaultSpec::error(500).after_commit();
+    let Some((s, before)) = start_with_an_event_fault("event-lost", fault).await? else {
+        return Ok(());
     };
-    s.controller(Cc::new("event-lost-cc")).await?;
-    s.start_controller();
     // the retry (after 1 s) found the Event the first try made
     until("a retried create answered AlreadyExists", || {
         s.server().is_some_and(|server| {
