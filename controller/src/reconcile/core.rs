@@ -328,6 +328,21 @@ pub enum SyncError {
     Resource(#[from] ResourceError),
 }
 
+impl SyncError {
+    /// A wait that ends by itself, not a failure: a watch still to list or to show an earlier
+    /// write, the object changed since read. Requeued without an event (`result="retry"`), and
+    /// says nothing about the hook ([`Outcome::NotYet`]).
+    fn is_wait(&self) -> bool {
+        matches!(
+            self,
+            SyncError::AwaitingWatch(_)
+                | SyncError::RelatedNotSynced(_)
+                | SyncError::WatchNotSynced(_)
+                | SyncError::Stale(_)
+        )
+    }
+}
+
 pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
     let action = action.into();
     move |source| SyncError::Api { action, source }
@@ -549,12 +564,7 @@ fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
         Err(SyncError::Hook(HookError::Transport { .. })) => Outcome::HookDown,
         Err(SyncError::Hook(HookError::Status { code, .. })) if *code >= 500 => Outcome::HookDown,
         Err(SyncError::Hook(_)) | Ok(_) => Outcome::HookAnswered,
-        Err(
-            SyncError::AwaitingWatch(_)
-            | SyncError::RelatedNotSynced(_)
-            | SyncError::WatchNotSynced(_)
-            | SyncError::Stale(_),
-        ) => Outcome::NotYet,
+        Err(e) if e.is_wait() => Outcome::NotYet,
         Err(_) => Outcome::Unrelated,
     }
 }
@@ -629,13 +639,8 @@ pub fn resync_delay(requested: Duration, min: Duration) -> Duration {
 fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
     match result {
         Ok(_) => "ok",
-        Err(
-            SyncError::RelatedNotSynced(_)
-            | SyncError::WatchNotSynced(_)
-            | SyncError::Stale(_)
-            | SyncError::AwaitingWatch(_)
-            | SyncError::Hook(HookError::TooManyRequests { .. }),
-        ) => "retry",
+        Err(SyncError::Hook(HookError::TooManyRequests { .. })) => "retry",
+        Err(e) if e.is_wait() => "retry",
         Err(_) => "error",
     }
 }
