@@ -151,21 +151,12 @@ impl Recorder {
         }
     }
 
-    /// Publishes one occurrence of `event` about `regarding` (in its namespace; `default` for a
-    /// cluster-scoped object).
+    /// Publishes the occurrence at `stamp` of `event` about `regarding` (in its namespace;
+    /// `default` for a cluster-scoped object). Publishing one occurrence again (a retry, with the
+    /// same `stamp`) never makes a second Event: a new Event's name comes from the object and
+    /// `stamp`, and a create answered `AlreadyExists` is the earlier try whose answer was lost; a
+    /// repeat sets the series count, which a second patch sets again.
     pub async fn publish(
-        &self,
-        event: &Event,
-        regarding: &ObjectReference,
-    ) -> Result<(), kube::Error> {
-        self.publish_at(event, regarding, Timestamp::now()).await
-    }
-
-    /// [`Recorder::publish`] for the occurrence at `stamp`. Publishing one occurrence again (a
-    /// retry, with the same `stamp`) never makes a second Event: a new Event's name comes from
-    /// the object and `stamp`, and a create answered `AlreadyExists` is the earlier try whose
-    /// answer was lost; a repeat sets the series count, which a second patch sets again.
-    pub async fn publish_at(
         &self,
         event: &Event,
         regarding: &ObjectReference,
@@ -294,7 +285,7 @@ impl EventSender {
     /// background (see the module doc). Never fails.
     pub async fn send(&self, event: Event, regarding: ObjectReference) {
         let stamp = Timestamp::now();
-        let error = match self.recorder.publish_at(&event, &regarding, stamp).await {
+        let error = match self.recorder.publish(&event, &regarding, stamp).await {
             Ok(()) => return,
             Err(e) => e,
         };
@@ -319,12 +310,12 @@ impl EventSender {
             .is_ok()
     }
 
-    /// Sends the occurrence at `stamp` again (the same Event: see [`Recorder::publish_at`]).
+    /// Sends the occurrence at `stamp` again (the same Event: see [`Recorder::publish`]).
     async fn retry(&self, event: &Event, regarding: &ObjectReference, stamp: Timestamp) {
         let mut last = None;
         for delay in RETRY_DELAYS {
             tokio::time::sleep(delay).await;
-            match self.recorder.publish_at(event, regarding, stamp).await {
+            match self.recorder.publish(event, regarding, stamp).await {
                 Ok(()) => return,
                 Err(e) if retryable(&e) => last = Some(e),
                 Err(e) => {
