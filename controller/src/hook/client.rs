@@ -12,8 +12,8 @@ use super::error::HookError;
 use super::etag::EtagCache;
 use super::tls;
 use super::transport::{
-    Credentials, mask, match_endpoint_config, security, sent_credentials, webhook_timeout,
-    webhook_url, without_userinfo,
+    Credentials, mask, mask_url_passwords, match_endpoint_config, security, sent_credentials,
+    webhook_timeout, webhook_url, without_userinfo,
 };
 use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
 use crate::hook::wire;
@@ -311,7 +311,7 @@ impl HookClient {
         }
         if tracing::enabled!(tracing::Level::TRACE) {
             let shown = serde_json::from_slice::<Value>(&out)
-                .map(|v| redact_secrets(&v).to_string())
+                .map(|v| mask(&redact_secrets(&v).to_string(), &self.sent))
                 .unwrap_or_else(|_| format!("<{} bytes, not JSON>", out.len()));
             tracing::trace!(hook = self.name, url = %self.shown_url, response = %shown, "hook response");
         }
@@ -333,7 +333,7 @@ impl HookClient {
         })?;
         if tracing::enabled!(tracing::Level::TRACE) {
             let shown = serde_json::to_value(body).map(|v| redact_secrets(&v).to_string());
-            let shown = shown.unwrap_or_else(|e| e.to_string());
+            let shown = mask(&shown.unwrap_or_else(|e| e.to_string()), &self.sent);
             tracing::trace!(hook = self.name, url = %self.shown_url, request = %shown, "hook request");
         }
         let Some(url) = &self.url else {
@@ -513,8 +513,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// A copy of a hook body for trace logs, with the values of every Secret's `data` and
 /// `stringData` replaced by `<redacted>` — also inside a Secret's annotations that hold the object
 /// as JSON (the last-applied configuration of kmeta or kubectl): bodies may carry Secrets
-/// (children or related objects), and logs must never contain them. The Authorization header is
-/// never logged at all.
+/// (children or related objects), and logs must never contain them — and the password of every
+/// URL in a string (the controller object's webhook URLs). The Authorization header is never
+/// logged at all.
 pub fn redact_secrets(v: &Value) -> Value {
     match v {
         Value::Object(map) => {
@@ -538,6 +539,7 @@ pub fn redact_secrets(v: &Value) -> Value {
             Value::Object(out)
         }
         Value::Array(items) => Value::Array(items.iter().map(redact_secrets).collect()),
+        Value::String(text) => Value::String(mask_url_passwords(text).into_owned()),
         other => other.clone(),
     }
 }

@@ -275,6 +275,39 @@ pub fn without_userinfo(url: &str) -> String {
     }
 }
 
+/// `text` with the password of every URL in it (`scheme://user:password@host`) replaced by
+/// `<redacted>`: a hook body carries the controller object, whose webhook URLs (and a
+/// last-applied annotation copying them) may hold one.
+pub fn mask_url_passwords(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (before, after) = rest.split_at(i + 3);
+        out.push_str(before);
+        let end = after
+            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\\' | '\'') || c.is_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        match authority.rfind('@').and_then(|at| {
+            let userinfo = &authority[..at];
+            userinfo.find(':').map(|colon| (colon, at))
+        }) {
+            Some((colon, at)) => {
+                out.push_str(&authority[..=colon]);
+                out.push_str("<redacted>");
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
 /// The credential values a hook request carries — the URL's password, the bearer token, the
 /// basic-auth header and its password — to be masked in any text kmeta copies from a response.
 pub fn sent_credentials(url: &str, authorization: Option<&str>) -> Vec<String> {
@@ -415,6 +448,30 @@ mod tests {
         assert_eq!(
             without_userinfo("http://u:p@ss@bad host/sync"),
             "http://bad host/sync"
+        );
+    }
+
+    #[test]
+    fn url_passwords_are_masked_wherever_they_appear() {
+        assert_eq!(mask_url_passwords("no url here"), "no url here");
+        assert_eq!(
+            mask_url_passwords("http://hook.example/sync"),
+            "http://hook.example/sync"
+        );
+        assert_eq!(
+            mask_url_passwords("https://kmeta:s3cret@hook.example:8443/sync?x=1"),
+            "https://kmeta:<redacted>@hook.example:8443/sync?x=1"
+        );
+        assert_eq!(
+            mask_url_passwords("only-user@ http://user@hook/x"),
+            "only-user@ http://user@hook/x",
+            "a user without a password is kept"
+        );
+        // inside JSON text (a last-applied annotation), two URLs, a password with an `@`
+        let text = r#"{"url":"http://a:p@ss@one/s","other":"http://b:q2@two"}"#;
+        assert_eq!(
+            mask_url_passwords(text),
+            r#"{"url":"http://a:<redacted>@one/s","other":"http://b:<redacted>@two"}"#
         );
     }
 

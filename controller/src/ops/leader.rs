@@ -502,9 +502,10 @@ where
         return Ok(());
     };
 
-    // leader; client-go's wording, which scripts written for Metacontroller grep for
+    // leader; the wording of the client-go Metacontroller v4.17.2 ships (v0.36,
+    // `leaderelection.go`), which its `leader-election` example greps for
     cfg.fence.open_until(acquired_at + cfg.renew_deadline);
-    tracing::info!(lease = %lease_name, identity = %cfg.identity, "successfully acquired lease {lease_name}");
+    tracing::info!(lock = %lease_name, identity = %cfg.identity, "Successfully acquired lease");
     cfg.set_leading(true);
     let work_token = CancellationToken::new();
     let work_fut = work(work_token.clone());
@@ -543,7 +544,7 @@ impl Phase<'_> {
     /// attempt started; `None` when shutdown came first.
     async fn acquire(&self, elector: &mut Elector) -> Option<Instant> {
         let (cfg, lease_name, shutdown) = (self.cfg, self.lease_name, self.shutdown);
-        tracing::info!(lease = %lease_name, identity = %cfg.identity, "attempting to acquire leader lease {lease_name}...");
+        tracing::info!(lock = %lease_name, identity = %cfg.identity, "Attempting to acquire leader lease...");
         loop {
             let started = Instant::now();
             let attempt = tokio::select! {

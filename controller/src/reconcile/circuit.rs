@@ -1,11 +1,19 @@
-//! The hook circuit of one controller: when its hook endpoint keeps failing, one probe sync at
-//! the backoff cadence instead of every parent hammering it, and the first success brings every
-//! parent that failed back at once.
+//! The hook circuit of one controller: when its hook endpoint is down, one probe sync at the
+//! backoff cadence instead of every parent hammering it, and the first answer brings every
+//! parent that waited back at once.
 //!
 //! Without it, each parent backs off on its own (up to 1000 s, client-go's cap): after a long
 //! hook outage the parents that failed early are still waiting out long delays when the hook is
 //! healthy again, and during the outage every parent keeps calling a hook that is known to be
 //! down. Metacontroller has the same per-parent backoff and nothing more.
+//!
+//! The circuit must never stall a parent Metacontroller would sync, so it opens only on evidence
+//! about the endpoint, not about one parent's input ([`Outcome::HookDown`]: no connection, a TLS
+//! failure, a timeout, 502/503/504), from at least [`OPEN_AFTER_PARENTS`] distinct parents with
+//! no answer from any parent in between. An answer — a 500 included: the hook ran and failed on
+//! this parent's input, the commonest hook bug — is that parent's own failure, retried with its
+//! own backoff as Metacontroller does, and closes the circuit. While it is open, a parent with a
+//! new change (a watch event, not a retry) still runs, as an extra probe.
 //!
 //! [`Circuit`] is the pure state machine (time passed in, unit-tested here); `core::process`
 //! consults it before a sync ([`Circuit::gate`]) and tells it the outcome after
@@ -19,9 +27,14 @@ use tokio::time::Instant;
 
 use crate::runtime::queue::backoff;
 
-/// Consecutive failures of the hook endpoint (no success in between, any parent) that open the
+/// Consecutive failures of the hook endpoint (no answer in between, any parent) that open the
 /// circuit: 5 (kmeta's).
 pub const OPEN_AFTER: u32 = 5;
+
+/// Distinct parents those failures must come from: 3 (kmeta's). One parent whose input makes the
+/// hook time out, retried on its own backoff, never opens the circuit for the others; a
+/// controller with one or two parents keeps Metacontroller's per-parent backoff.
+pub const OPEN_AFTER_PARENTS: usize = 3;
 
 /// The longest wait between two probes of an open circuit: 30 s (kmeta's; the per-parent backoff
 /// goes up to 1000 s, too long to notice a recovered hook).
@@ -38,9 +51,10 @@ pub const RECOVERY_SPREAD_MAX: Duration = Duration::from_secs(5);
 /// What a sync's result says about the hook endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The hook answered usably (the sync may still have failed later, e.g. on a child write).
+    /// The hook answered (the sync may still have failed: an error status such as 500 on this
+    /// parent's input, an unusable body, a child write).
     HookAnswered,
-    /// The endpoint is unhealthy: no connection, a timeout, a 5xx.
+    /// The endpoint is unhealthy: no connection, a TLS failure, a timeout, 502/503/504.
     HookDown,
     /// The result says nothing about the endpoint (the hook was not reached: an API error before
     /// the call, a parent gone).
@@ -58,7 +72,7 @@ pub const PROBE_WAITS: u32 = 5;
 /// Whether a key may sync now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {
-    /// Closed circuit, or this key is the probe.
+    /// Closed circuit, this key is the probe, or it comes with a new change.
     Run,
     /// Open circuit: the key waits for it to close (or to be chosen as the probe).
     Park,
@@ -95,6 +109,8 @@ pub enum Effect<K> {
 
 struct State<K> {
     failures: u32,
+    /// The distinct keys among the current run of failures (at most [`OPEN_AFTER_PARENTS`]).
+    failed_keys: HashSet<K>,
     open: bool,
     /// The key chosen as the next probe, and when it may run.
     probe: Option<K>,
@@ -114,6 +130,7 @@ impl<K: Clone + Eq + Hash> Default for Circuit<K> {
         Circuit {
             state: std::sync::Mutex::new(State {
                 failures: 0,
+                failed_keys: HashSet::new(),
                 open: false,
                 probe: None,
                 probe_at: None,
@@ -147,12 +164,13 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
         }
     }
 
-    /// Whether `key` may sync at `now`: always while closed; while open, only the chosen probe
-    /// once its time has come (or any key, when no probe is chosen and the time has come); the
-    /// probe arriving before its time is told how long is left.
-    pub fn gate(&self, key: &K, now: Instant) -> Gate {
+    /// Whether `key` may sync at `now`: always while closed or when it comes with a new change
+    /// (`changed`: a watch event brought it, not a retry); while open otherwise, only the chosen
+    /// probe once its time has come (or any key, when no probe is chosen and the time has come);
+    /// the probe arriving before its time is told how long is left.
+    pub fn gate(&self, key: &K, changed: bool, now: Instant) -> Gate {
         self.with(|s| {
-            if !s.open {
+            if !s.open || changed {
                 return Gate::Run;
             }
             let due = s.probe_at.is_none_or(|at| now >= at);
@@ -177,6 +195,7 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
         self.with(|s| match outcome {
             Outcome::HookAnswered => {
                 s.failures = 0;
+                s.failed_keys.clear();
                 if !s.open {
                     return Effect::None;
                 }
@@ -189,7 +208,10 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
             }
             Outcome::HookDown => {
                 s.failures = s.failures.saturating_add(1);
-                if s.failures < OPEN_AFTER {
+                if s.failed_keys.len() < OPEN_AFTER_PARENTS {
+                    s.failed_keys.insert(key.clone());
+                }
+                if s.failures < OPEN_AFTER || s.failed_keys.len() < OPEN_AFTER_PARENTS {
                     return Effect::None;
                 }
                 let after = probe_interval(s.failures);
@@ -255,7 +277,7 @@ mod tests {
 
     fn down_n(c: &Circuit<u32>, keys: std::ops::Range<u32>, now: Instant) -> Vec<Effect<u32>> {
         keys.map(|k| {
-            assert_eq!(c.gate(&k, now), Gate::Run);
+            assert_eq!(c.gate(&k, false, now), Gate::Run);
             c.record(&k, Outcome::HookDown, now)
         })
         .collect()
@@ -277,12 +299,67 @@ mod tests {
         assert!(c.is_open());
         // before the probe time nobody runs, not even the probe, which is told when to come
         // back (nothing else would sync it)
-        assert_eq!(c.gate(&7, t), Gate::Park);
-        assert_eq!(c.gate(&4, t), Gate::Early(backoff(OPEN_AFTER)));
+        assert_eq!(c.gate(&7, false, t), Gate::Park);
+        assert_eq!(c.gate(&4, false, t), Gate::Early(backoff(OPEN_AFTER)));
         // at the probe time only the probe runs
         let later = t + backoff(OPEN_AFTER);
-        assert_eq!(c.gate(&8, later), Gate::Park);
-        assert_eq!(c.gate(&4, later), Gate::Run);
+        assert_eq!(c.gate(&8, false, later), Gate::Park);
+        assert_eq!(c.gate(&4, false, later), Gate::Run);
+    }
+
+    #[test]
+    fn one_or_two_parents_failing_never_open_it() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        for _ in 0..50 {
+            for k in [1, 2] {
+                assert_eq!(c.gate(&k, false, t), Gate::Run);
+                assert_eq!(c.record(&k, Outcome::HookDown, t), Effect::None);
+            }
+        }
+        assert!(!c.is_open(), "their own backoff, as Metacontroller");
+        assert_eq!(c.gate(&3, false, t), Gate::Run);
+        assert!(
+            matches!(c.record(&3, Outcome::HookDown, t), Effect::Opened { .. }),
+            "a third parent failing the same way is evidence about the endpoint"
+        );
+    }
+
+    #[test]
+    fn an_error_answer_is_an_answer() {
+        // a 500 on one parent's input between endpoint failures of others keeps it closed
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        for round in 0..20 {
+            down_n(&c, 0..OPEN_AFTER - 1, t);
+            assert_eq!(
+                c.record(&(100 + round), Outcome::HookAnswered, t),
+                Effect::None
+            );
+        }
+        assert!(!c.is_open());
+    }
+
+    #[test]
+    fn a_parent_with_a_new_change_runs_while_it_is_open() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        down_n(&c, 0..OPEN_AFTER, t);
+        assert_eq!(c.gate(&7, false, t), Gate::Park, "a retry waits");
+        assert_eq!(c.gate(&8, true, t), Gate::Run, "a change goes through");
+        assert_eq!(
+            c.record(&8, Outcome::HookDown, t),
+            Effect::Parked,
+            "and fails like a parked parent, with no backoff of its own"
+        );
+        assert_eq!(c.gate(&9, true, t), Gate::Run);
+        match c.record(&9, Outcome::HookAnswered, t) {
+            Effect::Closed(mut keys) => {
+                keys.sort_unstable();
+                assert_eq!(keys, vec![7, 8], "its answer brings the others back");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -313,7 +390,7 @@ mod tests {
         let mut last = backoff(OPEN_AFTER);
         for _ in 0..30 {
             t += last;
-            assert_eq!(c.gate(&4, t), Gate::Run);
+            assert_eq!(c.gate(&4, false, t), Gate::Run);
             match c.record(&4, Outcome::HookDown, t) {
                 Effect::Probe { probe, after } => {
                     assert_eq!(probe, 4);
@@ -332,10 +409,10 @@ mod tests {
         let t = Instant::now();
         down_n(&c, 0..OPEN_AFTER, t);
         for k in 10..20 {
-            assert_eq!(c.gate(&k, t), Gate::Park);
+            assert_eq!(c.gate(&k, false, t), Gate::Park);
         }
         let t2 = t + backoff(OPEN_AFTER);
-        assert_eq!(c.gate(&4, t2), Gate::Run);
+        assert_eq!(c.gate(&4, false, t2), Gate::Run);
         match c.record(&4, Outcome::HookAnswered, t2) {
             Effect::Closed(mut keys) => {
                 keys.sort_unstable();
@@ -344,7 +421,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!c.is_open());
-        assert_eq!(c.gate(&11, t2), Gate::Run);
+        assert_eq!(c.gate(&11, false, t2), Gate::Run);
     }
 
     #[test]
@@ -353,17 +430,25 @@ mod tests {
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
-        assert_eq!(c.gate(&6, t0), Gate::Park);
-        assert_eq!(c.gate(&4, t), Gate::Run);
+        assert_eq!(c.gate(&6, false, t0), Gate::Park);
+        assert_eq!(c.gate(&4, false, t), Gate::Run);
         let after = probe_interval(OPEN_AFTER);
         assert_eq!(
             c.record(&4, Outcome::Unrelated, t),
             Effect::Probe { probe: 6, after },
             "a parked parent is scheduled to probe next"
         );
-        assert_eq!(c.gate(&6, t), Gate::Early(after), "not before its time");
-        assert_eq!(c.gate(&4, t + after), Gate::Park, "the old probe waits now");
-        assert_eq!(c.gate(&6, t + after), Gate::Run);
+        assert_eq!(
+            c.gate(&6, false, t),
+            Gate::Early(after),
+            "not before its time"
+        );
+        assert_eq!(
+            c.gate(&4, false, t + after),
+            Gate::Park,
+            "the old probe waits now"
+        );
+        assert_eq!(c.gate(&6, false, t + after), Gate::Run);
         assert_eq!(
             c.record(&6, Outcome::HookAnswered, t + after),
             Effect::Closed(vec![4]),
@@ -377,12 +462,12 @@ mod tests {
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
-        assert_eq!(c.gate(&6, t0), Gate::Park);
+        assert_eq!(c.gate(&6, false, t0), Gate::Park);
         for _ in 1..PROBE_WAITS {
-            assert_eq!(c.gate(&4, t), Gate::Run, "back by itself, at once");
+            assert_eq!(c.gate(&4, false, t), Gate::Run, "back by itself, at once");
             assert_eq!(c.record(&4, Outcome::NotYet, t), Effect::None);
         }
-        assert_eq!(c.gate(&4, t), Gate::Run);
+        assert_eq!(c.gate(&4, false, t), Gate::Run);
         assert_eq!(
             c.record(&4, Outcome::NotYet, t),
             Effect::Probe {
@@ -399,30 +484,30 @@ mod tests {
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
-        assert_eq!(c.gate(&4, t), Gate::Run);
+        assert_eq!(c.gate(&4, false, t), Gate::Run);
         let after = probe_interval(OPEN_AFTER);
         assert_eq!(
             c.record(&4, Outcome::Unrelated, t),
             Effect::Probe { probe: 4, after }
         );
         assert_eq!(
-            c.gate(&7, t + after),
+            c.gate(&7, false, t + after),
             Gate::Park,
             "another parent does not jump in"
         );
-        assert_eq!(c.gate(&4, t + after), Gate::Run);
+        assert_eq!(c.gate(&4, false, t + after), Gate::Run);
     }
 
     #[test]
     fn a_sync_in_flight_when_it_opened_is_parked_on_failure() {
         let c: Circuit<u32> = Circuit::default();
         let t = Instant::now();
-        assert_eq!(c.gate(&99, t), Gate::Run); // started while closed
+        assert_eq!(c.gate(&99, false, t), Gate::Run); // started while closed
         down_n(&c, 0..OPEN_AFTER, t);
         assert_eq!(c.record(&99, Outcome::HookDown, t), Effect::Parked);
         // the probe is still 4, and 99 comes back when the circuit closes
         let t2 = t + backoff(OPEN_AFTER);
-        assert_eq!(c.gate(&4, t2), Gate::Run);
+        assert_eq!(c.gate(&4, false, t2), Gate::Run);
         assert_eq!(
             c.record(&4, Outcome::HookAnswered, t2),
             Effect::Closed(vec![99])

@@ -491,7 +491,8 @@ async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::
 
 async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
     let metrics = &r.context().config.metrics;
-    match circuit.gate(key, tokio::time::Instant::now()) {
+    let changed = r.queue().take_changed(key);
+    match circuit.gate(key, changed, tokio::time::Instant::now()) {
         Gate::Run => {}
         Gate::Park => {
             tracing::debug!("hook circuit open: waiting for it to close");
@@ -518,6 +519,10 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         None => Outcome::Unrelated,
     };
     let parked = apply_circuit(r, circuit.record(key, outcome, tokio::time::Instant::now()));
+    if changed && outcome == Outcome::NotYet {
+        // the change has not reached the hook yet: its retry still runs past an open circuit
+        r.queue().keep_changed(key.clone());
+    }
     match result {
         Ok(after) => {
             r.queue().forget(key);
@@ -558,15 +563,27 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
     }
 }
 
-/// What a sync's result says about the hook endpoint.
+/// What a sync's result says about the hook endpoint: only a failure to reach it (no connection,
+/// TLS, a timeout) or a gateway's answer that it is unavailable (502, 503, 504) is evidence the
+/// endpoint is down. Any other answer, a 500 included, is the hook failing on this parent's
+/// input: that parent's own failure, as in Metacontroller.
 fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
     match result {
         Err(SyncError::Hook(HookError::Transport { .. })) => Outcome::HookDown,
-        Err(SyncError::Hook(HookError::Status { code, .. })) if *code >= 500 => Outcome::HookDown,
+        Err(SyncError::Hook(HookError::Status { code, .. })) if endpoint_down(*code) => {
+            Outcome::HookDown
+        }
         Err(SyncError::Hook(_)) | Ok(_) => Outcome::HookAnswered,
         Err(e) if e.is_wait() => Outcome::NotYet,
         Err(_) => Outcome::Unrelated,
     }
+}
+
+/// HTTP statuses that say the hook endpoint, not the parent's input, is the problem: a gateway
+/// or load balancer with no healthy backend (502 Bad Gateway, 504 Gateway Timeout) or a server
+/// refusing all work (503 Service Unavailable).
+fn endpoint_down(code: u16) -> bool {
+    matches!(code, 502..=504)
 }
 
 /// Acts on what the circuit decided; returns whether the key is parked (no backoff of its own).
@@ -661,6 +678,47 @@ impl std::fmt::Display for KeyName<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hook_status(code: u16) -> Result<Option<Duration>, SyncError> {
+        Err(SyncError::Hook(HookError::Status {
+            hook: "sync",
+            url: "http://hook".into(),
+            code,
+            body: "boom".into(),
+        }))
+    }
+
+    #[test]
+    fn only_endpoint_failures_are_evidence_the_hook_is_down() {
+        for code in [502, 503, 504] {
+            assert_eq!(
+                hook_outcome(&hook_status(code)),
+                Outcome::HookDown,
+                "{code}"
+            );
+        }
+        for code in [500, 501, 400, 404, 422] {
+            assert_eq!(
+                hook_outcome(&hook_status(code)),
+                Outcome::HookAnswered,
+                "{code}"
+            );
+        }
+        let refused = Err(SyncError::Hook(HookError::Transport {
+            hook: "sync",
+            url: "http://hook".into(),
+            message: "cannot connect".into(),
+        }));
+        assert_eq!(hook_outcome(&refused), Outcome::HookDown);
+        let in_process = Err(SyncError::Hook(HookError::InProcess {
+            hook: "sync",
+            message: "panicked".into(),
+        }));
+        assert_eq!(hook_outcome(&in_process), Outcome::HookAnswered);
+        assert_eq!(hook_outcome(&Ok(None)), Outcome::HookAnswered);
+        let wait = Err(SyncError::AwaitingWatch("a child".into()));
+        assert_eq!(hook_outcome(&wait), Outcome::NotYet);
+    }
 
     #[test]
     fn resync_after_has_a_floor() {

@@ -302,12 +302,14 @@ pub fn may_manage_children(parent: &Value, finalizing: bool, our_finalizer: &str
         && !has_finalizer(parent, "orphan")
 }
 
-/// With `ignoreStatusChanges`, a parent update is relevant only when generation, labels,
-/// annotations or the deletion timestamp differ.
+/// With `ignoreStatusChanges`, a parent update is relevant only when generation, labels or
+/// annotations differ, or the parent is being deleted (any update then, as Metacontroller's
+/// `updateParentObject`: a status-only change during finalization still syncs).
 pub fn parent_update_relevant(old: &Value, new: &Value) -> bool {
-    ["generation", "labels", "annotations", "deletionTimestamp"]
-        .iter()
-        .any(|f| meta(old, f) != meta(new, f))
+    is_deleting(new)
+        || ["generation", "labels", "annotations"]
+            .iter()
+            .any(|f| meta(old, f) != meta(new, f))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1073,6 +1075,12 @@ mod tests {
         assert!(!parent_update_relevant(&a, &b));
         b["metadata"]["labels"] = json!({"l": "1"});
         assert!(parent_update_relevant(&a, &b));
+        // while it is deleted, a status-only change is relevant too (Metacontroller)
+        let mut deleting = a.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-11-27T00:00:00Z");
+        let mut later = deleting.clone();
+        later["status"] = json!({"x": 2});
+        assert!(parent_update_relevant(&deleting, &later));
     }
 
     #[test]

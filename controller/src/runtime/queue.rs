@@ -142,6 +142,8 @@ struct State<K> {
     /// Keys that became due while running: made ready again by [`Queue::done`].
     parked: HashSet<K>,
     failures: HashMap<K, Backoff>,
+    /// Keys scheduled by a change ([`Queue::add`]) since they were last handed out.
+    changed: HashSet<K>,
     next_generation: u64,
     shutdown: bool,
 }
@@ -312,6 +314,7 @@ impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
                 running: HashMap::new(),
                 parked: HashSet::new(),
                 failures: HashMap::new(),
+                changed: HashSet::new(),
                 next_generation: 0,
                 shutdown: false,
             }),
@@ -328,9 +331,23 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         }
     }
 
-    /// Schedules `key` now.
+    /// Schedules `key` now, for a change someone made (a watch event): remembered until the key
+    /// is handed out and [`Queue::take_changed`] asks.
     pub fn add(&self, key: K) {
+        self.with(|s| s.changed.insert(key.clone()));
         self.add_after(key, Duration::ZERO);
+    }
+
+    /// Marks `key` as brought by a change again without scheduling it (the change has not
+    /// reached the hook yet; its retry is scheduled as usual).
+    pub fn keep_changed(&self, key: K) {
+        self.with(|s| s.changed.insert(key));
+    }
+
+    /// Whether `key` was scheduled by a change ([`Queue::add`]) since this was last asked, rather
+    /// than only by a retry, a backoff or a resync. A worker asks once per key it was handed.
+    pub fn take_changed(&self, key: &K) -> bool {
+        self.with(|s| s.changed.remove(key))
     }
 
     /// Schedules `key` after `delay` (an earlier schedule wins).
@@ -438,6 +455,24 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_millis(10));
         assert_eq!(backoff(11), Duration::from_millis(5120));
         assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_change_is_told_from_a_retry_once_per_hand_out() {
+        let q: Queue<&str> = Queue::default();
+        q.add("a");
+        q.add_after("b", Duration::ZERO);
+        let mut got = vec![q.next().await.unwrap(), q.next().await.unwrap()];
+        got.sort_unstable();
+        assert_eq!(got, ["a", "b"]);
+        assert!(q.take_changed(&"a"), "added by a change");
+        assert!(!q.take_changed(&"a"), "told once");
+        assert!(!q.take_changed(&"b"), "a retry is not a change");
+        // a change arriving while the key runs is told at its next hand-out
+        q.add("a");
+        q.done(&"a");
+        assert_eq!(q.next().await, Some("a"));
+        assert!(q.take_changed(&"a"));
     }
 
     #[tokio::test]

@@ -168,25 +168,62 @@ pub struct Composite {
     pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
     /// Child writes of its syncs the watch caches have not shown yet, by owner uid.
     pub expected_writes: Mutex<crate::reconcile::expectations::WriteExpectations>,
-    /// The resourceVersion of this controller's last status write per parent UID: its watch
-    /// event is kmeta's own change and triggers no sync (so a failure's condition write cannot
-    /// defeat the backoff).
-    /// With it, the version that write was based on: while the cache still holds that one, a
-    /// sync would read a parent older than its own write.
+    /// This controller's last write of each parent (its status, or its finalizer after the
+    /// finalize hook), by parent UID, until the watch shows it: a sync of a version older than
+    /// the write waits for it. Its watch event requeues the parent as any change does (a hook
+    /// sees its own committed status, as in Metacontroller), except a failed sync's condition
+    /// write, which must not cut that parent's backoff short.
     pub own_status_writes: Mutex<HashMap<String, OwnStatusWrite>>,
     /// Each parent's last sync that wrote nothing, by its fingerprint.
     pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
 }
 
-/// This controller's last status write of one parent, until its watch event arrives.
+/// This controller's last write of one parent, until its watch event arrives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnStatusWrite {
     /// The resourceVersion it wrote.
     pub written: String,
-    /// The resourceVersion it replaced.
-    pub based_on: String,
+    /// The resourceVersions it replaced: the one the sync read, then any this controller wrote
+    /// on the way whose event has not arrived yet (a status write before a finalizer removal).
+    pub replaced: Vec<String>,
+    /// Its watch event requeues the parent: every write but a failed sync's condition.
+    pub requeue: bool,
     /// A sync waited for it: its event, though kmeta's own, brings the parent back.
     pub awaited: bool,
+}
+
+/// At most this many replaced versions are kept per parent (a chain of writes whose events are
+/// lost stays bounded): 8 (kmeta's).
+const OWN_WRITE_CHAIN: usize = 8;
+
+/// The record of a write that replaced `based_on` with `written`, following `earlier` (this
+/// controller's previous write of the parent, if its event has not arrived).
+pub fn next_own_write(
+    earlier: Option<OwnStatusWrite>,
+    based_on: &str,
+    written: String,
+    requeue: bool,
+) -> OwnStatusWrite {
+    let mut replaced = match earlier {
+        Some(e) => {
+            let mut r = e.replaced;
+            r.push(e.written);
+            r
+        }
+        None => Vec::new(),
+    };
+    if !replaced.iter().any(|r| r == based_on) {
+        replaced.push(based_on.to_owned());
+    }
+    if replaced.len() > OWN_WRITE_CHAIN {
+        replaced.drain(..replaced.len() - OWN_WRITE_CHAIN);
+    }
+    OwnStatusWrite {
+        written,
+        replaced,
+        requeue,
+        awaited: false,
+    }
 }
 
 impl std::fmt::Debug for Composite {
@@ -447,20 +484,19 @@ impl Composite {
         }
     }
 
-    /// Remembers that this controller wrote the status of `parent` (the version it was based on)
-    /// at resourceVersion `rv`.
-    pub fn remember_status_write(&self, parent: &Value, rv: Option<String>) {
+    /// Remembers that this controller wrote `parent` (the version the sync read) at
+    /// resourceVersion `rv` (its status, or its finalizer); `requeue`: its watch event brings
+    /// the parent back, as any change does (false only for a failed sync's condition).
+    pub fn remember_status_write(&self, parent: &Value, rv: Option<String>, requeue: bool) {
         let based_on = meta_str(parent, "resourceVersion");
         let Some(rv) = rv.filter(|rv| rv != based_on) else {
             return;
         };
         if let Ok(mut own) = self.own_status_writes.lock() {
-            let write = OwnStatusWrite {
-                written: rv,
-                based_on: based_on.to_owned(),
-                awaited: false,
-            };
-            own.insert(meta_str(parent, "uid").to_owned(), write);
+            let uid = meta_str(parent, "uid");
+            let earlier = own.remove(uid);
+            let write = next_own_write(earlier, based_on, rv, requeue);
+            own.insert(uid.to_owned(), write);
         }
     }
 
@@ -474,14 +510,15 @@ impl Composite {
         let Some(write) = own.get_mut(meta_str(cached, "uid")) else {
             return false;
         };
-        let unseen = write.based_on == meta_str(cached, "resourceVersion");
+        let rv = meta_str(cached, "resourceVersion");
+        let unseen = write.replaced.iter().any(|r| r == rv);
         write.awaited |= unseen;
         unseen
     }
 
-    /// Whether this version of a parent is this controller's own status write (forgotten once
-    /// seen): `Some(awaited)`, `awaited` when a sync waits for it.
-    pub fn own_status_write(&self, parent: &Value) -> Option<bool> {
+    /// Whether this version of a parent is this controller's own last write (forgotten once
+    /// seen): its record.
+    pub fn own_status_write(&self, parent: &Value) -> Option<OwnStatusWrite> {
         let Ok(mut own) = self.own_status_writes.lock() else {
             return None;
         };
@@ -492,7 +529,7 @@ impl Composite {
         if !ours {
             return None;
         }
-        own.remove(uid).map(|w| w.awaited)
+        own.remove(uid)
     }
 
     /// Is this parent selected by `parentResource.labelSelector`?

@@ -151,16 +151,20 @@ impl ParentController {
         self.refile(change);
         match change {
             Change::Applied { old, new } => {
-                // this controller's own status write is not a change to react to: requeueing
-                // on it would defeat the backoff of a failing parent
+                // this controller's own write requeues the parent like any change (a hook sees
+                // its committed status: Metacontroller's `updateParentObject`), but a failed
+                // sync's condition does not: that would defeat the parent's backoff
                 if old.is_some()
-                    && let Some(awaited) = self.c.own_status_write(new)
+                    && let Some(own) = self.c.own_status_write(new)
                 {
-                    // ...unless a sync waits for the watch to show it
-                    if awaited {
+                    if own.awaited {
+                        // a sync waits for it, whatever `ignoreStatusChanges` says
                         self.queue.add(obj_key(new));
+                        return;
                     }
-                    return;
+                    if !own.requeue {
+                        return;
+                    }
                 }
                 let ignore = self
                     .c
@@ -409,7 +413,7 @@ impl Reconciler for ParentController {
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
         let written = status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await?;
-        self.c.remember_status_write(parent, written);
+        self.c.remember_status_write(parent, written, false);
         Ok(())
     }
 }

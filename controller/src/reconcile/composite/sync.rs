@@ -173,11 +173,15 @@ async fn apply_response(
         children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
     let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
     quiet &= written.is_none();
-    c.remember_status_write(parent, written);
+    c.remember_status_write(parent, written, true);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
         == FinalizerAction::Remove
     {
-        status::set_finalizer(&c.ctx, &c.parent, parent, fin, false).await?;
+        let removed = status::set_finalizer(&c.ctx, &c.parent, parent, fin, false).await?;
+        // waited for like the status: a sync of the version before it would call the finalize
+        // hook once more, for a parent the server may have deleted already
+        let rv = removed.map(|p| meta_str(&p, "resourceVersion").to_owned());
+        c.remember_status_write(parent, rv, true);
         quiet = false;
     }
     Ok(if quiet {
