@@ -263,7 +263,7 @@ impl WatchTask {
 
     /// Send the events after `last` that concern this watch; false when the watch ends (the
     /// client went away, or `last` is no longer retained: a 410 ERROR event).
-    async fn send_changes(&self, tx: &Sender<Bytes>, last: &mut u64) -> bool {
+    async fn send_changes(&mut self, tx: &Sender<Bytes>, last: &mut u64) -> bool {
         let fetched = tokio::time::Instant::now();
         let evs = self.state.lock().store.events_since(*last);
         let evs = match evs {
@@ -278,7 +278,12 @@ impl WatchTask {
         };
         let lag = self.state.faults.watch_event_delay(&self.plural);
         if !lag.is_zero() && evs.iter().any(|e| self.line_of(e).is_some()) {
-            tokio::time::sleep_until(fetched + lag).await;
+            // held back, but a closed watch ends now (`Faults::close_watches`), its held events
+            // never sent: the client resumes from the last event it got
+            tokio::select! {
+                () = tokio::time::sleep_until(fetched + lag) => {}
+                _ = self.close.changed() => return false,
+            }
         }
         for e in evs {
             *last = e.rv;

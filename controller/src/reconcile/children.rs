@@ -170,12 +170,13 @@ pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
             return Ok(());
         };
         expected.settle(meta_str(owner, "uid"), Instant::now(), |x| {
-            let cached = c
-                .rules
-                .get(&x.group_kind)
-                .and_then(|r| r.informer.get(&x.namespace, &x.name));
+            let Some(informer) = c.rules.get(&x.group_kind).map(|r| &r.informer) else {
+                return false;
+            };
+            let cached = informer.get(&x.namespace, &x.name);
             let version = cached.as_ref().map(|o| (o.uid(), o.resource_version()));
             expectations::shown(x, version)
+                || expectations::settled_by_relist(x, informer.listed_from())
         })
     };
     for x in &awaited.expired {
@@ -248,6 +249,7 @@ fn expect_written(
         name: meta_str(sent, "name").to_owned(),
         uid: uid.to_owned(),
         replaced,
+        written_at: Instant::now(),
         deadline: Instant::now() + c.ctx.config.created_children_wait,
     };
     if let Ok(mut expected) = c.expected.lock() {

@@ -12,9 +12,11 @@
 //!
 //! So each write is recorded here under its owner until the cache shows it ([`shown`]: a created
 //! child's uid; for an update or delete, any version other than those it replaced, or none)
-//! or a watch event of the child arrives ([`WriteExpectations::observed`]); while any is unseen,
-//! the owner's sync waits ([`crate::reconcile::core::SyncError::AwaitingWatch`]). A record that is
-//! never seen (the child deleted while the watch was relisting) expires after
+//! or a watch event of the child arrives ([`WriteExpectations::observed`]), or the watch relists
+//! after the write ([`settled_by_relist`]: the new list shows the write or its undoing — a child
+//! created while the watch was down and deleted by someone before the relist); while any is
+//! unseen, the owner's sync waits ([`crate::reconcile::core::SyncError::AwaitingWatch`]). A
+//! record that is never seen (a watch that does not work) expires after
 //! [`crate::ManagerConfig::created_children_wait`] (default [`CREATE_EXPECTATION_TTL`]).
 
 use std::collections::HashMap;
@@ -41,6 +43,9 @@ pub struct Written {
     /// any kmeta wrote on the way (the ownership upgrade before a first apply). Empty for a
     /// create.
     pub replaced: Vec<String>,
+    /// When the API server acknowledged it: a complete list of the child's resource requested
+    /// after this shows it, or shows it superseded (created and deleted again).
+    pub written_at: Instant,
     /// When to stop waiting for it.
     pub deadline: Instant,
 }
@@ -59,6 +64,15 @@ pub fn shown(write: &Written, cached: Option<(&str, &str)>) -> bool {
         (false, None) => true,
         (false, Some((uid, rv))) => uid != write.uid || !write.replaced.iter().any(|r| r == rv),
     }
+}
+
+/// Whether a complete list of the child's resource, requested at `listed_from` (the latest such
+/// list; `None`: none yet), settles `write` although the cache does not show it: a list requested
+/// after the write was acknowledged reads a state that includes it, so what the cache holds now
+/// is the write's outcome (a created child absent from it was deleted again) and waiting longer
+/// would wait for an event that never comes.
+pub fn settled_by_relist(write: &Written, listed_from: Option<Instant>) -> bool {
+    listed_from.is_some_and(|at| at > write.written_at)
 }
 
 /// What an owner's sync found: writes still unseen, and those given up on just now.
@@ -157,6 +171,7 @@ mod tests {
             name: name.into(),
             uid: uid.into(),
             replaced: Vec::new(),
+            written_at: Instant::now(),
             deadline,
         }
     }
@@ -166,6 +181,19 @@ mod tests {
             replaced: replaced.iter().map(|r| (*r).to_owned()).collect(),
             ..created("a", uid, Instant::now() + CREATE_EXPECTATION_TTL)
         }
+    }
+
+    #[test]
+    fn a_list_requested_after_the_write_settles_it() {
+        let w = created("a", "u1", Instant::now() + CREATE_EXPECTATION_TTL);
+        assert!(!settled_by_relist(&w, None), "never listed");
+        let before = w.written_at - Duration::from_millis(1);
+        assert!(
+            !settled_by_relist(&w, Some(before)),
+            "a list requested before the write may not show it"
+        );
+        let after = w.written_at + Duration::from_millis(1);
+        assert!(settled_by_relist(&w, Some(after)));
     }
 
     #[test]

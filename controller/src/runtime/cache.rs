@@ -248,6 +248,16 @@ struct Shared<T> {
     synced: watch::Sender<bool>,
     /// Counts completed lists (1 after the first; each relist adds one).
     lists: watch::Sender<u64>,
+    /// When the list in progress was started (its request is sent after this), then when the
+    /// last completed one was: see [`Informer::listed_since`].
+    list_times: std::sync::Mutex<ListTimes>,
+}
+
+/// When this watch's lists started.
+#[derive(Debug, Default, Clone, Copy)]
+struct ListTimes {
+    in_progress: Option<std::time::Instant>,
+    last_completed: Option<std::time::Instant>,
 }
 
 /// A running watch of one resource. Dropping the last `Arc<Informer>` stops it.
@@ -369,15 +379,24 @@ impl<T: Form> Shared<T> {
         self.lists.send_modify(|n| *n += 1);
     }
 
+    fn list_times(&self) -> std::sync::MutexGuard<'_, ListTimes> {
+        self.list_times
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Watches until aborted. Every `flush` the watch is restarted with a fresh list (which
     /// corrects the cache should an event ever have been missed), as Metacontroller's
     /// `--cache-flush-interval` does.
     async fn run(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
         loop {
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &self.resource.api);
-            let stream = watcher::watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
+            // lists read the newest state (no `resourceVersion=0` from the server's watch cache):
+            // a list started after a write then shows it, which settles the write's expectation
+            // ([`Informer::listed_from`]) even when its own event was lost
+            let config =
+                watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+            let stream = watcher::watcher(api, config).default_backoff().boxed();
             match flush {
                 Some(d) => {
                     let _ = tokio::time::timeout(d, self.clone().consume(stream)).await;
@@ -411,13 +430,21 @@ impl<T: Form> Shared<T> {
                         self.delete(v);
                     }
                 }
-                Ok(Event::Init) => buffer.clear(),
+                Ok(Event::Init) => {
+                    // the watcher sends the list request after handing out `Init`
+                    self.list_times().in_progress = Some(std::time::Instant::now());
+                    buffer.clear();
+                }
                 Ok(Event::InitApply(o)) => {
                     if let Some(v) = T::from_watched(o, &self.resource) {
                         buffer.push(v);
                     }
                 }
-                Ok(Event::InitDone) => self.replace(std::mem::take(&mut buffer)),
+                Ok(Event::InitDone) => {
+                    self.replace(std::mem::take(&mut buffer));
+                    let mut t = self.list_times();
+                    t.last_completed = t.in_progress.take().or(t.last_completed);
+                }
                 Err(e) => {
                     tracing::warn!(resource = %self.resource.watch_key(), error = %e, "watch error; retrying");
                 }
@@ -473,6 +500,13 @@ impl<T: Form> Informer<T> {
     /// 410 or a cache flush).
     pub fn lists(&self) -> watch::Receiver<u64> {
         self.shared.lists.subscribe()
+    }
+    /// When the request of the last complete list (the first, or a relist) was sent: with the
+    /// newest-state list semantic, the cache shows every write the API server acknowledged
+    /// before then (a write undone meanwhile by its absence). On this process's clock, not by
+    /// resourceVersion: the API conventions make those opaque.
+    pub fn listed_from(&self) -> Option<std::time::Instant> {
+        self.shared.list_times().last_completed
     }
     /// Waits for the first list.
     pub async fn wait_synced(&self) {
@@ -571,6 +605,7 @@ impl Informers {
             tx,
             synced,
             lists,
+            list_times: std::sync::Mutex::default(),
         });
         let task = tokio::spawn(shared.clone().run(self.client.clone(), self.flush));
         let inf = Arc::new(Informer { shared, task });

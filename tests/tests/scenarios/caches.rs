@@ -221,6 +221,63 @@ async fn a_created_child_the_watch_never_shows_is_reported() -> anyhow::Result<(
     s.finish().await
 }
 
+/// A child kmeta created while its watch was down (events held back), then deleted by someone
+/// before the watch came back, is never shown by the watch: the relist that follows (410 Gone),
+/// requested after the create, proves it gone, so the parent's next sync stops waiting for it and
+/// the child is created again at once — not after `created_children_wait` (5 min).
+#[tokio::test]
+async fn a_child_deleted_while_its_watch_was_down_is_recreated_after_the_relist()
+-> anyhow::Result<()> {
+    let mut s = Scenario::new("downwatch")
+        .crd("Thing", "things")
+        .hook(five_children)
+        .controller(Cc::new("things-cc"))
+        .start()
+        .await?;
+    let Some(down) = s.server().map(|server| {
+        server
+            .faults()
+            .delay_watch_events(Some("configmaps"), Duration::from_secs(120))
+    }) else {
+        eprintln!(
+            "needs kmeta-apiserver's fault injection to hold back watch events: checked there"
+        );
+        return s.finish().await;
+    };
+    s.parent("p", json!({})).await?;
+    let first = s.wait_child("p-0").await?;
+    for i in 1..CHILDREN {
+        s.wait_child(&format!("p-{i}")).await?;
+    }
+    // someone deletes a child the watch has not shown yet
+    s.configmaps()
+        .delete("p-0", &kube::api::DeleteParams::default())
+        .await?;
+    let server = s.server().expect("checked above");
+    // the watch comes back: its resumption is answered 410, so it relists
+    server.faults().expire_next_watches(10);
+    server.faults().close_watches();
+    server.faults().remove(down);
+    let back = Instant::now();
+    let again = s
+        .wait_child_where("p-0", "the child created again", |c| {
+            c["metadata"]["uid"] != first["metadata"]["uid"]
+        })
+        .await?;
+    assert!(
+        back.elapsed() < Duration::from_secs(15),
+        "created again {:?} after the watch came back",
+        back.elapsed()
+    );
+    assert_ne!(again["metadata"]["uid"], first["metadata"]["uid"]);
+    assert_eq!(
+        s.metrics.child_op_count("things-cc", "not_observed"),
+        0,
+        "settled by the relist, not given up on"
+    );
+    s.finish().await
+}
+
 /// A child watch that has not listed within the deadline makes the sync a retry (counted as
 /// `result="retry"`), not a run on a partial cache; the sync runs once the list arrives.
 #[tokio::test]
