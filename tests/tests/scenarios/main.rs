@@ -27,6 +27,7 @@ macro_rules! each_hook_mode {
 
 mod basic;
 mod caches;
+mod contract;
 mod decorator;
 mod failures;
 mod fairness;
