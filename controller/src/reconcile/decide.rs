@@ -268,23 +268,22 @@ pub enum HookChoice {
     Skip,
 }
 
-/// Metacontroller's rule: finalize when a finalize hook exists and the parent is being deleted or
-/// no longer matches the labelSelector (only while our finalizer is on it); else sync for
-/// selected parents that are alive.
+/// Metacontroller's rule (`syncParentObject`, `shouldCallFinalizeHook` in
+/// `pkg/controller/composite`): a parent that is neither selected nor carries our finalizer is
+/// skipped; otherwise the finalize hook is called when one exists and the parent is being
+/// deleted or no longer matches the labelSelector, else the sync hook — for a parent being
+/// deleted too, to report its status (its children are then left alone:
+/// [`may_manage_children`]).
 pub fn choose_hook(
     has_finalize_hook: bool,
     deleting: bool,
     selected: bool,
     has_our_finalizer: bool,
 ) -> HookChoice {
-    if has_finalize_hook && (deleting || !selected) {
-        if has_our_finalizer {
-            HookChoice::Finalize
-        } else {
-            HookChoice::Skip
-        }
-    } else if !selected || deleting {
+    if !selected && !has_our_finalizer {
         HookChoice::Skip
+    } else if has_finalize_hook && (deleting || !selected) {
+        HookChoice::Finalize
     } else {
         HookChoice::Sync
     }
@@ -1045,11 +1044,16 @@ mod tests {
     #[test]
     fn hook_choice() {
         assert_eq!(choose_hook(false, false, true, false), HookChoice::Sync);
-        assert_eq!(choose_hook(false, true, true, false), HookChoice::Skip);
+        // deleting without a finalize hook: synced for its status (children left alone)
+        assert_eq!(choose_hook(false, true, true, false), HookChoice::Sync);
         assert_eq!(choose_hook(false, false, false, false), HookChoice::Skip);
+        assert_eq!(choose_hook(false, true, false, false), HookChoice::Skip);
         assert_eq!(choose_hook(true, true, true, true), HookChoice::Finalize);
         assert_eq!(choose_hook(true, false, false, true), HookChoice::Finalize);
-        assert_eq!(choose_hook(true, true, true, false), HookChoice::Skip);
+        // our finalizer removed, another one keeps the parent: Metacontroller calls finalize
+        // again on each change
+        assert_eq!(choose_hook(true, true, true, false), HookChoice::Finalize);
+        assert_eq!(choose_hook(true, true, false, false), HookChoice::Skip);
         assert_eq!(choose_hook(true, false, true, true), HookChoice::Sync);
     }
 

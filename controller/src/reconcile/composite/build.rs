@@ -174,6 +174,10 @@ pub struct Composite {
     /// sees its own committed status, as in Metacontroller), except a failed sync's condition
     /// write, which must not cut that parent's backoff short.
     pub own_status_writes: Mutex<HashMap<String, OwnStatusWrite>>,
+    /// Parents whose failed sync's condition is being written, by UID, with the resourceVersions
+    /// of the parent events that arrived meanwhile: the write's own event can come before its
+    /// answer, and must not requeue the parent (nor pass an open hook circuit as a change).
+    pub failure_writes_in_flight: Mutex<HashMap<String, Vec<String>>>,
     /// Each parent's last sync that wrote nothing, by its fingerprint.
     pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
 }
@@ -433,6 +437,7 @@ impl Composite {
             child_reports: Mutex::default(),
             expected_writes: Mutex::default(),
             own_status_writes: Mutex::new(HashMap::new()),
+            failure_writes_in_flight: Mutex::new(HashMap::new()),
             unchanged_syncs: Mutex::default(),
         })
     }
@@ -498,6 +503,38 @@ impl Composite {
             let write = next_own_write(earlier, based_on, rv, requeue);
             own.insert(uid.to_owned(), write);
         }
+    }
+
+    /// A failed sync's condition is about to be written to the parent with `uid`: its events are
+    /// held until [`Composite::end_failure_write`].
+    pub fn begin_failure_write(&self, uid: &str) {
+        if let Ok(mut w) = self.failure_writes_in_flight.lock() {
+            w.insert(uid.to_owned(), Vec::new());
+        }
+    }
+
+    /// Whether this event of `parent` is held, a failure condition being written to it.
+    pub fn hold_event(&self, parent: &Value) -> bool {
+        let Ok(mut w) = self.failure_writes_in_flight.lock() else {
+            return false;
+        };
+        match w.get_mut(meta_str(parent, "uid")) {
+            Some(held) => {
+                held.push(meta_str(parent, "resourceVersion").to_owned());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The failure condition's write of the parent with `uid` ended (`written`: the version it
+    /// stored); whether an event held meanwhile was someone else's change, to be synced.
+    pub fn end_failure_write(&self, uid: &str, written: Option<&str>) -> bool {
+        let Ok(mut w) = self.failure_writes_in_flight.lock() else {
+            return false;
+        };
+        let held = w.remove(uid).unwrap_or_default();
+        held.iter().any(|rv| Some(rv.as_str()) != written)
     }
 
     /// Whether `cached` is still the version this controller's last status write of it replaced:

@@ -154,6 +154,10 @@ impl ParentController {
                 // this controller's own write requeues the parent like any change (a hook sees
                 // its committed status: Metacontroller's `updateParentObject`), but a failed
                 // sync's condition does not: that would defeat the parent's backoff
+                if old.is_some() && self.c.hold_event(new) {
+                    // a failed sync's condition is being written: decided once it is
+                    return;
+                }
                 if old.is_some()
                     && let Some(own) = self.c.own_status_write(new)
                 {
@@ -412,8 +416,16 @@ impl Reconciler for ParentController {
     }
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
-        let written = status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await?;
-        self.c.remember_status_write(parent, written, false);
-        Ok(())
+        let uid = meta_str(parent, "uid");
+        self.c.begin_failure_write(uid);
+        let result = status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await;
+        let written = result.as_ref().ok().cloned().flatten();
+        // remembered before the held events are released: one arriving in between is then
+        // recognised as this write
+        self.c.remember_status_write(parent, written.clone(), false);
+        if self.c.end_failure_write(uid, written.as_deref()) {
+            self.queue.add(obj_key(parent));
+        }
+        result.map(|_| ())
     }
 }

@@ -312,8 +312,9 @@ mod tests {
             finalizer_after_hook(true, false, true),
             FinalizerAction::Keep
         );
-        // without a finalize hook: no finalizer (one left from before is removed), and an
-        // unmatched or deleted target is left alone
+        // without a finalize hook: no finalizer (one left from before is removed), an unmatched
+        // target is left alone, and a deleted one is still synced (its attachments are not
+        // managed: `may_manage_children`), as Metacontroller's `syncParentObject`
         assert_eq!(
             finalizer_before_hook(false, false, false),
             FinalizerAction::Keep
@@ -323,7 +324,7 @@ mod tests {
             FinalizerAction::Remove
         );
         assert_eq!(choose_hook(false, false, false, false), HookChoice::Skip);
-        assert_eq!(choose_hook(false, true, true, false), HookChoice::Skip);
+        assert_eq!(choose_hook(false, true, true, false), HookChoice::Sync);
     }
 
     #[test]
