@@ -63,9 +63,10 @@ pub struct RunArgs {
     /// How often every watch relists (flushes its cache). "0" disables.
     #[arg(long, default_value = "30m", value_name = "DURATION")]
     pub cache_flush_interval: String,
-    /// The shortest resync a hook's `resyncAfterSeconds` can ask for (kmeta's; Metacontroller has
-    /// no minimum). "0" disables.
-    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot turn
+    /// one parent into a hook-call loop (kmeta's, opt-in). "0", the default, sets none, as
+    /// Metacontroller.
+    #[arg(long, default_value = "0", value_name = "DURATION")]
     pub min_resync_after: String,
     /// Concurrent syncs per CompositeController or DecoratorController.
     #[arg(long, default_value_t = 5)]

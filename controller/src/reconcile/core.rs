@@ -73,8 +73,8 @@ pub struct ManagerConfig {
     /// instead. Default [`WATCH_SYNC_DEADLINE`] (30 s).
     pub watch_sync_deadline: Duration,
     /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot
-    /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (1 s, kmeta's;
-    /// Metacontroller has none; `--min-resync-after`, zero disables).
+    /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (zero: none, as
+    /// Metacontroller; `--min-resync-after` opts in).
     pub min_resync_after: Duration,
     /// How long a sync waits for the watch to show a child write (create, update, delete) an
     /// earlier sync of the same parent made (see `docs/design/created-children.md`); after that
@@ -644,8 +644,9 @@ pub async fn wait_for_watches(
     Ok(())
 }
 
-/// The default shortest resync a hook can ask for: 1 s (kmeta's).
-pub const MIN_RESYNC_AFTER: Duration = Duration::from_secs(1);
+/// The default shortest resync a hook can ask for: none (zero), as Metacontroller — a floor
+/// would delay a resync a hook written for it asked for; `--min-resync-after` opts in.
+pub const MIN_RESYNC_AFTER: Duration = Duration::ZERO;
 
 /// When to resync after a hook asked for `requested`: never sooner than `min`.
 pub fn resync_delay(requested: Duration, min: Duration) -> Duration {
@@ -723,8 +724,14 @@ mod tests {
     #[test]
     fn resync_after_has_a_floor() {
         let ms = Duration::from_millis;
-        assert_eq!(resync_delay(ms(1), MIN_RESYNC_AFTER), MIN_RESYNC_AFTER);
-        assert_eq!(resync_delay(ms(5000), MIN_RESYNC_AFTER), ms(5000));
+        let floor = Duration::from_secs(1);
+        assert_eq!(resync_delay(ms(1), floor), floor);
+        assert_eq!(resync_delay(ms(5000), floor), ms(5000));
+        assert_eq!(
+            resync_delay(ms(1), MIN_RESYNC_AFTER),
+            ms(1),
+            "none by default"
+        );
         assert_eq!(resync_delay(ms(1), Duration::ZERO), ms(1));
     }
 }

@@ -551,6 +551,73 @@ async fn a_terminating_parent_without_finalize_hook_is_synced_for_its_status() -
     s.finish().await
 }
 
+/// With a finalize hook, once it answered `finalized: true` and kmeta removed its finalizer, a
+/// parent another finalizer keeps alive is still sent to the finalize hook on each change:
+/// `composite/hooks.go` `shouldCallFinalizeHook` needs only the hook and a deletionTimestamp, and
+/// `syncParentObject` skips only a parent that neither matches nor carries the finalizer. Its
+/// children are no longer managed (`ShouldFinalize` is false without the finalizer).
+#[tokio::test]
+async fn the_finalize_hook_is_called_again_while_another_finalizer_keeps_the_parent()
+-> anyhow::Result<()> {
+    const HOLD: &str = "kmeta.test/hold";
+    let mut s = Scenario::new("c-refinalize")
+        .crd("Thing", "things")
+        .hook(|hook, req| {
+            let cm = configmap(&format!("{}-c", parent_name(req)), json!({"k": "v"}));
+            let later = req["parent"]["metadata"]["labels"]["kmeta.test/later"] == "1";
+            match hook {
+                // done at once, keeping the child; asked again later, it wants none
+                "finalize" if later => Reply::Json(json!({"children": [], "finalized": true,
+                    "status": {"phase": "Later"}})),
+                "finalize" => Reply::Json(json!({"children": [cm], "finalized": true})),
+                _ => Reply::Json(json!({"status": {"phase": "Active"}, "children": [cm]})),
+            }
+        })
+        .controller(Cc::new("refinalize-cc").hook("finalize"))
+        .start()
+        .await?;
+    let (av, ns) = (s.av.clone(), s.ns.clone());
+    s.create(
+        "things",
+        json!({"apiVersion": av, "kind": "Thing",
+               "metadata": {"name": "p", "namespace": ns, "finalizers": [HOLD]}, "spec": {}}),
+    )
+    .await?;
+    let things = s.parents();
+    let fin = finalizer_of("refinalize-cc");
+    s.wait_child("p-c").await?;
+    s.wait_parent("p", "our finalizer", |p| has_finalizer(p, &fin))
+        .await?;
+    things.delete("p", &Default::default()).await?;
+    s.wait_parent("p", "our finalizer removed, the other kept", |p| {
+        !has_finalizer(p, &fin) && has_finalizer(p, HOLD)
+    })
+    .await?;
+    let label = json!({"metadata": {"labels": {"kmeta.test/later": "1"}}});
+    s.merge_patch(&things, "p", label).await?;
+    s.wait_call(
+        "finalize",
+        "the finalize hook called for the later change",
+        |r| r["parent"]["metadata"]["labels"]["kmeta.test/later"] == "1" && r["finalizing"] == true,
+    )
+    .await?;
+    // its status is written after the children would have been managed
+    s.wait_parent("p", "the later call's status", |p| {
+        p["status"]["phase"] == "Later"
+    })
+    .await?;
+    assert_eq!(
+        s.metrics.child_op_count("refinalize-cc", "delete"),
+        0,
+        "children are not managed without our finalizer"
+    );
+    assert!(s.get(&s.configmaps(), "p-c").await?.is_some());
+    s.merge_patch(&things, "p", json!({"metadata": {"finalizers": null}}))
+        .await?;
+    s.wait_gone(&things, "p", "the parent released").await?;
+    s.finish().await
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. resyncPeriodSeconds, generateSelector, selectors, update strategy
 
