@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # kmeta controller image.
 #
 # No Docker engine runs on the project's build machines, so this file is kept simple and is checked
@@ -6,9 +7,14 @@
 # --- build stage -------------------------------------------------------------------------------
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-# Copy manifests first so the dependency layer is cached across source-only changes.
 COPY . .
-RUN cargo build --release --locked -p kmeta --bin kmeta \
+# No layer of its own caches the dependencies (the whole tree is copied at once): BuildKit cache
+# mounts keep the crates.io downloads and the compiled dependencies in `target/` between builds
+# instead, so a source-only change recompiles kmeta's own crates, not its dependencies. The binary
+# is copied out in the same step, as the cache mount is not part of the image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p kmeta --bin kmeta \
  && cp target/release/kmeta /kmeta
 
 # --- runtime stage -----------------------------------------------------------------------------
