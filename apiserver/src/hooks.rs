@@ -305,6 +305,8 @@ struct FaultState {
 pub struct Faults {
     state: Mutex<FaultState>,
     close: tokio::sync::watch::Sender<u64>,
+    /// Bumped by [`Faults::drop_watches`].
+    drop: tokio::sync::watch::Sender<u64>,
 }
 
 fn matches(want: &Option<String>, got: &str) -> bool {
@@ -332,6 +334,7 @@ impl Faults {
                 rng: SplitMix::new(seed),
             }),
             close: tokio::sync::watch::channel(0).0,
+            drop: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -408,9 +411,17 @@ impl Faults {
         total_delay(&self.lock().watch_delays, "watch", resource)
     }
 
-    /// End every open watch stream now (clients see the stream close and re-watch).
+    /// End every open watch stream (clients see the stream close and re-watch); a stream whose
+    /// events are held back by [`Faults::delay_watch_events`] sends them first.
     pub fn close_watches(&self) {
         self.close.send_modify(|g| *g += 1);
+    }
+
+    /// End every open watch stream now, dropping the events [`Faults::delay_watch_events`] holds
+    /// back (never sent): a watch that was down while objects changed, whose client resumes from
+    /// the last event it got.
+    pub fn drop_watches(&self) {
+        self.drop.send_modify(|g| *g += 1);
     }
 
     /// The next `n` watch requests that give a resourceVersion get 410 Expired.
@@ -420,6 +431,10 @@ impl Faults {
 
     pub(crate) fn close_signal(&self) -> tokio::sync::watch::Receiver<u64> {
         self.close.subscribe()
+    }
+
+    pub(crate) fn drop_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.drop.subscribe()
     }
 
     pub(crate) fn take_watch_expiry(&self) -> bool {

@@ -156,10 +156,13 @@ pub(super) fn watch(
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     let mut close = state.faults.close_signal();
     close.mark_unchanged();
+    let mut dropped = state.faults.drop_signal();
+    dropped.mark_unchanged();
     let task = WatchTask {
         state: state.clone(),
         notify: state.subscribe(),
         close,
+        dropped,
         api_version: req.def.api_version(&req.version),
         kind: req.def.kind.clone(),
         plural: req.def.plural.clone(),
@@ -197,6 +200,7 @@ struct WatchTask {
     state: Arc<ServerState>,
     notify: tokio::sync::watch::Receiver<u64>,
     close: tokio::sync::watch::Receiver<u64>,
+    dropped: tokio::sync::watch::Receiver<u64>,
     api_version: String,
     kind: String,
     /// The resource as fault injection names it.
@@ -247,6 +251,7 @@ impl WatchTask {
                     return;
                 }
                 _ = self.close.changed() => return,
+                _ = self.dropped.changed() => return,
                 _ = tick.tick(), if self.bookmarks => {
                     if tx.send(self.bookmark(last, false)).await.is_err() {
                         return;
@@ -278,11 +283,11 @@ impl WatchTask {
         };
         let lag = self.state.faults.watch_event_delay(&self.plural);
         if !lag.is_zero() && evs.iter().any(|e| self.line_of(e).is_some()) {
-            // held back, but a closed watch ends now (`Faults::close_watches`), its held events
+            // held back; a dropped watch ends now (`Faults::drop_watches`), its held events
             // never sent: the client resumes from the last event it got
             tokio::select! {
                 () = tokio::time::sleep_until(fetched + lag) => {}
-                _ = self.close.changed() => return false,
+                _ = self.dropped.changed() => return false,
             }
         }
         for e in evs {

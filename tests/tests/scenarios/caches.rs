@@ -254,9 +254,10 @@ async fn a_child_deleted_while_its_watch_was_down_is_recreated_after_the_relist(
         .delete("p-0", &kube::api::DeleteParams::default())
         .await?;
     let server = s.server().expect("checked above");
-    // the watch comes back: its resumption is answered 410, so it relists
+    // the watch comes back (the events it held never sent): its resumption is answered 410, so
+    // it relists
     server.faults().expire_next_watches(10);
-    server.faults().close_watches();
+    server.faults().drop_watches();
     server.faults().remove(down);
     let back = Instant::now();
     let again = s
