@@ -1,10 +1,11 @@
-//! The READMEs' shell blocks, run as a newcomer runs them: every fenced `sh` block of README.md
-//! and examples/*/README.md is read at test time (edit a README and this test runs the new
-//! commands), each line is planned by the explicit rules of [`plan`], and run with `sh -c` in a
-//! scratch directory that looks like a clone of the repository, with the built binaries first on
-//! `PATH` (what `cargo install` would give). Every command must exit 0; a command is retried, as
-//! a person would re-run it, until it does and its stated outcome ([`OUTCOMES`]) appears, within
-//! a deadline.
+//! The documents' shell blocks, run as a newcomer runs them: every fenced `sh` block of the
+//! documents in [`DRIVEN`] (README.md, examples/*/README.md, docs/*.md, CONTRIBUTING.md) is read
+//! at test time (edit a document and this test runs the new commands), each line is planned by
+//! the explicit rules of [`plan`], and run with `sh -c` in a scratch directory that looks like a
+//! clone of the repository, with the built binaries first on `PATH` (what `cargo install` would
+//! give). Every command must exit 0; a command is retried, as a person would re-run it, until it
+//! does and its stated outcome ([`OUTCOMES`]) appears, within a deadline. A shell block in any
+//! other markdown file of the repository fails [`every_doc_is_driven_or_only_needs_a_cluster`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -22,9 +23,9 @@ use support::{on_path, skip_or_fail};
 /// print its ready line.
 const DEADLINE: Duration = Duration::from_secs(90);
 
-/// What each README says a command shows: (README, command as written, text its output
-/// contains, runs of spaces counting as one). A check whose command is no longer in its README fails the test, so a changed
-/// command gets its check updated.
+/// What each document says a command shows: (document, command as written, text its output
+/// contains, runs of spaces counting as one). A check whose command is no longer in its document
+/// fails the test, so a changed or moved command gets its check updated.
 const OUTCOMES: &[(&str, &str, &str)] = &[
     ("README.md", "cargo run -p kmeta -- demo", "wrote nothing"),
     (
@@ -418,23 +419,31 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
         .context("the kmeta binary's directory")
 }
 
-/// The port every example's `controller.yaml` points its hooks at; the README tests take turns.
+/// The port every example's `controller.yaml` points its hooks at; the document tests take turns.
 static HOOK_PORT_8080: Mutex<()> = Mutex::new(());
 
-/// Runs every shell block of `readme` (relative to the repository root) as planned. Returns
-/// `Ok(false)` when a program it needs is missing here (see [`skip_or_fail`]).
-fn drive(readme: &str) -> anyhow::Result<bool> {
+/// Runs every shell block of `doc` (relative to the repository root) as planned. Returns
+/// `Ok(false)` when a program it needs is missing here (see [`skip_or_fail`]). A document without
+/// shell blocks fails: its blocks moved, and the test should follow them.
+fn drive(doc: &str) -> anyhow::Result<bool> {
     let _turn = HOOK_PORT_8080
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let text = std::fs::read_to_string(repo().join(readme))?;
+    let text = std::fs::read_to_string(repo().join(doc))?;
+    let blocks = shell_blocks(&text);
+    if blocks.is_empty() {
+        bail!(
+            "{doc} has no shell block: drive the document its blocks moved to (DRIVEN in {})",
+            file!()
+        );
+    }
     let mut steps = Vec::new();
-    for block in shell_blocks(&text) {
+    for block in blocks {
         if block.intro.to_lowercase().contains("cluster") {
             continue; // needs a real cluster (rule in plan()'s doc)
         }
         for line in block.lines.iter().filter(|l| !strip_comment(l).is_empty()) {
-            let step = plan(line).with_context(|| format!("{readme}:{}", block.line))?;
+            let step = plan(line).with_context(|| format!("{doc}:{}", block.line))?;
             steps.push((strip_comment(line).to_owned(), step));
         }
     }
@@ -442,7 +451,7 @@ fn drive(readme: &str) -> anyhow::Result<bool> {
     let missing = missing_programs(&steps, &bin_dir);
     if !missing.is_empty() {
         skip_or_fail(&format!(
-            "{readme} needs {missing:?}: not on PATH, not built here \
+            "{doc} needs {missing:?}: not on PATH, not built here \
              (`cargo test --workspace` builds the examples' binaries)"
         ))?;
         return Ok(false);
@@ -451,25 +460,25 @@ fn drive(readme: &str) -> anyhow::Result<bool> {
     let mut checked = Vec::new();
     for (written, step) in &steps {
         match step {
-            Step::Skip(rule) => eprintln!("{readme}: not run: `{written}` ({rule})"),
+            Step::Skip(rule) => eprintln!("{doc}: not run: `{written}` ({rule})"),
             Step::Export(e) => session.exports.push_str(&format!("{e}; ")),
             Step::Background(cmd, ready) => session.background(cmd, ready)?,
             Step::Run(cmd) => {
                 let expected = OUTCOMES
                     .iter()
-                    .find(|(r, c, _)| *r == readme && c == written)
+                    .find(|(r, c, _)| *r == doc && c == written)
                     .map_or("", |(_, _, e)| *e);
                 session
                     .run(cmd, expected)
-                    .with_context(|| format!("{readme}: `{written}`"))?;
+                    .with_context(|| format!("{doc}: `{written}`"))?;
                 checked.push(written.as_str());
             }
         }
     }
-    for (_, command, _) in OUTCOMES.iter().filter(|(r, _, _)| *r == readme) {
+    for (_, command, _) in OUTCOMES.iter().filter(|(r, _, _)| *r == doc) {
         if !checked.contains(command) {
             bail!(
-                "{readme} no longer runs `{command}`: update OUTCOMES in {}",
+                "{doc} no longer runs `{command}`: update OUTCOMES in {}",
                 file!()
             );
         }
@@ -493,6 +502,16 @@ fn missing_programs(steps: &[(String, Step)], bin_dir: &Path) -> Vec<String> {
     missing
 }
 
+/// The documents whose shell blocks are run, each by a test below.
+const DRIVEN: &[&str] = &[
+    "README.md",
+    "examples/configmap-propagation/README.md",
+    "examples/drain-before-delete/README.md",
+    "examples/sidecar-safe/README.md",
+    "docs/performance.md",
+    "CONTRIBUTING.md",
+];
+
 #[test]
 fn main_readme_runs_as_written_or_skips_without_its_tools() -> anyhow::Result<()> {
     drive("README.md").map(drop)
@@ -513,36 +532,66 @@ fn sidecar_safe_readme_runs_as_written_or_skips_without_its_tools() -> anyhow::R
     drive("examples/sidecar-safe/README.md").map(drop)
 }
 
-/// The Rust-operator examples' blocks are for a real cluster; they must still plan (a new
-/// command there gets a rule), and a new README gets a test here.
+/// The sizing bench's commands: every line is a `cargo build` or `cargo bench`, planned but not
+/// run (the rules say why).
 #[test]
-fn every_readme_is_driven_or_only_needs_a_cluster() -> anyhow::Result<()> {
-    let driven = [
-        "README.md",
-        "examples/configmap-propagation/README.md",
-        "examples/drain-before-delete/README.md",
-        "examples/sidecar-safe/README.md",
-    ];
-    let mut readmes = vec!["README.md".to_owned(), "examples/README.md".to_owned()];
-    for entry in std::fs::read_dir(repo().join("examples"))? {
-        let readme = entry?.path().join("README.md");
-        if readme.is_file() {
-            let name = readme.strip_prefix(repo())?.display().to_string();
-            readmes.push(name);
+fn performance_doc_runs_as_written_or_skips_without_its_tools() -> anyhow::Result<()> {
+    drive("docs/performance.md").map(drop)
+}
+
+/// The test commands: `cargo test` lines, planned but not run (the test suite itself).
+#[test]
+fn contributing_runs_as_written_or_skips_without_its_tools() -> anyhow::Result<()> {
+    drive("CONTRIBUTING.md").map(drop)
+}
+
+/// The markdown files of the repository, relative to its root (build output and hidden
+/// directories left out).
+fn markdown_files(dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with('.') || name == "target" {
+            continue;
+        }
+        if path.is_dir() {
+            markdown_files(&path, out)?;
+        } else if name.ends_with(".md") {
+            out.push(path.strip_prefix(repo())?.display().to_string());
         }
     }
-    for readme in &readmes {
-        let text = std::fs::read_to_string(repo().join(readme))?;
+    Ok(())
+}
+
+/// Every shell block of every markdown file is run by a test here, or only needs a real cluster
+/// (the Rust-operator examples' blocks): those must still plan, so a new command there gets a
+/// rule, and a new document with shell blocks gets a test.
+#[test]
+fn every_doc_is_driven_or_only_needs_a_cluster() -> anyhow::Result<()> {
+    let mut docs = Vec::new();
+    markdown_files(&repo(), &mut docs)?;
+    docs.sort();
+    for doc in DRIVEN {
+        assert!(docs.iter().any(|d| d == doc), "{doc}: no such file");
+    }
+    for (doc, command, _) in OUTCOMES {
+        assert!(
+            DRIVEN.contains(doc),
+            "OUTCOMES: `{command}` of {doc}, a document no test runs"
+        );
+    }
+    for doc in &docs {
+        let text = std::fs::read_to_string(repo().join(doc))?;
         for block in shell_blocks(&text) {
             if block.intro.to_lowercase().contains("cluster") {
                 continue; // needs a real cluster (rule in plan()'s doc)
             }
             for line in block.lines.iter().filter(|l| !strip_comment(l).is_empty()) {
-                plan(line).with_context(|| format!("{readme}:{}", block.line))?;
+                plan(line).with_context(|| format!("{doc}:{}", block.line))?;
             }
             assert!(
-                driven.contains(&readme.as_str()),
-                "{readme}:{}: a shell block no test runs: add a test to {}",
+                DRIVEN.contains(&doc.as_str()),
+                "{doc}:{}: a shell block no test runs: add the document to DRIVEN and a test to {}",
                 block.line,
                 file!()
             );
@@ -565,6 +614,14 @@ fn lines_are_planned_by_the_rules() -> anyhow::Result<()> {
         plan("cargo build --release -p kmeta   # the binaries the bench runs")?,
         Step::Skip(_)
     ));
+    // the bench matrix of docs/performance.md, its continuation lines joined
+    assert_eq!(
+        plan(
+            "KMETA_SCALE_PARENTS=1000,10000 KMETA_SCALE_KINDS=configmap,deployment \
+             KMETA_SCALE_LATENCY_MS=0,5 cargo bench -p kmeta-tests --bench scale"
+        )?,
+        Step::Skip("cargo test/bench: the test suite itself")
+    );
     assert_eq!(
         plan("cargo run -p kmeta -- demo")?,
         Step::Run("kmeta demo".into())
