@@ -519,6 +519,9 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         None => Outcome::Unrelated,
     };
     let parked = apply_circuit(r, circuit.record(key, outcome, tokio::time::Instant::now()));
+    if outcome != Outcome::NotYet {
+        r.queue().waited_out(key);
+    }
     if changed && outcome == Outcome::NotYet {
         // the change has not reached the hook yet: its retry still runs past an open circuit
         r.queue().keep_changed(key.clone());
@@ -537,15 +540,15 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         }
         Err(SyncError::RelatedNotSynced(watch) | SyncError::WatchNotSynced(watch)) => {
             tracing::debug!(related = %watch, "waiting for related watch");
-            r.queue().add_rate_limited(key.clone());
+            r.queue().add_waiting(key.clone());
         }
         Err(SyncError::Stale(what)) => {
             tracing::debug!(%what, "changed since read; syncing again");
-            r.queue().add_rate_limited(key.clone());
+            r.queue().add_waiting(key.clone());
         }
         Err(SyncError::AwaitingWatch(what)) => {
             tracing::debug!(%what, "waiting for the watch cache to show an earlier write");
-            r.queue().add_rate_limited(key.clone());
+            r.queue().add_waiting(key.clone());
         }
         Err(e) => {
             // a parked key waits for the circuit instead of a backoff of its own

@@ -15,6 +15,10 @@ pub const BACKOFF_BASE: Duration = Duration::from_millis(5);
 /// Backoff cap: 1000 s (client-go).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1000);
 
+/// The longest retry of a sync that waits for its watches ([`Queue::add_waiting`]): 30 s
+/// (kmeta's; the awaited event, a relist or the expectation timeout end a wait sooner).
+pub const WAIT_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// The delay after `failures` consecutive failures: `5ms * 2^(failures-1)`, capped at 1000 s.
 pub fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(30);
@@ -144,6 +148,8 @@ struct State<K> {
     failures: HashMap<K, Backoff>,
     /// Keys scheduled by a change ([`Queue::add`]) since they were last handed out.
     changed: HashSet<K>,
+    /// Consecutive waits of a key ([`Queue::add_waiting`]), kept apart from its failures.
+    waits: HashMap<K, u32>,
     next_generation: u64,
     shutdown: bool,
 }
@@ -315,6 +321,7 @@ impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
                 parked: HashSet::new(),
                 failures: HashMap::new(),
                 changed: HashSet::new(),
+                waits: HashMap::new(),
                 next_generation: 0,
                 shutdown: false,
             }),
@@ -376,9 +383,33 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         d
     }
 
+    /// Schedules `key` again after a sync that waited for something that ends by itself (a
+    /// watch to show a write, a watch to list): after `5 ms · 2^(n-1)` for its `n`-th wait in a
+    /// row, at most [`WAIT_RETRY_MAX`]. Waits are not failures: they leave the failure count,
+    /// and so the backoff of the key's next failure, as they are — a failing parent that waited
+    /// for its own condition write is retried as soon as one that did not (and as in
+    /// Metacontroller, which has no such waits). The event awaited usually brings it back sooner.
+    pub fn add_waiting(&self, key: K) -> Duration {
+        let d = self.with(|s| {
+            let n = s.waits.entry(key.clone()).or_default();
+            *n = n.saturating_add(1);
+            backoff(*n).min(WAIT_RETRY_MAX)
+        });
+        self.add_after(key, d);
+        d
+    }
+
+    /// A sync of `key` ended in something other than a wait: its waits start over.
+    pub fn waited_out(&self, key: &K) {
+        self.with(|s| s.waits.remove(key));
+    }
+
     /// Clears the failure count of `key`.
     pub fn forget(&self, key: &K) {
-        self.with(|s| s.failures.remove(key));
+        self.with(|s| {
+            s.failures.remove(key);
+            s.waits.remove(key);
+        });
     }
 
     /// Marks `key` as no longer running.
@@ -455,6 +486,35 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_millis(10));
         assert_eq!(backoff(11), Duration::from_millis(5120));
         assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_do_not_grow_the_backoff_of_the_next_failure() {
+        let q: Queue<&str> = Queue::default();
+        q.add("a");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.add_rate_limited("a"), backoff(1), "a failure");
+        q.done(&"a");
+        for n in 1..=6 {
+            assert_eq!(q.next().await, Some("a"));
+            assert_eq!(q.add_waiting("a"), backoff(n), "its own ladder");
+            q.done(&"a");
+        }
+        assert_eq!(q.next().await, Some("a"));
+        q.waited_out(&"a");
+        assert_eq!(
+            q.add_rate_limited("a"),
+            backoff(2),
+            "the second failure, not the eighth"
+        );
+        q.done(&"a");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.add_waiting("a"), backoff(1), "waits started over");
+        assert_eq!(
+            backoff(40).min(WAIT_RETRY_MAX),
+            WAIT_RETRY_MAX,
+            "and are capped"
+        );
     }
 
     #[tokio::test]
