@@ -481,7 +481,7 @@ impl Metrics {
 
     /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, `skip`
     /// (an update the API server ignored before, not sent again), `error`, `contested`,
-    /// `fields_taken` or `not_observed` (see the README's metrics table).
+    /// `fields_taken` or `not_observed` (see the metrics table in `docs/operating.md`).
     pub fn child_op(&self, controller: &str, op: &str) {
         self.child_ops
             .get_or_create(&OpLabels {
