@@ -206,6 +206,12 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                 back.shrink_to_fit();
                 Effect::Closed(back)
             }
+            Outcome::HookDown if s.open && s.probe.as_ref() != Some(key) => {
+                // a sync that started before it opened, or came with a new change: it waits
+                // for the circuit to close, and does not stretch the probe cadence
+                s.parked.insert(key.clone());
+                Effect::Parked
+            }
             Outcome::HookDown => {
                 s.failures = s.failures.saturating_add(1);
                 if s.failed_keys.len() < OPEN_AFTER_PARENTS {
@@ -224,17 +230,14 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                         probe: key.clone(),
                         after,
                     }
-                } else if s.probe.as_ref() == Some(key) {
+                } else {
+                    // the probe (any other key is parked above)
                     s.probe_waits = 0;
                     s.probe_at = Some(now + after);
                     Effect::Probe {
                         probe: key.clone(),
                         after,
                     }
-                } else {
-                    // a sync that started before the circuit opened
-                    s.parked.insert(key.clone());
-                    Effect::Parked
                 }
             }
             Outcome::NotYet | Outcome::Unrelated => {
@@ -338,6 +341,28 @@ mod tests {
             );
         }
         assert!(!c.is_open());
+    }
+
+    #[test]
+    fn only_the_probe_sets_the_probe_cadence() {
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        down_n(&c, 0..OPEN_AFTER, t);
+        // many parents with new changes fail while it is open
+        for k in 10..40 {
+            assert_eq!(c.gate(&k, true, t), Gate::Run);
+            assert_eq!(c.record(&k, Outcome::HookDown, t), Effect::Parked);
+        }
+        let t2 = t + backoff(OPEN_AFTER);
+        assert_eq!(c.gate(&4, false, t2), Gate::Run);
+        assert_eq!(
+            c.record(&4, Outcome::HookDown, t2),
+            Effect::Probe {
+                probe: 4,
+                after: probe_interval(OPEN_AFTER + 1)
+            },
+            "the next probe as if they had not failed"
+        );
     }
 
     #[test]
