@@ -163,7 +163,10 @@ async fn failing_parents_never_delay_a_healthy_one(name: &str, bad: usize) -> an
     let latency = api_latency()?.unwrap_or_default();
     let mut bound = Duration::from_millis(500) + watch_lag()?.unwrap_or_default() + latency * 3;
     if requests_disturbed()? {
-        bound += Duration::from_secs(1);
+        // a churned watch is blind while it relists after a 410: kube's watcher waits 0.8-1.6 s
+        // before the first relist and twice that after another 410 at once; the property
+        // (never the 300 s it took when a 500 opened the circuit) still shows
+        bound += Duration::from_secs(5);
     }
     until("eight failed requests of the failing parents", || {
         failed() >= 8
