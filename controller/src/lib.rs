@@ -13,8 +13,8 @@
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
 //! | 2 | [`ops`] | metrics, client rate limits, logging, health probes, leader election |
 //! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, wire decoding |
-//! | 4 | [`reconcile`] | the reconcile core, pure decisions, the CompositeController, the manager |
-//! | 5 | [`cmd`], [`embed`] | `kmeta run`, `demo`, `dev`, `crds`: flags and entry points; CompositeControllers with in-process Rust hooks |
+//! | 4 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
+//! | 5 | [`cmd`], [`embed`] | `kmeta run`, `rbac`, `demo`, `dev`: flags and entry points (`crds` and `completion` are in `main.rs`, the CRDs in [`api`]); CompositeControllers with in-process Rust hooks |
 #![warn(missing_docs)]
 
 pub mod api;

@@ -563,9 +563,9 @@ fn markdown_files(dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every shell block of every markdown file is run by a test here, or only needs a real cluster
-/// (the Rust-operator examples' blocks): those must still plan, so a new command there gets a
-/// rule, and a new document with shell blocks gets a test.
+/// Every shell block of every markdown file is run by a test here, or its introduction says it
+/// needs a real cluster (the Rust-operator examples' blocks, skipped here); every other block
+/// must plan, so a new command gets a rule, and a new document with shell blocks gets a test.
 #[test]
 fn every_doc_is_driven_or_only_needs_a_cluster() -> anyhow::Result<()> {
     let mut docs = Vec::new();
