@@ -29,6 +29,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::ops::metrics::Metrics;
+use crate::ops::ratelimit::{RateLimit, TokenBucket};
 
 /// The waits before each retry of an Event: 1 s doubling, five retries.
 pub const RETRY_DELAYS: [Duration; 5] = [
@@ -335,6 +336,47 @@ impl EventSender {
     }
 }
 
+/// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
+pub const EVENT_FILTER_KEYS: usize = 4096;
+
+/// The event spam filter (Metacontroller's `--events-qps`/`--events-burst`, client-go's spam
+/// filter): one token bucket per (object, reason). It remembers at most [`EVENT_FILTER_KEYS`]
+/// keys and starts afresh beyond that.
+#[derive(Debug)]
+pub struct SpamFilter {
+    limits: RateLimit,
+    buckets: Mutex<HashMap<(String, String), TokenBucket>>,
+}
+
+impl SpamFilter {
+    /// A filter with these limits (`qps <= 0`: everything passes).
+    pub fn new(limits: RateLimit) -> Self {
+        SpamFilter {
+            limits,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether an event with `reason` about `object` (its uid, else `namespace/name`) passes at
+    /// `now`; a dropped event reserves nothing.
+    pub fn allow(&self, object: &str, reason: &str, now: tokio::time::Instant) -> bool {
+        if !self.limits.enabled() {
+            return true;
+        }
+        let Ok(mut buckets) = self.buckets.lock() else {
+            return true;
+        };
+        if buckets.len() >= EVENT_FILTER_KEYS {
+            buckets.clear();
+        }
+        let limits = self.limits;
+        buckets
+            .entry((object.to_owned(), reason.to_owned()))
+            .or_insert_with(|| TokenBucket::new(limits, now))
+            .allow(now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,5 +455,25 @@ mod tests {
             }
         );
         assert_eq!(decide(Some(&last), now + SERIES_TTL), Publish::Create);
+    }
+
+    #[test]
+    fn the_spam_filter_spends_a_burst_per_object_and_reason() {
+        let f = SpamFilter::new(RateLimit {
+            qps: 1.0 / 300.0,
+            burst: 2,
+        });
+        let now = tokio::time::Instant::now();
+        assert!(f.allow("u1", "SyncError", now));
+        assert!(f.allow("u1", "SyncError", now));
+        assert!(!f.allow("u1", "SyncError", now), "the burst is spent");
+        assert!(f.allow("u1", "Started", now), "another reason");
+        assert!(f.allow("u2", "SyncError", now), "another object");
+        assert!(
+            f.allow("u1", "SyncError", now + Duration::from_secs(300)),
+            "one more after 1/qps"
+        );
+        let off = SpamFilter::new(RateLimit { qps: 0.0, burst: 0 });
+        assert!((0..100).all(|_| off.allow("u1", "SyncError", now)));
     }
 }

@@ -5,7 +5,6 @@
 //! workers that take keys from the queue — one sync per key at a time — and turn each result
 //! into a requeue, a backoff, an event and a condition.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::AtomicBool;
@@ -20,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
-use crate::ops::events::{Event, EventSender, Recorder};
+use crate::ops::events::{Event, EventSender, Recorder, SpamFilter};
 use crate::ops::metrics::Metrics;
-use crate::ops::ratelimit::{RateLimit, TokenBucket};
+use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::DecideError;
 use crate::reconcile::rollout::RolloutError;
@@ -30,9 +29,6 @@ use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWa
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
-
-/// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
-pub const EVENT_FILTER_KEYS: usize = 4096;
 
 /// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
 /// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
@@ -155,7 +151,7 @@ pub struct Context {
     /// Sends Events (with series), retrying those the API server did not take.
     events: EventSender,
     /// Event spam filter: one token bucket per (object, reason).
-    event_limits: Mutex<HashMap<(String, String), TokenBucket>>,
+    spam: SpamFilter,
     /// Children wanted by one parent and held by another, across controllers (server-side
     /// apply's `ChildContested` on both parents).
     pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
@@ -190,6 +186,10 @@ impl Context {
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
         let events = EventSender::new(recorder, config.metrics.clone());
+        let spam = SpamFilter::new(RateLimit {
+            qps: config.events_qps,
+            burst: config.events_burst,
+        });
         Arc::new(Context {
             informers: Informers::new(
                 client.clone(),
@@ -200,39 +200,21 @@ impl Context {
             client,
             config,
             events,
-            event_limits: Mutex::new(HashMap::new()),
+            spam,
             contests: Mutex::default(),
             child_writes,
         })
     }
 
     /// Whether an event with `reason` about `obj` passes the spam filter (`events_qps` /
-    /// `events_burst` per object and reason). The filter remembers at most
-    /// [`EVENT_FILTER_KEYS`] keys and starts afresh beyond that.
+    /// `events_burst` per object and reason: [`SpamFilter`]).
     fn event_allowed(&self, obj: &Value, reason: &str) -> bool {
-        let limits = RateLimit {
-            qps: self.config.events_qps,
-            burst: self.config.events_burst,
-        };
-        if !limits.enabled() {
-            return true;
-        }
         let object = match meta_str(obj, "uid") {
             "" => format!("{}/{}", meta_str(obj, "namespace"), meta_str(obj, "name")),
             uid => uid.to_owned(),
         };
-        let now = tokio::time::Instant::now();
-        let Ok(mut buckets) = self.event_limits.lock() else {
-            return true;
-        };
-        if buckets.len() >= EVENT_FILTER_KEYS {
-            buckets.clear();
-        }
-        let bucket = buckets
-            .entry((object, reason.to_owned()))
-            .or_insert_with(|| TokenBucket::new(limits, now));
-        // a dropped event reserves nothing
-        bucket.allow(now)
+        self.spam
+            .allow(&object, reason, tokio::time::Instant::now())
     }
 
     /// Publishes an event about `obj`, unless the spam filter drops it (counted in the
