@@ -336,6 +336,64 @@ impl EventSender {
     }
 }
 
+/// Why kmeta publishes an Event: its `reason` (Metacontroller's where it has one) and its type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A controller started (Normal).
+    Started,
+    /// A controller stopped (Normal).
+    Stopped,
+    /// A deleted DecoratorController's targets were released (Normal).
+    Released,
+    /// Releasing a deleted DecoratorController's targets failed.
+    ReleaseError,
+    /// A controller could not be started.
+    CreateError,
+    /// A sync failed (Metacontroller's reason), or a parent resource cannot be synced at all.
+    SyncError,
+    /// A child write was never shown by its watch within `created_children_wait`.
+    ChildNotObserved,
+    /// A child write needs someone to act (a namespace missing, a name held, 422, 403).
+    ChildWriteFailed,
+    /// Another parent wants the same child (server-side apply).
+    ChildContested,
+    /// Another field manager holds fields of a child (server-side apply).
+    ChildConflict,
+    /// Fields kmeta applied were taken by another manager (drift policy `Enforce`).
+    ChildFieldsTaken,
+    /// A child drifted from what kmeta applied (drift policy `Report`).
+    ChildDrift,
+    /// The API server dropped fields of a child update (its schema does not declare them).
+    ChildFieldsIgnored,
+}
+
+impl Reason {
+    /// The Event's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Started => "Started",
+            Reason::Stopped => "Stopped",
+            Reason::Released => "Released",
+            Reason::ReleaseError => "ReleaseError",
+            Reason::CreateError => "CreateError",
+            Reason::SyncError => "SyncError",
+            Reason::ChildNotObserved => "ChildNotObserved",
+            Reason::ChildWriteFailed => "ChildWriteFailed",
+            Reason::ChildContested => "ChildContested",
+            Reason::ChildConflict => "ChildConflict",
+            Reason::ChildFieldsTaken => "ChildFieldsTaken",
+            Reason::ChildDrift => "ChildDrift",
+            Reason::ChildFieldsIgnored => "ChildFieldsIgnored",
+        }
+    }
+
+    /// Whether the Event is a Warning (else Normal): every reason but a controller starting,
+    /// stopping or releasing its targets.
+    pub fn is_warning(self) -> bool {
+        !matches!(self, Reason::Started | Reason::Stopped | Reason::Released)
+    }
+}
+
 /// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
 pub const EVENT_FILTER_KEYS: usize = 4096;
 

@@ -18,6 +18,7 @@ use crate::object::{ObjectView, controller_uid, describe, meta_str};
 fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
     crate::object::meta(obj, field).and_then(Value::as_str)
 }
+use crate::ops::events::Reason;
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
@@ -187,7 +188,7 @@ pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
             c.ctx.config.created_children_wait
         );
         c.ctx.config.metrics.child_op(c.controller, "not_observed");
-        c.ctx.event(owner, true, "ChildNotObserved", note).await;
+        c.ctx.event(owner, Reason::ChildNotObserved, note).await;
     }
     match awaited.unseen.as_slice() {
         [] => Ok(()),
@@ -318,7 +319,7 @@ async fn write_child(
             let message = format!("{verb} {}: {cause}", describe(obj));
             c.ctx.config.metrics.child_op(c.controller, "error");
             c.ctx
-                .event(w.parent, true, "ChildWriteFailed", message.clone())
+                .event(w.parent, Reason::ChildWriteFailed, message.clone())
                 .await;
             (out, Some(message))
         }
@@ -352,7 +353,7 @@ async fn contested_create(
         "{name} is wanted by another parent too: it is held by {holder} (kmeta does not take a child from another parent; it is left as it is until one of them stops wanting it)"
     );
     c.ctx.config.metrics.child_op(c.controller, "contested");
-    c.ctx.event(w.parent, true, "ChildContested", note).await;
+    c.ctx.event(w.parent, Reason::ChildContested, note).await;
     out.reports.push(ChildReport {
         kind: apply::CONTESTED_CONDITION,
         reason: "ChildContested",
@@ -387,7 +388,7 @@ async fn remember_contests(
             "{} (kmeta leaves the child to this parent and writes nothing for the other)",
             r.message
         );
-        c.ctx.event(parent, true, "ChildContested", note).await;
+        c.ctx.event(parent, Reason::ChildContested, note).await;
         reports.push(r);
     }
 }
@@ -599,7 +600,7 @@ async fn resolve_conflicts(
             let note = format!(
                 "{child} is wanted by another parent too: {fields} (kmeta does not take fields from another parent; the child is left as it is until one of them stops wanting it)"
             );
-            c.ctx.event(w.parent, true, "ChildContested", note).await;
+            c.ctx.event(w.parent, Reason::ChildContested, note).await;
             out.reports.push(ChildReport {
                 kind: apply::CONTESTED_CONDITION,
                 reason: "ChildContested",
@@ -613,7 +614,7 @@ async fn resolve_conflicts(
                 "{child} was changed by others: {fields}; drift policy {:?} leaves it as it is",
                 rule.drift
             );
-            c.ctx.event(w.parent, true, "ChildConflict", note).await;
+            c.ctx.event(w.parent, Reason::ChildConflict, note).await;
             out.reports.push(ChildReport {
                 kind: apply::DRIFT_CONDITION,
                 reason: "ChildConflict",
@@ -628,7 +629,7 @@ async fn resolve_conflicts(
                     apply::describe_conflicts(&taken)
                 );
                 c.ctx.config.metrics.child_op(c.controller, "fields_taken");
-                c.ctx.event(w.parent, true, "ChildFieldsTaken", note).await;
+                c.ctx.event(w.parent, Reason::ChildFieldsTaken, note).await;
             }
             kapi::apply_as(&api, body, &w.manager, true).await.map(Some)
         }
@@ -683,7 +684,7 @@ async fn held_back(
             let note = format!(
                 "{child} differs from what the hook wants at {fields}; drift policy Report leaves it as it is"
             );
-            c.ctx.event(w.parent, true, "ChildDrift", note).await;
+            c.ctx.event(w.parent, Reason::ChildDrift, note).await;
             out.reports.push(ChildReport {
                 kind: apply::DRIFT_CONDITION,
                 reason: "Drifted",
@@ -812,7 +813,7 @@ async fn report_ignored_fields(c: &Children<'_>, parent: &Value, child: &str, pa
          (undeclared in the child's schema, or reset by admission); kmeta sends this update again \
          only when the child or the hook's answer changes"
     );
-    c.ctx.event(parent, true, "ChildFieldsIgnored", note).await;
+    c.ctx.event(parent, Reason::ChildFieldsIgnored, note).await;
 }
 
 /// The CRD of a child type could not be read for its list markers (see [`list_rules`]).

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
-use crate::ops::events::{Event, EventSender, Recorder, SpamFilter};
+use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
@@ -220,7 +220,8 @@ impl Context {
     /// Publishes an event about `obj`, unless the spam filter drops it (counted in the
     /// dropped-events metric); one the API server did not take is retried in the background and,
     /// when given up, logged and counted ([`crate::ops::events`]). Never fatal.
-    pub async fn event(&self, obj: &Value, warning: bool, reason: &str, note: String) {
+    pub async fn event(&self, obj: &Value, reason: Reason, note: String) {
+        let (warning, reason) = (reason.is_warning(), reason.as_str());
         if !self.event_allowed(obj, reason) {
             self.config.metrics.event_dropped();
             tracing::debug!(reason, "event dropped by the spam filter");
@@ -538,7 +539,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             tracing::warn!(error = %e, ?delay, "sync failed");
             if let Some(obj) = r.cached(key) {
                 r.context()
-                    .event(&obj, true, "SyncError", format!("Sync error: {e}"))
+                    .event(&obj, Reason::SyncError, format!("Sync error: {e}"))
                     .await;
                 if let Err(err) = r.report_failure(&obj, &e.to_string()).await {
                     tracing::warn!(error = %err, "writing the SyncError condition failed");

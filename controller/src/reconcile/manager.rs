@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{CompositeController, DecoratorController};
+use crate::ops::events::Reason;
 use crate::reconcile::composite::{BuildError, ParentController};
 use crate::reconcile::core::{Context, ManagerConfig};
 use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
@@ -55,7 +56,7 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
         obj: Self::Object,
     ) -> impl Future<Output = Result<Self::Runner, Self::Error>> + Send;
     /// The event reason of a build failure.
-    fn failure_reason(e: &Self::Error) -> &'static str;
+    fn failure_reason(e: &Self::Error) -> Reason;
     /// Waits until the runner's watches have listed once.
     fn wait_synced(runner: Arc<Self::Runner>) -> impl Future<Output = ()> + Send;
     /// Runs the runner until `stop`.
@@ -91,10 +92,10 @@ impl ControllerKind for CompositeController {
     async fn build(ctx: Arc<Context>, obj: Self::Object) -> Result<ParentController, BuildError> {
         ParentController::build(ctx, obj).await
     }
-    fn failure_reason(e: &BuildError) -> &'static str {
+    fn failure_reason(e: &BuildError) -> Reason {
         match e {
-            BuildError::NoStatusSubresource { .. } => "SyncError",
-            _ => "CreateError",
+            BuildError::NoStatusSubresource { .. } => Reason::SyncError,
+            _ => Reason::CreateError,
         }
     }
     async fn wait_synced(runner: Arc<ParentController>) {
@@ -120,8 +121,8 @@ impl ControllerKind for DecoratorController {
     ) -> Result<DecoratorRunner, DecoratorBuildError> {
         DecoratorRunner::build(ctx, obj).await
     }
-    fn failure_reason(_: &DecoratorBuildError) -> &'static str {
-        "CreateError"
+    fn failure_reason(_: &DecoratorBuildError) -> Reason {
+        Reason::CreateError
     }
     async fn wait_synced(runner: Arc<DecoratorRunner>) {
         runner.wait_watches_synced().await;
@@ -231,11 +232,11 @@ async fn run_one<K: ControllerKind>(
                 }
                 tracing::info!(kind = K::KIND, controller = %name, "started");
                 let started = format!("Started controller: {name}");
-                ctx.event(&value, false, "Started", started).await;
+                ctx.event(&value, Reason::Started, started).await;
                 K::run(runner, stop.clone()).await;
                 tracing::info!(kind = K::KIND, controller = %name, "stopped");
                 let stopped = format!("Stopped controller: {name}");
-                ctx.event(&value, false, "Stopped", stopped).await;
+                ctx.event(&value, Reason::Stopped, stopped).await;
                 return;
             }
             Err(e) => {
@@ -245,7 +246,7 @@ async fn run_one<K: ControllerKind>(
                     let reason = K::failure_reason(&e);
                     tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
                     let note = format!("Cannot start controller: {msg}");
-                    ctx.event(&value, true, reason, note).await;
+                    ctx.event(&value, reason, note).await;
                     last_error = msg;
                 }
             }
@@ -290,13 +291,13 @@ async fn release_one<K: ControllerKind>(
         match K::release(ctx.clone(), obj.clone()).await {
             Ok(note) => {
                 tracing::info!(kind = K::KIND, controller = %name, "{note}");
-                ctx.event(&value, false, "Released", note).await;
+                ctx.event(&value, Reason::Released, note).await;
                 return;
             }
             Err(e) => {
                 tracing::warn!(kind = K::KIND, controller = %name, error = %e, "releasing after deletion failed; retrying");
                 let note = format!("Cannot release after deletion: {e}");
-                ctx.event(&value, true, "ReleaseError", note).await;
+                ctx.event(&value, Reason::ReleaseError, note).await;
             }
         }
         tokio::select! {
