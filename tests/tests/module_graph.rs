@@ -1,20 +1,55 @@
 //! The workspace's module graphs, checked from the sources: no crate has an import cycle between
 //! its modules (`crate::…` and `super::…` references), and in the layered crates — `kmeta`
 //! (`controller/src/lib.rs`) and `kmeta-apiserver` (`apiserver/README.md`) — a module only
-//! refers to modules of its own layer or below.
+//! refers to modules of its own layer or below. `kmeta`'s layers are read from the table in
+//! `controller/src/lib.rs`'s `//!` docs, the crate's only module map: a top-level module missing
+//! from it, or a row naming no module, fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// `kmeta`'s top-level modules by layer, lowest first.
-const KMETA_LAYERS: &[&[&str]] = &[
-    &["object", "duration", "api"],
-    &["runtime"],
-    &["ops"],
-    &["hook"],
-    &["reconcile"],
-    &["cmd", "embed"],
-];
+/// `kmeta`'s top-level modules by layer, lowest first, as the `| layer | modules | what |` table
+/// of `lib_rs` (its `//!` docs) lists them: the names in backticks of each row's second column.
+fn layers_of_lib_rs(lib_rs: &str) -> Vec<Vec<String>> {
+    let mut layers: Vec<(usize, Vec<String>)> = Vec::new();
+    for line in lib_rs.lines() {
+        let Some(row) = line.strip_prefix("//! |") else {
+            continue;
+        };
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Some(Ok(layer)) = cells.first().map(|c| c.parse::<usize>()) else {
+            continue; // the header and its rule
+        };
+        let names: Vec<String> = cells
+            .get(1)
+            .map(|c| c.split('`').skip(1).step_by(2).map(str::to_owned).collect())
+            .unwrap_or_default();
+        assert!(!names.is_empty(), "lib.rs layer {layer} names no module");
+        layers.push((layer, names));
+    }
+    layers.sort_by_key(|(l, _)| *l);
+    layers.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The top-level modules `lib_rs` declares (`mod x;`, `pub mod x;`, `pub(crate) mod x;`).
+fn declared_modules(lib_rs: &str) -> BTreeSet<String> {
+    lib_rs
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let rest = l
+                .strip_prefix("pub(crate) mod ")
+                .or_else(|| l.strip_prefix("pub mod "))
+                .or_else(|| l.strip_prefix("mod "))?;
+            rest.strip_suffix(';').map(str::to_owned)
+        })
+        .collect()
+}
+
+fn kmeta_lib_rs() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../controller/src/lib.rs");
+    std::fs::read_to_string(path).expect("read controller/src/lib.rs")
+}
 
 /// `kmeta-apiserver`'s top-level modules by layer, lowest first.
 const APISERVER_LAYERS: &[&[&str]] = &[
@@ -50,8 +85,10 @@ const CRATES: &[&str] = &[
     "apply",
 ];
 
-fn layer_of(layers: &[&[&str]], top: &str) -> Option<usize> {
-    layers.iter().position(|l| l.contains(&top))
+fn layer_of<L: AsRef<[S]>, S: AsRef<str>>(layers: &[L], top: &str) -> Option<usize> {
+    layers
+        .iter()
+        .position(|l| l.as_ref().iter().any(|m| m.as_ref() == top))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -182,7 +219,7 @@ fn load(krate: &str) -> Crate {
     Crate { edges }
 }
 
-fn upward_references(krate: &Crate, layers: &[&[&str]]) -> Vec<String> {
+fn upward_references<L: AsRef<[S]>, S: AsRef<str>>(krate: &Crate, layers: &[L]) -> Vec<String> {
     let mut violations = Vec::new();
     for (module, refs) in &krate.edges {
         let Some(own) = layer_of(layers, &module[0]) else {
@@ -208,9 +245,50 @@ fn module(path: &[&str]) -> Vec<String> {
 }
 
 #[test]
+fn lib_rs_maps_every_kmeta_module_once() {
+    let lib_rs = kmeta_lib_rs();
+    let layers = layers_of_lib_rs(&lib_rs);
+    assert!(
+        layers.len() >= 5,
+        "the lib.rs table has {} layers",
+        layers.len()
+    );
+    let mapped: Vec<&String> = layers.iter().flatten().collect();
+    let unique: BTreeSet<&String> = mapped.iter().copied().collect();
+    assert_eq!(
+        mapped.len(),
+        unique.len(),
+        "a module in two layers: {mapped:?}"
+    );
+    let declared = declared_modules(&lib_rs);
+    let unique: BTreeSet<String> = unique.into_iter().cloned().collect();
+    assert_eq!(
+        declared, unique,
+        "the modules lib.rs declares against those its //! table maps"
+    );
+}
+
+#[test]
+fn the_lib_rs_table_is_read_as_written() {
+    let text = "//! | layer | modules | what |\n//! |---|---|---|\n\
+                //! | 1 | `runtime` | watches, `queue` |\n//! | 0 | `object`, [`api`] | types |\n\
+                pub mod api;\npub(crate) mod object;\nmod runtime;\n";
+    assert_eq!(
+        layers_of_lib_rs(text),
+        vec![
+            vec!["object".to_owned(), "api".to_owned()],
+            vec!["runtime".to_owned()]
+        ]
+    );
+    let declared: Vec<String> = declared_modules(text).into_iter().collect();
+    assert_eq!(declared, ["api", "object", "runtime"]);
+}
+
+#[test]
 fn kmeta_modules_refer_only_to_their_layer_or_below() {
     let krate = load("controller");
-    let violations = upward_references(&krate, KMETA_LAYERS);
+    let layers = layers_of_lib_rs(&kmeta_lib_rs());
+    let violations = upward_references(&krate, &layers);
     assert!(
         violations.is_empty(),
         "upward references:\n{}",
