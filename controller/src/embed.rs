@@ -28,7 +28,7 @@
 //!                         "data": {"text": req.parent_field("/spec/text")}});
 //!         Ok(SyncResponse::new().child(cm))
 //!     });
-//! let stop = tokio_util::sync::CancellationToken::new();
+//! let stop = kmeta::embed::CancellationToken::new();
 //! # stop.cancel();
 //! controller.run(stop).await?; // until `stop` is cancelled
 //! # Ok(())
@@ -43,7 +43,9 @@ use kmeta_wire::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse}
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
+/// The token [`Composite::run`] stops on (tokio-util's), re-exported so a user needs no
+/// dependency of their own to make one.
+pub use tokio_util::sync::CancellationToken;
 
 use crate::api::{
     ChildUpdateMethod, CompositeController, CompositeControllerChildResourceRule,
@@ -227,26 +229,43 @@ impl Composite {
 
     /// The finalize hook (called instead of sync while a parent is being deleted; the parent
     /// carries kmeta's finalizer until it answers `finalized: true`).
-    pub fn finalize<F, E>(mut self, f: F) -> Composite
+    pub fn finalize<F, E>(self, f: F) -> Composite
     where
         F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.finalize = Some(typed(move |req: SyncRequest| {
-            std::future::ready(f(req).map_err(|e| e.to_string()))
-        }));
+        self.finalize_async(move |req| std::future::ready(f(req).map_err(|e| e.to_string())))
+    }
+
+    /// Like [`Composite::finalize`], for an async function (a cleanup that calls another
+    /// service, say).
+    pub fn finalize_async<F, Fut, E>(mut self, f: F) -> Composite
+    where
+        F: Fn(SyncRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<SyncResponse, E>> + Send + 'static,
+        E: Display,
+    {
+        self.finalize = Some(typed(f));
         self
     }
 
     /// The customize hook (selects related objects for each parent).
-    pub fn customize<F, E>(mut self, f: F) -> Composite
+    pub fn customize<F, E>(self, f: F) -> Composite
     where
         F: Fn(CustomizeRequest) -> Result<CustomizeResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.customize = Some(typed(move |req: CustomizeRequest| {
-            std::future::ready(f(req).map_err(|e| e.to_string()))
-        }));
+        self.customize_async(move |req| std::future::ready(f(req).map_err(|e| e.to_string())))
+    }
+
+    /// Like [`Composite::customize`], for an async function.
+    pub fn customize_async<F, Fut, E>(mut self, f: F) -> Composite
+    where
+        F: Fn(CustomizeRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CustomizeResponse, E>> + Send + 'static,
+        E: Display,
+    {
+        self.customize = Some(typed(f));
         self
     }
 
@@ -441,6 +460,32 @@ mod tests {
         assert_eq!(cc.spec.generate_selector, Some(true));
         assert!(cc.spec.hooks.is_some_and(|h| h.sync.is_some()));
         assert!(local.finalize.is_none() && local.customize.is_none());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn async_finalize_and_customize_functions_answer_their_hooks() -> Result<(), String> {
+        let Some(client) = client() else {
+            panic!("a client for an unused address");
+        };
+        let (_, local) = Composite::builder(client, "db")
+            .parent_resource("example.com/v1", "databases")
+            .sync(|_| Ok::<_, String>(SyncResponse::new()))
+            .finalize_async(|req: SyncRequest| async move {
+                let done = req.finalizing;
+                Ok::<_, String>(SyncResponse::new().finalized(done))
+            })
+            .customize_async(|_: CustomizeRequest| async {
+                Ok::<_, String>(CustomizeResponse::default())
+            })
+            .controller()
+            .map_err(|e| e.to_string())?;
+        let finalize = local.finalize.ok_or("no finalize function")?;
+        let answer = finalize(serde_json::json!({"parent": {}, "finalizing": true})).await?;
+        assert_eq!(answer["finalized"], true);
+        let customize = local.customize.ok_or("no customize function")?;
+        let answer = customize(serde_json::json!({"parent": {}})).await?;
+        assert!(answer.is_object(), "{answer}");
         Ok(())
     }
 }
