@@ -341,8 +341,10 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// Schedules `key` now, for a change someone made (a watch event): remembered until the key
     /// is handed out and [`Queue::take_changed`] asks.
     pub fn add(&self, key: K) {
-        self.with(|s| s.changed.insert(key.clone()));
-        self.add_after(key, Duration::ZERO);
+        self.schedule_by(key, Priority::Normal, |s, key, _| {
+            s.changed.insert(key.clone());
+            Duration::ZERO
+        });
     }
 
     /// Marks `key` as brought by a change again without scheduling it (the change has not
@@ -359,28 +361,37 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
 
     /// Schedules `key` after `delay` (an earlier schedule wins).
     pub fn add_after(&self, key: K, delay: Duration) {
-        self.schedule(key, delay, Priority::Normal);
+        self.schedule_by(key, Priority::Normal, |_, _, _| delay);
     }
 
     /// Schedules a resync of `key` after `delay` at low priority, unless it is scheduled already.
     pub fn resync_after(&self, key: K, delay: Duration) {
-        self.schedule(key, delay, Priority::Low);
+        self.schedule_by(key, Priority::Low, |_, _, _| delay);
     }
 
-    fn schedule(&self, key: K, delay: Duration, priority: Priority) {
+    /// Schedules `key` after the delay `delay_of` decides (from the state, the key and now), in
+    /// the same critical section; returns that delay.
+    fn schedule_by(
+        &self,
+        key: K,
+        priority: Priority,
+        delay_of: impl FnOnce(&mut State<K>, &K, Instant) -> Duration,
+    ) -> Duration {
         let now = Instant::now();
-        if self.with(|s| s.schedule(key, now + delay, priority, now)) {
+        let (delay, wake) = self.with(|s| {
+            let delay = delay_of(s, &key, now);
+            (delay, s.schedule(key, now + delay, priority, now))
+        });
+        if wake {
             self.notify.notify_one();
         }
+        delay
     }
 
     /// Records a failure of `key` and schedules it after the backoff (see [`State::fail`]: an
     /// attempt an event brought early neither grows the backoff nor moves its retry).
     pub fn add_rate_limited(&self, key: K) -> Duration {
-        let now = Instant::now();
-        let d = self.with(|s| s.fail(&key, now));
-        self.add_after(key, d);
-        d
+        self.schedule_by(key, Priority::Normal, |s, key, now| s.fail(key, now))
     }
 
     /// Schedules `key` again after a sync that waited for something that ends by itself (a
@@ -390,13 +401,11 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// for its own condition write is retried as soon as one that did not (and as in
     /// Metacontroller, which has no such waits). The event awaited usually brings it back sooner.
     pub fn add_waiting(&self, key: K) -> Duration {
-        let d = self.with(|s| {
+        self.schedule_by(key, Priority::Normal, |s, key, _| {
             let n = s.waits.entry(key.clone()).or_default();
             *n = n.saturating_add(1);
             backoff(*n).min(WAIT_RETRY_MAX)
-        });
-        self.add_after(key, d);
-        d
+        })
     }
 
     /// A sync of `key` ended in something other than a wait: its waits start over.
