@@ -249,7 +249,7 @@ struct Shared<T> {
     /// Counts completed lists (1 after the first; each relist adds one).
     lists: watch::Sender<u64>,
     /// When the list in progress was started (its request is sent after this), then when the
-    /// last completed one was: see [`Informer::listed_since`].
+    /// last completed one was: see [`Informer::listed_from`].
     list_times: std::sync::Mutex<ListTimes>,
 }
 

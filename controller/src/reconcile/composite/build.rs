@@ -528,13 +528,23 @@ impl Composite {
     }
 
     /// The failure condition's write of the parent with `uid` ended (`written`: the version it
-    /// stored); whether an event held meanwhile was someone else's change, to be synced.
+    /// stored, remembered already); whether an event held meanwhile was someone else's change, to
+    /// be synced. A held event of the write itself is its watch event: its record is forgotten as
+    /// [`Composite::own_status_write`] forgets it.
     pub fn end_failure_write(&self, uid: &str, written: Option<&str>) -> bool {
-        let Ok(mut w) = self.failure_writes_in_flight.lock() else {
-            return false;
+        let held = match self.failure_writes_in_flight.lock() {
+            Ok(mut w) => w.remove(uid).unwrap_or_default(),
+            Err(_) => return false,
         };
-        let held = w.remove(uid).unwrap_or_default();
-        held.iter().any(|rv| Some(rv.as_str()) != written)
+        let mut others = false;
+        for rv in &held {
+            if Some(rv.as_str()) == written {
+                self.seen_own_write(uid, rv);
+            } else {
+                others = true;
+            }
+        }
+        others
     }
 
     /// Whether `cached` is still the version this controller's last status write of it replaced:
@@ -556,14 +566,16 @@ impl Composite {
     /// Whether this version of a parent is this controller's own last write (forgotten once
     /// seen): its record.
     pub fn own_status_write(&self, parent: &Value) -> Option<OwnStatusWrite> {
+        self.seen_own_write(meta_str(parent, "uid"), meta_str(parent, "resourceVersion"))
+    }
+
+    /// The record of this controller's last write of the parent with `uid`, forgotten, when the
+    /// watch showed it at version `rv`.
+    fn seen_own_write(&self, uid: &str, rv: &str) -> Option<OwnStatusWrite> {
         let Ok(mut own) = self.own_status_writes.lock() else {
             return None;
         };
-        let uid = meta_str(parent, "uid");
-        let ours = own
-            .get(uid)
-            .is_some_and(|w| w.written == meta_str(parent, "resourceVersion"));
-        if !ours {
+        if own.get(uid).is_none_or(|w| w.written != rv) {
             return None;
         }
         own.remove(uid)
