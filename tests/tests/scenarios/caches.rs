@@ -48,6 +48,16 @@ fn slow_child_list(s: &Running) -> Option<kmeta_apiserver::HookId> {
     })
 }
 
+/// Holds back the events of every child (ConfigMap) watch by `delay`, on kmeta-apiserver (a real
+/// cluster has no fault injection: `None`).
+fn lagging_child_watch(s: &Running, delay: Duration) -> Option<kmeta_apiserver::HookId> {
+    s.server().map(|server| {
+        server
+            .faults()
+            .delay_watch_events(Some("configmaps"), delay)
+    })
+}
+
 /// Waits for a sync after the first `calls_before` and checks that every sync since saw all the
 /// children.
 async fn every_sync_since_sees_every_child(
@@ -132,11 +142,7 @@ async fn a_sync_waits_for_the_children_it_created_to_reach_the_cache() -> anyhow
         .controller(Cc::new("things-cc"))
         .start()
         .await?;
-    let lag = s.server().map(|server| {
-        server
-            .faults()
-            .delay_watch_events(Some("configmaps"), Duration::from_millis(1500))
-    });
+    let lag = lagging_child_watch(&s, Duration::from_millis(1500));
     let before = s.server().map(|server| server.counters());
     s.parent("p", json!({})).await?;
     for i in 0..CHILDREN {
@@ -182,11 +188,7 @@ async fn a_created_child_the_watch_never_shows_is_reported() -> anyhow::Result<(
         })
         .start()
         .await?;
-    let Some(lag) = s.server().map(|server| {
-        server
-            .faults()
-            .delay_watch_events(Some("configmaps"), Duration::from_secs(4))
-    }) else {
+    let Some(lag) = lagging_child_watch(&s, Duration::from_secs(4)) else {
         eprintln!(
             "needs kmeta-apiserver's fault injection to hold back watch events: checked there"
         );
@@ -234,11 +236,7 @@ async fn a_child_deleted_while_its_watch_was_down_is_recreated_after_the_relist(
         .controller(Cc::new("things-cc"))
         .start()
         .await?;
-    let Some(down) = s.server().map(|server| {
-        server
-            .faults()
-            .delay_watch_events(Some("configmaps"), Duration::from_secs(120))
-    }) else {
+    let Some(down) = lagging_child_watch(&s, Duration::from_secs(120)) else {
         eprintln!(
             "needs kmeta-apiserver's fault injection to hold back watch events: checked there"
         );

@@ -501,6 +501,29 @@ async fn finalize_tears_down_in_order_and_keeps_the_finalizer_until_finalized() 
     s.finish().await
 }
 
+/// A finalizer of someone else's, keeping a deleted parent alive.
+const HOLD: &str = "kmeta.test/hold";
+
+/// Creates parent `p` carrying [`HOLD`].
+async fn create_held_parent(s: &mut Running) -> anyhow::Result<()> {
+    let (av, ns) = (s.av.clone(), s.ns.clone());
+    s.create(
+        "things",
+        json!({"apiVersion": av, "kind": "Thing",
+               "metadata": {"name": "p", "namespace": ns, "finalizers": [HOLD]}, "spec": {}}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes [`HOLD`] (every finalizer) from `p` and waits until it is gone.
+async fn release_held_parent(s: &Running) -> anyhow::Result<()> {
+    let things = s.parents();
+    s.merge_patch(&things, "p", json!({"metadata": {"finalizers": null}}))
+        .await?;
+    s.wait_gone(&things, "p", "the parent released").await
+}
+
 /// A parent being deleted without a finalize hook (kept by another finalizer) is still synced for
 /// its status: `composite/controller_revision.go` `syncRevisions` ("if the parent object is being
 /// deleted and we don't have a finalizer, just sync the latest parent to get the status since we
@@ -511,7 +534,6 @@ async fn finalize_tears_down_in_order_and_keeps_the_finalizer_until_finalized() 
 #[tokio::test]
 async fn a_terminating_parent_without_finalize_hook_is_synced_for_its_status() -> anyhow::Result<()>
 {
-    const HOLD: &str = "kmeta.test/hold";
     let mut s = Scenario::new("c-terminating")
         .crd("Thing", "things")
         .hook(|_, req| {
@@ -526,13 +548,7 @@ async fn a_terminating_parent_without_finalize_hook_is_synced_for_its_status() -
         .controller(Cc::new("terminating-cc"))
         .start()
         .await?;
-    let (av, ns) = (s.av.clone(), s.ns.clone());
-    s.create(
-        "things",
-        json!({"apiVersion": av, "kind": "Thing",
-               "metadata": {"name": "p", "namespace": ns, "finalizers": [HOLD]}, "spec": {}}),
-    )
-    .await?;
+    create_held_parent(&mut s).await?;
     let things = s.parents();
     s.wait_child("p-c").await?;
     s.wait_parent("p", "phase Active", |p| p["status"]["phase"] == "Active")
@@ -560,9 +576,7 @@ async fn a_terminating_parent_without_finalize_hook_is_synced_for_its_status() -
         "the controller deleted a child of a terminating parent"
     );
     assert_eq!(s.metrics.child_op_count("terminating-cc", "delete"), 0);
-    s.merge_patch(&things, "p", json!({"metadata": {"finalizers": null}}))
-        .await?;
-    s.wait_gone(&things, "p", "the parent released").await?;
+    release_held_parent(&s).await?;
     s.finish().await
 }
 
@@ -574,7 +588,6 @@ async fn a_terminating_parent_without_finalize_hook_is_synced_for_its_status() -
 #[tokio::test]
 async fn the_finalize_hook_is_called_again_while_another_finalizer_keeps_the_parent()
 -> anyhow::Result<()> {
-    const HOLD: &str = "kmeta.test/hold";
     let mut s = Scenario::new("c-refinalize")
         .crd("Thing", "things")
         .hook(|hook, req| {
@@ -591,13 +604,7 @@ async fn the_finalize_hook_is_called_again_while_another_finalizer_keeps_the_par
         .controller(Cc::new("refinalize-cc").hook("finalize"))
         .start()
         .await?;
-    let (av, ns) = (s.av.clone(), s.ns.clone());
-    s.create(
-        "things",
-        json!({"apiVersion": av, "kind": "Thing",
-               "metadata": {"name": "p", "namespace": ns, "finalizers": [HOLD]}, "spec": {}}),
-    )
-    .await?;
+    create_held_parent(&mut s).await?;
     let things = s.parents();
     let fin = finalizer_of("refinalize-cc");
     s.wait_child("p-c").await?;
@@ -627,9 +634,7 @@ async fn the_finalize_hook_is_called_again_while_another_finalizer_keeps_the_par
         "children are not managed without our finalizer"
     );
     assert!(s.get(&s.configmaps(), "p-c").await?.is_some());
-    s.merge_patch(&things, "p", json!({"metadata": {"finalizers": null}}))
-        .await?;
-    s.wait_gone(&things, "p", "the parent released").await?;
+    release_held_parent(&s).await?;
     s.finish().await
 }
 
