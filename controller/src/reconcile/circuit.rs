@@ -13,7 +13,10 @@
 //! no answer from any parent in between. An answer — a 500 included: the hook ran and failed on
 //! this parent's input, the commonest hook bug — is that parent's own failure, retried with its
 //! own backoff as Metacontroller does, and closes the circuit. While it is open, a parent with a
-//! new change (a watch event, not a retry) still runs, as an extra probe.
+//! new change (a watch event, not a retry) still runs, as an extra probe, and so does any parent
+//! whose own sync has not found the endpoint down: only the retries of parents that failed are
+//! held back (three parents whose input makes the hook time out cannot stall the resyncs of the
+//! others, whose answers close the circuit).
 //!
 //! [`Circuit`] is the pure state machine (time passed in, unit-tested here); `core::process`
 //! consults it before a sync ([`Circuit::gate`]) and tells it the outcome after
@@ -72,7 +75,8 @@ pub const PROBE_WAITS: u32 = 5;
 /// Whether a key may sync now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {
-    /// Closed circuit, this key is the probe, or it comes with a new change.
+    /// Closed circuit, this key is the probe, it comes with a new change, or its own sync has not
+    /// found the endpoint down.
     Run,
     /// Open circuit: the key waits for it to close (or to be chosen as the probe).
     Park,
@@ -109,8 +113,9 @@ pub enum Effect<K> {
 
 struct State<K> {
     failures: u32,
-    /// The distinct keys among the current run of failures (at most [`OPEN_AFTER_PARENTS`]).
-    failed_keys: HashSet<K>,
+    /// The keys whose sync found the endpoint down since the last answer: only they are held
+    /// back while the circuit is open.
+    down_keys: HashSet<K>,
     open: bool,
     /// The key chosen as the next probe, and when it may run.
     probe: Option<K>,
@@ -130,7 +135,7 @@ impl<K: Clone + Eq + Hash> Default for Circuit<K> {
         Circuit {
             state: std::sync::Mutex::new(State {
                 failures: 0,
-                failed_keys: HashSet::new(),
+                down_keys: HashSet::new(),
                 open: false,
                 probe: None,
                 probe_at: None,
@@ -164,13 +169,15 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
         }
     }
 
-    /// Whether `key` may sync at `now`: always while closed or when it comes with a new change
-    /// (`changed`: a watch event brought it, not a retry); while open otherwise, only the chosen
-    /// probe once its time has come (or any key, when no probe is chosen and the time has come);
-    /// the probe arriving before its time is told how long is left.
+    /// Whether `key` may sync at `now`: always while closed, when it comes with a new change
+    /// (`changed`: a watch event brought it, not a retry), or when its own sync has not found the
+    /// endpoint down (a resync of a parent whose hook answers is never held back by others'
+    /// failures, and its answer closes the circuit); otherwise, while open, only the chosen probe
+    /// once its time has come (or any key, when no probe is chosen and the time has come); the
+    /// probe arriving before its time is told how long is left.
     pub fn gate(&self, key: &K, changed: bool, now: Instant) -> Gate {
         self.with(|s| {
-            if !s.open || changed {
+            if !s.open || changed || !s.down_keys.contains(key) {
                 return Gate::Run;
             }
             let due = s.probe_at.is_none_or(|at| now >= at);
@@ -195,7 +202,7 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
         self.with(|s| match outcome {
             Outcome::HookAnswered => {
                 s.failures = 0;
-                s.failed_keys.clear();
+                s.down_keys.clear();
                 if !s.open {
                     return Effect::None;
                 }
@@ -207,17 +214,17 @@ impl<K: Clone + Eq + Hash> Circuit<K> {
                 Effect::Closed(back)
             }
             Outcome::HookDown if s.open && s.probe.as_ref() != Some(key) => {
-                // a sync that started before it opened, or came with a new change: it waits
-                // for the circuit to close, and does not stretch the probe cadence
+                // a sync that started before it opened, came with a new change or had not
+                // failed yet: it waits for the circuit to close, and does not stretch the probe
+                // cadence
+                s.down_keys.insert(key.clone());
                 s.parked.insert(key.clone());
                 Effect::Parked
             }
             Outcome::HookDown => {
                 s.failures = s.failures.saturating_add(1);
-                if s.failed_keys.len() < OPEN_AFTER_PARENTS {
-                    s.failed_keys.insert(key.clone());
-                }
-                if s.failures < OPEN_AFTER || s.failed_keys.len() < OPEN_AFTER_PARENTS {
+                s.down_keys.insert(key.clone());
+                if s.failures < OPEN_AFTER || s.down_keys.len() < OPEN_AFTER_PARENTS {
                     return Effect::None;
                 }
                 let after = probe_interval(s.failures);
@@ -286,6 +293,13 @@ mod tests {
         .collect()
     }
 
+    /// `key`'s own sync finds the endpoint down while the circuit is open (it came with a
+    /// change): from now on its retries are held back.
+    fn fail_while_open(c: &Circuit<u32>, key: u32, now: Instant) {
+        assert_eq!(c.gate(&key, true, now), Gate::Run);
+        assert_eq!(c.record(&key, Outcome::HookDown, now), Effect::Parked);
+    }
+
     #[test]
     fn opens_after_consecutive_failures_and_parks_everyone_but_the_probe() {
         let c: Circuit<u32> = Circuit::default();
@@ -300,8 +314,11 @@ mod tests {
             }
         );
         assert!(c.is_open());
-        // before the probe time nobody runs, not even the probe, which is told when to come
-        // back (nothing else would sync it)
+        for k in [7, 8] {
+            fail_while_open(&c, k, t);
+        }
+        // before the probe time no parent that failed runs, not even the probe, which is told
+        // when to come back (nothing else would sync it)
         assert_eq!(c.gate(&7, false, t), Gate::Park);
         assert_eq!(c.gate(&4, false, t), Gate::Early(backoff(OPEN_AFTER)));
         // at the probe time only the probe runs
@@ -370,6 +387,7 @@ mod tests {
         let c: Circuit<u32> = Circuit::default();
         let t = Instant::now();
         down_n(&c, 0..OPEN_AFTER, t);
+        fail_while_open(&c, 7, t);
         assert_eq!(c.gate(&7, false, t), Gate::Park, "a retry waits");
         assert_eq!(c.gate(&8, true, t), Gate::Run, "a change goes through");
         assert_eq!(
@@ -385,6 +403,34 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_parent_whose_own_sync_never_found_it_down_runs_while_it_is_open() {
+        // three parents whose input makes the hook time out open it; a healthy parent's resync
+        // (no change) is not held back by them, and its answer closes the circuit
+        let c: Circuit<u32> = Circuit::default();
+        let t = Instant::now();
+        for k in [1, 2, 3, 1, 2] {
+            assert_eq!(c.gate(&k, false, t), Gate::Run);
+            c.record(&k, Outcome::HookDown, t);
+        }
+        assert!(c.is_open());
+        assert_eq!(
+            c.gate(&1, false, t),
+            Gate::Park,
+            "a failed parent's retry waits"
+        );
+        assert_eq!(
+            c.gate(&9, false, t),
+            Gate::Run,
+            "the healthy parent's resync"
+        );
+        match c.record(&9, Outcome::HookAnswered, t) {
+            Effect::Closed(keys) => assert_eq!(keys, vec![1], "and comes back"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!c.is_open());
     }
 
     #[test]
@@ -434,6 +480,7 @@ mod tests {
         let t = Instant::now();
         down_n(&c, 0..OPEN_AFTER, t);
         for k in 10..20 {
+            fail_while_open(&c, k, t);
             assert_eq!(c.gate(&k, false, t), Gate::Park);
         }
         let t2 = t + backoff(OPEN_AFTER);
@@ -455,6 +502,7 @@ mod tests {
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
+        fail_while_open(&c, 6, t0);
         assert_eq!(c.gate(&6, false, t0), Gate::Park);
         assert_eq!(c.gate(&4, false, t), Gate::Run);
         let after = probe_interval(OPEN_AFTER);
@@ -487,6 +535,7 @@ mod tests {
         let t0 = Instant::now();
         let t = t0 + backoff(OPEN_AFTER);
         down_n(&c, 0..OPEN_AFTER, t0);
+        fail_while_open(&c, 6, t0);
         assert_eq!(c.gate(&6, false, t0), Gate::Park);
         for _ in 1..PROBE_WAITS {
             assert_eq!(c.gate(&4, false, t), Gate::Run, "back by itself, at once");
@@ -515,6 +564,7 @@ mod tests {
             c.record(&4, Outcome::Unrelated, t),
             Effect::Probe { probe: 4, after }
         );
+        fail_while_open(&c, 7, t);
         assert_eq!(
             c.gate(&7, false, t + after),
             Gate::Park,
