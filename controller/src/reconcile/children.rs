@@ -4,7 +4,7 @@
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -19,11 +19,13 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
     crate::object::meta(obj, field).and_then(Value::as_str)
 }
 use crate::ops::events::Reason;
-use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ChildReports, ConflictDecision};
+use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
-use crate::reconcile::decide::{self, ChildOp, FutileUpdates};
-use crate::reconcile::expectations::{self, WriteExpectations, Written};
-use crate::reconcile::last_applied::{self, LastAppliedCache};
+use crate::reconcile::decide::{self, ChildOp};
+use crate::reconcile::expectations::{self, Written};
+use crate::reconcile::futile::{self};
+use crate::reconcile::last_applied::{self};
+use crate::reconcile::memory::ChildMemory;
 use crate::runtime::cache::Informer;
 use crate::runtime::compact::Compact;
 use crate::runtime::kapi;
@@ -52,17 +54,10 @@ pub struct Children<'a> {
     pub controller: &'a str,
     /// Child rules by `<Kind>.<apiVersion>`.
     pub rules: &'a HashMap<String, ChildRule>,
-    /// Child updates the API server answered without writing.
-    pub futile: &'a Mutex<FutileUpdates>,
-    /// The last-applied configuration of the children kmeta wrote, per child version.
-    pub last_applied: &'a Mutex<LastAppliedCache>,
+    /// What the controller remembers between syncs about the children it manages.
+    pub memory: &'a ChildMemory,
     /// How children are written.
     pub strategy: ApplyStrategy,
-    /// Drift, conflicts and contests of each parent's last sync (its `ChildDrift` and
-    /// `ChildContested` conditions).
-    pub reports: &'a Mutex<ChildReports>,
-    /// Child writes the watch caches have not shown yet.
-    pub expected: &'a Mutex<WriteExpectations>,
 }
 
 /// What a sync's child writes found besides their results: fields the server dropped, and
@@ -131,7 +126,7 @@ pub async fn manage_children<O: Borrow<Value>>(
         desired,
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
-        |obs, opts| last_applied::known_or_parsed(c.last_applied, obs, opts),
+        |obs, opts| last_applied::known_or_parsed(&c.memory.last_applied, obs, opts),
     )?;
     let mut out = Collected::default();
     if ops.is_empty() {
@@ -167,7 +162,7 @@ pub async fn manage_children<O: Borrow<Value>>(
 /// `kmeta_child_operations_total{op="not_observed"}`.
 pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncError> {
     let awaited = {
-        let Ok(mut expected) = c.expected.lock() else {
+        let Ok(mut expected) = c.memory.expected_writes.lock() else {
             return Ok(());
         };
         expected.settle(meta_str(owner, "uid"), Instant::now(), |x| {
@@ -198,18 +193,6 @@ pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
             written_name(first),
             rest.len()
         ))),
-    }
-}
-
-/// A watch event of `child` arrived (`deleted`: its deletion): its owner no longer waits for the
-/// writes it shows ([`WriteExpectations::observed`]).
-pub fn seen(expected: &Mutex<WriteExpectations>, child: &Compact, deleted: bool) {
-    let Some(owner) = child.controller() else {
-        return;
-    };
-    if let Ok(mut e) = expected.lock() {
-        let version = (!deleted).then(|| child.resource_version());
-        e.observed(owner.uid, child.uid(), version);
     }
 }
 
@@ -253,7 +236,7 @@ fn expect_written(
         written_at: Instant::now(),
         deadline: Instant::now() + c.ctx.config.created_children_wait,
     };
-    if let Ok(mut expected) = c.expected.lock() {
+    if let Ok(mut expected) = c.memory.expected_writes.lock() {
         expected.expect(meta_str(w.parent, "uid"), write);
     }
 }
@@ -440,7 +423,8 @@ async fn execute(
             }
         }
         ChildOp::Update(o)
-            if c.futile
+            if c.memory
+                .futile_updates
                 .lock()
                 .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
         {
@@ -543,7 +527,8 @@ async fn upgrade_ownership(
 ) -> Result<Option<String>, kube::Error> {
     let uid = meta_str(live, "uid");
     let check = c
-        .reports
+        .memory
+        .child_reports
         .lock()
         .map(|r| r.needs_upgrade_check(uid, manager))
         .unwrap_or(true);
@@ -563,7 +548,7 @@ async fn upgrade_ownership(
         let on_cached = meta_str(&fresh, "resourceVersion") == meta_str(live, "resourceVersion");
         written = on_cached.then(|| meta_str(&stored, "resourceVersion").to_owned());
     }
-    if let Ok(mut r) = c.reports.lock() {
+    if let Ok(mut r) = c.memory.child_reports.lock() {
         r.upgraded(uid, manager);
     }
     Ok(written)
@@ -714,7 +699,7 @@ fn remember_reports(c: &Children<'_>, parent: &Value, reports: Vec<ChildReport>)
         .config
         .metrics
         .child_drift(c.controller, uid, reports.len());
-    if let Ok(mut r) = c.reports.lock() {
+    if let Ok(mut r) = c.memory.child_reports.lock() {
         r.set(uid, reports);
     }
 }
@@ -726,7 +711,8 @@ pub fn status_with_reports(
     status: Option<&Value>,
 ) -> Option<Value> {
     let reports = c
-        .reports
+        .memory
+        .child_reports
         .lock()
         .map(|r| r.get(meta_str(parent, "uid")))
         .unwrap_or_default();
@@ -761,7 +747,7 @@ fn remember_last_applied(
     }
     if let (Ok(last), Ok(mut cache)) = (
         dynapply::recorded_last_applied(want, &rule.options),
-        c.last_applied.lock(),
+        c.memory.last_applied.lock(),
     ) {
         cache.insert_version(uid, rv, last);
     }
@@ -781,8 +767,8 @@ fn remember_ignored(
     stored: &Value,
     ignored: &mut Vec<(String, Vec<String>)>,
 ) {
-    let ignored_paths = decide::ignored_by_server(sent, stored);
-    if let Ok(mut futile) = c.futile.lock() {
+    let ignored_paths = futile::ignored_by_server(sent, stored);
+    if let Ok(mut futile) = c.memory.futile_updates.lock() {
         match &ignored_paths {
             Some(_) => futile.record(sent, Instant::now()),
             None => futile.forget(sent),

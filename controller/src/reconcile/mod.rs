@@ -1,7 +1,10 @@
-//! Layer 4, reconciling: the core every controller kind shares (`core`: context, events,
-//! workers; `children`: child management; `status`: finalizer, status and failure writes; `circuit`: the hook circuit; `rollout`: rolling
-//! updates; `related`: related objects; `unchanged`: syncs known to write nothing), pure decisions (`decide`), the CompositeController (`composite`), the
-//! DecoratorController (`decorator`) and the [`manager`] that runs one controller per
+//! Layer 4, reconciling. The core every controller kind shares: `core` (context, events,
+//! workers), `circuit` (the hook circuit), `children` (child management), `status` (finalizer,
+//! status and failure writes), `related` (related objects), `expectations` (waits on kmeta's own
+//! writes), the memory kept between syncs (`memory`, `last_applied`, `futile`, `unchanged`), and
+//! the pure decisions (`decide`, `apply`; `rollout`, the rolling updates of composite children). One folder per controller
+//! kind — `composite` (CompositeController), `decorator` (DecoratorController) — holds its own
+//! decisions, build, sync and triggers; the [`manager`] runs one controller per
 //! CompositeController or DecoratorController object.
 
 pub mod apply;
@@ -12,8 +15,10 @@ pub(crate) mod core;
 pub(crate) mod decide;
 pub(crate) mod decorator;
 pub(crate) mod expectations;
+pub(crate) mod futile;
 pub(crate) mod last_applied;
 pub mod manager;
+pub(crate) mod memory;
 pub(crate) mod related;
 pub(crate) mod rollout;
 pub(crate) mod status;

@@ -13,7 +13,8 @@ use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::{Context, SyncError};
-use crate::reconcile::decide::{ChildType, FutileUpdates};
+use crate::reconcile::decide::ChildType;
+use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::rollout::{self, RollingRule, RollingRules};
 use crate::runtime::cache::Informer;
 use crate::runtime::resources::{Resolved, ResourceError};
@@ -51,8 +52,6 @@ pub enum BuildError {
     #[error("encoding the CompositeController for hook requests: {0}")]
     Encode(#[from] serde_json::Error),
 }
-
-pub use crate::reconcile::related::CustomizeCache;
 
 /// The hook clients of one CompositeController.
 pub struct Hooks {
@@ -156,18 +155,8 @@ pub struct Composite {
     pub hooks: Hooks,
     /// Rolling updates, when a child type uses a rolling strategy.
     pub revisions: Option<Revisions>,
-    /// Customize cache.
-    pub customize_cache: Mutex<CustomizeCache>,
-    /// Related watches this controller listens to, by watch key.
-    pub related: Mutex<HashMap<String, Arc<Informer>>>,
-    /// Child updates the API server answered without writing, not to be sent again.
-    pub futile_updates: Mutex<FutileUpdates>,
-    /// The last-applied configuration of the children it wrote, per child version.
-    pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
-    /// Drift, conflicts and contests of each parent's last sync.
-    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
-    /// Child writes of its syncs the watch caches have not shown yet, by owner uid.
-    pub expected_writes: Mutex<crate::reconcile::expectations::WriteExpectations>,
+    /// What it remembers between syncs about the children it manages.
+    pub memory: ChildMemory,
     /// This controller's last write of each parent (its status, or its finalizer after the
     /// finalize hook), by parent UID, until the watch shows it: a sync of a version older than
     /// the write waits for it. Its watch event requeues the parent as any change does (a hook
@@ -430,12 +419,7 @@ impl Composite {
             child_keys,
             hooks,
             revisions,
-            customize_cache: Mutex::new(HashMap::new()),
-            related: Mutex::new(HashMap::new()),
-            futile_updates: Mutex::new(FutileUpdates::default()),
-            last_applied: Mutex::default(),
-            child_reports: Mutex::default(),
-            expected_writes: Mutex::default(),
+            memory: ChildMemory::default(),
             own_status_writes: Mutex::new(HashMap::new()),
             failure_writes_in_flight: Mutex::new(HashMap::new()),
             unchanged_syncs: Mutex::default(),
@@ -448,10 +432,7 @@ impl Composite {
             ctx: &self.ctx,
             controller: &self.name,
             rules: &self.children,
-            futile: &self.futile_updates,
-            last_applied: &self.last_applied,
-            reports: &self.child_reports,
-            expected: &self.expected_writes,
+            memory: &self.memory,
             strategy: crate::reconcile::apply::strategy_for(
                 self.cc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,

@@ -4,6 +4,7 @@
 //! [reconcile core](crate::reconcile::core).
 
 mod build;
+pub(crate) mod decide;
 mod related;
 mod revisions;
 mod selectors;
@@ -20,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
-use crate::reconcile::{children, decide, status};
+use crate::reconcile::decide::parent_update_relevant;
+use crate::reconcile::status;
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
@@ -179,7 +181,7 @@ impl ParentController {
                     .unwrap_or(false);
                 if ignore
                     && let Some(old) = old
-                    && !decide::parent_update_relevant(old, new)
+                    && !parent_update_relevant(old, new)
                 {
                     return;
                 }
@@ -193,23 +195,15 @@ impl ParentController {
                     .config
                     .metrics
                     .parent_gone(&self.c.name, meta_str(old, "uid"));
-                if let Ok(mut r) = self.c.child_reports.lock() {
-                    r.set(meta_str(old, "uid"), Vec::new());
-                }
                 if let Ok(mut c) = self.c.ctx.contests.lock() {
                     c.set(&self.c.name, meta_str(old, "uid"), Vec::new());
                 }
-                if let Ok(mut c) = self.c.customize_cache.lock() {
-                    c.remove(meta_str(old, "uid"));
-                }
+                self.c.memory.forget_owner(meta_str(old, "uid"));
                 if let Ok(mut own) = self.c.own_status_writes.lock() {
                     own.remove(meta_str(old, "uid"));
                 }
                 if let Ok(mut u) = self.c.unchanged_syncs.lock() {
                     u.forget(meta_str(old, "uid"));
-                }
-                if let Ok(mut e) = self.c.expected_writes.lock() {
-                    e.forget_owner(meta_str(old, "uid"));
                 }
             }
         }
@@ -230,14 +224,11 @@ impl ParentController {
                 {
                     self.enqueue_for_child(o);
                 }
-                children::seen(&self.c.expected_writes, new, false);
+                self.c.memory.child_seen(new, false);
                 self.enqueue_for_child(new);
             }
             Change::Deleted(old) => {
-                if let Ok(mut l) = self.c.last_applied.lock() {
-                    l.forget(old.uid());
-                }
-                children::seen(&self.c.expected_writes, old, true);
+                self.c.memory.child_seen(old, true);
                 self.enqueue_for_child(old);
             }
         }
@@ -245,7 +236,7 @@ impl ParentController {
 
     /// A related object changed: enqueue parents whose cached rules name its resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids = crate::reconcile::related::parents_reading(&self.c.customize_cache, r);
+        let uids = crate::reconcile::related::parents_reading(&self.c.memory.customize_cache, r);
         if uids.is_empty() {
             return;
         }

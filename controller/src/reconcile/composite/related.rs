@@ -21,8 +21,8 @@ pub(super) async fn call_customize(
         customize: c.hooks.customize.as_ref(),
         version: c.hooks.sync.version(),
         parent_namespaced: c.parent.namespaced,
-        cache: &c.customize_cache,
-        watches: &c.related,
+        cache: &c.memory.customize_cache,
+        watches: &c.memory.related,
     };
     related::call_customize(&source, parent, used).await
 }

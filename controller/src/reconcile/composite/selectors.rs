@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::decide;
 use crate::object::{ObjectView, meta_str};
-use crate::reconcile::decide;
 use crate::runtime::cache::{ObjKey, obj_key};
 use crate::runtime::selector;
 

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::build::Composite;
+use super::decide::{self as cdecide, finalizer_name};
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
 use super::steps::{call_hook_raw, chosen_hook, parent_alive_cached, parent_alive_uncached};
@@ -21,7 +22,7 @@ use crate::object::{
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
-use crate::reconcile::decide::{self, FinalizerAction, HookChoice, finalizer_name};
+use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::status;
 use crate::reconcile::unchanged::Fingerprint;
 use crate::runtime::cache::ObjKey;
@@ -56,7 +57,7 @@ pub async fn sync_parent(
     };
     await_own_writes(c, &parent).await?;
     let generate = c.generate_selector();
-    let selector = decide::parent_selector(&parent, generate)?;
+    let selector = cdecide::parent_selector(&parent, generate)?;
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
@@ -236,7 +237,7 @@ async fn claim_children(
             .into_iter()
             .chain(orphans)
             .filter(|child| ns.is_none_or(|n| n == child.namespace()));
-        let plan = decide::claim_children(parent, selector, candidates)?;
+        let plan = cdecide::claim_children(parent, selector, candidates)?;
         observed.extend(plan.owned);
         wrote |= !plan.adopt.is_empty() || !plan.release.is_empty();
         if !plan.adopt.is_empty() && !parent_checked {

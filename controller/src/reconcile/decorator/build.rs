@@ -2,7 +2,7 @@
 //! resources, start (or share) their watches, check the selectors and make the hook clients.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -11,8 +11,9 @@ use crate::api::{DecoratorController, Hook};
 use crate::hook::{HookClient, HookError};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::Context;
-use crate::reconcile::decide::{ChildType, FutileUpdates};
-use crate::reconcile::related::{CustomizeCache, RelatedSource};
+use crate::reconcile::decide::ChildType;
+use crate::reconcile::memory::ChildMemory;
+use crate::reconcile::related::RelatedSource;
 use crate::runtime::cache::Informer;
 use crate::runtime::resources::{Resolved, ResourceError};
 use crate::runtime::selector;
@@ -100,18 +101,8 @@ pub struct Decorator {
     pub hooks: DecoratorHooks,
     /// The finalizer on targets (`metacontroller.io/decoratorcontroller-<name>`).
     pub finalizer: String,
-    /// Attachment updates the API server answered without writing, not to be sent again.
-    pub futile_updates: Mutex<FutileUpdates>,
-    /// The last-applied configuration of the children it wrote, per child version.
-    pub last_applied: Mutex<crate::reconcile::last_applied::LastAppliedCache>,
-    /// Drift, conflicts and contests of each parent's last sync.
-    pub child_reports: Mutex<crate::reconcile::apply::ChildReports>,
-    /// Child writes of its syncs the watch caches have not shown yet, by owner uid.
-    pub expected_writes: Mutex<crate::reconcile::expectations::WriteExpectations>,
-    /// Customize cache.
-    pub customize_cache: Mutex<CustomizeCache>,
-    /// Related watches this controller listens to, by watch key.
-    pub related: Mutex<HashMap<String, Arc<Informer>>>,
+    /// What it remembers between syncs about the attachments it manages.
+    pub memory: ChildMemory,
 }
 
 impl std::fmt::Debug for Decorator {
@@ -287,12 +278,7 @@ impl Decorator {
             declared,
             attachment_keys,
             hooks,
-            futile_updates: Mutex::new(FutileUpdates::default()),
-            last_applied: Mutex::default(),
-            child_reports: Mutex::default(),
-            expected_writes: Mutex::default(),
-            customize_cache: Mutex::new(HashMap::new()),
-            related: Mutex::new(HashMap::new()),
+            memory: ChildMemory::default(),
         })
     }
 
@@ -304,8 +290,8 @@ impl Decorator {
             customize: self.hooks.customize.as_ref(),
             version: self.hooks.sync.version(),
             parent_namespaced: rule.resolved.namespaced,
-            cache: &self.customize_cache,
-            watches: &self.related,
+            cache: &self.memory.customize_cache,
+            watches: &self.memory.related,
         }
     }
 
@@ -315,10 +301,7 @@ impl Decorator {
             ctx: &self.ctx,
             controller: &self.name,
             rules: &self.attachments,
-            futile: &self.futile_updates,
-            last_applied: &self.last_applied,
-            reports: &self.child_reports,
-            expected: &self.expected_writes,
+            memory: &self.memory,
             strategy: crate::reconcile::apply::strategy_for(
                 self.dc.metadata.annotations.as_ref(),
                 self.ctx.config.apply_strategy,

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::DecoratorController;
 use crate::object::{ObjectView, meta_str};
-use crate::reconcile::children;
 use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
 use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
 use crate::reconcile::decide as shared;
@@ -127,9 +126,7 @@ impl DecoratorRunner {
             }
             Change::Deleted(old) => {
                 self.queue.forget(&target_key(resource, old));
-                if let Ok(mut c) = self.d.customize_cache.lock() {
-                    c.remove(meta_str(old, "uid"));
-                }
+                self.d.memory.forget_owner(meta_str(old, "uid"));
                 if let Ok(mut c) = self.d.ctx.contests.lock() {
                     c.set(&self.d.name, meta_str(old, "uid"), Vec::new());
                 }
@@ -138,12 +135,6 @@ impl DecoratorRunner {
                     .config
                     .metrics
                     .parent_gone(&self.d.name, meta_str(old, "uid"));
-                if let Ok(mut r) = self.d.child_reports.lock() {
-                    r.set(meta_str(old, "uid"), Vec::new());
-                }
-                if let Ok(mut e) = self.d.expected_writes.lock() {
-                    e.forget_owner(meta_str(old, "uid"));
-                }
             }
         }
     }
@@ -191,14 +182,11 @@ impl DecoratorRunner {
                 {
                     self.enqueue_for_attachment(o);
                 }
-                children::seen(&self.d.expected_writes, new, false);
+                self.d.memory.child_seen(new, false);
                 self.enqueue_for_attachment(new);
             }
             Change::Deleted(old) => {
-                if let Ok(mut l) = self.d.last_applied.lock() {
-                    l.forget(old.uid());
-                }
-                children::seen(&self.d.expected_writes, old, true);
+                self.d.memory.child_seen(old, true);
                 self.enqueue_for_attachment(old);
             }
         }
@@ -230,7 +218,7 @@ impl DecoratorRunner {
     /// A related object changed: enqueue the targets whose cached customize rules read its
     /// resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids = related::parents_reading(&self.d.customize_cache, r);
+        let uids = related::parents_reading(&self.d.memory.customize_cache, r);
         if uids.is_empty() {
             return;
         }

@@ -1,0 +1,218 @@
+//! Pure decisions of the CompositeController alone: its finalizer's name, the selector its
+//! children must match, and claiming (adopt and release) as Kubernetes' controller ref manager.
+//! The decisions it shares with the DecoratorController are in [`crate::reconcile::decide`].
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
+use crate::object::{ObjectView, describe, is_deleting, meta_str};
+use crate::reconcile::decide::{CONTROLLER_UID_LABEL, DecideError};
+use crate::runtime::selector::{self};
+
+/// The finalizer kmeta puts on parents of CC `cc` that has a finalize hook.
+pub fn finalizer_name(cc: &str) -> String {
+    format!("metacontroller.io/compositecontroller-{cc}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// selector of a parent
+
+/// The selector children must match: `controller-uid=<uid>` with generateSelector, else the
+/// parent's `spec.selector`, which must not be empty.
+pub fn parent_selector(
+    parent: &Value,
+    generate_selector: bool,
+) -> Result<LabelSelector, DecideError> {
+    let who = || describe(parent);
+    if generate_selector {
+        return Ok(selector::single(
+            CONTROLLER_UID_LABEL,
+            meta_str(parent, "uid"),
+        ));
+    }
+    let Some(raw) = parent.pointer("/spec/selector").filter(|v| !v.is_null()) else {
+        return Err(DecideError::Selector {
+            parent: who(),
+            message:
+                "spec.selector is required (or set generateSelector on the CompositeController)"
+                    .into(),
+        });
+    };
+    let sel = selector::decode(raw, "spec.selector")?;
+    if selector::is_empty(&sel) {
+        return Err(DecideError::Selector {
+            parent: who(),
+            message: "spec.selector must have matchLabels or matchExpressions".into(),
+        });
+    }
+    Ok(sel)
+}
+
+// ---------------------------------------------------------------------------------------------
+// claiming
+
+/// What to do with one candidate child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Already ours and matching: an observed child.
+    Owned,
+    /// An orphan that matches: add our controllerRef.
+    Adopt,
+    /// Ours but no longer matching: remove our ownerRef.
+    Release,
+    /// Controlled by someone else, or not eligible.
+    Ignore,
+}
+
+/// `ClaimObject` of Kubernetes' controller ref manager.
+pub fn claim_child(
+    parent_uid: &str,
+    parent_deleting: bool,
+    matches: bool,
+    child: &impl ObjectView,
+) -> Claim {
+    match child.controller() {
+        Some(r) if r.uid == parent_uid => {
+            if matches {
+                Claim::Owned
+            } else if parent_deleting {
+                Claim::Ignore
+            } else {
+                Claim::Release
+            }
+        }
+        Some(_) => Claim::Ignore,
+        None if parent_deleting || child.deleting() || !matches => Claim::Ignore,
+        None => Claim::Adopt,
+    }
+}
+
+/// Claims of every candidate (objects owned by the parent plus orphans), as the candidates were
+/// given (the cache's shared `Arc`s, or values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan<C = Value> {
+    /// Observed children.
+    pub owned: Vec<C>,
+    /// Orphans to adopt (they become observed once adopted).
+    pub adopt: Vec<C>,
+    /// Children to release.
+    pub release: Vec<C>,
+}
+
+impl<C> Default for ClaimPlan<C> {
+    fn default() -> Self {
+        ClaimPlan {
+            owned: Vec::new(),
+            adopt: Vec::new(),
+            release: Vec::new(),
+        }
+    }
+}
+
+/// Decides claims for every candidate. Candidates are moved into the plan as they are (the
+/// cache's shared objects: no copy); the ones ignored are dropped.
+pub fn claim_children<C: ObjectView>(
+    parent: &Value,
+    selector: &LabelSelector,
+    candidates: impl IntoIterator<Item = C>,
+) -> Result<ClaimPlan<C>, DecideError> {
+    let uid = meta_str(parent, "uid");
+    let deleting = is_deleting(parent);
+    let mut plan = ClaimPlan::default();
+    for c in candidates {
+        let m = selector::matches_object(selector, &c)?;
+        match claim_child(uid, deleting, m, &c) {
+            Claim::Owned => plan.owned.push(c),
+            Claim::Adopt => plan.adopt.push(c),
+            Claim::Release => plan.release.push(c),
+            Claim::Ignore => {}
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    use crate::runtime::selector;
+
+    fn parent() -> Value {
+        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
+        if let Some(uid) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
+                "uid": uid, "controller": true}]);
+        }
+        c
+    }
+
+    #[test]
+    fn selector_rules() {
+        let p = parent();
+        assert!(parent_selector(&p, false).is_ok());
+        let mut q = p.clone();
+        q["spec"]["selector"] = json!({});
+        let e = parent_selector(&q, false).unwrap_err().to_string();
+        assert!(e.contains("matchLabels or matchExpressions"), "{e}");
+        q["spec"].as_object_mut().unwrap().remove("selector");
+        assert!(
+            parent_selector(&q, false)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.selector is required")
+        );
+        let g = parent_selector(&q, true).unwrap();
+        assert_eq!(selector::to_query(&g), "controller-uid=u1");
+    }
+
+    #[test]
+    fn claim_table() {
+        let ours = child("a", json!({}), Some("u1"));
+        let theirs = child("b", json!({}), Some("u2"));
+        let orphan = child("c", json!({}), None);
+        assert_eq!(claim_child("u1", false, true, &ours), Claim::Owned);
+        assert_eq!(claim_child("u1", false, false, &ours), Claim::Release);
+        assert_eq!(claim_child("u1", true, false, &ours), Claim::Ignore);
+        assert_eq!(claim_child("u1", false, true, &theirs), Claim::Ignore);
+        assert_eq!(claim_child("u1", false, true, &orphan), Claim::Adopt);
+        assert_eq!(claim_child("u1", false, false, &orphan), Claim::Ignore);
+        assert_eq!(claim_child("u1", true, true, &orphan), Claim::Ignore);
+        let mut dying = orphan.clone();
+        dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(claim_child("u1", false, true, &dying), Claim::Ignore);
+    }
+
+    #[test]
+    fn claim_children_splits() {
+        let p = parent();
+        let sel = parent_selector(&p, false).unwrap();
+        let plan = claim_children(
+            &p,
+            &sel,
+            vec![
+                child("a", json!({"app": "p"}), Some("u1")),
+                child("b", json!({"app": "q"}), Some("u1")),
+                child("c", json!({"app": "p"}), None),
+                child("d", json!({"app": "p"}), Some("zz")),
+            ],
+        )
+        .unwrap();
+        let names = |v: &[Value]| {
+            v.iter()
+                .map(|o| meta_str(o, "name").to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&plan.owned), ["a"]);
+        assert_eq!(names(&plan.release), ["b"]);
+        assert_eq!(names(&plan.adopt), ["c"]);
+    }
+}

@@ -1,0 +1,324 @@
+//! Desired children: each one's type is declared, its namespace and name are allowed, it
+//! matches the parent's selector; and their identity ([`child_key`]).
+
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Map, Value};
+
+use crate::api::ChildUpdateMethod;
+use crate::hook::wire::group_key;
+use crate::object::{describe, meta_str};
+use crate::runtime::selector::{self};
+
+use super::DecideError;
+
+/// The generated-selector label.
+pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
+
+// ---------------------------------------------------------------------------------------------
+// desired children
+
+/// What validation needs to know about a declared child type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildType {
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Update method.
+    pub method: ChildUpdateMethod,
+}
+
+/// Defaults namespaces and checks every desired child: its type is declared; it matches the
+/// parent selector (adding `controller-uid` with generateSelector); a namespaced parent only gets
+/// children in its own namespace and no cluster-scoped children. Returns the children keyed by
+/// [`child_key`] (a later duplicate replaces an earlier one, as Metacontroller).
+pub fn validate_desired(
+    parent: &Value,
+    parent_namespaced: bool,
+    declared: &HashMap<String, ChildType>,
+    selector: &LabelSelector,
+    generate_selector: bool,
+    children: Vec<Value>,
+) -> Result<BTreeMap<String, Value>, DecideError> {
+    let parent_ns = meta_str(parent, "namespace");
+    let mut out = BTreeMap::new();
+    for mut child in children {
+        let av = child
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = child
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let gk = group_key(av, kind);
+        let bad = |child: &Value, message: String| DecideError::InvalidChild {
+            child: format!("{gk} {}", describe(child)),
+            message,
+        };
+        let Some(t) = declared.get(&gk) else {
+            let known: Vec<&str> = declared.keys().map(String::as_str).collect();
+            return Err(bad(
+                &child,
+                format!(
+                    "type {gk} is not a declared child resource (declared: {})",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let ns = meta_str(&child, "namespace").to_owned();
+        let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return Err(bad(&child, "metadata must be an object".into()));
+        };
+        if let Err(message) = place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns)
+        {
+            return Err(bad(&child, message));
+        }
+        if generate_selector {
+            add_controller_uid(m, meta_str(parent, "uid"));
+        }
+        if !selector::matches_object(selector, &child)? {
+            return Err(bad(
+                &child,
+                format!(
+                    "labels {:?} don't match parent selector {:?}",
+                    selector::labels_of(&child),
+                    selector::to_query(selector)
+                ),
+            ));
+        }
+        let key = child_key(&child);
+        let problem = name_problem(meta_str(&child, "name")).or_else(|| {
+            out.contains_key(&key)
+                .then(|| "appears more than once in the hook's response".to_owned())
+        });
+        if let Some(message) = problem {
+            return Err(bad(&child, message));
+        }
+        out.insert(key, child);
+    }
+    Ok(out)
+}
+
+/// The namespace rules of a child's metadata `m` (its namespace `ns`): a namespaced child of a
+/// namespaced parent defaults to, and must stay in, the parent's namespace; a cluster-scoped
+/// parent names the namespace of each namespaced child; a namespaced parent owns no
+/// cluster-scoped child; a cluster-scoped child carries no namespace.
+fn place_in_namespace(
+    m: &mut Map<String, Value>,
+    ns: &str,
+    namespaced: bool,
+    parent_namespaced: bool,
+    parent_ns: &str,
+) -> Result<(), String> {
+    if namespaced {
+        if ns.is_empty() {
+            if !parent_namespaced {
+                return Err("metadata.namespace is required: the type is namespaced and the parent is cluster-scoped".into());
+            }
+            m.insert("namespace".into(), Value::String(parent_ns.to_owned()));
+        } else if parent_namespaced && ns != parent_ns {
+            return Err(format!(
+                "namespace {ns:?} differs from the parent's {parent_ns:?}; a namespaced parent may only own children in its namespace"
+            ));
+        }
+    } else if parent_namespaced {
+        return Err("a namespaced parent may not own cluster-scoped children".into());
+    } else if !ns.is_empty() {
+        m.remove("namespace");
+    }
+    Ok(())
+}
+
+/// Adds the generated-selector label `controller-uid=<parent uid>` unless the child sets it.
+fn add_controller_uid(m: &mut Map<String, Value>, parent_uid: &str) {
+    let labels = m
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if labels.is_null() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(l) = labels.as_object_mut() {
+        l.entry(CONTROLLER_UID_LABEL)
+            .or_insert_with(|| Value::String(parent_uid.to_owned()));
+    }
+}
+
+/// What is wrong with a child's name for every kind of object: empty, longer than 253
+/// characters, `.` or `..`, or containing `/` or `%` (kinds add stricter rules of their own,
+/// which the API server reports).
+fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("metadata.name is empty".to_owned())
+    } else if name.len() > 253 {
+        Some(format!(
+            "metadata.name is {} characters, at most 253 are allowed",
+            name.len()
+        ))
+    } else if name == "." || name == ".." || name.contains(['/', '%']) {
+        Some(format!(
+            "metadata.name {name:?} may not be '.' or '..' or contain '/' or '%'"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Whether applying `desired` (keyed by [`child_key`]) over `observed` creates a child: one
+/// desired and not observed.
+pub fn creates_any<O: Borrow<Value>>(observed: &[O], desired: &BTreeMap<String, Value>) -> bool {
+    if desired.len() > observed.len() {
+        return true;
+    }
+    let have: HashSet<String> = observed.iter().map(|o| child_key(o.borrow())).collect();
+    desired.keys().any(|k| !have.contains(k))
+}
+
+/// Identity of a child: `Kind.apiVersion namespace/name` (the type part is [`group_key`]).
+pub fn child_key(obj: &Value) -> String {
+    let field = |f: &str| obj.get(f).and_then(Value::as_str).unwrap_or_default();
+    let (av, kind) = (field("apiVersion"), field("kind"));
+    let (ns, name) = (meta_str(obj, "namespace"), meta_str(obj, "name"));
+    let mut key = String::with_capacity(kind.len() + av.len() + ns.len() + name.len() + 3);
+    for part in [kind, ".", av, " ", ns, "/", name] {
+        key.push_str(part);
+    }
+    key
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parent() -> Value {
+        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
+        if let Some(uid) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
+                "uid": uid, "controller": true}]);
+        }
+        c
+    }
+
+    fn declared(namespaced: bool, method: ChildUpdateMethod) -> HashMap<String, ChildType> {
+        HashMap::from([("ConfigMap.v1".to_owned(), ChildType { namespaced, method })])
+    }
+
+    #[test]
+    fn validation_defaults_namespace_and_checks_rules() {
+        let p = parent();
+        let sel = selector::decode(&p["spec"]["selector"], "spec.selector").unwrap();
+        let d = declared(true, ChildUpdateMethod::InPlace);
+        let mut c = child("a", json!({"app": "p"}), None);
+        c["metadata"].as_object_mut().unwrap().remove("namespace");
+        let out = validate_desired(&p, true, &d, &sel, false, vec![c]).unwrap();
+        assert_eq!(out["ConfigMap.v1 ns/a"]["metadata"]["namespace"], "ns");
+
+        let e = validate_desired(
+            &p,
+            true,
+            &d,
+            &sel,
+            false,
+            vec![child("a", json!({"app": "x"}), None)],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("don't match parent selector"), "{e}");
+
+        let mut other = child("a", json!({"app": "p"}), None);
+        other["metadata"]["namespace"] = json!("elsewhere");
+        let e = validate_desired(&p, true, &d, &sel, false, vec![other]).unwrap_err();
+        assert!(e.to_string().contains("differs from the parent's"), "{e}");
+
+        let mut svc = child("a", json!({"app": "p"}), None);
+        svc["kind"] = json!("Service");
+        let e = validate_desired(&p, true, &d, &sel, false, vec![svc]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Service.v1 is not a declared child resource"),
+            "{e}"
+        );
+
+        let cluster = declared(false, ChildUpdateMethod::InPlace);
+        let e = validate_desired(
+            &p,
+            true,
+            &cluster,
+            &sel,
+            false,
+            vec![child("a", json!({"app": "p"}), None)],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cluster-scoped"), "{e}");
+    }
+
+    #[test]
+    fn generate_selector_adds_label() {
+        let p = parent();
+        let sel = selector::single(CONTROLLER_UID_LABEL, "u1");
+        let d = declared(true, ChildUpdateMethod::InPlace);
+        let out = validate_desired(
+            &p,
+            true,
+            &d,
+            &sel,
+            true,
+            vec![child("a", Value::Null, None)],
+        )
+        .unwrap();
+        assert_eq!(
+            out["ConfigMap.v1 ns/a"]["metadata"]["labels"]["controller-uid"],
+            "u1"
+        );
+    }
+
+    #[test]
+    fn duplicate_and_unusable_child_names_fail_before_any_write() {
+        let p = json!({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}});
+        let d = HashMap::from([(
+            "ConfigMap.v1".to_owned(),
+            ChildType {
+                namespaced: true,
+                method: ChildUpdateMethod::default(),
+            },
+        )]);
+        let sel = LabelSelector::default();
+        let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        let e = validate_desired(&p, true, &d, &sel, false, vec![cm("a"), cm("b"), cm("a")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than once") && e.contains("ns/a"), "{e}");
+        for bad in ["a/b", "..", "50%"] {
+            let e = validate_desired(&p, true, &d, &sel, false, vec![cm(bad)]).unwrap_err();
+            assert!(e.to_string().contains("metadata.name"), "{bad}: {e}");
+        }
+        let long = "x".repeat(254);
+        assert!(validate_desired(&p, true, &d, &sel, false, vec![cm(&long)]).is_err());
+        // names other kinds allow (RBAC's `system:` names) are left to the API server
+        assert!(validate_desired(&p, true, &d, &sel, false, vec![cm("system:web")]).is_ok());
+    }
+
+    #[test]
+    fn creates_any_is_a_desired_child_not_observed() {
+        let cm = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": "ns"}})
+        };
+        let desired: BTreeMap<String, Value> = [cm("a"), cm("b")]
+            .into_iter()
+            .map(|c| (child_key(&c), c))
+            .collect();
+        assert!(!creates_any(&[cm("a"), cm("b"), cm("c")], &desired));
+        assert!(creates_any(&[cm("a")], &desired));
+        assert!(!creates_any::<Value>(&[], &BTreeMap::new()));
+    }
+}

@@ -1,0 +1,332 @@
+//! The child plan: which writes bring the observed children to the desired ones, and in which
+//! order.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::api::ChildUpdateMethod;
+use crate::object::is_deleting;
+
+use super::{DecideError, add_owner, child_key};
+
+// ---------------------------------------------------------------------------------------------
+// the child plan
+
+/// One write to make to a child.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildOp {
+    /// POST this object.
+    Create(Value),
+    /// PUT this merged object (carries the live resourceVersion).
+    Update(Value),
+    /// DELETE with a UID precondition and Background propagation.
+    Delete {
+        /// The observed object being deleted.
+        object: Value,
+        /// Why: `not desired` or `recreate`.
+        reason: &'static str,
+    },
+}
+
+/// Plans child writes: deletes of observed children no longer desired (first), then creates of
+/// missing ones and updates per update method. Children being deleted are never touched.
+/// `options` gives the dynapply options (list rules) for a child type; `last_applied` the
+/// last-applied configuration of an observed child when it is known for that child version
+/// (otherwise dynapply parses the annotation).
+pub fn plan_children<'o, O: Borrow<Value>>(
+    parent: &Value,
+    observed: &[O],
+    desired: &BTreeMap<String, Value>,
+    method: impl Fn(&str) -> ChildUpdateMethod,
+    options: impl Fn(&str) -> &'o dynapply::Options,
+    last_applied: impl Fn(&Value, &dynapply::Options) -> Option<KnownLast>,
+) -> Result<Vec<ChildOp>, DecideError> {
+    let observed: BTreeMap<String, &Value> = observed
+        .iter()
+        .map(|o| (child_key(o.borrow()), o.borrow()))
+        .collect();
+    let mut ops = Vec::new();
+    for (key, obs) in &observed {
+        if !desired.contains_key(key) && !is_deleting(obs) {
+            ops.push(ChildOp::Delete {
+                object: (*obs).clone(),
+                reason: "not desired",
+            });
+        }
+    }
+    for (key, want) in desired {
+        let gk = key.split(' ').next().unwrap_or_default();
+        let opts = options(gk);
+        let err = |source| DecideError::Apply {
+            child: key.clone(),
+            source,
+        };
+        match observed.get(key) {
+            None => {
+                let created = dynapply::prepare_create(want, opts).map_err(err)?;
+                ops.push(ChildOp::Create(add_owner(created, parent)));
+            }
+            Some(obs) if is_deleting(obs) => {}
+            Some(obs) => match update(obs, last_applied(obs, opts), want, opts).map_err(err)? {
+                dynapply::Outcome::Unchanged => {}
+                dynapply::Outcome::Changed(merged) => match method(gk) {
+                    ChildUpdateMethod::OnDelete => {}
+                    ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate => {
+                        ops.push(ChildOp::Delete {
+                            object: (*obs).clone(),
+                            reason: "recreate",
+                        });
+                    }
+                    ChildUpdateMethod::InPlace | ChildUpdateMethod::RollingInPlace => {
+                        ops.push(ChildOp::Update(merged));
+                    }
+                },
+            },
+        }
+    }
+    Ok(ops)
+}
+
+/// The plan's writes in two phases: first the deletes of children no longer desired, then the
+/// creates, updates and deletes for recreation (each phase's writes may run at once).
+pub fn write_phases(ops: Vec<ChildOp>) -> (Vec<ChildOp>, Vec<ChildOp>) {
+    ops.into_iter().partition(|op| {
+        matches!(
+            op,
+            ChildOp::Delete {
+                reason: "not desired",
+                ..
+            }
+        )
+    })
+}
+
+/// A child's last-applied configuration known for its observed version: `recorded` when the
+/// annotation holds the canonical encoding of `value` — kmeta wrote that version, or parsed it
+/// back and [`dynapply::is_recorded`] recognised it — so an update compares the answer with it
+/// instead of encoding the answer ([`dynapply::apply_update_recorded`]); else parsed from an
+/// annotation written in another form.
+#[derive(Clone, Debug)]
+pub struct KnownLast {
+    /// The configuration.
+    pub value: std::sync::Arc<Value>,
+    /// Whether the annotation of this very version is dynapply's encoding of it.
+    pub recorded: bool,
+}
+
+impl KnownLast {
+    /// dynapply's update of `obs` (the version this configuration is known for) to `want`.
+    pub fn apply_update(
+        &self,
+        obs: &Value,
+        want: &Value,
+        opts: &dynapply::Options,
+    ) -> Result<dynapply::Outcome, dynapply::Error> {
+        match self.recorded {
+            true => dynapply::apply_update_recorded(obs, &self.value, want, opts),
+            false => dynapply::apply_update_with(obs, Some(&self.value), want, opts),
+        }
+    }
+}
+
+/// dynapply's update of `obs`, with its last-applied configuration when known.
+fn update(
+    obs: &Value,
+    last: Option<KnownLast>,
+    want: &Value,
+    opts: &dynapply::Options,
+) -> Result<dynapply::Outcome, dynapply::Error> {
+    match last {
+        Some(last) => last.apply_update(obs, want, opts),
+        None => dynapply::apply_update(obs, want, opts),
+    }
+}
+
+/// Under drift policy `Report` (dynamic apply): `Some(paths)` when the hook's answer for a child
+/// is the one last applied, so a difference between `live` and `desired` was made by others
+/// (the drifted fields, see [`crate::reconcile::apply::drifted_paths`]); `None` when the hook's
+/// answer changed (its change is written) or the last-applied record cannot be read.
+pub fn drift_only(live: &Value, desired: &Value, opts: &dynapply::Options) -> Option<Vec<String>> {
+    let prepared = dynapply::prepare_create(desired, opts).ok()?;
+    let last = dynapply::get_last_applied(live, opts).ok()??;
+    let want = dynapply::get_last_applied(&prepared, opts).ok()??;
+    dynapply::json_eq(&last, &want).then(|| crate::reconcile::apply::drifted_paths(&prepared, live))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    use serde_json::json;
+
+    use crate::api::ChildUpdateMethod;
+    use crate::object::{controller_ref, meta_str};
+    use crate::reconcile::decide::with_owner;
+
+    fn parent() -> Value {
+        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
+        if let Some(uid) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
+                "uid": uid, "controller": true}]);
+        }
+        c
+    }
+
+    fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {
+        let p = parent();
+        let desired = desired.into_iter().map(|d| (child_key(&d), d)).collect();
+        let opts = dynapply::Options::default();
+        plan_children(&p, observed, &desired, |_| m, |_| &opts, |_, _| None).unwrap()
+    }
+
+    #[test]
+    fn plan_uses_a_known_last_applied_instead_of_the_annotation() {
+        let opts = dynapply::Options::default();
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1", "b": "2"}});
+        let mut live = dynapply::prepare_create(&first, &opts).unwrap();
+        live["metadata"]["uid"] = json!("u1");
+        live["metadata"]["resourceVersion"] = json!("3");
+        let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let desired = BTreeMap::from([(child_key(&want), want.clone())]);
+        let data_of = |known: Option<Value>| {
+            let ops = plan_children(
+                &parent(),
+                std::slice::from_ref(&live),
+                &desired,
+                |_| ChildUpdateMethod::InPlace,
+                |_| &opts,
+                |_, _| {
+                    known.clone().map(|v| KnownLast {
+                        value: std::sync::Arc::new(v),
+                        recorded: false,
+                    })
+                },
+            )
+            .unwrap();
+            match ops.as_slice() {
+                [ChildOp::Update(o)] => o["data"].clone(),
+                other => panic!("one update expected: {other:?}"),
+            }
+        };
+        // parsed from the annotation: `b` was applied and is no longer wanted, so it goes
+        assert_eq!(data_of(None), json!({"a": "1"}));
+        // the known last-applied is used as is: one that never had `b` leaves it alone
+        assert_eq!(
+            data_of(Some(json!({"data": {"a": "1"}}))),
+            json!({"a": "1", "b": "2"})
+        );
+    }
+
+    #[test]
+    fn plan_creates_with_annotation_and_owner() {
+        let ops = plan(
+            &[],
+            vec![child("a", json!({"app": "p"}), None)],
+            ChildUpdateMethod::OnDelete,
+        );
+        let [ChildOp::Create(obj)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert!(obj["metadata"]["annotations"][dynapply::LAST_APPLIED_ANNOTATION].is_string());
+        assert_eq!(controller_ref(obj).unwrap()["uid"], "u1");
+    }
+
+    #[test]
+    fn plan_updates_per_method_and_skips_unchanged() {
+        let want = child("a", json!({"app": "p"}), None);
+        let created = dynapply::prepare_create(&want, &dynapply::Options::default()).unwrap();
+        let live = with_owner(&created, &parent());
+        assert!(
+            plan(
+                std::slice::from_ref(&live),
+                vec![want.clone()],
+                ChildUpdateMethod::InPlace
+            )
+            .is_empty()
+        );
+        let mut changed = want.clone();
+        changed["data"] = json!({"k": "v"});
+        for (m, expect) in [
+            (ChildUpdateMethod::OnDelete, 0),
+            (ChildUpdateMethod::InPlace, 1),
+            (ChildUpdateMethod::Recreate, 1),
+        ] {
+            let ops = plan(std::slice::from_ref(&live), vec![changed.clone()], m);
+            assert_eq!(ops.len(), expect, "{m:?}");
+            match (m, ops.first()) {
+                (ChildUpdateMethod::InPlace, Some(ChildOp::Update(o))) => {
+                    assert_eq!(o["data"]["k"], "v");
+                    assert_eq!(controller_ref(o).unwrap()["uid"], "u1");
+                }
+                (ChildUpdateMethod::Recreate, Some(ChildOp::Delete { reason, .. })) => {
+                    assert_eq!(*reason, "recreate")
+                }
+                (ChildUpdateMethod::OnDelete, None) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_deletes_undesired_first_and_never_touches_dying() {
+        let mut dying = child("d", json!({}), Some("u1"));
+        dying["metadata"]["deletionTimestamp"] = json!("t");
+        let gone = child("g", json!({}), Some("u1"));
+        let ops = plan(
+            &[dying.clone(), gone],
+            vec![child("n", json!({"app": "p"}), None), {
+                let mut d = dying.clone();
+                d["data"] = json!({"x": "1"});
+                d
+            }],
+            ChildUpdateMethod::InPlace,
+        );
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert!(
+            matches!(&ops[0], ChildOp::Delete { object, reason: "not desired" } if meta_str(object, "name") == "g")
+        );
+        assert!(matches!(&ops[1], ChildOp::Create(o) if meta_str(o, "name") == "n"));
+    }
+
+    /// Deletes of children no longer desired are one phase, written before everything else —
+    /// recreation deletes, creates and updates — in the plan's order.
+    #[test]
+    fn write_phases_put_deletes_of_undesired_children_first() {
+        let name = |op: &ChildOp| match op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => {
+                meta_str(o, "name").to_owned()
+            }
+        };
+        let ops = vec![
+            ChildOp::Create(child("c1", json!({}), None)),
+            ChildOp::Delete {
+                object: child("r", json!({}), Some("u1")),
+                reason: "recreate",
+            },
+            ChildOp::Delete {
+                object: child("g1", json!({}), Some("u1")),
+                reason: "not desired",
+            },
+            ChildOp::Update(child("u", json!({}), Some("u1"))),
+            ChildOp::Delete {
+                object: child("g2", json!({}), Some("u1")),
+                reason: "not desired",
+            },
+        ];
+        let (first, then) = write_phases(ops);
+        assert_eq!(first.iter().map(name).collect::<Vec<_>>(), ["g1", "g2"]);
+        assert_eq!(then.iter().map(name).collect::<Vec<_>>(), ["c1", "r", "u"]);
+    }
+}
