@@ -54,7 +54,7 @@ use crate::api::{
 };
 use crate::hook::client::LocalHook;
 use crate::reconcile::ManagerConfig;
-use crate::reconcile::composite::{BuildError, LocalHooks, ParentController};
+use crate::reconcile::composite::{BuildError, CompositeRunner, LocalHooks};
 use crate::reconcile::core::Context;
 
 /// Why an in-process controller cannot run.
@@ -324,7 +324,7 @@ impl Composite {
             if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                 tracing::warn!(controller = %self.name, error = %e, "discovery failed");
             }
-            match ParentController::build_in_process(ctx.clone(), cc.clone(), local.clone()).await {
+            match CompositeRunner::build_in_process(ctx.clone(), cc.clone(), local.clone()).await {
                 Ok(pc) => {
                     tracing::info!(controller = %self.name, "started (in-process hooks)");
                     Arc::new(pc).run(stop).await;

@@ -340,7 +340,7 @@ pub trait QueueKey: Clone + Eq + Hash + Tenant + Send + Sync + 'static {
 
 impl QueueKey for ObjKey {
     fn log_name(&self) -> String {
-        KeyName(self).to_string()
+        self.to_string()
     }
 }
 
@@ -646,19 +646,6 @@ fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
         Err(SyncError::Hook(HookError::TooManyRequests { .. })) => "retry",
         Err(e) if e.is_wait() => "retry",
         Err(_) => "error",
-    }
-}
-
-/// An object's key as logged: `namespace/name`, or `name` for a cluster-scoped object.
-struct KeyName<'a>(&'a ObjKey);
-
-impl std::fmt::Display for KeyName<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.0.is_empty() {
-            f.write_str(&self.0.1)
-        } else {
-            write!(f, "{}/{}", self.0.0, self.0.1)
-        }
     }
 }
 

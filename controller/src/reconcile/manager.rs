@@ -1,5 +1,5 @@
 //! The manager: watches CompositeControllers and DecoratorControllers and runs one controller
-//! per object (`ParentController`, `DecoratorRunner`), restarting it when the spec changes
+//! per object (`CompositeRunner`, `DecoratorRunner`), restarting it when the spec changes
 //! and stopping it when the object is deleted; refreshes discovery periodically so a controller
 //! whose resources appear later starts without a restart. One generic loop serves both kinds
 //! (`ControllerKind`).
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{CompositeController, DecoratorController};
 use crate::ops::events::Reason;
-use crate::reconcile::composite::{BuildError, ParentController};
+use crate::reconcile::composite::{BuildError, CompositeRunner};
 use crate::reconcile::core::{Context, ManagerConfig};
 use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
 
@@ -83,14 +83,14 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
 impl ControllerKind for CompositeController {
     type Object = CompositeController;
     type Spec = crate::api::CompositeControllerSpec;
-    type Runner = ParentController;
+    type Runner = CompositeRunner;
     type Error = BuildError;
     const KIND: &'static str = "CompositeController";
     fn spec(obj: &Self::Object) -> &Self::Spec {
         &obj.spec
     }
-    async fn build(ctx: Arc<Context>, obj: Self::Object) -> Result<ParentController, BuildError> {
-        ParentController::build(ctx, obj).await
+    async fn build(ctx: Arc<Context>, obj: Self::Object) -> Result<CompositeRunner, BuildError> {
+        CompositeRunner::build(ctx, obj).await
     }
     fn failure_reason(e: &BuildError) -> Reason {
         match e {
@@ -98,10 +98,10 @@ impl ControllerKind for CompositeController {
             _ => Reason::CreateError,
         }
     }
-    async fn wait_synced(runner: Arc<ParentController>) {
+    async fn wait_synced(runner: Arc<CompositeRunner>) {
         runner.wait_watches_synced().await;
     }
-    async fn run(runner: Arc<ParentController>, stop: CancellationToken) {
+    async fn run(runner: Arc<CompositeRunner>, stop: CancellationToken) {
         runner.run(stop).await;
     }
 }

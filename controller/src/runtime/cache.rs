@@ -18,8 +18,42 @@ use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
 
-/// `(namespace, name)`; namespace is "" for cluster-scoped objects.
-pub type ObjKey = (String, String);
+/// A watched object's identity in the cache and the work queue: its namespace ("" when
+/// cluster-scoped) and name, ordered by namespace then name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjKey {
+    /// The namespace, "" for a cluster-scoped object.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl ObjKey {
+    /// The key of `namespace`/`name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// As logged: `namespace/name`, or `name` for a cluster-scoped object.
+impl std::fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+impl crate::runtime::queue::Tenant for ObjKey {
+    fn tenant(&self) -> &str {
+        &self.namespace
+    }
+}
 
 /// Capacity of each watch's change broadcast (subscribers that fall behind get a `Lagged`
 /// and resync everything): 4096 changes.
@@ -190,8 +224,8 @@ impl<T: Form> State<T> {
         let keys: Box<dyn Iterator<Item = &Arc<ObjKey>>> = match namespace {
             None => Box::new(keys.iter()),
             Some(n) => Box::new(
-                keys.range::<ObjKey, _>((n.to_owned(), String::new())..)
-                    .take_while(move |k| k.0 == n),
+                keys.range::<ObjKey, _>(ObjKey::new(n, "")..)
+                    .take_while(move |k| k.namespace == n),
             ),
         };
         keys.filter_map(|k| self.objects.get(k).cloned()).collect()
@@ -205,7 +239,7 @@ impl<T: Form> State<T> {
 
 /// The store key of an object.
 pub fn obj_key(obj: &impl ObjectView) -> ObjKey {
-    (obj.namespace().to_owned(), obj.name().to_owned())
+    ObjKey::new(obj.namespace(), obj.name())
 }
 
 /// The watches that have not finished their first list, by watch key (`apiVersion/plural`):
@@ -456,11 +490,8 @@ impl<T: Form> Shared<T> {
 impl<T: Form> Informer<T> {
     /// A cached object.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
-        self.shared.read(|s| {
-            s.objects
-                .get(&(namespace.to_owned(), name.to_owned()))
-                .cloned()
-        })
+        self.shared
+            .read(|s| s.objects.get(&ObjKey::new(namespace, name)).cloned())
     }
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<T>> {
@@ -696,7 +727,7 @@ mod tests {
         let mut s = State::default();
         s.insert(obj("a", None));
         s.insert(obj("b", Some("u1")));
-        assert!(s.orphans.contains(&("ns".into(), "a".into())));
+        assert!(s.orphans.contains(&ObjKey::new("ns", "a")));
         assert_eq!(s.by_owner["u1"].len(), 1);
         // adoption moves a from orphans to u1
         let old = s.insert(obj("a", Some("u1")));
@@ -705,7 +736,7 @@ mod tests {
         assert_eq!(s.by_owner["u1"].len(), 2);
         // release and delete
         s.insert(obj("a", None));
-        s.remove(&("ns".into(), "b".into()));
+        s.remove(&ObjKey::new("ns", "b"));
         assert!(!s.by_owner.contains_key("u1"));
         assert_eq!(s.orphans.len(), 1);
     }
@@ -735,7 +766,7 @@ mod tests {
             for _ in 0..3000 {
                 let (ns, name) = (["a", "b"][next(2) as usize], format!("o{}", next(30)));
                 if next(8) == 0 {
-                    s.remove(&(ns.to_owned(), name.clone()));
+                    s.remove(&ObjKey::new(ns.to_owned(), name.clone()));
                 } else {
                     let mut v = json!({"metadata": {"name": name, "namespace": ns, "labels": {}}});
                     for k in ["app", "tier"] {

@@ -1,4 +1,4 @@
-//! Building a [`Composite`] from a CompositeController object: resolve the parent and child
+//! Building a [`CompositeState`] from a CompositeController object: resolve the parent and child
 //! resources, start (or share) their watches, read list rules from child CRDs, and make the hook
 //! clients. The result is everything one sync reads.
 
@@ -130,14 +130,14 @@ fn resolve_revisions(
 /// Everything one sync of a composite parent reads and the state it keeps between syncs: the
 /// resolved parent and children, their watches, the hooks and the caches. It knows nothing of
 /// the work queue or the triggers that feed it.
-pub struct Composite {
+pub struct CompositeState {
     /// Shared context.
     pub ctx: Arc<Context>,
     /// The CompositeController's name.
     pub name: String,
     /// The CompositeController as sent in hook requests (`controller`).
     pub cc_json: Value,
-    /// [`Composite::cc_json`] encoded once: the sync requests copy it.
+    /// [`CompositeState::cc_json`] encoded once: the sync requests copy it.
     pub cc_raw: Box<serde_json::value::RawValue>,
     /// The CompositeController.
     pub cc: CompositeController,
@@ -219,9 +219,9 @@ pub fn next_own_write(
     }
 }
 
-impl std::fmt::Debug for Composite {
+impl std::fmt::Debug for CompositeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Composite")
+        f.debug_struct("CompositeState")
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
@@ -360,7 +360,7 @@ fn local_hook_clients(
     })
 }
 
-impl Composite {
+impl CompositeState {
     /// `spec.generateSelector` (default false): children are selected by their
     /// `controller-uid` label instead of the parent's `spec.selector`.
     pub fn generate_selector(&self) -> bool {
@@ -371,18 +371,18 @@ impl Composite {
     pub async fn build(
         ctx: Arc<Context>,
         cc: CompositeController,
-    ) -> Result<Composite, BuildError> {
+    ) -> Result<CompositeState, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
         let hooks = hook_clients(&ctx, &cc, &name).await?;
         Self::build_with(ctx, cc, hooks).await
     }
 
-    /// Like [`Composite::build`], with the hooks answered by Rust functions in this process.
+    /// Like [`CompositeState::build`], with the hooks answered by Rust functions in this process.
     pub async fn build_in_process(
         ctx: Arc<Context>,
         cc: CompositeController,
         local: LocalHooks,
-    ) -> Result<Composite, BuildError> {
+    ) -> Result<CompositeState, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
         let hooks = local_hook_clients(&ctx, &cc, &name, local)?;
         Self::build_with(ctx, cc, hooks).await
@@ -393,7 +393,7 @@ impl Composite {
         ctx: Arc<Context>,
         cc: CompositeController,
         hooks: Hooks,
-    ) -> Result<Composite, BuildError> {
+    ) -> Result<CompositeState, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
         crate::reconcile::apply::strategy_for(
             cc.metadata.annotations.as_ref(),
@@ -406,7 +406,7 @@ impl Composite {
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
         let cc_raw = serde_json::value::to_raw_value(&cc_json)?;
-        Ok(Composite {
+        Ok(CompositeState {
             parents: ctx.informers.get(&parent),
             ctx,
             name,
@@ -487,7 +487,7 @@ impl Composite {
     }
 
     /// A failed sync's condition is about to be written to the parent with `uid`: its events are
-    /// held until [`Composite::end_failure_write`].
+    /// held until [`CompositeState::end_failure_write`].
     pub fn begin_failure_write(&self, uid: &str) {
         if let Ok(mut w) = self.failure_writes_in_flight.lock() {
             w.insert(uid.to_owned(), Vec::new());
@@ -511,7 +511,7 @@ impl Composite {
     /// The failure condition's write of the parent with `uid` ended (`written`: the version it
     /// stored, remembered already); whether an event held meanwhile was someone else's change, to
     /// be synced. A held event of the write itself is its watch event: its record is forgotten as
-    /// [`Composite::own_status_write`] forgets it.
+    /// [`CompositeState::own_status_write`] forgets it.
     pub fn end_failure_write(&self, uid: &str, written: Option<&str>) -> bool {
         let held = match self.failure_writes_in_flight.lock() {
             Ok(mut w) => w.remove(uid).unwrap_or_default(),

@@ -1,4 +1,4 @@
-//! The CompositeController kind: a [`ParentController`] owns one [`Composite`] (what a sync
+//! The CompositeController kind: a [`CompositeRunner`] owns one [`CompositeState`] (what a sync
 //! reads), its work queue and the triggers that feed it — parent, child and related watch events
 //! and the resync period — and plugs [`sync::sync_parent`] into the shared
 //! [reconcile core](crate::reconcile::core).
@@ -28,7 +28,7 @@ use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
 use crate::runtime::resources::Resolved;
 
-pub use build::{BuildError, Composite, LocalHooks};
+pub use build::{BuildError, CompositeState, LocalHooks};
 pub use related::Used;
 use selectors::ParentSelectors;
 
@@ -36,46 +36,46 @@ use selectors::ParentSelectors;
 /// become one burst of hook calls.
 pub const RELIST_RESYNC_SPREAD: Duration = Duration::from_secs(2);
 
-/// A running CompositeController: its [`Composite`], work queue and triggers.
-pub struct ParentController {
+/// A running CompositeController: its [`CompositeState`], work queue and triggers.
+pub struct CompositeRunner {
     /// What a sync reads.
-    pub c: Composite,
+    pub state: CompositeState,
     /// Work queue of parent keys.
     pub queue: Queue<ObjKey>,
     /// The parents' selectors, filed by label: which parents an orphan's event enqueues.
     selectors: Mutex<ParentSelectors>,
 }
 
-impl std::fmt::Debug for ParentController {
+impl std::fmt::Debug for CompositeRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParentController")
-            .field("name", &self.c.name)
+        f.debug_struct("CompositeRunner")
+            .field("name", &self.state.name)
             .finish_non_exhaustive()
     }
 }
 
-impl ParentController {
+impl CompositeRunner {
     /// Resolves resources, starts (or shares) watches and builds hook clients.
     pub async fn build(
         ctx: Arc<Context>,
         cc: CompositeController,
-    ) -> Result<ParentController, BuildError> {
-        Ok(ParentController {
-            c: Composite::build(ctx, cc).await?,
+    ) -> Result<CompositeRunner, BuildError> {
+        Ok(CompositeRunner {
+            state: CompositeState::build(ctx, cc).await?,
             queue: Queue::default(),
             selectors: Mutex::default(),
         })
     }
 
-    /// Like [`ParentController::build`], with the hooks answered by Rust functions in this
+    /// Like [`CompositeRunner::build`], with the hooks answered by Rust functions in this
     /// process (no webhook is called).
     pub async fn build_in_process(
         ctx: Arc<Context>,
         cc: CompositeController,
         local: LocalHooks,
-    ) -> Result<ParentController, BuildError> {
-        Ok(ParentController {
-            c: Composite::build_in_process(ctx, cc, local).await?,
+    ) -> Result<CompositeRunner, BuildError> {
+        Ok(CompositeRunner {
+            state: CompositeState::build_in_process(ctx, cc, local).await?,
             queue: Queue::default(),
             selectors: Mutex::default(),
         })
@@ -86,21 +86,21 @@ impl ParentController {
     fn enqueue_for_child(&self, child: &Compact) {
         if let Some(r) = child.controller() {
             let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-            if r.kind != self.c.parent.api.kind || group != self.c.parent.api.group {
+            if r.kind != self.state.parent.api.kind || group != self.state.parent.api.group {
                 return;
             }
             let ns = self.scope_of(child);
-            if let Some(p) = self.c.parents.get(ns, r.name)
+            if let Some(p) = self.state.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
             {
-                self.queue.add((ns.to_owned(), r.name.to_owned()));
+                self.queue.add(ObjKey::new(ns, r.name));
             }
             return;
         }
         let candidates = self.selectors().candidates(self.scope_of(child), child);
-        let generate = self.c.generate_selector();
+        let generate = self.state.generate_selector();
         for key in candidates {
-            if let Some(p) = self.c.parents.get(&key.0, &key.1)
+            if let Some(p) = self.state.parents.get(&key.namespace, &key.name)
                 && selectors::selects(&p, generate, child)
             {
                 self.queue.add(key);
@@ -117,7 +117,7 @@ impl ParentController {
     /// Where parents of `obj` (a parent itself, or a child) are: `obj`'s namespace for a
     /// namespaced parent resource, else "" — the scope parents are filed in.
     fn scope_of<'o>(&self, obj: &'o impl ObjectView) -> &'o str {
-        if self.c.parent.namespaced {
+        if self.state.parent.namespaced {
             obj.namespace()
         } else {
             ""
@@ -126,7 +126,7 @@ impl ParentController {
 
     /// Keeps the filed selectors in step with a parent event.
     fn refile(&self, change: &Change) {
-        let generate = self.c.generate_selector();
+        let generate = self.state.generate_selector();
         match change {
             Change::Applied { old, new } => {
                 let old = old.as_deref().map(|o| (self.scope_of(o), o));
@@ -140,8 +140,8 @@ impl ParentController {
     /// Files every cached parent's selector afresh: at the start (a shared parent watch may
     /// have listed before this controller subscribed) and after parent events were lost to lag.
     fn refile_all(&self) {
-        let generate = self.c.generate_selector();
-        let parents = self.c.parents.list();
+        let generate = self.state.generate_selector();
+        let parents = self.state.parents.list();
         let mut selectors = self.selectors();
         selectors.clear();
         for p in &parents {
@@ -156,12 +156,12 @@ impl ParentController {
                 // this controller's own write requeues the parent like any change (a hook sees
                 // its committed status: Metacontroller's `updateParentObject`), but a failed
                 // sync's condition does not: that would defeat the parent's backoff
-                if old.is_some() && self.c.hold_event(new) {
+                if old.is_some() && self.state.hold_event(new) {
                     // a failed sync's condition is being written: decided once it is
                     return;
                 }
                 if old.is_some()
-                    && let Some(own) = self.c.own_status_write(new)
+                    && let Some(own) = self.state.own_status_write(new)
                 {
                     if own.awaited {
                         // a sync waits for it, whatever `ignoreStatusChanges` says
@@ -173,7 +173,7 @@ impl ParentController {
                     }
                 }
                 let ignore = self
-                    .c
+                    .state
                     .cc
                     .spec
                     .parent_resource
@@ -190,19 +190,19 @@ impl ParentController {
             Change::Deleted(old) => {
                 let key = obj_key(old);
                 self.queue.forget(&key);
-                self.c
+                self.state
                     .ctx
                     .config
                     .metrics
-                    .parent_gone(&self.c.name, meta_str(old, "uid"));
-                if let Ok(mut c) = self.c.ctx.contests.lock() {
-                    c.set(&self.c.name, meta_str(old, "uid"), Vec::new());
+                    .parent_gone(&self.state.name, meta_str(old, "uid"));
+                if let Ok(mut c) = self.state.ctx.contests.lock() {
+                    c.set(&self.state.name, meta_str(old, "uid"), Vec::new());
                 }
-                self.c.memory.forget_owner(meta_str(old, "uid"));
-                if let Ok(mut own) = self.c.own_status_writes.lock() {
+                self.state.memory.forget_owner(meta_str(old, "uid"));
+                if let Ok(mut own) = self.state.own_status_writes.lock() {
                     own.remove(meta_str(old, "uid"));
                 }
-                if let Ok(mut u) = self.c.unchanged_syncs.lock() {
+                if let Ok(mut u) = self.state.unchanged_syncs.lock() {
                     u.forget(meta_str(old, "uid"));
                 }
             }
@@ -224,11 +224,11 @@ impl ParentController {
                 {
                     self.enqueue_for_child(o);
                 }
-                self.c.memory.child_seen(new, false);
+                self.state.memory.child_seen(new, false);
                 self.enqueue_for_child(new);
             }
             Change::Deleted(old) => {
-                self.c.memory.child_seen(old, true);
+                self.state.memory.child_seen(old, true);
                 self.enqueue_for_child(old);
             }
         }
@@ -236,13 +236,14 @@ impl ParentController {
 
     /// A related object changed: enqueue parents whose cached rules name its resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids = crate::reconcile::related::parents_reading(&self.c.memory.customize_cache, r);
+        let uids =
+            crate::reconcile::related::parents_reading(&self.state.memory.customize_cache, r);
         if uids.is_empty() {
             return;
         }
         // one pass over the parents (not one per parent reading `r`: a resource every parent
         // reads made each event parents × parents comparisons)
-        for p in self.c.parents.list() {
+        for p in self.state.parents.list() {
             if uids.contains(meta_str(&p, "uid")) {
                 self.queue.add(obj_key(&p));
             }
@@ -257,7 +258,7 @@ impl ParentController {
         use rand::Rng as _;
         let mut rng = rand::rng();
         let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for p in self.c.parents.list() {
+        for p in self.state.parents.list() {
             let delay = Duration::from_millis(rng.random_range(0..=spread));
             self.queue.resync_after(obj_key(&p), delay);
         }
@@ -266,13 +267,13 @@ impl ParentController {
     /// The resync period's tick: every parent, at low priority (a parent already scheduled, for
     /// a change or a retry after its backoff, keeps its schedule).
     fn resync_all(&self) {
-        for p in self.c.parents.list() {
+        for p in self.state.parents.list() {
             self.queue.resync_after(obj_key(&p), Duration::ZERO);
         }
     }
 
     fn enqueue_all(&self) {
-        for p in self.c.parents.list() {
+        for p in self.state.parents.list() {
             self.queue.add(obj_key(&p));
         }
     }
@@ -295,11 +296,11 @@ impl ParentController {
     /// Parent events, child events, and the resync period, each enqueueing parents.
     fn triggers(self: &Arc<Self>) -> Triggers {
         let mut t = Triggers::default();
-        let parents = self.c.parents.subscribe();
+        let parents = self.state.parents.subscribe();
         self.refile_all();
         let pc = self.clone();
         t.spawn(async move {
-            pc.c.parents.wait_synced().await;
+            pc.state.parents.wait_synced().await;
             pc.enqueue_all();
         });
         let (on, lag) = (self.clone(), self.clone());
@@ -311,7 +312,7 @@ impl ParentController {
                 lag.enqueue_all();
             },
         );
-        for rule in self.c.children.values() {
+        for rule in self.state.children.values() {
             let (on, lag) = (self.clone(), self.clone());
             t.watch(
                 &rule.informer,
@@ -333,7 +334,7 @@ impl ParentController {
                 }
             });
         }
-        if let Some(secs) = self.c.cc.spec.resync_period_seconds {
+        if let Some(secs) = self.state.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let pc = self.clone();
             t.every(period, move || pc.resync_all());
@@ -345,14 +346,14 @@ impl ParentController {
     /// controller exists.
     fn listen_related(self: &Arc<Self>, used: Used) {
         for (resolved, rx) in used.subscribed {
-            let weak: Weak<ParentController> = Arc::downgrade(self);
+            let weak: Weak<CompositeRunner> = Arc::downgrade(self);
             tokio::spawn(listen(weak, resolved, rx));
         }
     }
 }
 
 async fn listen(
-    weak: Weak<ParentController>,
+    weak: Weak<CompositeRunner>,
     resolved: Resolved,
     mut rx: broadcast::Receiver<Change>,
 ) {
@@ -362,15 +363,15 @@ async fn listen(
     }
 }
 
-impl Reconciler for ParentController {
+impl Reconciler for CompositeRunner {
     type Key = ObjKey;
 
     fn name(&self) -> &str {
-        &self.c.name
+        &self.state.name
     }
 
     fn context(&self) -> &Arc<Context> {
-        &self.c.ctx
+        &self.state.ctx
     }
 
     fn queue(&self) -> &Queue<ObjKey> {
@@ -378,20 +379,20 @@ impl Reconciler for ParentController {
     }
 
     fn cached(&self, key: &ObjKey) -> Option<Arc<Value>> {
-        self.c.parents.get(&key.0, &key.1)
+        self.state.parents.get(&key.namespace, &key.name)
     }
 
     fn watches(&self) -> Vec<Arc<dyn Watch>> {
-        let parents: Arc<dyn Watch> = self.c.parents.clone();
+        let parents: Arc<dyn Watch> = self.state.parents.clone();
         std::iter::once(parents)
             .chain(
-                self.c
+                self.state
                     .children
                     .values()
                     .map(|rule| rule.informer.clone() as Arc<dyn Watch>),
             )
             .chain(
-                self.c
+                self.state
                     .revisions
                     .iter()
                     .map(|r| r.informer.clone() as Arc<dyn Watch>),
@@ -401,20 +402,22 @@ impl Reconciler for ParentController {
 
     async fn sync(self: &Arc<Self>, key: &ObjKey) -> Result<Option<Duration>, SyncError> {
         let mut used = Used::default();
-        let result = sync::sync_parent(&self.c, key, &mut used).await;
+        let result = sync::sync_parent(&self.state, key, &mut used).await;
         self.listen_related(used);
         result
     }
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
         let uid = meta_str(parent, "uid");
-        self.c.begin_failure_write(uid);
-        let result = status::report_failure(&self.c.ctx, &self.c.parent, parent, message).await;
+        self.state.begin_failure_write(uid);
+        let result =
+            status::report_failure(&self.state.ctx, &self.state.parent, parent, message).await;
         let written = result.as_ref().ok().cloned().flatten();
         // remembered before the held events are released: one arriving in between is then
         // recognised as this write
-        self.c.remember_status_write(parent, written.clone(), false);
-        if self.c.end_failure_write(uid, written.as_deref()) {
+        self.state
+            .remember_status_write(parent, written.clone(), false);
+        if self.state.end_failure_write(uid, written.as_deref()) {
             self.queue.add(obj_key(parent));
         }
         result.map(|_| ())

@@ -1,9 +1,9 @@
 //! The composite side of related objects: the shared code in [`crate::reconcile::related`]
-//! with a [`Composite`] as its [`RelatedSource`].
+//! with a [`CompositeState`] as its [`RelatedSource`].
 
 use serde_json::{Map, Value};
 
-use super::build::Composite;
+use super::build::CompositeState;
 use crate::reconcile::core::SyncError;
 use crate::reconcile::related::{self, RelatedSource};
 
@@ -11,7 +11,7 @@ pub use crate::reconcile::related::{Used, cache_key};
 
 /// Step: related objects chosen by the customize hook (cached per parent UID + generation).
 pub(super) async fn call_customize(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     used: &mut Used,
 ) -> Result<Map<String, Value>, SyncError> {

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::build::{Composite, Revisions};
+use super::build::{CompositeState, Revisions};
 use super::related::cache_key;
 use super::steps::{call_hook, parent_alive_uncached};
 use crate::api::{ControllerRevision, ControllerRevisionChildren};
@@ -37,7 +37,7 @@ struct ParentRevision {
 /// What a rolling sync hands the rest of the sync: the combined hook response (desired children
 /// already validated).
 pub(super) async fn sync_revisions<O: Borrow<Value> + ObjectView + Serialize + Sync>(
-    c: &Composite,
+    c: &CompositeState,
     rev: &Revisions,
     parent: &Value,
     selector: &LabelSelector,
@@ -70,7 +70,7 @@ pub(super) async fn sync_revisions<O: Borrow<Value> + ObjectView + Serialize + S
 
 /// The rollout step over the latest revision's answer.
 fn roll<O: Borrow<Value>>(
-    c: &Composite,
+    c: &CompositeState,
     rev: &Revisions,
     observed: &[O],
     responses: &[SyncResponse],
@@ -141,14 +141,14 @@ fn combine(
 }
 
 /// The labels that keep revisions of different parent types apart.
-fn type_labels(c: &Composite) -> [(&'static str, &str); 2] {
+fn type_labels(c: &CompositeState) -> [(&'static str, &str); 2] {
     [
         (rollout::LABEL_API_GROUP, c.parent.api.group.as_str()),
         (rollout::LABEL_RESOURCE, c.parent.api.plural.as_str()),
     ]
 }
 
-fn has_type_labels(c: &Composite, revision: &Value) -> bool {
+fn has_type_labels(c: &CompositeState, revision: &Value) -> bool {
     type_labels(c).iter().all(|(k, v)| {
         revision
             .pointer(&format!("/metadata/labels/{}", k.replace('/', "~1")))
@@ -162,7 +162,7 @@ fn has_type_labels(c: &Composite, revision: &Value) -> bool {
 /// Metacontroller, a controlled revision is never released for a selector mismatch (its
 /// labels come from `spec.template`, which need not match `spec.selector`).
 async fn claim_revisions(
-    c: &Composite,
+    c: &CompositeState,
     rev: &Revisions,
     parent: &Value,
     selector: &LabelSelector,
@@ -213,7 +213,7 @@ async fn claim_revisions(
     Ok(claimed)
 }
 
-fn field_paths(c: &Composite) -> Vec<String> {
+fn field_paths(c: &CompositeState) -> Vec<String> {
     c.cc.spec
         .parent_resource
         .revision_history
@@ -231,7 +231,7 @@ fn field_paths(c: &Composite) -> Vec<String> {
 /// The parent's revisions, the latest first (stored, or new), then every other stored revision
 /// with its parent patch written over the current parent.
 fn parent_revisions(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     stored: &[Value],
 ) -> Result<Vec<ParentRevision>, SyncError> {
@@ -278,7 +278,7 @@ fn parent_revisions(
 
 /// The sync (or finalize) hook, once per revision, concurrently; any failure fails the sync.
 async fn call_hooks<O: ObjectView + Serialize + Sync>(
-    c: &Composite,
+    c: &CompositeState,
     revisions: &[ParentRevision],
     observed: &[O],
     related: &Map<String, Value>,
@@ -307,7 +307,7 @@ enum Seen {
 /// revisions that claim no child, then updates and creates); every write is UID-guarded or
 /// resourceVersion-checked. Returns once the watch shows every write.
 async fn persist(
-    c: &Composite,
+    c: &CompositeState,
     rev: &Revisions,
     parent: &Value,
     revisions: &[ParentRevision],
@@ -361,7 +361,7 @@ async fn persist(
 
 /// A new ControllerRevision for `r`, controlled by the parent, labelled as Metacontroller does.
 fn new_revision(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     r: &ParentRevision,
     claims: &[ControllerRevisionChildren],
@@ -388,7 +388,7 @@ fn new_revision(
 /// to its old revision). Not within `watch_sync_deadline`: a quiet retry (the writes are made;
 /// no child was touched).
 async fn wait_seen(
-    c: &Composite,
+    c: &CompositeState,
     rev: &Revisions,
     ns: &str,
     expect: &[(String, Seen)],

@@ -183,7 +183,7 @@ mod tests {
     }
 
     fn key(ns: &str, name: &str) -> ObjKey {
-        (ns.to_owned(), name.to_owned())
+        ObjKey::new(ns, name)
     }
 
     /// What an orphan's event enqueues: the candidates whose current selector matches.
@@ -207,7 +207,12 @@ mod tests {
     fn apply(s: &mut ParentSelectors, parents: &mut BTreeMap<ObjKey, Value>, p: Value, gen_: bool) {
         let k = obj_key(&p);
         let old = parents.get(&k).cloned();
-        s.change(old.as_ref().map(|o| (k.0.as_str(), o)), &k.0, &p, gen_);
+        s.change(
+            old.as_ref().map(|o| (k.namespace.as_str(), o)),
+            &k.namespace,
+            &p,
+            gen_,
+        );
         parents.insert(k, p);
     }
 
@@ -387,7 +392,7 @@ mod tests {
                 let c = random_child(&mut rng, ns, &ps);
                 let mut scan: Vec<ObjKey> = ps
                     .iter()
-                    .filter(|(k, p)| k.0 == ns && selects(p, generate, &c))
+                    .filter(|(k, p)| k.namespace == ns && selects(p, generate, &c))
                     .map(|(k, _)| k.clone())
                     .collect();
                 scan.sort();

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::build::Composite;
+use super::build::CompositeState;
 use crate::hook::HookClient;
 use crate::hook::wire::{self, SyncResponse};
 use crate::object::{ObjectView, describe, is_deleting, meta_str};
@@ -14,7 +14,7 @@ use crate::runtime::kapi;
 
 /// Uncached GET: the parent still exists with the same UID and is not being deleted.
 pub(super) async fn parent_alive_uncached(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
 ) -> Result<bool, SyncError> {
     let api = kapi::api(&c.ctx.client, &c.parent, meta_str(parent, "namespace"));
@@ -28,7 +28,7 @@ pub(super) async fn parent_alive_uncached(
 /// the hook call, so a deletion the watch has seen by then stops the sync's creates without a
 /// request (a deletion the watch has not delivered yet leaves children for the garbage
 /// collector, through their owner reference).
-pub(super) fn parent_alive_cached(c: &Composite, parent: &Value) -> bool {
+pub(super) fn parent_alive_cached(c: &CompositeState, parent: &Value) -> bool {
     let (ns, name) = (meta_str(parent, "namespace"), meta_str(parent, "name"));
     c.parents
         .get(ns, name)
@@ -38,7 +38,7 @@ pub(super) fn parent_alive_cached(c: &Composite, parent: &Value) -> bool {
 /// Step: call sync (or finalize) with the parent, observed children and related objects;
 /// `cache_key` names the answer in the hook's response cache.
 pub(super) async fn call_hook<O: ObjectView + Serialize>(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     observed: &[O],
     related: &Map<String, Value>,
@@ -51,7 +51,7 @@ pub(super) async fn call_hook<O: ObjectView + Serialize>(
 }
 
 /// The sync hook, or the finalize hook when finalizing and there is one.
-pub(super) fn chosen_hook(c: &Composite, finalizing: bool) -> &HookClient {
+pub(super) fn chosen_hook(c: &CompositeState, finalizing: bool) -> &HookClient {
     match (&c.hooks.finalize, finalizing) {
         (Some(f), true) => f,
         _ => &c.hooks.sync,
@@ -60,7 +60,7 @@ pub(super) fn chosen_hook(c: &Composite, finalizing: bool) -> &HookClient {
 
 /// [`call_hook`], the answer's bytes not yet decoded.
 pub(super) async fn call_hook_raw<O: ObjectView + Serialize>(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     observed: &[O],
     related: &Map<String, Value>,

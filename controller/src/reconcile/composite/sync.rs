@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::build::Composite;
+use super::build::CompositeState;
 use super::decide::{self as cdecide, finalizer_name};
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
@@ -32,11 +32,11 @@ use crate::runtime::selector;
 
 /// Syncs the parent at `key`; returns when to sync it again (if sooner than an event).
 pub async fn sync_parent(
-    c: &Composite,
+    c: &CompositeState,
     key: &ObjKey,
     used: &mut Used,
 ) -> Result<Option<Duration>, SyncError> {
-    let Some(cached) = c.parents.get(&key.0, &key.1) else {
+    let Some(cached) = c.parents.get(&key.namespace, &key.name) else {
         return Ok(None);
     };
     let fin = finalizer_name(&c.name);
@@ -100,7 +100,7 @@ pub async fn sync_parent(
 
 /// Step: waits while the watch has not shown this controller's last writes for `parent` — its
 /// status, its children (`docs/design/created-children.md`).
-async fn await_own_writes(c: &Composite, parent: &Value) -> Result<(), SyncError> {
+async fn await_own_writes(c: &CompositeState, parent: &Value) -> Result<(), SyncError> {
     if c.status_write_unseen(parent) {
         let what = format!("the status written to {}", describe(parent));
         return Err(SyncError::AwaitingWatch(what));
@@ -138,7 +138,7 @@ enum Applied {
 /// The observed and desired children are dropped once managed: with many workers, syncs
 /// waiting on their status write would otherwise hold them all.
 async fn apply_response(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     observed: Vec<Value>,
     mut response: SyncResponse,
@@ -194,7 +194,7 @@ async fn apply_response(
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
 async fn ensure_finalizer(
-    c: &Composite,
+    c: &CompositeState,
     parent: Arc<Value>,
     fin: &str,
 ) -> Result<Option<Arc<Value>>, SyncError> {
@@ -214,7 +214,7 @@ async fn ensure_finalizer(
 /// Step: observed children = owned matching children + adopted orphans; non-matching owned
 /// children are released. True with them when an adoption or release was written.
 async fn claim_children(
-    c: &Composite,
+    c: &CompositeState,
     parent: &Value,
     selector: &LabelSelector,
 ) -> Result<(Vec<Arc<Compact>>, bool), SyncError> {
@@ -261,7 +261,7 @@ async fn claim_children(
 /// Adopts an orphan that still matches the selector (re-checked on the live object); returns it
 /// when it is now controlled by `parent`.
 async fn adopt(
-    c: &Composite,
+    c: &CompositeState,
     rule: &ChildRule,
     parent: &Value,
     selector: &LabelSelector,
@@ -297,7 +297,7 @@ async fn adopt(
 /// Releases a child controlled by the parent with `uid` that no longer matches the selector
 /// (re-checked on the live object).
 async fn release(
-    c: &Composite,
+    c: &CompositeState,
     rule: &ChildRule,
     uid: &str,
     selector: &LabelSelector,

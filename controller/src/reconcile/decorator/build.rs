@@ -1,4 +1,4 @@
-//! Building a [`Decorator`] from a DecoratorController object: resolve the target and attachment
+//! Building a [`DecoratorState`] from a DecoratorController object: resolve the target and attachment
 //! resources, start (or share) their watches, check the selectors and make the hook clients.
 
 use std::collections::HashMap;
@@ -79,7 +79,7 @@ pub struct DecoratorHooks {
 }
 
 /// Everything one sync of a target reads, and the state kept between syncs.
-pub struct Decorator {
+pub struct DecoratorState {
     /// Shared context.
     pub ctx: Arc<Context>,
     /// The DecoratorController's name.
@@ -105,9 +105,9 @@ pub struct Decorator {
     pub memory: ChildMemory,
 }
 
-impl std::fmt::Debug for Decorator {
+impl std::fmt::Debug for DecoratorState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decorator")
+        f.debug_struct("DecoratorState")
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
@@ -250,12 +250,12 @@ async fn hook_clients(
     })
 }
 
-impl Decorator {
+impl DecoratorState {
     /// Resolves resources, starts (or shares) watches and builds hook clients.
     pub async fn build(
         ctx: Arc<Context>,
         dc: DecoratorController,
-    ) -> Result<Decorator, DecoratorBuildError> {
+    ) -> Result<DecoratorState, DecoratorBuildError> {
         let name = dc.metadata.name.clone().unwrap_or_default();
         crate::reconcile::apply::strategy_for(
             dc.metadata.annotations.as_ref(),
@@ -267,7 +267,7 @@ impl Decorator {
         let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
         let dc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
-        Ok(Decorator {
+        Ok(DecoratorState {
             finalizer: decide::finalizer_name(&name),
             ctx,
             name,

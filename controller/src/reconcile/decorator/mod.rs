@@ -1,4 +1,4 @@
-//! The DecoratorController kind: a [`DecoratorRunner`] owns one [`Decorator`] (what a sync
+//! The DecoratorController kind: a [`DecoratorRunner`] owns one [`DecoratorState`] (what a sync
 //! reads), its work queue of targets and the triggers that feed it — target, attachment and
 //! related watch events, relists and the resync period — and plugs [`sync::sync_target`] into the
 //! shared [reconcile core](crate::reconcile::core). [`release`] frees the targets of a deleted
@@ -27,14 +27,14 @@ use crate::runtime::compact::Compact;
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::Resolved;
 
-pub use build::{Decorator, DecoratorBuildError};
+pub use build::{DecoratorBuildError, DecoratorState};
 pub use release::{ensure_release_finalizer, needs_release, release_targets};
 
 /// A target in the work queue: which of the decorator's resources, and the object's namespace
 /// ("" when cluster-scoped) and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TargetKey {
-    /// Index into [`Decorator::targets`].
+    /// Index into [`DecoratorState::targets`].
     pub resource: usize,
     /// Namespace ("" when cluster-scoped).
     pub namespace: String,
@@ -66,10 +66,10 @@ fn target_key(resource: usize, obj: &Value) -> TargetKey {
     }
 }
 
-/// A running DecoratorController: its [`Decorator`], work queue and triggers.
+/// A running DecoratorController: its [`DecoratorState`], work queue and triggers.
 pub struct DecoratorRunner {
     /// What a sync reads.
-    pub d: Decorator,
+    pub state: DecoratorState,
     /// Work queue of targets.
     pub queue: Queue<TargetKey>,
 }
@@ -77,7 +77,7 @@ pub struct DecoratorRunner {
 impl std::fmt::Debug for DecoratorRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DecoratorRunner")
-            .field("name", &self.d.name)
+            .field("name", &self.state.name)
             .finish_non_exhaustive()
     }
 }
@@ -89,20 +89,20 @@ impl DecoratorRunner {
         ctx: Arc<Context>,
         dc: DecoratorController,
     ) -> Result<DecoratorRunner, DecoratorBuildError> {
-        let d = Decorator::build(ctx, dc).await?;
+        let d = DecoratorState::build(ctx, dc).await?;
         if d.hooks.finalize.is_some() {
             ensure_release_finalizer(&d.ctx, &d.dc).await?;
         }
         Ok(DecoratorRunner {
-            d,
+            state: d,
             queue: Queue::default(),
         })
     }
 
     /// Enqueues `obj` of target resource `resource` when it is a target.
     fn enqueue_if_target(&self, resource: usize, obj: &Value) {
-        if let Some(rule) = self.d.targets.get(resource)
-            && decide::is_target(&rule.selector, obj, &self.d.finalizer)
+        if let Some(rule) = self.state.targets.get(resource)
+            && decide::is_target(&rule.selector, obj, &self.state.finalizer)
         {
             self.queue.add(target_key(resource, obj));
         }
@@ -112,7 +112,7 @@ impl DecoratorRunner {
         match change {
             Change::Applied { old, new } => {
                 let ignore = self
-                    .d
+                    .state
                     .targets
                     .get(resource)
                     .is_some_and(|r| r.ignore_status_changes);
@@ -126,15 +126,15 @@ impl DecoratorRunner {
             }
             Change::Deleted(old) => {
                 self.queue.forget(&target_key(resource, old));
-                self.d.memory.forget_owner(meta_str(old, "uid"));
-                if let Ok(mut c) = self.d.ctx.contests.lock() {
-                    c.set(&self.d.name, meta_str(old, "uid"), Vec::new());
+                self.state.memory.forget_owner(meta_str(old, "uid"));
+                if let Ok(mut c) = self.state.ctx.contests.lock() {
+                    c.set(&self.state.name, meta_str(old, "uid"), Vec::new());
                 }
-                self.d
+                self.state
                     .ctx
                     .config
                     .metrics
-                    .parent_gone(&self.d.name, meta_str(old, "uid"));
+                    .parent_gone(&self.state.name, meta_str(old, "uid"));
             }
         }
     }
@@ -150,7 +150,7 @@ impl DecoratorRunner {
             _ => "",
         };
         let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        for (i, rule) in self.d.targets.iter().enumerate() {
+        for (i, rule) in self.state.targets.iter().enumerate() {
             if rule.resolved.api.kind != r.kind || rule.resolved.api.group != group {
                 continue;
             }
@@ -182,18 +182,18 @@ impl DecoratorRunner {
                 {
                     self.enqueue_for_attachment(o);
                 }
-                self.d.memory.child_seen(new, false);
+                self.state.memory.child_seen(new, false);
                 self.enqueue_for_attachment(new);
             }
             Change::Deleted(old) => {
-                self.d.memory.child_seen(old, true);
+                self.state.memory.child_seen(old, true);
                 self.enqueue_for_attachment(old);
             }
         }
     }
 
     fn enqueue_all(&self) {
-        for (i, rule) in self.d.targets.iter().enumerate() {
+        for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
                 self.enqueue_if_target(i, &t);
             }
@@ -205,9 +205,9 @@ impl DecoratorRunner {
         use rand::Rng as _;
         let mut rng = rand::rng();
         let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for (i, rule) in self.d.targets.iter().enumerate() {
+        for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                if decide::is_target(&rule.selector, &t, &self.d.finalizer) {
+                if decide::is_target(&rule.selector, &t, &self.state.finalizer) {
                     let delay = Duration::from_millis(rng.random_range(0..=spread));
                     self.queue.add_after(target_key(i, &t), delay);
                 }
@@ -218,11 +218,11 @@ impl DecoratorRunner {
     /// A related object changed: enqueue the targets whose cached customize rules read its
     /// resource.
     fn on_related_change(&self, r: &Resolved) {
-        let uids = related::parents_reading(&self.d.memory.customize_cache, r);
+        let uids = related::parents_reading(&self.state.memory.customize_cache, r);
         if uids.is_empty() {
             return;
         }
-        for (i, rule) in self.d.targets.iter().enumerate() {
+        for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
                 if uids.contains(meta_str(&t, "uid")) {
                     self.enqueue_if_target(i, &t);
@@ -258,7 +258,7 @@ impl DecoratorRunner {
     /// targets.
     fn triggers(self: &Arc<Self>) -> Triggers {
         let mut t = Triggers::default();
-        for (i, rule) in self.d.targets.iter().enumerate() {
+        for (i, rule) in self.state.targets.iter().enumerate() {
             let rx = rule.informer.subscribe();
             let (start, informer) = (self.clone(), rule.informer.clone());
             t.spawn(async move {
@@ -274,7 +274,7 @@ impl DecoratorRunner {
                 move || lag.enqueue_all(),
             );
         }
-        for rule in self.d.attachments.values() {
+        for rule in self.state.attachments.values() {
             let (on, lag) = (self.clone(), self.clone());
             t.watch(
                 &rule.informer,
@@ -295,7 +295,7 @@ impl DecoratorRunner {
                 }
             });
         }
-        if let Some(secs) = self.d.dc.spec.resync_period_seconds {
+        if let Some(secs) = self.state.dc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let dr = self.clone();
             t.every(period, move || dr.enqueue_all());
@@ -319,11 +319,11 @@ impl Reconciler for DecoratorRunner {
     type Key = TargetKey;
 
     fn name(&self) -> &str {
-        &self.d.name
+        &self.state.name
     }
 
     fn context(&self) -> &Arc<Context> {
-        &self.d.ctx
+        &self.state.ctx
     }
 
     fn queue(&self) -> &Queue<TargetKey> {
@@ -331,7 +331,7 @@ impl Reconciler for DecoratorRunner {
     }
 
     fn cached(&self, key: &TargetKey) -> Option<Arc<Value>> {
-        self.d
+        self.state
             .targets
             .get(key.resource)?
             .informer
@@ -339,12 +339,12 @@ impl Reconciler for DecoratorRunner {
     }
 
     fn watches(&self) -> Vec<Arc<dyn Watch>> {
-        self.d
+        self.state
             .targets
             .iter()
             .map(|t| t.informer.clone() as Arc<dyn Watch>)
             .chain(
-                self.d
+                self.state
                     .attachments
                     .values()
                     .map(|a| a.informer.clone() as Arc<dyn Watch>),
@@ -353,12 +353,12 @@ impl Reconciler for DecoratorRunner {
     }
 
     async fn sync(self: &Arc<Self>, key: &TargetKey) -> Result<Option<Duration>, SyncError> {
-        let Some(rule) = self.d.targets.get(key.resource) else {
+        let Some(rule) = self.state.targets.get(key.resource) else {
             return Ok(None);
         };
         let mut used = Used::default();
         let target = (key.namespace.as_str(), key.name.as_str());
-        let result = sync::sync_target(&self.d, rule, target, &mut used).await;
+        let result = sync::sync_target(&self.state, rule, target, &mut used).await;
         self.listen_related(used);
         result
     }

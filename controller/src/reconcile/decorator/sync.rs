@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::build::{Decorator, TargetRule};
+use super::build::{DecoratorState, TargetRule};
 use super::decide::{self as ddecide, TargetChanges};
 use crate::hook::wire::{self, DecoratorSyncResponse};
 use crate::object::{ObjectView, describe, has_finalizer, is_deleting, meta_str};
@@ -22,7 +22,7 @@ use crate::runtime::kapi;
 
 /// Syncs the target `name` in `namespace` of `rule`; returns when to sync it again.
 pub async fn sync_target(
-    d: &Decorator,
+    d: &DecoratorState,
     rule: &TargetRule,
     (namespace, name): (&str, &str),
     used: &mut Used,
@@ -79,7 +79,7 @@ pub async fn sync_target(
 /// Step: add our finalizer when a finalize hook exists, remove it when none does (the target
 /// as written, `None` when it is gone).
 async fn ensure_finalizer(
-    d: &Decorator,
+    d: &DecoratorState,
     rule: &TargetRule,
     target: Value,
 ) -> Result<Option<Value>, SyncError> {
@@ -103,7 +103,7 @@ async fn ensure_finalizer(
 /// target's namespace (every namespace for a cluster-scoped target) that the target controls
 /// and that carry this DecoratorController's annotation. No adoption: a decorator has no
 /// selector for children.
-fn observe_attachments(d: &Decorator, target: &Value) -> Result<Vec<Value>, SyncError> {
+fn observe_attachments(d: &DecoratorState, target: &Value) -> Result<Vec<Value>, SyncError> {
     let uid = meta_str(target, "uid");
     let ns = ddecide::attachment_namespace(target);
     let mut observed = Vec::new();
@@ -127,7 +127,7 @@ fn observe_attachments(d: &Decorator, target: &Value) -> Result<Vec<Value>, Sync
 /// Step: call sync (or finalize) with the target, its observed attachments and the related
 /// objects.
 async fn call_hook(
-    d: &Decorator,
+    d: &DecoratorState,
     rule: &TargetRule,
     target: &Value,
     (observed, related): (&[Value], Map<String, Value>),
@@ -157,7 +157,7 @@ async fn call_hook(
 /// that subresource. Nothing is written when the target already is as asked (checked on the
 /// cached copy first, then on the live object each write reads).
 async fn decorate_target(
-    d: &Decorator,
+    d: &DecoratorState,
     rule: &TargetRule,
     target: &Value,
     response: &DecoratorSyncResponse,
