@@ -521,16 +521,9 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             tracing::info!(?retry_after, "hook asked to retry later");
             r.queue().add_after(key.clone(), retry_after);
         }
-        Err(SyncError::RelatedNotSynced(watch) | SyncError::WatchNotSynced(watch)) => {
-            tracing::debug!(related = %watch, "waiting for related watch");
-            r.queue().add_waiting(key.clone());
-        }
-        Err(SyncError::Stale(what)) => {
-            tracing::debug!(%what, "changed since read; syncing again");
-            r.queue().add_waiting(key.clone());
-        }
-        Err(SyncError::AwaitingWatch(what)) => {
-            tracing::debug!(%what, "waiting for the watch cache to show an earlier write");
+        Err(e) if e.is_wait() => {
+            // not a failure: the sync runs again on the waits' own short ladder
+            tracing::debug!(reason = %e, "waiting; syncing again");
             r.queue().add_waiting(key.clone());
         }
         Err(e) => {

@@ -61,6 +61,11 @@ pub async fn sync_parent(
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
+    let step = Step {
+        selector: &selector,
+        finalizer: &fin,
+        finalizing,
+    };
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if manage => {
@@ -73,22 +78,16 @@ pub async fn sync_parent(
             (response, None)
         }
         _ => {
-            let key = cache_key(&parent);
-            let body = call_hook_raw(c, &parent, &observed, &related, finalizing, &key).await?;
-            let may_skip = manage
-                && !finalizing
-                && !claim_wrote
-                && Arc::ptr_eq(&cached, &parent)
-                && c.child_set().strategy != ApplyStrategy::ServerSideApply;
-            let fingerprint = may_skip.then(|| Fingerprint::of(&body, &parent, &observed));
-            if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(&parent, f)) {
-                return Ok(resync_after(resync));
+            // a sync that may write nothing: the parent as cached, its children left as claimed
+            let may_skip = manage && !finalizing && !claim_wrote && Arc::ptr_eq(&cached, &parent);
+            let answer = (observed.as_slice(), &related);
+            match call_sync_hook(c, &parent, answer, finalizing, may_skip).await? {
+                Called::KnownUnchanged(resync) => return Ok(resync_after(resync)),
+                Called::Answered(response, fingerprint) => (response, fingerprint),
             }
-            (chosen_hook(c, finalizing).decode_sync(&body)?, fingerprint)
         }
     };
     let resync = response.resync_after_seconds;
-    let step = (&selector, fin.as_str(), finalizing);
     let observed = values_of(&observed)?;
     match apply_response(c, &parent, observed, response, step).await? {
         Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
@@ -96,6 +95,48 @@ pub async fn sync_parent(
         Applied::ParentGone => return Ok(None),
     }
     Ok(resync_after(resync))
+}
+
+/// What the steps after the hook call need to know of the ones before it.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    /// The selector the children must match.
+    selector: &'a LabelSelector,
+    /// This controller's finalizer.
+    finalizer: &'a str,
+    /// The finalize hook is called (not the sync hook).
+    finalizing: bool,
+}
+
+/// What calling the hook (without rolling revisions) gave.
+enum Called {
+    /// The hook gave the answer of the parent's last sync, which wrote nothing, for the same
+    /// parent and children: this sync would write nothing either
+    /// (`docs/design/unchanged-syncs.md`). Its `resyncAfterSeconds`.
+    KnownUnchanged(f64),
+    /// The decoded answer, and its fingerprint when the sync may be remembered as unchanged.
+    Answered(SyncResponse, Option<Fingerprint>),
+}
+
+/// Step: calls the sync or finalize hook with the observed children and related objects. With
+/// `may_skip` (and not server-side apply, whose writes are the server's to judge), an answer
+/// known to write nothing for this parent and these children ends the sync here.
+async fn call_sync_hook(
+    c: &CompositeState,
+    parent: &Value,
+    (observed, related): (&[Arc<Compact>], &serde_json::Map<String, Value>),
+    finalizing: bool,
+    may_skip: bool,
+) -> Result<Called, SyncError> {
+    let key = cache_key(parent);
+    let body = call_hook_raw(c, parent, observed, related, finalizing, &key).await?;
+    let may_skip = may_skip && c.child_set().strategy != ApplyStrategy::ServerSideApply;
+    let fingerprint = may_skip.then(|| Fingerprint::of(&body, parent, observed));
+    if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(parent, f)) {
+        return Ok(Called::KnownUnchanged(resync));
+    }
+    let response = chosen_hook(c, finalizing).decode_sync(&body)?;
+    Ok(Called::Answered(response, fingerprint))
 }
 
 /// Step: waits while the watch has not shown this controller's last writes for `parent` — its
@@ -134,16 +175,20 @@ enum Applied {
 }
 
 /// Steps after the hook call: validate the desired children, manage them, write the status,
-/// release the finalizer when the finalize hook is done. `(selector, finalizer, finalizing)`.
-/// The observed and desired children are dropped once managed: with many workers, syncs
+/// release the finalizer when the finalize hook is done. The observed and desired children are dropped once managed: with many workers, syncs
 /// waiting on their status write would otherwise hold them all.
 async fn apply_response(
     c: &CompositeState,
     parent: &Value,
     observed: Vec<Value>,
     mut response: SyncResponse,
-    (selector, fin, finalizing): (&LabelSelector, &str, bool),
+    step: Step<'_>,
 ) -> Result<Applied, SyncError> {
+    let Step {
+        selector,
+        finalizer: fin,
+        finalizing,
+    } = step;
     let desired = decide::validate_desired(
         parent,
         c.parent.namespaced,
