@@ -29,6 +29,9 @@ pub mod hook;
 
 pub mod reconcile;
 
+/// The binary's subcommands (`run`, `rbac`, `demo`, `dev`) and their flags: public for `main.rs`
+/// and the binary's tests, not a library API (it changes with the command line).
+#[doc(hidden)]
 pub mod cmd;
 
 pub mod embed;

@@ -6,6 +6,7 @@
 //! extensions file: rcgen only writes v3, so [`v1_certificate`] encodes the DER itself and signs
 //! it with the CA's key (no extensions, hence no subjectAltName).
 
+use base64::Engine as _;
 use std::sync::Arc;
 
 use rcgen::{
@@ -317,7 +318,7 @@ pub fn v1_certificate(
 
 /// `der` as PEM with `label`.
 fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = kmeta::hook::base64_encode(der);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let lines: Vec<&str> = b64
         .as_bytes()
         .chunks(64)

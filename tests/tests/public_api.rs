@@ -1,101 +1,251 @@
-//! The public API of the crates kube-rs users build on, as checked-in lists: `kmeta-apply`
-//! (`apply/public-api.txt`) and `kmeta::embed` (`controller/public-api-embed.txt`). A change to
-//! a public signature fails this test until the list is updated (run it with
-//! `KMETA_BLESS_PUBLIC_API=1` and review the diff), so API changes are seen in review and
-//! reflected in the version. cargo-public-api needs a nightly toolchain and cargo-semver-checks
-//! a published baseline; neither is available to this project's CI, hence the list.
+//! The public API of every library crate users build on, as checked-in lists: `kmeta`,
+//! `kmeta-apply`, `kmeta-hook`, `kmeta-wire` and `dynapply` (`<crate dir>/public-api.txt`). A
+//! change to a public item — a new `pub`, a field, a method, a variant, a signature — fails this
+//! test until the list is updated (rerun with `KMETA_BLESS_PUBLIC_API=1` and review the diff), so
+//! every API change is seen in review and reflected in the version.
+//!
+//! The lists are read from rustdoc's HTML (`cargo doc --workspace --no-deps`, which `.ci/run`
+//! runs before the tests): rustdoc knows exactly what is reachable from outside, re-exports and
+//! `#[doc(hidden)]` included, which no reading of the sources can. cargo-public-api (rustdoc
+//! JSON) needs a nightly toolchain and cargo-semver-checks a published baseline; neither is
+//! available to this project's CI.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
-/// The public item lines of one source file, before its unit tests: each `pub` item (not
-/// `pub(crate)`/`pub(super)`) with its signature joined onto one line up to its body, the
-/// variants of a `pub enum` and the methods of a `pub trait`.
-fn public_items(file: &Path, root: &Path) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(file)?;
-    let name = file.strip_prefix(root)?.display().to_string();
-    let mut out = Vec::new();
-    let mut lines = text.lines().take_while(|l| !l.starts_with("#[cfg(test)]"));
-    let mut inside: Option<&str> = None; // "enum" or "trait", until its closing brace
-    while let Some(line) = lines.next() {
-        let t = line.trim();
-        if line == "}" {
-            inside = None;
-            continue;
-        }
-        let member = line.starts_with("    ") && !line.starts_with("        ");
-        let item = match inside {
-            Some("enum") if member && t.starts_with(|c: char| c.is_ascii_uppercase()) => true,
-            Some("trait") if member && t.starts_with("fn ") => true,
-            _ => t.starts_with("pub "),
-        };
-        if !item {
-            continue;
-        }
-        if t.starts_with("pub enum ") && t.ends_with('{') {
-            inside = Some("enum");
-        } else if t.starts_with("pub trait ") && t.ends_with('{') {
-            inside = Some("trait");
-        }
-        let function = t.contains("fn ");
-        let mut sig = t.to_owned();
-        let done =
-            |s: &str| s.ends_with('{') || s.ends_with(';') || (!function && s.ends_with(','));
-        let variant = inside == Some("enum") && !t.starts_with("pub ");
-        while !variant && !done(&sig) {
-            let Some(more) = lines.next() else { break };
-            sig.push(' ');
-            sig.push_str(more.trim());
-        }
-        let sig = sig
-            .trim_end_matches(['{', ';', ','])
-            .trim()
-            .replace("( ", "(")
-            .replace(", )", ")")
-            .replace(" )", ")");
-        out.push(format!("{name}: {sig}"));
-    }
-    Ok(out)
+/// The workspace root.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn check(list: &str, files: &[&str]) -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let root = root.canonicalize()?;
-    let mut items = Vec::new();
-    for f in files {
-        items.extend(public_items(&root.join(f), &root)?);
+/// `html` without tags, entities decoded, whitespace runs made one space.
+fn text(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
     }
-    let now = items.join("\n") + "\n";
+    let out = out
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", " ")
+        .replace("&amp;", "&");
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The contents of every `<{tag} class="{class}">…</{tag}>` in `html`.
+fn all_between<'h>(html: &'h str, open: &str, close: &str) -> Vec<&'h str> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find(open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(close) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+/// The lines of one item page: its declaration (`pub struct S { pub field: T, … }`, a function's
+/// signature, an enum with its variants, a trait with its methods) and the inherent methods
+/// documented on it (trait implementations are left out: deriving one more trait is not an
+/// API the crate promises, and the auto traits change with private fields).
+fn item_lines(path: &str, page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for decl in all_between(
+        page,
+        "<pre class=\"rust item-decl\"><code>",
+        "</code></pre>",
+    ) {
+        // a long declaration folds its fields or variants under a "Show 19 fields" toggle
+        let mut decl = decl.to_owned();
+        while let (Some(i), Some(j)) = (decl.find("<summary"), decl.find("</summary>")) {
+            if j < i {
+                break;
+            }
+            decl.replace_range(i..j + "</summary>".len(), "");
+        }
+        out.push(format!("{path}: {}", text(&decl)));
+    }
+    let inherent = match (
+        page.find("id=\"implementations\""),
+        page.find("id=\"trait-implementations\""),
+    ) {
+        (Some(i), Some(j)) if i < j => &page[i..j],
+        (Some(i), None) => &page[i..],
+        _ => "",
+    };
+    for header in all_between(inherent, "<h4 class=\"code-header\">", "</h4>") {
+        out.push(format!("{path}:   {}", text(header)));
+    }
+    out
+}
+
+/// The recorded form of one crate's API, from `target/doc/<crate>/`: every item of `all.html`
+/// (the index rustdoc writes of everything public) with its page's lines.
+fn api_of(doc: &Path) -> anyhow::Result<String> {
+    let all = std::fs::read_to_string(doc.join("all.html"))?;
+    let mut pages = BTreeSet::new();
+    for link in all_between(&all, "<a href=\"", "\"") {
+        if link.ends_with(".html") && !link.starts_with("..") && !link.contains("://") {
+            pages.insert(link.to_owned());
+        }
+    }
+    let mut lines = Vec::new();
+    for page in &pages {
+        let html = std::fs::read_to_string(doc.join(page))?;
+        // `ops/metrics/struct.Metrics.html` is `ops::metrics::Metrics`
+        let (dir, file) = page.rsplit_once('/').unwrap_or(("", page));
+        let name = file
+            .trim_end_matches(".html")
+            .split_once('.')
+            .map_or(file, |(_, n)| n);
+        let path = if dir.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}::{name}", dir.replace('/', "::"))
+        };
+        lines.extend(item_lines(&path, &html));
+    }
+    Ok(lines.join("\n") + "\n")
+}
+
+/// The newest modification time under `dir` (the crate's sources).
+fn newest(dir: &Path) -> anyhow::Result<SystemTime> {
+    let mut t = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let m = entry.metadata()?;
+        t = t.max(if m.is_dir() {
+            newest(&entry.path())?
+        } else {
+            m.modified()?
+        });
+    }
+    Ok(t)
+}
+
+/// Runs `cargo doc --workspace --no-deps` (what `.ci/run` runs before the tests), once per test
+/// run: cargo does not hold its build lock while tests run.
+fn document_workspace(root: &Path) -> anyhow::Result<()> {
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *done {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["doc", "--workspace", "--no-deps", "--quiet"])
+        .current_dir(root)
+        .status()?;
+    anyhow::ensure!(
+        status.success(),
+        "cargo doc --workspace --no-deps failed: {status}"
+    );
+    *done = true;
+    Ok(())
+}
+
+/// Compares the API of the crate documented as `doc_name` (sources in `src_dir`) with the list
+/// at `list`.
+fn check(doc_name: &str, src_dir: &str, list: &str) -> anyhow::Result<()> {
+    let root = root().canonicalize()?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let doc = target.join("doc").join(doc_name);
+    let index = doc.join("all.html");
+    let stale = |index: &Path| -> anyhow::Result<bool> {
+        let Ok(built) = std::fs::metadata(index).and_then(|m| m.modified()) else {
+            return Ok(true);
+        };
+        Ok(built < newest(&root.join(src_dir))?)
+    };
+    if stale(&index).unwrap_or(true) {
+        document_workspace(&root)?;
+    }
+    assert!(
+        !stale(&index)?,
+        "{} is still older than the sources in {src_dir} after `cargo doc`",
+        index.display()
+    );
+    let now = api_of(&doc)?;
     let path = root.join(list);
     if std::env::var_os("KMETA_BLESS_PUBLIC_API").is_some() {
         std::fs::write(&path, &now)?;
         return Ok(());
     }
     let recorded = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        recorded == now,
-        "the public API differs from {list}; if intended, rerun with KMETA_BLESS_PUBLIC_API=1 \
-         and commit the list.\n--- now ---\n{now}"
-    );
+    if recorded != now {
+        let was: BTreeSet<&str> = recorded.lines().collect();
+        let is: BTreeSet<&str> = now.lines().collect();
+        let gone: Vec<_> = was.difference(&is).collect();
+        let new: Vec<_> = is.difference(&was).collect();
+        panic!(
+            "the public API of {doc_name} differs from {list}; if intended, rerun with \
+             KMETA_BLESS_PUBLIC_API=1 and commit the list.\n--- gone ---\n{}\n--- new ---\n{}",
+            gone.iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            new.iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
     Ok(())
 }
 
 #[test]
-fn kmeta_apply_public_api_is_the_recorded_one() -> anyhow::Result<()> {
-    check(
-        "apply/public-api.txt",
-        &[
-            "apply/src/lib.rs",
-            "apply/src/params.rs",
-            "apply/src/error.rs",
-            "apply/src/plan.rs",
-        ],
-    )
+fn kmeta_public_api_is_the_recorded_one() -> anyhow::Result<()> {
+    check("kmeta", "controller/src", "controller/public-api.txt")
 }
 
 #[test]
-fn kmeta_embed_public_api_is_the_recorded_one() -> anyhow::Result<()> {
-    check(
-        "controller/public-api-embed.txt",
-        &["controller/src/embed.rs"],
-    )
+fn kmeta_apply_public_api_is_the_recorded_one() -> anyhow::Result<()> {
+    check("kmeta_apply", "apply/src", "apply/public-api.txt")
+}
+
+#[test]
+fn kmeta_hook_public_api_is_the_recorded_one() -> anyhow::Result<()> {
+    check("kmeta_hook", "sdk/src", "sdk/public-api.txt")
+}
+
+#[test]
+fn kmeta_wire_public_api_is_the_recorded_one() -> anyhow::Result<()> {
+    check("kmeta_wire", "wire/src", "wire/public-api.txt")
+}
+
+#[test]
+fn dynapply_public_api_is_the_recorded_one() -> anyhow::Result<()> {
+    check("dynapply", "dynapply/src", "dynapply/public-api.txt")
+}
+
+/// The reader sees what rustdoc shows: a declaration with its fields, and inherent methods but
+/// not trait implementations.
+#[test]
+fn an_item_page_gives_its_declaration_and_inherent_methods() {
+    let page = r#"<pre class="rust item-decl"><code>pub struct <a>S</a> {
+    pub x: <a>Vec</a>&lt;u8&gt;,
+}</code></pre><h2 id="implementations">Implementations</h2>
+<h4 class="code-header">pub fn <a>get</a>(&amp;self) -&gt; u8</h4>
+<h2 id="trait-implementations">Trait Implementations</h2>
+<h4 class="code-header">fn <a>clone</a>(&amp;self) -&gt; S</h4>"#;
+    assert_eq!(
+        item_lines("m::S", page),
+        [
+            "m::S: pub struct S { pub x: Vec<u8>, }",
+            "m::S:   pub fn get(&self) -> u8"
+        ]
+    );
 }

@@ -101,7 +101,7 @@ pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
 }
 
 /// `(file name, YAML text)` for every CRD: `<plural>.<group>.yaml`.
-pub fn rendered() -> Result<Vec<(String, String)>, CrdError> {
+pub(crate) fn rendered() -> Result<Vec<(String, String)>, CrdError> {
     all()?
         .into_iter()
         .map(|crd| {

@@ -1,6 +1,6 @@
-//! Layer 5, the command line: flags ([`cli`]), `kmeta run` ([`run`]), `kmeta rbac` ([`rbac`]), and with the default
-//! `embedded-apiserver` feature the one-process `kmeta demo` ([`demo`]) and `kmeta dev` ([`dev`]), with
-//! progress lines on a terminal ([`progress`]).
+//! Layer 5, the command line: flags (`cli`), `kmeta run` (`run`), `kmeta rbac` (`rbac`), and with the default
+//! `embedded-apiserver` feature the one-process `kmeta demo` (`demo`) and `kmeta dev` (`dev`), with
+//! progress lines on a terminal (`progress`).
 
 pub mod cli;
 #[cfg(feature = "embedded-apiserver")]

@@ -7,9 +7,11 @@ pub(crate) mod error;
 pub(crate) mod etag;
 mod tls;
 pub(crate) mod transport;
+/// Hook requests and responses as the controller builds and decodes them; public (hidden) for the
+/// SDK's agreement test (`sdk/tests/agree_with_controller.rs`). Hook authors use `kmeta-hook`.
+#[doc(hidden)]
 pub mod wire;
 
 pub(crate) use client::HookClient;
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HookOptions};
 pub(crate) use error::HookError;
-pub use transport::base64_encode;

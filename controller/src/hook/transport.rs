@@ -248,7 +248,7 @@ pub(super) fn webhook_timeout(w: &Webhook) -> Result<Duration, String> {
 }
 
 /// Standard base64 with padding (for the basic auth header).
-pub fn base64_encode(input: &[u8]) -> String {
+pub(crate) fn base64_encode(input: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(input)
 }

@@ -54,7 +54,7 @@ pub const SERIES_MAX: usize = 4096;
 
 /// One Event to publish.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Event {
+pub(crate) struct Event {
     /// `Warning` rather than `Normal`.
     pub warning: bool,
     /// Why (`SyncError`, `ChildWriteFailed`, ...); also the Event's `action`.
@@ -66,7 +66,7 @@ pub struct Event {
 /// Whether sending an Event again can succeed after `error`: transport failures, timeouts,
 /// conflicts, throttling and server errors can; a 4xx about the Event itself (invalid,
 /// forbidden, its namespace gone) cannot.
-pub fn retryable(error: &kube::Error) -> bool {
+pub(crate) fn retryable(error: &kube::Error) -> bool {
     match error {
         kube::Error::Api(status) => {
             matches!(status.code, 408 | 409 | 429) || status.code >= 500 || status.code == 0
@@ -132,7 +132,7 @@ fn decide(last: Option<&Last>, now: Instant) -> Publish {
 
 /// Writes Events with series (see the module doc).
 #[derive(Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: kube::Client,
     controller: String,
     instance: String,
@@ -258,7 +258,7 @@ impl Recorder {
 
 /// Sends Events, retrying those the API server did not take.
 #[derive(Clone)]
-pub struct EventSender {
+pub(crate) struct EventSender {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     pending: Arc<AtomicUsize>,
@@ -395,13 +395,13 @@ impl Reason {
 }
 
 /// Keys the event spam filter remembers (client-go's spam filter LRU holds 4096).
-pub const EVENT_FILTER_KEYS: usize = 4096;
+pub(crate) const EVENT_FILTER_KEYS: usize = 4096;
 
 /// The event spam filter (Metacontroller's `--events-qps`/`--events-burst`, client-go's spam
 /// filter): one token bucket per (object, reason). It remembers at most [`EVENT_FILTER_KEYS`]
 /// keys and starts afresh beyond that.
 #[derive(Debug)]
-pub struct SpamFilter {
+pub(crate) struct SpamFilter {
     limits: RateLimit,
     buckets: Mutex<HashMap<(String, String), TokenBucket>>,
 }

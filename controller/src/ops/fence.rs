@@ -10,7 +10,7 @@
 //! write is already refused, whether or not any task has been scheduled since. Losing the Lease
 //! or shutting down closes it at once.
 //!
-//! [`FenceLayer`] applies the check to a [`kube::Client`] just before a request is sent (after
+//! `FenceLayer` applies the check to a [`kube::Client`] just before a request is sent (after
 //! any rate-limit wait): methods other than GET, HEAD and OPTIONS fail with [`Fenced`] without
 //! reaching the API server. Reads and watches go on, so a standby keeps its caches warm.
 
@@ -72,13 +72,13 @@ impl Fence {
 }
 
 /// Whether a request with `method` changes anything on the server (and so must pass the fence).
-pub fn is_write(method: &Method) -> bool {
+pub(crate) fn is_write(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// A [`tower::Layer`] refusing writes while its [`Fence`] is closed.
 #[derive(Clone, Debug)]
-pub struct FenceLayer {
+pub(crate) struct FenceLayer {
     fence: Fence,
 }
 
@@ -102,7 +102,7 @@ impl<S> Layer<S> for FenceLayer {
 
 /// The service made by [`FenceLayer`].
 #[derive(Clone, Debug)]
-pub struct FenceService<S> {
+pub(crate) struct FenceService<S> {
     inner: S,
     fence: Fence,
 }

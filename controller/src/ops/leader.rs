@@ -4,10 +4,10 @@
 //! client-go's `leaderelection` package with its default timings:
 //!
 //! - A candidate reads the Lease every retry period (jittered by up to 1.2 × the period, as
-//!   client-go's `JitterUntil`). It takes the Lease when none exists ([`Action::Create`]), when it
+//!   client-go's `JitterUntil`). It takes the Lease when none exists (`Action::Create`), when it
 //!   has no holder (released), or when the holder's record has not changed for the record's
 //!   `leaseDurationSeconds` as measured on **this** instance's monotonic clock from the moment it
-//!   first saw that record ([`Action::Acquire`]). Comparing the record's `renewTime` with the local
+//!   first saw that record (`Action::Acquire`). Comparing the record's `renewTime` with the local
 //!   wall clock would make failover depend on clock skew between nodes; client-go avoids it the
 //!   same way.
 //! - Every write carries the `resourceVersion` it was based on, so two candidates racing for the
@@ -25,7 +25,7 @@
 //!   over on its next retry instead of waiting out the lease duration.
 //!
 //! API: [`run_elected`] runs `work` only while holding the Lease and reports leadership in
-//! [`LeaderConfig::leading`] (for `/readyz`). [`decide`] is the pure decision it applies after each
+//! [`LeaderConfig::leading`] (for `/readyz`). `decide` is the pure decision it applies after each
 //! read. The work future is polled inside `run_elected`'s future (not spawned): aborting the task
 //! that runs `run_elected` drops the work too, without releasing the Lease.
 //!
@@ -147,7 +147,7 @@ impl LeaderConfig {
 }
 
 /// `POD_NAME`, else `<hostname>_<random hex>`.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.trim().is_empty()
     {
@@ -185,7 +185,7 @@ pub enum LeaderError {
 
 /// What a candidate does after reading the Lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// No Lease exists: create it with this instance as holder.
     Create,
     /// The Lease has no holder, or its holder let it expire: take it over (a leader transition).
@@ -224,7 +224,7 @@ fn record_duration(lease: &Lease, cfg: &LeaderConfig) -> Duration {
 /// is when this instance first saw the lease's current record (holder, times, duration,
 /// transitions): the holder's renewals change the record, so an unchanged record older than its
 /// duration means the holder is gone.
-pub fn decide(
+pub(crate) fn decide(
     lease: Option<&Lease>,
     observed_at: Instant,
     now: Instant,

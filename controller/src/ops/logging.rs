@@ -23,7 +23,7 @@ pub struct LogConfig {
 }
 
 /// The filter directive: the explicit flag, else `$RUST_LOG`, else `info`.
-pub fn filter(config: &LogConfig) -> Result<EnvFilter, String> {
+pub(crate) fn filter(config: &LogConfig) -> Result<EnvFilter, String> {
     match &config.filter {
         Some(f) => EnvFilter::try_new(f).map_err(|e| format!("--log-level {f:?}: {e}")),
         None => Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))),

@@ -7,7 +7,7 @@
 //! decisions, build, sync and triggers; the [`manager`] runs one controller per
 //! CompositeController or DecoratorController object.
 
-pub mod apply;
+pub(crate) mod apply;
 pub(crate) mod children;
 pub(crate) mod circuit;
 pub(crate) mod composite;
@@ -24,7 +24,7 @@ pub(crate) mod rollout;
 pub(crate) mod status;
 pub(crate) mod unchanged;
 
-pub use apply::ApplyStrategy;
+pub use apply::{ApplyStrategy, STRATEGY_ANNOTATION, field_manager};
 pub use expectations::CREATE_EXPECTATION_TTL;
 // with the defaults its documentation names
 pub use core::{

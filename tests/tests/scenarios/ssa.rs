@@ -4,7 +4,7 @@
 
 use kmeta::ManagerConfig;
 use kmeta::reconcile::ApplyStrategy;
-use kmeta::reconcile::apply::{STRATEGY_ANNOTATION, field_manager};
+use kmeta::reconcile::{STRATEGY_ANNOTATION, field_manager};
 use kmeta_tests::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};

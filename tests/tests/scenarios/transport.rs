@@ -1,8 +1,13 @@
 //! Hook transport: ETag caching (If-None-Match / 304), basic auth from a Secret, the response
 //! size cap, HTTPS with a CA bundle and a client certificate (mTLS).
 
+use base64::Engine as _;
 use kmeta::ManagerConfig;
-use kmeta::hook::{HookOptions, base64_encode};
+use kmeta::hook::HookOptions;
+
+fn base64_encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
 use kmeta_tests::*;
 use serde_json::{Value, json};
 
