@@ -76,6 +76,7 @@ pub fn manager_config(
         events_burst: config.events_burst,
         apply_strategy: config.apply_strategy,
         ssa_field_manager: config.ssa_field_manager.clone(),
+        reporting_instance: std::env::var("POD_NAME").ok(),
         metrics,
         ready,
         ..ManagerConfig::default()

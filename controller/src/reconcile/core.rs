@@ -57,6 +57,9 @@ pub struct ManagerConfig {
     /// Event reporter name. Default `metacontroller` (Metacontroller's component name, so event
     /// filters carry over).
     pub reporter: String,
+    /// The Events' `reportingInstance` (which replica reported). Default none; `kmeta run` sets
+    /// it from `$POD_NAME` (set by the Downward API in `deploy/`).
+    pub reporting_instance: Option<String>,
     /// Prometheus registry shared with the `/metrics` endpoint. Default: a fresh registry.
     pub metrics: Arc<Metrics>,
     /// Set once every running controller's watches have synced (the `/readyz` signal).
@@ -122,6 +125,7 @@ impl Default for ManagerConfig {
             hook: HookOptions::default(),
             customize_cache_ttl: Duration::from_secs(20 * 60),
             reporter: "metacontroller".into(),
+            reporting_instance: None,
             metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(false)),
             pending_watches: Arc::new(PendingWatches::default()),
@@ -182,7 +186,7 @@ impl Context {
         let recorder = Recorder::new(
             client.clone(),
             config.reporter.clone(),
-            std::env::var("POD_NAME").ok(),
+            config.reporting_instance.clone(),
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
         let events = EventSender::new(recorder, config.metrics.clone());
