@@ -70,6 +70,26 @@ pub trait DynApply<K> {
     /// replaces (with live's `resourceVersion`) or does nothing; re-reads and tries again on
     /// 409 Conflict, up to [`DynApplyParams::max_conflicts`] attempts.
     ///
+    /// ```no_run
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use kmeta_apply::{DynApply as _, DynApplyParams};
+    ///
+    /// # async fn reconcile(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let desired: Deployment = serde_json::from_value(serde_json::json!({
+    ///     "apiVersion": "apps/v1", "kind": "Deployment",
+    ///     "metadata": {"name": "web", "namespace": "shop"},
+    ///     "spec": {"selector": {"matchLabels": {"app": "web"}},
+    ///              "template": {"metadata": {"labels": {"app": "web"}},
+    ///                           "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
+    /// }))?;
+    /// let api = kube::Api::<Deployment>::namespaced(client, "shop");
+    /// // a sidecar another actor added to the containers stays; `web` is brought to nginx:1.27
+    /// let out = api.dyn_apply(&desired, &DynApplyParams::default()).await?;
+    /// println!("{:?} after {} write(s)", out.action, out.attempts);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     /// [`Error`]: desired without a name/kind, a merge error, the server's refusal, or
     /// [`Error::Conflicts`] when every attempt met a 409.
