@@ -53,7 +53,8 @@ pub use child::{ChildBuilder, child};
 pub use kmeta_wire::{
     CustomizeRequest, CustomizeResponse, DecoratorFinalizeRequest, DecoratorFinalizeResponse,
     DecoratorSyncRequest, DecoratorSyncResponse, FinalizeRequest, FinalizeResponse, ObjectMap,
-    RelatedResourceRule, SyncRequest, SyncResponse, WireFields, group_key,
+    HookEvent, HookEventType, RelatedResourceRule, SyncRequest, SyncResponse, WireFields,
+    group_key,
 };
 pub use server::{Hooks, router};
 

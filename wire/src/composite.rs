@@ -117,14 +117,28 @@ pub struct SyncResponse {
         skip_serializing_if = "is_false"
     )]
     pub finalized: bool,
+    /// Events to publish on the parent (a kmeta extension; Metacontroller ignores it): each a
+    /// [`HookEvent`](crate::HookEvent) as JSON. Kept as values so that one malformed event is
+    /// reported alone instead of failing the response.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub events: Vec<Value>,
 }
 
 /// A finalize hook response: a sync response whose `finalized` says whether teardown is done.
 pub type FinalizeResponse = SyncResponse;
 
 impl WireFields for SyncResponse {
-    const FIELDS: &'static [&'static str] =
-        &["status", "children", "resyncAfterSeconds", "finalized"];
+    const FIELDS: &'static [&'static str] = &[
+        "status",
+        "children",
+        "resyncAfterSeconds",
+        "finalized",
+        "events",
+    ];
 }
 
 impl SyncResponse {
@@ -158,6 +172,13 @@ impl SyncResponse {
     #[must_use]
     pub fn finalized(mut self, done: bool) -> Self {
         self.finalized = done;
+        self
+    }
+
+    /// Asks kmeta to publish an Event on the parent.
+    #[must_use]
+    pub fn event(mut self, event: crate::HookEvent) -> Self {
+        self.events.push(event.to_value());
         self
     }
 }
@@ -212,7 +233,8 @@ mod tests {
             .status(json!({}))
             .child(json!({"kind": "Pod"}))
             .resync_after(1.5)
-            .finalized(true);
+            .finalized(true)
+            .event(crate::HookEvent::normal("Synced", "one child"));
         let v = serde_json::to_value(&r).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, SyncResponse::FIELDS);

@@ -110,6 +110,15 @@ pub struct DecoratorSyncResponse {
         skip_serializing_if = "is_false"
     )]
     pub finalized: bool,
+    /// Events to publish on the object (a kmeta extension; Metacontroller ignores it): each a
+    /// [`HookEvent`](crate::HookEvent) as JSON. Kept as values so that one malformed event is
+    /// reported alone instead of failing the response.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub events: Vec<Value>,
 }
 
 /// A decorator finalize hook response.
@@ -123,6 +132,7 @@ impl WireFields for DecoratorSyncResponse {
         "attachments",
         "resyncAfterSeconds",
         "finalized",
+        "events",
     ];
 }
 
@@ -151,6 +161,13 @@ impl DecoratorSyncResponse {
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.annotations
             .insert(key.to_owned(), Some(value.to_owned()));
+        self
+    }
+
+    /// Asks kmeta to publish an Event on the object.
+    #[must_use]
+    pub fn event(mut self, event: crate::HookEvent) -> Self {
+        self.events.push(event.to_value());
         self
     }
 
@@ -219,7 +236,8 @@ mod tests {
             .status(json!({"ok": true}))
             .attachment(json!({"kind": "ConfigMap"}))
             .resync_after(3.0)
-            .finalized(true);
+            .finalized(true)
+            .event(crate::HookEvent::warning("Odd", "an odd target"));
         let v = serde_json::to_value(&r).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, DecoratorSyncResponse::FIELDS);

@@ -8,6 +8,9 @@
 //! | DecoratorController sync / finalize | [`DecoratorSyncRequest`] | [`DecoratorSyncResponse`] |
 //! | customize (both controllers) | [`CustomizeRequest`] | [`CustomizeResponse`] of [`RelatedResourceRule`]s |
 //!
+//! A sync or finalize response may also ask kmeta to publish Events on the object ([`HookEvent`],
+//! a kmeta extension Metacontroller ignores).
+//!
 //! Observed objects (`children`, `attachments`, `related`) travel as an [`ObjectMap`]: keyed by
 //! [`group_key`] (`<Kind>.<apiVersion>`), then by object key — `name` or `namespace/name` in hook
 //! v1, always `namespace/name` for namespaced objects in hook v2.
@@ -40,6 +43,7 @@
 mod composite;
 mod customize;
 mod decorator;
+mod events;
 mod fields;
 mod object_map;
 
@@ -49,5 +53,6 @@ pub use decorator::{
     DecoratorFinalizeRequest, DecoratorFinalizeResponse, DecoratorSyncRequest,
     DecoratorSyncResponse,
 };
+pub use events::{HookEvent, HookEventType};
 pub use fields::WireFields;
 pub use object_map::{ObjectMap, group_key};

@@ -365,6 +365,8 @@ pub enum Reason {
     ChildDrift,
     /// The API server dropped fields of a child update (its schema does not declare them).
     ChildFieldsIgnored,
+    /// Events a hook asked for were invalid or too many (`events` in its answer).
+    HookEventInvalid,
 }
 
 impl Reason {
@@ -384,6 +386,7 @@ impl Reason {
             Reason::ChildFieldsTaken => "ChildFieldsTaken",
             Reason::ChildDrift => "ChildDrift",
             Reason::ChildFieldsIgnored => "ChildFieldsIgnored",
+            Reason::HookEventInvalid => "HookEventInvalid",
         }
     }
 

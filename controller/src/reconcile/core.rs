@@ -23,7 +23,7 @@ use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
-use crate::reconcile::decide::DecideError;
+use crate::reconcile::decide::{self, DecideError};
 use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
@@ -225,7 +225,30 @@ impl Context {
     /// dropped-events metric); one the API server did not take is retried in the background and,
     /// when given up, logged and counted ([`crate::ops::events`]). Never fatal.
     pub async fn event(&self, obj: &Value, reason: Reason, note: String) {
-        let (warning, reason) = (reason.is_warning(), reason.as_str());
+        self.publish(obj, reason.is_warning(), reason.as_str(), note)
+            .await;
+    }
+
+    /// Publishes the events a hook's answer asked for on `obj` (`events`, a kmeta extension):
+    /// the valid ones, at most [`decide::HOOK_EVENTS_PER_SYNC`], through the same spam filter and
+    /// series as kmeta's own; one `HookEventInvalid` Warning names what was invalid or dropped.
+    pub(crate) async fn hook_events(&self, obj: &Value, raw: &[Value]) {
+        if raw.is_empty() {
+            return;
+        }
+        let events = decide::hook_events(raw);
+        for e in &events.publish {
+            let warning = e.type_ == kmeta_wire::HookEventType::Warning;
+            self.publish(obj, warning, &e.reason, e.message.clone())
+                .await;
+        }
+        if let Some(note) = events.report() {
+            tracing::warn!(%note, "hook events ignored");
+            self.event(obj, Reason::HookEventInvalid, note).await;
+        }
+    }
+
+    async fn publish(&self, obj: &Value, warning: bool, reason: &str, note: String) {
         if !self.event_allowed(obj, reason) {
             self.config.metrics.event_dropped();
             tracing::debug!(reason, "event dropped by the spam filter");

@@ -37,4 +37,5 @@ mod rollout;
 mod schema;
 mod sidecar;
 mod ssa;
+mod steer;
 mod transport;

@@ -105,7 +105,7 @@ fn roll<O: Borrow<Value>>(
 
 /// One response for the rest of the sync: the latest revision's status with the `Updated`
 /// condition, the combined desired children, the smallest positive resync, finalized when every
-/// revision says so.
+/// revision says so, the events of every revision's answer.
 fn combine(
     revisions: &[ParentRevision],
     responses: Vec<SyncResponse>,
@@ -117,6 +117,7 @@ fn combine(
     let latest_name = revisions.first().map_or("", |r| r.name.as_str());
     let resync = rollout::combined_resync(responses.iter().map(|r| r.resync_after_seconds));
     let finalized = responses.iter().all(|r| r.finalized);
+    let events = responses.iter().flat_map(|r| r.events.clone()).collect();
     let latest_status = responses.into_iter().next().and_then(|r| r.status);
     let condition = rollout::updated_condition(step, latest_name);
     let status = rollout::with_condition(latest_status.as_ref(), condition)?;
@@ -137,6 +138,7 @@ fn combine(
         children: children.into_values().collect(),
         resync_after_seconds: resync,
         finalized,
+        events,
     })
 }
 

@@ -197,6 +197,8 @@ async fn apply_response(
         c.generate_selector(),
         std::mem::take(&mut response.children),
     )?;
+    // the answer is accepted: the events it asked for are published whatever the writes do
+    c.ctx.hook_events(parent, &response.events).await;
     let mut quiet = true;
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new

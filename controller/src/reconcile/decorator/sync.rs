@@ -60,6 +60,7 @@ pub async fn sync_target(
         &d.name,
         response.attachments.clone(),
     )?;
+    d.ctx.hook_events(&target, &response.events).await;
     if decide::may_manage_children(&target, finalizing, fin) {
         manage_children(&d.child_set(), &target, &observed, &desired).await?;
         d.ctx
