@@ -30,10 +30,132 @@ mod exposition;
 
 pub use exposition::{Format, OPENMETRICS, PROMETHEUS_TEXT, negotiate, text_004};
 
-/// The controller kind label value Metacontroller uses for CompositeControllers.
-pub const COMPOSITE: &str = "CompositeController";
-/// The controller kind label value Metacontroller uses for DecoratorControllers.
-pub const DECORATOR: &str = "DecoratorController";
+/// A hook kind: the `<hook>` of the `metacontroller_<hook>_*` series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// `sync`
+    Sync,
+    /// `finalize`
+    Finalize,
+    /// `customize`
+    Customize,
+}
+
+impl HookKind {
+    /// The name in the series' names (and in hook errors): `sync`, `finalize`, `customize`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Sync => "sync",
+            HookKind::Finalize => "finalize",
+            HookKind::Customize => "customize",
+        }
+    }
+}
+
+/// A controller kind: the `controller_type` label of the hook series, as Metacontroller writes
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControllerType {
+    /// `CompositeController`
+    Composite,
+    /// `DecoratorController`
+    Decorator,
+}
+
+impl ControllerType {
+    /// The label value: `CompositeController` or `DecoratorController`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerType::Composite => "CompositeController",
+            ControllerType::Decorator => "DecoratorController",
+        }
+    }
+}
+
+/// The hook a request went to: the labels the three hook series share (with `code` and
+/// `method`, which vary per request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookTarget<'a> {
+    /// The kind of the controller whose hook it is.
+    pub controller_type: ControllerType,
+    /// The controller's name.
+    pub controller: &'a str,
+    /// Which of its hooks.
+    pub hook: HookKind,
+    /// The hook's url as shown (`in-process` for an in-process hook).
+    pub url: &'a str,
+}
+
+/// How one parent sync ended: the `result` label of `kmeta_reconcile_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReconcileResult {
+    /// `ok`: the sync finished.
+    Ok,
+    /// `error`: the sync failed and is retried with backoff.
+    Error,
+    /// `retry`: the sync waits (for the watch to show an earlier write, or a hook that answered
+    /// 429) and runs again.
+    Retry,
+    /// `parked`: not run while the hook circuit is open.
+    Parked,
+}
+
+impl ReconcileResult {
+    /// The label value: `ok`, `error`, `retry` or `parked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileResult::Ok => "ok",
+            ReconcileResult::Error => "error",
+            ReconcileResult::Retry => "retry",
+            ReconcileResult::Parked => "parked",
+        }
+    }
+}
+
+/// A child operation: the `op` label of `kmeta_child_operations_total` (see the metrics table in
+/// `docs/operating.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChildOpLabel {
+    /// `create`
+    Create,
+    /// `update`
+    Update,
+    /// `delete`
+    Delete,
+    /// `adopt`
+    Adopt,
+    /// `release`
+    Release,
+    /// `skip`: an update the API server ignored before, not sent again.
+    Skip,
+    /// `error`: a child write that failed and was reported.
+    Error,
+    /// `contested`: under server-side apply, a child another parent holds, not written.
+    Contested,
+    /// `fields_taken`: under server-side apply with drift policy `Enforce`, an apply that took
+    /// fields other managers held.
+    FieldsTaken,
+    /// `not_observed`: a child write the watch never showed.
+    NotObserved,
+}
+
+impl ChildOpLabel {
+    /// The label value, as listed on each variant.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildOpLabel::Create => "create",
+            ChildOpLabel::Update => "update",
+            ChildOpLabel::Delete => "delete",
+            ChildOpLabel::Adopt => "adopt",
+            ChildOpLabel::Release => "release",
+            ChildOpLabel::Skip => "skip",
+            ChildOpLabel::Error => "error",
+            ChildOpLabel::Contested => "contested",
+            ChildOpLabel::FieldsTaken => "fields_taken",
+            ChildOpLabel::NotObserved => "not_observed",
+        }
+    }
+}
 
 /// Prometheus' default histogram buckets (client_golang `DefBuckets`), which Metacontroller's hook
 /// duration histograms use.
@@ -196,7 +318,8 @@ impl HookSeries {
         }
     }
 
-    fn register(&self, registry: &mut Registry, hook: &str) {
+    fn register(&self, registry: &mut Registry, hook: HookKind) {
+        let hook = hook.as_str();
         registry.register(
             format!("metacontroller_{hook}_requests"),
             format!("{hook} hook requests by controller, url, HTTP code and method"),
@@ -321,9 +444,9 @@ impl Metrics {
             leader: Family::default(),
         };
         let r = &mut m.registry;
-        m.sync.register(r, "sync");
-        m.finalize.register(r, "finalize");
-        m.customize.register(r, "customize");
+        m.sync.register(r, HookKind::Sync);
+        m.finalize.register(r, HookKind::Finalize);
+        m.customize.register(r, HookKind::Customize);
         r.register(
             "kmeta_reconcile",
             "parent syncs by controller and result (ok|error)",
@@ -364,91 +487,64 @@ impl Metrics {
         m
     }
 
-    fn hook(&self, hook: &str) -> &HookSeries {
+    fn hook(&self, hook: HookKind) -> &HookSeries {
         match hook {
-            "finalize" => &self.finalize,
-            "customize" => &self.customize,
-            _ => &self.sync,
+            HookKind::Sync => &self.sync,
+            HookKind::Finalize => &self.finalize,
+            HookKind::Customize => &self.customize,
         }
     }
 
-    /// One finished hook request of a CompositeController (see [`Metrics::hook_request_of`]).
+    /// One finished request to the hook `target`: `code` is the HTTP status (`"200"`) or
+    /// `"error"` when no response arrived, `method` the HTTP method.
     pub fn hook_request(
         &self,
-        controller: &str,
-        hook: &str,
-        url: &str,
+        target: &HookTarget<'_>,
         method: &str,
         code: &str,
         elapsed: Duration,
     ) {
-        self.hook_request_of((COMPOSITE, controller), hook, url, method, code, elapsed);
-    }
-
-    /// One finished hook request of controller `(type, name)` (`type`: [`COMPOSITE`] or
-    /// [`DECORATOR`]). `hook` is `sync`, `finalize` or `customize`; `code` the HTTP status
-    /// (`"200"`) or `"error"` when no response arrived; `method` the HTTP method.
-    pub fn hook_request_of(
-        &self,
-        (controller_type, controller): (&str, &str),
-        hook: &str,
-        url: &str,
-        method: &str,
-        code: &str,
-        elapsed: Duration,
-    ) {
-        let s = self.hook(hook);
+        let s = self.hook(target.hook);
         s.requests
             .get_or_create(&HookLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
                 code: code.into(),
                 method: method.into(),
             })
             .inc();
         s.duration
             .get_or_create(&HookDurationLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
                 method: method.into(),
             })
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts a CompositeController's hook request as in flight until the guard is dropped.
-    pub fn hook_in_flight(&self, controller: &str, hook: &str, url: &str) -> InFlightGuard {
-        self.hook_in_flight_of((COMPOSITE, controller), hook, url)
-    }
-
-    /// Counts a hook request of controller `(type, name)` as in flight until the returned guard
-    /// is dropped.
-    pub fn hook_in_flight_of(
-        &self,
-        (controller_type, controller): (&str, &str),
-        hook: &str,
-        url: &str,
-    ) -> InFlightGuard {
+    /// Counts a request to the hook `target` as in flight until the returned guard is dropped.
+    pub fn hook_in_flight(&self, target: &HookTarget<'_>) -> InFlightGuard {
         let gauge = self
-            .hook(hook)
+            .hook(target.hook)
             .in_flight
             .get_or_create(&HookFlightLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
             })
             .clone();
         gauge.inc();
         InFlightGuard { gauge }
     }
 
-    /// One parent sync finished; `result` is `ok` or `error`.
-    pub fn reconcile(&self, controller: &str, result: &str, elapsed: Duration) {
+    /// One parent sync finished with `result`.
+    pub fn reconcile(&self, controller: &str, result: ReconcileResult, elapsed: Duration) {
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: controller.into(),
-                result: result.into(),
+                result: result.as_str().into(),
             })
             .inc();
         self.reconcile_duration
@@ -458,7 +554,10 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// How many syncs of `controller` finished with `result` (for tests and diagnostics).
+    /// How many syncs of `controller` finished with `result`, a label value
+    /// ([`ReconcileResult::as_str`]).
+    // for tests
+    #[doc(hidden)]
     pub fn reconcile_count(&self, controller: &str, result: &str) -> u64 {
         self.reconcile_total
             .get_or_create(&ResultLabels {
@@ -486,19 +585,20 @@ impl Metrics {
             .observe(wait.as_secs_f64());
     }
 
-    /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, `skip`
-    /// (an update the API server ignored before, not sent again), `error`, `contested`,
-    /// `fields_taken` or `not_observed` (see the metrics table in `docs/operating.md`).
-    pub fn child_op(&self, controller: &str, op: &str) {
+    /// One child operation `op`.
+    pub fn child_op(&self, controller: &str, op: ChildOpLabel) {
         self.child_ops
             .get_or_create(&OpLabels {
                 controller: controller.into(),
-                op: op.into(),
+                op: op.as_str().into(),
             })
             .inc();
     }
 
-    /// How many child operations `op` of `controller` were counted (for tests and diagnostics).
+    /// How many child operations `op`, a label value ([`ChildOpLabel::as_str`]), of `controller`
+    /// were counted.
+    // for tests
+    #[doc(hidden)]
     pub fn child_op_count(&self, controller: &str, op: &str) -> u64 {
         self.child_ops
             .get_or_create(&OpLabels {
@@ -527,6 +627,8 @@ impl Metrics {
     }
 
     /// The `kmeta_child_drift` value of `controller`.
+    // for tests
+    #[doc(hidden)]
     pub fn child_drift_total(&self, controller: &str) -> i64 {
         self.drift
             .gauge
@@ -580,6 +682,8 @@ impl Metrics {
     }
 
     /// Events given up so far.
+    // for tests
+    #[doc(hidden)]
     pub fn events_failed(&self) -> u64 {
         self.events_failed.get()
     }
@@ -619,16 +723,24 @@ mod tests {
     #[test]
     fn hook_series_use_metacontroller_names_and_labels() {
         let m = Metrics::new();
-        m.hook_request(
-            "cc1",
-            "sync",
-            "http://hook/sync",
-            "POST",
-            "200",
-            Duration::from_millis(3),
-        );
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc1",
+            hook: HookKind::Sync,
+            url: "http://hook/sync",
+        };
+        m.hook_request(&target, "POST", "200", Duration::from_millis(3));
+        let decorator = HookTarget {
+            controller_type: ControllerType::Decorator,
+            controller: "dc1",
+            hook: HookKind::Customize,
+            url: "http://hook/customize",
+        };
+        m.hook_request(&decorator, "POST", "error", Duration::from_millis(3));
         let text = m.encode();
         let want = "metacontroller_sync_requests_total{controller_name=\"cc1\",controller_type=\"CompositeController\",url=\"http://hook/sync\",code=\"200\",method=\"POST\"} 1";
+        assert!(text.contains(want), "{text}");
+        let want = "metacontroller_customize_requests_total{controller_name=\"dc1\",controller_type=\"DecoratorController\",url=\"http://hook/customize\",code=\"error\",method=\"POST\"} 1";
         assert!(text.contains(want), "{text}");
         assert!(
             line(
@@ -642,11 +754,63 @@ mod tests {
     }
 
     #[test]
+    fn label_values_are_the_documented_ones() {
+        use ChildOpLabel::*;
+        let hooks = [HookKind::Sync, HookKind::Finalize, HookKind::Customize].map(HookKind::as_str);
+        assert_eq!(hooks, ["sync", "finalize", "customize"]);
+        let types =
+            [ControllerType::Composite, ControllerType::Decorator].map(ControllerType::as_str);
+        assert_eq!(types, ["CompositeController", "DecoratorController"]);
+        let results = [
+            ReconcileResult::Ok,
+            ReconcileResult::Error,
+            ReconcileResult::Retry,
+            ReconcileResult::Parked,
+        ]
+        .map(ReconcileResult::as_str);
+        assert_eq!(results, ["ok", "error", "retry", "parked"]);
+        let ops = [
+            Create,
+            Update,
+            Delete,
+            Adopt,
+            Release,
+            Skip,
+            Error,
+            Contested,
+            FieldsTaken,
+            NotObserved,
+        ]
+        .map(ChildOpLabel::as_str);
+        assert_eq!(
+            ops,
+            [
+                "create",
+                "update",
+                "delete",
+                "adopt",
+                "release",
+                "skip",
+                "error",
+                "contested",
+                "fields_taken",
+                "not_observed"
+            ]
+        );
+    }
+
+    #[test]
     fn in_flight_guard_decrements_on_drop() {
         let m = Metrics::new();
         let prefix = "metacontroller_customize_in_flight_requests{controller_name=\"cc\"";
-        let g1 = m.hook_in_flight("cc", "customize", "u");
-        let g2 = m.hook_in_flight("cc", "customize", "u");
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc",
+            hook: HookKind::Customize,
+            url: "u",
+        };
+        let g1 = m.hook_in_flight(&target);
+        let g2 = m.hook_in_flight(&target);
         assert!(line(&m.encode(), prefix).is_some_and(|l| l.ends_with(" 2")));
         drop(g1);
         drop(g2);
@@ -674,12 +838,12 @@ mod tests {
     #[test]
     fn reconcile_queue_and_api_series() {
         let m = Metrics::new();
-        m.reconcile("cc", "ok", Duration::from_millis(2));
-        m.reconcile("cc", "error", Duration::from_millis(2));
-        m.reconcile("cc", "ok", Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Ok, Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Error, Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Ok, Duration::from_millis(2));
         m.queue_depth("cc", 7);
         m.queue_wait("cc", Duration::from_millis(5));
-        m.child_op("cc", "create");
+        m.child_op("cc", ChildOpLabel::Create);
         m.api_request("patch", "409", Duration::from_millis(1));
         m.event_dropped();
         m.event_failed();
@@ -701,14 +865,13 @@ mod tests {
     #[test]
     fn both_formats_carry_the_same_samples() {
         let m = Metrics::new();
-        m.hook_request(
-            "cc1",
-            "sync",
-            "http://h/s",
-            "POST",
-            "200",
-            Duration::from_millis(3),
-        );
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc1",
+            hook: HookKind::Sync,
+            url: "http://h/s",
+        };
+        m.hook_request(&target, "POST", "200", Duration::from_millis(3));
         m.queue_depth("cc1", 2);
         let om = m.encode_as(Format::OpenMetrics);
         let text = m.encode_as(Format::Text);
