@@ -526,6 +526,13 @@ fn invalid(errs: &mut Vec<FieldError>, path: &str, value: &Value, detail: String
     });
 }
 
+/// JSON equality for the `enum` check and the duplicate check of `x-kubernetes-list-type: set`:
+/// object key order ignored, numbers by value (as `f64`).
+///
+/// Deliberately not `dynapply::json_eq`, which does the same job: this server is the oracle the
+/// workspace's merge and apply code is tested against, so it shares no code with that code
+/// (`kmeta-apiserver` does not depend on `dynapply`), and a bug in one equality cannot hide
+/// itself in both.
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),

@@ -364,8 +364,7 @@ async fn a_leader_that_lost_the_lease_sends_no_write() -> anyhow::Result<()> {
         kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default()).await?;
     let metrics = Arc::new(kmeta::ops::Metrics::default());
     let limits = kmeta::ops::ratelimit::RateLimit { qps: 0.0, burst: 0 };
-    let fenced =
-        kmeta::ops::ratelimit::fenced_client(kube_config, limits, metrics, cfg.fence.clone())?;
+    let fenced = kmeta::ops::client::build_fenced(kube_config, limits, metrics, cfg.fence.clone())?;
     let writes = Arc::new(Writes::default());
     let writer = keep_writing(fenced, writes.clone());
     let task = {

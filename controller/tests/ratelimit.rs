@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kmeta::ops::client;
 use kmeta::ops::metrics::Metrics;
-use kmeta::ops::ratelimit::{self, RateLimit};
+use kmeta::ops::ratelimit::RateLimit;
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 
@@ -26,7 +27,7 @@ async fn client_for(
     let config = kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default())
         .await
         .context("config from the test server's kubeconfig")?;
-    Ok(ratelimit::client(config, limits, metrics)?)
+    Ok(client::build(config, limits, metrics)?)
 }
 
 fn cm(name: &str) -> ConfigMap {

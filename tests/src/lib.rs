@@ -312,7 +312,7 @@ impl Env {
             }
         };
         let controller_client =
-            kube::Client::try_from(kmeta::ops::ratelimit::with_user_agent(controller_config))?;
+            kube::Client::try_from(kmeta::ops::client::with_user_agent(controller_config))?;
         let ns = format!("t-{id}");
         let namespaces: Api<DynamicObject> =
             Api::all_with(client.clone(), &ar("v1", "Namespace", "namespaces"));

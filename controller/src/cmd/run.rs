@@ -9,11 +9,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::cli::RunConfig;
+use crate::ops::client;
 use crate::ops::fence::Fence;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
-use crate::ops::ratelimit::{self, RateLimit};
+use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
 
 /// Where the pod's namespace is mounted in a cluster.
@@ -200,9 +201,9 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let fence = Fence::new();
     let client = match &config.leader {
         Some(_) => {
-            ratelimit::fenced_client(kube_config.clone(), limits, metrics.clone(), fence.clone())
+            client::build_fenced(kube_config.clone(), limits, metrics.clone(), fence.clone())
         }
-        None => ratelimit::client(kube_config.clone(), limits, metrics.clone()),
+        None => client::build(kube_config.clone(), limits, metrics.clone()),
     }
     .map_err(|e| RunError::Client(e.to_string()))?;
     let probes = Probes {
@@ -212,7 +213,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
     // Discovery has its own client (own token bucket), as Metacontroller's discovery client:
     // a refresh every --discovery-interval does not spend the tokens of writes.
-    let discovery = ratelimit::client(kube_config.clone(), limits, metrics.clone())
+    let discovery = client::build(kube_config.clone(), limits, metrics.clone())
         .map_err(|e| RunError::Client(e.to_string()))?;
     let manager = ManagerConfig {
         pending_watches: probes.pending_watches.clone(),
@@ -238,7 +239,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
             };
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.
-            let lease_client = ratelimit::client(kube_config, limits, metrics)
+            let lease_client = client::build(kube_config, limits, metrics)
                 .map_err(|e| RunError::Client(e.to_string()))?;
             run_elected_manager(lease_client, leader, client, manager, shutdown, bound).await
         }

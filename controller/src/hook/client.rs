@@ -17,7 +17,7 @@ use super::transport::{
 };
 use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
 use crate::hook::wire;
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{ControllerType, HookKind, HookTarget, Metrics};
 
 /// The URL an in-process hook is shown (and labelled in metrics) as.
 pub const IN_PROCESS_URL: &str = "in-process";
@@ -62,7 +62,7 @@ pub type LocalHook = Arc<
 
 /// A configured hook.
 pub struct HookClient {
-    name: &'static str,
+    kind: HookKind,
     /// The URL requests go to, parsed once (may carry userinfo: never printed; `None` for an
     /// in-process hook, which sends no request).
     url: Option<reqwest::Url>,
@@ -79,7 +79,7 @@ pub struct HookClient {
     etag: Option<EtagCache>,
     /// Where request counts, durations and in-flight gauges go, with the controller's type
     /// (`controller_type` label) and name.
-    metrics: Option<(Arc<Metrics>, &'static str, String)>,
+    metrics: Option<(Arc<Metrics>, ControllerType, String)>,
     /// Set for an in-process hook: called instead of the webhook, within this timeout.
     local: Option<(LocalHook, Duration)>,
 }
@@ -87,7 +87,7 @@ pub struct HookClient {
 impl std::fmt::Debug for HookClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookClient")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("url", &self.shown_url)
             .field("version", &self.version)
             .finish_non_exhaustive()
@@ -95,16 +95,19 @@ impl std::fmt::Debug for HookClient {
 }
 
 impl HookClient {
-    /// Builds the client for `hook` (named `name`: sync, finalize, customize), reading CA bundles
-    /// and credentials from Secrets/ConfigMaps once.
+    /// Builds the client for `hook` (the controller's `kind` hook), reading CA bundles and
+    /// credentials from Secrets/ConfigMaps once.
     pub async fn new(
         client: &kube::Client,
-        name: &'static str,
+        kind: HookKind,
         hook: &Hook,
         endpoint_configs: &[EndpointConfig],
         opts: &HookOptions,
     ) -> Result<HookClient, HookError> {
-        let creds = Credentials { client, hook: name };
+        let creds = Credentials {
+            client,
+            hook: kind.as_str(),
+        };
         let cfg = |message: String| creds.invalid(message);
         let w = hook
             .webhook
@@ -140,7 +143,7 @@ impl HookClient {
             .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
         let sent = sent_credentials(&url, authorization.as_deref());
         Ok(HookClient {
-            name,
+            kind,
             url: Some(parsed),
             shown_url,
             sent,
@@ -155,18 +158,14 @@ impl HookClient {
         })
     }
 
-    /// A hook answered by `f` in this process (named `name`: sync, finalize, customize), with
+    /// A hook answered by `f` in this process (the controller's `kind` hook), with
     /// the wire version and response decoding `hook` declares (its webhook, if any, is not
     /// called, its `timeout` bounds the function). Requests and responses are the webhook's JSON
     /// bodies, decoded the same way, cached nowhere and counted in the metrics as a webhook's
     /// (url label `in-process`).
-    pub fn in_process(
-        name: &'static str,
-        hook: &Hook,
-        f: LocalHook,
-    ) -> Result<HookClient, HookError> {
+    pub fn in_process(kind: HookKind, hook: &Hook, f: LocalHook) -> Result<HookClient, HookError> {
         let cfg = |message: String| HookError::Config {
-            hook: name,
+            hook: kind.as_str(),
             message,
         };
         let timeout = webhook_timeout(&hook.webhook.clone().unwrap_or_default()).map_err(cfg)?;
@@ -174,7 +173,7 @@ impl HookClient {
             .build()
             .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
         Ok(HookClient {
-            name,
+            kind,
             url: None,
             shown_url: IN_PROCESS_URL.to_owned(),
             sent: Vec::new(),
@@ -199,34 +198,33 @@ impl HookClient {
             tokio::time::timeout(*timeout, f(body))
                 .await
                 .map_err(|_| HookError::InProcess {
-                    hook: self.name,
+                    hook: self.name(),
                     message: format!("no answer within the hook's timeout ({timeout:?})"),
                 })?;
         let answer = answer.map_err(|message| HookError::InProcess {
-            hook: self.name,
+            hook: self.name(),
             message,
         })?;
         serde_json::to_vec(&answer).map_err(|e| HookError::Config {
-            hook: self.name,
+            hook: self.name(),
             message: format!("encoding the in-process answer: {e}"),
         })
     }
 
-    /// Records this hook's requests in `metrics` under `controller`.
-    pub fn with_metrics(self, metrics: Arc<Metrics>, controller: &str) -> HookClient {
-        self.with_metrics_of(metrics, crate::ops::metrics::COMPOSITE, controller)
-    }
-
-    /// Records this hook's requests in `metrics` under `controller` of kind `controller_type`
-    /// ([`crate::ops::metrics::COMPOSITE`], [`crate::ops::metrics::DECORATOR`]).
-    pub fn with_metrics_of(
+    /// Records this hook's requests in `metrics` under `controller` of kind `controller_type`.
+    pub fn with_metrics(
         mut self,
         metrics: Arc<Metrics>,
-        controller_type: &'static str,
+        controller_type: ControllerType,
         controller: &str,
     ) -> HookClient {
         self.metrics = Some((metrics, controller_type, controller.to_owned()));
         self
+    }
+
+    /// The hook's name: `sync`, `finalize` or `customize`.
+    fn name(&self) -> &'static str {
+        self.kind.as_str()
     }
 
     /// The hook's wire version.
@@ -244,8 +242,13 @@ impl HookClient {
         let Some((metrics, controller_type, controller)) = &self.metrics else {
             return self.call_unobserved(cache_key, body).await;
         };
-        let who = (*controller_type, controller.as_str());
-        let _in_flight = metrics.hook_in_flight_of(who, self.name, &self.shown_url);
+        let target = HookTarget {
+            controller_type: *controller_type,
+            controller,
+            hook: self.kind,
+            url: &self.shown_url,
+        };
+        let _in_flight = metrics.hook_in_flight(&target);
         let started = Instant::now();
         let result = self.call_unobserved(cache_key, body).await;
         let code = match &result {
@@ -254,14 +257,7 @@ impl HookClient {
             Err(HookError::TooManyRequests { .. }) => "429".to_owned(),
             Err(_) => "error".to_owned(),
         };
-        metrics.hook_request_of(
-            who,
-            self.name,
-            &self.shown_url,
-            "POST",
-            &code,
-            started.elapsed(),
-        );
+        metrics.hook_request(&target, "POST", &code, started.elapsed());
         result
     }
 
@@ -274,7 +270,7 @@ impl HookClient {
     ) -> Result<Vec<u8>, HookError> {
         if let Some(f) = &self.local {
             let body = serde_json::to_value(body).map_err(|e| HookError::InProcess {
-                hook: self.name,
+                hook: self.name(),
                 message: format!("encoding the request: {e}"),
             })?;
             return self.call_local(f, body).await;
@@ -303,7 +299,7 @@ impl HookClient {
         if code != 200 {
             let n = out.len().min(512);
             return Err(HookError::Status {
-                hook: self.name,
+                hook: self.name(),
                 url: self.shown_url.clone(),
                 code,
                 body: mask(&String::from_utf8_lossy(&out[..n]), &self.sent),
@@ -313,7 +309,7 @@ impl HookClient {
             let shown = serde_json::from_slice::<Value>(&out)
                 .map(|v| mask(&redact_secrets(&v).to_string(), &self.sent))
                 .unwrap_or_else(|_| format!("<{} bytes, not JSON>", out.len()));
-            tracing::trace!(hook = self.name, url = %self.shown_url, response = %shown, "hook response");
+            tracing::trace!(hook = self.name(), url = %self.shown_url, response = %shown, "hook response");
         }
         if let (Some(etag), Some(cache)) = (etag, &self.etag) {
             cache.put(cache_key, etag, &out);
@@ -328,17 +324,17 @@ impl HookClient {
         body: &B,
     ) -> Result<reqwest::RequestBuilder, HookError> {
         let payload = serde_json::to_vec(body).map_err(|e| HookError::Config {
-            hook: self.name,
+            hook: self.name(),
             message: format!("encoding request: {e}"),
         })?;
         if tracing::enabled!(tracing::Level::TRACE) {
             let shown = serde_json::to_value(body).map(|v| redact_secrets(&v).to_string());
             let shown = mask(&shown.unwrap_or_else(|e| e.to_string()), &self.sent);
-            tracing::trace!(hook = self.name, url = %self.shown_url, request = %shown, "hook request");
+            tracing::trace!(hook = self.name(), url = %self.shown_url, request = %shown, "hook request");
         }
         let Some(url) = &self.url else {
             return Err(HookError::Config {
-                hook: self.name,
+                hook: self.name(),
                 message: "an in-process hook sends no request".to_owned(),
             });
         };
@@ -356,7 +352,7 @@ impl HookClient {
     /// A transport failure (timeout, connection, body read) as this hook's error.
     fn transport_error(&self, e: reqwest::Error) -> HookError {
         HookError::Transport {
-            hook: self.name,
+            hook: self.name(),
             url: self.shown_url.clone(),
             message: if e.is_timeout() {
                 "timed out".to_owned()
@@ -380,7 +376,7 @@ impl HookClient {
             .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()))
             .unwrap_or(Duration::from_secs(1));
         HookError::TooManyRequests {
-            hook: self.name,
+            hook: self.name(),
             url: self.shown_url.clone(),
             retry_after,
         }
@@ -402,7 +398,7 @@ impl HookClient {
             };
             if out.len() + chunk.len() > self.max_response_bytes {
                 return Err(HookError::TooLarge {
-                    hook: self.name,
+                    hook: self.name(),
                     url: self.shown_url.clone(),
                     limit: self.max_response_bytes,
                 });
@@ -414,7 +410,7 @@ impl HookClient {
 
     /// Decodes and checks a sync/finalize response body (as [`HookClient::call`] returned it).
     pub fn decode_sync(&self, body: &[u8]) -> Result<wire::SyncResponse, HookError> {
-        wire::decode_sync_response(body, self.mode, self.name).map_err(|e| self.masked(e))
+        wire::decode_sync_response(body, self.mode, self.name()).map_err(|e| self.masked(e))
     }
 
     /// Calls a DecoratorController sync/finalize hook and decodes the response.
@@ -424,7 +420,7 @@ impl HookClient {
         request: &B,
     ) -> Result<wire::DecoratorSyncResponse, HookError> {
         let body = self.call(cache_key, request).await?;
-        wire::decode_decorator_response(&body, self.mode, self.name).map_err(|e| self.masked(e))
+        wire::decode_decorator_response(&body, self.mode, self.name()).map_err(|e| self.masked(e))
     }
 
     /// Calls a customize hook and decodes the response.
@@ -659,7 +655,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let client = HookClient::new(&kube, "sync", &hook, &[], &HookOptions::default())
+        let client = HookClient::new(&kube, HookKind::Sync, &hook, &[], &HookOptions::default())
             .await
             .unwrap();
         let err = client

@@ -29,7 +29,7 @@
 //! read. The work future is polled inside `run_elected`'s future (not spawned): aborting the task
 //! that runs `run_elected` drops the work too, without releasing the Lease.
 //!
-//! Use a client with its own rate limiter for the election (see [`crate::ops::ratelimit::client`]), so
+//! Use a client with its own rate limiter for the election (see [`crate::ops::client::build`]), so
 //! a busy controller cannot starve lease renewals.
 
 use std::future::Future;

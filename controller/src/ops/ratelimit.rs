@@ -13,8 +13,8 @@
 //!   counts once, when it starts. It records [`Metrics::rate_limited`] for every request that had
 //!   to wait and [`Metrics::api_request`] (verb, HTTP code or `"error"`, time to the response
 //!   headers, excluding the limiter's wait) for every request.
-//! - [`client`] builds a [`kube::Client`] from a [`kube::Config`] with the layer outermost, so a
-//!   request retried by kube's built-in retry policy (429/503/504) takes a single token.
+//!
+//! [`crate::ops::client`] builds the [`kube::Client`]s that go through the layer.
 //!
 //! `qps <= 0` (or NaN) disables limiting; requests are still counted in the metrics. A `burst` of 0
 //! with a positive `qps` is treated as 1 (client-go requires a burst of at least 1).
@@ -32,7 +32,6 @@ use http::{Method, Request, Response, Uri};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::ops::fence::{Fence, FenceLayer};
 use crate::ops::metrics::Metrics;
 
 /// Limits of the client-side token bucket.
@@ -325,40 +324,6 @@ where
             res
         })
     }
-}
-
-pub use crate::runtime::kapi::{user_agent, with_user_agent};
-
-/// A [`kube::Client`] for `config` (with kmeta's User-Agent) whose every request goes through a [`RateLimitLayer`] with
-/// `limits` (its own bucket: clients built separately do not share tokens) and is counted in
-/// `metrics`.
-pub fn client(
-    config: kube::Config,
-    limits: RateLimit,
-    metrics: Arc<Metrics>,
-) -> Result<kube::Client, kube::Error> {
-    let builder =
-        kube::client::ClientBuilder::try_from(crate::runtime::kapi::with_user_agent(config))?;
-    Ok(builder
-        .with_layer(&RateLimitLayer::new(limits, metrics))
-        .build())
-}
-
-/// As [`client`], with every write checked against `fence` once its rate-limit wait is over
-/// (the fence is the innermost layer, so a write that waited for a token while the Lease was
-/// lost is still refused).
-pub fn fenced_client(
-    config: kube::Config,
-    limits: RateLimit,
-    metrics: Arc<Metrics>,
-    fence: Fence,
-) -> Result<kube::Client, kube::Error> {
-    let builder =
-        kube::client::ClientBuilder::try_from(crate::runtime::kapi::with_user_agent(config))?;
-    Ok(builder
-        .with_layer(&FenceLayer::new(fence))
-        .with_layer(&RateLimitLayer::new(limits, metrics))
-        .build())
 }
 
 #[cfg(test)]

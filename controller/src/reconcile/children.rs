@@ -19,6 +19,7 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
     crate::object::meta(obj, field).and_then(Value::as_str)
 }
 use crate::ops::events::Reason;
+use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ConflictDecision};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::{self, ChildOp};
@@ -58,6 +59,13 @@ pub struct Children<'a> {
     pub memory: &'a ChildMemory,
     /// How children are written.
     pub strategy: ApplyStrategy,
+}
+
+impl Children<'_> {
+    /// Counts one child operation `op` of this controller (`kmeta_child_operations_total`).
+    fn count(&self, op: ChildOpLabel) {
+        self.ctx.config.metrics.child_op(self.controller, op);
+    }
 }
 
 /// What a sync's child writes found besides their results: fields the server dropped, and
@@ -182,7 +190,7 @@ pub async fn await_written(c: &Children<'_>, owner: &Value) -> Result<(), SyncEr
             "kmeta wrote {child} {:?} ago but its watch never showed the write; syncing without waiting for it any longer",
             c.ctx.config.created_children_wait
         );
-        c.ctx.config.metrics.child_op(c.controller, "not_observed");
+        c.count(ChildOpLabel::NotObserved);
         c.ctx.event(owner, Reason::ChildNotObserved, note).await;
     }
     match awaited.unseen.as_slice() {
@@ -275,21 +283,23 @@ async fn write_child(
     };
     let e = match res {
         Ok(()) => {
-            c.ctx.config.metrics.child_op(c.controller, op_label);
+            c.count(op_label);
             tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
             return (out, None);
         }
         Err(e) => e,
     };
-    if op_label == "create" && contested_create(c, rule, w, obj, &e, &mut out).await {
+    if op_label == ChildOpLabel::Create && contested_create(c, rule, w, obj, &e, &mut out).await {
         return (out, None);
     }
     let holder = match op_label {
-        "create" if kapi::is_conflict(&e) => Some(existing_controller(c, rule, obj).await),
+        ChildOpLabel::Create if kapi::is_conflict(&e) => {
+            Some(existing_controller(c, rule, obj).await)
+        }
         _ => None,
     };
     let parent_uid = meta_str(w.parent, "uid");
-    match decide::child_write_failure(op_label, kapi::code(&e), holder, parent_uid) {
+    match decide::child_write_failure(op_label.as_str(), kapi::code(&e), holder, parent_uid) {
         decide::WriteFailure::LeftToNextSync => {
             tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
             (out, None)
@@ -300,7 +310,7 @@ async fn write_child(
                 None => e.to_string(),
             };
             let message = format!("{verb} {}: {cause}", describe(obj));
-            c.ctx.config.metrics.child_op(c.controller, "error");
+            c.count(ChildOpLabel::Error);
             c.ctx
                 .event(w.parent, Reason::ChildWriteFailed, message.clone())
                 .await;
@@ -335,7 +345,7 @@ async fn contested_create(
     let note = format!(
         "{name} is wanted by another parent too: it is held by {holder} (kmeta does not take a child from another parent; it is left as it is until one of them stops wanting it)"
     );
-    c.ctx.config.metrics.child_op(c.controller, "contested");
+    c.count(ChildOpLabel::Contested);
     c.ctx.event(w.parent, Reason::ChildContested, note).await;
     out.reports.push(ChildReport {
         kind: apply::CONTESTED_CONDITION,
@@ -385,7 +395,7 @@ async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) 
 }
 
 /// What one executed child operation was (verb, metric label) and how it ended.
-type Executed = (&'static str, &'static str, Result<(), kube::Error>);
+type Executed = (&'static str, ChildOpLabel, Result<(), kube::Error>);
 
 /// Sends one child operation; `None` when an update is skipped because the API server ignored
 /// the same update of this child version before, or an apply left the child as it is (reported
@@ -404,7 +414,7 @@ async fn execute(
     Some(match op {
         ChildOp::Create(o) => (
             "creating",
-            "create",
+            ChildOpLabel::Create,
             kapi::create_as(&api, o, &w.manager).await.map(|stored| {
                 let m = &stored.metadata;
                 let version = (m.uid.as_deref(), m.resource_version.as_deref());
@@ -419,7 +429,7 @@ async fn execute(
         ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
             match apply_child(c, rule, w, o, out).await {
                 Ok(false) => return None,
-                res => ("applying", "update", res.map(|_| ())),
+                res => ("applying", ChildOpLabel::Update, res.map(|_| ())),
             }
         }
         ChildOp::Update(o)
@@ -429,12 +439,12 @@ async fn execute(
                 .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
         {
             tracing::debug!(child = %describe(o), "update skipped: the API server ignored the same update of this child version");
-            c.ctx.config.metrics.child_op(c.controller, "skip");
+            c.count(ChildOpLabel::Skip);
             return None;
         }
         ChildOp::Update(o) => (
             "updating",
-            "update",
+            ChildOpLabel::Update,
             kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
                 remember_ignored(c, o, &stored, &mut out.ignored);
                 let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
@@ -445,7 +455,7 @@ async fn execute(
         ),
         ChildOp::Delete { object, .. } => (
             "deleting",
-            "delete",
+            ChildOpLabel::Delete,
             kapi::delete(&api, object).await.map(|()| {
                 let replaced = [meta_str(object, "resourceVersion")];
                 expect_written(c, w, object, (meta(object, "uid"), None), &replaced);
@@ -613,7 +623,7 @@ async fn resolve_conflicts(
                     "applying {child} took {} (the hook's answer is the source of truth)",
                     apply::describe_conflicts(&taken)
                 );
-                c.ctx.config.metrics.child_op(c.controller, "fields_taken");
+                c.count(ChildOpLabel::FieldsTaken);
                 c.ctx.event(w.parent, Reason::ChildFieldsTaken, note).await;
             }
             kapi::apply_as(&api, body, &w.manager, true).await.map(Some)
@@ -644,7 +654,7 @@ async fn held_back(
         DriftPolicy::Enforce => false,
         DriftPolicy::Ignore => {
             tracing::debug!(child = %describe(obj), "drift policy Ignore: the child is not updated");
-            c.ctx.config.metrics.child_op(c.controller, "skip");
+            c.count(ChildOpLabel::Skip);
             true
         }
         DriftPolicy::Report

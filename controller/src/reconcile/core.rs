@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::{self, DecideError};
@@ -506,13 +506,13 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         Gate::Run => {}
         Gate::Park => {
             tracing::debug!("hook circuit open: waiting for it to close");
-            metrics.reconcile(r.name(), "parked", Duration::ZERO);
+            metrics.reconcile(r.name(), ReconcileResult::Parked, Duration::ZERO);
             return;
         }
         Gate::Early(left) => {
             // an event brought the probe before its time: back at its time
             r.queue().add_after(key.clone(), left);
-            metrics.reconcile(r.name(), "parked", Duration::ZERO);
+            metrics.reconcile(r.name(), ReconcileResult::Parked, Duration::ZERO);
             return;
         }
     }
@@ -523,7 +523,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         Ok(()) => r.sync(key).await,
         Err(watch) => Err(SyncError::WatchNotSynced(watch)),
     };
-    metrics.reconcile(r.name(), result_label(&result), started.elapsed());
+    metrics.reconcile(r.name(), reconcile_result(&result), started.elapsed());
     let outcome = match r.cached(key) {
         Some(_) => hook_outcome(&result),
         None => Outcome::Unrelated,
@@ -660,12 +660,12 @@ pub fn resync_delay(requested: Duration, min: Duration) -> Duration {
 }
 
 /// The `result` label of a sync in `kmeta_reconcile_*` metrics.
-fn result_label(result: &Result<Option<Duration>, SyncError>) -> &'static str {
+fn reconcile_result(result: &Result<Option<Duration>, SyncError>) -> ReconcileResult {
     match result {
-        Ok(_) => "ok",
-        Err(SyncError::Hook(HookError::TooManyRequests { .. })) => "retry",
-        Err(e) if e.is_wait() => "retry",
-        Err(_) => "error",
+        Ok(_) => ReconcileResult::Ok,
+        Err(SyncError::Hook(HookError::TooManyRequests { .. })) => ReconcileResult::Retry,
+        Err(e) if e.is_wait() => ReconcileResult::Retry,
+        Err(_) => ReconcileResult::Error,
     }
 }
 

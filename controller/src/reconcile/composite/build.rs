@@ -11,6 +11,7 @@ use crate::api::{CompositeController, Hook};
 use crate::hook::client::LocalHook;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
+use crate::ops::metrics::{ControllerType, HookKind};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::{Context, SyncError};
 use crate::reconcile::decide::ChildType;
@@ -288,12 +289,13 @@ async fn hook_client(
     ctx: &Context,
     cc: &CompositeController,
     name: &str,
-    which: &'static str,
+    which: HookKind,
     hook: &Hook,
 ) -> Result<HookClient, HookError> {
     let eps = cc.spec.endpoint_configs.as_deref().unwrap_or_default();
     let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
-    Ok(client.with_metrics(ctx.config.metrics.clone(), name))
+    let metrics = ctx.config.metrics.clone();
+    Ok(client.with_metrics(metrics, ControllerType::Composite, name))
 }
 
 async fn hook_clients(
@@ -303,15 +305,15 @@ async fn hook_clients(
 ) -> Result<Hooks, BuildError> {
     let spec = &cc.spec;
     let sync = match spec.sync_hook() {
-        Some(h) => hook_client(ctx, cc, name, "sync", h).await?,
+        Some(h) => hook_client(ctx, cc, name, HookKind::Sync, h).await?,
         None => return Err(BuildError::NoSyncHook),
     };
     let finalize = match spec.finalize_hook() {
-        Some(h) => Some(hook_client(ctx, cc, name, "finalize", h).await?),
+        Some(h) => Some(hook_client(ctx, cc, name, HookKind::Finalize, h).await?),
         None => None,
     };
     let customize = match spec.customize_hook() {
-        Some(h) => Some(hook_client(ctx, cc, name, "customize", h).await?),
+        Some(h) => Some(hook_client(ctx, cc, name, HookKind::Customize, h).await?),
         None => None,
     };
     Ok(Hooks {
@@ -342,19 +344,19 @@ fn local_hook_clients(
     local: LocalHooks,
 ) -> Result<Hooks, BuildError> {
     let spec = &cc.spec;
-    let client = |which: &'static str, declared: Option<&Hook>, f: LocalHook| {
+    let client = |which: HookKind, declared: Option<&Hook>, f: LocalHook| {
         let default = Hook::default();
         HookClient::in_process(which, declared.unwrap_or(&default), f)
-            .map(|c| c.with_metrics(ctx.config.metrics.clone(), name))
+            .map(|c| c.with_metrics(ctx.config.metrics.clone(), ControllerType::Composite, name))
     };
     Ok(Hooks {
-        sync: client("sync", spec.sync_hook(), local.sync)?,
+        sync: client(HookKind::Sync, spec.sync_hook(), local.sync)?,
         finalize: match local.finalize {
-            Some(f) => Some(client("finalize", spec.finalize_hook(), f)?),
+            Some(f) => Some(client(HookKind::Finalize, spec.finalize_hook(), f)?),
             None => None,
         },
         customize: match local.customize {
-            Some(f) => Some(client("customize", spec.customize_hook(), f)?),
+            Some(f) => Some(client(HookKind::Customize, spec.customize_hook(), f)?),
             None => None,
         },
     })

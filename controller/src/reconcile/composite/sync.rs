@@ -19,6 +19,7 @@ use crate::hook::wire::SyncResponse;
 use crate::object::{
     ObjectView, controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
+use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
@@ -335,7 +336,7 @@ async fn adopt(
     .await
     .map_err(api_err(format!("adopting {what}")))?;
     if adopted.written().is_some() {
-        c.ctx.config.metrics.child_op(&c.name, "adopt");
+        c.ctx.config.metrics.child_op(&c.name, ChildOpLabel::Adopt);
     }
     let uid = meta_str(parent, "uid");
     Ok(adopted.object().filter(|a| controller_uid(a) == Some(uid)))
@@ -367,7 +368,10 @@ async fn release(
     .await
     .map_err(api_err(format!("releasing {what}")))?;
     if released.written().is_some() {
-        c.ctx.config.metrics.child_op(&c.name, "release");
+        c.ctx
+            .config
+            .metrics
+            .child_op(&c.name, ChildOpLabel::Release);
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::decide::{self, TargetSelector};
 use crate::api::{DecoratorController, Hook};
 use crate::hook::{HookClient, HookError};
+use crate::ops::metrics::{ControllerType, HookKind};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
 use crate::reconcile::core::Context;
 use crate::reconcile::decide::ChildType;
@@ -216,14 +217,14 @@ async fn resolve_attachments(
 async fn hook_client(
     ctx: &Context,
     dc: &DecoratorController,
-    which: &'static str,
+    which: HookKind,
     hook: &Hook,
 ) -> Result<HookClient, HookError> {
     let eps = dc.spec.endpoint_configs.as_deref().unwrap_or_default();
     let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
     let name = dc.metadata.name.as_deref().unwrap_or_default();
     let metrics = ctx.config.metrics.clone();
-    Ok(client.with_metrics_of(metrics, crate::ops::metrics::DECORATOR, name))
+    Ok(client.with_metrics(metrics, ControllerType::Decorator, name))
 }
 
 async fn hook_clients(
@@ -232,15 +233,15 @@ async fn hook_clients(
 ) -> Result<DecoratorHooks, DecoratorBuildError> {
     let hooks = dc.spec.hooks.clone().unwrap_or_default();
     let sync = match &hooks.sync {
-        Some(h) => hook_client(ctx, dc, "sync", h).await?,
+        Some(h) => hook_client(ctx, dc, HookKind::Sync, h).await?,
         None => return Err(DecoratorBuildError::NoSyncHook),
     };
     let finalize = match &hooks.finalize {
-        Some(h) => Some(hook_client(ctx, dc, "finalize", h).await?),
+        Some(h) => Some(hook_client(ctx, dc, HookKind::Finalize, h).await?),
         None => None,
     };
     let customize = match &hooks.customize {
-        Some(h) => Some(hook_client(ctx, dc, "customize", h).await?),
+        Some(h) => Some(hook_client(ctx, dc, HookKind::Customize, h).await?),
         None => None,
     };
     Ok(DecoratorHooks {

@@ -11,6 +11,9 @@
 //!
 //! Every label is low-cardinality: controller names, hook urls, verbs, codes and outcomes, never
 //! object names. A per-parent breakdown is kept internally only to sum children per controller.
+//!
+//! This module is the series registry; `exposition.rs` chooses and writes the `/metrics` format
+//! (OpenMetrics 1.0.0 or Prometheus text 0.0.4), re-exported here.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,10 +26,136 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// The controller kind label value Metacontroller uses for CompositeControllers.
-pub const COMPOSITE: &str = "CompositeController";
-/// The controller kind label value Metacontroller uses for DecoratorControllers.
-pub const DECORATOR: &str = "DecoratorController";
+mod exposition;
+
+pub use exposition::{Format, OPENMETRICS, PROMETHEUS_TEXT, negotiate, text_004};
+
+/// A hook kind: the `<hook>` of the `metacontroller_<hook>_*` series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    /// `sync`
+    Sync,
+    /// `finalize`
+    Finalize,
+    /// `customize`
+    Customize,
+}
+
+impl HookKind {
+    /// The name in the series' names (and in hook errors): `sync`, `finalize`, `customize`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Sync => "sync",
+            HookKind::Finalize => "finalize",
+            HookKind::Customize => "customize",
+        }
+    }
+}
+
+/// A controller kind: the `controller_type` label of the hook series, as Metacontroller writes
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControllerType {
+    /// `CompositeController`
+    Composite,
+    /// `DecoratorController`
+    Decorator,
+}
+
+impl ControllerType {
+    /// The label value: `CompositeController` or `DecoratorController`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerType::Composite => "CompositeController",
+            ControllerType::Decorator => "DecoratorController",
+        }
+    }
+}
+
+/// The hook a request went to: the labels the three hook series share (with `code` and
+/// `method`, which vary per request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookTarget<'a> {
+    /// The kind of the controller whose hook it is.
+    pub controller_type: ControllerType,
+    /// The controller's name.
+    pub controller: &'a str,
+    /// Which of its hooks.
+    pub hook: HookKind,
+    /// The hook's url as shown (`in-process` for an in-process hook).
+    pub url: &'a str,
+}
+
+/// How one parent sync ended: the `result` label of `kmeta_reconcile_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReconcileResult {
+    /// `ok`: the sync finished.
+    Ok,
+    /// `error`: the sync failed and is retried with backoff.
+    Error,
+    /// `retry`: the sync waits (for the watch to show an earlier write, or a hook that answered
+    /// 429) and runs again.
+    Retry,
+    /// `parked`: not run while the hook circuit is open.
+    Parked,
+}
+
+impl ReconcileResult {
+    /// The label value: `ok`, `error`, `retry` or `parked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileResult::Ok => "ok",
+            ReconcileResult::Error => "error",
+            ReconcileResult::Retry => "retry",
+            ReconcileResult::Parked => "parked",
+        }
+    }
+}
+
+/// A child operation: the `op` label of `kmeta_child_operations_total` (see the metrics table in
+/// `docs/operating.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChildOpLabel {
+    /// `create`
+    Create,
+    /// `update`
+    Update,
+    /// `delete`
+    Delete,
+    /// `adopt`
+    Adopt,
+    /// `release`
+    Release,
+    /// `skip`: an update the API server ignored before, not sent again.
+    Skip,
+    /// `error`: a child write that failed and was reported.
+    Error,
+    /// `contested`: under server-side apply, a child another parent holds, not written.
+    Contested,
+    /// `fields_taken`: under server-side apply with drift policy `Enforce`, an apply that took
+    /// fields other managers held.
+    FieldsTaken,
+    /// `not_observed`: a child write the watch never showed.
+    NotObserved,
+}
+
+impl ChildOpLabel {
+    /// The label value, as listed on each variant.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildOpLabel::Create => "create",
+            ChildOpLabel::Update => "update",
+            ChildOpLabel::Delete => "delete",
+            ChildOpLabel::Adopt => "adopt",
+            ChildOpLabel::Release => "release",
+            ChildOpLabel::Skip => "skip",
+            ChildOpLabel::Error => "error",
+            ChildOpLabel::Contested => "contested",
+            ChildOpLabel::FieldsTaken => "fields_taken",
+            ChildOpLabel::NotObserved => "not_observed",
+        }
+    }
+}
 
 /// Prometheus' default histogram buckets (client_golang `DefBuckets`), which Metacontroller's hook
 /// duration histograms use.
@@ -189,7 +318,8 @@ impl HookSeries {
         }
     }
 
-    fn register(&self, registry: &mut Registry, hook: &str) {
+    fn register(&self, registry: &mut Registry, hook: HookKind) {
+        let hook = hook.as_str();
         registry.register(
             format!("metacontroller_{hook}_requests"),
             format!("{hook} hook requests by controller, url, HTTP code and method"),
@@ -314,9 +444,9 @@ impl Metrics {
             leader: Family::default(),
         };
         let r = &mut m.registry;
-        m.sync.register(r, "sync");
-        m.finalize.register(r, "finalize");
-        m.customize.register(r, "customize");
+        m.sync.register(r, HookKind::Sync);
+        m.finalize.register(r, HookKind::Finalize);
+        m.customize.register(r, HookKind::Customize);
         r.register(
             "kmeta_reconcile",
             "parent syncs by controller and result (ok|error)",
@@ -357,91 +487,64 @@ impl Metrics {
         m
     }
 
-    fn hook(&self, hook: &str) -> &HookSeries {
+    fn hook(&self, hook: HookKind) -> &HookSeries {
         match hook {
-            "finalize" => &self.finalize,
-            "customize" => &self.customize,
-            _ => &self.sync,
+            HookKind::Sync => &self.sync,
+            HookKind::Finalize => &self.finalize,
+            HookKind::Customize => &self.customize,
         }
     }
 
-    /// One finished hook request of a CompositeController (see [`Metrics::hook_request_of`]).
+    /// One finished request to the hook `target`: `code` is the HTTP status (`"200"`) or
+    /// `"error"` when no response arrived, `method` the HTTP method.
     pub fn hook_request(
         &self,
-        controller: &str,
-        hook: &str,
-        url: &str,
+        target: &HookTarget<'_>,
         method: &str,
         code: &str,
         elapsed: Duration,
     ) {
-        self.hook_request_of((COMPOSITE, controller), hook, url, method, code, elapsed);
-    }
-
-    /// One finished hook request of controller `(type, name)` (`type`: [`COMPOSITE`] or
-    /// [`DECORATOR`]). `hook` is `sync`, `finalize` or `customize`; `code` the HTTP status
-    /// (`"200"`) or `"error"` when no response arrived; `method` the HTTP method.
-    pub fn hook_request_of(
-        &self,
-        (controller_type, controller): (&str, &str),
-        hook: &str,
-        url: &str,
-        method: &str,
-        code: &str,
-        elapsed: Duration,
-    ) {
-        let s = self.hook(hook);
+        let s = self.hook(target.hook);
         s.requests
             .get_or_create(&HookLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
                 code: code.into(),
                 method: method.into(),
             })
             .inc();
         s.duration
             .get_or_create(&HookDurationLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
                 method: method.into(),
             })
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts a CompositeController's hook request as in flight until the guard is dropped.
-    pub fn hook_in_flight(&self, controller: &str, hook: &str, url: &str) -> InFlightGuard {
-        self.hook_in_flight_of((COMPOSITE, controller), hook, url)
-    }
-
-    /// Counts a hook request of controller `(type, name)` as in flight until the returned guard
-    /// is dropped.
-    pub fn hook_in_flight_of(
-        &self,
-        (controller_type, controller): (&str, &str),
-        hook: &str,
-        url: &str,
-    ) -> InFlightGuard {
+    /// Counts a request to the hook `target` as in flight until the returned guard is dropped.
+    pub fn hook_in_flight(&self, target: &HookTarget<'_>) -> InFlightGuard {
         let gauge = self
-            .hook(hook)
+            .hook(target.hook)
             .in_flight
             .get_or_create(&HookFlightLabels {
-                controller_name: controller.into(),
-                controller_type: controller_type.into(),
-                url: url.into(),
+                controller_name: target.controller.into(),
+                controller_type: target.controller_type.as_str().into(),
+                url: target.url.into(),
             })
             .clone();
         gauge.inc();
         InFlightGuard { gauge }
     }
 
-    /// One parent sync finished; `result` is `ok` or `error`.
-    pub fn reconcile(&self, controller: &str, result: &str, elapsed: Duration) {
+    /// One parent sync finished with `result`.
+    pub fn reconcile(&self, controller: &str, result: ReconcileResult, elapsed: Duration) {
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: controller.into(),
-                result: result.into(),
+                result: result.as_str().into(),
             })
             .inc();
         self.reconcile_duration
@@ -451,7 +554,10 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// How many syncs of `controller` finished with `result` (for tests and diagnostics).
+    /// How many syncs of `controller` finished with `result`, a label value
+    /// ([`ReconcileResult::as_str`]).
+    // for tests
+    #[doc(hidden)]
     pub fn reconcile_count(&self, controller: &str, result: &str) -> u64 {
         self.reconcile_total
             .get_or_create(&ResultLabels {
@@ -479,19 +585,20 @@ impl Metrics {
             .observe(wait.as_secs_f64());
     }
 
-    /// One child operation: `op` is `create`, `update`, `delete`, `adopt`, `release`, `skip`
-    /// (an update the API server ignored before, not sent again), `error`, `contested`,
-    /// `fields_taken` or `not_observed` (see the metrics table in `docs/operating.md`).
-    pub fn child_op(&self, controller: &str, op: &str) {
+    /// One child operation `op`.
+    pub fn child_op(&self, controller: &str, op: ChildOpLabel) {
         self.child_ops
             .get_or_create(&OpLabels {
                 controller: controller.into(),
-                op: op.into(),
+                op: op.as_str().into(),
             })
             .inc();
     }
 
-    /// How many child operations `op` of `controller` were counted (for tests and diagnostics).
+    /// How many child operations `op`, a label value ([`ChildOpLabel::as_str`]), of `controller`
+    /// were counted.
+    // for tests
+    #[doc(hidden)]
     pub fn child_op_count(&self, controller: &str, op: &str) -> u64 {
         self.child_ops
             .get_or_create(&OpLabels {
@@ -520,6 +627,8 @@ impl Metrics {
     }
 
     /// The `kmeta_child_drift` value of `controller`.
+    // for tests
+    #[doc(hidden)]
     pub fn child_drift_total(&self, controller: &str) -> i64 {
         self.drift
             .gauge
@@ -573,6 +682,8 @@ impl Metrics {
     }
 
     /// Events given up so far.
+    // for tests
+    #[doc(hidden)]
     pub fn events_failed(&self) -> u64 {
         self.events_failed.get()
     }
@@ -601,170 +712,6 @@ impl Metrics {
     }
 }
 
-/// Content type of the OpenMetrics 1.0.0 text exposition.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// Content type of the Prometheus text exposition format 0.0.4 (what client_golang serves, and
-/// Metacontroller with it, unless OpenMetrics is asked for).
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// The exposition formats `/metrics` serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Prometheus text format 0.0.4 (the default).
-    Text,
-    /// OpenMetrics 1.0.0 text.
-    OpenMetrics,
-}
-
-impl Format {
-    /// The `Content-Type` of an answer in this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Text => PROMETHEUS_TEXT,
-            Format::OpenMetrics => OPENMETRICS,
-        }
-    }
-}
-
-/// The format for a scrape's `Accept` header, as client_golang's `NegotiateIncludingOpenMetrics`
-/// chooses (protobuf aside): the media ranges by falling `q` (ties in header order, `q=0`
-/// excluded); the first that is `application/openmetrics-text` (version 1.0.0, 0.0.1 or none)
-/// or `text/plain` (version 0.0.4 or none) decides; otherwise — no header, `*/*`, anything
-/// else — text 0.0.4.
-pub fn negotiate(accept: Option<&str>) -> Format {
-    let mut ranges: Vec<(f64, Option<Format>)> = accept
-        .unwrap_or_default()
-        .split(',')
-        .map(media_range)
-        .filter(|(q, _)| *q > 0.0)
-        .collect();
-    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
-    ranges
-        .into_iter()
-        .find_map(|(_, f)| f)
-        .unwrap_or(Format::Text)
-}
-
-/// One `Accept` media range: its `q` (default 1) and the format it names, if any.
-fn media_range(range: &str) -> (f64, Option<Format>) {
-    let mut parts = range.split(';');
-    let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-    let (mut q, mut version) = (1.0, String::new());
-    for p in parts {
-        let Some((k, v)) = p.split_once('=') else {
-            continue;
-        };
-        let v = v.trim().trim_matches('"');
-        match k.trim().to_ascii_lowercase().as_str() {
-            "q" => q = v.parse().unwrap_or(0.0),
-            "version" => version = v.to_owned(),
-            _ => {}
-        }
-    }
-    let format = match (media.as_str(), version.as_str()) {
-        ("application/openmetrics-text", "" | "1.0.0" | "0.0.1") => Some(Format::OpenMetrics),
-        ("text/plain", "" | "0.0.4") => Some(Format::Text),
-        _ => None,
-    };
-    (q, format)
-}
-
-/// The Prometheus text format 0.0.4 of an OpenMetrics exposition: a counter's `# HELP`/`# TYPE`
-/// name carries its `_total` (the sample's name, as client_golang writes it; an info family's its
-/// `_info`); `_created` samples,
-/// `# UNIT` lines, exemplars and `# EOF` go; types 0.0.4 lacks become `untyped`; `\"` in help
-/// text becomes `"`. Sample lines are otherwise the same in both formats.
-pub fn text_004(openmetrics: &str) -> String {
-    let mut types: HashMap<&str, &str> = HashMap::new();
-    for line in openmetrics.lines() {
-        if let Some((name, kind)) = line.strip_prefix("# TYPE ").and_then(|r| r.split_once(' ')) {
-            types.insert(name, kind);
-        }
-    }
-    let renamed = |name: &str| match types.get(name) {
-        Some(&"counter") if !name.ends_with("_total") => format!("{name}_total"),
-        Some(&"info") if !name.ends_with("_info") => format!("{name}_info"),
-        _ => name.to_owned(),
-    };
-    let mut out = String::with_capacity(openmetrics.len());
-    for line in openmetrics.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            out.push_str(&format!("# HELP {} {}\n", renamed(name), help_004(help)));
-        } else if let Some((name, kind)) =
-            line.strip_prefix("# TYPE ").and_then(|r| r.split_once(' '))
-        {
-            let kind = match kind {
-                "counter" | "gauge" | "histogram" | "summary" => kind,
-                _ => "untyped",
-            };
-            out.push_str(&format!("# TYPE {} {kind}\n", renamed(name)));
-        } else if line.starts_with('#') || line.is_empty() || is_created(line, &types) {
-            // # EOF, # UNIT, comments; _created samples
-        } else {
-            out.push_str(without_exemplar(line));
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// True for a `<family>_created` sample of a counter, histogram or summary family.
-fn is_created(line: &str, types: &HashMap<&str, &str>) -> bool {
-    let name = line.split(['{', ' ']).next().unwrap_or_default();
-    name.strip_suffix("_created").is_some_and(|family| {
-        matches!(
-            types.get(family),
-            Some(&("counter" | "histogram" | "summary"))
-        )
-    })
-}
-
-/// OpenMetrics help text as 0.0.4 help text: `\"` unescaped (0.0.4 escapes only `\\` and `\n`).
-fn help_004(help: &str) -> String {
-    let mut out = String::with_capacity(help.len());
-    let mut chars = help.chars();
-    while let Some(c) = chars.next() {
-        match (c, c == '\\') {
-            (_, true) => match chars.next() {
-                Some('"') => out.push('"'),
-                Some(n) => {
-                    out.push('\\');
-                    out.push(n);
-                }
-                None => out.push('\\'),
-            },
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-/// A sample line without its exemplar (` # {labels} value`), which 0.0.4 lacks. Label values
-/// may hold `#`: the search starts after the label set.
-fn without_exemplar(line: &str) -> &str {
-    let mut labels_end = 0;
-    if let Some(open) = line.find('{') {
-        let (mut quoted, mut escaped) = (false, false);
-        for (i, c) in line[open..].char_indices() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => quoted = !quoted,
-                '}' if !quoted => {
-                    labels_end = open + i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-    }
-    match line[labels_end..].find(" # ") {
-        Some(at) => &line[..labels_end + at],
-        None => line,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,16 +723,24 @@ mod tests {
     #[test]
     fn hook_series_use_metacontroller_names_and_labels() {
         let m = Metrics::new();
-        m.hook_request(
-            "cc1",
-            "sync",
-            "http://hook/sync",
-            "POST",
-            "200",
-            Duration::from_millis(3),
-        );
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc1",
+            hook: HookKind::Sync,
+            url: "http://hook/sync",
+        };
+        m.hook_request(&target, "POST", "200", Duration::from_millis(3));
+        let decorator = HookTarget {
+            controller_type: ControllerType::Decorator,
+            controller: "dc1",
+            hook: HookKind::Customize,
+            url: "http://hook/customize",
+        };
+        m.hook_request(&decorator, "POST", "error", Duration::from_millis(3));
         let text = m.encode();
         let want = "metacontroller_sync_requests_total{controller_name=\"cc1\",controller_type=\"CompositeController\",url=\"http://hook/sync\",code=\"200\",method=\"POST\"} 1";
+        assert!(text.contains(want), "{text}");
+        let want = "metacontroller_customize_requests_total{controller_name=\"dc1\",controller_type=\"DecoratorController\",url=\"http://hook/customize\",code=\"error\",method=\"POST\"} 1";
         assert!(text.contains(want), "{text}");
         assert!(
             line(
@@ -799,11 +754,63 @@ mod tests {
     }
 
     #[test]
+    fn label_values_are_the_documented_ones() {
+        use ChildOpLabel::*;
+        let hooks = [HookKind::Sync, HookKind::Finalize, HookKind::Customize].map(HookKind::as_str);
+        assert_eq!(hooks, ["sync", "finalize", "customize"]);
+        let types =
+            [ControllerType::Composite, ControllerType::Decorator].map(ControllerType::as_str);
+        assert_eq!(types, ["CompositeController", "DecoratorController"]);
+        let results = [
+            ReconcileResult::Ok,
+            ReconcileResult::Error,
+            ReconcileResult::Retry,
+            ReconcileResult::Parked,
+        ]
+        .map(ReconcileResult::as_str);
+        assert_eq!(results, ["ok", "error", "retry", "parked"]);
+        let ops = [
+            Create,
+            Update,
+            Delete,
+            Adopt,
+            Release,
+            Skip,
+            Error,
+            Contested,
+            FieldsTaken,
+            NotObserved,
+        ]
+        .map(ChildOpLabel::as_str);
+        assert_eq!(
+            ops,
+            [
+                "create",
+                "update",
+                "delete",
+                "adopt",
+                "release",
+                "skip",
+                "error",
+                "contested",
+                "fields_taken",
+                "not_observed"
+            ]
+        );
+    }
+
+    #[test]
     fn in_flight_guard_decrements_on_drop() {
         let m = Metrics::new();
         let prefix = "metacontroller_customize_in_flight_requests{controller_name=\"cc\"";
-        let g1 = m.hook_in_flight("cc", "customize", "u");
-        let g2 = m.hook_in_flight("cc", "customize", "u");
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc",
+            hook: HookKind::Customize,
+            url: "u",
+        };
+        let g1 = m.hook_in_flight(&target);
+        let g2 = m.hook_in_flight(&target);
         assert!(line(&m.encode(), prefix).is_some_and(|l| l.ends_with(" 2")));
         drop(g1);
         drop(g2);
@@ -831,12 +838,12 @@ mod tests {
     #[test]
     fn reconcile_queue_and_api_series() {
         let m = Metrics::new();
-        m.reconcile("cc", "ok", Duration::from_millis(2));
-        m.reconcile("cc", "error", Duration::from_millis(2));
-        m.reconcile("cc", "ok", Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Ok, Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Error, Duration::from_millis(2));
+        m.reconcile("cc", ReconcileResult::Ok, Duration::from_millis(2));
         m.queue_depth("cc", 7);
         m.queue_wait("cc", Duration::from_millis(5));
-        m.child_op("cc", "create");
+        m.child_op("cc", ChildOpLabel::Create);
         m.api_request("patch", "409", Duration::from_millis(1));
         m.event_dropped();
         m.event_failed();
@@ -856,75 +863,15 @@ mod tests {
     }
 
     #[test]
-    fn negotiation_follows_accept_and_q_values() {
-        // what Prometheus sends when it may scrape OpenMetrics
-        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
-                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert_eq!(negotiate(Some(prometheus)), Format::OpenMetrics);
-        assert_eq!(
-            negotiate(Some("text/plain;version=0.0.4;q=0.9,*/*;q=0.1")),
-            Format::Text
-        );
-        assert_eq!(negotiate(None), Format::Text);
-        assert_eq!(negotiate(Some("*/*")), Format::Text);
-        assert_eq!(negotiate(Some("application/json")), Format::Text);
-        // the higher q wins whatever the order; q=0 means "not this"
-        assert_eq!(
-            negotiate(Some(
-                "text/plain;q=0.2, application/openmetrics-text; version=\"1.0.0\"; q=0.8"
-            )),
-            Format::OpenMetrics
-        );
-        assert_eq!(
-            negotiate(Some("application/openmetrics-text;q=0,text/plain;q=0.1")),
-            Format::Text
-        );
-        // a version kmeta does not write is skipped
-        assert_eq!(
-            negotiate(Some("application/openmetrics-text;version=2.0.0")),
-            Format::Text
-        );
-        assert_eq!(Format::Text.content_type(), PROMETHEUS_TEXT);
-        assert_eq!(Format::OpenMetrics.content_type(), OPENMETRICS);
-    }
-
-    #[test]
-    fn text_004_names_counters_with_total_and_drops_openmetrics_only_lines() {
-        let om = "# HELP a_requests requests with \\\"quotes\\\" and \\\\.\n\
-                  # TYPE a_requests counter\n\
-                  # UNIT a_requests requests\n\
-                  a_requests_total{url=\"http://h/#x} # {\"} 3 # {trace_id=\"1\"} 1.0\n\
-                  a_requests_created{url=\"u\"} 1.7e9\n\
-                  # HELP b_total already named.\n\
-                  # TYPE b_total counter\n\
-                  b_total 1\n\
-                  # HELP c build.\n\
-                  # TYPE c info\n\
-                  c_info{v=\"1\"} 1\n\
-                  # EOF\n";
-        let want = "# HELP a_requests_total requests with \\\"quotes\\\" and \\\\.\n\
-                    # TYPE a_requests_total counter\n\
-                    a_requests_total{url=\"http://h/#x} # {\"} 3\n\
-                    # HELP b_total already named.\n\
-                    # TYPE b_total counter\n\
-                    b_total 1\n\
-                    # HELP c_info build.\n\
-                    # TYPE c_info untyped\n\
-                    c_info{v=\"1\"} 1\n";
-        assert_eq!(text_004(om), want.replace("\\\"", "\""));
-    }
-
-    #[test]
     fn both_formats_carry_the_same_samples() {
         let m = Metrics::new();
-        m.hook_request(
-            "cc1",
-            "sync",
-            "http://h/s",
-            "POST",
-            "200",
-            Duration::from_millis(3),
-        );
+        let target = HookTarget {
+            controller_type: ControllerType::Composite,
+            controller: "cc1",
+            hook: HookKind::Sync,
+            url: "http://h/s",
+        };
+        m.hook_request(&target, "POST", "200", Duration::from_millis(3));
         m.queue_depth("cc1", 2);
         let om = m.encode_as(Format::OpenMetrics);
         let text = m.encode_as(Format::Text);

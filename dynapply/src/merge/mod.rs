@@ -5,13 +5,26 @@
 //! never visited, list items are merged where they stand when the list's keys line up with
 //! desired's (the common case) and moved (not cloned) when a list-map is rebuilt, and rule/path
 //! bookkeeping is a borrowed pointer per level.
+//!
+//! Beside the walk: the dry run that must agree with it (`dry_run.rs`), JSON equality and the
+//! hash consistent with it (`eq.rs`), and the small-map lookups both walks use (`lookup.rs`).
 
 use crate::error::Error;
 use crate::path::{KeyNames, Path, Seg};
 use crate::rules::{ListRule, Node};
 use crate::{MAX_DEPTH, MERGE_KEY_CANDIDATES, Ordering};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 use std::cell::RefCell;
+
+mod dry_run;
+mod eq;
+mod lookup;
+
+pub(crate) use dry_run::would_change;
+pub use eq::json_eq;
+use eq::{hash_value, list_eq_pruned, mix};
+pub(crate) use lookup::{in_step, mget, short_eq, vget, vget_mut};
+use lookup::{mget_mut, mhas};
 
 /// Per-merge settings threaded through the walk.
 #[derive(Clone, Copy)]
@@ -20,59 +33,6 @@ pub(crate) struct Ctx<'a> {
     /// When set, the paths of live fields and list items kept because neither desired nor
     /// last-applied mentions them are recorded here (for explanations; off in the hot path).
     pub(crate) kept: Option<&'a RefCell<Vec<String>>>,
-}
-
-/// Maps up to this many entries are searched by a linear scan of the (ordered) entries instead
-/// of hashing the key: Kubernetes objects are mostly small maps, and comparing a few short
-/// strings is several times cheaper than one SipHash.
-const SMALL_MAP: usize = 16;
-
-/// `m.get(k)`, linear for small maps.
-#[inline]
-pub(crate) fn mget<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
-    if m.len() <= SMALL_MAP {
-        m.iter()
-            .find(|(key, _)| short_eq(key.as_bytes(), k.as_bytes()))
-            .map(|(_, v)| v)
-    } else {
-        m.get(k)
-    }
-}
-
-/// `m.get_mut(k)`, linear for small maps.
-#[inline]
-fn mget_mut<'a>(m: &'a mut Map<String, Value>, k: &str) -> Option<&'a mut Value> {
-    if m.len() <= SMALL_MAP {
-        m.iter_mut()
-            .find(|(key, _)| short_eq(key.as_bytes(), k.as_bytes()))
-            .map(|(_, v)| v)
-    } else {
-        m.get_mut(k)
-    }
-}
-
-/// `m.contains_key(k)`, linear for small maps.
-#[inline]
-fn mhas(m: &Map<String, Value>, k: &str) -> bool {
-    mget(m, k).is_some()
-}
-
-/// `v.get(k)` for an object value, linear for small maps.
-#[inline]
-pub(crate) fn vget<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
-    match v {
-        Value::Object(m) => mget(m, k),
-        _ => None,
-    }
-}
-
-/// `v.get_mut(k)` for an object value, linear for small maps.
-#[inline]
-pub(crate) fn vget_mut<'a>(v: &'a mut Value, k: &str) -> Option<&'a mut Value> {
-    match v {
-        Value::Object(m) => mget_mut(m, k),
-        _ => None,
-    }
 }
 
 fn too_deep(path: &Path<'_>) -> Error {
@@ -583,32 +543,6 @@ fn candidate_bit(k: &str) -> u8 {
     }
 }
 
-/// Byte equality without a `memcmp` call for the short keys and values Kubernetes objects use:
-/// up to 32 bytes in at most two overlapping loads per side.
-#[inline]
-pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    #[inline(always)]
-    fn word<const W: usize>(s: &[u8], at: usize) -> [u8; W] {
-        let mut w = [0u8; W];
-        w.copy_from_slice(&s[at..at + W]);
-        w
-    }
-    match n {
-        0 => true,
-        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
-        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
-        17..=32 => {
-            word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16)
-        }
-        _ => a == b,
-    }
-}
-
 fn build_indexes(
     live: &[Value],
     last: &[Value],
@@ -901,389 +835,11 @@ fn rebuild_in_live_order(
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------------------
-// Dry run: would a merge change the live object? Read-only, no allocation for objects and
-// scalars; used by `apply_update` to answer `Unchanged` without cloning the live object.
-// It may answer `true` when the merge turns out to be a semantic no-op (the caller then runs the
-// real merge); it never answers `false` when the merge would change something.
-
-/// `live` equals `desired` with its nulls pruned (numbers by value, key order ignored).
-fn eq_pruned(live: &Value, desired: &Value) -> bool {
-    match (live, desired) {
-        (Value::Object(l), Value::Object(d)) => {
-            let mut n = 0;
-            let mut ls = l.iter();
-            for (k, dv) in d {
-                if dv.is_null() {
-                    continue;
-                }
-                n += 1;
-                if !in_step(&mut ls, l, k).is_some_and(|lv| eq_pruned(lv, dv)) {
-                    return false;
-                }
-            }
-            n == l.len()
-        }
-        (Value::Array(l), Value::Array(d)) => list_eq_pruned(l, d),
-        (l, d) => json_eq(l, d),
-    }
-}
-
-/// `live` equals the list `desired` with null items (and null fields) pruned.
-fn list_eq_pruned(live: &[Value], desired: &[Value]) -> bool {
-    let mut items = desired.iter().filter(|v| !v.is_null());
-    for lv in live {
-        match items.next() {
-            Some(dv) if eq_pruned(lv, dv) => {}
-            _ => return false,
-        }
-    }
-    items.next().is_none()
-}
-
-pub(crate) fn would_change(
-    live: &Value,
-    last: Option<&Value>,
-    desired: &Value,
-    rules: Option<&Node>,
-    ordering: Ordering,
-    depth: usize,
-) -> bool {
-    if depth > MAX_DEPTH {
-        return true;
-    }
-    match (live, desired) {
-        (Value::Object(lm), Value::Object(dm)) => {
-            let lastm = last.and_then(Value::as_object);
-            if let Some(lastm) = lastm
-                && !std::ptr::eq(lastm, dm)
-                && lastm.keys().any(|k| !mhas(dm, k) && mhas(lm, k))
-            {
-                return true;
-            }
-            let mut ls = lm.iter();
-            for (k, dv) in dm {
-                let lv = in_step(&mut ls, lm, k);
-                if dv.is_null() {
-                    if lv.is_some() {
-                        return true;
-                    }
-                    continue;
-                }
-                let Some(lv) = lv else { return true };
-                let sub_rules = rules.and_then(|r| r.child(k));
-                if would_change(
-                    lv,
-                    lastm.and_then(|m| mget(m, k)),
-                    dv,
-                    sub_rules,
-                    ordering,
-                    depth + 1,
-                ) {
-                    return true;
-                }
-            }
-            false
-        }
-        (Value::Array(la), Value::Array(da)) => {
-            let last_items = match last {
-                Some(Value::Array(items)) => items.as_slice(),
-                _ => &[],
-            };
-            list_would_change(la, last_items, da, rules, ordering, depth)
-        }
-        (lv, dv) => !eq_pruned(lv, dv),
-    }
-}
-
-fn list_would_change(
-    la: &[Value],
-    last: &[Value],
-    da: &[Value],
-    rules: Option<&Node>,
-    ordering: Ordering,
-    depth: usize,
-) -> bool {
-    if list_eq_pruned(la, da) {
-        return false;
-    }
-    let atomic = |la: &[Value], da: &[Value]| {
-        let mut items = da.iter().filter(|v| !v.is_null());
-        la.iter()
-            .any(|lv| !items.next().is_some_and(|dv| eq_pruned(lv, dv)))
-            || items.next().is_some()
-    };
-    let (mode, indexes) = match rules.and_then(|n| n.rule.as_ref()) {
-        Some(ListRule::Atomic) => return atomic(la, da),
-        Some(ListRule::Set) => match build_indexes(la, last, da, KeyMode::Whole) {
-            Some(indexes) => (KeyMode::Whole, indexes),
-            None => return atomic(la, da),
-        },
-        Some(ListRule::Map(keys)) => {
-            let mode = KeyMode::Fields {
-                names: KeyNames::Owned(keys),
-                defaults: rules.map(|n| n.key_defaults.as_slice()).unwrap_or(&[]),
-            };
-            let indexes = if all_objects(la) && all_objects(last) && all_objects(da) {
-                build_indexes(la, last, da, mode)
-            } else {
-                None
-            };
-            match indexes {
-                Some(indexes) => (mode, indexes),
-                None => return atomic(la, da),
-            }
-        }
-        None => match detect_convention(la, last, da) {
-            Some(found) => found,
-            None => return atomic(la, da),
-        },
-    };
-    let (state, live_of) = classify(la, last, da, mode, &indexes);
-    if state.contains(&REMOVED) {
-        return true;
-    }
-    let [_, last_idx, desired_idx] = &indexes;
-    // every desired item must already be in live, unchanged by its merge
-    for (i, d) in da.iter().enumerate() {
-        if d.is_null() {
-            continue;
-        }
-        let Some(j) = live_of[i] else { return true };
-        let last_item = if last_idx.aligned {
-            Some(&last[i])
-        } else {
-            last_idx
-                .find(last, desired_idx.hashes[i], d, mode, i)
-                .map(|k| &last[k])
-        };
-        if would_change(&la[j], last_item, d, rules, ordering, depth + 1) {
-            return true;
-        }
-    }
-    match ordering {
-        // live order is kept and nothing is appended: no reordering possible
-        Ordering::Metacontroller => false,
-        Ordering::Desired => desired_order_would_move(la.len(), da, &state, &live_of),
-    }
-}
-
-/// Whether rule 8's interleave ([`Ordering::Desired`]) would reorder a live list whose desired
-/// items are all present (`live_of[i]` is desired item `i`'s live position): it keeps live's
-/// order exactly when the emitted live positions strictly increase.
-fn desired_order_would_move(
-    live_len: usize,
-    da: &[Value],
-    state: &[u8],
-    live_of: &[Option<usize>],
-) -> bool {
-    let mut next_kept = 0;
-    let mut last_pos: Option<usize> = None;
-    let mut emit = |pos: usize| {
-        let ok = last_pos.is_none_or(|p| pos > p);
-        last_pos = Some(pos);
-        ok
-    };
-    for (i, d) in da.iter().enumerate() {
-        if d.is_null() {
-            continue;
-        }
-        let Some(pos) = live_of[i] else { return true };
-        while next_kept < live_len {
-            if state[next_kept] != KEPT {
-                next_kept += 1;
-                continue;
-            }
-            if next_kept < pos {
-                if !emit(next_kept) {
-                    return true;
-                }
-                next_kept += 1;
-            } else {
-                break;
-            }
-        }
-        if !emit(pos) {
-            return true;
-        }
-    }
-    while next_kept < live_len {
-        if state[next_kept] == KEPT && !emit(next_kept) {
-            return true;
-        }
-        next_kept += 1;
-    }
-    false
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON equality (numbers by value) and hashing consistent with it.
-
-fn int_of(n: &Number) -> Option<i128> {
-    n.as_i64()
-        .map(i128::from)
-        .or_else(|| n.as_u64().map(i128::from))
-}
-
-fn num_eq(a: &Number, b: &Number) -> bool {
-    match (int_of(a), int_of(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => match (a.as_f64(), b.as_f64()) {
-            (Some(x), Some(y)) => x == y,
-            _ => false,
-        },
-    }
-}
-
-/// Semantic JSON equality: object key order is ignored and numbers compare by value
-/// (`1` equals `1.0`).
-pub fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Null, Value::Null) => true,
-        (Value::Bool(x), Value::Bool(y)) => x == y,
-        (Value::Number(x), Value::Number(y)) => num_eq(x, y),
-        (Value::String(x), Value::String(y)) => short_eq(x.as_bytes(), y.as_bytes()),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            if x.len() != y.len() {
-                return false;
-            }
-            // same length, unique keys: every key of x found in y with an equal value
-            let mut ys = y.iter();
-            x.iter()
-                .all(|(k, v)| in_step(&mut ys, y, k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => false,
-    }
-}
-
-/// The value under `k` in `m`, trying first the next entry of `cursor` (an iterator over `m`
-/// walked in step with another map): maps built from one another list their keys in the same
-/// order, and then every lookup is one comparison. Falls back to [`mget`] (the cursor still
-/// moves on, so a later key can line up again).
-#[inline(always)]
-pub(crate) fn in_step<'a>(
-    cursor: &mut serde_json::map::Iter<'a>,
-    m: &'a Map<String, Value>,
-    k: &str,
-) -> Option<&'a Value> {
-    match cursor.next() {
-        Some((key, v)) if short_eq(key.as_bytes(), k.as_bytes()) => Some(v),
-        _ => mget(m, k),
-    }
-}
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-#[inline]
-fn mix(h: u64, w: u64) -> u64 {
-    (h.rotate_left(5) ^ w).wrapping_mul(SEED)
-}
-
-fn hash_bytes(bytes: &[u8]) -> u64 {
-    let mut h = mix(0, bytes.len() as u64);
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let mut buf = [0u8; 8];
-        buf.copy_from_slice(c);
-        h = mix(h, u64::from_le_bytes(buf));
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        h = mix(h, u64::from_le_bytes(buf));
-    }
-    h
-}
-
-/// A hash consistent with [`json_eq`]: equal values hash equally.
-fn hash_value(v: &Value) -> u64 {
-    match v {
-        Value::Null => 1,
-        Value::Bool(b) => 2 + u64::from(*b),
-        Value::Number(n) => {
-            let f = n.as_f64().unwrap_or(0.0);
-            let f = if f == 0.0 { 0.0 } else { f };
-            mix(4, f.to_bits())
-        }
-        Value::String(s) => mix(5, hash_bytes(s.as_bytes())),
-        Value::Array(items) => items.iter().fold(mix(6, items.len() as u64), |h, item| {
-            mix(h, hash_value(item))
-        }),
-        Value::Object(m) => {
-            let sum = m.iter().fold(0u64, |acc, (k, v)| {
-                acc.wrapping_add(mix(hash_bytes(k.as_bytes()), hash_value(v)))
-            });
-            mix(7, sum)
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn short_eq_is_byte_equality_at_every_length_and_position() {
-        for n in 0..72usize {
-            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
-            assert!(short_eq(&a, &a.clone()), "equal, length {n}");
-            for at in 0..n {
-                let mut b = a.clone();
-                b[at] ^= 0x20;
-                assert!(!short_eq(&a, &b), "length {n}, differing at {at}");
-            }
-            let mut longer = a.clone();
-            longer.push(b'z');
-            assert!(!short_eq(&a, &longer), "lengths {n} and {}", n + 1);
-        }
-    }
-
-    #[test]
-    fn json_eq_pairs_keys_in_any_order() {
-        // in step, out of step, and out of step after a common prefix
-        let a = json!({"a": 1, "b": {"x": [1, 2]}, "c": "s"});
-        assert!(json_eq(&a, &json!({"a": 1, "b": {"x": [1, 2]}, "c": "s"})));
-        assert!(json_eq(&a, &json!({"c": "s", "b": {"x": [1, 2]}, "a": 1})));
-        assert!(json_eq(&a, &json!({"a": 1, "c": "s", "b": {"x": [1, 2]}})));
-        assert!(!json_eq(&a, &json!({"a": 1, "c": "s", "b": {"x": [2, 1]}})));
-        assert!(!json_eq(&a, &json!({"a": 1, "b": {"x": [1, 2]}, "d": "s"})));
-    }
-
-    #[test]
-    fn json_eq_numbers_by_value_and_key_order() {
-        assert!(json_eq(&json!(1), &json!(1.0)));
-        assert!(!json_eq(&json!(80), &json!("80")));
-        assert!(json_eq(
-            &json!({"a": 1, "b": 2}),
-            &json!({"b": 2, "a": 1.0})
-        ));
-        assert!(!json_eq(&json!([1, 2]), &json!([2, 1])));
-        assert!(json_eq(&json!(u64::MAX), &json!(u64::MAX)));
-        assert!(!json_eq(&json!(-1), &json!(u64::MAX)));
-    }
-
-    #[test]
-    fn hash_is_consistent_with_eq() {
-        let pairs = [
-            (json!(1), json!(1.0)),
-            (json!(0.0), json!(-0.0)),
-            (
-                json!({"a": 1, "b": [1, "x"]}),
-                json!({"b": [1.0, "x"], "a": 1}),
-            ),
-        ];
-        for (a, b) in pairs {
-            assert!(json_eq(&a, &b));
-            assert_eq!(hash_value(&a), hash_value(&b), "{a} vs {b}");
-        }
-        assert_ne!(hash_value(&json!("80")), hash_value(&json!(80)));
-    }
 
     #[test]
     fn candidate_bits_follow_the_candidate_list() {

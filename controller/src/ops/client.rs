@@ -1,0 +1,42 @@
+//! Kubernetes clients as kmeta builds them: kmeta's User-Agent on every request, the client-side
+//! rate limit ([`RateLimitLayer`]) outermost, so a request retried by kube's built-in retry policy
+//! (429/503/504) takes a single token, and for the work's client under leader election the write
+//! [`crate::ops::fence`] innermost.
+
+use std::sync::Arc;
+
+use crate::ops::fence::{Fence, FenceLayer};
+use crate::ops::metrics::Metrics;
+use crate::ops::ratelimit::{RateLimit, RateLimitLayer};
+
+pub use crate::runtime::kapi::{user_agent, with_user_agent};
+
+/// A [`kube::Client`] for `config` (with kmeta's User-Agent) whose every request goes through a
+/// [`RateLimitLayer`] with `limits` (its own bucket: clients built separately do not share
+/// tokens) and is counted in `metrics`.
+pub fn build(
+    config: kube::Config,
+    limits: RateLimit,
+    metrics: Arc<Metrics>,
+) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
+    Ok(builder
+        .with_layer(&RateLimitLayer::new(limits, metrics))
+        .build())
+}
+
+/// As [`build`], with every write checked against `fence` once its rate-limit wait is over
+/// (the fence is the innermost layer, so a write that waited for a token while the Lease was
+/// lost is still refused).
+pub fn build_fenced(
+    config: kube::Config,
+    limits: RateLimit,
+    metrics: Arc<Metrics>,
+    fence: Fence,
+) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
+    Ok(builder
+        .with_layer(&FenceLayer::new(fence))
+        .with_layer(&RateLimitLayer::new(limits, metrics))
+        .build())
+}
