@@ -52,8 +52,8 @@ mod server;
 pub use child::{ChildBuilder, child};
 pub use kmeta_wire::{
     CustomizeRequest, CustomizeResponse, DecoratorFinalizeRequest, DecoratorFinalizeResponse,
-    DecoratorSyncRequest, DecoratorSyncResponse, FinalizeRequest, FinalizeResponse, ObjectMap,
-    HookEvent, HookEventType, RelatedResourceRule, SyncRequest, SyncResponse, WireFields,
+    DecoratorSyncRequest, DecoratorSyncResponse, FinalizeRequest, FinalizeResponse, HookEvent,
+    HookEventType, ObjectMap, RelatedResourceRule, SyncRequest, SyncResponse, WireFields,
     group_key,
 };
 pub use server::{Hooks, router};

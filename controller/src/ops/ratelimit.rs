@@ -10,8 +10,8 @@
 //!   instant and returns how long the caller must wait.
 //! - [`RateLimitLayer`] / [`RateLimitService`] is the tower middleware: it reserves a token when
 //!   the request is handed to it, waits, then sends the request. A watch is one request, so it
-//!   counts once, when it starts. It records [`Metrics::rate_limited`] for every request that had
-//!   to wait and [`Metrics::api_request`] (verb, HTTP code or `"error"`, time to the response
+//!   counts once, when it starts. It records `Metrics::rate_limited` for every request that had
+//!   to wait and `Metrics::api_request` (verb, HTTP code or `"error"`, time to the response
 //!   headers, excluding the limiter's wait) for every request.
 //!
 //! [`crate::ops::client`] builds the [`kube::Client`]s that go through the layer.

@@ -32,7 +32,7 @@ pub use exposition::{Format, OPENMETRICS, PROMETHEUS_TEXT, negotiate, text_004};
 
 /// A hook kind: the `<hook>` of the `metacontroller_<hook>_*` series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HookKind {
+pub(crate) enum HookKind {
     /// `sync`
     Sync,
     /// `finalize`
@@ -55,7 +55,7 @@ impl HookKind {
 /// A controller kind: the `controller_type` label of the hook series, as Metacontroller writes
 /// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ControllerType {
+pub(crate) enum ControllerType {
     /// `CompositeController`
     Composite,
     /// `DecoratorController`
@@ -75,7 +75,7 @@ impl ControllerType {
 /// The hook a request went to: the labels the three hook series share (with `code` and
 /// `method`, which vary per request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HookTarget<'a> {
+pub(crate) struct HookTarget<'a> {
     /// The kind of the controller whose hook it is.
     pub controller_type: ControllerType,
     /// The controller's name.
@@ -88,7 +88,7 @@ pub struct HookTarget<'a> {
 
 /// How one parent sync ended: the `result` label of `kmeta_reconcile_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReconcileResult {
+pub(crate) enum ReconcileResult {
     /// `ok`: the sync finished.
     Ok,
     /// `error`: the sync failed and is retried with backoff.
@@ -115,7 +115,7 @@ impl ReconcileResult {
 /// A child operation: the `op` label of `kmeta_child_operations_total` (see the metrics table in
 /// `docs/operating.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ChildOpLabel {
+pub(crate) enum ChildOpLabel {
     /// `create`
     Create,
     /// `update`
@@ -375,7 +375,7 @@ impl Default for Metrics {
 
 /// Decrements a hook's in-flight gauge when dropped.
 #[must_use = "the request counts as in flight until the guard is dropped"]
-pub struct InFlightGuard {
+pub(crate) struct InFlightGuard {
     gauge: Gauge,
 }
 
@@ -497,7 +497,7 @@ impl Metrics {
 
     /// One finished request to the hook `target`: `code` is the HTTP status (`"200"`) or
     /// `"error"` when no response arrived, `method` the HTTP method.
-    pub fn hook_request(
+    pub(crate) fn hook_request(
         &self,
         target: &HookTarget<'_>,
         method: &str,
@@ -525,7 +525,7 @@ impl Metrics {
     }
 
     /// Counts a request to the hook `target` as in flight until the returned guard is dropped.
-    pub fn hook_in_flight(&self, target: &HookTarget<'_>) -> InFlightGuard {
+    pub(crate) fn hook_in_flight(&self, target: &HookTarget<'_>) -> InFlightGuard {
         let gauge = self
             .hook(target.hook)
             .in_flight
@@ -540,7 +540,7 @@ impl Metrics {
     }
 
     /// One parent sync finished with `result`.
-    pub fn reconcile(&self, controller: &str, result: ReconcileResult, elapsed: Duration) {
+    pub(crate) fn reconcile(&self, controller: &str, result: ReconcileResult, elapsed: Duration) {
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: controller.into(),
@@ -568,7 +568,7 @@ impl Metrics {
     }
 
     /// The current length of a controller's work queue.
-    pub fn queue_depth(&self, controller: &str, depth: usize) {
+    pub(crate) fn queue_depth(&self, controller: &str, depth: usize) {
         self.queue_depth
             .get_or_create(&ControllerLabels {
                 controller: controller.into(),
@@ -577,7 +577,7 @@ impl Metrics {
     }
 
     /// How long a parent waited in the queue before its sync started.
-    pub fn queue_wait(&self, controller: &str, wait: Duration) {
+    pub(crate) fn queue_wait(&self, controller: &str, wait: Duration) {
         self.queue_wait
             .get_or_create(&ControllerLabels {
                 controller: controller.into(),
@@ -586,7 +586,7 @@ impl Metrics {
     }
 
     /// One child operation `op`.
-    pub fn child_op(&self, controller: &str, op: ChildOpLabel) {
+    pub(crate) fn child_op(&self, controller: &str, op: ChildOpLabel) {
         self.child_ops
             .get_or_create(&OpLabels {
                 controller: controller.into(),
@@ -610,19 +610,19 @@ impl Metrics {
 
     /// The number of children one parent has after its sync. The `kmeta_children` gauge is the
     /// sum over the controller's parents; the parent uid is never a label.
-    pub fn children(&self, controller: &str, parent_uid: &str, count: usize) {
+    pub(crate) fn children(&self, controller: &str, parent_uid: &str, count: usize) {
         self.update_children(controller, |m| m.set(parent_uid, count));
     }
 
     /// A parent is gone (deleted): drop its children from the controller's sum.
-    pub fn parent_gone(&self, controller: &str, parent_uid: &str) {
+    pub(crate) fn parent_gone(&self, controller: &str, parent_uid: &str) {
         self.update_children(controller, |m| m.set(parent_uid, 0));
         self.update_drift(controller, |m| m.set(parent_uid, 0));
     }
 
     /// The number of one parent's children left drifted at its last sync. The
     /// `kmeta_child_drift` gauge is the sum over the controller's parents.
-    pub fn child_drift(&self, controller: &str, parent_uid: &str, count: usize) {
+    pub(crate) fn child_drift(&self, controller: &str, parent_uid: &str, count: usize) {
         self.update_drift(controller, |m| m.set(parent_uid, count));
     }
 
@@ -643,7 +643,7 @@ impl Metrics {
     }
 
     /// A controller stopped: forget its children sum.
-    pub fn controller_stopped(&self, controller: &str) {
+    pub(crate) fn controller_stopped(&self, controller: &str) {
         self.update_children(controller, ParentCounts::clear);
         self.update_drift(controller, ParentCounts::clear);
         self.queue_depth(controller, 0);
@@ -655,7 +655,7 @@ impl Metrics {
 
     /// One Kubernetes API request: `verb` is the Kubernetes verb (`get`, `list`, `watch`, `create`,
     /// `update`, `patch`, `delete`, ...), `code` the HTTP status or `"error"`.
-    pub fn api_request(&self, verb: &str, code: &str, elapsed: Duration) {
+    pub(crate) fn api_request(&self, verb: &str, code: &str, elapsed: Duration) {
         let labels = ApiLabels {
             verb: verb.into(),
             code: code.into(),
@@ -667,17 +667,17 @@ impl Metrics {
     }
 
     /// An API request waited `wait` for the client-side rate limiter.
-    pub fn rate_limited(&self, wait: Duration) {
+    pub(crate) fn rate_limited(&self, wait: Duration) {
         self.rate_limit_wait.observe(wait.as_secs_f64());
     }
 
     /// An Event was dropped by the events rate limit.
-    pub fn event_dropped(&self) {
+    pub(crate) fn event_dropped(&self) {
         self.events_dropped.inc();
     }
 
     /// An Event was given up: the API server did not take it (`crate::ops::events`).
-    pub fn event_failed(&self) {
+    pub(crate) fn event_failed(&self) {
         self.events_failed.inc();
     }
 
@@ -689,7 +689,7 @@ impl Metrics {
     }
 
     /// Whether this instance holds the leader Lease `lease`.
-    pub fn leader(&self, lease: &str, leading: bool) {
+    pub(crate) fn leader(&self, lease: &str, leading: bool) {
         self.leader
             .get_or_create(&LeaseLabels { name: lease.into() })
             .set(i64::from(leading));
