@@ -557,6 +557,19 @@ impl Env {
         .await
     }
 
+    /// Waits until `controller` decided more than `after` syncs ([`Env::decided_syncs`]).
+    pub async fn wait_decided_syncs(&self, controller: &str, after: u64) -> anyhow::Result<u64> {
+        eventually(
+            &format!("a decided sync of {controller} after #{after}"),
+            TIMEOUT,
+            || async {
+                let n = self.decided_syncs(controller);
+                Ok((n > after).then_some(n))
+            },
+        )
+        .await
+    }
+
     /// Waits for an events.k8s.io/v1 Event in `ns` (None: any namespace) that `matches`, and
     /// returns it.
     pub async fn wait_event(

@@ -367,6 +367,8 @@ pub enum Reason {
     ChildFieldsIgnored,
     /// Events a hook asked for were invalid or too many (`events` in its answer).
     HookEventInvalid,
+    /// kmeta leaves the object alone: `kmeta.dev/paused` on it or on its controller.
+    Paused,
 }
 
 impl Reason {
@@ -387,13 +389,17 @@ impl Reason {
             Reason::ChildDrift => "ChildDrift",
             Reason::ChildFieldsIgnored => "ChildFieldsIgnored",
             Reason::HookEventInvalid => "HookEventInvalid",
+            Reason::Paused => "Paused",
         }
     }
 
     /// Whether the Event is a Warning (else Normal): every reason but a controller starting,
     /// stopping or releasing its targets.
     pub fn is_warning(self) -> bool {
-        !matches!(self, Reason::Started | Reason::Stopped | Reason::Released)
+        !matches!(
+            self,
+            Reason::Started | Reason::Stopped | Reason::Released | Reason::Paused
+        )
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource as _};
+use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -23,6 +23,7 @@ use crate::api::{CompositeController, DecoratorController};
 use crate::ops::events::Reason;
 use crate::reconcile::composite::{BuildError, CompositeRunner};
 use crate::reconcile::core::{Context, ManagerConfig};
+use crate::reconcile::decide;
 use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
 
 /// The controller kinds the manager runs.
@@ -147,11 +148,20 @@ impl ControllerKind for DecoratorController {
 
 struct Running<S> {
     spec: S,
+    /// `kmeta.dev/paused` on the controller object: toggling it restarts the controller, whose
+    /// syncs then pause or resume every one of its objects.
+    paused: bool,
     stop: CancellationToken,
     /// Cancelled once the controller's task has returned (no sync in flight any more).
     finished: CancellationToken,
     /// This entry releases a deleted object instead of running a controller.
     releasing: bool,
+}
+
+/// Whether a controller object carries `kmeta.dev/paused: "true"`.
+fn paused_object(obj: &impl Resource) -> bool {
+    let annotations = obj.meta().annotations.iter().flatten();
+    decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 fn obj_value<T: Serialize>(obj: &T) -> Value {
@@ -432,7 +442,8 @@ impl<K: ControllerKind> Controllers<K> {
         let releasing = K::needs_release(&obj);
         // released once: never run again, whatever still holds the object
         if let Some(r) = self.running.get(&name)
-            && (r.releasing || (!releasing && r.spec == *K::spec(&obj)))
+            && (r.releasing
+                || (!releasing && r.spec == *K::spec(&obj) && r.paused == paused_object(&obj)))
         {
             return;
         }
@@ -454,6 +465,7 @@ impl<K: ControllerKind> Controllers<K> {
             name,
             Running {
                 spec: K::spec(&obj).clone(),
+                paused: paused_object(&obj),
                 stop: stop.clone(),
                 finished: finished.clone(),
                 releasing,

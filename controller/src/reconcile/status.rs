@@ -97,6 +97,23 @@ pub async fn report_failure(
     parent: &Value,
     message: &str,
 ) -> Result<Option<String>, SyncError> {
+    report_condition(
+        ctx,
+        resource,
+        parent,
+        decide::Condition::sync_failure(message),
+    )
+    .await
+}
+
+/// Sets `condition` on the parent's status (only when it differs from what is there;
+/// UID-guarded, resourceVersion-checked); returns the resourceVersion written, if any.
+pub async fn report_condition(
+    ctx: &Context,
+    resource: &Resolved,
+    parent: &Value,
+    condition: decide::Condition<'_>,
+) -> Result<Option<String>, SyncError> {
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
@@ -107,7 +124,7 @@ pub async fn report_failure(
         meta_str(parent, "name"),
         meta_str(parent, "uid"),
         true,
-        |live| match decide::with_sync_failure(live, message, &now) {
+        |live| match decide::with_condition(live, condition, &now) {
             Some(next) => {
                 *live = next;
                 true
@@ -118,7 +135,8 @@ pub async fn report_failure(
     .await
     .map(|u| u.written().map(resource_version))
     .map_err(api_err(format!(
-        "reporting failure on {}",
+        "writing the {} condition of {}",
+        condition.type_,
         describe(parent)
     )))
 }

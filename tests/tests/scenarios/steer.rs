@@ -65,3 +65,215 @@ async fn a_hooks_events_are_published_on_the_parent(mode: HookMode) -> anyhow::R
     );
     s.finish().await
 }
+
+/// One ConfigMap per name in the parent's `spec.children`.
+fn children_from_spec(_hook: &str, req: &Value) -> Reply {
+    let names = req["parent"]["spec"]["children"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let children: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}))
+        .collect();
+    Reply::Json(json!({"status": {"children": names.len()}, "children": children}))
+}
+
+fn condition<'p>(parent: &'p Value, type_: &str) -> Option<&'p Value> {
+    parent["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+const PAUSED: &str = "kmeta.dev/paused";
+
+each_hook_mode!(a_paused_parent_keeps_its_children_while_the_hook_would_delete_them);
+async fn a_paused_parent_keeps_its_children_while_the_hook_would_delete_them(
+    mode: HookMode,
+) -> anyhow::Result<()> {
+    let s = Scenario::new("pause")
+        .hook_mode(mode)
+        .crd("Thing", "things")
+        .hook(children_from_spec)
+        .controller(Cc::new("things-cc"))
+        .parent("one", json!({"children": ["a", "b"]}))
+        .start()
+        .await?;
+    s.wait_child("a").await?;
+    s.wait_child("b").await?;
+    // paused, and in the same write the hook is told to delete every child
+    let patch = json!({"metadata": {"annotations": {PAUSED: "true"}}, "spec": {"children": []}});
+    s.merge_patch(&s.parents(), "one", patch).await?;
+    let parent = s
+        .wait_parent("one", "a Paused condition", |p| {
+            condition(p, "Paused").is_some_and(|c| c["status"] == "True")
+        })
+        .await?;
+    let message = condition(&parent, "Paused").map(|c| c["message"].clone());
+    assert_eq!(
+        message,
+        Some(json!("kmeta.dev/paused is \"true\" on this object"))
+    );
+    s.wait_event("a Paused event", Some(&s.ns), |e| {
+        e["reason"] == "Paused" && e["regarding"]["name"] == "one" && e["type"] == "Normal"
+    })
+    .await?;
+    // the sync that read the pause (and every later one) called no hook and wrote no child
+    for req in s.hooks().calls("sync") {
+        assert!(
+            req["parent"]["metadata"]["annotations"][PAUSED].is_null(),
+            "the hook was called for a paused parent: {req}"
+        );
+    }
+    assert!(s.get(&s.configmaps(), "a").await?.is_some(), "child a kept");
+    assert!(s.get(&s.configmaps(), "b").await?.is_some(), "child b kept");
+
+    // resumed: at once, the hook's answer applies and its status replaces the condition
+    let resume = json!({"metadata": {"annotations": {PAUSED: null}}});
+    s.merge_patch(&s.parents(), "one", resume).await?;
+    s.wait_parent("one", "resumed: the hook's status, no Paused", |p| {
+        p["status"]["children"] == 0 && condition(p, "Paused").is_none()
+    })
+    .await?;
+    eventually("children deleted after the resume", TIMEOUT, || async {
+        let a = s.get(&s.configmaps(), "a").await?;
+        let b = s.get(&s.configmaps(), "b").await?;
+        Ok((a.is_none() && b.is_none()).then_some(()))
+    })
+    .await?;
+    s.finish().await
+}
+
+/// `kmeta.dev/paused` on the CompositeController pauses all of its parents; removing it resumes
+/// them (webhook mode: in-process hooks have no CompositeController object to annotate).
+#[tokio::test]
+async fn a_paused_controller_pauses_every_parent() -> anyhow::Result<()> {
+    let s = Scenario::new("pause-cc")
+        .crd("Thing", "things")
+        .hook(children_from_spec)
+        .controller(Cc::new("things-cc"))
+        .parent("one", json!({"children": ["a"]}))
+        .parent("two", json!({"children": ["b"]}))
+        .start()
+        .await?;
+    s.wait_child("a").await?;
+    s.wait_child("b").await?;
+    let cc = s.controllers().list(&Default::default()).await?;
+    let cc_name = cc
+        .items
+        .first()
+        .and_then(|c| c.metadata.name.clone())
+        .unwrap_or_default();
+    let pause = json!({"metadata": {"annotations": {PAUSED: "true"}}});
+    s.merge_patch(&s.controllers(), &cc_name, pause).await?;
+    for name in ["one", "two"] {
+        let p = s
+            .wait_parent(name, "Paused by its controller", |p| {
+                condition(p, "Paused").is_some()
+            })
+            .await?;
+        let message = condition(&p, "Paused").map(|c| c["message"].clone());
+        let want = format!("kmeta.dev/paused is \"true\" on its CompositeController {cc_name}");
+        assert_eq!(message, Some(json!(want)));
+    }
+    // while paused, a change reaches no hook and no child
+    s.merge_patch(&s.parents(), "one", json!({"spec": {"children": []}}))
+        .await?;
+    let resume = json!({"metadata": {"annotations": {PAUSED: null}}});
+    s.merge_patch(&s.controllers(), &cc_name, resume).await?;
+    s.wait_parent("one", "resumed", |p| {
+        condition(p, "Paused").is_none() && p["status"]["children"] == 0
+    })
+    .await?;
+    s.wait_parent("two", "resumed", |p| condition(p, "Paused").is_none())
+        .await?;
+    assert!(
+        s.get(&s.configmaps(), "b").await?.is_some(),
+        "two's child kept"
+    );
+    s.finish().await
+}
+
+/// A paused parent that is deleted: with a finalize hook, kmeta's finalizer keeps it and the
+/// finalize hook waits for the resume; without one, its children are garbage collected.
+#[tokio::test]
+async fn a_paused_parent_being_deleted_is_finalized_only_once_resumed() -> anyhow::Result<()> {
+    let hook = |hook: &str, req: &Value| match hook {
+        "finalize" => Reply::Json(json!({"finalized": true})),
+        _ => children_from_spec(hook, req),
+    };
+    let s = Scenario::new("pause-delete")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("fin-cc").hook("finalize"))
+        .parent("one", json!({"children": ["a"]}))
+        .start()
+        .await?;
+    let (things, fin) = (s.parents(), "metacontroller.io/compositecontroller-fin-cc");
+    s.wait_child("a").await?;
+    let has_fin = |p: &Value| {
+        p["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == fin))
+    };
+    s.wait_parent("one", "kmeta's finalizer", has_fin).await?;
+    s.merge_patch(
+        &things,
+        "one",
+        json!({"metadata": {"annotations": {PAUSED: "true"}}}),
+    )
+    .await?;
+    s.wait_parent("one", "Paused", |p| condition(p, "Paused").is_some())
+        .await?;
+    things.delete("one", &Default::default()).await?;
+    // two syncs of the terminating parent: the second read a version that is being deleted
+    for poke in ["1", "2"] {
+        let before = s.decided_syncs("fin-cc");
+        let patch = json!({"metadata": {"annotations": {"poke": poke}}});
+        s.merge_patch(&things, "one", patch).await?;
+        s.wait_decided_syncs("fin-cc", before).await?;
+    }
+    let held = s.get(&things, "one").await?.unwrap_or_default();
+    assert!(held["metadata"]["deletionTimestamp"].is_string() && has_fin(&held));
+    assert_eq!(s.hooks().count("finalize"), 0, "finalized while paused");
+    assert!(s.get(&s.configmaps(), "a").await?.is_some());
+    // resumed: finalized and gone
+    s.merge_patch(
+        &things,
+        "one",
+        json!({"metadata": {"annotations": {PAUSED: null}}}),
+    )
+    .await?;
+    s.wait_gone(&things, "one", "finalized once resumed")
+        .await?;
+    assert!(s.hooks().count("finalize") >= 1);
+    s.finish().await
+}
+
+#[tokio::test]
+async fn a_paused_parent_deleted_without_a_finalize_hook_loses_its_children() -> anyhow::Result<()>
+{
+    let s = Scenario::new("pause-gc")
+        .crd("Thing", "things")
+        .hook(children_from_spec)
+        .controller(Cc::new("gc-cc"))
+        .parent("one", json!({"children": ["a"]}))
+        .start()
+        .await?;
+    s.wait_child("a").await?;
+    let things = s.parents();
+    s.merge_patch(
+        &things,
+        "one",
+        json!({"metadata": {"annotations": {PAUSED: "true"}}}),
+    )
+    .await?;
+    s.wait_parent("one", "Paused", |p| condition(p, "Paused").is_some())
+        .await?;
+    things.delete("one", &Default::default()).await?;
+    s.wait_gone(&things, "one", "the parent deleted").await?;
+    s.wait_gone(&s.configmaps(), "a", "its child garbage collected")
+        .await?;
+    s.finish().await
+}

@@ -564,6 +564,18 @@ impl CompositeState {
         own.remove(uid)
     }
 
+    /// Why kmeta leaves `parent` alone, when `kmeta.dev/paused` is set on it or on this
+    /// CompositeController.
+    pub fn pause_reason(&self, parent: &Value) -> Option<String> {
+        let annotations = self.cc.metadata.annotations.iter().flatten();
+        let controller =
+            crate::reconcile::decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())));
+        crate::reconcile::decide::pause_reason(
+            parent,
+            controller.then_some(("CompositeController", self.name.as_str())),
+        )
+    }
+
     /// Is this parent selected by `parentResource.labelSelector`?
     pub fn selected(&self, parent: &Value) -> Result<bool, SyncError> {
         match &self.cc.spec.parent_resource.label_selector {

@@ -19,6 +19,7 @@ use crate::hook::wire::SyncResponse;
 use crate::object::{
     ObjectView, controller_ref, controller_uid, describe, has_finalizer, is_deleting, meta_str,
 };
+use crate::ops::events::Reason;
 use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
@@ -42,6 +43,11 @@ pub async fn sync_parent(
     };
     let fin = finalizer_name(&c.name);
     let selected = c.selected(&cached)?;
+    if (selected || has_finalizer(&cached, &fin))
+        && let Some(why) = c.pause_reason(&cached)
+    {
+        return pause(c, &cached, &why).await;
+    }
     let Some(parent) = ensure_finalizer(c, cached.clone(), &fin).await? else {
         return Ok(None);
     };
@@ -138,6 +144,25 @@ async fn call_sync_hook(
     }
     let response = chosen_hook(c, finalizing).decode_sync(&body)?;
     Ok(Called::Answered(response, fingerprint))
+}
+
+/// Step: kmeta leaves a paused parent alone — no hook call, no child write, no finalizer change
+/// — and says so with a `Paused` condition, and an event when the condition is set. Removing the
+/// annotation is a change of the parent: its next sync writes the hook's status, without it.
+async fn pause(
+    c: &CompositeState,
+    parent: &Value,
+    why: &str,
+) -> Result<Option<Duration>, SyncError> {
+    let condition = decide::Condition::paused(why);
+    if status::report_condition(&c.ctx, &c.parent, parent, condition)
+        .await?
+        .is_some()
+    {
+        let note = format!("Paused: {why}; no hook call and no child write until it is removed");
+        c.ctx.event(parent, Reason::Paused, note).await;
+    }
+    Ok(None)
 }
 
 /// Step: waits while the watch has not shown this controller's last writes for `parent` — its

@@ -9,6 +9,33 @@ use crate::object::{has_finalizer, is_deleting, meta};
 // ---------------------------------------------------------------------------------------------
 // finalizer and hook choice
 
+/// The annotation that pauses kmeta, with the value `"true"`: on a parent (or decorator target),
+/// for that object; on a CompositeController or DecoratorController, for all of its objects. A
+/// paused object gets no hook call, no child write and no finalizer change (kmeta's own
+/// extension; Metacontroller has none).
+pub const PAUSED_ANNOTATION: &str = "kmeta.dev/paused";
+
+/// Whether `annotations` (an object's) pause kmeta.
+pub fn paused_by<'a>(mut annotations: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
+    annotations.any(|(k, v)| k == PAUSED_ANNOTATION && v == "true")
+}
+
+/// Why kmeta leaves `obj` alone, when it does: `kmeta.dev/paused` on the object itself, or on
+/// its controller (`controller_paused`, the controller's kind and name).
+pub fn pause_reason(obj: &Value, controller_paused: Option<(&str, &str)>) -> Option<String> {
+    let annotations = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
+    if paused_by(annotations) {
+        return Some(format!("{PAUSED_ANNOTATION} is \"true\" on this object"));
+    }
+    controller_paused
+        .map(|(kind, name)| format!("{PAUSED_ANNOTATION} is \"true\" on its {kind} {name}"))
+}
+
 /// What to do with our finalizer before calling a hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinalizerAction {
@@ -107,6 +134,23 @@ mod tests {
         json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
                "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
                "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    #[test]
+    fn paused_by_the_object_or_its_controller() {
+        let mut p = parent();
+        assert_eq!(pause_reason(&p, None), None);
+        assert_eq!(
+            pause_reason(&p, Some(("CompositeController", "cc"))).unwrap(),
+            "kmeta.dev/paused is \"true\" on its CompositeController cc"
+        );
+        p["metadata"]["annotations"] = json!({"kmeta.dev/paused": "false"});
+        assert_eq!(pause_reason(&p, None), None, "only \"true\" pauses");
+        p["metadata"]["annotations"] = json!({"kmeta.dev/paused": "true"});
+        assert_eq!(
+            pause_reason(&p, None).unwrap(),
+            "kmeta.dev/paused is \"true\" on this object"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The parent's status: what to write after a sync, and the `Synced=False` condition of a failed
-//! one.
+//! The parent's status: what to write after a sync, the `Synced=False` condition of a failed
+//! one, the `Paused` condition of a parent kmeta leaves alone.
 
 use serde_json::{Map, Value, json};
 
@@ -26,11 +26,48 @@ pub fn status_changed(live: &Value, desired: &Value) -> bool {
 /// The condition type kmeta sets on a parent whose sync failed.
 pub const SYNCED_CONDITION: &str = "Synced";
 
-/// The parent with a `Synced=False` condition (reason `SyncError`, `message`) in its status, or
-/// None when the live status already says exactly that. Other conditions and status fields are
-/// kept; `lastTransitionTime` (`now`, RFC 3339) changes only when the status flips. The next
-/// successful sync writes the hook's status, which drops the condition again.
-pub fn with_sync_failure(live: &Value, message: &str, now: &str) -> Option<Value> {
+/// The condition type kmeta sets on a parent it leaves alone because of `kmeta.dev/paused`.
+pub const PAUSED_CONDITION: &str = "Paused";
+
+/// A condition kmeta sets on a parent's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Condition<'a> {
+    /// `type`.
+    pub type_: &'a str,
+    /// `status`: `True` or `False`.
+    pub status: &'a str,
+    /// `reason`, UpperCamelCase.
+    pub reason: &'a str,
+    /// `message`, for people.
+    pub message: &'a str,
+}
+
+impl<'a> Condition<'a> {
+    /// `Synced=False` (reason `SyncError`): the sync failed with `message`.
+    pub fn sync_failure(message: &'a str) -> Self {
+        Condition {
+            type_: SYNCED_CONDITION,
+            status: "False",
+            reason: "SyncError",
+            message,
+        }
+    }
+
+    /// `Paused=True` (reason `Paused`): kmeta leaves the parent alone, `message` says why.
+    pub fn paused(message: &'a str) -> Self {
+        Condition {
+            type_: PAUSED_CONDITION,
+            status: "True",
+            reason: "Paused",
+            message,
+        }
+    }
+}
+
+/// The parent with `condition` in its status, or None when the live status already says exactly
+/// that. Other conditions and status fields are kept; `lastTransitionTime` (`now`, RFC 3339)
+/// changes only when the condition's status flips.
+pub fn with_condition(live: &Value, condition: Condition<'_>, now: &str) -> Option<Value> {
     let mut next = live.clone();
     let root = next.as_object_mut()?;
     let status = root
@@ -49,18 +86,21 @@ pub fn with_sync_failure(live: &Value, message: &str, now: &str) -> Option<Value
     let conditions = conditions.as_array_mut()?;
     let existing = conditions
         .iter_mut()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(SYNCED_CONDITION));
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(condition.type_));
     let want = |transition: &str| {
-        json!({"type": SYNCED_CONDITION, "status": "False", "reason": "SyncError",
-               "message": message, "lastTransitionTime": transition})
+        json!({"type": condition.type_, "status": condition.status, "reason": condition.reason,
+               "message": condition.message, "lastTransitionTime": transition})
     };
     match existing {
         Some(c) => {
             let same = |k: &str, v: &str| c.get(k).and_then(Value::as_str) == Some(v);
-            if same("status", "False") && same("reason", "SyncError") && same("message", message) {
+            if same("status", condition.status)
+                && same("reason", condition.reason)
+                && same("message", condition.message)
+            {
                 return None;
             }
-            let transition = if same("status", "False") {
+            let transition = if same("status", condition.status) {
                 c.get("lastTransitionTime")
                     .and_then(Value::as_str)
                     .unwrap_or(now)
@@ -91,7 +131,12 @@ mod tests {
     fn sync_failure_condition_is_written_once_and_keeps_other_status() {
         let live = json!({"metadata": {"name": "p"},
             "status": {"ready": 2, "conditions": [{"type": "Ready", "status": "True"}]}});
-        let next = with_sync_failure(&live, "hook timed out", "2026-01-01T00:00:00Z").unwrap();
+        let next = with_condition(
+            &live,
+            Condition::sync_failure("hook timed out"),
+            "2026-01-01T00:00:00Z",
+        )
+        .unwrap();
         assert_eq!(next["status"]["ready"], 2);
         let conds = next["status"]["conditions"].as_array().unwrap();
         assert_eq!(conds.len(), 2);
@@ -99,16 +144,46 @@ mod tests {
         assert_eq!(conds[1]["status"], "False");
         assert_eq!(conds[1]["message"], "hook timed out");
         // same failure again: nothing to write
-        assert!(with_sync_failure(&next, "hook timed out", "2026-01-01T00:01:00Z").is_none());
+        assert!(
+            with_condition(
+                &next,
+                Condition::sync_failure("hook timed out"),
+                "2026-01-01T00:01:00Z"
+            )
+            .is_none()
+        );
         // a different message keeps the transition time
-        let again = with_sync_failure(&next, "http status 500", "2026-01-01T00:02:00Z").unwrap();
+        let again = with_condition(
+            &next,
+            Condition::sync_failure("http status 500"),
+            "2026-01-01T00:02:00Z",
+        )
+        .unwrap();
         assert_eq!(
             again["status"]["conditions"][1]["lastTransitionTime"],
             "2026-01-01T00:00:00Z"
         );
         // no status at all, or a non-object status
-        let bare = with_sync_failure(&json!({"status": "weird"}), "x", "t").unwrap();
+        let bare = with_condition(
+            &json!({"status": "weird"}),
+            Condition::sync_failure("x"),
+            "t",
+        )
+        .unwrap();
         assert_eq!(bare["status"]["conditions"][0]["reason"], "SyncError");
+    }
+
+    #[test]
+    fn a_paused_condition_is_set_once_beside_the_others() {
+        let live = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let why = "kmeta.dev/paused is \"true\" on the parent";
+        let next = with_condition(&live, Condition::paused(why), "t0").unwrap();
+        let conds = next["status"]["conditions"].as_array().unwrap();
+        assert_eq!(conds.len(), 2);
+        assert_eq!(conds[1]["type"], "Paused");
+        assert_eq!(conds[1]["status"], "True");
+        assert_eq!(conds[1]["reason"], "Paused");
+        assert!(with_condition(&next, Condition::paused(why), "t1").is_none());
     }
 
     #[test]

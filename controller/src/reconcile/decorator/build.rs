@@ -252,6 +252,18 @@ async fn hook_clients(
 }
 
 impl DecoratorState {
+    /// Why kmeta leaves `target` alone, when `kmeta.dev/paused` is set on it or on this
+    /// DecoratorController.
+    pub fn pause_reason(&self, target: &Value) -> Option<String> {
+        let annotations = self.dc.metadata.annotations.iter().flatten();
+        let controller =
+            crate::reconcile::decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())));
+        crate::reconcile::decide::pause_reason(
+            target,
+            controller.then_some(("DecoratorController", self.name.as_str())),
+        )
+    }
+
     /// Resolves resources, starts (or shares) watches and builds hook clients.
     pub async fn build(
         ctx: Arc<Context>,

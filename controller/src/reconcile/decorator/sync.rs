@@ -13,6 +13,7 @@ use super::build::{DecoratorState, TargetRule};
 use super::decide::{self as ddecide, TargetChanges};
 use crate::hook::wire::{self, DecoratorSyncResponse};
 use crate::object::{ObjectView, describe, has_finalizer, is_deleting, meta_str};
+use crate::ops::events::Reason;
 use crate::reconcile::children::{await_written, manage_children};
 use crate::reconcile::core::{SyncError, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
@@ -33,6 +34,13 @@ pub async fn sync_target(
     let fin = &d.finalizer;
     let selected = rule.selector.matches(&cached)?;
     if !selected && !has_finalizer(&cached, fin) {
+        return Ok(None);
+    }
+    if let Some(why) = d.pause_reason(&cached) {
+        // no condition: a target's status belongs to its own controller (a Deployment's)
+        let note =
+            format!("Paused: {why}; no hook call and no attachment write until it is removed");
+        d.ctx.event(&cached, Reason::Paused, note).await;
         return Ok(None);
     }
     let Some(target) = ensure_finalizer(d, rule, (*cached).clone()).await? else {
