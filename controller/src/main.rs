@@ -74,6 +74,27 @@ enum Command {
         #[arg(long, default_value = "kmeta")]
         name: String,
     },
+    /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
+    /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
+    /// when it failed or the parent is paused.
+    Reconcile {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// How long to wait for the sync.
+        #[arg(long, default_value = "60s", value_parser = go_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Pause kmeta for a parent, a decorator target, or every object of a CompositeController or
+    /// DecoratorController (kmeta.dev/paused: "true"): no hook call, no child write.
+    Suspend {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Resume what `kmeta suspend` paused (removes kmeta.dev/paused).
+    Resume {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Print a shell completion script (e.g. `kmeta completion bash > /etc/bash_completion.d/kmeta`).
     Completion {
         /// The shell.
@@ -82,6 +103,73 @@ enum Command {
     },
     /// Print the version.
     Version,
+}
+
+/// The object a steering command names, and the cluster it is in.
+#[derive(clap::Args, Debug)]
+struct TargetArgs {
+    /// `<resource>/<name>`: the resource by plural or kind, optionally `.<group>`
+    /// (things/one, thing.example.com/one, compositecontroller/web).
+    #[arg(value_name = "RESOURCE/NAME")]
+    target: String,
+    /// Namespace of a namespaced object. Default: the kubeconfig context's, else "default".
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Path to a kubeconfig. Default: $KUBECONFIG / ~/.kube/config, else in-cluster.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    /// The client and the resolved object.
+    async fn resolve(&self) -> anyhow::Result<(kube::Client, kmeta::cmd::steer::Target)> {
+        let config = match &self.kubeconfig {
+            Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
+            None => kube::Config::infer().await?,
+        };
+        let namespace = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config)?;
+        let target = kmeta::cmd::steer::resolve(&client, &self.target, &namespace).await?;
+        Ok((client, target))
+    }
+}
+
+/// What a steering command does to its target.
+enum Steer {
+    Reconcile(std::time::Duration),
+    Suspend,
+    Resume,
+}
+
+/// `kmeta reconcile`, `suspend` and `resume`: one line of result; an error (exit 1) when the
+/// sync failed or the parent is paused.
+async fn steer(args: TargetArgs, what: Steer) -> anyhow::Result<()> {
+    use kmeta::cmd::steer::{self, Reconciled};
+    let (client, target) = args.resolve().await?;
+    let name = target.display();
+    match what {
+        Steer::Reconcile(timeout) => match steer::reconcile(&client, &target, timeout).await? {
+            Reconciled::Synced => println!("{name}: synced"),
+            Reconciled::Failed(why) => anyhow::bail!("{name}: sync failed: {why}"),
+            Reconciled::Paused(why) => anyhow::bail!("{name}: not synced, paused: {why}"),
+        },
+        Steer::Suspend => {
+            steer::suspend(&client, &target).await?;
+            println!("{name}: paused (kmeta resume to undo)");
+        }
+        Steer::Resume => {
+            steer::resume(&client, &target).await?;
+            println!("{name}: resumed");
+        }
+    }
+    Ok(())
+}
+
+fn go_duration(s: &str) -> Result<std::time::Duration, String> {
+    kmeta::cmd::cli::parse_duration("timeout", s).map_err(|e| e.to_string())
 }
 
 /// A token cancelled by the first SIGINT or SIGTERM; a second signal exits at once.
@@ -260,6 +348,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             related,
             name,
         } => emit(kmeta::cmd::rbac::render(&files, &related, &name)?.as_bytes())?,
+        Command::Reconcile { target, timeout } => steer(target, Steer::Reconcile(timeout)).await?,
+        Command::Suspend { target } => steer(target, Steer::Suspend).await?,
+        Command::Resume { target } => steer(target, Steer::Resume).await?,
         Command::Completion { shell } => {
             use clap::CommandFactory as _;
             let mut script = Vec::new();

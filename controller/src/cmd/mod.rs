@@ -1,4 +1,4 @@
-//! Layer 5, the command line: flags (`cli`), `kmeta run` (`run`), `kmeta rbac` (`rbac`), and with the default
+//! Layer 5, the command line: flags (`cli`), `kmeta run` (`run`), `kmeta rbac` (`rbac`), `kmeta reconcile`/`suspend`/`resume` (`steer`), and with the default
 //! `embedded-apiserver` feature the one-process `kmeta demo` (`demo`) and `kmeta dev` (`dev`), with
 //! progress lines on a terminal (`progress`).
 
@@ -11,3 +11,4 @@ pub mod dev;
 pub mod progress;
 pub mod rbac;
 pub mod run;
+pub mod steer;

@@ -124,12 +124,16 @@ pub async fn report_condition(
         meta_str(parent, "name"),
         meta_str(parent, "uid"),
         true,
-        |live| match decide::with_condition(live, condition, &now) {
-            Some(next) => {
-                *live = next;
-                true
-            }
-            None => false,
+        |live| {
+            let set = match decide::with_condition(live, condition, &now) {
+                Some(next) => {
+                    *live = next;
+                    true
+                }
+                None => false,
+            };
+            // a request for a sync is handled by this one, failed or paused as it is
+            decide::mark_handled_request(live) || set
         },
     )
     .await

@@ -277,3 +277,61 @@ async fn a_paused_parent_deleted_without_a_finalize_hook_loses_its_children() ->
         .await?;
     s.finish().await
 }
+
+/// `kmeta reconcile` on a parent whose hook failed long enough for a backoff of 10 s or more,
+/// then was mended with no event: the requested sync runs at once and reports success; then a
+/// failing sync and a paused parent report as such.
+#[tokio::test]
+async fn reconcile_now_runs_past_a_long_backoff_and_reports_the_result() -> anyhow::Result<()> {
+    use kmeta::cmd::steer::{self, Reconciled};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let failing = Arc::new(AtomicBool::new(true));
+    let f = failing.clone();
+    let hook = move |hook: &str, req: &Value| {
+        if f.load(Ordering::SeqCst) {
+            Reply::Raw(500, "the database is down".into())
+        } else {
+            children_from_spec(hook, req)
+        }
+    };
+    let s = Scenario::new("reconcile-now")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("now-cc"))
+        .parent("one", json!({"children": ["a"]}))
+        .start()
+        .await?;
+    // 12 failed syncs: the next retry is 5 ms × 2^11 ≈ 10 s away (the queue's backoff)
+    eventually(
+        "12 failed syncs",
+        std::time::Duration::from_secs(60),
+        || async { Ok((s.hooks().count("sync") >= 12).then_some(())) },
+    )
+    .await?;
+    failing.store(false, Ordering::SeqCst);
+    let target = steer::resolve(&s.client, "things/one", &s.ns).await?;
+    let started = std::time::Instant::now();
+    let result = steer::reconcile(&s.client, &target, TIMEOUT).await?;
+    let took = started.elapsed();
+    assert_eq!(result, Reconciled::Synced);
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the requested sync waited for the backoff: {took:?}"
+    );
+    s.wait_child("a").await?;
+    // a failing sync is reported as failed, with the hook's error
+    failing.store(true, Ordering::SeqCst);
+    match steer::reconcile(&s.client, &target, TIMEOUT).await? {
+        Reconciled::Failed(why) => assert!(why.contains("500"), "{why}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    // a paused parent is reported as paused
+    steer::suspend(&s.client, &target).await?;
+    match steer::reconcile(&s.client, &target, TIMEOUT).await? {
+        Reconciled::Paused(why) => assert!(why.contains("on this object"), "{why}"),
+        other => panic!("expected paused, got {other:?}"),
+    }
+    steer::resume(&s.client, &target).await?;
+    s.finish().await
+}

@@ -245,6 +245,7 @@ async fn apply_response(
     drop((observed, desired));
     let hook_status =
         children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
+    let hook_status = decide::with_handled_request(hook_status, parent);
     let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
     quiet &= written.is_none();
     c.remember_status_write(parent, written, true);

@@ -23,6 +23,59 @@ pub fn status_changed(live: &Value, desired: &Value) -> bool {
     !dynapply::json_eq(live.get("status").unwrap_or(&Value::Null), desired)
 }
 
+/// The annotation whose new value asks kmeta to sync the parent now, past its backoff and an open
+/// hook circuit (like any change of the parent); kmeta's, as Flux's `requestedAt`.
+pub const RECONCILE_REQUESTED_AT: &str = "kmeta.dev/reconcile-requested-at";
+
+/// The status field that reports the last [`RECONCILE_REQUESTED_AT`] value a sync handled.
+pub const LAST_HANDLED_RECONCILE_AT: &str = "lastHandledReconcileAt";
+
+/// The parent's reconcile request, when it carries one.
+fn reconcile_request(parent: &Value) -> Option<&str> {
+    parent
+        .pointer("/metadata/annotations")?
+        .get(RECONCILE_REQUESTED_AT)?
+        .as_str()
+}
+
+/// The status a sync writes with [`LAST_HANDLED_RECONCILE_AT`] set to the parent's request, when
+/// it carries one (else `status` unchanged: no request, no field).
+pub fn with_handled_request(status: Option<Value>, parent: &Value) -> Option<Value> {
+    let Some(request) = reconcile_request(parent) else {
+        return status;
+    };
+    let mut s = match status {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    s.insert(LAST_HANDLED_RECONCILE_AT.into(), json!(request));
+    Some(Value::Object(s))
+}
+
+/// Sets [`LAST_HANDLED_RECONCILE_AT`] in the status of `live` (a condition write); true when
+/// that changed it.
+pub fn mark_handled_request(live: &mut Value) -> bool {
+    let Some(request) = reconcile_request(live).map(str::to_owned) else {
+        return false;
+    };
+    let Some(root) = live.as_object_mut() else {
+        return false;
+    };
+    let status = root
+        .entry("status")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !status.is_object() {
+        *status = Value::Object(Map::new());
+    }
+    match status.as_object_mut() {
+        Some(s) if s.get(LAST_HANDLED_RECONCILE_AT).and_then(Value::as_str) != Some(&request) => {
+            s.insert(LAST_HANDLED_RECONCILE_AT.into(), json!(request));
+            true
+        }
+        _ => false,
+    }
+}
+
 /// The condition type kmeta sets on a parent whose sync failed.
 pub const SYNCED_CONDITION: &str = "Synced";
 
@@ -184,6 +237,24 @@ mod tests {
         assert_eq!(conds[1]["status"], "True");
         assert_eq!(conds[1]["reason"], "Paused");
         assert!(with_condition(&next, Condition::paused(why), "t1").is_none());
+    }
+
+    #[test]
+    fn a_reconcile_request_is_reported_as_handled() {
+        let mut p = parent();
+        assert_eq!(with_handled_request(None, &p), None, "no request, no field");
+        p["metadata"]["annotations"] = json!({RECONCILE_REQUESTED_AT: "2026-11-27T08:00:00Z"});
+        assert_eq!(
+            with_handled_request(Some(json!({"ready": 1})), &p),
+            Some(json!({"ready": 1, "lastHandledReconcileAt": "2026-11-27T08:00:00Z"}))
+        );
+        let mut live = p.clone();
+        assert!(mark_handled_request(&mut live));
+        assert_eq!(
+            live["status"]["lastHandledReconcileAt"],
+            "2026-11-27T08:00:00Z"
+        );
+        assert!(!mark_handled_request(&mut live), "already handled");
     }
 
     #[test]
