@@ -346,6 +346,9 @@ impl HookClient {
         if let Some(a) = &self.authorization {
             req = req.header(http::header::AUTHORIZATION, a);
         }
+        if let Some(tp) = super::trace::traceparent() {
+            req = req.header("traceparent", tp);
+        }
         Ok(req)
     }
 

@@ -1,11 +1,12 @@
 //! Layer 3, calling hooks: the HTTP client (`client`), how a hook is reached — URL, TLS,
-//! credentials (`transport`), the rustls configuration for caBundle and clientTLS (`tls`), the ETag response cache (`etag`), the errors (`error`), and the
+//! credentials (`transport`), the rustls configuration for caBundle and clientTLS (`tls`), the ETag response cache (`etag`), the W3C trace context of hook requests (`trace`), the errors (`error`), and the
 //! wire format's decoding and object maps ([`wire`]).
 
 pub(crate) mod client;
 pub(crate) mod error;
 pub(crate) mod etag;
 mod tls;
+pub(crate) mod trace;
 pub(crate) mod transport;
 /// Hook requests and responses as the controller builds and decodes them; public (hidden) for the
 /// SDK's agreement test (`sdk/tests/agree_with_controller.rs`). Hook authors use `kmeta-hook`.

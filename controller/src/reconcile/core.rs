@@ -17,6 +17,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::hook::trace::{TraceId, in_trace};
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
@@ -491,12 +492,15 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
         .controller_stopped(reconciler.name());
 }
 
-/// One sync of one key, in a `sync` span carrying the controller and the object (events inside
-/// it do not repeat them).
+/// One sync of one key, in a `sync` span carrying the controller, the object and the trace id
+/// its hook requests carry in `traceparent` (events inside it do not repeat them).
 async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
     use tracing::Instrument as _;
-    let span = tracing::info_span!("sync", controller = %r.name(), parent = %key.log_name());
-    process_in_span(r, circuit, key).instrument(span).await;
+    let trace = TraceId::new();
+    let span = tracing::info_span!("sync", controller = %r.name(), parent = %key.log_name(), trace_id = %trace);
+    in_trace(trace, process_in_span(r, circuit, key))
+        .instrument(span)
+        .await;
 }
 
 async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {

@@ -335,3 +335,60 @@ async fn reconcile_now_runs_past_a_long_backoff_and_reports_the_result() -> anyh
     steer::resume(&s.client, &target).await?;
     s.finish().await
 }
+
+/// The trace id of a `traceparent` header (`00-<trace>-<parent>-<flags>`), checked for shape.
+fn trace_of(traceparent: &str) -> String {
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!(parts[0], "00", "{traceparent}");
+    assert!(
+        parts[1].len() == 32 && parts[2].len() == 16,
+        "{traceparent}"
+    );
+    parts[1].to_owned()
+}
+
+/// Every hook request carries a W3C `traceparent`; the customize and sync requests of one sync
+/// share its trace id, another sync has another (webhook mode: in-process hooks get no request).
+#[tokio::test]
+async fn hook_requests_of_one_sync_share_a_trace() -> anyhow::Result<()> {
+    let hook = |hook: &str, req: &Value| match hook {
+        "customize" => Reply::Json(json!({"relatedResources": []})),
+        _ => children_from_spec(hook, req),
+    };
+    let s = Scenario::new("traceparent")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("trace-cc").hook("customize"))
+        .parent("one", json!({"children": ["a"]}))
+        .start()
+        .await?;
+    s.wait_child("a").await?;
+    let patch = json!({"spec": {"children": ["a", "b"]}});
+    s.patch_and_sync("trace-cc", &s.parents(), "one", patch)
+        .await?;
+    let syncs: Vec<String> = s
+        .hooks()
+        .header("sync", "traceparent")
+        .into_iter()
+        .map(|h| trace_of(&h.unwrap_or_default()))
+        .collect();
+    let customizes: Vec<String> = s
+        .hooks()
+        .header("customize", "traceparent")
+        .into_iter()
+        .map(|h| trace_of(&h.unwrap_or_default()))
+        .collect();
+    assert!(
+        syncs.len() >= 2 && customizes.len() >= 2,
+        "{syncs:?} {customizes:?}"
+    );
+    // a customize call (one per parent generation, then cached) is followed by the sync call
+    // of the same sync
+    for t in &customizes {
+        assert!(syncs.contains(t), "customize trace {t} not in {syncs:?}");
+    }
+    let distinct: std::collections::HashSet<&String> = syncs.iter().collect();
+    assert_eq!(distinct.len(), syncs.len(), "one trace per sync: {syncs:?}");
+    s.finish().await
+}
