@@ -162,6 +162,92 @@ fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
     Ok(Value::Object(m))
 }
 
+/// A message of string fields, by field number and JSON name.
+fn strings(b: &[u8], names: &[(u64, &str)]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        if let (Some((_, name)), Field::Bytes(s)) = (names.iter().find(|(k, _)| *k == n), f) {
+            m.insert((*name).into(), json!(string(s)));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// The `spec` of an access review, a rules review or a TokenRequest
+/// (`authorization/v1` and `authentication/v1` `generated.proto`).
+fn review_spec(kind: &str, b: &[u8]) -> Result<Value, ProtoError> {
+    const RESOURCE: &[(u64, &str)] = &[
+        (1, "namespace"),
+        (2, "verb"),
+        (3, "group"),
+        (4, "version"),
+        (5, "resource"),
+        (6, "subresource"),
+        (7, "name"),
+    ];
+    const NON_RESOURCE: &[(u64, &str)] = &[(1, "path"), (2, "verb")];
+    let mut spec = Map::new();
+    let list = |spec: &mut Map<String, Value>, key: &str, s: &[u8]| {
+        let entry = spec.entry(key).or_insert_with(|| json!([]));
+        if let Some(a) = entry.as_array_mut() {
+            a.push(json!(string(s)));
+        }
+    };
+    for (n, f) in fields(b)? {
+        match (kind, n, f) {
+            ("SelfSubjectRulesReview", 1, Field::Bytes(s)) => {
+                spec.insert("namespace".into(), json!(string(s)));
+            }
+            ("TokenRequest", 1, Field::Bytes(s)) => list(&mut spec, "audiences", s),
+            ("TokenRequest", 4, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v));
+            }
+            ("SelfSubjectRulesReview" | "TokenRequest", _, _) => {}
+            (_, 1, Field::Bytes(s)) => {
+                spec.insert("resourceAttributes".into(), strings(s, RESOURCE)?);
+            }
+            (_, 2, Field::Bytes(s)) => {
+                spec.insert("nonResourceAttributes".into(), strings(s, NON_RESOURCE)?);
+            }
+            (_, 3, Field::Bytes(s)) => {
+                spec.insert("user".into(), json!(string(s)));
+            }
+            (_, 4, Field::Bytes(s)) => list(&mut spec, "groups", s),
+            (_, 6, Field::Bytes(s)) => {
+                spec.insert("uid".into(), json!(string(s)));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
+}
+
+/// Whether a kind is an access or rules review or a TokenRequest (decoded by [`decode_review`]).
+fn is_review(api_version: &str, kind: &str) -> bool {
+    matches!(
+        (api_version, kind),
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview"
+                | "SubjectAccessReview"
+                | "LocalSubjectAccessReview"
+                | "SelfSubjectRulesReview"
+        ) | ("authentication.k8s.io/v1", "TokenRequest")
+    )
+}
+
+/// The metadata and `spec` of a review or TokenRequest into `obj`.
+fn decode_review(kind: &str, raw: &[u8], mut obj: Value) -> Result<Value, ProtoError> {
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(s)) => obj["metadata"] = object_meta(s)?,
+            (2, Field::Bytes(s)) => obj["spec"] = review_spec(kind, s)?,
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
 /// Decode a protobuf request body into a JSON object.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     let rest = body.strip_prefix(b"k8s\x00").ok_or(ProtoError::NoMagic)?;
@@ -191,6 +277,10 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount"
         )
     );
+    let review = is_review(&api_version, &kind);
+    if review {
+        return decode_review(&kind, raw, obj);
+    }
     if !supported {
         return Err(ProtoError::Unsupported(kind));
     }
