@@ -73,6 +73,8 @@ pub struct ServerState {
     pub(crate) address: Mutex<String>,
     /// Authentication state, when authorization is on.
     pub(crate) authn: Option<crate::authn::Authn>,
+    /// The message of every 403 answered, in order (authorization on only).
+    denials: Mutex<Vec<String>>,
 }
 
 impl ServerState {
@@ -115,6 +117,7 @@ impl ServerState {
             counters: CounterStore::default(),
             address: Mutex::new("127.0.0.1:0".into()),
             authn: config.auth.clone().map(crate::authn::Authn::new),
+            denials: Mutex::new(Vec::new()),
             config,
         })
     }
@@ -153,6 +156,26 @@ impl ServerState {
     /// Reset request counters.
     pub fn reset_counters(&self) {
         self.counters.reset()
+    }
+
+    /// With authorization on, the message of every 403 Forbidden answered so far (refused by
+    /// RBAC, impersonation, the escalation check or OwnerReferencesPermissionEnforcement), in
+    /// order: what a least-privilege test checks is empty.
+    pub fn denials(&self) -> Vec<String> {
+        self.denials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Record a 403 answered with authorization on.
+    pub(crate) fn record_denial(&self, message: &str) {
+        if self.authn.is_some() {
+            self.denials
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(message.to_string());
+        }
     }
 
     /// Current global resourceVersion.

@@ -171,7 +171,13 @@ impl Scenario {
             env.create_crd(c).await?;
         }
         let hooks = match self.hook {
-            Some(handler) => Some(HookServer::start(handler).await?),
+            Some(handler) => {
+                let hooks = HookServer::start(handler).await?;
+                if let Some(grant) = env.related_granter() {
+                    hooks.before_related(grant);
+                }
+                Some(hooks)
+            }
             None => None,
         };
         if let Some(hooks) = &hooks {

@@ -172,7 +172,12 @@ pub(super) fn guard(
     request: &mut Request,
 ) -> Option<Response> {
     state.authn.as_ref()?;
-    let refused = |e: ApiError| Some(e.into_response());
+    let refused = |e: ApiError| {
+        if e.code == 403 {
+            state.record_denial(&e.message);
+        }
+        Some(e.into_response())
+    };
     let acting = match authenticate(state, request) {
         Ok(u) => u,
         Err(e) => return refused(e),

@@ -73,7 +73,12 @@ pub(super) async fn handle(
                 Some(api) => auth::serve_auth_api(&state, api, url_ns, request).await,
                 None => resource_request(&state, route, q, request).await,
             };
-            answer.unwrap_or_else(IntoResponse::into_response)
+            answer.unwrap_or_else(|e| {
+                if e.code == 403 {
+                    state.record_denial(&e.message);
+                }
+                e.into_response()
+            })
         }
     };
     if aggregate && resp.status().is_success() {

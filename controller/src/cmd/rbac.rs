@@ -95,10 +95,37 @@ impl Grants {
     }
 
     fn add_named(&mut self, resource: &str, name: &str) {
+        self.add_named_in("", resource, name);
+    }
+
+    fn add_named_in(&mut self, group: &str, resource: &str, name: &str) {
         self.named
-            .entry((String::new(), resource.to_owned()))
+            .entry((group.to_owned(), resource.to_owned()))
             .or_default()
             .insert(name.to_owned());
+    }
+
+    /// The owner of children or attachments: kmeta sets `blockOwnerDeletion` on their
+    /// ownerReferences, which needs `update` on the owner's `finalizers` subresource where the
+    /// OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift, hardened clusters).
+    fn owner(&mut self, api_version: &str, resource: &str) {
+        self.add(api_version, &format!("{resource}/finalizers"), &["update"]);
+    }
+
+    /// A child or attachment type: its whole lifecycle, and when it is a custom resource, `get`
+    /// on its CustomResourceDefinition (`<plural>.<group>`), read for the list markers its
+    /// merge follows.
+    fn managed(&mut self, api_version: &str, resource: &str) {
+        self.add(api_version, resource, MANAGE);
+        let group = group_of(api_version);
+        // as kmeta tells a CRD's group: it has a dot and is not a built-in `*.k8s.io` group
+        if group.contains('.') && !group.ends_with(".k8s.io") {
+            self.add_named_in(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &format!("{resource}.{group}"),
+            );
+        }
     }
 
     /// What kmeta itself needs, whatever its controllers.
@@ -160,9 +187,13 @@ impl Grants {
         let p = &cc.parent_resource;
         self.add(&p.api_version, &p.resource, OWN);
         self.add(&p.api_version, &format!("{}/status", p.resource), STATUS);
+        let children = cc.child_resources.iter().flatten();
+        if children.clone().next().is_some() {
+            self.owner(&p.api_version, &p.resource);
+        }
         let mut rolling = false;
-        for c in cc.child_resources.iter().flatten() {
-            self.add(&c.api_version, &c.resource, MANAGE);
+        for c in children {
+            self.managed(&c.api_version, &c.resource);
             let method = c.update_strategy.as_ref().and_then(|s| s.method);
             rolling |= matches!(
                 method,
@@ -191,12 +222,16 @@ impl Grants {
     }
 
     fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec) {
+        let attaches = dc.attachments.as_ref().is_some_and(|a| !a.is_empty());
         for r in &dc.resources {
             self.add(&r.api_version, &r.resource, OWN);
             self.add(&r.api_version, &format!("{}/status", r.resource), STATUS);
+            if attaches {
+                self.owner(&r.api_version, &r.resource);
+            }
         }
         for a in dc.attachments.iter().flatten() {
-            self.add(&a.api_version, &a.resource, MANAGE);
+            self.managed(&a.api_version, &a.resource);
         }
         let hooks = dc.hooks.as_ref();
         let list: Vec<&Hook> = hooks
@@ -439,6 +474,53 @@ metadata: {name: ignored}
             BTreeSet::from(["hook-ca".to_owned()])
         );
         assert!(g.customized.contains("CompositeController cats"));
+        // children carry blockOwnerDeletion: update on the parent's finalizers
+        assert_eq!(
+            verbs(&g, "ctl.example.com", "catsets/finalizers"),
+            ["update"]
+        );
+        // built-in children have no CRD to read
+        assert!(!g.named.contains_key(&(
+            "apiextensions.k8s.io".to_owned(),
+            "customresourcedefinitions".to_owned()
+        )));
+    }
+
+    #[test]
+    fn a_custom_resource_child_gets_its_crd_read_by_name() {
+        let cc = r"
+kind: CompositeController
+metadata: {name: chain}
+spec:
+  parentResource: {apiVersion: a.example.com/v1, resource: foos}
+  childResources:
+  - {apiVersion: b.example.com/v1, resource: bars}
+  - {apiVersion: apps/v1, resource: deployments}
+  - {apiVersion: snapshot.storage.k8s.io/v1, resource: volumesnapshots}
+  hooks: {sync: {webhook: {url: http://hook/sync}}}
+";
+        let g = grants(&composite(cc), &[]);
+        assert_eq!(
+            g.named[&(
+                "apiextensions.k8s.io".to_owned(),
+                "customresourcedefinitions".to_owned()
+            )],
+            BTreeSet::from(["bars.b.example.com".to_owned()])
+        );
+        let role = cluster_role("kmeta", &g);
+        assert!(
+            role["rules"].as_array().unwrap().contains(&json!({
+                "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                "resourceNames": ["bars.b.example.com"], "verbs": ["get"]})),
+            "{role}"
+        );
+        // a controller without children sets no ownerReference
+        let lone = cc.replace(
+            "  childResources:\n  - {apiVersion: b.example.com/v1, resource: bars}\n  - {apiVersion: apps/v1, resource: deployments}\n  - {apiVersion: snapshot.storage.k8s.io/v1, resource: volumesnapshots}\n",
+            "",
+        );
+        let g = grants(&composite(&lone), &[]);
+        assert!(verbs(&g, "a.example.com", "foos/finalizers").is_empty());
     }
 
     #[test]
@@ -468,6 +550,7 @@ spec:
         assert_eq!(verbs(&g, "apps", "statefulsets").len(), 5);
         assert_eq!(verbs(&g, "apps", "statefulsets/status").len(), 3);
         assert_eq!(verbs(&g, "", "services").len(), 7);
+        assert_eq!(verbs(&g, "apps", "statefulsets/finalizers"), ["update"]);
         assert!(g.customized.is_empty());
     }
 
