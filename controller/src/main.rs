@@ -73,6 +73,11 @@ enum Command {
         /// Name of the ClusterRole.
         #[arg(long, default_value = "kmeta")]
         name: String,
+        /// Only what this controller (CompositeController or DecoratorController, by name) needs
+        /// on its own: its children or attachments, its parents' finalizers, its related
+        /// resources; for a ServiceAccount of its own.
+        #[arg(long, value_name = "NAME")]
+        controller: Option<String>,
     },
     /// Print a shell completion script (e.g. `kmeta completion bash > /etc/bash_completion.d/kmeta`).
     Completion {
@@ -259,7 +264,16 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             files,
             related,
             name,
+            controller: None,
         } => emit(kmeta::cmd::rbac::render(&files, &related, &name)?.as_bytes())?,
+        Command::Rbac {
+            files,
+            related,
+            name,
+            controller: Some(controller),
+        } => emit(
+            kmeta::cmd::rbac::render_controller(&files, &related, &name, &controller)?.as_bytes(),
+        )?,
         Command::Completion { shell } => {
             use clap::CommandFactory as _;
             let mut script = Vec::new();

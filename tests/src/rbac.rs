@@ -5,9 +5,11 @@
 //! client authenticates as the ServiceAccount `kube-system/kmeta`, whose only binding is to the
 //! ClusterRole `kmeta`: the ClusterRole `kmeta rbac` generates (`kmeta::cmd::rbac`) for the
 //! CompositeControllers and DecoratorControllers stored in the scenario's server, regenerated
-//! whenever they change, as an operator re-runs `kmeta rbac` after applying a controller. Every
-//! 403 the server answers is listed when the scenario ends: each is a right kmeta needs that
-//! `kmeta rbac` does not grant, or a request kmeta should not make. CompositeControllers run
+//! whenever they change, as an operator re-runs `kmeta rbac` after applying a controller; the
+//! related resources a customize hook's answer selects are granted before the answer is sent,
+//! as `kmeta rbac --related` would. Every 403 the server answers is listed when the scenario
+//! ends, and fails it: each is a right kmeta needs that `kmeta rbac` does not grant, or a
+//! request kmeta should not make. CompositeControllers run
 //! in-process (`HookMode::InProcess`) have no object to derive a role from; they keep the
 //! test's client.
 
@@ -246,4 +248,79 @@ pub(crate) fn report(id: &str, server: &TestServer) -> Vec<String> {
         .into_iter()
         .map(|d| format!("{RBAC_ENV}: scenario {id}: 403 {d}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ListParams;
+
+    /// kmeta's CRDs, so the harness can list the controllers.
+    async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ar(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+            ),
+        );
+        for crd in kmeta::api::crds::all()? {
+            api.create(&PostParams::default(), &obj(serde_json::to_value(crd)?)?)
+                .await?;
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_service_account_holds_what_kmeta_rbac_grants_and_nothing_else()
+    -> anyhow::Result<()> {
+        let server = TestServer::builder().rbac(true).start().await?;
+        install_crds(&server.client()).await?;
+        let token = service_account(&server).await?;
+        let kmeta = server.client_with_token(&token)?;
+        let configmaps: Api<DynamicObject> =
+            Api::all_with(kmeta.clone(), &ar("v1", "ConfigMap", "configmaps"));
+        // kmeta's own rights only: its controllers, not ConfigMaps
+        let controllers: Api<DynamicObject> = Api::all_with(
+            kmeta.clone(),
+            &ar(
+                "metacontroller.k8s.io/v1alpha1",
+                "CompositeController",
+                "compositecontrollers",
+            ),
+        );
+        controllers.list(&ListParams::default()).await?;
+        assert!(configmaps.list(&ListParams::default()).await.is_err());
+        // a controller with ConfigMap children, as Env::create grants it before creating it
+        let cc = json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "c"},
+            "spec": {"parentResource": {"apiVersion": "x.example.com/v1", "resource": "things"},
+                     "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                     "hooks": {"sync": {"webhook": {"url": "http://hook/sync"}}}}});
+        let related = Related::default();
+        sync_role(&server.client(), Some(&cc), &related).await?;
+        configmaps.list(&ListParams::default()).await?;
+        // a related resource a customize answer selects
+        let secrets: Api<DynamicObject> = Api::all_with(kmeta, &ar("v1", "Secret", "secrets"));
+        assert!(secrets.list(&ListParams::default()).await.is_err());
+        let answer = json!({"relatedResources": [{"apiVersion": "v1", "resource": "secrets"}]});
+        (related.granter(server.client()))(related_in(&answer)).await;
+        secrets.list(&ListParams::default()).await?;
+        // the two refusals, and only them, are reported
+        let report = report("t", &server);
+        assert_eq!(report.len(), 2, "{report:?}");
+        assert!(
+            report[0].contains(
+                r#"cannot list resource "configmaps" in API group "" at the cluster scope"#
+            ),
+            "{report:?}"
+        );
+        assert!(
+            report[1].contains(r#"cannot list resource "secrets""#),
+            "{report:?}"
+        );
+        Ok(())
+    }
 }

@@ -44,6 +44,14 @@ pub enum RbacError {
         "--related {0:?}: expected <apiVersion>/<resource>, e.g. v1/secrets or apps/v1/deployments"
     )]
     Related(String),
+    /// `--controller` names no controller of the manifests.
+    #[error("no CompositeController or DecoratorController named {name:?} in {paths}")]
+    NoController {
+        /// The name asked for.
+        name: String,
+        /// The paths read.
+        paths: String,
+    },
     /// No CompositeController or DecoratorController was found.
     #[error("no CompositeController or DecoratorController in {0}")]
     Empty(String),
@@ -265,6 +273,42 @@ pub fn grants(controllers: &[(String, Controller)], related: &[(String, String)]
     g
 }
 
+/// What one controller needs on its own, for a ServiceAccount its writes are made as: its
+/// children (or attachments) over their whole lifecycle, `update` on the finalizers of its
+/// parents (or targets) for the `blockOwnerDeletion` of those, and read access to `related`.
+/// kmeta's own identity keeps the rest: watching the parents, their status and finalizers, the
+/// CRDs' list markers, the hook credentials, events, ControllerRevisions and the Lease.
+pub fn controller_grants(c: &Controller, related: &[(String, String)]) -> Grants {
+    let mut g = Grants::default();
+    match c {
+        Controller::Composite(cc) => {
+            let p = &cc.parent_resource;
+            let children: Vec<_> = cc.child_resources.iter().flatten().collect();
+            if !children.is_empty() {
+                g.owner(&p.api_version, &p.resource);
+            }
+            for c in children {
+                g.add(&c.api_version, &c.resource, MANAGE);
+            }
+        }
+        Controller::Decorator(dc) => {
+            let attachments: Vec<_> = dc.attachments.iter().flatten().collect();
+            if !attachments.is_empty() {
+                for r in &dc.resources {
+                    g.owner(&r.api_version, &r.resource);
+                }
+            }
+            for a in attachments {
+                g.add(&a.api_version, &a.resource, MANAGE);
+            }
+        }
+    }
+    for (api_version, resource) in related {
+        g.add(api_version, resource, READ);
+    }
+    g
+}
+
 /// The ClusterRole named `name` granting `g`: one rule per API group and verb set, resources
 /// sorted, so the output is stable.
 pub fn cluster_role(name: &str, g: &Grants) -> Value {
@@ -397,6 +441,43 @@ pub fn render(paths: &[PathBuf], related: &[String], name: &str) -> Result<Strin
              # with --related <apiVersion>/<resource>: {}\n",
             list.join(", ")
         ));
+    }
+    text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
+    Ok(text)
+}
+
+/// `kmeta rbac --controller NAME`: the ClusterRole of what that one controller needs on its own
+/// ([`controller_grants`]), as YAML.
+pub fn render_controller(
+    paths: &[PathBuf],
+    related: &[String],
+    name: &str,
+    controller: &str,
+) -> Result<String, RbacError> {
+    let controllers = load(paths)?;
+    let Some((_, c)) = controllers.iter().find(|(n, _)| n == controller) else {
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(RbacError::NoController {
+            name: controller.to_owned(),
+            paths: shown.join(", "),
+        });
+    };
+    let g = controller_grants(c, &parse_related(related)?);
+    let role = cluster_role(name, &g);
+    let mut text = format!(
+        "# What {controller} needs on its own (kmeta rbac --controller): its children or\n\
+         # attachments and its parents' finalizers. Bind it to the ServiceAccount its writes are\n\
+         # made as; kmeta's own ClusterRole (kmeta rbac without --controller) keeps the rest.\n"
+    );
+    let customize = match c {
+        Controller::Composite(cc) => cc.hooks.as_ref().is_some_and(|h| h.customize.is_some()),
+        Controller::Decorator(dc) => dc.hooks.as_ref().is_some_and(|h| h.customize.is_some()),
+    };
+    if customize && related.is_empty() {
+        text.push_str(
+            "# It has a customize hook; add read access to the related resources it selects\n\
+             # with --related <apiVersion>/<resource>.\n",
+        );
     }
     text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
     Ok(text)
@@ -573,6 +654,45 @@ spec:
             .filter(|r| r.get("resourceNames").is_some())
             .count();
         assert_eq!(named, 2);
+    }
+
+    #[test]
+    fn one_controller_on_its_own_needs_its_children_and_parent_finalizers_only() {
+        let two = format!(
+            "{CC}---\nkind: DecoratorController\nmetadata: {{name: svc}}\nspec:\n  resources: [{{apiVersion: apps/v1, resource: statefulsets}}]\n  attachments: [{{apiVersion: v1, resource: services}}]\n"
+        );
+        let controllers = composite(&two);
+        let cats = &controllers[0].1;
+        let g = controller_grants(cats, &[("v1".into(), "configmaps".into())]);
+        let all: Vec<(String, String)> = g.verbs.keys().cloned().collect();
+        let pair = |g: &str, r: &str| (g.to_owned(), r.to_owned());
+        assert_eq!(
+            all,
+            [
+                pair("", "configmaps"),
+                pair("", "persistentvolumeclaims"),
+                pair("", "pods"),
+                pair("ctl.example.com", "catsets/finalizers"),
+            ]
+        );
+        assert_eq!(verbs(&g, "", "configmaps"), ["get", "list", "watch"]);
+        assert!(g.named.is_empty(), "credentials stay kmeta's");
+        let svc = controller_grants(&controllers[1].1, &[]);
+        assert_eq!(verbs(&svc, "apps", "statefulsets/finalizers"), ["update"]);
+        assert_eq!(verbs(&svc, "", "services").len(), 7);
+        assert_eq!(svc.verbs.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, &two).unwrap();
+        let text = render_controller(std::slice::from_ref(&file), &[], "cats", "cats").unwrap();
+        assert!(text.contains("catsets/finalizers"), "{text}");
+        assert!(text.contains("customize hook"), "{text}");
+        assert!(!text.contains("leases"), "{text}");
+        let e = render_controller(&[file], &[], "x", "nope").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("no CompositeController or DecoratorController named \"nope\"")
+        );
     }
 
     #[test]
