@@ -34,6 +34,79 @@ pub enum AuthnError {
     /// A header value that is not text.
     #[error("header {0} is not valid text")]
     BadHeader(String),
+    /// A client certificate whose subject cannot be read.
+    #[error("client certificate: {0}")]
+    Certificate(&'static str),
+}
+
+/// The user a client certificate names, as kube-apiserver's x509 authenticator reads it: the
+/// subject's common name is the user, each organization a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientCertUser(pub UserInfo);
+
+/// One DER element: tag, contents, and the rest after it.
+fn der_element(b: &[u8]) -> Result<(u8, &[u8], &[u8]), AuthnError> {
+    let bad = AuthnError::Certificate("malformed DER");
+    let (&tag, rest) = b.split_first().ok_or(bad.clone())?;
+    let (&first, rest) = rest.split_first().ok_or(bad.clone())?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err(bad);
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | usize::from(x));
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return Err(bad);
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// The user of an X.509 certificate (DER): subject CN as the name, each O as a group
+/// (`x509.CommonNameUserConversion`).
+pub(crate) fn x509_user(der: &[u8]) -> Result<UserInfo, AuthnError> {
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    const O: &[u8] = &[0x55, 0x04, 0x0a];
+    let (_, cert, _) = der_element(der)?;
+    let (_, mut tbs, _) = der_element(cert)?;
+    // version [0] (optional), serial, signature algorithm, issuer, validity, then subject
+    let mut fields = vec![];
+    while !tbs.is_empty() && fields.len() < 7 {
+        let (tag, body, rest) = der_element(tbs)?;
+        fields.push((tag, body));
+        tbs = rest;
+    }
+    let skip = usize::from(fields.first().is_some_and(|(t, _)| *t == 0xa0));
+    let (_, mut subject) = *fields
+        .get(skip + 4)
+        .ok_or(AuthnError::Certificate("no subject"))?;
+    let mut user = UserInfo::default();
+    while !subject.is_empty() {
+        let (_, set, rest) = der_element(subject)?;
+        subject = rest;
+        let mut set = set;
+        while !set.is_empty() {
+            let (_, attr, more) = der_element(set)?;
+            set = more;
+            let (_, oid, value) = der_element(attr)?;
+            let (_, text, _) = der_element(value)?;
+            let text = String::from_utf8_lossy(text).into_owned();
+            if oid == CN {
+                user.name = text;
+            } else if oid == O {
+                user.groups.push(text);
+            }
+        }
+    }
+    if user.name.is_empty() {
+        return Err(AuthnError::Certificate("no common name in the subject"));
+    }
+    Ok(user)
 }
 
 /// An authenticated identity (`user.Info`).
@@ -446,6 +519,33 @@ mod tests {
             !format!("{:?}", a.config).contains("t1"),
             "Debug hides tokens"
         );
+    }
+
+    #[test]
+    fn a_certificate_subject_names_the_user_and_its_groups() {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["ignored.example".to_string()]).unwrap();
+        // rcgen writes one attribute per type: a second O under its raw OID
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "dev");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "carol");
+        params.distinguished_name.push(
+            rcgen::DnType::CustomDnType(vec![2, 5, 4, 10]),
+            "system:masters",
+        );
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let user = x509_user(cert.der()).unwrap();
+        assert_eq!(user.name, "carol");
+        assert_eq!(user.groups, vec!["dev", "system:masters"]);
+        let mut anonymous = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        anonymous.distinguished_name = rcgen::DistinguishedName::new();
+        let cert = anonymous.self_signed(&key).unwrap();
+        assert!(x509_user(cert.der()).is_err(), "no CN, no user");
+        assert!(x509_user(&[0x30, 0x05, 0x01]).is_err());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum Error {
     /// The serving certificate could not be made.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// A client certificate was asked for while the server serves plain HTTP.
+    #[error("the server was started without TLS (TestServerBuilder::tls)")]
+    TlsOff,
     /// A token was asked for while the server has no authentication.
     #[error("the server was started without authentication (TestServerBuilder::rbac)")]
     AuthOff,
@@ -165,7 +168,7 @@ impl TestServerBuilder {
             addr,
             client,
             url,
-            ca: pki.map(|p| (p.ca_data(), p.ca_der)),
+            ca: pki.map(Arc::new),
             admin_token,
             shutdown: Some(tx),
             task: Some(task),
@@ -203,8 +206,8 @@ pub struct TestServer {
     addr: SocketAddr,
     client: kube::Client,
     url: String,
-    /// With TLS: the CA as `certificate-authority-data`, and in DER.
-    ca: Option<(String, Vec<u8>)>,
+    /// With TLS: the CA.
+    ca: Option<Arc<Pki>>,
     admin_token: Option<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -233,12 +236,39 @@ impl TestServer {
 
     /// With TLS, the PEM of the CA that signed the serving certificate.
     pub fn ca_pem(&self) -> Option<String> {
+        self.ca.as_ref().map(|p| p.ca_pem.clone())
+    }
+
+    /// With TLS, a client certificate signed by the server's CA naming `user` (subject CN) in
+    /// `group` (the O), as kube-apiserver's `--client-ca-file` authenticates them: the PEM of
+    /// the certificate and of its key.
+    pub fn client_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(String, String), Error> {
+        let pki = self.ca.as_ref().ok_or(Error::TlsOff)?;
+        Ok(pki.client_certificate(user, group)?)
+    }
+
+    /// With TLS, a client authenticating with a client certificate for `user` in `group`.
+    pub fn client_with_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<kube::Client, Error> {
         use base64::Engine;
-        let (data, _) = self.ca.as_ref()?;
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .ok()?;
-        String::from_utf8(pem).ok()
+        let (cert, key) = self.client_certificate(user, group)?;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let uri: http::Uri = self.url.parse().map_err(|_| Error::Url(self.url.clone()))?;
+        let mut config = kube::Config::new(uri);
+        config.root_cert = self.ca.as_ref().map(|p| vec![p.ca_der.clone()]);
+        config.auth_info.client_certificate_data = Some(b64(&cert));
+        config.auth_info.client_key_data = Some(b64(&key).into());
+        kube::Client::try_from(config).map_err(|source| Error::Client {
+            url: self.url.clone(),
+            source,
+        })
     }
 
     /// Bound address.
@@ -258,10 +288,13 @@ impl TestServer {
             Some(t) => kubeconfig_yaml_with_token(&self.url(), t),
             None => kubeconfig_yaml(&self.url()),
         };
-        if let Some((ca, _)) = &self.ca {
+        if let Some(pki) = &self.ca {
             yaml = yaml.replacen(
                 "    server: ",
-                &format!("    certificate-authority-data: {ca}\n    server: "),
+                &format!(
+                    "    certificate-authority-data: {}\n    server: ",
+                    pki.ca_data()
+                ),
                 1,
             );
         }
@@ -279,7 +312,7 @@ impl TestServer {
         client_for(
             &self.url(),
             Some(token),
-            self.ca.as_ref().map(|(_, der)| der.as_slice()),
+            self.ca.as_ref().map(|p| p.ca_der.as_slice()),
         )
     }
 

@@ -21,6 +21,9 @@ pub enum TlsError {
     /// Building the rustls configuration failed.
     #[error("building the TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    /// Building the client certificate verifier failed.
+    #[error("building the client certificate verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
 }
 
 /// The CA of a server and its TLS configuration.
@@ -29,8 +32,10 @@ pub(crate) struct Pki {
     pub ca_pem: String,
     /// The CA certificate, DER (a `kube::Config`'s `root_cert`).
     pub ca_der: Vec<u8>,
-    /// The server configuration presenting the serving certificate.
+    /// The server configuration presenting the serving certificate and accepting (not
+    /// requiring) client certificates the CA signed.
     pub server_config: Arc<rustls::ServerConfig>,
+    issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Pki {
@@ -50,9 +55,18 @@ impl Pki {
         let key = KeyPair::generate()?;
         let cert = serving.signed_by(&key, &ca)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone())?;
+        // a client certificate authenticates when sent; without one the handshake succeeds
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
+            .with_client_cert_verifier(verifier)
             .with_single_cert(
                 vec![cert.der().clone()],
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
@@ -62,7 +76,27 @@ impl Pki {
             ca_pem: ca.pem(),
             ca_der: CertificateDer::from(ca.der().to_vec()).to_vec(),
             server_config: Arc::new(config),
+            issuer: ca,
         })
+    }
+
+    /// A client certificate signed by the CA, for `user` (subject CN) in `group` (the O), as
+    /// kube-apiserver's `--client-ca-file` authenticates them: its PEM and its key's. (rcgen
+    /// writes one attribute of a type, so one group; the server reads every O.)
+    pub(crate) fn client_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(String, String), TlsError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        if let Some(g) = group {
+            params.distinguished_name.push(DnType::OrganizationName, g);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 
     /// The CA as a kubeconfig's `certificate-authority-data`.
@@ -91,6 +125,17 @@ pub(crate) async fn serve(
                 let app = app.clone();
                 connections.spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    // the user of the client certificate, if one was sent, on every request
+                    let cert_user = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| crate::authn::x509_user(c).ok());
+                    let app = match cert_user {
+                        Some(u) => app.layer(axum::Extension(crate::authn::ClientCertUser(u))),
+                        None => app,
+                    };
                     let service = hyper_util::service::TowerToHyperService::new(app);
                     let builder = hyper_util::server::conn::auto::Builder::new(
                         hyper_util::rt::TokioExecutor::new(),

@@ -202,6 +202,83 @@ async fn requests_without_valid_credentials_are_401_or_anonymous() {
 }
 
 #[tokio::test]
+async fn a_client_certificate_authenticates_its_common_name_and_organizations() {
+    let auth = AuthConfig::default().with_token_file(TOKENS).unwrap();
+    let s = TestServer::builder()
+        .auth(auth)
+        .tls(true)
+        .start()
+        .await
+        .unwrap();
+    assert!(s.url().starts_with("https://127.0.0.1:"));
+    docs_policy(&s).await;
+    // CN carol, O manager: the group's ClusterRoleBinding applies
+    let carol = s.client_with_certificate("carol", Some("manager")).unwrap();
+    Api::<Secret>::all(carol.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let e = status(
+        Api::<Pod>::all(carol)
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        r#"pods is forbidden: User "carol" cannot list resource "pods" in API group "" at the cluster scope"#
+    );
+    // a certificate of system:masters is a superuser, as on a real cluster
+    let root = s
+        .client_with_certificate("root", Some("system:masters"))
+        .unwrap();
+    Api::<Pod>::all(root)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    // without a certificate the same TLS server still takes tokens
+    let jane = s.client_with_token("jane-token").unwrap();
+    Api::<Pod>::default_namespaced(jane)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    // a certificate of another CA does not complete the handshake
+    let other = TestServer::builder()
+        .rbac(true)
+        .tls(true)
+        .start()
+        .await
+        .unwrap();
+    let (cert, key) = other
+        .client_certificate("mallory", Some("system:masters"))
+        .unwrap();
+    let mut config = kube::Config::new(s.url().parse().unwrap());
+    config.root_cert = Some(vec![rustls_pemfile_der(&s.ca_pem().unwrap())]);
+    use base64::Engine as _;
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    config.auth_info.client_certificate_data = Some(b64(&cert));
+    config.auth_info.client_key_data = Some(b64(&key).into());
+    let mallory = kube::Client::try_from(config).unwrap();
+    let err = Api::<Pod>::all(mallory)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        !matches!(err, kube::Error::Api(_)),
+        "refused in the handshake: {err}"
+    );
+}
+
+/// The DER of a one-certificate PEM.
+fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap()
+}
+
+#[tokio::test]
 async fn a_service_account_token_authenticates_while_the_service_account_exists() {
     let s = server().await;
     let admin = s.client();

@@ -85,6 +85,10 @@ fn authenticate(state: &ServerState, request: &Request) -> ApiResult<UserInfo> {
     let Some(authn) = &state.authn else {
         return Ok(UserInfo::default());
     };
+    // the x509 authenticator comes first in kube-apiserver's chain
+    if let Some(crate::authn::ClientCertUser(u)) = request.extensions().get() {
+        return Ok(u.clone().authenticated());
+    }
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)
