@@ -899,3 +899,49 @@ roleRef:
     );
     ok(kc, &["get", "pods", "--token", token.trim()], None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_authenticates_with_a_client_certificate_or_skips_without_kubectl() {
+    use base64::Engine as _;
+    if !common::have_kubectl() {
+        return;
+    }
+    let s = TestServer::builder()
+        .rbac(true)
+        .tls(true)
+        .start()
+        .await
+        .unwrap();
+    docs_policy(&s).await;
+    let (cert, key) = s.client_certificate("jane", Some("dev")).unwrap();
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let kubeconfig = s.kubeconfig_yaml_for(None).replace(
+        "  user: {}\n",
+        &format!(
+            "  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(&cert),
+            b64(&key)
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, kubeconfig).unwrap();
+    let run = |args: &'static [&'static str]| {
+        let kc = kc.clone();
+        tokio::task::spawn_blocking(move || common::kubectl(&kc, args, None))
+    };
+    let (ok, out, err) = run(&["get", "pods", "-n", "default"]).await.unwrap();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("No resources found in default namespace."),
+        "{out}{err}"
+    );
+    let (ok, _, err) = run(&["get", "pods", "-n", "kube-system"]).await.unwrap();
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        r#"Error from server (Forbidden): pods is forbidden: User "jane" cannot list resource "pods" in API group "" in the namespace "kube-system""#
+    );
+    let (_, out, _) = run(&["auth", "can-i", "watch", "pods"]).await.unwrap();
+    assert_eq!(out.trim(), "yes");
+}
