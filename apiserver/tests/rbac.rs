@@ -879,8 +879,18 @@ roleRef:
     assert!(!allowed);
     assert_eq!(out.trim(), "no");
     // a RoleBinding to the ServiceAccount, and it may
-    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: robot-reads, namespace: default}\nsubjects: [{kind: ServiceAccount, name: robot, namespace: default}]\nroleRef: {kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}\n";
-    ok(kc, &["apply", "-f", "-"], Some(binding));
+    // the documentation's kubectl create commands (protobuf bodies)
+    ok(
+        kc,
+        &[
+            "create",
+            "rolebinding",
+            "robot-reads",
+            "--role=pod-reader",
+            "--serviceaccount=default:robot",
+        ],
+        None,
+    );
     assert_eq!(
         ok(
             kc,
@@ -898,6 +908,112 @@ roleRef:
         "yes"
     );
     ok(kc, &["get", "pods", "--token", token.trim()], None);
+    ok(
+        kc,
+        &[
+            "create",
+            "clusterrole",
+            "pod-reader",
+            "--verb=get,list,watch",
+            "--resource=pods",
+        ],
+        None,
+    );
+    ok(
+        kc,
+        &[
+            "create",
+            "clusterrolebinding",
+            "root-cluster-admin-binding",
+            "--clusterrole=cluster-admin",
+            "--user=root",
+        ],
+        None,
+    );
+    assert_eq!(
+        ok(
+            kc,
+            &["auth", "can-i", "delete", "secrets", "-A", "--as", "root"],
+            None
+        )
+        .trim(),
+        "yes"
+    );
+    ok(
+        kc,
+        &[
+            "create",
+            "role",
+            "configmap-updater",
+            "--verb=update",
+            "--resource=configmaps",
+            "--resource-name=my-configmap",
+        ],
+        None,
+    );
+    ok(
+        kc,
+        &[
+            "create",
+            "rolebinding",
+            "dave-updates",
+            "--role=configmap-updater",
+            "--user=dave",
+        ],
+        None,
+    );
+    assert_eq!(
+        ok(
+            kc,
+            &[
+                "auth",
+                "can-i",
+                "update",
+                "configmaps/my-configmap",
+                "--as",
+                "dave"
+            ],
+            None
+        )
+        .trim(),
+        "yes"
+    );
+    let (allowed, out, _) = kubectl(
+        kc,
+        &[
+            "auth",
+            "can-i",
+            "update",
+            "configmaps/other",
+            "--as",
+            "dave",
+        ],
+        None,
+    );
+    assert!(!allowed);
+    assert_eq!(out.trim(), "no");
+    // an aggregated ClusterRole from kubectl, filled from a labelled one
+    ok(
+        kc,
+        &[
+            "create",
+            "clusterrole",
+            "monitoring",
+            "--aggregation-rule=rbac.example.com/aggregate-to-monitoring=true",
+        ],
+        None,
+    );
+    let endpoints = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: monitoring-endpoints\n  labels: {rbac.example.com/aggregate-to-monitoring: \"true\"}\nrules:\n- apiGroups: [\"\"]\n  resources: [\"services\", \"endpointslices\", \"pods\"]\n  verbs: [\"get\", \"list\", \"watch\"]\n";
+    ok(kc, &["apply", "-f", "-"], Some(endpoints));
+    let monitoring = get_json(kc, &["clusterrole", "monitoring"]);
+    assert_eq!(
+        monitoring["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["rbac.example.com/aggregate-to-monitoring"],
+        "true"
+    );
+    assert_eq!(
+        monitoring["rules"][0]["resources"],
+        serde_json::json!(["services", "endpointslices", "pods"])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
