@@ -467,6 +467,17 @@ impl Env {
         Ok(serde_json::to_value(created)?)
     }
 
+    /// The client a CompositeController run in-process uses: the test's, or in [`rbac`] mode
+    /// kmeta's ServiceAccount's, after granting it what `kmeta rbac` would for `cc` (the
+    /// CompositeController object it would have been).
+    pub async fn in_process_client(&self, cc: &Value) -> anyhow::Result<kube::Client> {
+        if rbac::rbac_mode() && self.server.is_some() {
+            self.rbac_related.add_in_process(&self.client, cc).await?;
+            return Ok(self.controller_client.clone());
+        }
+        Ok(self.client.clone())
+    }
+
     /// In [`rbac`] mode, what grants kmeta the related resources a hook answer selects (for
     /// [`HookServer::before_related`]); `None` otherwise.
     pub fn related_granter(&self) -> Option<rbac::RelatedGrant> {
@@ -955,7 +966,19 @@ impl HookServer {
             }
             state.record(&hook, &body);
             let reply = (state.handler)(&hook, &body);
-            Box::pin(answer_in_process(reply))
+            let grant = state.before_related.lock().ok().and_then(|g| g.clone());
+            let related = match (&grant, &reply) {
+                (Some(_), Reply::Json(answer)) => rbac::related_in(answer),
+                _ => Vec::new(),
+            };
+            Box::pin(async move {
+                if let Some(grant) = grant
+                    && !related.is_empty()
+                {
+                    grant(related).await;
+                }
+                answer_in_process(reply).await
+            })
         }
     }
 

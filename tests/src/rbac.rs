@@ -5,13 +5,13 @@
 //! client authenticates as the ServiceAccount `kube-system/kmeta`, whose only binding is to the
 //! ClusterRole `kmeta`: the ClusterRole `kmeta rbac` generates (`kmeta::cmd::rbac`) for the
 //! CompositeControllers and DecoratorControllers stored in the scenario's server, regenerated
-//! whenever they change, as an operator re-runs `kmeta rbac` after applying a controller; the
+//! whenever they change, as an operator re-runs `kmeta rbac` after applying a controller (a
+//! CompositeController run in-process, `HookMode::InProcess`, is granted from the object it
+//! would have been, and runs with the ServiceAccount's client too); the
 //! related resources a customize hook's answer selects are granted before the answer is sent,
 //! as `kmeta rbac --related` would. Every 403 the server answers is listed when the scenario
 //! ends, and fails it: each is a right kmeta needs that `kmeta rbac` does not grant, or a
-//! request kmeta should not make. CompositeControllers run
-//! in-process (`HookMode::InProcess`) have no object to derive a role from; they keep the
-//! test's client.
+//! request kmeta should not make.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -144,9 +144,13 @@ pub(crate) async fn sync_role(
 ) -> anyhow::Result<()> {
     // one writer at a time, each writing what is granted when it holds the lock
     let _writing = related.1.lock().await;
+    let in_process: Vec<Value> = related.2.lock().map(|v| v.clone()).unwrap_or_default();
     let related = related.get();
     let related = related.as_slice();
     let mut controllers = stored_controllers(client).await?;
+    for cc in &in_process {
+        controllers.push(controller_of(cc)?);
+    }
     if let Some(o) = new {
         controllers.push(controller_of(o)?);
     }
@@ -195,9 +199,24 @@ pub type RelatedGrant =
 pub struct Related(
     Arc<Mutex<BTreeSet<(String, String)>>>,
     Arc<tokio::sync::Mutex<()>>,
+    /// CompositeControllers run in-process: no object is stored, so their specs are kept here.
+    Arc<Mutex<Vec<Value>>>,
 );
 
 impl Related {
+    /// Grants an in-process CompositeController (`cc`, the object it would have been) from now
+    /// on, and writes the role.
+    pub(crate) async fn add_in_process(
+        &self,
+        client: &kube::Client,
+        cc: &Value,
+    ) -> anyhow::Result<()> {
+        if let Ok(mut v) = self.2.lock() {
+            v.push(cc.clone());
+        }
+        sync_role(client, None, self).await
+    }
+
     /// The pairs granted so far.
     pub fn get(&self) -> Vec<(String, String)> {
         self.0
