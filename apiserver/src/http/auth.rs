@@ -44,13 +44,17 @@ pub(super) fn attributes(
                 ("", "namespaces", Some(n)) => n.clone(),
                 _ => ns.clone().unwrap_or_default(),
             };
-            let mut a = Attributes::resource(
-                verb_of(method, route, q),
-                group,
-                plural,
-                &ns,
-                name.as_deref().unwrap_or(""),
-            );
+            let verb = verb_of(method, route, q);
+            // a list or watch pinned to one name by `fieldSelector=metadata.name=x` is
+            // authorized as a request for that name (so `resourceNames` can allow it)
+            let pinned = match (verb, name, q.get("fieldSelector")) {
+                ("list" | "watch", None, Some(f)) => crate::selector::FieldSelector::parse(f)
+                    .ok()
+                    .and_then(|s| s.exact_name().map(str::to_string)),
+                _ => None,
+            };
+            let name = name.clone().or(pinned).unwrap_or_default();
+            let mut a = Attributes::resource(verb, group, plural, &ns, &name);
             a.subresource = sub.clone().unwrap_or_default();
             a
         }
@@ -680,4 +684,59 @@ pub(super) fn aggregate_cluster_roles(state: &ServerState) {
             }
         }
     });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::http::route::parse_path;
+
+    fn attrs(method: Method, path_and_query: &str) -> Attributes {
+        let uri: http::Uri = path_and_query.parse().unwrap();
+        let q = super::super::params::query_map(&uri);
+        attributes(&parse_path(uri.path()), &method, &q, uri.path())
+    }
+
+    #[test]
+    fn requests_become_the_attributes_rbac_sees() {
+        let a = attrs(Method::GET, "/api/v1/namespaces/team/pods?watch=true");
+        assert_eq!(
+            (a.verb.as_str(), a.namespace.as_str(), a.name.as_str()),
+            ("watch", "team", "")
+        );
+        // a namespace is in itself
+        let a = attrs(Method::GET, "/api/v1/namespaces/team");
+        assert_eq!((a.namespace.as_str(), a.name.as_str()), ("team", "team"));
+        let a = attrs(
+            Method::PUT,
+            "/apis/apps/v1/namespaces/a/deployments/d/status",
+        );
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.resource.as_str(),
+                a.subresource.as_str()
+            ),
+            ("update", "apps", "deployments", "status")
+        );
+        let a = attrs(Method::DELETE, "/api/v1/namespaces/a/configmaps");
+        assert_eq!(a.verb, "deletecollection");
+        // a list or watch of one name by field selector is a request for that name
+        let a = attrs(
+            Method::GET,
+            "/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%3Dcreds&watch=true",
+        );
+        assert_eq!((a.verb.as_str(), a.name.as_str()), ("watch", "creds"));
+        let a = attrs(
+            Method::GET,
+            "/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%21%3Dcreds",
+        );
+        assert_eq!(a.name, "");
+        // discovery is a non-resource request
+        let a = attrs(Method::GET, "/apis/apps/v1");
+        assert!(!a.resource_request);
+        assert_eq!((a.verb.as_str(), a.path.as_str()), ("get", "/apis/apps/v1"));
+    }
 }
