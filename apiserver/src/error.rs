@@ -227,6 +227,29 @@ impl ApiError {
         Self::new(403, "Forbidden", msg)
     }
 
+    /// 403 Forbidden about a resource or object, worded as `errors.NewForbidden`:
+    /// `<resource>.<group> "<name>" is forbidden: <why>` (no name: `<resource>.<group> is
+    /// forbidden: <why>`; no resource, as for a non-resource URL: `forbidden: <why>`).
+    pub fn forbidden_on(t: Target<'_>, why: &str) -> Self {
+        let message = if t.plural.is_empty() {
+            format!("forbidden: {why}")
+        } else if t.name.is_empty() {
+            format!("{} is forbidden: {why}", Self::qualified(&t))
+        } else {
+            format!("{} \"{}\" is forbidden: {why}", Self::qualified(&t), t.name)
+        };
+        let mut details = Self::details_of(&t);
+        if let Some(d) = details.as_object_mut() {
+            d.retain(|_, v| v.as_str().is_none_or(|s| !s.is_empty()));
+        }
+        Self::new(403, "Forbidden", message).with_details(details)
+    }
+
+    /// 401 Unauthorized, as kube-apiserver answers a request it cannot authenticate.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(what: &str) -> Self {
         Self::new(

@@ -5,11 +5,12 @@
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
-//! data and rules (`error`, `store`, `registry`, `schema`, `selector`, `patch`, `ssa`,
+//! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `patch`, `ssa`,
 //! `convert`, `typed`, `proto`, `metadata`, `immutable`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
-//! test entry point (`test_server`). See the crate README for where things live.
+//! test entry point (`test_server`, `tls`). See the crate README for where things live.
 
+mod authn;
 mod convert;
 pub mod defaults;
 mod engine;
@@ -20,6 +21,7 @@ mod immutable;
 mod metadata;
 mod patch;
 mod proto;
+mod rbac;
 mod registry;
 pub mod schema;
 pub mod selector;
@@ -27,12 +29,17 @@ mod ssa;
 mod state;
 mod store;
 mod test_server;
+mod tls;
 mod typed;
 
+pub use authn::{ANONYMOUS_USER, AuthConfig, AuthnError, UserInfo, parse_token_file};
 pub use error::ApiError;
 pub use hooks::{
     Admission, AdmissionError, CounterRow, Counters, FaultSpec, Faults, HookId, Operation,
 };
 pub use http::{COUNTERS_PATH, router};
 pub use state::{ServerConfig, ServerState};
-pub use test_server::{Error, TestServer, TestServerBuilder, kubeconfig_yaml};
+pub use test_server::{
+    ADMIN_USER, Error, TestServer, TestServerBuilder, kubeconfig_yaml, kubeconfig_yaml_with_token,
+};
+pub use tls::TlsError;

@@ -29,6 +29,23 @@ struct Args {
     /// Default built-in workload fields (imagePullPolicy, protocol, replicas, ...) like a real cluster.
     #[arg(long)]
     builtin_defaults: bool,
+    /// `AlwaysAllow` (default: no authentication, every request allowed) or `RBAC`
+    /// (authentication, impersonation checks and RBAC authorization as kube-apiserver's
+    /// `--authorization-mode=RBAC`; the kubeconfig written then holds a `system:masters`
+    /// token).
+    #[arg(long, default_value = "AlwaysAllow", value_parser = ["AlwaysAllow", "RBAC"])]
+    authorization_mode: String,
+    /// Static bearer tokens, as kube-apiserver's: `token,user,uid[,"group1,group2"]` per line
+    /// (with `--authorization-mode=RBAC`).
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Requests without credentials are `system:anonymous` (true, as kube-apiserver) or 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Serve HTTPS with a certificate of a CA generated at start (written into the
+    /// kubeconfig); kubectl sends credentials only over HTTPS.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[tokio::main]
@@ -38,7 +55,25 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let server = kmeta_apiserver::TestServer::builder()
+    let mut builder = kmeta_apiserver::TestServer::builder();
+    if args.authorization_mode == "RBAC" {
+        let mut auth = kmeta_apiserver::AuthConfig {
+            anonymous: args.anonymous_auth,
+            ..Default::default()
+        };
+        if let Some(path) = &args.token_auth_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading token file {}", path.display()))?;
+            auth = auth
+                .with_token_file(&text)
+                .with_context(|| format!("token file {}", path.display()))?;
+        }
+        builder = builder.auth(auth);
+    } else if args.token_auth_file.is_some() {
+        anyhow::bail!("--token-auth-file needs --authorization-mode=RBAC");
+    }
+    let server = builder
+        .tls(args.tls)
         .port(args.port)
         .watch_window(args.watch_window)
         .seed(args.seed)

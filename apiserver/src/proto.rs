@@ -1,7 +1,8 @@
 //! Minimal decoding of Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
 //!
-//! kubectl's typed generators (`kubectl create namespace|configmap|secret|serviceaccount`) send
-//! protobuf and do not fall back to JSON. This decodes the envelope and the fields of those kinds
+//! kubectl's typed generators (`kubectl create namespace|configmap|secret|serviceaccount|role|
+//! clusterrole|rolebinding|clusterrolebinding|token`, `kubectl auth can-i`) send protobuf and do
+//! not fall back to JSON. This decodes the envelope and the fields of those kinds
 //! into JSON; other kinds are rejected with 415 so the client learns JSON is required.
 
 use serde_json::{Map, Value, json};
@@ -162,6 +163,196 @@ fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
     Ok(Value::Object(m))
 }
 
+/// A message of string fields, by field number and JSON name.
+fn strings(b: &[u8], names: &[(u64, &str)]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        if let (Some((_, name)), Field::Bytes(s)) = (names.iter().find(|(k, _)| *k == n), f) {
+            m.insert((*name).into(), json!(string(s)));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// The `spec` of an access review, a rules review or a TokenRequest
+/// (`authorization/v1` and `authentication/v1` `generated.proto`).
+fn review_spec(kind: &str, b: &[u8]) -> Result<Value, ProtoError> {
+    const RESOURCE: &[(u64, &str)] = &[
+        (1, "namespace"),
+        (2, "verb"),
+        (3, "group"),
+        (4, "version"),
+        (5, "resource"),
+        (6, "subresource"),
+        (7, "name"),
+    ];
+    const NON_RESOURCE: &[(u64, &str)] = &[(1, "path"), (2, "verb")];
+    let mut spec = Map::new();
+    let list = |spec: &mut Map<String, Value>, key: &str, s: &[u8]| {
+        let entry = spec.entry(key).or_insert_with(|| json!([]));
+        if let Some(a) = entry.as_array_mut() {
+            a.push(json!(string(s)));
+        }
+    };
+    for (n, f) in fields(b)? {
+        match (kind, n, f) {
+            ("SelfSubjectRulesReview", 1, Field::Bytes(s)) => {
+                spec.insert("namespace".into(), json!(string(s)));
+            }
+            ("TokenRequest", 1, Field::Bytes(s)) => list(&mut spec, "audiences", s),
+            ("TokenRequest", 4, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v));
+            }
+            ("SelfSubjectRulesReview" | "TokenRequest", _, _) => {}
+            (_, 1, Field::Bytes(s)) => {
+                spec.insert("resourceAttributes".into(), strings(s, RESOURCE)?);
+            }
+            (_, 2, Field::Bytes(s)) => {
+                spec.insert("nonResourceAttributes".into(), strings(s, NON_RESOURCE)?);
+            }
+            (_, 3, Field::Bytes(s)) => {
+                spec.insert("user".into(), json!(string(s)));
+            }
+            (_, 4, Field::Bytes(s)) => list(&mut spec, "groups", s),
+            (_, 6, Field::Bytes(s)) => {
+                spec.insert("uid".into(), json!(string(s)));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
+}
+
+/// The fields of one message that are strings or lists of strings, by field number and JSON
+/// name (`true`: repeated).
+fn string_fields(b: &[u8], names: &[(u64, &str, bool)]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        let (Some((_, name, repeated)), Field::Bytes(s)) =
+            (names.iter().find(|(k, _, _)| *k == n), f)
+        else {
+            continue;
+        };
+        if *repeated {
+            let list = m.entry(*name).or_insert_with(|| json!([]));
+            if let Some(a) = list.as_array_mut() {
+                a.push(json!(string(s)));
+            }
+        } else {
+            m.insert((*name).into(), json!(string(s)));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// A `LabelSelector` (`matchLabels` = 1, `matchExpressions` = 2).
+fn label_selector(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut labels = Map::new();
+    let mut exprs = vec![];
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(s)) => {
+                let (k, v) = map_entry(s, false)?;
+                labels.insert(k, v);
+            }
+            (2, Field::Bytes(s)) => exprs.push(string_fields(
+                s,
+                &[
+                    (1, "key", false),
+                    (2, "operator", false),
+                    (3, "values", true),
+                ],
+            )?),
+            _ => {}
+        }
+    }
+    let mut sel = Map::new();
+    if !labels.is_empty() {
+        sel.insert("matchLabels".into(), Value::Object(labels));
+    }
+    if !exprs.is_empty() {
+        sel.insert("matchExpressions".into(), Value::Array(exprs));
+    }
+    Ok(Value::Object(sel))
+}
+
+/// A Role, ClusterRole, RoleBinding or ClusterRoleBinding (`rbac/v1` `generated.proto`), as
+/// `kubectl create role|clusterrole|rolebinding|clusterrolebinding` sends them.
+fn decode_rbac(kind: &str, raw: &[u8], mut obj: Value) -> Result<Value, ProtoError> {
+    const RULE: &[(u64, &str, bool)] = &[
+        (1, "verbs", true),
+        (2, "apiGroups", true),
+        (3, "resources", true),
+        (4, "resourceNames", true),
+        (5, "nonResourceURLs", true),
+    ];
+    const SUBJECT: &[(u64, &str, bool)] = &[
+        (1, "kind", false),
+        (2, "apiGroup", false),
+        (3, "name", false),
+        (4, "namespace", false),
+    ];
+    const ROLE_REF: &[(u64, &str, bool)] = &[
+        (1, "apiGroup", false),
+        (2, "kind", false),
+        (3, "name", false),
+    ];
+    if !matches!(
+        kind,
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+    ) {
+        return Err(ProtoError::Unsupported(kind.to_string()));
+    }
+    let binding = kind.ends_with("Binding");
+    let mut list = vec![];
+    for (n, f) in fields(raw)? {
+        match (n, f, binding) {
+            (1, Field::Bytes(s), _) => obj["metadata"] = object_meta(s)?,
+            (2, Field::Bytes(s), false) => list.push(string_fields(s, RULE)?),
+            (2, Field::Bytes(s), true) => list.push(string_fields(s, SUBJECT)?),
+            (3, Field::Bytes(s), true) => obj["roleRef"] = string_fields(s, ROLE_REF)?,
+            (3, Field::Bytes(s), false) => {
+                let mut selectors = vec![];
+                for (n, f) in fields(s)? {
+                    if let (1, Field::Bytes(sel)) = (n, f) {
+                        selectors.push(label_selector(sel)?);
+                    }
+                }
+                obj["aggregationRule"] = json!({"clusterRoleSelectors": selectors});
+            }
+            _ => {}
+        }
+    }
+    obj[if binding { "subjects" } else { "rules" }] = Value::Array(list);
+    Ok(obj)
+}
+
+/// Whether a kind is an access or rules review or a TokenRequest (decoded by [`decode_review`]).
+fn is_review(api_version: &str, kind: &str) -> bool {
+    matches!(
+        (api_version, kind),
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview"
+                | "SubjectAccessReview"
+                | "LocalSubjectAccessReview"
+                | "SelfSubjectRulesReview"
+        ) | ("authentication.k8s.io/v1", "TokenRequest")
+    )
+}
+
+/// The metadata and `spec` of a review or TokenRequest into `obj`.
+fn decode_review(kind: &str, raw: &[u8], mut obj: Value) -> Result<Value, ProtoError> {
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(s)) => obj["metadata"] = object_meta(s)?,
+            (2, Field::Bytes(s)) => obj["spec"] = review_spec(kind, s)?,
+            _ => {}
+        }
+    }
+    Ok(obj)
+}
+
 /// Decode a protobuf request body into a JSON object.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     let rest = body.strip_prefix(b"k8s\x00").ok_or(ProtoError::NoMagic)?;
@@ -191,6 +382,13 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount"
         )
     );
+    let review = is_review(&api_version, &kind);
+    if review {
+        return decode_review(&kind, raw, obj);
+    }
+    if api_version == "rbac.authorization.k8s.io/v1" {
+        return decode_rbac(&kind, raw, obj);
+    }
     if !supported {
         return Err(ProtoError::Unsupported(kind));
     }
@@ -260,5 +458,76 @@ mod tests {
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(decode(b"nope"), Err(ProtoError::NoMagic));
         assert!(decode(b"k8s\x00\x0a\x50").is_err());
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], raw: &[u8]) -> Vec<u8> {
+        let tm = [ld(1, api_version), ld(2, kind)].concat();
+        [b"k8s\x00".to_vec(), ld(1, &tm), ld(2, raw)].concat()
+    }
+
+    #[test]
+    fn decodes_rbac_kinds_and_reviews() {
+        // kubectl create rolebinding b --clusterrole=view --user=jane
+        let subject = [
+            ld(1, b"User"),
+            ld(2, b"rbac.authorization.k8s.io"),
+            ld(3, b"jane"),
+        ]
+        .concat();
+        let role_ref = [
+            ld(1, b"rbac.authorization.k8s.io"),
+            ld(2, b"ClusterRole"),
+            ld(3, b"view"),
+        ]
+        .concat();
+        let raw = [ld(1, &ld(1, b"b")), ld(2, &subject), ld(3, &role_ref)].concat();
+        let v = decode(&envelope(
+            b"rbac.authorization.k8s.io/v1",
+            b"RoleBinding",
+            &raw,
+        ))
+        .unwrap_or_default();
+        assert_eq!(
+            v["subjects"],
+            json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "jane"}])
+        );
+        assert_eq!(
+            v["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"})
+        );
+        // a rule with the core group (an empty string) and two verbs; an aggregation rule
+        let rule = [ld(1, b"get"), ld(1, b"list"), ld(2, b""), ld(3, b"pods")].concat();
+        let selector = ld(1, &[ld(1, b"k"), ld(2, b"v")].concat());
+        let raw = [ld(1, &ld(1, b"r")), ld(2, &rule), ld(3, &ld(1, &selector))].concat();
+        let v = decode(&envelope(
+            b"rbac.authorization.k8s.io/v1",
+            b"ClusterRole",
+            &raw,
+        ))
+        .unwrap_or_default();
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}])
+        );
+        assert_eq!(
+            v["aggregationRule"],
+            json!({"clusterRoleSelectors": [{"matchLabels": {"k": "v"}}]})
+        );
+        // kubectl auth can-i list pods -n ns
+        let attrs = [ld(1, b"ns"), ld(2, b"list"), ld(5, b"pods")].concat();
+        let v = decode(&envelope(
+            b"authorization.k8s.io/v1",
+            b"SelfSubjectAccessReview",
+            &ld(2, &ld(1, &attrs)),
+        ))
+        .unwrap_or_default();
+        assert_eq!(
+            v["spec"],
+            json!({"resourceAttributes": {"namespace": "ns", "verb": "list", "resource": "pods"}})
+        );
+        assert_eq!(
+            decode(&envelope(b"rbac.authorization.k8s.io/v1", b"Other", b"")),
+            Err(ProtoError::Unsupported("Other".into()))
+        );
     }
 }

@@ -32,6 +32,10 @@ pub struct ServerConfig {
     /// resourceVersion the server has not reached before it answers 504 with a
     /// `ResourceVersionTooLarge` cause. Default 3 s (the watch cache's `blockTimeout`).
     pub rv_wait: Duration,
+    /// Authentication and RBAC authorization (`None`, the default: every request is allowed,
+    /// as without `--authorization-mode`). With it the bootstrap ClusterRoles and bindings are
+    /// created at start and ClusterRoles are aggregated.
+    pub auth: Option<crate::authn::AuthConfig>,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +53,7 @@ impl Default for ServerConfig {
             ],
             builtin_defaults: false,
             rv_wait: Duration::from_secs(3),
+            auth: None,
         }
     }
 }
@@ -66,6 +71,10 @@ pub struct ServerState {
     pub config: ServerConfig,
     /// `host:port` advertised in discovery (set once the listener is bound).
     pub(crate) address: Mutex<String>,
+    /// Authentication state, when authorization is on.
+    pub(crate) authn: Option<crate::authn::Authn>,
+    /// The message of every 403 answered, in order (authorization on only).
+    denials: Mutex<Vec<String>>,
 }
 
 impl ServerState {
@@ -93,6 +102,9 @@ impl ServerState {
                 }
             }
         }
+        if config.auth.is_some() {
+            bootstrap_rbac(&mut inner, &adm);
+        }
         let rv = inner.store.rv();
         if config.builtin_defaults {
             crate::defaults::register(&adm);
@@ -103,8 +115,10 @@ impl ServerState {
             admission: adm,
             faults: Faults::new(config.seed),
             counters: CounterStore::default(),
-            config,
             address: Mutex::new("127.0.0.1:0".into()),
+            authn: config.auth.clone().map(crate::authn::Authn::new),
+            denials: Mutex::new(Vec::new()),
+            config,
         })
     }
 
@@ -142,6 +156,26 @@ impl ServerState {
     /// Reset request counters.
     pub fn reset_counters(&self) {
         self.counters.reset()
+    }
+
+    /// With authorization on, the message of every 403 Forbidden answered so far (refused by
+    /// RBAC, impersonation, the escalation check or OwnerReferencesPermissionEnforcement), in
+    /// order: what a least-privilege test checks is empty.
+    pub fn denials(&self) -> Vec<String> {
+        self.denials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Record a 403 answered with authorization on.
+    pub(crate) fn record_denial(&self, message: &str) {
+        if self.authn.is_some() {
+            self.denials
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(message.to_string());
+        }
     }
 
     /// Current global resourceVersion.
@@ -194,5 +228,34 @@ impl ServerState {
 
     pub(crate) fn registry_snapshot(&self) -> crate::registry::Registry {
         self.lock().registry.clone()
+    }
+}
+
+/// Create the bootstrap RBAC policy ([`crate::rbac::bootstrap_policy`]) as kube-apiserver's
+/// `rbac/bootstrap-roles` post-start hook does.
+fn bootstrap_rbac(inner: &mut Inner, adm: &Admission) {
+    let opts = WriteOpts {
+        field_manager: "kube-apiserver".into(),
+        ..Default::default()
+    };
+    for (plural, obj) in crate::rbac::bootstrap_policy() {
+        let Some(def) = inner
+            .registry
+            .lookup(crate::rbac::RBAC_GROUP, "v1", plural)
+            .cloned()
+        else {
+            tracing::warn!("bootstrapping RBAC: {plural} are not served");
+            continue;
+        };
+        let req = Req {
+            def,
+            version: "v1".into(),
+            ns: None,
+            name: None,
+            sub: None,
+        };
+        if let Err(e) = inner.create(adm, &req, obj, &opts, false) {
+            tracing::warn!("bootstrapping RBAC {plural}: {e}");
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! [`TestServer`]: an API server on a free port of 127.0.0.1 with a `kube::Client` for it, as
 //! tests start one.
 
+use crate::authn::{AuthConfig, UserInfo, random_token};
 use crate::hooks::{Admission, Counters, Faults};
 use crate::http::router;
 use crate::state::{ServerConfig, ServerState};
+use crate::tls::Pki;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +31,34 @@ pub enum Error {
     /// The kubeconfig could not be built.
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    /// The serving certificate could not be made.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// A client certificate was asked for while the server serves plain HTTP.
+    #[error("the server was started without TLS (TestServerBuilder::tls)")]
+    TlsOff,
+    /// A token was asked for while the server has no authentication.
+    #[error("the server was started without authentication (TestServerBuilder::rbac)")]
+    AuthOff,
+    /// A token was asked for a ServiceAccount that does not exist.
+    #[error("no ServiceAccount {0}")]
+    NoServiceAccount(String),
+}
+
+/// The superuser of a server with authorization on (in `system:masters`).
+pub const ADMIN_USER: &str = "kmeta-admin";
+
+fn client_for(url: &str, token: Option<&str>, ca: Option<&[u8]>) -> Result<kube::Client, Error> {
+    let uri: http::Uri = url.parse().map_err(|_| Error::Url(url.to_string()))?;
+    let mut config = kube::Config::new(uri);
+    config.root_cert = ca.map(|der| vec![der.to_vec()]);
+    if let Some(t) = token {
+        config.auth_info.token = Some(t.to_string().into());
+    }
+    kube::Client::try_from(config).map_err(|source| Error::Client {
+        url: url.to_string(),
+        source,
+    })
 }
 
 /// Builder for [`TestServer`].
@@ -36,6 +66,7 @@ pub enum Error {
 pub struct TestServerBuilder {
     config: ServerConfig,
     port: u16,
+    tls: bool,
 }
 
 impl TestServerBuilder {
@@ -65,35 +96,67 @@ impl TestServerBuilder {
         self.port = port;
         self
     }
+    /// Authentication and RBAC authorization with the default [`AuthConfig`] (anonymous
+    /// requests allowed as `system:anonymous`, OwnerReferencesPermissionEnforcement on); off
+    /// by default. [`TestServer::client`] and the kubeconfig then authenticate as a member of
+    /// `system:masters`, which may do everything.
+    pub fn rbac(mut self, on: bool) -> Self {
+        self.config.auth = on.then(|| self.config.auth.take().unwrap_or_default());
+        self
+    }
+    /// Authentication and RBAC authorization with this configuration (static tokens, …).
+    pub fn auth(mut self, auth: AuthConfig) -> Self {
+        self.config.auth = Some(auth);
+        self
+    }
+    /// Serve HTTPS with a certificate of a CA generated at start (its certificate in the
+    /// kubeconfig and trusted by [`TestServer::client`]); plain HTTP by default. kubectl sends
+    /// credentials (`--token`, `--as`) only over HTTPS.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
     /// Replace the whole configuration.
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
         self
     }
     /// Bind and serve.
-    pub async fn start(self) -> Result<TestServer, Error> {
+    pub async fn start(mut self) -> Result<TestServer, Error> {
+        let admin_token = self.config.auth.as_mut().map(|auth| {
+            let token = random_token(&Default::default(), "kmeta-admin.", 0);
+            auth.tokens.push((
+                token.clone(),
+                UserInfo::new(ADMIN_USER, &[crate::rbac::SUPERUSER_GROUP]),
+            ));
+            token
+        });
         let state = ServerState::new(self.config);
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await?;
         let addr = listener.local_addr()?;
         if let Ok(mut a) = state.address.lock() {
             *a = addr.to_string();
         }
-        let url = format!("http://{addr}");
-        let uri: http::Uri = url.parse().map_err(|_| Error::Url(url.clone()))?;
-        let client =
-            kube::Client::try_from(kube::Config::new(uri)).map_err(|source| Error::Client {
-                url: url.clone(),
-                source,
-            })?;
+        let pki = if self.tls {
+            Some(Pki::generate()?)
+        } else {
+            None
+        };
+        let url = format!("{}://{addr}", if pki.is_some() { "https" } else { "http" });
+        let ca_der = pki.as_ref().map(|p| p.ca_der.clone());
+        let client = client_for(&url, admin_token.as_deref(), ca_der.as_deref())?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(state.clone());
         let st = state.clone();
+        let tls_config = pki.as_ref().map(|p| p.server_config.clone());
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = rx.await;
                 st.faults.close_watches();
             };
-            if let Err(e) = axum::serve(listener, app)
+            if let Some(config) = tls_config {
+                crate::tls::serve(listener, config, app, shutdown).await;
+            } else if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
             {
@@ -104,6 +167,9 @@ impl TestServerBuilder {
             state,
             addr,
             client,
+            url,
+            ca: pki.map(Arc::new),
+            admin_token,
             shutdown: Some(tx),
             task: Some(task),
         })
@@ -139,6 +205,10 @@ pub struct TestServer {
     state: Arc<ServerState>,
     addr: SocketAddr,
     client: kube::Client,
+    url: String,
+    /// With TLS: the CA.
+    ca: Option<Arc<Pki>>,
+    admin_token: Option<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -159,9 +229,46 @@ impl TestServer {
         self.client.clone()
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with [`TestServerBuilder::tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.url.clone()
+    }
+
+    /// With TLS, the PEM of the CA that signed the serving certificate.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.ca.as_ref().map(|p| p.ca_pem.clone())
+    }
+
+    /// With TLS, a client certificate signed by the server's CA naming `user` (subject CN) in
+    /// `group` (the O), as kube-apiserver's `--client-ca-file` authenticates them: the PEM of
+    /// the certificate and of its key.
+    pub fn client_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(String, String), Error> {
+        let pki = self.ca.as_ref().ok_or(Error::TlsOff)?;
+        Ok(pki.client_certificate(user, group)?)
+    }
+
+    /// With TLS, a client authenticating with a client certificate for `user` in `group`.
+    pub fn client_with_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<kube::Client, Error> {
+        use base64::Engine;
+        let (cert, key) = self.client_certificate(user, group)?;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let uri: http::Uri = self.url.parse().map_err(|_| Error::Url(self.url.clone()))?;
+        let mut config = kube::Config::new(uri);
+        config.root_cert = self.ca.as_ref().map(|p| vec![p.ca_der.clone()]);
+        config.auth_info.client_certificate_data = Some(b64(&cert));
+        config.auth_info.client_key_data = Some(b64(&key).into());
+        kube::Client::try_from(config).map_err(|source| Error::Client {
+            url: self.url.clone(),
+            source,
+        })
     }
 
     /// Bound address.
@@ -169,9 +276,67 @@ impl TestServer {
         self.addr
     }
 
-    /// Kubeconfig YAML text for this server (context `kmeta`, namespace `default`).
+    /// Kubeconfig YAML text for this server (context `kmeta`, namespace `default`; with
+    /// authorization on, the superuser's token).
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url())
+        self.kubeconfig_yaml_for(self.admin_token.as_deref())
+    }
+
+    /// Kubeconfig YAML text whose user sends `token` (none: no credentials).
+    pub fn kubeconfig_yaml_for(&self, token: Option<&str>) -> String {
+        let mut yaml = match token {
+            Some(t) => kubeconfig_yaml_with_token(&self.url(), t),
+            None => kubeconfig_yaml(&self.url()),
+        };
+        if let Some(pki) = &self.ca {
+            yaml = yaml.replacen(
+                "    server: ",
+                &format!(
+                    "    certificate-authority-data: {}\n    server: ",
+                    pki.ca_data()
+                ),
+                1,
+            );
+        }
+        yaml
+    }
+
+    /// With authorization on, the bearer token of the superuser [`ADMIN_USER`] (in
+    /// `system:masters`) that [`Self::client`] and the kubeconfig use.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+
+    /// A client sending this bearer token (default namespace `default`).
+    pub fn client_with_token(&self, token: &str) -> Result<kube::Client, Error> {
+        client_for(
+            &self.url(),
+            Some(token),
+            self.ca.as_ref().map(|p| p.ca_der.as_slice()),
+        )
+    }
+
+    /// A new token of ServiceAccount `ns/name`, as a TokenRequest gives
+    /// (`kubectl create token`): it authenticates as `system:serviceaccount:<ns>:<name>` while
+    /// that ServiceAccount exists. Errors when authorization is off or there is no such
+    /// ServiceAccount.
+    pub fn service_account_token(&self, ns: &str, name: &str) -> Result<String, Error> {
+        let Some(authn) = &self.state.authn else {
+            return Err(Error::AuthOff);
+        };
+        let key = crate::store::Key {
+            res: Arc::from("/serviceaccounts"),
+            ns: ns.into(),
+            name: name.into(),
+        };
+        let uid = self
+            .state
+            .lock()
+            .store
+            .get(&key)
+            .and_then(|sa| crate::store::uid_of(sa).map(str::to_string))
+            .ok_or_else(|| Error::NoServiceAccount(format!("{ns}/{name}")))?;
+        Ok(authn.issue(ns, name, &uid))
     }
 
     /// Kubeconfig for this server.
@@ -236,6 +401,14 @@ impl Drop for TestServer {
             t.abort();
         }
     }
+}
+
+/// [`kubeconfig_yaml`] whose user sends a bearer token.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url).replace(
+        "- name: kmeta\n  user: {}\n",
+        &format!("- name: kmeta\n  user:\n    token: {token}\n"),
+    )
 }
 
 /// Kubeconfig YAML pointing at `url` with context `kmeta` and namespace `default`.

@@ -73,6 +73,11 @@ enum Command {
         /// Name of the ClusterRole.
         #[arg(long, default_value = "kmeta")]
         name: String,
+        /// Only what this controller (CompositeController or DecoratorController, by name) needs
+        /// on its own: its children or attachments, its parents' finalizers, its related
+        /// resources; for a ServiceAccount of its own.
+        #[arg(long, value_name = "NAME")]
+        controller: Option<String>,
     },
     /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
     /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
@@ -347,7 +352,16 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             files,
             related,
             name,
+            controller: None,
         } => emit(kmeta::cmd::rbac::render(&files, &related, &name)?.as_bytes())?,
+        Command::Rbac {
+            files,
+            related,
+            name,
+            controller: Some(controller),
+        } => emit(
+            kmeta::cmd::rbac::render_controller(&files, &related, &name, &controller)?.as_bytes(),
+        )?,
         Command::Reconcile { target, timeout } => steer(target, Steer::Reconcile(timeout)).await?,
         Command::Suspend { target } => steer(target, Steer::Suspend).await?,
         Command::Resume { target } => steer(target, Steer::Resume).await?,

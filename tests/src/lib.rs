@@ -47,6 +47,7 @@
 //! ```
 
 pub mod procs;
+pub mod rbac;
 pub mod scenario;
 pub mod tls;
 
@@ -100,6 +101,8 @@ pub struct Env {
     /// CompositeControllers running with in-process hooks ([`Env::start_in_process`]).
     in_process: Vec<JoinHandle<Result<(), kmeta::embed::EmbedError>>>,
     cleanup: Vec<(ApiResource, String)>,
+    /// The related resources granted to kmeta in [`rbac`] mode.
+    rbac_related: rbac::Related,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -296,6 +299,11 @@ impl Env {
                 (kube::Client::try_from(cfg.clone())?, cfg, None)
             }
             None => {
+                let builder = if rbac::rbac_mode() {
+                    builder.rbac(true)
+                } else {
+                    builder
+                };
                 let server = builder.start().await.context("starting kmeta-apiserver")?;
                 if let Some(lag) = watch_lag()? {
                     server.faults().delay_watch_events(None, lag);
@@ -307,7 +315,11 @@ impl Env {
                 if let Some(period) = watch_churn()? {
                     churn_watches(&server, period);
                 }
-                let cfg = kube::Config::new(server.url().parse()?);
+                let mut cfg = kube::Config::new(server.url().parse()?);
+                if rbac::rbac_mode() {
+                    let token = rbac::service_account(&server).await?;
+                    cfg.auth_info.token = Some(token.into());
+                }
                 (server.client(), cfg, Some(server))
             }
         };
@@ -334,6 +346,7 @@ impl Env {
             manager: None,
             in_process: Vec::new(),
             cleanup: vec![(ar("v1", "Namespace", "namespaces"), ns)],
+            rbac_related: rbac::Related::default(),
         })
     }
 
@@ -363,6 +376,21 @@ impl Env {
         let config = self.scenario_config(config);
         let client = self.controller_client.clone();
         let stop = self.stop.clone();
+        if rbac::rbac_mode() && self.server.is_some() {
+            // the role as `kmeta rbac` makes it for the controllers created so far, then kept
+            // in step with those created later
+            let admin = self.client.clone();
+            let keep = stop.clone();
+            let related = self.rbac_related.clone();
+            self.manager = Some(tokio::spawn(async move {
+                if let Err(e) = rbac::sync_role(&admin, None, &related).await {
+                    eprintln!("{}: {e:#}", rbac::RBAC_ENV);
+                }
+                let _keeper = rbac::keep_role(admin, related, keep);
+                kmeta::reconcile::manager::run(client, config, stop).await
+            }));
+            return;
+        }
         self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(
             client, config, stop,
         )));
@@ -421,6 +449,13 @@ impl Env {
     /// Creates `object` (its kind's plural given), remembering cluster-scoped ones for cleanup.
     pub async fn create(&mut self, plural: &str, object: Value) -> anyhow::Result<Value> {
         let (av, kind, ns, name) = ident(&object)?;
+        if rbac::rbac_mode()
+            && self.server.is_some()
+            && matches!(plural, "compositecontrollers" | "decoratorcontrollers")
+        {
+            // as an operator applies `kmeta rbac`'s role with the controller, before kmeta sees it
+            rbac::sync_role(&self.client, Some(&object), &self.rbac_related).await?;
+        }
         let api = self.api(&av, &kind, plural, ns.as_deref());
         let created = api
             .create(&PostParams::default(), &obj(object)?)
@@ -430,6 +465,24 @@ impl Env {
             self.cleanup.push((ar(&av, &kind, plural), name));
         }
         Ok(serde_json::to_value(created)?)
+    }
+
+    /// The client a CompositeController run in-process uses: the test's, or in [`rbac`] mode
+    /// kmeta's ServiceAccount's, after granting it what `kmeta rbac` would for `cc` (the
+    /// CompositeController object it would have been).
+    pub async fn in_process_client(&self, cc: &Value) -> anyhow::Result<kube::Client> {
+        if rbac::rbac_mode() && self.server.is_some() {
+            self.rbac_related.add_in_process(&self.client, cc).await?;
+            return Ok(self.controller_client.clone());
+        }
+        Ok(self.client.clone())
+    }
+
+    /// In [`rbac`] mode, what grants kmeta the related resources a hook answer selects (for
+    /// [`HookServer::before_related`]); `None` otherwise.
+    pub fn related_granter(&self) -> Option<rbac::RelatedGrant> {
+        (rbac::rbac_mode() && self.server.is_some())
+            .then(|| self.rbac_related.granter(self.client.clone()))
     }
 
     /// Creates a CRD and waits until it is Established and served.
@@ -608,6 +661,22 @@ impl Env {
 impl Drop for Env {
     fn drop(&mut self) {
         self.stop.cancel();
+        if rbac::rbac_mode()
+            && let Some(server) = &self.server
+        {
+            let report = rbac::report(&self.id, server);
+            for line in &report {
+                eprintln!("{line}");
+            }
+            // each is a right kmeta needs that `kmeta rbac` does not grant: the scenario fails
+            assert!(
+                report.is_empty() || std::thread::panicking(),
+                "{}: kmeta met {} 403s under the ClusterRole `kmeta rbac` generates:\n{}",
+                rbac::RBAC_ENV,
+                report.len(),
+                report.join("\n")
+            );
+        }
     }
 }
 
@@ -717,6 +786,9 @@ struct HookState {
     tls_failures: AtomicUsize,
     /// Whether bodies and headers are kept ([`HookServer::set_recording`]).
     recording: AtomicBool,
+    /// Called with the related resources an answer selects before it is sent
+    /// ([`HookServer::before_related`]).
+    before_related: Mutex<Option<rbac::RelatedGrant>>,
     /// Requests received per hook path, recorded or not.
     counts: Mutex<HashMap<String, usize>>,
 }
@@ -840,12 +912,22 @@ impl HookServer {
             tls_failures: AtomicUsize::new(0),
             recording: AtomicBool::new(true),
             counts: Mutex::new(HashMap::new()),
+            before_related: Mutex::new(None),
         });
         let app = axum::Router::new()
             .route("/{hook}", axum::routing::post(serve))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         Ok((state, app, listener))
+    }
+
+    /// Calls `grant` with the `(apiVersion, resource)` pairs of the `relatedResources` of every
+    /// answer that has them, and waits for it, before the answer is sent ([`rbac`]: the related
+    /// resources a customize hook selects are granted as `kmeta rbac --related` would).
+    pub fn before_related(&self, grant: rbac::RelatedGrant) {
+        if let Ok(mut g) = self.state.before_related.lock() {
+            *g = Some(grant);
+        }
     }
 
     /// Answers that fraction (0.0..=1.0) of later requests 500 before the handler runs, as
@@ -897,7 +979,19 @@ impl HookServer {
             }
             state.record(&hook, &body);
             let reply = (state.handler)(&hook, &body);
-            Box::pin(answer_in_process(reply))
+            let grant = state.before_related.lock().ok().and_then(|g| g.clone());
+            let related = match (&grant, &reply) {
+                (Some(_), Reply::Json(answer)) => rbac::related_in(answer),
+                _ => Vec::new(),
+            };
+            Box::pin(async move {
+                if let Some(grant) = grant
+                    && !related.is_empty()
+                {
+                    grant(related).await;
+                }
+                answer_in_process(reply).await
+            })
         }
     }
 
@@ -1039,6 +1133,13 @@ async fn serve(
     }
     state.record(&hook, &body);
     let mut reply = (state.handler)(&hook, &body);
+    let grant = state.before_related.lock().ok().and_then(|g| g.clone());
+    if let (Some(grant), Reply::Json(answer)) = (grant, &reply) {
+        let related = rbac::related_in(answer);
+        if !related.is_empty() {
+            grant(related).await;
+        }
+    }
     let mut extra = Vec::new();
     let mut response = loop {
         match reply {

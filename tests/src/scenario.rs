@@ -171,7 +171,13 @@ impl Scenario {
             env.create_crd(c).await?;
         }
         let hooks = match self.hook {
-            Some(handler) => Some(HookServer::start(handler).await?),
+            Some(handler) => {
+                let hooks = HookServer::start(handler).await?;
+                if let Some(grant) = env.related_granter() {
+                    hooks.before_related(grant);
+                }
+                Some(hooks)
+            }
             None => None,
         };
         if let Some(hooks) = &hooks {
@@ -596,7 +602,8 @@ impl Running {
             .hooks
             .as_ref()
             .with_context(|| format!("CompositeController {name}: the scenario has no hook"))?;
-        let mut composite = kmeta::embed::Composite::builder(self.env.client.clone(), name);
+        let client = self.env.in_process_client(&cc).await?;
+        let mut composite = kmeta::embed::Composite::builder(client, name);
         for hook in ["sync", "finalize", "customize"] {
             if cc["spec"]["hooks"].get(hook).is_some() {
                 composite = composite.hook_json(hook, hooks.responder(hook));

@@ -55,6 +55,8 @@ fn kmeta_lib_rs() -> String {
 const APISERVER_LAYERS: &[&[&str]] = &[
     &[
         "error",
+        "authn",
+        "rbac",
         "store",
         "registry",
         "schema",
@@ -72,7 +74,7 @@ const APISERVER_LAYERS: &[&[&str]] = &[
     &["engine"],
     &["state"],
     &["http"],
-    &["test_server"],
+    &["test_server", "tls"],
 ];
 
 /// Every library crate of the workspace, by its folder.

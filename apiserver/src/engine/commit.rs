@@ -124,6 +124,9 @@ impl Inner {
             let mutated = adm.mutates(&req.def.group, &req.version, &adm_resource);
             admit_schema(s, &req.def, name, new, Some(old), mutated)?;
         }
+        if let Some(check) = &opts.check {
+            (check.0)(&self.store, &self.registry, new, Some(old))?;
+        }
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {
             copy_or_remove(old, new, "spec");

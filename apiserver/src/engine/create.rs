@@ -177,6 +177,9 @@ impl Inner {
             let mutated = adm.mutates(&req.def.group, &req.version, &req.def.plural);
             admit_schema(s, &req.def, name, obj, None, mutated)?;
         }
+        if let Some(check) = &opts.check {
+            (check.0)(&self.store, &self.registry, obj, None)?;
+        }
         Ok(())
     }
 

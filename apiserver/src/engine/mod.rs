@@ -25,4 +25,6 @@ mod update;
 
 pub(crate) use inner::Inner;
 pub(crate) use list::{ListOpts, ListResult, RV_TOO_LARGE_RETRY_SECONDS};
-pub(crate) use request::{DeleteOpts, Deleted, FieldValidation, Propagation, Req, WriteOpts};
+pub(crate) use request::{
+    DeleteOpts, Deleted, FieldValidation, Propagation, Req, WriteCheck, WriteOpts,
+};

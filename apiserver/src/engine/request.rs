@@ -2,9 +2,11 @@
 //! writes and deletes, as parsed by the HTTP layer.
 
 use crate::error::{ApiError, ApiResult, Target};
-use crate::registry::ResourceDef;
+use crate::registry::{Registry, ResourceDef};
 use crate::ssa::{Scope, Writer};
-use crate::store::{Key, Obj};
+use crate::store::{Key, Obj, Storage};
+use serde_json::Value;
+use std::sync::Arc;
 
 /// A request's resolved target.
 #[derive(Debug, Clone)]
@@ -68,6 +70,23 @@ impl Req {
     }
 }
 
+/// A check of a write by the identity that sends it, run on the object as it would be stored
+/// (after admission and validation), with the stored object of an update: authorization that
+/// depends on the object (the RBAC escalation check, ownerReference permissions). It sees the
+/// storage and the served resources as they are inside the write.
+pub(crate) type WriteCheckFn =
+    dyn Fn(&Storage, &Registry, &Value, Option<&Value>) -> ApiResult<()> + Send + Sync;
+
+/// A [`WriteCheckFn`], shared.
+#[derive(Clone)]
+pub(crate) struct WriteCheck(pub Arc<WriteCheckFn>);
+
+impl std::fmt::Debug for WriteCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteCheck")
+    }
+}
+
 /// Options shared by writes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WriteOpts {
@@ -80,6 +99,8 @@ pub(crate) struct WriteOpts {
     /// `fieldValidation`: what to do with fields the object's schema (a CRD version's, or a
     /// built-in kind's typed API) does not declare.
     pub field_validation: FieldValidation,
+    /// The check of the sender's authority over the written object, if authorization is on.
+    pub check: Option<WriteCheck>,
 }
 
 /// The `fieldValidation` query parameter (kube-apiserver's default is `Warn`).

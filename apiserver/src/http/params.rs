@@ -202,5 +202,6 @@ pub(super) fn write_opts(q: &HashMap<String, String>, headers: &HeaderMap) -> Ap
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
         force: q.get("force").is_some_and(|f| f == "true"),
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+        check: None,
     })
 }

@@ -53,13 +53,20 @@ pub(super) async fn resource_request(
     request: Request,
 ) -> ApiResult<Response> {
     let req = resolve(state, route, request.method(), request.uri().path())?;
+    let user = request
+        .extensions()
+        .get::<crate::authn::UserInfo>()
+        .cloned();
     let method = request.method().clone();
     let headers = request.headers().clone();
     let body = axum::body::to_bytes(request.into_body(), 64 * 1024 * 1024)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?;
     let body = decode_body(&method, &media_type(&headers, "application/json"), body)?;
-    let wopts = write_opts(&q, &headers)?;
+    let mut wopts = write_opts(&q, &headers)?;
+    if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+        wopts.check = super::auth::write_check(state, user.as_ref(), &req);
+    }
     let call = Call {
         state,
         req,

@@ -32,11 +32,17 @@ impl Drop for Server {
 }
 
 pub fn start() -> Server {
+    start_with(&[])
+}
+
+/// Start the binary with more flags (paths in them are the caller's).
+pub fn start_with(flags: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kmeta-apiserver"))
         .args(["--port", "0", "--kubeconfig-out"])
         .arg(&kubeconfig)
+        .args(flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -49,7 +55,10 @@ pub fn start() -> Server {
         let _ = tx.send(line);
     });
     let url = rx.recv_timeout(WAIT).expect("server printed its address");
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") || url.starts_with("https://127.0.0.1:"),
+        "{url}"
+    );
     let kc = std::fs::read_to_string(&kubeconfig).unwrap();
     assert!(kc.contains(&format!("server: {}", url.trim())), "{kc}");
     Server {

@@ -44,6 +44,14 @@ pub enum RbacError {
         "--related {0:?}: expected <apiVersion>/<resource>, e.g. v1/secrets or apps/v1/deployments"
     )]
     Related(String),
+    /// `--controller` names no controller of the manifests.
+    #[error("no CompositeController or DecoratorController named {name:?} in {paths}")]
+    NoController {
+        /// The name asked for.
+        name: String,
+        /// The paths read.
+        paths: String,
+    },
     /// No CompositeController or DecoratorController was found.
     #[error("no CompositeController or DecoratorController in {0}")]
     Empty(String),
@@ -95,10 +103,37 @@ impl Grants {
     }
 
     fn add_named(&mut self, resource: &str, name: &str) {
+        self.add_named_in("", resource, name);
+    }
+
+    fn add_named_in(&mut self, group: &str, resource: &str, name: &str) {
         self.named
-            .entry((String::new(), resource.to_owned()))
+            .entry((group.to_owned(), resource.to_owned()))
             .or_default()
             .insert(name.to_owned());
+    }
+
+    /// The owner of children or attachments: kmeta sets `blockOwnerDeletion` on their
+    /// ownerReferences, which needs `update` on the owner's `finalizers` subresource where the
+    /// OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift, hardened clusters).
+    fn owner(&mut self, api_version: &str, resource: &str) {
+        self.add(api_version, &format!("{resource}/finalizers"), &["update"]);
+    }
+
+    /// A child or attachment type: its whole lifecycle, and when it is a custom resource, `get`
+    /// on its CustomResourceDefinition (`<plural>.<group>`), read for the list markers its
+    /// merge follows.
+    fn managed(&mut self, api_version: &str, resource: &str) {
+        self.add(api_version, resource, MANAGE);
+        let group = group_of(api_version);
+        // as kmeta tells a CRD's group: it has a dot and is not a built-in `*.k8s.io` group
+        if group.contains('.') && !group.ends_with(".k8s.io") {
+            self.add_named_in(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &format!("{resource}.{group}"),
+            );
+        }
     }
 
     /// What kmeta itself needs, whatever its controllers.
@@ -160,9 +195,13 @@ impl Grants {
         let p = &cc.parent_resource;
         self.add(&p.api_version, &p.resource, OWN);
         self.add(&p.api_version, &format!("{}/status", p.resource), STATUS);
+        let children = cc.child_resources.iter().flatten();
+        if children.clone().next().is_some() {
+            self.owner(&p.api_version, &p.resource);
+        }
         let mut rolling = false;
-        for c in cc.child_resources.iter().flatten() {
-            self.add(&c.api_version, &c.resource, MANAGE);
+        for c in children {
+            self.managed(&c.api_version, &c.resource);
             let method = c.update_strategy.as_ref().and_then(|s| s.method);
             rolling |= matches!(
                 method,
@@ -191,12 +230,16 @@ impl Grants {
     }
 
     fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec) {
+        let attaches = dc.attachments.as_ref().is_some_and(|a| !a.is_empty());
         for r in &dc.resources {
             self.add(&r.api_version, &r.resource, OWN);
             self.add(&r.api_version, &format!("{}/status", r.resource), STATUS);
+            if attaches {
+                self.owner(&r.api_version, &r.resource);
+            }
         }
         for a in dc.attachments.iter().flatten() {
-            self.add(&a.api_version, &a.resource, MANAGE);
+            self.managed(&a.api_version, &a.resource);
         }
         let hooks = dc.hooks.as_ref();
         let list: Vec<&Hook> = hooks
@@ -222,6 +265,42 @@ pub fn grants(controllers: &[(String, Controller)], related: &[(String, String)]
         match c {
             Controller::Composite(cc) => g.composite(name, cc),
             Controller::Decorator(dc) => g.decorator(name, dc),
+        }
+    }
+    for (api_version, resource) in related {
+        g.add(api_version, resource, READ);
+    }
+    g
+}
+
+/// What one controller needs on its own, for a ServiceAccount its writes are made as: its
+/// children (or attachments) over their whole lifecycle, `update` on the finalizers of its
+/// parents (or targets) for the `blockOwnerDeletion` of those, and read access to `related`.
+/// kmeta's own identity keeps the rest: watching the parents, their status and finalizers, the
+/// CRDs' list markers, the hook credentials, events, ControllerRevisions and the Lease.
+pub fn controller_grants(c: &Controller, related: &[(String, String)]) -> Grants {
+    let mut g = Grants::default();
+    match c {
+        Controller::Composite(cc) => {
+            let p = &cc.parent_resource;
+            let children: Vec<_> = cc.child_resources.iter().flatten().collect();
+            if !children.is_empty() {
+                g.owner(&p.api_version, &p.resource);
+            }
+            for c in children {
+                g.add(&c.api_version, &c.resource, MANAGE);
+            }
+        }
+        Controller::Decorator(dc) => {
+            let attachments: Vec<_> = dc.attachments.iter().flatten().collect();
+            if !attachments.is_empty() {
+                for r in &dc.resources {
+                    g.owner(&r.api_version, &r.resource);
+                }
+            }
+            for a in attachments {
+                g.add(&a.api_version, &a.resource, MANAGE);
+            }
         }
     }
     for (api_version, resource) in related {
@@ -367,6 +446,43 @@ pub fn render(paths: &[PathBuf], related: &[String], name: &str) -> Result<Strin
     Ok(text)
 }
 
+/// `kmeta rbac --controller NAME`: the ClusterRole of what that one controller needs on its own
+/// ([`controller_grants`]), as YAML.
+pub fn render_controller(
+    paths: &[PathBuf],
+    related: &[String],
+    name: &str,
+    controller: &str,
+) -> Result<String, RbacError> {
+    let controllers = load(paths)?;
+    let Some((_, c)) = controllers.iter().find(|(n, _)| n == controller) else {
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(RbacError::NoController {
+            name: controller.to_owned(),
+            paths: shown.join(", "),
+        });
+    };
+    let g = controller_grants(c, &parse_related(related)?);
+    let role = cluster_role(name, &g);
+    let mut text = format!(
+        "# What {controller} needs on its own (kmeta rbac --controller): its children or\n\
+         # attachments and its parents' finalizers. Bind it to the ServiceAccount its writes are\n\
+         # made as; kmeta's own ClusterRole (kmeta rbac without --controller) keeps the rest.\n"
+    );
+    let customize = match c {
+        Controller::Composite(cc) => cc.hooks.as_ref().is_some_and(|h| h.customize.is_some()),
+        Controller::Decorator(dc) => dc.hooks.as_ref().is_some_and(|h| h.customize.is_some()),
+    };
+    if customize && related.is_empty() {
+        text.push_str(
+            "# It has a customize hook; add read access to the related resources it selects\n\
+             # with --related <apiVersion>/<resource>.\n",
+        );
+    }
+    text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
+    Ok(text)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -439,6 +555,53 @@ metadata: {name: ignored}
             BTreeSet::from(["hook-ca".to_owned()])
         );
         assert!(g.customized.contains("CompositeController cats"));
+        // children carry blockOwnerDeletion: update on the parent's finalizers
+        assert_eq!(
+            verbs(&g, "ctl.example.com", "catsets/finalizers"),
+            ["update"]
+        );
+        // built-in children have no CRD to read
+        assert!(!g.named.contains_key(&(
+            "apiextensions.k8s.io".to_owned(),
+            "customresourcedefinitions".to_owned()
+        )));
+    }
+
+    #[test]
+    fn a_custom_resource_child_gets_its_crd_read_by_name() {
+        let cc = r"
+kind: CompositeController
+metadata: {name: chain}
+spec:
+  parentResource: {apiVersion: a.example.com/v1, resource: foos}
+  childResources:
+  - {apiVersion: b.example.com/v1, resource: bars}
+  - {apiVersion: apps/v1, resource: deployments}
+  - {apiVersion: snapshot.storage.k8s.io/v1, resource: volumesnapshots}
+  hooks: {sync: {webhook: {url: http://hook/sync}}}
+";
+        let g = grants(&composite(cc), &[]);
+        assert_eq!(
+            g.named[&(
+                "apiextensions.k8s.io".to_owned(),
+                "customresourcedefinitions".to_owned()
+            )],
+            BTreeSet::from(["bars.b.example.com".to_owned()])
+        );
+        let role = cluster_role("kmeta", &g);
+        assert!(
+            role["rules"].as_array().unwrap().contains(&json!({
+                "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                "resourceNames": ["bars.b.example.com"], "verbs": ["get"]})),
+            "{role}"
+        );
+        // a controller without children sets no ownerReference
+        let lone = cc.replace(
+            "  childResources:\n  - {apiVersion: b.example.com/v1, resource: bars}\n  - {apiVersion: apps/v1, resource: deployments}\n  - {apiVersion: snapshot.storage.k8s.io/v1, resource: volumesnapshots}\n",
+            "",
+        );
+        let g = grants(&composite(&lone), &[]);
+        assert!(verbs(&g, "a.example.com", "foos/finalizers").is_empty());
     }
 
     #[test]
@@ -468,6 +631,7 @@ spec:
         assert_eq!(verbs(&g, "apps", "statefulsets").len(), 5);
         assert_eq!(verbs(&g, "apps", "statefulsets/status").len(), 3);
         assert_eq!(verbs(&g, "", "services").len(), 7);
+        assert_eq!(verbs(&g, "apps", "statefulsets/finalizers"), ["update"]);
         assert!(g.customized.is_empty());
     }
 
@@ -490,6 +654,45 @@ spec:
             .filter(|r| r.get("resourceNames").is_some())
             .count();
         assert_eq!(named, 2);
+    }
+
+    #[test]
+    fn one_controller_on_its_own_needs_its_children_and_parent_finalizers_only() {
+        let two = format!(
+            "{CC}---\nkind: DecoratorController\nmetadata: {{name: svc}}\nspec:\n  resources: [{{apiVersion: apps/v1, resource: statefulsets}}]\n  attachments: [{{apiVersion: v1, resource: services}}]\n"
+        );
+        let controllers = composite(&two);
+        let cats = &controllers[0].1;
+        let g = controller_grants(cats, &[("v1".into(), "configmaps".into())]);
+        let all: Vec<(String, String)> = g.verbs.keys().cloned().collect();
+        let pair = |g: &str, r: &str| (g.to_owned(), r.to_owned());
+        assert_eq!(
+            all,
+            [
+                pair("", "configmaps"),
+                pair("", "persistentvolumeclaims"),
+                pair("", "pods"),
+                pair("ctl.example.com", "catsets/finalizers"),
+            ]
+        );
+        assert_eq!(verbs(&g, "", "configmaps"), ["get", "list", "watch"]);
+        assert!(g.named.is_empty(), "credentials stay kmeta's");
+        let svc = controller_grants(&controllers[1].1, &[]);
+        assert_eq!(verbs(&svc, "apps", "statefulsets/finalizers"), ["update"]);
+        assert_eq!(verbs(&svc, "", "services").len(), 7);
+        assert_eq!(svc.verbs.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, &two).unwrap();
+        let text = render_controller(std::slice::from_ref(&file), &[], "cats", "cats").unwrap();
+        assert!(text.contains("catsets/finalizers"), "{text}");
+        assert!(text.contains("customize hook"), "{text}");
+        assert!(!text.contains("leases"), "{text}");
+        let e = render_controller(&[file], &[], "x", "nope").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("no CompositeController or DecoratorController named \"nope\"")
+        );
     }
 
     #[test]
