@@ -338,6 +338,7 @@ impl EventSender {
 
 /// Why kmeta publishes an Event: its `reason` (Metacontroller's where it has one) and its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// A controller started (Normal).
     Started,
