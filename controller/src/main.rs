@@ -79,6 +79,10 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         controller: Option<String>,
     },
+    /// What kmeta would write for one parent, without a cluster: calls the controller's sync hook
+    /// once and prints the desired children and the parent's status as YAML, or with --diff the
+    /// write per child. Exit 0: nothing to write; 1: writes; 2: an error.
+    Render(Box<RenderArgs>),
     /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
     /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
     /// when it failed or the parent is paused.
@@ -108,6 +112,70 @@ enum Command {
     },
     /// Print the version.
     Version,
+}
+
+/// Flags of `kmeta render`.
+#[derive(clap::Args, Debug)]
+struct RenderArgs {
+    /// The CompositeController manifest.
+    #[arg(long, value_name = "FILE")]
+    controller: PathBuf,
+    /// The parent manifest.
+    #[arg(long, value_name = "FILE")]
+    parent: PathBuf,
+    /// Manifests of the observed children (YAML, several documents or a List).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    observed: Vec<PathBuf>,
+    /// Manifests of related objects, as the customize hook would select them.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    related: Vec<PathBuf>,
+    /// CustomResourceDefinitions of custom child kinds (their kind, scope and list markers).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    crd: Vec<PathBuf>,
+    /// Call this URL instead of the hook's own.
+    #[arg(long, value_name = "URL")]
+    hook_url: Option<String>,
+    /// Call the finalize hook (finalizing: true).
+    #[arg(long)]
+    finalizing: bool,
+    /// Print, per child, the write kmeta would make as a diff against the observed object.
+    #[arg(long)]
+    diff: bool,
+}
+
+/// `kmeta render`: the exit code (0 nothing to write, 1 writes, 2 an error).
+async fn render(args: RenderArgs) -> i32 {
+    use kmeta::cmd::render;
+    let opts = render::RenderOptions {
+        controller: args.controller,
+        parent: args.parent,
+        observed: args.observed,
+        related: args.related,
+        crds: args.crd,
+        hook_url: args.hook_url,
+        finalizing: args.finalizing,
+    };
+    let rendered = match render::render(&opts).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    if rendered.parent.pointer("/metadata/uid").is_none() {
+        eprintln!(
+            "note: the parent has no metadata.uid (a manifest, not a live object): owner references and the controller-uid label carry an empty uid"
+        );
+    }
+    let text = if args.diff {
+        render::as_diff(&rendered)
+    } else {
+        render::as_yaml(&rendered)
+    };
+    if emit(text.as_bytes()).is_err() {
+        return 2;
+    }
+    i32::from(rendered.changes())
 }
 
 /// The object a steering command names, and the cluster it is in.
@@ -362,6 +430,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
         } => emit(
             kmeta::cmd::rbac::render_controller(&files, &related, &name, &controller)?.as_bytes(),
         )?,
+        Command::Render(args) => std::process::exit(render(*args).await),
         Command::Reconcile { target, timeout } => steer(target, Steer::Reconcile(timeout)).await?,
         Command::Suspend { target } => steer(target, Steer::Suspend).await?,
         Command::Resume { target } => steer(target, Steer::Resume).await?,

@@ -10,5 +10,6 @@ pub mod dev;
 #[cfg(feature = "embedded-apiserver")]
 pub mod progress;
 pub mod rbac;
+pub mod render;
 pub mod run;
 pub mod steer;

@@ -1,0 +1,644 @@
+//! `kmeta render`: what kmeta would write for one parent, without a cluster. It builds the sync
+//! hook request exactly as a running controller does (the same request types, object maps and
+//! hook client: headers, timeout, decoding mode), calls the controller's sync hook (or
+//! `--hook-url`), checks the answer as a sync does (the same decoder and desired-children
+//! validation), and prints the desired children and the parent's new status — or, with `--diff`,
+//! per child the write kmeta would make against the observed children given.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::api::CompositeController;
+use crate::hook::{HookClient, HookOptions, wire};
+use crate::ops::metrics::HookKind;
+use crate::reconcile::composite::decide as cdecide;
+use crate::reconcile::decide::{self, ChildOp, ChildType};
+
+/// Why `kmeta render` could not render.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not what it should hold.
+    #[error("{path}: {message}")]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The controller cannot be rendered (no sync hook, an unknown child kind, ...).
+    #[error("{0}")]
+    Controller(String),
+    /// The hook failed or its answer was refused, as a sync would fail.
+    #[error("{0}")]
+    Sync(String),
+}
+
+/// What `kmeta render` renders.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// The CompositeController manifest.
+    pub controller: PathBuf,
+    /// The parent manifest.
+    pub parent: PathBuf,
+    /// Manifests of the observed children.
+    pub observed: Vec<PathBuf>,
+    /// Manifests of related objects (sent in `related`, keyed as the customize hook's).
+    pub related: Vec<PathBuf>,
+    /// CustomResourceDefinitions of custom child kinds (their kind and scope).
+    pub crds: Vec<PathBuf>,
+    /// Call this URL instead of the sync hook's (`webhook.url` or its Service).
+    pub hook_url: Option<String>,
+    /// Call the finalize hook (`finalizing: true`).
+    pub finalizing: bool,
+}
+
+/// One write kmeta would make to a child, with the body it would send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// POST this object.
+    Create(Value),
+    /// PUT this object: the three-way merge of live, its last-applied configuration and the
+    /// desired child (it carries live's resourceVersion).
+    Update(Value),
+    /// DELETE this observed object (with its UID as precondition); `recreate` when an update
+    /// strategy replaces it.
+    Delete {
+        /// The observed object.
+        object: Value,
+        /// `not desired` or `recreate`.
+        reason: &'static str,
+    },
+}
+
+impl Write {
+    /// The child it writes (`Kind.apiVersion namespace/name`).
+    pub fn child_key(&self) -> String {
+        match self {
+            Write::Create(v) | Write::Update(v) => decide::child_key(v),
+            Write::Delete { object, .. } => decide::child_key(object),
+        }
+    }
+}
+
+impl From<ChildOp> for Write {
+    fn from(op: ChildOp) -> Self {
+        match op {
+            ChildOp::Create(v) => Write::Create(v),
+            ChildOp::Update(v) => Write::Update(v),
+            ChildOp::Delete { object, reason } => Write::Delete { object, reason },
+        }
+    }
+}
+
+/// The rendered sync: the answer as kmeta accepts it, and the writes it would make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The parent, as read.
+    pub parent: Value,
+    /// The observed children, as read.
+    pub observed: Vec<Value>,
+    /// The parent's status as kmeta would write it (the hook's, with `observedGeneration`).
+    pub status: Value,
+    /// The desired children, validated (namespace defaulted, generated selector label added).
+    pub desired: Vec<Value>,
+    /// The child writes, deletes first, as the controller orders them.
+    pub writes: Vec<Write>,
+    /// Observed children the answer leaves as they are.
+    pub unchanged: Vec<String>,
+    /// The events the hook asked kmeta to publish on the parent (`events`), as it sent them.
+    pub events: Vec<Value>,
+}
+
+impl Rendered {
+    /// Whether kmeta would write anything: a child, or the status.
+    pub fn changes(&self) -> bool {
+        !self.writes.is_empty() || decide::status_changed(&self.parent, &self.status)
+    }
+}
+
+fn read_docs(path: &Path) -> Result<Vec<Value>, RenderError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RenderError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| RenderError::Input {
+        path: path.to_owned(),
+        message: crate::cmd::cli::yaml_error(&e),
+    })?;
+    let mut out = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        // a List (`kubectl get -o yaml`) is its items
+        match doc.get("items").and_then(Value::as_array) {
+            Some(items) if doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
+                out.extend(items.iter().cloned());
+            }
+            _ => out.push(doc),
+        }
+    }
+    Ok(out)
+}
+
+fn read_all(paths: &[PathBuf]) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    for p in paths {
+        out.extend(read_docs(p)?);
+    }
+    Ok(out)
+}
+
+/// The one object in `path` that `pick` chooses (`what` it is, for the error).
+fn read_one(path: &Path, what: &str, pick: impl Fn(&Value) -> bool) -> Result<Value, RenderError> {
+    let docs = read_docs(path)?;
+    let mut found = docs.into_iter().filter(|d| pick(d));
+    match (found.next(), found.next()) {
+        (Some(d), None) => Ok(d),
+        (None, _) => Err(RenderError::Input {
+            path: path.to_owned(),
+            message: format!("no {} in it", what),
+        }),
+        (Some(_), Some(_)) => Err(RenderError::Input {
+            path: path.to_owned(),
+            message: format!("more than one {}: give one", what),
+        }),
+    }
+}
+
+/// Kind and scope of the built-in kinds children usually are, by `apiVersion` and plural.
+const BUILTIN: &[(&str, &str, &str, bool)] = &[
+    ("v1", "configmaps", "ConfigMap", true),
+    ("v1", "secrets", "Secret", true),
+    ("v1", "services", "Service", true),
+    ("v1", "serviceaccounts", "ServiceAccount", true),
+    ("v1", "pods", "Pod", true),
+    (
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+    ),
+    ("v1", "namespaces", "Namespace", false),
+    ("apps/v1", "deployments", "Deployment", true),
+    ("apps/v1", "statefulsets", "StatefulSet", true),
+    ("apps/v1", "daemonsets", "DaemonSet", true),
+    ("apps/v1", "replicasets", "ReplicaSet", true),
+    ("batch/v1", "jobs", "Job", true),
+    ("batch/v1", "cronjobs", "CronJob", true),
+    ("networking.k8s.io/v1", "ingresses", "Ingress", true),
+    (
+        "networking.k8s.io/v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+    ),
+    (
+        "policy/v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+    ),
+    (
+        "autoscaling/v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        true,
+    ),
+    ("rbac.authorization.k8s.io/v1", "roles", "Role", true),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+    ),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+    ),
+];
+
+/// Kind and scope of child resource `plural` of `api_version`: built in, from a CRD given, or
+/// from an observed object of that apiVersion whose kind's plural it is.
+fn child_type(
+    api_version: &str,
+    plural: &str,
+    crds: &[Value],
+    observed: &[Value],
+) -> Result<(String, bool), RenderError> {
+    if let Some((_, _, kind, ns)) = BUILTIN
+        .iter()
+        .find(|(av, p, _, _)| *av == api_version && *p == plural)
+    {
+        return Ok(((*kind).to_owned(), *ns));
+    }
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    for crd in crds {
+        let spec = &crd["spec"];
+        let served = spec["versions"]
+            .as_array()
+            .is_some_and(|vs| vs.iter().any(|v| v["name"] == version));
+        if spec["group"] == group && spec["names"]["plural"] == plural && served {
+            let kind = spec["names"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            return Ok((kind, spec["scope"] != "Cluster"));
+        }
+    }
+    for o in observed {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        let lower = kind.to_ascii_lowercase();
+        if o["apiVersion"] == api_version
+            && (plural == format!("{lower}s") || plural == format!("{lower}es"))
+        {
+            let namespaced = o.pointer("/metadata/namespace").is_some();
+            return Ok((kind.to_owned(), namespaced));
+        }
+    }
+    Err(RenderError::Controller(format!(
+        "child resource {api_version}/{plural}: its kind and scope are unknown here; give its CustomResourceDefinition with --crd"
+    )))
+}
+
+/// The dynapply options of a child kind, as a sync uses them: the built-in list rules, and a
+/// CRD's list markers when its CRD is given.
+fn child_options(api_version: &str, kind: &str, crds: &[Value]) -> dynapply::Options {
+    let mut rules = dynapply::ListRules::builtin(api_version, kind);
+    let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
+    for crd in crds.iter().filter(|c| c["spec"]["names"]["kind"] == kind) {
+        if let Ok(from_schema) = dynapply::ListRules::from_crd(crd, Some(version)) {
+            rules = rules.merge(from_schema);
+        }
+    }
+    dynapply::Options {
+        rules,
+        ..dynapply::Options::default()
+    }
+}
+
+/// The related objects as the sync request carries them: an object map keyed like the
+/// observed children's.
+fn related_map(version: crate::api::HookVersion, related: &[Value]) -> Map<String, Value> {
+    let mut groups: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for o in related {
+        let key = wire::group_key(
+            o["apiVersion"].as_str().unwrap_or_default(),
+            o["kind"].as_str().unwrap_or_default(),
+        );
+        groups.entry(key).or_default().push(o);
+    }
+    let mut out = Map::new();
+    for (key, objects) in groups {
+        let keys: Vec<String> = vec![key.clone()];
+        let map = wire::object_map_ref(version, true, &keys, objects.iter().copied());
+        if let Ok(Value::Object(m)) = serde_json::to_value(&map) {
+            out.extend(m);
+        }
+    }
+    out
+}
+
+/// What render read from its files.
+struct Inputs {
+    cc: CompositeController,
+    parent: Value,
+    observed: Vec<Value>,
+    related: Vec<Value>,
+    crds: Vec<Value>,
+}
+
+/// The declared child types, as a sync resolves them (kind, scope, update method, list rules).
+#[derive(Default)]
+struct Declared {
+    types: HashMap<String, ChildType>,
+    keys: Vec<String>,
+    options: HashMap<String, dynapply::Options>,
+}
+
+/// Step: the controller, the parent (the one object of the parent resource's apiVersion in its
+/// file), the observed children, related objects and CRDs.
+fn read_inputs(opts: &RenderOptions) -> Result<Inputs, RenderError> {
+    let cc_value = read_one(&opts.controller, "CompositeController", |d| {
+        d["kind"] == "CompositeController"
+    })?;
+    let cc: CompositeController =
+        serde_json::from_value(cc_value).map_err(|e| RenderError::Input {
+            path: opts.controller.clone(),
+            message: format!("not a CompositeController: {e}"),
+        })?;
+    if crate::reconcile::apply::strategy_for(cc.metadata.annotations.as_ref(), Default::default())
+        .is_ok_and(|s| s == crate::reconcile::ApplyStrategy::ServerSideApply)
+    {
+        return Err(RenderError::Controller(
+            "the controller applies its children with server-side apply (kmeta.dev/apply-strategy): render shows dynamic-apply writes only".into(),
+        ));
+    }
+    let parent_av = cc.spec.parent_resource.api_version.clone();
+    let parent = read_one(&opts.parent, &format!("{parent_av} object"), |d| {
+        d["apiVersion"] == parent_av.as_str()
+    })?;
+    Ok(Inputs {
+        cc,
+        parent,
+        observed: read_all(&opts.observed)?,
+        related: read_all(&opts.related)?,
+        crds: read_all(&opts.crds)?,
+    })
+}
+
+/// Step: the child types the controller declares.
+fn declare_children(inputs: &Inputs) -> Result<Declared, RenderError> {
+    let mut d = Declared::default();
+    for rule in inputs.cc.spec.child_rules() {
+        let (kind, namespaced) = child_type(
+            &rule.api_version,
+            &rule.resource,
+            &inputs.crds,
+            &inputs.observed,
+        )?;
+        let key = wire::group_key(&rule.api_version, &kind);
+        let method = rule
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.method)
+            .unwrap_or_default();
+        d.types
+            .insert(key.clone(), ChildType { namespaced, method });
+        d.options.insert(
+            key.clone(),
+            child_options(&rule.api_version, &kind, &inputs.crds),
+        );
+        d.keys.push(key);
+    }
+    Ok(d)
+}
+
+/// Step: the hook client a sync would use (`--hook-url` replacing its URL), offline: a hook whose
+/// credentials are in Secrets fails with the API error naming the Secret.
+async fn hook_client(
+    opts: &RenderOptions,
+    cc: &CompositeController,
+) -> Result<HookClient, RenderError> {
+    let err = |e: String| RenderError::Controller(e);
+    let (spec, kind) = if opts.finalizing {
+        (cc.spec.finalize_hook(), HookKind::Finalize)
+    } else {
+        (cc.spec.sync_hook(), HookKind::Sync)
+    };
+    let mut spec = spec.cloned().ok_or_else(|| {
+        err(format!(
+            "the CompositeController has no {} hook",
+            kind.as_str()
+        ))
+    })?;
+    if let (Some(url), Some(w)) = (&opts.hook_url, spec.webhook.as_mut()) {
+        w.url = Some(url.clone());
+        w.service = None;
+        w.path = None;
+    }
+    let offline = kube::Config::new(
+        "http://127.0.0.1:9"
+            .parse()
+            .map_err(|e| err(format!("{e}")))?,
+    );
+    let client = kube::Client::try_from(offline).map_err(|e| err(e.to_string()))?;
+    let endpoints = cc.spec.endpoint_configs.clone().unwrap_or_default();
+    HookClient::new(&client, kind, &spec, &endpoints, &HookOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+/// Step: the request a sync sends (the same types and object maps), its answer decoded as a sync
+/// decodes it.
+async fn call_hook(
+    opts: &RenderOptions,
+    inputs: &Inputs,
+    declared: &Declared,
+) -> Result<wire::SyncResponse, RenderError> {
+    let hook = hook_client(opts, &inputs.cc).await?;
+    let cc_json = wire::controller_object(serde_json::to_value(&inputs.cc).unwrap_or(Value::Null));
+    let cc_raw = serde_json::value::to_raw_value(&cc_json)
+        .map_err(|e| RenderError::Controller(e.to_string()))?;
+    let related = related_map(hook.version(), &inputs.related);
+    let namespaced = inputs.parent.pointer("/metadata/namespace").is_some();
+    let request = wire::SyncRequestRef {
+        controller: &cc_raw,
+        parent: &inputs.parent,
+        children: wire::object_map_ref(
+            hook.version(),
+            namespaced,
+            &declared.keys,
+            inputs.observed.iter(),
+        ),
+        related: &related,
+        finalizing: opts.finalizing,
+    };
+    let sync = |e: crate::hook::HookError| RenderError::Sync(e.to_string());
+    let body = hook.call("", &request).await.map_err(sync)?;
+    hook.decode_sync(&body).map_err(sync)
+}
+
+/// Renders one sync of the parent (see the module docs).
+pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
+    let inputs = read_inputs(opts)?;
+    let declared = declare_children(&inputs)?;
+    let response = call_hook(opts, &inputs, &declared).await?;
+    let Inputs {
+        cc,
+        parent,
+        observed,
+        ..
+    } = inputs;
+    let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
+    let generate = cc.spec.generate_selector.unwrap_or(false);
+    let selector = cdecide::parent_selector(&parent, generate).map_err(sync)?;
+    let namespaced = parent.pointer("/metadata/namespace").is_some();
+    let children = response.children;
+    let desired = decide::validate_desired(
+        &parent,
+        namespaced,
+        &declared.types,
+        &selector,
+        generate,
+        children,
+    )
+    .map_err(sync)?;
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let status = decide::desired_status(
+        decide::with_handled_request(response.status, &parent).as_ref(),
+        generation,
+    );
+    let fallback = dynapply::Options::default();
+    let ops = decide::plan_children(
+        &parent,
+        &observed,
+        &desired,
+        |k| declared.types.get(k).map(|t| t.method).unwrap_or_default(),
+        |k| declared.options.get(k).unwrap_or(&fallback),
+        |_, _| None,
+    )
+    .map_err(sync)?;
+    let (first, then) = decide::write_phases(ops);
+    let writes: Vec<Write> = first.into_iter().chain(then).map(Write::from).collect();
+    let written: std::collections::HashSet<String> = writes.iter().map(Write::child_key).collect();
+    let unchanged = observed
+        .iter()
+        .map(decide::child_key)
+        .filter(|k| !written.contains(k))
+        .collect();
+    Ok(Rendered {
+        parent,
+        observed,
+        status,
+        desired: desired.into_values().collect(),
+        writes,
+        unchanged,
+        events: response.events,
+    })
+}
+
+/// The YAML of `v`, or its JSON when YAML cannot be written.
+fn yaml(v: &Value) -> String {
+    serde_saphyr::to_string(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// The desired children and the status as YAML documents.
+pub fn as_yaml(r: &Rendered) -> String {
+    let mut out = String::new();
+    for child in &r.desired {
+        out.push_str("---\n");
+        out.push_str(&yaml(child));
+    }
+    out.push_str("---\n");
+    out.push_str(&yaml(&json!({"status": r.status})));
+    if !r.events.is_empty() {
+        out.push_str("---\n");
+        out.push_str(&yaml(&json!({"events": r.events})));
+    }
+    out
+}
+
+/// Per child, the write kmeta would make, as a unified diff against the observed object (empty
+/// for a create or a delete), then the children left alone, then the status when it changes.
+pub fn as_diff(r: &Rendered) -> String {
+    let (parent, observed) = (&r.parent, &r.observed);
+    let by_key: HashMap<String, &Value> =
+        observed.iter().map(|o| (decide::child_key(o), o)).collect();
+    let mut out = String::new();
+    for op in &r.writes {
+        let (what, key, before, after) = match op {
+            Write::Create(v) => ("create", decide::child_key(v), String::new(), yaml(v)),
+            Write::Update(v) => {
+                let key = decide::child_key(v);
+                let before = by_key.get(&key).map(|o| yaml(o)).unwrap_or_default();
+                ("update", key, before, yaml(v))
+            }
+            Write::Delete { object, reason } => {
+                let what = if *reason == "recreate" {
+                    "delete (to recreate)"
+                } else {
+                    "delete"
+                };
+                (what, decide::child_key(object), yaml(object), String::new())
+            }
+        };
+        out.push_str(&format!("# {what} {key}\n"));
+        let diff = similar::TextDiff::from_lines(&before, &after);
+        out.push_str(
+            &diff
+                .unified_diff()
+                .header(&format!("observed {key}"), &format!("written {key}"))
+                .to_string(),
+        );
+    }
+    for key in &r.unchanged {
+        out.push_str(&format!("# no write {key}\n"));
+    }
+    if decide::status_changed(parent, &r.status) {
+        let before = yaml(&json!({"status": parent.get("status")}));
+        let after = yaml(&json!({"status": r.status}));
+        out.push_str("# update status\n");
+        let diff = similar::TextDiff::from_lines(&before, &after);
+        out.push_str(
+            &diff
+                .unified_diff()
+                .header("observed status", "written status")
+                .to_string(),
+        );
+    } else {
+        out.push_str("# no write status\n");
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_kind_is_built_in_from_a_crd_or_from_an_observed_object() {
+        assert_eq!(
+            child_type("apps/v1", "deployments", &[], &[]).unwrap(),
+            ("Deployment".to_owned(), true)
+        );
+        let crd = json!({"spec": {"group": "example.com", "scope": "Cluster",
+            "names": {"plural": "gadgets", "kind": "Gadget"}, "versions": [{"name": "v1"}]}});
+        assert_eq!(
+            child_type("example.com/v1", "gadgets", std::slice::from_ref(&crd), &[]).unwrap(),
+            ("Gadget".to_owned(), false)
+        );
+        assert!(
+            child_type("example.com/v2", "gadgets", &[crd], &[]).is_err(),
+            "a version the CRD does not serve"
+        );
+        let seen = json!({"apiVersion": "example.com/v1", "kind": "Box",
+            "metadata": {"name": "b", "namespace": "n"}});
+        assert_eq!(
+            child_type("example.com/v1", "boxes", &[], &[seen]).unwrap(),
+            ("Box".to_owned(), true)
+        );
+        let e = child_type("example.com/v1", "widgets", &[], &[]).unwrap_err();
+        assert!(e.to_string().contains("--crd"), "{e}");
+    }
+
+    #[test]
+    fn manifests_may_be_several_documents_or_a_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n---\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let docs = read_docs(&path).unwrap();
+        let names: Vec<&str> = docs
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        let one = read_one(&path, "ConfigMap b", |d| d["metadata"]["name"] == "b").unwrap();
+        assert_eq!(one["metadata"]["name"], "b");
+        let e = read_one(&path, "ConfigMap", |d| d["kind"] == "ConfigMap").unwrap_err();
+        assert!(e.to_string().contains("more than one ConfigMap"), "{e}");
+    }
+}
