@@ -590,6 +590,10 @@ pub async fn run(
     ));
     let config = ManagerConfig {
         discovery_interval: opts.discovery_interval,
+        hook: crate::hook::HookOptions {
+            jsonnet: crate::hook::jsonnet::this_binary(),
+            ..crate::hook::HookOptions::default()
+        },
         ..ManagerConfig::default()
     };
     writeln!(

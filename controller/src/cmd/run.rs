@@ -78,6 +78,10 @@ pub fn manager_config(
         ssa_field_manager: config.ssa_field_manager.clone(),
         metrics,
         ready,
+        hook: crate::hook::HookOptions {
+            jsonnet: crate::hook::jsonnet::this_binary(),
+            ..crate::hook::HookOptions::default()
+        },
         ..ManagerConfig::default()
     }
 }
