@@ -180,12 +180,6 @@ impl<'p> Evaluator<'p> {
         Ok(())
     }
 
-    /// Forgets every loaded version but `keep`.
-    pub fn retain(&mut self, keep: &[&str]) {
-        self.loaded.retain(|d, _| keep.contains(&d.as_str()));
-        self.program.gc();
-    }
-
     fn load_text(&mut self, name: &str, text: &str, std: bool) -> Result<Thunk<'p>, String> {
         let (ctx, _) = self
             .program
@@ -269,9 +263,10 @@ fn evaluate_in<'p>(
     } else {
         value
     };
-    let mut out = program
+    let manifested = program
         .manifest_json(&value, true)
         .map_err(|e| EvalFailure::Runtime(eval_error(program, cb.places, &e)))?;
+    let mut out = reference_numbers(&manifested);
     out.push('\n');
     if out.len() > max_output {
         return Err(EvalFailure::TooLarge {
@@ -280,6 +275,76 @@ fn evaluate_in<'p>(
         });
     }
     Ok(out)
+}
+
+/// `json` (a manifested value) with every number written as the reference implementations
+/// (C++ and Go Jsonnet, so `jsonnetd`) write it: an integer in full (`%.0f`), any other number
+/// with 17 significant digits (`%.17g`). `rsjsonnet-lang` writes the shortest digits that read
+/// back as the same double; the value is the same, the bytes are not. Strings are copied as
+/// they are.
+pub fn reference_numbers(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json;
+    while let Some(i) = rest.find(|c: char| c == '"' || c == '-' || c.is_ascii_digit()) {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if rest.starts_with('"') {
+            let end = string_end(rest);
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
+                .unwrap_or(rest.len());
+            match rest[..end].parse::<f64>() {
+                Ok(v) => out.push_str(&reference_number(v)),
+                Err(_) => out.push_str(&rest[..end]),
+            }
+            rest = &rest[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of the JSON string token `s` starts with, its quotes included.
+fn string_end(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// A number as C's `%.0f` (integers) or `%.17g` (others) writes it.
+pub fn reference_number(v: f64) -> String {
+    if v == v.floor() {
+        return format!("{v:.0}");
+    }
+    let sci = format!("{v:.16e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..17).contains(&exp) {
+        let mantissa = trim_fraction(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    let decimals = usize::try_from(16 - exp).unwrap_or(0);
+    trim_fraction(&format!("{v:.decimals$}")).to_owned()
+}
+
+/// `s` without trailing zeros of its fraction (and without the point when none remain).
+fn trim_fraction(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
 }
 
 /// Resolves imports from the program's own files and answers `jsonnetd`'s native functions.
@@ -585,6 +650,19 @@ fn trace_span(trace: &[EvalStackTraceItem]) -> Option<SpanId> {
     })
 }
 
+/// Loads `sources` and evaluates it once with `request` (what a worker does for one request,
+/// in this thread): the answer, at most `max_output` bytes.
+pub fn evaluate_once(
+    sources: &Sources,
+    request: &str,
+    max_output: usize,
+) -> Result<String, EvalFailure> {
+    let arena = Arena::new();
+    let mut ev = Evaluator::new(&arena);
+    ev.load("once", sources.clone())?;
+    ev.evaluate("once", request, max_output)
+}
+
 /// Parses `sources`' main file as the controller does when it builds a hook: its syntax error,
 /// with its place, if any. Runs nothing.
 pub fn check(sources: &Sources) -> Result<(), EvalFailure> {
@@ -606,11 +684,7 @@ mod tests {
                 .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
                 .collect(),
         };
-        let arena = Arena::new();
-        let mut ev = Evaluator::new(&arena);
-        let digest = sources.digest();
-        ev.load(&digest, sources)?;
-        ev.evaluate(&digest, request, 1 << 20)
+        evaluate_once(&sources, request, 1 << 20)
     }
 
     #[test]
@@ -691,6 +765,31 @@ mod tests {
         assert_eq!(parse_go_int("-0b101", 0), Some(-5));
         assert_eq!(parse_go_int("08", 0), None);
         assert_eq!(parse_go_int("z", 36), Some(35));
+    }
+
+    #[test]
+    fn numbers_are_written_as_the_reference_writes_them() {
+        let cases = [
+            (1.0 / 3.0, "0.33333333333333331"),
+            (1e-7, "9.9999999999999995e-08"),
+            (0.0025, "0.0025000000000000001"),
+            (1.5, "1.5"),
+            (
+                1e300,
+                "1000000000000000052504760255204420248704468581108159154915854115511802457988908195786371375080447864043704443832883878176942523235360430575644792184786706982848387200926575803737830233794788090059368953234970799945081119038967640880074652742780142494579258788820056842838115669472196386865459400540160",
+            ),
+            (-2.5e-300, "-2.5e-300"),
+            (123456.789, "123456.789"),
+            (1.5e17, "150000000000000000"),
+            (1.25e16 + 0.5, "12500000000000000"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(reference_number(v), want, "{v}");
+        }
+        assert_eq!(
+            reference_numbers("{\"a-1\": [0.1, -3, \"x\\\"0.5\"], \"b\": 1e-7}"),
+            "{\"a-1\": [0.10000000000000001, -3, \"x\\\"0.5\"], \"b\": 9.9999999999999995e-08}"
+        );
     }
 
     #[test]
