@@ -344,7 +344,8 @@ fn corpus() -> Vec<Case> {
     out
 }
 
-/// The scenario hooks' programs (tests/tests/scenarios/jsonnet.rs) with requests like theirs.
+/// The hook programs of the scenarios (tests/tests/scenarios/jsonnet.rs) and of the README's
+/// Jsonnet controller (examples/configmap-propagation/jsonnet/), with requests like theirs.
 fn scenario_hooks() -> anyhow::Result<Vec<Case>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests/scenarios/jsonnet.rs");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path:?}"))?;
@@ -377,6 +378,34 @@ fn scenario_hooks() -> anyhow::Result<Vec<Case>> {
             &[(main, &program), ("util.libsonnet", &lib)],
             &sts,
         ));
+    }
+    // the README's Jsonnet controller (examples/configmap-propagation/jsonnet/hooks.yaml)
+    let hooks_yaml = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/configmap-propagation/jsonnet/hooks.yaml");
+    let hooks: Value = serde_saphyr::from_str(&std::fs::read_to_string(&hooks_yaml)?)?;
+    let files: Vec<(String, String)> = hooks["data"]
+        .as_object()
+        .context("hooks.yaml: no data")?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    let propagation = json!({
+        "parent": {"metadata": {"name": "shared"},
+                   "spec": {"sourceName": "s", "targetNamespaces": ["b", "a", "b"]}},
+        "related": {"ConfigMap.v1": {"default/s": {"data": {"k": "v", "n": "1.5"}}}},
+        "children": {"ConfigMap.v1": {"a/s": {}, "c/s": {}}}
+    })
+    .to_string();
+    for main in ["sync.jsonnet", "customize.jsonnet"] {
+        let mut ordered: Vec<(&str, &str)> = vec![(main, "")];
+        ordered.extend(files.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let text = files
+            .iter()
+            .find(|(k, _)| k == main)
+            .map(|(_, v)| v.as_str())
+            .with_context(|| format!("hooks.yaml: no {main}"))?;
+        ordered[0].1 = text;
+        out.push(case(format!("example {main}"), &ordered, &propagation));
     }
     let sync = raw("SYNC")?;
     for spec in [json!({"value": 7}), json!({})] {

@@ -234,9 +234,14 @@ impl Pool {
         }
     }
 
-    /// The number of idle workers (for tests and metrics).
-    pub fn idle_workers(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    /// The idle workers: how many, and their resident memory in bytes in all (for benches).
+    pub fn idle_workers(&self) -> (usize, u64) {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let rss = idle
+            .iter()
+            .filter_map(|w| w.child.id().and_then(resident_bytes))
+            .sum();
+        (idle.len(), rss)
     }
 }
 
