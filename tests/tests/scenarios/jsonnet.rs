@@ -260,12 +260,51 @@ async fn a_hook_with_both_webhook_and_jsonnet_is_refused() -> anyhow::Result<()>
     s.finish().await
 }
 
-/// service-per-pod (Metacontroller's example) with its three hooks as Jsonnet in a ConfigMap,
-/// sharing a library key: a Service per Pod, the pod-name label, and finalize removing the
-/// Services when the StatefulSet is deleted.
+/// service-per-pod (Metacontroller's examples service-per-pod, with v1 hooks, and
+/// service-per-pod-v2) with its three hooks as Jsonnet in a ConfigMap, sharing a library key: a
+/// Service per Pod, the pod-name label, and finalize removing the Services when the StatefulSet
+/// is deleted.
 #[tokio::test]
 async fn service_per_pod_runs_from_a_configmap() -> anyhow::Result<()> {
-    let mut s = Scenario::new("jsonnet-spp").prepare().await?;
+    service_per_pod("v1").await
+}
+
+#[tokio::test]
+async fn service_per_pod_v2_runs_from_a_configmap() -> anyhow::Result<()> {
+    service_per_pod("v2").await
+}
+
+/// service-per-pod's two DecoratorControllers, their hooks (wire `version`) the keys of
+/// ConfigMap `spp-hooks` in `ns`.
+fn spp_decorators(ns: &str, version: &str) -> [Dc; 2] {
+    let hook =
+        |key: &str| json!({"configMapRef": {"namespace": ns, "name": "spp-hooks", "key": key}});
+    let versions =
+        json!({"hooks": {"sync": {"version": version}, "finalize": {"version": version}}});
+    let services = Dc::new("service-per-pod")
+        .sync_url("http://127.0.0.1:9/no-webhook")
+        .resources(json!([{"apiVersion": "apps/v1", "resource": "statefulsets",
+            "annotationSelector": {"matchExpressions": [
+                {"key": "service-per-pod-label", "operator": "Exists"},
+                {"key": "service-per-pod-ports", "operator": "Exists"}]}}]))
+        .attachments(json!([{"apiVersion": "v1", "resource": "services"}]))
+        .patch(jsonnet_hooks(json!({"sync": hook("sync-services.jsonnet"),
+                                    "finalize": hook("finalize-services.jsonnet")})))
+        .patch(versions);
+    let labels = Dc::new("pod-name-label")
+        .sync_url("http://127.0.0.1:9/no-webhook")
+        .resources(json!([{"apiVersion": "v1", "resource": "pods",
+            "annotationSelector": {"matchExpressions": [{"key": "pod-name-label", "operator": "Exists"}]}}]))
+        .attachments(Value::Null)
+        .patch(jsonnet_hooks(json!({"sync": hook("sync-label.jsonnet")})))
+        .patch(json!({"hooks": {"sync": {"version": version}}}));
+    [services, labels]
+}
+
+async fn service_per_pod(version: &str) -> anyhow::Result<()> {
+    let mut s = Scenario::new(&format!("jsonnet-spp-{version}"))
+        .prepare()
+        .await?;
     let ns = s.ns.clone();
     s.create(
         "configmaps",
@@ -279,23 +318,7 @@ async fn service_per_pod_runs_from_a_configmap() -> anyhow::Result<()> {
         }}),
     )
     .await?;
-    let hook =
-        |key: &str| json!({"configMapRef": {"namespace": ns, "name": "spp-hooks", "key": key}});
-    let services = Dc::new("service-per-pod")
-        .sync_url("http://127.0.0.1:9/no-webhook")
-        .resources(json!([{"apiVersion": "apps/v1", "resource": "statefulsets",
-            "annotationSelector": {"matchExpressions": [
-                {"key": "service-per-pod-label", "operator": "Exists"},
-                {"key": "service-per-pod-ports", "operator": "Exists"}]}}]))
-        .attachments(json!([{"apiVersion": "v1", "resource": "services"}]))
-        .patch(jsonnet_hooks(json!({"sync": hook("sync-services.jsonnet"),
-                                    "finalize": hook("finalize-services.jsonnet")})));
-    let labels = Dc::new("pod-name-label")
-        .sync_url("http://127.0.0.1:9/no-webhook")
-        .resources(json!([{"apiVersion": "v1", "resource": "pods",
-            "annotationSelector": {"matchExpressions": [{"key": "pod-name-label", "operator": "Exists"}]}}]))
-        .attachments(Value::Null)
-        .patch(jsonnet_hooks(json!({"sync": hook("sync-label.jsonnet")})));
+    let [services, labels] = spp_decorators(&ns, version);
     s.decorator(services).await?;
     s.decorator(labels).await?;
     s.start_controller();
