@@ -134,7 +134,10 @@ impl Pool {
                 return Err(e);
             }
         };
-        worker.loaded.insert(digest.to_owned());
+        // only an answer proves the version loaded; after a failure it is sent again
+        if matches!(answer, Answer::Ok(_)) {
+            worker.loaded.insert(digest.to_owned());
+        }
         self.put_back(worker);
         drop(permit);
         match answer {

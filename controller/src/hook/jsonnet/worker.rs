@@ -99,11 +99,11 @@ pub fn serve(input: &mut impl Read, output: &mut impl Write) -> Result<(), Frame
 }
 
 fn answer(ev: &mut Evaluator<'_>, req: Request) -> Answer {
-    if let Some(sources) = req.sources {
-        // one version per worker at a time is the common case; keep a few
-        if let Err(e) = ev.load(&req.digest, sources) {
-            return Answer::Failed(e.to_string());
-        }
+    if let Some(sources) = req.sources
+        && !ev.has(&req.digest)
+        && let Err(e) = ev.load(&req.digest, sources)
+    {
+        return Answer::Failed(e.to_string());
     }
     if !ev.has(&req.digest) {
         return Answer::Unknown;
@@ -133,6 +133,27 @@ pub fn main() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_that_fails_to_load_is_not_kept() {
+        let arena = Arena::new();
+        let mut ev = Evaluator::new(&arena);
+        let broken = Sources::inline("function(request) {");
+        let req = || Request {
+            digest: "d".into(),
+            sources: Some(broken.clone()),
+            request: "{}".into(),
+            max_output: 100,
+        };
+        for _ in 0..2 {
+            let a = answer(&mut ev, req());
+            assert!(
+                matches!(&a, Answer::Failed(m) if m.starts_with("source:1:")),
+                "{a:?}"
+            );
+        }
+        assert!(!ev.has("d"));
+    }
 
     #[test]
     fn a_worker_loads_a_version_once_and_answers_each_request() -> Result<(), FrameError> {
