@@ -327,8 +327,16 @@ fn set_purge_delay() {
     }
 }
 
+fn main() {
+    // a Jsonnet worker (started by this binary's controller) serves stdin without a runtime
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("jsonnet-worker")) {
+        std::process::exit(kmeta::hook::jsonnet::worker_main());
+    }
+    run_main();
+}
+
 #[tokio::main]
-async fn main() {
+async fn run_main() {
     no_transparent_huge_pages();
     set_purge_delay();
     if let Err(e) = run_command(Cli::parse()).await {

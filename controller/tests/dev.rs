@@ -131,6 +131,68 @@ async fn dev_applies_manifests_and_reapplies_changes_or_skips_kubectl_without_it
     Ok(())
 }
 
+/// A Jsonnet hook in a ConfigMap manifest: saving the file with a new program re-applies the
+/// ConfigMap, which restarts the controller, and the child follows the new program.
+#[tokio::test]
+async fn dev_reloads_a_jsonnet_hook_when_its_configmap_file_changes() -> anyhow::Result<()> {
+    let hooks = |greeting: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: hooks, namespace: default}}\ndata:\n  \
+             sync.jsonnet: |\n    function(request) {{children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
+             metadata: {{name: request.parent.metadata.name + '-out'}}, \
+             data: {{text: '{greeting}, ' + request.parent.spec.text}}}}]}}\n"
+        )
+    };
+    let controller = CONTROLLER
+        .replace(
+            r#"webhook: {url: "http://127.0.0.1:9/sync"}"#,
+            "jsonnet: {configMapRef: {namespace: default, name: hooks, key: sync.jsonnet}}",
+        )
+        .replace(
+            "resource: configmaps}",
+            "resource: configmaps, updateStrategy: {method: InPlace}}",
+        );
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("crd.yaml"), CRD)?;
+    std::fs::write(dir.path().join("controller.yaml"), controller)?;
+    std::fs::write(dir.path().join("hooks.yaml"), hooks("hello"))?;
+    std::fs::write(dir.path().join("parent.yaml"), parent("world"))?;
+    let (stop, task, _, client) = dev_until_with(
+        dir.path(),
+        vec![dir.path().to_owned()],
+        &["controller running"],
+        Some(kmeta::hook::jsonnet::WorkerCommand {
+            program: env!("CARGO_BIN_EXE_kmeta").into(),
+            args: vec!["jsonnet-worker".into()],
+        }),
+    )
+    .await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let text = |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get("text"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_for("the child from the first program", || async {
+        cms.get("hello-out")
+            .await
+            .is_ok_and(|c| text(&c) == "hello, world")
+    })
+    .await?;
+    std::fs::write(dir.path().join("hooks.yaml"), hooks("goodbye"))?;
+    wait_for("the child from the saved program", || async {
+        cms.get("hello-out")
+            .await
+            .is_ok_and(|c| text(&c) == "goodbye, world")
+    })
+    .await?;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task).await???;
+    Ok(())
+}
+
 /// Starts `kmeta dev` on `files` and waits until its output contains every one of `wanted`;
 /// returns the stop token, the task, the output so far and a client for its server.
 async fn dev_until(
@@ -138,11 +200,22 @@ async fn dev_until(
     files: Vec<std::path::PathBuf>,
     wanted: &[&str],
 ) -> anyhow::Result<(CancellationToken, DevTask, String, kube::Client)> {
+    dev_until_with(dir, files, wanted, None).await
+}
+
+/// [`dev_until`] with a Jsonnet worker (the test binary is not `kmeta`).
+async fn dev_until_with(
+    dir: &std::path::Path,
+    files: Vec<std::path::PathBuf>,
+    wanted: &[&str],
+    jsonnet_worker: Option<kmeta::hook::jsonnet::WorkerCommand>,
+) -> anyhow::Result<(CancellationToken, DevTask, String, kube::Client)> {
     let kubeconfig = dir.join("kc");
     let opts = kmeta::cmd::dev::DevOptions {
         kubeconfig_out: kubeconfig.clone(),
         files,
         poll_interval: Duration::from_millis(100),
+        jsonnet_worker,
         ..Default::default()
     };
     let stop = CancellationToken::new();

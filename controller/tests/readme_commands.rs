@@ -34,6 +34,11 @@ const OUTCOMES: &[(&str, &str, &str)] = &[
         "team-b shared-settings",
     ),
     (
+        "README.md",
+        "kubectl --kubeconfig kmeta-jsonnet.kubeconfig get configmaps -A",
+        "team-b shared-settings",
+    ),
+    (
         "examples/configmap-propagation/README.md",
         "kubectl --kubeconfig kmeta-dev.kubeconfig -n team-a get configmap shared-settings -o yaml",
         "region: eu-west-1",

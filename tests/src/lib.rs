@@ -402,6 +402,9 @@ impl Env {
         config.target_label_selector = Some(format!("kmeta-test={}", self.id));
         config.metrics = self.metrics.clone();
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
+        if config.hook.jsonnet.worker.is_none() {
+            config.hook.jsonnet.worker = jsonnet_worker();
+        }
         config
     }
 
@@ -678,6 +681,29 @@ impl Drop for Env {
             );
         }
     }
+}
+
+/// The Jsonnet worker for the scenarios' controller: `KMETA_JSONNET_WORKER`, else this
+/// package's `kmeta-jsonnet-worker` binary, which cargo builds beside the test binaries
+/// (`target/<profile>/`, the parent of the test binary's `deps/`).
+pub fn jsonnet_worker() -> Option<kmeta::hook::jsonnet::WorkerCommand> {
+    let program = match std::env::var_os("KMETA_JSONNET_WORKER") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().ok()?;
+            let dir = exe.parent()?;
+            let dir = if dir.ends_with("deps") {
+                dir.parent()?
+            } else {
+                dir
+            };
+            dir.join("kmeta-jsonnet-worker")
+        }
+    };
+    Some(kmeta::hook::jsonnet::WorkerCommand {
+        program,
+        args: Vec::new(),
+    })
 }
 
 /// An [`ApiResource`] from apiVersion, kind and plural.

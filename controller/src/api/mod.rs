@@ -196,6 +196,54 @@ pub struct Hook {
     /// The webhook to call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
+    /// kmeta: a Jsonnet program evaluated by kmeta instead of a webhook (exactly one of the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonnet: Option<JsonnetHook>,
+}
+
+/// `jsonnet` of a hook (kmeta): the program whose top-level function is called with the hook
+/// request as its argument `request`, as Metacontroller's `jsonnetd` calls it. Exactly one of
+/// `source` and `configMapRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonnetHook {
+    /// The program, inline (it can import nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The program in a ConfigMap key; the ConfigMap's other keys are importable by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<JsonnetConfigMapRef>,
+    /// Go duration string bounding one evaluation; default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// `loose` (v1 default) or `strict` (v2 default), as a webhook's.
+    #[serde(
+        default,
+        rename = "responseUnMarshallMode",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub response_unmarshall_mode: Option<ResponseUnmarshallMode>,
+}
+
+/// `jsonnet.configMapRef`: the ConfigMap key holding a Jsonnet hook program.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonnetConfigMapRef {
+    /// The ConfigMap's namespace.
+    pub namespace: String,
+    /// The ConfigMap's name.
+    pub name: String,
+    /// The key of the main program.
+    pub key: String,
+}
+
+impl Hook {
+    /// The ConfigMap this hook's Jsonnet program is read from, if any.
+    pub fn jsonnet_config_map(&self) -> Option<&JsonnetConfigMapRef> {
+        self.jsonnet
+            .as_ref()
+            .and_then(|j| j.config_map_ref.as_ref())
+    }
 }
 
 /// Hook wire versions.
@@ -539,4 +587,37 @@ impl CompositeControllerSpec {
     pub fn customize_hook(&self) -> Option<&Hook> {
         self.hooks.as_ref().and_then(|h| h.customize.as_ref())
     }
+    /// The ConfigMaps the Jsonnet hooks are read from (a change to one rebuilds the controller).
+    pub fn jsonnet_config_maps(&self) -> Vec<JsonnetConfigMapRef> {
+        let hooks = [
+            self.sync_hook(),
+            self.finalize_hook(),
+            self.customize_hook(),
+        ];
+        config_maps(hooks.into_iter().flatten())
+    }
+}
+
+impl DecoratorControllerSpec {
+    /// The ConfigMaps the Jsonnet hooks are read from (a change to one rebuilds the controller).
+    pub fn jsonnet_config_maps(&self) -> Vec<JsonnetConfigMapRef> {
+        let Some(h) = &self.hooks else {
+            return Vec::new();
+        };
+        config_maps([&h.sync, &h.finalize, &h.customize].into_iter().flatten())
+    }
+}
+
+/// The distinct ConfigMaps `hooks` read Jsonnet programs from, in order.
+fn config_maps<'a>(hooks: impl Iterator<Item = &'a Hook>) -> Vec<JsonnetConfigMapRef> {
+    let mut out: Vec<JsonnetConfigMapRef> = Vec::new();
+    for r in hooks.filter_map(Hook::jsonnet_config_map) {
+        if !out
+            .iter()
+            .any(|o| o.namespace == r.namespace && o.name == r.name)
+        {
+            out.push(r.clone());
+        }
+    }
+    out
 }

@@ -78,6 +78,9 @@ pub struct DevOptions {
     pub poll_interval: Duration,
     /// Discovery refresh of the controller. Default 2 s (a new CRD is served almost at once).
     pub discovery_interval: Duration,
+    /// The program evaluating Jsonnet hooks. Default `None`: this executable run as
+    /// `<exe> jsonnet-worker` (the `kmeta` binary).
+    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
 }
 
 impl Default for DevOptions {
@@ -88,6 +91,7 @@ impl Default for DevOptions {
             files: Vec::new(),
             poll_interval: Duration::from_secs(1),
             discovery_interval: Duration::from_secs(2),
+            jsonnet_worker: None,
         }
     }
 }
@@ -590,6 +594,16 @@ pub async fn run(
     ));
     let config = ManagerConfig {
         discovery_interval: opts.discovery_interval,
+        hook: crate::hook::HookOptions {
+            jsonnet: match &opts.jsonnet_worker {
+                Some(w) => crate::hook::jsonnet::JsonnetOptions {
+                    worker: Some(w.clone()),
+                    ..crate::hook::jsonnet::JsonnetOptions::default()
+                },
+                None => crate::hook::jsonnet::this_binary(),
+            },
+            ..crate::hook::HookOptions::default()
+        },
         ..ManagerConfig::default()
     };
     writeln!(

@@ -4,7 +4,8 @@
 //! What kmeta does with each resource decides the verbs: parents and decorator targets are read,
 //! get kmeta's finalizer (update) and their status written; children and attachments have their
 //! whole lifecycle managed; the Secrets and ConfigMaps that hook credentials and CA bundles name
-//! are read by name only. kmeta itself needs its controllers (and the decorator release
+//! are read by name only, and so are (read and watched) the ConfigMaps Jsonnet hooks are read
+//! from. kmeta itself needs its controllers (and the decorator release
 //! finalizer), ControllerRevisions when a rolling update strategy is used, events and the
 //! leader-election Lease. Related objects are chosen by customize hooks at run time, so they
 //! cannot be read from the manifests: name them with `--related`, and the output says when a
@@ -85,6 +86,9 @@ pub struct Grants {
     pub verbs: BTreeMap<(String, String), BTreeSet<&'static str>>,
     /// `get` on these names only.
     pub named: BTreeMap<(String, String), BTreeSet<String>>,
+    /// `get`, `list` and `watch` on these names only (a list or watch selecting one by
+    /// `metadata.name`): the ConfigMaps Jsonnet hooks are read from, watched for edits.
+    pub watched: BTreeMap<(String, String), BTreeSet<String>>,
     /// Controllers with a customize hook (their related resources are not in the manifests).
     pub customized: BTreeSet<String>,
 }
@@ -161,6 +165,12 @@ impl Grants {
                 g.add_named("configmaps", &r.name);
             }
         };
+        for r in hooks.iter().filter_map(|h| h.jsonnet_config_map()) {
+            self.watched
+                .entry((String::new(), "configmaps".to_owned()))
+                .or_default()
+                .insert(r.name.clone());
+        }
         for w in hooks.iter().filter_map(|h| h.webhook.as_ref()) {
             if let Some(ca) = &w.ca_bundle {
                 bundle(self, ca);
@@ -329,6 +339,10 @@ pub fn cluster_role(name: &str, g: &Grants) -> Value {
     for ((group, resource), names) in &g.named {
         rules.push(json!({"apiGroups": [group], "resources": [resource],
                           "resourceNames": names, "verbs": ["get"]}));
+    }
+    for ((group, resource), names) in &g.watched {
+        rules.push(json!({"apiGroups": [group], "resources": [resource],
+                          "resourceNames": names, "verbs": READ}));
     }
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -602,6 +616,36 @@ spec:
         );
         let g = grants(&composite(&lone), &[]);
         assert!(verbs(&g, "a.example.com", "foos/finalizers").is_empty());
+    }
+
+    #[test]
+    fn a_jsonnet_hooks_configmap_is_read_and_watched_by_name_only() {
+        let cc = "
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: j}
+spec:
+  parentResource: {apiVersion: ctl.example.com/v1, resource: things}
+  hooks:
+    sync: {jsonnet: {configMapRef: {namespace: kmeta, name: hooks, key: sync.jsonnet}}}
+    finalize: {jsonnet: {source: '{}'}}
+";
+        let g = grants(&composite(cc), &[]);
+        assert!(verbs(&g, "", "configmaps").is_empty());
+        assert_eq!(
+            g.watched[&(String::new(), "configmaps".to_owned())],
+            BTreeSet::from(["hooks".to_owned()])
+        );
+        let role = cluster_role("kmeta", &g);
+        let rule = role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["resourceNames"] == json!(["hooks"]));
+        assert_eq!(
+            rule.map(|r| r["verbs"].clone()),
+            Some(json!(["get", "list", "watch"]))
+        );
     }
 
     #[test]

@@ -80,6 +80,10 @@ pub fn manager_config(
         reporting_instance: std::env::var("POD_NAME").ok(),
         metrics,
         ready,
+        hook: crate::hook::HookOptions {
+            jsonnet: crate::hook::jsonnet::this_binary(),
+            ..crate::hook::HookOptions::default()
+        },
         ..ManagerConfig::default()
     }
 }

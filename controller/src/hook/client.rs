@@ -16,6 +16,7 @@ use super::transport::{
     webhook_timeout, webhook_url, without_userinfo,
 };
 use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
+use crate::hook::jsonnet::{self, JsonnetOptions};
 use crate::hook::wire;
 use crate::ops::metrics::{ControllerType, HookKind, HookTarget, Metrics};
 
@@ -28,14 +29,18 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// Transport settings shared by every hook of a controller.
 #[derive(Debug, Clone)]
 pub struct HookOptions {
-    /// Response size cap. Default [`DEFAULT_MAX_RESPONSE_BYTES`] (16 MiB).
+    /// Response size cap. Default [`DEFAULT_MAX_RESPONSE_BYTES`] (16 MiB); also the largest
+    /// answer of a Jsonnet hook.
     pub max_response_bytes: usize,
+    /// How Jsonnet hooks are evaluated (their worker processes and limits).
+    pub jsonnet: JsonnetOptions,
 }
 
 impl Default for HookOptions {
     fn default() -> Self {
         HookOptions {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            jsonnet: JsonnetOptions::default(),
         }
     }
 }
@@ -82,6 +87,8 @@ pub struct HookClient {
     metrics: Option<(Arc<Metrics>, ControllerType, String)>,
     /// Set for an in-process hook: called instead of the webhook, within this timeout.
     local: Option<(LocalHook, Duration)>,
+    /// Set for a Jsonnet hook: evaluated instead of calling a webhook.
+    jsonnet: Option<Arc<jsonnet::Runner>>,
 }
 
 impl std::fmt::Debug for HookClient {
@@ -104,6 +111,13 @@ impl HookClient {
         endpoint_configs: &[EndpointConfig],
         opts: &HookOptions,
     ) -> Result<HookClient, HookError> {
+        jsonnet::check_kind(kind.as_str(), hook).map_err(|message| HookError::Config {
+            hook: kind.as_str(),
+            message,
+        })?;
+        if let Some(j) = &hook.jsonnet {
+            return Self::jsonnet(client, kind, hook, j, opts).await;
+        }
         let creds = Credentials {
             client,
             hook: kind.as_str(),
@@ -155,6 +169,45 @@ impl HookClient {
             etag: EtagCache::for_webhook(w),
             metrics: None,
             local: None,
+            jsonnet: None,
+        })
+    }
+
+    /// A Jsonnet hook: its program read (from its ConfigMap, if it names one) and
+    /// syntax-checked now, evaluated by the worker processes `opts.jsonnet` describes.
+    async fn jsonnet(
+        client: &kube::Client,
+        kind: HookKind,
+        hook: &Hook,
+        j: &crate::api::JsonnetHook,
+        opts: &HookOptions,
+    ) -> Result<HookClient, HookError> {
+        let cfg = |message: String| HookError::Config {
+            hook: kind.as_str(),
+            message: format!("jsonnet: {message}"),
+        };
+        let program = jsonnet::compile(client, j)
+            .await
+            .map_err(|e| cfg(e.to_string()))?;
+        let runner = jsonnet::Runner::new(program, &opts.jsonnet, opts.max_response_bytes)
+            .map_err(|e| cfg(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| cfg(format!("http client: {}", error_chain(&e))))?;
+        Ok(HookClient {
+            kind,
+            url: None,
+            shown_url: runner.shown().to_owned(),
+            sent: Vec::new(),
+            http,
+            authorization: None,
+            version: hook.version.unwrap_or_default(),
+            mode: wire::response_mode(hook),
+            max_response_bytes: opts.max_response_bytes,
+            etag: None,
+            metrics: None,
+            local: None,
+            jsonnet: Some(Arc::new(runner)),
         })
     }
 
@@ -185,6 +238,7 @@ impl HookClient {
             etag: None,
             metrics: None,
             local: Some((f, timeout)),
+            jsonnet: None,
         })
     }
 
@@ -268,6 +322,18 @@ impl HookClient {
         cache_key: &str,
         body: &B,
     ) -> Result<Vec<u8>, HookError> {
+        if let Some(j) = &self.jsonnet {
+            let request = serde_json::to_string(body).map_err(|e| HookError::Jsonnet {
+                hook: self.name(),
+                source_name: j.shown().to_owned(),
+                message: format!("encoding the request: {e}"),
+            })?;
+            return j.call(request).await.map_err(|e| HookError::Jsonnet {
+                hook: self.name(),
+                source_name: j.shown().to_owned(),
+                message: e.to_string(),
+            });
+        }
         if let Some(f) = &self.local {
             let body = serde_json::to_value(body).map_err(|e| HookError::InProcess {
                 hook: self.name(),

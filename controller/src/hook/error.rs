@@ -74,6 +74,17 @@ pub enum HookError {
     /// The body did not decode.
     #[error(transparent)]
     Wire(#[from] wire::WireError),
+    /// A Jsonnet hook's program failed on this parent's request (an error, a limit, its
+    /// timeout). Like [`HookError::InProcess`], this parent's failure, not an outage.
+    #[error("{hook} hook ({source_name}): {message}")]
+    Jsonnet {
+        /// Hook.
+        hook: &'static str,
+        /// Where the program came from (`jsonnet:inline`, `jsonnet:configmap/ns/name/key`).
+        source_name: String,
+        /// What failed.
+        message: String,
+    },
     /// An in-process hook function returned an error or did not answer within the hook's
     /// timeout. A failure of this parent's sync, not an outage of a hook service: retried with
     /// the parent's backoff, never parking other parents behind the hook circuit.

@@ -1,10 +1,13 @@
 //! Layer 3, calling hooks: the HTTP client (`client`), how a hook is reached — URL, TLS,
-//! credentials (`transport`), the rustls configuration for caBundle and clientTLS (`tls`), the ETag response cache (`etag`), the W3C trace context of hook requests (`trace`), the errors (`error`), and the
+//! credentials (`transport`), the rustls configuration for caBundle and clientTLS (`tls`), the
+//! ETag response cache (`etag`), the W3C trace context of hook requests (`trace`), the errors
+//! (`error`), Jsonnet hooks evaluated by kmeta's own worker processes ([`jsonnet`]), and the
 //! wire format's decoding and object maps ([`wire`]).
 
 pub(crate) mod client;
 pub(crate) mod error;
 pub(crate) mod etag;
+pub mod jsonnet;
 mod tls;
 pub(crate) mod trace;
 pub(crate) mod transport;

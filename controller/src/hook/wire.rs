@@ -255,10 +255,15 @@ fn mode_name(mode: ResponseUnmarshallMode) -> &'static str {
 /// The effective decode mode of a hook: its `responseUnMarshallMode`, else loose for v1 and
 /// strict for v2 (Metacontroller's defaults).
 pub fn response_mode(hook: &Hook) -> ResponseUnmarshallMode {
+    let jsonnet = hook
+        .jsonnet
+        .as_ref()
+        .and_then(|j| j.response_unmarshall_mode);
     if let Some(m) = hook
         .webhook
         .as_ref()
         .and_then(|w| w.response_unmarshall_mode)
+        .or(jsonnet)
     {
         return m;
     }

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{CompositeController, DecoratorController};
+use crate::hook::jsonnet::SourceWatch;
 use crate::ops::events::Reason;
 use crate::reconcile::composite::{BuildError, CompositeRunner};
 use crate::reconcile::core::{Context, ManagerConfig};
@@ -72,6 +73,8 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
     fn runs_while_deleting(_obj: &Self::Object) -> bool {
         true
     }
+    /// The ConfigMaps the object's Jsonnet hooks are read from: a change restarts it.
+    fn jsonnet_config_maps(obj: &Self::Object) -> Vec<crate::api::JsonnetConfigMapRef>;
     /// Cleans up after a deleted object (its own finalizer is removed at the end).
     fn release(
         _ctx: Arc<Context>,
@@ -105,6 +108,9 @@ impl ControllerKind for CompositeController {
     async fn run(runner: Arc<CompositeRunner>, stop: CancellationToken) {
         runner.run(stop).await;
     }
+    fn jsonnet_config_maps(obj: &CompositeController) -> Vec<crate::api::JsonnetConfigMapRef> {
+        obj.spec.jsonnet_config_maps()
+    }
 }
 
 impl ControllerKind for DecoratorController {
@@ -130,6 +136,9 @@ impl ControllerKind for DecoratorController {
     }
     async fn run(runner: Arc<DecoratorRunner>, stop: CancellationToken) {
         runner.run(stop).await;
+    }
+    fn jsonnet_config_maps(obj: &DecoratorController) -> Vec<crate::api::JsonnetConfigMapRef> {
+        obj.spec.jsonnet_config_maps()
     }
     fn needs_release(obj: &DecoratorController) -> bool {
         decorator::needs_release(obj)
@@ -230,6 +239,8 @@ async fn run_one<K: ControllerKind>(
     let value = with_type::<K>(obj_value(&obj));
     let mut last_error = String::new();
     loop {
+        // watched from before the build reads them: an edit after it restarts the controller
+        let mut sources = SourceWatch::start(&ctx.client, &K::jsonnet_config_maps(&obj)).await;
         match K::build(ctx.clone(), obj.clone()).await {
             Ok(runner) => {
                 let runner = Arc::new(runner);
@@ -243,7 +254,25 @@ async fn run_one<K: ControllerKind>(
                 tracing::info!(kind = K::KIND, controller = %name, "started");
                 let started = format!("Started controller: {name}");
                 ctx.event(&value, Reason::Started, started).await;
-                K::run(runner, stop.clone()).await;
+                let run_stop = stop.child_token();
+                let run = K::run(runner, run_stop.clone());
+                tokio::pin!(run);
+                let changed = tokio::select! {
+                    () = &mut run => false,
+                    () = sources.changed() => true,
+                };
+                if changed {
+                    // every parent is synced again by the rebuilt controller's first list
+                    run_stop.cancel();
+                    run.await;
+                    tracing::info!(kind = K::KIND, controller = %name, "a Jsonnet hook's ConfigMap changed; restarting");
+                    let note = format!(
+                        "Stopped controller: {name} (a Jsonnet hook's ConfigMap changed; restarting)"
+                    );
+                    ctx.event(&value, Reason::Stopped, note).await;
+                    last_error.clear();
+                    continue;
+                }
                 tracing::info!(kind = K::KIND, controller = %name, "stopped");
                 let stopped = format!("Stopped controller: {name}");
                 ctx.event(&value, Reason::Stopped, stopped).await;
@@ -263,6 +292,7 @@ async fn run_one<K: ControllerKind>(
         }
         tokio::select! {
             _ = stop.cancelled() => return,
+            () = sources.changed() => {}
             _ = tokio::time::sleep(ctx.config.discovery_interval) => {
                 if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                     tracing::warn!(error = %e, "discovery refresh failed");

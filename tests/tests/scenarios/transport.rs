@@ -139,6 +139,7 @@ async fn oversized_responses_are_rejected_and_change_nothing() -> anyhow::Result
         .config(ManagerConfig {
             hook: HookOptions {
                 max_response_bytes: 4096,
+                ..HookOptions::default()
             },
             ..ManagerConfig::default()
         })
