@@ -119,6 +119,7 @@ pub async fn report_condition(
         .round(jiff::Unit::Second)
         .unwrap_or_else(|_| jiff::Timestamp::now())
         .to_string();
+    let handled = decide::reconcile_request(parent);
     kapi::atomic_update(
         &api,
         meta_str(parent, "name"),
@@ -132,8 +133,9 @@ pub async fn report_condition(
                 }
                 None => false,
             };
-            // a request for a sync is handled by this one, failed or paused as it is
-            decide::mark_handled_request(live) || set
+            // the request of the version this sync read is handled by it, failed or paused as
+            // it is (live may carry a newer one, for the next sync)
+            decide::mark_handled_request(live, handled) || set
         },
     )
     .await

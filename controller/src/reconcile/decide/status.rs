@@ -31,7 +31,7 @@ pub const RECONCILE_REQUESTED_AT: &str = "kmeta.dev/reconcile-requested-at";
 pub const LAST_HANDLED_RECONCILE_AT: &str = "lastHandledReconcileAt";
 
 /// The parent's reconcile request, when it carries one.
-fn reconcile_request(parent: &Value) -> Option<&str> {
+pub fn reconcile_request(parent: &Value) -> Option<&str> {
     parent
         .pointer("/metadata/annotations")?
         .get(RECONCILE_REQUESTED_AT)?
@@ -52,10 +52,11 @@ pub fn with_handled_request(status: Option<Value>, parent: &Value) -> Option<Val
     Some(Value::Object(s))
 }
 
-/// Sets [`LAST_HANDLED_RECONCILE_AT`] in the status of `live` (a condition write); true when
-/// that changed it.
-pub fn mark_handled_request(live: &mut Value) -> bool {
-    let Some(request) = reconcile_request(live).map(str::to_owned) else {
+/// Sets [`LAST_HANDLED_RECONCILE_AT`] to `handled` — the request of the version the sync read,
+/// not of `live`, which may carry a newer request that sync never saw — in the status of `live`
+/// (a condition write); true when that changed it.
+pub fn mark_handled_request(live: &mut Value, handled: Option<&str>) -> bool {
+    let Some(request) = handled else {
         return false;
     };
     let Some(root) = live.as_object_mut() else {
@@ -68,7 +69,7 @@ pub fn mark_handled_request(live: &mut Value) -> bool {
         *status = Value::Object(Map::new());
     }
     match status.as_object_mut() {
-        Some(s) if s.get(LAST_HANDLED_RECONCILE_AT).and_then(Value::as_str) != Some(&request) => {
+        Some(s) if s.get(LAST_HANDLED_RECONCILE_AT).and_then(Value::as_str) != Some(request) => {
             s.insert(LAST_HANDLED_RECONCILE_AT.into(), json!(request));
             true
         }
@@ -249,12 +250,25 @@ mod tests {
             Some(json!({"ready": 1, "lastHandledReconcileAt": "2026-11-27T08:00:00Z"}))
         );
         let mut live = p.clone();
-        assert!(mark_handled_request(&mut live));
+        let read = reconcile_request(&p);
+        assert!(mark_handled_request(&mut live, read));
         assert_eq!(
             live["status"]["lastHandledReconcileAt"],
             "2026-11-27T08:00:00Z"
         );
-        assert!(!mark_handled_request(&mut live), "already handled");
+        assert!(!mark_handled_request(&mut live, read), "already handled");
+        // a newer request on live, which the failed sync did not read, is not reported handled
+        let mut newer = p.clone();
+        newer["metadata"]["annotations"][RECONCILE_REQUESTED_AT] = json!("later");
+        assert!(mark_handled_request(&mut newer, read));
+        assert_eq!(
+            newer["status"]["lastHandledReconcileAt"],
+            "2026-11-27T08:00:00Z"
+        );
+        assert!(!mark_handled_request(
+            &mut live,
+            reconcile_request(&json!({}))
+        ));
     }
 
     #[test]
