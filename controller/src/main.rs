@@ -83,6 +83,19 @@ enum Command {
     /// once and prints the desired children and the parent's status as YAML, or with --diff the
     /// write per child. Exit 0: nothing to write; 1: writes; 2: an error.
     Render(Box<RenderArgs>),
+    /// One parent as kmeta sees it: its sync state, conditions, controller, children (age, ready,
+    /// field managers) and latest Events; or, for compositecontroller/NAME, all of its parents,
+    /// the ones not synced first.
+    Trace {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Output format: text (default), yaml or json.
+        #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "yaml", "json"])]
+        output: String,
+        /// Redraw every 2 s until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
     /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
     /// when it failed or the parent is paused.
@@ -207,6 +220,43 @@ impl TargetArgs {
         let client = kube::Client::try_from(config)?;
         let target = kmeta::cmd::steer::resolve(&client, &self.target, &namespace).await?;
         Ok((client, target))
+    }
+}
+
+/// `kmeta trace`: the parent (or a controller's parents) once, or redrawn with `--watch`.
+async fn trace(args: TargetArgs, output: &str, watch: bool) -> anyhow::Result<()> {
+    use kmeta::cmd::trace;
+    use std::io::IsTerminal as _;
+    let (client, target) = args.resolve().await?;
+    let color = output == "text" && std::io::stdout().is_terminal();
+    let stop = shutdown_on_signal();
+    loop {
+        let text = if target.resource.kind == "CompositeController" {
+            let rows = trace::trace_controller(&client, &target.name).await?;
+            match output {
+                "json" => serde_json::to_string_pretty(&rows)?,
+                "yaml" => serde_saphyr::to_string(&rows)?,
+                _ => trace::render_list(&rows),
+            }
+        } else {
+            let t = trace::trace_parent(&client, &target).await?;
+            match output {
+                "json" => serde_json::to_string_pretty(&t)?,
+                "yaml" => serde_saphyr::to_string(&t)?,
+                _ => trace::render_text(&t, color),
+            }
+        };
+        if watch && color {
+            emit(b"\x1b[2J\x1b[H")?;
+        }
+        emit(text.as_bytes())?;
+        if !watch {
+            return Ok(());
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            () = tokio::time::sleep(trace::WATCH_EVERY) => {}
+        }
     }
 }
 
@@ -374,6 +424,25 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
+/// `kmeta demo`, with the controller's logs when `verbose`.
+async fn demo(verbose: bool) -> anyhow::Result<()> {
+    if verbose {
+        let log = kmeta::cmd::cli::LogConfig {
+            format: kmeta::cmd::cli::LogFormat::Text,
+            filter: Some("kmeta=debug,info".into()),
+        };
+        kmeta::ops::logging::init(&log).map_err(anyhow::Error::msg)?;
+    }
+    let opts = kmeta::cmd::demo::DemoOptions {
+        verbose,
+        ..Default::default()
+    };
+    let mut out = std::io::stdout();
+    kmeta::cmd::demo::run(opts, &mut out)
+        .await
+        .context("the demo failed")
+}
+
 async fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
@@ -381,23 +450,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             kmeta::ops::logging::init(&config.log).map_err(anyhow::Error::msg)?;
             kmeta::cmd::run::run(config, shutdown_on_signal()).await?;
         }
-        Command::Demo { verbose } => {
-            if verbose {
-                let log = kmeta::cmd::cli::LogConfig {
-                    format: kmeta::cmd::cli::LogFormat::Text,
-                    filter: Some("kmeta=debug,info".into()),
-                };
-                kmeta::ops::logging::init(&log).map_err(anyhow::Error::msg)?;
-            }
-            let opts = kmeta::cmd::demo::DemoOptions {
-                verbose,
-                ..Default::default()
-            };
-            let mut out = std::io::stdout();
-            kmeta::cmd::demo::run(opts, &mut out)
-                .await
-                .context("the demo failed")?;
-        }
+        Command::Demo { verbose } => demo(verbose).await?,
         Command::Dev {
             files,
             port,
@@ -439,6 +492,11 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             kmeta::cmd::rbac::render_controller(&files, &related, &name, &controller)?.as_bytes(),
         )?,
         Command::Render(args) => std::process::exit(render(*args).await),
+        Command::Trace {
+            target,
+            output,
+            watch,
+        } => trace(target, &output, watch).await?,
         Command::Reconcile { target, timeout } => steer(target, Steer::Reconcile(timeout)).await?,
         Command::Suspend { target } => steer(target, Steer::Suspend).await?,
         Command::Resume { target } => steer(target, Steer::Resume).await?,

@@ -75,14 +75,19 @@ fn item_lines(path: &str, page: &str) -> Vec<String> {
         }
         out.push(format!("{path}: {}", text(&decl)));
     }
-    let inherent = match (
-        page.find("id=\"implementations\""),
-        page.find("id=\"trait-implementations\""),
-    ) {
-        (Some(i), Some(j)) if i < j => &page[i..j],
-        (Some(i), None) => &page[i..],
-        _ => "",
-    };
+    // inherent methods only: up to the first of the trait, auto-trait and blanket implementations
+    let inherent = page.find("id=\"implementations\"").map_or("", |i| {
+        let end = [
+            "trait-implementations",
+            "synthetic-implementations",
+            "blanket-implementations",
+        ]
+        .iter()
+        .filter_map(|id| page[i..].find(&format!("id=\"{id}\"")))
+        .min()
+        .map_or(page.len(), |j| i + j);
+        &page[i..end]
+    });
     for header in all_between(inherent, "<h4 class=\"code-header\">", "</h4>") {
         out.push(format!("{path}:   {}", text(header)));
     }

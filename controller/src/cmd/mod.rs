@@ -13,3 +13,4 @@ pub mod rbac;
 pub mod render;
 pub mod run;
 pub mod steer;
+pub mod trace;

@@ -512,3 +512,74 @@ async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<(
     assert_eq!(a["data"]["theirs"], "kept");
     s.finish().await
 }
+
+/// `kmeta trace` on a synced parent (its children with their field managers) and on one whose
+/// hook fails (Failed, with the SyncError event); the controller's list puts the failing one first.
+#[tokio::test]
+async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Result<()> {
+    use kmeta::cmd::steer;
+    use kmeta::cmd::trace::{self, SyncState};
+    let hook = |hook: &str, req: &Value| {
+        if req["parent"]["metadata"]["name"] == "broken" {
+            Reply::Raw(500, "no database".into())
+        } else {
+            children_from_spec(hook, req)
+        }
+    };
+    let s = Scenario::new("trace")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("trace-cc"))
+        .parent("one", json!({"children": ["a", "b"]}))
+        .parent("broken", json!({"children": ["c"]}))
+        .start()
+        .await?;
+    s.wait_child("a").await?;
+    s.wait_parent("one", "synced", |p| p["status"]["children"] == 2)
+        .await?;
+    s.wait_parent("broken", "failed", |p| condition(p, "Synced").is_some())
+        .await?;
+    let one = steer::resolve(&s.client, "things/one", &s.ns).await?;
+    let t = trace::trace_parent(&s.client, &one).await?;
+    assert_eq!(t.sync, SyncState::Synced);
+    assert_eq!(t.controllers, ["trace-cc"]);
+    let names: Vec<&str> = t.children.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names.iter().all(|n| n.ends_with("/a") || n.ends_with("/b")),
+        "{names:?}"
+    );
+    assert!(
+        t.children
+            .iter()
+            .all(|c| c.kind == "ConfigMap" && !c.managers.is_empty())
+    );
+    let text = trace::render_text(&t, false);
+    assert!(
+        text.contains("sync: Synced") && text.contains("children (2):"),
+        "{text}"
+    );
+
+    let broken = steer::resolve(&s.client, "things/broken", &s.ns).await?;
+    let t = eventually("the SyncError event in the trace", TIMEOUT, || async {
+        let t = trace::trace_parent(&s.client, &broken).await?;
+        Ok(t.events
+            .iter()
+            .any(|e| e.reason == "SyncError")
+            .then_some(t))
+    })
+    .await?;
+    assert!(
+        matches!(&t.sync, SyncState::Failed(m) if m.contains("500")),
+        "{:?}",
+        t.sync
+    );
+    let rows = trace::trace_controller(&s.client, "trace-cc").await?;
+    let list = trace::render_list(&rows);
+    let first = list.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.ends_with("") && first.contains("/broken\tFailed"),
+        "{list}"
+    );
+    s.finish().await
+}

@@ -1,13 +1,15 @@
 //! Jsonnet hooks (kmeta): `jsonnet: {source}` or `jsonnet: {configMapRef}` instead of a
 //! webhook, evaluated with the semantics of Metacontroller's `jsonnetd` (`eval`) by supervised
 //! worker processes (`pool`, `worker`), never on the async runtime's threads. The controller
-//! reads and syntax-checks a program once when it builds the hook ([`compile`]); a change to a
-//! ConfigMap holding one ([`SourceWatch`]) rebuilds the controller. Design:
+//! reads and syntax-checks a program once when it builds the hook (`compile`); a change to a
+//! ConfigMap holding one (`SourceWatch`) rebuilds the controller. Design:
 //! `docs/design/jsonnet-hooks.md`.
 
+#[doc(hidden)] // for the differential test against the reference Jsonnet
 pub mod eval;
+#[doc(hidden)] // for the worker pool's tests and bench
 pub mod pool;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +21,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::api::{Hook, JsonnetConfigMapRef, JsonnetHook};
+#[doc(hidden)]
 pub use eval::Sources;
-pub use pool::{Pool, PoolError, WorkerCommand};
+pub use pool::WorkerCommand;
+#[doc(hidden)]
+pub use pool::{Pool, PoolError};
 
 /// Default bound of one evaluation, as a webhook's default timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,7 +73,7 @@ pub fn worker_main() -> i32 {
 
 /// Why a Jsonnet hook could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum JsonnetError {
+pub(crate) enum JsonnetError {
     /// The `jsonnet` stanza is unusable.
     #[error("{0}")]
     Spec(String),
@@ -89,7 +94,7 @@ pub enum JsonnetError {
 
 /// A checked program version, ready to be sent to workers.
 #[derive(Debug, Clone)]
-pub struct Program {
+pub(crate) struct Program {
     /// The files.
     pub sources: Arc<Sources>,
     /// Its version ([`Sources::digest`]).
@@ -104,7 +109,10 @@ pub struct Program {
 /// Reads `hook`'s program (from its ConfigMap if it names one) and checks the syntax of every
 /// Jsonnet file of it (the main file and keys ending in `.jsonnet` or `.libsonnet`) off the
 /// async runtime's threads, so a syntax error stops the controller before any parent is synced.
-pub async fn compile(client: &kube::Client, j: &JsonnetHook) -> Result<Program, JsonnetError> {
+pub(crate) async fn compile(
+    client: &kube::Client,
+    j: &JsonnetHook,
+) -> Result<Program, JsonnetError> {
     let timeout = match &j.timeout {
         Some(t) => crate::duration::parse_go_duration(t)
             .map_err(|e| JsonnetError::Spec(format!("jsonnet.timeout: {e}")))?,
@@ -174,7 +182,7 @@ async fn read_config_map(
 
 /// Checks that `hook` names exactly one of `webhook` and `jsonnet` (`which`: sync, finalize,
 /// customize).
-pub fn check_kind(which: &str, hook: &Hook) -> Result<(), String> {
+pub(crate) fn check_kind(which: &str, hook: &Hook) -> Result<(), String> {
     match (&hook.webhook, &hook.jsonnet) {
         (Some(_), Some(_)) => Err(format!(
             "hooks.{which}: webhook and jsonnet are both set; set exactly one"
@@ -188,7 +196,7 @@ pub fn check_kind(which: &str, hook: &Hook) -> Result<(), String> {
 
 /// Watches the ConfigMaps Jsonnet hooks are read from; [`SourceWatch::changed`] completes once
 /// one of them changes (created, edited, deleted) after the watch started.
-pub struct SourceWatch {
+pub(crate) struct SourceWatch {
     changes: watch::Receiver<u64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -295,7 +303,7 @@ async fn watch_one(
 }
 
 /// A Jsonnet hook ready to call: its program and the pool evaluating it.
-pub struct Runner {
+pub(crate) struct Runner {
     program: Program,
     pool: Arc<Pool>,
     max_output: usize,
@@ -334,11 +342,6 @@ impl Runner {
     /// Where the program came from (`jsonnet:inline`, `jsonnet:configmap/ns/name/key`).
     pub fn shown(&self) -> &str {
         &self.program.shown
-    }
-
-    /// The bound of one evaluation.
-    pub fn timeout(&self) -> Duration {
-        self.program.timeout
     }
 
     /// The answer to `request` (the hook request's JSON text), as the bytes a webhook would
