@@ -328,7 +328,20 @@ impl HookClient {
                 source_name: j.shown().to_owned(),
                 message: format!("encoding the request: {e}"),
             })?;
-            return j.call(request).await.map_err(|e| HookError::Jsonnet {
+            let answer = j.call(request).await;
+            if let (Err(e), Some((metrics, _, _))) = (&answer, &self.metrics) {
+                use crate::ops::metrics::WorkerKill;
+                match e {
+                    jsonnet::PoolError::Timeout(_) => {
+                        metrics.jsonnet_worker_killed(WorkerKill::Timeout)
+                    }
+                    jsonnet::PoolError::Memory { .. } => {
+                        metrics.jsonnet_worker_killed(WorkerKill::Memory)
+                    }
+                    _ => {}
+                }
+            }
+            return answer.map_err(|e| HookError::Jsonnet {
                 hook: self.name(),
                 source_name: j.shown().to_owned(),
                 message: e.to_string(),

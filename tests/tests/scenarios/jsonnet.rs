@@ -148,6 +148,11 @@ async fn an_endless_program_times_out_and_changes_no_child() -> anyhow::Result<(
             .is_some_and(|n| n.contains("jsonnet:inline")),
         "{ev}"
     );
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics.contains("kmeta_jsonnet_worker_kills_total{reason=\"timeout\"}"),
+        "the kill is counted: {metrics}"
+    );
     // another parent is synced while this one keeps failing
     s.parent("b", json!({"value": 5})).await?;
     s.wait_child("b-child").await?;
@@ -184,6 +189,11 @@ async fn a_program_past_the_memory_limit_fails_its_sync() -> anyhow::Result<()> 
                 .is_some_and(|n| n.contains("more than 256 MiB"))
     })
     .await?;
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics.contains("kmeta_jsonnet_worker_kills_total{reason=\"memory\"}"),
+        "the kill is counted: {metrics}"
+    );
     s.parent("b", json!({"value": 5})).await?;
     s.wait_child("b-child").await?;
     let child = s.wait_child("a-child").await?;

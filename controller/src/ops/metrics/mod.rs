@@ -215,6 +215,29 @@ struct LeaseLabels {
     name: String,
 }
 
+/// Why a Jsonnet worker was killed (the `reason` label).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum WorkerKill {
+    /// The evaluation outran the hook's timeout.
+    Timeout,
+    /// The worker's memory passed the limit.
+    Memory,
+}
+
+impl WorkerKill {
+    fn as_str(self) -> &'static str {
+        match self {
+            WorkerKill::Timeout => "timeout",
+            WorkerKill::Memory => "memory",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KillLabels {
+    reason: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn default_histogram() -> Histogram {
@@ -359,6 +382,7 @@ pub struct Metrics {
     events_dropped: Counter,
     events_failed: Counter,
     leader: Family<LeaseLabels, Gauge>,
+    jsonnet_kills: Family<KillLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -442,6 +466,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             events_failed: Counter::default(),
             leader: Family::default(),
+            jsonnet_kills: Family::default(),
         };
         let r = &mut m.registry;
         m.sync.register(r, HookKind::Sync);
@@ -482,6 +507,11 @@ impl Metrics {
             "kmeta_leader_election_status",
             "1 while this instance holds the leader Lease of this name, else 0",
             m.leader.clone(),
+        );
+        r.register(
+            "kmeta_jsonnet_worker_kills",
+            "Jsonnet worker processes killed, by reason (timeout|memory)",
+            m.jsonnet_kills.clone(),
         );
         m.register_client_series();
         m
@@ -693,6 +723,15 @@ impl Metrics {
         self.leader
             .get_or_create(&LeaseLabels { name: lease.into() })
             .set(i64::from(leading));
+    }
+
+    /// A Jsonnet worker was killed while evaluating a hook.
+    pub(crate) fn jsonnet_worker_killed(&self, why: WorkerKill) {
+        self.jsonnet_kills
+            .get_or_create(&KillLabels {
+                reason: why.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// The OpenMetrics text exposition of every series.
