@@ -583,3 +583,42 @@ async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Resul
     );
     s.finish().await
 }
+
+/// `kmeta reconcile` while the hook circuit is open (the hook answers 503 to every parent): the
+/// requested sync calls the hook at once, past the circuit that parks the other parents, and
+/// reports the hook's failure.
+#[tokio::test]
+async fn reconcile_now_runs_past_an_open_circuit() -> anyhow::Result<()> {
+    use kmeta::cmd::steer::{self, Reconciled};
+    let mut builder = Scenario::new("reconcile-circuit")
+        .crd("Thing", "things")
+        .hook(|_, _| Reply::Raw(503, "down for maintenance".into()))
+        .controller(Cc::new("circuit-cc"));
+    for i in 0..6 {
+        builder = builder.parent(&format!("p{i}"), json!({}));
+    }
+    let s = builder.start().await?;
+    until("the circuit to open", || {
+        s.metrics.reconcile_count("circuit-cc", "parked") > 0
+    })
+    .await?;
+    let target = steer::resolve(&s.client, "things/p3", &s.ns).await?;
+    let started = std::time::Instant::now();
+    let result = steer::reconcile(&s.client, &target, TIMEOUT).await?;
+    let took = started.elapsed();
+    match result {
+        Reconciled::Failed(why) => assert!(why.contains("503"), "{why}"),
+        other => panic!("expected the hook's failure, got {other:?}"),
+    }
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the requested sync waited for the circuit: {took:?}"
+    );
+    // the hook saw the request: the sync that reported it called the hook with the annotation
+    let called = s.hooks().requests("sync").iter().any(|r| {
+        r["parent"]["metadata"]["name"] == "p3"
+            && !r["parent"]["metadata"]["annotations"]["kmeta.dev/reconcile-requested-at"].is_null()
+    });
+    assert!(called, "no hook call carried the request");
+    s.finish().await
+}
