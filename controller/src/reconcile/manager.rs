@@ -157,9 +157,10 @@ impl ControllerKind for DecoratorController {
 
 struct Running<S> {
     spec: S,
-    /// `kmeta.dev/paused` on the controller object: toggling it restarts the controller, whose
-    /// syncs then pause or resume every one of its objects.
-    paused: bool,
+    /// The controller object's annotations read when its controller is built —
+    /// `kmeta.dev/paused` and `kmeta.dev/apply-strategy` — as they were: a change restarts the
+    /// controller, whose syncs then follow it (pause or resume every object, switch strategy).
+    switches: Switches,
     stop: CancellationToken,
     /// Cancelled once the controller's task has returned (no sync in flight any more).
     finished: CancellationToken,
@@ -167,10 +168,24 @@ struct Running<S> {
     releasing: bool,
 }
 
-/// Whether a controller object carries `kmeta.dev/paused: "true"`.
-fn paused_object(obj: &impl Resource) -> bool {
-    let annotations = obj.meta().annotations.iter().flatten();
-    decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())))
+/// The annotations of a controller object its controller reads when built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Switches {
+    /// `kmeta.dev/paused: "true"`.
+    paused: bool,
+    /// `kmeta.dev/apply-strategy`, as written.
+    apply_strategy: Option<String>,
+}
+
+fn switches_of(obj: &impl Resource) -> Switches {
+    let annotations = obj.meta().annotations.as_ref();
+    let pairs = annotations.into_iter().flatten();
+    Switches {
+        paused: decide::paused_by(pairs.map(|(k, v)| (k.as_str(), v.as_str()))),
+        apply_strategy: annotations
+            .and_then(|a| a.get(crate::reconcile::STRATEGY_ANNOTATION))
+            .cloned(),
+    }
 }
 
 fn obj_value<T: Serialize>(obj: &T) -> Value {
@@ -473,7 +488,7 @@ impl<K: ControllerKind> Controllers<K> {
         // released once: never run again, whatever still holds the object
         if let Some(r) = self.running.get(&name)
             && (r.releasing
-                || (!releasing && r.spec == *K::spec(&obj) && r.paused == paused_object(&obj)))
+                || (!releasing && r.spec == *K::spec(&obj) && r.switches == switches_of(&obj)))
         {
             return;
         }
@@ -495,7 +510,7 @@ impl<K: ControllerKind> Controllers<K> {
             name,
             Running {
                 spec: K::spec(&obj).clone(),
-                paused: paused_object(&obj),
+                switches: switches_of(&obj),
                 stop: stop.clone(),
                 finished: finished.clone(),
                 releasing,

@@ -769,3 +769,45 @@ async fn an_unknown_strategy_annotation_stops_the_controller() -> anyhow::Result
     assert_eq!(s.syncs("ssa-bad-cc"), 0);
     s.finish().await
 }
+
+/// Annotating a running CompositeController with `kmeta.dev/apply-strategy` switches it: the
+/// controller restarts and its next child write is a server-side apply (before, the annotation
+/// was read only when the controller started).
+#[tokio::test]
+async fn annotating_a_running_controller_switches_its_strategy() -> anyhow::Result<()> {
+    let s = Scenario::new("ssa-annotate")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new("annotate-cc"))
+        .parent("n", json!({"message": "a"}))
+        .start()
+        .await?;
+    s.wait_child("n-cm").await?;
+    let cc = s.controllers().list(&Default::default()).await?;
+    let cc_name = cc
+        .items
+        .first()
+        .and_then(|c| c.metadata.name.clone())
+        .unwrap_or_default();
+    let switch = json!({"metadata": {"annotations": {STRATEGY_ANNOTATION: "server-side-apply"}}});
+    s.merge_patch(&s.controllers(), &cc_name, switch).await?;
+    let parent = s.get(&s.parents(), "n").await?.unwrap();
+    let mine = field_manager(
+        "metacontroller",
+        &cc_name,
+        parent["metadata"]["uid"].as_str().unwrap(),
+    );
+    // a change after the switch is applied under server-side apply
+    s.merge_patch(&s.parents(), "n", json!({"spec": {"message": "b"}}))
+        .await?;
+    let cm = s
+        .wait_child_where("n-cm", "applied by the parent's field manager", |c| {
+            c["data"]["message"] == "b"
+                && managers(c)
+                    .iter()
+                    .any(|(m, op)| *m == mine && op == "Apply")
+        })
+        .await?;
+    assert_eq!(cm["data"]["message"], "b");
+    s.finish().await
+}
