@@ -5,10 +5,10 @@
 //! validation), and prints the desired children and the parent's new status — or, with `--diff`,
 //! per child the write kmeta would make against the observed children given.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::api::CompositeController;
 use crate::hook::{HookClient, HookOptions, wire};
@@ -293,28 +293,6 @@ fn child_options(api_version: &str, kind: &str, crds: &[Value]) -> dynapply::Opt
     }
 }
 
-/// The related objects as the sync request carries them: an object map keyed like the
-/// observed children's.
-fn related_map(version: crate::api::HookVersion, related: &[Value]) -> Map<String, Value> {
-    let mut groups: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
-    for o in related {
-        let key = wire::group_key(
-            o["apiVersion"].as_str().unwrap_or_default(),
-            o["kind"].as_str().unwrap_or_default(),
-        );
-        groups.entry(key).or_default().push(o);
-    }
-    let mut out = Map::new();
-    for (key, objects) in groups {
-        let keys: Vec<String> = vec![key.clone()];
-        let map = wire::object_map_ref(version, true, &keys, objects.iter().copied());
-        if let Ok(Value::Object(m)) = serde_json::to_value(&map) {
-            out.extend(m);
-        }
-    }
-    out
-}
-
 /// What render read from its files.
 struct Inputs {
     cc: CompositeController,
@@ -436,8 +414,9 @@ async fn call_hook(
     let cc_json = wire::controller_object(serde_json::to_value(&inputs.cc).unwrap_or(Value::Null));
     let cc_raw = serde_json::value::to_raw_value(&cc_json)
         .map_err(|e| RenderError::Controller(e.to_string()))?;
-    let related = related_map(hook.version(), &inputs.related);
     let namespaced = inputs.parent.pointer("/metadata/namespace").is_some();
+    // keyed as a sync keys them (`reconcile::related`); no customize rules declare groups here
+    let related = wire::object_map(hook.version(), namespaced, &[], inputs.related.iter());
     let request = wire::SyncRequestRef {
         controller: &cc_raw,
         parent: &inputs.parent,
