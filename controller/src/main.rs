@@ -207,8 +207,10 @@ struct TargetArgs {
 }
 
 impl TargetArgs {
-    /// The client and the resolved object.
-    async fn resolve(&self) -> anyhow::Result<(kube::Client, kmeta::cmd::steer::Target)> {
+    /// The client, the server's resources and the resolved object.
+    async fn resolve(
+        &self,
+    ) -> anyhow::Result<(kube::Client, kube::Discovery, kmeta::cmd::steer::Target)> {
         let config = match &self.kubeconfig {
             Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
             None => kube::Config::infer().await?,
@@ -218,8 +220,9 @@ impl TargetArgs {
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
         let client = kube::Client::try_from(config)?;
-        let target = kmeta::cmd::steer::resolve(&client, &self.target, &namespace).await?;
-        Ok((client, target))
+        let discovery = kmeta::cmd::steer::discover(&client).await?;
+        let target = kmeta::cmd::steer::resolve_in(&discovery, &self.target, &namespace)?;
+        Ok((client, discovery, target))
     }
 }
 
@@ -227,19 +230,19 @@ impl TargetArgs {
 async fn trace(args: TargetArgs, output: &str, watch: bool) -> anyhow::Result<()> {
     use kmeta::cmd::trace;
     use std::io::IsTerminal as _;
-    let (client, target) = args.resolve().await?;
+    let (client, discovery, target) = args.resolve().await?;
     let color = output == "text" && std::io::stdout().is_terminal();
     let stop = shutdown_on_signal();
     loop {
         let text = if target.resource.kind == "CompositeController" {
-            let rows = trace::trace_controller(&client, &target.name).await?;
+            let rows = trace::trace_controller(&client, &discovery, &target.name).await?;
             match output {
                 "json" => serde_json::to_string_pretty(&rows)?,
                 "yaml" => serde_saphyr::to_string(&rows)?,
                 _ => trace::render_list(&rows),
             }
         } else {
-            let t = trace::trace_parent(&client, &target).await?;
+            let t = trace::trace_parent(&client, &discovery, &target).await?;
             match output {
                 "json" => serde_json::to_string_pretty(&t)?,
                 "yaml" => serde_saphyr::to_string(&t)?,
@@ -271,7 +274,7 @@ enum Steer {
 /// sync failed or the parent is paused.
 async fn steer(args: TargetArgs, what: Steer) -> anyhow::Result<()> {
     use kmeta::cmd::steer::{self, Reconciled};
-    let (client, target) = args.resolve().await?;
+    let (client, _, target) = args.resolve().await?;
     let name = target.display();
     match what {
         Steer::Reconcile(timeout) => match steer::reconcile(&client, &target, timeout).await? {

@@ -206,3 +206,11 @@ impl<T: ObjectView + ?Sized> ObjectView for std::sync::Arc<T> {
         (**self).deleting()
     }
 }
+
+/// The condition of `type_` in `obj`'s `status.conditions`, if any.
+pub fn condition<'v>(obj: &'v Value, type_: &str) -> Option<&'v Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}

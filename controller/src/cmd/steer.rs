@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Discovery, Scope};
 use serde_json::{Value, json};
 
+use crate::object::condition;
 use crate::reconcile::decide::{
     LAST_HANDLED_RECONCILE_AT, PAUSED_ANNOTATION, PAUSED_CONDITION, RECONCILE_REQUESTED_AT,
     SYNCED_CONDITION,
@@ -75,7 +76,8 @@ impl Target {
         }
     }
 
-    fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
+    /// The API of the target's resource, in its namespace if it has one.
+    pub fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
         match &self.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
             None => Api::all_with(client.clone(), &self.resource),
@@ -99,6 +101,26 @@ pub async fn resolve(
     target: &str,
     namespace: &str,
 ) -> Result<Target, SteerError> {
+    resolve_in(&discover(client).await?, target, namespace)
+}
+
+/// The server's resources (one discovery, for [`resolve_in`] and `kmeta trace`).
+pub async fn discover(client: &kube::Client) -> Result<Discovery, SteerError> {
+    Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|source| SteerError::Api {
+            action: "discovering the server's resources".into(),
+            source,
+        })
+}
+
+/// [`resolve`] against a discovery already made.
+pub fn resolve_in(
+    discovery: &Discovery,
+    target: &str,
+    namespace: &str,
+) -> Result<Target, SteerError> {
     let Some((resource, name)) = target
         .split_once('/')
         .filter(|(r, n)| !r.is_empty() && !n.is_empty())
@@ -108,13 +130,6 @@ pub async fn resolve(
         });
     };
     let wanted = resource.to_ascii_lowercase();
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|source| SteerError::Api {
-            action: "discovering the server's resources".into(),
-            source,
-        })?;
     for group in discovery.groups() {
         for (r, caps) in group.recommended_resources() {
             if names_resource(&wanted, &r) {
@@ -182,24 +197,16 @@ pub fn reconciled(parent: &Value, value: &str) -> Option<Reconciled> {
     {
         return None;
     }
-    let condition = |type_: &str| {
-        status
-            .get("conditions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
-    };
     let message = |c: &Value| {
         c.get("message")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned()
     };
-    if let Some(c) = condition(PAUSED_CONDITION).filter(|c| c["status"] == "True") {
+    if let Some(c) = condition(parent, PAUSED_CONDITION).filter(|c| c["status"] == "True") {
         return Some(Reconciled::Paused(message(c)));
     }
-    if let Some(c) = condition(SYNCED_CONDITION).filter(|c| c["status"] == "False") {
+    if let Some(c) = condition(parent, SYNCED_CONDITION).filter(|c| c["status"] == "False") {
         return Some(Reconciled::Failed(message(c)));
     }
     Some(Reconciled::Synced)

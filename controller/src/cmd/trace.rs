@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cmd::steer::{SteerError, Target};
+use crate::object::condition;
 use crate::reconcile::decide::{LAST_HANDLED_RECONCILE_AT, PAUSED_CONDITION, SYNCED_CONDITION};
 
 /// Events about the parent shown at most: the 10 latest.
@@ -52,13 +53,6 @@ impl SyncState {
             SyncState::Pending(_) => "Pending",
         }
     }
-}
-
-fn condition<'v>(obj: &'v Value, type_: &str) -> Option<&'v Value> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
 fn text(v: Option<&Value>) -> String {
@@ -335,18 +329,23 @@ async fn list(api: &Api<DynamicObject>, what: &str) -> Result<Vec<Value>, SteerE
         .collect())
 }
 
-/// The CompositeControllers whose parent resource is `parent_resource`.
-async fn controllers_of(
-    client: &kube::Client,
-    parent_resource: &ApiResource,
-) -> Result<Vec<Value>, SteerError> {
-    let ccs = ApiResource {
+/// The CompositeController resource (kmeta's CRD).
+fn composite_controllers() -> ApiResource {
+    ApiResource {
         group: crate::api::GROUP.into(),
         version: crate::api::VERSION.into(),
         api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
         kind: "CompositeController".into(),
         plural: "compositecontrollers".into(),
-    };
+    }
+}
+
+/// The CompositeControllers whose parent resource is `parent_resource`.
+async fn controllers_of(
+    client: &kube::Client,
+    parent_resource: &ApiResource,
+) -> Result<Vec<Value>, SteerError> {
+    let ccs = composite_controllers();
     let all = list(&Api::all_with(client.clone(), &ccs), "CompositeControllers").await?;
     Ok(all
         .into_iter()
@@ -366,14 +365,11 @@ async fn controllers_of(
 /// controller reference is the parent).
 async fn children_of(
     client: &kube::Client,
+    discovery: &Discovery,
     controllers: &[Value],
     target: &Target,
     uid: &str,
 ) -> Result<Vec<ChildView>, SteerError> {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(api_err("discovering the server's resources".into()))?;
     let now = jiff::Timestamp::now();
     let rules = controllers.iter().flat_map(|cc| {
         cc.pointer("/spec/childResources")
@@ -384,7 +380,7 @@ async fn children_of(
     let mut children = Vec::new();
     for rule in rules {
         let (av, plural) = (text(rule.get("apiVersion")), text(rule.get("resource")));
-        let Some((r, namespaced)) = find(&discovery, &av, &plural) else {
+        let Some((r, namespaced)) = find(discovery, &av, &plural) else {
             continue;
         };
         let api: Api<DynamicObject> = match (&target.namespace, namespaced) {
@@ -451,13 +447,11 @@ async fn events_of(
 /// Traces the parent `target` names.
 pub async fn trace_parent(
     client: &kube::Client,
+    discovery: &Discovery,
     target: &Target,
 ) -> Result<ParentTrace, SteerError> {
-    let parent_api: Api<DynamicObject> = match &target.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &target.resource),
-        None => Api::all_with(client.clone(), &target.resource),
-    };
-    let parent = parent_api
+    let parent = target
+        .api(client)
         .get(&target.name)
         .await
         .map_err(api_err(format!("reading {}", target.display())))?;
@@ -476,7 +470,7 @@ pub async fn trace_parent(
             .and_then(Value::as_str)
             .map(str::to_owned),
         conditions: conditions_of(&parent),
-        children: children_of(client, &controllers, target, &uid).await?,
+        children: children_of(client, discovery, &controllers, target, &uid).await?,
         events: events_of(client, target, &uid).await?,
     })
 }
@@ -484,15 +478,10 @@ pub async fn trace_parent(
 /// The parents of CompositeController `name`, each with its sync state.
 pub async fn trace_controller(
     client: &kube::Client,
+    discovery: &Discovery,
     name: &str,
 ) -> Result<Vec<(String, SyncState)>, SteerError> {
-    let ccs = ApiResource {
-        group: crate::api::GROUP.into(),
-        version: crate::api::VERSION.into(),
-        api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
-        kind: "CompositeController".into(),
-        plural: "compositecontrollers".into(),
-    };
+    let ccs = composite_controllers();
     let cc = Api::<DynamicObject>::all_with(client.clone(), &ccs)
         .get(name)
         .await
@@ -502,11 +491,7 @@ pub async fn trace_controller(
         text(cc.pointer("/spec/parentResource/apiVersion")),
         text(cc.pointer("/spec/parentResource/resource")),
     );
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(api_err("discovering the server's resources".into()))?;
-    let Some((r, _)) = find(&discovery, &av, &plural) else {
+    let Some((r, _)) = find(discovery, &av, &plural) else {
         return Err(SteerError::UnknownResource {
             resource: format!("{av}/{plural}"),
         });

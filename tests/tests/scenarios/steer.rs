@@ -539,8 +539,9 @@ async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Resul
         .await?;
     s.wait_parent("broken", "failed", |p| condition(p, "Synced").is_some())
         .await?;
-    let one = steer::resolve(&s.client, "things/one", &s.ns).await?;
-    let t = trace::trace_parent(&s.client, &one).await?;
+    let discovery = steer::discover(&s.client).await?;
+    let one = steer::resolve_in(&discovery, "things/one", &s.ns)?;
+    let t = trace::trace_parent(&s.client, &discovery, &one).await?;
     assert_eq!(t.sync, SyncState::Synced);
     assert_eq!(t.controllers, ["trace-cc"]);
     let names: Vec<&str> = t.children.iter().map(|c| c.name.as_str()).collect();
@@ -560,9 +561,9 @@ async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Resul
         "{text}"
     );
 
-    let broken = steer::resolve(&s.client, "things/broken", &s.ns).await?;
+    let broken = steer::resolve_in(&discovery, "things/broken", &s.ns)?;
     let t = eventually("the SyncError event in the trace", TIMEOUT, || async {
-        let t = trace::trace_parent(&s.client, &broken).await?;
+        let t = trace::trace_parent(&s.client, &discovery, &broken).await?;
         Ok(t.events
             .iter()
             .any(|e| e.reason == "SyncError")
@@ -574,7 +575,7 @@ async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Resul
         "{:?}",
         t.sync
     );
-    let rows = trace::trace_controller(&s.client, "trace-cc").await?;
+    let rows = trace::trace_controller(&s.client, &discovery, "trace-cc").await?;
     let list = trace::render_list(&rows);
     let first = list.lines().nth(1).unwrap_or_default();
     assert!(
