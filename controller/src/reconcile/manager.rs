@@ -179,9 +179,8 @@ struct Switches {
 
 fn switches_of(obj: &impl Resource) -> Switches {
     let annotations = obj.meta().annotations.as_ref();
-    let pairs = annotations.into_iter().flatten();
     Switches {
-        paused: decide::paused_by(pairs.map(|(k, v)| (k.as_str(), v.as_str()))),
+        paused: decide::paused(annotations),
         apply_strategy: annotations
             .and_then(|a| a.get(crate::reconcile::STRATEGY_ANNOTATION))
             .cloned(),

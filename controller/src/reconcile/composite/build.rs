@@ -170,6 +170,9 @@ pub struct CompositeState {
     pub failure_writes_in_flight: Mutex<HashMap<String, Vec<String>>>,
     /// Each parent's last sync that wrote nothing, by its fingerprint.
     pub unchanged_syncs: Mutex<crate::reconcile::unchanged::UnchangedSyncs>,
+    /// Why every parent is left alone, when `kmeta.dev/paused` is set on this CompositeController (read at
+    /// build: the manager restarts the controller when that annotation changes).
+    pub controller_pause: Option<String>,
 }
 
 /// This controller's last write of one parent, until its watch event arrives.
@@ -408,7 +411,13 @@ impl CompositeState {
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
         let cc_raw = serde_json::value::to_raw_value(&cc_json)?;
+        let controller_pause = crate::reconcile::decide::controller_pause(
+            "CompositeController",
+            &name,
+            cc.metadata.annotations.as_ref(),
+        );
         Ok(CompositeState {
+            controller_pause,
             parents: ctx.informers.get(&parent),
             ctx,
             name,
@@ -567,13 +576,7 @@ impl CompositeState {
     /// Why kmeta leaves `parent` alone, when `kmeta.dev/paused` is set on it or on this
     /// CompositeController.
     pub fn pause_reason(&self, parent: &Value) -> Option<String> {
-        let annotations = self.cc.metadata.annotations.iter().flatten();
-        let controller =
-            crate::reconcile::decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())));
-        crate::reconcile::decide::pause_reason(
-            parent,
-            controller.then_some(("CompositeController", self.name.as_str())),
-        )
+        crate::reconcile::decide::pause_reason(parent, self.controller_pause.as_deref())
     }
 
     /// Is this parent selected by `parentResource.labelSelector`?

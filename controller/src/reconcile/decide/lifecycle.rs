@@ -2,6 +2,8 @@
 //! happens to the finalizer before and after the hook (shared by both kinds, as Metacontroller's
 //! composite and decorator follow the same rules).
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use crate::object::{has_finalizer, is_deleting, meta};
@@ -15,25 +17,34 @@ use crate::object::{has_finalizer, is_deleting, meta};
 /// extension; Metacontroller has none).
 pub const PAUSED_ANNOTATION: &str = "kmeta.dev/paused";
 
-/// Whether `annotations` (an object's) pause kmeta.
-pub fn paused_by<'a>(mut annotations: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
-    annotations.any(|(k, v)| k == PAUSED_ANNOTATION && v == "true")
+/// Whether a controller object's `annotations` carry `kmeta.dev/paused: "true"`.
+pub fn paused(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(PAUSED_ANNOTATION))
+        .is_some_and(|v| v == "true")
 }
 
-/// Why kmeta leaves `obj` alone, when it does: `kmeta.dev/paused` on the object itself, or on
-/// its controller (`controller_paused`, the controller's kind and name).
-pub fn pause_reason(obj: &Value, controller_paused: Option<(&str, &str)>) -> Option<String> {
-    let annotations = obj
+/// Why every object of the controller `kind` `name` is left alone, when its `annotations` pause
+/// it (read once, when the controller is built: a change restarts it).
+pub fn controller_pause(
+    kind: &str,
+    name: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<String> {
+    paused(annotations).then(|| format!("{PAUSED_ANNOTATION} is \"true\" on its {kind} {name}"))
+}
+
+/// Why kmeta leaves `obj` alone, when it does: `kmeta.dev/paused` on the object itself, else
+/// its controller's [`controller_pause`].
+pub fn pause_reason(obj: &Value, controller_pause: Option<&str>) -> Option<String> {
+    let own = obj
         .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
-    if paused_by(annotations) {
+        .and_then(|a| a.get(PAUSED_ANNOTATION))
+        .and_then(Value::as_str);
+    if own == Some("true") {
         return Some(format!("{PAUSED_ANNOTATION} is \"true\" on this object"));
     }
-    controller_paused
-        .map(|(kind, name)| format!("{PAUSED_ANNOTATION} is \"true\" on its {kind} {name}"))
+    controller_pause.map(str::to_owned)
 }
 
 /// What to do with our finalizer before calling a hook.
@@ -140,9 +151,18 @@ mod tests {
     fn paused_by_the_object_or_its_controller() {
         let mut p = parent();
         assert_eq!(pause_reason(&p, None), None);
+        let on =
+            std::collections::BTreeMap::from([(PAUSED_ANNOTATION.to_owned(), "true".to_owned())]);
+        let by_cc = controller_pause("CompositeController", "cc", Some(&on));
         assert_eq!(
-            pause_reason(&p, Some(("CompositeController", "cc"))).unwrap(),
+            pause_reason(&p, by_cc.as_deref()).unwrap(),
             "kmeta.dev/paused is \"true\" on its CompositeController cc"
+        );
+        let off =
+            std::collections::BTreeMap::from([(PAUSED_ANNOTATION.to_owned(), "yes".to_owned())]);
+        assert_eq!(
+            controller_pause("CompositeController", "cc", Some(&off)),
+            None
         );
         p["metadata"]["annotations"] = json!({"kmeta.dev/paused": "false"});
         assert_eq!(pause_reason(&p, None), None, "only \"true\" pauses");

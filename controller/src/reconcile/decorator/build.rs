@@ -102,6 +102,9 @@ pub struct DecoratorState {
     pub hooks: DecoratorHooks,
     /// The finalizer on targets (`metacontroller.io/decoratorcontroller-<name>`).
     pub finalizer: String,
+    /// Why every target is left alone, when `kmeta.dev/paused` is set on this DecoratorController (read at
+    /// build: the manager restarts the controller when that annotation changes).
+    pub controller_pause: Option<String>,
     /// What it remembers between syncs about the attachments it manages.
     pub memory: ChildMemory,
 }
@@ -255,13 +258,7 @@ impl DecoratorState {
     /// Why kmeta leaves `target` alone, when `kmeta.dev/paused` is set on it or on this
     /// DecoratorController.
     pub fn pause_reason(&self, target: &Value) -> Option<String> {
-        let annotations = self.dc.metadata.annotations.iter().flatten();
-        let controller =
-            crate::reconcile::decide::paused_by(annotations.map(|(k, v)| (k.as_str(), v.as_str())));
-        crate::reconcile::decide::pause_reason(
-            target,
-            controller.then_some(("DecoratorController", self.name.as_str())),
-        )
+        crate::reconcile::decide::pause_reason(target, self.controller_pause.as_deref())
     }
 
     /// Resolves resources, starts (or shares) watches and builds hook clients.
@@ -281,6 +278,11 @@ impl DecoratorState {
         let dc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
         Ok(DecoratorState {
+            controller_pause: crate::reconcile::decide::controller_pause(
+                "DecoratorController",
+                &name,
+                dc.metadata.annotations.as_ref(),
+            ),
             finalizer: decide::finalizer_name(&name),
             ctx,
             name,
