@@ -59,22 +59,26 @@ pub fn mark_handled_request(live: &mut Value, handled: Option<&str>) -> bool {
     let Some(request) = handled else {
         return false;
     };
-    let Some(root) = live.as_object_mut() else {
-        return false;
-    };
-    let status = root
-        .entry("status")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !status.is_object() {
-        *status = Value::Object(Map::new());
-    }
-    match status.as_object_mut() {
+    match status_of(live) {
         Some(s) if s.get(LAST_HANDLED_RECONCILE_AT).and_then(Value::as_str) != Some(request) => {
             s.insert(LAST_HANDLED_RECONCILE_AT.into(), json!(request));
             true
         }
         _ => false,
     }
+}
+
+/// The `status` object of `obj`, created (or replacing a `status` that is not an object); None
+/// when `obj` is not an object.
+fn status_of(obj: &mut Value) -> Option<&mut Map<String, Value>> {
+    let status = obj
+        .as_object_mut()?
+        .entry("status")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !status.is_object() {
+        *status = Value::Object(Map::new());
+    }
+    status.as_object_mut()
 }
 
 /// The condition type kmeta sets on a parent whose sync failed.
@@ -123,14 +127,7 @@ impl<'a> Condition<'a> {
 /// changes only when the condition's status flips.
 pub fn with_condition(live: &Value, condition: Condition<'_>, now: &str) -> Option<Value> {
     let mut next = live.clone();
-    let root = next.as_object_mut()?;
-    let status = root
-        .entry("status")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !status.is_object() {
-        *status = Value::Object(Map::new());
-    }
-    let status = status.as_object_mut()?;
+    let status = status_of(&mut next)?;
     let conditions = status
         .entry("conditions")
         .or_insert_with(|| Value::Array(Vec::new()));
