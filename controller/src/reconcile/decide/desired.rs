@@ -191,23 +191,8 @@ pub fn child_key(obj: &Value) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::decide::fixtures::{child, parent};
     use serde_json::json;
-
-    fn parent() -> Value {
-        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
-               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
-    }
-
-    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
-        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
-        if let Some(uid) = owner {
-            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
-                "uid": uid, "controller": true}]);
-        }
-        c
-    }
 
     fn declared(namespaced: bool, method: ChildUpdateMethod) -> HashMap<String, ChildType> {
         HashMap::from([("ConfigMap.v1".to_owned(), ChildType { namespaced, method })])

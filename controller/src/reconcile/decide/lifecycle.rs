@@ -139,13 +139,8 @@ pub fn parent_update_relevant(old: &Value, new: &Value) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::decide::fixtures::parent;
     use serde_json::json;
-
-    fn parent() -> Value {
-        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
-               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
-    }
 
     #[test]
     fn paused_by_the_object_or_its_controller() {

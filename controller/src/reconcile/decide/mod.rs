@@ -53,3 +53,27 @@ pub enum DecideError {
         source: dynapply::Error,
     },
 }
+
+/// Objects the decision tests share: a namespaced parent `p` (uid `u1`, generation 3, selector
+/// `app=p`) and a ConfigMap child.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use serde_json::{Value, json};
+
+    pub(crate) fn parent() -> Value {
+        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
+    }
+
+    /// ConfigMap `name` in `ns` with `labels`, controlled by `owner` (a uid) when given.
+    pub(crate) fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
+        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
+        if let Some(uid) = owner {
+            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
+                "uid": uid, "controller": true}]);
+        }
+        c
+    }
+}

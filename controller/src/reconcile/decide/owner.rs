@@ -59,23 +59,8 @@ pub fn without_owner(child: &Value, parent_uid: &str) -> Value {
 mod tests {
     use super::*;
     use crate::object::controller_ref;
+    use crate::reconcile::decide::fixtures::{child, parent};
     use serde_json::json;
-
-    fn parent() -> Value {
-        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
-               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
-    }
-
-    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
-        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
-        if let Some(uid) = owner {
-            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
-                "uid": uid, "controller": true}]);
-        }
-        c
-    }
 
     #[test]
     fn owner_refs_added_once_and_removed() {

@@ -159,28 +159,13 @@ pub fn drift_only(live: &Value, desired: &Value, opts: &dynapply::Options) -> Op
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::decide::fixtures::{child, parent};
 
     use serde_json::json;
 
     use crate::api::ChildUpdateMethod;
     use crate::object::{controller_ref, meta_str};
     use crate::reconcile::decide::with_owner;
-
-    fn parent() -> Value {
-        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
-               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
-    }
-
-    fn child(name: &str, labels: Value, owner: Option<&str>) -> Value {
-        let mut c = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "ns", "labels": labels}});
-        if let Some(uid) = owner {
-            c["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o",
-                "uid": uid, "controller": true}]);
-        }
-        c
-    }
 
     fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {
         let p = parent();

@@ -170,13 +170,8 @@ pub fn with_condition(live: &Value, condition: Condition<'_>, now: &str) -> Opti
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::decide::fixtures::parent;
     use serde_json::json;
-
-    fn parent() -> Value {
-        json!({"apiVersion": "ctl.example.com/v1", "kind": "Thing",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
-               "spec": {"selector": {"matchLabels": {"app": "p"}}}})
-    }
 
     #[test]
     fn sync_failure_condition_is_written_once_and_keeps_other_status() {
