@@ -783,18 +783,13 @@ async fn annotating_a_running_controller_switches_its_strategy() -> anyhow::Resu
         .start()
         .await?;
     s.wait_child("n-cm").await?;
-    let cc = s.controllers().list(&Default::default()).await?;
-    let cc_name = cc
-        .items
-        .first()
-        .and_then(|c| c.metadata.name.clone())
-        .unwrap_or_default();
+    let cc_name = "annotate-cc";
     let switch = json!({"metadata": {"annotations": {STRATEGY_ANNOTATION: "server-side-apply"}}});
-    s.merge_patch(&s.controllers(), &cc_name, switch).await?;
+    s.merge_patch(&s.controllers(), cc_name, switch).await?;
     let parent = s.get(&s.parents(), "n").await?.unwrap();
     let mine = field_manager(
         "metacontroller",
-        &cc_name,
+        cc_name,
         parent["metadata"]["uid"].as_str().unwrap(),
     );
     // a change after the switch is applied under server-side apply

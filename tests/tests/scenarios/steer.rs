@@ -159,14 +159,9 @@ async fn a_paused_controller_pauses_every_parent() -> anyhow::Result<()> {
         .await?;
     s.wait_child("a").await?;
     s.wait_child("b").await?;
-    let cc = s.controllers().list(&Default::default()).await?;
-    let cc_name = cc
-        .items
-        .first()
-        .and_then(|c| c.metadata.name.clone())
-        .unwrap_or_default();
+    let cc_name = "things-cc";
     let pause = json!({"metadata": {"annotations": {PAUSED: "true"}}});
-    s.merge_patch(&s.controllers(), &cc_name, pause).await?;
+    s.merge_patch(&s.controllers(), cc_name, pause).await?;
     for name in ["one", "two"] {
         let p = s
             .wait_parent(name, "Paused by its controller", |p| {
@@ -181,7 +176,7 @@ async fn a_paused_controller_pauses_every_parent() -> anyhow::Result<()> {
     s.merge_patch(&s.parents(), "one", json!({"spec": {"children": []}}))
         .await?;
     let resume = json!({"metadata": {"annotations": {PAUSED: null}}});
-    s.merge_patch(&s.controllers(), &cc_name, resume).await?;
+    s.merge_patch(&s.controllers(), cc_name, resume).await?;
     s.wait_parent("one", "resumed", |p| {
         condition(p, "Paused").is_none() && p["status"]["children"] == 0
     })
