@@ -23,7 +23,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const CONCURRENCY: usize = 32;
 const REPLICAS: usize = 3;
 
-/// service-per-pod's sync hook, as in `controller/benches/jsonnet_hook.rs`.
+/// service-per-pod's sync hook, the program `controller/benches/jsonnet_hook.rs` measures too.
 const SYNC: &str = include_str!("../../controller/benches/support/service_per_pod.jsonnet");
 
 fn env_usize(name: &str, default: usize) -> usize {
