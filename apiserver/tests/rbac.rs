@@ -760,6 +760,19 @@ async fn access_reviews_answer_for_the_caller_and_for_another_subject() {
     );
 }
 
+/// `kubectl auth can-i <args>`: its answer, checked against its exit code (0 for yes, 1 for no).
+fn can_i(kc: &std::path::Path, args: &[&str]) -> String {
+    let all: Vec<&str> = ["auth", "can-i"].iter().chain(args).copied().collect();
+    let (allowed, out, err) = common::kubectl(kc, &all, None);
+    let answer = out.trim().to_owned();
+    assert_eq!(
+        allowed,
+        answer == "yes",
+        "can-i {args:?} answered {answer:?}: {err}"
+    );
+    answer
+}
+
 #[test]
 fn kubectl_auth_can_i_and_a_forbidden_get_or_skips_without_kubectl() {
     use common::*;
@@ -799,37 +812,13 @@ roleRef:
 "#;
     ok(kc, &["apply", "-f", "-"], Some(policy));
     // the admin (system:masters) can do everything
+    assert_eq!(can_i(kc, &["delete", "nodes"]), "yes");
+    assert_eq!(can_i(kc, &["list", "pods", "--as", "jane"]), "yes");
     assert_eq!(
-        ok(kc, &["auth", "can-i", "delete", "nodes"], None).trim(),
-        "yes"
+        can_i(kc, &["list", "pods", "--as", "jane", "-n", "kube-system"]),
+        "no"
     );
-    assert_eq!(
-        ok(kc, &["auth", "can-i", "list", "pods", "--as", "jane"], None).trim(),
-        "yes"
-    );
-    let (allowed, out, _) = kubectl(
-        kc,
-        &[
-            "auth",
-            "can-i",
-            "list",
-            "pods",
-            "--as",
-            "jane",
-            "-n",
-            "kube-system",
-        ],
-        None,
-    );
-    assert!(!allowed, "can-i answers no with exit code 1");
-    assert_eq!(out.trim(), "no");
-    let (allowed, out, _) = kubectl(
-        kc,
-        &["auth", "can-i", "create", "pods", "--as", "jane"],
-        None,
-    );
-    assert!(!allowed);
-    assert_eq!(out.trim(), "no");
+    assert_eq!(can_i(kc, &["create", "pods", "--as", "jane"]), "no");
     // the forbidden get, as kubectl prints it
     let (success, _, err) = kubectl(
         kc,
@@ -864,20 +853,18 @@ roleRef:
         err.contains(r#"User "system:serviceaccount:default:robot" cannot list resource "pods""#),
         "{err}"
     );
-    let (allowed, out, _) = kubectl(
-        kc,
-        &[
-            "auth",
-            "can-i",
-            "list",
-            "pods",
-            "--as",
-            "system:serviceaccount:default:robot",
-        ],
-        None,
+    assert_eq!(
+        can_i(
+            kc,
+            &[
+                "list",
+                "pods",
+                "--as",
+                "system:serviceaccount:default:robot"
+            ]
+        ),
+        "no"
     );
-    assert!(!allowed);
-    assert_eq!(out.trim(), "no");
     // a RoleBinding to the ServiceAccount, and it may
     // the documentation's kubectl create commands (protobuf bodies)
     ok(
@@ -892,19 +879,15 @@ roleRef:
         None,
     );
     assert_eq!(
-        ok(
+        can_i(
             kc,
             &[
-                "auth",
-                "can-i",
                 "list",
                 "pods",
                 "--as",
                 "system:serviceaccount:default:robot"
-            ],
-            None
-        )
-        .trim(),
+            ]
+        ),
         "yes"
     );
     ok(kc, &["get", "pods", "--token", token.trim()], None);
@@ -931,12 +914,7 @@ roleRef:
         None,
     );
     assert_eq!(
-        ok(
-            kc,
-            &["auth", "can-i", "delete", "secrets", "-A", "--as", "root"],
-            None
-        )
-        .trim(),
+        can_i(kc, &["delete", "secrets", "-A", "--as", "root"]),
         "yes"
     );
     ok(
@@ -963,35 +941,13 @@ roleRef:
         None,
     );
     assert_eq!(
-        ok(
-            kc,
-            &[
-                "auth",
-                "can-i",
-                "update",
-                "configmaps/my-configmap",
-                "--as",
-                "dave"
-            ],
-            None
-        )
-        .trim(),
+        can_i(kc, &["update", "configmaps/my-configmap", "--as", "dave"]),
         "yes"
     );
-    let (allowed, out, _) = kubectl(
-        kc,
-        &[
-            "auth",
-            "can-i",
-            "update",
-            "configmaps/other",
-            "--as",
-            "dave",
-        ],
-        None,
+    assert_eq!(
+        can_i(kc, &["update", "configmaps/other", "--as", "dave"]),
+        "no"
     );
-    assert!(!allowed);
-    assert_eq!(out.trim(), "no");
     // an aggregated ClusterRole from kubectl, filled from a labelled one
     ok(
         kc,
