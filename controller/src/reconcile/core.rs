@@ -522,6 +522,9 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
     }
     let deadline = r.context().config.watch_sync_deadline;
     let synced = wait_for_watches(&r.watches(), deadline).await;
+    // the version this sync reads: a failure is reported on it, not on a newer one cached while
+    // the hook ran, whose reconcile request this sync never saw (it would be marked handled)
+    let read = r.cached(key);
     let started = Instant::now();
     let result = match synced {
         Ok(()) => r.sync(key).await,
@@ -561,7 +564,7 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             // a parked key waits for the circuit instead of a backoff of its own
             let delay = (!parked).then(|| r.queue().add_rate_limited(key.clone()));
             tracing::warn!(error = %e, ?delay, "sync failed");
-            if let Some(obj) = r.cached(key) {
+            if let Some(obj) = read {
                 r.context()
                     .event(&obj, Reason::SyncError, format!("Sync error: {e}"))
                     .await;

@@ -618,3 +618,37 @@ async fn reconcile_now_runs_past_an_open_circuit() -> anyhow::Result<()> {
     assert!(called, "no hook call carried the request");
     s.finish().await
 }
+
+/// A reconcile request that arrives while a failing sync is calling the hook is not answered by
+/// that sync's failure: the failure is reported on the version the sync read, and the request is
+/// answered by the next sync, whose hook call carries it. (Each call takes 2 s, so a wrong
+/// answer would stay on the parent for 2 s, far longer than `kmeta reconcile`'s poll.)
+#[tokio::test]
+async fn a_request_arriving_during_a_failing_sync_is_answered_by_the_next() -> anyhow::Result<()> {
+    use kmeta::cmd::steer::{self, Reconciled};
+    let slow = std::time::Duration::from_secs(2);
+    let s = Scenario::new("reconcile-during")
+        .crd("Thing", "things")
+        .hook(move |_, req: &Value| {
+            let requested =
+                !req["parent"]["metadata"]["annotations"]["kmeta.dev/reconcile-requested-at"]
+                    .is_null();
+            let body = if requested {
+                "saw the request"
+            } else {
+                "before the request"
+            };
+            Reply::Delay(slow, Box::new(Reply::Raw(500, body.into())))
+        })
+        .controller(Cc::new("during-cc"))
+        .parent("one", json!({}))
+        .start()
+        .await?;
+    until("the first hook call", || s.hooks().count("sync") >= 1).await?;
+    let target = steer::resolve(&s.client, "things/one", &s.ns).await?;
+    match steer::reconcile(&s.client, &target, TIMEOUT).await? {
+        Reconciled::Failed(why) => assert!(why.contains("saw the request"), "{why}"),
+        other => panic!("expected the hook's failure, got {other:?}"),
+    }
+    s.finish().await
+}
