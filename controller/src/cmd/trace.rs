@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use crate::cmd::steer::{SteerError, Target};
 use crate::object::condition;
-use crate::reconcile::decide::{LAST_HANDLED_RECONCILE_AT, PAUSED_CONDITION, SYNCED_CONDITION};
+use crate::reconcile::decide::{
+    LAST_HANDLED_RECONCILE_AT, PAUSED_CONDITION, RECORD_FIELD, SYNCED_CONDITION,
+};
 
 /// Events about the parent shown at most: the 10 latest.
 const EVENTS_SHOWN: usize = 10;
@@ -123,7 +125,12 @@ pub fn age(obj: &Value, now: jiff::Timestamp) -> String {
     else {
         return "?".into();
     };
-    let secs = now.as_second().saturating_sub(created.as_second()).max(0);
+    age_between(created, now)
+}
+
+/// The time from `then` to `now`: `45s`, `12m`, `3h`, `2d`.
+fn age_between(then: jiff::Timestamp, now: jiff::Timestamp) -> String {
+    let secs = now.as_second().saturating_sub(then.as_second()).max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 2 * 3600 => format!("{}m", s / 60),
@@ -178,6 +185,9 @@ pub struct ParentTrace {
     pub last_handled_reconcile_at: Option<String>,
     /// Its conditions (kmeta's and the hook's): `Type=Status: message`.
     pub conditions: Vec<String>,
+    /// kmeta's record of its last sync that changed something (`status.kmeta.lastSync`): when,
+    /// the hook's time, the trace id, and what was done to each child.
+    pub last_change: Option<Value>,
     /// Its children.
     pub children: Vec<ChildView>,
     /// The latest Events about it, oldest first.
@@ -249,6 +259,9 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
     for c in &t.conditions {
         out.push_str(&format!("  condition {c}\n"));
     }
+    if let Some(r) = &t.last_change {
+        out.push_str(&last_change_text(r, jiff::Timestamp::now()));
+    }
     out.push_str(&format!("  children ({}):\n", t.children.len()));
     for c in &t.children {
         let ready = match c.ready {
@@ -280,6 +293,47 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
             "    {} {type_} {}{times}: {}\n",
             e.time, e.reason, e.note
         ));
+    }
+    out
+}
+
+/// The record of the last sync that changed something, as text lines.
+fn last_change_text(r: &Value, now: jiff::Timestamp) -> String {
+    let time = text(r.get("time"));
+    let ago = time
+        .parse::<jiff::Timestamp>()
+        .map(|t| format!(" ({} ago)", age_between(t, now)))
+        .unwrap_or_default();
+    let mut out = format!("  last change: {time}{ago}");
+    if let Some(ms) = r.get("hookMillis").and_then(Value::as_u64) {
+        out.push_str(&format!(", hook {ms}ms"));
+    }
+    if let Some(t) = r.get("traceID").and_then(Value::as_str) {
+        out.push_str(&format!(", trace {t}"));
+    }
+    out.push('\n');
+    let children = r.get("children").and_then(Value::as_array);
+    if children.is_none_or(Vec::is_empty) {
+        out.push_str("    the status only\n");
+    }
+    for c in children.into_iter().flatten() {
+        let detail = match (c.get("fields").and_then(Value::as_array), c.get("reason")) {
+            (Some(f), _) if !f.is_empty() => {
+                let f: Vec<String> = f.iter().map(|p| text(Some(p))).collect();
+                format!(": {}", f.join(", "))
+            }
+            (_, Some(why)) => format!(" ({})", text(Some(why))),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "    {} {} {}{detail}\n",
+            text(c.get("action")),
+            text(c.get("kind")),
+            text(c.get("name"))
+        ));
+    }
+    if let Some(n) = r.get("more").and_then(Value::as_u64) {
+        out.push_str(&format!("    and {n} more children\n"));
     }
     out
 }
@@ -470,6 +524,9 @@ pub async fn trace_parent(
             .and_then(Value::as_str)
             .map(str::to_owned),
         conditions: conditions_of(&parent),
+        last_change: parent
+            .pointer(&format!("/status/{RECORD_FIELD}/lastSync"))
+            .cloned(),
         children: children_of(client, discovery, &controllers, target, &uid).await?,
         events: events_of(client, target, &uid).await?,
     })

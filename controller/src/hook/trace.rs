@@ -47,10 +47,15 @@ pub async fn in_trace<F: Future>(trace: TraceId, work: F) -> F::Output {
     SYNC_TRACE.scope(trace, work).await
 }
 
+/// The current sync's trace id; None outside a sync.
+pub fn current_trace() -> Option<TraceId> {
+    SYNC_TRACE.try_with(|t| *t).ok()
+}
+
 /// The `traceparent` header of a hook request made now: the current sync's trace with a fresh
 /// parent id; None outside a sync.
 pub fn traceparent() -> Option<String> {
-    let trace = SYNC_TRACE.try_with(|t| *t).ok()?;
+    let trace = current_trace()?;
     let mut parent = rand::rng().next_u64();
     if parent == 0 {
         parent = 1;

@@ -75,6 +75,8 @@ struct Collected {
     ignored: Vec<(String, Vec<String>)>,
     reports: Vec<ChildReport>,
     contests: Vec<apply::Contest>,
+    /// What was done to each child, for the parent's sync record.
+    done: Vec<decide::ChildRecord>,
 }
 
 impl Collected {
@@ -83,7 +85,34 @@ impl Collected {
         self.ignored.extend(other.ignored);
         self.reports.extend(other.reports);
         self.contests.extend(other.contests);
+        self.done.extend(other.done);
     }
+
+    /// Records what was done to `child` of `parent`.
+    fn did(&mut self, parent: &Value, child: &Value, action: decide::ChildAction) {
+        let name = match meta_str(child, "namespace") {
+            ns if ns == meta_str(parent, "namespace") => meta_str(child, "name").to_owned(),
+            ns => format!("{ns}/{}", meta_str(child, "name")),
+        };
+        self.done.push(decide::ChildRecord {
+            kind: child
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name,
+            action,
+        });
+    }
+}
+
+/// What managing a parent's children did.
+#[derive(Debug, Default)]
+pub struct Managed {
+    /// Nothing was written and nothing reported.
+    pub quiet: bool,
+    /// What was done to each child, for the parent's sync record (`decide::SyncRecord`).
+    pub done: Vec<decide::ChildRecord>,
 }
 
 /// What one sync writes children as: its parent, the parent's field manager, the desired
@@ -119,14 +148,14 @@ impl<'a> Writing<'a> {
 }
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
-/// left to the next sync, other failures are collected and reported together. `Ok(true)` when
-/// the plan was empty and nothing was reported (a quiet sync).
+/// left to the next sync, other failures are collected and reported together. Quiet when the
+/// plan was empty and nothing was reported.
 pub async fn manage_children<O: Borrow<Value>>(
     c: &Children<'_>,
     parent: &Value,
     observed: &[O],
     desired: &BTreeMap<String, Value>,
-) -> Result<bool, SyncError> {
+) -> Result<Managed, SyncError> {
     let fallback = dynapply::Options::default();
     let ops = decide::plan_children(
         parent,
@@ -138,7 +167,11 @@ pub async fn manage_children<O: Borrow<Value>>(
     )?;
     let mut out = Collected::default();
     if ops.is_empty() {
-        return Ok(!report_collected(c, parent, out).await);
+        let quiet = !report_collected(c, parent, out).await;
+        return Ok(Managed {
+            quiet,
+            done: Vec::new(),
+        });
     }
     let w = Writing::new(c, parent, observed, desired);
     let mut errors = Vec::new();
@@ -154,9 +187,10 @@ pub async fn manage_children<O: Borrow<Value>>(
             errors.extend(error);
         }
     }
+    let done = std::mem::take(&mut out.done);
     report_collected(c, parent, out).await;
     if errors.is_empty() {
-        Ok(false)
+        Ok(Managed { quiet: false, done })
     } else {
         Err(SyncError::Children(errors))
     }
@@ -276,6 +310,8 @@ async fn write_child(
         );
     };
     if held_back(c, rule, w, op, &mut out).await {
+        let why = format!("drift policy {:?}", rule.drift);
+        out.did(w.parent, obj, decide::ChildAction::LeftAlone { why });
         return (out, None);
     }
     let Some((verb, op_label, res)) = execute(c, rule, w, op, &mut out).await else {
@@ -285,6 +321,8 @@ async fn write_child(
         Ok(()) => {
             c.count(op_label);
             tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
+            let action = done_action(c, rule, w, op);
+            out.did(w.parent, obj, action);
             return (out, None);
         }
         Err(e) => e,
@@ -310,6 +348,10 @@ async fn write_child(
                 None => e.to_string(),
             };
             let message = format!("{verb} {}: {cause}", describe(obj));
+            let failed = decide::ChildAction::Failed {
+                cause: cause.clone(),
+            };
+            out.did(w.parent, obj, failed);
             c.count(ChildOpLabel::Error);
             c.ctx
                 .event(w.parent, Reason::ChildWriteFailed, message.clone())
@@ -347,6 +389,8 @@ async fn contested_create(
     );
     c.count(ChildOpLabel::Contested);
     c.ctx.event(w.parent, Reason::ChildContested, note).await;
+    let why = format!("held by {holder}");
+    out.did(w.parent, child, decide::ChildAction::LeftAlone { why });
     out.reports.push(ChildReport {
         kind: apply::CONTESTED_CONDITION,
         reason: "ChildContested",
@@ -440,6 +484,8 @@ async fn execute(
         {
             tracing::debug!(child = %describe(o), "update skipped: the API server ignored the same update of this child version");
             c.count(ChildOpLabel::Skip);
+            let why = "the API server ignored the same update of this version before".to_owned();
+            out.did(w.parent, o, decide::ChildAction::LeftAlone { why });
             return None;
         }
         ChildOp::Update(o) => (
@@ -462,6 +508,34 @@ async fn execute(
             }),
         ),
     })
+}
+
+/// What a successful write did, for the parent's sync record: an update names the paths it
+/// changed (against the observed child; under server-side apply, the applied fields only).
+fn done_action(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    op: &ChildOp,
+) -> decide::ChildAction {
+    match op {
+        ChildOp::Create(_) => decide::ChildAction::Created,
+        ChildOp::Delete { reason, .. } => decide::ChildAction::Deleted {
+            why: (*reason).to_owned(),
+        },
+        ChildOp::Update(o) => {
+            let live = w.observed.get(&decide::child_key(o)).copied();
+            let ignore = [rule.options.annotation.as_str()];
+            let fields = match live {
+                Some(live) if c.strategy == ApplyStrategy::ServerSideApply => {
+                    decide::applied_paths(live, o, &ignore)
+                }
+                Some(live) => decide::changed_paths(live, o, &ignore),
+                None => Vec::new(),
+            };
+            decide::ChildAction::Updated { fields }
+        }
+    }
 }
 
 /// Server-side apply of one child (the desired object, with its owner reference and

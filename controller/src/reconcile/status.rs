@@ -54,8 +54,9 @@ fn resource_version(obj: &Value) -> String {
     meta_str(obj, "resourceVersion").to_owned()
 }
 
-/// Writes the hook's status plus `observedGeneration` to `/status`, only when it differs, with
-/// the resourceVersion of `parent` as read ([`SyncError::Stale`] on a conflict);
+/// Writes the hook's status plus `observedGeneration` (and, with `record`, kmeta's record of this
+/// sync when it changed something: [`decide::with_sync_record`]) to `/status`, only when it
+/// differs, with the resourceVersion of `parent` as read ([`SyncError::Stale`] on a conflict);
 /// returns the resourceVersion written, if any (so the owner can tell its own write's watch
 /// event from a change made by others).
 pub async fn update_status(
@@ -63,11 +64,15 @@ pub async fn update_status(
     resource: &Resolved,
     parent: &Value,
     status: Option<&Value>,
+    record: Option<&decide::SyncRecord>,
 ) -> Result<Option<String>, SyncError> {
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
-    let want = decide::desired_status(status, generation);
+    let mut want = decide::desired_status(status, generation);
+    if let Some(record) = record {
+        want = decide::with_sync_record(want, parent, record);
+    }
     if !decide::status_changed(parent, &want) {
         return Ok(None);
     }
@@ -227,7 +232,7 @@ mod tests {
         let stale = thing(&ctx, &things).await?;
         let other_rv = other_writer(&ctx, &things).await?;
         let status = json!({"ready": true});
-        let r = update_status(&ctx, &things, &stale, Some(&status)).await;
+        let r = update_status(&ctx, &things, &stale, Some(&status), None).await;
         assert!(matches!(r, Err(SyncError::Stale(_))), "{r:?}");
         assert_eq!(live_rv(&ctx, &things).await?, Some(other_rv));
         Ok(())

@@ -74,9 +74,34 @@ fn children_from_spec(_hook: &str, req: &Value) -> Reply {
         .unwrap_or_default();
     let children: Vec<Value> = names
         .iter()
-        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}))
+        .map(|n| {
+            let mut child =
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
+            if let Some(data) = req["parent"]["spec"].get("data") {
+                child["data"] = data.clone();
+            }
+            child
+        })
         .collect();
     Reply::Json(json!({"status": {"children": names.len()}, "children": children}))
+}
+
+/// `Action name` of each child in a sync record, sorted.
+fn done(record: &Value) -> Vec<String> {
+    let mut out: Vec<String> = record["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["action"].as_str().unwrap_or("?"),
+                c["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn condition<'p>(parent: &'p Value, type_: &str) -> Option<&'p Value> {
@@ -650,5 +675,61 @@ async fn a_request_arriving_during_a_failing_sync_is_answered_by_the_next() -> a
         Reconciled::Failed(why) => assert!(why.contains("saw the request"), "{why}"),
         other => panic!("expected the hook's failure, got {other:?}"),
     }
+    s.finish().await
+}
+
+/// `kmeta trace` shows the last change kmeta made, kept in `status.kmeta.lastSync`: the children
+/// created, then one updated (the paths named) and one deleted (why); a sync that changes
+/// nothing writes nothing, the record included.
+#[tokio::test]
+async fn trace_shows_the_last_change_and_a_sync_that_changes_nothing_writes_none()
+-> anyhow::Result<()> {
+    use kmeta::cmd::{steer, trace};
+    let s = Scenario::new("trace-change")
+        .crd("Thing", "things")
+        .hook(children_from_spec)
+        .controller(Cc::new("trace-cc"))
+        .parent("one", json!({"children": ["a", "b"]}))
+        .start()
+        .await?;
+    s.wait_parent("one", "synced", |p| p["status"]["children"] == 2)
+        .await?;
+    let discovery = steer::discover(&s.client).await?;
+    let one = steer::resolve_in(&discovery, "things/one", &s.ns)?;
+    let t = trace::trace_parent(&s.client, &discovery, &one).await?;
+    let text = trace::render_text(&t, false);
+    // the record of the last change: both children created, the hook's time and trace id
+    let change = t.last_change.clone().expect("a record of the last change");
+    assert_eq!(done(&change), ["Created a", "Created b"], "{change}");
+    assert!(change["traceID"].as_str().is_some_and(|t| t.len() == 32));
+    assert!(change["hookMillis"].is_u64(), "{change}");
+    assert!(text.contains("last change:") && text.contains("Created ConfigMap a"));
+    // a change: one child updated (the paths named), the other deleted (why)
+    let things = s.parents();
+    let spec = json!({"spec": {"children": ["a"], "data": {"k": "v"}}});
+    s.patch_and_sync("trace-cc", &things, "one", spec).await?;
+    let t = eventually("the record of the change", TIMEOUT, || async {
+        let t = trace::trace_parent(&s.client, &discovery, &one).await?;
+        let changed = t
+            .last_change
+            .as_ref()
+            .is_some_and(|c| done(c).iter().any(|d| d.starts_with("Deleted")));
+        Ok(changed.then_some(t))
+    })
+    .await?;
+    let change = t.last_change.clone().unwrap_or_default();
+    assert_eq!(done(&change), ["Deleted b", "Updated a"], "{change}");
+    assert_eq!(change["children"][1]["fields"], json!(["data"]), "{change}");
+    assert_eq!(change["children"][0]["reason"], "not desired", "{change}");
+    // a sync that changes nothing writes nothing, the record included
+    let at = things.get("one").await?.metadata.resource_version;
+    let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
+    let poked = s.patch_and_sync("trace-cc", &things, "one", poke).await?;
+    let after = things.get("one").await?;
+    assert_eq!(
+        after.metadata.resource_version.as_deref(),
+        poked["metadata"]["resourceVersion"].as_str(),
+        "the no-op sync wrote the parent (it was at {at:?} before the poke)"
+    );
     s.finish().await
 }

@@ -68,11 +68,7 @@ pub async fn sync_parent(
     let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
     let related = call_customize(c, &parent, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
-    let step = Step {
-        selector: &selector,
-        finalizer: &fin,
-        finalizing,
-    };
+    let hook_started = std::time::Instant::now();
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if manage => {
@@ -94,6 +90,12 @@ pub async fn sync_parent(
             }
         }
     };
+    let step = Step {
+        selector: &selector,
+        finalizer: &fin,
+        finalizing,
+        hook_took: hook_started.elapsed(),
+    };
     let resync = response.resync_after_seconds;
     let observed = values_of(&observed)?;
     match apply_response(c, &parent, observed, response, step).await? {
@@ -113,6 +115,8 @@ struct Step<'a> {
     finalizer: &'a str,
     /// The finalize hook is called (not the sync hook).
     finalizing: bool,
+    /// How long the hook calls took (for the sync record).
+    hook_took: Duration,
 }
 
 /// What calling the hook (without rolling revisions) gave.
@@ -214,6 +218,7 @@ async fn apply_response(
         selector,
         finalizer: fin,
         finalizing,
+        hook_took,
     } = step;
     let desired = decide::validate_desired(
         parent,
@@ -226,6 +231,12 @@ async fn apply_response(
     // the answer is accepted: the events it asked for are published whatever the writes do
     c.ctx.hook_events(parent, &response.events).await;
     let mut quiet = true;
+    let mut record = decide::SyncRecord {
+        time: now_rfc3339(),
+        trace_id: crate::hook::trace::current_trace().map(|t| t.to_string()),
+        hook: Some(hook_took),
+        children: Vec::new(),
+    };
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
@@ -236,7 +247,9 @@ async fn apply_response(
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(Applied::ParentGone);
         }
-        quiet = manage_children(&c.child_set(), parent, &observed, &desired).await?;
+        let managed = manage_children(&c.child_set(), parent, &observed, &desired).await?;
+        quiet = managed.quiet;
+        record.children = managed.done;
         c.ctx
             .config
             .metrics
@@ -246,7 +259,8 @@ async fn apply_response(
     let hook_status =
         children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
     let hook_status = decide::with_handled_request(hook_status, parent);
-    let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
+    let (api, status) = (&c.parent, hook_status.as_ref());
+    let written = status::update_status(&c.ctx, api, parent, status, Some(&record)).await?;
     quiet &= written.is_none();
     c.remember_status_write(parent, written, true);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
@@ -264,6 +278,12 @@ async fn apply_response(
     } else {
         Applied::Wrote
     })
+}
+
+/// Now, to the second, as the API server writes times (RFC 3339).
+fn now_rfc3339() -> String {
+    let now = jiff::Timestamp::now();
+    now.round(jiff::Unit::Second).unwrap_or(now).to_string()
 }
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.

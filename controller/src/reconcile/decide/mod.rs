@@ -1,6 +1,7 @@
 //! Pure decisions every controller kind shares, one family per file: [`owner`] references,
 //! [`lifecycle`] (finalizer and hook choice), [`desired`] children (validation), the child
-//! [`plan`], the parent's [`status`], [`write_failure`]s and the [`hook_events`] a hook asks for. No I/O here; the executors
+//! [`plan`], the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s and
+//! the [`hook_events`] a hook asks for. No I/O here; the executors
 //! ([`crate::reconcile::children`], [`crate::reconcile::status`], each kind's `sync`) act on them.
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
@@ -9,6 +10,7 @@ mod hook_events;
 mod lifecycle;
 mod owner;
 mod plan;
+mod record;
 mod status;
 mod write_failure;
 
@@ -17,6 +19,7 @@ pub use hook_events::*;
 pub use lifecycle::*;
 pub use owner::*;
 pub use plan::*;
+pub use record::*;
 pub use status::*;
 pub use write_failure::*;
 

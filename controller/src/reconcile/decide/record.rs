@@ -1,0 +1,368 @@
+//! The record of a parent's last sync that changed something, for `kmeta trace`: kept in the
+//! parent's `status.kmeta.lastSync`, written only with a status write the sync makes anyway or
+//! because it wrote children, so a sync that changes nothing writes nothing
+//! (`docs/design/sync-record.md`). Bounded: [`MAX_CHILDREN`] entries, [`MAX_FIELDS`] paths each,
+//! texts cut at [`MAX_TEXT`] characters.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+/// The status field kmeta keeps its own record in (the rest of the status is the hook's).
+pub const RECORD_FIELD: &str = "kmeta";
+
+/// Child entries kept in one record; the others are counted in `more`.
+pub const MAX_CHILDREN: usize = 20;
+
+/// Field paths kept for one updated child; the others are counted.
+pub const MAX_FIELDS: usize = 5;
+
+/// Characters kept of one reason or cause.
+pub const MAX_TEXT: usize = 200;
+
+/// What one sync did to one child.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildAction {
+    /// Created.
+    Created,
+    /// Updated: the field paths the write changed.
+    Updated {
+        /// Paths as `spec.replicas`, `data.x`, list items as `containers[1]`.
+        fields: Vec<String>,
+    },
+    /// Deleted (`not desired` or `recreate`).
+    Deleted {
+        /// Why.
+        why: String,
+    },
+    /// An update planned but not written (drift policy, a futile update, a contest).
+    LeftAlone {
+        /// Why.
+        why: String,
+    },
+    /// The write was refused.
+    Failed {
+        /// The server's answer.
+        cause: String,
+    },
+}
+
+/// One child's entry in a [`SyncRecord`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildRecord {
+    /// The child's kind.
+    pub kind: String,
+    /// `name`, or `namespace/name` when its namespace is not the parent's.
+    pub name: String,
+    /// What the sync did.
+    pub action: ChildAction,
+}
+
+/// What one sync did, for the parent's record.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SyncRecord {
+    /// When the sync wrote (RFC 3339).
+    pub time: String,
+    /// The trace id its hook requests carried.
+    pub trace_id: Option<String>,
+    /// How long its hook calls took.
+    pub hook: Option<Duration>,
+    /// The children it wrote or left alone, in the order written.
+    pub children: Vec<ChildRecord>,
+}
+
+impl SyncRecord {
+    /// The record as kept in the status, bounded.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("time".into(), json!(self.time));
+        if let Some(t) = &self.trace_id {
+            m.insert("traceID".into(), json!(t));
+        }
+        if let Some(d) = self.hook {
+            m.insert("hookMillis".into(), json!(d.as_millis()));
+        }
+        let children: Vec<Value> = self
+            .children
+            .iter()
+            .take(MAX_CHILDREN)
+            .map(child_value)
+            .collect();
+        m.insert("children".into(), Value::Array(children));
+        if self.children.len() > MAX_CHILDREN {
+            m.insert("more".into(), json!(self.children.len() - MAX_CHILDREN));
+        }
+        Value::Object(m)
+    }
+}
+
+fn child_value(c: &ChildRecord) -> Value {
+    let (action, detail) = match &c.action {
+        ChildAction::Created => ("Created", None),
+        ChildAction::Updated { fields } => {
+            let mut kept: Vec<String> = fields.iter().take(MAX_FIELDS).cloned().collect();
+            if fields.len() > MAX_FIELDS {
+                kept.push(format!("and {} more", fields.len() - MAX_FIELDS));
+            }
+            ("Updated", Some(("fields", json!(kept))))
+        }
+        ChildAction::Deleted { why } => ("Deleted", Some(("reason", json!(cut(why))))),
+        ChildAction::LeftAlone { why } => ("LeftAlone", Some(("reason", json!(cut(why))))),
+        ChildAction::Failed { cause } => ("Failed", Some(("reason", json!(cut(cause))))),
+    };
+    let mut m = Map::new();
+    m.insert("kind".into(), json!(c.kind));
+    m.insert("name".into(), json!(c.name));
+    m.insert("action".into(), json!(action));
+    if let Some((k, v)) = detail {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_TEXT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// `want` (the status to write: the hook's, with kmeta's fields) with kmeta's record: this
+/// sync's when it changed something — wrote children (`record.children` not empty) or the
+/// status itself — else the record `live` carries, so a sync that changes nothing leaves the
+/// status as it is.
+pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> Value {
+    let kept = live
+        .pointer("/status")
+        .and_then(|s| s.get(RECORD_FIELD))
+        .cloned();
+    let Some(w) = want.as_object_mut() else {
+        return want;
+    };
+    w.remove(RECORD_FIELD);
+    let status_changed = !without_record_eq(live.get("status"), w);
+    let next = if !record.children.is_empty() || status_changed {
+        let mut r = match kept {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        r.insert("lastSync".into(), record.to_value());
+        Some(Value::Object(r))
+    } else {
+        kept
+    };
+    if let Some(r) = next {
+        w.insert(RECORD_FIELD.into(), r);
+    }
+    want
+}
+
+/// Whether the live status, without kmeta's record, equals `want` (which has none).
+fn without_record_eq(live: Option<&Value>, want: &Map<String, Value>) -> bool {
+    let Some(Value::Object(live)) = live else {
+        return want.is_empty() && live.is_none_or(Value::is_null);
+    };
+    live.len() - usize::from(live.contains_key(RECORD_FIELD)) == want.len()
+        && want
+            .iter()
+            .all(|(k, v)| live.get(k).is_some_and(|l| dynapply::json_eq(l, v)))
+}
+
+/// The field paths where `after` differs from `before` (an update's merged object against the
+/// live one), in document order, at most `limit` of them plus how many more there are; server
+/// fields (`metadata.resourceVersion`, `managedFields`, `generation`, `status`) and annotations
+/// named in `ignore` are not compared.
+pub fn changed_paths(before: &Value, after: &Value, ignore: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    diff("", (before, after), (ignore, false), &mut out);
+    out
+}
+
+/// As [`changed_paths`] for a server-side apply body: only the fields `applied` sets (the
+/// fields it leaves out belong to other managers or are left as they are).
+pub fn applied_paths(live: &Value, applied: &Value, ignore: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    diff("", (live, applied), (ignore, true), &mut out);
+    out
+}
+
+const SERVER_FIELDS: [&str; 5] = [
+    "metadata.resourceVersion",
+    "metadata.managedFields",
+    "metadata.generation",
+    "metadata.creationTimestamp",
+    "status",
+];
+
+/// Walks `after` against `before`; `set_only`: keys missing from `after` are not changes.
+fn diff(
+    path: &str,
+    (before, after): (&Value, &Value),
+    (ignore, set_only): (&[&str], bool),
+    out: &mut Vec<String>,
+) {
+    if SERVER_FIELDS.contains(&path) || out.len() > MAX_FIELDS * 4 {
+        return;
+    }
+    if let Some(name) = path.strip_prefix("metadata.annotations.")
+        && ignore.contains(&name)
+    {
+        return;
+    }
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, av) in a {
+                let p = join(path, k);
+                match b.get(k) {
+                    Some(bv) => diff(&p, (bv, av), (ignore, set_only), out),
+                    None => push(&p, ignore, out),
+                }
+            }
+            if !set_only {
+                for k in b.keys().filter(|k| !a.contains_key(*k)) {
+                    push(&join(path, k), ignore, out);
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                diff(&format!("{path}[{i}]"), (bv, av), (ignore, set_only), out);
+            }
+        }
+        _ if dynapply::json_eq(before, after) => {}
+        _ => push(path, ignore, out),
+    }
+}
+
+fn push(path: &str, ignore: &[&str], out: &mut Vec<String>) {
+    let ignored = path
+        .strip_prefix("metadata.annotations.")
+        .is_some_and(|name| ignore.contains(&name));
+    if !ignored && !SERVER_FIELDS.contains(&path) {
+        out.push(path.to_owned());
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn record(children: Vec<ChildRecord>) -> SyncRecord {
+        SyncRecord {
+            time: "2026-11-27T10:00:00Z".into(),
+            trace_id: Some("ab".into()),
+            hook: Some(Duration::from_millis(12)),
+            children,
+        }
+    }
+
+    fn created(name: &str) -> ChildRecord {
+        ChildRecord {
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            action: ChildAction::Created,
+        }
+    }
+
+    #[test]
+    fn a_sync_that_changes_nothing_keeps_the_status_as_it_is() {
+        let live = json!({"status": {"ready": 1, "kmeta": {"lastSync": {"time": "earlier"}}}});
+        let want = with_sync_record(json!({"ready": 1}), &live, &record(vec![]));
+        assert_eq!(want, live["status"], "the old record is kept: no write");
+        // no record yet, nothing changed: none is added (no write either)
+        let live = json!({"status": {"ready": 1}});
+        let want = with_sync_record(json!({"ready": 1}), &live, &record(vec![]));
+        assert_eq!(want, json!({"ready": 1}));
+    }
+
+    #[test]
+    fn a_sync_that_writes_a_child_or_the_status_records_itself() {
+        let live = json!({"status": {"ready": 1, "kmeta": {"lastSync": {"time": "earlier"}}}});
+        let want = with_sync_record(json!({"ready": 1}), &live, &record(vec![created("a")]));
+        assert_eq!(want["kmeta"]["lastSync"]["time"], "2026-11-27T10:00:00Z");
+        assert_eq!(want["kmeta"]["lastSync"]["hookMillis"], 12);
+        assert_eq!(
+            want["kmeta"]["lastSync"]["children"],
+            json!([{"kind": "ConfigMap", "name": "a", "action": "Created"}])
+        );
+        let want = with_sync_record(json!({"ready": 2}), &live, &record(vec![]));
+        assert_eq!(want["kmeta"]["lastSync"]["children"], json!([]));
+        assert_eq!(want["ready"], 2);
+        // a hook that returns kmeta's field (copied from the parent) does not write it
+        let want = with_sync_record(
+            json!({"ready": 1, "kmeta": {"lastSync": {"time": "forged"}}}),
+            &live,
+            &record(vec![]),
+        );
+        assert_eq!(want, live["status"]);
+    }
+
+    #[test]
+    fn the_record_is_bounded() {
+        let many: Vec<ChildRecord> = (0..30).map(|i| created(&format!("c{i}"))).collect();
+        let v = record(many).to_value();
+        assert_eq!(v["children"].as_array().unwrap().len(), MAX_CHILDREN);
+        assert_eq!(v["more"], 10);
+        let updated = ChildRecord {
+            kind: "Pod".into(),
+            name: "p".into(),
+            action: ChildAction::Updated {
+                fields: (0..8).map(|i| format!("f{i}")).collect(),
+            },
+        };
+        let failed = ChildRecord {
+            kind: "Pod".into(),
+            name: "q".into(),
+            action: ChildAction::Failed {
+                cause: "x".repeat(500),
+            },
+        };
+        let v = record(vec![updated, failed]).to_value();
+        assert_eq!(
+            v["children"][0]["fields"],
+            json!(["f0", "f1", "f2", "f3", "f4", "and 3 more"])
+        );
+        let cause = v["children"][1]["reason"].as_str().unwrap();
+        assert_eq!(cause.chars().count(), MAX_TEXT + 1, "cut, with an ellipsis");
+    }
+
+    #[test]
+    fn changed_paths_name_the_fields_an_update_changes() {
+        let before = json!({
+            "metadata": {"name": "a", "resourceVersion": "5", "labels": {"x": "1"},
+                "annotations": {"kmeta.dev/last-applied": "old", "keep": "k"}},
+            "spec": {"replicas": 1, "template": {"containers": [{"name": "app", "image": "v1"}, {"name": "sidecar"}]}},
+            "status": {"ready": 0}
+        });
+        let after = json!({
+            "metadata": {"name": "a", "resourceVersion": "5", "labels": {"x": "2"},
+                "annotations": {"kmeta.dev/last-applied": "new", "keep": "k"}},
+            "spec": {"replicas": 1.0, "template": {"containers": [{"name": "app", "image": "v2"}, {"name": "sidecar"}]},
+                "paused": true},
+            "status": {"ready": 1}
+        });
+        assert_eq!(
+            changed_paths(&before, &after, &["kmeta.dev/last-applied"]),
+            [
+                "metadata.labels.x",
+                "spec.template.containers[0].image",
+                "spec.paused"
+            ]
+        );
+        assert!(changed_paths(&before, &before, &[]).is_empty());
+        // an apply body names only its own fields: the live labels it leaves out are no change
+        let applied = json!({"metadata": {"name": "a"}, "spec": {"replicas": 2}});
+        assert_eq!(applied_paths(&before, &applied, &[]), ["spec.replicas"]);
+        let all = changed_paths(&before, &applied, &[]);
+        assert!(all.contains(&"metadata.labels".to_owned()), "{all:?}");
+    }
+}
