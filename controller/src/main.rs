@@ -148,6 +148,10 @@ struct RenderArgs {
     /// Call this URL instead of the hook's own.
     #[arg(long, value_name = "URL")]
     hook_url: Option<String>,
+    /// Objects the hook client reads from the cluster: a Jsonnet hook's ConfigMap, the Secrets
+    /// of a webhook's credentials.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    hook_objects: Vec<PathBuf>,
     /// Call the finalize hook (finalizing: true).
     #[arg(long)]
     finalizing: bool,
@@ -166,6 +170,8 @@ async fn render(args: RenderArgs) -> i32 {
         related: args.related,
         crds: args.crd,
         hook_url: args.hook_url,
+        hook_objects: args.hook_objects,
+        jsonnet_worker: None,
         finalizing: args.finalizing,
     };
     let rendered = match render::render(&opts).await {

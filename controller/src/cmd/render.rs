@@ -5,7 +5,7 @@
 //! validation), and prints the desired children and the parent's new status — or, with `--diff`,
 //! per child the write kmeta would make against the observed children given.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -59,6 +59,12 @@ pub struct RenderOptions {
     pub crds: Vec<PathBuf>,
     /// Call this URL instead of the sync hook's (`webhook.url` or its Service).
     pub hook_url: Option<String>,
+    /// Objects the hook client reads from the cluster (a Jsonnet hook's ConfigMap, a webhook's
+    /// Secrets), served to it from these files instead.
+    pub hook_objects: Vec<PathBuf>,
+    /// The Jsonnet worker process for Jsonnet hooks; `None`: this executable
+    /// (`kmeta jsonnet-worker`).
+    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
     /// Call the finalize hook (`finalizing: true`).
     pub finalizing: bool,
 }
@@ -71,6 +77,16 @@ pub enum Write {
     /// PUT this object: the three-way merge of live, its last-applied configuration and the
     /// desired child (it carries live's resourceVersion).
     Update(Value),
+    /// Server-side apply (controllers with `kmeta.dev/apply-strategy: server-side-apply`): PATCH
+    /// this body as `field_manager`, without force; a body whose subtrees were merged from live
+    /// carries live's resourceVersion. (An ownership upgrade kmeta makes first, for fields its
+    /// manager set by earlier updates, would move that resourceVersion on.)
+    Apply {
+        /// The apply body.
+        body: Value,
+        /// The field manager, one per parent.
+        field_manager: String,
+    },
     /// DELETE this observed object (with its UID as precondition); `recreate` when an update
     /// strategy replaces it.
     Delete {
@@ -85,7 +101,9 @@ impl Write {
     /// The child it writes (`Kind.apiVersion namespace/name`).
     pub fn child_key(&self) -> String {
         match self {
-            Write::Create(v) | Write::Update(v) => decide::child_key(v),
+            Write::Create(v) | Write::Update(v) | Write::Apply { body: v, .. } => {
+                decide::child_key(v)
+            }
             Write::Delete { object, .. } => decide::child_key(object),
         }
     }
@@ -321,13 +339,6 @@ fn read_inputs(opts: &RenderOptions) -> Result<Inputs, RenderError> {
             path: opts.controller.clone(),
             message: format!("not a CompositeController: {e}"),
         })?;
-    if crate::reconcile::apply::strategy_for(cc.metadata.annotations.as_ref(), Default::default())
-        .is_ok_and(|s| s == crate::reconcile::ApplyStrategy::ServerSideApply)
-    {
-        return Err(RenderError::Controller(
-            "the controller applies its children with server-side apply (kmeta.dev/apply-strategy): render shows dynamic-apply writes only".into(),
-        ));
-    }
     let parent_av = cc.spec.parent_resource.api_version.clone();
     let parent = read_one(&opts.parent, &format!("{parent_av} object"), |d| {
         d["apiVersion"] == parent_av.as_str()
@@ -368,8 +379,9 @@ fn declare_children(inputs: &Inputs) -> Result<Declared, RenderError> {
     Ok(d)
 }
 
-/// Step: the hook client a sync would use (`--hook-url` replacing its URL), offline: a hook whose
-/// credentials are in Secrets fails with the API error naming the Secret.
+/// Step: the hook client a sync would use (`--hook-url` replacing its URL), offline: what it
+/// reads from the cluster (a Jsonnet hook's ConfigMap, a webhook's Secrets) comes from
+/// `--hook-objects`, and anything else is not found, naming the object.
 async fn hook_client(
     opts: &RenderOptions,
     cc: &CompositeController,
@@ -391,16 +403,75 @@ async fn hook_client(
         w.service = None;
         w.path = None;
     }
-    let offline = kube::Config::new(
-        "http://127.0.0.1:9"
-            .parse()
-            .map_err(|e| err(format!("{e}")))?,
-    );
-    let client = kube::Client::try_from(offline).map_err(|e| err(e.to_string()))?;
+    let client = files_client(read_all(&opts.hook_objects)?);
     let endpoints = cc.spec.endpoint_configs.clone().unwrap_or_default();
-    HookClient::new(&client, kind, &spec, &endpoints, &HookOptions::default())
+    let options = HookOptions {
+        jsonnet: match &opts.jsonnet_worker {
+            Some(w) => crate::hook::jsonnet::JsonnetOptions {
+                worker: Some(w.clone()),
+                ..Default::default()
+            },
+            None => crate::hook::jsonnet::this_binary(),
+        },
+        ..HookOptions::default()
+    };
+    HookClient::new(&client, kind, &spec, &endpoints, &options)
         .await
         .map_err(|e| err(e.to_string()))
+}
+
+/// A client that answers GETs of namespaced objects from `objects` (by namespace, plural of its
+/// kind and name) and 404 to everything else: what the hook client reads, without a cluster.
+fn files_client(objects: Vec<Value>) -> kube::Client {
+    let objects = std::sync::Arc::new(objects);
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let objects = objects.clone();
+        async move {
+            let (code, body) = answer_get(&objects, req.method(), req.uri().path());
+            let mut response =
+                http::Response::new(kube::client::Body::from(body.to_string().into_bytes()));
+            *response.status_mut() = http::StatusCode::from_u16(code).unwrap_or_default();
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// The answer to `method path` from `objects`: 200 with the object that path names, else a 404
+/// Status naming what was asked for and where to give it.
+fn answer_get(objects: &[Value], method: &http::Method, path: &str) -> (u16, Value) {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let found = match parts.as_slice() {
+        [_, .., "namespaces", ns, plural, name] if *method == http::Method::GET => {
+            objects.iter().find(|o| {
+                o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+                    && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+                    && plural_of(o).as_deref() == Some(plural)
+            })
+        }
+        _ => None,
+    };
+    match found {
+        Some(o) => (200, o.clone()),
+        None => {
+            let message = format!(
+                "kmeta render has no cluster: {method} {path} is not among the --hook-objects files"
+            );
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": message, "reason": "NotFound", "code": 404});
+            (404, status)
+        }
+    }
+}
+
+/// The resource name of a built-in object's kind (`ConfigMap` → `configmaps`).
+fn plural_of(obj: &Value) -> Option<String> {
+    let kind = obj.get("kind")?.as_str()?;
+    Some(format!("{}s", kind.to_ascii_lowercase()))
 }
 
 /// Step: the request a sync sends (the same types and object maps), its answer decoded as a sync
@@ -477,7 +548,19 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
     )
     .map_err(sync)?;
     let (first, then) = decide::write_phases(ops);
-    let writes: Vec<Write> = first.into_iter().chain(then).map(Write::from).collect();
+    let ssa =
+        crate::reconcile::apply::strategy_for(cc.metadata.annotations.as_ref(), Default::default())
+            .is_ok_and(|s| s == crate::reconcile::ApplyStrategy::ServerSideApply);
+    let writes = first
+        .into_iter()
+        .chain(then)
+        .map(|op| match op {
+            ChildOp::Update(merged) if ssa => {
+                apply_write(&cc, &parent, &observed, &desired, &declared, &merged)
+            }
+            op => Ok(Write::from(op)),
+        })
+        .collect::<Result<Vec<Write>, RenderError>>()?;
     let written: std::collections::HashSet<String> = writes.iter().map(Write::child_key).collect();
     let unchanged = observed
         .iter()
@@ -492,6 +575,42 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
         writes,
         unchanged,
         events: response.events,
+    })
+}
+
+/// Under server-side apply, the apply kmeta sends instead of the update of `merged`: its body
+/// built as a sync builds it, and the parent's field manager.
+fn apply_write(
+    cc: &CompositeController,
+    parent: &Value,
+    observed: &[Value],
+    desired: &BTreeMap<String, Value>,
+    declared: &Declared,
+    merged: &Value,
+) -> Result<Write, RenderError> {
+    let key = decide::child_key(merged);
+    let live = observed
+        .iter()
+        .find(|o| decide::child_key(o) == key)
+        .unwrap_or(merged);
+    let want = desired.get(&key).unwrap_or(merged);
+    let group_kind = key.split(' ').next().unwrap_or_default();
+    let fallback = dynapply::Options::default();
+    let opts = declared.options.get(group_kind).unwrap_or(&fallback);
+    let version = live
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    let body = decide::server_side_apply_request(live, want, opts, parent, version)
+        .map_err(|e| RenderError::Sync(format!("{key}: {e}")))?;
+    let name = cc.metadata.name.as_deref().unwrap_or_default();
+    let uid = parent
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let manager = crate::ManagerConfig::default().ssa_field_manager;
+    Ok(Write::Apply {
+        body,
+        field_manager: crate::reconcile::apply::field_manager(&manager, name, uid),
     })
 }
 
@@ -530,6 +649,11 @@ pub fn as_diff(r: &Rendered) -> String {
                 let key = decide::child_key(v);
                 let before = by_key.get(&key).map(|o| yaml(o)).unwrap_or_default();
                 ("update", key, before, yaml(v))
+            }
+            Write::Apply { body, .. } => {
+                let key = decide::child_key(body);
+                let before = by_key.get(&key).map(|o| yaml(o)).unwrap_or_default();
+                ("server-side apply", key, before, yaml(body))
             }
             Write::Delete { object, reason } => {
                 let what = if *reason == "recreate" {

@@ -559,20 +559,21 @@ async fn apply_child(
     };
     let observed = w.observed.get(&key).copied();
     let live = observed.unwrap_or(merged);
-    let subtrees = rule.options.rules.preserve_unknown_subtrees();
-    let prepared = dynapply::server_side_apply_body(live, want, &rule.options, subtrees)
-        .map(|p| decide::with_owner(&p, w.parent))
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let cached = observed.map(|l| meta_str(l, "resourceVersion"));
+    // built before any write: a body that cannot be built changes nothing
+    let mut body = decide::server_side_apply_request(live, want, &rule.options, w.parent, cached)
+        .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let upgraded = match observed {
         Some(live) => upgrade_ownership(c, &api, live, &w.manager).await?,
         None => None,
     };
-    let body = apply::guarded(
-        apply::apply_body(&prepared),
-        upgraded.as_deref().or(cached),
-        !subtrees.is_empty(),
-    );
+    // a guarded body is guarded by the version the ownership upgrade wrote
+    if let (Some(v), Some(rv)) = (
+        upgraded.as_deref(),
+        body.pointer_mut("/metadata/resourceVersion"),
+    ) {
+        *rv = Value::String(v.to_owned());
+    }
     let stored = match kapi::apply_as(&api, &body, &w.manager, false).await {
         Ok(stored) => stored,
         Err(e) => {

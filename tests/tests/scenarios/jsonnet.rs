@@ -415,3 +415,64 @@ function(request) {
   labels: { [util.annotation(request.object, 'pod-name-label')]: request.object.metadata.name },
 }
 "#;
+
+/// `kmeta render` evaluates a Jsonnet hook kept in a ConfigMap, read from `--hook-objects`
+/// instead of a cluster (its library key imported), and its create body is the child the
+/// controller then creates; without the ConfigMap's file it says which object it lacks.
+#[tokio::test]
+async fn render_evaluates_a_configmap_jsonnet_hook_as_the_controller_does() -> anyhow::Result<()> {
+    use kmeta::cmd::render::{self, RenderOptions, Write};
+    let mut s = Scenario::new("jsonnet-render")
+        .crd("Thing", "things")
+        .prepare()
+        .await?;
+    let ns = s.ns.clone();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+    "metadata": {"name": "render-hooks", "namespace": ns},
+    "data": {
+        "sync.jsonnet": "local lib = import 'lib.libsonnet';\nfunction(request) { children: [lib.child(request.parent)] }",
+        "lib.libsonnet": "{ child(p):: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: p.metadata.name + '-child' }, data: { from: 'library' } } }",
+    }});
+    s.create("configmaps", cm.clone()).await?;
+    let r =
+        json!({"configMapRef": {"namespace": ns, "name": "render-hooks", "key": "sync.jsonnet"}});
+    let cc = s.controller(jsonnet_cc("render-cc", r)).await?;
+    let parent = s.parent("one", json!({})).await?;
+    let dir = tempfile::tempdir()?;
+    let file = |name: &str, v: &Value| -> anyhow::Result<std::path::PathBuf> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(v)?)?;
+        Ok(path)
+    };
+    let without = RenderOptions {
+        controller: file("cc.yaml", &cc)?,
+        parent: file("parent.yaml", &parent)?,
+        jsonnet_worker: jsonnet_worker(),
+        ..RenderOptions::default()
+    };
+    let e = render::render(&without)
+        .await
+        .expect_err("no ConfigMap given");
+    assert!(
+        e.to_string().contains("render-hooks") && e.to_string().contains("--hook-objects"),
+        "{e}"
+    );
+    let opts = RenderOptions {
+        hook_objects: vec![file("cm.yaml", &cm)?],
+        ..without
+    };
+    let rendered = render::render(&opts).await?;
+    let [Write::Create(body)] = rendered.writes.as_slice() else {
+        panic!("expected one create: {:?}", rendered.writes)
+    };
+    assert_eq!(body["data"]["from"], "library", "{body}");
+    s.start_controller();
+    let made = s.wait_child("one-child").await?;
+    assert_eq!(made["data"], body["data"]);
+    assert_eq!(made["metadata"]["labels"], body["metadata"]["labels"]);
+    assert_eq!(
+        made["metadata"]["ownerReferences"],
+        body["metadata"]["ownerReferences"]
+    );
+    s.finish().await
+}

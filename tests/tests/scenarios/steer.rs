@@ -533,6 +533,79 @@ async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<(
     s.finish().await
 }
 
+/// Under server-side apply, `kmeta render --diff` shows the apply kmeta then sends: the body
+/// (the hook's fields, the owner reference; not another actor's field) under the parent's field
+/// manager, which is the manager holding the child after the controller's sync.
+#[tokio::test]
+async fn render_shows_the_server_side_apply_the_controller_then_sends() -> anyhow::Result<()> {
+    use kmeta::cmd::render::{self, RenderOptions, Write};
+    let mut s = Scenario::new("render-ssa")
+        .crd("Thing", "things")
+        .hook(versioned_children)
+        .prepare()
+        .await?;
+    let cc = Cc::new("render-ssa-cc").annotate("kmeta.dev/apply-strategy", "server-side-apply");
+    let cc = s.controller(cc).await?;
+    s.parent("one", json!({"children": ["a"], "v": "1"}))
+        .await?;
+    s.start_controller();
+    s.wait_parent("one", "status v 1", |p| p["status"]["v"] == "1")
+        .await?;
+    s.stop_controller().await?;
+    s.merge_patch(&s.configmaps(), "a", json!({"data": {"theirs": "kept"}}))
+        .await?;
+    s.merge_patch(&s.parents(), "one", json!({"spec": {"v": "2"}}))
+        .await?;
+    let parent = s.get(&s.parents(), "one").await?.unwrap_or_default();
+    let a = s.get(&s.configmaps(), "a").await?.unwrap_or_default();
+    let dir = tempfile::tempdir()?;
+    let file = |name: &str, v: &Value| -> anyhow::Result<std::path::PathBuf> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(v)?)?;
+        Ok(path)
+    };
+    let opts = RenderOptions {
+        controller: file("cc.yaml", &cc)?,
+        parent: file("parent.yaml", &parent)?,
+        observed: vec![file("observed.yaml", &a)?],
+        ..RenderOptions::default()
+    };
+    let rendered = render::render(&opts).await?;
+    let [
+        Write::Apply {
+            body,
+            field_manager,
+        },
+    ] = rendered.writes.as_slice()
+    else {
+        panic!("expected one apply: {:?}", rendered.writes)
+    };
+    assert_eq!(body["data"]["v"], "2", "{body}");
+    assert!(body["data"].get("theirs").is_none(), "{body}");
+    assert_eq!(
+        body["metadata"]["ownerReferences"][0]["uid"],
+        parent["metadata"]["uid"]
+    );
+    assert!(render::as_diff(&rendered).contains("# server-side apply"));
+    s.start_controller();
+    let made = s
+        .wait_child_where("a", "applied v 2", |c| c["data"]["v"] == "2")
+        .await?;
+    assert_eq!(made["data"]["theirs"], "kept");
+    let appliers: Vec<&Value> = made["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["operation"] == "Apply")
+        .map(|m| &m["manager"])
+        .collect();
+    assert_eq!(appliers, [field_manager.as_str()], "{made}");
+    for (k, v) in body["metadata"]["labels"].as_object().into_iter().flatten() {
+        assert_eq!(&made["metadata"]["labels"][k], v, "label {k}");
+    }
+    s.finish().await
+}
+
 /// `kmeta trace` on a synced parent (its children with their field managers) and on one whose
 /// hook fails (Failed, with the SyncError event); the controller's list puts the failing one first.
 #[tokio::test]

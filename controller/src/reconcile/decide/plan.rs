@@ -155,6 +155,28 @@ pub fn drift_only(live: &Value, desired: &Value, opts: &dynapply::Options) -> Op
     dynapply::json_eq(&last, &want).then(|| crate::reconcile::apply::drifted_paths(&prepared, live))
 }
 
+/// The body of a server-side apply of child `desired` of `parent` onto `live` (as a sync sends
+/// it, and `kmeta render` shows it): dynapply's apply body with the owner reference, without
+/// what the server owns, guarded by `live_version` when a subtree was merged from live
+/// ([`crate::reconcile::apply::guarded`]).
+pub fn server_side_apply_request(
+    live: &Value,
+    desired: &Value,
+    opts: &dynapply::Options,
+    parent: &Value,
+    live_version: Option<&str>,
+) -> Result<Value, dynapply::Error> {
+    use crate::reconcile::apply;
+    let subtrees = opts.rules.preserve_unknown_subtrees();
+    let prepared = dynapply::server_side_apply_body(live, desired, opts, subtrees)?;
+    let prepared = super::with_owner(&prepared, parent);
+    Ok(apply::guarded(
+        apply::apply_body(&prepared),
+        live_version,
+        !subtrees.is_empty(),
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
