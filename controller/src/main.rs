@@ -95,6 +95,9 @@ enum Command {
         /// Redraw every 2 s until interrupted.
         #[arg(long)]
         watch: bool,
+        /// Also list the related objects the hook was sent at the parent's last change.
+        #[arg(long)]
+        related: bool,
     },
     /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
     /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
@@ -233,7 +236,7 @@ impl TargetArgs {
 }
 
 /// `kmeta trace`: the parent (or a controller's parents) once, or redrawn with `--watch`.
-async fn trace(args: TargetArgs, output: &str, watch: bool) -> anyhow::Result<()> {
+async fn trace(args: TargetArgs, output: &str, watch: bool, related: bool) -> anyhow::Result<()> {
     use kmeta::cmd::trace;
     use std::io::IsTerminal as _;
     let (client, discovery, target) = args.resolve().await?;
@@ -248,7 +251,10 @@ async fn trace(args: TargetArgs, output: &str, watch: bool) -> anyhow::Result<()
                 _ => trace::render_list(&rows),
             }
         } else {
-            let t = trace::trace_parent(&client, &discovery, &target).await?;
+            let mut t = trace::trace_parent(&client, &discovery, &target).await?;
+            if related {
+                t = trace::with_related(t);
+            }
             match output {
                 "json" => serde_json::to_string_pretty(&t)?,
                 "yaml" => serde_saphyr::to_string(&t)?,
@@ -505,7 +511,8 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             target,
             output,
             watch,
-        } => trace(target, &output, watch).await?,
+            related,
+        } => trace(target, &output, watch, related).await?,
         Command::Reconcile { target, timeout } => steer(target, Steer::Reconcile(timeout)).await?,
         Command::Suspend { target } => steer(target, Steer::Suspend).await?,
         Command::Resume { target } => steer(target, Steer::Resume).await?,

@@ -188,6 +188,10 @@ pub struct ParentTrace {
     /// kmeta's record of its last sync that changed something (`status.kmeta.lastSync`): when,
     /// the hook's time, the trace id, and what was done to each child.
     pub last_change: Option<Value>,
+    /// The related objects its hook was sent at the last change (`Kind namespace/name`), when
+    /// asked for (`--related`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub related: Option<Vec<String>>,
     /// Its children.
     pub children: Vec<ChildView>,
     /// The latest Events about it, oldest first.
@@ -277,6 +281,15 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
             c.managers.join(", ")
         ));
     }
+    if let Some(related) = &t.related {
+        out.push_str(&format!(
+            "  related at the last change ({}):\n",
+            related.len()
+        ));
+        for r in related {
+            out.push_str(&format!("    {r}\n"));
+        }
+    }
     out.push_str(&format!("  events ({} latest):\n", t.events.len()));
     for e in &t.events {
         let type_ = if e.type_ == "Warning" {
@@ -295,6 +308,19 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
         ));
     }
     out
+}
+
+/// `t` with the related objects of its last change (`--related`), as recorded.
+pub fn with_related(mut t: ParentTrace) -> ParentTrace {
+    let recorded = t
+        .last_change
+        .as_ref()
+        .and_then(|c| c.get("related"))
+        .and_then(Value::as_array)
+        .map(|r| r.iter().map(|n| text(Some(n))).collect())
+        .unwrap_or_default();
+    t.related = Some(recorded);
+    t
 }
 
 /// The record of the last sync that changed something, as text lines.
@@ -527,6 +553,7 @@ pub async fn trace_parent(
         last_change: parent
             .pointer(&format!("/status/{RECORD_FIELD}/lastSync"))
             .cloned(),
+        related: None,
         children: children_of(client, discovery, &controllers, target, &uid).await?,
         events: events_of(client, target, &uid).await?,
     })

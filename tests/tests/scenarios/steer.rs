@@ -806,3 +806,49 @@ async fn trace_shows_the_last_change_and_a_sync_that_changes_nothing_writes_none
     );
     s.finish().await
 }
+
+/// `kmeta trace --related` lists the related objects the hook was sent at the parent's last
+/// change, as kmeta recorded them.
+#[tokio::test]
+async fn trace_related_lists_what_the_customize_hook_selected() -> anyhow::Result<()> {
+    use kmeta::cmd::{steer, trace};
+    let shared = |name: &str, share: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"share": share}}, "data": {"value": name}})
+    };
+    let s = Scenario::new("trace-related")
+        .crd("Thing", "things")
+        .hook(|hook, req| match hook {
+            "customize" => Reply::Json(json!({"relatedResources": [{
+                "apiVersion": "v1", "resource": "configmaps",
+                "labelSelector": {"matchLabels": {"share": "yes"}}
+            }]})),
+            _ => {
+                let n = req["related"]["ConfigMap.v1"]
+                    .as_object()
+                    .map_or(0, |m| m.len());
+                Reply::Json(json!({"status": {"related": n}, "children": []}))
+            }
+        })
+        .object("configmaps", shared("shared", "yes"))
+        .object("configmaps", shared("private", "no"))
+        .controller(Cc::new("related-cc").hook("customize"))
+        .parent("p", json!({}))
+        .start()
+        .await?;
+    s.wait_parent("p", "one related object", |p| p["status"]["related"] == 1)
+        .await?;
+    let discovery = steer::discover(&s.client).await?;
+    let p = steer::resolve_in(&discovery, "things/p", &s.ns)?;
+    let t = trace::trace_parent(&s.client, &discovery, &p).await?;
+    assert_eq!(t.related, None, "only when asked for");
+    let t = trace::with_related(t);
+    let shared_name = format!("ConfigMap {}/shared", s.ns);
+    assert_eq!(t.related.as_deref(), Some(&[shared_name.clone()][..]));
+    let text = trace::render_text(&t, false);
+    assert!(
+        text.contains("related at the last change (1):") && text.contains(&shared_name),
+        "{text}"
+    );
+    s.finish().await
+}

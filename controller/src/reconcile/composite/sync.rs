@@ -95,6 +95,7 @@ pub async fn sync_parent(
         finalizer: &fin,
         finalizing,
         hook_took: hook_started.elapsed(),
+        related: decide::related_names(&related),
     };
     let resync = response.resync_after_seconds;
     let observed = values_of(&observed)?;
@@ -107,7 +108,7 @@ pub async fn sync_parent(
 }
 
 /// What the steps after the hook call need to know of the ones before it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Step<'a> {
     /// The selector the children must match.
     selector: &'a LabelSelector,
@@ -117,6 +118,8 @@ struct Step<'a> {
     finalizing: bool,
     /// How long the hook calls took (for the sync record).
     hook_took: Duration,
+    /// The related objects the hook was sent (for the sync record).
+    related: Vec<String>,
 }
 
 /// What calling the hook (without rolling revisions) gave.
@@ -219,6 +222,7 @@ async fn apply_response(
         finalizer: fin,
         finalizing,
         hook_took,
+        related,
     } = step;
     let desired = decide::validate_desired(
         parent,
@@ -236,6 +240,7 @@ async fn apply_response(
         trace_id: crate::hook::trace::current_trace().map(|t| t.to_string()),
         hook: Some(hook_took),
         children: Vec::new(),
+        related,
     };
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new

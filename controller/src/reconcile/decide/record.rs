@@ -69,6 +69,8 @@ pub struct SyncRecord {
     pub hook: Option<Duration>,
     /// The children it wrote or left alone, in the order written.
     pub children: Vec<ChildRecord>,
+    /// The related objects its hook was sent (`Kind namespace/name`).
+    pub related: Vec<String>,
 }
 
 impl SyncRecord {
@@ -92,8 +94,28 @@ impl SyncRecord {
         if self.children.len() > MAX_CHILDREN {
             m.insert("more".into(), json!(self.children.len() - MAX_CHILDREN));
         }
+        if !self.related.is_empty() {
+            let kept: Vec<&String> = self.related.iter().take(MAX_CHILDREN).collect();
+            m.insert("related".into(), json!(kept));
+        }
+        if self.related.len() > MAX_CHILDREN {
+            m.insert(
+                "moreRelated".into(),
+                json!(self.related.len() - MAX_CHILDREN),
+            );
+        }
         Value::Object(m)
     }
+}
+
+/// The related objects of a hook request's `related` map, as `Kind namespace/name`.
+pub fn related_names(related: &Map<String, Value>) -> Vec<String> {
+    related
+        .values()
+        .filter_map(Value::as_object)
+        .flat_map(|group| group.values())
+        .map(crate::object::describe)
+        .collect()
 }
 
 fn child_value(c: &ChildRecord) -> Value {
@@ -262,6 +284,7 @@ mod tests {
             trace_id: Some("ab".into()),
             hook: Some(Duration::from_millis(12)),
             children,
+            related: Vec::new(),
         }
     }
 
@@ -304,6 +327,29 @@ mod tests {
             &record(vec![]),
         );
         assert_eq!(want, live["status"]);
+    }
+
+    #[test]
+    fn related_objects_are_named_by_kind_and_namespace() {
+        let related = json!({
+            "ConfigMap.v1": {"ns/a": {"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}},
+            "Namespace.v1": {"n": {"kind": "Namespace", "metadata": {"name": "n"}}},
+            "Secret.v1": {}
+        });
+        let names = related_names(related.as_object().unwrap());
+        assert_eq!(names, ["ConfigMap ns/a", "Namespace n"]);
+        let r = SyncRecord {
+            related: names,
+            ..record(vec![])
+        };
+        assert_eq!(
+            r.to_value()["related"],
+            json!(["ConfigMap ns/a", "Namespace n"])
+        );
+        assert!(
+            record(vec![]).to_value().get("related").is_none(),
+            "none: no field"
+        );
     }
 
     #[test]
