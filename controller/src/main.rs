@@ -161,11 +161,40 @@ struct RenderArgs {
     /// Print, per child, the write kmeta would make as a diff against the observed object.
     #[arg(long)]
     diff: bool,
+    /// Read the parent's observed children (and custom child kinds, and the objects the hook
+    /// client reads) from the cluster: the parent as it is there with the file's spec, labels
+    /// and annotations.
+    #[arg(long)]
+    live: bool,
+    /// Path to a kubeconfig for --live. Default: $KUBECONFIG / ~/.kube/config, else in-cluster.
+    #[arg(long, value_name = "FILE", requires = "live")]
+    kubeconfig: Option<PathBuf>,
+}
+
+/// The cluster of `kmeta render --live`, if asked for.
+async fn live_cluster(args: &RenderArgs) -> anyhow::Result<Option<kmeta::cmd::render::Live>> {
+    if !args.live {
+        return Ok(None);
+    }
+    let config = match &args.kubeconfig {
+        Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
+        None => kube::Config::infer().await?,
+    };
+    Ok(Some(kmeta::cmd::render::Live(kube::Client::try_from(
+        config,
+    )?)))
 }
 
 /// `kmeta render`: the exit code (0 nothing to write, 1 writes, 2 an error).
 async fn render(args: RenderArgs) -> i32 {
     use kmeta::cmd::render;
+    let live = match live_cluster(&args).await {
+        Ok(live) => live,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return 2;
+        }
+    };
     let opts = render::RenderOptions {
         controller: args.controller,
         parent: args.parent,
@@ -175,6 +204,7 @@ async fn render(args: RenderArgs) -> i32 {
         hook_url: args.hook_url,
         hook_objects: args.hook_objects,
         jsonnet_worker: None,
+        live,
         finalizing: args.finalizing,
     };
     let rendered = match render::render(&opts).await {

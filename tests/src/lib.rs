@@ -683,6 +683,22 @@ impl Drop for Env {
     }
 }
 
+/// Writes `objects` as one YAML stream (JSON documents) to `dir/name`, for the file arguments of
+/// `kmeta render` and friends; returns its path.
+pub fn manifest_file(
+    dir: &std::path::Path,
+    name: &str,
+    objects: &[&Value],
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = dir.join(name);
+    let docs: Vec<String> = objects
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    std::fs::write(&path, docs.join("\n---\n"))?;
+    Ok(path)
+}
+
 /// The Jsonnet worker for the scenarios' controller: `KMETA_JSONNET_WORKER`, else this
 /// package's `kmeta-jsonnet-worker` binary, which cargo builds beside the test binaries
 /// (`target/<profile>/`, the parent of the test binary's `deps/`).

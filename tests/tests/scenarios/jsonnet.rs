@@ -439,11 +439,7 @@ async fn render_evaluates_a_configmap_jsonnet_hook_as_the_controller_does() -> a
     let cc = s.controller(jsonnet_cc("render-cc", r)).await?;
     let parent = s.parent("one", json!({})).await?;
     let dir = tempfile::tempdir()?;
-    let file = |name: &str, v: &Value| -> anyhow::Result<std::path::PathBuf> {
-        let path = dir.path().join(name);
-        std::fs::write(&path, serde_json::to_string(v)?)?;
-        Ok(path)
-    };
+    let file = |name: &str, v: &Value| manifest_file(dir.path(), name, &[v]);
     let without = RenderOptions {
         controller: file("cc.yaml", &cc)?,
         parent: file("parent.yaml", &parent)?,

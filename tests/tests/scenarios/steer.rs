@@ -460,14 +460,8 @@ async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<(
         .parent("one", json!({"children": ["a", "b"], "v": "1"}))
         .await?;
     let dir = tempfile::tempdir()?;
-    let write = |name: &str, objects: &[Value]| -> anyhow::Result<std::path::PathBuf> {
-        let path = dir.path().join(name);
-        let text: Vec<String> = objects
-            .iter()
-            .map(|o| serde_json::to_string(o).unwrap())
-            .collect();
-        std::fs::write(&path, text.join("\n---\n"))?;
-        Ok(path)
+    let write = |name: &str, objects: &[Value]| {
+        manifest_file(dir.path(), name, &objects.iter().collect::<Vec<_>>())
     };
     let opts = RenderOptions {
         controller: write("cc.yaml", &[cc])?,
@@ -508,6 +502,13 @@ async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<(
     };
     let second = render::render(&opts).await?;
     assert_eq!(second.writes.len(), 2, "{:?}", second.writes);
+    // --live reads the same children from the cluster: the same writes
+    let live = RenderOptions {
+        observed: Vec::new(),
+        live: Some(render::Live(s.client.clone())),
+        ..opts.clone()
+    };
+    assert_eq!(render::render(&live).await?.writes, second.writes, "--live");
     assert!(
         render::as_diff(&second).contains("+  v: \"2\""),
         "{}",
@@ -559,11 +560,7 @@ async fn render_shows_the_server_side_apply_the_controller_then_sends() -> anyho
     let parent = s.get(&s.parents(), "one").await?.unwrap_or_default();
     let a = s.get(&s.configmaps(), "a").await?.unwrap_or_default();
     let dir = tempfile::tempdir()?;
-    let file = |name: &str, v: &Value| -> anyhow::Result<std::path::PathBuf> {
-        let path = dir.path().join(name);
-        std::fs::write(&path, serde_json::to_string(v)?)?;
-        Ok(path)
-    };
+    let file = |name: &str, v: &Value| manifest_file(dir.path(), name, &[v]);
     let opts = RenderOptions {
         controller: file("cc.yaml", &cc)?,
         parent: file("parent.yaml", &parent)?,
