@@ -5,6 +5,7 @@
 //! its parents with the ones not synced first. Everything is read through the API server: whoever
 //! may read the parent, its children and its Events may trace it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
@@ -153,6 +154,9 @@ pub struct ChildView {
     pub ready: Option<bool>,
     /// The field managers holding it.
     pub managers: Vec<String>,
+    /// The rolling update's ControllerRevision that claims it, where the parent has revisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// One Event about the parent.
@@ -273,8 +277,13 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
             Some(false) => paint("31", "not ready"),
             None => "-".into(),
         };
+        let revision = c
+            .revision
+            .as_ref()
+            .map(|r| format!("  revision {r}"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "    {} {}  age {}  {ready}  managers: {}\n",
+            "    {} {}  age {}  {ready}  managers: {}{revision}\n",
             c.kind,
             c.name,
             c.age,
@@ -411,23 +420,95 @@ async fn list(api: &Api<DynamicObject>, what: &str) -> Result<Vec<Value>, SteerE
 
 /// The CompositeController resource (kmeta's CRD).
 fn composite_controllers() -> ApiResource {
+    kmeta_resource("CompositeController", "compositecontrollers")
+}
+
+fn kmeta_resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: crate::api::GROUP.into(),
         version: crate::api::VERSION.into(),
         api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
-        kind: "CompositeController".into(),
-        plural: "compositecontrollers".into(),
+        kind: kind.into(),
+        plural: plural.into(),
     }
+}
+
+/// Whether DecoratorController `dc` decorates `resource` (one of its `resources` rules names
+/// its apiVersion and plural).
+fn decorates(dc: &Value, resource: &ApiResource) -> bool {
+    dc.pointer("/spec/resources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            r.get("apiVersion").and_then(Value::as_str) == Some(resource.api_version.as_str())
+                && r.get("resource").and_then(Value::as_str) == Some(resource.plural.as_str())
+        })
+}
+
+/// The object rules of a controller: a CompositeController's `childResources`, a
+/// DecoratorController's `attachments`.
+fn child_rules(controller: &Value) -> impl Iterator<Item = &Value> {
+    ["/spec/childResources", "/spec/attachments"]
+        .into_iter()
+        .filter_map(|p| controller.pointer(p).and_then(Value::as_array))
+        .flatten()
+}
+
+/// Which ControllerRevision (of a rolling update) claims each child of the parent with `uid`:
+/// `(kind, name)` → revision name; empty where the server has no ControllerRevisions.
+async fn revisions_of(
+    client: &kube::Client,
+    discovery: &Discovery,
+    target: &Target,
+    uid: &str,
+) -> Result<HashMap<(String, String), String>, SteerError> {
+    let mut out = HashMap::new();
+    let (Some((r, _)), Some(ns)) = (
+        find(
+            discovery,
+            "metacontroller.k8s.io/v1alpha1",
+            "controllerrevisions",
+        ),
+        &target.namespace,
+    ) else {
+        return Ok(out);
+    };
+    let api = Api::namespaced_with(client.clone(), ns, &r);
+    for rev in list(&api, "ControllerRevisions").await? {
+        if crate::object::controller_uid(&rev) != Some(uid) {
+            continue;
+        }
+        let name = text(rev.pointer("/metadata/name"));
+        for group in rev
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let kind = text(group.get("kind"));
+            for child in group
+                .get("names")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.insert((kind.clone(), text(Some(child))), name.clone());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The CompositeControllers whose parent resource is `parent_resource`.
 async fn controllers_of(
     client: &kube::Client,
+    discovery: &Discovery,
     parent_resource: &ApiResource,
 ) -> Result<Vec<Value>, SteerError> {
     let ccs = composite_controllers();
     let all = list(&Api::all_with(client.clone(), &ccs), "CompositeControllers").await?;
-    Ok(all
+    let mut found: Vec<Value> = all
         .into_iter()
         .filter(|cc| {
             cc.pointer("/spec/parentResource/apiVersion")
@@ -438,7 +519,14 @@ async fn controllers_of(
                     .and_then(Value::as_str)
                     == Some(parent_resource.plural.as_str())
         })
-        .collect())
+        .collect();
+    let dcs = kmeta_resource("DecoratorController", "decoratorcontrollers");
+    // a server without the DecoratorController CRD has none to list
+    if find(discovery, &dcs.api_version, &dcs.plural).is_some() {
+        let all = list(&Api::all_with(client.clone(), &dcs), "DecoratorControllers").await?;
+        found.extend(all.into_iter().filter(|dc| decorates(dc, parent_resource)));
+    }
+    Ok(found)
 }
 
 /// The children of the parent with `uid` (objects of its controllers' child resources whose
@@ -451,12 +539,8 @@ async fn children_of(
     uid: &str,
 ) -> Result<Vec<ChildView>, SteerError> {
     let now = jiff::Timestamp::now();
-    let rules = controllers.iter().flat_map(|cc| {
-        cc.pointer("/spec/childResources")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-    });
+    let revisions = revisions_of(client, discovery, target, uid).await?;
+    let rules = controllers.iter().flat_map(child_rules);
     let mut children = Vec::new();
     for rule in rules {
         let (av, plural) = (text(rule.get("apiVersion")), text(rule.get("resource")));
@@ -480,8 +564,11 @@ async fn children_of(
             }
             let ns = text(child.pointer("/metadata/namespace"));
             let name = text(child.pointer("/metadata/name"));
+            let kind = text(child.get("kind"));
+            let revision = revisions.get(&(kind.clone(), name.clone())).cloned();
             children.push(ChildView {
-                kind: text(child.get("kind")),
+                revision,
+                kind,
                 name: if ns.is_empty() {
                     name
                 } else {
@@ -537,7 +624,7 @@ pub async fn trace_parent(
         .map_err(api_err(format!("reading {}", target.display())))?;
     let parent = serde_json::to_value(parent).unwrap_or(Value::Null);
     let uid = text(parent.pointer("/metadata/uid"));
-    let controllers = controllers_of(client, &target.resource).await?;
+    let controllers = controllers_of(client, discovery, &target.resource).await?;
     Ok(ParentTrace {
         parent: target.display(),
         controllers: controllers

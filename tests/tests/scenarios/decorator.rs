@@ -742,3 +742,31 @@ async fn an_unusable_decorator_is_reported() -> anyhow::Result<()> {
     .await?;
     s.finish().await
 }
+
+/// `kmeta trace` on a DecoratorController's target names the decorator and lists its
+/// attachments.
+#[tokio::test]
+async fn trace_shows_a_targets_decorator_and_attachments() -> anyhow::Result<()> {
+    use kmeta::cmd::{steer, trace};
+    let mut s = Scenario::new("dectrace")
+        .crd("Thing", "things")
+        .hook(|_, req| {
+            let name = str_of(&req["object"], "/metadata/name");
+            Reply::Json(
+                json!({"attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-attached")}}]}),
+            )
+        })
+        .start()
+        .await?;
+    s.decorator(Dc::new("dec-trace")).await?;
+    s.parent("t", Value::Null).await?;
+    s.wait_child("t-attached").await?;
+    let discovery = steer::discover(&s.client).await?;
+    let target = steer::resolve_in(&discovery, "things/t", &s.ns)?;
+    let t = trace::trace_parent(&s.client, &discovery, &target).await?;
+    assert_eq!(t.controllers, ["dec-trace"]);
+    let names: Vec<&str> = t.children.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, [format!("{}/t-attached", s.ns)], "{t:?}");
+    s.finish().await
+}

@@ -307,3 +307,51 @@ async fn in_place_children_update_together_without_revisions() -> anyhow::Result
     );
     s.finish().await
 }
+
+/// `kmeta trace` names the ControllerRevision that claims each child while a rollout moves
+/// them one at a time.
+#[tokio::test]
+async fn trace_names_the_revision_of_each_child() -> anyhow::Result<()> {
+    use kmeta::cmd::{steer, trace};
+    let mut s = start("roll-trace", "RollingInPlace").await?;
+    s.parent("cs", json!({"color": "black"})).await?;
+    wait_updated(
+        &s,
+        "OnLatestRevision",
+        "latest ControllerRevision: catsets.",
+    )
+    .await?;
+    for cat in ["cs-0", "cs-1"] {
+        report(&s, cat, "True").await?;
+    }
+    s.merge_patch(&s.parents(), "cs", json!({"spec": {"color": "white"}}))
+        .await?;
+    wait_updated(&s, "RolloutWaiting", "hasn't observed latest spec").await?;
+    let revs = list_revisions(&s).await?;
+    let of = |cat: &str| {
+        revs.iter()
+            .find(|r| claimed(r).iter().any(|c| c == cat))
+            .and_then(|r| r["metadata"]["name"].as_str())
+            .map(str::to_owned)
+    };
+    let discovery = steer::discover(&s.client).await?;
+    let cs = steer::resolve_in(&discovery, "catsets/cs", &s.ns)?;
+    let t = trace::trace_parent(&s.client, &discovery, &cs).await?;
+    let shown: Vec<(String, Option<String>)> = t
+        .children
+        .iter()
+        .map(|c| {
+            (
+                c.name.rsplit('/').next().unwrap_or_default().to_owned(),
+                c.revision.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    for (cat, revision) in &shown {
+        assert_eq!(revision, &of(cat), "{cat}");
+    }
+    assert_ne!(of("cs-0"), of("cs-1"), "one moved, one waits");
+    assert!(trace::render_text(&t, false).contains("revision "));
+    s.finish().await
+}
