@@ -3,7 +3,7 @@
 //! object pays), and `merge_into` on an object the caller owns (clone in criterion's setup,
 //! untimed) and with the clone paid (`clone_merge_into`).
 //!
-//! Workload (issue 2): C containers x E env vars, each container with one port, one volumeMount
+//! Workload: C containers x E env vars, each container with one port, one volumeMount
 //! and three args; observed = last-applied + status + server fields (+ the annotation); desired
 //! changes every env value. C x E in {1x5, 5x20, 20x50}, plus the no-op case (desired ==
 //! last-applied). Run: `cargo bench -p dynapply --bench merge`.

@@ -132,7 +132,7 @@ impl Default for ManagerConfig {
             pending_watches: Arc::new(PendingWatches::default()),
             watch_sync_deadline: WATCH_SYNC_DEADLINE,
             min_resync_after: MIN_RESYNC_AFTER,
-            created_children_wait: crate::reconcile::CREATE_EXPECTATION_TTL,
+            created_children_wait: crate::reconcile::expectations::CREATE_EXPECTATION_TTL,
             target_label_selector: None,
             events_qps: 1.0 / 300.0,
             events_burst: 25,

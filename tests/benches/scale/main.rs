@@ -29,7 +29,7 @@
 //! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
 //! latency, 0), `KMETA_SCALE_WORKERS` (5). Single values: `KMETA_SCALE_CHILDREN` (10),
 //! `KMETA_SCALE_QPS` (50), `KMETA_SCALE_QPS_PARENTS` (100), `KMETA_SCALE_ADOPT_PARENTS` (1000),
-//! `KMETA_SCALE_RESYNC_S` (5), `KMETA_SCALE_REPEAT` (1). The full matrix of issue 15:
+//! `KMETA_SCALE_RESYNC_S` (5), `KMETA_SCALE_REPEAT` (1). The full matrix (docs/design/sizing-bench.md):
 //! `KMETA_SCALE_PARENTS=1000,10000 KMETA_SCALE_KINDS=configmap,deployment
 //! KMETA_SCALE_LATENCY_MS=0,5 KMETA_SCALE_WORKERS=5,50`. Prints figures; asserts nothing
 //! about time.

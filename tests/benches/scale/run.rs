@@ -325,8 +325,9 @@ pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> 
     Ok(())
 }
 
-/// The controller's peak RSS against issue 15's bound: twice the JSON of what it caches (every
-/// parent and child as the server serves them, managedFields included) plus a 30 MiB base.
+/// The controller's peak RSS against its bound (docs/design/sizing-bench.md): twice the JSON of
+/// what it caches (every parent and child as the server serves them, managedFields included)
+/// plus a 30 MiB base.
 async fn print_memory(rig: &Rig, case: &Case, s1: &Snap) -> anyhow::Result<()> {
     let kind = case.kind;
     let mut bytes = 0usize;

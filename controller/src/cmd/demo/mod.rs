@@ -40,8 +40,8 @@ impl Drop for AbortOnDrop {
 /// Settings of [`run`].
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// Bound on the whole demo. Default 30 s: issue 5 promises the demo finishes "well under
-    /// 30 s"; past this bound something is wrong and the demo fails instead of hanging.
+    /// Bound on the whole demo. Default 30 s: the demo is meant to finish well under 30 s;
+    /// past this bound something is wrong and the demo fails instead of hanging.
     pub timeout: Duration,
     /// Print extra details (server and hook URLs, hook call counts, resourceVersions). Default
     /// false: a newcomer sees only the story.
