@@ -1,7 +1,8 @@
 //! The Jsonnet worker pool with the `kmeta` binary as its worker (`kmeta jsonnet-worker`): a
 //! program that never ends is stopped at its timeout, one that allocates without bound at the
 //! memory limit, each by killing its worker, whose memory is then gone; the next evaluation gets a
-//! fresh worker; and a program running for ever holds one worker, not the others.
+//! fresh worker; a program running for ever holds one worker, not the others; and a runtime
+//! never gets a worker another runtime spawned.
 
 use std::time::{Duration, Instant};
 
@@ -89,4 +90,27 @@ async fn an_endless_program_holds_one_worker_not_the_others() -> anyhow::Result<
         "the quick program waited for the endless one: {took:?}"
     );
     Ok(())
+}
+
+/// A worker's pipes belong to the tokio runtime that spawned it: a process running several
+/// runtimes (a test binary, a library user) gets a pool per runtime, so one whose runtime has
+/// shut down never hands its dead worker to another.
+#[test]
+fn a_runtime_never_gets_a_worker_of_one_that_shut_down() -> anyhow::Result<()> {
+    let limits = (1, 160 * 1024 * 1024);
+    let first = tokio::runtime::Runtime::new()?;
+    first.block_on(async {
+        let pool = Pool::shared(&worker(), limits.0, limits.1);
+        eval(&pool, QUICK, Duration::from_secs(10)).await?;
+        assert_eq!(pool.idle_workers().0, 1, "an idle worker kept");
+        anyhow::Ok(())
+    })?;
+    drop(first);
+    let second = tokio::runtime::Runtime::new()?;
+    second.block_on(async {
+        let pool = Pool::shared(&worker(), limits.0, limits.1);
+        let answer = eval(&pool, QUICK, Duration::from_secs(10)).await?;
+        assert_eq!(answer, "{\n   \"n\": 42\n}\n");
+        anyhow::Ok(())
+    })
 }

@@ -71,18 +71,23 @@ pub struct Pool {
 /// How often a busy worker's memory is read.
 const MEMORY_POLL: Duration = Duration::from_millis(20);
 
-/// A pool's identity: its worker command, worker count and memory limit.
-type PoolKey = (WorkerCommand, usize, u64);
+/// A pool's identity: its worker command, worker count and memory limit, and the tokio runtime
+/// it serves (a worker's pipes belong to the runtime that spawned it, and die with it: a process
+/// running several runtimes, as a test binary does, must not hand one runtime's worker to
+/// another).
+type PoolKey = (WorkerCommand, usize, u64, Option<tokio::runtime::Id>);
 
-/// The pools of this process, one per worker command and limits.
+/// The pools of this process, one per worker command, limits and runtime.
 static POOLS: Mutex<Option<HashMap<PoolKey, Arc<Pool>>>> = Mutex::new(None);
 
 impl Pool {
-    /// The process's pool for `command`: at most `max_workers` evaluations at once, a worker
-    /// killed when its resident memory passes `memory_limit` bytes.
+    /// The process's pool for `command` on the current tokio runtime: at most `max_workers`
+    /// evaluations at once, a worker killed when its resident memory passes `memory_limit`
+    /// bytes.
     pub fn shared(command: &WorkerCommand, max_workers: usize, memory_limit: u64) -> Arc<Pool> {
+        let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
         let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (command.clone(), max_workers, memory_limit);
+        let key = (command.clone(), max_workers, memory_limit, runtime);
         pools
             .get_or_insert_with(HashMap::new)
             .entry(key)
