@@ -97,15 +97,25 @@ async fn own_status_write_requeues_the_parent() -> anyhow::Result<()> {
         .parent("dj", json!({}))
         .start()
         .await?;
-    s.wait_child("dj-job").await?;
+    // the child is made and observed (it may be gone again before a poll could see it: the
+    // three steps take milliseconds)
+    eventually("a sync that observed the child", TIMEOUT, || async {
+        let seen = s
+            .hooks()
+            .calls("sync")
+            .iter()
+            .any(|r| !observed_names(r).is_empty());
+        Ok(seen.then_some(()))
+    })
+    .await?;
     s.wait_parent("dj", "the controller wrote phase Complete", |p| {
         p["status"]["phase"] == "Complete"
     })
     .await?;
     let cms = s.configmaps();
     eventually(
-        "the child deleted by the sync its own status write brought (10 s)",
-        Duration::from_secs(10),
+        "the child deleted by the sync its own status write brought",
+        TIMEOUT,
         || async { Ok(s.get(&cms, "dj-job").await?.is_none().then_some(())) },
     )
     .await?;
