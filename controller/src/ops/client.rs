@@ -40,3 +40,29 @@ pub fn build_fenced(
         .with_layer(&RateLimitLayer::new(limits, metrics))
         .build())
 }
+
+/// A client that sends every request of `base` as the user `username` (`Impersonate-User`),
+/// through `base` itself: its credentials, User-Agent, rate limit (the same token bucket, so
+/// impersonated writes count against `--qps` as kmeta's own), metrics and, under leader
+/// election, its write fence. No `Impersonate-Group` is sent: for a ServiceAccount user the API
+/// server adds its groups itself, as kube-apiserver does, so kmeta needs `impersonate` on the
+/// ServiceAccount only. Fails only when `username` cannot be a header value.
+pub fn impersonating(
+    base: &kube::Client,
+    username: &str,
+) -> Result<kube::Client, http::header::InvalidHeaderValue> {
+    let user = http::HeaderValue::from_str(username)?;
+    let inner = base.clone();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        request.headers_mut().insert(
+            http::HeaderName::from_static("impersonate-user"),
+            user.clone(),
+        );
+        async move { inner.send(request).await }
+    });
+    Ok(kube::Client::new(
+        service,
+        base.default_namespace().to_owned(),
+    ))
+}

@@ -23,7 +23,7 @@ use crate::ops::events::Reason;
 use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
-use crate::reconcile::core::{SyncError, api_err};
+use crate::reconcile::core::{SyncError, Writer, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::status;
 use crate::reconcile::unchanged::Fingerprint;
@@ -62,13 +62,17 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    await_own_writes(c, &parent).await?;
+    // before any child is read for the hook or written: a ServiceAccount that cannot be located
+    // fails the sync here, and kmeta never writes as itself in its place
+    let writer = c.writer(&parent)?;
+    await_own_writes(c, &parent, &writer).await?;
     let generate = c.generate_selector();
     let selector = cdecide::parent_selector(&parent, generate)?;
-    let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
-    let related = call_customize(c, &parent, used).await?;
+    let (observed, claim_wrote) = claim_children(c, &parent, &selector, &writer).await?;
+    let related = call_customize(c, &parent, &writer, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
     let step = Step {
+        writer: &writer,
         selector: &selector,
         finalizer: &fin,
         finalizing,
@@ -107,6 +111,8 @@ pub async fn sync_parent(
 /// What the steps after the hook call need to know of the ones before it.
 #[derive(Clone, Copy)]
 struct Step<'a> {
+    /// The identity children are written as.
+    writer: &'a Writer,
     /// The selector the children must match.
     selector: &'a LabelSelector,
     /// This controller's finalizer.
@@ -137,7 +143,7 @@ async fn call_sync_hook(
 ) -> Result<Called, SyncError> {
     let key = cache_key(parent);
     let body = call_hook_raw(c, parent, observed, related, finalizing, &key).await?;
-    let may_skip = may_skip && c.child_set().strategy != ApplyStrategy::ServerSideApply;
+    let may_skip = may_skip && c.strategy() != ApplyStrategy::ServerSideApply;
     let fingerprint = may_skip.then(|| Fingerprint::of(&body, parent, observed));
     if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(parent, f)) {
         return Ok(Called::KnownUnchanged(resync));
@@ -167,12 +173,16 @@ async fn pause(
 
 /// Step: waits while the watch has not shown this controller's last writes for `parent` — its
 /// status, its children (`docs/design/created-children.md`).
-async fn await_own_writes(c: &CompositeState, parent: &Value) -> Result<(), SyncError> {
+async fn await_own_writes(
+    c: &CompositeState,
+    parent: &Value,
+    writer: &Writer,
+) -> Result<(), SyncError> {
     if c.status_write_unseen(parent) {
         let what = format!("the status written to {}", describe(parent));
         return Err(SyncError::AwaitingWatch(what));
     }
-    children::await_written(&c.child_set(), parent).await
+    children::await_written(&c.child_set(writer.clone()), parent).await
 }
 
 /// The hook's `resyncAfterSeconds` as a delay, when positive.
@@ -211,6 +221,7 @@ async fn apply_response(
     step: Step<'_>,
 ) -> Result<Applied, SyncError> {
     let Step {
+        writer,
         selector,
         finalizer: fin,
         finalizing,
@@ -236,15 +247,18 @@ async fn apply_response(
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(Applied::ParentGone);
         }
-        quiet = manage_children(&c.child_set(), parent, &observed, &desired).await?;
+        quiet = manage_children(&c.child_set(writer.clone()), parent, &observed, &desired).await?;
         c.ctx
             .config
             .metrics
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
     drop((observed, desired));
-    let hook_status =
-        children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
+    let hook_status = children::status_with_reports(
+        &c.child_set(writer.clone()),
+        parent,
+        response.status.as_ref(),
+    );
     let hook_status = decide::with_handled_request(hook_status, parent);
     let written = status::update_status(&c.ctx, &c.parent, parent, hook_status.as_ref()).await?;
     quiet &= written.is_none();
@@ -291,6 +305,7 @@ async fn claim_children(
     c: &CompositeState,
     parent: &Value,
     selector: &LabelSelector,
+    writer: &Writer,
 ) -> Result<(Vec<Arc<Compact>>, bool), SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
@@ -321,12 +336,14 @@ async fn claim_children(
             parent_checked = true;
         }
         for orphan in plan.adopt {
-            if let Some(adopted) = adopt(c, rule, parent, selector, orphan.value()?).await? {
+            if let Some(adopted) =
+                adopt(c, (rule, writer), parent, selector, orphan.value()?).await?
+            {
                 observed.push(Arc::new(Compact::from_value(adopted)?));
             }
         }
         for child in plan.release {
-            release(c, rule, uid, selector, child.value()?).await?;
+            release(c, (rule, writer), uid, selector, child.value()?).await?;
         }
     }
     Ok((observed, wrote))
@@ -336,13 +353,13 @@ async fn claim_children(
 /// when it is now controlled by `parent`.
 async fn adopt(
     c: &CompositeState,
-    rule: &ChildRule,
+    (rule, writer): (&ChildRule, &Writer),
     parent: &Value,
     selector: &LabelSelector,
     orphan: Value,
 ) -> Result<Option<Value>, SyncError> {
     let api = kapi::api(
-        &c.ctx.client,
+        &writer.client,
         &rule.resolved,
         meta_str(&orphan, "namespace"),
     );
@@ -372,12 +389,16 @@ async fn adopt(
 /// (re-checked on the live object).
 async fn release(
     c: &CompositeState,
-    rule: &ChildRule,
+    (rule, writer): (&ChildRule, &Writer),
     uid: &str,
     selector: &LabelSelector,
     child: Value,
 ) -> Result<(), SyncError> {
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(&child, "namespace"));
+    let api = kapi::api(
+        &writer.client,
+        &rule.resolved,
+        meta_str(&child, "namespace"),
+    );
     let (name, child_uid) = (child.name().to_owned(), child.uid().to_owned());
     let what = describe(&child);
     // the first attempt writes the cached copy (409 when stale, then read fresh)
