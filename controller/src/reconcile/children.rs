@@ -308,10 +308,12 @@ async fn write_child(
             (out, None)
         }
         decide::WriteFailure::Failed(why) => {
-            let why = why.or_else(|| forbidden(c, rule, op_label, &e));
-            let cause = match why {
-                Some(why) => format!("{e}: {why}"),
-                None => e.to_string(),
+            // a refusal says first as whom, and what to grant (the API error can be long, and
+            // an Event's note is cut at 1000 bytes)
+            let cause = match (why, forbidden(c, rule, op_label, &e)) {
+                (Some(why), _) => format!("{e}: {why}"),
+                (None, Some(hint)) => format!("{hint}: {e}"),
+                (None, None) => e.to_string(),
             };
             let message = format!("{verb} {}: {cause}", describe(obj));
             c.count(ChildOpLabel::Error);
