@@ -280,3 +280,80 @@ async fn children_are_written_as_the_controllers_service_account_under_kmeta_rba
     );
     s.finish().await
 }
+
+#[tokio::test]
+async fn related_objects_the_service_account_may_not_list_are_not_given_to_the_hook()
+-> anyhow::Result<()> {
+    let mut s = Scenario::new("impersonate-related")
+        .authz(Authz::Wildcard)
+        .crd("Thing", "things")
+        .hook(|hook, body| match hook {
+            "customize" => Reply::Json(json!({"relatedResources": [{
+                "apiVersion": "v1", "resource": "secrets",
+                "labelSelector": {"matchLabels": {"share": "yes"}}}]})),
+            _ => {
+                let seen: Vec<String> = body["related"]["Secret.v1"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                Reply::Json(json!({"status": {"secrets": seen}, "children": []}))
+            }
+        })
+        .object(
+            "secrets",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "token", "labels": {"share": "yes"}},
+                   "data": {"token": "c2VjcmV0"}}),
+        )
+        .prepare()
+        .await?;
+    let open = Cc::new("open")
+        .hook("customize")
+        .selector(json!({"matchLabels": {"ctl": "open"}}));
+    s.controller(open).await?;
+    let locked = Cc::new("locked")
+        .hook("customize")
+        .selector(json!({"matchLabels": {"ctl": "locked"}}))
+        .patch(json!({"serviceAccountName": "writer"}));
+    let locked = s.controller(locked).await?;
+    // the ServiceAccount holds what `kmeta rbac --controller` grants without --related
+    writer_for(&mut s, &locked).await?;
+    s.start_controller();
+    s.parent_labeled("open-p", json!({"ctl": "open"}), json!({}))
+        .await?;
+    s.parent_labeled("locked-p", json!({"ctl": "locked"}), json!({}))
+        .await?;
+    // kmeta's own identity reads the Secret (from its watch) and gives it to the hook
+    s.wait_parent("open-p", "the Secret given to the hook", |p| {
+        p["status"]["secrets"] == json!(["token"])
+    })
+    .await?;
+    // under the ServiceAccount, which may not list Secrets, the sync stops before the hook and
+    // says what to grant to whom
+    let sa = format!("ServiceAccount {}/writer", s.ns);
+    let p = s
+        .wait_parent(
+            "locked-p",
+            "Synced=False: the ServiceAccount may not list secrets",
+            |p| {
+                p["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "Synced"
+                            && c["message"].as_str().is_some_and(|m| {
+                                m.contains(&sa) && m.contains("may not list secrets")
+                            })
+                    })
+                })
+            },
+        )
+        .await?;
+    assert!(p["status"].get("secrets").is_none(), "{p}");
+    assert!(
+        s.hooks()
+            .calls("sync")
+            .iter()
+            .all(|c| c["parent"]["metadata"]["name"] != "locked-p"),
+        "the sync hook of the locked controller was never called"
+    );
+    s.finish().await
+}
