@@ -144,10 +144,7 @@ async fn a_cluster_role_binding_to_cluster_admin_is_refused_under_the_controller
     // --controller` grants it (create on clusterrolebindings, not cluster-admin's rights): refused
     // by the API server's escalation check, reported naming the verb, the resource and the
     // ServiceAccount, as an event and as the parent's condition
-    let sa = format!("ServiceAccount {ns}/writer");
-    let names_all = |text: &str| {
-        text.contains("create clusterrolebindings.rbac.authorization.k8s.io") && text.contains(&sa)
-    };
+    let names_all = |text: &str| names_the_refusal(text, &ns);
     let event = s
         .wait_event("ChildWriteFailed naming the ServiceAccount", None, |e| {
             e["reason"] == "ChildWriteFailed"
@@ -171,47 +168,8 @@ async fn a_cluster_role_binding_to_cluster_admin_is_refused_under_the_controller
         "no binding was written for the locked controller"
     );
 
-    // --default-service-account: a controller naming none is written as that ServiceAccount
-    // too. A cluster-scoped parent has no namespace to find it in, so without
-    // spec.serviceAccountNamespace the parent is refused (never written as kmeta itself)
-    s.stop_controller().await?;
-    s.start_controller_with(ManagerConfig {
-        default_service_account: Some("writer".into()),
-        ..ManagerConfig::default()
-    });
-    let open_2 = format!("{}-open-2", s.id);
-    team(&mut s, &open_2, "open").await?;
-    let message = refusal_on(
-        &s,
-        &open_2,
-        "Synced=False: no namespace for the ServiceAccount",
-        |m| m.contains("cluster-scoped") && m.contains("spec.serviceAccountNamespace"),
-    )
-    .await?;
-    assert!(message.contains("--default-service-account"), "{message}");
-    // with the namespace given, the lockdown's ServiceAccount is refused as the locked one was
-    let open_name = open["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    s.merge_patch(
-        &s.controllers(),
-        &open_name,
-        json!({"spec": {"serviceAccountNamespace": ns}}),
-    )
-    .await?;
-    refusal_on(
-        &s,
-        &open_2,
-        "Synced=False naming the lockdown's ServiceAccount",
-        names_all,
-    )
-    .await?;
-    assert!(
-        s.get(&bindings(&s), &format!("{open_2}-admin"))
-            .await?
-            .is_none()
-    );
+    let open_name = open["metadata"]["name"].as_str().unwrap_or_default();
+    under_the_lockdown(&mut s, open_name).await?;
 
     // no child of another parent or controller was touched by any of it
     let now = s
@@ -223,6 +181,56 @@ async fn a_cluster_role_binding_to_cluster_admin_is_refused_under_the_controller
         "the first binding is as it was written"
     );
     s.finish().await
+}
+
+/// Whether a report of the refused binding names the verb, the resource and the ServiceAccount
+/// `writer` of namespace `ns`.
+fn names_the_refusal(text: &str, ns: &str) -> bool {
+    text.contains("create clusterrolebindings.rbac.authorization.k8s.io")
+        && text.contains(&format!("ServiceAccount {ns}/writer"))
+}
+
+/// `--default-service-account writer`: the controller `open`, naming no ServiceAccount, is
+/// written as `writer` too. A cluster-scoped parent has no namespace to find it in, so without
+/// spec.serviceAccountNamespace its new parent is refused (never written as kmeta itself); with
+/// the namespace given, the binding is refused as the locked controller's was.
+async fn under_the_lockdown(s: &mut Running, open_name: &str) -> anyhow::Result<()> {
+    let ns = s.ns.clone();
+    s.stop_controller().await?;
+    s.start_controller_with(ManagerConfig {
+        default_service_account: Some("writer".into()),
+        ..ManagerConfig::default()
+    });
+    let open_2 = format!("{}-open-2", s.id);
+    team(s, &open_2, "open").await?;
+    let message = refusal_on(
+        s,
+        &open_2,
+        "Synced=False: no namespace for the ServiceAccount",
+        |m| m.contains("cluster-scoped") && m.contains("spec.serviceAccountNamespace"),
+    )
+    .await?;
+    assert!(message.contains("--default-service-account"), "{message}");
+    // with the namespace given, the lockdown's ServiceAccount is refused as the locked one was
+    s.merge_patch(
+        &s.controllers(),
+        open_name,
+        json!({"spec": {"serviceAccountNamespace": ns}}),
+    )
+    .await?;
+    refusal_on(
+        s,
+        &open_2,
+        "Synced=False naming the lockdown's ServiceAccount",
+        |m| names_the_refusal(m, &ns),
+    )
+    .await?;
+    assert!(
+        s.get(&bindings(s), &format!("{open_2}-admin"))
+            .await?
+            .is_none()
+    );
+    Ok(())
 }
 
 #[tokio::test]
