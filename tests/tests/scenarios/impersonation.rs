@@ -5,7 +5,7 @@
 
 use kmeta::ManagerConfig;
 use kmeta::cmd::rbac::{Controller, cluster_role, controller_grants, service_account_binding};
-use kmeta_tests::scenario::{Cc, Running, Scenario};
+use kmeta_tests::scenario::{Cc, Dc, Running, Scenario};
 use kmeta_tests::{Authz, Reply};
 use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
@@ -39,7 +39,8 @@ fn team_controller(name: &str) -> Cc {
 }
 
 /// The ServiceAccount `writer` in the scenario's namespace, bound (ClusterRoleBinding) to the
-/// ClusterRole `kmeta rbac --controller` prints for `cc`.
+/// ClusterRole `kmeta rbac --controller` prints for `cc`, a CompositeController or (with
+/// `kind` set) a DecoratorController.
 async fn writer_for(s: &mut Running, cc: &Value) -> anyhow::Result<()> {
     let ns = s.ns.clone();
     s.create(
@@ -48,9 +49,15 @@ async fn writer_for(s: &mut Running, cc: &Value) -> anyhow::Result<()> {
                "metadata": {"name": "writer", "namespace": ns}}),
     )
     .await?;
-    let spec = serde_json::from_value(cc["spec"].clone())?;
+    let spec = cc["spec"].clone();
+    let controller = match cc["kind"].as_str() {
+        Some("DecoratorController") => {
+            Controller::Decorator(Box::new(serde_json::from_value(spec)?))
+        }
+        _ => Controller::Composite(Box::new(serde_json::from_value(spec)?)),
+    };
     let role_name = format!("{}-writer", s.id);
-    let grants = controller_grants(&Controller::Composite(Box::new(spec)), &[]);
+    let grants = controller_grants(&controller, &[]);
     s.create("clusterroles", cluster_role(&role_name, &grants))
         .await?;
     s.create(
@@ -363,5 +370,33 @@ async fn related_objects_the_service_account_may_not_list_are_not_given_to_the_h
             .all(|c| c["parent"]["metadata"]["name"] != "locked-p"),
         "the sync hook of the locked controller was never called"
     );
+    s.finish().await
+}
+
+#[tokio::test]
+async fn a_decorator_controllers_attachments_are_written_as_its_service_account()
+-> anyhow::Result<()> {
+    let mut s = Scenario::new("impersonate-dc")
+        .authz(Authz::KmetaRbac)
+        .crd("Thing", "things")
+        .hook(|_, body| {
+            let name = body["object"]["metadata"]["name"].as_str().unwrap_or("x");
+            Reply::Json(
+                json!({"attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-att")}, "data": {"k": "v"}}]}),
+            )
+        })
+        .prepare()
+        .await?;
+    let dc = s
+        .decorator(Dc::new("decorates").patch(json!({"serviceAccountName": "writer"})))
+        .await?;
+    writer_for(&mut s, &dc).await?;
+    s.start_controller();
+    s.parent("t", json!({})).await?;
+    // kmeta's own role (kmeta rbac) only watches ConfigMaps: the ServiceAccount wrote it, and a
+    // 403 of kmeta's own identity would fail the scenario when it ends
+    s.wait_child_where("t-att", "the attachment", |c| c["data"]["k"] == "v")
+        .await?;
     s.finish().await
 }
