@@ -121,6 +121,8 @@ impl Composite {
                 endpoint_configs: None,
                 resync_period_seconds: None,
                 generate_selector: Some(true),
+                service_account_name: None,
+                service_account_namespace: None,
             },
             has_parent: false,
             sync: None,

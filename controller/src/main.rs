@@ -78,6 +78,11 @@ enum Command {
         /// resources; for a ServiceAccount of its own.
         #[arg(long, value_name = "NAME")]
         controller: Option<String>,
+        /// The `--default-service-account` kmeta runs with: controllers naming no
+        /// ServiceAccount have their children written as it, so kmeta's own role only watches
+        /// them and may impersonate it.
+        #[arg(long, value_name = "NAME")]
+        default_service_account: Option<String>,
     },
     /// What kmeta would write for one parent, without a cluster: calls the controller's sync hook
     /// once and prints the desired children and the parent's status as YAML, or with --diff the
@@ -527,12 +532,17 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             related,
             name,
             controller: None,
-        } => emit(kmeta::cmd::rbac::render(&files, &related, &name)?.as_bytes())?,
+            default_service_account,
+        } => emit(
+            kmeta::cmd::rbac::render(&files, &related, &name, default_service_account.as_deref())?
+                .as_bytes(),
+        )?,
         Command::Rbac {
             files,
             related,
             name,
             controller: Some(controller),
+            ..
         } => emit(
             kmeta::cmd::rbac::render_controller(&files, &related, &name, &controller)?.as_bytes(),
         )?,

@@ -103,6 +103,26 @@ pub struct Env {
     cleanup: Vec<(ApiResource, String)>,
     /// The related resources granted to kmeta in [`rbac`] mode.
     rbac_related: rbac::Related,
+    /// kmeta holds only what `kmeta rbac` grants, kept in step with the controllers ([`rbac`]).
+    rbac: bool,
+    /// The in-process server authorizes requests: a 403 kmeta meets under its own identity
+    /// fails the scenario.
+    authorized: bool,
+}
+
+/// Who kmeta is to a scenario's in-process API server (a real cluster: its kubeconfig's user).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Authz {
+    /// As `KMETA_TEST_RBAC` says: no authorization, or [`Authz::KmetaRbac`].
+    #[default]
+    FromEnv,
+    /// Authorization on; kmeta is the ServiceAccount `kube-system/kmeta` holding only what
+    /// `kmeta rbac` grants ([`rbac`]), whatever `KMETA_TEST_RBAC` says.
+    KmetaRbac,
+    /// Authorization on; kmeta is the ServiceAccount `kube-system/kmeta` holding the wildcard
+    /// ClusterRole `deploy/rbac.yaml` installs (Metacontroller's grant): all but what the
+    /// ServiceAccounts it impersonates may not do.
+    Wildcard,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -287,6 +307,22 @@ impl Env {
         name: &str,
         builder: kmeta_apiserver::TestServerBuilder,
     ) -> anyhow::Result<Env> {
+        Self::with_authz(name, builder, Authz::FromEnv).await
+    }
+
+    /// Like [`Env::with_server`], with kmeta authorized as `authz` says by the in-process
+    /// server (ignored on a real cluster).
+    pub async fn with_authz(
+        name: &str,
+        builder: kmeta_apiserver::TestServerBuilder,
+        authz: Authz,
+    ) -> anyhow::Result<Env> {
+        let rbac = match authz {
+            Authz::FromEnv => rbac::rbac_mode(),
+            Authz::KmetaRbac => true,
+            Authz::Wildcard => false,
+        };
+        let authorized = rbac || authz == Authz::Wildcard;
         init_tracing();
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let rand = uuid::Uuid::new_v4().simple().to_string();
@@ -299,7 +335,7 @@ impl Env {
                 (kube::Client::try_from(cfg.clone())?, cfg, None)
             }
             None => {
-                let builder = if rbac::rbac_mode() {
+                let builder = if authorized {
                     builder.rbac(true)
                 } else {
                     builder
@@ -316,13 +352,14 @@ impl Env {
                     churn_watches(&server, period);
                 }
                 let mut cfg = kube::Config::new(server.url().parse()?);
-                if rbac::rbac_mode() {
-                    let token = rbac::service_account(&server).await?;
+                if authorized {
+                    let token = rbac::service_account(&server, authz == Authz::Wildcard).await?;
                     cfg.auth_info.token = Some(token.into());
                 }
                 (server.client(), cfg, Some(server))
             }
         };
+        let real = server.is_none();
         let controller_client =
             kube::Client::try_from(kmeta::ops::client::with_user_agent(controller_config))?;
         let ns = format!("t-{id}");
@@ -347,6 +384,8 @@ impl Env {
             in_process: Vec::new(),
             cleanup: vec![(ar("v1", "Namespace", "namespaces"), ns)],
             rbac_related: rbac::Related::default(),
+            rbac: rbac && !real,
+            authorized: authorized && !real,
         })
     }
 
@@ -376,7 +415,9 @@ impl Env {
         let config = self.scenario_config(config);
         let client = self.controller_client.clone();
         let stop = self.stop.clone();
-        if rbac::rbac_mode() && self.server.is_some() {
+        if self.rbac {
+            self.rbac_related
+                .set_default_service_account(config.default_service_account.clone());
             // the role as `kmeta rbac` makes it for the controllers created so far, then kept
             // in step with those created later
             let admin = self.client.clone();
@@ -452,10 +493,7 @@ impl Env {
     /// Creates `object` (its kind's plural given), remembering cluster-scoped ones for cleanup.
     pub async fn create(&mut self, plural: &str, object: Value) -> anyhow::Result<Value> {
         let (av, kind, ns, name) = ident(&object)?;
-        if rbac::rbac_mode()
-            && self.server.is_some()
-            && matches!(plural, "compositecontrollers" | "decoratorcontrollers")
-        {
+        if self.rbac && matches!(plural, "compositecontrollers" | "decoratorcontrollers") {
             // as an operator applies `kmeta rbac`'s role with the controller, before kmeta sees it
             rbac::sync_role(&self.client, Some(&object), &self.rbac_related).await?;
         }
@@ -474,7 +512,7 @@ impl Env {
     /// kmeta's ServiceAccount's, after granting it what `kmeta rbac` would for `cc` (the
     /// CompositeController object it would have been).
     pub async fn in_process_client(&self, cc: &Value) -> anyhow::Result<kube::Client> {
-        if rbac::rbac_mode() && self.server.is_some() {
+        if self.rbac {
             self.rbac_related.add_in_process(&self.client, cc).await?;
             return Ok(self.controller_client.clone());
         }
@@ -484,7 +522,7 @@ impl Env {
     /// In [`rbac`] mode, what grants kmeta the related resources a hook answer selects (for
     /// [`HookServer::before_related`]); `None` otherwise.
     pub fn related_granter(&self) -> Option<rbac::RelatedGrant> {
-        (rbac::rbac_mode() && self.server.is_some())
+        self.rbac
             .then(|| self.rbac_related.granter(self.client.clone()))
     }
 
@@ -664,7 +702,7 @@ impl Env {
 impl Drop for Env {
     fn drop(&mut self) {
         self.stop.cancel();
-        if rbac::rbac_mode()
+        if self.authorized
             && let Some(server) = &self.server
         {
             let report = rbac::report(&self.id, server);

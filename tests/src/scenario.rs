@@ -14,7 +14,7 @@ use kmeta::ManagerConfig;
 use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
-use crate::{Env, HookServer, Reply, TIMEOUT, composite_controller, crd, eventually};
+use crate::{Authz, Env, HookServer, Reply, TIMEOUT, composite_controller, crd, eventually};
 
 type HookFn = Box<dyn Fn(&str, &Value) -> Reply + Send + Sync>;
 type CrdEdit = Box<dyn FnOnce(&mut Value)>;
@@ -40,6 +40,7 @@ pub struct Scenario {
     controllers: Vec<Cc>,
     config: Option<ManagerConfig>,
     parents: Vec<(String, Value)>,
+    authz: Authz,
 }
 
 impl Scenario {
@@ -54,7 +55,14 @@ impl Scenario {
             controllers: Vec::new(),
             config: None,
             parents: Vec::new(),
+            authz: Authz::FromEnv,
         }
+    }
+
+    /// Who kmeta is to the in-process API server (default [`Authz::FromEnv`]).
+    pub fn authz(mut self, authz: Authz) -> Scenario {
+        self.authz = authz;
+        self
     }
 
     /// A namespaced CRD `kind`/`plural` in the scenario's group (see [`crd`]), created and
@@ -156,7 +164,8 @@ impl Scenario {
                 self.name
             );
         }
-        let mut env = Env::new(&self.name).await?;
+        let builder = kmeta_apiserver::TestServer::builder();
+        let mut env = Env::with_authz(&self.name, builder, self.authz).await?;
         crate::install_kmeta_crds(&mut env).await?;
         let group = format!("{}.kmeta.test", env.id);
         let parent_kind = self.crds.first().map_or_else(

@@ -47,6 +47,18 @@ pub struct CompositeControllerSpec {
     /// Select children by `controller-uid=<parent uid>` instead of the parent's `spec.selector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_selector: Option<bool>,
+    /// kmeta extension (Metacontroller ignores it): the ServiceAccount whose identity kmeta takes
+    /// (`Impersonate-User: system:serviceaccount:<namespace>:<name>`) for this controller's
+    /// child or attachment writes, adoptions and releases, and the related reads its customize
+    /// hook selects; kmeta's own identity keeps the watches, the parents' status and finalizers,
+    /// events and Leases. Unset: kmeta's own identity, as Metacontroller (or `kmeta run
+    /// --default-service-account`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// kmeta extension: the namespace of `serviceAccountName`. Default: the parent's namespace;
+    /// required for cluster-scoped parents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_namespace: Option<String>,
 }
 
 /// CompositeController status (empty, as Metacontroller's).
@@ -466,6 +478,18 @@ pub struct DecoratorControllerSpec {
     /// Periodic resync (seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_period_seconds: Option<i32>,
+    /// kmeta extension (Metacontroller ignores it): the ServiceAccount whose identity kmeta takes
+    /// (`Impersonate-User: system:serviceaccount:<namespace>:<name>`) for this controller's
+    /// child or attachment writes, adoptions and releases, and the related reads its customize
+    /// hook selects; kmeta's own identity keeps the watches, the targets' status and finalizers,
+    /// events and Leases. Unset: kmeta's own identity, as Metacontroller (or `kmeta run
+    /// --default-service-account`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// kmeta extension: the namespace of `serviceAccountName`. Default: the target's namespace;
+    /// required for cluster-scoped targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_namespace: Option<String>,
 }
 
 /// DecoratorController status (empty).

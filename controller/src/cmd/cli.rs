@@ -124,6 +124,17 @@ pub struct RunArgs {
     /// Prefix of the field managers of child writes: `<prefix>/<controller>/<parent uid hash>`.
     #[arg(long, default_value = "metacontroller", value_name = "NAME")]
     pub apply_strategy_ssa_field_manager: String,
+    /// Make impersonation mandatory: every controller naming no `spec.serviceAccountName` has
+    /// its child writes and related reads made as this ServiceAccount, in the parent's namespace
+    /// (or the controller's `spec.serviceAccountNamespace`) [default: none, kmeta's own
+    /// identity].
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "NAME"
+    )]
+    pub default_service_account: String,
     /// pprof address of Metacontroller (accepted for compatibility; kmeta serves no pprof).
     #[arg(long, default_value = "0", value_name = "ADDR")]
     pub pprof_address: String,
@@ -226,6 +237,8 @@ pub struct RunConfig {
     pub apply_strategy: ApplyStrategy,
     /// `--apply-strategy-ssa-field-manager`: the field manager prefix.
     pub ssa_field_manager: String,
+    /// `--default-service-account` (None: kmeta's own identity for controllers naming none).
+    pub default_service_account: Option<String>,
 }
 
 /// A YAML parse error as one line, `what at line L, column C` (the parser's own rendering adds
@@ -333,6 +346,7 @@ impl RunArgs {
         self.check_leader_lock()?;
         self.check_workers_and_rates()?;
         self.check_target_label_selector()?;
+        let default_service_account = self.check_default_service_account()?;
         let leader = self.leader_flags()?;
         let (discovery_interval, cache_flush_interval) = self.intervals()?;
         let ignored = self.ignored_flags();
@@ -356,6 +370,7 @@ impl RunArgs {
             log: self.log.to_config()?,
             apply_strategy,
             ssa_field_manager,
+            default_service_account,
             ignored,
         })
     }
@@ -381,6 +396,30 @@ impl RunArgs {
             });
         }
         Ok((strategy, prefix.to_owned()))
+    }
+
+    /// `--default-service-account`: empty, or a ServiceAccount name (a DNS subdomain: lowercase
+    /// letters, digits, `-` and `.`, at most 253 characters).
+    fn check_default_service_account(&self) -> Result<Option<String>, CliError> {
+        let name = self.default_service_account.trim();
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let valid = name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !valid {
+            return Err(CliError::Invalid {
+                flag: "default-service-account",
+                message: format!(
+                    "{name:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+                ),
+            });
+        }
+        Ok(Some(name.to_owned()))
     }
 
     /// `--leader-election-resource-lock`: only leases.
@@ -546,6 +585,10 @@ mod tests {
         );
         assert_eq!(c.leader, None);
         assert_eq!(c.target_label_selector, None);
+        assert_eq!(
+            c.default_service_account, None,
+            "kmeta's own identity by default"
+        );
         assert!((c.events_qps - 1.0 / 300.0).abs() < 1e-12);
         assert_eq!(c.events_burst, 25);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
@@ -638,6 +681,18 @@ mod tests {
         let e = parse(&["--target-label-selector=a in b"]).expect_err("bad selector");
         assert!(
             e.to_string().starts_with("--target-label-selector: "),
+            "{e}"
+        );
+        assert_eq!(
+            parse(&["--default-service-account=kmeta-writer"])
+                .expect("sa")
+                .default_service_account
+                .as_deref(),
+            Some("kmeta-writer")
+        );
+        let e = parse(&["--default-service-account=Writer"]).expect_err("bad sa");
+        assert!(
+            e.to_string().starts_with("--default-service-account: "),
             "{e}"
         );
         let e = parse(&["--leader-election-resource-lock=configmaps"]).expect_err("lock");

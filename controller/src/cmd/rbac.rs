@@ -10,6 +10,11 @@
 //! leader-election Lease. Related objects are chosen by customize hooks at run time, so they
 //! cannot be read from the manifests: name them with `--related`, and the output says when a
 //! controller has a customize hook.
+//!
+//! A controller whose writes are made as a ServiceAccount (`spec.serviceAccountName`, or every
+//! controller naming none under `--default-service-account`) leaves kmeta's own identity only the
+//! watches of its children, and gives it the `impersonate` verb on that ServiceAccount (by name);
+//! `--controller` prints what the ServiceAccount itself needs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -91,6 +96,8 @@ pub struct Grants {
     pub watched: BTreeMap<(String, String), BTreeSet<String>>,
     /// Controllers with a customize hook (their related resources are not in the manifests).
     pub customized: BTreeSet<String>,
+    /// The ServiceAccounts (names) kmeta impersonates: `impersonate` on these names only.
+    pub impersonated: BTreeSet<String>,
 }
 
 /// The API group of an `apiVersion` (`""` for the core group).
@@ -129,6 +136,12 @@ impl Grants {
     /// merge follows.
     fn managed(&mut self, api_version: &str, resource: &str) {
         self.add(api_version, resource, MANAGE);
+        self.list_markers(api_version, resource);
+    }
+
+    /// `get` on the CustomResourceDefinition of a custom resource (`<plural>.<group>`), read for
+    /// the list markers a child's merge follows.
+    fn list_markers(&mut self, api_version: &str, resource: &str) {
         let group = group_of(api_version);
         // as kmeta tells a CRD's group: it has a dot and is not a built-in `*.k8s.io` group
         if group.contains('.') && !group.ends_with(".k8s.io") {
@@ -201,17 +214,31 @@ impl Grants {
         }
     }
 
-    fn composite(&mut self, name: &str, cc: &CompositeControllerSpec) {
+    /// A child or attachment type kmeta manages as `writer` (a ServiceAccount's name), or as
+    /// itself (`None`): as itself, [`Grants::managed`]; as a ServiceAccount, only the watch (and
+    /// the CRD's list markers) stays kmeta's.
+    fn child(&mut self, api_version: &str, resource: &str, writer: Option<&str>) {
+        match writer {
+            None => self.managed(api_version, resource),
+            Some(_) => {
+                self.add(api_version, resource, READ);
+                self.list_markers(api_version, resource);
+            }
+        }
+    }
+
+    fn composite(&mut self, name: &str, cc: &CompositeControllerSpec, writer: Option<&str>) {
         let p = &cc.parent_resource;
         self.add(&p.api_version, &p.resource, OWN);
         self.add(&p.api_version, &format!("{}/status", p.resource), STATUS);
         let children = cc.child_resources.iter().flatten();
-        if children.clone().next().is_some() {
+        if children.clone().next().is_some() && writer.is_none() {
             self.owner(&p.api_version, &p.resource);
         }
+        self.impersonated.extend(writer.map(str::to_owned));
         let mut rolling = false;
         for c in children {
-            self.managed(&c.api_version, &c.resource);
+            self.child(&c.api_version, &c.resource, writer);
             let method = c.update_strategy.as_ref().and_then(|s| s.method);
             rolling |= matches!(
                 method,
@@ -239,17 +266,18 @@ impl Grants {
         self.credentials(&list, cc.endpoint_configs.as_deref().unwrap_or_default());
     }
 
-    fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec) {
+    fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec, writer: Option<&str>) {
         let attaches = dc.attachments.as_ref().is_some_and(|a| !a.is_empty());
         for r in &dc.resources {
             self.add(&r.api_version, &r.resource, OWN);
             self.add(&r.api_version, &format!("{}/status", r.resource), STATUS);
-            if attaches {
+            if attaches && writer.is_none() {
                 self.owner(&r.api_version, &r.resource);
             }
         }
+        self.impersonated.extend(writer.map(str::to_owned));
         for a in dc.attachments.iter().flatten() {
-            self.managed(&a.api_version, &a.resource);
+            self.child(&a.api_version, &a.resource, writer);
         }
         let hooks = dc.hooks.as_ref();
         let list: Vec<&Hook> = hooks
@@ -267,14 +295,38 @@ impl Grants {
 }
 
 /// The grants `controllers` (with their names) need, plus read access to `related`
-/// (`(apiVersion, resource)` pairs the customize hooks select).
+/// (`(apiVersion, resource)` pairs the customize hooks select), for kmeta run without
+/// `--default-service-account`.
 pub fn grants(controllers: &[(String, Controller)], related: &[(String, String)]) -> Grants {
+    grants_with(controllers, related, None)
+}
+
+/// The ServiceAccount (name) a controller's writes are made as: its `spec.serviceAccountName`,
+/// else `default` (`--default-service-account`); `None`: kmeta's own identity.
+pub fn writer_of<'a>(c: &'a Controller, default: Option<&'a str>) -> Option<&'a str> {
+    let named = match c {
+        Controller::Composite(cc) => cc.service_account_name.as_deref(),
+        Controller::Decorator(dc) => dc.service_account_name.as_deref(),
+    };
+    named.or(default).filter(|n| !n.is_empty())
+}
+
+/// As [`grants`], for kmeta run with `--default-service-account default` when given. Children
+/// (attachments) of controllers whose writes are made as a ServiceAccount are only watched by
+/// kmeta's own identity, which gets `impersonate` on that ServiceAccount's name; a child type
+/// another controller writes as kmeta itself keeps its whole lifecycle.
+pub fn grants_with(
+    controllers: &[(String, Controller)],
+    related: &[(String, String)],
+    default: Option<&str>,
+) -> Grants {
     let mut g = Grants::default();
     g.base();
     for (name, c) in controllers {
+        let writer = writer_of(c, default);
         match c {
-            Controller::Composite(cc) => g.composite(name, cc),
-            Controller::Decorator(dc) => g.decorator(name, dc),
+            Controller::Composite(cc) => g.composite(name, cc, writer),
+            Controller::Decorator(dc) => g.decorator(name, dc, writer),
         }
     }
     for (api_version, resource) in related {
@@ -343,6 +395,10 @@ pub fn cluster_role(name: &str, g: &Grants) -> Value {
     for ((group, resource), names) in &g.watched {
         rules.push(json!({"apiGroups": [group], "resources": [resource],
                           "resourceNames": names, "verbs": READ}));
+    }
+    if !g.impersonated.is_empty() {
+        rules.push(json!({"apiGroups": [""], "resources": ["serviceaccounts"],
+                          "resourceNames": g.impersonated, "verbs": ["impersonate"]}));
     }
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -436,13 +492,22 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
 
 /// `kmeta rbac`: the ClusterRole as YAML, with a comment naming the controllers whose related
 /// resources were not given.
-pub fn render(paths: &[PathBuf], related: &[String], name: &str) -> Result<String, RbacError> {
+pub fn render(
+    paths: &[PathBuf],
+    related: &[String],
+    name: &str,
+    default_service_account: Option<&str>,
+) -> Result<String, RbacError> {
     let controllers = load(paths)?;
     if controllers.is_empty() {
         let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         return Err(RbacError::Empty(shown.join(", ")));
     }
-    let g = grants(&controllers, &parse_related(related)?);
+    let g = grants_with(
+        &controllers,
+        &parse_related(related)?,
+        default_service_account,
+    );
     let role = cluster_role(name, &g);
     let mut text = String::from(
         "# The ClusterRole kmeta needs for these controllers (kmeta rbac). Bind it to kmeta's\n\
@@ -456,8 +521,53 @@ pub fn render(paths: &[PathBuf], related: &[String], name: &str) -> Result<Strin
             list.join(", ")
         ));
     }
+    if !g.impersonated.is_empty() {
+        text.push_str(
+            "# Controllers with a ServiceAccount have their children written as it: kmeta only\n\
+             # watches them and may impersonate these ServiceAccounts (kmeta rbac --controller\n\
+             # NAME prints what each needs).\n",
+        );
+    }
     text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
     Ok(text)
+}
+
+/// The ClusterRoleBinding of ClusterRole `role` to the ServiceAccount `namespace/name`.
+pub fn service_account_binding(role: &str, namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role, "labels": {"app.kubernetes.io/name": "kmeta"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    })
+}
+
+/// How `--controller`'s output says to bind its role: a ClusterRoleBinding document when the
+/// controller names its ServiceAccount and namespace, else a comment.
+fn binding_text(c: &Controller, role: &str) -> Result<String, RbacError> {
+    let (name, namespace) = match c {
+        Controller::Composite(cc) => (&cc.service_account_name, &cc.service_account_namespace),
+        Controller::Decorator(dc) => (&dc.service_account_name, &dc.service_account_namespace),
+    };
+    let set = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+    Ok(match (set(name), set(namespace)) {
+        (Some(name), Some(ns)) => {
+            let binding = service_account_binding(role, &ns, &name);
+            let yaml =
+                serde_saphyr::to_string(&binding).map_err(|e| RbacError::Render(e.to_string()))?;
+            format!("---\n{yaml}")
+        }
+        (Some(name), None) => format!(
+            "# Bind it to the ServiceAccount {name} of each namespace its parents are in (its\n\
+             # spec.serviceAccountNamespace is not set): a subject per namespace.\n"
+        ),
+        (None, _) => {
+            "# It names no spec.serviceAccountName: under kmeta run --default-service-account\n\
+             # NAME, bind it to the ServiceAccount NAME of each namespace its parents are in.\n"
+                .to_owned()
+        }
+    })
 }
 
 /// `kmeta rbac --controller NAME`: the ClusterRole of what that one controller needs on its own
@@ -494,6 +604,7 @@ pub fn render_controller(
         );
     }
     text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
+    text.push_str(&binding_text(c, name)?);
     Ok(text)
 }
 
@@ -749,5 +860,45 @@ spec:
             e.starts_with("c.yaml: document 1 (CompositeController x): spec:"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn kmeta_only_watches_the_children_of_a_controller_with_a_service_account() {
+        let with_sa = CC.replace(
+            "  hooks:\n",
+            "  serviceAccountName: cat-writer\n  serviceAccountNamespace: pets\n  hooks:\n",
+        );
+        let g = grants(&composite(&with_sa), &[]);
+        assert_eq!(verbs(&g, "", "pods"), ["get", "list", "watch"]);
+        assert_eq!(
+            verbs(&g, "", "persistentvolumeclaims"),
+            ["get", "list", "watch"]
+        );
+        assert!(verbs(&g, "ctl.example.com", "catsets/finalizers").is_empty());
+        assert_eq!(g.impersonated, BTreeSet::from(["cat-writer".to_owned()]));
+        let role = cluster_role("kmeta", &g);
+        let rules = role["rules"].as_array().unwrap();
+        assert!(
+            rules.contains(&json!({"apiGroups": [""], "resources": ["serviceaccounts"],
+                                   "resourceNames": ["cat-writer"], "verbs": ["impersonate"]})),
+            "{role}"
+        );
+        // without one, kmeta writes them itself; --default-service-account makes it one
+        let own = grants(&composite(CC), &[]);
+        assert_eq!(verbs(&own, "", "pods").len(), 7);
+        assert!(own.impersonated.is_empty());
+        let locked = grants_with(&composite(CC), &[], Some("writer"));
+        assert_eq!(verbs(&locked, "", "pods"), ["get", "list", "watch"]);
+        assert_eq!(locked.impersonated, BTreeSet::from(["writer".to_owned()]));
+        // the ServiceAccount's own role, and its binding when the namespace is named
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, &with_sa).unwrap();
+        let text =
+            render_controller(std::slice::from_ref(&file), &[], "cat-writer", "cats").unwrap();
+        assert!(text.contains("kind: ClusterRoleBinding"), "{text}");
+        assert!(text.contains("namespace: pets"), "{text}");
+        let kmeta = render(&[file], &[], "kmeta", None).unwrap();
+        assert!(kmeta.contains("impersonate"), "{kmeta}");
     }
 }

@@ -77,6 +77,7 @@ pub fn manager_config(
         events_burst: config.events_burst,
         apply_strategy: config.apply_strategy,
         ssa_field_manager: config.ssa_field_manager.clone(),
+        default_service_account: config.default_service_account.clone(),
         reporting_instance: std::env::var("POD_NAME").ok(),
         metrics,
         ready,

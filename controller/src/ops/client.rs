@@ -40,3 +40,96 @@ pub fn build_fenced(
         .with_layer(&RateLimitLayer::new(limits, metrics))
         .build())
 }
+
+/// A client that sends every request of `base` as the user `username` (`Impersonate-User`),
+/// through `base` itself: its credentials, User-Agent, rate limit (the same token bucket, so
+/// impersonated writes count against `--qps` as kmeta's own), metrics and, under leader
+/// election, its write fence. No `Impersonate-Group` is sent: for a ServiceAccount user the API
+/// server adds its groups itself, as kube-apiserver does, so kmeta needs `impersonate` on the
+/// ServiceAccount only. Fails only when `username` cannot be a header value.
+pub fn impersonating(
+    base: &kube::Client,
+    username: &str,
+) -> Result<kube::Client, http::header::InvalidHeaderValue> {
+    let user = http::HeaderValue::from_str(username)?;
+    let inner = base.clone();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        request.headers_mut().insert(
+            http::HeaderName::from_static("impersonate-user"),
+            user.clone(),
+        );
+        async move { inner.send(request).await }
+    });
+    Ok(kube::Client::new(
+        service,
+        base.default_namespace().to_owned(),
+    ))
+}
+
+#[cfg(all(test, feature = "embedded-apiserver"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+
+    #[tokio::test]
+    async fn an_impersonated_request_is_made_as_the_user_through_the_base_clients_fence()
+    -> anyhow::Result<()> {
+        let server = kmeta_apiserver::TestServer::builder()
+            .rbac(true)
+            .start()
+            .await?;
+        let mut config = kube::Config::new(server.url().parse()?);
+        config.auth_info.token = server.admin_token().map(|t| t.to_owned().into());
+        let limits = RateLimit { qps: 0.0, burst: 0 };
+        let metrics = Arc::new(Metrics::default());
+        let fence = Fence::new();
+        let base = build_fenced(config, limits, metrics, fence.clone())?;
+        let writer = impersonating(&base, "system:serviceaccount:team:writer")?;
+        let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(writer.clone(), "default");
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("c".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // a write as the ServiceAccount still passes the base client's fence: closed, refused
+        // before it reaches the server
+        let e = configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("leader lease"), "{e}");
+        // open: requests reach the server, which sees the ServiceAccount (not the superuser)
+        fence.open_until(tokio::time::Instant::now() + std::time::Duration::from_secs(60));
+        let review: serde_json::Value = writer
+            .request(
+                http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews").body(
+                    serde_json::to_vec(&serde_json::json!({
+                            "apiVersion": "authorization.k8s.io/v1",
+                            "kind": "SelfSubjectRulesReview",
+                            "spec": {"namespace": "team"}}))?,
+                )?,
+            )
+            .await?;
+        // the ServiceAccount's rules (system:basic-user's reviews), not the superuser's `*`
+        let rules = review["status"]["resourceRules"].to_string();
+        assert!(rules.contains("selfsubjectrulesreviews"), "{review}");
+        assert!(!rules.contains("\"*\""), "{review}");
+        // and refuses its write
+        let e = configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("\"system:serviceaccount:team:writer\" cannot create"),
+            "{e}"
+        );
+        assert!(impersonating(&base, "bad\nname").is_err());
+        Ok(())
+    }
+}

@@ -21,7 +21,7 @@ fn meta<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
 use crate::ops::events::Reason;
 use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::{self, ApplyStrategy, ChildReport, ConflictDecision};
-use crate::reconcile::core::{Context, SyncError};
+use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::{self, ChildOp};
 use crate::reconcile::expectations::{self, Written};
 use crate::reconcile::futile::{self};
@@ -59,6 +59,9 @@ pub struct Children<'a> {
     pub memory: &'a ChildMemory,
     /// How children are written.
     pub strategy: ApplyStrategy,
+    /// The identity children are written (and, for an adoption or a contest, read) as: kmeta's
+    /// own, or the controller's ServiceAccount.
+    pub writer: Writer,
 }
 
 impl Children<'_> {
@@ -343,9 +346,12 @@ async fn write_child(
             (out, None)
         }
         decide::WriteFailure::Failed(why) => {
-            let cause = match why {
-                Some(why) => format!("{e}: {why}"),
-                None => e.to_string(),
+            // a refusal says first as whom, and what to grant (the API error can be long, and
+            // an Event's note is cut at 1000 bytes)
+            let cause = match (why, forbidden(c, rule, op_label, &e)) {
+                (Some(why), _) => format!("{e}: {why}"),
+                (None, Some(hint)) => format!("{hint}: {e}"),
+                (None, None) => e.to_string(),
             };
             let message = format!("{verb} {}: {cause}", describe(obj));
             let failed = decide::ChildAction::Failed {
@@ -359,6 +365,35 @@ async fn write_child(
             (out, Some(message))
         }
     }
+}
+
+/// For a write the API server refused (403): the identity it was made as, with the verb and
+/// resource to grant it (RBAC's names: `patch` for an update by server-side apply).
+fn forbidden(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    op: ChildOpLabel,
+    e: &kube::Error,
+) -> Option<String> {
+    if kapi::code(e) != Some(403) {
+        return None;
+    }
+    let verb = match op {
+        ChildOpLabel::Create => "create",
+        ChildOpLabel::Delete => "delete",
+        _ if c.strategy == ApplyStrategy::ServerSideApply => "patch",
+        _ => "update",
+    };
+    let api = &rule.resolved.api;
+    let resource = match api.group.as_str() {
+        "" => api.plural.clone(),
+        group => format!("{}.{group}", api.plural),
+    };
+    Some(decide::forbidden_hint(
+        verb,
+        &resource,
+        c.writer.identity.as_ref(),
+    ))
 }
 
 /// Under server-side apply, a create refused because another parent holds the child's name
@@ -376,7 +411,11 @@ async fn contested_create(
     if c.strategy != ApplyStrategy::ServerSideApply || !kapi::is_conflict(error) {
         return false;
     }
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    let api = kapi::api(
+        &c.writer.client,
+        &rule.resolved,
+        meta_str(child, "namespace"),
+    );
     let Ok(Some(existing)) = kapi::get(&api, meta_str(child, "name")).await else {
         return false;
     };
@@ -433,7 +472,11 @@ async fn remember_contests(
 /// The controller of the object that holds a child's name: `Some(uid)` of its controller
 /// (`Some("")` when it has none), `None` when it cannot be read.
 async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) -> Option<String> {
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(child, "namespace"));
+    let api = kapi::api(
+        &c.writer.client,
+        &rule.resolved,
+        meta_str(child, "namespace"),
+    );
     let existing = kapi::get(&api, meta_str(child, "name")).await.ok()??;
     Some(controller_uid(&existing).unwrap_or_default().to_owned())
 }
@@ -454,7 +497,7 @@ async fn execute(
     let obj = match op {
         ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
     };
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(obj, "namespace"));
+    let api = kapi::api(&c.writer.client, &rule.resolved, meta_str(obj, "namespace"));
     Some(match op {
         ChildOp::Create(o) => (
             "creating",
@@ -553,7 +596,11 @@ async fn apply_child(
     out: &mut Collected,
 ) -> Result<bool, kube::Error> {
     let key = decide::child_key(merged);
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
+    let api = kapi::api(
+        &c.writer.client,
+        &rule.resolved,
+        meta_str(merged, "namespace"),
+    );
     let Some(want) = w.desired.get(&key) else {
         return Ok(false);
     };
@@ -652,7 +699,11 @@ async fn resolve_conflicts(
     out: &mut Collected,
 ) -> Result<Option<Value>, kube::Error> {
     let key = decide::child_key(merged);
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(merged, "namespace"));
+    let api = kapi::api(
+        &c.writer.client,
+        &rule.resolved,
+        meta_str(merged, "namespace"),
+    );
     let child = describe(merged);
     let controlled = w
         .observed

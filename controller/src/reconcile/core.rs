@@ -5,6 +5,7 @@
 //! workers that take keys from the queue — one sync per key at a time — and turn each result
 //! into a requeue, a backoff, an event and a condition.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::AtomicBool;
@@ -24,7 +25,9 @@ use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
-use crate::reconcile::decide::{self, DecideError};
+use crate::reconcile::decide::{
+    self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
+};
 use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
@@ -101,6 +104,12 @@ pub struct ManagerConfig {
     /// discovery a client of its own (its own token bucket, as Metacontroller's discovery
     /// client has), so periodic discovery does not spend the tokens of child and status writes.
     pub discovery_client: DiscoveryClient,
+    /// The ServiceAccount (name) every controller that names none in `spec.serviceAccountName`
+    /// has its child writes and related reads made as, in the parent's namespace (or the
+    /// controller's `spec.serviceAccountNamespace`): impersonation made mandatory, as Flux's
+    /// `--default-service-account`. Default none: such controllers write as kmeta's own
+    /// identity, as Metacontroller (`docs/design/per-controller-service-account.md`).
+    pub default_service_account: Option<String>,
 }
 
 /// A client for discovery only (see [`ManagerConfig::discovery_client`]).
@@ -139,6 +148,7 @@ impl Default for ManagerConfig {
             apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
             ssa_field_manager: "metacontroller".into(),
             discovery_client: DiscoveryClient::default(),
+            default_service_account: None,
         }
     }
 }
@@ -162,7 +172,17 @@ pub struct Context {
     pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
     /// Permits for child writes in flight ([`ManagerConfig::child_writes_in_flight`]).
     pub(crate) child_writes: tokio::sync::Semaphore,
+    /// One impersonating client per ServiceAccount a controller's writes are made as, built on
+    /// [`Context::client`] (its layers: rate limit, write fence, User-Agent, metrics).
+    impersonated: Mutex<HashMap<ServiceAccountRef, kube::Client>>,
+    /// Whether a ServiceAccount may list a related resource (watch key) in a namespace, and
+    /// when that was asked ([`crate::reconcile::related`]).
+    pub(crate) read_access: Mutex<ReadAccess>,
 }
+
+/// Answers to "may this ServiceAccount list this resource (watch key) in this namespace", with
+/// when each was given.
+pub(crate) type ReadAccess = HashMap<(ServiceAccountRef, String, String), (bool, Instant)>;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -208,6 +228,52 @@ impl Context {
             spam,
             contests: Mutex::default(),
             child_writes,
+            impersonated: Mutex::default(),
+            read_access: Mutex::default(),
+        })
+    }
+
+    /// The identity a controller whose spec says `spec` writes the children of `parent` as
+    /// ([`decide::impersonation_for`], with `--default-service-account`), and its client.
+    pub(crate) fn writer_for(
+        &self,
+        spec: ServiceAccountSpec<'_>,
+        parent: &Value,
+    ) -> Result<Writer, SyncError> {
+        let identity = decide::impersonation_for(
+            spec,
+            &crate::object::describe(parent),
+            meta_str(parent, "namespace"),
+            self.config.default_service_account.as_deref(),
+        )?;
+        self.writer(identity)
+    }
+
+    /// The client and identity writes as `identity` are made with: kmeta's own client for
+    /// `None`, else the impersonating client of that ServiceAccount (built once, then shared).
+    pub(crate) fn writer(&self, identity: Option<ServiceAccountRef>) -> Result<Writer, SyncError> {
+        let Some(sa) = identity else {
+            return Ok(Writer {
+                client: self.client.clone(),
+                identity: None,
+            });
+        };
+        let mut clients = self
+            .impersonated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let client = match clients.get(&sa) {
+            Some(c) => c.clone(),
+            None => {
+                let c = crate::ops::client::impersonating(&self.client, &sa.username())
+                    .map_err(|_| SyncError::Impersonation(sa.to_string()))?;
+                clients.insert(sa.clone(), c.clone());
+                c
+            }
+        };
+        Ok(Writer {
+            client,
+            identity: Some(sa),
         })
     }
 
@@ -337,6 +403,31 @@ pub enum SyncError {
     /// A resource is unknown.
     #[error(transparent)]
     Resource(#[from] ResourceError),
+    /// No identity can be chosen for the object's writes (a ServiceAccount is asked for but
+    /// cannot be located): nothing is written for it.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The ServiceAccount's user name cannot be sent in `Impersonate-User`.
+    #[error("impersonating {0}: its user name is not a valid HTTP header value")]
+    Impersonation(String),
+}
+
+/// The identity a sync writes children (attachments) and reads related objects as, with the
+/// client that makes those requests as it.
+#[derive(Clone)]
+pub struct Writer {
+    /// kmeta's client, or one impersonating `identity`.
+    pub client: kube::Client,
+    /// The ServiceAccount impersonated; `None`: kmeta's own identity.
+    pub identity: Option<ServiceAccountRef>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SyncError {

@@ -3,9 +3,9 @@
 //! Metacontroller's rule combinations for hook versions v1 and v2. A kind describes its side in
 //! a [`RelatedSource`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
@@ -15,7 +15,7 @@ use crate::api::HookVersion;
 use crate::hook::HookClient;
 use crate::hook::wire::{self, RelatedResourceRule};
 use crate::object::meta_str;
-use crate::reconcile::core::{Context, SyncError};
+use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::runtime::cache::{Change, Informer};
 use crate::runtime::resources::Resolved;
 use crate::runtime::selector;
@@ -49,6 +49,9 @@ pub struct RelatedSource<'a> {
     pub cache: &'a std::sync::Mutex<CustomizeCache>,
     /// Related watches the controller listens to, by watch key.
     pub watches: &'a std::sync::Mutex<HashMap<String, Arc<Informer>>>,
+    /// The identity the related objects are read as: a ServiceAccount must be allowed to
+    /// `list` what the hook is given (the objects come from kmeta's shared watches).
+    pub reader: &'a Writer,
 }
 
 /// The UIDs of the parents whose cached customize rules read resource `r`, as a set: callers
@@ -141,6 +144,7 @@ pub async fn call_customize(
             &ns_labels,
         )
         .map_err(SyncError::Related)?;
+        may_read(c, &r, &selected).await?;
         objects.extend(selected);
     }
     Ok(wire::object_map(
@@ -149,6 +153,89 @@ pub async fn call_customize(
         &groups,
         objects.iter(),
     ))
+}
+
+/// How long a ServiceAccount's answer to "may it list this resource here" is kept: a right
+/// granted or revoked takes effect within this.
+pub const READ_ACCESS_TTL: Duration = Duration::from_secs(30);
+
+/// Under a ServiceAccount: `Ok` only when it may `list` resource `r` in every namespace (the
+/// cluster scope for a cluster-scoped resource) an object of `selected` is in, as a
+/// `SelfSubjectAccessReview` made as it answers (kept [`READ_ACCESS_TTL`]). The related objects
+/// come from kmeta's own watches; this keeps a hook from being handed what the controller's
+/// ServiceAccount could not read itself.
+async fn may_read(
+    c: &RelatedSource<'_>,
+    r: &Resolved,
+    selected: &[Value],
+) -> Result<(), SyncError> {
+    let Some(sa) = &c.reader.identity else {
+        return Ok(());
+    };
+    let namespaces: BTreeSet<&str> = selected.iter().map(|o| meta_str(o, "namespace")).collect();
+    for ns in namespaces {
+        let key = (sa.clone(), r.watch_key(), ns.to_owned());
+        let known = c.ctx.read_access.lock().ok().and_then(|m| {
+            m.get(&key)
+                .filter(|(_, at)| at.elapsed() < READ_ACCESS_TTL)
+                .map(|(allowed, _)| *allowed)
+        });
+        let allowed = match known {
+            Some(a) => a,
+            None => {
+                let a = access_review(&c.reader.client, r, ns).await?;
+                if let Ok(mut m) = c.ctx.read_access.lock() {
+                    m.insert(key, (a, Instant::now()));
+                }
+                a
+            }
+        };
+        if !allowed {
+            let resource = match r.api.group.as_str() {
+                "" => r.api.plural.clone(),
+                g => format!("{}.{g}", r.api.plural),
+            };
+            let scope = match ns {
+                "" => "at the cluster scope".to_owned(),
+                ns => format!("in namespace {ns}"),
+            };
+            return Err(SyncError::Related(format!(
+                "relatedResources {}/{}: {sa} (the controller's ServiceAccount) may not list {resource} {scope}; grant it that (kmeta rbac --controller --related) or change the customize hook",
+                r.api.api_version, r.api.plural
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the client's user may `list` `r` in `ns` (`""`: the cluster scope): a
+/// `SelfSubjectAccessReview` (every authenticated user may make one).
+async fn access_review(client: &kube::Client, r: &Resolved, ns: &str) -> Result<bool, SyncError> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("list".into()),
+                group: Some(r.api.group.clone()),
+                resource: Some(r.api.plural.clone()),
+                namespace: Some(ns.to_owned()).filter(|n| !n.is_empty()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let answer = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .map_err(crate::reconcile::core::api_err(format!(
+            "checking access to related {}",
+            r.watch_key()
+        )))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// The shared watch for a related resource. The first use subscribes to its changes and hands

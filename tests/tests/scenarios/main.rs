@@ -31,6 +31,7 @@ mod contract;
 mod decorator;
 mod failures;
 mod fairness;
+mod impersonation;
 mod jsonnet;
 mod lifecycle;
 mod metacontroller;

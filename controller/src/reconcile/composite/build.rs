@@ -13,7 +13,7 @@ use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::ops::metrics::{ControllerType, HookKind};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
-use crate::reconcile::core::{Context, SyncError};
+use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::rollout::{self, RollingRule, RollingRules};
@@ -438,18 +438,36 @@ impl CompositeState {
     }
 
     /// The children as the shared child management sees them.
-    pub fn child_set(&self) -> Children<'_> {
+    pub fn child_set(&self, writer: Writer) -> Children<'_> {
         Children {
+            writer,
             ctx: &self.ctx,
             controller: &self.name,
             rules: &self.children,
             memory: &self.memory,
-            strategy: crate::reconcile::apply::strategy_for(
-                self.cc.metadata.annotations.as_ref(),
-                self.ctx.config.apply_strategy,
-            )
-            .unwrap_or(self.ctx.config.apply_strategy),
+            strategy: self.strategy(),
         }
+    }
+
+    /// How children are written: the controller's `kmeta.dev/apply-strategy`, else the
+    /// manager's.
+    pub fn strategy(&self) -> crate::reconcile::apply::ApplyStrategy {
+        crate::reconcile::apply::strategy_for(
+            self.cc.metadata.annotations.as_ref(),
+            self.ctx.config.apply_strategy,
+        )
+        .unwrap_or(self.ctx.config.apply_strategy)
+    }
+
+    /// The identity the children of `parent` are written as (kmeta's own, or the ServiceAccount
+    /// `spec.serviceAccountName` or `--default-service-account` names), and its client.
+    pub fn writer(&self, parent: &Value) -> Result<Writer, SyncError> {
+        let spec = &self.cc.spec;
+        let sa = crate::reconcile::decide::ServiceAccountSpec {
+            name: spec.service_account_name.as_deref(),
+            namespace: spec.service_account_namespace.as_deref(),
+        };
+        self.ctx.writer_for(sa, parent)
     }
 
     /// The `resyncAfterSeconds` of the parent's last sync that wrote nothing, when it had this

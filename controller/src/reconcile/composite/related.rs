@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::build::CompositeState;
-use crate::reconcile::core::SyncError;
+use crate::reconcile::core::{SyncError, Writer};
 use crate::reconcile::related::{self, RelatedSource};
 
 pub use crate::reconcile::related::{Used, cache_key};
@@ -13,6 +13,7 @@ pub use crate::reconcile::related::{Used, cache_key};
 pub(super) async fn call_customize(
     c: &CompositeState,
     parent: &Value,
+    reader: &Writer,
     used: &mut Used,
 ) -> Result<Map<String, Value>, SyncError> {
     let source = RelatedSource {
@@ -23,6 +24,7 @@ pub(super) async fn call_customize(
         parent_namespaced: c.parent.namespaced,
         cache: &c.memory.customize_cache,
         watches: &c.memory.related,
+        reader,
     };
     related::call_customize(&source, parent, used).await
 }

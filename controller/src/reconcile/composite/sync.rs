@@ -23,7 +23,7 @@ use crate::ops::events::Reason;
 use crate::ops::metrics::ChildOpLabel;
 use crate::reconcile::apply::ApplyStrategy;
 use crate::reconcile::children::{self, ChildRule, manage_children};
-use crate::reconcile::core::{SyncError, api_err};
+use crate::reconcile::core::{SyncError, Writer, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::status;
 use crate::reconcile::unchanged::Fingerprint;
@@ -62,11 +62,14 @@ pub async fn sync_parent(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    await_own_writes(c, &parent).await?;
+    // before any child is read for the hook or written: a ServiceAccount that cannot be located
+    // fails the sync here, and kmeta never writes as itself in its place
+    let writer = c.writer(&parent)?;
+    await_own_writes(c, &parent, &writer).await?;
     let generate = c.generate_selector();
     let selector = cdecide::parent_selector(&parent, generate)?;
-    let (observed, claim_wrote) = claim_children(c, &parent, &selector).await?;
-    let related = call_customize(c, &parent, used).await?;
+    let (observed, claim_wrote) = claim_children(c, &parent, &selector, &writer).await?;
+    let related = call_customize(c, &parent, &writer, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
     let hook_started = std::time::Instant::now();
     let (response, fingerprint) = match &c.revisions {
@@ -91,6 +94,7 @@ pub async fn sync_parent(
         }
     };
     let step = Step {
+        writer: &writer,
         selector: &selector,
         finalizer: &fin,
         finalizing,
@@ -110,6 +114,8 @@ pub async fn sync_parent(
 /// What the steps after the hook call need to know of the ones before it.
 #[derive(Clone)]
 struct Step<'a> {
+    /// The identity children are written as.
+    writer: &'a Writer,
     /// The selector the children must match.
     selector: &'a LabelSelector,
     /// This controller's finalizer.
@@ -144,7 +150,7 @@ async fn call_sync_hook(
 ) -> Result<Called, SyncError> {
     let key = cache_key(parent);
     let body = call_hook_raw(c, parent, observed, related, finalizing, &key).await?;
-    let may_skip = may_skip && c.child_set().strategy != ApplyStrategy::ServerSideApply;
+    let may_skip = may_skip && c.strategy() != ApplyStrategy::ServerSideApply;
     let fingerprint = may_skip.then(|| Fingerprint::of(&body, parent, observed));
     if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(parent, f)) {
         return Ok(Called::KnownUnchanged(resync));
@@ -174,12 +180,16 @@ async fn pause(
 
 /// Step: waits while the watch has not shown this controller's last writes for `parent` — its
 /// status, its children (`docs/design/created-children.md`).
-async fn await_own_writes(c: &CompositeState, parent: &Value) -> Result<(), SyncError> {
+async fn await_own_writes(
+    c: &CompositeState,
+    parent: &Value,
+    writer: &Writer,
+) -> Result<(), SyncError> {
     if c.status_write_unseen(parent) {
         let what = format!("the status written to {}", describe(parent));
         return Err(SyncError::AwaitingWatch(what));
     }
-    children::await_written(&c.child_set(), parent).await
+    children::await_written(&c.child_set(writer.clone()), parent).await
 }
 
 /// The hook's `resyncAfterSeconds` as a delay, when positive.
@@ -218,6 +228,7 @@ async fn apply_response(
     step: Step<'_>,
 ) -> Result<Applied, SyncError> {
     let Step {
+        writer,
         selector,
         finalizer: fin,
         finalizing,
@@ -252,7 +263,8 @@ async fn apply_response(
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(Applied::ParentGone);
         }
-        let managed = manage_children(&c.child_set(), parent, &observed, &desired).await?;
+        let children = c.child_set(writer.clone());
+        let managed = manage_children(&children, parent, &observed, &desired).await?;
         quiet = managed.quiet;
         record.children = managed.done;
         c.ctx
@@ -261,8 +273,11 @@ async fn apply_response(
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
     drop((observed, desired));
-    let hook_status =
-        children::status_with_reports(&c.child_set(), parent, response.status.as_ref());
+    let hook_status = children::status_with_reports(
+        &c.child_set(writer.clone()),
+        parent,
+        response.status.as_ref(),
+    );
     let hook_status = decide::with_handled_request(hook_status, parent);
     let (api, status) = (&c.parent, hook_status.as_ref());
     let written = status::update_status(&c.ctx, api, parent, status, Some(&record)).await?;
@@ -316,6 +331,7 @@ async fn claim_children(
     c: &CompositeState,
     parent: &Value,
     selector: &LabelSelector,
+    writer: &Writer,
 ) -> Result<(Vec<Arc<Compact>>, bool), SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
@@ -346,12 +362,14 @@ async fn claim_children(
             parent_checked = true;
         }
         for orphan in plan.adopt {
-            if let Some(adopted) = adopt(c, rule, parent, selector, orphan.value()?).await? {
+            if let Some(adopted) =
+                adopt(c, (rule, writer), parent, selector, orphan.value()?).await?
+            {
                 observed.push(Arc::new(Compact::from_value(adopted)?));
             }
         }
         for child in plan.release {
-            release(c, rule, uid, selector, child.value()?).await?;
+            release(c, (rule, writer), uid, selector, child.value()?).await?;
         }
     }
     Ok((observed, wrote))
@@ -361,13 +379,13 @@ async fn claim_children(
 /// when it is now controlled by `parent`.
 async fn adopt(
     c: &CompositeState,
-    rule: &ChildRule,
+    (rule, writer): (&ChildRule, &Writer),
     parent: &Value,
     selector: &LabelSelector,
     orphan: Value,
 ) -> Result<Option<Value>, SyncError> {
     let api = kapi::api(
-        &c.ctx.client,
+        &writer.client,
         &rule.resolved,
         meta_str(&orphan, "namespace"),
     );
@@ -397,12 +415,16 @@ async fn adopt(
 /// (re-checked on the live object).
 async fn release(
     c: &CompositeState,
-    rule: &ChildRule,
+    (rule, writer): (&ChildRule, &Writer),
     uid: &str,
     selector: &LabelSelector,
     child: Value,
 ) -> Result<(), SyncError> {
-    let api = kapi::api(&c.ctx.client, &rule.resolved, meta_str(&child, "namespace"));
+    let api = kapi::api(
+        &writer.client,
+        &rule.resolved,
+        meta_str(&child, "namespace"),
+    );
     let (name, child_uid) = (child.name().to_owned(), child.uid().to_owned());
     let what = describe(&child);
     // the first attempt writes the cached copy (409 when stale, then read fresh)

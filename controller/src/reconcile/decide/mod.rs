@@ -1,12 +1,14 @@
 //! Pure decisions every controller kind shares, one family per file: [`owner`] references,
 //! [`lifecycle`] (finalizer and hook choice), [`desired`] children (validation), the child
-//! [`plan`], the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s and
-//! the [`hook_events`] a hook asks for. No I/O here; the executors
+//! [`plan`], the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s, the
+//! [`hook_events`] a hook asks for and the ServiceAccount a controller's writes are made as
+//! ([`identity`]). No I/O here; the executors
 //! ([`crate::reconcile::children`], [`crate::reconcile::status`], each kind's `sync`) act on them.
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
 mod desired;
 mod hook_events;
+mod identity;
 mod lifecycle;
 mod owner;
 mod plan;
@@ -16,6 +18,7 @@ mod write_failure;
 
 pub use desired::*;
 pub use hook_events::*;
+pub use identity::*;
 pub use lifecycle::*;
 pub use owner::*;
 pub use plan::*;

@@ -11,7 +11,7 @@ use crate::api::{DecoratorController, Hook};
 use crate::hook::{HookClient, HookError};
 use crate::ops::metrics::{ControllerType, HookKind};
 use crate::reconcile::children::{ChildRule, Children, list_rules};
-use crate::reconcile::core::Context;
+use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::related::RelatedSource;
@@ -298,7 +298,11 @@ impl DecoratorState {
     }
 
     /// The related-object side of target resource `rule`.
-    pub fn related_source<'a>(&'a self, rule: &TargetRule) -> RelatedSource<'a> {
+    pub fn related_source<'a>(
+        &'a self,
+        rule: &TargetRule,
+        reader: &'a Writer,
+    ) -> RelatedSource<'a> {
         RelatedSource {
             ctx: &self.ctx,
             controller: &self.dc_json,
@@ -307,21 +311,40 @@ impl DecoratorState {
             parent_namespaced: rule.resolved.namespaced,
             cache: &self.memory.customize_cache,
             watches: &self.memory.related,
+            reader,
         }
     }
 
     /// The attachments as the shared child management sees them.
-    pub fn child_set(&self) -> Children<'_> {
+    pub fn child_set(&self, writer: Writer) -> Children<'_> {
         Children {
+            writer,
             ctx: &self.ctx,
             controller: &self.name,
             rules: &self.attachments,
             memory: &self.memory,
-            strategy: crate::reconcile::apply::strategy_for(
-                self.dc.metadata.annotations.as_ref(),
-                self.ctx.config.apply_strategy,
-            )
-            .unwrap_or(self.ctx.config.apply_strategy),
+            strategy: self.strategy(),
         }
+    }
+
+    /// How children are written: the controller's `kmeta.dev/apply-strategy`, else the
+    /// manager's.
+    pub fn strategy(&self) -> crate::reconcile::apply::ApplyStrategy {
+        crate::reconcile::apply::strategy_for(
+            self.dc.metadata.annotations.as_ref(),
+            self.ctx.config.apply_strategy,
+        )
+        .unwrap_or(self.ctx.config.apply_strategy)
+    }
+
+    /// The identity the children of `target` are written as (kmeta's own, or the ServiceAccount
+    /// `spec.serviceAccountName` or `--default-service-account` names), and its client.
+    pub fn writer(&self, target: &Value) -> Result<Writer, SyncError> {
+        let spec = &self.dc.spec;
+        let sa = crate::reconcile::decide::ServiceAccountSpec {
+            name: spec.service_account_name.as_deref(),
+            namespace: spec.service_account_namespace.as_deref(),
+        };
+        self.ctx.writer_for(sa, target)
     }
 }

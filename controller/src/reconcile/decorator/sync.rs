@@ -57,9 +57,12 @@ pub async fn sync_target(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    await_written(&d.child_set(), &target).await?;
+    // before any attachment is read for the hook or written: a ServiceAccount that cannot be
+    // located fails the sync here, and kmeta never writes as itself in its place
+    let writer = d.writer(&target)?;
+    await_written(&d.child_set(writer.clone()), &target).await?;
     let observed = observe_attachments(d, &target)?;
-    let related = call_customize(&d.related_source(rule), &target, used).await?;
+    let related = call_customize(&d.related_source(rule, &writer), &target, used).await?;
     let response = call_hook(d, rule, &target, (&observed, related), finalizing).await?;
     let desired = ddecide::desired_attachments(
         &target,
@@ -70,7 +73,7 @@ pub async fn sync_target(
     )?;
     d.ctx.hook_events(&target, &response.events).await;
     if decide::may_manage_children(&target, finalizing, fin) {
-        manage_children(&d.child_set(), &target, &observed, &desired).await?;
+        manage_children(&d.child_set(writer), &target, &observed, &desired).await?;
         d.ctx
             .config
             .metrics
