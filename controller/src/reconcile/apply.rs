@@ -451,6 +451,8 @@ pub struct Contest {
 #[derive(Debug, Default)]
 pub struct Contests {
     by_contender: std::collections::HashMap<(String, String), Vec<Contest>>,
+    /// Contenders deleted: a sync of theirs that ends after the deletion records nothing.
+    gone: std::collections::HashSet<(String, String)>,
 }
 
 /// At most this many contending parents are remembered (then the memory starts over and each
@@ -461,7 +463,7 @@ impl Contests {
     /// Replaces the contests of `controller`'s parent `uid` (none: forgets it).
     pub fn set(&mut self, controller: &str, uid: &str, contests: Vec<Contest>) {
         let key = (controller.to_owned(), uid.to_owned());
-        if contests.is_empty() {
+        if contests.is_empty() || self.gone.contains(&key) {
             self.by_contender.remove(&key);
             return;
         }
@@ -469,6 +471,17 @@ impl Contests {
             self.by_contender.clear();
         }
         self.by_contender.insert(key, contests);
+    }
+
+    /// Forgets the contests of `controller`'s parent `uid`, deleted, for good: a sync of it still
+    /// in flight when it was deleted records nothing when it ends (UIDs are never reused).
+    pub fn forget(&mut self, controller: &str, uid: &str) {
+        let key = (controller.to_owned(), uid.to_owned());
+        self.by_contender.remove(&key);
+        if self.gone.len() >= CONTESTS_MAX {
+            self.gone.clear();
+        }
+        self.gone.insert(key);
     }
 
     /// The `ChildContested` reports of the holder `controller`'s parent `uid`: children it
@@ -788,6 +801,27 @@ mod tests {
         assert!(c.against("other", "x").is_empty());
         c.set("cc", "c", Vec::new());
         assert!(c.against("cc", "h").is_empty());
+    }
+
+    #[test]
+    fn a_deleted_contenders_sync_that_ends_late_records_nothing() {
+        let mut c = Contests::default();
+        let contest = Contest {
+            holder_uid: "h".into(),
+            child: "ConfigMap ns/shared".into(),
+            contender: "cc second".into(),
+        };
+        c.set("cc", "c", vec![contest.clone()]);
+        c.forget("cc", "c");
+        assert!(c.against("cc", "h").is_empty());
+        // its sync in flight at the deletion ends now
+        c.set("cc", "c", vec![contest.clone()]);
+        assert!(
+            c.against("cc", "h").is_empty(),
+            "a deleted contender stays gone"
+        );
+        c.set("cc", "other", vec![contest]);
+        assert_eq!(c.against("cc", "h").len(), 1, "others are remembered");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! API server ignored before) and delete — and reports fields the server dropped.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,6 +125,8 @@ struct Writing<'a> {
     manager: String,
     desired: &'a BTreeMap<String, Value>,
     observed: BTreeMap<String, &'a Value>,
+    /// Observed orphans adopted by this sync's writes (`decide::with_adoptions`).
+    adopting: &'a BTreeSet<String>,
 }
 
 impl<'a> Writing<'a> {
@@ -133,8 +135,10 @@ impl<'a> Writing<'a> {
         parent: &'a Value,
         observed: &'a [O],
         desired: &'a BTreeMap<String, Value>,
+        adopting: &'a BTreeSet<String>,
     ) -> Self {
         Writing {
+            adopting,
             parent,
             manager: apply::field_manager(
                 &c.ctx.config.ssa_field_manager,
@@ -156,7 +160,7 @@ impl<'a> Writing<'a> {
 pub async fn manage_children<O: Borrow<Value>>(
     c: &Children<'_>,
     parent: &Value,
-    observed: &[O],
+    (observed, adopting): (&[O], &BTreeSet<String>),
     desired: &BTreeMap<String, Value>,
 ) -> Result<Managed, SyncError> {
     let fallback = dynapply::Options::default();
@@ -168,6 +172,7 @@ pub async fn manage_children<O: Borrow<Value>>(
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| last_applied::known_or_parsed(&c.memory.last_applied, obs, opts),
     )?;
+    let ops = decide::with_adoptions(ops, observed, adopting);
     let mut out = Collected::default();
     if ops.is_empty() {
         let quiet = !report_collected(c, parent, out).await;
@@ -176,7 +181,7 @@ pub async fn manage_children<O: Borrow<Value>>(
             done: Vec::new(),
         });
     }
-    let w = Writing::new(c, parent, observed, desired);
+    let w = Writing::new(c, parent, observed, desired, adopting);
     let mut errors = Vec::new();
     let (first, then) = decide::write_phases(ops);
     for phase in [first, then] {
@@ -324,7 +329,14 @@ async fn write_child(
         Ok(()) => {
             c.count(op_label);
             tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
-            let action = done_action(c, rule, w, op);
+            let mut action = done_action(c, rule, w, op);
+            if w.adopting.contains(&key) {
+                // the orphan's owner reference went with this write
+                c.count(ChildOpLabel::Adopt);
+                if let decide::ChildAction::Updated { fields } = &mut action {
+                    fields.insert(0, "metadata.ownerReferences".to_owned());
+                }
+            }
             out.did(w.parent, obj, action);
             return (out, None);
         }

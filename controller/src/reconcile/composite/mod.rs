@@ -196,7 +196,7 @@ impl CompositeRunner {
                     .metrics
                     .parent_gone(&self.state.name, meta_str(old, "uid"));
                 if let Ok(mut c) = self.state.ctx.contests.lock() {
-                    c.set(&self.state.name, meta_str(old, "uid"), Vec::new());
+                    c.forget(&self.state.name, meta_str(old, "uid"));
                 }
                 self.state.memory.forget_owner(meta_str(old, "uid"));
                 if let Ok(mut own) = self.state.own_status_writes.lock() {

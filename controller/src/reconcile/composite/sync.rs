@@ -4,6 +4,7 @@
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,9 +69,16 @@ pub async fn sync_parent(
     await_own_writes(c, &parent, &writer).await?;
     let generate = c.generate_selector();
     let selector = cdecide::parent_selector(&parent, generate)?;
-    let (observed, claim_wrote) = claim_children(c, &parent, &selector, &writer).await?;
-    let related = call_customize(c, &parent, &writer, used).await?;
     let manage = decide::may_manage_children(&parent, finalizing, &fin);
+    // adoption in one write where the adopted children are written anyway (dynamic apply)
+    let one_write = manage && !finalizing && c.revisions.is_none();
+    let one_write = one_write && c.strategy() == ApplyStrategy::DynamicApply;
+    let Claimed {
+        observed,
+        wrote: claim_wrote,
+        adopting,
+    } = claim_children(c, &parent, &selector, &writer, one_write).await?;
+    let related = call_customize(c, &parent, &writer, used).await?;
     let hook_started = std::time::Instant::now();
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
@@ -85,7 +93,8 @@ pub async fn sync_parent(
         }
         _ => {
             // a sync that may write nothing: the parent as cached, its children left as claimed
-            let may_skip = manage && !finalizing && !claim_wrote && Arc::ptr_eq(&cached, &parent);
+            let may_skip = manage && !finalizing && !claim_wrote && adopting.is_empty();
+            let may_skip = may_skip && Arc::ptr_eq(&cached, &parent);
             let answer = (observed.as_slice(), &related);
             match call_sync_hook(c, &parent, answer, finalizing, may_skip).await? {
                 Called::KnownUnchanged(resync) => return Ok(resync_after(resync)),
@@ -100,6 +109,7 @@ pub async fn sync_parent(
         finalizing,
         hook_took: hook_started.elapsed(),
         related: decide::related_names(&related),
+        adopting: &adopting,
     };
     let resync = response.resync_after_seconds;
     let observed = values_of(&observed)?;
@@ -126,6 +136,8 @@ struct Step<'a> {
     hook_took: Duration,
     /// The related objects the hook was sent (for the sync record).
     related: Vec<String>,
+    /// The orphans this sync adopts with its child writes (keys of observed children).
+    adopting: &'a BTreeSet<String>,
 }
 
 /// What calling the hook (without rolling revisions) gave.
@@ -234,6 +246,7 @@ async fn apply_response(
         finalizing,
         hook_took,
         related,
+        adopting,
     } = step;
     let desired = decide::validate_desired(
         parent,
@@ -264,7 +277,7 @@ async fn apply_response(
             return Ok(Applied::ParentGone);
         }
         let children = c.child_set(writer.clone());
-        let managed = manage_children(&children, parent, &observed, &desired).await?;
+        let managed = manage_children(&children, parent, (&observed, adopting), &desired).await?;
         quiet = managed.quiet;
         record.children = managed.done;
         c.ctx
@@ -282,7 +295,13 @@ async fn apply_response(
     let (api, status) = (&c.parent, hook_status.as_ref());
     let written = status::update_status(&c.ctx, api, parent, status, Some(&record)).await?;
     quiet &= written.is_none();
-    c.remember_status_write(parent, written, true);
+    // a write of kmeta's record alone shows the hook nothing new: no sync for it
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let hook_sees =
+        decide::hook_status_changed(parent, &decide::desired_status(status, generation));
+    c.remember_status_write(parent, written, hook_sees);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
         == FinalizerAction::Remove
     {
@@ -325,18 +344,35 @@ async fn ensure_finalizer(
     Ok(written.map(Arc::new))
 }
 
+/// What claiming a parent's children found.
+struct Claimed {
+    /// The observed children: owned matching ones and adopted orphans.
+    observed: Vec<Arc<Compact>>,
+    /// An adoption or release was written.
+    wrote: bool,
+    /// Orphans adopted in memory only (their owner reference added, not written): the child
+    /// writes after the hook call write it (`decide::with_adoptions`).
+    adopting: BTreeSet<String>,
+}
+
 /// Step: observed children = owned matching children + adopted orphans; non-matching owned
-/// children are released. True with them when an adoption or release was written.
+/// children are released. With `one_write`, an orphan is adopted in memory and written with the
+/// sync's child writes (one request instead of two); otherwise at once, as Metacontroller does.
 async fn claim_children(
     c: &CompositeState,
     parent: &Value,
     selector: &LabelSelector,
     writer: &Writer,
-) -> Result<(Vec<Arc<Compact>>, bool), SyncError> {
+    one_write: bool,
+) -> Result<Claimed, SyncError> {
     let uid = meta_str(parent, "uid");
     let ns = c.parent.namespaced.then(|| meta_str(parent, "namespace"));
-    let mut observed = Vec::new();
-    let (mut parent_checked, mut wrote) = (false, false);
+    let mut claimed = Claimed {
+        observed: Vec::new(),
+        wrote: false,
+        adopting: BTreeSet::new(),
+    };
+    let mut parent_checked = false;
     for key in &c.child_keys {
         let Some(rule) = c.children.get(key) else {
             continue;
@@ -353,26 +389,33 @@ async fn claim_children(
             .chain(orphans)
             .filter(|child| ns.is_none_or(|n| n == child.namespace()));
         let plan = cdecide::claim_children(parent, selector, candidates)?;
-        observed.extend(plan.owned);
-        wrote |= !plan.adopt.is_empty() || !plan.release.is_empty();
+        claimed.observed.extend(plan.owned);
+        claimed.wrote |= !plan.release.is_empty() || (!one_write && !plan.adopt.is_empty());
         if !plan.adopt.is_empty() && !parent_checked {
             if !parent_alive_uncached(c, parent).await? {
-                return Ok((observed, wrote));
+                return Ok(claimed);
             }
             parent_checked = true;
         }
         for orphan in plan.adopt {
-            if let Some(adopted) =
-                adopt(c, (rule, writer), parent, selector, orphan.value()?).await?
-            {
-                observed.push(Arc::new(Compact::from_value(adopted)?));
+            let orphan = orphan.value()?;
+            let adopted = if one_write {
+                claimed.adopting.insert(decide::child_key(&orphan));
+                Some(decide::with_owner(&orphan, parent))
+            } else {
+                adopt(c, (rule, writer), parent, selector, orphan).await?
+            };
+            if let Some(adopted) = adopted {
+                claimed
+                    .observed
+                    .push(Arc::new(Compact::from_value(adopted)?));
             }
         }
         for child in plan.release {
             release(c, (rule, writer), uid, selector, child.value()?).await?;
         }
     }
-    Ok((observed, wrote))
+    Ok(claimed)
 }
 
 /// Adopts an orphan that still matches the selector (re-checked on the live object); returns it

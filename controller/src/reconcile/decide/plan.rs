@@ -103,6 +103,36 @@ pub fn write_phases(ops: Vec<ChildOp>) -> (Vec<ChildOp>, Vec<ChildOp>) {
     })
 }
 
+/// Adoption in one write: `ops` with an update of each observed child in `adopting` (an orphan
+/// this sync adopts, observed with the parent's owner reference added in memory, not yet written)
+/// that the plan does not write otherwise, so its owner reference is written. A planned update
+/// of such a child writes the owner reference with the hook's change; a planned delete deletes
+/// the orphan (Metacontroller adopts it, then deletes it).
+pub fn with_adoptions<O: Borrow<Value>>(
+    mut ops: Vec<ChildOp>,
+    observed: &[O],
+    adopting: &std::collections::BTreeSet<String>,
+) -> Vec<ChildOp> {
+    if adopting.is_empty() {
+        return ops;
+    }
+    let planned: std::collections::BTreeSet<String> = ops
+        .iter()
+        .map(|op| match op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => {
+                child_key(o)
+            }
+        })
+        .collect();
+    for o in observed.iter().map(Borrow::borrow) {
+        let key = child_key(o);
+        if adopting.contains(&key) && !planned.contains(&key) {
+            ops.push(ChildOp::Update(o.clone()));
+        }
+    }
+    ops
+}
+
 /// A child's last-applied configuration known for its observed version: `recorded` when the
 /// annotation holds the canonical encoding of `value` — kmeta wrote that version, or parsed it
 /// back and [`dynapply::is_recorded`] recognised it — so an update compares the answer with it
@@ -188,6 +218,62 @@ mod tests {
     use crate::api::ChildUpdateMethod;
     use crate::object::{controller_ref, meta_str};
     use crate::reconcile::decide::with_owner;
+
+    #[test]
+    fn an_orphan_adopted_in_one_write_is_written_once() {
+        let p = parent();
+        // observed as written by kmeta before (the last-applied annotation) and adopted now
+        // (the owner reference added in memory); `kept` is owned already
+        let opts = dynapply::Options::default();
+        let want = |name: &str| with_owner(&child(name, json!({}), None), &p);
+        let live = |name: &str| dynapply::prepare_create(&want(name), &opts).unwrap();
+        let mut changed_want = want("changed");
+        changed_want["data"] = json!({"k": "v"});
+        let observed = [live("same"), live("changed"), live("dropped"), live("kept")];
+        let ops = plan(
+            &observed,
+            vec![want("same"), changed_want, want("kept")],
+            ChildUpdateMethod::InPlace,
+        );
+        assert_eq!(ops.len(), 2, "a delete and an update: {ops:?}");
+        let adopting = ["same", "changed", "dropped"]
+            .iter()
+            .map(|n| child_key(&child(n, json!({}), None)))
+            .collect();
+        let ops = with_adoptions(ops, &observed, &adopting);
+        let by_name = |op: &ChildOp| match op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => {
+                meta_str(o, "name").to_owned()
+            }
+        };
+        let names: Vec<String> = ops.iter().map(by_name).collect();
+        assert_eq!(names, ["dropped", "changed", "same"], "{ops:?}");
+        assert!(
+            matches!(&ops[0], ChildOp::Delete { .. }),
+            "not desired: deleted"
+        );
+        let ChildOp::Update(changed) = &ops[1] else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(
+            changed["data"]["k"], "v",
+            "the hook's change and the adoption, one write"
+        );
+        assert!(controller_ref(changed).is_some());
+        let ChildOp::Update(same) = &ops[2] else {
+            panic!("{ops:?}")
+        };
+        assert!(
+            controller_ref(same).is_some(),
+            "an unchanged orphan: its owner reference"
+        );
+        // nothing adopted: the plan as it was
+        let plain = plan(&observed, vec![], ChildUpdateMethod::InPlace);
+        assert_eq!(
+            with_adoptions(plain.clone(), &observed, &Default::default()),
+            plain
+        );
+    }
 
     fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {
         let p = parent();

@@ -179,6 +179,18 @@ pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> V
     want
 }
 
+/// Whether the status to write, `want` (the hook's, with `observedGeneration`, without kmeta's
+/// record), differs from the live parent's, its record aside: a write that changes the record
+/// only shows the hook nothing new, so it need not requeue the parent.
+pub fn hook_status_changed(live: &Value, want: &Value) -> bool {
+    let mut want = want.clone();
+    let Some(w) = want.as_object_mut() else {
+        return true;
+    };
+    w.remove(RECORD_FIELD);
+    !without_record_eq(live.get("status"), w)
+}
+
 /// Whether the live status, without kmeta's record, equals `want` (which has none).
 fn without_record_eq(live: Option<&Value>, want: &Map<String, Value>) -> bool {
     let Some(Value::Object(live)) = live else {
@@ -350,6 +362,15 @@ mod tests {
             record(vec![]).to_value().get("related").is_none(),
             "none: no field"
         );
+    }
+
+    #[test]
+    fn a_write_of_the_record_alone_is_no_change_of_the_hooks_status() {
+        let live = json!({"status": {"ready": 1, "kmeta": {"lastSync": {"time": "earlier"}}}});
+        assert!(!hook_status_changed(&live, &json!({"ready": 1})));
+        assert!(hook_status_changed(&live, &json!({"ready": 2})));
+        assert!(hook_status_changed(&json!({}), &json!({"ready": 1})));
+        assert!(!hook_status_changed(&json!({}), &json!({})));
     }
 
     #[test]

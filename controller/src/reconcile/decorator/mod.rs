@@ -128,7 +128,7 @@ impl DecoratorRunner {
                 self.queue.forget(&target_key(resource, old));
                 self.state.memory.forget_owner(meta_str(old, "uid"));
                 if let Ok(mut c) = self.state.ctx.contests.lock() {
-                    c.set(&self.state.name, meta_str(old, "uid"), Vec::new());
+                    c.forget(&self.state.name, meta_str(old, "uid"));
                 }
                 self.state
                     .ctx

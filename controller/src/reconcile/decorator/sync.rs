@@ -73,7 +73,9 @@ pub async fn sync_target(
     )?;
     d.ctx.hook_events(&target, &response.events).await;
     if decide::may_manage_children(&target, finalizing, fin) {
-        manage_children(&d.child_set(writer), &target, &observed, &desired).await?;
+        let none = std::collections::BTreeSet::new();
+        let observed = (observed.as_slice(), &none);
+        manage_children(&d.child_set(writer), &target, observed, &desired).await?;
         d.ctx
             .config
             .metrics
