@@ -845,3 +845,76 @@ async fn a_child_rule_without_update_strategy_is_on_delete() -> anyhow::Result<(
     .await?;
     s.finish().await
 }
+
+/// Metacontroller adopts an orphan before calling the hook (`common/claim.go`
+/// `ClaimChildren`, one write), then the hook's answer updates it (a second write). kmeta adopts
+/// it in memory: the hook sees it as Metacontroller's would (its owner reference set), and one
+/// write adopts it and brings it to the answer; an orphan the answer does not want is deleted
+/// (Metacontroller adopts it, then deletes it).
+#[tokio::test]
+async fn an_orphan_is_adopted_and_updated_in_one_write() -> anyhow::Result<()> {
+    let labelled = |name: &str, v: &str| {
+        let mut cm = configmap(name, json!({"v": v}));
+        cm["metadata"]["labels"] = json!({"app": "p"});
+        cm
+    };
+    let mut s = Scenario::new("c-adopt-once")
+        .crd("Thing", "things")
+        .hook(move |_, _| {
+            let wanted = labelled("wanted", "hook");
+            Reply::Json(json!({"status": {}, "children": [wanted]}))
+        })
+        .object("configmaps", labelled("wanted", "theirs"))
+        .object("configmaps", labelled("unwanted", "theirs"))
+        .prepare()
+        .await?;
+    s.controller(Cc::new("adopt-once-cc").no_generate_selector())
+        .await?;
+    let parent = s
+        .parent("p", json!({"selector": {"matchLabels": {"app": "p"}}}))
+        .await?;
+    let before = s.server().map(|srv| srv.counters());
+    s.start_controller();
+    let ours = |c: &Value| c["metadata"]["ownerReferences"][0]["uid"] == parent["metadata"]["uid"];
+    let wanted = s
+        .wait_child_where("wanted", "adopted with the hook's data", |c| {
+            ours(c) && c["data"]["v"] == "hook"
+        })
+        .await?;
+    assert_eq!(wanted["metadata"]["ownerReferences"][0]["controller"], true);
+    s.wait_gone(&s.configmaps(), "unwanted", "the unwanted orphan deleted")
+        .await?;
+    // the hook saw both as adopted
+    let first = s
+        .hooks()
+        .calls("sync")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    for name in ["wanted", "unwanted"] {
+        let seen = &first["children"]["ConfigMap.v1"][name];
+        assert_eq!(
+            seen["metadata"]["ownerReferences"][0]["uid"], parent["metadata"]["uid"],
+            "{name} as the hook saw it: {seen}"
+        );
+    }
+    match (s.server(), before) {
+        (Some(srv), Some(before)) => {
+            let d = srv.counters().since(&before);
+            assert_eq!(
+                d.count("update", "configmaps"),
+                1,
+                "one PUT: adopted and updated"
+            );
+            assert_eq!(
+                d.count("patch", "configmaps"),
+                0,
+                "no separate adoption write"
+            );
+            assert_eq!(d.count("delete", "configmaps"), 1);
+        }
+        _ => println!("not counting writes: a real cluster has no request counters"),
+    }
+    assert!(s.metrics.child_op_count("adopt-once-cc", "adopt") >= 1);
+    s.finish().await
+}
