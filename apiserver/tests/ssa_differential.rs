@@ -243,6 +243,14 @@ struct Outcome {
     error: Option<String>,
 }
 
+impl Outcome {
+    fn show(&self) -> String {
+        json!({"object": self.object, "managed": self.managed, "conflicts": self.conflicts,
+            "error": self.error})
+        .to_string()
+    }
+}
+
 /// apiVersion, kind, metadata.name, labels and annotations, spec.
 fn user_fields(o: &Value) -> Value {
     let mut out = json!({"apiVersion": o["apiVersion"], "kind": o["kind"]});
@@ -558,8 +566,10 @@ fn compare(
     for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
         if o != t {
             return Err(format!(
-                "step {i} differs\nbodies: {}\nkmeta-apiserver: {o:#?}\nstructured-merge-diff: {t:#?}",
-                serde_json::to_string_pretty(&bodies[..=i]).unwrap()
+                "step {i} differs\nbodies: {}\nkmeta-apiserver:       {}\nstructured-merge-diff: {}",
+                serde_json::to_string_pretty(&bodies[..=i]).unwrap(),
+                o.show(),
+                t.show()
             ));
         }
     }

@@ -304,9 +304,9 @@ fn record_managed_fields(
         }
         (None, Some(cm)) if Some(&cm) != old_managed => cm,
         _ => {
-            let kinds = Inner::kinds_for(&req.def, &req.version);
+            let shape = Inner::shape_for(&req.def, &req.version);
             let mut entries = ssa::parse_managed(old);
-            ssa::record_update(&mut entries, Some(old), new, writer, &kinds);
+            ssa::record_update(&mut entries, Some(old), new, writer, &shape);
             ssa::render_managed(&entries)
         }
     };

@@ -139,7 +139,31 @@ func run(req request, parsers map[string]*typed.ParseableType) answer {
 	for _, o := range req.Ops {
 		next, nextManagers, s := apply(&updater, pt, live, managers.Copy(), o)
 		if s.Error == "" && len(s.Conflicts) == 0 {
-			live, managers = next, nextManagers
+			// what a custom resource's storage keeps: no null where the schema has no
+			// nullable (apiextensions' PruneNonNullableNullsWithoutDefaults)
+			stored := next.AsValue().Unstructured()
+			pruneNulls(stored, req.Schema)
+			// ObjectMeta's round trip: a null or empty map or list there is no field
+			if md, ok := stored.(map[string]interface{})["metadata"].(map[string]interface{}); ok {
+				for _, k := range []string{"labels", "annotations", "finalizers", "ownerReferences"} {
+					switch v := md[k].(type) {
+					case nil:
+						delete(md, k)
+					case map[string]interface{}:
+						if len(v) == 0 {
+							delete(md, k)
+						}
+					case []interface{}:
+						if len(v) == 0 {
+							delete(md, k)
+						}
+					}
+				}
+			}
+			if live, err = pt.FromUnstructured(stored); err != nil {
+				s.Error = "stored object: " + err.Error()
+			}
+			managers = nextManagers
 		}
 		s.Object = live.AsValue().Unstructured()
 		s.Managed = render(managers)
@@ -160,9 +184,13 @@ func apply(u *merge.Updater, pt *typed.ParseableType, live *typed.TypedValue, ma
 	switch o.Op {
 	case "apply":
 		who = id(o.Manager, "Apply")
+		before := managers.Copy()
 		next, managers, err = u.Apply(live, obj, version, managers, who, o.Force)
 		if next == nil && err == nil {
 			next = live
+		}
+		if _, ok := err.(merge.Conflicts); ok {
+			return nil, nil, step{Conflicts: conflictsOf(u, live, obj, before, who)}
 		}
 	case "update":
 		// managedFieldsUpdater: the fields this update changed, under a temporary manager,
@@ -198,6 +226,32 @@ func apply(u *merge.Updater, pt *typed.ParseableType, live *typed.TypedValue, ma
 		}
 	}
 	return next, managers, step{}
+}
+
+// conflictsOf recomputes the conflicts of an apply as the library's Updater does (the other
+// managers' fields that the forced result adds or changes): 4.1.2's ConflictsFromManagers
+// reuses one path buffer for every conflict of a manager (fixed in 4.2 by copying the path), so
+// its paths cannot be read.
+func conflictsOf(u *merge.Updater, live, obj *typed.TypedValue, managers fieldpath.ManagedFields, who string) []conflict {
+	forced, _, err := u.Apply(live, obj, version, managers.Copy(), who, true)
+	if err != nil || forced == nil {
+		return []conflict{{Field: fmt.Sprintf("recomputing conflicts: %v", err)}}
+	}
+	cmp, err := live.Compare(forced)
+	if err != nil {
+		return []conflict{{Field: "recomputing conflicts: " + err.Error()}}
+	}
+	changed := cmp.Modified.Union(cmp.Added)
+	var cs merge.Conflicts
+	for m, vs := range managers {
+		if m == who {
+			continue
+		}
+		vs.Set().Intersection(changed).Iterate(func(p fieldpath.Path) {
+			cs = append(cs, merge.Conflict{Manager: m, Path: append(fieldpath.Path{}, p...)})
+		})
+	}
+	return conflicts(cs)
 }
 
 func conflicts(cs merge.Conflicts) []conflict {
@@ -336,4 +390,36 @@ func convert(s map[string]interface{}) map[string]interface{} {
 		m["elementType"] = map[string]interface{}{"namedType": "__untyped_deduced_"}
 	}
 	return map[string]interface{}{"map": m}
+}
+
+// pruneNulls drops the null values of x that its OpenAPI schema s does not declare nullable
+// (none has a default here).
+func pruneNulls(x interface{}, s map[string]interface{}) {
+	sub := func(s map[string]interface{}, k string) map[string]interface{} {
+		if props, ok := s["properties"].(map[string]interface{}); ok {
+			if p, ok := props[k].(map[string]interface{}); ok {
+				return p
+			}
+		}
+		if ap, ok := s["additionalProperties"].(map[string]interface{}); ok {
+			return ap
+		}
+		return nil
+	}
+	switch x := x.(type) {
+	case map[string]interface{}:
+		for k, v := range x {
+			ks := sub(s, k)
+			if v == nil && ks != nil && ks["nullable"] != true {
+				delete(x, k)
+				continue
+			}
+			pruneNulls(v, ks)
+		}
+	case []interface{}:
+		items, _ := s["items"].(map[string]interface{})
+		for _, v := range x {
+			pruneNulls(v, items)
+		}
+	}
 }
