@@ -197,6 +197,15 @@ struct Comparison {
     modified: FieldSet,
 }
 
+/// A null, `{}` or `[]`.
+fn is_empty(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| {
+        v.is_null()
+            || v.as_object().is_some_and(Map::is_empty)
+            || v.as_array().is_some_and(Vec::is_empty)
+    })
+}
+
 fn compare(old: &Value, new: &Value, scope: Scope, shape: &dyn Shape) -> Comparison {
     let before = nodes(old, scope, shape);
     let after = nodes(new, scope, shape);
@@ -215,6 +224,10 @@ fn compare(old: &Value, new: &Value, scope: Scope, shape: &dyn Shape) -> Compari
         .filter(|(p, n)| {
             before.get(*p).is_some_and(|b| {
                 let (o, v) = (get_at(old, p), get_at(new, p));
+                // empty or null on both sides: compared as a leaf (null is not `{}`)
+                if is_empty(o) && is_empty(v) {
+                    return o != v;
+                }
                 // a null takes the form of the other side: null against a map is an empty map
                 let null_container = (o.is_some_and(Value::is_null)
                     && matches!(n, Node::Container { .. }))
