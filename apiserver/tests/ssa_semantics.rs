@@ -157,9 +157,9 @@ async fn labels_emptied_by_pruning_are_gone() {
         .await
         .unwrap();
     assert!(next["metadata"].get("labels").is_none(), "{next}");
-    // `u` still owns the labels map it created, not the label
+    // `u` still owns the labels map it created (and the empty spec), not the label
     assert_eq!(
         fields(&next, "u"),
-        json!({"f:metadata": {"f:labels": {}}})
+        json!({"f:metadata": {"f:labels": {}}, "f:spec": {}})
     );
 }
