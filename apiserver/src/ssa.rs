@@ -561,6 +561,16 @@ impl Conflict {
 }
 
 fn merge_apply(live: &mut Value, cfg: &Value, names: &mut Vec<String>, shape: &dyn Shape) {
+    // an applied null against a granular map or list with items keeps them (null takes the
+    // other side's form: an empty one); against anything else it replaces it
+    let granular_items = match &*live {
+        Value::Object(m) => !m.is_empty() && !shape.atomic_map(names),
+        Value::Array(a) => !a.is_empty() && shape.list(names) != ListKind::Atomic,
+        _ => false,
+    };
+    if cfg.is_null() && granular_items {
+        return;
+    }
     match (live, cfg) {
         (Value::Object(lm), Value::Object(cm)) if !shape.atomic_map(names) => {
             for (k, cv) in cm {
@@ -575,26 +585,86 @@ fn merge_apply(live: &mut Value, cfg: &Value, names: &mut Vec<String>, shape: &d
             }
         }
         (Value::Array(la), Value::Array(ca)) => match shape.list(names) {
-            ListKind::Map(keys) if ca.iter().all(Value::is_object) => {
-                for ci in ca {
-                    let kobj = key_object(ci, &keys);
-                    match la.iter_mut().find(|li| item_matches(li, &kobj)) {
-                        Some(li) => merge_apply(li, ci, names, shape),
-                        None => la.push(ci.clone()),
+            ListKind::Map(keys)
+                if ca.iter().all(Value::is_object) && la.iter().all(Value::is_object) =>
+            {
+                let ids = |l: &[Value]| l.iter().map(|i| key_object(i, &keys)).collect::<Vec<_>>();
+                let order = merge_order(&ids(la), &ids(ca));
+                let mut out = Vec::with_capacity(order.len());
+                for (l, c) in order {
+                    let mut item = l.map_or(Value::Null, |l| la[l].clone());
+                    match c {
+                        Some(c) if l.is_some() => merge_apply(&mut item, &ca[c], names, shape),
+                        Some(c) => item = ca[c].clone(),
+                        None => {}
                     }
+                    out.push(item);
                 }
+                *la = out;
             }
             ListKind::Set => {
-                for ci in ca {
-                    if !la.contains(ci) {
-                        la.push(ci.clone());
-                    }
-                }
+                let order = merge_order(la, ca);
+                *la = order
+                    .into_iter()
+                    .filter_map(|(l, c)| c.map(|c| ca[c].clone()).or_else(|| l.map(|l| la[l].clone())))
+                    .collect();
             }
             _ => *la = ca.clone(),
         },
         (l, c) => *l = c.clone(),
     }
+}
+
+/// The order of a merged associative list or set, as kube-apiserver 1.32's structured-merge-diff
+/// (v4.2.1 on) builds it from the live items' identities (`live`) and the applied ones
+/// (`config`): each entry is the live index and the config index of one item. The applied items
+/// keep their order; a live item the configuration also has moves to where the configuration
+/// puts it; a live item it does not have stays where it was relative to its neighbours.
+fn merge_order(live: &[Value], config: &[Value]) -> Vec<(Option<usize>, Option<usize>)> {
+    let in_config = |v: &Value| config.iter().position(|c| c == v);
+    let in_live = |v: &Value| live.iter().position(|l| l == v);
+    // the items both have, in the configuration's order
+    let mut shared = config.iter().filter(|c| in_live(c).is_some());
+    let mut next_shared = shared.next();
+    let mut merged: Vec<&Value> = vec![];
+    let mut out = Vec::with_capacity(live.len().max(config.len()));
+    let (mut l, mut r) = (0, 0);
+    while l < live.len() || r < config.len() {
+        if l < live.len() && r < config.len() {
+            if live[l] == config[r] {
+                merged.push(&config[r]);
+                out.push((Some(l), Some(r)));
+                l += 1;
+                r += 1;
+                next_shared = shared.next();
+                continue;
+            }
+            // a shared item the configuration puts later: taken when the configuration gets there
+            if in_config(&live[l]).is_some() && next_shared.is_some_and(|n| *n != live[l]) {
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() {
+            if in_config(&live[l]).is_none() {
+                out.push((Some(l), None));
+                l += 1;
+                continue;
+            }
+            if merged.contains(&&live[l]) {
+                l += 1;
+            }
+        }
+        if r < config.len() {
+            merged.push(&config[r]);
+            out.push((in_live(&config[r]), Some(r)));
+            if next_shared.is_some_and(|n| *n == config[r]) {
+                next_shared = shared.next();
+            }
+            r += 1;
+        }
+    }
+    out
 }
 
 /// Apply `config` (the applied object) onto `live` for `who`, as structured-merge-diff's
@@ -629,7 +699,7 @@ pub(crate) fn apply(
         for e in entries.iter().filter(|e| !mine(e)) {
             owned.extend(e.fields.iter().cloned());
         }
-        prune(&mut merged, &last.fields, &owned, shape);
+        prune(&mut merged, &last.fields, &owned, who.scope, shape);
     }
     let cmp = compare(live, &merged, who.scope, shape);
     let changed: FieldSet = cmp.added.union(&cmp.modified).cloned().collect();
@@ -693,11 +763,14 @@ fn find_conflicts(
 /// Remove what this manager applied last time (`last`) that nobody owns now (`owned`: the other
 /// managers' fields and this apply's), with the declared fields holding them
 /// (structured-merge-diff's `prune`); a removed node goes with everything under it.
-fn prune(merged: &mut Value, last: &FieldSet, owned: &FieldSet, shape: &dyn Shape) {
+fn prune(merged: &mut Value, last: &FieldSet, owned: &FieldSet, scope: Scope, shape: &dyn Shape) {
     let owned = with_named_fields(owned, shape);
+    // only what the merged object's own field set names (a struct holding nothing but an
+    // empty list is not in it, so it stays)
+    let present = with_named_fields(&field_set(merged, scope, shape), shape);
     let mut dropped: Vec<Path> = with_named_fields(last, shape)
         .into_iter()
-        .filter(|p| !owned.contains(p))
+        .filter(|p| !owned.contains(p) && present.contains(p))
         .collect();
     // shallowest first: a removed node takes what is under it
     dropped.sort_by_key(Vec::len);
@@ -863,6 +936,47 @@ mod tests {
             next["spec"]["ports"],
             json!([{"name": "web", "port": 8080}])
         );
+    }
+
+    /// structured-merge-diff's own cases for the merge order of sets (typed/merge_test.go,
+    /// v4.2.1 on): live, applied, merged.
+    #[test]
+    fn merge_order_of_sets_is_structured_merge_diffs() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("ab", "ba", "ba"),
+            ("abc", "def", "abcdef"),
+            ("abc", "cdef", "abcdef"),
+            ("abcgf", "cdef", "abcgdef"),
+            ("abc", "defxyz", "abcdefxyz"),
+            ("cdef", "ace", "acdef"),
+            ("abcxyz", "def", "abcxyzdef"),
+            ("abcxyz", "defxyz", "abcdefxyz"),
+            ("cagf", "cfag", "cfag"),
+            ("abcd", "defa", "bcdefa"),
+            ("cdefghij", "2h3e4kl", "cdfg2hij3e4kl"),
+            ("abcdefghij", "1b2h3e4kl", "a1bcdfg2hij3e4kl"),
+        ];
+        let list = |s: &str| Value::Array(s.chars().map(|c| json!(c.to_string())).collect());
+        let shape = |_: &[String]| ListKind::Set;
+        for (live, cfg, want) in cases {
+            let mut l = list(live);
+            merge_apply(&mut l, &list(cfg), &mut vec![], &shape);
+            assert_eq!(l, list(want), "{live} + {cfg}");
+        }
+    }
+
+    #[test]
+    fn merge_order_of_associative_lists_is_structured_merge_diffs() {
+        let item = |k: &str, id: i64| json!({"key": k, "id": id});
+        let shape = |_: &[String]| ListKind::Map(vec!["key".into()]);
+        let mut live = json!([item("a", 1), item("b", 2), item("c", 3)]);
+        merge_apply(
+            &mut live,
+            &json!([item("c", 3), item("a", 1)]),
+            &mut vec![],
+            &shape,
+        );
+        assert_eq!(live, json!([item("b", 2), item("c", 3), item("a", 1)]));
     }
 
     #[test]

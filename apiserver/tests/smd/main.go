@@ -137,7 +137,7 @@ func run(req request, parsers map[string]*typed.ParseableType) answer {
 	managers := fieldpath.ManagedFields{}
 	var ans answer
 	for _, o := range req.Ops {
-		next, nextManagers, s := apply(&updater, pt, live, managers.Copy(), o)
+		next, nextManagers, s := apply(&updater, pt, live, managers.Copy(), o, req.Schema)
 		if s.Error == "" && len(s.Conflicts) == 0 {
 			// what a custom resource's storage keeps: no null where the schema has no
 			// nullable (apiextensions' PruneNonNullableNullsWithoutDefaults)
@@ -174,7 +174,12 @@ func run(req request, parsers map[string]*typed.ParseableType) answer {
 
 func id(manager, operation string) string { return manager + "\x00" + operation }
 
-func apply(u *merge.Updater, pt *typed.ParseableType, live *typed.TypedValue, managers fieldpath.ManagedFields, o op) (*typed.TypedValue, fieldpath.ManagedFields, step) {
+func apply(u *merge.Updater, pt *typed.ParseableType, live *typed.TypedValue, managers fieldpath.ManagedFields, o op, schema map[string]interface{}) (*typed.TypedValue, fieldpath.ManagedFields, step) {
+	if o.Op == "update" {
+		// the body of a create or update is decoded through the custom resource's schema,
+		// which drops the nulls it does not allow, before the field manager sees it
+		pruneNulls(o.Object, schema)
+	}
 	obj, err := pt.FromUnstructured(o.Object)
 	if err != nil {
 		return nil, nil, step{Error: "invalid object: " + err.Error()}
