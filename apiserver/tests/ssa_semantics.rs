@@ -23,7 +23,8 @@ async fn widgets(s: &TestServer) -> Api<DynamicObject> {
                                "properties": {"x": str_, "y": str_}},
                         "g": {"type": "object", "properties": {
                             "z": {"type": "object", "properties": {"p": str_}}}},
-                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": str_}
                     }}}}}}]}
     });
     let crds: Api<DynamicObject> = Api::all_with(
@@ -162,4 +163,49 @@ async fn labels_emptied_by_pruning_are_gone() {
         fields(&next, "u"),
         json!({"f:metadata": {"f:labels": {}}, "f:spec": {}})
     );
+}
+
+#[tokio::test]
+async fn an_applied_null_keeps_the_items_of_a_map() {
+    let s = TestServer::start().await.unwrap();
+    let api = widgets(&s).await;
+    apply(&api, "b", false, &widget(json!({}), json!({"free": {"obj": {}}})))
+        .await
+        .unwrap();
+    let next = apply(&api, "a", false, &widget(json!({}), json!({"free": null})))
+        .await
+        .unwrap();
+    assert_eq!(next["spec"], json!({"free": {"obj": {}}}));
+    assert_eq!(fields(&next, "a"), json!({"f:spec": {"f:free": {}}}));
+}
+
+#[tokio::test]
+async fn an_empty_list_left_by_pruning_stays() {
+    let s = TestServer::start().await.unwrap();
+    let api = widgets(&s).await;
+    apply(&api, "b", false, &widget(json!({}), json!({"tags": null})))
+        .await
+        .unwrap();
+    let next = apply(&api, "b", false, &widget(json!({}), json!({"tags": []})))
+        .await
+        .unwrap();
+    assert_eq!(next["spec"], json!({"tags": []}));
+}
+
+#[tokio::test]
+async fn a_set_follows_the_applied_order() {
+    let s = TestServer::start().await.unwrap();
+    let api = widgets(&s).await;
+    apply(&api, "a", false, &widget(json!({}), json!({"tags": ["a", "b", "c"]})))
+        .await
+        .unwrap();
+    let next = apply(&api, "a", false, &widget(json!({}), json!({"tags": ["c", "a"]})))
+        .await
+        .unwrap();
+    assert_eq!(next["spec"]["tags"], json!(["c", "a"]));
+    let other = apply(&api, "b", false, &widget(json!({}), json!({"tags": ["d", "a"]})))
+        .await
+        .unwrap();
+    // kube-apiserver 1.32: the applied items in the applied order, the others where they were
+    assert_eq!(other["spec"]["tags"], json!(["c", "d", "a"]));
 }
