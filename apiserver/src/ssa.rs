@@ -724,16 +724,8 @@ pub(crate) fn apply(
         Some(i) => entries[i] = entry,
         None => entries.push(entry),
     }
+    crate::metadata::drop_empty_fields(&mut merged);
     if let Some(md) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
-        // ObjectMeta's round trip: a null or empty map or list there is no field
-        md.retain(|k, v| {
-            !(matches!(
-                k.as_str(),
-                "labels" | "annotations" | "finalizers" | "ownerReferences"
-            ) && (v.is_null()
-                || v.as_object().is_some_and(Map::is_empty)
-                || v.as_array().is_some_and(Vec::is_empty)))
-        });
         md.insert("managedFields".into(), render_managed(&entries));
     }
     Ok(merged)

@@ -70,6 +70,7 @@ impl Inner {
         check_no_new_finalizers(req, &name, old, &new)?;
         let crd_def = self.admit_update(adm, req, &name, old, opts, &mut new)?;
         bump_generation(req, old, &mut new);
+        crate::metadata::drop_empty_fields(&mut new);
         let writer = req.writer(&opts.field_manager, &api_version, &now);
         record_managed_fields(req, &writer, old, applied, client_managed, &mut new);
         if without_volatile(old) == without_volatile(&new) {

@@ -87,6 +87,7 @@ impl Inner {
             scope: req.scope(),
             now: &now,
         };
+        crate::metadata::drop_empty_fields(&mut obj);
         record_creator(&req, &writer, applied.as_ref(), &mut obj);
         let key = req.key(&name);
         if self.store.get(&key).is_some() {

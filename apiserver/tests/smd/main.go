@@ -143,23 +143,7 @@ func run(req request, parsers map[string]*typed.ParseableType) answer {
 			// nullable (apiextensions' PruneNonNullableNullsWithoutDefaults)
 			stored := next.AsValue().Unstructured()
 			pruneNulls(stored, req.Schema)
-			// ObjectMeta's round trip: a null or empty map or list there is no field
-			if md, ok := stored.(map[string]interface{})["metadata"].(map[string]interface{}); ok {
-				for _, k := range []string{"labels", "annotations", "finalizers", "ownerReferences"} {
-					switch v := md[k].(type) {
-					case nil:
-						delete(md, k)
-					case map[string]interface{}:
-						if len(v) == 0 {
-							delete(md, k)
-						}
-					case []interface{}:
-						if len(v) == 0 {
-							delete(md, k)
-						}
-					}
-				}
-			}
+			dropEmptyMeta(stored)
 			if live, err = pt.FromUnstructured(stored); err != nil {
 				s.Error = "stored object: " + err.Error()
 			}
@@ -179,6 +163,7 @@ func apply(u *merge.Updater, pt *typed.ParseableType, live *typed.TypedValue, ma
 		// the body of a create or update is decoded through the custom resource's schema,
 		// which drops the nulls it does not allow, before the field manager sees it
 		pruneNulls(o.Object, schema)
+		dropEmptyMeta(o.Object)
 	}
 	obj, err := pt.FromUnstructured(o.Object)
 	if err != nil {
@@ -425,6 +410,34 @@ func pruneNulls(x interface{}, s map[string]interface{}) {
 		items, _ := s["items"].(map[string]interface{})
 		for _, v := range x {
 			pruneNulls(v, items)
+		}
+	}
+}
+
+// dropEmptyMeta does what ObjectMeta's round trip through its Go type does: a null or empty
+// labels, annotations, finalizers or ownerReferences is no field (omitempty).
+func dropEmptyMeta(obj interface{}) {
+	o, _ := obj.(map[string]interface{})
+	md, ok := o["metadata"].(map[string]interface{})
+	if !ok {
+		return
+	}
+	for _, k := range []string{"labels", "annotations", "finalizers", "ownerReferences"} {
+		v, present := md[k]
+		if !present {
+			continue
+		}
+		switch v := v.(type) {
+		case nil:
+			delete(md, k)
+		case map[string]interface{}:
+			if len(v) == 0 {
+				delete(md, k)
+			}
+		case []interface{}:
+			if len(v) == 0 {
+				delete(md, k)
+			}
 		}
 	}
 }
