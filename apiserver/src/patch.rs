@@ -171,7 +171,8 @@ fn schema_at<'a>(schema: &'a Value, path: &[String]) -> At<'a> {
     let mut declared = true;
     for p in path {
         let items = cur.get("items");
-        let props = |v: Option<&'a Value>| v.and_then(|v| v.get("properties")).and_then(|ps| ps.get(p));
+        let props =
+            |v: Option<&'a Value>| v.and_then(|v| v.get("properties")).and_then(|ps| ps.get(p));
         if let Some(n) = props(Some(cur)).or_else(|| props(items)) {
             cur = n;
             declared = true;

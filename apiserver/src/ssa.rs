@@ -606,7 +606,10 @@ fn merge_apply(live: &mut Value, cfg: &Value, names: &mut Vec<String>, shape: &d
                 let order = merge_order(la, ca);
                 *la = order
                     .into_iter()
-                    .filter_map(|(l, c)| c.map(|c| ca[c].clone()).or_else(|| l.map(|l| la[l].clone())))
+                    .filter_map(|(l, c)| {
+                        c.map(|c| ca[c].clone())
+                            .or_else(|| l.map(|l| la[l].clone()))
+                    })
                     .collect();
             }
             _ => *la = ca.clone(),
@@ -792,7 +795,10 @@ fn get_at_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> 
         let (tag, v) = parse_elem(e)?;
         cur = match tag {
             'f' => cur.get_mut(v.as_str()?)?,
-            'k' => cur.as_array_mut()?.iter_mut().find(|i| item_matches(i, &v))?,
+            'k' => cur
+                .as_array_mut()?
+                .iter_mut()
+                .find(|i| item_matches(i, &v))?,
             'v' => cur.as_array_mut()?.iter_mut().find(|i| **i == v)?,
             _ => return None,
         };

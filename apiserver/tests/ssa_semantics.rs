@@ -118,9 +118,14 @@ async fn an_apply_owns_the_undeclared_keys_it_sets() {
 async fn an_atomic_struct_is_owned_and_replaced_whole() {
     let s = TestServer::start().await.unwrap();
     let api = widgets(&s).await;
-    let first = apply(&api, "a", false, &widget(json!({}), json!({"st": {"x": "a"}})))
-        .await
-        .unwrap();
+    let first = apply(
+        &api,
+        "a",
+        false,
+        &widget(json!({}), json!({"st": {"x": "a"}})),
+    )
+    .await
+    .unwrap();
     assert_eq!(fields(&first, "a"), json!({"f:spec": {"f:st": {}}}));
     let other = widget(json!({}), json!({"st": {"y": "b"}}));
     let kube::Error::Api(e) = apply(&api, "b", false, &other).await.unwrap_err() else {
@@ -136,9 +141,14 @@ async fn an_atomic_struct_is_owned_and_replaced_whole() {
 async fn pruning_takes_the_declared_fields_it_empties() {
     let s = TestServer::start().await.unwrap();
     let api = widgets(&s).await;
-    apply(&api, "a", false, &widget(json!({}), json!({"g": {"z": {"p": "a"}}})))
-        .await
-        .unwrap();
+    apply(
+        &api,
+        "a",
+        false,
+        &widget(json!({}), json!({"g": {"z": {"p": "a"}}})),
+    )
+    .await
+    .unwrap();
     let next = apply(&api, "a", false, &widget(json!({}), json!({"g": {}})))
         .await
         .unwrap();
@@ -151,9 +161,14 @@ async fn labels_emptied_by_pruning_are_gone() {
     let s = TestServer::start().await.unwrap();
     let api = widgets(&s).await;
     create(&api, "u", widget(json!({"labels": {"l1": "a"}}), json!({}))).await;
-    apply(&api, "a", true, &widget(json!({"labels": {"l1": "b"}}), json!({})))
-        .await
-        .unwrap();
+    apply(
+        &api,
+        "a",
+        true,
+        &widget(json!({"labels": {"l1": "b"}}), json!({})),
+    )
+    .await
+    .unwrap();
     let next = apply(&api, "a", false, &widget(json!({}), json!({})))
         .await
         .unwrap();
@@ -169,9 +184,14 @@ async fn labels_emptied_by_pruning_are_gone() {
 async fn an_applied_null_keeps_the_items_of_a_map() {
     let s = TestServer::start().await.unwrap();
     let api = widgets(&s).await;
-    apply(&api, "b", false, &widget(json!({}), json!({"free": {"obj": {}}})))
-        .await
-        .unwrap();
+    apply(
+        &api,
+        "b",
+        false,
+        &widget(json!({}), json!({"free": {"obj": {}}})),
+    )
+    .await
+    .unwrap();
     let next = apply(&api, "a", false, &widget(json!({}), json!({"free": null})))
         .await
         .unwrap();
@@ -196,16 +216,31 @@ async fn an_empty_list_left_by_pruning_stays() {
 async fn a_set_follows_the_applied_order() {
     let s = TestServer::start().await.unwrap();
     let api = widgets(&s).await;
-    apply(&api, "a", false, &widget(json!({}), json!({"tags": ["a", "b", "c"]})))
-        .await
-        .unwrap();
-    let next = apply(&api, "a", false, &widget(json!({}), json!({"tags": ["c", "a"]})))
-        .await
-        .unwrap();
+    apply(
+        &api,
+        "a",
+        false,
+        &widget(json!({}), json!({"tags": ["a", "b", "c"]})),
+    )
+    .await
+    .unwrap();
+    let next = apply(
+        &api,
+        "a",
+        false,
+        &widget(json!({}), json!({"tags": ["c", "a"]})),
+    )
+    .await
+    .unwrap();
     assert_eq!(next["spec"]["tags"], json!(["c", "a"]));
-    let other = apply(&api, "b", false, &widget(json!({}), json!({"tags": ["d", "a"]})))
-        .await
-        .unwrap();
+    let other = apply(
+        &api,
+        "b",
+        false,
+        &widget(json!({}), json!({"tags": ["d", "a"]})),
+    )
+    .await
+    .unwrap();
     // kube-apiserver 1.32: the applied items in the applied order, the others where they were
     assert_eq!(other["spec"]["tags"], json!(["c", "d", "a"]));
 }
