@@ -819,314 +819,42 @@ fn ssa_matches_structured_merge_diff_or_skips_without_go() {
 
 /// The situations of structured-merge-diff's `merge/*_test.go` tables that one API version of a
 /// custom resource can express (not: several versions, unions, recursive types, schema
-/// changes), as sequences of our own on schemas of the same shapes, under `spec`.
-fn tables() -> Vec<(&'static str, Value, Vec<Op>)> {
-    let s = json!({"type": "string"});
-    let set = json!({"type": "array", "x-kubernetes-list-type": "set", "items": s});
-    let smap = json!({"type": "object", "additionalProperties": s});
-    let keyed = |value: Value| {
-        json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-            "items": {"type": "object", "required": ["name"], "properties": {"name": s, "value": value}}})
+/// changes), as sequences of our own on schemas of the same shapes, under `spec`
+/// (`tests/smd/tables.json`).
+fn tables() -> Vec<(String, Value, Vec<Op>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/smd/tables.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let leak = |v: &Value| -> &'static str {
+        Box::leak(v.as_str().unwrap_or_default().to_owned().into_boxed_str())
     };
-    let spec = |props: Value| json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
-    let nested = spec(json!({
-        "listOfLists": keyed(set.clone()),
-        "listOfMaps": keyed(smap.clone()),
-        "mapOfLists": {"type": "object", "additionalProperties": set},
-        "mapOfMaps": {"type": "object", "additionalProperties": smap},
-        "struct": {"type": "object", "properties": {"name": s, "value": {"type": "number"}}}
-    }));
-    let leaf = spec(
-        json!({"numeric": {"type": "integer"}, "string": s, "bool": {"type": "boolean"},
-        "set": set}),
-    );
-    let sets = spec(json!({"list": set}));
-    let key = spec(
-        json!({"list": keyed(json!({"type": "object", "properties": {"x": {"type": "integer"}}}))}),
-    );
-    let ap = |m: &'static str, spec: Value| Op::Apply {
-        manager: m,
-        force: false,
-        labels: json!({}),
-        spec,
-    };
-    let force = |m: &'static str, spec: Value| Op::Apply {
-        manager: m,
-        force: true,
-        labels: json!({}),
-        spec,
-    };
-    let put = |m: &'static str, spec: Value| Op::Put { manager: m, spec };
-    let change = |field: &str, a: Value, b: Value| {
-        vec![
-            ap("default", json!({field: a})),
-            ap("default", json!({field: b})),
-        ]
-    };
-    vec![
-        (
-            "listOfLists_change_value",
-            nested.clone(),
-            change(
-                "listOfLists",
-                json!([{"name": "a", "value": ["b", "c"]}]),
-                json!([{"name": "a", "value": ["c", "d"]}]),
-            ),
-        ),
-        (
-            "listOfLists_change_key_and_value",
-            nested.clone(),
-            change(
-                "listOfLists",
-                json!([{"name": "a", "value": ["b"]}]),
-                json!([{"name": "b", "value": ["c"]}]),
-            ),
-        ),
-        (
-            "listOfMaps_change_value",
-            nested.clone(),
-            change(
-                "listOfMaps",
-                json!([{"name": "a", "value": {"b": "x"}}]),
-                json!([{"name": "a", "value": {"c": "y"}}]),
-            ),
-        ),
-        (
-            "listOfMaps_change_key_and_value",
-            nested.clone(),
-            change(
-                "listOfMaps",
-                json!([{"name": "a", "value": {"b": "x"}}]),
-                json!([{"name": "b", "value": {"c": "y"}}]),
-            ),
-        ),
-        (
-            "mapOfLists_change_value",
-            nested.clone(),
-            change("mapOfLists", json!({"a": ["b"]}), json!({"a": ["c"]})),
-        ),
-        (
-            "mapOfLists_change_key_and_value",
-            nested.clone(),
-            change("mapOfLists", json!({"a": ["b"]}), json!({"b": ["c"]})),
-        ),
-        (
-            "mapOfMaps_change_value",
-            nested.clone(),
-            change(
-                "mapOfMaps",
-                json!({"a": {"b": "x"}}),
-                json!({"a": {"c": "y"}}),
-            ),
-        ),
-        (
-            "mapOfMaps_change_key_and_value",
-            nested.clone(),
-            change(
-                "mapOfMaps",
-                json!({"a": {"b": "x"}}),
-                json!({"b": {"c": "y"}}),
-            ),
-        ),
-        (
-            "struct_apply_remove_all",
-            nested.clone(),
-            vec![
-                ap("default", json!({"struct": {"name": "a", "value": 1}})),
-                ap("default", json!({})),
-            ],
-        ),
-        (
-            "struct_apply_remove_dangling",
-            nested.clone(),
-            vec![
-                ap("default", json!({"struct": {"name": "a"}})),
-                ap("default", json!({"struct": null})),
-            ],
-        ),
-        (
-            "struct_apply_update_remove_all",
-            nested.clone(),
-            vec![
-                ap("default", json!({"struct": {"name": "a"}})),
-                put("controller", json!({"struct": {"name": "a", "value": 1}})),
-                ap("default", json!({})),
-            ],
-        ),
-        (
-            "struct_apply_update_dict_dangling",
-            nested.clone(),
-            vec![
-                ap("default", json!({"struct": {"name": "a"}})),
-                put("controller", json!({"struct": {"name": "a", "value": 1}})),
-                ap("default", json!({"struct": {}})),
-            ],
-        ),
-        (
-            "struct_apply_update_dict_null",
-            nested.clone(),
-            vec![
-                ap("default", json!({"struct": {"name": "a"}})),
-                put("controller", json!({"struct": {"name": "a", "value": 1}})),
-                ap("default", json!({"struct": null})),
-            ],
-        ),
-        (
-            "struct_apply_update_took_over",
-            nested,
-            vec![
-                ap("default", json!({"struct": {"name": "a"}})),
-                put("controller", json!({"struct": {"name": "b", "value": 1}})),
-                ap("default", json!({"struct": {"name": "b"}})),
-            ],
-        ),
-        (
-            "leaf_apply_twice",
-            leaf.clone(),
-            vec![
-                ap("default", json!({"numeric": 1, "string": "a"})),
-                ap(
-                    "default",
-                    json!({"numeric": 1, "string": "a", "bool": true}),
-                ),
-            ],
-        ),
-        (
-            "leaf_apply_update_apply_no_conflict",
-            leaf.clone(),
-            vec![
-                ap("default", json!({"numeric": 1, "string": "a"})),
-                put(
-                    "controller",
-                    json!({"numeric": 1, "string": "a", "bool": true}),
-                ),
-                ap("default", json!({"numeric": 2, "string": "a"})),
-            ],
-        ),
-        (
-            "leaf_apply_update_apply_with_conflict",
-            leaf.clone(),
-            vec![
-                ap("default", json!({"numeric": 1, "string": "a"})),
-                put("controller", json!({"numeric": 1, "string": "b"})),
-                ap("default", json!({"numeric": 2, "string": "c"})),
-                force("default", json!({"numeric": 2, "string": "c"})),
-            ],
-        ),
-        (
-            "leaf_apply_twice_remove",
-            leaf.clone(),
-            vec![
-                ap(
-                    "default",
-                    json!({"numeric": 1, "string": "a", "bool": false}),
-                ),
-                ap("default", json!({"string": "a"})),
-            ],
-        ),
-        (
-            "leaf_update_apply_omits",
-            leaf.clone(),
-            vec![
-                put("controller", json!({"numeric": 1, "string": "a"})),
-                ap("default", json!({"numeric": 1})),
-            ],
-        ),
-        (
-            "leaf_update_remove_empty_set",
-            leaf.clone(),
-            vec![
-                put("controller", json!({"set": ["a"]})),
-                put("controller", json!({"set": []})),
-            ],
-        ),
-        (
-            "leaf_apply_remove_empty_set",
-            leaf,
-            vec![
-                ap("default", json!({"set": ["a"]})),
-                ap("default", json!({"set": []})),
-            ],
-        ),
-        (
-            "set_apply_twice",
-            sets.clone(),
-            vec![
-                ap("default", json!({"list": ["a", "c"]})),
-                ap("default", json!({"list": ["a", "b", "c", "d"]})),
-            ],
-        ),
-        (
-            "set_apply_update_apply_no_overlap",
-            sets.clone(),
-            vec![
-                ap("default", json!({"list": ["a", "c"]})),
-                put("controller", json!({"list": ["a", "b", "c", "d"]})),
-                ap("default", json!({"list": ["a", "a2", "c"]})),
-            ],
-        ),
-        (
-            "set_apply_update_apply_with_overlap",
-            sets.clone(),
-            vec![
-                ap("default", json!({"list": ["a", "c"]})),
-                put("controller", json!({"list": ["a", "b", "c", "d"]})),
-                ap("default", json!({"list": ["a", "b", "c"]})),
-            ],
-        ),
-        (
-            "set_apply_twice_reorder",
-            sets.clone(),
-            vec![
-                ap("default", json!({"list": ["a", "b", "c", "d"]})),
-                ap("default", json!({"list": ["d", "c", "b"]})),
-            ],
-        ),
-        (
-            "set_apply_update_apply_reorder",
-            sets.clone(),
-            vec![
-                ap("default", json!({"list": ["a", "b", "c", "d"]})),
-                put("controller", json!({"list": ["a", "d", "c", "b"]})),
-                ap("default", json!({"list": ["a", "b", "c", "d"]})),
-            ],
-        ),
-        (
-            "set_apply_twice_remove",
-            sets,
-            vec![
-                ap("default", json!({"list": ["a", "b", "c", "d"]})),
-                ap("default", json!({"list": ["a", "d"]})),
-            ],
-        ),
-        (
-            "key_removing_obsolete_applied_structs",
-            key.clone(),
-            vec![
-                ap(
-                    "default",
-                    json!({"list": [{"name": "a", "value": {"x": 0}}]}),
-                ),
-                ap("default", json!({"list": [{"name": "a"}]})),
-            ],
-        ),
-        (
-            "key_two_appliers_items_and_a_conflict",
-            key,
-            vec![
-                ap("a", json!({"list": [{"name": "a", "value": {"x": 1}}]})),
-                ap(
-                    "b",
-                    json!({"list": [{"name": "b"}, {"name": "a", "value": {"x": 2}}]}),
-                ),
-                force(
-                    "b",
-                    json!({"list": [{"name": "b"}, {"name": "a", "value": {"x": 2}}]}),
-                ),
-                ap("a", json!({"list": []})),
-            ],
-        ),
-    ]
+    doc["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let props = &doc["schemas"][t["schema"].as_str().unwrap()];
+            let schema = json!({"type": "object", "properties": {
+                "spec": {"type": "object", "properties": props}}});
+            let ops = t["ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    let (manager, spec) = (leak(&o["manager"]), o["spec"].clone());
+                    match o["op"].as_str() {
+                        Some("put") => Op::Put { manager, spec },
+                        op => Op::Apply {
+                            manager,
+                            force: op == Some("force"),
+                            labels: json!({}),
+                            spec,
+                        },
+                    }
+                })
+                .collect();
+            (t["name"].as_str().unwrap().to_owned(), schema, ops)
+        })
+        .collect()
 }
 
 #[test]
