@@ -274,55 +274,6 @@ pub(crate) fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// Remove the node at a path (map key, list item or set value). Returns whether it existed.
-pub(crate) fn remove_at(obj: &mut Value, path: &[String]) -> bool {
-    let Some((last, parent_path)) = path.split_last() else {
-        return false;
-    };
-    let mut cur = obj;
-    for e in parent_path {
-        let Some((tag, v)) = parse_elem(e) else {
-            return false;
-        };
-        let next = match tag {
-            'f' => v.as_str().and_then(|k| cur.get_mut(k)),
-            'k' => cur
-                .as_array_mut()
-                .and_then(|a| a.iter_mut().find(|i| item_matches(i, &v))),
-            'v' => cur
-                .as_array_mut()
-                .and_then(|a| a.iter_mut().find(|i| **i == v)),
-            _ => None,
-        };
-        match next {
-            Some(n) => cur = n,
-            None => return false,
-        }
-    }
-    let Some((tag, v)) = parse_elem(last) else {
-        return false;
-    };
-    match tag {
-        'f' => match (cur.as_object_mut(), v.as_str()) {
-            (Some(m), Some(k)) => m.remove(k).is_some(),
-            _ => false,
-        },
-        'k' | 'v' => match cur.as_array_mut() {
-            Some(a) => {
-                let before = a.len();
-                if tag == 'k' {
-                    a.retain(|i| !item_matches(i, &v));
-                } else {
-                    a.retain(|i| *i != v);
-                }
-                a.len() != before
-            }
-            None => false,
-        },
-        _ => false,
-    }
-}
-
 /// Encode a field set as a FieldsV1 object: a member with members under it gets a `.` key.
 pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = Map::new();
@@ -756,54 +707,107 @@ fn find_conflicts(
 }
 
 /// Remove what this manager applied last time (`last`) that nobody owns now (`owned`: the other
-/// managers' fields and this apply's), with the declared fields holding them
-/// (structured-merge-diff's `prune`); a removed node goes with everything under it.
+/// managers' fields and this apply's), as structured-merge-diff's `prune` does it: remove all of
+/// `last` (with the declared fields holding it), put back what is owned, then put back what was
+/// not in `last` after all. A removed node goes with everything under it; a map or list the
+/// removal walks through and leaves empty becomes null.
 fn prune(merged: &mut Value, last: &FieldSet, owned: &FieldSet, scope: Scope, shape: &dyn Shape) {
+    // the library sees all of `metadata`: its name keeps it from being dropped
+    let fields = |v: &Value| {
+        let mut set = field_set(v, scope, shape);
+        if v.pointer("/metadata/name").is_some() {
+            set.insert(vec!["f:metadata".to_string(), "f:name".to_string()]);
+        }
+        with_named_fields(&set, shape)
+    };
+    let last = with_named_fields(last, shape);
     let owned = with_named_fields(owned, shape);
-    // only what the merged object's own field set names (a struct holding nothing but an
-    // empty list is not in it, so it stays)
-    let present = with_named_fields(&field_set(merged, scope, shape), shape);
-    let mut dropped: Vec<Path> = with_named_fields(last, shape)
-        .into_iter()
-        .filter(|p| !owned.contains(p) && present.contains(p))
+    let in_merged = fields(merged);
+    let without_last = remove_items(merged, &last, shape);
+    let keep: FieldSet = fields(&without_last).union(&owned).cloned().collect();
+    let unowned: FieldSet = in_merged.difference(&keep).cloned().collect();
+    let owned_back = remove_items(merged, &unowned, shape);
+    let in_owned_back = fields(&owned_back);
+    let dropped: FieldSet = in_merged
+        .iter()
+        .filter(|p| !in_owned_back.contains(*p) && last.contains(*p))
+        .cloned()
         .collect();
-    // shallowest first: a removed node takes what is under it
-    dropped.sort_by_key(Vec::len);
-    let mut walked = FieldSet::new();
-    for p in &dropped {
-        remove_at(merged, p);
-        for n in 1..p.len() {
-            walked.insert(p[..n].to_vec());
-        }
-    }
-    // structured-merge-diff's removal leaves a map or list it walked through and found empty
-    // (or emptied) null; deepest first, so a parent emptied in turn becomes null too
-    let mut walked: Vec<Path> = walked.into_iter().collect();
-    walked.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in walked {
-        if let Some(v) = get_at_mut(merged, &p)
-            && (v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty))
-        {
-            *v = Value::Null;
-        }
+    if !dropped.is_empty() {
+        *merged = remove_items(merged, &dropped, shape);
     }
 }
 
-fn get_at_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
-    let mut cur = obj;
-    for e in path {
-        let (tag, v) = parse_elem(e)?;
-        cur = match tag {
-            'f' => cur.get_mut(v.as_str()?)?,
-            'k' => cur
-                .as_array_mut()?
-                .iter_mut()
-                .find(|i| item_matches(i, &v))?,
-            'v' => cur.as_array_mut()?.iter_mut().find(|i| **i == v)?,
-            _ => return None,
-        };
+/// `v` without the nodes of `set` (structured-merge-diff's `RemoveItems`): a map or list holding
+/// a removed node is rebuilt, and becomes null if nothing is left in it.
+fn remove_items(v: &Value, set: &FieldSet, shape: &dyn Shape) -> Value {
+    fn under(set: &FieldSet, path: &Path) -> bool {
+        set.range(path.clone()..)
+            .take_while(|p| p.starts_with(path))
+            .any(|p| p.len() > path.len())
     }
-    Some(cur)
+    fn walk(
+        v: &Value,
+        set: &FieldSet,
+        names: &mut Vec<String>,
+        path: &mut Path,
+        shape: &dyn Shape,
+    ) -> Value {
+        let atomic = shape.atomic_map(names);
+        let kind = shape.list(names);
+        let mut child = |c: &Value, step: String, name: Option<&String>| -> Option<Value> {
+            path.push(step);
+            if let Some(n) = name {
+                names.push(n.clone());
+            }
+            let out = if set.contains(path) {
+                None
+            } else if under(set, path) {
+                Some(walk(c, set, names, path, shape))
+            } else {
+                Some(c.clone())
+            };
+            if name.is_some() {
+                names.pop();
+            }
+            path.pop();
+            out
+        };
+        let out = match v {
+            Value::Object(m) if !atomic => {
+                let kept: Map<String, Value> = m
+                    .iter()
+                    .filter_map(|(k, c)| {
+                        child(c, format!("f:{k}"), Some(k)).map(|c| (k.clone(), c))
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Object(kept))
+            }
+            Value::Array(items) => {
+                let step = |item: &Value| match &kind {
+                    ListKind::Map(keys) => Some(format!("k:{}", key_object(item, keys))),
+                    ListKind::Set => Some(format!("v:{item}")),
+                    ListKind::Atomic => None,
+                };
+                let steps: Vec<Option<String>> = items.iter().map(step).collect();
+                if steps.iter().any(Option::is_none) {
+                    return v.clone();
+                }
+                let kept: Vec<Value> = items
+                    .iter()
+                    .zip(steps)
+                    .filter_map(|(item, s)| child(item, s.unwrap_or_default(), None))
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Array(kept))
+            }
+            other => Some(other.clone()),
+        };
+        out.unwrap_or(Value::Null)
+    }
+    if set.is_empty() {
+        return v.clone();
+    }
+    walk(v, set, &mut vec![], &mut vec![], shape)
 }
 
 /// The part of an applied configuration merged into the live object: no `apiVersion`/`kind`,

@@ -244,3 +244,24 @@ async fn a_set_follows_the_applied_order() {
     // kube-apiserver 1.32: the applied items in the applied order, the others where they were
     assert_eq!(other["spec"]["tags"], json!(["c", "d", "a"]));
 }
+
+/// structured-merge-diff's pruning puts back only what the field set of the result names: a
+/// struct left holding nothing but an empty list names nothing, so it goes too, even when the
+/// applier still applies it empty.
+#[tokio::test]
+async fn a_struct_left_with_only_an_empty_list_is_pruned() {
+    let s = TestServer::start().await.unwrap();
+    let api = widgets(&s).await;
+    apply(
+        &api,
+        "a",
+        false,
+        &widget(json!({}), json!({"tags": [], "st": {"x": "a"}})),
+    )
+    .await
+    .unwrap();
+    let next = apply(&api, "a", false, &widget(json!({}), json!({})))
+        .await
+        .unwrap();
+    assert!(next.get("spec").is_none(), "{next}");
+}
