@@ -171,6 +171,21 @@ pub(crate) fn validate_object_meta(obj: &Value) -> Result<(), FieldError> {
     validate_metadata(obj)
 }
 
+/// What ObjectMeta's round trip through its Go type leaves out (`omitempty`): a null or empty
+/// `labels`, `annotations`, `finalizers` or `ownerReferences`, as every stored object shows.
+pub(crate) fn drop_empty_fields(obj: &mut Value) {
+    if let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        md.retain(|k, v| {
+            !(matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            ) && (v.is_null()
+                || v.as_object().is_some_and(serde_json::Map::is_empty)
+                || v.as_array().is_some_and(Vec::is_empty)))
+        });
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -124,6 +124,125 @@ pub(crate) fn schema_list_kind(schema: Option<&Value>, path: &[String]) -> ListK
     }
 }
 
+/// What a type says about the node at a field-name path (list items are not steps), as
+/// server-side apply needs it: the list kind, whether a map or struct is atomic
+/// (`x-kubernetes-map-type: atomic`, `+structType=atomic`), and whether the last step is a
+/// declared field of a struct rather than a key of a map (`additionalProperties`, or anything
+/// under `x-kubernetes-preserve-unknown-fields`).
+pub(crate) trait Shape {
+    /// How the list at `path` merges.
+    fn list(&self, path: &[String]) -> ListKind;
+    /// Whether the map or struct at `path` is atomic.
+    fn atomic_map(&self, _path: &[String]) -> bool {
+        false
+    }
+    /// Whether the last step of `path` is a declared field (not a map key).
+    fn declared(&self, _path: &[String]) -> bool {
+        true
+    }
+    /// Whether the type at `path` is a map, struct or list (so a null there is an empty one).
+    fn container(&self, _path: &[String]) -> bool {
+        false
+    }
+}
+
+impl<F: Fn(&[String]) -> ListKind> Shape for F {
+    fn list(&self, path: &[String]) -> ListKind {
+        self(path)
+    }
+}
+
+/// The [`Shape`] of a built-in type (`schema: None`) or of a CRD version's structural schema.
+pub(crate) struct SchemaShape {
+    /// The version's `openAPIV3Schema`, `None` for a built-in type.
+    pub(crate) schema: Option<Value>,
+}
+
+/// The schema node at a path, if any, and whether its last step is a declared field; `Unknown`
+/// under `x-kubernetes-preserve-unknown-fields` (or `additionalProperties: true`).
+enum At<'a> {
+    Node(&'a Value, bool),
+    Unknown,
+    Missing,
+}
+
+fn schema_at<'a>(schema: &'a Value, path: &[String]) -> At<'a> {
+    let mut cur = schema;
+    let mut declared = true;
+    for p in path {
+        let items = cur.get("items");
+        let props =
+            |v: Option<&'a Value>| v.and_then(|v| v.get("properties")).and_then(|ps| ps.get(p));
+        if let Some(n) = props(Some(cur)).or_else(|| props(items)) {
+            cur = n;
+            declared = true;
+        } else if let Some(ap) = cur.get("additionalProperties").filter(|a| a.is_object()) {
+            cur = ap;
+            declared = false;
+        } else if cur.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+            || cur.get("additionalProperties") == Some(&Value::Bool(true))
+        {
+            return At::Unknown;
+        } else {
+            return At::Missing;
+        }
+    }
+    At::Node(cur, declared)
+}
+
+impl Shape for SchemaShape {
+    fn list(&self, path: &[String]) -> ListKind {
+        match &self.schema {
+            None => builtin_list_kind(path),
+            Some(s) => schema_list_kind(Some(s), path),
+        }
+    }
+
+    fn atomic_map(&self, path: &[String]) -> bool {
+        if path.first().is_some_and(|p| p == "metadata") {
+            return false;
+        }
+        match &self.schema {
+            // LabelSelector is `+structType=atomic`, a Service's selector `+mapType=atomic`
+            None => {
+                let n = path.len();
+                let last = path.last().map(String::as_str);
+                matches!(
+                    last,
+                    Some("labelSelector" | "namespaceSelector" | "podSelector")
+                ) || (last == Some("selector") && n >= 2 && path[n - 2] == "spec")
+            }
+            Some(s) => matches!(schema_at(s, path), At::Node(n, _)
+                if n.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")),
+        }
+    }
+
+    fn container(&self, path: &[String]) -> bool {
+        if path.first().is_some_and(|p| p == "metadata") {
+            return path.len() == 2;
+        }
+        match &self.schema {
+            None => false,
+            Some(s) => matches!(schema_at(s, path), At::Node(n, _)
+                if matches!(n.get("type").and_then(Value::as_str), Some("object" | "array"))),
+        }
+    }
+
+    fn declared(&self, path: &[String]) -> bool {
+        if path.first().is_some_and(|p| p == "metadata") {
+            return !(path.len() == 3 && matches!(path[1].as_str(), "labels" | "annotations"));
+        }
+        match &self.schema {
+            None => true,
+            Some(s) => match schema_at(s, path) {
+                At::Node(_, declared) => declared,
+                At::Unknown => false,
+                At::Missing => true,
+            },
+        }
+    }
+}
+
 /// RFC 7386 JSON merge patch.
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);

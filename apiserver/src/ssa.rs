@@ -9,9 +9,9 @@
 //! other manager owns them. Not modelled: type-aware defaulting, granular `atomic`/`granular`
 //! struct markers, and conversion of field sets between API versions.
 
-use crate::patch::ListKind;
+use crate::patch::{ListKind, Shape};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A path element in FieldsV1 notation (`f:name`, `k:{"name":"x"}`, `v:"a"`).
 pub(crate) type Path = Vec<String>;
@@ -29,13 +29,23 @@ pub(crate) enum Scope {
     StatusOnly,
 }
 
-/// Field-set of an object: the leaves (and list items) it sets.
-pub(crate) fn field_set(
-    obj: &Value,
-    scope: Scope,
-    kinds: &dyn Fn(&[String]) -> ListKind,
-) -> FieldSet {
-    let mut out = FieldSet::new();
+/// What a node of an object is, for field sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Node {
+    /// A scalar, a null, or an atomic list, map or struct: owned whole.
+    Leaf,
+    /// An item of an associative list (a set's values are leaves).
+    Item,
+    /// A granular map, struct or list; `member` when structured-merge-diff's field set of an
+    /// applied object lists it itself: an empty map, or a map key that is not a declared field.
+    Container { member: bool },
+}
+
+/// Every node of an object (structured-merge-diff's comparison walks them all) and what it is.
+/// Only `labels`, `annotations`, `finalizers` and `ownerReferences` of `metadata` count (the
+/// rest is the server's); `apiVersion`, `kind` and `metadata` itself are never owned.
+fn nodes(obj: &Value, scope: Scope, shape: &dyn Shape) -> BTreeMap<Path, Node> {
+    let mut out = BTreeMap::new();
     let Some(m) = obj.as_object() else {
         return out;
     };
@@ -51,7 +61,7 @@ pub(crate) fn field_set(
                         if let Some(mv) = mm.get(mk) {
                             let mut names = vec!["metadata".to_string(), mk.to_string()];
                             let mut pe = vec!["f:metadata".to_string(), format!("f:{mk}")];
-                            collect(mv, &mut names, &mut pe, &mut out, kinds);
+                            collect(mv, &mut names, &mut pe, &mut out, shape);
                         }
                     }
                 }
@@ -61,9 +71,24 @@ pub(crate) fn field_set(
         }
         let mut names = vec![k.clone()];
         let mut pe = vec![format!("f:{k}")];
-        collect(v, &mut names, &mut pe, &mut out, kinds);
+        collect(v, &mut names, &mut pe, &mut out, shape);
     }
     out
+}
+
+/// Field set of an applied configuration (structured-merge-diff's `ToFieldSet`): its leaves,
+/// list items, empty maps and keys of maps that are not declared fields.
+pub(crate) fn field_set(obj: &Value, scope: Scope, shape: &dyn Shape) -> FieldSet {
+    nodes(obj, scope, shape)
+        .into_iter()
+        .filter(|(_, n)| !matches!(n, Node::Container { member: false }))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Every node of an object: what a create from nothing adds.
+pub(crate) fn node_set(obj: &Value, scope: Scope, shape: &dyn Shape) -> FieldSet {
+    nodes(obj, scope, shape).into_keys().collect()
 }
 
 fn key_object(item: &Value, keys: &[String]) -> Value {
@@ -80,53 +105,142 @@ fn collect(
     v: &Value,
     names: &mut Vec<String>,
     pe: &mut Path,
-    out: &mut FieldSet,
-    kinds: &dyn Fn(&[String]) -> ListKind,
+    out: &mut BTreeMap<Path, Node>,
+    shape: &dyn Shape,
 ) {
     match v {
-        Value::Object(m) => {
-            if m.is_empty() {
-                out.insert(pe.clone());
-            }
-            for (k, child) in m {
-                names.push(k.clone());
-                pe.push(format!("f:{k}"));
-                collect(child, names, pe, out, kinds);
-                pe.pop();
-                names.pop();
-            }
+        Value::Object(m) if !shape.atomic_map(names) => {
+            let member = m.is_empty() || !shape.declared(names);
+            out.insert(pe.clone(), Node::Container { member });
+            collect_fields(m, names, pe, out, shape);
         }
-        Value::Array(items) => match kinds(names) {
+        Value::Array(items) => match shape.list(names) {
             ListKind::Map(keys) if items.iter().all(Value::is_object) => {
+                let member = !shape.declared(names);
+                out.insert(pe.clone(), Node::Container { member });
                 for item in items {
                     pe.push(format!("k:{}", key_object(item, &keys)));
-                    out.insert(pe.clone());
+                    out.insert(pe.clone(), Node::Item);
                     if let Some(m) = item.as_object() {
-                        for (k, child) in m {
-                            names.push(k.clone());
-                            pe.push(format!("f:{k}"));
-                            collect(child, names, pe, out, kinds);
-                            pe.pop();
-                            names.pop();
-                        }
+                        collect_fields(m, names, pe, out, shape);
                     }
                     pe.pop();
                 }
             }
             ListKind::Set => {
+                let member = !shape.declared(names);
+                out.insert(pe.clone(), Node::Container { member });
                 for item in items {
                     pe.push(format!("v:{item}"));
-                    out.insert(pe.clone());
+                    out.insert(pe.clone(), Node::Leaf);
                     pe.pop();
                 }
             }
             _ => {
-                out.insert(pe.clone());
+                out.insert(pe.clone(), Node::Leaf);
             }
         },
-        _ => {
-            out.insert(pe.clone());
+        Value::Null if shape.container(names) => {
+            out.insert(pe.clone(), Node::Container { member: true });
         }
+        _ => {
+            out.insert(pe.clone(), Node::Leaf);
+        }
+    }
+}
+
+fn collect_fields(
+    m: &Map<String, Value>,
+    names: &mut Vec<String>,
+    pe: &mut Path,
+    out: &mut BTreeMap<Path, Node>,
+    shape: &dyn Shape,
+) {
+    for (k, child) in m {
+        names.push(k.clone());
+        pe.push(format!("f:{k}"));
+        collect(child, names, pe, out, shape);
+        pe.pop();
+        names.pop();
+    }
+}
+
+/// The field names of a path (list items are no steps), as [`Shape`] takes them.
+fn names_of(path: &[String]) -> Vec<String> {
+    path.iter()
+        .filter_map(|e| e.strip_prefix("f:").map(str::to_string))
+        .collect()
+}
+
+/// structured-merge-diff's `EnsureNamedFieldsAreMembers`: a set with every declared field that
+/// holds a member of it (not map keys, not list items).
+fn with_named_fields(set: &FieldSet, shape: &dyn Shape) -> FieldSet {
+    let mut out = set.clone();
+    for p in set {
+        for n in 1..p.len() {
+            let prefix = &p[..n];
+            if prefix.last().is_some_and(|e| e.starts_with("f:"))
+                && shape.declared(&names_of(prefix))
+            {
+                out.insert(prefix.to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// What a write changed, as structured-merge-diff's comparison of the old and new object says:
+/// nodes added, removed, and leaves whose value changed.
+struct Comparison {
+    added: FieldSet,
+    removed: FieldSet,
+    modified: FieldSet,
+}
+
+/// A null, `{}` or `[]`.
+fn is_empty(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| {
+        v.is_null()
+            || v.as_object().is_some_and(Map::is_empty)
+            || v.as_array().is_some_and(Vec::is_empty)
+    })
+}
+
+fn compare(old: &Value, new: &Value, scope: Scope, shape: &dyn Shape) -> Comparison {
+    let before = nodes(old, scope, shape);
+    let after = nodes(new, scope, shape);
+    let added = after
+        .keys()
+        .filter(|p| !before.contains_key(*p))
+        .cloned()
+        .collect();
+    let removed = before
+        .keys()
+        .filter(|p| !after.contains_key(*p))
+        .cloned()
+        .collect();
+    let modified = after
+        .iter()
+        .filter(|(p, n)| {
+            before.get(*p).is_some_and(|b| {
+                let (o, v) = (get_at(old, p), get_at(new, p));
+                // empty or null on both sides: compared as a leaf (null is not `{}`)
+                if is_empty(o) && is_empty(v) {
+                    return o != v;
+                }
+                // a null takes the form of the other side: null against a map is an empty map
+                let null_container = (o.is_some_and(Value::is_null)
+                    && matches!(n, Node::Container { .. }))
+                    || (v.is_some_and(Value::is_null) && matches!(b, Node::Container { .. }));
+                (**n == Node::Leaf || *b == Node::Leaf) && !null_container && o != v
+            })
+        })
+        .map(|(p, _)| p.clone())
+        .collect();
+    Comparison {
+        added,
+        removed,
+        modified,
     }
 }
 
@@ -160,70 +274,35 @@ pub(crate) fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// Remove the node at a path (map key, list item or set value). Returns whether it existed.
-pub(crate) fn remove_at(obj: &mut Value, path: &[String]) -> bool {
-    let Some((last, parent_path)) = path.split_last() else {
-        return false;
-    };
-    let mut cur = obj;
-    for e in parent_path {
-        let Some((tag, v)) = parse_elem(e) else {
-            return false;
-        };
-        let next = match tag {
-            'f' => v.as_str().and_then(|k| cur.get_mut(k)),
-            'k' => cur
-                .as_array_mut()
-                .and_then(|a| a.iter_mut().find(|i| item_matches(i, &v))),
-            'v' => cur
-                .as_array_mut()
-                .and_then(|a| a.iter_mut().find(|i| **i == v)),
-            _ => None,
-        };
-        match next {
-            Some(n) => cur = n,
-            None => return false,
-        }
-    }
-    let Some((tag, v)) = parse_elem(last) else {
-        return false;
-    };
-    match tag {
-        'f' => match (cur.as_object_mut(), v.as_str()) {
-            (Some(m), Some(k)) => m.remove(k).is_some(),
-            _ => false,
-        },
-        'k' | 'v' => match cur.as_array_mut() {
-            Some(a) => {
-                let before = a.len();
-                if tag == 'k' {
-                    a.retain(|i| !item_matches(i, &v));
-                } else {
-                    a.retain(|i| *i != v);
-                }
-                a.len() != before
-            }
-            None => false,
-        },
-        _ => false,
-    }
-}
-
-/// Encode a field set as a FieldsV1 object.
+/// Encode a field set as a FieldsV1 object: a member with members under it gets a `.` key.
 pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = Map::new();
     for path in set {
         let mut cur = &mut root;
-        for (i, e) in path.iter().enumerate() {
+        for e in path {
             let entry = cur
                 .entry(e.clone())
                 .or_insert_with(|| Value::Object(Map::new()));
             let Value::Object(m) = entry else { break };
             cur = m;
-            if i == path.len() - 1 && e.starts_with("k:") {
-                cur.insert(".".into(), json!({}));
+        }
+    }
+    fn mark(node: &mut Map<String, Value>, path: &[String]) {
+        match path.split_first() {
+            None => {
+                if !node.is_empty() && !node.contains_key(".") {
+                    node.insert(".".into(), json!({}));
+                }
+            }
+            Some((e, rest)) => {
+                if let Some(Value::Object(m)) = node.get_mut(e) {
+                    mark(m, rest);
+                }
             }
         }
+    }
+    for path in set {
+        mark(&mut root, path);
     }
     Value::Object(root)
 }
@@ -338,49 +417,35 @@ pub(crate) fn render_managed(entries: &[Entry]) -> Value {
     )
 }
 
-fn is_leaf(v: Option<&Value>) -> bool {
-    match v {
-        Some(Value::Object(m)) => m.is_empty(),
-        Some(_) => true,
-        None => true,
-    }
-}
-
-/// Record a non-apply write (create/update/patch) by `manager`.
+/// Record a non-apply write (create/update/patch) by `manager`, as kube-apiserver's field
+/// manager does: the nodes it added and the leaves it changed become its own and nobody else's,
+/// the nodes it removed nobody's.
 pub(crate) fn record_update(
     entries: &mut Vec<Entry>,
     old: Option<&Value>,
     new: &Value,
     who: &Writer<'_>,
-    kinds: &dyn Fn(&[String]) -> ListKind,
+    shape: &dyn Shape,
 ) {
-    let new_set = field_set(new, who.scope, kinds);
-    let old_set = old
-        .map(|o| field_set(o, who.scope, kinds))
-        .unwrap_or_default();
-    let mut changed = FieldSet::new();
-    for p in &new_set {
-        let nv = get_at(new, p);
-        let ov = old.and_then(|o| get_at(o, p));
-        if ov.is_none() || (is_leaf(nv) && nv != ov) {
-            changed.insert(p.clone());
-        }
-    }
-    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
-    if changed.is_empty() && removed.is_empty() {
+    let empty = json!({});
+    let cmp = compare(old.unwrap_or(&empty), new, who.scope, shape);
+    let changed: FieldSet = cmp.added.union(&cmp.modified).cloned().collect();
+    if changed.is_empty() && cmp.removed.is_empty() {
         return;
     }
-    for e in entries.iter_mut() {
-        if e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource {
-            continue;
-        }
-        e.fields
-            .retain(|p| !changed.contains(p) && !removed.contains(p));
-    }
-    let pos = entries.iter().position(|e| {
+    let is_me = |e: &Entry| {
         e.manager == who.manager && e.operation == "Update" && e.subresource == who.subresource
-    });
-    let entry = match pos {
+    };
+    for e in entries.iter_mut() {
+        e.fields.retain(|p| !cmp.removed.contains(p));
+        if !is_me(e) {
+            e.fields.retain(|p| !changed.contains(p));
+        }
+    }
+    if changed.is_empty() {
+        return;
+    }
+    let entry = match entries.iter().position(is_me) {
         Some(i) => &mut entries[i],
         None => {
             entries.push(Entry {
@@ -396,7 +461,6 @@ pub(crate) fn record_update(
         }
     };
     entry.fields.extend(changed);
-    entry.fields.retain(|p| !removed.contains(p));
     entry.time = who.now.to_string();
     entry.api_version = who.api_version.to_string();
 }
@@ -447,18 +511,23 @@ impl Conflict {
     }
 }
 
-fn merge_apply(
-    live: &mut Value,
-    cfg: &Value,
-    names: &mut Vec<String>,
-    kinds: &dyn Fn(&[String]) -> ListKind,
-) {
+fn merge_apply(live: &mut Value, cfg: &Value, names: &mut Vec<String>, shape: &dyn Shape) {
+    // an applied null against a granular map or list with items keeps them (null takes the
+    // other side's form: an empty one); against anything else it replaces it
+    let granular_items = match &*live {
+        Value::Object(m) => !m.is_empty() && !shape.atomic_map(names),
+        Value::Array(a) => !a.is_empty() && shape.list(names) != ListKind::Atomic,
+        _ => false,
+    };
+    if cfg.is_null() && granular_items {
+        return;
+    }
     match (live, cfg) {
-        (Value::Object(lm), Value::Object(cm)) => {
+        (Value::Object(lm), Value::Object(cm)) if !shape.atomic_map(names) => {
             for (k, cv) in cm {
                 names.push(k.clone());
                 match lm.get_mut(k) {
-                    Some(lv) => merge_apply(lv, cv, names, kinds),
+                    Some(lv) => merge_apply(lv, cv, names, shape),
                     None => {
                         lm.insert(k.clone(), cv.clone());
                     }
@@ -466,22 +535,33 @@ fn merge_apply(
                 names.pop();
             }
         }
-        (Value::Array(la), Value::Array(ca)) => match kinds(names) {
-            ListKind::Map(keys) if ca.iter().all(Value::is_object) => {
-                for ci in ca {
-                    let kobj = key_object(ci, &keys);
-                    match la.iter_mut().find(|li| item_matches(li, &kobj)) {
-                        Some(li) => merge_apply(li, ci, names, kinds),
-                        None => la.push(ci.clone()),
+        (Value::Array(la), Value::Array(ca)) => match shape.list(names) {
+            ListKind::Map(keys)
+                if ca.iter().all(Value::is_object) && la.iter().all(Value::is_object) =>
+            {
+                let ids = |l: &[Value]| l.iter().map(|i| key_object(i, &keys)).collect::<Vec<_>>();
+                let order = merge_order(&ids(la), &ids(ca));
+                let mut out = Vec::with_capacity(order.len());
+                for (l, c) in order {
+                    let mut item = l.map_or(Value::Null, |l| la[l].clone());
+                    match c {
+                        Some(c) if l.is_some() => merge_apply(&mut item, &ca[c], names, shape),
+                        Some(c) => item = ca[c].clone(),
+                        None => {}
                     }
+                    out.push(item);
                 }
+                *la = out;
             }
             ListKind::Set => {
-                for ci in ca {
-                    if !la.contains(ci) {
-                        la.push(ci.clone());
-                    }
-                }
+                let order = merge_order(la, ca);
+                *la = order
+                    .into_iter()
+                    .filter_map(|(l, c)| {
+                        c.map(|c| ca[c].clone())
+                            .or_else(|| l.map(|l| la[l].clone()))
+                    })
+                    .collect();
             }
             _ => *la = ca.clone(),
         },
@@ -489,46 +569,102 @@ fn merge_apply(
     }
 }
 
-/// Apply `config` (the applied object) onto `live` for `who`. Returns the merged object with its
-/// new managedFields, or the conflicts when `force` is false.
+/// The order of a merged associative list or set, as kube-apiserver 1.32's structured-merge-diff
+/// (v4.2.1 on) builds it from the live items' identities (`live`) and the applied ones
+/// (`config`): each entry is the live index and the config index of one item. The applied items
+/// keep their order; a live item the configuration also has moves to where the configuration
+/// puts it; a live item it does not have stays where it was relative to its neighbours.
+fn merge_order(live: &[Value], config: &[Value]) -> Vec<(Option<usize>, Option<usize>)> {
+    let in_config = |v: &Value| config.iter().position(|c| c == v);
+    let in_live = |v: &Value| live.iter().position(|l| l == v);
+    // the items both have, in the configuration's order
+    let mut shared = config.iter().filter(|c| in_live(c).is_some());
+    let mut next_shared = shared.next();
+    let mut merged: Vec<&Value> = vec![];
+    let mut out = Vec::with_capacity(live.len().max(config.len()));
+    let (mut l, mut r) = (0, 0);
+    while l < live.len() || r < config.len() {
+        if l < live.len() && r < config.len() {
+            if live[l] == config[r] {
+                merged.push(&config[r]);
+                out.push((Some(l), Some(r)));
+                l += 1;
+                r += 1;
+                next_shared = shared.next();
+                continue;
+            }
+            // a shared item the configuration puts later: taken when the configuration gets there
+            if in_config(&live[l]).is_some() && next_shared.is_some_and(|n| *n != live[l]) {
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() {
+            if in_config(&live[l]).is_none() {
+                out.push((Some(l), None));
+                l += 1;
+                continue;
+            }
+            if merged.contains(&&live[l]) {
+                l += 1;
+            }
+        }
+        if r < config.len() {
+            merged.push(&config[r]);
+            out.push((in_live(&config[r]), Some(r)));
+            if next_shared.is_some_and(|n| *n == config[r]) {
+                next_shared = shared.next();
+            }
+            r += 1;
+        }
+    }
+    out
+}
+
+/// Apply `config` (the applied object) onto `live` for `who`, as structured-merge-diff's
+/// `Updater.Apply` does: merge, prune what this manager applied before and nobody owns now,
+/// then compare with the live object: another manager's field that the result adds or changes
+/// is a conflict (taken over with `force`), a removed one is nobody's. Returns the merged object
+/// with its new managedFields, or the conflicts.
 pub(crate) fn apply(
     live: &Value,
     config: &Value,
     who: &Writer<'_>,
     force: bool,
-    kinds: &dyn Fn(&[String]) -> ListKind,
+    shape: &dyn Shape,
 ) -> Result<Value, Vec<Conflict>> {
     let mut entries = parse_managed(live);
-    let new_set = field_set(config, who.scope, kinds);
+    let new_set = field_set(config, who.scope, shape);
     let mine = |e: &Entry| {
         e.manager == who.manager && e.operation == "Apply" && e.subresource == who.subresource
     };
-    let (conflicts, conflict_paths) = find_conflicts(live, config, &entries, &new_set, &mine);
-    if !conflicts.is_empty() && !force {
-        return Err(conflicts);
-    }
-    for e in entries.iter_mut().filter(|e| !mine(e)) {
-        e.fields.retain(|p| !conflict_paths.contains(p));
-    }
-    let old_mine: FieldSet = entries
-        .iter()
-        .find(|e| mine(e))
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
     let mut merged = live.clone();
     merge_apply(
         &mut merged,
         &applicable(config, who.scope),
         &mut vec![],
-        kinds,
+        shape,
     );
-    // remove what this manager applied before and no longer applies, unless others own it
-    let others: FieldSet = entries
-        .iter()
-        .filter(|e| !mine(e))
-        .flat_map(|e| e.fields.iter().cloned())
-        .collect();
-    remove_dropped(&mut merged, &old_mine, &new_set, &others);
+    if let Some(last) = entries.iter().find(|e| mine(e)) {
+        // the applier's own set, before kube-apiserver strips it, holds `metadata.name`: that
+        // keeps `metadata` from being pruned
+        let mut owned = new_set.clone();
+        owned.insert(vec!["f:metadata".to_string(), "f:name".to_string()]);
+        for e in entries.iter().filter(|e| !mine(e)) {
+            owned.extend(e.fields.iter().cloned());
+        }
+        prune(&mut merged, &last.fields, &owned, who.scope, shape);
+    }
+    let cmp = compare(live, &merged, who.scope, shape);
+    let changed: FieldSet = cmp.added.union(&cmp.modified).cloned().collect();
+    let conflicts = find_conflicts(&entries, &changed, &mine);
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    for e in entries.iter_mut().filter(|e| !mine(e)) {
+        e.fields
+            .retain(|p| !changed.contains(p) && !cmp.removed.contains(p));
+    }
     let entry = Entry {
         manager: who.manager.to_string(),
         operation: "Apply".into(),
@@ -542,42 +678,136 @@ pub(crate) fn apply(
         Some(i) => entries[i] = entry,
         None => entries.push(entry),
     }
+    crate::metadata::drop_empty_fields(&mut merged);
     if let Some(md) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
         md.insert("managedFields".into(), render_managed(&entries));
     }
     Ok(merged)
 }
 
-/// Leaves of the configuration that other managers own with a different live value: the
-/// conflicts, and their paths.
+/// Fields of other managers that the apply adds or changes.
 fn find_conflicts(
-    live: &Value,
-    config: &Value,
     entries: &[Entry],
-    new_set: &FieldSet,
+    changed: &FieldSet,
     mine: &dyn Fn(&Entry) -> bool,
-) -> (Vec<Conflict>, FieldSet) {
+) -> Vec<Conflict> {
     let mut conflicts = vec![];
-    let mut conflict_paths = FieldSet::new();
     for e in entries.iter().filter(|e| !mine(e)) {
-        for p in new_set.intersection(&e.fields) {
-            let cv = get_at(config, p);
-            if !is_leaf(cv) || p.last().is_some_and(|l| l.starts_with("k:")) {
-                continue;
-            }
-            if cv != get_at(live, p) {
-                conflict_paths.insert(p.clone());
-                conflicts.push(Conflict {
-                    manager: e.manager.clone(),
-                    api_version: e.api_version.clone(),
-                    operation: e.operation.clone(),
-                    subresource: e.subresource.clone(),
-                    field: display_path(p),
-                });
-            }
+        for p in changed.intersection(&e.fields) {
+            conflicts.push(Conflict {
+                manager: e.manager.clone(),
+                api_version: e.api_version.clone(),
+                operation: e.operation.clone(),
+                subresource: e.subresource.clone(),
+                field: display_path(p),
+            });
         }
     }
-    (conflicts, conflict_paths)
+    conflicts
+}
+
+/// Remove what this manager applied last time (`last`) that nobody owns now (`owned`: the other
+/// managers' fields and this apply's), as structured-merge-diff's `prune` does it: remove all of
+/// `last` (with the declared fields holding it), put back what is owned, then put back what was
+/// not in `last` after all. A removed node goes with everything under it; a map or list the
+/// removal walks through and leaves empty becomes null.
+fn prune(merged: &mut Value, last: &FieldSet, owned: &FieldSet, scope: Scope, shape: &dyn Shape) {
+    // the library sees all of `metadata`: its name keeps it from being dropped
+    let fields = |v: &Value| {
+        let mut set = field_set(v, scope, shape);
+        if v.pointer("/metadata/name").is_some() {
+            set.insert(vec!["f:metadata".to_string(), "f:name".to_string()]);
+        }
+        with_named_fields(&set, shape)
+    };
+    let last = with_named_fields(last, shape);
+    let owned = with_named_fields(owned, shape);
+    let in_merged = fields(merged);
+    let without_last = remove_items(merged, &last, shape);
+    let keep: FieldSet = fields(&without_last).union(&owned).cloned().collect();
+    let unowned: FieldSet = in_merged.difference(&keep).cloned().collect();
+    let owned_back = remove_items(merged, &unowned, shape);
+    let in_owned_back = fields(&owned_back);
+    let dropped: FieldSet = in_merged
+        .iter()
+        .filter(|p| !in_owned_back.contains(*p) && last.contains(*p))
+        .cloned()
+        .collect();
+    if !dropped.is_empty() {
+        *merged = remove_items(merged, &dropped, shape);
+    }
+}
+
+/// `v` without the nodes of `set` (structured-merge-diff's `RemoveItems`): a map or list holding
+/// a removed node is rebuilt, and becomes null if nothing is left in it.
+fn remove_items(v: &Value, set: &FieldSet, shape: &dyn Shape) -> Value {
+    fn under(set: &FieldSet, path: &Path) -> bool {
+        set.range(path.clone()..)
+            .take_while(|p| p.starts_with(path))
+            .any(|p| p.len() > path.len())
+    }
+    fn walk(
+        v: &Value,
+        set: &FieldSet,
+        names: &mut Vec<String>,
+        path: &mut Path,
+        shape: &dyn Shape,
+    ) -> Value {
+        let atomic = shape.atomic_map(names);
+        let kind = shape.list(names);
+        let mut child = |c: &Value, step: String, name: Option<&String>| -> Option<Value> {
+            path.push(step);
+            if let Some(n) = name {
+                names.push(n.clone());
+            }
+            let out = if set.contains(path) {
+                None
+            } else if under(set, path) {
+                Some(walk(c, set, names, path, shape))
+            } else {
+                Some(c.clone())
+            };
+            if name.is_some() {
+                names.pop();
+            }
+            path.pop();
+            out
+        };
+        let out = match v {
+            Value::Object(m) if !atomic => {
+                let kept: Map<String, Value> = m
+                    .iter()
+                    .filter_map(|(k, c)| {
+                        child(c, format!("f:{k}"), Some(k)).map(|c| (k.clone(), c))
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Object(kept))
+            }
+            Value::Array(items) => {
+                let step = |item: &Value| match &kind {
+                    ListKind::Map(keys) => Some(format!("k:{}", key_object(item, keys))),
+                    ListKind::Set => Some(format!("v:{item}")),
+                    ListKind::Atomic => None,
+                };
+                let steps: Vec<Option<String>> = items.iter().map(step).collect();
+                if steps.iter().any(Option::is_none) {
+                    return v.clone();
+                }
+                let kept: Vec<Value> = items
+                    .iter()
+                    .zip(steps)
+                    .filter_map(|(item, s)| child(item, s.unwrap_or_default(), None))
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Array(kept))
+            }
+            other => Some(other.clone()),
+        };
+        out.unwrap_or(Value::Null)
+    }
+    if set.is_empty() {
+        return v.clone();
+    }
+    walk(v, set, &mut vec![], &mut vec![], shape)
 }
 
 /// The part of an applied configuration merged into the live object: no `apiVersion`/`kind`,
@@ -608,38 +838,6 @@ fn applicable(config: &Value, scope: Scope) -> Value {
         }
     }
     cfg
-}
-
-/// Remove the fields this manager applied before (`old_mine`) and no longer applies, unless
-/// other managers own them.
-fn remove_dropped(merged: &mut Value, old_mine: &FieldSet, new_set: &FieldSet, others: &FieldSet) {
-    let mut dropped: Vec<&Path> = old_mine
-        .iter()
-        .filter(|p| !new_set.contains(*p) && !others.contains(*p))
-        .collect();
-    // a list item that goes goes whole: its fields are not removed first, or the item would no
-    // longer match its key (`k:{"port":80}` once `port` is gone) and stay behind as `{}`
-    let items: Vec<&Path> = dropped
-        .iter()
-        .copied()
-        .filter(|p| p.last().is_some_and(|l| l.starts_with("k:")))
-        .collect();
-    dropped.retain(|p| {
-        !items
-            .iter()
-            .any(|item| item.len() < p.len() && p.starts_with(item))
-    });
-    // remove deepest first so item removal after field removal is harmless
-    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in dropped {
-        // an item still holding fields owned by others stays
-        if p.last().is_some_and(|l| l.starts_with("k:"))
-            && others.iter().any(|o| o.len() > p.len() && o.starts_with(p))
-        {
-            continue;
-        }
-        remove_at(merged, p);
-    }
 }
 
 #[cfg(test)]
@@ -740,6 +938,47 @@ mod tests {
             next["spec"]["ports"],
             json!([{"name": "web", "port": 8080}])
         );
+    }
+
+    /// structured-merge-diff's own cases for the merge order of sets (typed/merge_test.go,
+    /// v4.2.1 on): live, applied, merged.
+    #[test]
+    fn merge_order_of_sets_is_structured_merge_diffs() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("ab", "ba", "ba"),
+            ("abc", "def", "abcdef"),
+            ("abc", "cdef", "abcdef"),
+            ("abcgf", "cdef", "abcgdef"),
+            ("abc", "defxyz", "abcdefxyz"),
+            ("cdef", "ace", "acdef"),
+            ("abcxyz", "def", "abcxyzdef"),
+            ("abcxyz", "defxyz", "abcdefxyz"),
+            ("cagf", "cfag", "cfag"),
+            ("abcd", "defa", "bcdefa"),
+            ("cdefghij", "2h3e4kl", "cdfg2hij3e4kl"),
+            ("abcdefghij", "1b2h3e4kl", "a1bcdfg2hij3e4kl"),
+        ];
+        let list = |s: &str| Value::Array(s.chars().map(|c| json!(c.to_string())).collect());
+        let shape = |_: &[String]| ListKind::Set;
+        for (live, cfg, want) in cases {
+            let mut l = list(live);
+            merge_apply(&mut l, &list(cfg), &mut vec![], &shape);
+            assert_eq!(l, list(want), "{live} + {cfg}");
+        }
+    }
+
+    #[test]
+    fn merge_order_of_associative_lists_is_structured_merge_diffs() {
+        let item = |k: &str, id: i64| json!({"key": k, "id": id});
+        let shape = |_: &[String]| ListKind::Map(vec!["key".into()]);
+        let mut live = json!([item("a", 1), item("b", 2), item("c", 3)]);
+        merge_apply(
+            &mut live,
+            &json!([item("c", 3), item("a", 1)]),
+            &mut vec![],
+            &shape,
+        );
+        assert_eq!(live, json!([item("b", 2), item("c", 3), item("a", 1)]));
     }
 
     #[test]

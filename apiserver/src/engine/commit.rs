@@ -70,6 +70,7 @@ impl Inner {
         check_no_new_finalizers(req, &name, old, &new)?;
         let crd_def = self.admit_update(adm, req, &name, old, opts, &mut new)?;
         bump_generation(req, old, &mut new);
+        crate::metadata::drop_empty_fields(&mut new);
         let writer = req.writer(&opts.field_manager, &api_version, &now);
         record_managed_fields(req, &writer, old, applied, client_managed, &mut new);
         if without_volatile(old) == without_volatile(&new) {
@@ -304,9 +305,9 @@ fn record_managed_fields(
         }
         (None, Some(cm)) if Some(&cm) != old_managed => cm,
         _ => {
-            let kinds = Inner::kinds_for(&req.def, &req.version);
+            let shape = Inner::shape_for(&req.def, &req.version);
             let mut entries = ssa::parse_managed(old);
-            ssa::record_update(&mut entries, Some(old), new, writer, &kinds);
+            ssa::record_update(&mut entries, Some(old), new, writer, &shape);
             ssa::render_managed(&entries)
         }
     };

@@ -87,6 +87,7 @@ impl Inner {
             scope: req.scope(),
             now: &now,
         };
+        crate::metadata::drop_empty_fields(&mut obj);
         record_creator(&req, &writer, applied.as_ref(), &mut obj);
         let key = req.key(&name);
         if self.store.get(&key).is_some() {
@@ -269,8 +270,11 @@ fn is_crd(req: &Req) -> bool {
 /// The creator's managedFields entry: an applier owns the fields of its configuration, not what
 /// defaulting or admission added; a plain create's manager owns the whole object it created.
 fn record_creator(req: &Req, writer: &Writer<'_>, applied: Option<&Value>, obj: &mut Value) {
-    let kinds = Inner::kinds_for(&req.def, &req.version);
-    let set = ssa::field_set(applied.unwrap_or(obj), writer.scope, &kinds);
+    let shape = Inner::shape_for(&req.def, &req.version);
+    let set = match applied {
+        Some(cfg) => ssa::field_set(cfg, writer.scope, &shape),
+        None => ssa::node_set(obj, writer.scope, &shape),
+    };
     if set.is_empty() {
         return;
     }

@@ -67,6 +67,17 @@ impl Inner {
             .collect()
     }
 
+    /// The server-side apply [`patch::Shape`] of a resource's version.
+    pub(super) fn shape_for(def: &ResourceDef, version: &str) -> patch::SchemaShape {
+        patch::SchemaShape {
+            schema: if def.is_builtin() {
+                None
+            } else {
+                def.schemas.get(version).cloned()
+            },
+        }
+    }
+
     pub(super) fn kinds_for(
         def: &ResourceDef,
         version: &str,

@@ -136,10 +136,10 @@ impl Inner {
             return Err(ApiError::stale(req.target()));
         }
         let now = now_rfc3339();
-        let kinds = Self::kinds_for(&req.def, &req.version);
+        let shape = Self::shape_for(&req.def, &req.version);
         let writer = req.writer(&opts.field_manager, &api_version, &now);
         let live = Self::present(&old, &api_version);
-        let merged = ssa::apply(&live, &cfg, &writer, opts.force, &kinds)
+        let merged = ssa::apply(&live, &cfg, &writer, opts.force, &shape)
             .map_err(|conflicts| apply_conflict(req, &name, &conflicts))?;
         let managed = meta(&merged)
             .and_then(|m| m.get("managedFields"))
