@@ -282,6 +282,20 @@ pub(crate) fn builtin_resources() -> Vec<ResourceDef> {
             .status(),
         B::new("coordination.k8s.io", "v1", "Lease", "leases", true),
         B::new(
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+            "endpointslices",
+            true,
+        ),
+        B::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            false,
+        ),
+        B::new(
             "policy",
             "v1",
             "PodDisruptionBudget",

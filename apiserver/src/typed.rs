@@ -25,7 +25,8 @@ pub(crate) fn prune_unknown(group: &str, kind: &str, obj: &mut Value) -> Vec<Str
 /// The object decoded into its k8s-openapi type and encoded again.
 fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
     use k8s_openapi::api::{
-        apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
+        admissionregistration::v1 as admissionregistration, apps::v1 as apps, batch::v1 as batch,
+        coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
         events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
@@ -54,6 +55,10 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
         ("batch", "Job") => via::<batch::Job>(obj),
         ("batch", "CronJob") => via::<batch::CronJob>(obj),
         ("coordination.k8s.io", "Lease") => via::<coordination::Lease>(obj),
+        ("discovery.k8s.io", "EndpointSlice") => via::<discovery::EndpointSlice>(obj),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            via::<admissionregistration::MutatingWebhookConfiguration>(obj)
+        }
         ("policy", "PodDisruptionBudget") => via::<policy::PodDisruptionBudget>(obj),
         ("networking.k8s.io", "Ingress") => via::<networking::Ingress>(obj),
         ("rbac.authorization.k8s.io", "Role") => via::<rbac::Role>(obj),

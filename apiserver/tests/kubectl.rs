@@ -476,3 +476,42 @@ fn kubectl_apply_reports_fields_the_crd_schema_does_not_declare_or_skips_without
     assert!(err.contains("Warning: unknown field \"dataa\""), "{err}");
     assert!(get_json(kc, &["cm", "c"]).get("dataa").is_none());
 }
+
+/// kubectl explain reads `/openapi/v3`: the published schemas of built-in kinds (descriptions,
+/// nested `$ref`s) and a CRD's schema.
+#[test]
+fn kubectl_explain_reads_built_in_and_crd_schemas_or_skips_without_kubectl() {
+    if !have_kubectl() {
+        return;
+    }
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    let out = ok(
+        kc,
+        &["explain", "deployment.spec.template.spec.containers"],
+        None,
+    );
+    for expected in [
+        "KIND:       Deployment",
+        "FIELD: containers <[]Container>",
+        "List of containers belonging to the pod.",
+        "image\t<string>",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing in:\n{out}");
+    }
+    let out = ok(kc, &["explain", "endpointslices.ports"], None);
+    assert!(out.contains("FIELD: ports <[]EndpointPort>"), "{out}");
+    ok(kc, &["apply", "-f", "-"], Some(GADGETS));
+    ok(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gadgets.example.com",
+            "--timeout=15s",
+        ],
+        None,
+    );
+    let out = ok(kc, &["explain", "gadgets.spec"], None);
+    assert!(out.contains("replicas\t<integer>"), "{out}");
+}

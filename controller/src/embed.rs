@@ -96,6 +96,7 @@ pub struct Composite {
     finalize: Option<LocalHook>,
     customize: Option<LocalHook>,
     config: ManagerConfig,
+    schema_atomic_lists: bool,
 }
 
 impl std::fmt::Debug for Composite {
@@ -129,7 +130,18 @@ impl Composite {
             finalize: None,
             customize: None,
             config: ManagerConfig::default(),
+            schema_atomic_lists: false,
         }
+    }
+
+    /// Whether an `atomic` list in the API server's OpenAPI v3 schema of a child kind replaces
+    /// the live list even when its items carry a conventional merge key (what a
+    /// CompositeController's `kmeta.dev/schema-atomic-lists: "true"` annotation asks for; see
+    /// `docs/operating.md`). Default: off — such a list is merged by the convention, as
+    /// Metacontroller does, so items other actors added are kept.
+    pub fn schema_atomic_lists(mut self, on: bool) -> Composite {
+        self.schema_atomic_lists = on;
+        self
     }
 
     /// Starts from a whole CompositeController spec (parent label selector, resync period,
@@ -303,6 +315,15 @@ impl Composite {
         hooks.sync.get_or_insert_with(Default::default);
         let mut cc = CompositeController::new(&name, self.spec.clone());
         cc.status = None;
+        if self.schema_atomic_lists {
+            cc.metadata.annotations = Some(
+                [(
+                    crate::reconcile::children::SCHEMA_ATOMIC_ANNOTATION.to_owned(),
+                    "true".to_owned(),
+                )]
+                .into(),
+            );
+        }
         let local = LocalHooks {
             sync,
             finalize: self.finalize.clone(),

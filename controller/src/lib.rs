@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | 0 | `object`, `duration`, [`api`] | object accessors, Go durations, the CRD types |
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
-//! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, leader election, the write fence, events |
+//! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, leader election, the write fence, events, the API server's OpenAPI v3 documents (list rules) |
 //! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
 //! | 4 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
 //! | 5 | [`cmd`], [`embed`] | `kmeta run`, `rbac`, `demo`, `dev`, `render`, `reconcile`/`suspend`/`resume`: flags and entry points (`crds` and `completion` are in `main.rs`, the CRDs in [`api`]); CompositeControllers with in-process Rust hooks |

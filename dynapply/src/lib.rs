@@ -6,6 +6,7 @@ mod annotation;
 mod document;
 mod error;
 mod merge;
+mod openapi;
 mod parse;
 mod path;
 mod rules;

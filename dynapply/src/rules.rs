@@ -33,10 +33,10 @@ pub enum ListRule {
 /// segment is accepted and ignored (`containers[].ports`).
 #[derive(Clone, Default, Debug)]
 pub struct ListRules {
-    root: Node,
+    pub(crate) root: Node,
     /// The schema's `x-kubernetes-preserve-unknown-fields` subtrees (see
     /// [`crate::preserve_unknown_subtrees`]).
-    preserve_unknown: Vec<Vec<String>>,
+    pub(crate) preserve_unknown: Vec<Vec<String>>,
 }
 
 #[derive(Clone, Default, Debug)]
@@ -59,7 +59,7 @@ impl Node {
         self.wildcard.as_deref()
     }
 
-    fn child_mut(&mut self, name: &str) -> &mut Node {
+    pub(crate) fn child_mut(&mut self, name: &str) -> &mut Node {
         if name == "*" {
             return self.wildcard.get_or_insert_with(Box::default);
         }
@@ -80,7 +80,7 @@ impl Node {
             && self.wildcard.is_none()
     }
 
-    fn prune(&mut self) {
+    pub(crate) fn prune(&mut self) {
         for (_, child) in &mut self.children {
             child.prune();
         }
@@ -110,6 +110,18 @@ impl Node {
             self.wildcard
                 .get_or_insert_with(Box::default)
                 .merge_from(*w);
+        }
+    }
+
+    fn drop_atomic(&mut self) {
+        if self.rule == Some(ListRule::Atomic) {
+            self.rule = None;
+        }
+        for (_, child) in &mut self.children {
+            child.drop_atomic();
+        }
+        if let Some(w) = &mut self.wildcard {
+            w.drop_atomic();
         }
     }
 
@@ -227,6 +239,17 @@ impl ListRules {
         self
     }
 
+    /// These rules without their [`ListRule::Atomic`] entries: those lists follow the merge-key
+    /// convention again (merged by `name`, `port`, … when their items carry such a key, else
+    /// replaced whole). For rules read from an API server's schema where `atomic` is not to
+    /// override the convention Metacontroller merges by (other actors' items are kept); the
+    /// rules' maps, sets, key defaults and preserve-unknown subtrees stay.
+    pub fn without_atomic(mut self) -> ListRules {
+        self.root.drop_atomic();
+        self.root.prune();
+        self
+    }
+
     /// The field paths of the `x-kubernetes-preserve-unknown-fields` subtrees of the schema these
     /// rules were read from (empty for built-in kinds), for [`crate::server_side_apply_body`].
     pub fn preserve_unknown_subtrees(&self) -> &[Vec<String>] {
@@ -253,14 +276,17 @@ impl ListRules {
             ("", "ReplicationController")
             | ("apps", "Deployment")
             | ("apps", "ReplicaSet")
-            | ("apps", "DaemonSet")
-            | ("batch", "Job") => pod_template_rules(&mut rules, "spec.template"),
+            | ("apps", "DaemonSet") => pod_template_rules(&mut rules, "spec.template"),
+            ("batch", "Job") => job_spec_rules(&mut rules, "spec"),
             ("apps", "StatefulSet") => {
                 pod_template_rules(&mut rules, "spec.template");
                 rules.set("spec.volumeClaimTemplates", ListRule::Atomic);
+                object_meta_rules(&mut rules, "spec.volumeClaimTemplates.metadata");
+                pvc_spec_rules(&mut rules, "spec.volumeClaimTemplates.spec");
             }
             ("batch", "CronJob") => {
-                pod_template_rules(&mut rules, "spec.jobTemplate.spec.template")
+                object_meta_rules(&mut rules, "spec.jobTemplate.metadata");
+                job_spec_rules(&mut rules, "spec.jobTemplate.spec");
             }
             ("", "Service") => {
                 rules.set("spec.ports", map(&["port", "protocol"]));
@@ -279,7 +305,11 @@ impl ListRules {
                 rules.set("imagePullSecrets", map(&["name"]));
             }
             ("", "Endpoints") => rules.set("subsets", ListRule::Atomic),
-            ("", "PersistentVolumeClaim") => rules.set("spec.accessModes", ListRule::Atomic),
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+                rules.set("webhooks", map(&["name"]));
+                rules.set("webhooks.matchConditions", map(&["name"]));
+            }
+            ("", "PersistentVolumeClaim") => pvc_spec_rules(&mut rules, "spec"),
             ("networking.k8s.io", "Ingress") => {
                 rules.set("spec.rules", ListRule::Atomic);
                 rules.set("spec.tls", ListRule::Atomic);
@@ -359,7 +389,7 @@ fn map(keys: &[&str]) -> ListRule {
     ListRule::Map(keys.iter().map(|k| (*k).to_owned()).collect())
 }
 
-fn object_meta_rules(rules: &mut ListRules, at: &str) {
+pub(crate) fn object_meta_rules(rules: &mut ListRules, at: &str) {
     rules.set(&format!("{at}.finalizers"), ListRule::Set);
     rules.set(&format!("{at}.ownerReferences"), map(&["uid"]));
     rules.set(&format!("{at}.managedFields"), ListRule::Atomic);
@@ -368,6 +398,24 @@ fn object_meta_rules(rules: &mut ListRules, at: &str) {
 fn pod_template_rules(rules: &mut ListRules, at: &str) {
     object_meta_rules(rules, &format!("{at}.metadata"));
     pod_spec_rules(rules, &format!("{at}.spec"));
+}
+
+fn job_spec_rules(rules: &mut ListRules, at: &str) {
+    pod_template_rules(rules, &format!("{at}.template"));
+    rules.set(&format!("{at}.podFailurePolicy.rules"), ListRule::Atomic);
+    rules.set(
+        &format!("{at}.podFailurePolicy.rules.onPodConditions"),
+        ListRule::Atomic,
+    );
+    rules.set(
+        &format!("{at}.podFailurePolicy.rules.onExitCodes.values"),
+        ListRule::Set,
+    );
+    rules.set(&format!("{at}.scheduling.resourceClaims"), map(&["name"]));
+}
+
+fn pvc_spec_rules(rules: &mut ListRules, at: &str) {
+    rules.set(&format!("{at}.accessModes"), ListRule::Atomic);
 }
 
 fn pod_spec_rules(rules: &mut ListRules, at: &str) {
@@ -384,8 +432,18 @@ fn pod_spec_rules(rules: &mut ListRules, at: &str) {
         rules.set(&format!("{c}.resources.claims"), map(&["name"]));
         rules.set(&format!("{c}.command"), ListRule::Atomic);
         rules.set(&format!("{c}.args"), ListRule::Atomic);
+        rules.set(&format!("{c}.volumeMounts.bindMountOptions"), ListRule::Set);
+        rules.set(
+            &format!("{c}.restartPolicyRules.exitCodes.values"),
+            ListRule::Set,
+        );
     }
+    rules.set(&format!("{at}.resources.claims"), map(&["name"]));
+    rules.set(&format!("{at}.evictionResponders"), map(&["name"]));
     rules.set(&format!("{at}.volumes"), map(&["name"]));
+    let claim_template = format!("{at}.volumes.ephemeral.volumeClaimTemplate");
+    object_meta_rules(rules, &format!("{claim_template}.metadata"));
+    pvc_spec_rules(rules, &format!("{claim_template}.spec"));
     for atomic in [
         "volumes.configMap.items",
         "volumes.secret.items",
@@ -407,6 +465,10 @@ fn pod_spec_rules(rules: &mut ListRules, at: &str) {
     rules.set(
         &format!("{at}.topologySpreadConstraints"),
         map(&["topologyKey", "whenUnsatisfiable"]),
+    );
+    rules.set(
+        &format!("{at}.topologySpreadConstraints.matchLabelKeys"),
+        ListRule::Atomic,
     );
     rules.set(&format!("{at}.resourceClaims"), map(&["name"]));
     rules.set(&format!("{at}.schedulingGates"), map(&["name"]));
@@ -514,6 +576,32 @@ mod tests {
         let c = a.merge(b);
         assert_eq!(c.get("x"), Some(&map(&["name"])));
         assert_eq!(c.get("y"), Some(&ListRule::Set));
+    }
+
+    #[test]
+    fn without_atomic_keeps_maps_sets_and_key_defaults() {
+        let mut rules = ListRules::new();
+        rules.set("spec.ports", ListRule::Atomic);
+        rules.set("spec.pools.*.hosts", ListRule::Atomic);
+        rules.set("spec.tags", ListRule::Set);
+        rules.set("spec.containers", map(&["name"]));
+        rules.set("spec.containers.ports", ListRule::Atomic);
+        rules.set_key_default("spec.containers", "kind", Value::from("app"));
+        let kept = rules.without_atomic();
+        assert_eq!(kept.get("spec.ports"), None);
+        assert_eq!(kept.get("spec.pools.*.hosts"), None);
+        assert_eq!(kept.get("spec.containers.ports"), None);
+        assert_eq!(kept.get("spec.tags"), Some(&ListRule::Set));
+        assert_eq!(kept.get("spec.containers"), Some(&map(&["name"])));
+        assert_eq!(kept.entries().len(), 2);
+        let node = kept
+            .root()
+            .and_then(|n| n.child("spec"))
+            .and_then(|n| n.child("containers"));
+        assert_eq!(
+            node.map(|n| n.key_defaults.clone()),
+            Some(vec![("kind".to_owned(), Value::from("app"))])
+        );
     }
 
     #[test]

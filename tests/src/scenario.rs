@@ -618,7 +618,9 @@ impl Running {
                 composite = composite.hook_json(hook, hooks.responder(hook));
             }
         }
-        let composite = composite.spec(spec);
+        let schema_atomic =
+            cc["metadata"]["annotations"]["kmeta.dev/schema-atomic-lists"] == "true";
+        let composite = composite.spec(spec).schema_atomic_lists(schema_atomic);
         let config = self.config.clone();
         self.env.start_in_process(composite, config);
         Ok(cc)

@@ -1,10 +1,101 @@
-//! Minimal OpenAPI v3 documents: enough for kubectl to see that every resource's PATCH
-//! supports the `fieldValidation` query parameter (so it validates server-side instead of
-//! downloading full schemas) and to find CRD schemas. `/openapi/v2` is not served (404), which
-//! kubectl tolerates once v3 answers.
+//! OpenAPI v3 documents, in kube-apiserver's shape: `/openapi/v3` names each group-version's
+//! document with a `hash` in its `serverRelativeURL` (clients cache a document by that URL); a
+//! group-version document has the paths kubectl reads (each resource's PATCH takes
+//! `fieldValidation`, so kubectl validates server-side) and `components.schemas`: the published
+//! Kubernetes 1.37 schemas of the built-in kinds, generated from the `k8s-openapi` crate
+//! (`openapi/v3/`, see its README) and each CRD version's schema, each kind marked with `x-kubernetes-group-version-kind`.
+//! `/openapi/v2` is not served (404), which kubectl tolerates once v3 answers.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use crate::registry::{Registry, ResourceDef};
 use serde_json::{Map, Value, json};
+
+/// The generated documents: group, version, the document (see `openapi/README.md`).
+const VENDORED: [(&str, &str, &str); 10] = [
+    (
+        "",
+        "v1",
+        include_str!("../../openapi/v3/api__v1_openapi.json"),
+    ),
+    (
+        "apps",
+        "v1",
+        include_str!("../../openapi/v3/apis__apps__v1_openapi.json"),
+    ),
+    (
+        "batch",
+        "v1",
+        include_str!("../../openapi/v3/apis__batch__v1_openapi.json"),
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__discovery.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__events.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__coordination.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__admissionregistration.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "policy",
+        "v1",
+        include_str!("../../openapi/v3/apis__policy__v1_openapi.json"),
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__networking.k8s.io__v1_openapi.json"),
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        include_str!("../../openapi/v3/apis__rbac.authorization.k8s.io__v1_openapi.json"),
+    ),
+];
+
+/// A vendored group-version's schemas and the hash of its text.
+struct Builtin {
+    schemas: Map<String, Value>,
+    hash: String,
+}
+
+/// The vendored schemas by (group, version), parsed once. A document that does not parse
+/// (caught by this module's tests) serves no built-in schemas.
+fn builtin(group: &str, version: &str) -> Option<&'static Builtin> {
+    static PARSED: OnceLock<HashMap<(String, String), Builtin>> = OnceLock::new();
+    PARSED
+        .get_or_init(|| {
+            VENDORED
+                .iter()
+                .filter_map(|(g, v, text)| {
+                    let doc: Value = serde_json::from_str(text).ok()?;
+                    let schemas = doc.pointer("/components/schemas")?.as_object()?.clone();
+                    let key = ((*g).to_owned(), (*v).to_owned());
+                    Some((
+                        key,
+                        Builtin {
+                            schemas,
+                            hash: hash_of(text),
+                        },
+                    ))
+                })
+                .collect()
+        })
+        .get(&(group.to_owned(), version.to_owned()))
+}
 
 fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() {
@@ -42,10 +133,12 @@ pub(super) fn root(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (g, v) in group_versions(reg) {
         let p = gv_path(&g, &v);
-        let doc = group_version(reg, &g, &v).unwrap_or(Value::Null);
+        let doc = document(reg, &g, &v, false).unwrap_or(Value::Null);
+        let vendored = builtin(&g, &v).map(|b| b.hash.as_str()).unwrap_or_default();
+        let hash = hash_of(&format!("{vendored}{doc}"));
         paths.insert(
             p.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", hash_of(&doc.to_string()))}),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
         );
     }
     json!({"paths": paths})
@@ -62,6 +155,12 @@ fn schema_name(d: &ResourceDef, version: &str) -> String {
 
 /// `/openapi/v3/apis/{group}/{version}` (or `api/v1`).
 pub(super) fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    document(reg, group, version, true)
+}
+
+/// The document of a group-version, with the vendored built-in schemas or without them (for the
+/// index's hash, which hashes their text instead).
+fn document(reg: &Registry, group: &str, version: &str, with_builtin: bool) -> Option<Value> {
     let defs: Vec<&ResourceDef> = reg
         .all()
         .iter()
@@ -72,7 +171,10 @@ pub(super) fn group_version(reg: &Registry, group: &str, version: &str) -> Optio
     }
     let prefix = format!("/{}", gv_path(group, version));
     let mut paths = Map::new();
-    let mut schemas = Map::new();
+    let mut schemas = match builtin(group, version) {
+        Some(b) if with_builtin => b.schemas.clone(),
+        _ => Map::new(),
+    };
     let params = json!([
         {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
         {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
@@ -98,8 +200,7 @@ pub(super) fn group_version(reg: &Registry, group: &str, version: &str) -> Optio
             item,
             json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}),
         );
-        // Only CRD schemas are published: for built-in kinds kubectl then falls back to its
-        // compiled-in patch metadata (merge keys), which a schemaless document would hide.
+        // a CRD version's schema (the built-in kinds' come from the generated documents)
         if let Some(schema) = d.schemas.get(version) {
             let mut schema = schema.clone();
             schema["x-kubernetes-group-version-kind"] = json!([gvk]);
@@ -131,5 +232,55 @@ mod tests {
         );
         assert_eq!(p["patch"]["parameters"][0]["name"], "fieldValidation");
         assert!(group_version(&reg, "nope", "v1").is_none());
+    }
+
+    /// Every vendored document parses, every `$ref` in it resolves inside it, and every built-in
+    /// kind served in its group-version has its schema there (so `openapi/generate.py`'s list of kinds
+    /// and `builtin_resources` cannot drift apart).
+    #[test]
+    fn vendored_documents_cover_the_served_built_in_kinds() {
+        let reg = Registry::with_builtins();
+        for (group, version, text) in VENDORED {
+            let doc: Value = serde_json::from_str(text).unwrap_or_default();
+            let Some(schemas) = doc
+                .pointer("/components/schemas")
+                .and_then(Value::as_object)
+            else {
+                panic!("{group}/{version}: no components.schemas");
+            };
+            assert!(builtin(group, version).is_some(), "{group}/{version}");
+            for target in text.split("\"#/components/schemas/").skip(1) {
+                let name = target.split('"').next().unwrap_or_default();
+                assert!(schemas.contains_key(name), "{group}/{version}: $ref {name}");
+            }
+            let served = group_version(&reg, group, version).unwrap_or_default();
+            for d in reg
+                .all()
+                .iter()
+                .filter(|d| d.crd.is_none() && d.group == group)
+            {
+                let gvk = json!({"group": group, "version": version, "kind": d.kind});
+                let marked = served["components"]["schemas"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .any(|(_, s)| {
+                        s["x-kubernetes-group-version-kind"]
+                            .as_array()
+                            .is_some_and(|l| l.contains(&gvk))
+                    });
+                assert!(marked, "{group}/{version} {}: no schema", d.kind);
+            }
+        }
+        // a group-version without a generated document still lists its paths
+        let crds = group_version(&reg, "apiextensions.k8s.io", "v1").unwrap_or_default();
+        assert_eq!(crds["components"]["schemas"], json!({}));
+        assert!(crds["paths"].as_object().is_some_and(|p| !p.is_empty()));
+        let r = root(&reg);
+        assert!(
+            r["paths"]["apis/discovery.k8s.io/v1"]["serverRelativeURL"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("/openapi/v3/apis/discovery.k8s.io/v1?hash="))
+        );
     }
 }

@@ -40,6 +40,11 @@ pub(super) async fn handle(
         ..
     } = &route
     else {
+        if matches!(route, Route::OpenApi)
+            && let Some(refused) = openapi_fault(&state, user_agent_of(&request)).await
+        {
+            return refused;
+        }
         return discovery::serve(&state, &route, request.headers(), request.uri().path());
     };
     let verb = verb_of(request.method(), &route, &q);
@@ -88,4 +93,23 @@ pub(super) async fn handle(
         .counters
         .record(verb, &resource, resp.status().as_u16());
     resp
+}
+
+/// The OpenAPI documents take faults and latency as `get` on the pseudo-resource `openapi`, so a
+/// test can refuse kmeta's read of its children's list rules: the fault's answer, if any.
+async fn openapi_fault(state: &ServerState, user_agent: String) -> Option<Response> {
+    let (fault, delay) = state.faults.check("get", "openapi", &user_agent);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    fault.map(|f| fault_response(f.code, f.retry_after_seconds))
+}
+
+fn user_agent_of(request: &Request) -> String {
+    request
+        .headers()
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }

@@ -6,8 +6,9 @@
 //! whole lifecycle managed; the Secrets and ConfigMaps that hook credentials and CA bundles name
 //! are read by name only, and so are (read and watched) the ConfigMaps Jsonnet hooks are read
 //! from. kmeta itself needs its controllers (and the decorator release
-//! finalizer), ControllerRevisions when a rolling update strategy is used, events and the
-//! leader-election Lease. Related objects are chosen by customize hooks at run time, so they
+//! finalizer), ControllerRevisions when a rolling update strategy is used, events, the
+//! leader-election Lease and the OpenAPI v3 documents (`get` on the non-resource URLs
+//! `/openapi/v3` and `/openapi/v3/*`) it reads the children's list rules from. Related objects are chosen by customize hooks at run time, so they
 //! cannot be read from the manifests: name them with `--related`, and the output says when a
 //! controller has a customize hook.
 //!
@@ -371,6 +372,9 @@ pub fn controller_grants(c: &Controller, related: &[(String, String)]) -> Grants
     g
 }
 
+/// The non-resource URLs of the OpenAPI v3 documents kmeta reads list rules from.
+pub const OPENAPI_URLS: [&str; 2] = ["/openapi/v3", "/openapi/v3/*"];
+
 /// The ClusterRole named `name` granting `g`: one rule per API group and verb set, resources
 /// sorted, so the output is stable.
 pub fn cluster_role(name: &str, g: &Grants) -> Value {
@@ -400,6 +404,10 @@ pub fn cluster_role(name: &str, g: &Grants) -> Value {
         rules.push(json!({"apiGroups": [""], "resources": ["serviceaccounts"],
                           "resourceNames": g.impersonated, "verbs": ["impersonate"]}));
     }
+    // the OpenAPI v3 documents the list rules of child kinds are read from (most clusters grant
+    // them to every authenticated user through `system:discovery`; this keeps kmeta working
+    // where that role is narrowed)
+    rules.push(json!({"nonResourceURLs": OPENAPI_URLS, "verbs": ["get"]}));
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -809,6 +817,14 @@ spec:
             .filter(|r| r.get("resourceNames").is_some())
             .count();
         assert_eq!(named, 2);
+        let urls = rules
+            .iter()
+            .find(|r| r.get("nonResourceURLs").is_some())
+            .unwrap();
+        assert_eq!(
+            urls,
+            &json!({"nonResourceURLs": ["/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]})
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Layer 2, operating kmeta: Prometheus [`metrics`], client-side rate limits ([`ratelimit`]), the
 //! Kubernetes clients built with them ([`client`]), [`logging`], health probes (`health`), leader
 //! election ([`leader`]), the write [`fence`] that keeps a leader that lost its Lease from
-//! writing, and Kubernetes [`events`] retried when the API server did not take them.
+//! writing, Kubernetes [`events`] retried when the API server did not take them, and the API
+//! server's OpenAPI v3 documents the children's list rules are read from (`openapi`).
 
 pub mod client;
 pub mod events;
@@ -10,6 +11,7 @@ pub(crate) mod health;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub(crate) mod openapi;
 pub mod ratelimit;
 
 pub use metrics::Metrics;

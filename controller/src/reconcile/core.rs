@@ -178,6 +178,8 @@ pub struct Context {
     /// Whether a ServiceAccount may list a related resource (watch key) in a namespace, and
     /// when that was asked ([`crate::reconcile::related`]).
     pub(crate) read_access: Mutex<ReadAccess>,
+    /// The API server's OpenAPI v3 documents, for the children's list rules.
+    pub(crate) openapi: crate::ops::openapi::OpenApiDocs,
 }
 
 /// Answers to "may this ServiceAccount list this resource (watch key) in this namespace", with
@@ -229,6 +231,7 @@ impl Context {
             contests: Mutex::default(),
             child_writes,
             impersonated: Mutex::default(),
+            openapi: crate::ops::openapi::OpenApiDocs::default(),
             read_access: Mutex::default(),
         })
     }

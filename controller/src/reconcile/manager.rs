@@ -158,8 +158,9 @@ impl ControllerKind for DecoratorController {
 struct Running<S> {
     spec: S,
     /// The controller object's annotations read when its controller is built —
-    /// `kmeta.dev/paused` and `kmeta.dev/apply-strategy` — as they were: a change restarts the
-    /// controller, whose syncs then follow it (pause or resume every object, switch strategy).
+    /// `kmeta.dev/paused`, `kmeta.dev/apply-strategy` and `kmeta.dev/schema-atomic-lists` — as
+    /// they were: a change restarts the controller, whose syncs then follow it (pause or resume
+    /// every object, switch strategy, re-read the children's list rules).
     switches: Switches,
     stop: CancellationToken,
     /// Cancelled once the controller's task has returned (no sync in flight any more).
@@ -175,6 +176,8 @@ struct Switches {
     paused: bool,
     /// `kmeta.dev/apply-strategy`, as written.
     apply_strategy: Option<String>,
+    /// `kmeta.dev/schema-atomic-lists: "true"`.
+    schema_atomic_lists: bool,
 }
 
 fn switches_of(obj: &impl Resource) -> Switches {
@@ -184,6 +187,7 @@ fn switches_of(obj: &impl Resource) -> Switches {
         apply_strategy: annotations
             .and_then(|a| a.get(crate::reconcile::STRATEGY_ANNOTATION))
             .cloned(),
+        schema_atomic_lists: crate::reconcile::children::schema_atomic_lists(annotations),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kube::discovery::{ApiResource, Discovery, Scope};
 
@@ -50,6 +51,9 @@ pub enum ResourceError {
 #[derive(Debug, Default)]
 pub struct Resources {
     map: RwLock<HashMap<String, HashMap<String, Resolved>>>,
+    /// Successful refreshes so far (what was read after discovery, as the OpenAPI v3 index, is
+    /// read again after the next one).
+    generation: AtomicU64,
 }
 
 impl Resources {
@@ -75,7 +79,13 @@ impl Resources {
         if let Ok(mut m) = self.map.write() {
             *m = map;
         }
+        self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Successful refreshes so far.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Looks up `apiVersion` + plural `resource`.

@@ -34,6 +34,7 @@ mod fairness;
 mod impersonation;
 mod jsonnet;
 mod lifecycle;
+mod list_rules;
 mod metacontroller;
 mod rollout;
 mod schema;

@@ -255,12 +255,12 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
     s.finish().await
 }
 
-/// A child CRD kmeta cannot read when it starts the controller (its list markers and
-/// preserve-unknown-fields subtrees come from there) fails the start, reported and retried —
-/// not a controller merging without them, whose server-side apply would send the pod template's
-/// containers without the live ones and lose the sidecar.
+/// A child schema kmeta cannot read when it starts the controller (its list markers and
+/// preserve-unknown-fields subtrees come from its group-version's OpenAPI v3 document) fails the
+/// start, reported and retried — not a controller merging without them, whose server-side apply
+/// would send the pod template's containers without the live ones and lose the sidecar.
 #[tokio::test]
-async fn an_unreadable_child_crd_fails_the_start_instead_of_losing_the_sidecar()
+async fn an_unreadable_child_schema_fails_the_start_instead_of_losing_the_sidecar()
 -> anyhow::Result<()> {
     let mut s = Scenario::new("sidecar-schema")
         .crd("App", "apps")
@@ -272,12 +272,14 @@ async fn an_unreadable_child_crd_fails_the_start_instead_of_losing_the_sidecar()
         server.faults().inject(
             kmeta_apiserver::FaultSpec::error(500)
                 .verb("get")
-                .resource("customresourcedefinitions")
+                .resource("openapi")
                 .user_agent("kmeta/")
                 .times(1),
         );
     }) else {
-        eprintln!("needs kmeta-apiserver's fault injection to refuse the CRD read: checked there");
+        eprintln!(
+            "needs kmeta-apiserver's fault injection to refuse the schema read: checked there"
+        );
         return s.finish().await;
     };
     s.controller(Cc::new("apps-cc").child("workloads")).await?;
@@ -285,11 +287,11 @@ async fn an_unreadable_child_crd_fails_the_start_instead_of_losing_the_sidecar()
         apply_strategy: ApplyStrategy::ServerSideApply,
         ..ManagerConfig::default()
     });
-    s.wait_event("the failed start, naming the CRD", None, |e| {
+    s.wait_event("the failed start, naming the document", None, |e| {
         e["reason"] == "CreateError"
-            && e["note"]
-                .as_str()
-                .is_some_and(|n| n.contains("reading the CustomResourceDefinition of workloads."))
+            && e["note"].as_str().is_some_and(|n| {
+                n.contains("reading the list markers of the OpenAPI v3 document /openapi/v3/apis/")
+            })
     })
     .await?;
     // retried: the controller starts with the schema's rules

@@ -211,6 +211,11 @@ struct ApiLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpenApiLabels {
+    document: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
     name: String,
 }
@@ -383,6 +388,7 @@ pub struct Metrics {
     events_failed: Counter,
     leader: Family<LeaseLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
+    openapi_fetches: Family<OpenApiLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -467,6 +473,7 @@ impl Metrics {
             events_failed: Counter::default(),
             leader: Family::default(),
             jsonnet_kills: Family::default(),
+            openapi_fetches: Family::default(),
         };
         let r = &mut m.registry;
         m.sync.register(r, HookKind::Sync);
@@ -512,6 +519,11 @@ impl Metrics {
             "kmeta_jsonnet_worker_kills",
             "Jsonnet worker processes killed, by reason (timeout|memory)",
             m.jsonnet_kills.clone(),
+        );
+        r.register(
+            "kmeta_openapi_fetches",
+            "OpenAPI v3 documents read from the API server for list rules, by document (index|group_version)",
+            m.openapi_fetches.clone(),
         );
         m.register_client_series();
         m
@@ -699,6 +711,28 @@ impl Metrics {
     /// An API request waited `wait` for the client-side rate limiter.
     pub(crate) fn rate_limited(&self, wait: Duration) {
         self.rate_limit_wait.observe(wait.as_secs_f64());
+    }
+
+    /// An OpenAPI v3 document was read from the API server: `document` is `index` (`/openapi/v3`)
+    /// or `group_version`.
+    pub(crate) fn openapi_fetch(&self, document: &'static str) {
+        self.openapi_fetches
+            .get_or_create(&OpenApiLabels { document })
+            .inc();
+    }
+
+    /// OpenAPI v3 documents read so far, of either kind.
+    // for tests
+    #[doc(hidden)]
+    pub fn openapi_fetches(&self) -> u64 {
+        ["index", "group_version"]
+            .into_iter()
+            .map(|document| {
+                self.openapi_fetches
+                    .get_or_create(&OpenApiLabels { document })
+                    .get()
+            })
+            .sum()
     }
 
     /// An Event was dropped by the events rate limit.

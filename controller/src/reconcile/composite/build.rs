@@ -12,7 +12,7 @@ use crate::hook::client::LocalHook;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::ops::metrics::{ControllerType, HookKind};
-use crate::reconcile::children::{ChildRule, Children, list_rules};
+use crate::reconcile::children::{ChildRule, Children, list_rules, schema_atomic_lists};
 use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
@@ -258,6 +258,7 @@ async fn resolve_children(
     let mut children = HashMap::new();
     let mut declared = HashMap::new();
     let mut child_keys = Vec::new();
+    let schema_atomic = schema_atomic_lists(cc.metadata.annotations.as_ref());
     for rule in cc.spec.child_rules() {
         let r = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -269,7 +270,7 @@ async fn resolve_children(
         let namespaced = r.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let options = dynapply::Options {
-            rules: list_rules(ctx, &r).await?,
+            rules: list_rules(ctx, &r, schema_atomic).await?,
             ..dynapply::Options::default()
         };
         child_keys.push(key.clone());

@@ -10,7 +10,7 @@ use super::decide::{self, TargetSelector};
 use crate::api::{DecoratorController, Hook};
 use crate::hook::{HookClient, HookError};
 use crate::ops::metrics::{ControllerType, HookKind};
-use crate::reconcile::children::{ChildRule, Children, list_rules};
+use crate::reconcile::children::{ChildRule, Children, list_rules, schema_atomic_lists};
 use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
@@ -188,6 +188,7 @@ async fn resolve_attachments(
     let mut rules = HashMap::new();
     let mut declared = HashMap::new();
     let mut keys = Vec::new();
+    let schema_atomic = schema_atomic_lists(dc.metadata.annotations.as_ref());
     for rule in dc.spec.attachments.as_deref().unwrap_or_default() {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -199,7 +200,7 @@ async fn resolve_attachments(
         let namespaced = resolved.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let options = dynapply::Options {
-            rules: list_rules(ctx, &resolved).await?,
+            rules: list_rules(ctx, &resolved, schema_atomic).await?,
             ..dynapply::Options::default()
         };
         keys.push(key.clone());
