@@ -171,7 +171,11 @@ mod tests {
             .collect();
         assert_eq!(
             rows,
-            [("create", None, 201), ("create", None, 409), ("delete", Some("x"), 200)],
+            [
+                ("create", None, 201),
+                ("create", None, 409),
+                ("delete", Some("x"), 200)
+            ],
             "writes only, reads left out"
         );
         for r in &log {
@@ -181,7 +185,11 @@ mod tests {
         }
         // the create's change lies in its (rv_before, rv_after]; the refused one changed nothing
         let rv: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
-        assert!(log[0].rv_before < rv && rv <= log[0].rv_after, "{:?}", log[0]);
+        assert!(
+            log[0].rv_before < rv && rv <= log[0].rv_after,
+            "{:?}",
+            log[0]
+        );
         assert_eq!(log[1].rv_before, log[1].rv_after);
         assert!(log[2].rv_after > log[2].rv_before);
         assert_eq!(server.write_log().since(2).len(), 1);

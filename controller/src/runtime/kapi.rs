@@ -462,10 +462,16 @@ mod user_agent_tests {
     fn an_identity_in_the_user_agent_survives_the_client_builders() {
         let plain = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let v = env!("CARGO_PKG_VERSION");
-        assert_eq!(agents(&with_user_agent(plain.clone())), [format!("kmeta/{v}")]);
+        assert_eq!(
+            agents(&with_user_agent(plain.clone())),
+            [format!("kmeta/{v}")]
+        );
         let named = with_identity(plain, "kmeta-0");
         assert_eq!(agents(&named), [format!("kmeta/{v} (kmeta-0)")]);
         // the builders of ops::client apply with_user_agent: the identity stays
-        assert_eq!(agents(&with_user_agent(named)), [format!("kmeta/{v} (kmeta-0)")]);
+        assert_eq!(
+            agents(&with_user_agent(named)),
+            [format!("kmeta/{v} (kmeta-0)")]
+        );
     }
 }

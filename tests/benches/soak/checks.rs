@@ -182,7 +182,10 @@ pub(crate) fn look(webs: &[Value], confs: &[Value], deps: &[Value], cms: &[Value
                 .insert(format!("{kind}/{} {}", meta(c, "name"), meta(c, "uid")));
         }
     }
-    for d in deps.iter().filter(|d| d["metadata"]["labels"]["soak"] == "web") {
+    for d in deps
+        .iter()
+        .filter(|d| d["metadata"]["labels"]["soak"] == "web")
+    {
         let has = d["spec"]["template"]["spec"]["containers"]
             .as_array()
             .is_some_and(|cs| cs.iter().any(|c| c["name"] == "sidecar"));
@@ -202,16 +205,34 @@ pub(crate) fn look(webs: &[Value], confs: &[Value], deps: &[Value], cms: &[Value
     };
     let (deps, cms) = (by_name(deps), by_name(cms));
     for p in webs {
-        compare(&mut l, p, &desired_web(p), &deps, &["/spec/replicas"], "/spec/template/spec/containers/0/image");
+        compare(
+            &mut l,
+            p,
+            &desired_web(p),
+            &deps,
+            &["/spec/replicas"],
+            "/spec/template/spec/containers/0/image",
+        );
     }
     for p in confs {
-        compare(&mut l, p, &desired_conf(p), &cms, &["/data/k"], "/data/value");
+        compare(
+            &mut l,
+            p,
+            &desired_conf(p),
+            &cms,
+            &["/data/k"],
+            "/data/value",
+        );
         // children beyond spec.n must be gone
         let n = p["spec"]["n"].as_u64().unwrap_or(1);
         for k in n..3 {
             let name = format!("{}-{k}", meta(p, "name"));
-            if cms.get(&name).is_some_and(|c| owner_uid(c) == Some(meta(p, "uid"))) {
-                l.unconverged.push(format!("ConfigMap/{name}: spec.n is {n}, still there"));
+            if cms
+                .get(&name)
+                .is_some_and(|c| owner_uid(c) == Some(meta(p, "uid")))
+            {
+                l.unconverged
+                    .push(format!("ConfigMap/{name}: spec.n is {n}, still there"));
             }
         }
     }
@@ -284,7 +305,10 @@ impl Orphans {
         for o in now {
             let first = *self.0.entry(o.clone()).or_insert_with(Instant::now);
             if first.elapsed() >= bound {
-                out.push(format!("{o}: child without its parent for {:.0} s", first.elapsed().as_secs_f64()));
+                out.push(format!(
+                    "{o}: child without its parent for {:.0} s",
+                    first.elapsed().as_secs_f64()
+                ));
             }
         }
         out

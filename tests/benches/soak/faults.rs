@@ -56,13 +56,21 @@ impl Drawn {
         match self.fault {
             Fault::KillLeader => format!("kill -9 of the leader, restarted after {s:.1} s"),
             Fault::KillStandby => format!("kill -9 of the standby, restarted after {s:.1} s"),
-            Fault::StopLeader => format!("SIGSTOP of the leader for {s:.1} s (Lease 15 s), then SIGCONT"),
-            Fault::ApiErrors => format!("{}% of kmeta's requests answered {} for {s:.1} s", self.knob, self.code),
+            Fault::StopLeader => {
+                format!("SIGSTOP of the leader for {s:.1} s (Lease 15 s), then SIGCONT")
+            }
+            Fault::ApiErrors => format!(
+                "{}% of kmeta's requests answered {} for {s:.1} s",
+                self.knob, self.code
+            ),
             Fault::ApiLatency => format!("+{} ms on every request for {s:.1} s", self.knob),
             Fault::WatchChurn => format!(
                 "watch churn for {s:.1} s: every 2 s {}",
-                ["close every watch", "drop every watch (held events lost)", "the next 3 watches 410 Expired"]
-                    [self.knob as usize % 3]
+                [
+                    "close every watch",
+                    "drop every watch (held events lost)",
+                    "the next 3 watches 410 Expired"
+                ][self.knob as usize % 3]
             ),
             Fault::WatchLag => format!("watch events {} ms late for {s:.1} s", self.knob),
             Fault::HookErrors => format!("{}% of hook calls answered 500 for {s:.1} s", self.knob),
@@ -143,10 +151,17 @@ pub(crate) async fn apply(soak: Arc<Soak>, d: Drawn) -> anyhow::Result<()> {
             }
         }
         Fault::HookErrors => {
-            *soak.hook.error_rate.lock().unwrap_or_else(|e| e.into_inner()) =
-                d.knob as f64 / 100.0;
+            *soak
+                .hook
+                .error_rate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = d.knob as f64 / 100.0;
             tokio::time::sleep(d.hold).await;
-            *soak.hook.error_rate.lock().unwrap_or_else(|e| e.into_inner()) = 0.0;
+            *soak
+                .hook
+                .error_rate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = 0.0;
         }
         Fault::HookOutage => {
             soak.hook.outage.store(true, Ordering::Relaxed);

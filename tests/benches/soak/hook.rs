@@ -44,37 +44,37 @@ pub(crate) async fn serve(hook: Arc<Hook>) -> anyhow::Result<String> {
 }
 
 /// Whether the call gets through: credentials, outage, error share.
-fn admit(hook: &Hook, headers: &HeaderMap, want: &str) -> Result<(), Response> {
+fn admit(hook: &Hook, headers: &HeaderMap, want: &str) -> Result<(), (StatusCode, &'static str)> {
     hook.calls.fetch_add(1, Ordering::Relaxed);
     let got = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     if got != Some(want) {
         hook.unauthorized.fetch_add(1, Ordering::Relaxed);
-        return Err((StatusCode::UNAUTHORIZED, "bad credentials").into_response());
+        return Err((StatusCode::UNAUTHORIZED, "bad credentials"));
     }
     if hook.outage.load(Ordering::Relaxed) {
         hook.refused.fetch_add(1, Ordering::Relaxed);
-        return Err((StatusCode::SERVICE_UNAVAILABLE, "hook down").into_response());
+        return Err((StatusCode::SERVICE_UNAVAILABLE, "hook down"));
     }
     let rate = *hook.error_rate.lock().unwrap_or_else(|e| e.into_inner());
     if rate > 0.0 && rand::random_bool(rate.min(1.0)) {
         hook.refused.fetch_add(1, Ordering::Relaxed);
-        return Err((StatusCode::INTERNAL_SERVER_ERROR, "hook error").into_response());
+        return Err((StatusCode::INTERNAL_SERVER_ERROR, "hook error"));
     }
     Ok(())
 }
 
 async fn web(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: String) -> Response {
     if let Err(r) = admit(&hook, &headers, &hook.basic) {
-        return r;
+        return r.into_response();
     }
     answer(&body, desired_web)
 }
 
 async fn conf(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: String) -> Response {
     if let Err(r) = admit(&hook, &headers, &hook.bearer) {
-        return r;
+        return r.into_response();
     }
     answer(&body, desired_conf)
 }
@@ -85,9 +85,12 @@ fn answer(body: &str, desired: fn(&Value) -> Vec<Value>) -> Response {
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
     let children = desired(&req["parent"]);
-    let observed: usize = req["children"]
-        .as_object()
-        .map_or(0, |m| m.values().filter_map(Value::as_object).map(|o| o.len()).sum());
+    let observed: usize = req["children"].as_object().map_or(0, |m| {
+        m.values()
+            .filter_map(Value::as_object)
+            .map(|o| o.len())
+            .sum()
+    });
     axum::Json(json!({"status": {"observedChildren": observed}, "children": children}))
         .into_response()
 }

@@ -174,8 +174,13 @@ async fn soak() -> anyhow::Result<()> {
         "  kmeta writes checked against the Lease holder: {} (of them undecided: 0)",
         lease.writes_checked
     );
+    self_test(&soak, &mut lease).await?;
     drop(lease);
-    let violations = soak.violations.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let violations = soak
+        .violations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .len();
     anyhow::ensure!(
         violations == 0,
         "{violations} violations (seed {seed}; see above)"
@@ -303,8 +308,11 @@ async fn install(server: &TestServer, secrets: &Secrets, base: &str) -> anyhow::
         ),
     );
     for (kind, plural) in [("Web", "webs"), ("Conf", "confs")] {
-        crds.create(&PostParams::default(), &obj(crd(GROUP, kind, plural, true))?)
-            .await?;
+        crds.create(
+            &PostParams::default(),
+            &obj(crd(GROUP, kind, plural, true))?,
+        )
+        .await?;
     }
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "hook-credentials", "namespace": NS},
@@ -371,7 +379,11 @@ async fn run(
         if Instant::now() >= next_fault {
             n += 1;
             let d = faults::draw(rng);
-            soak.say(&format!("fault #{n} (seed {}): {}", soak.seed, d.describe()));
+            soak.say(&format!(
+                "fault #{n} (seed {}): {}",
+                soak.seed,
+                d.describe()
+            ));
             *drawn.entry(format!("{:?}", d.fault)).or_default() += 1;
             faults.push(tokio::spawn(faults::apply(soak.clone(), d)));
             next_fault = Instant::now() + Duration::from_millis(rng.random_range(2_000..10_000));
@@ -404,7 +416,10 @@ async fn settle_phase(
     secrets: &Secrets,
 ) -> anyhow::Result<Option<Duration>> {
     let start = Instant::now();
-    soak.say(&format!("edits stop: every parent's children within {} s", bound.as_secs()));
+    soak.say(&format!(
+        "edits stop: every parent's children within {} s",
+        bound.as_secs()
+    ));
     loop {
         for note in soak.replicas.supervise().await? {
             soak.say(&note);
@@ -436,7 +451,11 @@ async fn check(
         soak.violation(&v);
     }
     let list = |av: &'static str, kind: &'static str, plural: &'static str| async move {
-        let items = soak.api(av, kind, plural).list(&ListParams::default()).await?.items;
+        let items = soak
+            .api(av, kind, plural)
+            .list(&ListParams::default())
+            .await?
+            .items;
         items
             .into_iter()
             .map(serde_json::to_value)
@@ -466,7 +485,10 @@ async fn check(
             soak.violation(&format!("not as its parent wants after the bound: {v}"));
         }
         if !look.orphans.is_empty() {
-            soak.violation(&format!("children without parent at the end: {:?}", look.orphans));
+            soak.violation(&format!(
+                "children without parent at the end: {:?}",
+                look.orphans
+            ));
         }
     }
     Ok(look.unconverged.is_empty() && look.orphans.is_empty())
@@ -520,7 +542,11 @@ fn summary(
     lease: &LeaseCheck,
     settled: Option<Duration>,
 ) {
-    let violations = soak.violations.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let violations = soak
+        .violations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .len();
     let counters = soak.server.counters();
     println!("soak summary (seed {}):", soak.seed);
     println!("  faults drawn: {drawn:?}");
@@ -541,8 +567,40 @@ fn summary(
         lease.writes_checked
     );
     match settled {
-        Some(d) => println!("  converged {:.1} s after the faults stopped", d.as_secs_f64()),
+        Some(d) => println!(
+            "  converged {:.1} s after the faults stopped",
+            d.as_secs_f64()
+        ),
         None => println!("  NOT converged within the bound"),
     }
     println!("  violations: {violations}");
+}
+
+/// The Lease check can fail: a write naming an instance that never held the Lease, made after
+/// the replicas stopped, must be the one violation it reports.
+async fn self_test(soak: &Soak, lease: &mut LeaseCheck) -> anyhow::Result<()> {
+    let mut config = kube::Config::new(soak.server.url().parse()?);
+    config.auth_info.token = soak.server.admin_token().map(|t| t.to_owned().into());
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static("kmeta/self-test (kmeta-intruder)"),
+    ));
+    let cms = Api::<DynamicObject>::namespaced_with(
+        kube::Client::try_from(config)?,
+        NS,
+        &ar("v1", "ConfigMap", "configmaps"),
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "intruder"}});
+    cms.create(&PostParams::default(), &obj(cm)?).await?;
+    let records = soak.server.write_log().since(lease.next_seq);
+    let found = lease.feed(records, Duration::ZERO, true);
+    anyhow::ensure!(
+        found.len() == 1 && found[0].contains("kmeta-intruder"),
+        "the Lease check's self-test: a write by an instance that never held the Lease gave {found:?}"
+    );
+    println!(
+        "  self-test: the Lease check reports a write by a non-holder: {}",
+        found[0]
+    );
+    Ok(())
 }

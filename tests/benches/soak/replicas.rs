@@ -101,7 +101,10 @@ impl Replicas {
             }
             if r.child.is_none() && r.down_until.is_none_or(|t| Instant::now() >= t) {
                 self.spawn(r)?;
-                notes.push(format!("{} started (incarnation {})", r.name, r.incarnation));
+                notes.push(format!(
+                    "{} started (incarnation {})",
+                    r.name, r.incarnation
+                ));
             }
         }
         Ok(notes)
@@ -145,7 +148,13 @@ impl Replicas {
 
     /// Continues every stopped replica and lets the supervisor restart the rest at once.
     pub(crate) async fn heal(&self) -> anyhow::Result<()> {
-        let names: Vec<String> = self.all.lock().await.iter().map(|r| r.name.clone()).collect();
+        let names: Vec<String> = self
+            .all
+            .lock()
+            .await
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
         for n in names {
             self.pause(&n, false).await?;
         }
