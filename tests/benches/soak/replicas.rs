@@ -75,6 +75,10 @@ impl Replicas {
                 &format!("--metrics-address=127.0.0.1:{metrics}"),
                 &format!("--health-probe-bind-address=127.0.0.1:{health}"),
                 "--discovery-interval=2s",
+                // Metacontroller's default 5 QPS cannot keep up with 10 edits a second: the
+                // backlog, not a fault, would decide whether the end check passes
+                "--client-go-qps=50",
+                "--client-go-burst=100",
             ])
             .env("POD_NAME", &r.name)
             .stdin(Stdio::null())
