@@ -233,7 +233,7 @@ pub fn user_agent_of(identity: &str) -> String {
 }
 
 /// `config` with kmeta's User-Agent on every request; a User-Agent of kmeta's already there
-/// (one naming an instance, [`with_identity`]) is kept.
+/// (one naming an instance, as `kmeta run` sets) is kept.
 pub fn with_user_agent(config: kube::Config) -> kube::Config {
     let ours = |v: &http::HeaderValue| v.to_str().is_ok_and(|s| s.starts_with("kmeta/"));
     if config
