@@ -607,11 +607,126 @@ impl CounterStore {
     }
 }
 
+/// One mutating request as [`WriteLog`] keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    /// Position in the log (0, 1, 2, … in the order the answers were made).
+    pub seq: u64,
+    /// When the answer was made (wall clock of the server).
+    pub at: std::time::SystemTime,
+    /// `create`, `update`, `patch`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// Plural, with `/subresource` when there is one (`things/status`).
+    pub resource: String,
+    /// Namespace from the URL.
+    pub namespace: Option<String>,
+    /// Name from the URL (a create names its object in the body: `None`).
+    pub name: Option<String>,
+    /// The request's `User-Agent` (empty when it sent none).
+    pub user_agent: String,
+    /// HTTP status code of the answer.
+    pub code: u16,
+    /// The server's resourceVersion when the request started to be carried out (after any
+    /// injected latency): whatever it changed has a resourceVersion above this …
+    pub rv_before: u64,
+    /// … and at most this one, the server's resourceVersion when it was answered.
+    pub rv_after: u64,
+}
+
+/// An opt-in log of mutating requests (off by default; [`WriteLog::enable`]): who wrote what,
+/// when, and where in the server's order of changes, for a test to check writes against, e.g.,
+/// a Lease holder's timeline. Bounded: beyond its capacity the oldest records are dropped.
+#[derive(Default)]
+pub struct WriteLog {
+    on: std::sync::atomic::AtomicBool,
+    inner: Mutex<WriteLogInner>,
+}
+
+#[derive(Default)]
+struct WriteLogInner {
+    capacity: usize,
+    next: u64,
+    records: std::collections::VecDeque<WriteRecord>,
+}
+
+impl WriteLog {
+    /// Starts logging, keeping at most the `capacity` newest records.
+    pub fn enable(&self, capacity: usize) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.capacity = capacity.max(1);
+        while g.records.len() > g.capacity {
+            g.records.pop_front();
+        }
+        self.on.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the log is on (the request path skips it otherwise).
+    pub fn enabled(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The kept records with `seq >= from`, oldest first.
+    pub fn since(&self, from: u64) -> Vec<WriteRecord> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let start = g.records.partition_point(|r| r.seq < from);
+        g.records.iter().skip(start).cloned().collect()
+    }
+
+    /// Appends a record of a `verb` request (only writes are kept, only while enabled); `seq`
+    /// and `at` are set here.
+    pub(crate) fn record(&self, mut r: WriteRecord) {
+        if !self.enabled() || !WRITE_VERBS.contains(&r.verb.as_str()) {
+            return;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        r.seq = g.next;
+        r.at = std::time::SystemTime::now();
+        g.next += 1;
+        g.records.push_back(r);
+        while g.records.len() > g.capacity {
+            g.records.pop_front();
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn rec(verb: &str, name: &str) -> WriteRecord {
+        WriteRecord {
+            seq: 0,
+            at: std::time::UNIX_EPOCH,
+            verb: verb.into(),
+            resource: "configmaps".into(),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            user_agent: "kmeta/0.1.0 (a)".into(),
+            code: 200,
+            rv_before: 1,
+            rv_after: 2,
+        }
+    }
+
+    #[test]
+    fn write_log_is_opt_in_keeps_writes_only_and_is_bounded() {
+        let log = WriteLog::default();
+        log.record(rec("update", "off"));
+        assert!(log.since(0).is_empty(), "off by default");
+        log.enable(2);
+        log.record(rec("get", "read"));
+        for n in ["a", "b", "c"] {
+            log.record(rec("update", n));
+        }
+        let kept = log.since(0);
+        let names: Vec<_> = kept.iter().map(|r| r.name.as_deref().unwrap()).collect();
+        assert_eq!(names, ["b", "c"], "reads skipped, the oldest write dropped");
+        assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(log.since(2).len(), 1);
+        assert!(kept[0].at > std::time::UNIX_EPOCH);
+    }
 
     #[test]
     fn a_fault_for_one_user_agent_spares_the_others() {

@@ -36,6 +36,7 @@ pub use authn::{ANONYMOUS_USER, AuthConfig, AuthnError, UserInfo, parse_token_fi
 pub use error::ApiError;
 pub use hooks::{
     Admission, AdmissionError, CounterRow, Counters, FaultSpec, Faults, HookId, Operation,
+    WriteLog, WriteRecord,
 };
 pub use http::{COUNTERS_PATH, router};
 pub use state::{ServerConfig, ServerState};

@@ -3,7 +3,7 @@
 
 use crate::engine::{Inner, Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
-use crate::hooks::{Admission, CounterStore, Faults};
+use crate::hooks::{Admission, CounterStore, Faults, WriteLog};
 use serde_json::json;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -67,6 +67,8 @@ pub struct ServerState {
     /// Fault injection.
     pub faults: Faults,
     pub(crate) counters: CounterStore,
+    /// The opt-in log of mutating requests.
+    pub write_log: WriteLog,
     /// Configuration.
     pub config: ServerConfig,
     /// `host:port` advertised in discovery (set once the listener is bound).
@@ -115,6 +117,7 @@ impl ServerState {
             admission: adm,
             faults: Faults::new(config.seed),
             counters: CounterStore::default(),
+            write_log: WriteLog::default(),
             address: Mutex::new("127.0.0.1:0".into()),
             authn: config.auth.clone().map(crate::authn::Authn::new),
             denials: Mutex::new(Vec::new()),

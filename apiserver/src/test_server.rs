@@ -2,7 +2,7 @@
 //! tests start one.
 
 use crate::authn::{AuthConfig, UserInfo, random_token};
-use crate::hooks::{Admission, Counters, Faults};
+use crate::hooks::{Admission, Counters, Faults, WriteLog};
 use crate::http::router;
 use crate::state::{ServerConfig, ServerState};
 use crate::tls::Pki;
@@ -359,6 +359,11 @@ impl TestServer {
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.state.faults
+    }
+
+    /// The log of mutating requests (off until [`WriteLog::enable`]).
+    pub fn write_log(&self) -> &WriteLog {
+        &self.state.write_log
     }
 
     /// Snapshot of request counters.

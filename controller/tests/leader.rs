@@ -412,3 +412,48 @@ async fn a_leader_that_lost_the_lease_sends_no_write() -> anyhow::Result<()> {
     assert_eq!(writes.other.load(Ordering::SeqCst), 0);
     Ok(())
 }
+
+/// Found by the chaos soak (seed 3604): a write that passed the fence and was answered 503 was
+/// sent again by kube's built-in retry after its backoff — below the fence, so without passing
+/// it again. A leader stopped (SIGSTOP) during that backoff wrote once resumed, while another
+/// replica held the Lease. Every attempt must pass the fence.
+#[tokio::test]
+async fn a_write_retried_after_the_fence_closed_is_refused() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kmeta::ops::ratelimit::RateLimit;
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let fence = Fence::new();
+    fence.open_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    let config = kube::Config::new(server.url().parse()?);
+    let client = kmeta::ops::client::build_fenced(
+        config,
+        RateLimit { qps: 0.0, burst: 0 },
+        Arc::new(kmeta::ops::metrics::Metrics::default()),
+        fence.clone(),
+    )?;
+    // the first attempt is answered 503 (Retry-After 1 s), as under load
+    server.faults().inject(
+        kmeta_apiserver::FaultSpec::error(503)
+            .verb("create")
+            .resource("configmaps")
+            .times(1),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("late".into());
+    let create = tokio::spawn(async move { cms.create(&Default::default(), &cm).await });
+    eventually("the first attempt answered 503", || {
+        server.counters().get("create", "configmaps", 503) == 1
+    })
+    .await?;
+    // the Lease is lost during the retry's backoff
+    fence.close();
+    let result = tokio::time::timeout(DEADLINE, create).await??;
+    assert!(result.is_err(), "the retry was sent: {result:?}");
+    assert_eq!(
+        server.counters().get("create", "configmaps", 201),
+        0,
+        "a write reached the server after the fence closed"
+    );
+    Ok(())
+}

@@ -37,6 +37,7 @@ pub(super) async fn handle(
         plural,
         sub,
         ns: url_ns,
+        name,
         ..
     } = &route
     else {
@@ -62,6 +63,7 @@ pub(super) async fn handle(
         tokio::time::sleep(delay).await;
     }
     let url_ns = url_ns.clone();
+    let logged = Logged::take(&state, &url_ns, name, user_agent);
     let aggregate = state.authn.is_some()
         && group == crate::rbac::RBAC_GROUP
         && plural == "clusterroles"
@@ -92,6 +94,9 @@ pub(super) async fn handle(
     state
         .counters
         .record(verb, &resource, resp.status().as_u16());
+    if let Some(l) = logged {
+        l.record(&state, verb, resource, resp.status().as_u16());
+    }
     resp
 }
 
@@ -112,4 +117,105 @@ fn user_agent_of(request: &Request) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned()
+}
+
+/// What the write log keeps of a request, taken before the request is consumed (only while the
+/// log is on).
+struct Logged {
+    namespace: Option<String>,
+    name: Option<String>,
+    user_agent: String,
+    rv_before: u64,
+}
+
+impl Logged {
+    fn take(
+        state: &ServerState,
+        ns: &Option<String>,
+        name: &Option<String>,
+        user_agent: &str,
+    ) -> Option<Logged> {
+        state.write_log.enabled().then(|| Logged {
+            namespace: ns.clone(),
+            name: name.clone(),
+            user_agent: user_agent.to_owned(),
+            rv_before: state.resource_version(),
+        })
+    }
+
+    fn record(self, state: &ServerState, verb: &str, resource: String, code: u16) {
+        state.write_log.record(crate::hooks::WriteRecord {
+            seq: 0,
+            at: std::time::UNIX_EPOCH,
+            verb: verb.to_owned(),
+            resource,
+            namespace: self.namespace,
+            name: self.name,
+            user_agent: self.user_agent,
+            code,
+            rv_before: self.rv_before,
+            rv_after: state.resource_version(),
+        });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::test_server::TestServer;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, PostParams};
+
+    #[tokio::test]
+    async fn the_write_log_keeps_who_wrote_what_where_in_the_order_of_changes() {
+        let server = TestServer::start().await.unwrap();
+        let mut config = kube::Config::new(server.url().parse().unwrap());
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("writer/1 (a)"),
+        ));
+        let client = kube::Client::try_from(config).unwrap();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("before".into());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+        assert!(server.write_log().since(0).is_empty(), "off by default");
+
+        server.write_log().enable(100);
+        cm.metadata.name = Some("x".into());
+        let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+        cms.get("x").await.unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap_err();
+        cms.delete("x", &DeleteParams::default()).await.unwrap();
+
+        let log = server.write_log().since(0);
+        let rows: Vec<_> = log
+            .iter()
+            .map(|r| (r.verb.as_str(), r.name.as_deref(), r.code))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("create", None, 201),
+                ("create", None, 409),
+                ("delete", Some("x"), 200)
+            ],
+            "writes only, reads left out"
+        );
+        for r in &log {
+            assert_eq!(r.user_agent, "writer/1 (a)");
+            assert_eq!(r.resource, "configmaps");
+            assert_eq!(r.namespace.as_deref(), Some("default"));
+        }
+        // the create's change lies in its (rv_before, rv_after]; the refused one changed nothing
+        let rv: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+        assert!(
+            log[0].rv_before < rv && rv <= log[0].rv_after,
+            "{:?}",
+            log[0]
+        );
+        assert_eq!(log[1].rv_before, log[1].rv_after);
+        assert!(log[2].rv_after > log[2].rv_before);
+        assert_eq!(server.write_log().since(2).len(), 1);
+    }
 }

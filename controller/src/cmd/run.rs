@@ -188,6 +188,19 @@ async fn run_elected_manager(
     }
 }
 
+/// The identity this instance names in the User-Agent of its requests: under leader election
+/// the one it holds the Lease as (`POD_NAME`, else `<hostname>_<random hex>`), else `POD_NAME`
+/// when set.
+fn instance_identity(elected: bool) -> Option<String> {
+    if elected {
+        return Some(crate::ops::leader::default_identity());
+    }
+    std::env::var("POD_NAME")
+        .ok()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+}
+
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
@@ -196,7 +209,13 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         None => None,
     };
     let metrics = Arc::new(Metrics::default());
+    // every request names this instance (its leader-election identity) in its User-Agent
+    let identity = instance_identity(config.leader.is_some());
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
+    let kube_config = match &identity {
+        Some(id) => crate::runtime::kapi::with_identity(kube_config, id),
+        None => kube_config,
+    };
     let limits = RateLimit {
         qps: config.qps,
         burst: config.burst,
@@ -241,6 +260,10 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
                 metrics: Some(metrics.clone()),
                 fence,
                 ..LeaderConfig::default()
+            };
+            let leader = match identity {
+                Some(identity) => LeaderConfig { identity, ..leader },
+                None => leader,
             };
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.

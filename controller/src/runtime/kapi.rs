@@ -225,9 +225,34 @@ pub fn user_agent() -> String {
     format!("kmeta/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// `config` with kmeta's User-Agent on every request.
-pub fn with_user_agent(mut config: kube::Config) -> kube::Config {
-    if let Ok(v) = http::HeaderValue::from_str(&user_agent()) {
+/// kmeta's User-Agent naming the instance that sends it: `kmeta/<version> (<identity>)`, the
+/// form `kmeta run` uses with its leader-election identity (`POD_NAME`), so an API server's audit
+/// log (or kmeta-apiserver's write log) tells replicas apart. The first segment stays `kmeta`.
+pub fn user_agent_of(identity: &str) -> String {
+    format!("{} ({identity})", user_agent())
+}
+
+/// `config` with kmeta's User-Agent on every request; a User-Agent of kmeta's already there
+/// (one naming an instance, as `kmeta run` sets) is kept.
+pub fn with_user_agent(config: kube::Config) -> kube::Config {
+    let ours = |v: &http::HeaderValue| v.to_str().is_ok_and(|s| s.starts_with("kmeta/"));
+    if config
+        .headers
+        .iter()
+        .any(|(k, v)| k == http::header::USER_AGENT && ours(v))
+    {
+        return config;
+    }
+    set_user_agent(config, &user_agent())
+}
+
+/// `config` with the User-Agent naming `identity` ([`user_agent_of`]) on every request.
+pub fn with_identity(config: kube::Config, identity: &str) -> kube::Config {
+    set_user_agent(config, &user_agent_of(identity))
+}
+
+fn set_user_agent(mut config: kube::Config, agent: &str) -> kube::Config {
+    if let Ok(v) = http::HeaderValue::from_str(agent) {
         config
             .headers
             .retain(|(k, _)| k != http::header::USER_AGENT);
@@ -417,5 +442,36 @@ mod tests {
         let counters = server.state().counters();
         assert_eq!(counters.get("update", "configmaps", 409), 1);
         assert_eq!(counters.count("get", "configmaps"), 1);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod user_agent_tests {
+    use super::*;
+
+    fn agents(c: &kube::Config) -> Vec<&str> {
+        c.headers
+            .iter()
+            .filter(|(k, _)| k == http::header::USER_AGENT)
+            .map(|(_, v)| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn an_identity_in_the_user_agent_survives_the_client_builders() {
+        let plain = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let v = env!("CARGO_PKG_VERSION");
+        assert_eq!(
+            agents(&with_user_agent(plain.clone())),
+            [format!("kmeta/{v}")]
+        );
+        let named = with_identity(plain, "kmeta-0");
+        assert_eq!(agents(&named), [format!("kmeta/{v} (kmeta-0)")]);
+        // the builders of ops::client apply with_user_agent: the identity stays
+        assert_eq!(
+            agents(&with_user_agent(named)),
+            [format!("kmeta/{v} (kmeta-0)")]
+        );
     }
 }
