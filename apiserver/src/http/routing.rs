@@ -53,17 +53,13 @@ pub(super) async fn handle(
         Some(s) => format!("{plural}/{s}"),
         None => plural.clone(),
     };
-    let user_agent = request
-        .headers()
-        .get(axum::http::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let (fault, delay) = state.faults.check(verb, &resource, user_agent);
+    let user_agent = user_agent_of(&request);
+    let (fault, delay) = state.faults.check(verb, &resource, &user_agent);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
     let url_ns = url_ns.clone();
-    let logged = Logged::take(&state, &url_ns, name, user_agent);
+    let logged = Logged::take(&state, &url_ns, name, &user_agent);
     let aggregate = state.authn.is_some()
         && group == crate::rbac::RBAC_GROUP
         && plural == "clusterroles"

@@ -808,3 +808,58 @@ async fn annotating_a_running_controller_switches_its_strategy() -> anyhow::Resu
     assert_eq!(cm["data"]["message"], "b");
     s.finish().await
 }
+
+/// `kmeta trace` on a parent under drift policy `Report` after a person edited its child: the
+/// `ChildDrift` condition, and the last change recording the child left alone, and why.
+#[tokio::test]
+async fn trace_shows_a_child_left_alone_under_report() -> anyhow::Result<()> {
+    use kmeta::cmd::{steer, trace};
+    let cc = "trace-report-cc";
+    let s = Scenario::new("trace-report")
+        .crd("Thing", "things")
+        .hook(hook)
+        .controller(Cc::new(cc).patch(json!({"childResources": [{
+            "apiVersion": "v1", "resource": "configmaps",
+            "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Report"}]})))
+        .parent("r", json!({"message": "hello"}))
+        .start()
+        .await?;
+    s.wait_child("r-cm").await?;
+    let edit = json!({"data": {"message": "edited"}});
+    person_edit_told(&s, &s.configmaps(), "r-cm", edit, "ChildDrift").await?;
+    s.wait_parent("r", "ChildDrift condition", |p| {
+        condition(p, "ChildDrift").is_some()
+    })
+    .await?;
+    let discovery = steer::discover(&s.client).await?;
+    let r = steer::resolve_in(&discovery, "things/r", &s.ns)?;
+    let t = eventually("the drift in the record", TIMEOUT, || async {
+        let t = trace::trace_parent(&s.client, &discovery, &r).await?;
+        let left = t.last_change.as_ref().is_some_and(|c| {
+            c["children"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["action"] == "LeftAlone"))
+        });
+        Ok(left.then_some(t))
+    })
+    .await?;
+    let change = t.last_change.clone().unwrap_or_default();
+    assert_eq!(change["children"][0]["name"], "r-cm", "{change}");
+    assert_eq!(
+        change["children"][0]["reason"], "drift policy Report",
+        "{change}"
+    );
+    assert!(
+        t.conditions
+            .iter()
+            .any(|c| c.starts_with("ChildDrift=True")),
+        "{:?}",
+        t.conditions
+    );
+    let text = trace::render_text(&t, false);
+    assert!(
+        text.contains("LeftAlone ConfigMap r-cm (drift policy Report)"),
+        "{text}"
+    );
+    s.finish().await
+}
