@@ -12,7 +12,10 @@
 //!
 //! `FenceLayer` applies the check to a [`kube::Client`] just before a request is sent (after
 //! any rate-limit wait): methods other than GET, HEAD and OPTIONS fail with [`Fenced`] without
-//! reaching the API server. Reads and watches go on, so a standby keeps its caches warm.
+//! reaching the API server. Reads and watches go on, so a standby keeps its caches warm. A write
+//! retried after a 429/503/504 passes the fence again on every attempt: the fenced client turns
+//! kube's own retry (which runs below every added layer) off and retries above the fence
+//! (`ops::client::build_fenced`).
 
 use std::future::Future;
 use std::pin::Pin;
