@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::rules::{ListRule, ListRules, Node, object_meta_rules};
+use crate::rules::{ListRule, ListRules, Node, list_type_marker, object_meta_rules};
 
 /// Nesting limit of the walk (field levels plus `$ref`/`allOf` hops); the deepest built-in kind
 /// (a CronJob's pod template) is far shallower.
@@ -176,27 +176,10 @@ impl<'d> Walker<'d> {
 /// How the list `obj` describes merges, if it says: `x-kubernetes-list-type` first, then the
 /// strategic-merge-patch extensions.
 fn list_rule(obj: &Map<String, Value>) -> Option<ListRule> {
-    let text = |key: &str| obj.get(key).and_then(Value::as_str);
-    match text("x-kubernetes-list-type") {
-        Some("atomic") => return Some(ListRule::Atomic),
-        Some("set") => return Some(ListRule::Set),
-        Some("map") => {
-            let keys: Vec<String> = obj
-                .get("x-kubernetes-list-map-keys")
-                .and_then(Value::as_array)
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                return Some(ListRule::Map(keys));
-            }
-        }
-        _ => {}
+    if let Some(rule) = list_type_marker(obj) {
+        return Some(rule);
     }
+    let text = |key: &str| obj.get(key).and_then(Value::as_str);
     // the patch extensions also mark some scalar fields (LabelSelectorRequirement's `key`)
     if text("type") != Some("array") && !obj.contains_key("items") {
         return None;

@@ -477,17 +477,13 @@ fn pod_spec_rules(rules: &mut ListRules, at: &str) {
 /// Schema nesting limit for [`ListRules::from_openapi_schema`]; CRD schemas are far shallower.
 const MAX_SCHEMA_DEPTH: usize = 128;
 
-fn walk_schema(schema: &Value, node: &mut Node, depth: usize) {
-    let Some(obj) = schema.as_object() else {
-        return;
-    };
-    if depth > MAX_SCHEMA_DEPTH {
-        return;
-    }
-    match obj.get("x-kubernetes-list-type").and_then(Value::as_str) {
-        Some("atomic") => node.rule = Some(ListRule::Atomic),
-        Some("set") => node.rule = Some(ListRule::Set),
-        Some("map") => {
+/// The rule a schema's `x-kubernetes-list-type` marker gives (`map` only with its
+/// `x-kubernetes-list-map-keys`); `None` without a usable marker.
+pub(crate) fn list_type_marker(obj: &serde_json::Map<String, Value>) -> Option<ListRule> {
+    match obj.get("x-kubernetes-list-type").and_then(Value::as_str)? {
+        "atomic" => Some(ListRule::Atomic),
+        "set" => Some(ListRule::Set),
+        "map" => {
             let keys: Vec<String> = obj
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
@@ -498,23 +494,37 @@ fn walk_schema(schema: &Value, node: &mut Node, depth: usize) {
                         .collect()
                 })
                 .unwrap_or_default();
-            if !keys.is_empty() {
-                let props = obj
-                    .get("items")
-                    .and_then(|items| items.get("properties"))
-                    .and_then(Value::as_object);
-                for key in &keys {
-                    if let Some(default) = props
-                        .and_then(|p| p.get(key))
-                        .and_then(|p| p.get("default"))
-                    {
-                        node.key_defaults.push((key.clone(), default.clone()));
-                    }
-                }
-                node.rule = Some(ListRule::Map(keys));
-            }
+            (!keys.is_empty()).then_some(ListRule::Map(keys))
         }
-        _ => {}
+        _ => None,
+    }
+}
+
+fn walk_schema(schema: &Value, node: &mut Node, depth: usize) {
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    if depth > MAX_SCHEMA_DEPTH {
+        return;
+    }
+    match list_type_marker(obj) {
+        Some(ListRule::Map(keys)) => {
+            let props = obj
+                .get("items")
+                .and_then(|items| items.get("properties"))
+                .and_then(Value::as_object);
+            for key in &keys {
+                if let Some(default) = props
+                    .and_then(|p| p.get(key))
+                    .and_then(|p| p.get("default"))
+                {
+                    node.key_defaults.push((key.clone(), default.clone()));
+                }
+            }
+            node.rule = Some(ListRule::Map(keys));
+        }
+        Some(rule) => node.rule = Some(rule),
+        None => {}
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::api::CompositeController;
 use crate::hook::{HookClient, HookOptions, wire};
+use crate::object::meta_str;
 use crate::ops::metrics::HookKind;
 use crate::reconcile::composite::decide as cdecide;
 use crate::reconcile::decide::{self, ChildOp, ChildType};
@@ -460,11 +461,7 @@ async fn read_live(client: &kube::Client, inputs: &mut Inputs) -> Result<(), Ren
         .parent
         .pointer("/metadata/namespace")
         .and_then(Value::as_str);
-    let name = inputs
-        .parent
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let name = meta_str(&inputs.parent, "name");
     let parent_api = dynamic_api(
         client,
         &pr.api_version,
@@ -478,11 +475,7 @@ async fn read_live(client: &kube::Client, inputs: &mut Inputs) -> Result<(), Ren
         .map_err(api_err(format!("reading the parent {kind} {name}")))?;
     let mut parent = serde_json::to_value(live).unwrap_or(Value::Null);
     overlay_parent(&mut parent, &inputs.parent);
-    let uid = parent
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let uid = meta_str(&parent, "uid").to_owned();
     let mut observed = Vec::new();
     for rule in inputs.cc.spec.child_rules() {
         let (kind, child_namespaced) =
@@ -724,16 +717,12 @@ fn apply_write(
     let group_kind = key.split(' ').next().unwrap_or_default();
     let fallback = dynapply::Options::default();
     let opts = declared.options.get(group_kind).unwrap_or(&fallback);
-    let version = live
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str);
+    // as the sync: the observed version (an empty one guards nothing)
+    let version = Some(meta_str(live, "resourceVersion"));
     let body = decide::server_side_apply_request(live, want, opts, parent, version)
         .map_err(|e| RenderError::Sync(format!("{key}: {e}")))?;
     let name = cc.metadata.name.as_deref().unwrap_or_default();
-    let uid = parent
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let uid = meta_str(parent, "uid");
     let manager = crate::ManagerConfig::default().ssa_field_manager;
     Ok(Write::Apply {
         body,

@@ -864,10 +864,7 @@ pub fn status_with_reports(
         .lock()
         .map(|r| r.get(meta_str(parent, "uid")))
         .unwrap_or_default();
-    let now = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or_else(|_| jiff::Timestamp::now())
-        .to_string();
+    let now = crate::reconcile::status::now_to_the_second();
     apply::with_child_conditions(status, parent, &reports, &now)
 }
 

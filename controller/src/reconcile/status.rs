@@ -111,6 +111,13 @@ pub async fn report_failure(
     .await
 }
 
+/// Now, to the second, as the API server writes times (RFC 3339): the time of a condition's
+/// transition or of a sync record.
+pub(crate) fn now_to_the_second() -> String {
+    let now = jiff::Timestamp::now();
+    now.round(jiff::Unit::Second).unwrap_or(now).to_string()
+}
+
 /// Sets `condition` on the parent's status (only when it differs from what is there;
 /// UID-guarded, resourceVersion-checked); returns the resourceVersion written, if any.
 pub async fn report_condition(
@@ -120,10 +127,7 @@ pub async fn report_condition(
     condition: decide::Condition<'_>,
 ) -> Result<Option<String>, SyncError> {
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
-    let now = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or_else(|_| jiff::Timestamp::now())
-        .to_string();
+    let now = now_to_the_second();
     let handled = decide::reconcile_request(parent);
     kapi::atomic_update(
         &api,

@@ -260,7 +260,7 @@ async fn apply_response(
     c.ctx.hook_events(parent, &response.events).await;
     let mut quiet = true;
     let mut record = decide::SyncRecord {
-        time: now_rfc3339(),
+        time: status::now_to_the_second(),
         trace_id: crate::hook::trace::current_trace().map(|t| t.to_string()),
         hook: Some(hook_took),
         children: Vec::new(),
@@ -317,12 +317,6 @@ async fn apply_response(
     } else {
         Applied::Wrote
     })
-}
-
-/// Now, to the second, as the API server writes times (RFC 3339).
-fn now_rfc3339() -> String {
-    let now = jiff::Timestamp::now();
-    now.round(jiff::Unit::Second).unwrap_or(now).to_string()
 }
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
