@@ -183,7 +183,8 @@ pub struct OwnStatusWrite {
     /// The resourceVersions it replaced: the one the sync read, then any this controller wrote
     /// on the way whose event has not arrived yet (a status write before a finalizer removal).
     pub replaced: Vec<String>,
-    /// Its watch event requeues the parent: every write but a failed sync's condition.
+    /// Its watch event requeues the parent: a write the hook sees (not a failed sync's
+    /// condition, not kmeta's sync record alone).
     pub requeue: bool,
     /// A sync waited for it: its event, though kmeta's own, brings the parent back.
     pub awaited: bool,
@@ -193,23 +194,40 @@ pub struct OwnStatusWrite {
 /// lost stays bounded): 8 (kmeta's).
 const OWN_WRITE_CHAIN: usize = 8;
 
+/// What an own write of a parent changed, for what its watch event and later syncs do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnWrite {
+    /// What the hook sees (its status, the finalizer): the event requeues the parent, and a sync
+    /// of an older version waits for it.
+    Shown,
+    /// A failed sync's condition: no requeue (the parent keeps its backoff); a sync of an
+    /// older version waits for it.
+    FailureCondition,
+    /// kmeta's sync record alone: the hook sees nothing new, so no requeue and no sync waits
+    /// for it (Metacontroller makes no such write: no sync of its may be delayed by it).
+    RecordOnly,
+}
+
 /// The record of a write that replaced `based_on` with `written`, following `earlier` (this
 /// controller's previous write of the parent, if its event has not arrived).
 pub fn next_own_write(
     earlier: Option<OwnStatusWrite>,
     based_on: &str,
     written: String,
-    requeue: bool,
+    kind: OwnWrite,
 ) -> OwnStatusWrite {
     let mut replaced = match earlier {
         Some(e) => {
             let mut r = e.replaced;
-            r.push(e.written);
+            // a version the hook sees once shown needs no wait for a record written after it
+            if kind != OwnWrite::RecordOnly {
+                r.push(e.written);
+            }
             r
         }
         None => Vec::new(),
     };
-    if !replaced.iter().any(|r| r == based_on) {
+    if kind != OwnWrite::RecordOnly && !replaced.iter().any(|r| r == based_on) {
         replaced.push(based_on.to_owned());
     }
     if replaced.len() > OWN_WRITE_CHAIN {
@@ -218,7 +236,7 @@ pub fn next_own_write(
     OwnStatusWrite {
         written,
         replaced,
-        requeue,
+        requeue: kind == OwnWrite::Shown,
         awaited: false,
     }
 }
@@ -501,9 +519,9 @@ impl CompositeState {
     }
 
     /// Remembers that this controller wrote `parent` (the version the sync read) at
-    /// resourceVersion `rv` (its status, or its finalizer); `requeue`: its watch event brings
-    /// the parent back, as any change does (false only for a failed sync's condition).
-    pub fn remember_status_write(&self, parent: &Value, rv: Option<String>, requeue: bool) {
+    /// resourceVersion `rv` (its status, or its finalizer); `kind`: what its watch event and
+    /// later syncs do about it ([`OwnWrite`]).
+    pub fn remember_status_write(&self, parent: &Value, rv: Option<String>, kind: OwnWrite) {
         let based_on = meta_str(parent, "resourceVersion");
         let Some(rv) = rv.filter(|rv| rv != based_on) else {
             return;
@@ -511,7 +529,7 @@ impl CompositeState {
         if let Ok(mut own) = self.own_status_writes.lock() {
             let uid = meta_str(parent, "uid");
             let earlier = own.remove(uid);
-            let write = next_own_write(earlier, based_on, rv, requeue);
+            let write = next_own_write(earlier, based_on, rv, kind);
             own.insert(uid.to_owned(), write);
         }
     }
@@ -604,5 +622,27 @@ impl CompositeState {
             None => Ok(true),
             Some(sel) => Ok(selector::matches(sel, &selector::labels_of(parent))?),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_of_the_sync_record_alone_neither_requeues_nor_is_waited_for() {
+        let shown = next_own_write(None, "5", "6".into(), OwnWrite::Shown);
+        assert!(shown.requeue);
+        assert_eq!(shown.replaced, ["5"], "a sync of version 5 waits for it");
+        let failure = next_own_write(None, "5", "6".into(), OwnWrite::FailureCondition);
+        assert!(!failure.requeue);
+        assert_eq!(failure.replaced, ["5"], "waited for, without a requeue");
+        let record = next_own_write(None, "5", "6".into(), OwnWrite::RecordOnly);
+        assert!(!record.requeue);
+        assert!(record.replaced.is_empty(), "no sync waits for it");
+        // after a shown write whose event has not arrived, the version before it is still
+        // waited for; the shown version itself needs no wait for the record
+        let chained = next_own_write(Some(shown), "6", "7".into(), OwnWrite::RecordOnly);
+        assert_eq!(chained.replaced, ["5"]);
     }
 }

@@ -415,8 +415,11 @@ impl Reconciler for CompositeRunner {
         let written = result.as_ref().ok().cloned().flatten();
         // remembered before the held events are released: one arriving in between is then
         // recognised as this write
-        self.state
-            .remember_status_write(parent, written.clone(), false);
+        self.state.remember_status_write(
+            parent,
+            written.clone(),
+            build::OwnWrite::FailureCondition,
+        );
         if self.state.end_failure_write(uid, written.as_deref()) {
             self.queue.add(obj_key(parent));
         }

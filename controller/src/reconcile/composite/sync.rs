@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::build::CompositeState;
+use super::build::{CompositeState, OwnWrite};
 use super::decide::{self as cdecide, finalizer_name};
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
@@ -295,13 +295,16 @@ async fn apply_response(
     let (api, status) = (&c.parent, hook_status.as_ref());
     let written = status::update_status(&c.ctx, api, parent, status, Some(&record)).await?;
     quiet &= written.is_none();
-    // a write of kmeta's record alone shows the hook nothing new: no sync for it
+    // a write of kmeta's record alone shows the hook nothing new: no sync for it, none waits
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
-    let hook_sees =
-        decide::hook_status_changed(parent, &decide::desired_status(status, generation));
-    c.remember_status_write(parent, written, hook_sees);
+    let want = decide::desired_status(status, generation);
+    let kind = match decide::hook_status_changed(parent, &want) {
+        true => OwnWrite::Shown,
+        false => OwnWrite::RecordOnly,
+    };
+    c.remember_status_write(parent, written, kind);
     if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
         == FinalizerAction::Remove
     {
@@ -309,7 +312,7 @@ async fn apply_response(
         // waited for like the status: a sync of the version before it would call the finalize
         // hook once more, for a parent the server may have deleted already
         let rv = removed.map(|p| meta_str(&p, "resourceVersion").to_owned());
-        c.remember_status_write(parent, rv, true);
+        c.remember_status_write(parent, rv, OwnWrite::Shown);
         quiet = false;
     }
     Ok(if quiet {
