@@ -100,6 +100,55 @@ pub struct RunArgs {
     /// Lock type; only "leases" is supported (Metacontroller's default).
     #[arg(long, default_value = "leases", value_name = "LOCK")]
     pub leader_election_resource_lock: String,
+    /// Split the parents between every replica running with this flag: each holds a share of
+    /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election.
+    #[arg(long, help_heading = "Sharding")]
+    pub sharding: bool,
+    /// Number of hash buckets of namespaces (a power of two, 1 to 1024); every replica of a set
+    /// must agree. The cluster-scoped parents have one more bucket.
+    #[arg(
+        long,
+        default_value_t = 32,
+        value_name = "N",
+        help_heading = "Sharding"
+    )]
+    pub shard_buckets: u32,
+    /// Prefix of the shard Leases' names and value of their `kmeta.dev/shard-set` label.
+    #[arg(
+        long,
+        default_value = "kmeta-shard",
+        value_name = "PREFIX",
+        help_heading = "Sharding"
+    )]
+    pub shard_lease_prefix: String,
+    /// How long a bucket Lease stays valid after its holder's last renewal.
+    #[arg(
+        long,
+        default_value = "15s",
+        value_name = "DURATION",
+        help_heading = "Sharding"
+    )]
+    pub shard_lease_duration: String,
+    /// How long a replica keeps writing for a bucket without a successful renewal.
+    #[arg(
+        long,
+        default_value = "10s",
+        value_name = "DURATION",
+        help_heading = "Sharding"
+    )]
+    pub shard_renew_deadline: String,
+    /// Interval of the bucket Lease loop (renewals, acquisitions, hand-overs).
+    #[arg(
+        long,
+        default_value = "2s",
+        value_name = "DURATION",
+        help_heading = "Sharding"
+    )]
+    pub shard_retry_period: String,
+    /// How long a bucket being handed over waits for its syncs in flight [default: the renew
+    /// deadline].
+    #[arg(long, value_name = "DURATION", help_heading = "Sharding")]
+    pub shard_drain_timeout: Option<String>,
     /// Only run CompositeControllers and DecoratorControllers whose labels match this selector
     /// (e.g. "shard=a").
     #[arg(
@@ -189,6 +238,25 @@ pub struct LogArgs {
     pub zap_time_encoding: Option<String>,
 }
 
+/// Sharding settings from the flags (`--sharding`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardFlags {
+    /// Lease namespace; empty: the pod's namespace, read at start.
+    pub namespace: String,
+    /// `--shard-buckets`.
+    pub buckets: u32,
+    /// `--shard-lease-prefix`.
+    pub prefix: String,
+    /// `--shard-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--shard-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--shard-retry-period`.
+    pub retry_period: Duration,
+    /// `--shard-drain-timeout` (default: the renew deadline).
+    pub drain_timeout: Duration,
+}
+
 /// Leader election settings from the flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderFlags {
@@ -221,6 +289,8 @@ pub struct RunConfig {
     pub health_address: Option<SocketAddr>,
     /// Leader election (None: disabled).
     pub leader: Option<LeaderFlags>,
+    /// Sharding (None: disabled).
+    pub sharding: Option<ShardFlags>,
     /// CompositeController label selector.
     pub target_label_selector: Option<String>,
     /// Event rate per object and reason.
@@ -348,6 +418,7 @@ impl RunArgs {
         self.check_target_label_selector()?;
         let default_service_account = self.check_default_service_account()?;
         let leader = self.leader_flags()?;
+        let sharding = self.shard_flags()?;
         let (discovery_interval, cache_flush_interval) = self.intervals()?;
         let ignored = self.ignored_flags();
         let (metrics_address, health_address) = self.addresses()?;
@@ -361,6 +432,7 @@ impl RunArgs {
             metrics_address,
             health_address,
             leader,
+            sharding,
             target_label_selector: Some(self.target_label_selector.trim().to_owned())
                 .filter(|s| !s.is_empty()),
             events_qps: self.events_qps,
@@ -482,6 +554,68 @@ impl RunArgs {
             }
         }
         Ok(())
+    }
+
+    /// `--sharding` and its settings (None: disabled): not with `--leader-election`, a power of
+    /// two of buckets, timings as leader election checks them.
+    fn shard_flags(&self) -> Result<Option<ShardFlags>, CliError> {
+        if !self.sharding {
+            return Ok(None);
+        }
+        if self.leader_election {
+            return Err(CliError::Invalid {
+                flag: "sharding",
+                message: "cannot be combined with --leader-election (every sharded replica works; each bucket has its own Lease)".into(),
+            });
+        }
+        if !crate::ops::shard::valid_bucket_count(self.shard_buckets) {
+            return Err(CliError::Invalid {
+                flag: "shard-buckets",
+                message: format!(
+                    "must be a power of two from 1 to 1024, got {}",
+                    self.shard_buckets
+                ),
+            });
+        }
+        let prefix = self.shard_lease_prefix.trim();
+        let valid_prefix = !prefix.is_empty()
+            && prefix.len() <= 40
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && prefix.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !valid_prefix {
+            return Err(CliError::Invalid {
+                flag: "shard-lease-prefix",
+                message: format!(
+                    "{prefix:?} must be 1 to 40 lowercase letters, digits or '-', starting with a letter or digit"
+                ),
+            });
+        }
+        let renew_deadline = parse_duration("shard-renew-deadline", &self.shard_renew_deadline)?;
+        let flags = ShardFlags {
+            namespace: self.leader_election_namespace.trim().to_owned(),
+            buckets: self.shard_buckets,
+            prefix: prefix.to_owned(),
+            lease_duration: parse_duration("shard-lease-duration", &self.shard_lease_duration)?,
+            renew_deadline,
+            retry_period: parse_duration("shard-retry-period", &self.shard_retry_period)?,
+            drain_timeout: match &self.shard_drain_timeout {
+                Some(d) => parse_duration("shard-drain-timeout", d)?,
+                None => renew_deadline,
+            },
+        };
+        let timings = crate::ops::leader::LeaderConfig {
+            lease_duration: flags.lease_duration,
+            renew_deadline: flags.renew_deadline,
+            retry_period: flags.retry_period,
+            ..crate::ops::leader::LeaderConfig::default()
+        };
+        timings.validate().map_err(|e| CliError::Invalid {
+            flag: "shard-lease-duration",
+            message: e.to_string(),
+        })?;
+        Ok(Some(flags))
     }
 
     /// `--leader-election` with its Lease's namespace and name (None: disabled).

@@ -162,10 +162,12 @@ impl Grants {
         self.add(mc, "decoratorcontrollers", OWN);
         self.add("v1", "events", &["create", "patch", "update"]);
         self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
+        // leader election; --sharding also lists its shard set's Leases every round and
+        // deletes its member Lease at shutdown
         self.add(
             "coordination.k8s.io/v1",
             "leases",
-            &["get", "create", "update"],
+            &["get", "list", "create", "update", "delete"],
         );
     }
 

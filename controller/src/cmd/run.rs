@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::cli::RunConfig;
+use crate::cmd::cli::{RunConfig, ShardFlags};
 use crate::ops::client;
 use crate::ops::fence::Fence;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
+use crate::ops::shard::{ShardConfig, Shards};
 use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
 
 /// Where the pod's namespace is mounted in a cluster.
@@ -188,6 +189,52 @@ async fn run_elected_manager(
     }
 }
 
+/// Runs the manager on a sharded replica: the bucket Lease loop beside it, every held bucket
+/// handed over at shutdown before the manager stops.
+async fn run_sharded_manager(
+    lease_client: kube::Client,
+    cfg: ShardConfig,
+    client: kube::Client,
+    manager: ManagerConfig,
+    shutdown: CancellationToken,
+    bound: Duration,
+) -> Result<(), RunError> {
+    let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
+    let slot = failed.clone();
+    crate::ops::shard::run_sharded(lease_client, cfg, shutdown, move |token| async move {
+        if let Err(e) = run_manager(client, manager, token, bound).await
+            && let Ok(mut slot) = slot.lock()
+        {
+            *slot = Some(e);
+        }
+    })
+    .await
+    .map_err(|e| RunError::Leader(e.to_string()))?;
+    match failed.lock().ok().and_then(|mut f| f.take()) {
+        Some(e) => Err(RunError::Manager(e)),
+        None => Ok(()),
+    }
+}
+
+/// The settings of the bucket Lease loop from the flags.
+fn shard_config(
+    flags: &ShardFlags,
+    namespace: String,
+    identity: String,
+    shards: Arc<Shards>,
+    metrics: Arc<Metrics>,
+) -> ShardConfig {
+    ShardConfig {
+        prefix: flags.prefix.clone(),
+        lease_duration: flags.lease_duration,
+        renew_deadline: flags.renew_deadline,
+        retry_period: flags.retry_period,
+        drain_timeout: flags.drain_timeout,
+        metrics: Some(metrics),
+        ..ShardConfig::new(namespace, identity, shards)
+    }
+}
+
 /// The identity this instance names in the User-Agent of its requests: under leader election
 /// the one it holds the Lease as (`POD_NAME`, else `<hostname>_<random hex>`), else `POD_NAME`
 /// when set.
@@ -204,13 +251,15 @@ fn instance_identity(elected: bool) -> Option<String> {
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
-    let lease_namespace = match &config.leader {
-        Some(flags) => Some(lease_namespace(&flags.namespace)?),
-        None => None,
+    let lease_namespace = match (&config.leader, &config.sharding) {
+        (Some(flags), _) => Some(lease_namespace(&flags.namespace)?),
+        (_, Some(flags)) => Some(lease_namespace(&flags.namespace)?),
+        _ => None,
     };
     let metrics = Arc::new(Metrics::default());
     // every request names this instance (its leader-election identity) in its User-Agent
-    let identity = instance_identity(config.leader.is_some());
+    let identity = instance_identity(lease_namespace.is_some());
+    let shards = config.sharding.as_ref().map(|f| Shards::new(f.buckets));
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
     let kube_config = match &identity {
         Some(id) => crate::runtime::kapi::with_identity(kube_config, id),
@@ -223,15 +272,19 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     // Under leader election every write of the work's client passes the fence the election
     // opens and closes, so a leader that lost its Lease sends nothing.
     let fence = Fence::new();
-    let client = match &config.leader {
-        Some(_) => {
+    let client = match (&config.leader, &shards) {
+        (Some(_), _) => {
             client::build_fenced(kube_config.clone(), limits, metrics.clone(), fence.clone())
         }
-        None => client::build(kube_config.clone(), limits, metrics.clone()),
+        (None, Some(shards)) => {
+            client::build_sharded(kube_config.clone(), limits, metrics.clone(), shards.clone())
+        }
+        (None, None) => client::build(kube_config.clone(), limits, metrics.clone()),
     }
     .map_err(|e| RunError::Client(e.to_string()))?;
     let probes = Probes {
         elected: config.leader.is_some(),
+        shards: shards.clone(),
         ..Probes::default()
     };
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
@@ -242,15 +295,27 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let manager = ManagerConfig {
         pending_watches: probes.pending_watches.clone(),
         discovery_client: DiscoveryClient(Some(discovery)),
+        shards: shards.clone(),
         ..manager_config(&config, metrics.clone(), probes.synced.clone())
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers = config.workers,
         leader_election = config.leader.is_some(),
+        sharding = config.sharding.is_some(),
         "kmeta starting"
     );
     let bound = config.shutdown_timeout;
+    if let (Some(flags), Some(shards), Some(namespace)) =
+        (&config.sharding, shards, &lease_namespace)
+    {
+        let identity = identity.unwrap_or_else(crate::ops::leader::default_identity);
+        let cfg = shard_config(flags, namespace.clone(), identity, shards, metrics.clone());
+        // the Lease loop has its own client (own token bucket), as leader election's
+        let lease_client = client::build(kube_config, limits, metrics)
+            .map_err(|e| RunError::Client(e.to_string()))?;
+        return run_sharded_manager(lease_client, cfg, client, manager, shutdown, bound).await;
+    }
     match (&config.leader, lease_namespace) {
         (Some(flags), Some(namespace)) => {
             let leader = LeaderConfig {

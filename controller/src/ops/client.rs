@@ -8,6 +8,8 @@ use std::sync::Arc;
 use crate::ops::fence::{Fence, FenceLayer};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, RateLimitLayer};
+use crate::ops::shard::Shards;
+use crate::ops::shard::state::{ScopeLayer, ShardFenceLayer};
 
 pub use crate::runtime::kapi::{user_agent, with_user_agent};
 
@@ -45,6 +47,28 @@ pub fn build_fenced(
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(retry))
         .with_layer(&RateLimitLayer::new(limits, metrics))
+        .build())
+}
+
+/// As [`build_fenced`] for a sharded replica (`--sharding`): every write is checked against the
+/// bucket it is made for ([`crate::ops::shard::state`]). The outermost layer copies the sending
+/// task's write scope into the request (kube's buffer runs the inner layers in a task of its
+/// own), the innermost checks it once the rate-limit wait is over, at every attempt.
+pub fn build_sharded(
+    mut config: kube::Config,
+    limits: RateLimit,
+    metrics: Arc<Metrics>,
+    shards: Arc<Shards>,
+) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
+    let retry = kube::client::retry::RetryPolicy::server_retry();
+    Ok(builder
+        .with_layer(&ShardFenceLayer::new(shards))
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(retry))
+        .with_layer(&RateLimitLayer::new(limits, metrics))
+        .with_layer(&ScopeLayer)
         .build())
 }
 

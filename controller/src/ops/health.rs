@@ -49,6 +49,23 @@ pub struct Probes {
     pub stopping: Arc<AtomicBool>,
     /// The watches that have not finished their first list, named while not synced.
     pub pending_watches: Arc<PendingWatches>,
+    /// Under `--sharding`, the buckets this replica holds (named by `/readyz?verbose`).
+    pub shards: Option<Arc<crate::ops::shard::Shards>>,
+}
+
+/// The `/readyz` line of a sharded replica: always passing (a replica holding no bucket is a
+/// warm spare), naming the buckets it holds.
+pub fn sharding_line(shards: &crate::ops::shard::Shards) -> String {
+    let held: Vec<String> = shards.held().iter().map(ToString::to_string).collect();
+    let held = match held.as_slice() {
+        [] => "none".to_owned(),
+        h => h.join(","),
+    };
+    format!(
+        "[+]sharding buckets {held} (of {} and cluster; {} members)",
+        shards.buckets(),
+        shards.members()
+    )
 }
 
 /// The result of the readiness checks, a pure function of the flags (no watch named).
@@ -122,13 +139,18 @@ fn metrics_router(metrics: Arc<Metrics>) -> Router {
 }
 
 async fn readyz(State(p): State<Probes>, RawQuery(q): RawQuery) -> impl IntoResponse {
-    let (ok, text) = readiness_waiting(
+    let (ok, mut text) = readiness_waiting(
         p.synced.load(Ordering::SeqCst),
         p.elected,
         p.leading.load(Ordering::SeqCst),
         p.stopping.load(Ordering::SeqCst),
         &p.pending_watches.list(),
     );
+    if let Some(shards) = &p.shards {
+        // before the verdict, the last line
+        let at = text.trim_end().rfind('\n').map_or(0, |i| i + 1);
+        text.insert_str(at, &(sharding_line(shards) + "\n"));
+    }
     let code = if ok {
         StatusCode::OK
     } else {

@@ -256,7 +256,7 @@ fn duration_secs(d: Duration) -> i32 {
 }
 
 /// The spec this instance writes when it takes or renews `old` (None: creating).
-fn held_spec(old: Option<&LeaseSpec>, action: Action, cfg: &LeaderConfig) -> LeaseSpec {
+pub(crate) fn held_spec(old: Option<&LeaseSpec>, action: Action, cfg: &LeaderConfig) -> LeaseSpec {
     let now = now_micro();
     let mut spec = old.cloned().unwrap_or_default();
     match action {
@@ -282,7 +282,7 @@ fn held_spec(old: Option<&LeaseSpec>, action: Action, cfg: &LeaderConfig) -> Lea
 }
 
 /// The spec of a released lease: no holder, valid for 1 s, transitions kept.
-fn released_spec(old: Option<&LeaseSpec>) -> LeaseSpec {
+pub(crate) fn released_spec(old: Option<&LeaseSpec>) -> LeaseSpec {
     let now = now_micro();
     let mut spec = old.cloned().unwrap_or_default();
     spec.holder_identity = None;
@@ -447,7 +447,7 @@ impl Elector {
     }
 }
 
-fn jittered(period: Duration) -> Duration {
+pub(crate) fn jittered(period: Duration) -> Duration {
     period.mul_f64(1.0 + rand::random::<f64>() * JITTER_FACTOR)
 }
 

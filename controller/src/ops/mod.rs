@@ -2,7 +2,8 @@
 //! Kubernetes clients built with them ([`client`]), [`logging`], health probes (`health`), leader
 //! election ([`leader`]), the write [`fence`] that keeps a leader that lost its Lease from
 //! writing, Kubernetes [`events`] retried when the API server did not take them, and the API
-//! server's OpenAPI v3 documents the children's list rules are read from (`openapi`).
+//! server's OpenAPI v3 documents the children's list rules are read from (`openapi`), and
+//! [`shard`]ing parents across active replicas with one Lease per bucket.
 
 pub mod client;
 pub mod events;
@@ -13,5 +14,6 @@ pub mod logging;
 pub mod metrics;
 pub(crate) mod openapi;
 pub mod ratelimit;
+pub mod shard;
 
 pub use metrics::Metrics;

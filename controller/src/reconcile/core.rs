@@ -110,6 +110,10 @@ pub struct ManagerConfig {
     /// `--default-service-account`. Default none: such controllers write as kmeta's own
     /// identity, as Metacontroller (`docs/design/per-controller-service-account.md`).
     pub default_service_account: Option<String>,
+    /// Under `--sharding`, the shard buckets this replica holds: only parents of their
+    /// namespaces are synced, each sync in the write scope of its bucket
+    /// ([`crate::ops::shard`]). Default none: every parent is this process's work.
+    pub shards: Option<Arc<crate::ops::shard::Shards>>,
 }
 
 /// A client for discovery only (see [`ManagerConfig::discovery_client`]).
@@ -149,6 +153,7 @@ impl Default for ManagerConfig {
             ssa_field_manager: "metacontroller".into(),
             discovery_client: DiscoveryClient::default(),
             default_service_account: None,
+            shards: None,
         }
     }
 }
@@ -545,6 +550,22 @@ impl Triggers {
         });
     }
 
+    /// Under `--sharding`, calls `enqueue_all` whenever this replica gains a shard bucket (its
+    /// parents are now this replica's work; keys of other buckets are dropped by the workers).
+    pub fn on_shard_gains(&mut self, ctx: &Context, enqueue_all: impl Fn() + Send + 'static) {
+        let Some(shards) = &ctx.config.shards else {
+            return;
+        };
+        let mut gains = shards.subscribe_gains();
+        gains.borrow_and_update();
+        self.tasks.spawn(async move {
+            while gains.changed().await.is_ok() {
+                gains.borrow_and_update();
+                enqueue_all();
+            }
+        });
+    }
+
     /// Runs `task` until the controller stops.
     pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(task);
@@ -569,7 +590,7 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
             while let Some((key, waited)) = r.queue().next_timed().await {
                 let metrics = &r.context().config.metrics;
                 metrics.queue_wait(r.name(), waited);
-                process(&r, &circuit, &key).await;
+                process_owned(&r, &circuit, &key).await;
                 r.queue().done(&key);
                 metrics.queue_depth(r.name(), r.queue().len());
             }
@@ -584,6 +605,23 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
         .config
         .metrics
         .controller_stopped(reconciler.name());
+}
+
+/// One sync of one key when it is this replica's work: always without sharding; under
+/// `--sharding` only while its bucket is held, in that bucket's write scope (a key of another
+/// bucket is dropped: its holder syncs it).
+async fn process_owned<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
+    let Some(shards) = &r.context().config.shards else {
+        return process(r, circuit, key).await;
+    };
+    match shards.begin(key.tenant()) {
+        Some(claim) => {
+            let scope = claim.scope();
+            crate::ops::shard::state::in_scope(scope, process(r, circuit, key)).await;
+            drop(claim);
+        }
+        None => r.queue().forget(key),
+    }
 }
 
 /// One sync of one key, in a `sync` span carrying the controller, the object and the trace id

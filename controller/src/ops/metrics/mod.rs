@@ -220,6 +220,16 @@ struct LeaseLabels {
     name: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BucketLabels {
+    bucket: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandoffLabels {
+    reason: String,
+}
+
 /// Why a Jsonnet worker was killed (the `reason` label).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(crate) enum WorkerKill {
@@ -387,6 +397,9 @@ pub struct Metrics {
     events_dropped: Counter,
     events_failed: Counter,
     leader: Family<LeaseLabels, Gauge>,
+    shard_buckets: Family<BucketLabels, Gauge>,
+    shard_members: Gauge,
+    shard_handoffs: Family<HandoffLabels, Counter>,
     jsonnet_kills: Family<KillLabels, Counter>,
     openapi_fetches: Family<OpenApiLabels, Counter>,
 }
@@ -472,6 +485,9 @@ impl Metrics {
             events_dropped: Counter::default(),
             events_failed: Counter::default(),
             leader: Family::default(),
+            shard_buckets: Family::default(),
+            shard_members: Gauge::default(),
+            shard_handoffs: Family::default(),
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
         };
@@ -514,6 +530,21 @@ impl Metrics {
             "kmeta_leader_election_status",
             "1 while this instance holds the leader Lease of this name, else 0",
             m.leader.clone(),
+        );
+        r.register(
+            "kmeta_shard_buckets",
+            "1 for each shard bucket this replica holds (--sharding), 0 once given up",
+            m.shard_buckets.clone(),
+        );
+        r.register(
+            "kmeta_shard_members",
+            "live replicas of this shard set, as this replica counts them",
+            m.shard_members.clone(),
+        );
+        r.register(
+            "kmeta_shard_handoffs",
+            "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
+            m.shard_handoffs.clone(),
         );
         r.register(
             "kmeta_jsonnet_worker_kills",
@@ -757,6 +788,30 @@ impl Metrics {
         self.leader
             .get_or_create(&LeaseLabels { name: lease.into() })
             .set(i64::from(leading));
+    }
+
+    /// Whether this replica holds shard bucket `bucket`.
+    pub(crate) fn shard_bucket(&self, bucket: &str, held: bool) {
+        self.shard_buckets
+            .get_or_create(&BucketLabels {
+                bucket: bucket.into(),
+            })
+            .set(i64::from(held));
+    }
+
+    /// Live replicas of the shard set.
+    pub(crate) fn shard_members(&self, members: usize) {
+        self.shard_members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
+    }
+
+    /// A shard bucket was given up for `reason`.
+    pub(crate) fn shard_handoff(&self, reason: &str) {
+        self.shard_handoffs
+            .get_or_create(&HandoffLabels {
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// A Jsonnet worker was killed while evaluating a hook.

@@ -334,6 +334,8 @@ impl CompositeRunner {
                 }
             });
         }
+        let pc = self.clone();
+        t.on_shard_gains(&self.state.ctx, move || pc.enqueue_all());
         if let Some(secs) = self.state.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let pc = self.clone();

@@ -295,6 +295,8 @@ impl DecoratorRunner {
                 }
             });
         }
+        let dr = self.clone();
+        t.on_shard_gains(&self.state.ctx, move || dr.enqueue_all());
         if let Some(secs) = self.state.dc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let dr = self.clone();

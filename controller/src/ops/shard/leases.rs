@@ -1,0 +1,628 @@
+//! The bucket Lease loop of a sharded replica ([`run_sharded`]).
+//!
+//! Every retry period (jittered as client-go's), one round:
+//! 1. one LIST of the Leases labelled `kmeta.dev/shard-set=<prefix>` (members and buckets);
+//!    each record's first sighting feeds the observation clock of [`leader::decide`], so expiry
+//!    is measured on this replica's monotonic clock, never from the record's `renewTime`;
+//! 2. this replica's member Lease is created or renewed (the others count it);
+//! 3. every held bucket is renewed; a renewal that started at `t` opens the bucket's fence until
+//!    `t + renew deadline` ([`Shards::renewed`]); a bucket not renewed by then, or now held by
+//!    another, is lost;
+//! 4. hand-overs in progress finish once their syncs have drained (or the drain timeout passed):
+//!    fence closed, epoch moved, Lease released;
+//! 5. [`super::plan`] picks the buckets to take (compare-and-swap on the Lease's
+//!    `resourceVersion`: of two replicas racing, one gets 409) and the one to hand over.
+//!
+//! At shutdown the member Lease is deleted first (the others raise their share), then every
+//! bucket is handed over in parallel, then the work is stopped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Bucket, BucketView, Shards, Step, plan};
+use crate::ops::leader::{self, Action, LeaderConfig};
+use crate::ops::metrics::Metrics;
+use crate::runtime::kapi::is_conflict;
+
+/// The label every Lease of a shard set carries, valued with the set's prefix.
+pub const SET_LABEL: &str = "kmeta.dev/shard-set";
+/// The label telling member Leases (`member`) from bucket Leases (`bucket`).
+pub const ROLE_LABEL: &str = "kmeta.dev/shard-role";
+/// The annotation of a bucket Lease naming the set's bucket count: replicas configured with
+/// another count (which would map a namespace to another bucket) take nothing.
+pub const BUCKETS_ANNOTATION: &str = "kmeta.dev/shard-buckets";
+
+/// Settings of a sharded replica.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    /// Namespace of the Leases: `--leader-election-namespace` or the pod's.
+    pub namespace: String,
+    /// Prefix of the Lease names and value of [`SET_LABEL`]. Default `kmeta-shard`
+    /// (`--shard-lease-prefix`).
+    pub prefix: String,
+    /// This replica's identity (`holderIdentity`): as leader election's (`POD_NAME`, else the
+    /// hostname and a random suffix).
+    pub identity: String,
+    /// Lease duration. Default 15 s, as leader election (`--shard-lease-duration`).
+    pub lease_duration: Duration,
+    /// Renew deadline. Default 10 s (`--shard-renew-deadline`).
+    pub renew_deadline: Duration,
+    /// Retry period. Default 2 s (`--shard-retry-period`).
+    pub retry_period: Duration,
+    /// How long a hand-over waits for its bucket's syncs in flight before it releases anyway
+    /// (they are then refused at the fence). Default 10 s, the renew deadline
+    /// (`--shard-drain-timeout`).
+    pub drain_timeout: Duration,
+    /// The buckets this replica holds, shared with the workers and the client.
+    pub shards: Arc<Shards>,
+    /// Where `kmeta_shard_*` series go. Default: none.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// Errors of the bucket Lease loop.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The configuration is unusable.
+    #[error("invalid sharding config: {0}")]
+    InvalidConfig(String),
+}
+
+impl ShardConfig {
+    /// Settings for `shards` with the documented defaults.
+    pub fn new(namespace: String, identity: String, shards: Arc<Shards>) -> ShardConfig {
+        ShardConfig {
+            namespace,
+            prefix: "kmeta-shard".into(),
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(10),
+            shards,
+            metrics: None,
+        }
+    }
+
+    /// The leader-election view of one Lease of the set, for its timings and checks.
+    fn lease(&self, name: String) -> LeaderConfig {
+        LeaderConfig {
+            namespace: self.namespace.clone(),
+            name,
+            identity: self.identity.clone(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            ..LeaderConfig::default()
+        }
+    }
+
+    /// Checks the timings as leader election does, and the bucket count.
+    pub fn validate(&self) -> Result<(), ShardError> {
+        if !super::valid_bucket_count(self.shards.buckets()) {
+            return Err(ShardError::InvalidConfig(format!(
+                "--shard-buckets must be a power of two from 1 to 1024, not {}",
+                self.shards.buckets()
+            )));
+        }
+        if self.prefix.is_empty() || self.prefix.len() > 40 {
+            return Err(ShardError::InvalidConfig(
+                "--shard-lease-prefix must have 1 to 40 characters".into(),
+            ));
+        }
+        self.lease(self.bucket_lease(Bucket::Cluster))
+            .validate()
+            .map_err(|e| ShardError::InvalidConfig(e.to_string()))
+    }
+
+    /// The name of the Lease of `b`.
+    pub fn bucket_lease(&self, b: Bucket) -> String {
+        format!("{}-{b}", self.prefix)
+    }
+
+    /// The name of this replica's member Lease: the identity made a valid object name.
+    pub fn member_lease(&self) -> String {
+        let clean: String = self
+            .identity
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let clean = clean.trim_matches('-');
+        let short: String = clean.chars().take(40).collect();
+        let hash = super::fnv1a64(self.identity.as_bytes());
+        format!("{}-member-{short}-{:08x}", self.prefix, hash as u32)
+    }
+}
+
+/// A bucket this replica holds.
+#[derive(Debug)]
+struct Held {
+    /// The Lease as this replica last wrote it (base of the next renewal); `None` after a
+    /// conflict: the next round's list is the base.
+    lease: Option<Lease>,
+    /// When the last successful renewal started.
+    renewed_at: Instant,
+    /// A hand-over started then: no work is handed out; released once drained.
+    handing_over: Option<(Instant, HandoffReason)>,
+}
+
+/// Why a bucket changed hands, a metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandoffReason {
+    Rebalance,
+    Shutdown,
+    Lost,
+}
+
+impl HandoffReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            HandoffReason::Rebalance => "rebalance",
+            HandoffReason::Shutdown => "shutdown",
+            HandoffReason::Lost => "lost",
+        }
+    }
+}
+
+/// The loop's state.
+struct Loop {
+    api: Api<Lease>,
+    cfg: ShardConfig,
+    /// Every Lease record seen (by name) and when it was first seen.
+    observed: HashMap<String, (Option<LeaseSpec>, Instant)>,
+    held: BTreeMap<Bucket, Held>,
+    /// The member Lease as last written.
+    member: Option<Lease>,
+    /// A bucket count mismatch last reported (logged once per change).
+    mismatch: Option<String>,
+}
+
+/// Runs `work` on a sharded replica: the bucket Lease loop alongside it until `shutdown`; then
+/// the member Lease is deleted, every bucket handed over (its syncs drained first, bounded by
+/// the drain timeout), and the work's token cancelled; returns when the work has returned.
+pub async fn run_sharded<F, Fut>(
+    client: kube::Client,
+    cfg: ShardConfig,
+    shutdown: CancellationToken,
+    work: F,
+) -> Result<(), ShardError>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    cfg.validate()?;
+    let mut state = Loop {
+        api: Api::namespaced(client, &cfg.namespace),
+        cfg,
+        observed: HashMap::new(),
+        held: BTreeMap::new(),
+        member: None,
+        mismatch: None,
+    };
+    let token = CancellationToken::new();
+    let work = work(token.clone());
+    tokio::pin!(work);
+    let mut returned = false;
+    loop {
+        let wait = leader::jittered(state.cfg.retry_period);
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            () = &mut work, if !returned => { returned = true; break; }
+            () = tokio::time::sleep(wait) => {}
+        }
+        state.round(false).await;
+    }
+    state.shut_down().await;
+    token.cancel();
+    if !returned {
+        work.await;
+    }
+    Ok(())
+}
+
+impl Loop {
+    fn bucket_cfg(&self, b: Bucket) -> LeaderConfig {
+        self.cfg.lease(self.cfg.bucket_lease(b))
+    }
+
+    /// Records `lease`'s record as seen at `now`; returns when it was first seen.
+    fn observe(&mut self, name: &str, lease: Option<&Lease>, now: Instant) -> Instant {
+        let record = lease.and_then(|l| l.spec.clone());
+        match self.observed.get(name) {
+            Some((seen, at)) if *seen == record => *at,
+            _ => {
+                self.observed.insert(name.to_owned(), (record, now));
+                now
+            }
+        }
+    }
+
+    /// One round (see the module doc). `stopping`: take nothing.
+    async fn round(&mut self, stopping: bool) {
+        let started = Instant::now();
+        let selector = format!("{SET_LABEL}={}", self.cfg.prefix);
+        let listed = match self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing shard Leases failed; retrying");
+                self.expire_unrenewed(Instant::now());
+                return;
+            }
+        };
+        let by_name: HashMap<String, Lease> = listed
+            .into_iter()
+            .filter_map(|l| Some((l.metadata.name.clone()?, l)))
+            .collect();
+        if !stopping {
+            self.keep_member(by_name.get(&self.cfg.member_lease()))
+                .await;
+        }
+        self.renew_held(&by_name).await;
+        self.finish_handovers(&by_name).await;
+        let (members, views) = self.views(&by_name, started);
+        self.cfg.shards.set_members(members);
+        if let Some(m) = &self.cfg.metrics {
+            m.shard_members(members);
+        }
+        if stopping || self.bucket_count_mismatch(&by_name) {
+            return;
+        }
+        for step in plan(&self.cfg.identity, members, &views, self.cfg.lease_duration) {
+            match step {
+                Step::Acquire(b) => {
+                    self.acquire(b, by_name.get(&self.cfg.bucket_lease(b)))
+                        .await
+                }
+                Step::Release(b) => self.hand_over(b, HandoffReason::Rebalance),
+            }
+        }
+    }
+
+    /// Creates or renews this replica's member Lease (a failure only delays the others'
+    /// count of it).
+    async fn keep_member(&mut self, listed: Option<&Lease>) {
+        let name = self.cfg.member_lease();
+        let cfg = self.cfg.lease(name.clone());
+        let base = self.member.take().or_else(|| listed.cloned());
+        let written = match base {
+            None => {
+                let lease = self.new_lease(
+                    &name,
+                    "member",
+                    leader::held_spec(None, Action::Create, &cfg),
+                );
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                lease.spec = Some(leader::held_spec(lease.spec.as_ref(), Action::Renew, &cfg));
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(lease) => self.member = Some(lease),
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => tracing::warn!(lease = %name, error = %e, "renewing the member Lease failed"),
+        }
+    }
+
+    fn new_lease(&self, name: &str, role: &str, spec: LeaseSpec) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(name.to_owned());
+        lease.metadata.namespace = Some(self.cfg.namespace.clone());
+        lease.metadata.labels = Some(
+            [
+                (SET_LABEL.to_owned(), self.cfg.prefix.clone()),
+                (ROLE_LABEL.to_owned(), role.to_owned()),
+            ]
+            .into(),
+        );
+        if role == "bucket" {
+            lease.metadata.annotations = Some(
+                [(
+                    BUCKETS_ANNOTATION.to_owned(),
+                    self.cfg.shards.buckets().to_string(),
+                )]
+                .into(),
+            );
+        }
+        lease.spec = Some(spec);
+        lease
+    }
+
+    /// Renews every held bucket; a bucket now held by another, deleted, or not renewed within
+    /// the renew deadline is lost.
+    async fn renew_held(&mut self, listed: &HashMap<String, Lease>) {
+        let buckets: Vec<Bucket> = self.held.keys().copied().collect();
+        for b in buckets {
+            let name = self.cfg.bucket_lease(b);
+            let cfg = self.bucket_cfg(b);
+            let Some(held) = self.held.get_mut(&b) else {
+                continue;
+            };
+            let base = held.lease.take().or_else(|| listed.get(&name).cloned());
+            let lost = match base {
+                None => Some("its Lease was deleted".to_owned()),
+                Some(l) if leader::holder(&l) != Some(cfg.identity.as_str()) => Some(format!(
+                    "its Lease is now held by {}",
+                    leader::holder(&l).unwrap_or("nobody")
+                )),
+                Some(mut lease) => {
+                    let started = Instant::now();
+                    lease.spec = Some(leader::held_spec(lease.spec.as_ref(), Action::Renew, &cfg));
+                    match self
+                        .api
+                        .replace(&name, &PostParams::default(), &lease)
+                        .await
+                    {
+                        Ok(written) => {
+                            held.lease = Some(written);
+                            held.renewed_at = started;
+                            self.cfg
+                                .shards
+                                .renewed(b, started + self.cfg.renew_deadline, false);
+                            None
+                        }
+                        Err(e) if is_conflict(&e) => None,
+                        Err(e) => {
+                            tracing::warn!(lease = %name, error = %e, "renewing a bucket Lease failed");
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(reason) = lost {
+                self.lose(b, &reason);
+            }
+        }
+        self.expire_unrenewed(Instant::now());
+    }
+
+    /// Gives up every held bucket whose last renewal is older than the renew deadline (its
+    /// fence closed by the clock already).
+    fn expire_unrenewed(&mut self, now: Instant) {
+        let late: Vec<Bucket> = self
+            .held
+            .iter()
+            .filter(|(_, h)| now >= h.renewed_at + self.cfg.renew_deadline)
+            .map(|(b, _)| *b)
+            .collect();
+        for b in late {
+            self.lose(b, "no renewal succeeded within the renew deadline");
+        }
+    }
+
+    fn lose(&mut self, b: Bucket, reason: &str) {
+        self.held.remove(&b);
+        self.cfg.shards.give_up(b);
+        self.count_handoff(b, HandoffReason::Lost, false);
+        tracing::error!(bucket = %b, %reason, "lost a shard bucket: its parents' writes stop at once");
+    }
+
+    fn count_handoff(&self, b: Bucket, reason: HandoffReason, held: bool) {
+        if let Some(m) = &self.cfg.metrics {
+            m.shard_bucket(&b.to_string(), held);
+            if !held {
+                m.shard_handoff(reason.as_str());
+            }
+        }
+    }
+
+    /// Starts handing `b` over: no more work for it; released once drained.
+    fn hand_over(&mut self, b: Bucket, reason: HandoffReason) {
+        if let Some(h) = self.held.get_mut(&b)
+            && h.handing_over.is_none()
+        {
+            self.cfg.shards.deactivate(b);
+            h.handing_over = Some((Instant::now(), reason));
+            tracing::info!(bucket = %b, reason = reason.as_str(), "handing a shard bucket over");
+        }
+    }
+
+    /// Releases every bucket being handed over whose syncs have drained (or whose drain
+    /// timeout passed): fence closed and epoch moved first, then the Lease released.
+    async fn finish_handovers(&mut self, listed: &HashMap<String, Lease>) {
+        let now = Instant::now();
+        let ready: Vec<(Bucket, HandoffReason)> = self
+            .held
+            .iter()
+            .filter_map(|(b, h)| {
+                let (since, reason) = h.handing_over?;
+                let drained = self.cfg.shards.in_flight(*b) == 0;
+                (drained || now >= since + self.cfg.drain_timeout).then_some((*b, reason))
+            })
+            .collect();
+        for (b, reason) in ready {
+            let Some(held) = self.held.remove(&b) else {
+                continue;
+            };
+            self.cfg.shards.give_up(b);
+            self.count_handoff(b, reason, false);
+            let name = self.cfg.bucket_lease(b);
+            let Some(mut lease) = held.lease.or_else(|| listed.get(&name).cloned()) else {
+                continue;
+            };
+            lease.spec = Some(leader::released_spec(lease.spec.as_ref()));
+            match self
+                .api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(bucket = %b, reason = reason.as_str(), "released a shard bucket")
+                }
+                Err(e) => {
+                    tracing::warn!(bucket = %b, error = %e, "releasing a shard bucket failed; it expires instead")
+                }
+            }
+        }
+    }
+
+    /// The live members and what this replica knows of each bucket at `now`.
+    fn views(&mut self, listed: &HashMap<String, Lease>, now: Instant) -> (usize, Vec<BucketView>) {
+        let mut members = 0;
+        for (name, lease) in listed {
+            let member = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .map(String::as_str)
+                == Some("member");
+            if !member {
+                continue;
+            }
+            let seen = self.observe(name, Some(lease), now);
+            let cfg = self.cfg.lease(name.clone());
+            if matches!(
+                leader::decide(Some(lease), seen, now, &cfg),
+                Action::Renew | Action::Wait { .. }
+            ) {
+                members += 1;
+            }
+        }
+        if !listed.contains_key(&self.cfg.member_lease()) {
+            members += 1; // this replica, whose member Lease is not written yet
+        }
+        let mut views = Vec::new();
+        for b in Bucket::all(self.cfg.shards.buckets()) {
+            let name = self.cfg.bucket_lease(b);
+            let lease = listed.get(&name);
+            let seen = self.observe(&name, lease, now);
+            let cfg = self.cfg.lease(name);
+            let (holder, free_for) = match leader::decide(lease, seen, now, &cfg) {
+                Action::Renew => (Some(cfg.identity.clone()), Duration::ZERO),
+                Action::Wait { .. } => (
+                    lease.and_then(leader::holder).map(str::to_owned),
+                    Duration::ZERO,
+                ),
+                // released or never taken: free since first seen so; expired: since it expired
+                Action::Create | Action::Acquire => {
+                    let since = match lease.and_then(leader::holder) {
+                        Some(_) => seen + self.cfg.lease_duration,
+                        None => seen,
+                    };
+                    (None, now.saturating_duration_since(since))
+                }
+            };
+            // a bucket this replica still holds (or hands over) is its own whatever the list says
+            let holder = match self.held.contains_key(&b) {
+                true => Some(cfg.identity.clone()),
+                false => holder.filter(|h| *h != cfg.identity),
+            };
+            views.push(BucketView {
+                bucket: b,
+                holder,
+                free_for,
+            });
+        }
+        (members, views)
+    }
+
+    /// Whether a live bucket Lease names another bucket count (then nothing is taken).
+    fn bucket_count_mismatch(&mut self, listed: &HashMap<String, Lease>) -> bool {
+        let mine = self.cfg.shards.buckets().to_string();
+        let other = listed.values().find_map(|l| {
+            let theirs = l.metadata.annotations.as_ref()?.get(BUCKETS_ANNOTATION)?;
+            (*theirs != mine && leader::holder(l).is_some())
+                .then(|| format!("{} says {theirs}", l.metadata.name.as_deref().unwrap_or("")))
+        });
+        if other != self.mismatch {
+            if let Some(o) = &other {
+                tracing::error!(buckets = %mine, lease = %o, "another replica of this shard set uses another --shard-buckets; taking no bucket until they agree");
+            }
+            self.mismatch = other.clone();
+        }
+        other.is_some()
+    }
+
+    /// Tries to take `b` (created when it has no Lease yet).
+    async fn acquire(&mut self, b: Bucket, current: Option<&Lease>) {
+        let name = self.cfg.bucket_lease(b);
+        let cfg = self.bucket_cfg(b);
+        let started = Instant::now();
+        let written = match current {
+            None => {
+                let lease = self.new_lease(
+                    &name,
+                    "bucket",
+                    leader::held_spec(None, Action::Create, &cfg),
+                );
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(l) => {
+                let mut lease = l.clone();
+                lease.spec = Some(leader::held_spec(
+                    lease.spec.as_ref(),
+                    Action::Acquire,
+                    &cfg,
+                ));
+                let annotations = lease.metadata.annotations.get_or_insert_default();
+                annotations.insert(
+                    BUCKETS_ANNOTATION.to_owned(),
+                    self.cfg.shards.buckets().to_string(),
+                );
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(lease) => {
+                self.observe(&name, Some(&lease), Instant::now());
+                self.held.insert(
+                    b,
+                    Held {
+                        lease: Some(lease),
+                        renewed_at: started,
+                        handing_over: None,
+                    },
+                );
+                self.cfg
+                    .shards
+                    .renewed(b, started + self.cfg.renew_deadline, true);
+                self.count_handoff(b, HandoffReason::Rebalance, true);
+                tracing::info!(bucket = %b, identity = %self.cfg.identity, "acquired a shard bucket");
+            }
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => tracing::warn!(lease = %name, error = %e, "taking a shard bucket failed"),
+        }
+    }
+
+    /// Shutdown: the member Lease deleted (the others raise their share), then every bucket
+    /// handed over, renewing the ones still draining, bounded by the drain timeout plus a
+    /// renew deadline.
+    async fn shut_down(&mut self) {
+        let name = self.cfg.member_lease();
+        if let Err(e) = self.api.delete(&name, &DeleteParams::default()).await {
+            tracing::debug!(lease = %name, error = %e, "deleting the member Lease failed; it expires");
+        }
+        let buckets: Vec<Bucket> = self.held.keys().copied().collect();
+        for b in buckets {
+            self.hand_over(b, HandoffReason::Shutdown);
+        }
+        let bound = Instant::now() + self.cfg.drain_timeout + self.cfg.renew_deadline;
+        while !self.held.is_empty() && Instant::now() < bound {
+            self.round(true).await;
+            if !self.held.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50).min(self.cfg.retry_period)).await;
+            }
+        }
+        for b in Bucket::all(self.cfg.shards.buckets()) {
+            self.cfg.shards.give_up(b);
+        }
+    }
+}

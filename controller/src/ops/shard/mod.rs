@@ -1,0 +1,304 @@
+//! Sharding parents across active `kmeta run` replicas (`--sharding`,
+//! `docs/design/sharding.md`).
+//!
+//! A parent belongs to the bucket of its namespace: the top bits of the 64-bit FNV-1a hash of
+//! the namespace name ([`bucket_of`]), the hash KEP-5866's server-side `shardRange` computes.
+//! Cluster-scoped parents (namespace `""`) share one more bucket, [`Bucket::Cluster`]. Each
+//! bucket is one `coordination.k8s.io/v1` Lease; every replica holds a member Lease too, so each
+//! sees how many replicas are alive and takes its fair share ([`plan`]). Safety rests on the
+//! Leases' compare-and-swap alone: a replica writes for a parent only while its bucket's write
+//! fence is open ([`state`]), and a bucket's fence follows the Lease exactly as the leader's
+//! fence follows the leader Lease ([`crate::ops::fence`]).
+//!
+//! This module holds the pure decisions: the hash, the bucket of a namespace, the rendezvous rank
+//! that spreads replicas' preferences, the fair share, and the plan of one round of the bucket
+//! Lease loop ([`leases`]).
+
+pub mod leases;
+pub mod state;
+
+use std::time::Duration;
+
+pub use leases::{ShardConfig, ShardError, run_sharded};
+pub use state::{ShardFenced, Shards};
+
+/// 64-bit FNV-1a of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the hash
+/// KEP-5866 uses for `shardRange`.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A shard bucket: a hash range of namespaces, or the bucket of cluster-scoped parents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Bucket {
+    /// Namespaces whose hash falls in the `n`-th of the `B` equal ranges.
+    Hash(u32),
+    /// Cluster-scoped parents (their children may be in any namespace).
+    Cluster,
+}
+
+impl std::fmt::Display for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bucket::Hash(n) => write!(f, "{n}"),
+            Bucket::Cluster => f.write_str("cluster"),
+        }
+    }
+}
+
+impl Bucket {
+    /// The position of this bucket among `buckets + 1` slots (the cluster bucket last).
+    pub fn index(self, buckets: u32) -> usize {
+        match self {
+            Bucket::Hash(n) => n as usize,
+            Bucket::Cluster => buckets as usize,
+        }
+    }
+
+    /// Every bucket of a set of `buckets` hash buckets, the cluster bucket last.
+    pub fn all(buckets: u32) -> impl Iterator<Item = Bucket> {
+        (0..buckets)
+            .map(Bucket::Hash)
+            .chain(std::iter::once(Bucket::Cluster))
+    }
+
+    /// The `[start, end)` hash range of a hash bucket (`end` `None`: up to 2^64); `None` for
+    /// the cluster bucket.
+    pub fn range(self, buckets: u32) -> Option<(u64, Option<u64>)> {
+        let Bucket::Hash(n) = self else { return None };
+        let width = 1u128 << (64 - buckets.trailing_zeros());
+        let start = u128::from(n) * width;
+        let end = start + width;
+        Some((start as u64, u64::try_from(end).ok()))
+    }
+}
+
+/// Whether `buckets` is a usable bucket count: a power of two from 1 to 1024.
+pub fn valid_bucket_count(buckets: u32) -> bool {
+    buckets.is_power_of_two() && buckets <= 1024
+}
+
+/// The bucket of a parent in `namespace` (`""`: cluster-scoped) among `buckets` hash buckets
+/// (a power of two): the top `log2(buckets)` bits of the namespace's FNV-1a hash.
+pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
+    if namespace.is_empty() {
+        return Bucket::Cluster;
+    }
+    let bits = buckets.trailing_zeros();
+    if bits == 0 {
+        return Bucket::Hash(0);
+    }
+    let h = fnv1a64(namespace.as_bytes());
+    Bucket::Hash((h >> (64 - bits)) as u32)
+}
+
+/// How much replica `identity` wants `bucket`: rendezvous hashing, so each replica prefers a
+/// different order and they do not all reach for the same free bucket.
+pub fn rank(identity: &str, bucket: Bucket) -> u64 {
+    fnv1a64(format!("{identity}\u{0}{bucket}").as_bytes())
+}
+
+/// The fair share of `total` buckets among `members` live replicas (at least 1): rounded up,
+/// so every bucket finds a holder.
+pub fn share(total: usize, members: usize) -> usize {
+    total.div_ceil(members.max(1))
+}
+
+/// What one replica knows of one bucket Lease in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketView {
+    /// The bucket.
+    pub bucket: Bucket,
+    /// Who holds it; `None` when nobody (never taken, released, or expired as this replica
+    /// measures it).
+    pub holder: Option<String>,
+    /// How long it has had no holder as this replica measures it (zero when held).
+    pub free_for: Duration,
+}
+
+/// One step of a round of the bucket Lease loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Take this free bucket.
+    Acquire(Bucket),
+    /// Hand this held bucket over (this replica holds more than its share).
+    Release(Bucket),
+}
+
+/// The steps replica `me` takes in one round, given `members` live replicas (itself included)
+/// and the `views` of every bucket:
+/// - below its share, it takes free buckets in its rank order up to the share;
+/// - above it, it hands over one bucket, its lowest-ranked, per round (this bounds the relists
+///   a scale-up causes);
+/// - a bucket free for at least `orphaned_after` (a lease duration) is taken whatever the share:
+///   liveness first, balance later.
+pub fn plan(me: &str, members: usize, views: &[BucketView], orphaned_after: Duration) -> Vec<Step> {
+    let fair = share(views.len(), members);
+    let mine: Vec<Bucket> = views
+        .iter()
+        .filter(|v| v.holder.as_deref() == Some(me))
+        .map(|v| v.bucket)
+        .collect();
+    let mut free: Vec<&BucketView> = views.iter().filter(|v| v.holder.is_none()).collect();
+    free.sort_by_key(|v| std::cmp::Reverse(rank(me, v.bucket)));
+    let mut steps = Vec::new();
+    let mut held = mine.len();
+    for v in free {
+        if held < fair || v.free_for >= orphaned_after {
+            steps.push(Step::Acquire(v.bucket));
+            held += 1;
+        }
+    }
+    if steps.is_empty() && mine.len() > fair {
+        let lowest = mine.iter().min_by_key(|b| rank(me, **b));
+        if let Some(b) = lowest {
+            steps.push(Step::Release(*b));
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn a_namespace_falls_in_the_range_of_its_bucket() {
+        for buckets in [1u32, 2, 8, 32, 1024] {
+            for i in 0..200 {
+                let ns = format!("team-{i}");
+                let b = bucket_of(&ns, buckets);
+                let Some((start, end)) = b.range(buckets) else {
+                    panic!("{ns}: a hash bucket has a range")
+                };
+                let h = fnv1a64(ns.as_bytes());
+                assert!(
+                    h >= start && end.is_none_or(|e| h < e),
+                    "{ns} {b} {buckets}"
+                );
+            }
+        }
+        assert_eq!(bucket_of("", 32), Bucket::Cluster);
+        assert_eq!(Bucket::Cluster.range(32), None);
+        assert_eq!(Bucket::Hash(0).range(1), Some((0, None)));
+        assert_eq!(
+            Bucket::Hash(7).range(8),
+            Some((0xe000_0000_0000_0000, None))
+        );
+        assert_eq!(
+            Bucket::Hash(0).range(8),
+            Some((0, Some(0x2000_0000_0000_0000)))
+        );
+    }
+
+    /// FNV-1a's top bits (KEP-5866's ranges) mix the last bytes of a name weakly: 8 000
+    /// namespaces `ns-0` … `ns-7999` fill 8 buckets with 700 to 1 400 each, not 1 000 ± noise.
+    /// Holding many buckets per replica evens it out (docs/design/sharding.md, "Skew").
+    #[test]
+    fn namespaces_spread_over_the_buckets_within_a_factor_of_two() {
+        let mut counts = [0usize; 8];
+        for i in 0..8000 {
+            if let Bucket::Hash(b) = bucket_of(&format!("ns-{i}"), 8) {
+                counts[b as usize] += 1;
+            }
+        }
+        assert!(counts.iter().all(|c| (500..2000).contains(c)), "{counts:?}");
+    }
+
+    #[test]
+    fn bucket_counts_are_powers_of_two_up_to_1024() {
+        assert!(valid_bucket_count(1) && valid_bucket_count(32) && valid_bucket_count(1024));
+        assert!(!valid_bucket_count(0) && !valid_bucket_count(3) && !valid_bucket_count(2048));
+    }
+
+    fn views(holders: &[Option<&str>]) -> Vec<BucketView> {
+        let n = holders.len() as u32 - 1;
+        Bucket::all(n)
+            .zip(holders)
+            .map(|(bucket, h)| BucketView {
+                bucket,
+                holder: h.map(str::to_owned),
+                free_for: Duration::ZERO,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_replica_takes_every_bucket() {
+        let v = views(&[None; 9]);
+        let steps = plan("a", 1, &v, Duration::from_secs(15));
+        assert_eq!(steps.len(), 9);
+        assert!(steps.iter().all(|s| matches!(s, Step::Acquire(_))));
+    }
+
+    #[test]
+    fn a_newcomer_takes_its_share_and_the_others_hand_over_one_per_round() {
+        // 9 buckets, all held by a; b joins: share is 5 for two members
+        let v = views(&[Some("a"); 9]);
+        assert_eq!(plan("b", 2, &v, Duration::from_secs(15)), vec![]);
+        let a = plan("a", 2, &v, Duration::from_secs(15));
+        assert!(matches!(a.as_slice(), [Step::Release(_)]), "{a:?}");
+        // the released bucket is free: b, below its share, takes it at once
+        let Step::Release(released) = a[0] else {
+            unreachable!()
+        };
+        let mut v2 = v.clone();
+        v2[released.index(8)].holder = None;
+        assert_eq!(
+            plan("b", 2, &v2, Duration::from_secs(15)),
+            vec![Step::Acquire(released)]
+        );
+        // a, still above its share, does not take it back but hands over the next
+        let again = plan("a", 2, &v2, Duration::from_secs(15));
+        assert!(matches!(again.as_slice(), [Step::Release(b)] if *b != released), "{again:?}");
+        // at its share, a replica neither takes nor gives
+        let mut even = views(&[Some("a"); 9]);
+        for v in even.iter_mut().take(4) {
+            v.holder = Some("b".into());
+        }
+        assert_eq!(plan("a", 2, &even, Duration::from_secs(15)), vec![]);
+        assert_eq!(plan("b", 2, &even, Duration::from_secs(15)), vec![]);
+    }
+
+    #[test]
+    fn a_bucket_free_for_a_lease_duration_is_taken_above_the_share() {
+        let mut v = views(&[Some("a"), Some("a"), Some("b"), None]);
+        assert_eq!(plan("a", 2, &v, Duration::from_secs(15)), vec![]);
+        v[3].free_for = Duration::from_secs(15);
+        assert_eq!(
+            plan("a", 2, &v, Duration::from_secs(15)),
+            vec![Step::Acquire(Bucket::Cluster)]
+        );
+    }
+
+    #[test]
+    fn replicas_rank_buckets_differently() {
+        let order = |me: &str| {
+            let mut b: Vec<Bucket> = Bucket::all(32).collect();
+            b.sort_by_key(|x| rank(me, *x));
+            b
+        };
+        assert_ne!(order("kmeta-0"), order("kmeta-1"));
+        assert_eq!(order("kmeta-0"), order("kmeta-0"));
+    }
+
+    #[test]
+    fn shares_cover_every_bucket() {
+        assert_eq!(share(33, 1), 33);
+        assert_eq!(share(33, 3), 11);
+        assert_eq!(share(33, 2), 17);
+        assert_eq!(share(9, 0), 9);
+    }
+}

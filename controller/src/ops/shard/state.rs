@@ -1,0 +1,469 @@
+//! What a sharded replica holds, shared by the bucket Lease loop, the workers and the API
+//! client: per bucket a write fence, an epoch, whether work is handed out, and the syncs in
+//! flight; the write scope a sync runs in; and the client layers that refuse a write whose
+//! bucket this replica does not hold.
+//!
+//! A sync runs in a [`WriteScope`] (its bucket and the bucket's epoch when it started:
+//! [`Shards::begin`]), set as a task-local by the worker. [`ScopeLayer`], the outermost layer of
+//! the work's client, copies it into each request's extensions in the task that sends the
+//! request (kube's buffer runs the inner layers in a task of its own); [`ShardFenceLayer`], the
+//! innermost, checks it just before the request leaves: the bucket's fence is open and its epoch
+//! unchanged, so a sync that started before its bucket was lost (and perhaps regained) sends
+//! nothing. A write made outside any sync (an Event retried in the background, a controller's
+//! housekeeping) is checked by the namespace in its path instead: that namespace's bucket (the
+//! cluster bucket for a cluster-scoped path) must be held. Events are informational and never
+//! contend, so they pass whenever this replica holds any bucket.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use http::Request;
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::{Bucket, bucket_of};
+use crate::ops::fence::{Fence, is_write};
+
+/// The error of a write refused because this replica does not hold its bucket.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "write refused: this replica does not hold shard bucket {bucket} (lost, handed over or not yet acquired)"
+)]
+pub struct ShardFenced {
+    /// The bucket (`cluster`, or its number).
+    pub bucket: String,
+}
+
+/// The bucket a sync writes for and that bucket's epoch when the sync started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteScope {
+    /// The bucket.
+    pub bucket: Bucket,
+    /// [`Shards::epoch`] of the bucket when the sync started.
+    pub epoch: u64,
+}
+
+tokio::task_local! {
+    static WRITE_SCOPE: WriteScope;
+}
+
+/// Runs `fut` with `scope` as the write scope of its requests.
+pub async fn in_scope<F: Future>(scope: WriteScope, fut: F) -> F::Output {
+    WRITE_SCOPE.scope(scope, fut).await
+}
+
+/// The write scope of the running task, if any.
+pub fn current_scope() -> Option<WriteScope> {
+    WRITE_SCOPE.try_with(|s| *s).ok()
+}
+
+/// One bucket's state on this replica.
+#[derive(Debug, Default)]
+struct Slot {
+    fence: Fence,
+    /// Bumped on every acquisition and every loss or hand-over.
+    epoch: AtomicU64,
+    /// Work for this bucket is handed out (held and not being handed over).
+    active: AtomicBool,
+    /// Syncs of this bucket running now.
+    in_flight: AtomicUsize,
+}
+
+/// The buckets this replica holds. Cloning the `Arc` shares it.
+#[derive(Debug)]
+pub struct Shards {
+    buckets: u32,
+    slots: Vec<Slot>,
+    /// Bumped whenever this replica gains a bucket: controllers enqueue that bucket's parents.
+    gained: tokio::sync::watch::Sender<u64>,
+    /// Live replicas as last counted (for metrics and `/readyz`).
+    members: AtomicUsize,
+}
+
+/// Ends a sync's claim on its bucket when dropped (see [`Shards::begin`]).
+#[derive(Debug)]
+pub struct InFlight {
+    shards: Arc<Shards>,
+    scope: WriteScope,
+}
+
+impl InFlight {
+    /// The scope the sync runs in.
+    pub fn scope(&self) -> WriteScope {
+        self.scope
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let slot = self.shards.slot(self.scope.bucket);
+        slot.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Shards {
+    /// A replica holding none of `buckets` hash buckets (a power of two) nor the cluster bucket.
+    pub fn new(buckets: u32) -> Arc<Shards> {
+        let slots = (0..=buckets).map(|_| Slot::default()).collect();
+        let (gained, _) = tokio::sync::watch::channel(0);
+        Arc::new(Shards {
+            buckets,
+            slots,
+            gained,
+            members: AtomicUsize::new(0),
+        })
+    }
+
+    /// The number of hash buckets (the cluster bucket comes on top).
+    pub fn buckets(&self) -> u32 {
+        self.buckets
+    }
+
+    fn slot(&self, b: Bucket) -> &Slot {
+        &self.slots[b.index(self.buckets).min(self.slots.len() - 1)]
+    }
+
+    /// The bucket of a parent in `namespace`.
+    pub fn bucket_of(&self, namespace: &str) -> Bucket {
+        bucket_of(namespace, self.buckets)
+    }
+
+    /// Whether the parents of `namespace` are this replica's work now.
+    pub fn owns(&self, namespace: &str) -> bool {
+        self.active(self.bucket_of(namespace))
+    }
+
+    /// Whether work of `b` is handed out on this replica.
+    pub fn active(&self, b: Bucket) -> bool {
+        self.slot(b).active.load(Ordering::Acquire)
+    }
+
+    /// The buckets whose work this replica does, in order.
+    pub fn held(&self) -> Vec<Bucket> {
+        Bucket::all(self.buckets)
+            .filter(|b| self.active(*b))
+            .collect()
+    }
+
+    /// The epoch of `b`: it changes whenever `b` is gained or given up.
+    pub fn epoch(&self, b: Bucket) -> u64 {
+        self.slot(b).epoch.load(Ordering::Acquire)
+    }
+
+    /// Starts a sync for a parent in `namespace`: `None` when its bucket is not this replica's
+    /// work (the key is dropped), else the claim the sync holds while it runs.
+    pub fn begin(self: &Arc<Self>, namespace: &str) -> Option<InFlight> {
+        let bucket = self.bucket_of(namespace);
+        let slot = self.slot(bucket);
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        // checked after counting, so a hand-over that deactivated the bucket first either sees
+        // this sync in flight or this sync sees the bucket inactive
+        if !slot.active.load(Ordering::Acquire) {
+            slot.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let epoch = slot.epoch.load(Ordering::Acquire);
+        Some(InFlight {
+            shards: self.clone(),
+            scope: WriteScope { bucket, epoch },
+        })
+    }
+
+    /// Syncs of `b` running now.
+    pub fn in_flight(&self, b: Bucket) -> usize {
+        self.slot(b).in_flight.load(Ordering::Acquire)
+    }
+
+    /// `b` was acquired (or renewed) by a write that started at `started`: writes pass until
+    /// `started + renew deadline`. On a gain (not a renewal) the epoch moves and work starts.
+    pub(crate) fn renewed(&self, b: Bucket, until: Instant, gained: bool) {
+        let slot = self.slot(b);
+        slot.fence.open_until(until);
+        if gained {
+            slot.epoch.fetch_add(1, Ordering::AcqRel);
+            slot.active.store(true, Ordering::Release);
+            self.gained.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Stops handing out `b`'s work (the first step of a hand-over); its fence stays open.
+    pub(crate) fn deactivate(&self, b: Bucket) {
+        self.slot(b).active.store(false, Ordering::Release);
+    }
+
+    /// `b` is no longer held: no work, no write, and syncs that started before see a new epoch.
+    pub(crate) fn give_up(&self, b: Bucket) {
+        let slot = self.slot(b);
+        slot.active.store(false, Ordering::Release);
+        slot.fence.close();
+        slot.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records how many replicas are alive.
+    pub(crate) fn set_members(&self, n: usize) {
+        self.members.store(n, Ordering::Release);
+    }
+
+    /// Live replicas as last counted (0 before the first round).
+    pub fn members(&self) -> usize {
+        self.members.load(Ordering::Acquire)
+    }
+
+    /// A receiver that changes whenever this replica gains a bucket.
+    pub fn subscribe_gains(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.gained.subscribe()
+    }
+
+    /// Whether a write in `scope` (or, without one, to `path`) may be sent at `now`.
+    pub fn permits(
+        &self,
+        scope: Option<WriteScope>,
+        path: &str,
+        now: Instant,
+    ) -> Result<(), ShardFenced> {
+        let bucket = match scope {
+            Some(s) => {
+                let slot = self.slot(s.bucket);
+                if slot.fence.permits(now) && slot.epoch.load(Ordering::Acquire) == s.epoch {
+                    return Ok(());
+                }
+                s.bucket
+            }
+            None => {
+                let (namespace, resource) = path_target(path);
+                if resource == "events" && self.slots.iter().any(|s| s.fence.permits(now)) {
+                    return Ok(());
+                }
+                let b = self.bucket_of(namespace);
+                if self.slot(b).fence.permits(now) {
+                    return Ok(());
+                }
+                b
+            }
+        };
+        Err(ShardFenced {
+            bucket: bucket.to_string(),
+        })
+    }
+}
+
+/// The namespace (`""` when none) and resource a request path addresses.
+fn path_target(path: &str) -> (&str, &str) {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let after_version = match parts.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return ("", ""),
+    };
+    let rest = parts.get(after_version..).unwrap_or_default();
+    match rest {
+        ["namespaces", ns, resource, ..] => (ns, resource),
+        [resource, ..] => ("", resource),
+        [] => ("", ""),
+    }
+}
+
+/// The outermost layer of a sharded replica's work client: copies the running task's
+/// [`WriteScope`] into the request.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ScopeLayer;
+
+impl<S> Layer<S> for ScopeLayer {
+    type Service = ScopeService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ScopeService { inner }
+    }
+}
+
+/// The service made by [`ScopeLayer`].
+#[derive(Clone, Debug)]
+pub(crate) struct ScopeService<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for ScopeService<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if let Some(scope) = current_scope() {
+            req.extensions_mut().insert(scope);
+        }
+        self.inner.call(req)
+    }
+}
+
+/// The innermost layer of a sharded replica's work client: refuses a write whose bucket this
+/// replica does not hold ([`Shards::permits`]).
+#[derive(Clone, Debug)]
+pub(crate) struct ShardFenceLayer {
+    shards: Arc<Shards>,
+}
+
+impl ShardFenceLayer {
+    /// A layer checking `shards`.
+    pub fn new(shards: Arc<Shards>) -> ShardFenceLayer {
+        ShardFenceLayer { shards }
+    }
+}
+
+impl<S> Layer<S> for ShardFenceLayer {
+    type Service = ShardFenceService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ShardFenceService {
+            inner,
+            shards: self.shards.clone(),
+        }
+    }
+}
+
+/// The service made by [`ShardFenceLayer`].
+#[derive(Clone, Debug)]
+pub(crate) struct ShardFenceService<S> {
+    inner: S,
+    shards: Arc<Shards>,
+}
+
+impl<S, B> Service<Request<B>> for ShardFenceService<S>
+where
+    S: Service<Request<B>>,
+    S::Error: From<tower::BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let check = is_write(req.method()).then(|| {
+            (
+                req.extensions().get::<WriteScope>().copied(),
+                req.uri().path().to_owned(),
+            )
+        });
+        let fut = self.inner.call(req);
+        let shards = self.shards.clone();
+        Box::pin(async move {
+            if let Some((scope, path)) = check
+                && let Err(refused) = shards.permits(scope, &path, Instant::now())
+            {
+                let refused: tower::BoxError = Box::new(refused);
+                return Err(S::Error::from(refused));
+            }
+            fut.await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn paths_name_their_namespace_and_resource() {
+        assert_eq!(
+            path_target("/api/v1/namespaces/a/configmaps/x"),
+            ("a", "configmaps")
+        );
+        assert_eq!(path_target("/api/v1/namespaces/a/events"), ("a", "events"));
+        assert_eq!(
+            path_target("/apis/apps/v1/namespaces/b/deployments"),
+            ("b", "deployments")
+        );
+        assert_eq!(
+            path_target("/apis/example.com/v1/things/x/status"),
+            ("", "things")
+        );
+        assert_eq!(path_target("/api/v1/namespaces/a"), ("", "namespaces"));
+        assert_eq!(path_target("/version"), ("", ""));
+    }
+
+    #[test]
+    fn a_scoped_write_passes_only_while_its_bucket_is_held_in_the_same_epoch() {
+        let shards = Shards::new(8);
+        let now = Instant::now();
+        let ns = "team-a";
+        let b = shards.bucket_of(ns);
+        assert!(shards.begin(ns).is_none(), "not held: no work");
+        shards.renewed(b, now + Duration::from_secs(10), true);
+        let claim = shards.begin(ns).expect("held");
+        let scope = claim.scope();
+        assert_eq!(shards.in_flight(b), 1);
+        assert!(
+            shards
+                .permits(Some(scope), "/api/v1/namespaces/x/configmaps", now)
+                .is_ok()
+        );
+        // the fence closes by the clock, whatever the loop did
+        assert!(
+            shards
+                .permits(Some(scope), "", now + Duration::from_secs(10))
+                .is_err()
+        );
+        // lost and gained again: a sync of the earlier epoch stays refused
+        shards.give_up(b);
+        shards.renewed(b, now + Duration::from_secs(10), true);
+        assert!(shards.permits(Some(scope), "", now).is_err());
+        drop(claim);
+        assert_eq!(shards.in_flight(b), 0);
+        let again = shards.begin(ns).expect("held again");
+        assert!(shards.permits(Some(again.scope()), "", now).is_ok());
+    }
+
+    #[test]
+    fn an_unscoped_write_needs_the_bucket_of_its_namespace() {
+        let shards = Shards::new(8);
+        let now = Instant::now();
+        let held = shards.bucket_of("team-a");
+        shards.renewed(held, now + Duration::from_secs(10), true);
+        let other = (0..100)
+            .map(|i| format!("ns-{i}"))
+            .find(|ns| shards.bucket_of(ns) != held)
+            .expect("some namespace elsewhere");
+        assert!(
+            shards
+                .permits(None, "/api/v1/namespaces/team-a/configmaps", now)
+                .is_ok()
+        );
+        let path = format!("/api/v1/namespaces/{other}/configmaps");
+        assert!(shards.permits(None, &path, now).is_err());
+        // a cluster-scoped write needs the cluster bucket
+        assert!(shards.permits(None, "/apis/x.io/v1/things/t", now).is_err());
+        // Events pass while any bucket is held
+        let events = format!("/apis/events.k8s.io/v1/namespaces/{other}/events");
+        assert!(shards.permits(None, &events, now).is_ok());
+        shards.give_up(held);
+        assert!(shards.permits(None, &events, now).is_err());
+    }
+
+    #[test]
+    fn a_deactivated_bucket_hands_out_no_more_work_but_its_syncs_may_finish() {
+        let shards = Shards::new(1);
+        let now = Instant::now();
+        let b = shards.bucket_of("x");
+        shards.renewed(b, now + Duration::from_secs(10), true);
+        let claim = shards.begin("x").expect("held");
+        shards.deactivate(b);
+        assert!(shards.begin("x").is_none());
+        assert!(shards.permits(Some(claim.scope()), "", now).is_ok());
+        assert_eq!(shards.held(), Vec::<Bucket>::new());
+    }
+}
