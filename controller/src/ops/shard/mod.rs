@@ -1,8 +1,11 @@
 //! Sharding parents across active `kmeta run` replicas (`--sharding`,
 //! `docs/design/sharding.md`).
 //!
-//! A parent belongs to the bucket of its namespace: the top bits of the 64-bit FNV-1a hash of
-//! the namespace name ([`bucket_of`]), the hash KEP-5866's server-side `shardRange` computes.
+//! A parent belongs to the bucket of its namespace: the top bits of the namespace's 64-bit
+//! FNV-1a hash (the hash KEP-5866's server-side `shardRange` computes) after a finalizing mix
+//! ([`bucket_of`]). Without the mix, namespaces named alike (`team-0` … `team-99`) differ only in
+//! the low bits of FNV-1a and fall into one or two of 32 equal ranges; mixed, they spread evenly
+//! (`docs/design/sharding.md`, "Skew").
 //! Cluster-scoped parents (namespace `""`) share one more bucket, [`Bucket::Cluster`]. Each
 //! bucket is one `coordination.k8s.io/v1` Lease; every replica holds a member Lease too, so each
 //! sees how many replicas are alive and takes its fair share ([`plan`]). Safety rests on the
@@ -31,6 +34,22 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// MurmurHash3's 64-bit finalizer: every input bit flips about half of the output bits, so
+/// names that differ only at their end land far apart.
+pub fn mix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// The hash that places a namespace: [`mix64`] of its FNV-1a.
+pub fn namespace_hash(namespace: &str) -> u64 {
+    mix64(fnv1a64(namespace.as_bytes()))
 }
 
 /// A shard bucket: a hash range of namespaces, or the bucket of cluster-scoped parents.
@@ -67,8 +86,8 @@ impl Bucket {
             .chain(std::iter::once(Bucket::Cluster))
     }
 
-    /// The `[start, end)` hash range of a hash bucket (`end` `None`: up to 2^64); `None` for
-    /// the cluster bucket.
+    /// The `[start, end)` range of [`namespace_hash`] a hash bucket covers (`end` `None`: up to
+    /// 2^64); `None` for the cluster bucket.
     pub fn range(self, buckets: u32) -> Option<(u64, Option<u64>)> {
         let Bucket::Hash(n) = self else { return None };
         let width = 1u128 << (64 - buckets.trailing_zeros());
@@ -84,7 +103,7 @@ pub fn valid_bucket_count(buckets: u32) -> bool {
 }
 
 /// The bucket of a parent in `namespace` (`""`: cluster-scoped) among `buckets` hash buckets
-/// (a power of two): the top `log2(buckets)` bits of the namespace's FNV-1a hash.
+/// (a power of two): the top `log2(buckets)` bits of the namespace's [`namespace_hash`].
 pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
     if namespace.is_empty() {
         return Bucket::Cluster;
@@ -93,7 +112,7 @@ pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
     if bits == 0 {
         return Bucket::Hash(0);
     }
-    let h = fnv1a64(namespace.as_bytes());
+    let h = namespace_hash(namespace);
     Bucket::Hash((h >> (64 - bits)) as u32)
 }
 
@@ -166,6 +185,7 @@ pub fn plan(me: &str, members: usize, views: &[BucketView], orphaned_after: Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn fnv1a64_matches_the_reference_vectors() {
@@ -183,7 +203,7 @@ mod tests {
                 let Some((start, end)) = b.range(buckets) else {
                     panic!("{ns}: a hash bucket has a range")
                 };
-                let h = fnv1a64(ns.as_bytes());
+                let h = namespace_hash(&ns);
                 assert!(
                     h >= start && end.is_none_or(|e| h < e),
                     "{ns} {b} {buckets}"
@@ -203,18 +223,26 @@ mod tests {
         );
     }
 
-    /// FNV-1a's top bits (KEP-5866's ranges) mix the last bytes of a name weakly: 8 000
-    /// namespaces `ns-0` … `ns-7999` fill 8 buckets with 700 to 1 400 each, not 1 000 ± noise.
-    /// Holding many buckets per replica evens it out (docs/design/sharding.md, "Skew").
+    /// FNV-1a's top bits alone mix the last bytes of a name weakly: `team-0` … `team-99` fall
+    /// into 2 of 32 equal ranges of the raw hash. Mixed, they spread over (nearly) all of them,
+    /// and 8 000 sequential names fill 8 buckets evenly.
     #[test]
-    fn namespaces_spread_over_the_buckets_within_a_factor_of_two() {
+    fn namespaces_named_alike_spread_over_the_buckets() {
+        let raw: BTreeSet<u64> = (0..100)
+            .map(|i| fnv1a64(format!("team-{i}").as_bytes()) >> 59)
+            .collect();
+        assert!(raw.len() <= 3, "the raw hash's top bits: {raw:?}");
+        let mixed: BTreeSet<Bucket> = (0..100)
+            .map(|i| bucket_of(&format!("team-{i}"), 32))
+            .collect();
+        assert!(mixed.len() >= 28, "{} of 32 buckets", mixed.len());
         let mut counts = [0usize; 8];
         for i in 0..8000 {
             if let Bucket::Hash(b) = bucket_of(&format!("ns-{i}"), 8) {
                 counts[b as usize] += 1;
             }
         }
-        assert!(counts.iter().all(|c| (500..2000).contains(c)), "{counts:?}");
+        assert!(counts.iter().all(|c| (880..1120).contains(c)), "{counts:?}");
     }
 
     #[test]
@@ -262,7 +290,10 @@ mod tests {
         );
         // a, still above its share, does not take it back but hands over the next
         let again = plan("a", 2, &v2, Duration::from_secs(15));
-        assert!(matches!(again.as_slice(), [Step::Release(b)] if *b != released), "{again:?}");
+        assert!(
+            matches!(again.as_slice(), [Step::Release(b)] if *b != released),
+            "{again:?}"
+        );
         // at its share, a replica neither takes nor gives
         let mut even = views(&[Some("a"); 9]);
         for v in even.iter_mut().take(4) {

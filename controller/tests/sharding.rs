@@ -1,0 +1,467 @@
+//! `kmeta run --sharding`: three replicas split the parents of a CompositeController between
+//! them, against kmeta-apiserver over real HTTP, through scale-up, kill -9, SIGSTOP longer than
+//! the Lease, and a graceful scale-down. Every write the API server answered is checked against
+//! the bucket Leases' timeline from its write log: a replica writes for a parent only while it
+//! is the last to have written the Lease of the parent's bucket.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kmeta::ops::shard::bucket_of;
+use kmeta_apiserver::{TestServer, WriteRecord};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
+mod support;
+use support::wait_for;
+
+const BUCKETS: u32 = 8;
+const NAMESPACES: usize = 24;
+const PER_NAMESPACE: usize = 3;
+/// Short timings: a Lease of 3 s, renewed every 0.3 s, written off after 2 s without renewal.
+const TIMINGS: [&str; 3] = [
+    "--shard-lease-duration=3s",
+    "--shard-renew-deadline=2s",
+    "--shard-retry-period=300ms",
+];
+/// How long convergence may take after a step: a Lease duration, a list, the syncs.
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// A `kmeta run --sharding` process; killed if the test ends first.
+struct Replica {
+    name: String,
+    child: Child,
+    health: u16,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<Replica> {
+    let health = free_port()?;
+    let child = Command::new(KMETA)
+        .args(["run", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--sharding", "--leader-election-namespace=default"])
+        .arg(format!("--shard-buckets={BUCKETS}"))
+        .args(TIMINGS)
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .arg("--metrics-address=0")
+        .env("POD_NAME", name)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.log")))?)
+        .spawn()?;
+    Ok(Replica {
+        name: name.to_owned(),
+        child,
+        health,
+    })
+}
+
+/// The buckets a replica says it holds on `/readyz?verbose`.
+async fn held(r: &Replica) -> Option<BTreeSet<String>> {
+    let url = format!("http://127.0.0.1:{}/readyz?verbose", r.health);
+    let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+    let line = text.lines().find(|l| l.contains("sharding buckets"))?;
+    let list = line.split("buckets ").nth(1)?.split(' ').next()?;
+    Some(match list {
+        "none" => BTreeSet::new(),
+        l => l.split(',').map(str::to_owned).collect(),
+    })
+}
+
+/// Waits until the live replicas between them hold every bucket exactly once, each at least
+/// one.
+async fn wait_balanced(replicas: &[&Replica]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let mut all = Vec::new();
+        let mut each = true;
+        for r in replicas {
+            let h = held(r).await.unwrap_or_default();
+            each &= !h.is_empty();
+            all.extend(h);
+        }
+        let distinct: BTreeSet<&String> = all.iter().collect();
+        if each && all.len() == BUCKETS as usize + 1 && distinct.len() == all.len() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "buckets not split between {} replicas: {all:?}",
+                replicas.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn notes_resource() -> ApiResource {
+    ApiResource {
+        group: "shard.example.com".into(),
+        version: "v1".into(),
+        api_version: "shard.example.com/v1".into(),
+        kind: "Note".into(),
+        plural: "notes".into(),
+    }
+}
+
+/// A hook copying the parent's `spec.v` into its one ConfigMap child and its status.
+async fn hook() -> anyhow::Result<String> {
+    use axum::Json;
+    let app = axum::Router::new().route(
+        "/sync",
+        axum::routing::post(|Json(req): Json<Value>| async move {
+            let parent = &req["parent"];
+            let name = parent["metadata"]["name"]
+                .as_str()
+                .unwrap_or("x")
+                .to_owned();
+            let v = parent["spec"]["v"].as_i64().unwrap_or(0).to_string();
+            Json(json!({
+                "status": {"v": v},
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": name}, "data": {"v": v}}]
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/sync", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+/// The Note CRD, the CompositeController, the namespaces and the parents (`spec.v` = 0). Every
+/// Note is namespaced; the cluster bucket is held and counted all the same.
+async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObject>> {
+    let client = server.client();
+    let pp = PostParams::default();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "notes.shard.example.com"},
+        "spec": {"group": "shard.example.com", "scope": "Namespaced",
+                 "names": {"kind": "Note", "plural": "notes", "singular": "note"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let crds = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
+    Api::<DynamicObject>::all_with(client.clone(), &crds)
+        .create(&pp, &serde_json::from_value(crd)?)
+        .await?;
+    let cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "notes"},
+        "spec": {"generateSelector": true,
+                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "notes"},
+                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                     "updateStrategy": {"method": "InPlace"}}],
+                 "hooks": {"sync": {"webhook": {"url": url}}}}
+    });
+    let ccs = ApiResource {
+        group: "metacontroller.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "metacontroller.k8s.io/v1alpha1".into(),
+        kind: "CompositeController".into(),
+        plural: "compositecontrollers".into(),
+    };
+    Api::<DynamicObject>::all_with(client.clone(), &ccs)
+        .create(&pp, &serde_json::from_value(cc)?)
+        .await?;
+    let notes: Api<DynamicObject> = Api::all_with(client.clone(), &notes_resource());
+    wait_for("the Note resource to be served", || async {
+        notes.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for n in 0..NAMESPACES {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("team-{n}")}});
+        namespaces.create(&pp, &serde_json::from_value(ns)?).await?;
+        let in_ns: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &format!("team-{n}"), &notes_resource());
+        for p in 0..PER_NAMESPACE {
+            let note = json!({"apiVersion": "shard.example.com/v1", "kind": "Note",
+                "metadata": {"name": format!("n{p}")}, "spec": {"v": 0}});
+            in_ns.create(&pp, &serde_json::from_value(note)?).await?;
+        }
+    }
+    Ok(notes)
+}
+
+/// Sets every parent's `spec.v` to `v`.
+async fn edit_all(server: &TestServer, v: i64) -> anyhow::Result<()> {
+    for n in 0..NAMESPACES {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(server.client(), &format!("team-{n}"), &notes_resource());
+        for p in 0..PER_NAMESPACE {
+            let patch = Patch::Merge(json!({"spec": {"v": v}}));
+            api.patch(&format!("n{p}"), &PatchParams::default(), &patch)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every parent's child and status carry `v`.
+async fn converged(
+    server: &TestServer,
+    notes: &Api<DynamicObject>,
+    v: i64,
+    step: &str,
+) -> anyhow::Result<()> {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(server.client());
+    let want = v.to_string();
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let children = cms.list(&Default::default()).await?;
+        let good_children = children
+            .items
+            .iter()
+            .filter(|c| c.data.as_ref().and_then(|d| d.get("v")) == Some(&want))
+            .count();
+        let parents = notes.list(&Default::default()).await?;
+        let good_parents = parents
+            .items
+            .iter()
+            .filter(|p| p.data["status"]["v"].as_str() == Some(want.as_str()))
+            .count();
+        let all = NAMESPACES * PER_NAMESPACE;
+        if good_children == all && good_parents == all {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{step}: {good_children}/{all} children and {good_parents}/{all} parents at v={v}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The identity in a kmeta User-Agent, `kmeta/<version> (<identity>)`.
+fn identity_of(user_agent: &str) -> Option<&str> {
+    let rest = user_agent.strip_prefix("kmeta/")?;
+    let open = rest.find(" (")?;
+    rest[open + 2..].strip_suffix(')')
+}
+
+/// Every successful write of a parent's child or status, checked against the successful writes
+/// of its bucket's Lease (their writer holds the Lease after them, or released it: a release
+/// is not told apart, which can only hide a violation, never invent one). A write whose change
+/// lies in `(rv_before, rv_after]` is fine when its writer wrote the Lease last before it, or
+/// wrote it concurrently with it. Returns the violations and the number of writes checked.
+fn check_ownership(log: &[WriteRecord]) -> (Vec<String>, usize) {
+    let mut leases: BTreeMap<String, Vec<&WriteRecord>> = BTreeMap::new();
+    for r in log {
+        let Some(name) = r.name.as_deref() else {
+            continue;
+        };
+        if r.resource == "leases"
+            && r.code < 300
+            && name.starts_with("kmeta-shard-")
+            && !name.contains("-member-")
+        {
+            leases
+                .entry(name.trim_start_matches("kmeta-shard-").to_owned())
+                .or_default()
+                .push(r);
+        }
+    }
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for w in log {
+        let owned = matches!(w.resource.as_str(), "configmaps" | "notes/status" | "notes");
+        let (Some(who), Some(ns)) = (identity_of(&w.user_agent), w.namespace.as_deref()) else {
+            continue;
+        };
+        if !owned || w.code >= 300 {
+            continue;
+        }
+        checked += 1;
+        let bucket = bucket_of(ns, BUCKETS).to_string();
+        let writes = leases.get(&bucket).map(Vec::as_slice).unwrap_or_default();
+        let before: Vec<&&WriteRecord> = writes
+            .iter()
+            .filter(|l| l.rv_after <= w.rv_before)
+            .collect();
+        let last = before
+            .iter()
+            .filter(|l| !before.iter().any(|m| m.rv_before >= l.rv_after));
+        let concurrent = writes
+            .iter()
+            .filter(|l| l.rv_after > w.rv_before && l.rv_before < w.rv_after);
+        let mut holders: BTreeSet<&str> = last
+            .chain(concurrent.collect::<Vec<_>>().iter())
+            .filter_map(|l| identity_of(&l.user_agent))
+            .collect();
+        if before.is_empty() {
+            holders.insert("");
+        }
+        if !holders.contains(who) {
+            violations.push(format!(
+                "{} {} {ns}/{} by {who} (rv {}..{}) while bucket {bucket} was held by {holders:?}",
+                w.verb,
+                w.resource,
+                w.name.as_deref().unwrap_or("(create)"),
+                w.rv_before,
+                w.rv_after
+            ));
+        }
+    }
+    (violations, checked)
+}
+
+fn signal(r: &Replica, sig: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(r.child.id().to_string())
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{sig} {}", r.name);
+    Ok(())
+}
+
+#[tokio::test]
+async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    server.write_log().enable(1_000_000);
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let notes = set_up(&server, &hook().await?).await?;
+    // the bucket Leases exist, released, so every acquisition is an update the write log names
+    // (a create names its object only in the body)
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(server.client(), "default");
+    for b in kmeta::ops::shard::Bucket::all(BUCKETS) {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": format!("kmeta-shard-{b}"),
+                         "labels": {"kmeta.dev/shard-set": "kmeta-shard", "kmeta.dev/shard-role": "bucket"},
+                         "annotations": {"kmeta.dev/shard-buckets": BUCKETS.to_string()}},
+            "spec": {"leaseDurationSeconds": 1}});
+        leases
+            .create(&PostParams::default(), &serde_json::from_value(lease)?)
+            .await?;
+    }
+    let step = |s: &str| eprintln!("sharding: {s} at {:?}", Instant::now());
+
+    // one replica takes every bucket
+    let a = start(&kubeconfig, dir.path(), "kmeta-a")?;
+    converged(&server, &notes, 0, "one replica").await?;
+    wait_balanced(&[&a]).await?;
+
+    // scale to three: the buckets are split, every change still lands
+    step("scale 1 → 3");
+    let b = start(&kubeconfig, dir.path(), "kmeta-b")?;
+    let mut c = start(&kubeconfig, dir.path(), "kmeta-c")?;
+    wait_balanced(&[&a, &b, &c]).await?;
+    edit_all(&server, 1).await?;
+    converged(&server, &notes, 1, "three replicas").await?;
+
+    // kill -9 of one: the others take its buckets once its Leases expire
+    step("kill -9 c");
+    c.child.kill()?;
+    c.child.wait()?;
+    edit_all(&server, 2).await?;
+    converged(&server, &notes, 2, "after kill -9").await?;
+    wait_balanced(&[&a, &b]).await?;
+
+    // a replica stopped for three Lease durations: its buckets move; resumed, it writes
+    // nothing for them (its fences closed by the clock) and takes its share again
+    step("restart c, then SIGSTOP b");
+    let c = start(&kubeconfig, dir.path(), "kmeta-c2")?;
+    wait_balanced(&[&a, &b, &c]).await?;
+    signal(&b, "STOP")?;
+    edit_all(&server, 3).await?;
+    converged(&server, &notes, 3, "b stopped").await?;
+    tokio::time::sleep(Duration::from_secs(9)).await; // three Lease durations: the fault itself
+    signal(&b, "CONT")?;
+    edit_all(&server, 4).await?;
+    converged(&server, &notes, 4, "b resumed").await?;
+    wait_balanced(&[&a, &b, &c]).await?;
+
+    // graceful scale-down: SIGTERM hands c's buckets over
+    step("SIGTERM c");
+    signal(&c, "TERM")?;
+    edit_all(&server, 5).await?;
+    converged(&server, &notes, 5, "after scale-down").await?;
+    wait_balanced(&[&a, &b]).await?;
+
+    let log = server.write_log().since(0);
+    let (violations, checked) = check_ownership(&log);
+    assert!(
+        checked > 2 * NAMESPACES * PER_NAMESPACE,
+        "only {checked} writes checked"
+    );
+    let writers: BTreeSet<&str> = log
+        .iter()
+        .filter(|w| w.resource == "configmaps")
+        .filter_map(|w| identity_of(&w.user_agent))
+        .collect();
+    assert!(writers.len() >= 3, "children written by {writers:?} only");
+    if !violations.is_empty() {
+        bail!(
+            "{} of {checked} writes outside their replica's bucket:\n{}",
+            violations.len(),
+            violations.join("\n")
+        );
+    }
+    drop((a, b, c));
+    server.shutdown().await;
+    Ok(())
+}
+
+#[test]
+fn the_ownership_check_finds_a_write_by_a_replica_that_lost_its_bucket() -> anyhow::Result<()> {
+    let ns = "team-1";
+    let bucket = bucket_of(ns, BUCKETS).to_string();
+    let rec =
+        |seq: u64, resource: &str, name: Option<&str>, ns: Option<&str>, who: &str, rv: u64| {
+            WriteRecord {
+                seq,
+                at: std::time::SystemTime::now(),
+                verb: "update".into(),
+                resource: resource.into(),
+                namespace: ns.map(str::to_owned),
+                name: name.map(str::to_owned),
+                user_agent: format!("kmeta/0.1.0 ({who})"),
+                code: 200,
+                rv_before: rv,
+                rv_after: rv + 1,
+            }
+        };
+    let lease = format!("kmeta-shard-{bucket}");
+    let log = vec![
+        rec(0, "leases", Some(&lease), Some("default"), "a", 1),
+        rec(1, "configmaps", Some("n0"), Some(ns), "a", 3),
+        rec(2, "leases", Some(&lease), Some("default"), "b", 5),
+        rec(3, "configmaps", Some("n0"), Some(ns), "b", 7),
+        rec(4, "configmaps", Some("n0"), Some(ns), "a", 9),
+    ];
+    let (violations, checked) = check_ownership(&log);
+    assert_eq!(checked, 3);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("by a"), "{violations:?}");
+    Ok(())
+}
