@@ -760,6 +760,66 @@ mod tests {
     }
 
     #[test]
+    fn sharding_flags_are_checked() {
+        let c = parse(&["--sharding", "--leader-election-namespace=kmeta"]).expect("valid");
+        let s = c.sharding.expect("sharding on");
+        assert_eq!((s.buckets, s.prefix.as_str()), (32, "kmeta-shard"));
+        assert_eq!(s.namespace, "kmeta");
+        assert_eq!(
+            (
+                s.lease_duration,
+                s.renew_deadline,
+                s.retry_period,
+                s.drain_timeout
+            ),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2),
+                Duration::from_secs(10)
+            )
+        );
+        assert_eq!(c.leader, None);
+        assert_eq!(parse(&[]).expect("valid").sharding, None);
+        let flag_of = |args: &[&str]| match parse(args) {
+            Err(CliError::Invalid { flag, .. }) => flag,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert_eq!(flag_of(&["--sharding", "--leader-election"]), "sharding");
+        assert_eq!(
+            flag_of(&["--sharding", "--shard-buckets=12"]),
+            "shard-buckets"
+        );
+        assert_eq!(
+            flag_of(&["--sharding", "--shard-lease-prefix=Bad_"]),
+            "shard-lease-prefix"
+        );
+        assert_eq!(
+            flag_of(&[
+                "--sharding",
+                "--shard-lease-duration=5s",
+                "--shard-renew-deadline=6s"
+            ]),
+            "shard-lease-duration"
+        );
+        let short = parse(&[
+            "--sharding",
+            "--shard-buckets=8",
+            "--shard-lease-duration=3s",
+            "--shard-renew-deadline=2s",
+            "--shard-retry-period=300ms",
+            "--shard-drain-timeout=1s",
+        ])
+        .expect("valid")
+        .sharding
+        .expect("on");
+        assert_eq!(
+            (short.buckets, short.drain_timeout),
+            (8, Duration::from_secs(1))
+        );
+    }
+
+    #[test]
     fn go_durations() {
         let d = |s| parse_duration("x", s);
         assert_eq!(d("0"), Ok(Duration::ZERO));

@@ -248,6 +248,29 @@ fn instance_identity(elected: bool) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
+/// The client the work writes with: under leader election every write passes the fence the
+/// election opens and closes, so a leader that lost its Lease sends nothing; under sharding
+/// every write passes the fence of its bucket.
+fn work_client(
+    config: &RunConfig,
+    kube_config: &kube::Config,
+    metrics: &Arc<Metrics>,
+    fence: &Fence,
+    shards: Option<&Arc<Shards>>,
+) -> Result<kube::Client, RunError> {
+    let limits = RateLimit {
+        qps: config.qps,
+        burst: config.burst,
+    };
+    let (kc, m) = (kube_config.clone(), metrics.clone());
+    match (&config.leader, shards) {
+        (Some(_), _) => client::build_fenced(kc, limits, m, fence.clone()),
+        (None, Some(shards)) => client::build_sharded(kc, limits, m, shards.clone()),
+        (None, None) => client::build(kc, limits, m),
+    }
+    .map_err(|e| RunError::Client(e.to_string()))
+}
+
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
@@ -269,19 +292,8 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         qps: config.qps,
         burst: config.burst,
     };
-    // Under leader election every write of the work's client passes the fence the election
-    // opens and closes, so a leader that lost its Lease sends nothing.
     let fence = Fence::new();
-    let client = match (&config.leader, &shards) {
-        (Some(_), _) => {
-            client::build_fenced(kube_config.clone(), limits, metrics.clone(), fence.clone())
-        }
-        (None, Some(shards)) => {
-            client::build_sharded(kube_config.clone(), limits, metrics.clone(), shards.clone())
-        }
-        (None, None) => client::build(kube_config.clone(), limits, metrics.clone()),
-    }
-    .map_err(|e| RunError::Client(e.to_string()))?;
+    let client = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
     let probes = Probes {
         elected: config.leader.is_some(),
         shards: shards.clone(),

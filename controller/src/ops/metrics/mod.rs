@@ -464,6 +464,26 @@ impl Metrics {
         );
     }
 
+    /// Registers the series of a sharded replica (`--sharding`).
+    fn register_shard_series(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "kmeta_shard_buckets",
+            "1 for each shard bucket this replica holds (--sharding), 0 once given up",
+            self.shard_buckets.clone(),
+        );
+        r.register(
+            "kmeta_shard_members",
+            "live replicas of this shard set, as this replica counts them",
+            self.shard_members.clone(),
+        );
+        r.register(
+            "kmeta_shard_handoffs",
+            "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
+            self.shard_handoffs.clone(),
+        );
+    }
+
     /// A fresh registry with every series registered.
     pub fn new() -> Self {
         let mut m = Metrics {
@@ -532,21 +552,6 @@ impl Metrics {
             m.leader.clone(),
         );
         r.register(
-            "kmeta_shard_buckets",
-            "1 for each shard bucket this replica holds (--sharding), 0 once given up",
-            m.shard_buckets.clone(),
-        );
-        r.register(
-            "kmeta_shard_members",
-            "live replicas of this shard set, as this replica counts them",
-            m.shard_members.clone(),
-        );
-        r.register(
-            "kmeta_shard_handoffs",
-            "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
-            m.shard_handoffs.clone(),
-        );
-        r.register(
             "kmeta_jsonnet_worker_kills",
             "Jsonnet worker processes killed, by reason (timeout|memory)",
             m.jsonnet_kills.clone(),
@@ -557,6 +562,7 @@ impl Metrics {
             m.openapi_fetches.clone(),
         );
         m.register_client_series();
+        m.register_shard_series();
         m
     }
 

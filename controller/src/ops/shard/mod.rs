@@ -17,12 +17,12 @@
 //! that spreads replicas' preferences, the fair share, and the plan of one round of the bucket
 //! Lease loop ([`leases`]).
 
-pub mod leases;
-pub mod state;
+pub(crate) mod leases;
+pub(crate) mod state;
 
 use std::time::Duration;
 
-pub use leases::{ShardConfig, ShardError, run_sharded};
+pub use leases::{BUCKETS_ANNOTATION, ROLE_LABEL, SET_LABEL, ShardConfig, ShardError, run_sharded};
 pub use state::{ShardFenced, Shards};
 
 /// 64-bit FNV-1a of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the hash
@@ -38,7 +38,7 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 
 /// MurmurHash3's 64-bit finalizer: every input bit flips about half of the output bits, so
 /// names that differ only at their end land far apart.
-pub fn mix64(mut h: u64) -> u64 {
+pub(crate) fn mix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -72,7 +72,7 @@ impl std::fmt::Display for Bucket {
 
 impl Bucket {
     /// The position of this bucket among `buckets + 1` slots (the cluster bucket last).
-    pub fn index(self, buckets: u32) -> usize {
+    pub(crate) fn index(self, buckets: u32) -> usize {
         match self {
             Bucket::Hash(n) => n as usize,
             Bucket::Cluster => buckets as usize,
@@ -118,19 +118,19 @@ pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
 
 /// How much replica `identity` wants `bucket`: rendezvous hashing, so each replica prefers a
 /// different order and they do not all reach for the same free bucket.
-pub fn rank(identity: &str, bucket: Bucket) -> u64 {
+pub(crate) fn rank(identity: &str, bucket: Bucket) -> u64 {
     fnv1a64(format!("{identity}\u{0}{bucket}").as_bytes())
 }
 
 /// The fair share of `total` buckets among `members` live replicas (at least 1): rounded up,
 /// so every bucket finds a holder.
-pub fn share(total: usize, members: usize) -> usize {
+pub(crate) fn share(total: usize, members: usize) -> usize {
     total.div_ceil(members.max(1))
 }
 
 /// What one replica knows of one bucket Lease in a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BucketView {
+pub(crate) struct BucketView {
     /// The bucket.
     pub bucket: Bucket,
     /// Who holds it; `None` when nobody (never taken, released, or expired as this replica
@@ -142,7 +142,7 @@ pub struct BucketView {
 
 /// One step of a round of the bucket Lease loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Take this free bucket.
     Acquire(Bucket),
     /// Hand this held bucket over (this replica holds more than its share).
@@ -156,7 +156,12 @@ pub enum Step {
 ///   a scale-up causes);
 /// - a bucket free for at least `orphaned_after` (a lease duration) is taken whatever the share:
 ///   liveness first, balance later.
-pub fn plan(me: &str, members: usize, views: &[BucketView], orphaned_after: Duration) -> Vec<Step> {
+pub(crate) fn plan(
+    me: &str,
+    members: usize,
+    views: &[BucketView],
+    orphaned_after: Duration,
+) -> Vec<Step> {
     let fair = share(views.len(), members);
     let mine: Vec<Bucket> = views
         .iter()

@@ -39,7 +39,7 @@ pub struct ShardFenced {
 
 /// The bucket a sync writes for and that bucket's epoch when the sync started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WriteScope {
+pub(crate) struct WriteScope {
     /// The bucket.
     pub bucket: Bucket,
     /// [`Shards::epoch`] of the bucket when the sync started.
@@ -51,12 +51,12 @@ tokio::task_local! {
 }
 
 /// Runs `fut` with `scope` as the write scope of its requests.
-pub async fn in_scope<F: Future>(scope: WriteScope, fut: F) -> F::Output {
+pub(crate) async fn in_scope<F: Future>(scope: WriteScope, fut: F) -> F::Output {
     WRITE_SCOPE.scope(scope, fut).await
 }
 
 /// The write scope of the running task, if any.
-pub fn current_scope() -> Option<WriteScope> {
+pub(crate) fn current_scope() -> Option<WriteScope> {
     WRITE_SCOPE.try_with(|s| *s).ok()
 }
 
@@ -85,14 +85,14 @@ pub struct Shards {
 
 /// Ends a sync's claim on its bucket when dropped (see [`Shards::begin`]).
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     shards: Arc<Shards>,
     scope: WriteScope,
 }
 
 impl InFlight {
     /// The scope the sync runs in.
-    pub fn scope(&self) -> WriteScope {
+    pub(crate) fn scope(&self) -> WriteScope {
         self.scope
     }
 }
@@ -131,13 +131,8 @@ impl Shards {
         bucket_of(namespace, self.buckets)
     }
 
-    /// Whether the parents of `namespace` are this replica's work now.
-    pub fn owns(&self, namespace: &str) -> bool {
-        self.active(self.bucket_of(namespace))
-    }
-
     /// Whether work of `b` is handed out on this replica.
-    pub fn active(&self, b: Bucket) -> bool {
+    pub(crate) fn active(&self, b: Bucket) -> bool {
         self.slot(b).active.load(Ordering::Acquire)
     }
 
@@ -148,14 +143,9 @@ impl Shards {
             .collect()
     }
 
-    /// The epoch of `b`: it changes whenever `b` is gained or given up.
-    pub fn epoch(&self, b: Bucket) -> u64 {
-        self.slot(b).epoch.load(Ordering::Acquire)
-    }
-
     /// Starts a sync for a parent in `namespace`: `None` when its bucket is not this replica's
     /// work (the key is dropped), else the claim the sync holds while it runs.
-    pub fn begin(self: &Arc<Self>, namespace: &str) -> Option<InFlight> {
+    pub(crate) fn begin(self: &Arc<Self>, namespace: &str) -> Option<InFlight> {
         let bucket = self.bucket_of(namespace);
         let slot = self.slot(bucket);
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -173,7 +163,7 @@ impl Shards {
     }
 
     /// Syncs of `b` running now.
-    pub fn in_flight(&self, b: Bucket) -> usize {
+    pub(crate) fn in_flight(&self, b: Bucket) -> usize {
         self.slot(b).in_flight.load(Ordering::Acquire)
     }
 
@@ -213,12 +203,12 @@ impl Shards {
     }
 
     /// A receiver that changes whenever this replica gains a bucket.
-    pub fn subscribe_gains(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn subscribe_gains(&self) -> tokio::sync::watch::Receiver<u64> {
         self.gained.subscribe()
     }
 
     /// Whether a write in `scope` (or, without one, to `path`) may be sent at `now`.
-    pub fn permits(
+    pub(crate) fn permits(
         &self,
         scope: Option<WriteScope>,
         path: &str,
