@@ -595,6 +595,21 @@ mod tests {
         assert_eq!(hits, [6]);
     }
 
+    /// A property of FNV-1a that sharding by namespace inherits: names that differ only in
+    /// their last characters differ only in the low bits of their hashes (the last step
+    /// multiplies a small difference by the prime), so equal ranges of the top bits split them
+    /// badly. Random uids spread.
+    #[test]
+    fn sequential_names_cluster_in_the_top_bits() {
+        let top3 = |s: String| fnv1a64(s.as_bytes()) >> 61;
+        let buckets: std::collections::BTreeSet<u64> =
+            (0..20).map(|i| top3(format!("shard-{i:02}"))).collect();
+        assert_eq!(buckets.len(), 1, "{buckets:?}");
+        let buckets: std::collections::BTreeSet<u64> =
+            (0..100).map(|i| top3(format!("team-{i}"))).collect();
+        assert_eq!(buckets.len(), 2, "{buckets:?}");
+    }
+
     #[test]
     fn ored_ranges_parentheses_quotes_and_whitespace() {
         let s = ShardSelector::parse(
