@@ -627,88 +627,68 @@ mod tests {
         assert!(s.matches(&uid("")) && !s.matches(&uid("a")));
     }
 
+    fn refused(text: &str, want: &str) {
+        let err = ShardSelector::parse(text).unwrap_err().to_string();
+        assert!(err.contains(want), "{text:?}: {err:?} lacks {want:?}");
+    }
+
+    /// `$U` stands for `shardRange(object.metadata.uid, `, `$R` for two valid bounds.
+    fn expand(text: &str) -> String {
+        text.replace("$U", "shardRange(object.metadata.uid, ")
+            .replace("$R", "'0x0000000000000000', '0x8000000000000000'")
+    }
+
     #[test]
-    fn malformed_selectors_are_refused() {
-        let r = "'0x0000000000000000', '0x8000000000000000'";
-        let cases: &[(&str, &str)] = &[
+    fn malformed_expressions_are_refused() {
+        for (text, want) in [
             ("   ", "empty shard selector"),
             (
-                &format!("shardRange(object.metadata.name, {r})"),
+                "shardRange(object.metadata.name, $R)",
                 "unsupported field path",
             ),
+            ("shardRange(metadata.uid, $R)", "unsupported field path"),
+            ("hashRange(object.metadata.uid, $R)", "unsupported function"),
+            ("$U$R) && $U$R)", "unsupported function \"_&&_\""),
+            ("$U'0x0000000000000000')", "exactly 3 arguments, got 2"),
             (
-                &format!("shardRange(metadata.uid, {r})"),
-                "unsupported field path",
-            ),
-            (
-                &format!("hashRange(object.metadata.uid, {r})"),
-                "unsupported function",
-            ),
-            (
-                &format!(
-                    "shardRange(object.metadata.uid, {r}) && shardRange(object.metadata.uid, {r})"
-                ),
-                "unsupported function \"_&&_\"",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0000000000000000')",
-                "exactly 3 arguments, got 2",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0', '0x8000000000000000')",
-                "exactly 16 hex digits",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0000000000000000', '0x800000000000000000')",
-                "at most 17",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0000000000000000', '0x800000000000000A')",
-                "lowercase hex digit",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0000000000000000', '0x8000000000000000')",
-                "'0x'",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0000000000000000', '0x20000000000000000')",
-                "17-digit",
-            ),
-            (
-                "shardRange(object.metadata.uid, 0x0, '0x8000000000000000')",
-                "string literal",
-            ),
-            (
-                "shardRange('object.metadata.uid', '0x0000000000000000', '0x8000000000000000')",
-                "field path",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x8000000000000000', '0x8000000000000000')",
-                "must be less than end",
-            ),
-            (
-                &format!(
-                    "shardRange(object.metadata.uid, {r}) || shardRange(object.metadata.namespace, {r})"
-                ),
+                "$U$R) || shardRange(object.metadata.namespace, $R)",
                 "same field",
             ),
+            ("$U$R", "CEL parse error"),
+            ("$U$R) ||", "CEL parse error"),
             (
-                &format!("shardRange(object.metadata.uid, {r}"),
-                "CEL parse error",
-            ),
-            (
-                &format!("shardRange(object.metadata.uid, {r}) ||"),
-                "CEL parse error",
-            ),
-            (
-                "shardRange(object.metadata.uid, '0x0000000000000000, '0x8000000000000000')",
+                "$U'0x0000000000000000, '0x8000000000000000')",
                 "CEL parse error",
             ),
             ("object.metadata.uid", "expected shardRange() call"),
-        ];
-        for (text, want) in cases {
-            let err = ShardSelector::parse(text).unwrap_err().to_string();
-            assert!(err.contains(want), "{text:?}: {err:?} lacks {want:?}");
+            ("shardRange('object.metadata.uid', $R)", "field path"),
+        ] {
+            refused(&expand(text), want);
+        }
+    }
+
+    #[test]
+    fn malformed_bounds_are_refused() {
+        for (text, want) in [
+            ("$U'0x0', '0x8000000000000000')", "exactly 16 hex digits"),
+            (
+                "$U'0x0000000000000000', '0x800000000000000000')",
+                "at most 17",
+            ),
+            (
+                "$U'0x0000000000000000', '0x800000000000000A')",
+                "lowercase hex digit",
+            ),
+            ("$U'0000000000000000', '0x8000000000000000')", "'0x'"),
+            ("$U'0x0000000000000000', '0x20000000000000000')", "17-digit"),
+            ("$U0x0, '0x8000000000000000')", "string literal"),
+            (
+                "$U'0x8000000000000000', '0x8000000000000000')",
+                "must be less than end",
+            ),
+            ("$U'0x', '0x8000000000000000')", "required after '0x'"),
+        ] {
+            refused(&expand(text), want);
         }
     }
 }

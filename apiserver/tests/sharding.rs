@@ -454,11 +454,11 @@ fn kubectl_get_raw_sharded_or_skips_without_kubectl() {
             assert_eq!(got["metadata"]["shardInfo"]["selector"], sel.as_str());
             let want: BTreeSet<String> = all
                 .iter()
-                .cloned()
                 .filter(|k| {
                     let ns = k.split('/').next().unwrap();
                     in_bucket(ns, 0, 4) || in_bucket(ns, 2, 4)
                 })
+                .cloned()
                 .collect();
             assert!(!want.is_empty() && want.len() < all.len(), "{want:?}");
             assert_eq!(names, want);
