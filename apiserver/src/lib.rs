@@ -5,7 +5,7 @@
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
-//! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `patch`, `ssa`,
+//! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
 //! `convert`, `typed`, `proto`, `metadata`, `immutable`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
 //! test entry point (`test_server`, `tls`). See the crate README for where things live.
@@ -25,6 +25,7 @@ mod rbac;
 mod registry;
 pub mod schema;
 pub mod selector;
+mod shard;
 mod ssa;
 mod state;
 mod store;

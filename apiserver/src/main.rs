@@ -46,6 +46,11 @@ struct Args {
     /// kubeconfig); kubectl sends credentials only over HTTPS.
     #[arg(long)]
     tls: bool,
+    /// Serve the `shardSelector` parameter of LIST and WATCH (KEP-5866 server-side sharding,
+    /// the `ShardedListAndWatch` feature of kube-apiserver). `false` ignores it as a server
+    /// without the feature does: every object, no `metadata.shardInfo` echo.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    shard_selector: bool,
 }
 
 #[tokio::main]
@@ -78,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         .watch_window(args.watch_window)
         .seed(args.seed)
         .builtin_defaults(args.builtin_defaults)
+        .shard_selector(args.shard_selector)
         .start()
         .await
         .context("starting apiserver")?;

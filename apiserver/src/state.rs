@@ -5,6 +5,7 @@ use crate::engine::{Inner, Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
 use crate::hooks::{Admission, CounterStore, Faults, WriteLog};
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -36,6 +37,10 @@ pub struct ServerConfig {
     /// as without `--authorization-mode`). With it the bootstrap ClusterRoles and bindings are
     /// created at start and ClusterRoles are aggregated.
     pub auth: Option<crate::authn::AuthConfig>,
+    /// Serve the `shardSelector` of LIST and WATCH (KEP-5866) at start; switch it at run time
+    /// with [`ServerState::set_shard_selector`]. Default true. When off the parameter is
+    /// ignored, as by a server without the feature.
+    pub shard_selector: bool,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +59,7 @@ impl Default for ServerConfig {
             builtin_defaults: false,
             rv_wait: Duration::from_secs(3),
             auth: None,
+            shard_selector: true,
         }
     }
 }
@@ -77,6 +83,8 @@ pub struct ServerState {
     pub(crate) authn: Option<crate::authn::Authn>,
     /// The message of every 403 answered, in order (authorization on only).
     denials: Mutex<Vec<String>>,
+    /// Whether `shardSelector` is served now ([`ServerConfig::shard_selector`] at start).
+    shard_selector: AtomicBool,
 }
 
 impl ServerState {
@@ -121,8 +129,21 @@ impl ServerState {
             address: Mutex::new("127.0.0.1:0".into()),
             authn: config.auth.clone().map(crate::authn::Authn::new),
             denials: Mutex::new(Vec::new()),
+            shard_selector: AtomicBool::new(config.shard_selector),
             config,
         })
+    }
+
+    /// Serve (true) or ignore (false) the `shardSelector` of LIST and WATCH from the next
+    /// request on (KEP-5866); open watches keep the selector they started with. Ignoring it is
+    /// what a server without the feature does: every object, no `shardInfo` echo.
+    pub fn set_shard_selector(&self, on: bool) {
+        self.shard_selector.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the `shardSelector` of LIST and WATCH is served now.
+    pub fn shard_selector_served(&self) -> bool {
+        self.shard_selector.load(Ordering::SeqCst)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

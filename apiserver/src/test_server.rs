@@ -116,6 +116,13 @@ impl TestServerBuilder {
         self.tls = on;
         self
     }
+    /// Serve the `shardSelector` of LIST and WATCH (KEP-5866, server-side sharding) from the
+    /// start (true, the default) or ignore it like a server without the feature (false). It can
+    /// be switched later with [`TestServer::set_shard_selector`].
+    pub fn shard_selector(mut self, on: bool) -> Self {
+        self.config.shard_selector = on;
+        self
+    }
     /// Replace the whole configuration.
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
@@ -374,6 +381,13 @@ impl TestServer {
     /// Reset request counters.
     pub fn reset_counters(&self) {
         self.state.reset_counters()
+    }
+
+    /// Serve (true) or ignore (false) the `shardSelector` of LIST and WATCH from the next
+    /// request on ([`ServerState::set_shard_selector`]): off, the server answers as one without
+    /// KEP-5866, every object and no `metadata.shardInfo`.
+    pub fn set_shard_selector(&self, on: bool) {
+        self.state.set_shard_selector(on);
     }
 
     /// Shared state (storage inspection, compaction).

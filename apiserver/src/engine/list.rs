@@ -1,10 +1,12 @@
 //! GET and LIST: which state a read asks for (`resourceVersion`, `resourceVersionMatch`,
-//! `limit`, `continue`), selectors, paging and continue tokens.
+//! `limit`, `continue`), selectors (label, field and KEP-5866 shard), paging and continue
+//! tokens.
 
 use super::inner::Inner;
 use super::request::Req;
 use crate::error::{ApiError, ApiResult};
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::shard::ShardSelector;
 use crate::store::{AtError, Key, Obj};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -16,6 +18,8 @@ pub(crate) struct ListOpts {
     pub label: LabelSelector,
     /// fieldSelector.
     pub field: FieldSelector,
+    /// shardSelector (KEP-5866), when given and served.
+    pub shard: Option<ShardSelector>,
     /// limit (0 = none).
     pub limit: usize,
     /// continue token.
@@ -134,6 +138,18 @@ pub(crate) struct ListResult {
     pub continue_token: Option<String>,
     /// Items left after this page.
     pub remaining: Option<u64>,
+    /// The applied shard selector in canonical form (`metadata.shardInfo.selector`).
+    pub shard: Option<String>,
+}
+
+impl ListOpts {
+    /// Whether `o` matches the label, field and shard selectors. The shard key (uid,
+    /// namespace) never changes, so an object stays in or out of a shard for its whole life.
+    pub(crate) fn matches(&self, o: &serde_json::Value) -> bool {
+        self.label.matches(o)
+            && self.field.matches(o)
+            && self.shard.as_ref().is_none_or(|s| s.matches(o))
+    }
 }
 
 impl Inner {
@@ -176,7 +192,8 @@ impl Inner {
                 }
             })?;
         let api_version = req.api_version();
-        let matches = |o: &Obj| opts.label.matches(o) && opts.field.matches(o);
+        let matches = |o: &Obj| opts.matches(o);
+        let shard = opts.shard.as_ref().map(ToString::to_string);
         let present = |o: &Obj| Self::present(o, &api_version);
         if let Some(name) = opts.field.exact_name() {
             let key = Key {
@@ -202,6 +219,7 @@ impl Inner {
                 rv: list_rv,
                 continue_token: None,
                 remaining: None,
+                shard,
             });
         }
         let mut it = snap.range(after.as_ref()).filter(|(_, o)| matches(o));
@@ -219,14 +237,20 @@ impl Inner {
             let rest = it.count() as u64;
             if rest > 0 {
                 cont = Some(last);
-                remaining = Some(rest);
+                // kube-apiserver counts the rest only without a shard selector (storage
+                // `PrepareContinueToken` sets it when the predicate is empty, and a shard
+                // selector makes it non-empty)
+                remaining = opts.shard.is_none().then_some(rest);
             }
         }
+        // the token names the last key returned, so the next page starts after it whatever
+        // the selectors skipped; they are not in the token: the client repeats them
         Ok(ListResult {
             items,
             rv: list_rv,
             continue_token: cont.map(|k| encode_continue(list_rv, &k.ns, &k.name)),
             remaining,
+            shard,
         })
     }
 }

@@ -65,6 +65,9 @@ pub(super) fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u
     if let Some(r) = res.remaining {
         md["remainingItemCount"] = json!(r);
     }
+    if let Some(s) = &res.shard {
+        md["shardInfo"] = json!({"selector": s});
+    }
     let mut out = Vec::with_capacity(64 + res.items.len() * 512);
     out.extend_from_slice(
         format!(
@@ -148,6 +151,7 @@ mod tests {
             rv: 7,
             continue_token: Some("x".into()),
             remaining: Some(3),
+            shard: None,
         };
         let v: Value =
             serde_json::from_slice(&list_body("ConfigMapList", "v1", res)).unwrap_or_default();

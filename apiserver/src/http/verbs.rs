@@ -157,7 +157,7 @@ async fn get(call: Call<'_>) -> ApiResult<Response> {
 }
 
 async fn list(call: Call<'_>) -> ApiResult<Response> {
-    let lopts = list_opts(&call.q, &call.req.def)?;
+    let lopts = list_opts(&call.q, &call.req.def, call.state.shard_selector_served())?;
     let meta_only = wants_metadata(&call.headers);
     if call.q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return watch(call.state, call.req, &call.q, lopts, meta_only);
@@ -175,8 +175,12 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
         return Ok(obj_response(StatusCode::OK, &table(&call.req, &items, md)));
     }
     if meta_only {
+        // kube-apiserver builds the PartialObjectMetadataList from the list's resourceVersion,
+        // continue and remainingItemCount alone: the items are sharded, shardInfo is dropped
+        // (`asPartialObjectMetadataList`); tables likewise
         let res = ListResult {
             items: res.items.iter().map(|o| Arc::new(partial(o))).collect(),
+            shard: None,
             ..res
         };
         return Ok(json_response(
@@ -234,7 +238,7 @@ fn patch(call: &Call<'_>) -> ApiResult<Response> {
 
 fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
     let dopts = delete_opts(&call.q, &call.body)?;
-    let lopts = list_opts(&call.q, &call.req.def)?;
+    let lopts = list_opts(&call.q, &call.req.def, call.state.shard_selector_served())?;
     let (state, req) = (call.state, &call.req);
     let items = state.write(|i| i.delete_collection(&state.admission, req, &lopts, &dopts))?;
     let rv = state.resource_version();
@@ -243,6 +247,7 @@ fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
         rv,
         continue_token: None,
         remaining: None,
+        shard: None,
     };
     Ok(json_response(
         StatusCode::OK,

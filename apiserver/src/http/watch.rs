@@ -1,5 +1,11 @@
-//! WATCH: the initial events, the event stream filtered by namespace and selectors, BOOKMARK
-//! events (periodic, at the timeout, `initial-events-end`) and 410 as an ERROR event.
+//! WATCH: the initial events, the event stream filtered by namespace and selectors (label,
+//! field, KEP-5866 shard), BOOKMARK events (periodic, at the timeout, `initial-events-end`) and
+//! 410 as an ERROR event.
+//!
+//! A sharded watch carries no echo of its selector: the KEP speaks of one on the initial sync
+//! of a watch, but kube-apiserver's alpha sets `shardInfo` on list responses only, and a watch
+//! event has no list metadata to hold it. A client confirms server-side sharding with a list
+//! (its informer's first step) and then watches with the same selector.
 
 use super::response::{partial, stream_response};
 use crate::engine::{Inner, ListOpts, Req};
@@ -123,6 +129,7 @@ fn start_of(state: &ServerState, req: &Req, lopts: &ListOpts, p: &WatchParams) -
             let all = ListOpts {
                 label: lopts.label.clone(),
                 field: lopts.field.clone(),
+                shard: lopts.shard.clone(),
                 limit: 0,
                 ..Default::default()
             };
@@ -306,9 +313,8 @@ impl WatchTask {
         if e.key.res != self.res || self.ns.as_ref().is_some_and(|n| *n != e.key.ns) {
             return None;
         }
-        let matches = |o: &Value| self.lopts.label.matches(o) && self.lopts.field.matches(o);
-        let cur = matches(&e.obj);
-        let prev = e.prev.as_ref().map(|p| matches(p)).unwrap_or(false);
+        let cur = self.lopts.matches(&e.obj);
+        let prev = e.prev.as_ref().is_some_and(|p| self.lopts.matches(p));
         let ty = event_type(&e.ty, cur, prev)?;
         let same_version =
             e.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
