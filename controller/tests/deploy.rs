@@ -119,6 +119,90 @@ async fn kubectl_apply_k_deploy_or_skips_without_kubectl() -> anyhow::Result<()>
     Ok(())
 }
 
+/// The sharded variant: `kubectl apply -k deploy/`, then `kubectl patch` with
+/// `deploy/sharded-patch.yaml`, as its header says: three replicas running `kmeta run --sharding`
+/// (flags the binary accepts, no leader election), spread over nodes and zones.
+#[tokio::test]
+async fn the_sharded_patch_turns_the_deployment_into_three_sharded_replicas_or_skips_without_kubectl()
+-> anyhow::Result<()> {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        return support::skip_or_fail("kubectl is not on PATH");
+    }
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    let kubectl = |args: Vec<std::ffi::OsString>| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let out = tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--request-timeout=20s")
+                .args(&args)
+                .output()
+                .await?;
+            anyhow::ensure!(
+                out.status.success(),
+                "kubectl {args:?} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            anyhow::Ok(())
+        }
+    };
+    kubectl(vec!["apply".into(), "-k".into(), deploy_dir().into()]).await?;
+    let patch = deploy_dir().join("sharded-patch.yaml");
+    kubectl(vec![
+        "-n".into(),
+        "kmeta".into(),
+        "patch".into(),
+        "deployment".into(),
+        "kmeta".into(),
+        "--patch-file".into(),
+        patch.into(),
+    ])
+    .await?;
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(server.client(), "kmeta");
+    let d = deployments.get("kmeta").await?;
+    let config = run_config(&serde_json::to_value(&d)?)?;
+    let sharding = config.sharding.context("--sharding")?;
+    assert_eq!(
+        (sharding.namespace.as_str(), sharding.buckets),
+        ("kmeta", 32)
+    );
+    assert!(
+        config.leader.is_none(),
+        "no leader election beside sharding"
+    );
+    let spec = d.spec;
+    assert_eq!(spec.replicas, Some(3));
+    let pod = spec.template.spec.context("pod spec")?;
+    let keys: Vec<String> = pod
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .map(|t| t.topology_key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    );
+    let c = &pod.containers[0];
+    assert!(
+        c.env.iter().flatten().any(|e| e.name == "POD_NAME"),
+        "POD_NAME names the replica"
+    );
+    assert!(c.readiness_probe.is_some(), "the base's probes are kept");
+    server.shutdown().await;
+    Ok(())
+}
+
 /// Looks up a dotted path (`args.workers`) in the chart's values.
 fn lookup<'a>(values: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(values, |v, k| v.get(k))
@@ -377,6 +461,34 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
     assert_eq!(config.workers, 9);
     assert_eq!(config.events_burst, 7);
     assert_eq!(config.target_label_selector.as_deref(), Some("team=a"));
+
+    // Sharded: every replica works on its share of the buckets.
+    let spread = serde_json::json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "kmeta"}}}]);
+    let Some(sharded) = helm_render(&serde_json::json!({
+        "replicaCount": 3,
+        "sharding": {"enabled": true, "buckets": 64},
+        "topologySpreadConstraints": spread,
+    }))?
+    else {
+        return Ok(());
+    };
+    let objects = rendered_objects(&sharded)?;
+    let deployment = of_kind(&objects, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["topologySpreadConstraints"],
+        spread
+    );
+    let config = run_config(deployment)?;
+    let sharding = config.sharding.context("sharding enabled")?;
+    assert_eq!(
+        (sharding.namespace.as_str(), sharding.buckets),
+        ("kmeta", 64)
+    );
+    assert!(config.leader.is_none());
+    assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
 
     // Least-privilege rules replace the wildcard role.
     let rules = serde_json::json!([{"apiGroups": ["metacontroller.k8s.io"],

@@ -418,6 +418,10 @@ pub enum SyncError {
     /// The ServiceAccount's user name cannot be sent in `Impersonate-User`.
     #[error("impersonating {0}: its user name is not a valid HTTP header value")]
     Impersonation(String),
+    /// Under `--sharding`, part of the work belongs to shard buckets other replicas hold (it is
+    /// theirs to do; this replica tries again later).
+    #[error("{0}")]
+    OtherShards(String),
 }
 
 /// The identity a sync writes children (attachments) and reads related objects as, with the

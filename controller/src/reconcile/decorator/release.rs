@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::build::DecoratorBuildError;
 use super::decide::{RELEASE_FINALIZER, finalizer_name};
 use crate::api::{DecoratorController, GROUP, VERSION};
-use crate::object::{describe, has_finalizer};
+use crate::object::{describe, has_finalizer, meta_str};
 use crate::reconcile::core::{Context, SyncError, api_err};
 use crate::reconcile::status;
 use crate::runtime::kapi;
@@ -70,6 +70,11 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
     let name = dc.metadata.name.clone().unwrap_or_default();
     let fin = finalizer_name(&name);
     let mut released = 0;
+    // under --sharding each replica releases the targets of the buckets it holds; the holder of
+    // the cluster bucket removes the controller's finalizer once no target carries it
+    let shards = ctx.config.shards.as_deref();
+    let mine = |ns: &str| shards.is_none_or(|s| s.held().contains(&s.bucket_of(ns)));
+    let mut others = 0;
     for rule in &dc.spec.resources {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let all = kapi::api(&ctx.client, &resolved, "")
@@ -81,10 +86,19 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
             if !has_finalizer(&obj, &fin) {
                 continue;
             }
+            if !mine(meta_str(&obj, "namespace")) {
+                others += 1;
+                continue;
+            }
             status::set_finalizer(ctx, &resolved, &obj, &fin, false).await?;
             tracing::info!(controller = %name, target = %describe(&obj), "released target");
             released += 1;
         }
+    }
+    if others > 0 || !mine("") {
+        return Err(SyncError::OtherShards(format!(
+            "released {released} target(s); {others} left to the replicas holding their shard buckets, and the controller's finalizer to the holder of the cluster bucket"
+        )));
     }
     let resolved = dc_resource(ctx)?;
     status::set_finalizer(ctx, &resolved, &dc_value(dc), RELEASE_FINALIZER, false).await?;
