@@ -432,6 +432,83 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
     Ok(())
 }
 
+/// A leader-elected kmeta (as Metacontroller would) holds the leader Lease: a sharded replica
+/// started beside it takes no bucket and writes nothing; once the leader stops (and releases
+/// the Lease), the sharded replica takes the Lease and every bucket and syncs every change.
+#[tokio::test]
+async fn a_sharded_replica_works_only_once_no_leader_mode_process_holds_the_leader_lease()
+-> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let notes = set_up(&server, &hook().await?).await?;
+    let leader = Replica {
+        name: "leader".into(),
+        child: Command::new(KMETA)
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--leader-election", "--leader-election-namespace=default"])
+            .args(["--metrics-address=0", "--health-probe-bind-address=0"])
+            .env("POD_NAME", "leader")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("leader.log"))?)
+            .spawn()?,
+        health: 0,
+    };
+    converged(&server, &notes, 0, "leader mode").await?;
+    let sharded = start(&kubeconfig, dir.path(), "kmeta-a")?;
+    let url = format!("http://127.0.0.1:{}/readyz?verbose", sharded.health);
+    wait_for(
+        "the sharded replica to say the leader blocks it",
+        || async {
+            let text = async { reqwest::get(&url).await.ok()?.text().await.ok() }.await;
+            text.is_some_and(|t| {
+                t.contains("buckets none") && t.contains("leader, outside this shard set")
+            })
+        },
+    )
+    .await?;
+    let before = server.write_log().since(0).len();
+    server.write_log().enable(100_000);
+    edit_all(&server, 1).await?;
+    converged(
+        &server,
+        &notes,
+        1,
+        "leader mode beside a blocked sharded replica",
+    )
+    .await?;
+    let by_sharded = server
+        .write_log()
+        .since(0)
+        .iter()
+        .filter(|w| identity_of(&w.user_agent) == Some("kmeta-a") && w.resource != "leases")
+        .count();
+    assert_eq!(
+        by_sharded, 0,
+        "the blocked replica wrote ({before} records before)"
+    );
+    signal(&leader, "TERM")?;
+    edit_all(&server, 2).await?;
+    if let Err(e) = converged(&server, &notes, 2, "after the leader stopped").await {
+        for log in ["leader.log", "kmeta-a.log"] {
+            let text = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            eprintln!(
+                "--- {log}\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        return Err(e);
+    }
+    wait_balanced(&[&sharded]).await?;
+    drop((leader, sharded));
+    server.shutdown().await;
+    Ok(())
+}
+
 #[test]
 fn the_ownership_check_finds_a_write_by_a_replica_that_lost_its_bucket() -> anyhow::Result<()> {
     let ns = "team-1";

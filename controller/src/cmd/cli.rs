@@ -255,6 +255,9 @@ pub struct ShardFlags {
     pub retry_period: Duration,
     /// `--shard-drain-timeout` (default: the renew deadline).
     pub drain_timeout: Duration,
+    /// `--leader-election-id`: the Lease a leader-mode kmeta or Metacontroller would hold; the
+    /// sharded replicas work only while one of them holds it.
+    pub leader_lease: String,
 }
 
 /// Leader election settings from the flags.
@@ -600,6 +603,7 @@ impl RunArgs {
             lease_duration: parse_duration("shard-lease-duration", &self.shard_lease_duration)?,
             renew_deadline,
             retry_period: parse_duration("shard-retry-period", &self.shard_retry_period)?,
+            leader_lease: self.leader_election_id.trim().to_owned(),
             drain_timeout: match &self.shard_drain_timeout {
                 Some(d) => parse_duration("shard-drain-timeout", d)?,
                 None => renew_deadline,

@@ -230,6 +230,7 @@ fn shard_config(
         renew_deadline: flags.renew_deadline,
         retry_period: flags.retry_period,
         drain_timeout: flags.drain_timeout,
+        leader_lease: flags.leader_lease.clone(),
         metrics: Some(metrics),
         ..ShardConfig::new(namespace, identity, shards)
     }
@@ -323,8 +324,12 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     {
         let identity = identity.unwrap_or_else(crate::ops::leader::default_identity);
         let cfg = shard_config(flags, namespace.clone(), identity, shards, metrics.clone());
-        // the Lease loop has its own client (own token bucket), as leader election's
-        let lease_client = client::build(kube_config, limits, metrics)
+        // the Lease loop has its own client and no client-side limit: its traffic is bounded by
+        // design (a LIST, a GET and one write per held bucket per retry period: 37 requests
+        // every 2 s for a lone replica of 32 buckets), and at --client-go-qps 5 renewals would
+        // queue past their deadline and the buckets be lost (found by the scenario)
+        let unlimited = RateLimit { qps: 0.0, burst: 0 };
+        let lease_client = client::build(kube_config, unlimited, metrics)
             .map_err(|e| RunError::Client(e.to_string()))?;
         return run_sharded_manager(lease_client, cfg, client, manager, shutdown, bound).await;
     }

@@ -61,8 +61,12 @@ pub fn sharding_line(shards: &crate::ops::shard::Shards) -> String {
         [] => "none".to_owned(),
         h => h.join(","),
     };
+    let blocked = shards
+        .blocked()
+        .map(|why| format!("; taking none: {why}"))
+        .unwrap_or_default();
     format!(
-        "[+]sharding buckets {held} (of {} and cluster; {} members)",
+        "[+]sharding buckets {held} (of {} and cluster; {} members{blocked})",
         shards.buckets(),
         shards.members()
     )

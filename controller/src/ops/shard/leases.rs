@@ -16,7 +16,7 @@
 //! At shutdown the member Lease is deleted first (the others raise their share), then every
 //! bucket is handed over in parallel, then the work is stopped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::legacy::LegacyGuard;
 use super::{Bucket, BucketView, Shards, Step, plan};
 use crate::ops::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
@@ -62,6 +63,10 @@ pub struct ShardConfig {
     pub drain_timeout: Duration,
     /// The buckets this replica holds, shared with the workers and the client.
     pub shards: Arc<Shards>,
+    /// The leader-election Lease a leader-mode kmeta or Metacontroller would hold
+    /// (`--leader-election-id`). Default `metacontroller`. The set works only while one of its
+    /// members holds it ([`super::legacy`]).
+    pub leader_lease: String,
     /// Where `kmeta_shard_*` series go. Default: none.
     pub metrics: Option<Arc<Metrics>>,
 }
@@ -86,6 +91,7 @@ impl ShardConfig {
             retry_period: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(10),
             shards,
+            leader_lease: "metacontroller".into(),
             metrics: None,
         }
     }
@@ -114,6 +120,11 @@ impl ShardConfig {
         if self.prefix.is_empty() || self.prefix.len() > 40 {
             return Err(ShardError::InvalidConfig(
                 "--shard-lease-prefix must have 1 to 40 characters".into(),
+            ));
+        }
+        if self.leader_lease.is_empty() {
+            return Err(ShardError::InvalidConfig(
+                "--leader-election-id must not be empty: sharded replicas hold it so that no leader-mode process writes beside them".into(),
             ));
         }
         self.lease(self.bucket_lease(Bucket::Cluster))
@@ -159,6 +170,8 @@ enum HandoffReason {
     Rebalance,
     Shutdown,
     Lost,
+    /// A leader-mode process holds the leader Lease.
+    Blocked,
 }
 
 impl HandoffReason {
@@ -167,6 +180,7 @@ impl HandoffReason {
             HandoffReason::Rebalance => "rebalance",
             HandoffReason::Shutdown => "shutdown",
             HandoffReason::Lost => "lost",
+            HandoffReason::Blocked => "blocked",
         }
     }
 }
@@ -182,6 +196,8 @@ struct Loop {
     member: Option<Lease>,
     /// A bucket count mismatch last reported (logged once per change).
     mismatch: Option<String>,
+    /// The guard on the leader-election Lease.
+    legacy: LegacyGuard,
 }
 
 /// Runs `work` on a sharded replica: the bucket Lease loop alongside it until `shutdown`; then
@@ -198,7 +214,9 @@ where
     Fut: Future<Output = ()>,
 {
     cfg.validate()?;
+    let legacy = LegacyGuard::new(cfg.lease(cfg.leader_lease.clone()));
     let mut state = Loop {
+        legacy,
         api: Api::namespaced(client, &cfg.namespace),
         cfg,
         observed: HashMap::new(),
@@ -272,14 +290,19 @@ impl Loop {
         self.renew_held(&by_name).await;
         self.finish_handovers(&by_name).await;
         let (members, views) = self.views(&by_name, started);
-        self.cfg.shards.set_members(members);
+        self.cfg.shards.set_members(members.len());
         if let Some(m) = &self.cfg.metrics {
-            m.shard_members(members);
+            m.shard_members(members.len());
         }
-        if stopping || self.bucket_count_mismatch(&by_name) {
+        if stopping || self.bucket_count_mismatch(&by_name) || self.blocked(&members).await {
             return;
         }
-        for step in plan(&self.cfg.identity, members, &views, self.cfg.lease_duration) {
+        for step in plan(
+            &self.cfg.identity,
+            members.len(),
+            &views,
+            self.cfg.lease_duration,
+        ) {
             match step {
                 Step::Acquire(b) => {
                     self.acquire(b, by_name.get(&self.cfg.bucket_lease(b)))
@@ -288,6 +311,29 @@ impl Loop {
                 Step::Release(b) => self.hand_over(b, HandoffReason::Rebalance),
             }
         }
+    }
+
+    /// Whether a process outside the set holds the leader Lease: then every held bucket is
+    /// handed over and none taken (logged when it changes, named on `/readyz`).
+    async fn blocked(&mut self, members: &BTreeSet<String>) -> bool {
+        let blocked = self.legacy.check(&self.api, members).await;
+        if blocked != self.cfg.shards.blocked() {
+            match &blocked {
+                Some(why) => {
+                    tracing::warn!(reason = %why, "not sharding: a leader-mode process may write for every parent; handing every bucket over")
+                }
+                None => tracing::info!("the leader Lease is held by this shard set: sharding"),
+            }
+            self.cfg.shards.set_blocked(blocked.clone());
+        }
+        if blocked.is_none() {
+            return false;
+        }
+        let held: Vec<Bucket> = self.held.keys().copied().collect();
+        for b in held {
+            self.hand_over(b, HandoffReason::Blocked);
+        }
+        true
     }
 
     /// Creates or renews this replica's member Lease (a failure only delays the others'
@@ -472,8 +518,12 @@ impl Loop {
     }
 
     /// The live members and what this replica knows of each bucket at `now`.
-    fn views(&mut self, listed: &HashMap<String, Lease>, now: Instant) -> (usize, Vec<BucketView>) {
-        let mut members = 0;
+    fn views(
+        &mut self,
+        listed: &HashMap<String, Lease>,
+        now: Instant,
+    ) -> (BTreeSet<String>, Vec<BucketView>) {
+        let mut members = BTreeSet::new();
         for (name, lease) in listed {
             let member = lease
                 .metadata
@@ -490,13 +540,13 @@ impl Loop {
             if matches!(
                 leader::decide(Some(lease), seen, now, &cfg),
                 Action::Renew | Action::Wait { .. }
-            ) {
-                members += 1;
+            ) && let Some(h) = leader::holder(lease)
+            {
+                members.insert(h.to_owned());
             }
         }
-        if !listed.contains_key(&self.cfg.member_lease()) {
-            members += 1; // this replica, whose member Lease is not written yet
-        }
+        // this replica, whose member Lease may not be written yet
+        members.insert(self.cfg.identity.clone());
         let mut views = Vec::new();
         for b in Bucket::all(self.cfg.shards.buckets()) {
             let name = self.cfg.bucket_lease(b);
@@ -624,5 +674,6 @@ impl Loop {
         for b in Bucket::all(self.cfg.shards.buckets()) {
             self.cfg.shards.give_up(b);
         }
+        self.legacy.release(&self.api).await;
     }
 }

@@ -18,6 +18,7 @@
 //! Lease loop ([`leases`]).
 
 pub(crate) mod leases;
+pub(crate) mod legacy;
 pub(crate) mod state;
 
 use std::time::Duration;

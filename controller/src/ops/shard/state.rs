@@ -81,6 +81,8 @@ pub struct Shards {
     gained: tokio::sync::watch::Sender<u64>,
     /// Live replicas as last counted (for metrics and `/readyz`).
     members: AtomicUsize,
+    /// Why this replica takes no bucket (a leader-mode process holds the leader Lease).
+    blocked: std::sync::Mutex<Option<String>>,
 }
 
 /// Ends a sync's claim on its bucket when dropped (see [`Shards::begin`]).
@@ -114,6 +116,7 @@ impl Shards {
             slots,
             gained,
             members: AtomicUsize::new(0),
+            blocked: std::sync::Mutex::new(None),
         })
     }
 
@@ -195,6 +198,21 @@ impl Shards {
     /// Records how many replicas are alive.
     pub(crate) fn set_members(&self, n: usize) {
         self.members.store(n, Ordering::Release);
+    }
+
+    /// Why this replica takes no bucket now, if it takes none on purpose.
+    pub fn blocked(&self) -> Option<String> {
+        self.blocked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_blocked(&self, why: Option<String>) {
+        *self
+            .blocked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
     }
 
     /// Live replicas as last counted (0 before the first round).
