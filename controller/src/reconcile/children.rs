@@ -173,7 +173,10 @@ pub async fn manage_children<O: Borrow<Value>>(
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| {
             last_applied::known_or_parsed(&c.memory.last_applied, obs, opts)
-                .or_else(|| applied_by(c, obs, &w.manager))
+                .or_else(|| match opts.record {
+                    true => None,
+                    false => applied_by(c, obs, &w.manager),
+                })
         },
     )?;
     let ops = decide::with_adoptions(ops, observed, adopting);
@@ -208,7 +211,9 @@ pub async fn manage_children<O: Borrow<Value>>(
 }
 
 /// What the parent whose field manager is `manager` applied to `observed`, a child without the
-/// last-applied annotation: its live fields that manager owns, read from the `managedFields`
+/// last-applied annotation of a type written without it ([`dynapply::Options::record`] off; a
+/// type written with it merges such a child without a base, removing nothing): its live fields
+/// that manager owns, read from the `managedFields`
 /// entries the cache keeps for the child ([`Compact::parent_entries`]). `None` (nothing is
 /// known to be applied, so the merge removes nothing) when the manager owns nothing there or
 /// the cache holds another version of the child.
