@@ -546,14 +546,7 @@ fn update_unrecorded(
     let annotated = has_annotation(observed, &opts.annotation);
     // the usual resync: nothing to change, answered without cloning the live object
     if !annotated
-        && !merge::would_change(
-            observed,
-            last,
-            desired,
-            opts.rules.root(),
-            opts.ordering,
-            0,
-        )
+        && !merge::would_change(observed, last, desired, opts.rules.root(), opts.ordering, 0)
     {
         return Ok(Outcome::Unchanged);
     }
@@ -694,7 +687,10 @@ mod tests {
         };
         let desired = json!({"metadata": {"name": "a"}, "data": {"k": "1", "gone": null}});
         let created = prepare_create(&desired, &opts).expect("an object");
-        assert_eq!(created, json!({"metadata": {"name": "a"}, "data": {"k": "1"}}));
+        assert_eq!(
+            created,
+            json!({"metadata": {"name": "a"}, "data": {"k": "1"}})
+        );
         let mut live = created.clone();
         live["metadata"]["resourceVersion"] = json!("3");
         live["data"]["theirs"] = json!("t");

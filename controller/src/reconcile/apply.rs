@@ -95,7 +95,10 @@ pub fn last_applied_for(
     annotations: Option<&BTreeMap<String, String>>,
     strategy: ApplyStrategy,
 ) -> Result<LastApplied, String> {
-    match annotations.and_then(|a| a.get(LAST_APPLIED_OPTION)).map(String::as_str) {
+    match annotations
+        .and_then(|a| a.get(LAST_APPLIED_OPTION))
+        .map(String::as_str)
+    {
         None | Some("record") => Ok(LastApplied::Record),
         Some("omit") if strategy == ApplyStrategy::ServerSideApply => Ok(LastApplied::Omit),
         Some("omit") => Err(format!(
@@ -665,9 +668,15 @@ mod tests {
             last_applied_for(Some(&with("record")), ApplyStrategy::DynamicApply),
             Ok(LastApplied::Record)
         );
-        assert_eq!(last_applied_for(Some(&with("omit")), ssa), Ok(LastApplied::Omit));
+        assert_eq!(
+            last_applied_for(Some(&with("omit")), ssa),
+            Ok(LastApplied::Omit)
+        );
         let e = last_applied_for(Some(&with("omit")), ApplyStrategy::DynamicApply).unwrap_err();
-        assert!(e.contains(LAST_APPLIED_OPTION) && e.contains("server-side-apply"), "{e}");
+        assert!(
+            e.contains(LAST_APPLIED_OPTION) && e.contains("server-side-apply"),
+            "{e}"
+        );
         let e = last_applied_for(Some(&with("none")), ssa).unwrap_err();
         assert!(e.contains("\"none\""), "{e}");
     }
@@ -681,12 +690,22 @@ mod tests {
         let open = dynapply::ListRules::from_openapi_schema(&schema);
         assert!(!open.preserve_unknown_subtrees().is_empty());
         let omit = LastApplied::Omit;
-        assert!(records_last_applied(LastApplied::Record, &plain, D::Enforce, M::InPlace));
+        assert!(records_last_applied(
+            LastApplied::Record,
+            &plain,
+            D::Enforce,
+            M::InPlace
+        ));
         assert!(!records_last_applied(omit, &plain, D::Enforce, M::InPlace));
         assert!(!records_last_applied(omit, &plain, D::Report, M::InPlace));
         assert!(!records_last_applied(omit, &plain, D::Enforce, M::Recreate));
         assert!(records_last_applied(omit, &open, D::Enforce, M::InPlace));
-        assert!(records_last_applied(omit, &plain, D::Report, M::RollingRecreate));
+        assert!(records_last_applied(
+            omit,
+            &plain,
+            D::Report,
+            M::RollingRecreate
+        ));
     }
 
     #[test]
@@ -703,7 +722,13 @@ mod tests {
         for m in [&a, &b, &long] {
             assert!(is_parent_manager(m), "{m}");
         }
-        for other in ["kubectl-edit", "metacontroller", "a/0123456789", "a/b/012345678z", "a/b/c"] {
+        for other in [
+            "kubectl-edit",
+            "metacontroller",
+            "a/0123456789",
+            "a/b/012345678z",
+            "a/b/c",
+        ] {
             assert!(!is_parent_manager(other), "{other}");
         }
     }

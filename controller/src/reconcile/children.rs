@@ -172,11 +172,12 @@ pub async fn manage_children<O: Borrow<Value>>(
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| {
-            last_applied::known_or_parsed(&c.memory.last_applied, obs, opts)
-                .or_else(|| match opts.record {
-                    true => None,
-                    false => applied_by(c, obs, &w.manager),
-                })
+            last_applied::known_or_parsed(&c.memory.last_applied, obs, opts).or_else(|| match opts
+                .record
+            {
+                true => None,
+                false => applied_by(c, obs, &w.manager),
+            })
         },
     )?;
     let ops = decide::with_adoptions(ops, observed, adopting);
@@ -221,7 +222,9 @@ pub async fn manage_children<O: Borrow<Value>>(
 /// [`Compact::parent_entries`]: crate::runtime::compact::Compact::parent_entries
 fn applied_by(c: &Children<'_>, observed: &Value, manager: &str) -> Option<decide::KnownLast> {
     let field = |f: &str| observed.get(f).and_then(Value::as_str).unwrap_or_default();
-    let rule = c.rules.get(&group_key(field("apiVersion"), field("kind")))?;
+    let rule = c
+        .rules
+        .get(&group_key(field("apiVersion"), field("kind")))?;
     let cached = rule
         .informer
         .get(meta_str(observed, "namespace"), meta_str(observed, "name"))?;

@@ -402,7 +402,11 @@ mod tests {
                 .unwrap();
         for c in [watched, Compact::from_value(obj.clone()).unwrap()] {
             assert_eq!(c.parent_entries(), Some(want.clone()));
-            assert!(c.value().unwrap()["metadata"].get("managedFields").is_none());
+            assert!(
+                c.value().unwrap()["metadata"]
+                    .get("managedFields")
+                    .is_none()
+            );
         }
         obj["metadata"]["annotations"] = json!({dynapply::LAST_APPLIED_ANNOTATION: "{}"});
         let watched =

@@ -22,13 +22,11 @@ fn hook(_hook: &str, req: &Value) -> Reply {
     if let Some(extra) = parent["spec"].get("extra") {
         data["extra"] = extra.clone();
     }
-    let annotated = req["children"]["ConfigMap.v1"]
-        .as_object()
-        .map_or(0, |m| {
-            m.values()
-                .filter(|c| c["metadata"]["annotations"].get(RECORD).is_some())
-                .count()
-        });
+    let annotated = req["children"]["ConfigMap.v1"].as_object().map_or(0, |m| {
+        m.values()
+            .filter(|c| c["metadata"]["annotations"].get(RECORD).is_some())
+            .count()
+    });
     Reply::Json(json!({
         "status": {"observedChildren": observed_configmaps(req), "annotatedChildren": annotated},
         "children": [{
@@ -128,7 +126,11 @@ async fn children_without_the_record_follow_the_hook_and_keep_others_fields() ->
             c["data"]["message"] == "bye" && c["data"].get("extra").is_none()
         })
         .await?;
-    assert_eq!(cm["data"], json!({"message": "bye", "sidecar": "s"}), "{cm}");
+    assert_eq!(
+        cm["data"],
+        json!({"message": "bye", "sidecar": "s"}),
+        "{cm}"
+    );
     assert_eq!(cm["metadata"]["labels"]["injected"], "yes", "{cm}");
     assert!(!recorded(&cm), "{cm}");
     let mine = manager_of(&s, cc, "one").await?;
@@ -225,9 +227,15 @@ async fn a_recorded_child_loses_its_record() -> anyhow::Result<()> {
     let change = json!({"spec": {"extra": null}});
     s.merge_patch(&s.parents(), "r", change).await?;
     let cm = s
-        .wait_child_where("r-cm", "extra removed", |c| c["data"].get("extra").is_none())
+        .wait_child_where("r-cm", "extra removed", |c| {
+            c["data"].get("extra").is_none()
+        })
         .await?;
-    assert_eq!(cm["data"], json!({"message": "hello", "foreign": "f"}), "{cm}");
+    assert_eq!(
+        cm["data"],
+        json!({"message": "hello", "foreign": "f"}),
+        "{cm}"
+    );
     s.finish().await
 }
 
@@ -274,9 +282,15 @@ async fn switching_back_to_dynamic_apply_removes_nothing_unknown() -> anyhow::Re
     s.merge_patch(&s.parents(), "b", json!({"spec": {"extra": null}}))
         .await?;
     let cm = s
-        .wait_child_where("b-cm", "extra removed", |c| c["data"].get("extra").is_none())
+        .wait_child_where("b-cm", "extra removed", |c| {
+            c["data"].get("extra").is_none()
+        })
         .await?;
-    assert_eq!(cm["data"], json!({"message": "bye", "sidecar": "s"}), "{cm}");
+    assert_eq!(
+        cm["data"],
+        json!({"message": "bye", "sidecar": "s"}),
+        "{cm}"
+    );
     s.finish().await
 }
 
