@@ -28,6 +28,7 @@ pub(crate) fn options(desired: &Value, params: &DynApplyParams) -> dynapply::Opt
         annotation: params.annotation.clone(),
         rules: builtin.merge(params.rules.clone()),
         ordering: params.ordering,
+        record: true,
     }
 }
 

@@ -84,6 +84,12 @@ pub struct Options {
     pub rules: ListRules,
     /// List-map ordering. Default: [`Ordering::Desired`] (kubectl's order).
     pub ordering: Ordering,
+    /// Whether writes record the last-applied configuration in the annotation. Default: `true`.
+    /// `false` is for a caller that keeps the record elsewhere (server-side apply, where the API
+    /// server's `managedFields` say what was applied): [`prepare_create`] writes no annotation,
+    /// and [`apply_update`] and friends write none and remove one the object carries (it was an
+    /// earlier record), using it as the merge base when no other is given.
+    pub record: bool,
 }
 
 impl Default for Options {
@@ -92,6 +98,7 @@ impl Default for Options {
             annotation: LAST_APPLIED_ANNOTATION.to_owned(),
             rules: ListRules::default(),
             ordering: Ordering::Desired,
+            record: true,
         }
     }
 }
@@ -461,6 +468,9 @@ fn update(
     } else {
         Cow::Borrowed(desired)
     };
+    if !opts.record {
+        return update_unrecorded(observed, last, &desired, opts);
+    }
     let recorded = annotation_of(observed, &opts.annotation).and_then(Value::as_str);
     // the new annotation is usually about as long as the one recorded
     let capacity = recorded.map_or(256, |r| r.len() + 64);
@@ -509,6 +519,48 @@ fn update(
     // A new annotation text alone makes the result differ from observed: compare only when the
     // record is unchanged.
     if unchanged_record && json_eq(&merged, observed) {
+        Ok(Outcome::Unchanged)
+    } else {
+        Ok(Outcome::Changed(merged))
+    }
+}
+
+/// [`update`] without the annotation ([`Options::record`] off): the three-way merge over
+/// `observed` with the base given (or parsed from an annotation `observed` still carries), the
+/// server's fields restored, and that annotation removed.
+fn update_unrecorded(
+    observed: &Value,
+    last: Last<'_>,
+    desired: &Value,
+    opts: &Options,
+) -> Result<Outcome, Error> {
+    let parsed;
+    let last: Option<&Value> = match last {
+        Last::Given(given) => given,
+        Last::Recorded(recorded) => Some(recorded),
+        Last::Parse => {
+            parsed = get_last_applied(observed, opts)?;
+            parsed.as_ref()
+        }
+    };
+    let annotated = has_annotation(observed, &opts.annotation);
+    // the usual resync: nothing to change, answered without cloning the live object
+    if !annotated
+        && !merge::would_change(observed, last, desired, opts.rules.root(), opts.ordering, 0)
+    {
+        return Ok(Outcome::Unchanged);
+    }
+    let mut merged = observed.clone();
+    merge_into(&mut merged, last, desired, opts)?;
+    restore_server_fields(&mut merged, observed)?;
+    if let Some(a) = merged
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.shift_remove(opts.annotation.as_str());
+    }
+    if json_eq(&merged, observed) {
         Ok(Outcome::Unchanged)
     } else {
         Ok(Outcome::Changed(merged))
@@ -605,9 +657,13 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
 
 /// What the controller POSTs to create a child: `desired` with null fields and null list items
 /// removed (at every depth) and the last-applied annotation written (the same canonical JSON
-/// [`apply_update`] writes, so the first update after creation is `Unchanged`).
+/// [`apply_update`] writes, so the first update after creation is `Unchanged`). With
+/// [`Options::record`] off, no annotation is written (and one `desired` carries is left out).
 pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
     let mut out = recorded_last_applied(desired, opts)?;
+    if !opts.record {
+        return Ok(out);
+    }
     let text = annotation::canonical_json(&out, Some(&opts.annotation));
     annotation::write_annotation(&mut out, text, opts)?;
     Ok(out)
@@ -615,8 +671,72 @@ pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Options, get_last_applied, identical, is_recorded, prepare_create};
+    use super::{
+        LAST_APPLIED_ANNOTATION, Options, Outcome, apply_update, apply_update_with,
+        get_last_applied, identical, is_recorded, prepare_create,
+    };
     use serde_json::json;
+
+    /// With the record off nothing writes the annotation; the base comes from the caller, and
+    /// an annotation an object still carries is the base and is removed.
+    #[test]
+    fn without_a_record_no_annotation_is_written_and_an_old_one_goes() {
+        let opts = Options {
+            record: false,
+            ..Options::default()
+        };
+        let desired = json!({"metadata": {"name": "a"}, "data": {"k": "1", "gone": null}});
+        let created = prepare_create(&desired, &opts).expect("an object");
+        assert_eq!(
+            created,
+            json!({"metadata": {"name": "a"}, "data": {"k": "1"}})
+        );
+        let mut live = created.clone();
+        live["metadata"]["resourceVersion"] = json!("3");
+        live["data"]["theirs"] = json!("t");
+        // the base given: what was applied (here `k` and `old`)
+        live["data"]["old"] = json!("o");
+        let base = json!({"metadata": {"name": "a"}, "data": {"k": "1", "old": "o"}});
+        let want = json!({"metadata": {"name": "a"}, "data": {"k": "1"}});
+        let Outcome::Changed(merged) =
+            apply_update_with(&live, Some(&base), &want, &opts).expect("merged")
+        else {
+            panic!("`old` was applied and is no longer wanted")
+        };
+        assert_eq!(merged["data"], json!({"k": "1", "theirs": "t"}));
+        assert!(merged["metadata"].get("annotations").is_none());
+        assert_eq!(merged["metadata"]["resourceVersion"], "3");
+        // nothing to change: unchanged, whatever others added
+        let mut steady = merged.clone();
+        steady["status"] = json!({"ready": true});
+        let base = json!({"metadata": {"name": "a"}, "data": {"k": "1"}});
+        assert_eq!(
+            apply_update_with(&steady, Some(&base), &want, &opts).expect("merged"),
+            Outcome::Unchanged
+        );
+        // no base: nothing is removed
+        assert_eq!(
+            apply_update_with(&live, None, &want, &opts).expect("merged"),
+            Outcome::Unchanged
+        );
+        // a child recorded before: its annotation is the base, and goes
+        let recorded = prepare_create(
+            &json!({"metadata": {"name": "a"}, "data": {"k": "1", "old": "o"}}),
+            &Options::default(),
+        )
+        .expect("an object");
+        let Outcome::Changed(merged) = apply_update(&recorded, &want, &opts).expect("merged")
+        else {
+            panic!("the annotation goes")
+        };
+        assert_eq!(merged["data"], json!({"k": "1"}));
+        assert!(
+            merged["metadata"]["annotations"]
+                .get(LAST_APPLIED_ANNOTATION)
+                .is_none(),
+            "{merged}"
+        );
+    }
 
     #[test]
     fn is_recorded_only_for_the_canonical_encoding() {

@@ -163,6 +163,7 @@ fn load(common: &Common) -> Result<Inputs> {
             OrderingArg::Desired => Ordering::Desired,
             OrderingArg::Metacontroller => Ordering::Metacontroller,
         },
+        record: true,
     };
     Ok(Inputs {
         observed,

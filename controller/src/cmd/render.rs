@@ -368,7 +368,10 @@ fn read_inputs(opts: &RenderOptions) -> Result<Inputs, RenderError> {
 
 /// Step: the child types the controller declares.
 fn declare_children(inputs: &Inputs) -> Result<Declared, RenderError> {
+    use crate::reconcile::apply;
     let mut d = Declared::default();
+    let annotations = inputs.cc.metadata.annotations.as_ref();
+    let choice = apply::last_applied_choice(annotations, Default::default());
     for rule in inputs.cc.spec.child_rules() {
         let (kind, namespaced) = child_type(
             &rule.api_version,
@@ -384,10 +387,10 @@ fn declare_children(inputs: &Inputs) -> Result<Declared, RenderError> {
             .unwrap_or_default();
         d.types
             .insert(key.clone(), ChildType { namespaced, method });
-        d.options.insert(
-            key.clone(),
-            child_options(&rule.api_version, &kind, &inputs.crds),
-        );
+        let mut options = child_options(&rule.api_version, &kind, &inputs.crds);
+        let drift = rule.drift_policy.unwrap_or_default();
+        options.record = apply::records_last_applied(choice, &options.rules, drift, method);
+        d.options.insert(key.clone(), options);
         d.keys.push(key);
     }
     Ok(d)

@@ -72,6 +72,74 @@ pub fn strategy_for(
     }
 }
 
+/// The annotation on a CompositeController (or DecoratorController) applying its children
+/// server-side that says whether they carry the last-applied annotation: `record` (the default)
+/// or `omit`. See docs/design/ssa-without-last-applied.md.
+pub const LAST_APPLIED_OPTION: &str = "kmeta.dev/last-applied";
+
+/// Whether a controller's children carry the last-applied annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LastApplied {
+    /// Every write records the configuration in the annotation (Metacontroller's dynamic apply).
+    #[default]
+    Record,
+    /// Under server-side apply, no annotation: what the parent applied is read from its field
+    /// manager's `managedFields` entries.
+    Omit,
+}
+
+/// The [`LAST_APPLIED_OPTION`] of one controller applying children with `strategy`: `omit` is
+/// only allowed under server-side apply (dynamic apply's update needs the record). An unknown
+/// value is an error naming the annotation.
+pub fn last_applied_for(
+    annotations: Option<&BTreeMap<String, String>>,
+    strategy: ApplyStrategy,
+) -> Result<LastApplied, String> {
+    match annotations
+        .and_then(|a| a.get(LAST_APPLIED_OPTION))
+        .map(String::as_str)
+    {
+        None | Some("record") => Ok(LastApplied::Record),
+        Some("omit") if strategy == ApplyStrategy::ServerSideApply => Ok(LastApplied::Omit),
+        Some("omit") => Err(format!(
+            "annotation {LAST_APPLIED_OPTION}: omit needs {STRATEGY_ANNOTATION}: server-side-apply (dynamic apply merges against the record)"
+        )),
+        Some(other) => Err(format!(
+            "annotation {LAST_APPLIED_OPTION}: unknown value {other:?} (record or omit)"
+        )),
+    }
+}
+
+/// The [`LastApplied`] choice of a controller whose strategy and option were checked at build
+/// ([`strategy_for`], [`last_applied_for`]); `Record` when they are not valid.
+pub fn last_applied_choice(
+    annotations: Option<&BTreeMap<String, String>>,
+    default: ApplyStrategy,
+) -> LastApplied {
+    strategy_for(annotations, default)
+        .and_then(|s| last_applied_for(annotations, s))
+        .unwrap_or_default()
+}
+
+/// Whether the children of one type are written with the last-applied annotation: always under
+/// [`LastApplied::Record`]; under [`LastApplied::Omit`] still for a type whose schema has
+/// preserve-unknown-fields subtrees (their lists are atomic for the server, so the apply body
+/// merges them against the record, which tells an item the hook stopped sending from one
+/// another writer added) and for a type under drift policy `Report` updated by recreation (the
+/// record tells drift from a changed hook answer before a delete).
+pub fn records_last_applied(
+    choice: LastApplied,
+    rules: &dynapply::ListRules,
+    drift: crate::api::DriftPolicy,
+    method: crate::api::ChildUpdateMethod,
+) -> bool {
+    use crate::api::{ChildUpdateMethod as M, DriftPolicy};
+    let recreates = matches!(method, M::Recreate | M::RollingRecreate);
+    choice == LastApplied::Record
+        || !rules.preserve_unknown_subtrees().is_empty()
+        || (drift == DriftPolicy::Report && recreates)
+}
+
 /// The field manager of one parent's child writes: `<prefix>/<controller>/<hash of parent uid>`,
 /// cut to Kubernetes' 128 characters by shortening the controller name (the hash, which tells
 /// parents apart, is always whole).
@@ -89,6 +157,20 @@ pub fn field_manager(prefix: &str, controller: &str, parent_uid: &str) -> String
     let controller: String = controller.chars().take(room).collect();
     let full = format!("{prefix}/{controller}/{hash}");
     full.chars().take(MAX_FIELD_MANAGER).collect()
+}
+
+/// Whether `manager` has the shape of a [`field_manager`]: `<prefix>/<controller>/<10 hex
+/// digits>` (the caches keep these managers' `managedFields` entries of children without the
+/// last-applied annotation).
+pub fn is_parent_manager(manager: &str) -> bool {
+    let mut parts = manager.rsplitn(3, '/');
+    let hash = parts.next().unwrap_or_default();
+    let controller = parts.next().unwrap_or_default();
+    let prefix = parts.next().unwrap_or_default();
+    hash.len() == UID_HASH_LEN
+        && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && !controller.is_empty()
+        && !prefix.is_empty()
 }
 
 /// The body of a server-side apply of a child: the desired object as prepared for writing
@@ -273,7 +355,7 @@ pub fn upgraded_managed_fields(managed: &Value, manager: &str, legacy: &[&str]) 
 }
 
 /// The union of two FieldsV1 trees.
-fn union(mut a: Value, b: &Value) -> Value {
+pub(crate) fn union(mut a: Value, b: &Value) -> Value {
     if let (Some(am), Some(bm)) = (a.as_object_mut(), b.as_object()) {
         for (k, bv) in bm {
             let merged = union(
@@ -578,6 +660,55 @@ mod tests {
     }
 
     #[test]
+    fn omitting_the_record_needs_server_side_apply() {
+        let with = |v: &str| BTreeMap::from([(LAST_APPLIED_OPTION.to_owned(), v.to_owned())]);
+        let ssa = ApplyStrategy::ServerSideApply;
+        assert_eq!(last_applied_for(None, ssa), Ok(LastApplied::Record));
+        assert_eq!(
+            last_applied_for(Some(&with("record")), ApplyStrategy::DynamicApply),
+            Ok(LastApplied::Record)
+        );
+        assert_eq!(
+            last_applied_for(Some(&with("omit")), ssa),
+            Ok(LastApplied::Omit)
+        );
+        let e = last_applied_for(Some(&with("omit")), ApplyStrategy::DynamicApply).unwrap_err();
+        assert!(
+            e.contains(LAST_APPLIED_OPTION) && e.contains("server-side-apply"),
+            "{e}"
+        );
+        let e = last_applied_for(Some(&with("none")), ssa).unwrap_err();
+        assert!(e.contains("\"none\""), "{e}");
+    }
+
+    #[test]
+    fn the_record_stays_where_a_type_needs_it() {
+        use crate::api::{ChildUpdateMethod as M, DriftPolicy as D};
+        let plain = dynapply::ListRules::new();
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-preserve-unknown-fields": true}}});
+        let open = dynapply::ListRules::from_openapi_schema(&schema);
+        assert!(!open.preserve_unknown_subtrees().is_empty());
+        let omit = LastApplied::Omit;
+        assert!(records_last_applied(
+            LastApplied::Record,
+            &plain,
+            D::Enforce,
+            M::InPlace
+        ));
+        assert!(!records_last_applied(omit, &plain, D::Enforce, M::InPlace));
+        assert!(!records_last_applied(omit, &plain, D::Report, M::InPlace));
+        assert!(!records_last_applied(omit, &plain, D::Enforce, M::Recreate));
+        assert!(records_last_applied(omit, &open, D::Enforce, M::InPlace));
+        assert!(records_last_applied(
+            omit,
+            &plain,
+            D::Report,
+            M::RollingRecreate
+        ));
+    }
+
+    #[test]
     fn field_manager_per_parent_within_the_limit() {
         let a = field_manager("metacontroller", "apps-cc", "uid-a");
         let b = field_manager("metacontroller", "apps-cc", "uid-b");
@@ -588,6 +719,18 @@ mod tests {
         let long = field_manager("p", &"c".repeat(300), "uid-a");
         assert_eq!(long.len(), MAX_FIELD_MANAGER);
         assert!(long.ends_with(&a[a.len() - UID_HASH_LEN..]), "{long}");
+        for m in [&a, &b, &long] {
+            assert!(is_parent_manager(m), "{m}");
+        }
+        for other in [
+            "kubectl-edit",
+            "metacontroller",
+            "a/0123456789",
+            "a/b/012345678z",
+            "a/b/c",
+        ] {
+            assert!(!is_parent_manager(other), "{other}");
+        }
     }
 
     #[test]

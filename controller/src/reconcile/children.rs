@@ -164,13 +164,21 @@ pub async fn manage_children<O: Borrow<Value>>(
     desired: &BTreeMap<String, Value>,
 ) -> Result<Managed, SyncError> {
     let fallback = dynapply::Options::default();
+    let w = Writing::new(c, parent, observed, desired, adopting);
     let ops = decide::plan_children(
         parent,
         observed,
         desired,
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
-        |obs, opts| last_applied::known_or_parsed(&c.memory.last_applied, obs, opts),
+        |obs, opts| {
+            last_applied::known_or_parsed(&c.memory.last_applied, obs, opts).or_else(|| match opts
+                .record
+            {
+                true => None,
+                false => applied_by(c, obs, &w.manager),
+            })
+        },
     )?;
     let ops = decide::with_adoptions(ops, observed, adopting);
     let mut out = Collected::default();
@@ -181,7 +189,6 @@ pub async fn manage_children<O: Borrow<Value>>(
             done: Vec::new(),
         });
     }
-    let w = Writing::new(c, parent, observed, desired, adopting);
     let mut errors = Vec::new();
     let (first, then) = decide::write_phases(ops);
     for phase in [first, then] {
@@ -202,6 +209,32 @@ pub async fn manage_children<O: Borrow<Value>>(
     } else {
         Err(SyncError::Children(errors))
     }
+}
+
+/// What the parent whose field manager is `manager` applied to `observed`, a child without the
+/// last-applied annotation of a type written without it ([`dynapply::Options::record`] off; a
+/// type written with it merges such a child without a base, removing nothing): its live fields
+/// that manager owns, read from the `managedFields`
+/// entries the cache keeps for the child ([`Compact::parent_entries`]). `None` (nothing is
+/// known to be applied, so the merge removes nothing) when the manager owns nothing there or
+/// the cache holds another version of the child.
+///
+/// [`Compact::parent_entries`]: crate::runtime::compact::Compact::parent_entries
+fn applied_by(c: &Children<'_>, observed: &Value, manager: &str) -> Option<decide::KnownLast> {
+    let field = |f: &str| observed.get(f).and_then(Value::as_str).unwrap_or_default();
+    let rule = c
+        .rules
+        .get(&group_key(field("apiVersion"), field("kind")))?;
+    let cached = rule
+        .informer
+        .get(meta_str(observed, "namespace"), meta_str(observed, "name"))?;
+    let same = cached.uid() == meta_str(observed, "uid")
+        && cached.resource_version() == meta_str(observed, "resourceVersion");
+    let entries = cached.parent_entries().filter(|_| same)?;
+    Some(decide::KnownLast {
+        value: Arc::new(decide::applied_configuration(observed, &entries, manager)?),
+        recorded: false,
+    })
 }
 
 /// Step, before a sync of `owner` reads its children: `Err(SyncError::AwaitingWatch)` while

@@ -158,8 +158,8 @@ impl ControllerKind for DecoratorController {
 struct Running<S> {
     spec: S,
     /// The controller object's annotations read when its controller is built —
-    /// `kmeta.dev/paused`, `kmeta.dev/apply-strategy` and `kmeta.dev/schema-atomic-lists` — as
-    /// they were: a change restarts the controller, whose syncs then follow it (pause or resume
+    /// `kmeta.dev/paused`, `kmeta.dev/apply-strategy`, `kmeta.dev/last-applied` and
+    /// `kmeta.dev/schema-atomic-lists` — as they were: a change restarts the controller, whose syncs then follow it (pause or resume
     /// every object, switch strategy, re-read the children's list rules).
     switches: Switches,
     stop: CancellationToken,
@@ -176,6 +176,8 @@ struct Switches {
     paused: bool,
     /// `kmeta.dev/apply-strategy`, as written.
     apply_strategy: Option<String>,
+    /// `kmeta.dev/last-applied`, as written.
+    last_applied: Option<String>,
     /// `kmeta.dev/schema-atomic-lists: "true"`.
     schema_atomic_lists: bool,
 }
@@ -186,6 +188,9 @@ fn switches_of(obj: &impl Resource) -> Switches {
         paused: decide::paused(annotations),
         apply_strategy: annotations
             .and_then(|a| a.get(crate::reconcile::STRATEGY_ANNOTATION))
+            .cloned(),
+        last_applied: annotations
+            .and_then(|a| a.get(crate::reconcile::apply::LAST_APPLIED_OPTION))
             .cloned(),
         schema_atomic_lists: crate::reconcile::children::schema_atomic_lists(annotations),
     }

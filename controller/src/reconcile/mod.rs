@@ -24,7 +24,7 @@ pub(crate) mod rollout;
 pub(crate) mod status;
 pub(crate) mod unchanged;
 
-pub use apply::{ApplyStrategy, STRATEGY_ANNOTATION, field_manager};
+pub use apply::{ApplyStrategy, LAST_APPLIED_OPTION, STRATEGY_ANNOTATION, field_manager};
 pub use expectations::CREATE_EXPECTATION_TTL;
 // with the defaults its documentation names
 pub use core::{

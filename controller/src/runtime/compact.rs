@@ -1,4 +1,6 @@
-//! The compact form of a cached child: its JSON text (managedFields dropped), and parsed only
+//! The compact form of a cached child: its JSON text (managedFields dropped; on a child without
+//! the last-applied annotation, the entries of kmeta's per-parent field managers are kept beside
+//! it, see docs/design/ssa-without-last-applied.md), and parsed only
 //! what the caches' indexes, claims, selectors, hook request maps and fingerprints read (name,
 //! namespace, uid, resourceVersion, labels, the controller owner reference, deletion). A child
 //! held this way costs about its JSON size instead of the 6–13× of a decoded `serde_json::Value`
@@ -28,6 +30,11 @@ pub struct Compact {
     ends: Box<[u32]>,
     has_controller: bool,
     deleting: bool,
+    /// The `managedFields` entries of kmeta's per-parent field managers
+    /// ([`crate::reconcile::apply::is_parent_manager`]) as a JSON list, kept for a child without
+    /// the last-applied annotation: what its parent applied is read from them. Not part of the
+    /// text (the hook sees children without `managedFields`, as before).
+    owned: Option<Box<RawValue>>,
 }
 
 /// apiVersion, kind, name, namespace, uid, resourceVersion, and the controller reference's
@@ -50,7 +57,7 @@ struct Identity<'a> {
 }
 
 impl Identity<'_> {
-    fn pack(self, text: Box<RawValue>) -> Compact {
+    fn pack(self, text: Box<RawValue>, owned: Option<Box<RawValue>>) -> Compact {
         let strings = self
             .fixed
             .iter()
@@ -70,8 +77,39 @@ impl Identity<'_> {
             ends: ends.into_boxed_slice(),
             has_controller: self.has_controller,
             deleting: self.deleting,
+            owned,
         }
     }
+}
+
+/// The entries of `managed` (a `managedFields` list) by kmeta's per-parent field managers, when
+/// the object carries no last-applied annotation and there are any; only what is read of them
+/// (manager, operation, subresource, fieldsV1).
+fn parent_entries(managed: &[Value], annotated: bool) -> Option<Box<RawValue>> {
+    if annotated {
+        return None;
+    }
+    let kept: Vec<Value> = managed
+        .iter()
+        .filter(|e| {
+            e.get("manager")
+                .and_then(Value::as_str)
+                .is_some_and(crate::reconcile::apply::is_parent_manager)
+        })
+        .map(|e| {
+            let mut m = serde_json::Map::new();
+            for k in ["manager", "operation", "subresource", "fieldsV1"] {
+                if let Some(v) = e.get(k) {
+                    m.insert(k.to_owned(), v.clone());
+                }
+            }
+            Value::Object(m)
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    serde_json::value::to_raw_value(&kept).ok()
 }
 
 /// An object could not be encoded, or its text not parsed.
@@ -89,7 +127,22 @@ impl Compact {
     /// server's copy, and kmeta never reads them), `apiVersion`/`kind` defaulting to the watched
     /// resource's. The text is encoded straight from the decoded object.
     pub fn from_watched(mut obj: DynamicObject, r: &Resolved) -> Result<Compact, CompactError> {
-        obj.metadata.managed_fields = None;
+        let managed = obj.metadata.managed_fields.take().unwrap_or_default();
+        let annotated = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(dynapply::LAST_APPLIED_ANNOTATION));
+        let owned = match annotated {
+            true => None,
+            false => {
+                let managed: Vec<Value> = managed
+                    .iter()
+                    .filter_map(|e| serde_json::to_value(e).ok())
+                    .collect();
+                parent_entries(&managed, false)
+            }
+        };
         let mut types = obj.types.take().unwrap_or_default();
         if types.api_version.is_empty() {
             types.api_version.clone_from(&r.api.api_version);
@@ -132,13 +185,20 @@ impl Compact {
             has_controller: controller.is_some(),
             deleting: m.deletion_timestamp.is_some(),
         };
-        Ok(identity.pack(text))
+        Ok(identity.pack(text, owned))
     }
 
     /// `obj` (as read from the API) in compact form, `managedFields` dropped.
     pub fn from_value(mut obj: Value) -> Result<Compact, CompactError> {
+        let mut owned = None;
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.shift_remove("managedFields");
+            let annotated = m
+                .get("annotations")
+                .and_then(|a| a.get(dynapply::LAST_APPLIED_ANNOTATION))
+                .is_some();
+            if let Some(Value::Array(managed)) = m.shift_remove("managedFields") {
+                owned = parent_entries(&managed, annotated);
+            }
         }
         let text = serde_json::value::to_raw_value(&obj).map_err(|source| CompactError {
             name: format!("{}/{}", obj.namespace(), obj.name()),
@@ -164,7 +224,7 @@ impl Compact {
             has_controller: controller.is_some(),
             deleting: obj.deleting(),
         };
-        Ok(identity.pack(text))
+        Ok(identity.pack(text, owned))
     }
 
     /// The `i`th packed string.
@@ -175,6 +235,12 @@ impl Compact {
         };
         let end = self.ends.get(i).copied().unwrap_or_default() as usize;
         self.strings.get(start..end).unwrap_or_default()
+    }
+
+    /// The `managedFields` entries of kmeta's per-parent field managers, kept for a child without
+    /// the last-applied annotation (a JSON list), if any.
+    pub fn parent_entries(&self) -> Option<Value> {
+        serde_json::from_str(self.owned.as_deref()?.get()).ok()
     }
 
     /// The whole object, parsed from its text.
@@ -317,6 +383,38 @@ mod tests {
             assert_eq!(c.controller().unwrap().uid, "u-p");
             assert!(c.deleting());
         }
+    }
+
+    /// Without the last-applied annotation, the entries of kmeta's per-parent managers are kept
+    /// beside the text (not in it); with it, none are.
+    #[test]
+    fn a_child_without_the_record_keeps_its_parents_entries() {
+        let mine = "metacontroller/cc/0123456789";
+        let mut obj = wire();
+        obj["metadata"]["managedFields"] = json!([
+            {"manager": mine, "operation": "Apply", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:data": {}}}]);
+        let want = json!([{"manager": mine, "operation": "Apply",
+            "fieldsV1": {"f:data": {"f:k": {}}}}]);
+        let watched =
+            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
+                .unwrap();
+        for c in [watched, Compact::from_value(obj.clone()).unwrap()] {
+            assert_eq!(c.parent_entries(), Some(want.clone()));
+            assert!(
+                c.value().unwrap()["metadata"]
+                    .get("managedFields")
+                    .is_none()
+            );
+        }
+        obj["metadata"]["annotations"] = json!({dynapply::LAST_APPLIED_ANNOTATION: "{}"});
+        let watched =
+            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
+                .unwrap();
+        assert_eq!(watched.parent_entries(), None);
+        assert_eq!(Compact::from_value(obj).unwrap().parent_entries(), None);
+        assert_eq!(Compact::from_value(wire()).unwrap().parent_entries(), None);
     }
 
     #[test]

@@ -29,7 +29,11 @@
 //! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
 //! latency, 0), `KMETA_SCALE_WORKERS` (5). Single values: `KMETA_SCALE_CHILDREN` (10),
 //! `KMETA_SCALE_QPS` (50), `KMETA_SCALE_QPS_PARENTS` (100), `KMETA_SCALE_ADOPT_PARENTS` (1000),
-//! `KMETA_SCALE_RESYNC_S` (5), `KMETA_SCALE_REPEAT` (1). The full matrix (docs/design/sizing-bench.md):
+//! `KMETA_SCALE_RESYNC_S` (5), `KMETA_SCALE_REPEAT` (1). How children are written
+//! (`KMETA_SCALE_APPLY`, comma list, default `dynamic-apply`): `dynamic-apply`,
+//! `server-side-apply` (the CompositeController's `kmeta.dev/apply-strategy`) or
+//! `server-side-apply-omit` (and `kmeta.dev/last-applied: omit`: no last-applied annotation,
+//! docs/design/ssa-without-last-applied.md). The full matrix (docs/design/sizing-bench.md):
 //! `KMETA_SCALE_PARENTS=1000,10000 KMETA_SCALE_KINDS=configmap,deployment
 //! KMETA_SCALE_LATENCY_MS=0,5 KMETA_SCALE_WORKERS=5,50`. Prints figures; asserts nothing
 //! about time.
@@ -94,6 +98,44 @@ impl Kind {
     }
 }
 
+/// How the controller writes children (`KMETA_SCALE_APPLY`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Apply {
+    Dynamic,
+    ServerSide,
+    /// Server-side apply without the last-applied annotation.
+    ServerSideOmit,
+}
+
+impl Apply {
+    fn parse(s: &str) -> anyhow::Result<Apply> {
+        match s {
+            "dynamic-apply" => Ok(Apply::Dynamic),
+            "server-side-apply" => Ok(Apply::ServerSide),
+            "server-side-apply-omit" => Ok(Apply::ServerSideOmit),
+            _ => bail!(
+                "KMETA_SCALE_APPLY: unknown {s:?} (dynamic-apply, server-side-apply, server-side-apply-omit)"
+            ),
+        }
+    }
+    /// The CompositeController's annotations.
+    fn annotations(self) -> Value {
+        match self {
+            Apply::Dynamic => json!({}),
+            Apply::ServerSide => json!({"kmeta.dev/apply-strategy": "server-side-apply"}),
+            Apply::ServerSideOmit => json!({"kmeta.dev/apply-strategy": "server-side-apply",
+                "kmeta.dev/last-applied": "omit"}),
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Apply::Dynamic => "dynamic apply",
+            Apply::ServerSide => "server-side apply",
+            Apply::ServerSideOmit => "server-side apply without last-applied",
+        }
+    }
+}
+
 /// One cell of the matrix.
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -103,6 +145,7 @@ struct Case {
     latency_ms: u64,
     workers: usize,
     qps: f64,
+    apply: Apply,
 }
 
 impl Case {
@@ -116,12 +159,13 @@ impl Case {
             String::new()
         };
         format!(
-            "{} parents × {} {}s, hook latency {} ms, {} workers{qps}",
+            "{} parents × {} {}s, hook latency {} ms, {} workers{qps}, {}",
             self.parents,
             self.children,
             self.kind.kind(),
             self.latency_ms,
-            self.workers
+            self.workers,
+            self.apply.label()
         )
     }
 }
@@ -246,7 +290,8 @@ fn in_ns(mut o: Value) -> Value {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Shape {
     /// The objects kmeta creates: the hook's children with the namespace and `controller-uid`
-    /// label kmeta adds (generateSelector), its last-applied annotation and a controller
+    /// label kmeta adds (generateSelector), its last-applied annotation (none under
+    /// `server-side-apply-omit`) and a controller
     /// reference to their parent (the N parents are created first, untimed). The converge is
     /// checked to have written exactly these ([`check_as_written`]).
     AsWritten,
@@ -271,7 +316,7 @@ async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duratio
             let mut out = Vec::with_capacity(case.objects());
             for p in &parents {
                 for i in 0..case.children {
-                    out.push(as_written(kind, p, i)?);
+                    out.push(as_written(case, p, i)?);
                 }
             }
             out
@@ -299,7 +344,8 @@ async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duratio
 }
 
 /// Child `i` of `parent` as kmeta creates it (see [`Shape::AsWritten`]).
-fn as_written(kind: Kind, parent: &Value, i: usize) -> anyhow::Result<Value> {
+fn as_written(case: &Case, parent: &Value, i: usize) -> anyhow::Result<Value> {
+    let kind = case.kind;
     let meta = |f: &str| {
         parent
             .pointer(&format!("/metadata/{f}"))
@@ -308,7 +354,11 @@ fn as_written(kind: Kind, parent: &Value, i: usize) -> anyhow::Result<Value> {
     };
     let (name, uid) = (meta("name")?, meta("uid")?);
     let desired = in_ns(child(kind, name, i, json!({"controller-uid": uid})));
-    let mut out = dynapply::prepare_create(&desired, &dynapply::Options::default())?;
+    let opts = dynapply::Options {
+        record: case.apply != Apply::ServerSideOmit,
+        ..dynapply::Options::default()
+    };
+    let mut out = dynapply::prepare_create(&desired, &opts)?;
     out["metadata"]["ownerReferences"] = json!([{"apiVersion": AV, "kind": "Thing", "name": name,
         "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
     Ok(out)
@@ -343,7 +393,7 @@ async fn check_as_written(server: &Server, case: &Case) -> anyhow::Result<()> {
         v
     };
     let stored = strip(serde_json::to_value(stored)?);
-    let built = strip(as_written(kind, &parent, 0)?);
+    let built = strip(as_written(case, &parent, 0)?);
     if stored != built {
         bail!("the floor's objects are not what kmeta wrote:\n  kmeta: {stored}\n  floor: {built}");
     }
@@ -389,7 +439,7 @@ async fn install(server: &Server, case: &Case, hook_url: &str) -> anyhow::Result
         ),
     );
     let cc = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": CC},
+        "metadata": {"name": CC, "annotations": case.apply.annotations()},
         "spec": {"parentResource": {"apiVersion": AV, "resource": "things"},
             "childResources": [{"apiVersion": case.kind.api_version(),
                 "resource": case.kind.plural(), "updateStrategy": {"method": "InPlace"}}],
@@ -423,20 +473,27 @@ fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
             env_nums("KMETA_SCALE_WORKERS", "5")?,
         ),
     };
+    let applies = env_list("KMETA_SCALE_APPLY", "dynamic-apply")
+        .iter()
+        .map(|a| Apply::parse(a))
+        .collect::<anyhow::Result<Vec<Apply>>>()?;
     let mut out = Vec::new();
     for kind in env_list("KMETA_SCALE_KINDS", "configmap") {
         let kind = Kind::parse(&kind)?;
         for &parents in &counts {
             for &latency_ms in &latencies {
                 for &workers in &workers {
-                    out.push(Case {
-                        parents,
-                        children,
-                        kind,
-                        latency_ms,
-                        workers,
-                        qps,
-                    });
+                    for &apply in &applies {
+                        out.push(Case {
+                            parents,
+                            children,
+                            kind,
+                            latency_ms,
+                            workers,
+                            qps,
+                            apply,
+                        });
+                    }
                 }
             }
         }

@@ -40,5 +40,6 @@ mod rollout;
 mod schema;
 mod sidecar;
 mod ssa;
+mod ssa_omit;
 mod steer;
 mod transport;

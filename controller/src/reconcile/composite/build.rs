@@ -277,6 +277,10 @@ async fn resolve_children(
     let mut declared = HashMap::new();
     let mut child_keys = Vec::new();
     let schema_atomic = schema_atomic_lists(cc.metadata.annotations.as_ref());
+    let record = crate::reconcile::apply::last_applied_choice(
+        cc.metadata.annotations.as_ref(),
+        ctx.config.apply_strategy,
+    );
     for rule in cc.spec.child_rules() {
         let r = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -287,8 +291,11 @@ async fn resolve_children(
         let key = r.group_key();
         let namespaced = r.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
+        let rules = list_rules(ctx, &r, schema_atomic).await?;
+        let drift = rule.drift_policy.unwrap_or_default();
         let options = dynapply::Options {
-            rules: list_rules(ctx, &r, schema_atomic).await?,
+            record: crate::reconcile::apply::records_last_applied(record, &rules, drift, method),
+            rules,
             ..dynapply::Options::default()
         };
         child_keys.push(key.clone());
@@ -300,7 +307,7 @@ async fn resolve_children(
                 resolved: r,
                 method,
                 options,
-                drift: rule.drift_policy.unwrap_or_default(),
+                drift,
             },
         );
     }
@@ -419,11 +426,13 @@ impl CompositeState {
         hooks: Hooks,
     ) -> Result<CompositeState, BuildError> {
         let name = cc.metadata.name.clone().unwrap_or_default();
-        crate::reconcile::apply::strategy_for(
+        let strategy = crate::reconcile::apply::strategy_for(
             cc.metadata.annotations.as_ref(),
             ctx.config.apply_strategy,
         )
         .map_err(BuildError::ApplyStrategy)?;
+        crate::reconcile::apply::last_applied_for(cc.metadata.annotations.as_ref(), strategy)
+            .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
         let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children)?;

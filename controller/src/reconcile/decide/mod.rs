@@ -1,8 +1,8 @@
 //! Pure decisions every controller kind shares, one family per file: [`owner`] references,
 //! [`lifecycle`] (finalizer and hook choice), [`desired`] children (validation), the child
 //! [`plan`], the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s, the
-//! [`hook_events`] a hook asks for and the ServiceAccount a controller's writes are made as
-//! ([`identity`]). No I/O here; the executors
+//! [`hook_events`] a hook asks for, the ServiceAccount a controller's writes are made as
+//! ([`identity`]) and what a parent applied to a child by its `managedFields` ([`owned`]). No I/O here; the executors
 //! ([`crate::reconcile::children`], [`crate::reconcile::status`], each kind's `sync`) act on them.
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
@@ -10,6 +10,7 @@ mod desired;
 mod hook_events;
 mod identity;
 mod lifecycle;
+mod owned;
 mod owner;
 mod plan;
 mod record;
@@ -20,6 +21,7 @@ pub use desired::*;
 pub use hook_events::*;
 pub use identity::*;
 pub use lifecycle::*;
+pub use owned::*;
 pub use owner::*;
 pub use plan::*;
 pub use record::*;

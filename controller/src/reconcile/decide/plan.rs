@@ -336,6 +336,58 @@ mod tests {
         assert_eq!(controller_ref(obj).unwrap()["uid"], "u1");
     }
 
+    /// A type written without the record (`kmeta.dev/last-applied: omit`): created without the
+    /// annotation; with the base read from `managedFields` a steady child is unchanged and a
+    /// field the hook stops setting makes an update without it.
+    #[test]
+    fn plan_without_the_record_uses_the_base_it_is_given() {
+        let p = parent();
+        let opts = dynapply::Options {
+            record: false,
+            ..dynapply::Options::default()
+        };
+        let mut want = child("a", json!({"app": "p"}), None);
+        want["data"] = json!({"k": "v", "old": "o"});
+        let desired = |w: &Value| BTreeMap::from([(child_key(w), w.clone())]);
+        let run = |observed: &[Value], w: &Value, base: Option<Value>| {
+            plan_children(
+                &p,
+                observed,
+                &desired(w),
+                |_| ChildUpdateMethod::InPlace,
+                |_| &opts,
+                |_, _| {
+                    base.clone().map(|v| KnownLast {
+                        value: std::sync::Arc::new(v),
+                        recorded: false,
+                    })
+                },
+            )
+            .unwrap()
+        };
+        let created = run(&[], &want, None);
+        let [ChildOp::Create(created)] = created.as_slice() else {
+            panic!("one create: {created:?}")
+        };
+        assert!(
+            created["metadata"].get("annotations").is_none(),
+            "{created}"
+        );
+        let live = created.clone();
+        let applied = dynapply::recorded_last_applied(&want, &opts).unwrap();
+        assert!(run(std::slice::from_ref(&live), &want, Some(applied.clone())).is_empty());
+        let mut less = want.clone();
+        less["data"] = json!({"k": "v"});
+        let ops = run(std::slice::from_ref(&live), &less, Some(applied));
+        let [ChildOp::Update(o)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(o["data"], json!({"k": "v"}));
+        assert!(o["metadata"].get("annotations").is_none(), "{o}");
+        // no base: nothing is known to be applied, nothing removed
+        assert!(run(std::slice::from_ref(&live), &less, None).is_empty());
+    }
+
     #[test]
     fn plan_updates_per_method_and_skips_unchanged() {
         let want = child("a", json!({"app": "p"}), None);

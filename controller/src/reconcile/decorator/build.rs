@@ -189,6 +189,10 @@ async fn resolve_attachments(
     let mut declared = HashMap::new();
     let mut keys = Vec::new();
     let schema_atomic = schema_atomic_lists(dc.metadata.annotations.as_ref());
+    let record = crate::reconcile::apply::last_applied_choice(
+        dc.metadata.annotations.as_ref(),
+        ctx.config.apply_strategy,
+    );
     for rule in dc.spec.attachments.as_deref().unwrap_or_default() {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -199,8 +203,11 @@ async fn resolve_attachments(
         let key = resolved.group_key();
         let namespaced = resolved.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
+        let list = list_rules(ctx, &resolved, schema_atomic).await?;
+        let drift = crate::api::DriftPolicy::Enforce;
         let options = dynapply::Options {
-            rules: list_rules(ctx, &resolved, schema_atomic).await?,
+            record: crate::reconcile::apply::records_last_applied(record, &list, drift, method),
+            rules: list,
             ..dynapply::Options::default()
         };
         keys.push(key.clone());
@@ -211,7 +218,7 @@ async fn resolve_attachments(
                 resolved,
                 method,
                 options,
-                drift: crate::api::DriftPolicy::Enforce,
+                drift,
             },
         );
     }
@@ -268,11 +275,13 @@ impl DecoratorState {
         dc: DecoratorController,
     ) -> Result<DecoratorState, DecoratorBuildError> {
         let name = dc.metadata.name.clone().unwrap_or_default();
-        crate::reconcile::apply::strategy_for(
+        let strategy = crate::reconcile::apply::strategy_for(
             dc.metadata.annotations.as_ref(),
             ctx.config.apply_strategy,
         )
         .map_err(DecoratorBuildError::ApplyStrategy)?;
+        crate::reconcile::apply::last_applied_for(dc.metadata.annotations.as_ref(), strategy)
+            .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
         let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
