@@ -341,6 +341,47 @@ fn signal(r: &Replica, sig: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// After the steps: the parents' sync records name more than one replica, the children were
+/// written by at least three, and every write lies where its writer held the parent's bucket.
+async fn check_writes_and_records(
+    server: &TestServer,
+    notes: &Api<DynamicObject>,
+) -> anyhow::Result<()> {
+    // each parent's sync record names the replica that last changed it: more than one
+    let replicas: BTreeSet<String> = notes
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|p| {
+            p.data["status"]["kmeta"]["lastSync"]["replica"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(replicas.len() >= 2, "sync records name {replicas:?}");
+    let log = server.write_log().since(0);
+    let (violations, checked) = check_ownership(&log);
+    assert!(
+        checked > 2 * NAMESPACES * PER_NAMESPACE,
+        "only {checked} writes checked"
+    );
+    let writers: BTreeSet<&str> = log
+        .iter()
+        .filter(|w| w.resource == "configmaps")
+        .filter_map(|w| identity_of(&w.user_agent))
+        .collect();
+    assert!(writers.len() >= 3, "children written by {writers:?} only");
+    if !violations.is_empty() {
+        bail!(
+            "{} of {checked} writes outside their replica's bucket:\n{}",
+            violations.len(),
+            violations.join("\n")
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
@@ -408,25 +449,7 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
     converged(&server, &notes, 5, "after scale-down").await?;
     wait_balanced(&[&a, &b]).await?;
 
-    let log = server.write_log().since(0);
-    let (violations, checked) = check_ownership(&log);
-    assert!(
-        checked > 2 * NAMESPACES * PER_NAMESPACE,
-        "only {checked} writes checked"
-    );
-    let writers: BTreeSet<&str> = log
-        .iter()
-        .filter(|w| w.resource == "configmaps")
-        .filter_map(|w| identity_of(&w.user_agent))
-        .collect();
-    assert!(writers.len() >= 3, "children written by {writers:?} only");
-    if !violations.is_empty() {
-        bail!(
-            "{} of {checked} writes outside their replica's bucket:\n{}",
-            violations.len(),
-            violations.join("\n")
-        );
-    }
+    check_writes_and_records(&server, &notes).await?;
     drop((a, b, c));
     server.shutdown().await;
     Ok(())

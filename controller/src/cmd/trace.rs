@@ -346,6 +346,9 @@ fn last_change_text(r: &Value, now: jiff::Timestamp) -> String {
     if let Some(t) = r.get("traceID").and_then(Value::as_str) {
         out.push_str(&format!(", trace {t}"));
     }
+    if let Some(by) = r.get("replica").and_then(Value::as_str) {
+        out.push_str(&format!(", by {by}"));
+    }
     out.push('\n');
     let children = r.get("children").and_then(Value::as_array);
     if children.is_none_or(Vec::is_empty) {

@@ -265,6 +265,7 @@ async fn apply_response(
         hook: Some(hook_took),
         children: Vec::new(),
         related,
+        replica: c.ctx.config.reporting_instance.clone(),
     };
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new

@@ -71,6 +71,9 @@ pub struct SyncRecord {
     pub children: Vec<ChildRecord>,
     /// The related objects its hook was sent (`Kind namespace/name`).
     pub related: Vec<String>,
+    /// The kmeta replica that ran it (`POD_NAME`), when known: with several replicas
+    /// (`--sharding`, or leader election across restarts) it tells which one synced.
+    pub replica: Option<String>,
 }
 
 impl SyncRecord {
@@ -83,6 +86,9 @@ impl SyncRecord {
         }
         if let Some(d) = self.hook {
             m.insert("hookMillis".into(), json!(d.as_millis()));
+        }
+        if let Some(r) = &self.replica {
+            m.insert("replica".into(), json!(r));
         }
         let children: Vec<Value> = self
             .children
@@ -297,6 +303,7 @@ mod tests {
             hook: Some(Duration::from_millis(12)),
             children,
             related: Vec::new(),
+            replica: None,
         }
     }
 
@@ -354,6 +361,12 @@ mod tests {
             related: names,
             ..record(vec![])
         };
+        assert_eq!(r.to_value().get("replica"), None, "unknown: not written");
+        let by = SyncRecord {
+            replica: Some("kmeta-1".into()),
+            ..record(vec![])
+        };
+        assert_eq!(by.to_value()["replica"], "kmeta-1");
         assert_eq!(
             r.to_value()["related"],
             json!(["ConfigMap ns/a", "Namespace n"])
