@@ -51,7 +51,7 @@ pub fn build_fenced(
 }
 
 /// As [`build_fenced`] for a sharded replica (`--sharding`): every write is checked against the
-/// bucket it is made for ([`crate::ops::shard::state`]). The outermost layer copies the sending
+/// bucket it is made for (`ops::shard::state`). The outermost layer copies the sending
 /// task's write scope into the request (kube's buffer runs the inner layers in a task of its
 /// own), the innermost checks it once the rate-limit wait is over, at every attempt.
 pub fn build_sharded(

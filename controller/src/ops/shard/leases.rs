@@ -65,7 +65,7 @@ pub struct ShardConfig {
     pub shards: Arc<Shards>,
     /// The leader-election Lease a leader-mode kmeta or Metacontroller would hold
     /// (`--leader-election-id`). Default `metacontroller`. The set works only while one of its
-    /// members holds it ([`super::legacy`]).
+    /// members holds it (`legacy.rs`).
     pub leader_lease: String,
     /// Where `kmeta_shard_*` series go. Default: none.
     pub metrics: Option<Arc<Metrics>>,

@@ -8,14 +8,14 @@
 //! (`docs/design/sharding.md`, "Skew").
 //! Cluster-scoped parents (namespace `""`) share one more bucket, [`Bucket::Cluster`]. Each
 //! bucket is one `coordination.k8s.io/v1` Lease; every replica holds a member Lease too, so each
-//! sees how many replicas are alive and takes its fair share ([`plan`]). Safety rests on the
+//! sees how many replicas are alive and takes its fair share (`plan`). Safety rests on the
 //! Leases' compare-and-swap alone: a replica writes for a parent only while its bucket's write
-//! fence is open ([`state`]), and a bucket's fence follows the Lease exactly as the leader's
+//! fence is open (`state.rs`), and a bucket's fence follows the Lease exactly as the leader's
 //! fence follows the leader Lease ([`crate::ops::fence`]).
 //!
 //! This module holds the pure decisions: the hash, the bucket of a namespace, the rendezvous rank
 //! that spreads replicas' preferences, the fair share, and the plan of one round of the bucket
-//! Lease loop ([`leases`]).
+//! Lease loop (`leases.rs`).
 
 pub(crate) mod leases;
 pub(crate) mod legacy;
@@ -48,7 +48,7 @@ pub(crate) fn mix64(mut h: u64) -> u64 {
     h
 }
 
-/// The hash that places a namespace: [`mix64`] of its FNV-1a.
+/// The hash that places a namespace: MurmurHash3's finalizer over its FNV-1a.
 pub fn namespace_hash(namespace: &str) -> u64 {
     mix64(fnv1a64(namespace.as_bytes()))
 }
