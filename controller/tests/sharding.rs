@@ -114,6 +114,21 @@ async fn wait_balanced(replicas: &[&Replica]) -> anyhow::Result<()> {
     }
 }
 
+/// A kmeta controller resource (`compositecontrollers` or `decoratorcontrollers`).
+fn metacontroller_resource(plural: &str) -> ApiResource {
+    let kind = match plural {
+        "decoratorcontrollers" => "DecoratorController",
+        _ => "CompositeController",
+    };
+    ApiResource {
+        group: "metacontroller.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "metacontroller.k8s.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
 fn notes_resource() -> ApiResource {
     ApiResource {
         group: "shard.example.com".into(),
@@ -152,6 +167,25 @@ async fn hook() -> anyhow::Result<String> {
 /// The Note CRD, the CompositeController, the namespaces and the parents (`spec.v` = 0). Every
 /// Note is namespaced; the cluster bucket is held and counted all the same.
 async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObject>> {
+    let cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "notes"},
+        "spec": {"generateSelector": true,
+                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "notes"},
+                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                     "updateStrategy": {"method": "InPlace"}}],
+                 "hooks": {"sync": {"webhook": {"url": url}}}}
+    });
+    set_up_with(server, "compositecontrollers", cc).await
+}
+
+/// The Note CRD, `controller` (a `kind` of metacontroller.k8s.io, by its plural), the
+/// namespaces and the Notes.
+async fn set_up_with(
+    server: &TestServer,
+    plural: &str,
+    controller: Value,
+) -> anyhow::Result<Api<DynamicObject>> {
     let client = server.client();
     let pp = PostParams::default();
     let crd = json!({
@@ -170,24 +204,8 @@ async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObj
     Api::<DynamicObject>::all_with(client.clone(), &crds)
         .create(&pp, &serde_json::from_value(crd)?)
         .await?;
-    let cc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": "notes"},
-        "spec": {"generateSelector": true,
-                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "notes"},
-                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                     "updateStrategy": {"method": "InPlace"}}],
-                 "hooks": {"sync": {"webhook": {"url": url}}}}
-    });
-    let ccs = ApiResource {
-        group: "metacontroller.k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "metacontroller.k8s.io/v1alpha1".into(),
-        kind: "CompositeController".into(),
-        plural: "compositecontrollers".into(),
-    };
-    Api::<DynamicObject>::all_with(client.clone(), &ccs)
-        .create(&pp, &serde_json::from_value(cc)?)
+    Api::<DynamicObject>::all_with(client.clone(), &metacontroller_resource(plural))
+        .create(&pp, &serde_json::from_value(controller)?)
         .await?;
     let notes: Api<DynamicObject> = Api::all_with(client.clone(), &notes_resource());
     wait_for("the Note resource to be served", || async {
@@ -528,6 +546,103 @@ async fn a_sharded_replica_works_only_once_no_leader_mode_process_holds_the_lead
     }
     wait_balanced(&[&sharded]).await?;
     drop((leader, sharded));
+    server.shutdown().await;
+    Ok(())
+}
+
+/// As `wait_for`, with the bound of a whole step ([`CONVERGE`]).
+async fn wait_long<F, Fut>(what: &str, mut cond: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + CONVERGE;
+    while !cond().await {
+        if Instant::now() > deadline {
+            bail!("timed out after {CONVERGE:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// A DecoratorController with a finalize hook puts its finalizer on every Note (the targets);
+/// deleted, its targets are released by the replicas holding their buckets, and its own
+/// finalizer removed by the holder of the cluster bucket, every write by the right replica.
+#[tokio::test]
+async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() -> anyhow::Result<()>
+{
+    use axum::Json;
+    let server = TestServer::start().await?;
+    server.write_log().enable(1_000_000);
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    // sync attaches nothing; finalize never finishes, so the targets keep the finalizer
+    let app = axum::Router::new()
+        .route(
+            "/sync",
+            axum::routing::post(|| async { Json(json!({"attachments": []})) }),
+        )
+        .route(
+            "/finalize",
+            axum::routing::post(|| async { Json(json!({"attachments": [], "finalized": false})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "dec"},
+        "spec": {"resources": [{"apiVersion": "shard.example.com/v1", "resource": "notes"}],
+                 "hooks": {"sync": {"webhook": {"url": format!("{base}/sync")}},
+                           "finalize": {"webhook": {"url": format!("{base}/finalize")}}}}
+    });
+    let notes = set_up_with(&server, "decoratorcontrollers", dc).await?;
+    let a = start(&kubeconfig, dir.path(), "kmeta-a")?;
+    let b = start(&kubeconfig, dir.path(), "kmeta-b")?;
+    wait_balanced(&[&a, &b]).await?;
+    let fin = "metacontroller.io/decoratorcontroller-dec";
+    let with_finalizer = || async {
+        let list = notes
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        list.iter()
+            .filter(|n| n.metadata.finalizers.iter().flatten().any(|f| f == fin))
+            .count()
+    };
+    let all = NAMESPACES * PER_NAMESPACE;
+    wait_long("every target to carry the finalizer", || async {
+        with_finalizer().await == all
+    })
+    .await?;
+    let dcs: Api<DynamicObject> = Api::all_with(
+        server.client(),
+        &metacontroller_resource("decoratorcontrollers"),
+    );
+    dcs.delete("dec", &Default::default()).await?;
+    wait_long("every target released", || async {
+        with_finalizer().await == 0
+    })
+    .await?;
+    wait_long("the DecoratorController gone", || async {
+        matches!(dcs.get_opt("dec").await, Ok(None))
+    })
+    .await?;
+    let log = server.write_log().since(0);
+    let releasers: BTreeSet<&str> = log
+        .iter()
+        .filter(|w| w.resource == "notes" && w.verb != "create" && w.code < 300)
+        .filter_map(|w| identity_of(&w.user_agent))
+        .collect();
+    assert_eq!(releasers.len(), 2, "targets written by {releasers:?}");
+    let (violations, checked) = check_ownership(&log);
+    assert!(checked >= 2 * all, "only {checked} writes checked");
+    anyhow::ensure!(violations.is_empty(), "{}", violations.join("\n"));
+    drop((a, b));
     server.shutdown().await;
     Ok(())
 }
