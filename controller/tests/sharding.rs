@@ -16,6 +16,10 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
+
+/// The scenarios run one at a time: each runs several kmeta processes on short Lease timings,
+/// and three at once on a 2-core machine would measure the machine, not kmeta.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 mod support;
 use support::wait_for;
 
@@ -402,6 +406,7 @@ async fn check_writes_and_records(
 
 #[tokio::test]
 async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     server.write_log().enable(1_000_000);
     let dir = tempfile::tempdir()?;
@@ -479,6 +484,7 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
 #[tokio::test]
 async fn a_sharded_replica_works_only_once_no_leader_mode_process_holds_the_leader_lease()
 -> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
@@ -573,6 +579,7 @@ where
 async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() -> anyhow::Result<()>
 {
     use axum::Json;
+    let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     server.write_log().enable(1_000_000);
     let dir = tempfile::tempdir()?;
