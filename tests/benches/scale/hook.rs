@@ -184,9 +184,7 @@ async fn sync(State(hook): State<Arc<Hook>>, body: Bytes) -> Response {
     let key = format!("{}.{}", hook.kind.kind(), hook.kind.api_version());
     let v = req.parent.spec.v.map(|v| v.to_string());
     let observed = req.children.get(&key).map_or(0, |c| {
-        c.values()
-            .filter(|o| o.metadata.annotations.v == v)
-            .count()
+        c.values().filter(|o| o.metadata.annotations.v == v).count()
     });
     let children: Vec<Value> = (0..hook.children)
         .map(|i| {

@@ -132,7 +132,7 @@ impl Rig {
             self.ctrl.push(c);
         }
         if case.replicas > 1 {
-            shard::wait_split(&self.ctrl).await?;
+            shard::wait_split(&self.ctrl, case).await?;
         }
         Ok(())
     }
@@ -324,7 +324,11 @@ fn print_processes(s0: &Snap, s1: &Snap) {
         s1.hook.cpu_s - s0.hook.cpu_s,
         match rss.len() {
             1 => format!("{:.0}", rss[0]),
-            _ => rss.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", "),
+            _ => rss
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         },
         s1.server.hwm_mib,
         s1.hook.hwm_mib

@@ -80,9 +80,16 @@ async fn wait_held(health: &[u16], what: &str) -> anyhow::Result<Instant> {
     }
 }
 
+/// How many of the case's parents fall in `buckets`.
+fn parents_in(case: &Case, buckets: &BTreeSet<String>) -> usize {
+    (0..case.parents)
+        .filter(|&i| buckets.contains(&bucket_of(&case.ns_of(i), BUCKETS).to_string()))
+        .count()
+}
+
 /// Waits until the replicas hold every bucket between them, each its share, and prints the
-/// split.
-pub(crate) async fn wait_split(ctrl: &[Controller]) -> anyhow::Result<()> {
+/// split: buckets and the case's parents in them, per replica.
+pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Result<()> {
     let health: Vec<u16> = ctrl.iter().map(|c| c.health).collect();
     let start = Instant::now();
     wait_held(&health, "start").await?;
@@ -90,7 +97,7 @@ pub(crate) async fn wait_split(ctrl: &[Controller]) -> anyhow::Result<()> {
         .await
         .iter()
         .zip(ctrl)
-        .map(|(h, c)| format!("{} {}", c.name, h.len()))
+        .map(|(h, c)| format!("{} {} ({} parents)", c.name, h.len(), parents_in(case, h)))
         .collect();
     println!(
         "    buckets split after {:.1} s: {} (of {BUCKETS} and cluster)",
@@ -108,8 +115,12 @@ async fn edit_all(server: &Server, case: &Case, v: u64) -> anyhow::Result<()> {
             let api = server.api_in(&case.ns_of(i), AV, "Thing", "things");
             let patch = &patch;
             async move {
-                api.patch(&format!("p-{i}"), &PatchParams::default(), &Patch::Merge(patch))
-                    .await?;
+                api.patch(
+                    &format!("p-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
                 anyhow::Ok(())
             }
         })
@@ -243,4 +254,3 @@ pub(crate) fn side_by_side(runs: &[Run]) {
         );
     }
 }
-
