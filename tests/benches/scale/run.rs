@@ -290,6 +290,18 @@ pub(crate) fn without_own(c: &mut Counters, verb: &str, resource: &str, n: u64) 
     }
 }
 
+/// The requests on `resource` alone.
+fn only(c: &Counters, resource: &str) -> Counters {
+    Counters {
+        by_key: c
+            .by_key
+            .iter()
+            .filter(|((_, r, _), _)| r == resource)
+            .map(|(k, n)| (k.clone(), *n))
+            .collect(),
+    }
+}
+
 pub(crate) fn by_verb(c: &Counters) -> String {
     let mut verbs: BTreeMap<&str, u64> = BTreeMap::new();
     for ((v, _, _), n) in &c.by_key {
@@ -365,9 +377,9 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
     println!(
         "    controller: {}{}",
         by_verb(d),
-        match d.writes_to("leases") {
-            0 => String::new(),
-            n => format!("; {n} Lease writes"),
+        match only(d, "leases") {
+            l if l.total() == 0 => String::new(),
+            l => format!("; of them on Leases {}", by_verb(&l)),
         }
     );
     println!(

@@ -1,7 +1,7 @@
 //! Sharded replicas: the flags they run with, waiting until they hold every bucket between
 //! them, the replica counts of one case side by side, and the `failover` scenario.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -140,10 +140,45 @@ fn span(t0: Instant, times: impl Iterator<Item = Instant>) -> String {
     }
 }
 
-/// With the case's replicas converged: SIGKILL to the one holding the most buckets, every
-/// parent edited, and the time until every parent has converged again (children carrying the
-/// new `spec.v`), split into the time until the others hold its buckets and the rest.
+/// Sets `spec.v` of every parent to `v` and waits until each has converged with it: when the
+/// edits were sent, and when each parent converged.
+async fn edit_and_wait(
+    server: &Server,
+    case: &Case,
+    v: u64,
+) -> anyhow::Result<(Instant, HashMap<String, Instant>)> {
+    let (edited, converged) = tokio::join!(
+        async {
+            edit_all(server, case, v).await?;
+            anyhow::Ok(Instant::now())
+        },
+        wait_converged(server, case, Some(v)),
+    );
+    Ok((edited?, converged?.1))
+}
+
+/// The scenario's baseline: every parent edited with every replica alive.
+async fn edit_alive(rig: &Rig, case: &Case) -> anyhow::Result<()> {
+    let s0 = rig.snap().await?;
+    let (edited, at) = edit_and_wait(&rig.server, case, 1).await?;
+    let s1 = rig.snap().await?;
+    let done = at.values().copied().max().unwrap_or(s1.at);
+    println!(
+        "  failover, first the same edit with all {} replicas alive: every parent edited (spec.v = 1, sent within {:.2} s), converged again after {:.2} s",
+        rig.ctrl.len(),
+        (edited - s0.at).as_secs_f64(),
+        (done - s0.at).as_secs_f64()
+    );
+    print_usage(rig, &s0, &s1, "replicas'");
+    Ok(())
+}
+
+/// With the case's replicas converged: every parent edited with all of them alive (the
+/// baseline), then SIGKILL to the one holding the most buckets, every parent edited again, and
+/// the time until every parent has converged again (children carrying the new `spec.v`), split
+/// into the time until the others hold its buckets and the rest.
 pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
+    edit_alive(rig, case).await?;
     let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
     let each = held_by(&health).await;
     let Some((victim, lost)) = each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) else {
@@ -159,20 +194,16 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     let t0 = Instant::now();
     drop(dead); // SIGKILL, then reaped
     let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
-    let (taken, edited, converged) = tokio::join!(
+    let (taken, edited) = tokio::join!(
         wait_held(&health, "failover"),
-        async {
-            edit_all(&rig.server, case, 1).await?;
-            anyhow::Ok(Instant::now())
-        },
-        wait_converged(&rig.server, case, Some(1)),
+        edit_and_wait(&rig.server, case, 2)
     );
-    let (taken, edited, (_, at)) = (taken?, edited?, converged?);
+    let (taken, (edited, at)) = (taken?, edited?);
     let s1 = rig.snap().await?;
     let done = at.values().copied().max().unwrap_or(t0);
     let secs = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     println!(
-        "  failover: SIGKILL to {name} (held {} of {} buckets, {} of {} parents), then every parent edited (spec.v, sent within {:.2} s)",
+        "  failover: SIGKILL to {name} (held {} of {} buckets, {} of {} parents), then every parent edited (spec.v = 2, sent within {:.2} s)",
         lost.len(),
         BUCKETS + 1,
         theirs.len(),
@@ -191,11 +222,11 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
         span(t0, mine.into_iter().map(|(_, t)| *t)),
         span(t0, others.into_iter().map(|(_, t)| *t))
     );
-    print_survivors(rig, &s0, &s1);
+    print_usage(rig, &s0, &s1, "survivors'");
     Ok(())
 }
 
-fn print_survivors(rig: &Rig, s0: &Snap, s1: &Snap) {
+fn print_usage(rig: &Rig, s0: &Snap, s1: &Snap, whose: &str) {
     let d = s1.counters.since(&s0.counters);
     let cpu = s1.ctrl_cpu(s0);
     let each: Vec<String> = rig
@@ -205,7 +236,7 @@ fn print_survivors(rig: &Rig, s0: &Snap, s1: &Snap) {
         .map(|(c, s)| format!("{} {s:.2}", c.name))
         .collect();
     println!(
-        "    survivors' CPU seconds {:.2} ({}); {} (the bench's edits included); hook calls {}",
+        "    {whose} CPU seconds {:.2} ({}); {} (the bench's edits included); hook calls {}",
         cpu.iter().sum::<f64>(),
         each.join(", "),
         by_verb(&d),
