@@ -1,9 +1,9 @@
 //! The hook process: this bench binary started again with `KMETA_SCALE_ROLE=hook`. It answers
 //! `POST /sync` after `KMETA_SCALE_HOOK_LATENCY_MS` with M children of the case's kind and
-//! `status.children` = the observed ones, keeps no request. A parent's `spec.v`, once set (the
-//! `failover` scenario edits it), goes into its children as the annotation [`V_ANNOTATION`] and
-//! into `status.v`, and `status.children` counts only the observed children that carry it; a
-//! parent without one gets exactly what it got before. The hook and serves its call count at
+//! `status.children` = the observed ones, and keeps no request. A parent's `spec.v`, once set
+//! (the `failover` scenario edits it), goes into its children as the annotation [`V_ANNOTATION`]
+//! and into `status.v`, and `status.children` then counts only the observed children carrying
+//! it; a parent without one gets exactly what it got before. The hook serves its call count at
 //! `GET /stats` and the times its calls arrived at `GET /times?from=K` (microseconds since it
 //! started, one per line, from the `K`th call on).
 
