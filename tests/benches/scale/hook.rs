@@ -1,6 +1,9 @@
 //! The hook process: this bench binary started again with `KMETA_SCALE_ROLE=hook`. It answers
 //! `POST /sync` after `KMETA_SCALE_HOOK_LATENCY_MS` with M children of the case's kind and
-//! `status.children` = the observed ones, keeps no request, and serves its call count at
+//! `status.children` = the observed ones, and keeps no request. A parent's `spec.v`, once set
+//! (the `failover` scenario edits it), goes into its children as the annotation [`V_ANNOTATION`]
+//! and into `status.v`, and `status.children` then counts only the observed children carrying
+//! it; a parent without one gets exactly what it got before. The hook serves its call count at
 //! `GET /stats` and the times its calls arrived at `GET /times?from=K` (microseconds since it
 //! started, one per line, from the `K`th call on).
 
@@ -18,12 +21,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kmeta_tests::procs::{Proc, http_get};
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use super::{Case, Kind, child};
 
 const ROLE: &str = "KMETA_SCALE_ROLE";
+/// The annotation carrying the parent's `spec.v` into its children.
+const V_ANNOTATION: &str = "bench.kmeta.dev/v";
 
 struct Hook {
     kind: Kind,
@@ -121,17 +125,45 @@ pub(crate) async fn arrivals(port: u16, from: u64) -> anyhow::Result<Vec<u64>> {
 struct Request {
     parent: Parent,
     #[serde(default)]
-    children: HashMap<String, HashMap<String, IgnoredAny>>,
+    children: HashMap<String, HashMap<String, Observed>>,
 }
 
 #[derive(Deserialize)]
 struct Parent {
     metadata: Metadata,
+    #[serde(default)]
+    spec: Spec,
 }
 
 #[derive(Deserialize)]
 struct Metadata {
     name: String,
+}
+
+#[derive(Deserialize, Default)]
+struct Spec {
+    v: Option<u64>,
+}
+
+/// An observed child: only its [`V_ANNOTATION`] is read, the rest is skipped as
+/// [`serde::de::IgnoredAny`] would.
+#[derive(Deserialize)]
+struct Observed {
+    #[serde(default)]
+    metadata: ObservedMeta,
+}
+
+#[derive(Deserialize, Default)]
+struct ObservedMeta {
+    #[serde(default)]
+    annotations: ObservedAnnotations,
+}
+
+#[derive(Deserialize, Default)]
+struct ObservedAnnotations {
+    /// [`V_ANNOTATION`] (serde's rename takes a literal only).
+    #[serde(rename = "bench.kmeta.dev/v")]
+    v: Option<String>,
 }
 
 async fn sync(State(hook): State<Arc<Hook>>, body: Bytes) -> Response {
@@ -150,9 +182,22 @@ async fn sync(State(hook): State<Arc<Hook>>, body: Bytes) -> Response {
         .push(at);
     let parent = &req.parent.metadata.name;
     let key = format!("{}.{}", hook.kind.kind(), hook.kind.api_version());
-    let observed = req.children.get(&key).map_or(0, HashMap::len);
+    let v = req.parent.spec.v.map(|v| v.to_string());
+    let observed = req.children.get(&key).map_or(0, |c| {
+        c.values().filter(|o| o.metadata.annotations.v == v).count()
+    });
     let children: Vec<Value> = (0..hook.children)
-        .map(|i| child(hook.kind, parent, i, json!({})))
+        .map(|i| {
+            let mut c = child(hook.kind, parent, i, json!({}));
+            if let Some(v) = &v {
+                c["metadata"]["annotations"] = json!({V_ANNOTATION: v});
+            }
+            c
+        })
         .collect();
-    axum::Json(json!({"status": {"children": observed}, "children": children})).into_response()
+    let mut status = json!({"children": observed});
+    if let Some(v) = req.parent.spec.v {
+        status["v"] = json!(v);
+    }
+    axum::Json(json!({"status": status, "children": children})).into_response()
 }

@@ -25,6 +25,19 @@
 //!   controller starts; wall time from its start to every parent reporting M children, writes,
 //!   against the floor.
 //!
+//! - `failover` (not in the default list): after the converge of each case with more than one
+//!   replica (run for it when `converge` is not asked for), the replica holding the most shard
+//!   buckets is killed with SIGKILL and every parent edited (`spec.v`, which the hook copies into
+//!   its children): the time until the others hold its buckets (their `/readyz?verbose`) and
+//!   until every parent has converged again, its parents and the others' apart.
+//!
+//! Replicas: `KMETA_SCALE_REPLICAS` (comma list, `1`) runs `converge` once per count, with that
+//! many `kmeta run` processes, `--sharding` when more than one (the bench waits until they hold
+//! every bucket between them before creating parents); the counts of one case are printed side
+//! by side, as ratios to the 1-replica run. `KMETA_SCALE_NAMESPACES` (1: everything in `default`)
+//! spreads the parents, and so their children, round-robin over `ns-0`…`ns-<n-1>`: sharding splits
+//! parents by namespace, so one namespace is one replica's work.
+//!
 //! Matrix (comma lists): `KMETA_SCALE_PARENTS` (1000), `KMETA_SCALE_KINDS` (`configmap`;
 //! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
 //! latency, 0), `KMETA_SCALE_WORKERS` (5). Single values: `KMETA_SCALE_CHILDREN` (10),
@@ -56,6 +69,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const WRITERS: usize = 32;
 const GROUP: &str = "bench.kmeta.dev";
 const AV: &str = "bench.kmeta.dev/v1";
+/// The namespace of every parent and child unless `KMETA_SCALE_NAMESPACES` spreads them.
 const NS: &str = "default";
 const CC: &str = "bench-cc";
 const DEADLINE: Duration = Duration::from_secs(3600);
@@ -63,6 +77,7 @@ const POLL: Duration = Duration::from_millis(500);
 
 mod hook;
 mod run;
+mod shard;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -146,9 +161,24 @@ struct Case {
     workers: usize,
     qps: f64,
     apply: Apply,
+    /// `kmeta run` processes; `--sharding` when more than one.
+    replicas: usize,
+    /// Namespaces the parents are spread over (1: [`NS`]).
+    namespaces: usize,
 }
 
 impl Case {
+    /// The namespace of parent `i` (and of its children).
+    fn ns_of(&self, i: usize) -> String {
+        match self.namespaces {
+            0 | 1 => NS.to_owned(),
+            n => format!("ns-{}", i % n),
+        }
+    }
+    /// Every namespace the case uses.
+    fn all_ns(&self) -> Vec<String> {
+        (0..self.namespaces.max(1)).map(|i| self.ns_of(i)).collect()
+    }
     fn objects(&self) -> usize {
         self.parents * self.children
     }
@@ -158,8 +188,16 @@ impl Case {
         } else {
             String::new()
         };
+        let spread = match self.namespaces {
+            0 | 1 => String::new(),
+            n => format!(" in {n} namespaces"),
+        };
+        let replicas = match self.replicas {
+            1 => String::new(),
+            n => format!(", {n} replicas (--sharding)"),
+        };
         format!(
-            "{} parents × {} {}s, hook latency {} ms, {} workers{qps}, {}",
+            "{} parents × {} {}s{spread}, hook latency {} ms, {} workers{qps}{replicas}, {}",
             self.parents,
             self.children,
             self.kind.kind(),
@@ -237,21 +275,57 @@ impl Server {
         Ok(Counters::from_rows(rows))
     }
 
-    fn api(&self, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &ar(av, kind, plural))
+    /// The resource in namespace `ns`.
+    fn api_in(&self, ns: &str, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &ar(av, kind, plural))
+    }
+
+    /// The resource in every namespace (lists and watches).
+    fn api_all(&self, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &ar(av, kind, plural))
+    }
+
+    /// Creates the case's namespaces other than [`NS`].
+    async fn create_namespaces(&self, case: &Case) -> anyhow::Result<()> {
+        let api = self.api_all("v1", "Namespace", "namespaces");
+        for ns in case.all_ns().into_iter().filter(|n| n != NS) {
+            let o = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            api.create(&PostParams::default(), &obj(o)?).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates `objects` of `(av, kind, plural)`, each in its own `metadata.namespace`, with
+    /// [`WRITERS`] concurrent writers; the created objects, in order.
+    async fn create_all(
+        &self,
+        (av, kind, plural): (&str, &str, &str),
+        objects: Vec<Value>,
+    ) -> anyhow::Result<Vec<Value>> {
+        futures::stream::iter(objects)
+            .map(|o| async move {
+                let ns = o
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or(NS);
+                let api = self.api_in(ns, av, kind, plural);
+                let created = api.create(&PostParams::default(), &obj(o)?).await?;
+                anyhow::Ok(serde_json::to_value(created)?)
+            })
+            .buffered(WRITERS)
+            .try_collect()
+            .await
     }
 }
 
-/// Creates `objects` with [`WRITERS`] concurrent writers; the created objects, in order.
-async fn create_all(api: &Api<DynamicObject>, objects: Vec<Value>) -> anyhow::Result<Vec<Value>> {
-    futures::stream::iter(objects)
-        .map(|o| async move {
-            let created = api.create(&PostParams::default(), &obj(o)?).await?;
-            anyhow::Ok(serde_json::to_value(created)?)
-        })
-        .buffered(WRITERS)
-        .try_collect()
-        .await
+/// The parents' resource, for [`Server::create_all`].
+const THINGS: (&str, &str, &str) = (AV, "Thing", "things");
+
+impl Kind {
+    /// The children's resource, for [`Server::create_all`].
+    fn resource(self) -> (&'static str, &'static str, &'static str) {
+        (self.api_version(), self.kind(), self.plural())
+    }
 }
 
 /// A Deployment with 2 containers of 6 env vars each.
@@ -281,8 +355,8 @@ fn child(kind: Kind, parent: &str, i: usize, labels: Value) -> Value {
     }
 }
 
-fn in_ns(mut o: Value) -> Value {
-    o["metadata"]["namespace"] = json!(NS);
+fn in_ns(mut o: Value, ns: &str) -> Value {
+    o["metadata"]["namespace"] = json!(ns);
     o
 }
 
@@ -307,12 +381,12 @@ async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duratio
     let kind = case.kind;
     let objects: Vec<Value> = match shape {
         Shape::Plain => (0..case.objects())
-            .map(|i| in_ns(child(kind, "floor", i, json!({}))))
+            .map(|i| in_ns(child(kind, "floor", i, json!({})), NS))
             .collect(),
         Shape::AsWritten => {
             create_crds(&server, vec![parent_crd()]).await?;
-            let things = server.api(AV, "Thing", "things");
-            let parents = create_all(&things, run::parents(case)).await?;
+            server.create_namespaces(case).await?;
+            let parents = server.create_all(THINGS, run::parents(case)).await?;
             let mut out = Vec::with_capacity(case.objects());
             for p in &parents {
                 for i in 0..case.children {
@@ -322,10 +396,9 @@ async fn floor(dir: &Path, case: &Case, shape: Shape) -> anyhow::Result<(Duratio
             out
         }
     };
-    let api = server.api(kind.api_version(), kind.kind(), kind.plural());
     let before = server.proc.usage()?;
     let start = Instant::now();
-    create_all(&api, objects).await?;
+    server.create_all(kind.resource(), objects).await?;
     let took = start.elapsed();
     let after = server.proc.usage()?;
     println!(
@@ -352,8 +425,8 @@ fn as_written(case: &Case, parent: &Value, i: usize) -> anyhow::Result<Value> {
             .and_then(Value::as_str)
             .with_context(|| format!("parent without metadata.{f}: {parent}"))
     };
-    let (name, uid) = (meta("name")?, meta("uid")?);
-    let desired = in_ns(child(kind, name, i, json!({"controller-uid": uid})));
+    let (name, uid, ns) = (meta("name")?, meta("uid")?, meta("namespace")?);
+    let desired = in_ns(child(kind, name, i, json!({"controller-uid": uid})), ns);
     let opts = dynapply::Options {
         record: case.apply != Apply::ServerSideOmit,
         ..dynapply::Options::default()
@@ -369,10 +442,11 @@ fn as_written(case: &Case, parent: &Value, i: usize) -> anyhow::Result<Value> {
 /// [`Shape::AsWritten`] creates the same objects as kmeta.
 async fn check_as_written(server: &Server, case: &Case) -> anyhow::Result<()> {
     let kind = case.kind;
-    let parent = server.api(AV, "Thing", "things").get("p-0").await?;
+    let ns = case.ns_of(0);
+    let parent = server.api_in(&ns, AV, "Thing", "things").get("p-0").await?;
     let parent = serde_json::to_value(parent)?;
     let stored = server
-        .api(kind.api_version(), kind.kind(), kind.plural())
+        .api_in(&ns, kind.api_version(), kind.kind(), kind.plural())
         .get("p-0-0")
         .await?;
     let strip = |mut v: Value| {
@@ -477,6 +551,7 @@ fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
         .iter()
         .map(|a| Apply::parse(a))
         .collect::<anyhow::Result<Vec<Apply>>>()?;
+    let namespaces = env_num("KMETA_SCALE_NAMESPACES", 1)?;
     let mut out = Vec::new();
     for kind in env_list("KMETA_SCALE_KINDS", "configmap") {
         let kind = Kind::parse(&kind)?;
@@ -492,6 +567,8 @@ fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
                             workers,
                             qps,
                             apply,
+                            replicas: 1,
+                            namespaces,
                         });
                     }
                 }
@@ -510,20 +587,33 @@ async fn bench() -> anyhow::Result<()> {
         true => Some(env_num("KMETA_SCALE_RESYNC_S", 5)?),
         false => None,
     };
+    let replicas: Vec<usize> = env_nums("KMETA_SCALE_REPLICAS", "1")?;
+    let failover = has("failover");
     println!("scale: processes' logs in {}", dir.display());
     for round in 1..=env_num("KMETA_SCALE_REPEAT", 1)? {
         println!("round {round}");
-        if has("converge") {
+        if has("converge") || failover {
             for case in cases(None, 0.0)? {
-                println!("{}", case.label());
-                run::converge(&dir, &case, resync).await?;
+                let mut runs = Vec::new();
+                for &n in &replicas {
+                    if !has("converge") && n < 2 {
+                        continue;
+                    }
+                    let case = Case {
+                        replicas: n,
+                        ..case
+                    };
+                    println!("{}", case.label());
+                    runs.push(run::converge(&dir, &case, resync, failover).await?);
+                }
+                shard::side_by_side(&runs);
             }
         }
         if has("qps") {
             let parents = env_num("KMETA_SCALE_QPS_PARENTS", 100)?;
             for case in cases(Some(parents), env_num("KMETA_SCALE_QPS", 50.0)?)? {
                 println!("{}", case.label());
-                run::converge(&dir, &case, None).await?;
+                run::converge(&dir, &case, None, false).await?;
             }
         }
         if has("adopt") {

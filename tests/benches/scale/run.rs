@@ -1,7 +1,7 @@
 //! The scenarios: the three processes, snapshots of their counters and usage, and the printed
 //! figures beside their bounds.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,18 +14,29 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams, WatchEvent, Watch
 use serde_json::{Value, json};
 
 use super::{
-    AV, CC, Case, DEADLINE, NS, POLL, Server, Shape, check_as_written, child, create_all, floor,
-    hook, in_ns,
+    AV, CC, Case, DEADLINE, POLL, Server, Shape, THINGS, check_as_written, child, floor, hook,
+    in_ns, shard,
 };
 
-/// The `kmeta run` process.
-struct Controller {
-    proc: Proc,
+/// A `kmeta run` process.
+pub(crate) struct Controller {
+    pub(crate) proc: Proc,
     metrics: u16,
+    /// Its health port (`/readyz?verbose` names the shard buckets it holds).
+    pub(crate) health: u16,
+    /// `kmeta-<i>` (its `POD_NAME`), or `kmeta` when it runs alone.
+    pub(crate) name: String,
 }
 
 impl Controller {
-    async fn start(dir: &Path, server: &Server, case: &Case) -> anyhow::Result<Controller> {
+    /// Replica `replica` of the case's `kmeta run` processes, started with `--sharding` when
+    /// the case has more than one; returns once it is ready.
+    async fn start(
+        dir: &Path,
+        server: &Server,
+        case: &Case,
+        replica: usize,
+    ) -> anyhow::Result<Controller> {
         let (metrics, health) = (free_port()?, free_port()?);
         let mut cmd = Command::new(bin("kmeta")?);
         cmd.args(["run", "--kubeconfig"])
@@ -35,9 +46,16 @@ impl Controller {
             .arg(format!("--workers={}", case.workers))
             .arg(format!("--client-go-qps={}", case.qps))
             .args(["--discovery-interval=1s", "--log-level=warn"]);
-        let proc = Proc::spawn("kmeta run", cmd, &dir.join("kmeta.log"))?;
+        let name = match case.replicas {
+            1 => "kmeta".to_owned(),
+            _ => format!("kmeta-{replica}"),
+        };
+        if case.replicas > 1 {
+            cmd.args(shard::FLAGS).env("POD_NAME", &name);
+        }
+        let proc = Proc::spawn("kmeta run", cmd, &dir.join(format!("{name}.log")))?;
         // a profiler can attach to it: `perf record -e cpu-clock -p <pid>`
-        println!("    (kmeta run: pid {})", proc.pid());
+        println!("    ({name} run: pid {})", proc.pid());
         let start = Instant::now();
         while http_get(health, "/readyz").await.map(|r| r.0) != Some(200) {
             if start.elapsed() > Duration::from_secs(60) {
@@ -45,7 +63,12 @@ impl Controller {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(Controller { proc, metrics })
+        Ok(Controller {
+            proc,
+            metrics,
+            health,
+            name,
+        })
     }
 
     async fn metrics(&self) -> String {
@@ -56,22 +79,35 @@ impl Controller {
     }
 }
 
-/// Server, hook and (once started) controller of one case.
-struct Rig {
-    server: Server,
+/// Server, hook and (once started) the controller's replicas of one case.
+pub(crate) struct Rig {
+    pub(crate) server: Server,
     hook: Proc,
     hook_port: u16,
-    ctrl: Option<Controller>,
+    pub(crate) ctrl: Vec<Controller>,
 }
 
 /// What each process had done at one moment.
-struct Snap {
-    at: Instant,
-    counters: Counters,
-    hook_calls: u64,
-    ctrl: Usage,
+pub(crate) struct Snap {
+    pub(crate) at: Instant,
+    pub(crate) counters: Counters,
+    pub(crate) hook_calls: u64,
+    /// Each live replica's, in the order of [`Rig::ctrl`].
+    pub(crate) ctrl: Vec<Usage>,
     server: Usage,
     hook: Usage,
+}
+
+impl Snap {
+    /// Each replica's CPU seconds since `s0` (of the same replicas; one not running then
+    /// counts from 0).
+    pub(crate) fn ctrl_cpu(&self, s0: &Snap) -> Vec<f64> {
+        self.ctrl
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b.cpu_s - s0.ctrl.get(i).map_or(0.0, |a| a.cpu_s))
+            .collect()
+    }
 }
 
 impl Rig {
@@ -79,23 +115,38 @@ impl Rig {
         let server = Server::start(dir, "server").await?;
         let (hook, hook_port) = hook::spawn(dir, case).await?;
         super::install(&server, case, &format!("http://127.0.0.1:{hook_port}/sync")).await?;
+        server.create_namespaces(case).await?;
         Ok(Rig {
             server,
             hook,
             hook_port,
-            ctrl: None,
+            ctrl: Vec::new(),
         })
     }
 
-    async fn snap(&self) -> anyhow::Result<Snap> {
+    /// Starts the case's replicas; with more than one, returns once they hold every shard
+    /// bucket between them.
+    async fn start_controllers(&mut self, dir: &Path, case: &Case) -> anyhow::Result<()> {
+        for i in 0..case.replicas {
+            let c = Controller::start(dir, &self.server, case, i).await?;
+            self.ctrl.push(c);
+        }
+        if case.replicas > 1 {
+            shard::wait_split(&self.ctrl, case).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn snap(&self) -> anyhow::Result<Snap> {
         Ok(Snap {
             at: Instant::now(),
             counters: self.server.counters().await?,
             hook_calls: hook::calls(self.hook_port).await?,
-            ctrl: match &self.ctrl {
-                Some(c) => c.proc.usage()?,
-                None => Usage::default(),
-            },
+            ctrl: self
+                .ctrl
+                .iter()
+                .map(|c| c.proc.usage())
+                .collect::<anyhow::Result<_>>()?,
             server: self.server.proc.usage()?,
             hook: self.hook.usage()?,
         })
@@ -117,35 +168,44 @@ pub(crate) fn parents(case: &Case) -> Vec<Value> {
     (0..case.parents)
         .map(|i| {
             json!({"apiVersion": AV, "kind": "Thing",
-                   "metadata": {"name": format!("p-{i}"), "namespace": NS}, "spec": {}})
+                   "metadata": {"name": format!("p-{i}"), "namespace": case.ns_of(i)}, "spec": {}})
         })
         .collect()
 }
 
-/// Waits until every parent reports its M children: one list, then a watch of the parents (a
-/// relist only after 410 Gone), so the bench's own load on the server and on its CPU stays small
-/// beside the controller's (a list of every parent every half second cost the shared cores
-/// several CPU-seconds at 10 000 parents). The bench's own requests, so they can be taken out of
-/// the controller's.
-async fn wait_converged(server: &Server, case: &Case) -> anyhow::Result<Own> {
-    let things = server.api(AV, "Thing", "things");
-    let want = json!(case.children);
-    let converged = |p: &DynamicObject| p.data.pointer("/status/children") == Some(&want);
+/// Waits until every parent reports its M children (with `v`: children of the parent's
+/// `spec.v`, see the hook): one list, then a watch of the parents (a relist only after 410
+/// Gone), so the bench's own load on the server and on its CPU stays small beside the
+/// controller's (a list of every parent every half second cost the shared cores several
+/// CPU-seconds at 10 000 parents). The bench's own requests, so they can be taken out of the
+/// controller's, and when each parent was first seen converged (its last time, if it went back).
+pub(crate) async fn wait_converged(
+    server: &Server,
+    case: &Case,
+    v: Option<u64>,
+) -> anyhow::Result<(Own, HashMap<String, Instant>)> {
+    let things = server.api_all(AV, "Thing", "things");
+    let (want, want_v) = (json!(case.children), v.map(|v| json!(v)));
+    let converged = |p: &DynamicObject| {
+        p.data.pointer("/status/children") == Some(&want)
+            && (want_v.is_none() || p.data.pointer("/status/v") == want_v.as_ref())
+    };
     let start = Instant::now();
     let mut own = Own::default();
     loop {
         own.lists += 1;
         let list = things.list(&ListParams::default()).await?;
-        let mut done: HashSet<String> = list
+        let now = Instant::now();
+        let mut done: HashMap<String, Instant> = list
             .items
             .iter()
             .filter(|p| converged(p))
-            .filter_map(|p| p.metadata.name.clone())
+            .filter_map(|p| Some((p.metadata.name.clone()?, now)))
             .collect();
         let mut rv = list.metadata.resource_version.unwrap_or_default();
         'watch: loop {
             if done.len() == case.parents {
-                return Ok(own);
+                return Ok((own, done));
             }
             if start.elapsed() > DEADLINE {
                 bail!("{} of {} parents converged", done.len(), case.parents);
@@ -170,11 +230,14 @@ async fn wait_converged(server: &Server, case: &Case) -> anyhow::Result<Own> {
                     continue;
                 };
                 match converged(&p) {
-                    true => done.insert(name),
-                    false => done.remove(&name),
+                    true => done.entry(name).or_insert_with(Instant::now),
+                    false => {
+                        done.remove(&name);
+                        continue;
+                    }
                 };
                 if done.len() == case.parents {
-                    return Ok(own);
+                    return Ok((own, done));
                 }
             }
         }
@@ -183,14 +246,14 @@ async fn wait_converged(server: &Server, case: &Case) -> anyhow::Result<Own> {
 
 /// The bench's own requests while it waited.
 #[derive(Default)]
-struct Own {
+pub(crate) struct Own {
     lists: u64,
     watches: u64,
 }
 
 impl Own {
     /// Takes them out of `c`.
-    fn remove_from(&self, c: &mut Counters) {
+    pub(crate) fn remove_from(&self, c: &mut Counters) {
         without_own(c, "list", "things", self.lists);
         without_own(c, "watch", "things", self.watches);
     }
@@ -218,7 +281,7 @@ fn against_floor(wall: f64, before: Duration, after: Duration) -> String {
 }
 
 /// Takes `n` successful `verb` requests on `resource` (the bench's own) out of `c`.
-fn without_own(c: &mut Counters, verb: &str, resource: &str, n: u64) {
+pub(crate) fn without_own(c: &mut Counters, verb: &str, resource: &str, n: u64) {
     for ((v, r, code), count) in c.by_key.iter_mut() {
         if v == verb && r == resource && *code < 300 {
             *count = count.saturating_sub(n);
@@ -227,7 +290,19 @@ fn without_own(c: &mut Counters, verb: &str, resource: &str, n: u64) {
     }
 }
 
-fn by_verb(c: &Counters) -> String {
+/// The requests on `resource` alone.
+fn only(c: &Counters, resource: &str) -> Counters {
+    Counters {
+        by_key: c
+            .by_key
+            .iter()
+            .filter(|((_, r, _), _)| r == resource)
+            .map(|(k, n)| (k.clone(), *n))
+            .collect(),
+    }
+}
+
+pub(crate) fn by_verb(c: &Counters) -> String {
     let mut verbs: BTreeMap<&str, u64> = BTreeMap::new();
     for ((v, _, _), n) in &c.by_key {
         *verbs.entry(v.as_str()).or_default() += n;
@@ -236,21 +311,52 @@ fn by_verb(c: &Counters) -> String {
     format!("{} requests ({})", c.total(), list.join(", "))
 }
 
+/// `total` alone for one replica, else `total (a, b, c)`.
+fn each(values: &[f64], total: f64, decimals: usize) -> String {
+    match values {
+        [_] => format!("{total:.decimals$}"),
+        _ => {
+            let each: Vec<String> = values.iter().map(|v| format!("{v:.decimals$}")).collect();
+            format!("{total:.decimals$} ({})", each.join(", "))
+        }
+    }
+}
+
 fn print_processes(s0: &Snap, s1: &Snap) {
+    let cpu = s1.ctrl_cpu(s0);
+    let rss: Vec<f64> = s1.ctrl.iter().map(|u| u.hwm_mib).collect();
+    let (ctrl, peak) = match cpu.len() {
+        1 => ("controller", "controller".to_owned()),
+        n => ("controllers (sum, each)", format!("{n} replicas (each)")),
+    };
     println!(
-        "    CPU seconds: controller {:.2}, server {:.2}, hook {:.2}; peak RSS MiB: controller {:.0}, server {:.0}, hook {:.0}",
-        s1.ctrl.cpu_s - s0.ctrl.cpu_s,
+        "    CPU seconds: {ctrl} {}, server {:.2}, hook {:.2}; peak RSS MiB: {peak} {}, server {:.0}, hook {:.0}",
+        each(&cpu, cpu.iter().sum(), 2),
         s1.server.cpu_s - s0.server.cpu_s,
         s1.hook.cpu_s - s0.hook.cpu_s,
-        s1.ctrl.hwm_mib,
+        match rss.len() {
+            1 => format!("{:.0}", rss[0]),
+            _ => rss
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
         s1.server.hwm_mib,
         s1.hook.hwm_mib
     );
 }
 
-async fn print_sync_times(ctrl: Option<&Controller>) {
-    let Some(ctrl) = ctrl else { return };
-    let m = ctrl.metrics().await;
+/// Sync time quantiles over every replica's histogram.
+async fn print_sync_times(ctrl: &[Controller]) {
+    if ctrl.is_empty() {
+        return;
+    }
+    let mut m = String::new();
+    for c in ctrl {
+        m.push_str(&c.metrics().await);
+        m.push('\n');
+    }
     let q = |q| {
         histogram_quantile(&m, "kmeta_reconcile_duration_seconds", q)
             .map_or("-".to_owned(), |s| format!("{:.1} ms", s * 1000.0))
@@ -268,7 +374,14 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
     let plural = case.kind.plural();
     let calls = s1.hook_calls - s0.hook_calls;
     let min_calls = case.parents * syncs_per_parent;
-    println!("    controller: {}", by_verb(d));
+    println!(
+        "    controller: {}{}",
+        by_verb(d),
+        match only(d, "leases") {
+            l if l.total() == 0 => String::new(),
+            l => format!("; of them on Leases {}", by_verb(&l)),
+        }
+    );
     println!(
         "    writes: children {} (bound {} = one per child), parent status {} (bound {min_calls} = one per sync)",
         d.writes_to(plural),
@@ -281,18 +394,36 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
     );
 }
 
-/// N parents created with the controller running, until each reports its M children.
-pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> anyhow::Result<()> {
+/// What one converge measured, for [`shard::side_by_side`].
+pub(crate) struct Run {
+    pub(crate) replicas: usize,
+    /// Converge wall time, seconds.
+    pub(crate) wall: f64,
+    /// Each replica's CPU seconds during the converge.
+    pub(crate) cpu: Vec<f64>,
+    /// Each replica's peak RSS, MiB.
+    pub(crate) rss: Vec<f64>,
+    /// The API server's CPU seconds during the converge.
+    pub(crate) server_cpu: f64,
+}
+
+/// N parents created with the controller running, until each reports its M children; then,
+/// with `failover` and more than one replica, [`shard::failover`].
+pub(crate) async fn converge(
+    dir: &Path,
+    case: &Case,
+    resync_s: Option<u64>,
+    failover: bool,
+) -> anyhow::Result<Run> {
     let before = match case.qps > 0.0 {
         true => None,
         false => Some(floors(dir, case).await?),
     };
     let mut rig = Rig::new(dir, case).await?;
-    rig.ctrl = Some(Controller::start(dir, &rig.server, case).await?);
+    rig.start_controllers(dir, case).await?;
     let s0 = rig.snap().await?;
-    let things = rig.server.api(AV, "Thing", "things");
-    create_all(&things, parents(case)).await?;
-    let own = wait_converged(&rig.server, case).await?;
+    rig.server.create_all(THINGS, parents(case)).await?;
+    let (own, _) = wait_converged(&rig.server, case, None).await?;
     let s1 = rig.snap().await?;
     let mut d = s1.counters.since(&s0.counters);
     without_own(&mut d, "create", "things", case.parents as u64);
@@ -311,18 +442,27 @@ pub(crate) async fn converge(dir: &Path, case: &Case, resync_s: Option<u64>) -> 
         None => print_qps(case, wall, &d),
     }
     print_work(case, &d, &s0, &s1, 2);
-    print_sync_times(rig.ctrl.as_ref()).await;
+    print_sync_times(&rig.ctrl).await;
     print_processes(&s0, &s1);
-    let ctrl_cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
+    let cpu = s1.ctrl_cpu(&s0);
     println!(
         "    controller CPU per child: {:.0} µs",
-        ctrl_cpu * 1e6 / case.objects() as f64
+        cpu.iter().sum::<f64>() * 1e6 / case.objects() as f64
     );
     print_memory(&rig, case, &s1).await?;
+    if failover && case.replicas > 1 {
+        shard::failover(&mut rig, case).await?;
+    }
     if let Some(r) = resync_s {
         steady(&rig, case, r).await?;
     }
-    Ok(())
+    Ok(Run {
+        replicas: case.replicas,
+        wall,
+        cpu,
+        rss: s1.ctrl.iter().map(|u| u.hwm_mib).collect(),
+        server_cpu: s1.server.cpu_s - s0.server.cpu_s,
+    })
 }
 
 /// The controller's peak RSS against its bound (docs/design/sizing-bench.md): twice the JSON of
@@ -332,9 +472,9 @@ async fn print_memory(rig: &Rig, case: &Case, s1: &Snap) -> anyhow::Result<()> {
     let kind = case.kind;
     let mut bytes = 0usize;
     for api in [
-        rig.server.api(AV, "Thing", "things"),
+        rig.server.api_all(AV, "Thing", "things"),
         rig.server
-            .api(kind.api_version(), kind.kind(), kind.plural()),
+            .api_all(kind.api_version(), kind.kind(), kind.plural()),
     ] {
         for item in api.list(&ListParams::default()).await?.items {
             bytes += serde_json::to_vec(&item)?.len();
@@ -342,10 +482,16 @@ async fn print_memory(rig: &Rig, case: &Case, s1: &Snap) -> anyhow::Result<()> {
     }
     let json_mib = bytes as f64 / (1024.0 * 1024.0);
     let bound = 2.0 * json_mib + 30.0;
+    // every replica caches every parent and child (watches are not split), so each one is held
+    // to the whole bound
+    let peak = s1.ctrl.iter().map(|u| u.hwm_mib).fold(0.0, f64::max);
     println!(
-        "    memory: controller peak RSS {:.0} MiB; JSON of the cached parents and children {json_mib:.0} MiB; bound 2 × JSON + 30 MiB = {bound:.0} MiB ({:.2}× of it)",
-        s1.ctrl.hwm_mib,
-        s1.ctrl.hwm_mib / bound
+        "    memory: controller peak RSS {peak:.0} MiB{}; JSON of the cached parents and children {json_mib:.0} MiB; bound 2 × JSON + 30 MiB = {bound:.0} MiB ({:.2}× of it)",
+        match s1.ctrl.len() {
+            1 => "",
+            _ => " (the largest replica's)",
+        },
+        peak / bound
     );
     Ok(())
 }
@@ -396,6 +542,9 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
     ccs.patch(CC, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     let n = case.parents as u64;
+    if rig.ctrl.len() > 1 {
+        println!("  steady with {} live replicas", rig.ctrl.len());
+    }
     // the first full round after the change (the controller rebuilt, or its first resync)
     rig.wait_calls(hook::calls(rig.hook_port).await? + n)
         .await?;
@@ -409,7 +558,7 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
         .map(|(calls, took)| format!("{calls} calls in {:.2} s", *took as f64 / 1e6))
         .collect();
     let d = s1.counters.since(&s0.counters);
-    let cpu = s1.ctrl.cpu_s - s0.ctrl.cpu_s;
+    let cpu: f64 = s1.ctrl_cpu(&s0).iter().sum();
     println!(
         "  steady: two resyncs of {} parents (resyncPeriodSeconds {resync_s}) in {:.2} s (bound 2 × {resync_s} s): writes {} (bound 0), hook calls {} (bound {})",
         case.parents,
@@ -436,35 +585,26 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
 pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
     let (before, _) = floor(dir, case, Shape::Plain).await?;
     let mut rig = Rig::new(dir, case).await?;
-    let things = rig.server.api(AV, "Thing", "things");
-    let created = create_all(&things, parents(case)).await?;
+    let created = rig.server.create_all(THINGS, parents(case)).await?;
     let mut orphans = Vec::with_capacity(case.objects());
     for p in &created {
-        let name = p.pointer("/metadata/name").and_then(Value::as_str);
-        let uid = p.pointer("/metadata/uid").and_then(Value::as_str);
-        let (Some(name), Some(uid)) = (name, uid) else {
-            bail!("created parent without name or uid: {p}");
+        let meta = |f: &str| p.pointer(&format!("/metadata/{f}")).and_then(Value::as_str);
+        let (Some(name), Some(uid), Some(ns)) = (meta("name"), meta("uid"), meta("namespace"))
+        else {
+            bail!("created parent without name, uid or namespace: {p}");
         };
         for i in 0..case.children {
-            orphans.push(in_ns(child(
-                case.kind,
-                name,
-                i,
-                json!({"controller-uid": uid}),
-            )));
+            let labels = json!({"controller-uid": uid});
+            orphans.push(in_ns(child(case.kind, name, i, labels), ns));
         }
     }
-    let kind = case.kind;
-    create_all(
-        &rig.server
-            .api(kind.api_version(), kind.kind(), kind.plural()),
-        orphans,
-    )
-    .await
-    .context("creating orphans")?;
+    rig.server
+        .create_all(case.kind.resource(), orphans)
+        .await
+        .context("creating orphans")?;
     let s0 = rig.snap().await?;
-    rig.ctrl = Some(Controller::start(dir, &rig.server, case).await?);
-    let own = wait_converged(&rig.server, case).await?;
+    rig.start_controllers(dir, case).await?;
+    let (own, _) = wait_converged(&rig.server, case, None).await?;
     let s1 = rig.snap().await?;
     let mut d = s1.counters.since(&s0.counters);
     own.remove_from(&mut d);
@@ -476,7 +616,7 @@ pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
         against_floor(wall, before, after)
     );
     print_work(case, &d, &s0, &s1, 1);
-    print_sync_times(rig.ctrl.as_ref()).await;
+    print_sync_times(&rig.ctrl).await;
     print_processes(&s0, &s1);
     Ok(())
 }

@@ -1,0 +1,287 @@
+//! Sharded replicas: the flags they run with, waiting until they hold every bucket between
+//! them, the replica counts of one case side by side, and the `failover` scenario.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use futures::{StreamExt, TryStreamExt};
+use kmeta::ops::shard::bucket_of;
+use kmeta_tests::procs::http_get;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::run::{Controller, Rig, Run, Snap, by_verb, wait_converged};
+use super::{AV, Case, Server, WRITERS};
+
+/// Hash buckets (`--shard-buckets`); with the cluster bucket the replicas share 33.
+const BUCKETS: u32 = 32;
+/// A Lease of 6 s renewed every 0.5 s, written off 4 s after its last renewal: short, so the
+/// failover is measured in seconds, not in the default 15 s Lease.
+const LEASE_S: u64 = 6;
+
+/// The flags of a sharded replica (besides its ports).
+pub(crate) const FLAGS: [&str; 6] = [
+    "--sharding",
+    "--leader-election-namespace=default",
+    "--shard-buckets=32",
+    "--shard-lease-duration=6s",
+    "--shard-renew-deadline=4s",
+    "--shard-retry-period=500ms",
+];
+
+/// How long the replicas may take to split or take over the buckets.
+const SPLIT_DEADLINE: Duration = Duration::from_secs(120);
+const SPLIT_POLL: Duration = Duration::from_millis(100);
+
+/// The buckets a replica names on `/readyz?verbose` (`[+]sharding buckets 0,5,cluster (of 32
+/// …)`), `None` when it does not answer.
+async fn held(health: u16) -> Option<BTreeSet<String>> {
+    let (_, body) = http_get(health, "/readyz?verbose").await?;
+    let line = body.lines().find(|l| l.contains("sharding buckets"))?;
+    let list = line.split("buckets ").nth(1)?.split(' ').next()?;
+    Some(match list {
+        "none" => BTreeSet::new(),
+        l => l.split(',').map(str::to_owned).collect(),
+    })
+}
+
+/// What each of these replicas holds, in their order (empty when one does not answer).
+async fn held_by(health: &[u16]) -> Vec<BTreeSet<String>> {
+    let mut out = Vec::with_capacity(health.len());
+    for &h in health {
+        out.push(held(h).await.unwrap_or_default());
+    }
+    out
+}
+
+/// Whether `each` holds every bucket exactly once between them, none above its fair share
+/// (so none will hand one over).
+fn split(each: &[BTreeSet<String>]) -> bool {
+    let total = BUCKETS as usize + 1;
+    let share = total.div_ceil(each.len().max(1));
+    let all: usize = each.iter().map(BTreeSet::len).sum();
+    let distinct: BTreeSet<&String> = each.iter().flatten().collect();
+    all == total && distinct.len() == total && each.iter().all(|h| h.len() <= share)
+}
+
+/// Waits until `health`'s replicas hold the buckets as [`split`] says; when they did.
+async fn wait_held(health: &[u16], what: &str) -> anyhow::Result<Instant> {
+    let start = Instant::now();
+    loop {
+        let each = held_by(health).await;
+        if split(&each) {
+            return Ok(Instant::now());
+        }
+        if start.elapsed() > SPLIT_DEADLINE {
+            bail!("{what}: buckets not split within {SPLIT_DEADLINE:?}: {each:?}");
+        }
+        tokio::time::sleep(SPLIT_POLL).await;
+    }
+}
+
+/// How many of the case's parents fall in `buckets`.
+fn parents_in(case: &Case, buckets: &BTreeSet<String>) -> usize {
+    (0..case.parents)
+        .filter(|&i| buckets.contains(&bucket_of(&case.ns_of(i), BUCKETS).to_string()))
+        .count()
+}
+
+/// Waits until the replicas hold every bucket between them, each its share, and prints the
+/// split: buckets and the case's parents in them, per replica.
+pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Result<()> {
+    let health: Vec<u16> = ctrl.iter().map(|c| c.health).collect();
+    let start = Instant::now();
+    wait_held(&health, "start").await?;
+    let counts: Vec<String> = held_by(&health)
+        .await
+        .iter()
+        .zip(ctrl)
+        .map(|(h, c)| format!("{} {} ({} parents)", c.name, h.len(), parents_in(case, h)))
+        .collect();
+    println!(
+        "    buckets split after {:.1} s: {} (of {BUCKETS} and cluster)",
+        start.elapsed().as_secs_f64(),
+        counts.join(", ")
+    );
+    Ok(())
+}
+
+/// Sets `spec.v` of every parent, [`WRITERS`] at a time.
+async fn edit_all(server: &Server, case: &Case, v: u64) -> anyhow::Result<()> {
+    let patch = json!({"spec": {"v": v}});
+    futures::stream::iter(0..case.parents)
+        .map(|i| {
+            let api = server.api_in(&case.ns_of(i), AV, "Thing", "things");
+            let patch = &patch;
+            async move {
+                api.patch(
+                    &format!("p-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect()
+        .await
+}
+
+/// Seconds from `t0` to the earliest and latest of `times` (`-` when empty).
+fn span(t0: Instant, times: impl Iterator<Item = Instant>) -> String {
+    let secs: Vec<f64> = times.map(|t| (t - t0).as_secs_f64()).collect();
+    let min = secs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = secs.iter().copied().fold(0.0, f64::max);
+    match secs.is_empty() {
+        true => "-".to_owned(),
+        false => format!("{min:.2}–{max:.2} s"),
+    }
+}
+
+/// Sets `spec.v` of every parent to `v` and waits until each has converged with it: when the
+/// edits were sent, and when each parent converged.
+async fn edit_and_wait(
+    server: &Server,
+    case: &Case,
+    v: u64,
+) -> anyhow::Result<(Instant, HashMap<String, Instant>)> {
+    let (edited, converged) = tokio::join!(
+        async {
+            edit_all(server, case, v).await?;
+            anyhow::Ok(Instant::now())
+        },
+        wait_converged(server, case, Some(v)),
+    );
+    Ok((edited?, converged?.1))
+}
+
+/// The scenario's baseline: every parent edited with every replica alive.
+async fn edit_alive(rig: &Rig, case: &Case) -> anyhow::Result<()> {
+    let s0 = rig.snap().await?;
+    let (edited, at) = edit_and_wait(&rig.server, case, 1).await?;
+    let s1 = rig.snap().await?;
+    let done = at.values().copied().max().unwrap_or(s1.at);
+    println!(
+        "  failover, first the same edit with all {} replicas alive: every parent edited (spec.v = 1, sent within {:.2} s), converged again after {:.2} s",
+        rig.ctrl.len(),
+        (edited - s0.at).as_secs_f64(),
+        (done - s0.at).as_secs_f64()
+    );
+    print_usage(rig, &s0, &s1, "replicas'");
+    Ok(())
+}
+
+/// With the case's replicas converged: every parent edited with all of them alive (the
+/// baseline), then SIGKILL to the one holding the most buckets, every parent edited again, and
+/// the time until every parent has converged again (children carrying the new `spec.v`), split
+/// into the time until the others hold its buckets and the rest.
+pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
+    edit_alive(rig, case).await?;
+    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let each = held_by(&health).await;
+    let Some((victim, lost)) = each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) else {
+        bail!("failover: no replicas");
+    };
+    let theirs: HashSet<String> = (0..case.parents)
+        .filter(|&i| lost.contains(&bucket_of(&case.ns_of(i), BUCKETS).to_string()))
+        .map(|i| format!("p-{i}"))
+        .collect();
+    let dead = rig.ctrl.remove(victim);
+    let name = dead.name.clone();
+    let s0 = rig.snap().await?;
+    let t0 = Instant::now();
+    drop(dead); // SIGKILL, then reaped
+    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let (taken, edited) = tokio::join!(
+        wait_held(&health, "failover"),
+        edit_and_wait(&rig.server, case, 2)
+    );
+    let (taken, (edited, at)) = (taken?, edited?);
+    let s1 = rig.snap().await?;
+    let done = at.values().copied().max().unwrap_or(t0);
+    let secs = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
+    println!(
+        "  failover: SIGKILL to {name} (held {} of {} buckets, {} of {} parents), then every parent edited (spec.v = 2, sent within {:.2} s)",
+        lost.len(),
+        BUCKETS + 1,
+        theirs.len(),
+        case.parents,
+        secs(edited)
+    );
+    println!(
+        "    every parent converged again {:.2} s after the kill = {:.2} s until the others held its buckets (/readyz; Lease {LEASE_S} s) + {:.2} s",
+        secs(done),
+        secs(taken),
+        secs(done) - secs(taken)
+    );
+    let (mine, others): (Vec<_>, Vec<_>) = at.iter().partition(|(p, _)| theirs.contains(*p));
+    println!(
+        "    converged after the kill: the killed replica's parents {}, the others' {}",
+        span(t0, mine.into_iter().map(|(_, t)| *t)),
+        span(t0, others.into_iter().map(|(_, t)| *t))
+    );
+    print_usage(rig, &s0, &s1, "survivors'");
+    Ok(())
+}
+
+fn print_usage(rig: &Rig, s0: &Snap, s1: &Snap, whose: &str) {
+    let d = s1.counters.since(&s0.counters);
+    let cpu = s1.ctrl_cpu(s0);
+    let each: Vec<String> = rig
+        .ctrl
+        .iter()
+        .zip(&cpu)
+        .map(|(c, s)| format!("{} {s:.2}", c.name))
+        .collect();
+    println!(
+        "    {whose} CPU seconds {:.2} ({}); {} (the bench's edits included); hook calls {}",
+        cpu.iter().sum::<f64>(),
+        each.join(", "),
+        by_verb(&d),
+        s1.hook_calls - s0.hook_calls
+    );
+}
+
+/// The converges of one case with each replica count, side by side, as ratios to the
+/// 1-replica run (the first, when none ran alone).
+pub(crate) fn side_by_side(runs: &[Run]) {
+    if runs.len() < 2 {
+        return;
+    }
+    let base = runs.iter().find(|r| r.replicas == 1).unwrap_or(&runs[0]);
+    let (base_cpu, base_rss) = (
+        base.cpu.iter().sum::<f64>(),
+        base.rss.iter().copied().fold(0.0, f64::max),
+    );
+    println!(
+        "  side by side (ratio to {} replica{}):",
+        base.replicas,
+        if base.replicas == 1 { "" } else { "s" }
+    );
+    println!(
+        "    replicas | converge s | controller CPU s, sum | CPU s, each | peak RSS MiB, each (largest ÷ base) | server CPU s"
+    );
+    for r in runs {
+        let cpu: f64 = r.cpu.iter().sum();
+        let rss = r.rss.iter().copied().fold(0.0, f64::max);
+        let list = |v: &[f64], d: usize| {
+            v.iter()
+                .map(|x| format!("{x:.d$}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "    {} | {:.2} ({:.2}×) | {cpu:.2} ({:.2}×) | {} | {} ({:.2}×) | {:.2}",
+            r.replicas,
+            r.wall,
+            r.wall / base.wall,
+            cpu / base_cpu,
+            list(&r.cpu, 2),
+            list(&r.rss, 0),
+            rss / base_rss,
+            r.server_cpu
+        );
+    }
+}
