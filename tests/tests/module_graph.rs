@@ -61,6 +61,7 @@ const APISERVER_LAYERS: &[&[&str]] = &[
         "registry",
         "schema",
         "selector",
+        "shard",
         "patch",
         "ssa",
         "convert",

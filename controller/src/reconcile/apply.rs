@@ -16,7 +16,7 @@ pub const STRATEGY_ANNOTATION: &str = "kmeta.dev/apply-strategy";
 pub const MAX_FIELD_MANAGER: usize = 128;
 
 /// Hex digits of the parent UID hash in a field manager.
-const UID_HASH_LEN: usize = 10;
+use crate::runtime::compact::UID_HASH_LEN;
 
 /// How children are updated (Metacontroller's `--apply-strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,20 +157,6 @@ pub fn field_manager(prefix: &str, controller: &str, parent_uid: &str) -> String
     let controller: String = controller.chars().take(room).collect();
     let full = format!("{prefix}/{controller}/{hash}");
     full.chars().take(MAX_FIELD_MANAGER).collect()
-}
-
-/// Whether `manager` has the shape of a [`field_manager`]: `<prefix>/<controller>/<10 hex
-/// digits>` (the caches keep these managers' `managedFields` entries of children without the
-/// last-applied annotation).
-pub fn is_parent_manager(manager: &str) -> bool {
-    let mut parts = manager.rsplitn(3, '/');
-    let hash = parts.next().unwrap_or_default();
-    let controller = parts.next().unwrap_or_default();
-    let prefix = parts.next().unwrap_or_default();
-    hash.len() == UID_HASH_LEN
-        && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        && !controller.is_empty()
-        && !prefix.is_empty()
 }
 
 /// The body of a server-side apply of a child: the desired object as prepared for writing
@@ -637,6 +623,7 @@ pub fn with_child_conditions(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::runtime::compact::is_parent_manager;
     use serde_json::json;
 
     #[test]

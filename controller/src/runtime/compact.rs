@@ -31,7 +31,7 @@ pub struct Compact {
     has_controller: bool,
     deleting: bool,
     /// The `managedFields` entries of kmeta's per-parent field managers
-    /// ([`crate::reconcile::apply::is_parent_manager`]) as a JSON list, kept for a child without
+    /// ([`is_parent_manager`]) as a JSON list, kept for a child without
     /// the last-applied annotation: what its parent applied is read from them. Not part of the
     /// text (the hook sees children without `managedFields`, as before).
     owned: Option<Box<RawValue>>,
@@ -82,6 +82,24 @@ impl Identity<'_> {
     }
 }
 
+/// Hex digits of the parent-uid hash that ends each per-parent field manager
+/// (`reconcile::apply::field_manager`).
+pub(crate) const UID_HASH_LEN: usize = 10;
+
+/// Whether `manager` has the shape of a per-parent field manager (`reconcile::apply`'s
+/// `field_manager`): `<prefix>/<controller>/<10 hex digits>` (the caches keep these managers'
+/// `managedFields` entries of children without the last-applied annotation).
+pub fn is_parent_manager(manager: &str) -> bool {
+    let mut parts = manager.rsplitn(3, '/');
+    let hash = parts.next().unwrap_or_default();
+    let controller = parts.next().unwrap_or_default();
+    let prefix = parts.next().unwrap_or_default();
+    hash.len() == UID_HASH_LEN
+        && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && !controller.is_empty()
+        && !prefix.is_empty()
+}
+
 /// The entries of `managed` (a `managedFields` list) by kmeta's per-parent field managers, when
 /// the object carries no last-applied annotation and there are any; only what is read of them
 /// (manager, operation, subresource, fieldsV1).
@@ -94,7 +112,7 @@ fn parent_entries(managed: &[Value], annotated: bool) -> Option<Box<RawValue>> {
         .filter(|e| {
             e.get("manager")
                 .and_then(Value::as_str)
-                .is_some_and(crate::reconcile::apply::is_parent_manager)
+                .is_some_and(is_parent_manager)
         })
         .map(|e| {
             let mut m = serde_json::Map::new();
