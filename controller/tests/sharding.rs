@@ -654,6 +654,46 @@ async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() ->
     Ok(())
 }
 
+/// A replica that cannot read the leader Lease for a while (every GET of a Lease answered 500)
+/// keeps its buckets: no news is not a leader-mode process (found by the sharded chaos soak,
+/// where each such error handed every bucket over).
+#[tokio::test]
+async fn a_failed_read_of_the_leader_lease_hands_no_bucket_over() -> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let server = TestServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    set_up(&server, &hook().await?).await?;
+    let a = start(&kubeconfig, dir.path(), "kmeta-a")?;
+    wait_balanced(&[&a]).await?;
+    let fault = server.faults().inject(
+        kmeta_apiserver::FaultSpec::error(500)
+            .verb("get")
+            .resource("leases")
+            .user_agent("kmeta/"),
+    );
+    // ten Lease rounds (retry period 300 ms) with every read of the leader Lease failing
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut samples = 0;
+    while Instant::now() < until {
+        let held = held(&a).await.unwrap_or_default();
+        assert_eq!(
+            held.len(),
+            BUCKETS as usize + 1,
+            "buckets given up: {held:?}"
+        );
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.faults().remove(fault);
+    assert!(samples >= 10, "only {samples} samples");
+    drop(a);
+    server.shutdown().await;
+    Ok(())
+}
+
 #[test]
 fn the_ownership_check_finds_a_write_by_a_replica_that_lost_its_bucket() -> anyhow::Result<()> {
     let ns = "team-1";

@@ -316,7 +316,10 @@ impl Loop {
     /// Whether a process outside the set holds the leader Lease: then every held bucket is
     /// handed over and none taken (logged when it changes, named on `/readyz`).
     async fn blocked(&mut self, members: &BTreeSet<String>) -> bool {
-        let blocked = self.legacy.check(&self.api, members).await;
+        let blocked = match self.legacy.check(&self.api, members).await {
+            Some(verdict) => verdict,
+            None => self.cfg.shards.blocked(),
+        };
         if blocked != self.cfg.shards.blocked() {
             match &blocked {
                 Some(why) => {
