@@ -195,8 +195,12 @@ async fn soak() -> anyhow::Result<()> {
     for v in lease.feed(records, Duration::ZERO, true) {
         soak.violation(&v);
     }
+    let against = match soak.buckets {
+        Some(_) => "their bucket's Lease",
+        None => "the Lease holder",
+    };
     println!(
-        "  kmeta writes checked against the Lease holder: {} (of them undecided: 0)",
+        "  kmeta writes checked against {against}: {} (of them undecided: 0)",
         lease.writes_checked
     );
     match soak.buckets {
