@@ -242,25 +242,34 @@ async fn process(soak: &Soak, d: &Drawn) -> anyhow::Result<()> {
         soak.say(&format!("  ({:?}: no leader now, skipped)", d.fault));
         return Ok(());
     };
-    match d.fault {
+    let done = match d.fault {
         Fault::StopLeader | Fault::StopReplica => {
-            if soak.replicas.pause(&target, true).await? {
+            let stopped = soak.replicas.pause(&target, true).await?;
+            if stopped {
                 soak.say(&format!("  SIGSTOP {target}"));
                 tokio::time::sleep(d.hold).await;
                 soak.replicas.pause(&target, false).await?;
                 soak.say(&format!("  SIGCONT {target}"));
             }
+            stopped
         }
         Fault::TermReplica => {
-            if soak.replicas.term(&target, d.hold).await? {
+            let termed = soak.replicas.term(&target, d.hold).await?;
+            if termed {
                 soak.say(&format!("  SIGTERM {target}"));
             }
+            termed
         }
         _ => {
-            if soak.replicas.kill9(&target, d.hold).await? {
+            let killed = soak.replicas.kill9(&target, d.hold).await?;
+            if killed {
                 soak.say(&format!("  kill -9 {target}"));
             }
+            killed
         }
+    };
+    if !done {
+        soak.say(&format!("  ({:?}: {target} not running, skipped)", d.fault));
     }
     Ok(())
 }
