@@ -1,8 +1,9 @@
 //! The invariants: kmeta's writes against the Lease holder timeline (from the server's write
-//! log), children without their parent, injected sidecars, the children every parent wants
-//! (after the faults stop), credentials in log lines.
+//! log; with sharding, each child or parent write against the Lease of its namespace's bucket),
+//! children without their parent, injected sidecars, the children every parent wants (after the
+//! faults stop), credentials in log lines.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -10,7 +11,18 @@ use kmeta_apiserver::WriteRecord;
 use serde_json::Value;
 
 use super::hook::{desired_conf, desired_web};
-use super::replicas::LEASE;
+use super::replicas::{LEASE, SHARD_PREFIX};
+
+/// The resources whose writes belong to a parent's bucket: the children and the parents (their
+/// status and finalizers).
+const OWNED: &[&str] = &[
+    "deployments",
+    "configmaps",
+    "webs",
+    "webs/status",
+    "confs",
+    "confs/status",
+];
 
 /// The identity a kmeta User-Agent names: `kmeta/<version> (<identity>)`.
 pub(crate) fn identity_of(user_agent: &str) -> Option<&str> {
@@ -51,16 +63,26 @@ fn possible_holders(leases: &[LeaseWrite], b: u64, a: u64) -> BTreeSet<&str> {
     out
 }
 
-/// Checks every successful kmeta write against the Lease writes of the log.
+/// Checks every successful kmeta write against the Lease writes of the log: without sharding
+/// every write against Lease `default/kmeta`; with `buckets`, every write of a child or parent
+/// in namespace `ns` against Lease `default/kmeta-shard-<bucket_of(ns)>` (other writes, Events
+/// and Leases among them, are not checked).
 #[derive(Default)]
 pub(crate) struct LeaseCheck {
-    leases: Vec<LeaseWrite>,
-    pending: Vec<WriteRecord>,
+    buckets: Option<u32>,
+    /// The successful writes of each Lease, in the log's order.
+    leases: BTreeMap<String, Vec<LeaseWrite>>,
+    pending: Vec<(String, WriteRecord)>,
     pub next_seq: u64,
     pub writes_checked: u64,
+    /// Successful kmeta writes no Lease decides (sharding: Events, Leases, cluster-scoped).
+    pub writes_unscoped: u64,
+    /// Lease writes whose holder differs from the previous write's (acquisitions by another).
+    pub handovers: u64,
     newest: Option<std::time::SystemTime>,
 }
 
+/// Whether `r` writes the leader Lease (a create names no object: taken for it).
 fn is_lease(r: &WriteRecord) -> bool {
     r.resource == "leases"
         && r.namespace.as_deref() == Some("default")
@@ -68,6 +90,45 @@ fn is_lease(r: &WriteRecord) -> bool {
 }
 
 impl LeaseCheck {
+    pub(crate) fn new(buckets: Option<u32>) -> LeaseCheck {
+        LeaseCheck {
+            buckets,
+            ..LeaseCheck::default()
+        }
+    }
+
+    /// The Lease `r` writes, if it is one the check follows.
+    fn lease_written(&self, r: &WriteRecord) -> Option<String> {
+        match self.buckets {
+            None => is_lease(r).then(|| LEASE.to_owned()),
+            Some(_) => {
+                let name = r.name.as_deref()?;
+                let bucket = name.strip_prefix(SHARD_PREFIX)?.strip_prefix('-')?;
+                (r.resource == "leases"
+                    && r.namespace.as_deref() == Some("default")
+                    && !bucket.starts_with("member"))
+                .then(|| name.to_owned())
+            }
+        }
+    }
+
+    /// The Lease whose holder alone may make write `r` (not a Lease write).
+    pub(crate) fn lease_deciding(&self, r: &WriteRecord) -> Option<String> {
+        let Some(buckets) = self.buckets else {
+            return Some(LEASE.to_owned());
+        };
+        let ns = r.namespace.as_deref().filter(|ns| !ns.is_empty())?;
+        OWNED.contains(&r.resource.as_str()).then(|| {
+            let b = kmeta::ops::shard::bucket_of(ns, buckets);
+            format!("{SHARD_PREFIX}-{b}")
+        })
+    }
+
+    /// The writer of the last successful write of `lease` seen so far.
+    pub(crate) fn last_holder(&self, lease: &str) -> Option<&str> {
+        self.leases.get(lease)?.last().map(|l| l.holder.as_str())
+    }
+
     /// Takes in new log records; returns the violations among the writes that are now decided
     /// (those answered `settle` before the newest record: every Lease write that may precede
     /// them has been answered by then).
@@ -103,29 +164,42 @@ impl LeaseCheck {
                 }
                 continue;
             };
-            if is_lease(&r) {
-                self.leases.push(LeaseWrite {
+            if let Some(lease) = self.lease_written(&r) {
+                let writes = self.leases.entry(lease).or_default();
+                if writes.last().is_some_and(|l| l.holder != who) {
+                    self.handovers += 1;
+                }
+                writes.push(LeaseWrite {
                     holder: who,
                     before: r.rv_before,
                     after: r.rv_after,
                 });
+            } else if r.resource == "leases" && self.buckets.is_some() {
+                self.writes_unscoped += 1;
+            } else if let Some(lease) = self.lease_deciding(&r) {
+                self.pending.push((lease, r));
             } else {
-                self.pending.push(r);
+                self.writes_unscoped += 1;
             }
         }
         let Some(newest) = newest else { return out };
         let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
             .into_iter()
-            .partition(|r| all || r.at + settle <= newest);
+            .partition(|(_, r)| all || r.at + settle <= newest);
         self.pending = wait;
-        for w in ready {
+        for (lease, w) in ready {
             self.writes_checked += 1;
             let who = identity_of(&w.user_agent).unwrap_or_default();
-            let holders = possible_holders(&self.leases, w.rv_before, w.rv_after);
+            let writes = self
+                .leases
+                .get(&lease)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let holders = possible_holders(writes, w.rv_before, w.rv_after);
             if !holders.contains(who) {
                 let at = w.at.duration_since(UNIX_EPOCH).unwrap_or_default();
                 out.push(format!(
-                    "write by {who} while the Lease was held by {holders:?}: {} {} {}/{} → {} \
+                    "write by {who} while Lease {lease} was held by {holders:?}: {} {} {}/{} → {} \
                      at {:.3} (unix s), its change within resourceVersions ({}, {}]",
                     w.verb,
                     w.resource,

@@ -15,12 +15,16 @@
 //! `KMETA_SOAK_SECONDS` (120): how long faults are drawn; `KMETA_SOAK_SEED` (from the clock):
 //! the generator's seed, to draw the same faults again; `KMETA_SOAK_PARENTS` (300): parents,
 //! half of each kind; `KMETA_SOAK_SETTLE_SECONDS` (180): the bound for every parent's children
-//! to be as it wants once the faults stop. Exits non-zero when a violation was found.
+//! to be as it wants once the faults stop; `KMETA_SOAK_SHARDING=1`: three replicas with
+//! `--sharding` (8 buckets), the parents spread over 30 namespaces, every child and parent write
+//! checked against the Lease of its namespace's bucket, the process faults hitting a replica
+//! drawn at random (kill -9, SIGSTOP, SIGTERM). Exits non-zero when a violation was found.
 
 mod checks;
 mod faults;
 mod hook;
 mod replicas;
+mod shard;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,6 +64,8 @@ pub(crate) struct Soak {
     recreated: AtomicU64,
     stop_edits: AtomicBool,
     lease: tokio::sync::Mutex<LeaseCheck>,
+    /// `--sharding` with this many buckets, else leader election.
+    buckets: Option<u32>,
 }
 
 impl Soak {
@@ -76,7 +82,20 @@ impl Soak {
     }
 
     fn api(&self, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.server.client(), NS, &ar(av, kind, plural))
+        self.api_in(NS, av, kind, plural)
+    }
+
+    fn api_in(&self, ns: &str, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.server.client(), ns, &ar(av, kind, plural))
+    }
+
+    /// The namespace of parent `name` (`w-<k>` or `c-<k>`): `default`, or with sharding one of
+    /// 30, by `k`.
+    fn parent_ns(&self, name: &str) -> String {
+        match self.buckets {
+            None => NS.to_owned(),
+            Some(_) => shard::namespace(name[2..].parse().unwrap_or(0)),
+        }
     }
 
     /// The Lease's holder now.
@@ -151,16 +170,22 @@ async fn soak() -> anyhow::Result<()> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_nanos() as u64,
     };
+    let sharding = std::env::var("KMETA_SOAK_SHARDING").is_ok_and(|v| !v.is_empty() && v != "0");
     let mut rng = StdRng::seed_from_u64(seed);
     let secrets = Secrets::new(&mut rng);
     let dir = std::env::temp_dir().join(format!("kmeta-soak-{seed}"));
     std::fs::create_dir_all(&dir)?;
+    let mode = match sharding {
+        true => "KMETA_SOAK_SHARDING=1 ",
+        false => "",
+    };
     println!(
-        "soak: seed {seed}, {seconds} s of faults, {parents} parents; replay: KMETA_SOAK_SEED={seed} \
+        "soak: seed {seed}, {seconds} s of faults, {parents} parents; replay: {mode}KMETA_SOAK_SEED={seed} \
          KMETA_SOAK_SECONDS={seconds} KMETA_SOAK_PARENTS={parents} cargo bench -p kmeta-tests --bench soak"
     );
     println!("soak: kmeta logs in {}", dir.display());
-    let soak = setup(seed, &secrets, &dir, parents, &mut rng).await?;
+    let buckets = sharding.then_some(shard::BUCKETS);
+    let soak = setup(seed, &secrets, &dir, parents, buckets, &mut rng).await?;
     let result = run(soak.clone(), seconds, settle, &mut rng, &secrets).await;
     soak.replicas.stop_all(Duration::from_secs(10)).await;
     result?;
@@ -170,11 +195,18 @@ async fn soak() -> anyhow::Result<()> {
     for v in lease.feed(records, Duration::ZERO, true) {
         soak.violation(&v);
     }
+    let against = match soak.buckets {
+        Some(_) => "their bucket's Lease",
+        None => "the Lease holder",
+    };
     println!(
-        "  kmeta writes checked against the Lease holder: {} (of them undecided: 0)",
+        "  kmeta writes checked against {against}: {} (of them undecided: 0)",
         lease.writes_checked
     );
-    self_test(&soak, &mut lease).await?;
+    match soak.buckets {
+        Some(_) => shard::self_test(&soak, &mut lease).await?,
+        None => self_test(&soak, &mut lease).await?,
+    }
     drop(lease);
     let violations = soak
         .violations
@@ -196,6 +228,7 @@ async fn setup(
     secrets: &Secrets,
     dir: &std::path::Path,
     parents: usize,
+    buckets: Option<u32>,
     rng: &mut StdRng,
 ) -> anyhow::Result<Arc<Soak>> {
     let auth = AuthConfig {
@@ -241,7 +274,14 @@ async fn setup(
     });
     let base = hook::serve(hook.clone()).await?;
     install(&server, secrets, &base).await?;
-    let replicas = Replicas::new(dir, &kubeconfig, &["kmeta-a", "kmeta-b"]);
+    let names: &[&str] = match buckets {
+        Some(_) => {
+            shard::prepare(&server).await?;
+            shard::REPLICAS
+        }
+        None => &["kmeta-a", "kmeta-b"],
+    };
+    let replicas = Replicas::new(dir, &kubeconfig, names, buckets);
     let soak = Arc::new(Soak {
         seed,
         start: Instant::now(),
@@ -253,7 +293,8 @@ async fn setup(
         edits: AtomicU64::new(0),
         recreated: AtomicU64::new(0),
         stop_edits: AtomicBool::new(false),
-        lease: tokio::sync::Mutex::new(LeaseCheck::default()),
+        lease: tokio::sync::Mutex::new(LeaseCheck::new(buckets)),
+        buckets,
     });
     for i in 0..parents {
         create_parent(&soak, &parent_name(i), rng).await?;
@@ -287,9 +328,10 @@ fn spec(name: &str, rng: &mut StdRng) -> Value {
 
 async fn create_parent(soak: &Soak, name: &str, rng: &mut StdRng) -> anyhow::Result<()> {
     let (av, kind, plural) = parent_kind(name);
-    let p = json!({"apiVersion": av, "kind": kind, "metadata": {"name": name, "namespace": NS},
+    let ns = soak.parent_ns(name);
+    let p = json!({"apiVersion": av, "kind": kind, "metadata": {"name": name, "namespace": ns},
         "spec": spec(name, rng)});
-    soak.api(av, kind, plural)
+    soak.api_in(&ns, av, kind, plural)
         .create(&PostParams::default(), &obj(p)?)
         .await?;
     Ok(())
@@ -378,7 +420,7 @@ async fn run(
         }
         if Instant::now() >= next_fault {
             n += 1;
-            let d = faults::draw(rng);
+            let d = faults::draw(rng, soak.buckets.is_some());
             soak.say(&format!(
                 "fault #{n} (seed {}): {}",
                 soak.seed,
@@ -451,8 +493,7 @@ async fn check(
         soak.violation(&v);
     }
     let list = |av: &'static str, kind: &'static str, plural: &'static str| async move {
-        let items = soak
-            .api(av, kind, plural)
+        let items = Api::<DynamicObject>::all_with(soak.server.client(), &ar(av, kind, plural))
             .list(&ListParams::default())
             .await?
             .items;
@@ -497,8 +538,7 @@ async fn check(
 /// Edits a random parent every 100 ms; one edit in 20 deletes the parent and creates it again.
 async fn edit(soak: Arc<Soak>, seed: u64) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let parents = soak
-        .api(AV, "Web", "webs")
+    let parents = Api::<DynamicObject>::all_with(soak.server.client(), &ar(AV, "Web", "webs"))
         .list(&ListParams::default())
         .await?
         .items
@@ -508,7 +548,7 @@ async fn edit(soak: Arc<Soak>, seed: u64) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let name = parent_name(rng.random_range(0..parents.max(1)));
         let (av, kind, plural) = parent_kind(&name);
-        let api = soak.api(av, kind, plural);
+        let api = soak.api_in(&soak.parent_ns(&name), av, kind, plural);
         if rng.random_range(0..20) == 0 {
             // the server collects the children of the deleted parent at once
             let _ = api.delete(&name, &DeleteParams::default()).await;
@@ -562,10 +602,17 @@ fn summary(
         counters.total(),
         counters.writes()
     );
-    println!(
-        "  kmeta writes checked against the Lease holder: {}",
-        lease.writes_checked
-    );
+    match soak.buckets {
+        Some(b) => println!(
+            "  kmeta child and parent writes checked against their bucket's Lease ({b} buckets): \
+             {} (other kmeta writes, not checked: {}); bucket Lease hand-overs: {}",
+            lease.writes_checked, lease.writes_unscoped, lease.handovers
+        ),
+        None => println!(
+            "  kmeta writes checked against the Lease holder: {}",
+            lease.writes_checked
+        ),
+    }
     match settled {
         Some(d) => println!(
             "  converged {:.1} s after the faults stopped",

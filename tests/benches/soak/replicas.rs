@@ -1,6 +1,7 @@
-//! The two `kmeta run` replicas under leader election, as processes the faults kill (-9), stop
-//! (SIGSTOP) and continue; a supervisor restarts a replica that exited or was killed once its
-//! restart delay is over. Each incarnation logs to its own file.
+//! The `kmeta run` replicas — two under leader election, or three with `--sharding` — as
+//! processes the faults kill (-9), stop (SIGSTOP), continue and terminate (SIGTERM); a
+//! supervisor restarts a replica that exited or was killed once its restart delay is over. Each
+//! incarnation logs to its own file.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,8 @@ use tokio::sync::Mutex;
 
 /// The Lease the replicas elect a leader with (`--leader-election-id`), in `default`.
 pub(crate) const LEASE: &str = "kmeta";
+/// The bucket Leases' name prefix with `--sharding` (`--shard-lease-prefix`, kmeta's default).
+pub(crate) const SHARD_PREFIX: &str = "kmeta-shard";
 
 pub(crate) struct Replica {
     pub name: String,
@@ -28,10 +31,17 @@ pub(crate) struct Replicas {
     pub all: Mutex<Vec<Replica>>,
     dir: PathBuf,
     kubeconfig: PathBuf,
+    /// `--sharding` with this many buckets, else leader election.
+    buckets: Option<u32>,
 }
 
 impl Replicas {
-    pub(crate) fn new(dir: &Path, kubeconfig: &Path, names: &[&str]) -> Arc<Replicas> {
+    pub(crate) fn new(
+        dir: &Path,
+        kubeconfig: &Path,
+        names: &[&str],
+        buckets: Option<u32>,
+    ) -> Arc<Replicas> {
         let all = names
             .iter()
             .map(|n| Replica {
@@ -46,6 +56,7 @@ impl Replicas {
             all: Mutex::new(all),
             dir: dir.to_owned(),
             kubeconfig: kubeconfig.to_owned(),
+            buckets,
         })
     }
 
@@ -65,13 +76,20 @@ impl Replicas {
         r.incarnation += 1;
         let log = self.dir.join(format!("{}-{}.log", r.name, r.incarnation));
         let (metrics, health) = (free_port()?, free_port()?);
+        let mode = match self.buckets {
+            // the bucket Leases at kmeta's default timings (15 s, renew deadline 10 s, retry 2 s)
+            Some(b) => vec!["--sharding".to_owned(), format!("--shard-buckets={b}")],
+            None => vec![
+                "--leader-election".to_owned(),
+                format!("--leader-election-id={LEASE}"),
+            ],
+        };
         let child = Command::new(bin("kmeta")?)
             .args(["run", "--kubeconfig"])
             .arg(&self.kubeconfig)
+            .args(mode)
             .args([
-                "--leader-election",
                 "--leader-election-namespace=default",
-                &format!("--leader-election-id={LEASE}"),
                 &format!("--metrics-address=127.0.0.1:{metrics}"),
                 &format!("--health-probe-bind-address=127.0.0.1:{health}"),
                 "--discovery-interval=2s",
@@ -129,6 +147,25 @@ impl Replicas {
         c.kill()?;
         c.wait()?;
         r.stopped = false;
+        r.down_until = Some(Instant::now() + down);
+        Ok(true)
+    }
+
+    /// SIGTERM of `name` (a graceful scale-down: it hands its work over and exits); the
+    /// supervisor restarts it once it exited and `down` passed. False when it is not running.
+    pub(crate) async fn term(&self, name: &str, down: Duration) -> anyhow::Result<bool> {
+        let mut all = self.all.lock().await;
+        let Some(r) = all.iter_mut().find(|r| r.name == name) else {
+            return Ok(false);
+        };
+        let Some(c) = r.child.as_ref() else {
+            return Ok(false);
+        };
+        if r.stopped {
+            signal(c.id(), "CONT")?;
+            r.stopped = false;
+        }
+        signal(c.id(), "TERM")?;
         r.down_until = Some(Instant::now() + down);
         Ok(true)
     }
