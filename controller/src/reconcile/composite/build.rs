@@ -272,15 +272,12 @@ type ChildTypes = (
 async fn resolve_children(
     ctx: &Context,
     cc: &CompositeController,
+    record: crate::reconcile::apply::LastApplied,
 ) -> Result<ChildTypes, BuildError> {
     let mut children = HashMap::new();
     let mut declared = HashMap::new();
     let mut child_keys = Vec::new();
     let schema_atomic = schema_atomic_lists(cc.metadata.annotations.as_ref());
-    let record = crate::reconcile::apply::last_applied_choice(
-        cc.metadata.annotations.as_ref(),
-        ctx.config.apply_strategy,
-    );
     for rule in cc.spec.child_rules() {
         let r = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -431,10 +428,11 @@ impl CompositeState {
             ctx.config.apply_strategy,
         )
         .map_err(BuildError::ApplyStrategy)?;
-        crate::reconcile::apply::last_applied_for(cc.metadata.annotations.as_ref(), strategy)
-            .map_err(BuildError::ApplyStrategy)?;
+        let record =
+            crate::reconcile::apply::last_applied_for(cc.metadata.annotations.as_ref(), strategy)
+                .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
-        let (children, declared, child_keys) = resolve_children(&ctx, &cc).await?;
+        let (children, declared, child_keys) = resolve_children(&ctx, &cc, record).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children)?;
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));

@@ -184,15 +184,12 @@ type AttachmentTypes = (
 async fn resolve_attachments(
     ctx: &Context,
     dc: &DecoratorController,
+    record: crate::reconcile::apply::LastApplied,
 ) -> Result<AttachmentTypes, DecoratorBuildError> {
     let mut rules = HashMap::new();
     let mut declared = HashMap::new();
     let mut keys = Vec::new();
     let schema_atomic = schema_atomic_lists(dc.metadata.annotations.as_ref());
-    let record = crate::reconcile::apply::last_applied_choice(
-        dc.metadata.annotations.as_ref(),
-        ctx.config.apply_strategy,
-    );
     for rule in dc.spec.attachments.as_deref().unwrap_or_default() {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
         let method = rule
@@ -280,11 +277,13 @@ impl DecoratorState {
             ctx.config.apply_strategy,
         )
         .map_err(DecoratorBuildError::ApplyStrategy)?;
-        crate::reconcile::apply::last_applied_for(dc.metadata.annotations.as_ref(), strategy)
-            .map_err(DecoratorBuildError::ApplyStrategy)?;
+        let record =
+            crate::reconcile::apply::last_applied_for(dc.metadata.annotations.as_ref(), strategy)
+                .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
-        let (attachments, declared, attachment_keys) = resolve_attachments(&ctx, &dc).await?;
+        let (attachments, declared, attachment_keys) =
+            resolve_attachments(&ctx, &dc, record).await?;
         let dc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
         Ok(DecoratorState {
