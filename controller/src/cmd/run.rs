@@ -162,6 +162,33 @@ async fn start_endpoints(
     Ok(endpoints.drop_guard())
 }
 
+/// Where the manager's error waits while a Lease runner ([`crate::ops::leader::run_elected`],
+/// [`crate::ops::shard::run_sharded`]) finishes its own shutdown.
+type ManagerFailure = Arc<std::sync::Mutex<Option<kube::Error>>>;
+
+/// [`run_manager`] as the work of a Lease runner: its error kept in `slot`.
+async fn run_manager_into(
+    slot: ManagerFailure,
+    client: kube::Client,
+    manager: ManagerConfig,
+    token: CancellationToken,
+    bound: Duration,
+) {
+    if let Err(e) = run_manager(client, manager, token, bound).await
+        && let Ok(mut slot) = slot.lock()
+    {
+        *slot = Some(e);
+    }
+}
+
+/// The manager's error kept by [`run_manager_into`], if any.
+fn manager_result(failed: &ManagerFailure) -> Result<(), RunError> {
+    match failed.lock().ok().and_then(|mut f| f.take()) {
+        Some(e) => Err(RunError::Manager(e)),
+        None => Ok(()),
+    }
+}
+
 /// Runs the manager only while holding the Lease; a manager error is returned after the Lease
 /// was released, a lost Lease as [`RunError::Leader`].
 async fn run_elected_manager(
@@ -172,21 +199,14 @@ async fn run_elected_manager(
     shutdown: CancellationToken,
     bound: Duration,
 ) -> Result<(), RunError> {
-    let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
+    let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::ops::leader::run_elected(lease_client, leader, shutdown, move |token| async move {
-        if let Err(e) = run_manager(client, manager, token, bound).await
-            && let Ok(mut slot) = slot.lock()
-        {
-            *slot = Some(e);
-        }
+    crate::ops::leader::run_elected(lease_client, leader, shutdown, move |token| {
+        run_manager_into(slot, client, manager, token, bound)
     })
     .await
     .map_err(|e| RunError::Leader(e.to_string()))?;
-    match failed.lock().ok().and_then(|mut f| f.take()) {
-        Some(e) => Err(RunError::Manager(e)),
-        None => Ok(()),
-    }
+    manager_result(&failed)
 }
 
 /// Runs the manager on a sharded replica: the bucket Lease loop beside it, every held bucket
@@ -199,21 +219,14 @@ async fn run_sharded_manager(
     shutdown: CancellationToken,
     bound: Duration,
 ) -> Result<(), RunError> {
-    let failed: Arc<std::sync::Mutex<Option<kube::Error>>> = Arc::default();
+    let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::ops::shard::run_sharded(lease_client, cfg, shutdown, move |token| async move {
-        if let Err(e) = run_manager(client, manager, token, bound).await
-            && let Ok(mut slot) = slot.lock()
-        {
-            *slot = Some(e);
-        }
+    crate::ops::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
+        run_manager_into(slot, client, manager, token, bound)
     })
     .await
     .map_err(|e| RunError::Leader(e.to_string()))?;
-    match failed.lock().ok().and_then(|mut f| f.take()) {
-        Some(e) => Err(RunError::Manager(e)),
-        None => Ok(()),
-    }
+    manager_result(&failed)
 }
 
 /// The settings of the bucket Lease loop from the flags.
