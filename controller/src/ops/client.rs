@@ -9,7 +9,7 @@ use crate::ops::fence::{Fence, FenceLayer};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, RateLimitLayer};
 use crate::ops::shard::Shards;
-use crate::ops::shard::state::{ScopeLayer, ShardFenceLayer};
+use crate::ops::shard::state::ScopeLayer;
 
 pub use crate::runtime::kapi::{user_agent, with_user_agent};
 
@@ -64,7 +64,7 @@ pub fn build_sharded(
     let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
     let retry = kube::client::retry::RetryPolicy::server_retry();
     Ok(builder
-        .with_layer(&ShardFenceLayer::new(shards))
+        .with_layer(&FenceLayer::new(shards))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(retry))
         .with_layer(&RateLimitLayer::new(limits, metrics))

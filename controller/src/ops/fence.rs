@@ -79,42 +79,68 @@ pub(crate) fn is_write(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// A [`tower::Layer`] refusing writes while its [`Fence`] is closed.
-#[derive(Clone, Debug)]
-pub(crate) struct FenceLayer {
-    fence: Fence,
+/// What a write must pass just before it is sent: the leader's [`Fence`], or a sharded
+/// replica's fence per bucket (`ops::shard::state`).
+pub(crate) trait WriteGate: Clone + Send + Sync + 'static {
+    /// What the check needs of a write request, taken before the request is handed on.
+    type Ticket: Send + 'static;
+    /// The ticket of a write request.
+    fn ticket<B>(&self, req: &Request<B>) -> Self::Ticket;
+    /// Whether the write with `ticket` may be sent at `now`; the error it fails with if not.
+    fn admit(&self, ticket: Self::Ticket, now: Instant) -> Result<(), tower::BoxError>;
 }
 
-impl FenceLayer {
-    /// A layer checking `fence`.
-    pub fn new(fence: Fence) -> FenceLayer {
-        FenceLayer { fence }
+impl WriteGate for Fence {
+    type Ticket = ();
+
+    fn ticket<B>(&self, _req: &Request<B>) {}
+
+    fn admit(&self, (): (), now: Instant) -> Result<(), tower::BoxError> {
+        match self.permits(now) {
+            true => Ok(()),
+            false => Err(Box::new(Fenced)),
+        }
     }
 }
 
-impl<S> Layer<S> for FenceLayer {
-    type Service = FenceService<S>;
+/// A [`tower::Layer`] refusing the writes its [`WriteGate`] does not admit (a [`Fence`]: while
+/// it is closed).
+#[derive(Clone, Debug)]
+pub(crate) struct FenceLayer<G = Fence> {
+    gate: G,
+}
+
+impl<G> FenceLayer<G> {
+    /// A layer checking `gate`.
+    pub fn new(gate: G) -> FenceLayer<G> {
+        FenceLayer { gate }
+    }
+}
+
+impl<S, G: Clone> Layer<S> for FenceLayer<G> {
+    type Service = FenceService<S, G>;
 
     fn layer(&self, inner: S) -> Self::Service {
         FenceService {
             inner,
-            fence: self.fence.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
 
 /// The service made by [`FenceLayer`].
 #[derive(Clone, Debug)]
-pub(crate) struct FenceService<S> {
+pub(crate) struct FenceService<S, G = Fence> {
     inner: S,
-    fence: Fence,
+    gate: G,
 }
 
-impl<S, ReqBody> Service<Request<ReqBody>> for FenceService<S>
+impl<S, G, ReqBody> Service<Request<ReqBody>> for FenceService<S, G>
 where
     S: Service<Request<ReqBody>>,
     S::Error: From<tower::BoxError>,
     S::Future: Send + 'static,
+    G: WriteGate,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -125,15 +151,14 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let write = is_write(req.method());
+        let ticket = is_write(req.method()).then(|| self.gate.ticket(&req));
         // kube's inner stack sends nothing until this future is polled, so the check below is
         // the last moment before the request leaves
         let fut = self.inner.call(req);
-        let fence = self.fence.clone();
+        let gate = self.gate.clone();
         Box::pin(async move {
-            if write && !fence.permits(Instant::now()) {
-                let refused: tower::BoxError = Box::new(Fenced);
-                return Err(S::Error::from(refused));
+            if let Some(ticket) = ticket {
+                gate.admit(ticket, Instant::now()).map_err(S::Error::from)?;
             }
             fut.await
         })

@@ -6,16 +6,16 @@
 //! A sync runs in a [`WriteScope`] (its bucket and the bucket's epoch when it started:
 //! [`Shards::begin`]), set as a task-local by the worker. [`ScopeLayer`], the outermost layer of
 //! the work's client, copies it into each request's extensions in the task that sends the
-//! request (kube's buffer runs the inner layers in a task of its own); [`ShardFenceLayer`], the
-//! innermost, checks it just before the request leaves: the bucket's fence is open and its epoch
-//! unchanged, so a sync that started before its bucket was lost (and perhaps regained) sends
-//! nothing. A write made outside any sync (an Event retried in the background, a controller's
-//! housekeeping) is checked by the namespace in its path instead: that namespace's bucket (the
+//! request (kube's buffer runs the inner layers in a task of its own); the fence layer
+//! ([`crate::ops::fence::FenceLayer`] with this module's [`WriteGate`]), the innermost, checks
+//! it just before the request leaves: the bucket's fence is open and its epoch unchanged, so a
+//! sync that started before its bucket was lost (and perhaps regained) sends nothing. A write
+//! made outside any sync (an Event retried in the background, a controller's housekeeping) is
+//! checked by the namespace in its path instead: that namespace's bucket (the
 //! cluster bucket for a cluster-scoped path) must be held. Events are informational and never
 //! contend, so they pass whenever this replica holds any bucket.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::{Bucket, bucket_of};
-use crate::ops::fence::{Fence, is_write};
+use crate::ops::fence::{Fence, WriteGate};
 
 /// The error of a write refused because this replica does not hold its bucket.
 #[derive(Debug, thiserror::Error)]
@@ -313,70 +313,21 @@ where
     }
 }
 
-/// The innermost layer of a sharded replica's work client: refuses a write whose bucket this
-/// replica does not hold ([`Shards::permits`]).
-#[derive(Clone, Debug)]
-pub(crate) struct ShardFenceLayer {
-    shards: Arc<Shards>,
-}
+/// The innermost check of a sharded replica's work client ([`crate::ops::fence::FenceLayer`]
+/// with this gate): refuses a write whose bucket this replica does not hold
+/// ([`Shards::permits`]), by the request's write scope, else its path.
+impl WriteGate for Arc<Shards> {
+    type Ticket = (Option<WriteScope>, String);
 
-impl ShardFenceLayer {
-    /// A layer checking `shards`.
-    pub fn new(shards: Arc<Shards>) -> ShardFenceLayer {
-        ShardFenceLayer { shards }
-    }
-}
-
-impl<S> Layer<S> for ShardFenceLayer {
-    type Service = ShardFenceService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ShardFenceService {
-            inner,
-            shards: self.shards.clone(),
-        }
-    }
-}
-
-/// The service made by [`ShardFenceLayer`].
-#[derive(Clone, Debug)]
-pub(crate) struct ShardFenceService<S> {
-    inner: S,
-    shards: Arc<Shards>,
-}
-
-impl<S, B> Service<Request<B>> for ShardFenceService<S>
-where
-    S: Service<Request<B>>,
-    S::Error: From<tower::BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn ticket<B>(&self, req: &Request<B>) -> Self::Ticket {
+        (
+            req.extensions().get::<WriteScope>().copied(),
+            req.uri().path().to_owned(),
+        )
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let check = is_write(req.method()).then(|| {
-            (
-                req.extensions().get::<WriteScope>().copied(),
-                req.uri().path().to_owned(),
-            )
-        });
-        let fut = self.inner.call(req);
-        let shards = self.shards.clone();
-        Box::pin(async move {
-            if let Some((scope, path)) = check
-                && let Err(refused) = shards.permits(scope, &path, Instant::now())
-            {
-                let refused: tower::BoxError = Box::new(refused);
-                return Err(S::Error::from(refused));
-            }
-            fut.await
-        })
+    fn admit(&self, (scope, path): Self::Ticket, now: Instant) -> Result<(), tower::BoxError> {
+        self.permits(scope, &path, now).map_err(Into::into)
     }
 }
 
