@@ -149,6 +149,19 @@ pub struct RunArgs {
     /// deadline].
     #[arg(long, value_name = "DURATION", help_heading = "Sharding")]
     pub shard_drain_timeout: Option<String>,
+    /// Who filters a replica's watches to its buckets: `client` (every replica lists and
+    /// watches everything and drops other buckets' parents) or `server` (the API server's
+    /// KEP-5866 `shardSelector` sends each replica only its namespaces; buckets are then plain
+    /// FNV-1a ranges, which spread namespaces named alike such as team-1…team-99 badly; a
+    /// resource the server does not shard is watched whole). Every replica must agree.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = ShardWatch::Client,
+        value_name = "MODE",
+        help_heading = "Sharding"
+    )]
+    pub shard_watch: ShardWatch,
     /// Only run CompositeControllers and DecoratorControllers whose labels match this selector
     /// (e.g. "shard=a").
     #[arg(
@@ -238,6 +251,16 @@ pub struct LogArgs {
     pub zap_time_encoding: Option<String>,
 }
 
+/// `--shard-watch`: who filters a sharded replica's watches to its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ShardWatch {
+    /// The replica: it watches everything (namespaces placed by a mixed hash).
+    #[default]
+    Client,
+    /// The API server, by KEP-5866 `shardSelector` (namespaces placed by plain FNV-1a ranges).
+    Server,
+}
+
 /// Sharding settings from the flags (`--sharding`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardFlags {
@@ -255,6 +278,8 @@ pub struct ShardFlags {
     pub retry_period: Duration,
     /// `--shard-drain-timeout` (default: the renew deadline).
     pub drain_timeout: Duration,
+    /// `--shard-watch`.
+    pub watch: ShardWatch,
     /// `--leader-election-id`: the Lease a leader-mode kmeta or Metacontroller would hold; the
     /// sharded replicas work only while one of them holds it.
     pub leader_lease: String,
@@ -563,6 +588,12 @@ impl RunArgs {
     /// two of buckets, timings as leader election checks them.
     fn shard_flags(&self) -> Result<Option<ShardFlags>, CliError> {
         if !self.sharding {
+            if self.shard_watch == ShardWatch::Server {
+                return Err(CliError::Invalid {
+                    flag: "shard-watch",
+                    message: "server needs --sharding".into(),
+                });
+            }
             return Ok(None);
         }
         if self.leader_election {
@@ -608,6 +639,7 @@ impl RunArgs {
                 Some(d) => parse_duration("shard-drain-timeout", d)?,
                 None => renew_deadline,
             },
+            watch: self.shard_watch,
         };
         let timings = crate::ops::leader::LeaderConfig {
             lease_duration: flags.lease_duration,

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::cli::{RunConfig, ShardFlags};
+use crate::cmd::cli::{RunConfig, ShardFlags, ShardWatch};
 use crate::ops::client;
 use crate::ops::fence::Fence;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
-use crate::ops::shard::{ShardConfig, Shards};
+use crate::ops::shard::{ShardConfig, ShardHash, Shards};
+use crate::runtime::shard_watch::WatchShards;
 use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
 
 /// Where the pod's namespace is mounted in a cluster.
@@ -296,7 +297,14 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let metrics = Arc::new(Metrics::default());
     // every request names this instance (its leader-election identity) in its User-Agent
     let identity = instance_identity(lease_namespace.is_some());
-    let shards = config.sharding.as_ref().map(|f| Shards::new(f.buckets));
+    let shards = config.sharding.as_ref().map(|f| match f.watch {
+        ShardWatch::Client => Shards::new(f.buckets),
+        ShardWatch::Server => Shards::with_hash(
+            f.buckets,
+            ShardHash::Fnv1a,
+            Some(Arc::new(WatchShards::default())),
+        ),
+    });
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
     let kube_config = match &identity {
         Some(id) => crate::runtime::kapi::with_identity(kube_config, id),

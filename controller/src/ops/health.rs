@@ -65,8 +65,21 @@ pub fn sharding_line(shards: &crate::ops::shard::Shards) -> String {
         .blocked()
         .map(|why| format!("; taking none: {why}"))
         .unwrap_or_default();
+    let listing: Vec<String> = shards.listing().iter().map(ToString::to_string).collect();
+    let listing = match listing.as_slice() {
+        [] => String::new(),
+        l => format!("; listing {}", l.join(",")),
+    };
+    let watches = match shards.watch().map(|w| w.whole()) {
+        None => "",
+        Some(whole) if whole.is_empty() => "; watches sharded by the server",
+        Some(whole) => &format!(
+            "; watches sharded by the server but {} (watched whole)",
+            whole.join(", ")
+        ),
+    };
     format!(
-        "[+]sharding buckets {held} (of {} and cluster; {} members{blocked})",
+        "[+]sharding buckets {held} (of {} and cluster; {} members{listing}{watches}{blocked})",
         shards.buckets(),
         shards.members()
     )

@@ -227,7 +227,8 @@ impl Context {
                 client.clone(),
                 config.cache_flush_interval,
                 config.pending_watches.clone(),
-            ),
+            )
+            .with_shards(config.shards.as_ref().and_then(|s| s.watch().cloned())),
             resources: Resources::default(),
             client,
             config,

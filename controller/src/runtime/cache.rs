@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, watch};
 use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
+use crate::runtime::shard_watch::{Selection, WatchShards, echoes_selector, with_query};
 
 /// A watched object's identity in the cache and the work queue: its namespace ("" when
 /// cluster-scoped) and name, ordered by namespace then name.
@@ -285,6 +286,10 @@ struct Shared<T> {
     /// When the list in progress was started (its request is sent after this), then when the
     /// last completed one was: see [`Informer::listed_from`].
     list_times: std::sync::Mutex<ListTimes>,
+    /// A sharded watch: the [`Selection`] generation of the list in progress, and the last one
+    /// listed (what [`WatchShards::wait_listed`] waits for).
+    generation: std::sync::atomic::AtomicU64,
+    listed_generation: watch::Sender<u64>,
 }
 
 /// When this watch's lists started.
@@ -444,6 +449,100 @@ impl<T: Form> Shared<T> {
         }
     }
 
+    /// Watches a sharded resource until aborted: with the current [`Selection`] as its
+    /// `shardSelector`, relisting whenever the selection changes (and every `flush`); nothing
+    /// while the selection is empty. When the server does not apply the selector (no echo on a
+    /// probe list, or a refusal) the resource is watched whole, as [`Self::run`] does.
+    async fn run_sharded(
+        self: Arc<Self>,
+        client: kube::Client,
+        flush: Option<Duration>,
+        shards: Arc<WatchShards>,
+    ) {
+        let mut selection = shards.subscribe();
+        let mut probed = false;
+        loop {
+            let s: Selection = selection.borrow_and_update().clone();
+            self.generation
+                .store(s.generation, std::sync::atomic::Ordering::Release);
+            let Some(selector) = s.selector() else {
+                self.replace(Vec::new());
+                self.listed_generation.send_replace(s.generation);
+                if selection.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            if !probed {
+                if let Err(why) = self.probe(&client, &selector).await {
+                    tracing::warn!(resource = %self.resource.watch_key(), reason = %why, "the API server does not shard this watch (KEP-5866 shardSelector); watching it whole, the work queue still drops other buckets' parents");
+                    shards.note_whole(self.resource.watch_key());
+                    return self.run_whole_for_shards(client, flush).await;
+                }
+                probed = true;
+            }
+            let api: Api<DynamicObject> = Api::all_with(
+                with_query(&client, "shardSelector", &selector),
+                &self.resource.api,
+            );
+            let config =
+                watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+            let stream = watcher::watcher(api, config).default_backoff().boxed();
+            let flushed = async {
+                match flush {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.clone().consume(stream) => return,
+                changed = selection.changed() => if changed.is_err() { return },
+                () = flushed => tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting"),
+            }
+        }
+    }
+
+    /// A sharded resource the server does not shard, watched whole: every generation counts as
+    /// listed once its first whole list is done.
+    async fn run_whole_for_shards(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
+        let mut lists = self.lists.subscribe();
+        let start = *lists.borrow_and_update();
+        let listed = async {
+            let _ = lists.wait_for(|n| *n > start).await;
+            self.listed_generation.send_replace(u64::MAX);
+            std::future::pending::<()>().await
+        };
+        tokio::join!(self.clone().run(client, flush), listed);
+    }
+
+    /// Whether the server applies `selector` to this resource: one list of at most one object
+    /// must echo it (`metadata.shardInfo.selector`). `Err` says why not; transient failures are
+    /// retried here with backoff (1 s doubling to 30 s).
+    async fn probe(&self, client: &kube::Client, selector: &str) -> Result<(), String> {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let api: Api<DynamicObject> = Api::all_with(
+                with_query(client, "shardSelector", selector),
+                &self.resource.api,
+            );
+            let req = kube::core::Request::new(api.resource_url())
+                .list(&kube::api::ListParams::default().limit(1))
+                .map_err(|e| e.to_string())?;
+            match api.into_client().request::<Value>(req).await {
+                Ok(list) if echoes_selector(&list) => return Ok(()),
+                Ok(_) => return Err("its list answer echoes no metadata.shardInfo".into()),
+                Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) || s.message.contains("shard selector") => {
+                    return Err(format!("it refused the selector: {}", s.message));
+                }
+                Err(e) => {
+                    tracing::warn!(resource = %self.resource.watch_key(), error = %e, "probing server-side sharded watches failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+
     async fn consume(
         self: Arc<Self>,
         mut stream: futures::stream::BoxStream<
@@ -478,6 +577,9 @@ impl<T: Form> Shared<T> {
                     self.replace(std::mem::take(&mut buffer));
                     let mut t = self.list_times();
                     t.last_completed = t.in_progress.take().or(t.last_completed);
+                    drop(t);
+                    let g = self.generation.load(std::sync::atomic::Ordering::Acquire);
+                    self.listed_generation.send_replace(g);
                 }
                 Err(e) => {
                     tracing::warn!(resource = %self.resource.watch_key(), error = %e, "watch error; retrying");
@@ -579,8 +681,10 @@ pub struct Informers {
     client: kube::Client,
     flush: Option<Duration>,
     pending: Arc<PendingWatches>,
-    /// By watch key and form (`std::any::type_name` of it).
-    map: Mutex<HashMap<(String, &'static str), AnyInformer>>,
+    /// Under `--shard-watch=server`, the selection sharded watches list.
+    shards: Option<Arc<WatchShards>>,
+    /// By watch key, form (`std::any::type_name` of it) and whether sharded.
+    map: Mutex<HashMap<(String, &'static str, bool), AnyInformer>>,
 }
 
 /// A running [`Informer`] of some form, not kept alive by the map.
@@ -604,18 +708,48 @@ impl Informers {
             client,
             flush,
             pending,
+            shards: None,
             map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// These informers, with the watches asked for by [`Informers::get_sharded`] listing only
+    /// `shards`' selection.
+    pub fn with_shards(self, shards: Option<Arc<WatchShards>>) -> Self {
+        Informers { shards, ..self }
+    }
+
+    /// The shared watch of `r` in the form `T`, holding only the objects of the namespaces this
+    /// replica's shard buckets cover when server-side sharded watches are on
+    /// (`--shard-watch=server`) and `r` is namespaced; else the whole watch ([`Self::get`]).
+    /// Callers ask for it only where every object a sync reads lies in its parent's namespace.
+    pub fn get_sharded<T: Form>(&self, r: &Resolved) -> Arc<Informer<T>> {
+        match &self.shards {
+            Some(s) if r.namespaced => self.get_in(r, Some(s.clone())),
+            _ => self.get(r),
+        }
+    }
+
+    /// [`Self::get_sharded`] when `sharded`, else [`Self::get`].
+    pub fn get_or_sharded<T: Form>(&self, r: &Resolved, sharded: bool) -> Arc<Informer<T>> {
+        match sharded {
+            true => self.get_sharded(r),
+            false => self.get(r),
         }
     }
 
     /// The shared watch of `r` in the form `T`, started if not running.
     pub fn get<T: Form>(&self, r: &Resolved) -> Arc<Informer<T>> {
+        self.get_in(r, None)
+    }
+
+    fn get_in<T: Form>(&self, r: &Resolved, shards: Option<Arc<WatchShards>>) -> Arc<Informer<T>> {
         let key = r.watch_key();
         let mut map = match self.map.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        let map_key = (key.clone(), std::any::type_name::<T>());
+        let map_key = (key.clone(), std::any::type_name::<T>(), shards.is_some());
         if let Some(i) = map
             .get(&map_key)
             .and_then(Weak::upgrade)
@@ -637,8 +771,20 @@ impl Informers {
             synced,
             lists,
             list_times: std::sync::Mutex::default(),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            listed_generation: watch::channel(0).0,
         });
-        let task = tokio::spawn(shared.clone().run(self.client.clone(), self.flush));
+        let task = match shards {
+            Some(s) => {
+                s.register(shared.listed_generation.subscribe());
+                tokio::spawn(
+                    shared
+                        .clone()
+                        .run_sharded(self.client.clone(), self.flush, s),
+                )
+            }
+            None => tokio::spawn(shared.clone().run(self.client.clone(), self.flush)),
+        };
         let inf = Arc::new(Informer { shared, task });
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&inf) as Weak<_>;
         map.insert(map_key, weak);

@@ -8,3 +8,4 @@ pub mod kapi;
 pub mod queue;
 pub mod resources;
 pub mod selector;
+pub mod shard_watch;

@@ -39,6 +39,10 @@ pub const ROLE_LABEL: &str = "kmeta.dev/shard-role";
 /// The annotation of a bucket Lease naming the set's bucket count: replicas configured with
 /// another count (which would map a namespace to another bucket) take nothing.
 pub const BUCKETS_ANNOTATION: &str = "kmeta.dev/shard-buckets";
+/// The annotation of a bucket Lease naming the set's namespace hash (`mixed` or `fnv-1a`,
+/// [`super::ShardHash`]; absent: `mixed`, as written before the choice existed): replicas
+/// configured with another hash take nothing.
+pub const HASH_ANNOTATION: &str = "kmeta.dev/shard-hash";
 
 /// Settings of a sharded replica.
 #[derive(Clone, Debug)]
@@ -237,6 +241,7 @@ where
             () = tokio::time::sleep(wait) => {}
         }
         state.round(false).await;
+        state.cfg.shards.publish_watches(state.cfg.lease_duration);
     }
     state.shut_down().await;
     token.cancel();
@@ -380,13 +385,7 @@ impl Loop {
             .into(),
         );
         if role == "bucket" {
-            lease.metadata.annotations = Some(
-                [(
-                    BUCKETS_ANNOTATION.to_owned(),
-                    self.cfg.shards.buckets().to_string(),
-                )]
-                .into(),
-            );
+            lease.metadata.annotations = Some(self.set_annotations().into_iter().collect());
         }
         lease.spec = Some(spec);
         lease
@@ -585,17 +584,39 @@ impl Loop {
         (members, views)
     }
 
-    /// Whether a live bucket Lease names another bucket count (then nothing is taken).
+    /// What every bucket Lease says of the set: its bucket count and namespace hash.
+    fn set_annotations(&self) -> [(String, String); 2] {
+        [
+            (
+                BUCKETS_ANNOTATION.to_owned(),
+                self.cfg.shards.buckets().to_string(),
+            ),
+            (
+                HASH_ANNOTATION.to_owned(),
+                self.cfg.shards.hash().as_str().to_owned(),
+            ),
+        ]
+    }
+
+    /// Whether a live bucket Lease names another bucket count or namespace hash (then nothing
+    /// is taken: the two would place a namespace in different buckets).
     fn bucket_count_mismatch(&mut self, listed: &HashMap<String, Lease>) -> bool {
         let mine = self.cfg.shards.buckets().to_string();
+        let my_hash = self.cfg.shards.hash().as_str();
         let other = listed.values().find_map(|l| {
-            let theirs = l.metadata.annotations.as_ref()?.get(BUCKETS_ANNOTATION)?;
-            (*theirs != mine && leader::holder(l).is_some())
-                .then(|| format!("{} says {theirs}", l.metadata.name.as_deref().unwrap_or("")))
+            let a = l.metadata.annotations.as_ref()?;
+            let theirs = a.get(BUCKETS_ANNOTATION)?;
+            let their_hash = a.get(HASH_ANNOTATION).map_or("mixed", String::as_str);
+            ((*theirs != mine || their_hash != my_hash) && leader::holder(l).is_some()).then(|| {
+                format!(
+                    "{} says {theirs} buckets, hash {their_hash}",
+                    l.metadata.name.as_deref().unwrap_or("")
+                )
+            })
         });
         if other != self.mismatch {
             if let Some(o) = &other {
-                tracing::error!(buckets = %mine, lease = %o, "another replica of this shard set uses another --shard-buckets; taking no bucket until they agree");
+                tracing::error!(buckets = %mine, hash = %my_hash, lease = %o, "another replica of this shard set uses another --shard-buckets or --shard-watch (namespace hash); taking no bucket until they agree");
             }
             self.mismatch = other.clone();
         }
@@ -624,10 +645,7 @@ impl Loop {
                     &cfg,
                 ));
                 let annotations = lease.metadata.annotations.get_or_insert_default();
-                annotations.insert(
-                    BUCKETS_ANNOTATION.to_owned(),
-                    self.cfg.shards.buckets().to_string(),
-                );
+                annotations.extend(self.set_annotations());
                 self.api
                     .replace(&name, &PostParams::default(), &lease)
                     .await

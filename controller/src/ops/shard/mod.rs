@@ -23,7 +23,10 @@ pub(crate) mod state;
 
 use std::time::Duration;
 
-pub use leases::{BUCKETS_ANNOTATION, ROLE_LABEL, SET_LABEL, ShardConfig, ShardError, run_sharded};
+pub use leases::{
+    BUCKETS_ANNOTATION, HASH_ANNOTATION, ROLE_LABEL, SET_LABEL, ShardConfig, ShardError,
+    run_sharded,
+};
 pub use state::{ShardFenced, Shards};
 
 /// 64-bit FNV-1a of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the hash
@@ -51,6 +54,38 @@ pub(crate) fn mix64(mut h: u64) -> u64 {
 /// The hash that places a namespace: MurmurHash3's finalizer over its FNV-1a.
 pub fn namespace_hash(namespace: &str) -> u64 {
     mix64(fnv1a64(namespace.as_bytes()))
+}
+
+/// Which hash places a namespace in a bucket; every replica of a set must use the same one (the
+/// bucket Leases carry it, [`leases::HASH_ANNOTATION`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShardHash {
+    /// [`namespace_hash`]: spreads namespaces named alike; buckets are no `shardRange` ranges,
+    /// so watches are filtered by the replica (`--shard-watch=client`, the default).
+    #[default]
+    Mixed,
+    /// Plain FNV-1a 64, KEP-5866's: bucket `b` is exactly the range `[b·2^64/B, (b+1)·2^64/B)`
+    /// of the server's `shardRange(object.metadata.namespace, …)`, so the API server can shard
+    /// the watches (`--shard-watch=server`); namespaces named alike crowd into few buckets.
+    Fnv1a,
+}
+
+impl ShardHash {
+    /// The hash of `namespace`.
+    pub fn of(self, namespace: &str) -> u64 {
+        match self {
+            ShardHash::Mixed => namespace_hash(namespace),
+            ShardHash::Fnv1a => fnv1a64(namespace.as_bytes()),
+        }
+    }
+
+    /// As the bucket Leases name it: `mixed` or `fnv-1a`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardHash::Mixed => "mixed",
+            ShardHash::Fnv1a => "fnv-1a",
+        }
+    }
 }
 
 /// A shard bucket: a hash range of namespaces, or the bucket of cluster-scoped parents.
@@ -87,8 +122,8 @@ impl Bucket {
             .chain(std::iter::once(Bucket::Cluster))
     }
 
-    /// The `[start, end)` range of [`namespace_hash`] a hash bucket covers (`end` `None`: up to
-    /// 2^64); `None` for the cluster bucket.
+    /// The `[start, end)` range of the namespace hash ([`ShardHash`]) a hash bucket covers
+    /// (`end` `None`: up to 2^64); `None` for the cluster bucket.
     pub fn range(self, buckets: u32) -> Option<(u64, Option<u64>)> {
         let Bucket::Hash(n) = self else { return None };
         let width = 1u128 << (64 - buckets.trailing_zeros());
@@ -106,6 +141,12 @@ pub fn valid_bucket_count(buckets: u32) -> bool {
 /// The bucket of a parent in `namespace` (`""`: cluster-scoped) among `buckets` hash buckets
 /// (a power of two): the top `log2(buckets)` bits of the namespace's [`namespace_hash`].
 pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
+    bucket_by(namespace, buckets, ShardHash::Mixed)
+}
+
+/// The bucket of a parent in `namespace` under `hash`: the top `log2(buckets)` bits of
+/// [`ShardHash::of`] (so a hash bucket is exactly its [`Bucket::range`]).
+pub fn bucket_by(namespace: &str, buckets: u32, hash: ShardHash) -> Bucket {
     if namespace.is_empty() {
         return Bucket::Cluster;
     }
@@ -113,8 +154,7 @@ pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
     if bits == 0 {
         return Bucket::Hash(0);
     }
-    let h = namespace_hash(namespace);
-    Bucket::Hash((h >> (64 - bits)) as u32)
+    Bucket::Hash((hash.of(namespace) >> (64 - bits)) as u32)
 }
 
 /// How much replica `identity` wants `bucket`: rendezvous hashing, so each replica prefers a
@@ -202,20 +242,25 @@ mod tests {
 
     #[test]
     fn a_namespace_falls_in_the_range_of_its_bucket() {
-        for buckets in [1u32, 2, 8, 32, 1024] {
-            for i in 0..200 {
-                let ns = format!("team-{i}");
-                let b = bucket_of(&ns, buckets);
-                let Some((start, end)) = b.range(buckets) else {
-                    panic!("{ns}: a hash bucket has a range")
-                };
-                let h = namespace_hash(&ns);
-                assert!(
-                    h >= start && end.is_none_or(|e| h < e),
-                    "{ns} {b} {buckets}"
-                );
+        for hash in [ShardHash::Mixed, ShardHash::Fnv1a] {
+            for buckets in [1u32, 2, 8, 32, 1024] {
+                for i in 0..200 {
+                    let ns = format!("team-{i}x{}", i * 7919);
+                    let b = bucket_by(&ns, buckets, hash);
+                    let Some((start, end)) = b.range(buckets) else {
+                        panic!("{ns}: a hash bucket has a range")
+                    };
+                    let h = hash.of(&ns);
+                    assert!(
+                        h >= start && end.is_none_or(|e| h < e),
+                        "{ns} {b} {buckets} {hash:?}"
+                    );
+                }
             }
         }
+        assert_eq!(ShardHash::Mixed.of("team-a"), namespace_hash("team-a"));
+        assert_eq!(ShardHash::Fnv1a.of("team-a"), fnv1a64(b"team-a"));
+        assert_eq!(bucket_of("team-a", 32), bucket_by("team-a", 32, ShardHash::Mixed));
         assert_eq!(bucket_of("", 32), Bucket::Cluster);
         assert_eq!(Bucket::Cluster.range(32), None);
         assert_eq!(Bucket::Hash(0).range(1), Some((0, None)));

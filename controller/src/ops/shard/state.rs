@@ -24,8 +24,9 @@ use http::Request;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use super::{Bucket, bucket_of};
+use super::{Bucket, ShardHash, bucket_by};
 use crate::ops::fence::{Fence, WriteGate};
+use crate::runtime::shard_watch::{HashRange, WatchShards};
 
 /// The error of a write refused because this replica does not hold its bucket.
 #[derive(Debug, thiserror::Error)]
@@ -70,12 +71,22 @@ struct Slot {
     active: AtomicBool,
     /// Syncs of this bucket running now.
     in_flight: AtomicUsize,
+    /// Held, its work waiting for the sharded watches to list it (`--shard-watch=server`).
+    listing: AtomicBool,
+    /// The selection generation whose lists start its work (0: none asked for yet).
+    listing_generation: AtomicU64,
 }
 
 /// The buckets this replica holds. Cloning the `Arc` shares it.
 #[derive(Debug)]
 pub struct Shards {
     buckets: u32,
+    hash: ShardHash,
+    /// Under `--shard-watch=server`, the selection of the sharded watches.
+    watch: Option<Arc<WatchShards>>,
+    /// The buckets last selected for the sharded watches, and when what is wanted last changed
+    /// (a shrink waits until that settles: each change relists every sharded watch).
+    selected: std::sync::Mutex<(Vec<Bucket>, Vec<Bucket>, Instant)>,
     slots: Vec<Slot>,
     /// Bumped whenever this replica gains a bucket: controllers enqueue that bucket's parents.
     gained: tokio::sync::watch::Sender<u64>,
@@ -109,10 +120,23 @@ impl Drop for InFlight {
 impl Shards {
     /// A replica holding none of `buckets` hash buckets (a power of two) nor the cluster bucket.
     pub fn new(buckets: u32) -> Arc<Shards> {
+        Shards::with_hash(buckets, ShardHash::Mixed, None)
+    }
+
+    /// A replica holding no bucket, placing namespaces by `hash`; with `watch`, its sharded
+    /// watches list only the buckets it holds, and a gained bucket's work starts once they have.
+    pub fn with_hash(
+        buckets: u32,
+        hash: ShardHash,
+        watch: Option<Arc<WatchShards>>,
+    ) -> Arc<Shards> {
         let slots = (0..=buckets).map(|_| Slot::default()).collect();
         let (gained, _) = tokio::sync::watch::channel(0);
         Arc::new(Shards {
             buckets,
+            hash,
+            watch,
+            selected: std::sync::Mutex::new((Vec::new(), Vec::new(), Instant::now())),
             slots,
             gained,
             members: AtomicUsize::new(0),
@@ -129,9 +153,19 @@ impl Shards {
         &self.slots[b.index(self.buckets).min(self.slots.len() - 1)]
     }
 
+    /// The namespace hash.
+    pub fn hash(&self) -> ShardHash {
+        self.hash
+    }
+
+    /// The selection of the sharded watches, under `--shard-watch=server`.
+    pub fn watch(&self) -> Option<&Arc<WatchShards>> {
+        self.watch.as_ref()
+    }
+
     /// The bucket of a parent in `namespace`.
     pub fn bucket_of(&self, namespace: &str) -> Bucket {
-        bucket_of(namespace, self.buckets)
+        bucket_by(namespace, self.buckets, self.hash)
     }
 
     /// Whether work of `b` is handed out on this replica.
@@ -172,27 +206,135 @@ impl Shards {
 
     /// `b` was acquired (or renewed) by a write that started at `started`: writes pass until
     /// `started + renew deadline`. On a gain (not a renewal) the epoch moves and work starts.
+    /// With sharded watches, a gained hash bucket's work waits until they have listed it
+    /// ([`Shards::publish_watches`]).
     pub(crate) fn renewed(&self, b: Bucket, until: Instant, gained: bool) {
         let slot = self.slot(b);
         slot.fence.open_until(until);
         if gained {
             slot.epoch.fetch_add(1, Ordering::AcqRel);
-            slot.active.store(true, Ordering::Release);
-            self.gained.send_modify(|n| *n += 1);
+            if self.watch.is_some() && b != Bucket::Cluster {
+                slot.listing_generation.store(0, Ordering::Release);
+                slot.listing.store(true, Ordering::Release);
+            } else {
+                slot.active.store(true, Ordering::Release);
+                self.gained.send_modify(|n| *n += 1);
+            }
         }
     }
 
     /// Stops handing out `b`'s work (the first step of a hand-over); its fence stays open.
     pub(crate) fn deactivate(&self, b: Bucket) {
-        self.slot(b).active.store(false, Ordering::Release);
+        let slot = self.slot(b);
+        slot.active.store(false, Ordering::Release);
+        slot.listing.store(false, Ordering::Release);
     }
 
     /// `b` is no longer held: no work, no write, and syncs that started before see a new epoch.
     pub(crate) fn give_up(&self, b: Bucket) {
         let slot = self.slot(b);
         slot.active.store(false, Ordering::Release);
+        slot.listing.store(false, Ordering::Release);
         slot.fence.close();
         slot.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The held buckets whose work waits for the sharded watches to list them.
+    pub fn listing(&self) -> Vec<Bucket> {
+        Bucket::all(self.buckets)
+            .filter(|b| self.slot(*b).listing.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Under `--shard-watch=server`, after a round of the Lease loop: selects the ranges of the
+    /// held buckets for the sharded watches, and starts each newly gained bucket's work once
+    /// they have listed it. A bucket gained relists at once; one lost only once what is held
+    /// has not changed for `settle` (every change relists every sharded watch; until then the
+    /// caches keep the lost buckets' objects and the queue drops their keys).
+    pub(crate) fn publish_watches(self: &Arc<Self>, settle: std::time::Duration) {
+        let Some(watch) = &self.watch else { return };
+        let wanted: Vec<Bucket> = Bucket::all(self.buckets)
+            .filter(|b| *b != Bucket::Cluster)
+            .filter(|b| {
+                let slot = self.slot(*b);
+                slot.active.load(Ordering::Acquire) || slot.listing.load(Ordering::Acquire)
+            })
+            .collect();
+        let now = Instant::now();
+        let select = {
+            let mut sel = self
+                .selected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (selected, last_wanted, changed_at) = &mut *sel;
+            if *last_wanted != wanted {
+                *last_wanted = wanted.clone();
+                *changed_at = now;
+            }
+            let grows = wanted.iter().any(|b| !selected.contains(b));
+            let shrinks = selected.iter().any(|b| !wanted.contains(b));
+            let go = grows || (shrinks && now.saturating_duration_since(*changed_at) >= settle);
+            if go {
+                *selected = wanted.clone();
+            }
+            go
+        };
+        let generation = match select {
+            true => watch.select(self.ranges(&wanted)),
+            false => watch.selection().generation,
+        };
+        self.activate_when_listed(watch.clone(), generation);
+    }
+
+    fn ranges(&self, buckets: &[Bucket]) -> Vec<HashRange> {
+        buckets
+            .iter()
+            .filter_map(|b| b.range(self.buckets))
+            .map(|(start, end)| HashRange {
+                start,
+                end: end.map_or(1u128 << 64, u128::from),
+            })
+            .collect()
+    }
+
+    /// Starts the work of every bucket waiting for `generation`'s lists (and not yet waiting
+    /// for another) once the sharded watches have listed it, if it is still held in the same
+    /// epoch.
+    fn activate_when_listed(self: &Arc<Self>, watch: Arc<WatchShards>, generation: u64) {
+        let waiting: Vec<(Bucket, u64)> = Bucket::all(self.buckets)
+            .filter(|b| {
+                let slot = self.slot(*b);
+                slot.listing.load(Ordering::Acquire)
+                    && slot
+                        .listing_generation
+                        .compare_exchange(0, generation, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+            })
+            .map(|b| (b, self.slot(b).epoch.load(Ordering::Acquire)))
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let shards = self.clone();
+        tokio::spawn(async move {
+            watch.wait_listed(generation).await;
+            for (b, epoch) in waiting {
+                shards.activate(b, epoch);
+            }
+        });
+    }
+
+    /// `b`'s watches have listed: its work starts, if it is still held in `epoch`.
+    fn activate(&self, b: Bucket, epoch: u64) {
+        let slot = self.slot(b);
+        if slot.epoch.load(Ordering::Acquire) != epoch
+            || !slot.listing.swap(false, Ordering::AcqRel)
+        {
+            return;
+        }
+        slot.active.store(true, Ordering::Release);
+        self.gained.send_modify(|n| *n += 1);
+        tracing::info!(bucket = %b, "shard bucket's watches listed; its work starts");
     }
 
     /// Records how many replicas are alive.

@@ -165,7 +165,7 @@ fn resolve_targets(
             continue;
         }
         targets.push(TargetRule {
-            informer: ctx.informers.get(&resolved),
+            informer: ctx.informers.get_sharded(&resolved),
             resolved,
             selector,
             ignore_status_changes,
@@ -181,10 +181,13 @@ type AttachmentTypes = (
     Vec<String>,
 );
 
+/// `sharded`: every target is namespaced, so attachments are in their target's namespace and
+/// their watches may be sharded by it.
 async fn resolve_attachments(
     ctx: &Context,
     dc: &DecoratorController,
     record: crate::reconcile::apply::LastApplied,
+    sharded: bool,
 ) -> Result<AttachmentTypes, DecoratorBuildError> {
     let mut rules = HashMap::new();
     let mut declared = HashMap::new();
@@ -211,7 +214,7 @@ async fn resolve_attachments(
         rules.insert(
             key,
             ChildRule {
-                informer: ctx.informers.get(&resolved),
+                informer: ctx.informers.get_or_sharded(&resolved, sharded),
                 resolved,
                 method,
                 options,
@@ -282,8 +285,9 @@ impl DecoratorState {
                 .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
+        let sharded = targets.iter().all(|t| t.resolved.namespaced);
         let (attachments, declared, attachment_keys) =
-            resolve_attachments(&ctx, &dc, record).await?;
+            resolve_attachments(&ctx, &dc, record, sharded).await?;
         let dc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
         Ok(DecoratorState {

@@ -1,0 +1,302 @@
+//! Server-side sharded watches (KEP-5866 `shardSelector`): the namespace-hash ranges a sharded
+//! replica's watches list, and the wait until every such watch has listed them.
+//!
+//! A [`WatchShards`] holds the [`Selection`]: the ranges of 64-bit FNV-1a over
+//! `metadata.namespace` that this replica's sharded watches ask the API server for, and a
+//! generation bumped on every change. Each sharded watch ([`crate::runtime::cache::Informers`])
+//! relists with the new selection when it changes and reports the generation it has listed;
+//! [`WatchShards::wait_listed`] resolves once every one of them has listed a generation, which is
+//! when a newly gained bucket's work may start (its objects are then in the caches).
+//!
+//! Support is probed, never assumed: a server without the feature ignores the parameter and
+//! answers everything, one that applied it echoes it in the list's `metadata.shardInfo.selector`.
+//! A watch whose probe sees no echo (or a refusal) watches its resource whole, as without
+//! sharded watches: the work queue drops other buckets' keys either way, so this costs memory,
+//! never correctness.
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// A `[start, end)` range of the 64-bit hash; `end` is at most 2^64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HashRange {
+    /// First hash in the range.
+    pub start: u64,
+    /// One past the last hash (2^64: the end of the space).
+    pub end: u128,
+}
+
+/// The ranges this replica's sharded watches list, and their generation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Bumped on every change; 0 before the first.
+    pub generation: u64,
+    /// Sorted and coalesced; empty: nothing (the watches hold no object).
+    pub ranges: Vec<HashRange>,
+}
+
+impl Selection {
+    /// The `shardSelector` parameter: one `shardRange(object.metadata.namespace, …)` term per
+    /// range, joined by ` || `, bounds as KEP-5866 writes them (`0x` and 16 hex digits, 2^64 as
+    /// `0x10000000000000000`); `None` when there is no range.
+    pub fn selector(&self) -> Option<String> {
+        if self.ranges.is_empty() {
+            return None;
+        }
+        let terms: Vec<String> = self
+            .ranges
+            .iter()
+            .map(|r| {
+                format!(
+                    "shardRange(object.metadata.namespace, '0x{:016x}', '0x{:016x}')",
+                    r.start, r.end
+                )
+            })
+            .collect();
+        Some(terms.join(" || "))
+    }
+}
+
+/// Sorts `ranges` and merges those that touch or overlap: buckets held side by side become one
+/// term.
+pub fn coalesce(mut ranges: Vec<HashRange>) -> Vec<HashRange> {
+    ranges.sort();
+    let mut out: Vec<HashRange> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if u128::from(r.start) <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Whether a list answer shows the server applied a `shardSelector`: its
+/// `metadata.shardInfo.selector` is set (KEP-5866; a server without the feature sends none).
+pub fn echoes_selector(list: &Value) -> bool {
+    list.pointer("/metadata/shardInfo/selector")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+}
+
+/// The selection of a sharded replica's watches, and what each has listed. Shared by the bucket
+/// Lease loop (which selects) and the watches (which list).
+#[derive(Debug)]
+pub struct WatchShards {
+    selection: watch::Sender<Selection>,
+    /// The generation each sharded watch has listed (closed when the watch stops).
+    listed: Mutex<Vec<watch::Receiver<u64>>>,
+    /// Resources watched whole because the server did not apply the selector.
+    whole: Mutex<Vec<String>>,
+}
+
+impl Default for WatchShards {
+    fn default() -> Self {
+        WatchShards {
+            selection: watch::channel(Selection::default()).0,
+            listed: Mutex::default(),
+            whole: Mutex::default(),
+        }
+    }
+}
+
+impl WatchShards {
+    /// The current selection.
+    pub fn selection(&self) -> Selection {
+        self.selection.borrow().clone()
+    }
+
+    /// Selects `ranges` (coalesced here); returns the generation that lists them (unchanged
+    /// when they are the current ones).
+    pub fn select(&self, ranges: Vec<HashRange>) -> u64 {
+        let ranges = coalesce(ranges);
+        let mut generation = 0;
+        self.selection.send_if_modified(|s| {
+            if s.ranges == ranges {
+                generation = s.generation;
+                return false;
+            }
+            s.generation += 1;
+            s.ranges = ranges;
+            generation = s.generation;
+            true
+        });
+        generation
+    }
+
+    /// A receiver of selection changes, for a sharded watch.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Selection> {
+        self.selection.subscribe()
+    }
+
+    /// Counts a sharded watch: `listed` carries the generation it has listed.
+    pub(crate) fn register(&self, listed: watch::Receiver<u64>) {
+        let mut all = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|rx| rx.has_changed().is_ok());
+        all.push(listed);
+    }
+
+    /// Notes that `resource` is watched whole (the server ignored or refused the selector).
+    pub(crate) fn note_whole(&self, resource: String) {
+        let mut whole = self.whole.lock().unwrap_or_else(|p| p.into_inner());
+        if !whole.contains(&resource) {
+            whole.push(resource);
+        }
+    }
+
+    /// The resources watched whole although sharded watches were asked for, sorted.
+    pub fn whole(&self) -> Vec<String> {
+        let mut w = self
+            .whole
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        w.sort();
+        w
+    }
+
+    /// Resolves once every sharded watch has listed `generation` or a later one (a stopped
+    /// watch counts as done).
+    pub async fn wait_listed(&self, generation: u64) {
+        let receivers: Vec<watch::Receiver<u64>> = self
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for mut rx in receivers {
+            let _ = rx.wait_for(|g| *g >= generation).await;
+        }
+    }
+}
+
+/// `client`, but every request it sends carries the query parameter `name`=`value` (percent
+/// encoded): how a `kube::runtime::watcher`, whose config has no `shardSelector`, lists and
+/// watches a shard of its resource.
+pub(crate) fn with_query(client: &kube::Client, name: &'static str, value: &str) -> kube::Client {
+    let pair = format!(
+        "{name}={}",
+        percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
+    );
+    let base = client.clone();
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |req: http::Request<kube::client::Body>| add_query(req, &pair))
+        .service(tower::service_fn(move |req| {
+            let base = base.clone();
+            async move { base.send(req).await }
+        }));
+    kube::Client::new(service, client.default_namespace())
+}
+
+/// `req` with `pair` appended to its query.
+fn add_query<B>(mut req: http::Request<B>, pair: &str) -> http::Request<B> {
+    let uri = req.uri();
+    let path_and_query = match uri.query() {
+        Some(q) if !q.is_empty() => format!("{}?{q}&{pair}", uri.path()),
+        _ => format!("{}?{pair}", uri.path()),
+    };
+    let mut parts = uri.clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not add a query parameter; request sent without it");
+            return req;
+        }
+    }
+    if let Ok(u) = http::Uri::from_parts(parts) {
+        *req.uri_mut() = u;
+    }
+    req
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn r(start: u64, end: u128) -> HashRange {
+        HashRange { start, end }
+    }
+
+    #[test]
+    fn neighbouring_ranges_become_one_term() {
+        let q = 1u128 << 62;
+        let got = coalesce(vec![
+            r(3 << 62, 4 * q),
+            r(0, q),
+            r(1 << 62, 2 * q),
+            r(1 << 62, 2 * q),
+        ]);
+        assert_eq!(got, vec![r(0, 2 * q), r(3 << 62, 4 * q)]);
+        assert_eq!(coalesce(vec![]), vec![]);
+    }
+
+    #[test]
+    fn the_selector_is_written_as_kep_5866_writes_it() {
+        let s = Selection {
+            generation: 1,
+            ranges: vec![r(0, 1 << 61), r(7 << 61, 1 << 64)],
+        };
+        assert_eq!(
+            s.selector().unwrap(),
+            "shardRange(object.metadata.namespace, '0x0000000000000000', '0x2000000000000000') || \
+             shardRange(object.metadata.namespace, '0xe000000000000000', '0x10000000000000000')"
+        );
+        assert_eq!(Selection::default().selector(), None);
+    }
+
+    #[test]
+    fn selecting_the_same_ranges_keeps_the_generation() {
+        let w = WatchShards::default();
+        let g1 = w.select(vec![r(0, 1 << 63)]);
+        assert_eq!(g1, 1);
+        assert_eq!(w.select(vec![r(0, 1 << 62), r(1 << 62, 1 << 63)]), 1);
+        assert_eq!(w.select(vec![]), 2);
+        assert_eq!(w.selection().ranges, vec![]);
+    }
+
+    #[tokio::test]
+    async fn waiting_ends_when_every_watch_has_listed() {
+        let w = std::sync::Arc::new(WatchShards::default());
+        let (a, rx_a) = watch::channel(0u64);
+        let (b, rx_b) = watch::channel(0u64);
+        w.register(rx_a);
+        w.register(rx_b);
+        let g = w.select(vec![r(0, 1 << 64)]);
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.wait_listed(g).await }
+        });
+        a.send_replace(g);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(b); // a stopped watch does not hold the wait
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
+    fn the_echo_is_what_shows_support() {
+        assert!(echoes_selector(
+            &json!({"metadata": {"shardInfo": {"selector": "shardRange(object.metadata.namespace, '0x0000000000000000', '0x10000000000000000')"}}})
+        ));
+        assert!(!echoes_selector(&json!({"metadata": {"resourceVersion": "5"}})));
+        assert!(!echoes_selector(&json!({"metadata": {"shardInfo": {"selector": ""}}})));
+    }
+
+    #[test]
+    fn the_parameter_is_appended_to_any_query() {
+        let req = |u: &str| http::Request::get(u).body(()).unwrap();
+        let got = add_query(req("/api/v1/configmaps?watch=true&resourceVersion=5"), "a=b%20c");
+        assert_eq!(
+            got.uri().to_string(),
+            "/api/v1/configmaps?watch=true&resourceVersion=5&a=b%20c"
+        );
+        let got = add_query(req("https://h:6443/api/v1/configmaps"), "a=b");
+        assert_eq!(got.uri().to_string(), "https://h:6443/api/v1/configmaps?a=b");
+    }
+}
