@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use kmeta::ops::shard::bucket_of;
+use kmeta::ops::shard::{ShardHash, bucket_by, bucket_of};
 use kmeta_apiserver::{TestServer, WriteRecord};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -60,6 +60,15 @@ fn start(
     dir: &std::path::Path,
     name: &str,
 ) -> anyhow::Result<Replica> {
+    start_with(kubeconfig, dir, name, &["--metrics-address=0".into()])
+}
+
+fn start_with(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    extra: &[String],
+) -> anyhow::Result<Replica> {
     let health = free_port()?;
     let child = Command::new(KMETA)
         .args(["run", "--kubeconfig"])
@@ -68,7 +77,7 @@ fn start(
         .arg(format!("--shard-buckets={BUCKETS}"))
         .args(TIMINGS)
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-        .arg("--metrics-address=0")
+        .args(extra)
         .env("POD_NAME", name)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("{name}.log")))?)
@@ -190,6 +199,21 @@ async fn set_up_with(
     plural: &str,
     controller: Value,
 ) -> anyhow::Result<Api<DynamicObject>> {
+    set_up_in(server, plural, controller, team).await
+}
+
+/// The namespaces of most scenarios: `team-0` … `team-23`.
+fn team(n: usize) -> String {
+    format!("team-{n}")
+}
+
+/// As [`set_up_with`], the namespaces named by `names`.
+async fn set_up_in(
+    server: &TestServer,
+    plural: &str,
+    controller: Value,
+    names: fn(usize) -> String,
+) -> anyhow::Result<Api<DynamicObject>> {
     let client = server.client();
     let pp = PostParams::default();
     let crd = json!({
@@ -218,10 +242,10 @@ async fn set_up_with(
     .await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for n in 0..NAMESPACES {
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("team-{n}")}});
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names(n)}});
         namespaces.create(&pp, &serde_json::from_value(ns)?).await?;
         let in_ns: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &format!("team-{n}"), &notes_resource());
+            Api::namespaced_with(client.clone(), &names(n), &notes_resource());
         for p in 0..PER_NAMESPACE {
             let note = json!({"apiVersion": "shard.example.com/v1", "kind": "Note",
                 "metadata": {"name": format!("n{p}")}, "spec": {"v": 0}});
@@ -233,9 +257,14 @@ async fn set_up_with(
 
 /// Sets every parent's `spec.v` to `v`.
 async fn edit_all(server: &TestServer, v: i64) -> anyhow::Result<()> {
+    edit_all_in(server, v, team).await
+}
+
+/// Sets every parent's `spec.v` to `v`, in the namespaces named by `names`.
+async fn edit_all_in(server: &TestServer, v: i64, names: fn(usize) -> String) -> anyhow::Result<()> {
     for n in 0..NAMESPACES {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(server.client(), &format!("team-{n}"), &notes_resource());
+            Api::namespaced_with(server.client(), &names(n), &notes_resource());
         for p in 0..PER_NAMESPACE {
             let patch = Patch::Merge(json!({"spec": {"v": v}}));
             api.patch(&format!("n{p}"), &PatchParams::default(), &patch)
@@ -689,6 +718,176 @@ async fn a_failed_read_of_the_leader_lease_hands_no_bucket_over() -> anyhow::Res
     }
     server.faults().remove(fault);
     assert!(samples >= 10, "only {samples} samples");
+    drop(a);
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Namespaces named so that plain FNV-1a (KEP-5866's `shardRange` hash) spreads them over the
+/// buckets: `0-team` … `23-team` fill 7 of 8 (`team-0` … `team-23` would fill 2).
+fn spread(n: usize) -> String {
+    format!("{n}-team")
+}
+
+/// `kmeta_watch_objects{resource,mode}` on a replica's metrics endpoint.
+async fn watch_objects(metrics: u16, resource: &str, mode: &str) -> Option<usize> {
+    let url = format!("http://127.0.0.1:{metrics}/metrics");
+    let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+    let want = format!("kmeta_watch_objects{{resource=\"{resource}\",mode=\"{mode}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(want.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// How many `resource` objects (listed from the server) lie in namespaces whose bucket, under
+/// plain FNV-1a, is among `held`.
+async fn objects_in_buckets(
+    server: &TestServer,
+    resource: &ApiResource,
+    held: &BTreeSet<String>,
+) -> anyhow::Result<usize> {
+    let all: Api<DynamicObject> = Api::all_with(server.client(), resource);
+    Ok(all
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|o| {
+            let ns = o.metadata.namespace.as_deref().unwrap_or("");
+            held.contains(&bucket_by(ns, BUCKETS, ShardHash::Fnv1a).to_string())
+        })
+        .count())
+}
+
+/// Waits until each replica's sharded watches of Notes and ConfigMaps hold exactly the objects
+/// of the namespaces its buckets cover (the API server sent it no other).
+async fn wait_split(
+    server: &TestServer,
+    replicas: &[(&Replica, u16)],
+    step: &str,
+) -> anyhow::Result<()> {
+    let cms = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let mut seen = Vec::new();
+        for (r, metrics) in replicas {
+            let held = held(r).await.unwrap_or_default();
+            let want_notes = objects_in_buckets(server, &notes_resource(), &held).await?;
+            let want_cms = objects_in_buckets(server, &cms, &held).await?;
+            let notes = watch_objects(*metrics, "shard.example.com/v1/notes", "sharded").await;
+            let cm = watch_objects(*metrics, "v1/configmaps", "sharded").await;
+            seen.push((r.name.clone(), held, notes, want_notes, cm, want_cms));
+        }
+        if seen
+            .iter()
+            .all(|(_, _, n, wn, c, wc)| *n == Some(*wn) && *c == Some(*wc))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{step}: (replica, buckets, notes held, wanted, configmaps held, wanted): {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `--shard-watch=server`: each replica lists and watches only the namespaces of its buckets
+/// (KEP-5866 `shardSelector`, served by kmeta-apiserver), so its caches hold its share alone;
+/// after kill -9 of one, the survivors take its buckets, list them, and sync its parents; every
+/// write lies where its writer held the parent's bucket.
+#[tokio::test]
+async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let server = TestServer::start().await?;
+    server.write_log().enable(1_000_000);
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "notes"},
+        "spec": {"generateSelector": true,
+                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "notes"},
+                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                     "updateStrategy": {"method": "InPlace"}}],
+                 "hooks": {"sync": {"webhook": {"url": hook().await?}}}}
+    });
+    let notes = set_up_in(&server, "compositecontrollers", cc, spread).await?;
+    let mut replicas = Vec::new();
+    for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
+        let metrics = free_port()?;
+        let extra = [
+            "--shard-watch=server".to_owned(),
+            format!("--metrics-address=127.0.0.1:{metrics}"),
+        ];
+        replicas.push((start_with(&kubeconfig, dir.path(), name, &extra)?, metrics));
+    }
+    let all: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
+    wait_balanced(&all).await?;
+    converged(&server, &notes, 0, "three replicas, sharded watches").await?;
+    for (r, _) in &replicas {
+        let url = format!("http://127.0.0.1:{}/readyz?verbose", r.health);
+        let text = reqwest::get(&url).await?.text().await?;
+        assert!(
+            text.contains("watches sharded by the server)") && !text.contains("watched whole"),
+            "{}: {text}",
+            r.name
+        );
+    }
+    let each: Vec<(&Replica, u16)> = replicas.iter().map(|(r, m)| (r, *m)).collect();
+    wait_split(&server, &each, "three replicas").await?;
+
+    // kill -9 of one: the survivors take its buckets, list them, and sync its parents
+    let (mut c, _) = replicas.pop().ok_or_else(|| anyhow::anyhow!("three replicas"))?;
+    c.child.kill()?;
+    c.child.wait()?;
+    edit_all_in(&server, 1, spread).await?;
+    converged(&server, &notes, 1, "after kill -9, sharded watches").await?;
+    let survivors: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
+    wait_balanced(&survivors).await?;
+    let each: Vec<(&Replica, u16)> = replicas.iter().map(|(r, m)| (r, *m)).collect();
+    wait_split(&server, &each, "two replicas").await?;
+
+    let (violations, checked) = check_ownership(&server.write_log().since(0));
+    assert!(checked > 2 * NAMESPACES * PER_NAMESPACE, "only {checked} writes checked");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    drop((replicas, c));
+    server.shutdown().await;
+    Ok(())
+}
+
+/// `--shard-watch=server` against an API server that does not serve `shardSelector` (it ignores
+/// the parameter and echoes nothing): the replica watches each resource whole, says so, and
+/// syncs every parent of its buckets all the same.
+#[tokio::test]
+async fn without_a_served_shard_selector_the_watches_are_whole_and_work_goes_on()
+-> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let server = TestServer::builder().shard_selector(false).start().await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let notes = set_up(&server, &hook().await?).await?;
+    let metrics = free_port()?;
+    let extra = [
+        "--shard-watch=server".to_owned(),
+        format!("--metrics-address=127.0.0.1:{metrics}"),
+    ];
+    let a = start_with(&kubeconfig, dir.path(), "kmeta-a", &extra)?;
+    wait_balanced(&[&a]).await?;
+    converged(&server, &notes, 0, "one replica, selector not served").await?;
+    let url = format!("http://127.0.0.1:{}/readyz?verbose", a.health);
+    let text = reqwest::get(&url).await?.text().await?;
+    assert!(text.contains("(watched whole)"), "{text}");
+    let all = NAMESPACES * PER_NAMESPACE;
+    wait_long("the whole Note watch to hold every Note", || async {
+        watch_objects(metrics, "shard.example.com/v1/notes", "whole").await == Some(all)
+    })
+    .await?;
+    edit_all(&server, 1).await?;
+    converged(&server, &notes, 1, "one replica, selector not served").await?;
     drop(a);
     server.shutdown().await;
     Ok(())

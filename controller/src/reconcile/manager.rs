@@ -395,6 +395,7 @@ pub async fn run(
             }
         });
     }
+    tokio::spawn(count_watched(ctx.clone(), stop.clone()));
     let readiness = Arc::new(Readiness::new());
     tokio::join!(
         watch_kind::<CompositeController>(&ctx, &readiness, &stop),
@@ -403,6 +404,25 @@ pub async fn run(
     ctx.config.ready.store(false, Ordering::SeqCst);
     Ok(())
 }
+
+/// Every [`WATCH_COUNT_PERIOD`], sets `kmeta_watch_objects` from the watches' stores.
+async fn count_watched(ctx: Arc<Context>, stop: CancellationToken) {
+    loop {
+        for w in ctx.informers.sizes() {
+            ctx.config
+                .metrics
+                .watch_objects(&w.resource, w.sharded, w.objects);
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_COUNT_PERIOD) => {}
+        }
+    }
+}
+
+/// How often `kmeta_watch_objects` is brought up to date: 5 s (kmeta's; a scrape is usually
+/// every 15 s or more).
+const WATCH_COUNT_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The running controllers of one kind, by object name, and the tasks running them.
 struct Controllers<K: ControllerKind> {

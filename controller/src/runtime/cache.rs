@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -290,6 +291,8 @@ struct Shared<T> {
     /// listed (what [`WatchShards::wait_listed`] waits for).
     generation: std::sync::atomic::AtomicU64,
     listed_generation: watch::Sender<u64>,
+    /// The server applies this watch's shard selector (probed).
+    sharded: AtomicBool,
 }
 
 /// When this watch's lists started.
@@ -480,6 +483,8 @@ impl<T: Form> Shared<T> {
                     return self.run_whole_for_shards(client, flush).await;
                 }
                 probed = true;
+                self.sharded
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
             let api: Api<DynamicObject> = Api::all_with(
                 with_query(&client, "shardSelector", &selector),
@@ -685,6 +690,34 @@ pub struct Informers {
     shards: Option<Arc<WatchShards>>,
     /// By watch key, form (`std::any::type_name` of it) and whether sharded.
     map: Mutex<HashMap<(String, &'static str, bool), AnyInformer>>,
+    /// Every watch started, by watch key, for [`Informers::sizes`].
+    counted: Mutex<Vec<(String, Weak<dyn Counted>)>>,
+}
+
+/// How many objects a watch holds.
+trait Counted: Send + Sync {
+    fn len(&self) -> usize;
+    fn sharded(&self) -> bool;
+}
+
+impl<T: Form> Counted for Shared<T> {
+    fn len(&self) -> usize {
+        self.read(|s| s.objects.len())
+    }
+    fn sharded(&self) -> bool {
+        self.sharded.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// How many objects one running watch holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSize {
+    /// The watch key, `apiVersion/plural`.
+    pub resource: String,
+    /// Whether the watch lists only this replica's shard buckets (`--shard-watch=server`).
+    pub sharded: bool,
+    /// Objects held.
+    pub objects: usize,
 }
 
 /// A running [`Informer`] of some form, not kept alive by the map.
@@ -710,7 +743,29 @@ impl Informers {
             pending,
             shards: None,
             map: Mutex::new(HashMap::new()),
+            counted: Mutex::default(),
         }
+    }
+
+    /// The objects each running watch holds (a resource watched in two forms, or both sharded
+    /// and whole, adds up under one key and mode).
+    pub fn sizes(&self) -> Vec<WatchSize> {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        counted.retain(|(_, w)| w.strong_count() > 0);
+        let mut sizes: BTreeMap<(String, bool), usize> = BTreeMap::new();
+        for (key, w) in counted.iter() {
+            if let Some(c) = w.upgrade() {
+                *sizes.entry((key.clone(), c.sharded())).or_default() += c.len();
+            }
+        }
+        sizes
+            .into_iter()
+            .map(|((resource, sharded), objects)| WatchSize {
+                resource,
+                sharded,
+                objects,
+            })
+            .collect()
     }
 
     /// These informers, with the watches asked for by [`Informers::get_sharded`] listing only
@@ -773,7 +828,13 @@ impl Informers {
             list_times: std::sync::Mutex::default(),
             generation: std::sync::atomic::AtomicU64::new(0),
             listed_generation: watch::channel(0).0,
+            sharded: AtomicBool::new(false),
         });
+        let counted: Weak<dyn Counted> = Arc::downgrade(&shared) as Weak<_>;
+        self.counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((key.clone(), counted));
         let task = match shards {
             Some(s) => {
                 s.register(shared.listed_generation.subscribe());

@@ -226,6 +226,14 @@ struct BucketLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    /// `apiVersion/plural`.
+    resource: String,
+    /// `sharded` (only this replica's shard buckets, listed by the server) or `whole`.
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandoffLabels {
     reason: String,
 }
@@ -400,6 +408,7 @@ pub struct Metrics {
     shard_buckets: Family<BucketLabels, Gauge>,
     shard_members: Gauge,
     shard_handoffs: Family<HandoffLabels, Counter>,
+    watch_objects: Family<WatchLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
     openapi_fetches: Family<OpenApiLabels, Counter>,
 }
@@ -478,6 +487,11 @@ impl Metrics {
             self.shard_members.clone(),
         );
         r.register(
+            "kmeta_watch_objects",
+            "objects held by this process's watches of each resource, by mode: sharded (listed by the API server for the shard buckets held, --shard-watch=server) or whole",
+            self.watch_objects.clone(),
+        );
+        r.register(
             "kmeta_shard_handoffs",
             "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
             self.shard_handoffs.clone(),
@@ -508,6 +522,7 @@ impl Metrics {
             shard_buckets: Family::default(),
             shard_members: Gauge::default(),
             shard_handoffs: Family::default(),
+            watch_objects: Family::default(),
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
         };
@@ -803,6 +818,16 @@ impl Metrics {
                 bucket: bucket.into(),
             })
             .set(i64::from(held));
+    }
+
+    /// The objects a watch of `resource` holds, sharded or whole.
+    pub fn watch_objects(&self, resource: &str, sharded: bool, objects: usize) {
+        self.watch_objects
+            .get_or_create(&WatchLabels {
+                resource: resource.into(),
+                mode: if sharded { "sharded" } else { "whole" },
+            })
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
     /// Live replicas of the shard set.
