@@ -321,8 +321,9 @@ fn identity_of(user_agent: &str) -> Option<&str> {
 /// of its bucket's Lease (their writer holds the Lease after them, or released it: a release
 /// is not told apart, which can only hide a violation, never invent one). A write whose change
 /// lies in `(rv_before, rv_after]` is fine when its writer wrote the Lease last before it, or
-/// wrote it concurrently with it. Returns the violations and the number of writes checked.
-fn check_ownership(log: &[WriteRecord]) -> (Vec<String>, usize) {
+/// wrote it concurrently with it. Namespaces are placed in buckets by `hash`, as the replicas
+/// place them. Returns the violations and the number of writes checked.
+fn check_ownership(log: &[WriteRecord], hash: ShardHash) -> (Vec<String>, usize) {
     let mut leases: BTreeMap<String, Vec<&WriteRecord>> = BTreeMap::new();
     for r in log {
         let Some(name) = r.name.as_deref() else {
@@ -350,7 +351,7 @@ fn check_ownership(log: &[WriteRecord]) -> (Vec<String>, usize) {
             continue;
         }
         checked += 1;
-        let bucket = bucket_of(ns, BUCKETS).to_string();
+        let bucket = bucket_by(ns, BUCKETS, hash).to_string();
         let writes = leases.get(&bucket).map(Vec::as_slice).unwrap_or_default();
         let before: Vec<&&WriteRecord> = writes
             .iter()
@@ -412,7 +413,7 @@ async fn check_writes_and_records(
         .collect();
     assert!(replicas.len() >= 2, "sync records name {replicas:?}");
     let log = server.write_log().since(0);
-    let (violations, checked) = check_ownership(&log);
+    let (violations, checked) = check_ownership(&log, ShardHash::Mixed);
     assert!(
         checked > 2 * NAMESPACES * PER_NAMESPACE,
         "only {checked} writes checked"
@@ -675,7 +676,7 @@ async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() ->
         .filter_map(|w| identity_of(&w.user_agent))
         .collect();
     assert_eq!(releasers.len(), 2, "targets written by {releasers:?}");
-    let (violations, checked) = check_ownership(&log);
+    let (violations, checked) = check_ownership(&log, ShardHash::Mixed);
     assert!(checked >= 2 * all, "only {checked} writes checked");
     anyhow::ensure!(violations.is_empty(), "{}", violations.join("\n"));
     drop((a, b));
@@ -849,7 +850,7 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     let each: Vec<(&Replica, u16)> = replicas.iter().map(|(r, m)| (r, *m)).collect();
     wait_split(&server, &each, "two replicas").await?;
 
-    let (violations, checked) = check_ownership(&server.write_log().since(0));
+    let (violations, checked) = check_ownership(&server.write_log().since(0), ShardHash::Fnv1a);
     assert!(checked > 2 * NAMESPACES * PER_NAMESPACE, "only {checked} writes checked");
     assert!(violations.is_empty(), "{}", violations.join("\n"));
     drop((replicas, c));
@@ -920,7 +921,7 @@ fn the_ownership_check_finds_a_write_by_a_replica_that_lost_its_bucket() -> anyh
         rec(3, "configmaps", Some("n0"), Some(ns), "b", 7),
         rec(4, "configmaps", Some("n0"), Some(ns), "a", 9),
     ];
-    let (violations, checked) = check_ownership(&log);
+    let (violations, checked) = check_ownership(&log, ShardHash::Mixed);
     assert_eq!(checked, 3);
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].contains("by a"), "{violations:?}");

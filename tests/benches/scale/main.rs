@@ -35,8 +35,10 @@
 //! many `kmeta run` processes, `--sharding` when more than one (the bench waits until they hold
 //! every bucket between them before creating parents); the counts of one case are printed side
 //! by side, as ratios to the 1-replica run. `KMETA_SCALE_NAMESPACES` (1: everything in `default`)
-//! spreads the parents, and so their children, round-robin over `ns-0`…`ns-<n-1>`: sharding splits
-//! parents by namespace, so one namespace is one replica's work.
+//! spreads the parents, and so their children, round-robin over `0-ns`…`<n-1>-ns`: sharding splits
+//! parents by namespace, so one namespace is one replica's work. `KMETA_SCALE_SHARD_WATCH`
+//! (`client`) is the replicas' `--shard-watch`; `server` has kmeta-apiserver shard their
+//! watches (KEP-5866), so each caches only its own namespaces.
 //!
 //! Matrix (comma lists): `KMETA_SCALE_PARENTS` (1000), `KMETA_SCALE_KINDS` (`configmap`;
 //! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
@@ -172,7 +174,9 @@ impl Case {
     fn ns_of(&self, i: usize) -> String {
         match self.namespaces {
             0 | 1 => NS.to_owned(),
-            n => format!("ns-{}", i % n),
+            // named so that plain FNV-1a spreads them too (`--shard-watch=server`: `ns-0` …
+            // `ns-99` would crowd into 2 of 32 buckets)
+            n => format!("{}-ns", i % n),
         }
     }
     /// Every namespace the case uses.
@@ -194,7 +198,10 @@ impl Case {
         };
         let replicas = match self.replicas {
             1 => String::new(),
-            n => format!(", {n} replicas (--sharding)"),
+            n => format!(
+                ", {n} replicas (--sharding --shard-watch={})",
+                shard::watch_mode()
+            ),
         };
         format!(
             "{} parents × {} {}s{spread}, hook latency {} ms, {} workers{qps}{replicas}, {}",

@@ -52,6 +52,7 @@ impl Controller {
         };
         if case.replicas > 1 {
             cmd.args(shard::FLAGS).env("POD_NAME", &name);
+            cmd.arg(format!("--shard-watch={}", shard::watch_mode()));
         }
         let proc = Proc::spawn("kmeta run", cmd, &dir.join(format!("{name}.log")))?;
         // a profiler can attach to it: `perf record -e cpu-clock -p <pid>`

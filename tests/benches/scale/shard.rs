@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
-use kmeta::ops::shard::bucket_of;
+use kmeta::ops::shard::{Bucket, ShardHash, bucket_by};
 use kmeta_tests::procs::http_get;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -29,6 +29,21 @@ pub(crate) const FLAGS: [&str; 6] = [
     "--shard-renew-deadline=4s",
     "--shard-retry-period=500ms",
 ];
+
+/// `KMETA_SCALE_SHARD_WATCH` (`client`, the default, or `server`): the replicas'
+/// `--shard-watch`.
+pub(crate) fn watch_mode() -> String {
+    std::env::var("KMETA_SCALE_SHARD_WATCH").unwrap_or_else(|_| "client".into())
+}
+
+/// The bucket of a namespace as the replicas place it (`--shard-watch=server`: plain FNV-1a).
+fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
+    let hash = match watch_mode().as_str() {
+        "server" => ShardHash::Fnv1a,
+        _ => ShardHash::Mixed,
+    };
+    bucket_by(namespace, buckets, hash)
+}
 
 /// How long the replicas may take to split or take over the buckets.
 const SPLIT_DEADLINE: Duration = Duration::from_secs(120);
