@@ -261,7 +261,11 @@ async fn edit_all(server: &TestServer, v: i64) -> anyhow::Result<()> {
 }
 
 /// Sets every parent's `spec.v` to `v`, in the namespaces named by `names`.
-async fn edit_all_in(server: &TestServer, v: i64, names: fn(usize) -> String) -> anyhow::Result<()> {
+async fn edit_all_in(
+    server: &TestServer,
+    v: i64,
+    names: fn(usize) -> String,
+) -> anyhow::Result<()> {
     for n in 0..NAMESPACES {
         let api: Api<DynamicObject> =
             Api::namespaced_with(server.client(), &names(n), &notes_resource());
@@ -786,7 +790,9 @@ async fn wait_split(
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{step}: (replica, buckets, notes held, wanted, configmaps held, wanted): {seen:?}");
+            bail!(
+                "{step}: (replica, buckets, notes held, wanted, configmaps held, wanted): {seen:?}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -840,7 +846,9 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     wait_split(&server, &each, "three replicas").await?;
 
     // kill -9 of one: the survivors take its buckets, list them, and sync its parents
-    let (mut c, _) = replicas.pop().ok_or_else(|| anyhow::anyhow!("three replicas"))?;
+    let (mut c, _) = replicas
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("three replicas"))?;
     c.child.kill()?;
     c.child.wait()?;
     edit_all_in(&server, 1, spread).await?;
@@ -851,7 +859,10 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     wait_split(&server, &each, "two replicas").await?;
 
     let (violations, checked) = check_ownership(&server.write_log().since(0), ShardHash::Fnv1a);
-    assert!(checked > 2 * NAMESPACES * PER_NAMESPACE, "only {checked} writes checked");
+    assert!(
+        checked > 2 * NAMESPACES * PER_NAMESPACE,
+        "only {checked} writes checked"
+    );
     assert!(violations.is_empty(), "{}", violations.join("\n"));
     drop((replicas, c));
     server.shutdown().await;

@@ -16,8 +16,8 @@ use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
 use crate::ops::shard::{ShardConfig, ShardHash, Shards};
-use crate::runtime::shard_watch::WatchShards;
 use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
+use crate::runtime::shard_watch::WatchShards;
 
 /// Where the pod's namespace is mounted in a cluster.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -286,6 +286,19 @@ fn work_client(
     .map_err(|e| RunError::Client(e.to_string()))
 }
 
+/// What a sharded replica holds: none yet; with `--shard-watch=server`, namespaces placed by
+/// plain FNV-1a (the server's ranges) and the selection of its sharded watches.
+fn shards_of(f: &ShardFlags) -> Arc<Shards> {
+    match f.watch {
+        ShardWatch::Client => Shards::new(f.buckets),
+        ShardWatch::Server => Shards::with_hash(
+            f.buckets,
+            ShardHash::Fnv1a,
+            Some(Arc::new(WatchShards::default())),
+        ),
+    }
+}
+
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
@@ -297,14 +310,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let metrics = Arc::new(Metrics::default());
     // every request names this instance (its leader-election identity) in its User-Agent
     let identity = instance_identity(lease_namespace.is_some());
-    let shards = config.sharding.as_ref().map(|f| match f.watch {
-        ShardWatch::Client => Shards::new(f.buckets),
-        ShardWatch::Server => Shards::with_hash(
-            f.buckets,
-            ShardHash::Fnv1a,
-            Some(Arc::new(WatchShards::default())),
-        ),
-    });
+    let shards = config.sharding.as_ref().map(shards_of);
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
     let kube_config = match &identity {
         Some(id) => crate::runtime::kapi::with_identity(kube_config, id),

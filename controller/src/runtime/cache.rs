@@ -536,7 +536,9 @@ impl<T: Form> Shared<T> {
             match api.into_client().request::<Value>(req).await {
                 Ok(list) if echoes_selector(&list) => return Ok(()),
                 Ok(_) => return Err("its list answer echoes no metadata.shardInfo".into()),
-                Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) || s.message.contains("shard selector") => {
+                Err(kube::Error::Api(s))
+                    if matches!(s.code, 400 | 422) || s.message.contains("shard selector") =>
+                {
                     return Err(format!("it refused the selector: {}", s.message));
                 }
                 Err(e) => {

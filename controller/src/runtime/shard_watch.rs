@@ -148,11 +148,7 @@ impl WatchShards {
 
     /// The resources watched whole although sharded watches were asked for, sorted.
     pub fn whole(&self) -> Vec<String> {
-        let mut w = self
-            .whole
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let mut w = self.whole.lock().unwrap_or_else(|p| p.into_inner()).clone();
         w.sort();
         w
     }
@@ -284,19 +280,29 @@ mod tests {
         assert!(echoes_selector(
             &json!({"metadata": {"shardInfo": {"selector": "shardRange(object.metadata.namespace, '0x0000000000000000', '0x10000000000000000')"}}})
         ));
-        assert!(!echoes_selector(&json!({"metadata": {"resourceVersion": "5"}})));
-        assert!(!echoes_selector(&json!({"metadata": {"shardInfo": {"selector": ""}}})));
+        assert!(!echoes_selector(
+            &json!({"metadata": {"resourceVersion": "5"}})
+        ));
+        assert!(!echoes_selector(
+            &json!({"metadata": {"shardInfo": {"selector": ""}}})
+        ));
     }
 
     #[test]
     fn the_parameter_is_appended_to_any_query() {
         let req = |u: &str| http::Request::get(u).body(()).unwrap();
-        let got = add_query(req("/api/v1/configmaps?watch=true&resourceVersion=5"), "a=b%20c");
+        let got = add_query(
+            req("/api/v1/configmaps?watch=true&resourceVersion=5"),
+            "a=b%20c",
+        );
         assert_eq!(
             got.uri().to_string(),
             "/api/v1/configmaps?watch=true&resourceVersion=5&a=b%20c"
         );
         let got = add_query(req("https://h:6443/api/v1/configmaps"), "a=b");
-        assert_eq!(got.uri().to_string(), "https://h:6443/api/v1/configmaps?a=b");
+        assert_eq!(
+            got.uri().to_string(),
+            "https://h:6443/api/v1/configmaps?a=b"
+        );
     }
 }

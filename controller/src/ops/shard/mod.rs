@@ -260,7 +260,10 @@ mod tests {
         }
         assert_eq!(ShardHash::Mixed.of("team-a"), namespace_hash("team-a"));
         assert_eq!(ShardHash::Fnv1a.of("team-a"), fnv1a64(b"team-a"));
-        assert_eq!(bucket_of("team-a", 32), bucket_by("team-a", 32, ShardHash::Mixed));
+        assert_eq!(
+            bucket_of("team-a", 32),
+            bucket_by("team-a", 32, ShardHash::Mixed)
+        );
         assert_eq!(bucket_of("", 32), Bucket::Cluster);
         assert_eq!(Bucket::Cluster.range(32), None);
         assert_eq!(Bucket::Hash(0).range(1), Some((0, None)));

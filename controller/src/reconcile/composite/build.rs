@@ -437,8 +437,7 @@ impl CompositeState {
                 .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
         let sharded = parent.namespaced;
-        let (children, declared, child_keys) =
-            resolve_children(&ctx, &cc, record, sharded).await?;
+        let (children, declared, child_keys) = resolve_children(&ctx, &cc, record, sharded).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children, sharded)?;
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
