@@ -555,18 +555,27 @@ impl Triggers {
         });
     }
 
-    /// Under `--sharding`, calls `enqueue_all` whenever this replica gains a shard bucket (its
-    /// parents are now this replica's work; keys of other buckets are dropped by the workers).
-    pub fn on_shard_gains(&mut self, ctx: &Context, enqueue_all: impl Fn() + Send + 'static) {
-        let Some(shards) = &ctx.config.shards else {
+    /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
+    /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
+    /// with a test of a parent's namespace: true for the namespaces of the buckets gained.
+    pub fn on_shard_gains(
+        &mut self,
+        ctx: &Context,
+        enqueue: impl Fn(&dyn Fn(&str) -> bool) + Send + 'static,
+    ) {
+        let Some(shards) = ctx.config.shards.clone() else {
             return;
         };
         let mut gains = shards.subscribe_gains();
         gains.borrow_and_update();
+        let mut seen = shards.work_epochs();
         self.tasks.spawn(async move {
             while gains.changed().await.is_ok() {
                 gains.borrow_and_update();
-                enqueue_all();
+                let gained = shards.gained_since(&mut seen);
+                if !gained.is_empty() {
+                    enqueue(&|ns: &str| gained.contains(&shards.bucket_of(ns)));
+                }
             }
         });
     }

@@ -4,7 +4,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -18,7 +18,9 @@ use tokio::sync::{broadcast, watch};
 use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
-use crate::runtime::shard_watch::{Selection, WatchShards, echoes_selector, with_query};
+use crate::runtime::shard_watch::{
+    HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
+};
 
 /// A watched object's identity in the cache and the work queue: its namespace ("" when
 /// cluster-scoped) and name, ordered by namespace then name.
@@ -287,10 +289,11 @@ struct Shared<T> {
     /// When the list in progress was started (its request is sent after this), then when the
     /// last completed one was: see [`Informer::listed_from`].
     list_times: std::sync::Mutex<ListTimes>,
-    /// A sharded watch: the [`Selection`] generation of the list in progress, and the last one
-    /// listed (what [`WatchShards::wait_listed`] waits for).
-    generation: std::sync::atomic::AtomicU64,
+    /// A sharded watch: the [`Selection`] it runs, the generation it has listed (what
+    /// [`WatchShards::wait_listed`] waits for), and each range's last list request.
+    selection: Mutex<Selection>,
     listed_generation: watch::Sender<u64>,
+    range_lists: Mutex<HashMap<HashRange, std::time::Instant>>,
     /// The server applies this watch's shard selector (probed).
     sharded: AtomicBool,
 }
@@ -392,11 +395,28 @@ impl<T: Form> Shared<T> {
 
     /// Replaces the store after a (re)list, announcing what changed.
     fn replace(&self, objs: Vec<T>) {
+        self.replace_where(objs, |_| true);
+        self.synced.send_replace(true);
+        self.listed();
+        self.lists.send_modify(|n| *n += 1);
+    }
+
+    /// Replaces the objects of hash range `r` after its (re)list; `relist`: counted as a relist
+    /// of the watch ([`Informer::lists`]).
+    fn replace_range(&self, r: HashRange, objs: Vec<T>, relist: bool) {
+        self.replace_where(objs, |k| r.contains(fnv1a64(k.namespace.as_bytes())));
+        if relist {
+            self.lists.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
+    fn replace_where(&self, objs: Vec<T>, mine: impl Fn(&ObjKey) -> bool) {
         let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
         let gone: Vec<Arc<ObjKey>> = self.read(|s| {
             s.objects
                 .keys()
-                .filter(|k| !keep.contains(&***k))
+                .filter(|k| mine(k) && !keep.contains(&***k))
                 .cloned()
                 .collect()
         });
@@ -416,9 +436,6 @@ impl<T: Form> Shared<T> {
                 self.apply(o);
             }
         }
-        self.synced.send_replace(true);
-        self.listed();
-        self.lists.send_modify(|n| *n += 1);
     }
 
     fn list_times(&self) -> std::sync::MutexGuard<'_, ListTimes> {
@@ -441,21 +458,24 @@ impl<T: Form> Shared<T> {
             let stream = watcher::watcher(api, config).default_backoff().boxed();
             match flush {
                 Some(d) => {
-                    let _ = tokio::time::timeout(d, self.clone().consume(stream)).await;
+                    let _ = tokio::time::timeout(d, self.clone().consume(stream, None)).await;
                     tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting");
                 }
                 None => {
-                    self.clone().consume(stream).await;
+                    self.clone().consume(stream, None).await;
                     return;
                 }
             }
         }
     }
 
-    /// Watches a sharded resource until aborted: with the current [`Selection`] as its
-    /// `shardSelector`, relisting whenever the selection changes (and every `flush`); nothing
-    /// while the selection is empty. When the server does not apply the selector (no echo on a
-    /// probe list, or a refusal) the resource is watched whole, as [`Self::run`] does.
+    /// Watches a sharded resource until aborted: one watch per selected hash range (a shard
+    /// bucket), each with its own `shardSelector`, all feeding this store. A range selected is
+    /// listed and watched at once; a range no longer selected is stopped and its objects
+    /// dropped; the others go on untouched. Once every selected range has listed, the
+    /// selection's generation counts as listed ([`WatchShards::wait_listed`]). When the server
+    /// does not apply the selector (no echo on a probe list, or a refusal) the resource is
+    /// watched whole, as [`Self::run`] does.
     async fn run_sharded(
         self: Arc<Self>,
         client: kube::Client,
@@ -464,28 +484,58 @@ impl<T: Form> Shared<T> {
     ) {
         let mut selection = shards.subscribe();
         let mut probed = false;
+        let mut running: HashMap<HashRange, tokio::task::AbortHandle> = HashMap::new();
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
             let s: Selection = selection.borrow_and_update().clone();
-            self.generation
-                .store(s.generation, std::sync::atomic::Ordering::Release);
-            let Some(selector) = s.selector() else {
-                self.replace(Vec::new());
-                self.listed_generation.send_replace(s.generation);
-                if selection.changed().await.is_err() {
-                    return;
-                }
-                continue;
-            };
-            if !probed {
-                if let Err(why) = self.probe(&client, &selector).await {
+            if let (false, Some(first)) = (probed, s.ranges.first()) {
+                if let Err(why) = self.probe(&client, &range_selector(*first)).await {
                     tracing::warn!(resource = %self.resource.watch_key(), reason = %why, "the API server does not shard this watch (KEP-5866 shardSelector); watching it whole, the work queue still drops other buckets' parents");
                     shards.note_whole(self.resource.watch_key());
+                    tasks.abort_all();
                     return self.run_whole_for_shards(client, flush).await;
                 }
                 probed = true;
-                self.sharded
-                    .store(true, std::sync::atomic::Ordering::Release);
+                self.sharded.store(true, Ordering::Release);
             }
+            *self.selected() = s.clone();
+            running.retain(|r, task| {
+                let keep = s.ranges.contains(r);
+                if !keep {
+                    task.abort();
+                    self.drop_range(*r);
+                }
+                keep
+            });
+            for r in &s.ranges {
+                if !running.contains_key(r) {
+                    let task = self.clone().watch_range(client.clone(), *r, flush);
+                    running.insert(*r, tasks.spawn(task));
+                }
+            }
+            while tasks.try_join_next().is_some() {}
+            self.note_listed(None);
+            if selection.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn selected(&self) -> std::sync::MutexGuard<'_, Selection> {
+        self.selection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Lists and watches one hash range until aborted (relisting every `flush`).
+    async fn watch_range(
+        self: Arc<Self>,
+        client: kube::Client,
+        range: HashRange,
+        flush: Option<Duration>,
+    ) {
+        let selector = range_selector(range);
+        loop {
             let api: Api<DynamicObject> = Api::all_with(
                 with_query(&client, "shardSelector", &selector),
                 &self.resource.api,
@@ -493,18 +543,63 @@ impl<T: Form> Shared<T> {
             let config =
                 watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
             let stream = watcher::watcher(api, config).default_backoff().boxed();
-            let flushed = async {
-                match flush {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
+            match flush {
+                Some(d) => {
+                    let _ =
+                        tokio::time::timeout(d, self.clone().consume(stream, Some(range))).await;
                 }
-            };
-            tokio::select! {
-                () = self.clone().consume(stream) => return,
-                changed = selection.changed() => if changed.is_err() { return },
-                () = flushed => tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting"),
+                None => return self.consume(stream, Some(range)).await,
             }
         }
+    }
+
+    /// Drops every object of `range` (no longer selected), announcing each as deleted.
+    fn drop_range(&self, range: HashRange) {
+        self.listed_ranges().remove(&range);
+        let gone: Vec<Arc<ObjKey>> = self.read(|s| {
+            s.objects
+                .keys()
+                .filter(|k| range.contains(fnv1a64(k.namespace.as_bytes())))
+                .cloned()
+                .collect()
+        });
+        for k in gone {
+            if let Some(old) = self.write(|s| s.remove(&k)) {
+                let _ = self.tx.send(Change::Deleted(old));
+            }
+        }
+    }
+
+    fn listed_ranges(&self) -> std::sync::MutexGuard<'_, HashMap<HashRange, std::time::Instant>> {
+        self.range_lists
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records that `listed` (a range, with when its list was requested) has listed; once every
+    /// selected range has, the selection's generation is listed, the watch is synced, and
+    /// [`Informer::listed_from`] is the oldest of the ranges' last lists.
+    fn note_listed(&self, listed: Option<(HashRange, std::time::Instant)>) {
+        let sel = self.selected().clone();
+        let mut ranges = self.listed_ranges();
+        if let Some((r, at)) = listed {
+            ranges.insert(r, at);
+        }
+        let mut oldest: Option<std::time::Instant> = None;
+        for r in &sel.ranges {
+            let Some(at) = ranges.get(r) else { return };
+            oldest = Some(oldest.map_or(*at, |o| o.min(*at)));
+        }
+        drop(ranges);
+        self.list_times().last_completed = oldest;
+        if !*self.synced.borrow() {
+            // the first complete list (what [`Informer::lists`] counts as 1)
+            self.lists.send_modify(|n| *n += 1);
+        }
+        self.synced.send_replace(true);
+        self.listed();
+        self.listed_generation
+            .send_if_modified(|g| std::mem::replace(g, sel.generation) != sel.generation);
     }
 
     /// A sharded resource the server does not shard, watched whole: every generation counts as
@@ -550,13 +645,17 @@ impl<T: Form> Shared<T> {
         }
     }
 
+    /// Applies a watch's events to the store: the whole resource (`range` `None`), or one hash
+    /// range of a sharded watch, whose (re)list replaces only that range's objects.
     async fn consume(
         self: Arc<Self>,
         mut stream: futures::stream::BoxStream<
             'static,
             Result<Event<DynamicObject>, watcher::Error>,
         >,
+        range: Option<HashRange>,
     ) {
+        let mut requested = std::time::Instant::now();
         let mut buffer: Vec<T> = Vec::new();
         while let Some(ev) = stream.next().await {
             match ev {
@@ -572,7 +671,10 @@ impl<T: Form> Shared<T> {
                 }
                 Ok(Event::Init) => {
                     // the watcher sends the list request after handing out `Init`
-                    self.list_times().in_progress = Some(std::time::Instant::now());
+                    requested = std::time::Instant::now();
+                    if range.is_none() {
+                        self.list_times().in_progress = Some(requested);
+                    }
                     buffer.clear();
                 }
                 Ok(Event::InitApply(o)) => {
@@ -580,14 +682,20 @@ impl<T: Form> Shared<T> {
                         buffer.push(v);
                     }
                 }
-                Ok(Event::InitDone) => {
-                    self.replace(std::mem::take(&mut buffer));
-                    let mut t = self.list_times();
-                    t.last_completed = t.in_progress.take().or(t.last_completed);
-                    drop(t);
-                    let g = self.generation.load(std::sync::atomic::Ordering::Acquire);
-                    self.listed_generation.send_replace(g);
-                }
+                Ok(Event::InitDone) => match range {
+                    None => {
+                        self.replace(std::mem::take(&mut buffer));
+                        let mut t = self.list_times();
+                        t.last_completed = t.in_progress.take().or(t.last_completed);
+                    }
+                    Some(r) => {
+                        // a relist of a range already listed (410, flush) is a relist of the
+                        // watch; its first list is a bucket gained, which the gain announces
+                        let again = self.listed_ranges().contains_key(&r);
+                        self.replace_range(r, std::mem::take(&mut buffer), again);
+                        self.note_listed(Some((r, requested)));
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(resource = %self.resource.watch_key(), error = %e, "watch error; retrying");
                 }
@@ -707,7 +815,7 @@ impl<T: Form> Counted for Shared<T> {
         self.read(|s| s.objects.len())
     }
     fn sharded(&self) -> bool {
-        self.sharded.load(std::sync::atomic::Ordering::Acquire)
+        self.sharded.load(Ordering::Acquire)
     }
 }
 
@@ -828,8 +936,9 @@ impl Informers {
             synced,
             lists,
             list_times: std::sync::Mutex::default(),
-            generation: std::sync::atomic::AtomicU64::new(0),
+            selection: Mutex::default(),
             listed_generation: watch::channel(0).0,
+            range_lists: Mutex::default(),
             sharded: AtomicBool::new(false),
         });
         let counted: Weak<dyn Counted> = Arc::downgrade(&shared) as Weak<_>;

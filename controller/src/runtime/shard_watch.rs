@@ -2,11 +2,13 @@
 //! replica's watches list, and the wait until every such watch has listed them.
 //!
 //! A [`WatchShards`] holds the [`Selection`]: the ranges of 64-bit FNV-1a over
-//! `metadata.namespace` that this replica's sharded watches ask the API server for, and a
-//! generation bumped on every change. Each sharded watch ([`crate::runtime::cache::Informers`])
-//! relists with the new selection when it changes and reports the generation it has listed;
-//! [`WatchShards::wait_listed`] resolves once every one of them has listed a generation, which is
-//! when a newly gained bucket's work may start (its objects are then in the caches).
+//! `metadata.namespace` (one per shard bucket held) that this replica's sharded watches ask the
+//! API server for, and a generation bumped on every change. Each sharded watch
+//! ([`crate::runtime::cache::Informers`]) lists and watches each range on its own, so a bucket
+//! gained is one range listed and a bucket lost one range dropped, the others untouched; it
+//! reports the generation whose every range it has listed, and [`WatchShards::wait_listed`]
+//! resolves once every sharded watch has, which is when a newly gained bucket's work may start
+//! (its objects are then in the caches).
 //!
 //! Support is probed, never assumed: a server without the feature ignores the parameter and
 //! answers everything, one that applied it echoes it in the list's `metadata.shardInfo.selector`.
@@ -19,8 +21,19 @@ use std::sync::Mutex;
 use serde_json::Value;
 use tokio::sync::watch;
 
+/// 64-bit FNV-1a of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the hash
+/// KEP-5866 computes for `shardRange`.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// A `[start, end)` range of the 64-bit hash; `end` is at most 2^64.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HashRange {
     /// First hash in the range.
     pub start: u64,
@@ -28,49 +41,29 @@ pub struct HashRange {
     pub end: u128,
 }
 
+impl HashRange {
+    /// Whether `h` lies in the range.
+    pub fn contains(&self, h: u64) -> bool {
+        h >= self.start && u128::from(h) < self.end
+    }
+}
+
+/// The `shardSelector` parameter of one range: `shardRange(object.metadata.namespace, …)`,
+/// bounds as KEP-5866 writes them (`0x` and 16 hex digits, 2^64 as `0x10000000000000000`).
+pub fn range_selector(r: HashRange) -> String {
+    format!(
+        "shardRange(object.metadata.namespace, '0x{:016x}', '0x{:016x}')",
+        r.start, r.end
+    )
+}
+
 /// The ranges this replica's sharded watches list, and their generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
     /// Bumped on every change; 0 before the first.
     pub generation: u64,
-    /// Sorted and coalesced; empty: nothing (the watches hold no object).
+    /// Sorted, each once; empty: nothing (the watches hold no object).
     pub ranges: Vec<HashRange>,
-}
-
-impl Selection {
-    /// The `shardSelector` parameter: one `shardRange(object.metadata.namespace, …)` term per
-    /// range, joined by ` || `, bounds as KEP-5866 writes them (`0x` and 16 hex digits, 2^64 as
-    /// `0x10000000000000000`); `None` when there is no range.
-    pub fn selector(&self) -> Option<String> {
-        if self.ranges.is_empty() {
-            return None;
-        }
-        let terms: Vec<String> = self
-            .ranges
-            .iter()
-            .map(|r| {
-                format!(
-                    "shardRange(object.metadata.namespace, '0x{:016x}', '0x{:016x}')",
-                    r.start, r.end
-                )
-            })
-            .collect();
-        Some(terms.join(" || "))
-    }
-}
-
-/// Sorts `ranges` and merges those that touch or overlap: buckets held side by side become one
-/// term.
-pub fn coalesce(mut ranges: Vec<HashRange>) -> Vec<HashRange> {
-    ranges.sort();
-    let mut out: Vec<HashRange> = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if u128::from(r.start) <= last.end => last.end = last.end.max(r.end),
-            _ => out.push(r),
-        }
-    }
-    out
 }
 
 /// Whether a list answer shows the server applied a `shardSelector`: its
@@ -108,10 +101,11 @@ impl WatchShards {
         self.selection.borrow().clone()
     }
 
-    /// Selects `ranges` (coalesced here); returns the generation that lists them (unchanged
-    /// when they are the current ones).
-    pub fn select(&self, ranges: Vec<HashRange>) -> u64 {
-        let ranges = coalesce(ranges);
+    /// Selects `ranges`; returns the generation that lists them (unchanged when they are the
+    /// current ones).
+    pub fn select(&self, mut ranges: Vec<HashRange>) -> u64 {
+        ranges.sort();
+        ranges.dedup();
         let mut generation = 0;
         self.selection.send_if_modified(|s| {
             if s.ranges == ranges {
@@ -217,38 +211,39 @@ mod tests {
     }
 
     #[test]
-    fn neighbouring_ranges_become_one_term() {
-        let q = 1u128 << 62;
-        let got = coalesce(vec![
-            r(3 << 62, 4 * q),
-            r(0, q),
-            r(1 << 62, 2 * q),
-            r(1 << 62, 2 * q),
-        ]);
-        assert_eq!(got, vec![r(0, 2 * q), r(3 << 62, 4 * q)]);
-        assert_eq!(coalesce(vec![]), vec![]);
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
     fn the_selector_is_written_as_kep_5866_writes_it() {
-        let s = Selection {
-            generation: 1,
-            ranges: vec![r(0, 1 << 61), r(7 << 61, 1 << 64)],
-        };
         assert_eq!(
-            s.selector().unwrap(),
-            "shardRange(object.metadata.namespace, '0x0000000000000000', '0x2000000000000000') || \
-             shardRange(object.metadata.namespace, '0xe000000000000000', '0x10000000000000000')"
+            range_selector(r(0, 1 << 61)),
+            "shardRange(object.metadata.namespace, '0x0000000000000000', '0x2000000000000000')"
         );
-        assert_eq!(Selection::default().selector(), None);
+        assert_eq!(
+            range_selector(r(7 << 61, 1 << 64)),
+            "shardRange(object.metadata.namespace, '0xe000000000000000', '0x10000000000000000')"
+        );
+        let last = r(7 << 61, 1 << 64);
+        assert!(last.contains(u64::MAX) && last.contains(7 << 61) && !last.contains((7 << 61) - 1));
     }
 
     #[test]
     fn selecting_the_same_ranges_keeps_the_generation() {
         let w = WatchShards::default();
-        let g1 = w.select(vec![r(0, 1 << 63)]);
+        let g1 = w.select(vec![r(1 << 62, 1 << 63), r(0, 1 << 62)]);
         assert_eq!(g1, 1);
-        assert_eq!(w.select(vec![r(0, 1 << 62), r(1 << 62, 1 << 63)]), 1);
+        assert_eq!(
+            w.select(vec![r(0, 1 << 62), r(1 << 62, 1 << 63), r(0, 1 << 62)]),
+            1
+        );
+        assert_eq!(
+            w.selection().ranges,
+            vec![r(0, 1 << 62), r(1 << 62, 1 << 63)]
+        );
         assert_eq!(w.select(vec![]), 2);
         assert_eq!(w.selection().ranges, vec![]);
     }

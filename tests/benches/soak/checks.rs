@@ -119,7 +119,7 @@ impl LeaseCheck {
         };
         let ns = r.namespace.as_deref().filter(|ns| !ns.is_empty())?;
         OWNED.contains(&r.resource.as_str()).then(|| {
-            let b = kmeta::ops::shard::bucket_of(ns, buckets);
+            let b = super::shard::bucket_of(ns, buckets);
             format!("{SHARD_PREFIX}-{b}")
         })
     }

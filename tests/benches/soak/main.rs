@@ -18,7 +18,9 @@
 //! to be as it wants once the faults stop; `KMETA_SOAK_SHARDING=1`: three replicas with
 //! `--sharding` (8 buckets), the parents spread over 30 namespaces, every child and parent write
 //! checked against the Lease of its namespace's bucket, the process faults hitting a replica
-//! drawn at random (kill -9, SIGSTOP, SIGTERM). Exits non-zero when a violation was found.
+//! drawn at random (kill -9, SIGSTOP, SIGTERM); with it, `KMETA_SOAK_SHARD_WATCH=server` runs
+//! them with `--shard-watch=server` (kmeta-apiserver shards their watches). Exits non-zero when
+//! a violation was found.
 
 mod checks;
 mod faults;
@@ -175,9 +177,10 @@ async fn soak() -> anyhow::Result<()> {
     let secrets = Secrets::new(&mut rng);
     let dir = std::env::temp_dir().join(format!("kmeta-soak-{seed}"));
     std::fs::create_dir_all(&dir)?;
-    let mode = match sharding {
-        true => "KMETA_SOAK_SHARDING=1 ",
-        false => "",
+    let mode = match (sharding, shard::watch_mode().as_str()) {
+        (true, "server") => "KMETA_SOAK_SHARDING=1 KMETA_SOAK_SHARD_WATCH=server ",
+        (true, _) => "KMETA_SOAK_SHARDING=1 ",
+        (false, _) => "",
     };
     println!(
         "soak: seed {seed}, {seconds} s of faults, {parents} parents; replay: {mode}KMETA_SOAK_SEED={seed} \

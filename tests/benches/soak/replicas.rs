@@ -78,7 +78,11 @@ impl Replicas {
         let (metrics, health) = (free_port()?, free_port()?);
         let mode = match self.buckets {
             // the bucket Leases at kmeta's default timings (15 s, renew deadline 10 s, retry 2 s)
-            Some(b) => vec!["--sharding".to_owned(), format!("--shard-buckets={b}")],
+            Some(b) => vec![
+                "--sharding".to_owned(),
+                format!("--shard-buckets={b}"),
+                format!("--shard-watch={}", super::shard::watch_mode()),
+            ],
             None => vec![
                 "--leader-election".to_owned(),
                 format!("--leader-election-id={LEASE}"),

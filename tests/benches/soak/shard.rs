@@ -1,7 +1,7 @@
 //! The sharded mode (`KMETA_SOAK_SHARDING=1`): the parents' namespaces, the bucket Leases
 //! created released before any replica starts, and the per-bucket self-test of the Lease check.
 
-use kmeta::ops::shard::{Bucket, bucket_of};
+use kmeta::ops::shard::{Bucket, ShardHash, bucket_by};
 use kmeta_apiserver::TestServer;
 use kmeta_tests::{ar, obj};
 use kube::api::{Api, DynamicObject, PostParams};
@@ -13,13 +13,31 @@ use super::replicas::SHARD_PREFIX;
 
 /// Buckets (`--shard-buckets`).
 pub(crate) const BUCKETS: u32 = 8;
-/// The parents' namespaces, `soak-0` … `soak-29`.
+/// The parents' namespaces, `soak-0` … `soak-29` (`0-soak` … `29-soak` with
+/// `KMETA_SOAK_SHARD_WATCH=server`, whose plain FNV-1a would put `soak-*` in 2 buckets).
 pub(crate) const NAMESPACES: usize = 30;
+
+/// `KMETA_SOAK_SHARD_WATCH` (`client`, the default, or `server`): the replicas' `--shard-watch`.
+pub(crate) fn watch_mode() -> String {
+    std::env::var("KMETA_SOAK_SHARD_WATCH").unwrap_or_else(|_| "client".into())
+}
+
+/// The bucket of `namespace` as the replicas place it.
+pub(crate) fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
+    let hash = match watch_mode().as_str() {
+        "server" => ShardHash::Fnv1a,
+        _ => ShardHash::Mixed,
+    };
+    bucket_by(namespace, buckets, hash)
+}
 /// The sharded replicas.
 pub(crate) const REPLICAS: &[&str] = &["kmeta-a", "kmeta-b", "kmeta-c"];
 
 pub(crate) fn namespace(k: usize) -> String {
-    format!("soak-{}", k % NAMESPACES)
+    match watch_mode().as_str() {
+        "server" => format!("{}-soak", k % NAMESPACES),
+        _ => format!("soak-{}", k % NAMESPACES),
+    }
 }
 
 async fn create_namespace(server: &TestServer, name: &str) -> anyhow::Result<()> {
@@ -45,7 +63,9 @@ pub(crate) async fn prepare(server: &TestServer) -> anyhow::Result<()> {
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": format!("{SHARD_PREFIX}-{b}"),
                 "labels": {"kmeta.dev/shard-set": SHARD_PREFIX, "kmeta.dev/shard-role": "bucket"},
-                "annotations": {"kmeta.dev/shard-buckets": BUCKETS.to_string()}},
+                "annotations": {"kmeta.dev/shard-buckets": BUCKETS.to_string(),
+                    "kmeta.dev/shard-hash": match watch_mode().as_str() {
+                        "server" => "fnv-1a", _ => "mixed" }}},
             "spec": {"leaseDurationSeconds": 1}});
         leases.create(&PostParams::default(), &obj(lease)?).await?;
     }

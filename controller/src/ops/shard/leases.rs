@@ -241,7 +241,7 @@ where
             () = tokio::time::sleep(wait) => {}
         }
         state.round(false).await;
-        state.cfg.shards.publish_watches(state.cfg.lease_duration);
+        state.cfg.shards.publish_watches();
     }
     state.shut_down().await;
     token.cancel();

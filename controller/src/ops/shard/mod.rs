@@ -29,16 +29,7 @@ pub use leases::{
 };
 pub use state::{ShardFenced, Shards};
 
-/// 64-bit FNV-1a of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the hash
-/// KEP-5866 uses for `shardRange`.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub use crate::runtime::shard_watch::fnv1a64;
 
 /// MurmurHash3's 64-bit finalizer: every input bit flips about half of the output bits, so
 /// names that differ only at their end land far apart.

@@ -84,9 +84,6 @@ pub struct Shards {
     hash: ShardHash,
     /// Under `--shard-watch=server`, the selection of the sharded watches.
     watch: Option<Arc<WatchShards>>,
-    /// The buckets last selected for the sharded watches, and when what is wanted last changed
-    /// (a shrink waits until that settles: each change relists every sharded watch).
-    selected: std::sync::Mutex<(Vec<Bucket>, Vec<Bucket>, Instant)>,
     slots: Vec<Slot>,
     /// Bumped whenever this replica gains a bucket: controllers enqueue that bucket's parents.
     gained: tokio::sync::watch::Sender<u64>,
@@ -136,7 +133,6 @@ impl Shards {
             buckets,
             hash,
             watch,
-            selected: std::sync::Mutex::new((Vec::new(), Vec::new(), Instant::now())),
             slots,
             gained,
             members: AtomicUsize::new(0),
@@ -247,11 +243,10 @@ impl Shards {
     }
 
     /// Under `--shard-watch=server`, after a round of the Lease loop: selects the ranges of the
-    /// held buckets for the sharded watches, and starts each newly gained bucket's work once
-    /// they have listed it. A bucket gained relists at once; one lost only once what is held
-    /// has not changed for `settle` (every change relists every sharded watch; until then the
-    /// caches keep the lost buckets' objects and the queue drops their keys).
-    pub(crate) fn publish_watches(self: &Arc<Self>, settle: std::time::Duration) {
+    /// held buckets for the sharded watches (each watch lists a range gained and drops a range
+    /// lost, the others untouched), and starts each newly gained bucket's work once they have
+    /// listed it.
+    pub(crate) fn publish_watches(self: &Arc<Self>) {
         let Some(watch) = &self.watch else { return };
         let wanted: Vec<Bucket> = Bucket::all(self.buckets)
             .filter(|b| *b != Bucket::Cluster)
@@ -260,29 +255,7 @@ impl Shards {
                 slot.active.load(Ordering::Acquire) || slot.listing.load(Ordering::Acquire)
             })
             .collect();
-        let now = Instant::now();
-        let select = {
-            let mut sel = self
-                .selected
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (selected, last_wanted, changed_at) = &mut *sel;
-            if *last_wanted != wanted {
-                *last_wanted = wanted.clone();
-                *changed_at = now;
-            }
-            let grows = wanted.iter().any(|b| !selected.contains(b));
-            let shrinks = selected.iter().any(|b| !wanted.contains(b));
-            let go = grows || (shrinks && now.saturating_duration_since(*changed_at) >= settle);
-            if go {
-                *selected = wanted.clone();
-            }
-            go
-        };
-        let generation = match select {
-            true => watch.select(self.ranges(&wanted)),
-            false => watch.selection().generation,
-        };
+        let generation = watch.select(self.ranges(&wanted));
         self.activate_when_listed(watch.clone(), generation);
     }
 
@@ -360,6 +333,32 @@ impl Shards {
     /// Live replicas as last counted (0 before the first round).
     pub fn members(&self) -> usize {
         self.members.load(Ordering::Acquire)
+    }
+
+    /// Each bucket's epoch while its work is handed out (`u64::MAX` while not): what
+    /// [`Shards::gained_since`] compares with.
+    pub(crate) fn work_epochs(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|s| match s.active.load(Ordering::Acquire) {
+                true => s.epoch.load(Ordering::Acquire),
+                false => u64::MAX,
+            })
+            .collect()
+    }
+
+    /// The buckets whose work started since `seen` ([`Shards::work_epochs`]) was taken, which is
+    /// brought up to date.
+    pub(crate) fn gained_since(&self, seen: &mut Vec<u64>) -> Vec<Bucket> {
+        let now = self.work_epochs();
+        let gained = Bucket::all(self.buckets)
+            .filter(|b| {
+                let i = b.index(self.buckets);
+                now[i] != u64::MAX && seen.get(i) != Some(&now[i])
+            })
+            .collect();
+        *seen = now;
+        gained
     }
 
     /// A receiver that changes whenever this replica gains a bucket.
@@ -566,5 +565,68 @@ mod tests {
         assert!(shards.begin("x").is_none());
         assert!(shards.permits(Some(claim.scope()), "", now).is_ok());
         assert_eq!(shards.held(), Vec::<Bucket>::new());
+    }
+
+    #[test]
+    fn gains_name_the_buckets_whose_work_started_since_last_asked() {
+        let shards = Shards::new(4);
+        let until = Instant::now() + Duration::from_secs(60);
+        shards.renewed(Bucket::Hash(1), until, true);
+        let mut seen = shards.work_epochs();
+        shards.renewed(Bucket::Hash(2), until, true);
+        shards.renewed(Bucket::Hash(1), until, false); // a renewal is no gain
+        assert_eq!(shards.gained_since(&mut seen), vec![Bucket::Hash(2)]);
+        assert_eq!(shards.gained_since(&mut seen), Vec::<Bucket>::new());
+        // lost and gained again between two looks: gained
+        shards.give_up(Bucket::Hash(1));
+        shards.renewed(Bucket::Hash(1), until, true);
+        assert_eq!(shards.gained_since(&mut seen), vec![Bucket::Hash(1)]);
+    }
+
+    /// With server-sharded watches a gained bucket is selected at once, its work starts only
+    /// once every sharded watch has listed that selection, and a lost bucket leaves the
+    /// selection at once.
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn a_gained_bucket_works_once_its_watches_listed_and_a_lost_one_leaves_late() {
+        let watch = Arc::new(WatchShards::default());
+        let (listed, rx) = tokio::sync::watch::channel(0u64);
+        watch.register(rx);
+        let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
+        let mut gains = shards.subscribe_gains();
+        let ns = "team-a";
+        let b = shards.bucket_of(ns);
+        assert_eq!(b, super::super::bucket_by(ns, 8, ShardHash::Fnv1a));
+        let until = Instant::now() + Duration::from_secs(60);
+        shards.renewed(b, until, true);
+        assert_eq!(shards.listing(), vec![b]);
+        assert!(
+            shards.begin(ns).is_none(),
+            "no work before the watches listed"
+        );
+        shards.publish_watches();
+        let sel = watch.selection();
+        let (start, end) = b.range(8).unwrap();
+        assert_eq!(sel.ranges.len(), 1);
+        assert_eq!(sel.ranges[0].start, start);
+        assert_eq!(sel.ranges[0].end, end.map_or(1u128 << 64, u128::from));
+        // the cluster bucket needs no sharded watch: it works at once
+        shards.renewed(Bucket::Cluster, until, true);
+        assert!(shards.held().contains(&Bucket::Cluster));
+        tokio::task::yield_now().await;
+        assert!(!shards.held().contains(&b));
+        listed.send_replace(sel.generation);
+        let at = *gains.borrow_and_update();
+        tokio::time::timeout(Duration::from_secs(5), gains.wait_for(|g| *g > at))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(shards.held().contains(&b) && shards.listing().is_empty());
+        assert!(shards.begin(ns).is_some());
+        // lost: its range leaves the selection
+        shards.give_up(b);
+        shards.publish_watches();
+        assert!(watch.selection().ranges.is_empty());
+        assert!(watch.selection().generation > sel.generation);
     }
 }

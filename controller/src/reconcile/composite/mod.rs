@@ -278,6 +278,16 @@ impl CompositeRunner {
         }
     }
 
+    /// Every parent in a namespace `mine` accepts.
+    fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
+        for p in self.state.parents.list() {
+            let key = obj_key(&p);
+            if mine(&key.namespace) {
+                self.queue.add(key);
+            }
+        }
+    }
+
     /// Waits until the parent watch and every child watch have listed once (the manager's
     /// readiness signal).
     pub async fn wait_watches_synced(&self) {
@@ -335,7 +345,7 @@ impl CompositeRunner {
             });
         }
         let pc = self.clone();
-        t.on_shard_gains(&self.state.ctx, move || pc.enqueue_all());
+        t.on_shard_gains(&self.state.ctx, move |gained| pc.enqueue_where(gained));
         if let Some(secs) = self.state.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let pc = self.clone();

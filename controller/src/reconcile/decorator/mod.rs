@@ -193,9 +193,16 @@ impl DecoratorRunner {
     }
 
     fn enqueue_all(&self) {
+        self.enqueue_where(&|_| true);
+    }
+
+    /// Every target in a namespace `mine` accepts.
+    fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
         for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                self.enqueue_if_target(i, &t);
+                if mine(crate::object::meta_str(&t, "namespace")) {
+                    self.enqueue_if_target(i, &t);
+                }
             }
         }
     }
@@ -296,7 +303,7 @@ impl DecoratorRunner {
             });
         }
         let dr = self.clone();
-        t.on_shard_gains(&self.state.ctx, move || dr.enqueue_all());
+        t.on_shard_gains(&self.state.ctx, move |gained| dr.enqueue_where(gained));
         if let Some(secs) = self.state.dc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let dr = self.clone();
