@@ -821,7 +821,7 @@ impl Metrics {
     }
 
     /// The objects a watch of `resource` holds, sharded or whole.
-    pub fn watch_objects(&self, resource: &str, sharded: bool, objects: usize) {
+    pub(crate) fn watch_objects(&self, resource: &str, sharded: bool, objects: usize) {
         self.watch_objects
             .get_or_create(&WatchLabels {
                 resource: resource.into(),

@@ -122,7 +122,7 @@ impl Shards {
 
     /// A replica holding no bucket, placing namespaces by `hash`; with `watch`, its sharded
     /// watches list only the buckets it holds, and a gained bucket's work starts once they have.
-    pub fn with_hash(
+    pub(crate) fn with_hash(
         buckets: u32,
         hash: ShardHash,
         watch: Option<Arc<WatchShards>>,
@@ -155,7 +155,7 @@ impl Shards {
     }
 
     /// The selection of the sharded watches, under `--shard-watch=server`.
-    pub fn watch(&self) -> Option<&Arc<WatchShards>> {
+    pub(crate) fn watch(&self) -> Option<&Arc<WatchShards>> {
         self.watch.as_ref()
     }
 
