@@ -19,7 +19,7 @@ use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
 use crate::runtime::shard_watch::{
-    HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
+    HashRange, Listed, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
 
 /// A watched object's identity in the cache and the work queue: its namespace ("" when
@@ -289,10 +289,10 @@ struct Shared<T> {
     /// When the list in progress was started (its request is sent after this), then when the
     /// last completed one was: see [`Informer::listed_from`].
     list_times: std::sync::Mutex<ListTimes>,
-    /// A sharded watch: the [`Selection`] it runs, the generation it has listed (what
+    /// A sharded watch: the [`Selection`] it runs, what it has listed (what
     /// [`WatchShards::wait_listed`] waits for), and each range's last list request.
     selection: Mutex<Selection>,
-    listed_generation: watch::Sender<u64>,
+    listed_ranges_tx: watch::Sender<Listed>,
     range_lists: Mutex<HashMap<HashRange, std::time::Instant>>,
     /// The server applies this watch's shard selector (probed).
     sharded: AtomicBool,
@@ -472,8 +472,8 @@ impl<T: Form> Shared<T> {
     /// Watches a sharded resource until aborted: one watch per selected hash range (a shard
     /// bucket), each with its own `shardSelector`, all feeding this store. A range selected is
     /// listed and watched at once; a range no longer selected is stopped and its objects
-    /// dropped; the others go on untouched. Once every selected range has listed, the
-    /// selection's generation counts as listed ([`WatchShards::wait_listed`]). When the server
+    /// dropped; the others go on untouched. Each range listed is announced
+    /// ([`WatchShards::wait_listed`]). When the server
     /// does not apply the selector (no echo on a probe list, or a refusal) the resource is
     /// watched whole, as [`Self::run`] does.
     async fn run_sharded(
@@ -556,6 +556,8 @@ impl<T: Form> Shared<T> {
     /// Drops every object of `range` (no longer selected), announcing each as deleted.
     fn drop_range(&self, range: HashRange) {
         self.listed_ranges().remove(&range);
+        self.listed_ranges_tx
+            .send_if_modified(|l| l.ranges.remove(&range));
         let gone: Vec<Arc<ObjKey>> = self.read(|s| {
             s.objects
                 .keys()
@@ -576,14 +578,16 @@ impl<T: Form> Shared<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records that `listed` (a range, with when its list was requested) has listed; once every
-    /// selected range has, the selection's generation is listed, the watch is synced, and
+    /// Records that `listed` (a range, with when its list was requested) has listed, and
+    /// announces it; once every selected range has, the watch is synced and
     /// [`Informer::listed_from`] is the oldest of the ranges' last lists.
     fn note_listed(&self, listed: Option<(HashRange, std::time::Instant)>) {
         let sel = self.selected().clone();
         let mut ranges = self.listed_ranges();
         if let Some((r, at)) = listed {
             ranges.insert(r, at);
+            self.listed_ranges_tx
+                .send_if_modified(|l| l.ranges.insert(r));
         }
         let mut oldest: Option<std::time::Instant> = None;
         for r in &sel.ranges {
@@ -598,18 +602,16 @@ impl<T: Form> Shared<T> {
         }
         self.synced.send_replace(true);
         self.listed();
-        self.listed_generation
-            .send_if_modified(|g| std::mem::replace(g, sel.generation) != sel.generation);
     }
 
-    /// A sharded resource the server does not shard, watched whole: every generation counts as
+    /// A sharded resource the server does not shard, watched whole: every range counts as
     /// listed once its first whole list is done.
     async fn run_whole_for_shards(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
         let mut lists = self.lists.subscribe();
         let start = *lists.borrow_and_update();
         let listed = async {
             let _ = lists.wait_for(|n| *n > start).await;
-            self.listed_generation.send_replace(u64::MAX);
+            self.listed_ranges_tx.send_modify(|l| l.whole = true);
             std::future::pending::<()>().await
         };
         tokio::join!(self.clone().run(client, flush), listed);
@@ -937,7 +939,7 @@ impl Informers {
             lists,
             list_times: std::sync::Mutex::default(),
             selection: Mutex::default(),
-            listed_generation: watch::channel(0).0,
+            listed_ranges_tx: watch::channel(Listed::default()).0,
             range_lists: Mutex::default(),
             sharded: AtomicBool::new(false),
         });
@@ -948,7 +950,7 @@ impl Informers {
             .push((key.clone(), counted));
         let task = match shards {
             Some(s) => {
-                s.register(shared.listed_generation.subscribe());
+                s.register(shared.listed_ranges_tx.subscribe());
                 tokio::spawn(
                     shared
                         .clone()

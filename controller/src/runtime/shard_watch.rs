@@ -6,9 +6,10 @@
 //! API server for, and a generation bumped on every change. Each sharded watch
 //! ([`crate::runtime::cache::Informers`]) lists and watches each range on its own, so a bucket
 //! gained is one range listed and a bucket lost one range dropped, the others untouched; it
-//! reports the generation whose every range it has listed, and [`WatchShards::wait_listed`]
-//! resolves once every sharded watch has, which is when a newly gained bucket's work may start
-//! (its objects are then in the caches).
+//! reports the ranges it has listed ([`Listed`]), and [`WatchShards::wait_listed`] resolves once
+//! every sharded watch has listed a range, which is when a newly gained bucket's work may start
+//! (its objects are then in the caches). Each range on its own: a bucket gained while others are
+//! still being listed does not wait for them.
 //!
 //! Support is probed, never assumed: a server without the feature ignores the parameter and
 //! answers everything, one that applied it echoes it in the list's `metadata.shardInfo.selector`.
@@ -57,6 +58,16 @@ pub fn range_selector(r: HashRange) -> String {
     )
 }
 
+/// What a sharded watch has listed: each selected range once its first list completed, or
+/// everything (`whole`: the server does not shard it, and its whole list completed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Watched whole and listed: every range counts as listed.
+    pub whole: bool,
+    /// The ranges listed.
+    pub ranges: std::collections::BTreeSet<HashRange>,
+}
+
 /// The ranges this replica's sharded watches list, and their generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
@@ -79,8 +90,8 @@ pub fn echoes_selector(list: &Value) -> bool {
 #[derive(Debug)]
 pub struct WatchShards {
     selection: watch::Sender<Selection>,
-    /// The generation each sharded watch has listed (closed when the watch stops).
-    listed: Mutex<Vec<watch::Receiver<u64>>>,
+    /// What each sharded watch has listed (closed when the watch stops).
+    listed: Mutex<Vec<watch::Receiver<Listed>>>,
     /// Resources watched whole because the server did not apply the selector.
     whole: Mutex<Vec<String>>,
 }
@@ -97,7 +108,8 @@ impl Default for WatchShards {
 
 impl WatchShards {
     /// The current selection.
-    pub fn selection(&self) -> Selection {
+    #[cfg(test)]
+    pub(crate) fn selection(&self) -> Selection {
         self.selection.borrow().clone()
     }
 
@@ -125,8 +137,8 @@ impl WatchShards {
         self.selection.subscribe()
     }
 
-    /// Counts a sharded watch: `listed` carries the generation it has listed.
-    pub(crate) fn register(&self, listed: watch::Receiver<u64>) {
+    /// Counts a sharded watch: `listed` carries what it has listed.
+    pub(crate) fn register(&self, listed: watch::Receiver<Listed>) {
         let mut all = self.listed.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|rx| rx.has_changed().is_ok());
         all.push(listed);
@@ -147,17 +159,27 @@ impl WatchShards {
         w
     }
 
-    /// Resolves once every sharded watch has listed `generation` or a later one (a stopped
-    /// watch counts as done).
-    pub async fn wait_listed(&self, generation: u64) {
-        let receivers: Vec<watch::Receiver<u64>> = self
+    /// Resolves `true` once every sharded watch has listed `range` (a stopped watch counts as
+    /// done), `false` as soon as `range` is no longer selected.
+    pub async fn wait_listed(&self, range: HashRange) -> bool {
+        let receivers: Vec<watch::Receiver<Listed>> = self
             .listed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let mut selection = self.selection.subscribe();
         for mut rx in receivers {
-            let _ = rx.wait_for(|g| *g >= generation).await;
+            loop {
+                if !selection.borrow_and_update().ranges.contains(&range) {
+                    return false;
+                }
+                tokio::select! {
+                    _ = rx.wait_for(|l| l.whole || l.ranges.contains(&range)) => break,
+                    changed = selection.changed() => if changed.is_err() { return false },
+                }
+            }
         }
+        true
     }
 }
 
@@ -249,25 +271,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn waiting_ends_when_every_watch_has_listed() {
+    async fn waiting_ends_when_every_watch_has_listed_the_range() {
         let w = std::sync::Arc::new(WatchShards::default());
-        let (a, rx_a) = watch::channel(0u64);
-        let (b, rx_b) = watch::channel(0u64);
+        let (a, rx_a) = watch::channel(Listed::default());
+        let (b, rx_b) = watch::channel(Listed::default());
+        let (c, rx_c) = watch::channel(Listed::default());
         w.register(rx_a);
         w.register(rx_b);
-        let g = w.select(vec![r(0, 1 << 64)]);
+        w.register(rx_c);
+        let (mine, other) = (r(0, 1 << 63), r(1 << 63, 1 << 64));
+        w.select(vec![mine, other]);
         let waiter = tokio::spawn({
             let w = w.clone();
-            async move { w.wait_listed(g).await }
+            async move { w.wait_listed(mine).await }
         });
-        a.send_replace(g);
+        // another range listed is not this one
+        a.send_modify(|l| {
+            l.ranges.insert(other);
+        });
+        a.send_modify(|l| {
+            l.ranges.insert(mine);
+        });
+        c.send_modify(|l| l.whole = true); // watched whole and listed: every range
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
         drop(b); // a stopped watch does not hold the wait
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+        let listed = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
             .await
             .unwrap()
             .unwrap();
+        assert!(listed);
+        // a range dropped from the selection ends its wait
+        let (_d, rx_d) = watch::channel(Listed::default());
+        w.register(rx_d);
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.wait_listed(other).await }
+        });
+        w.select(vec![mine]);
+        let listed = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!listed);
     }
 
     #[test]

@@ -26,6 +26,8 @@ use tower::{Layer, Service};
 
 use super::{Bucket, ShardHash, bucket_by};
 use crate::ops::fence::{Fence, WriteGate};
+#[cfg(test)]
+use crate::runtime::shard_watch::Listed;
 use crate::runtime::shard_watch::{HashRange, WatchShards};
 
 /// The error of a write refused because this replica does not hold its bucket.
@@ -73,8 +75,8 @@ struct Slot {
     in_flight: AtomicUsize,
     /// Held, its work waiting for the sharded watches to list it (`--shard-watch=server`).
     listing: AtomicBool,
-    /// The selection generation whose lists start its work (0: none asked for yet).
-    listing_generation: AtomicU64,
+    /// A task waits for its watches' lists to start its work.
+    awaited: AtomicBool,
 }
 
 /// The buckets this replica holds. Cloning the `Arc` shares it.
@@ -210,7 +212,7 @@ impl Shards {
         if gained {
             slot.epoch.fetch_add(1, Ordering::AcqRel);
             if self.watch.is_some() && b != Bucket::Cluster {
-                slot.listing_generation.store(0, Ordering::Release);
+                slot.awaited.store(false, Ordering::Release);
                 slot.listing.store(true, Ordering::Release);
             } else {
                 slot.active.store(true, Ordering::Release);
@@ -255,8 +257,8 @@ impl Shards {
                 slot.active.load(Ordering::Acquire) || slot.listing.load(Ordering::Acquire)
             })
             .collect();
-        let generation = watch.select(self.ranges(&wanted));
-        self.activate_when_listed(watch.clone(), generation);
+        watch.select(self.ranges(&wanted));
+        self.activate_when_listed(watch);
     }
 
     fn ranges(&self, buckets: &[Bucket]) -> Vec<HashRange> {
@@ -270,31 +272,26 @@ impl Shards {
             .collect()
     }
 
-    /// Starts the work of every bucket waiting for `generation`'s lists (and not yet waiting
-    /// for another) once the sharded watches have listed it, if it is still held in the same
-    /// epoch.
-    fn activate_when_listed(self: &Arc<Self>, watch: Arc<WatchShards>, generation: u64) {
-        let waiting: Vec<(Bucket, u64)> = Bucket::all(self.buckets)
-            .filter(|b| {
-                let slot = self.slot(*b);
-                slot.listing.load(Ordering::Acquire)
-                    && slot
-                        .listing_generation
-                        .compare_exchange(0, generation, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-            })
-            .map(|b| (b, self.slot(b).epoch.load(Ordering::Acquire)))
-            .collect();
-        if waiting.is_empty() {
-            return;
-        }
-        let shards = self.clone();
-        tokio::spawn(async move {
-            watch.wait_listed(generation).await;
-            for (b, epoch) in waiting {
-                shards.activate(b, epoch);
+    /// For every bucket whose work waits for its lists (and no task awaits them yet): starts its
+    /// work once every sharded watch has listed its range, if it is still held in the same
+    /// epoch. Each bucket on its own, so one gained later does not hold up the others.
+    fn activate_when_listed(self: &Arc<Self>, watch: &Arc<WatchShards>) {
+        for b in Bucket::all(self.buckets) {
+            let slot = self.slot(b);
+            if !slot.listing.load(Ordering::Acquire) || slot.awaited.swap(true, Ordering::AcqRel) {
+                continue;
             }
-        });
+            let Some(range) = self.ranges(&[b]).pop() else {
+                continue;
+            };
+            let epoch = slot.epoch.load(Ordering::Acquire);
+            let (shards, watch) = (self.clone(), watch.clone());
+            tokio::spawn(async move {
+                if watch.wait_listed(range).await {
+                    shards.activate(b, epoch);
+                }
+            });
+        }
     }
 
     /// `b`'s watches have listed: its work starts, if it is still held in `epoch`.
@@ -590,7 +587,7 @@ mod tests {
     #[allow(clippy::unwrap_used)]
     async fn a_gained_bucket_works_once_its_watches_listed_and_a_lost_one_leaves_late() {
         let watch = Arc::new(WatchShards::default());
-        let (listed, rx) = tokio::sync::watch::channel(0u64);
+        let (listed, rx) = tokio::sync::watch::channel(Listed::default());
         watch.register(rx);
         let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
         let mut gains = shards.subscribe_gains();
@@ -615,7 +612,9 @@ mod tests {
         assert!(shards.held().contains(&Bucket::Cluster));
         tokio::task::yield_now().await;
         assert!(!shards.held().contains(&b));
-        listed.send_replace(sel.generation);
+        listed.send_modify(|l| {
+            l.ranges.insert(sel.ranges[0]);
+        });
         let at = *gains.borrow_and_update();
         tokio::time::timeout(Duration::from_secs(5), gains.wait_for(|g| *g > at))
             .await
