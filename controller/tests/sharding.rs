@@ -1,8 +1,8 @@
 //! `kmeta run --sharding`: three replicas split the parents of a CompositeController between
 //! them, against kmeta-apiserver over real HTTP, through scale-up, kill -9, SIGSTOP longer than
-//! the Lease, and a graceful scale-down. Every write the API server answered is checked against
-//! the bucket Leases' timeline from its write log: a replica writes for a parent only while it
-//! is the last to have written the Lease of the parent's bucket.
+//! the Lease, a graceful scale-down and a rolling restart. Every write the API server answered
+//! is checked against the bucket Leases' timeline from its write log: a replica writes for a
+//! parent only while it is the last to have written the Lease of the parent's bucket.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -506,8 +506,21 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
     converged(&server, &notes, 5, "after scale-down").await?;
     wait_balanced(&[&a, &b]).await?;
 
+    // rolling restart, as a Deployment rolls its pods: one replica at a time is replaced by a
+    // new one (SIGTERM hands its buckets over), every change landing throughout
+    step("rolling restart");
+    let a2 = start(&kubeconfig, dir.path(), "kmeta-a2")?;
+    signal(&a, "TERM")?;
+    edit_all(&server, 6).await?;
+    wait_balanced(&[&a2, &b]).await?;
+    let b2 = start(&kubeconfig, dir.path(), "kmeta-b2")?;
+    signal(&b, "TERM")?;
+    edit_all(&server, 7).await?;
+    wait_balanced(&[&a2, &b2]).await?;
+    converged(&server, &notes, 7, "after a rolling restart").await?;
+
     check_writes_and_records(&server, &notes).await?;
-    drop((a, b, c));
+    drop((a, b, c, a2, b2));
     server.shutdown().await;
     Ok(())
 }
