@@ -37,6 +37,10 @@ struct Hook {
     started: Instant,
     /// When each call arrived, in microseconds since `started`.
     times: Mutex<Vec<u64>>,
+    /// Calls by (children observed at the parent's `spec.v`, the parent's `status.children`):
+    /// which syncs a converge made (a first sync observes none and sees no status, a second
+    /// observes all, one after it sees its own status).
+    kinds: Mutex<std::collections::BTreeMap<(usize, Option<u64>), u64>>,
 }
 
 /// The hook process, its port, for `case`.
@@ -77,6 +81,7 @@ pub(crate) fn main() -> anyhow::Result<()> {
         calls: AtomicU64::new(0),
         started: Instant::now(),
         times: Mutex::new(Vec::new()),
+        kinds: Mutex::default(),
     });
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -91,6 +96,7 @@ async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
         .route("/sync", post(sync))
         .route("/stats", get(stats))
         .route("/times", get(times))
+        .route("/kinds", get(kinds))
         .with_state(hook);
     axum::serve(listener, app).await?;
     Ok(())
@@ -98,6 +104,26 @@ async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
 
 async fn stats(State(hook): State<Arc<Hook>>) -> String {
     hook.calls.load(Ordering::Relaxed).to_string()
+}
+
+async fn kinds(State(hook): State<Arc<Hook>>) -> String {
+    let kinds = hook.kinds.lock().unwrap_or_else(|e| e.into_inner());
+    kinds
+        .iter()
+        .map(|((observed, status), n)| {
+            let status = status.map_or("-".to_owned(), |s| s.to_string());
+            format!("{observed} {status} {n}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The hook's calls by kind since it started: `observed status count` lines (see `Hook::kinds`).
+pub(crate) async fn sync_kinds(port: u16) -> anyhow::Result<String> {
+    let (_, body) = http_get(port, "/kinds")
+        .await
+        .context("hook /kinds unreachable")?;
+    Ok(body)
 }
 
 async fn times(State(hook): State<Arc<Hook>>, Query(q): Query<HashMap<String, usize>>) -> String {
@@ -133,6 +159,13 @@ struct Parent {
     metadata: Metadata,
     #[serde(default)]
     spec: Spec,
+    #[serde(default)]
+    status: ParentStatus,
+}
+
+#[derive(Deserialize, Default)]
+struct ParentStatus {
+    children: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -186,6 +219,12 @@ async fn sync(State(hook): State<Arc<Hook>>, body: Bytes) -> Response {
     let observed = req.children.get(&key).map_or(0, |c| {
         c.values().filter(|o| o.metadata.annotations.v == v).count()
     });
+    *hook
+        .kinds
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry((observed, req.parent.status.children))
+        .or_default() += 1;
     let children: Vec<Value> = (0..hook.children)
         .map(|i| {
             let mut c = child(hook.kind, parent, i, json!({}));

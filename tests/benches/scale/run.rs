@@ -18,6 +18,10 @@ use super::{
     in_ns, shard,
 };
 
+/// How long the hook must have had no call for a converge's work to count as done: 2 s (with
+/// [`POLL`] at 0.5 s, four polls without a call).
+const QUIET: Duration = Duration::from_secs(2);
+
 /// A `kmeta run` process.
 pub(crate) struct Controller {
     pub(crate) proc: Proc,
@@ -151,6 +155,24 @@ impl Rig {
             server: self.server.proc.usage()?,
             hook: self.hook.usage()?,
         })
+    }
+
+    /// Waits until the hook has had no call for [`QUIET`] (every sync the converge set off,
+    /// including those after the parents' status showed their children, has run), then snaps.
+    async fn snap_when_quiet(&self) -> anyhow::Result<Snap> {
+        let start = Instant::now();
+        let (mut calls, mut since) = (hook::calls(self.hook_port).await?, Instant::now());
+        while since.elapsed() < QUIET {
+            if start.elapsed() > DEADLINE {
+                bail!("the hook never went quiet ({calls} calls)");
+            }
+            tokio::time::sleep(POLL).await;
+            let now = hook::calls(self.hook_port).await?;
+            if now != calls {
+                (calls, since) = (now, Instant::now());
+            }
+        }
+        self.snap().await
     }
 
     async fn wait_calls(&self, at_least: u64) -> anyhow::Result<()> {
@@ -398,6 +420,8 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
 /// What one converge measured, for [`shard::side_by_side`].
 pub(crate) struct Run {
     pub(crate) replicas: usize,
+    /// Each controller's CPU seconds until the hook went quiet.
+    pub(crate) cpu_quiet: Vec<f64>,
     /// Converge wall time, seconds.
     pub(crate) wall: f64,
     /// Each replica's CPU seconds during the converge.
@@ -426,6 +450,9 @@ pub(crate) async fn converge(
     rig.server.create_all(THINGS, parents(case)).await?;
     let (own, _) = wait_converged(&rig.server, case, None).await?;
     let s1 = rig.snap().await?;
+    // the syncs the parents' own status writes set off (a hook sees its committed status) may
+    // run after every status shows the children: the work is counted until they have run
+    let quiet = rig.snap_when_quiet().await?;
     let mut d = s1.counters.since(&s0.counters);
     without_own(&mut d, "create", "things", case.parents as u64);
     own.remove_from(&mut d);
@@ -443,6 +470,15 @@ pub(crate) async fn converge(
         None => print_qps(case, wall, &d),
     }
     print_work(case, &d, &s0, &s1, 2);
+    let kinds = hook::sync_kinds(rig.hook_port).await?;
+    println!(
+        "    until quiet ({:.2} s after the start; no hook call for {} s): hook calls {}, by (children observed, parent's status.children): {}; controller CPU seconds {:.2}",
+        (quiet.at - s0.at).as_secs_f64() - QUIET.as_secs_f64(),
+        QUIET.as_secs(),
+        quiet.hook_calls - s0.hook_calls,
+        kinds.lines().collect::<Vec<_>>().join("; "),
+        quiet.ctrl_cpu(&s0).iter().sum::<f64>()
+    );
     print_sync_times(&rig.ctrl).await;
     print_processes(&s0, &s1);
     let cpu = s1.ctrl_cpu(&s0);
@@ -461,6 +497,7 @@ pub(crate) async fn converge(
         replicas: case.replicas,
         wall,
         cpu,
+        cpu_quiet: quiet.ctrl_cpu(&s0),
         rss: s1.ctrl.iter().map(|u| u.hwm_mib).collect(),
         server_cpu: s1.server.cpu_s - s0.server.cpu_s,
     })

@@ -270,13 +270,14 @@ pub(crate) fn side_by_side(runs: &[Run]) {
         base.cpu.iter().sum::<f64>(),
         base.rss.iter().copied().fold(0.0, f64::max),
     );
+    let base_quiet: f64 = base.cpu_quiet.iter().sum();
     println!(
         "  side by side (ratio to {} replica{}):",
         base.replicas,
         if base.replicas == 1 { "" } else { "s" }
     );
     println!(
-        "    replicas | converge s | controller CPU s, sum | CPU s, each | peak RSS MiB, each (largest ÷ base) | server CPU s"
+        "    replicas | converge s | controller CPU s, sum | CPU s, each | CPU s until quiet, sum | peak RSS MiB, each (largest ÷ base) | server CPU s"
     );
     for r in runs {
         let cpu: f64 = r.cpu.iter().sum();
@@ -287,13 +288,15 @@ pub(crate) fn side_by_side(runs: &[Run]) {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let quiet: f64 = r.cpu_quiet.iter().sum();
         println!(
-            "    {} | {:.2} ({:.2}×) | {cpu:.2} ({:.2}×) | {} | {} ({:.2}×) | {:.2}",
+            "    {} | {:.2} ({:.2}×) | {cpu:.2} ({:.2}×) | {} | {quiet:.2} ({:.2}×) | {} ({:.2}×) | {:.2}",
             r.replicas,
             r.wall,
             r.wall / base.wall,
             cpu / base_cpu,
             list(&r.cpu, 2),
+            quiet / base_quiet,
             list(&r.rss, 0),
             rss / base_rss,
             r.server_cpu
