@@ -3,7 +3,7 @@
 //!
 //! A [`WatchShards`] holds the [`Selection`]: the ranges of 64-bit FNV-1a over
 //! `metadata.namespace` (one per shard bucket held) that this replica's sharded watches ask the
-//! API server for, and a generation bumped on every change. Each sharded watch
+//! API server for; a change is announced to every sharded watch. Each sharded watch
 //! ([`crate::runtime::cache::Informers`]) lists and watches each range on its own, so a bucket
 //! gained is one range listed and a bucket lost one range dropped, the others untouched; it
 //! reports the ranges it has listed ([`Listed`]), and [`WatchShards::wait_listed`] resolves once
@@ -68,11 +68,9 @@ pub struct Listed {
     pub ranges: std::collections::BTreeSet<HashRange>,
 }
 
-/// The ranges this replica's sharded watches list, and their generation.
+/// The ranges this replica's sharded watches list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
-    /// Bumped on every change; 0 before the first.
-    pub generation: u64,
     /// Sorted, each once; empty: nothing (the watches hold no object).
     pub ranges: Vec<HashRange>,
 }
@@ -113,23 +111,16 @@ impl WatchShards {
         self.selection.borrow().clone()
     }
 
-    /// Selects `ranges`; returns the generation that lists them (unchanged when they are the
-    /// current ones).
-    pub fn select(&self, mut ranges: Vec<HashRange>) -> u64 {
+    /// Selects `ranges`; returns whether they differ from the current ones (only then are the
+    /// sharded watches told).
+    pub fn select(&self, mut ranges: Vec<HashRange>) -> bool {
         ranges.sort();
         ranges.dedup();
-        let mut generation = 0;
         self.selection.send_if_modified(|s| {
-            if s.ranges == ranges {
-                generation = s.generation;
-                return false;
-            }
-            s.generation += 1;
+            let changed = s.ranges != ranges;
             s.ranges = ranges;
-            generation = s.generation;
-            true
-        });
-        generation
+            changed
+        })
     }
 
     /// A receiver of selection changes, for a sharded watch.
@@ -254,19 +245,15 @@ mod tests {
     }
 
     #[test]
-    fn selecting_the_same_ranges_keeps_the_generation() {
+    fn selecting_the_same_ranges_is_no_change() {
         let w = WatchShards::default();
-        let g1 = w.select(vec![r(1 << 62, 1 << 63), r(0, 1 << 62)]);
-        assert_eq!(g1, 1);
-        assert_eq!(
-            w.select(vec![r(0, 1 << 62), r(1 << 62, 1 << 63), r(0, 1 << 62)]),
-            1
-        );
+        assert!(w.select(vec![r(1 << 62, 1 << 63), r(0, 1 << 62)]));
+        assert!(!w.select(vec![r(0, 1 << 62), r(1 << 62, 1 << 63), r(0, 1 << 62)]));
         assert_eq!(
             w.selection().ranges,
             vec![r(0, 1 << 62), r(1 << 62, 1 << 63)]
         );
-        assert_eq!(w.select(vec![]), 2);
+        assert!(w.select(vec![]));
         assert_eq!(w.selection().ranges, vec![]);
     }
 

@@ -622,10 +622,12 @@ mod tests {
             .unwrap();
         assert!(shards.held().contains(&b) && shards.listing().is_empty());
         assert!(shards.begin(ns).is_some());
-        // lost: its range leaves the selection
+        // lost: its range leaves the selection, and the sharded watches are told
+        let mut told = watch.subscribe();
+        told.borrow_and_update();
         shards.give_up(b);
         shards.publish_watches();
         assert!(watch.selection().ranges.is_empty());
-        assert!(watch.selection().generation > sel.generation);
+        assert!(told.has_changed().unwrap());
     }
 }
