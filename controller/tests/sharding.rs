@@ -179,8 +179,21 @@ async fn hook() -> anyhow::Result<String> {
 
 /// The Note CRD, the CompositeController, the namespaces and the parents (`spec.v` = 0). Every
 /// Note is namespaced; the cluster bucket is held and counted all the same.
-async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObject>> {
-    let cc = json!({
+/// A kubeconfig for `server` in a new temporary directory (kept while it lives), and kmeta's
+/// CRDs installed.
+async fn kubeconfig_and_crds(
+    server: &TestServer,
+) -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    Ok((dir, kubeconfig))
+}
+
+/// The CompositeController of Notes with one ConfigMap child each, synced by the hook at `url`.
+fn notes_controller(url: &str) -> Value {
+    json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "notes"},
         "spec": {"generateSelector": true,
@@ -188,8 +201,11 @@ async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObj
                  "childResources": [{"apiVersion": "v1", "resource": "configmaps",
                                      "updateStrategy": {"method": "InPlace"}}],
                  "hooks": {"sync": {"webhook": {"url": url}}}}
-    });
-    set_up_with(server, "compositecontrollers", cc).await
+    })
+}
+
+async fn set_up(server: &TestServer, url: &str) -> anyhow::Result<Api<DynamicObject>> {
+    set_up_with(server, "compositecontrollers", notes_controller(url)).await
 }
 
 /// The Note CRD, `controller` (a `kind` of metacontroller.k8s.io, by its plural), the
@@ -443,10 +459,7 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     server.write_log().enable(1_000_000);
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     let notes = set_up(&server, &hook().await?).await?;
     // the bucket Leases exist, released, so every acquisition is an update the write log names
     // (a create names its object only in the body)
@@ -533,10 +546,7 @@ async fn a_sharded_replica_works_only_once_no_leader_mode_process_holds_the_lead
 -> anyhow::Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     let notes = set_up(&server, &hook().await?).await?;
     let leader = Replica {
         name: "leader".into(),
@@ -629,10 +639,7 @@ async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() ->
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     server.write_log().enable(1_000_000);
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     // sync attaches nothing; finalize never finishes, so the targets keep the finalizer
     let app = axum::Router::new()
         .route(
@@ -708,10 +715,7 @@ async fn two_replicas_release_a_deleted_decorators_targets_bucket_by_bucket() ->
 async fn a_failed_read_of_the_leader_lease_hands_no_bucket_over() -> anyhow::Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     set_up(&server, &hook().await?).await?;
     let a = start(&kubeconfig, dir.path(), "kmeta-a")?;
     wait_balanced(&[&a]).await?;
@@ -820,19 +824,8 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::start().await?;
     server.write_log().enable(1_000_000);
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
-    let cc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": "notes"},
-        "spec": {"generateSelector": true,
-                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "notes"},
-                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                     "updateStrategy": {"method": "InPlace"}}],
-                 "hooks": {"sync": {"webhook": {"url": hook().await?}}}}
-    });
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
+    let cc = notes_controller(&hook().await?);
     let notes = set_up_in(&server, "compositecontrollers", cc, spread).await?;
     let mut replicas = Vec::new();
     for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
@@ -890,10 +883,7 @@ async fn without_a_served_shard_selector_the_watches_are_whole_and_work_goes_on(
 -> anyhow::Result<()> {
     let _serial = ONE_AT_A_TIME.lock().await;
     let server = TestServer::builder().shard_selector(false).start().await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     let notes = set_up(&server, &hook().await?).await?;
     let metrics = free_port()?;
     let extra = [
