@@ -17,32 +17,53 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Strip fields that must not count as spec changes, for generation decisions.
-fn spec_view(v: &Value, has_status_sub: bool) -> Value {
-    let mut c = v.clone();
-    if let Some(m) = c.as_object_mut() {
-        m.remove("metadata");
-        if has_status_sub {
-            m.remove("status");
-        }
-    }
-    c
+/// Whether two objects are equal in every top-level field `skip` does not name (both must be
+/// objects; anything else compares whole). Compares in place: no copy of either.
+fn eq_except(a: &Value, b: &Value, skip: impl Fn(&str) -> bool) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+    kept(a) == kept(b)
+        && a
+            .iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
-fn without_volatile(v: &Value) -> Value {
-    let mut c = v.clone();
-    if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        // ownership changes are real changes; timestamps of unchanged entries are not
-        if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
-            for e in entries.iter_mut() {
-                if let Some(em) = e.as_object_mut() {
-                    em.remove("time");
-                }
-            }
+/// Whether the spec (everything but metadata, and status with a status subresource) is the
+/// same, for generation decisions.
+fn same_spec(old: &Value, new: &Value, has_status_sub: bool) -> bool {
+    eq_except(old, new, |k| {
+        k == "metadata" || (has_status_sub && k == "status")
+    })
+}
+
+/// Whether an update changes nothing: equal apart from `metadata.resourceVersion` and the
+/// `time` of managedFields entries (ownership changes are real changes; timestamps of
+/// unchanged entries are not).
+fn same_but_volatile(old: &Value, new: &Value) -> bool {
+    let null = Value::Null;
+    let (om, nm) = (
+        old.get("metadata").unwrap_or(&null),
+        new.get("metadata").unwrap_or(&null),
+    );
+    eq_except(old, new, |k| k == "metadata")
+        && eq_except(om, nm, |k| k == "resourceVersion" || k == "managedFields")
+        && same_entries(om.get("managedFields"), nm.get("managedFields"))
+}
+
+/// managedFields lists equal entry by entry, each apart from its `time`.
+fn same_entries(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Array(a)), Some(Value::Array(b))) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| eq_except(x, y, |k| k == "time"))
         }
+        (a, b) => a == b,
     }
-    c
 }
 
 impl Inner {
@@ -73,7 +94,7 @@ impl Inner {
         crate::metadata::drop_empty_fields(&mut new);
         let writer = req.writer(&opts.field_manager, &api_version, &now);
         record_managed_fields(req, &writer, old, applied, client_managed, &mut new);
-        if without_volatile(old) == without_volatile(&new) {
+        if same_but_volatile(old, &new) {
             return Ok(Self::present(old, &api_version));
         }
         if opts.dry_run {
@@ -276,7 +297,7 @@ fn check_no_new_finalizers(req: &Req, name: &str, old: &Value, new: &Value) -> A
 /// `metadata.generation` goes up by one when anything but metadata (and status, with a status
 /// subresource) changed.
 fn bump_generation(req: &Req, old: &Value, new: &mut Value) {
-    if spec_view(old, req.def.status_subresource) == spec_view(new, req.def.status_subresource) {
+    if same_spec(old, new, req.def.status_subresource) {
         return;
     }
     let g = meta(old)
@@ -316,5 +337,50 @@ fn record_managed_fields(
         m.remove("managedFields");
     } else {
         m.insert("managedFields".into(), rendered);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{same_but_volatile, same_spec};
+    use serde_json::json;
+
+    fn obj(rv: &str, time: &str, data: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "a", "resourceVersion": rv,
+                            "managedFields": [{"manager": "m", "time": time, "operation": "Update"}]},
+               "data": {"k": data}})
+    }
+
+    #[test]
+    fn an_update_changing_only_the_version_and_entry_times_is_a_no_op() {
+        assert!(same_but_volatile(&obj("1", "t1", "x"), &obj("2", "t2", "x")));
+        assert!(!same_but_volatile(&obj("1", "t1", "x"), &obj("1", "t1", "y")));
+        let mut owned = obj("1", "t1", "x");
+        owned["metadata"]["managedFields"][0]["manager"] = json!("other");
+        assert!(!same_but_volatile(&obj("1", "t1", "x"), &owned));
+        let mut labelled = obj("1", "t1", "x");
+        labelled["metadata"]["labels"] = json!({"a": "b"});
+        assert!(!same_but_volatile(&obj("1", "t1", "x"), &labelled));
+        let mut without_version = obj("1", "t1", "x");
+        without_version["metadata"]
+            .as_object_mut()
+            .map(|m| m.remove("resourceVersion"));
+        assert!(same_but_volatile(&obj("1", "t1", "x"), &without_version));
+        let mut extra = obj("1", "t1", "x");
+        extra["binaryData"] = json!({});
+        assert!(!same_but_volatile(&obj("1", "t1", "x"), &extra));
+    }
+
+    #[test]
+    fn the_spec_leaves_out_metadata_and_status_under_a_status_subresource() {
+        let a = json!({"metadata": {"name": "a"}, "spec": {"n": 1}, "status": {"s": 1}});
+        let relabelled = json!({"metadata": {"name": "a", "labels": {}}, "spec": {"n": 1}, "status": {"s": 1}});
+        let status = json!({"metadata": {"name": "a"}, "spec": {"n": 1}, "status": {"s": 2}});
+        let spec = json!({"metadata": {"name": "a"}, "spec": {"n": 2}, "status": {"s": 1}});
+        assert!(same_spec(&a, &relabelled, true));
+        assert!(same_spec(&a, &status, true));
+        assert!(!same_spec(&a, &status, false));
+        assert!(!same_spec(&a, &spec, true));
     }
 }

@@ -43,7 +43,7 @@ pub fn build_fenced(
     let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
     let retry = kube::client::retry::RetryPolicy::server_retry();
     Ok(builder
-        .with_layer(&FenceLayer::new(fence))
+        .with_layer(&FenceLayer::new(fence, metrics.clone()))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(retry))
         .with_layer(&RateLimitLayer::new(limits, metrics))
@@ -64,7 +64,7 @@ pub fn build_sharded(
     let builder = kube::client::ClientBuilder::try_from(with_user_agent(config))?;
     let retry = kube::client::retry::RetryPolicy::server_retry();
     Ok(builder
-        .with_layer(&FenceLayer::new(shards))
+        .with_layer(&FenceLayer::new(shards, metrics.clone()))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(retry))
         .with_layer(&RateLimitLayer::new(limits, metrics))

@@ -25,6 +25,7 @@ use std::task::{Context, Poll};
 use http::{Method, Request};
 use tokio::time::Instant;
 use tower::{Layer, Service};
+use crate::ops::metrics::Metrics;
 
 /// Whether writes are allowed: open until an instant, or closed. Cloning shares the state.
 #[derive(Clone, Debug, Default)]
@@ -88,10 +89,13 @@ pub(crate) trait WriteGate: Clone + Send + Sync + 'static {
     fn ticket<B>(&self, req: &Request<B>) -> Self::Ticket;
     /// Whether the write with `ticket` may be sent at `now`; the error it fails with if not.
     fn admit(&self, ticket: Self::Ticket, now: Instant) -> Result<(), tower::BoxError>;
+    /// The `fence` label of `kmeta_fenced_writes_total` for the writes this gate refuses.
+    const FENCE: &'static str;
 }
 
 impl WriteGate for Fence {
     type Ticket = ();
+    const FENCE: &'static str = "leader";
 
     fn ticket<B>(&self, _req: &Request<B>) {}
 
@@ -104,16 +108,17 @@ impl WriteGate for Fence {
 }
 
 /// A [`tower::Layer`] refusing the writes its [`WriteGate`] does not admit (a [`Fence`]: while
-/// it is closed).
+/// it is closed), counting each refusal in `kmeta_fenced_writes_total`.
 #[derive(Clone, Debug)]
 pub(crate) struct FenceLayer<G = Fence> {
     gate: G,
+    metrics: Arc<Metrics>,
 }
 
 impl<G> FenceLayer<G> {
-    /// A layer checking `gate`.
-    pub fn new(gate: G) -> FenceLayer<G> {
-        FenceLayer { gate }
+    /// A layer checking `gate`, counting refusals in `metrics`.
+    pub fn new(gate: G, metrics: Arc<Metrics>) -> FenceLayer<G> {
+        FenceLayer { gate, metrics }
     }
 }
 
@@ -124,6 +129,7 @@ impl<S, G: Clone> Layer<S> for FenceLayer<G> {
         FenceService {
             inner,
             gate: self.gate.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -133,6 +139,7 @@ impl<S, G: Clone> Layer<S> for FenceLayer<G> {
 pub(crate) struct FenceService<S, G = Fence> {
     inner: S,
     gate: G,
+    metrics: Arc<Metrics>,
 }
 
 impl<S, G, ReqBody> Service<Request<ReqBody>> for FenceService<S, G>
@@ -155,10 +162,13 @@ where
         // kube's inner stack sends nothing until this future is polled, so the check below is
         // the last moment before the request leaves
         let fut = self.inner.call(req);
-        let gate = self.gate.clone();
+        let (gate, metrics) = (self.gate.clone(), self.metrics.clone());
         Box::pin(async move {
-            if let Some(ticket) = ticket {
-                gate.admit(ticket, Instant::now()).map_err(S::Error::from)?;
+            if let Some(ticket) = ticket
+                && let Err(e) = gate.admit(ticket, Instant::now())
+            {
+                metrics.fenced_write(G::FENCE);
+                return Err(S::Error::from(e));
             }
             fut.await
         })
@@ -166,6 +176,7 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Duration;
@@ -190,6 +201,32 @@ mod tests {
         let shared = f.clone();
         shared.open_until(t + Duration::from_secs(1));
         assert!(f.permits(t), "clones share one state");
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_is_counted_and_never_reaches_the_server() {
+        use tower::ServiceExt;
+        let metrics = Arc::new(Metrics::new());
+        let sent = Arc::new(Mutex::new(0));
+        let counter = sent.clone();
+        let server = tower::service_fn(move |_req: Request<()>| {
+            let counter = counter.clone();
+            async move {
+                *counter.lock().unwrap() += 1;
+                Ok::<_, tower::BoxError>(())
+            }
+        });
+        let svc = FenceLayer::new(Fence::new(), metrics.clone()).layer(server);
+        let write = Request::post("/api/v1/namespaces/a/configmaps").body(());
+        let read = Request::get("/api/v1/namespaces/a/configmaps").body(());
+        assert!(svc.clone().oneshot(write.unwrap()).await.is_err());
+        assert!(svc.oneshot(read.unwrap()).await.is_ok());
+        assert_eq!(*sent.lock().unwrap(), 1, "only the read was sent");
+        let text = metrics.encode();
+        assert!(
+            text.contains("kmeta_fenced_writes_total{fence=\"leader\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

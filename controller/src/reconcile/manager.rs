@@ -405,14 +405,22 @@ pub async fn run(
     Ok(())
 }
 
-/// Every [`WATCH_COUNT_PERIOD`], sets `kmeta_watch_objects` from the watches' stores.
+/// Every [`WATCH_COUNT_PERIOD`], sets `kmeta_watch_objects` from the watches' stores; a watch
+/// that stopped (its controller deleted, its resource gone) loses its series.
 async fn count_watched(ctx: Arc<Context>, stop: CancellationToken) {
+    let mut shown = std::collections::HashSet::new();
     loop {
+        let mut now = std::collections::HashSet::new();
         for w in ctx.informers.sizes() {
             ctx.config
                 .metrics
                 .watch_objects(&w.resource, w.sharded, w.objects);
+            now.insert((w.resource, w.sharded));
         }
+        for (resource, sharded) in shown.difference(&now) {
+            ctx.config.metrics.forget_watch(resource, *sharded);
+        }
+        shown = now;
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(WATCH_COUNT_PERIOD) => {}

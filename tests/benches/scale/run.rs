@@ -642,6 +642,7 @@ pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
         .context("creating orphans")?;
     let s0 = rig.snap().await?;
     rig.start_controllers(dir, case).await?;
+    let ready = s0.at.elapsed().as_secs_f64();
     let (own, _) = wait_converged(&rig.server, case, None).await?;
     let s1 = rig.snap().await?;
     let mut d = s1.counters.since(&s0.counters);
@@ -652,6 +653,10 @@ pub(crate) async fn adopt(dir: &Path, case: &Case) -> anyhow::Result<()> {
         "  adopt {} orphans: {wall:.2} s from the controller's start — {}",
         case.objects(),
         against_floor(wall, before, after)
+    );
+    println!(
+        "    of which {ready:.2} s until /readyz answered 200 (start, discovery, lists; polled every 0.1 s), {:.2} s after",
+        wall - ready
     );
     print_work(case, &d, &s0, &s1, 1);
     print_sync_times(&rig.ctrl).await;

@@ -234,6 +234,12 @@ struct WatchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FenceLabels {
+    /// `leader` or `shard`.
+    fence: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandoffLabels {
     reason: String,
 }
@@ -408,6 +414,7 @@ pub struct Metrics {
     shard_buckets: Family<BucketLabels, Gauge>,
     shard_members: Gauge,
     shard_handoffs: Family<HandoffLabels, Counter>,
+    fenced_writes: Family<FenceLabels, Counter>,
     watch_objects: Family<WatchLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
     openapi_fetches: Family<OpenApiLabels, Counter>,
@@ -496,6 +503,11 @@ impl Metrics {
             "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
             self.shard_handoffs.clone(),
         );
+        r.register(
+            "kmeta_fenced_writes",
+            "writes refused before they were sent because this process did not hold the Lease they need, by fence: leader (--leader-election) or shard (--sharding)",
+            self.fenced_writes.clone(),
+        );
     }
 
     /// A fresh registry with every series registered.
@@ -522,6 +534,7 @@ impl Metrics {
             shard_buckets: Family::default(),
             shard_members: Gauge::default(),
             shard_handoffs: Family::default(),
+            fenced_writes: Family::default(),
             watch_objects: Family::default(),
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
@@ -830,6 +843,14 @@ impl Metrics {
             .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
+    /// A watch of `resource` stopped: its `kmeta_watch_objects` series goes.
+    pub(crate) fn forget_watch(&self, resource: &str, sharded: bool) {
+        self.watch_objects.remove(&WatchLabels {
+            resource: resource.into(),
+            mode: if sharded { "sharded" } else { "whole" },
+        });
+    }
+
     /// Live replicas of the shard set.
     pub(crate) fn shard_members(&self, members: usize) {
         self.shard_members
@@ -843,6 +864,11 @@ impl Metrics {
                 reason: reason.into(),
             })
             .inc();
+    }
+
+    /// A write was refused by the `fence` (`leader` or `shard`) before it was sent.
+    pub(crate) fn fenced_write(&self, fence: &'static str) {
+        self.fenced_writes.get_or_create(&FenceLabels { fence }).inc();
     }
 
     /// A Jsonnet worker was killed while evaluating a hook.
@@ -974,6 +1000,19 @@ mod tests {
         drop(g1);
         drop(g2);
         assert!(line(&m.encode(), prefix).is_some_and(|l| l.ends_with(" 0")));
+    }
+
+    #[test]
+    fn a_forgotten_watch_loses_its_series() {
+        let m = Metrics::new();
+        m.watch_objects("v1/configmaps", true, 7);
+        m.watch_objects("v1/secrets", false, 2);
+        let series = "kmeta_watch_objects{resource=\"v1/configmaps\",mode=\"sharded\"} 7";
+        assert!(m.encode().contains(series), "{}", m.encode());
+        m.forget_watch("v1/configmaps", true);
+        let text = m.encode();
+        assert!(!text.contains("v1/configmaps"), "{text}");
+        assert!(text.contains("v1/secrets"), "{text}");
     }
 
     #[test]

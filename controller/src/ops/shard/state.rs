@@ -456,6 +456,7 @@ where
 /// ([`Shards::permits`]), by the request's write scope, else its path.
 impl WriteGate for Arc<Shards> {
     type Ticket = (Option<WriteScope>, String);
+    const FENCE: &'static str = "shard";
 
     fn ticket<B>(&self, req: &Request<B>) -> Self::Ticket {
         (
