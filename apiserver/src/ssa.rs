@@ -400,18 +400,19 @@ pub(crate) fn render_managed(entries: &[Entry]) -> Value {
             .iter()
             .filter(|e| !e.fields.is_empty())
             .map(|e| {
-                let mut v = json!({
-                    "manager": e.manager,
-                    "operation": e.operation,
-                    "apiVersion": e.api_version,
-                    "time": e.time,
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": to_fields_v1(&e.fields),
-                });
+                // built field by field: `json!` would copy the rendered fields once more
+                let text = |s: &String| Value::String(s.clone());
+                let mut v = Map::with_capacity(7);
+                v.insert("manager".into(), text(&e.manager));
+                v.insert("operation".into(), text(&e.operation));
+                v.insert("apiVersion".into(), text(&e.api_version));
+                v.insert("time".into(), text(&e.time));
+                v.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+                v.insert("fieldsV1".into(), to_fields_v1(&e.fields));
                 if !e.subresource.is_empty() {
-                    v["subresource"] = json!(e.subresource);
+                    v.insert("subresource".into(), text(&e.subresource));
                 }
-                v
+                Value::Object(v)
             })
             .collect(),
     )
