@@ -276,35 +276,32 @@ pub(crate) fn get_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
 
 /// Encode a field set as a FieldsV1 object: a member with members under it gets a `.` key.
 pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
-    let mut root = Map::new();
-    for path in set {
-        let mut cur = &mut root;
-        for e in path {
-            let entry = cur
-                .entry(e.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(m) = entry else { break };
-            cur = m;
-        }
+    let paths: Vec<&[String]> = set.iter().map(Vec::as_slice).collect();
+    Value::Object(fields_v1_node(&paths))
+}
+
+/// The FieldsV1 node holding `paths` (the sorted suffixes below it; an empty one ends here:
+/// `"."` marks a node that is a field of the set and has fields below it). Each map is made
+/// with the capacity it needs: the server keeps every one of them.
+fn fields_v1_node(paths: &[&[String]]) -> Map<String, Value> {
+    let (ends_here, below) = match paths.split_first() {
+        Some((first, rest)) if first.is_empty() => (true, rest),
+        _ => (false, paths),
+    };
+    // sorted: the paths under one element are next to each other
+    let groups = below.chunk_by(|a, b| a.first() == b.first());
+    let mut node = Map::with_capacity(groups.clone().count() + usize::from(ends_here));
+    for group in groups {
+        let Some(key) = group.first().and_then(|p| p.first()) else {
+            continue;
+        };
+        let suffixes: Vec<&[String]> = group.iter().map(|p| p.get(1..).unwrap_or_default()).collect();
+        node.insert(key.clone(), Value::Object(fields_v1_node(&suffixes)));
     }
-    fn mark(node: &mut Map<String, Value>, path: &[String]) {
-        match path.split_first() {
-            None => {
-                if !node.is_empty() && !node.contains_key(".") {
-                    node.insert(".".into(), json!({}));
-                }
-            }
-            Some((e, rest)) => {
-                if let Some(Value::Object(m)) = node.get_mut(e) {
-                    mark(m, rest);
-                }
-            }
-        }
+    if ends_here && !node.is_empty() {
+        node.insert(".".into(), json!({}));
     }
-    for path in set {
-        mark(&mut root, path);
-    }
-    Value::Object(root)
+    node
 }
 
 /// Decode a FieldsV1 object into a field set.
@@ -844,6 +841,33 @@ fn applicable(config: &Value, scope: Scope) -> Value {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn fields_v1_marks_a_field_with_fields_below_it_and_keeps_the_sorted_order() {
+        let path = |p: &str| p.split('/').map(str::to_string).collect::<Path>();
+        let set: FieldSet = [
+            "f:data/f:a",
+            "f:data/f:b",
+            "f:metadata/f:labels",
+            "f:metadata/f:labels/f:app",
+            "f:metadata/f:ownerReferences/k:{\"uid\":\"u\"}",
+            "f:metadata/f:ownerReferences/k:{\"uid\":\"u\"}/f:name",
+        ]
+        .into_iter()
+        .map(path)
+        .collect();
+        let v1 = to_fields_v1(&set);
+        assert_eq!(
+            v1,
+            json!({"f:data": {"f:a": {}, "f:b": {}},
+                   "f:metadata": {"f:labels": {"f:app": {}, ".": {}},
+                                  "f:ownerReferences": {"k:{\"uid\":\"u\"}": {"f:name": {}, ".": {}}}}})
+        );
+        let text = serde_json::to_string(&v1).unwrap();
+        assert!(text.starts_with(r#"{"f:data":{"f:a":{},"f:b":{}},"f:metadata":{"f:labels":{"f:app":{},".":{}}"#), "{text}");
+        assert_eq!(from_fields_v1(&v1), set);
+        assert_eq!(to_fields_v1(&FieldSet::new()), json!({}));
+    }
+
     use super::*;
     use crate::patch::builtin_list_kind;
 
