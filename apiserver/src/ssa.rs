@@ -290,7 +290,9 @@ fn fields_v1_node(paths: &[&[String]]) -> Map<String, Value> {
     };
     // sorted: the paths under one element are next to each other
     let groups = below.chunk_by(|a, b| a.first() == b.first());
-    let mut node = Map::with_capacity(groups.clone().count() + usize::from(ends_here));
+    let fields = groups.clone().count();
+    // a leaf ({}) allocates nothing
+    let mut node = Map::with_capacity(fields + usize::from(ends_here && fields > 0));
     for group in groups {
         let Some(key) = group.first().and_then(|p| p.first()) else {
             continue;
