@@ -285,7 +285,7 @@ pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
 /// with the capacity it needs: the server keeps every one of them.
 fn fields_v1_node(paths: &[&[String]]) -> Map<String, Value> {
     let (ends_here, below) = match paths.split_first() {
-        Some((first, rest)) if first.is_empty() => (true, rest),
+        Some(([], rest)) => (true, rest),
         _ => (false, paths),
     };
     // sorted: the paths under one element are next to each other
@@ -297,7 +297,10 @@ fn fields_v1_node(paths: &[&[String]]) -> Map<String, Value> {
         let Some(key) = group.first().and_then(|p| p.first()) else {
             continue;
         };
-        let suffixes: Vec<&[String]> = group.iter().map(|p| p.get(1..).unwrap_or_default()).collect();
+        let suffixes: Vec<&[String]> = group
+            .iter()
+            .map(|p| p.get(1..).unwrap_or_default())
+            .collect();
         node.insert(key.clone(), Value::Object(fields_v1_node(&suffixes)));
     }
     if ends_here && !node.is_empty() {
@@ -865,7 +868,12 @@ mod tests {
                                   "f:ownerReferences": {"k:{\"uid\":\"u\"}": {"f:name": {}, ".": {}}}}})
         );
         let text = serde_json::to_string(&v1).unwrap();
-        assert!(text.starts_with(r#"{"f:data":{"f:a":{},"f:b":{}},"f:metadata":{"f:labels":{"f:app":{},".":{}}"#), "{text}");
+        assert!(
+            text.starts_with(
+                r#"{"f:data":{"f:a":{},"f:b":{}},"f:metadata":{"f:labels":{"f:app":{},".":{}}"#
+            ),
+            "{text}"
+        );
         assert_eq!(from_fields_v1(&v1), set);
         assert_eq!(to_fields_v1(&FieldSet::new()), json!({}));
     }

@@ -25,8 +25,7 @@ fn eq_except(a: &Value, b: &Value, skip: impl Fn(&str) -> bool) -> bool {
     };
     let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
     kept(a) == kept(b)
-        && a
-            .iter()
+        && a.iter()
             .filter(|(k, _)| !skip(k))
             .all(|(k, v)| b.get(k) == Some(v))
 }
@@ -354,8 +353,14 @@ mod tests {
 
     #[test]
     fn an_update_changing_only_the_version_and_entry_times_is_a_no_op() {
-        assert!(same_but_volatile(&obj("1", "t1", "x"), &obj("2", "t2", "x")));
-        assert!(!same_but_volatile(&obj("1", "t1", "x"), &obj("1", "t1", "y")));
+        assert!(same_but_volatile(
+            &obj("1", "t1", "x"),
+            &obj("2", "t2", "x")
+        ));
+        assert!(!same_but_volatile(
+            &obj("1", "t1", "x"),
+            &obj("1", "t1", "y")
+        ));
         let mut owned = obj("1", "t1", "x");
         owned["metadata"]["managedFields"][0]["manager"] = json!("other");
         assert!(!same_but_volatile(&obj("1", "t1", "x"), &owned));
@@ -375,7 +380,8 @@ mod tests {
     #[test]
     fn the_spec_leaves_out_metadata_and_status_under_a_status_subresource() {
         let a = json!({"metadata": {"name": "a"}, "spec": {"n": 1}, "status": {"s": 1}});
-        let relabelled = json!({"metadata": {"name": "a", "labels": {}}, "spec": {"n": 1}, "status": {"s": 1}});
+        let relabelled =
+            json!({"metadata": {"name": "a", "labels": {}}, "spec": {"n": 1}, "status": {"s": 1}});
         let status = json!({"metadata": {"name": "a"}, "spec": {"n": 1}, "status": {"s": 2}});
         let spec = json!({"metadata": {"name": "a"}, "spec": {"n": 2}, "status": {"s": 1}});
         assert!(same_spec(&a, &relabelled, true));

@@ -22,10 +22,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use crate::ops::metrics::Metrics;
 use http::{Method, Request};
 use tokio::time::Instant;
 use tower::{Layer, Service};
-use crate::ops::metrics::Metrics;
 
 /// Whether writes are allowed: open until an instant, or closed. Cloning shares the state.
 #[derive(Clone, Debug, Default)]

@@ -868,7 +868,9 @@ impl Metrics {
 
     /// A write was refused by the `fence` (`leader` or `shard`) before it was sent.
     pub(crate) fn fenced_write(&self, fence: &'static str) {
-        self.fenced_writes.get_or_create(&FenceLabels { fence }).inc();
+        self.fenced_writes
+            .get_or_create(&FenceLabels { fence })
+            .inc();
     }
 
     /// A Jsonnet worker was killed while evaluating a hook.
