@@ -753,9 +753,18 @@ fn spread(n: usize) -> String {
 
 /// `kmeta_watch_objects{resource,mode}` on a replica's metrics endpoint.
 async fn watch_objects(metrics: u16, resource: &str, mode: &str) -> Option<usize> {
+    gauge(
+        metrics,
+        &format!("kmeta_watch_objects{{resource=\"{resource}\",mode=\"{mode}\"}}"),
+    )
+    .await
+}
+
+/// The value of the gauge `series` (name and labels, as exposed) on a replica's metrics endpoint.
+async fn gauge(metrics: u16, series: &str) -> Option<usize> {
     let url = format!("http://127.0.0.1:{metrics}/metrics");
     let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
-    let want = format!("kmeta_watch_objects{{resource=\"{resource}\",mode=\"{mode}\"}} ");
+    let want = format!("{series} ");
     text.lines()
         .find_map(|l| l.strip_prefix(want.as_str()))
         .and_then(|v| v.trim().parse().ok())
@@ -782,7 +791,8 @@ async fn objects_in_buckets(
 }
 
 /// Waits until each replica's sharded watches of Notes and ConfigMaps hold exactly the objects
-/// of the namespaces its buckets cover (the API server sent it no other).
+/// of the namespaces its buckets cover (the API server sent it no other), and its
+/// `kmeta_shard_parents` counts exactly those Notes.
 async fn wait_split(
     server: &TestServer,
     replicas: &[(&Replica, u16)],
@@ -798,17 +808,26 @@ async fn wait_split(
             let want_cms = objects_in_buckets(server, &cms, &held).await?;
             let notes = watch_objects(*metrics, "shard.example.com/v1/notes", "sharded").await;
             let cm = watch_objects(*metrics, "v1/configmaps", "sharded").await;
-            seen.push((r.name.clone(), held, notes, want_notes, cm, want_cms));
+            let parents = gauge(*metrics, "kmeta_shard_parents{controller=\"notes\"}").await;
+            seen.push((
+                r.name.clone(),
+                held,
+                notes,
+                want_notes,
+                cm,
+                want_cms,
+                parents,
+            ));
         }
         if seen
             .iter()
-            .all(|(_, _, n, wn, c, wc)| *n == Some(*wn) && *c == Some(*wc))
+            .all(|(_, _, n, wn, c, wc, p)| *n == Some(*wn) && *c == Some(*wc) && *p == Some(*wn))
         {
             return Ok(());
         }
         if Instant::now() > deadline {
             bail!(
-                "{step}: (replica, buckets, notes held, wanted, configmaps held, wanted): {seen:?}"
+                "{step}: (replica, buckets, notes held, wanted, configmaps held, wanted, kmeta_shard_parents): {seen:?}"
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

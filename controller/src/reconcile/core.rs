@@ -555,6 +555,31 @@ impl Triggers {
         });
     }
 
+    /// Under `--sharding`, sets `kmeta_shard_parents{controller}` now and every
+    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent's namespace: true
+    /// where this replica works on the namespace's bucket. The series goes with the controller.
+    pub fn count_shard_parents(
+        &mut self,
+        ctx: &Context,
+        controller: &str,
+        count: impl Fn(&dyn Fn(&str) -> bool) -> usize + Send + 'static,
+    ) {
+        let Some(shards) = ctx.config.shards.clone() else {
+            return;
+        };
+        let series = ShardParentsSeries {
+            metrics: ctx.config.metrics.clone(),
+            controller: controller.to_owned(),
+        };
+        self.tasks.spawn(async move {
+            loop {
+                let n = count(&|ns: &str| shards.active(shards.bucket_of(ns)));
+                series.metrics.shard_parents(&series.controller, n);
+                tokio::time::sleep(SHARD_COUNT_PERIOD).await;
+            }
+        });
+    }
+
     /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
     /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
     /// with a test of a parent's namespace: true for the namespaces of the buckets gained.
@@ -588,6 +613,22 @@ impl Triggers {
     async fn stop(mut self) {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How often `kmeta_shard_parents` is counted: 5 s (kmeta's, as `kmeta_watch_objects`).
+const SHARD_COUNT_PERIOD: Duration = Duration::from_secs(5);
+
+/// A controller's `kmeta_shard_parents` series, removed when its counting task ends (the
+/// controller stopped).
+struct ShardParentsSeries {
+    metrics: Arc<Metrics>,
+    controller: String,
+}
+
+impl Drop for ShardParentsSeries {
+    fn drop(&mut self) {
+        self.metrics.forget_shard_parents(&self.controller);
     }
 }
 

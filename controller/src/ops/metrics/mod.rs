@@ -233,6 +233,15 @@ struct WatchLabels {
     mode: &'static str,
 }
 
+/// The series of `--sharding`.
+#[derive(Default)]
+struct ShardSeries {
+    buckets: Family<BucketLabels, Gauge>,
+    members: Gauge,
+    handoffs: Family<HandoffLabels, Counter>,
+    parents: Family<ControllerLabels, Gauge>,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FenceLabels {
     /// `leader` or `shard`.
@@ -411,9 +420,7 @@ pub struct Metrics {
     events_dropped: Counter,
     events_failed: Counter,
     leader: Family<LeaseLabels, Gauge>,
-    shard_buckets: Family<BucketLabels, Gauge>,
-    shard_members: Gauge,
-    shard_handoffs: Family<HandoffLabels, Counter>,
+    shard: ShardSeries,
     fenced_writes: Family<FenceLabels, Counter>,
     watch_objects: Family<WatchLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
@@ -486,12 +493,12 @@ impl Metrics {
         r.register(
             "kmeta_shard_buckets",
             "1 for each shard bucket this replica holds (--sharding), 0 once given up",
-            self.shard_buckets.clone(),
+            self.shard.buckets.clone(),
         );
         r.register(
             "kmeta_shard_members",
             "live replicas of this shard set, as this replica counts them",
-            self.shard_members.clone(),
+            self.shard.members.clone(),
         );
         r.register(
             "kmeta_watch_objects",
@@ -501,7 +508,12 @@ impl Metrics {
         r.register(
             "kmeta_shard_handoffs",
             "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
-            self.shard_handoffs.clone(),
+            self.shard.handoffs.clone(),
+        );
+        r.register(
+            "kmeta_shard_parents",
+            "parents (of a DecoratorController: targets) of each controller in the shard buckets this replica works on, counted every 5 s (--sharding)",
+            self.shard.parents.clone(),
         );
         r.register(
             "kmeta_fenced_writes",
@@ -531,9 +543,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             events_failed: Counter::default(),
             leader: Family::default(),
-            shard_buckets: Family::default(),
-            shard_members: Gauge::default(),
-            shard_handoffs: Family::default(),
+            shard: ShardSeries::default(),
             fenced_writes: Family::default(),
             watch_objects: Family::default(),
             jsonnet_kills: Family::default(),
@@ -826,7 +836,8 @@ impl Metrics {
 
     /// Whether this replica holds shard bucket `bucket`.
     pub(crate) fn shard_bucket(&self, bucket: &str, held: bool) {
-        self.shard_buckets
+        self.shard
+            .buckets
             .get_or_create(&BucketLabels {
                 bucket: bucket.into(),
             })
@@ -853,17 +864,36 @@ impl Metrics {
 
     /// Live replicas of the shard set.
     pub(crate) fn shard_members(&self, members: usize) {
-        self.shard_members
+        self.shard
+            .members
             .set(i64::try_from(members).unwrap_or(i64::MAX));
     }
 
     /// A shard bucket was given up for `reason`.
     pub(crate) fn shard_handoff(&self, reason: &str) {
-        self.shard_handoffs
+        self.shard
+            .handoffs
             .get_or_create(&HandoffLabels {
                 reason: reason.into(),
             })
             .inc();
+    }
+
+    /// The parents of `controller` in the shard buckets this replica works on.
+    pub(crate) fn shard_parents(&self, controller: &str, parents: usize) {
+        self.shard
+            .parents
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::try_from(parents).unwrap_or(i64::MAX));
+    }
+
+    /// `controller` stopped: its `kmeta_shard_parents` series goes.
+    pub(crate) fn forget_shard_parents(&self, controller: &str) {
+        self.shard.parents.remove(&ControllerLabels {
+            controller: controller.into(),
+        });
     }
 
     /// A write was refused by the `fence` (`leader` or `shard`) before it was sent.
@@ -1015,6 +1045,26 @@ mod tests {
         let text = m.encode();
         assert!(!text.contains("v1/configmaps"), "{text}");
         assert!(text.contains("v1/secrets"), "{text}");
+    }
+
+    #[test]
+    fn shard_parents_are_counted_per_controller_until_it_stops() {
+        let m = Metrics::new();
+        m.shard_parents("cc", 12);
+        m.shard_parents("dc", 3);
+        m.shard_parents("cc", 10);
+        let text = m.encode();
+        assert!(
+            text.contains("kmeta_shard_parents{controller=\"cc\"} 10"),
+            "{text}"
+        );
+        m.forget_shard_parents("cc");
+        let text = m.encode();
+        assert!(!text.contains("controller=\"cc\""), "{text}");
+        assert!(
+            text.contains("kmeta_shard_parents{controller=\"dc\"} 3"),
+            "{text}"
+        );
     }
 
     #[test]

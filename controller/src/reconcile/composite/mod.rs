@@ -278,6 +278,15 @@ impl CompositeRunner {
         }
     }
 
+    /// How many parents lie in a namespace `mine` accepts.
+    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+        let parents = self.state.parents.list();
+        parents
+            .iter()
+            .filter(|p| mine(&obj_key(p).namespace))
+            .count()
+    }
+
     /// Every parent in a namespace `mine` accepts.
     fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
         for p in self.state.parents.list() {
@@ -346,6 +355,10 @@ impl CompositeRunner {
         }
         let pc = self.clone();
         t.on_shard_gains(&self.state.ctx, move |gained| pc.enqueue_where(gained));
+        let pc = self.clone();
+        t.count_shard_parents(&self.state.ctx, &self.state.name, move |mine| {
+            pc.count_where(mine)
+        });
         if let Some(secs) = self.state.cc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let pc = self.clone();

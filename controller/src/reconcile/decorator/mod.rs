@@ -196,6 +196,19 @@ impl DecoratorRunner {
         self.enqueue_where(&|_| true);
     }
 
+    /// How many targets lie in a namespace `mine` accepts.
+    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+        let finalizer = &self.state.finalizer;
+        let mut n = 0;
+        for rule in &self.state.targets {
+            for t in rule.informer.list() {
+                let ns = crate::object::meta_str(&t, "namespace");
+                n += usize::from(mine(ns) && decide::is_target(&rule.selector, &t, finalizer));
+            }
+        }
+        n
+    }
+
     /// Every target in a namespace `mine` accepts.
     fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
         for (i, rule) in self.state.targets.iter().enumerate() {
@@ -304,6 +317,10 @@ impl DecoratorRunner {
         }
         let dr = self.clone();
         t.on_shard_gains(&self.state.ctx, move |gained| dr.enqueue_where(gained));
+        let dr = self.clone();
+        t.count_shard_parents(&self.state.ctx, &self.state.name, move |mine| {
+            dr.count_where(mine)
+        });
         if let Some(secs) = self.state.dc.spec.resync_period_seconds {
             let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
             let dr = self.clone();
