@@ -846,6 +846,9 @@ fn applicable(config: &Value, scope: Scope) -> Value {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::*;
+    use crate::patch::builtin_list_kind;
+
     #[test]
     fn fields_v1_marks_a_field_with_fields_below_it_and_keeps_the_sorted_order() {
         let path = |p: &str| p.split('/').map(str::to_string).collect::<Path>();
@@ -877,9 +880,6 @@ mod tests {
         assert_eq!(from_fields_v1(&v1), set);
         assert_eq!(to_fields_v1(&FieldSet::new()), json!({}));
     }
-
-    use super::*;
-    use crate::patch::builtin_list_kind;
 
     fn w<'a>(m: &'a str) -> Writer<'a> {
         Writer {

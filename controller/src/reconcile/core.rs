@@ -571,13 +571,13 @@ impl Triggers {
             metrics: ctx.config.metrics.clone(),
             controller: controller.to_owned(),
         };
-        self.tasks.spawn(async move {
-            loop {
-                let n = count(&|ns: &str| shards.active(shards.bucket_of(ns)));
-                series.metrics.shard_parents(&series.controller, n);
-                tokio::time::sleep(SHARD_COUNT_PERIOD).await;
-            }
-        });
+        // the series lives in the ticking closure: dropped with it when the controller stops
+        let tick = move || {
+            let n = count(&|ns: &str| shards.active(shards.bucket_of(ns)));
+            series.metrics.shard_parents(&series.controller, n);
+        };
+        tick();
+        self.every(SHARD_COUNT_PERIOD, tick);
     }
 
     /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
@@ -619,8 +619,8 @@ impl Triggers {
 /// How often `kmeta_shard_parents` is counted: 5 s (kmeta's, as `kmeta_watch_objects`).
 const SHARD_COUNT_PERIOD: Duration = Duration::from_secs(5);
 
-/// A controller's `kmeta_shard_parents` series, removed when its counting task ends (the
-/// controller stopped).
+/// A controller's `kmeta_shard_parents` series, removed when its counting closure is dropped
+/// (the controller stopped).
 struct ShardParentsSeries {
     metrics: Arc<Metrics>,
     controller: String,

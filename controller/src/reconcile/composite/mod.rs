@@ -278,22 +278,21 @@ impl CompositeRunner {
         }
     }
 
+    /// The keys of the cached parents in a namespace `mine` accepts.
+    fn parents_where(&self, mine: &dyn Fn(&str) -> bool) -> Vec<ObjKey> {
+        let keys = self.state.parents.list().into_iter().map(|p| obj_key(&p));
+        keys.filter(|key| mine(&key.namespace)).collect()
+    }
+
     /// How many parents lie in a namespace `mine` accepts.
     fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
-        let parents = self.state.parents.list();
-        parents
-            .iter()
-            .filter(|p| mine(&obj_key(p).namespace))
-            .count()
+        self.parents_where(mine).len()
     }
 
     /// Every parent in a namespace `mine` accepts.
     fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
-        for p in self.state.parents.list() {
-            let key = obj_key(&p);
-            if mine(&key.namespace) {
-                self.queue.add(key);
-            }
+        for key in self.parents_where(mine) {
+            self.queue.add(key);
         }
     }
 

@@ -196,27 +196,31 @@ impl DecoratorRunner {
         self.enqueue_where(&|_| true);
     }
 
-    /// How many targets lie in a namespace `mine` accepts.
-    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+    /// The cached targets (with their target resource's index) in a namespace `mine` accepts.
+    fn targets_where(&self, mine: &dyn Fn(&str) -> bool) -> Vec<(usize, Arc<Value>)> {
         let finalizer = &self.state.finalizer;
-        let mut n = 0;
-        for rule in &self.state.targets {
+        let mut targets = Vec::new();
+        for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                let ns = crate::object::meta_str(&t, "namespace");
-                n += usize::from(mine(ns) && decide::is_target(&rule.selector, &t, finalizer));
+                if mine(meta_str(&t, "namespace"))
+                    && decide::is_target(&rule.selector, &t, finalizer)
+                {
+                    targets.push((i, t));
+                }
             }
         }
-        n
+        targets
+    }
+
+    /// How many targets lie in a namespace `mine` accepts.
+    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+        self.targets_where(mine).len()
     }
 
     /// Every target in a namespace `mine` accepts.
     fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
-        for (i, rule) in self.state.targets.iter().enumerate() {
-            for t in rule.informer.list() {
-                if mine(crate::object::meta_str(&t, "namespace")) {
-                    self.enqueue_if_target(i, &t);
-                }
-            }
+        for (i, t) in self.targets_where(mine) {
+            self.queue.add(target_key(i, &t));
         }
     }
 
@@ -225,13 +229,9 @@ impl DecoratorRunner {
         use rand::Rng as _;
         let mut rng = rand::rng();
         let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for (i, rule) in self.state.targets.iter().enumerate() {
-            for t in rule.informer.list() {
-                if decide::is_target(&rule.selector, &t, &self.state.finalizer) {
-                    let delay = Duration::from_millis(rng.random_range(0..=spread));
-                    self.queue.add_after(target_key(i, &t), delay);
-                }
-            }
+        for (i, t) in self.targets_where(&|_| true) {
+            let delay = Duration::from_millis(rng.random_range(0..=spread));
+            self.queue.add_after(target_key(i, &t), delay);
         }
     }
 
