@@ -33,6 +33,8 @@ const TIMINGS: [&str; 3] = [
     "--shard-retry-period=300ms",
 ];
 /// How long convergence may take after a step: a Lease duration, a list, the syncs.
+/// `--shard-lease-duration` of [`TIMINGS`], seconds.
+const LEASE_DURATION_S: f64 = 3.0;
 const CONVERGE: Duration = Duration::from_secs(60);
 
 /// A `kmeta run --sharding` process; killed if the test ends first.
@@ -760,14 +762,20 @@ async fn watch_objects(metrics: u16, resource: &str, mode: &str) -> Option<usize
     .await
 }
 
-/// The value of the gauge `series` (name and labels, as exposed) on a replica's metrics endpoint.
-async fn gauge(metrics: u16, series: &str) -> Option<usize> {
+/// The value of `series` (name and labels, as exposed) on a replica's metrics endpoint.
+async fn value(metrics: u16, series: &str) -> Option<f64> {
     let url = format!("http://127.0.0.1:{metrics}/metrics");
     let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
     let want = format!("{series} ");
     text.lines()
         .find_map(|l| l.strip_prefix(want.as_str()))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The value of the gauge `series` (name and labels, as exposed) on a replica's metrics endpoint.
+async fn gauge(metrics: u16, series: &str) -> Option<usize> {
+    let v = value(metrics, series).await?;
+    (v >= 0.0 && v.fract() == 0.0).then_some(v as usize)
 }
 
 /// How many `resource` objects (listed from the server) lie in namespaces whose bucket, under
@@ -874,6 +882,7 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     let (mut c, _) = replicas
         .pop()
         .ok_or_else(|| anyhow::anyhow!("three replicas"))?;
+    let c_buckets = held(&c).await.unwrap_or_default();
     c.child.kill()?;
     c.child.wait()?;
     edit_all_in(&server, 1, spread).await?;
@@ -882,6 +891,23 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     wait_balanced(&survivors).await?;
     let each: Vec<(&Replica, u16)> = replicas.iter().map(|(r, m)| (r, *m)).collect();
     wait_split(&server, &each, "two replicas").await?;
+    // each of its buckets was taken over once its Lease expired, timed from its last renewal
+    // the taker saw to the bucket's work starting there: never less than the Lease duration
+    let (mut count, mut sum) = (0.0, 0.0);
+    for (_, metrics) in &replicas {
+        let series = |s: &str| format!("kmeta_shard_handoff_seconds_{s}{{previous=\"expired\"}}");
+        count += value(*metrics, &series("count")).await.unwrap_or(0.0);
+        sum += value(*metrics, &series("sum")).await.unwrap_or(0.0);
+    }
+    assert_eq!(
+        count,
+        c_buckets.len() as f64,
+        "hand-overs after expiry of {c_buckets:?}"
+    );
+    assert!(
+        (count * LEASE_DURATION_S..count * CONVERGE.as_secs_f64()).contains(&sum),
+        "{count} hand-overs after expiry took {sum} s in all"
+    );
 
     let (violations, checked) = check_ownership(&server.write_log().since(0), ShardHash::Fnv1a);
     assert!(

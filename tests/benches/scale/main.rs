@@ -34,7 +34,8 @@
 //! Replicas: `KMETA_SCALE_REPLICAS` (comma list, `1`) runs `converge` once per count, with that
 //! many `kmeta run` processes, `--sharding` when more than one (the bench waits until they hold
 //! every bucket between them before creating parents); the counts of one case are printed side
-//! by side, as ratios to the 1-replica run. `KMETA_SCALE_NAMESPACES` (1: everything in `default`)
+//! by side, as ratios to the 1-replica run. An entry `NxT` runs N replicas with
+//! `TOKIO_WORKER_THREADS=T` each (as a pod limited to T CPUs would; e.g. `1,3x1`). `KMETA_SCALE_NAMESPACES` (1: everything in `default`)
 //! spreads the parents, and so their children, round-robin over `0-ns`…`<n-1>-ns`: sharding splits
 //! parents by namespace, so one namespace is one replica's work. `KMETA_SCALE_SHARD_WATCH`
 //! (`client`) is the replicas' `--shard-watch`; `server` has kmeta-apiserver shard their
@@ -165,6 +166,9 @@ struct Case {
     apply: Apply,
     /// `kmeta run` processes; `--sharding` when more than one.
     replicas: usize,
+    /// `TOKIO_WORKER_THREADS` of each `kmeta run` process (`None`: tokio's default, the cores
+    /// the process may use).
+    threads: Option<usize>,
     /// Namespaces the parents are spread over (1: [`NS`]).
     namespaces: usize,
 }
@@ -196,13 +200,16 @@ impl Case {
             0 | 1 => String::new(),
             n => format!(" in {n} namespaces"),
         };
-        let replicas = match self.replicas {
+        let mut replicas = match self.replicas {
             1 => String::new(),
             n => format!(
                 ", {n} replicas (--sharding --shard-watch={})",
                 shard::watch_mode()
             ),
         };
+        if let Some(t) = self.threads {
+            replicas.push_str(&format!(", TOKIO_WORKER_THREADS={t}"));
+        }
         format!(
             "{} parents × {} {}s{spread}, hook latency {} ms, {} workers{qps}{replicas}, {}",
             self.parents,
@@ -232,6 +239,25 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
             .with_context(|| format!("{name}: not a number: {v:?}")),
         Err(_) => Ok(default),
     }
+}
+
+/// `KMETA_SCALE_REPLICAS`: each entry `N` (replicas, tokio's default worker threads) or `NxT`
+/// (N replicas of T worker threads each, `TOKIO_WORKER_THREADS`).
+fn replica_counts() -> anyhow::Result<Vec<(usize, Option<usize>)>> {
+    env_list("KMETA_SCALE_REPLICAS", "1")
+        .iter()
+        .map(|v| {
+            let parse = |s: &str| {
+                s.parse::<usize>().ok().filter(|n| *n > 0).with_context(|| {
+                    format!("KMETA_SCALE_REPLICAS: {v:?}: want N or NxT (N, T ≥ 1)")
+                })
+            };
+            match v.split_once('x') {
+                Some((n, t)) => Ok((parse(n)?, Some(parse(t)?))),
+                None => Ok((parse(v)?, None)),
+            }
+        })
+        .collect()
 }
 
 fn env_nums<T: std::str::FromStr>(name: &str, default: &str) -> anyhow::Result<Vec<T>> {
@@ -575,6 +601,7 @@ fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
                             qps,
                             apply,
                             replicas: 1,
+                            threads: None,
                             namespaces,
                         });
                     }
@@ -594,7 +621,7 @@ async fn bench() -> anyhow::Result<()> {
         true => Some(env_num("KMETA_SCALE_RESYNC_S", 5)?),
         false => None,
     };
-    let replicas: Vec<usize> = env_nums("KMETA_SCALE_REPLICAS", "1")?;
+    let replicas = replica_counts()?;
     let failover = has("failover");
     println!("scale: processes' logs in {}", dir.display());
     for round in 1..=env_num("KMETA_SCALE_REPEAT", 1)? {
@@ -602,12 +629,13 @@ async fn bench() -> anyhow::Result<()> {
         if has("converge") || failover {
             for case in cases(None, 0.0)? {
                 let mut runs = Vec::new();
-                for &n in &replicas {
+                for &(n, threads) in &replicas {
                     if !has("converge") && n < 2 {
                         continue;
                     }
                     let case = Case {
                         replicas: n,
+                        threads,
                         ..case
                     };
                     println!("{}", case.label());

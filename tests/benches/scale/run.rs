@@ -54,6 +54,9 @@ impl Controller {
             1 => "kmeta".to_owned(),
             _ => format!("kmeta-{replica}"),
         };
+        if let Some(t) = case.threads {
+            cmd.env("TOKIO_WORKER_THREADS", t.to_string());
+        }
         if case.replicas > 1 {
             cmd.args(shard::FLAGS).env("POD_NAME", &name);
             cmd.arg(format!("--shard-watch={}", shard::watch_mode()));
@@ -420,6 +423,8 @@ fn print_work(case: &Case, d: &Counters, s0: &Snap, s1: &Snap, syncs_per_parent:
 /// What one converge measured, for [`shard::side_by_side`].
 pub(crate) struct Run {
     pub(crate) replicas: usize,
+    /// `TOKIO_WORKER_THREADS` of each replica, when set.
+    pub(crate) threads: Option<usize>,
     /// Each controller's CPU seconds until the hook went quiet.
     pub(crate) cpu_quiet: Vec<f64>,
     /// Converge wall time, seconds.
@@ -495,6 +500,7 @@ pub(crate) async fn converge(
     }
     Ok(Run {
         replicas: case.replicas,
+        threads: case.threads,
         wall,
         cpu,
         cpu_quiet: quiet.ctrl_cpu(&s0),

@@ -266,15 +266,17 @@ pub(crate) fn side_by_side(runs: &[Run]) {
         return;
     }
     let base = runs.iter().find(|r| r.replicas == 1).unwrap_or(&runs[0]);
+    let threads = |r: &Run| r.threads.map_or(String::new(), |t| format!("×{t} threads"));
     let (base_cpu, base_rss) = (
         base.cpu.iter().sum::<f64>(),
         base.rss.iter().copied().fold(0.0, f64::max),
     );
     let base_quiet: f64 = base.cpu_quiet.iter().sum();
     println!(
-        "  side by side (ratio to {} replica{}):",
+        "  side by side (ratio to {} replica{}{}):",
         base.replicas,
-        if base.replicas == 1 { "" } else { "s" }
+        if base.replicas == 1 { "" } else { "s" },
+        threads(base)
     );
     println!(
         "    replicas | converge s | controller CPU s, sum | CPU s, each | CPU s until quiet, sum | peak RSS MiB, each (largest ÷ base) | server CPU s"
@@ -290,8 +292,9 @@ pub(crate) fn side_by_side(runs: &[Run]) {
         };
         let quiet: f64 = r.cpu_quiet.iter().sum();
         println!(
-            "    {} | {:.2} ({:.2}×) | {cpu:.2} ({:.2}×) | {} | {quiet:.2} ({:.2}×) | {} ({:.2}×) | {:.2}",
+            "    {}{} | {:.2} ({:.2}×) | {cpu:.2} ({:.2}×) | {} | {quiet:.2} ({:.2}×) | {} ({:.2}×) | {:.2}",
             r.replicas,
+            threads(r),
             r.wall,
             r.wall / base.wall,
             cpu / base_cpu,

@@ -234,12 +234,36 @@ struct WatchLabels {
 }
 
 /// The series of `--sharding`.
-#[derive(Default)]
 struct ShardSeries {
     buckets: Family<BucketLabels, Gauge>,
     members: Gauge,
     handoffs: Family<HandoffLabels, Counter>,
+    handoff_seconds: HistogramFamily<PreviousLabels>,
     parents: Family<ControllerLabels, Gauge>,
+}
+
+impl Default for ShardSeries {
+    fn default() -> Self {
+        ShardSeries {
+            buckets: Family::default(),
+            members: Gauge::default(),
+            handoffs: Family::default(),
+            handoff_seconds: Family::new_with_constructor(handoff_histogram),
+            parents: Family::default(),
+        }
+    }
+}
+
+/// 50 ms … 102 s: a hand-over within a Lease loop round, up to an expiry after a long
+/// `--shard-lease-duration` plus a large range's list.
+fn handoff_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreviousLabels {
+    /// How the previous holder let the bucket go: `released` or `expired`.
+    previous: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -507,8 +531,13 @@ impl Metrics {
         );
         r.register(
             "kmeta_shard_handoffs",
-            "shard buckets this replica gave up, by reason (rebalance|shutdown|lost)",
+            "shard buckets this replica gave up, by reason (rebalance|shutdown|lost|blocked)",
             self.shard.handoffs.clone(),
+        );
+        r.register(
+            "kmeta_shard_handoff_seconds",
+            "for a shard bucket this replica took over from another, the seconds from the previous holder's last Lease record it saw (its release, or its last renewal before the Lease expired) to the start of its work here (after the acquisition and, with --shard-watch=server, the bucket's lists), by how the previous holder let it go (released|expired)",
+            self.shard.handoff_seconds.clone(),
         );
         r.register(
             "kmeta_shard_parents",
@@ -877,6 +906,15 @@ impl Metrics {
                 reason: reason.into(),
             })
             .inc();
+    }
+
+    /// A shard bucket taken over from another replica, whose previous holder let it go
+    /// (`released` or `expired`) `seconds` before its work started here.
+    pub(crate) fn shard_handoff_seconds(&self, previous: &'static str, seconds: f64) {
+        self.shard
+            .handoff_seconds
+            .get_or_create(&PreviousLabels { previous })
+            .observe(seconds);
     }
 
     /// The parents of `controller` in the shard buckets this replica works on.

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::legacy::LegacyGuard;
+use super::state::Previous;
 use super::{Bucket, BucketView, Shards, Step, plan};
 use crate::ops::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
@@ -218,6 +219,9 @@ where
     Fut: Future<Output = ()>,
 {
     cfg.validate()?;
+    if let Some(m) = &cfg.metrics {
+        cfg.shards.report_to(m.clone());
+    }
     let legacy = LegacyGuard::new(cfg.lease(cfg.leader_lease.clone()));
     let mut state = Loop {
         legacy,
@@ -623,11 +627,25 @@ impl Loop {
         other.is_some()
     }
 
+    /// When and how `current`, the Lease of a bucket this replica is about to take, was let
+    /// go: its record as first seen here (a release, or the last renewal before it expired).
+    /// `None` for a Lease never written (no hand-over: nobody held it).
+    fn handed_from(&self, name: &str, current: Option<&Lease>) -> Option<(Instant, Previous)> {
+        let current = current?;
+        let (_, seen) = self.observed.get(name)?;
+        let previous = match leader::holder(current) {
+            Some(_) => Previous::Expired,
+            None => Previous::Released,
+        };
+        Some((*seen, previous))
+    }
+
     /// Tries to take `b` (created when it has no Lease yet).
     async fn acquire(&mut self, b: Bucket, current: Option<&Lease>) {
         let name = self.cfg.bucket_lease(b);
         let cfg = self.bucket_cfg(b);
         let started = Instant::now();
+        let handed_from = self.handed_from(&name, current);
         let written = match current {
             None => {
                 let lease = self.new_lease(
@@ -653,6 +671,9 @@ impl Loop {
         };
         match written {
             Ok(lease) => {
+                if let Some((since, previous)) = handed_from {
+                    self.cfg.shards.taken_over(b, since, previous);
+                }
                 self.observe(&name, Some(&lease), Instant::now());
                 self.held.insert(
                     b,

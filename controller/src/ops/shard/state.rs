@@ -16,8 +16,8 @@
 //! contend, so they pass whenever this replica holds any bucket.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use http::Request;
@@ -26,6 +26,7 @@ use tower::{Layer, Service};
 
 use super::{Bucket, ShardHash, bucket_by};
 use crate::ops::fence::{Fence, WriteGate};
+use crate::ops::metrics::Metrics;
 #[cfg(test)]
 use crate::runtime::shard_watch::Listed;
 use crate::runtime::shard_watch::{HashRange, WatchShards};
@@ -77,6 +78,28 @@ struct Slot {
     listing: AtomicBool,
     /// A task waits for its watches' lists to start its work.
     awaited: AtomicBool,
+    /// Taken over from another replica: when its previous holder let it go, as this replica
+    /// saw it, until its work starts here ([`Shards::taken_over`]).
+    handoff: Mutex<Option<(Instant, Previous)>>,
+}
+
+/// How the previous holder of a bucket this replica takes let it go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Previous {
+    /// Its Lease was released (a rebalance, a shutdown, a leader-mode process).
+    Released,
+    /// Its Lease expired (the holder died, hung or lost the API server).
+    Expired,
+}
+
+impl Previous {
+    /// The `previous` label of `kmeta_shard_handoff_seconds`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Previous::Released => "released",
+            Previous::Expired => "expired",
+        }
+    }
 }
 
 /// The buckets this replica holds. Cloning the `Arc` shares it.
@@ -92,7 +115,9 @@ pub struct Shards {
     /// Live replicas as last counted (for metrics and `/readyz`).
     members: AtomicUsize,
     /// Why this replica takes no bucket (a leader-mode process holds the leader Lease).
-    blocked: std::sync::Mutex<Option<String>>,
+    blocked: Mutex<Option<String>>,
+    /// Where hand-over times go (`kmeta_shard_handoff_seconds`), once set.
+    metrics: OnceLock<Arc<Metrics>>,
 }
 
 /// Ends a sync's claim on its bucket when dropped (see [`Shards::begin`]).
@@ -138,8 +163,14 @@ impl Shards {
             slots,
             gained,
             members: AtomicUsize::new(0),
-            blocked: std::sync::Mutex::new(None),
+            blocked: Mutex::new(None),
+            metrics: OnceLock::new(),
         })
+    }
+
+    /// Reports hand-over times to `metrics` (the first call counts).
+    pub(crate) fn report_to(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// The number of hash buckets (the cluster bucket comes on top).
@@ -215,8 +246,27 @@ impl Shards {
                 slot.awaited.store(false, Ordering::Release);
                 slot.listing.store(true, Ordering::Release);
             } else {
-                slot.active.store(true, Ordering::Release);
-                self.gained.send_modify(|n| *n += 1);
+                self.start_work(b);
+            }
+        }
+    }
+
+    /// `b`, about to be acquired, was let go by its previous holder at `since` (as this
+    /// replica saw it): the time until its work starts here is a hand-over's.
+    pub(crate) fn taken_over(&self, b: Bucket, since: Instant, previous: Previous) {
+        *lock(&self.slot(b).handoff) = Some((since, previous));
+    }
+
+    /// `b`'s work is handed out from now on; a hand-over ends here.
+    fn start_work(&self, b: Bucket) {
+        let slot = self.slot(b);
+        slot.active.store(true, Ordering::Release);
+        self.gained.send_modify(|n| *n += 1);
+        if let Some((since, previous)) = lock(&slot.handoff).take() {
+            let seconds = since.elapsed().as_secs_f64();
+            tracing::info!(bucket = %b, previous = previous.as_str(), seconds, "took a shard bucket over");
+            if let Some(m) = self.metrics.get() {
+                m.shard_handoff_seconds(previous.as_str(), seconds);
             }
         }
     }
@@ -235,6 +285,7 @@ impl Shards {
         slot.listing.store(false, Ordering::Release);
         slot.fence.close();
         slot.epoch.fetch_add(1, Ordering::AcqRel);
+        lock(&slot.handoff).take();
     }
 
     /// The held buckets whose work waits for the sharded watches to list them.
@@ -302,9 +353,8 @@ impl Shards {
         {
             return;
         }
-        slot.active.store(true, Ordering::Release);
-        self.gained.send_modify(|n| *n += 1);
         tracing::info!(bucket = %b, "shard bucket's watches listed; its work starts");
+        self.start_work(b);
     }
 
     /// Records how many replicas are alive.
@@ -314,17 +364,11 @@ impl Shards {
 
     /// Why this replica takes no bucket now, if it takes none on purpose.
     pub fn blocked(&self) -> Option<String> {
-        self.blocked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.blocked).clone()
     }
 
     pub(crate) fn set_blocked(&self, why: Option<String>) {
-        *self
-            .blocked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+        *lock(&self.blocked) = why;
     }
 
     /// Live replicas as last counted (0 before the first round).
@@ -394,6 +438,11 @@ impl Shards {
             bucket: bucket.to_string(),
         })
     }
+}
+
+/// The data behind `m`, whether or not a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The namespace (`""` when none) and resource a request path addresses.
@@ -579,6 +628,57 @@ mod tests {
         shards.give_up(Bucket::Hash(1));
         shards.renewed(Bucket::Hash(1), until, true);
         assert_eq!(shards.gained_since(&mut seen), vec![Bucket::Hash(1)]);
+    }
+
+    /// The value of the series `name` (with its labels) in `metrics`' text, if present.
+    fn series(metrics: &Metrics, name: &str) -> Option<f64> {
+        metrics.encode().lines().find_map(|l| {
+            let value = l.strip_prefix(name)?.strip_prefix(' ')?;
+            value.parse().ok()
+        })
+    }
+
+    #[test]
+    fn a_hand_over_is_timed_from_the_previous_holder_to_the_start_of_work() {
+        let shards = Shards::new(4);
+        let metrics = Arc::new(Metrics::new());
+        shards.report_to(metrics.clone());
+        let now = Instant::now();
+        let until = now + Duration::from_secs(60);
+        let three_s_ago = now
+            .checked_sub(Duration::from_secs(3))
+            .expect("the clock is past 3 s");
+        // a bucket nobody held before: no hand-over
+        shards.renewed(Bucket::Hash(0), until, true);
+        // released 3 s ago, taken now
+        shards.taken_over(Bucket::Hash(1), three_s_ago, Previous::Released);
+        shards.renewed(Bucket::Hash(1), until, true);
+        // taken after an expiry, lost before its work started, then gained anew: no hand-over
+        let b = Bucket::Hash(2);
+        let watch = Arc::new(WatchShards::default());
+        let listing = Shards::with_hash(4, ShardHash::Fnv1a, Some(watch));
+        listing.report_to(metrics.clone());
+        listing.taken_over(b, three_s_ago, Previous::Expired);
+        listing.renewed(b, until, true);
+        listing.give_up(b);
+        listing.renewed(b, until, true);
+        listing.activate(b, listing.slot(b).epoch.load(Ordering::Acquire));
+        assert!(listing.active(b));
+
+        let count = |previous: &str| {
+            series(
+                &metrics,
+                &format!("kmeta_shard_handoff_seconds_count{{previous=\"{previous}\"}}"),
+            )
+        };
+        assert_eq!(count("released"), Some(1.0));
+        assert_eq!(count("expired"), None);
+        let sum = series(
+            &metrics,
+            "kmeta_shard_handoff_seconds_sum{previous=\"released\"}",
+        )
+        .expect("a sum");
+        assert!((3.0..60.0).contains(&sum), "{sum}");
     }
 
     /// With server-sharded watches a gained bucket is selected at once, its work starts only
