@@ -468,7 +468,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "kmeta"}}}]);
     let Some(sharded) = helm_render(&serde_json::json!({
         "replicaCount": 3,
-        "sharding": {"enabled": true, "buckets": 64},
+        "sharding": {"enabled": true, "buckets": 64, "key": "uid"},
         "topologySpreadConstraints": spread,
     }))?
     else {
@@ -487,6 +487,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         (sharding.namespace.as_str(), sharding.buckets),
         ("kmeta", 64)
     );
+    assert_eq!(sharding.key, kmeta::cmd::cli::ShardKey::Uid);
     assert!(config.leader.is_none());
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
 

@@ -259,18 +259,28 @@ async fn set_up_in(
     })
     .await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut created = BTreeSet::new();
     for n in 0..NAMESPACES {
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names(n)}});
-        namespaces.create(&pp, &serde_json::from_value(ns)?).await?;
+        if created.insert(names(n)) {
+            let ns =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names(n)}});
+            namespaces.create(&pp, &serde_json::from_value(ns)?).await?;
+        }
         let in_ns: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &names(n), &notes_resource());
         for p in 0..PER_NAMESPACE {
             let note = json!({"apiVersion": "shard.example.com/v1", "kind": "Note",
-                "metadata": {"name": format!("n{p}")}, "spec": {"v": 0}});
+                "metadata": {"name": note_name(n, p)}, "spec": {"v": 0}});
             in_ns.create(&pp, &serde_json::from_value(note)?).await?;
         }
     }
     Ok(notes)
+}
+
+/// The name of the `p`-th Note of the `n`-th group (one name per group, so groups may share a
+/// namespace).
+fn note_name(n: usize, p: usize) -> String {
+    format!("n{n}-{p}")
 }
 
 /// Sets every parent's `spec.v` to `v`.
@@ -289,7 +299,7 @@ async fn edit_all_in(
             Api::namespaced_with(server.client(), &names(n), &notes_resource());
         for p in 0..PER_NAMESPACE {
             let patch = Patch::Merge(json!({"spec": {"v": v}}));
-            api.patch(&format!("n{p}"), &PatchParams::default(), &patch)
+            api.patch(&note_name(n, p), &PatchParams::default(), &patch)
                 .await?;
         }
     }
@@ -346,6 +356,17 @@ fn identity_of(user_agent: &str) -> Option<&str> {
 /// wrote it concurrently with it. Namespaces are placed in buckets by `hash`, as the replicas
 /// place them. Returns the violations and the number of writes checked.
 fn check_ownership(log: &[WriteRecord], hash: ShardHash) -> (Vec<String>, usize) {
+    check_ownership_by(log, |w| {
+        let ns = w.namespace.as_deref()?;
+        Some(bucket_by(ns, BUCKETS, hash).to_string())
+    })
+}
+
+/// As [`check_ownership`], each write placed in a bucket by `place` (`None`: not checked).
+fn check_ownership_by(
+    log: &[WriteRecord],
+    place: impl Fn(&WriteRecord) -> Option<String>,
+) -> (Vec<String>, usize) {
     let mut leases: BTreeMap<String, Vec<&WriteRecord>> = BTreeMap::new();
     for r in log {
         let Some(name) = r.name.as_deref() else {
@@ -365,15 +386,20 @@ fn check_ownership(log: &[WriteRecord], hash: ShardHash) -> (Vec<String>, usize)
     let mut violations = Vec::new();
     let mut checked = 0;
     for w in log {
-        let owned = matches!(w.resource.as_str(), "configmaps" | "notes/status" | "notes");
+        let owned = matches!(
+            w.resource.as_str(),
+            "configmaps" | "notes/status" | "notes" | "boards/status"
+        );
         let (Some(who), Some(ns)) = (identity_of(&w.user_agent), w.namespace.as_deref()) else {
             continue;
         };
         if !owned || w.code >= 300 {
             continue;
         }
+        let Some(bucket) = place(w) else {
+            continue;
+        };
         checked += 1;
-        let bucket = bucket_by(ns, BUCKETS, hash).to_string();
         let writes = leases.get(&bucket).map(Vec::as_slice).unwrap_or_default();
         let before: Vec<&&WriteRecord> = writes
             .iter()
@@ -916,6 +942,256 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     );
     assert!(violations.is_empty(), "{}", violations.join("\n"));
     drop((replicas, c));
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Every Note in one namespace.
+fn solo(_: usize) -> String {
+    "solo".to_owned()
+}
+
+/// Each Note's bucket under `--shard-key=uid` (the mixed hash of its uid), by (namespace, name).
+async fn buckets_by_uid(
+    notes: &Api<DynamicObject>,
+) -> anyhow::Result<BTreeMap<(String, String), String>> {
+    Ok(notes
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|n| {
+            let uid = n.metadata.uid.as_deref()?;
+            let key = (n.metadata.namespace.clone()?, n.metadata.name.clone()?);
+            Some((key, bucket_by(uid, BUCKETS, ShardHash::Mixed).to_string()))
+        })
+        .collect())
+}
+
+/// Waits until every replica works on some of the Notes and its `kmeta_shard_parents` counts
+/// exactly the Notes whose uid falls in its buckets.
+async fn wait_spread_by_uid(
+    notes: &Api<DynamicObject>,
+    replicas: &[(Replica, u16)],
+    step: &str,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let by_uid = buckets_by_uid(notes).await?;
+        let mut seen = Vec::new();
+        for (r, metrics) in replicas {
+            let held = held(r).await.unwrap_or_default();
+            let want = by_uid.values().filter(|b| held.contains(*b)).count();
+            let counted = gauge(*metrics, "kmeta_shard_parents{controller=\"notes\"}").await;
+            seen.push((r.name.clone(), held, want, counted));
+        }
+        if seen
+            .iter()
+            .all(|(_, _, want, counted)| *want > 0 && *counted == Some(*want))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{step}: (replica, buckets, parents there, kmeta_shard_parents): {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `--shard-key=uid`: every parent in one namespace (by namespace, one replica's work), three
+/// replicas each work on the parents whose uid falls in their buckets; after kill -9 of one the
+/// survivors take its parents; every update of a child and every status write lies where its
+/// writer held the bucket of the parent's uid (a create names its object only in its body, so
+/// creates are not placed).
+#[tokio::test]
+async fn by_uid_one_namespaces_parents_spread_over_the_replicas() -> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let server = TestServer::start().await?;
+    server.write_log().enable(1_000_000);
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
+    let cc = notes_controller(&hook().await?);
+    let notes = set_up_in(&server, "compositecontrollers", cc, solo).await?;
+    let mut replicas = Vec::new();
+    for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
+        let metrics = free_port()?;
+        let extra = [
+            "--shard-key=uid".to_owned(),
+            format!("--metrics-address=127.0.0.1:{metrics}"),
+        ];
+        replicas.push((start_with(&kubeconfig, dir.path(), name, &extra)?, metrics));
+    }
+    let all: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
+    wait_balanced(&all).await?;
+    converged(&server, &notes, 0, "three replicas by uid").await?;
+    wait_spread_by_uid(&notes, &replicas, "three replicas by uid").await?;
+
+    let (mut c, _) = replicas
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("three replicas"))?;
+    c.child.kill()?;
+    c.child.wait()?;
+    edit_all_in(&server, 1, solo).await?;
+    converged(&server, &notes, 1, "by uid, after kill -9").await?;
+    let survivors: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
+    wait_balanced(&survivors).await?;
+    wait_spread_by_uid(&notes, &replicas, "two replicas by uid").await?;
+
+    let by_uid = buckets_by_uid(&notes).await?;
+    let (violations, checked) = check_ownership_by(&server.write_log().since(0), |w| {
+        let key = (w.namespace.clone()?, w.name.clone()?);
+        by_uid.get(&key).cloned()
+    });
+    assert!(
+        checked > 2 * NAMESPACES * PER_NAMESPACE,
+        "only {checked} writes checked"
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    drop((replicas, c));
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A hook for cluster-scoped Boards: one ConfigMap child in each namespace `team-0` …
+/// `team-<NAMESPACES-1>`, carrying the parent's `spec.v`.
+async fn board_hook() -> anyhow::Result<String> {
+    use axum::Json;
+    let app = axum::Router::new().route(
+        "/sync",
+        axum::routing::post(|Json(req): Json<Value>| async move {
+            let parent = &req["parent"];
+            let name = parent["metadata"]["name"]
+                .as_str()
+                .unwrap_or("x")
+                .to_owned();
+            let v = parent["spec"]["v"].as_i64().unwrap_or(0).to_string();
+            let children: Vec<Value> = (0..NAMESPACES)
+                .map(|n| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": name, "namespace": team(n)}, "data": {"v": v}})
+                })
+                .collect();
+            Json(json!({"status": {"v": v}, "children": children}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/sync", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+/// The cluster-scoped Board CRD, the namespaces `team-*` and the CompositeController of Boards
+/// with [`board_hook`]; the Boards' API.
+async fn set_up_boards(server: &TestServer) -> anyhow::Result<Api<DynamicObject>> {
+    let client = server.client();
+    let pp = PostParams::default();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "boards.shard.example.com"},
+        "spec": {"group": "shard.example.com", "scope": "Cluster",
+                 "names": {"kind": "Board", "plural": "boards", "singular": "board"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let crds = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
+    Api::<DynamicObject>::all_with(client.clone(), &crds)
+        .create(&pp, &serde_json::from_value(crd)?)
+        .await?;
+    let boards_resource = ApiResource {
+        group: "shard.example.com".into(),
+        version: "v1".into(),
+        api_version: "shard.example.com/v1".into(),
+        kind: "Board".into(),
+        plural: "boards".into(),
+    };
+    let boards: Api<DynamicObject> = Api::all_with(client.clone(), &boards_resource);
+    wait_for("the Board resource to be served", || async {
+        boards.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for n in 0..NAMESPACES {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team(n)}});
+        namespaces.create(&pp, &serde_json::from_value(ns)?).await?;
+    }
+    let cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "boards"},
+        "spec": {"generateSelector": true,
+                 "parentResource": {"apiVersion": "shard.example.com/v1", "resource": "boards"},
+                 "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                     "updateStrategy": {"method": "InPlace"}}],
+                 "hooks": {"sync": {"webhook": {"url": board_hook().await?}}}}
+    });
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &metacontroller_resource("compositecontrollers"),
+    )
+    .create(&pp, &serde_json::from_value(cc)?)
+    .await?;
+    Ok(boards)
+}
+
+/// A cluster-scoped parent's children lie in namespaces of every bucket: its sync runs on the
+/// holder of the cluster bucket, whose writes of them pass that bucket's fence whichever
+/// namespaces' buckets it holds (they are checked in the sync's scope, not by their paths), and
+/// every one of them lies where its writer held the cluster bucket.
+#[tokio::test]
+async fn a_cluster_scoped_parents_children_everywhere_are_written_by_the_cluster_buckets_holder()
+-> anyhow::Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let server = TestServer::start().await?;
+    server.write_log().enable(1_000_000);
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
+    let boards = set_up_boards(&server).await?;
+    let (client, pp) = (server.client(), PostParams::default());
+    let a = start(&kubeconfig, dir.path(), "kmeta-a")?;
+    let b = start(&kubeconfig, dir.path(), "kmeta-b")?;
+    let c = start(&kubeconfig, dir.path(), "kmeta-c")?;
+    wait_balanced(&[&a, &b, &c]).await?;
+    for i in 0..2 {
+        let board = json!({"apiVersion": "shard.example.com/v1", "kind": "Board",
+            "metadata": {"name": format!("board-{i}")}, "spec": {"v": 7}});
+        boards.create(&pp, &serde_json::from_value(board)?).await?;
+    }
+    // every child in every namespace, and both parents' status
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
+    let want = 2 * NAMESPACES;
+    wait_long("every Board's children in every namespace", || async {
+        let children = cms
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let good = children
+            .iter()
+            .filter(|c| c.data.as_ref().and_then(|d| d.get("v")).map(String::as_str) == Some("7"))
+            .count();
+        let synced = boards
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|b| b.data["status"]["v"] == "7")
+                    .count()
+            })
+            .unwrap_or_default();
+        good == want && synced == 2
+    })
+    .await?;
+    let log = server.write_log().since(0);
+    let (violations, checked) = check_ownership_by(&log, |w| {
+        let board = w.name.as_deref().is_none_or(|n| n.starts_with("board-"));
+        (board && matches!(w.resource.as_str(), "configmaps" | "boards/status"))
+            .then(|| "cluster".to_owned())
+    });
+    assert!(checked >= want, "only {checked} writes checked");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    drop((a, b, c));
     server.shutdown().await;
     Ok(())
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+pub use crate::ops::shard::ShardKey;
 use crate::reconcile::apply::{ApplyStrategy, MAX_FIELD_MANAGER};
 
 /// The longest `--apply-strategy-ssa-field-manager`: half of a field manager's 128 characters,
@@ -162,6 +163,18 @@ pub struct RunArgs {
         help_heading = "Sharding"
     )]
     pub shard_watch: ShardWatch,
+    /// What places a parent in a bucket: `namespace` (a namespace's parents, children and
+    /// orphans stay with one replica) or `uid` (the parent's uid: one huge namespace spreads over
+    /// every replica; needs --shard-watch=client, and replicas may race for an orphan two
+    /// parents select). Every replica must agree.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = ShardKey::Namespace,
+        value_name = "KEY",
+        help_heading = "Sharding"
+    )]
+    pub shard_key: ShardKey,
     /// Only run CompositeControllers and DecoratorControllers whose labels match this selector
     /// (e.g. "shard=a").
     #[arg(
@@ -280,6 +293,8 @@ pub struct ShardFlags {
     pub drain_timeout: Duration,
     /// `--shard-watch`.
     pub watch: ShardWatch,
+    /// `--shard-key`.
+    pub key: ShardKey,
     /// `--leader-election-id`: the Lease a leader-mode kmeta or Metacontroller would hold; the
     /// sharded replicas work only while one of them holds it.
     pub leader_lease: String,
@@ -594,7 +609,19 @@ impl RunArgs {
                     message: "server needs --sharding".into(),
                 });
             }
+            if self.shard_key == ShardKey::Uid {
+                return Err(CliError::Invalid {
+                    flag: "shard-key",
+                    message: "uid needs --sharding".into(),
+                });
+            }
             return Ok(None);
+        }
+        if self.shard_key == ShardKey::Uid && self.shard_watch == ShardWatch::Server {
+            return Err(CliError::Invalid {
+                flag: "shard-key",
+                message: "uid needs --shard-watch=client: children carry their own uid, so the API server cannot split their watches by their parent's".into(),
+            });
         }
         if self.leader_election {
             return Err(CliError::Invalid {
@@ -640,6 +667,7 @@ impl RunArgs {
                 None => renew_deadline,
             },
             watch: self.shard_watch,
+            key: self.shard_key,
         };
         let timings = crate::ops::leader::LeaderConfig {
             lease_duration: flags.lease_duration,
@@ -822,6 +850,14 @@ mod tests {
             other => panic!("{args:?}: {other:?}"),
         };
         assert_eq!(flag_of(&["--sharding", "--leader-election"]), "sharding");
+        assert_eq!(s.key, ShardKey::Namespace);
+        let by_uid = parse(&["--sharding", "--shard-key=uid"]).expect("valid");
+        assert_eq!(by_uid.sharding.map(|s| s.key), Some(ShardKey::Uid));
+        assert_eq!(flag_of(&["--shard-key=uid"]), "shard-key");
+        assert_eq!(
+            flag_of(&["--sharding", "--shard-key=uid", "--shard-watch=server"]),
+            "shard-key"
+        );
         assert_eq!(
             flag_of(&["--sharding", "--shard-buckets=12"]),
             "shard-buckets"

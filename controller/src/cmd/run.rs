@@ -286,14 +286,16 @@ fn work_client(
     .map_err(|e| RunError::Client(e.to_string()))
 }
 
-/// What a sharded replica holds: none yet; with `--shard-watch=server`, namespaces placed by
-/// plain FNV-1a (the server's ranges) and the selection of its sharded watches.
+/// What a sharded replica holds: none yet; parents placed by `--shard-key`; with
+/// `--shard-watch=server`, by plain FNV-1a (the server's ranges), with the selection of its
+/// sharded watches.
 fn shards_of(f: &ShardFlags) -> Arc<Shards> {
     match f.watch {
-        ShardWatch::Client => Shards::new(f.buckets),
-        ShardWatch::Server => Shards::with_hash(
+        ShardWatch::Client => Shards::keyed(f.buckets, ShardHash::Mixed, f.key, None),
+        ShardWatch::Server => Shards::keyed(
             f.buckets,
             ShardHash::Fnv1a,
+            f.key,
             Some(Arc::new(WatchShards::default())),
         ),
     }

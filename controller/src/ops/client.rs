@@ -9,7 +9,6 @@ use crate::ops::fence::{Fence, FenceLayer};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, RateLimitLayer};
 use crate::ops::shard::Shards;
-use crate::ops::shard::state::ScopeLayer;
 
 pub use crate::runtime::kapi::{user_agent, with_user_agent};
 
@@ -68,7 +67,6 @@ pub fn build_sharded(
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(retry))
         .with_layer(&RateLimitLayer::new(limits, metrics))
-        .with_layer(&ScopeLayer)
         .build())
 }
 
@@ -104,6 +102,56 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::PostParams;
+
+    /// A sync's write scope is a task-local, and kube's buffers call the layers in a task of
+    /// their own: the sharded fence must still see the scope of the task awaiting the write.
+    #[tokio::test]
+    async fn a_sharded_write_is_checked_in_the_scope_of_the_sync_that_awaits_it()
+    -> anyhow::Result<()> {
+        use crate::ops::shard::state::in_scope;
+        use crate::ops::shard::{ShardHash, ShardKey};
+        use tokio::time::{Duration, Instant};
+
+        let server = kmeta_apiserver::TestServer::start().await?;
+        let config = kube::Config::new(server.url().parse()?);
+        let limits = RateLimit { qps: 0.0, burst: 0 };
+        let metrics = Arc::new(Metrics::default());
+        // by uid, a namespaced write outside a scope names no bucket: only the scope admits it
+        let shards = Shards::keyed(8, ShardHash::Mixed, ShardKey::Uid, None);
+        let client = build_sharded(config, limits, metrics, shards.clone())?;
+        let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+        let cm = |name: &str| ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let pp = PostParams::default();
+        let uid = "5b0c7e52-parent";
+        let b = shards.bucket_of_parent("default", Some(uid)).unwrap();
+        shards.renewed(b, Instant::now() + Duration::from_secs(60), true);
+        assert!(configmaps.create(&pp, &cm("outside")).await.is_err());
+        let claim = shards.begin("default", Some(uid)).unwrap();
+        in_scope(claim.scope(), configmaps.create(&pp, &cm("inside"))).await?;
+        // lost and regained while the sync ran: its writes are refused (a new epoch)
+        shards.give_up(b);
+        shards.renewed(b, Instant::now() + Duration::from_secs(60), true);
+        let e = in_scope(claim.scope(), configmaps.create(&pp, &cm("stale")))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("shard bucket"), "{e}");
+        let names: Vec<String> = configmaps
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        assert_eq!(names, vec!["inside".to_owned()]);
+        server.shutdown().await;
+        Ok(())
+    }
 
     #[tokio::test]
     async fn an_impersonated_request_is_made_as_the_user_through_the_base_clients_fence()

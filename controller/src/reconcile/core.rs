@@ -24,6 +24,7 @@ use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
+use crate::ops::shard::ShardKey;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::{
     self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
@@ -556,13 +557,13 @@ impl Triggers {
     }
 
     /// Under `--sharding`, sets `kmeta_shard_parents{controller}` now and every
-    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent's namespace: true
-    /// where this replica works on the namespace's bucket. The series goes with the controller.
+    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent: true where this
+    /// replica works on the parent's bucket. The series goes with the controller.
     pub fn count_shard_parents(
         &mut self,
         ctx: &Context,
         controller: &str,
-        count: impl Fn(&dyn Fn(&str) -> bool) -> usize + Send + 'static,
+        count: impl Fn(ParentTest<'_>) -> usize + Send + 'static,
     ) {
         let Some(shards) = ctx.config.shards.clone() else {
             return;
@@ -573,7 +574,7 @@ impl Triggers {
         };
         // the series lives in the ticking closure: dropped with it when the controller stops
         let tick = move || {
-            let n = count(&|ns: &str| shards.active(shards.bucket_of(ns)));
+            let n = count(&|ns: &str, uid: &str| shards.works_on(ns, Some(uid)));
             series.metrics.shard_parents(&series.controller, n);
         };
         tick();
@@ -582,11 +583,11 @@ impl Triggers {
 
     /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
     /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
-    /// with a test of a parent's namespace: true for the namespaces of the buckets gained.
+    /// with a test of a parent: true for the parents of the buckets gained.
     pub fn on_shard_gains(
         &mut self,
         ctx: &Context,
-        enqueue: impl Fn(&dyn Fn(&str) -> bool) + Send + 'static,
+        enqueue: impl Fn(ParentTest<'_>) + Send + 'static,
     ) {
         let Some(shards) = ctx.config.shards.clone() else {
             return;
@@ -599,7 +600,11 @@ impl Triggers {
                 gains.borrow_and_update();
                 let gained = shards.gained_since(&mut seen);
                 if !gained.is_empty() {
-                    enqueue(&|ns: &str| gained.contains(&shards.bucket_of(ns)));
+                    enqueue(&|ns: &str, uid: &str| {
+                        shards
+                            .bucket_of_parent(ns, Some(uid))
+                            .is_some_and(|b| gained.contains(&b))
+                    });
                 }
             }
         });
@@ -631,6 +636,10 @@ impl Drop for ShardParentsSeries {
         self.metrics.forget_shard_parents(&self.controller);
     }
 }
+
+/// A test of a parent (or a DecoratorController's target) by its namespace and uid: whether it
+/// belongs to the shard buckets in question.
+pub type ParentTest<'a> = &'a dyn Fn(&str, &str) -> bool;
 
 /// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
 /// cancelled; then stops taking work and returns once the syncs in flight have finished (the
@@ -669,7 +678,14 @@ async fn process_owned<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key
     let Some(shards) = &r.context().config.shards else {
         return process(r, circuit, key).await;
     };
-    match shards.begin(key.tenant()) {
+    // by uid, the parent's uid from the cache (a parent not cached has no replica yet: its
+    // watch event enqueues it again)
+    let uid = match shards.key() {
+        ShardKey::Namespace => None,
+        ShardKey::Uid => r.cached(key),
+    };
+    let uid = uid.as_deref().map(|p| meta_str(p, "uid"));
+    match shards.begin(key.tenant(), uid) {
         Some(claim) => {
             let scope = claim.scope();
             crate::ops::shard::state::in_scope(scope, process(r, circuit, key)).await;

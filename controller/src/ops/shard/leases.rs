@@ -44,6 +44,10 @@ pub const BUCKETS_ANNOTATION: &str = "kmeta.dev/shard-buckets";
 /// [`super::ShardHash`]; absent: `mixed`, as written before the choice existed): replicas
 /// configured with another hash take nothing.
 pub const HASH_ANNOTATION: &str = "kmeta.dev/shard-hash";
+/// The annotation of a bucket Lease naming what places a parent in a bucket (`namespace` or
+/// `uid`, [`super::ShardKey`]; absent: `namespace`, as written before the choice existed):
+/// replicas configured with another key take nothing.
+pub const KEY_ANNOTATION: &str = "kmeta.dev/shard-key";
 
 /// Settings of a sharded replica.
 #[derive(Clone, Debug)]
@@ -588,39 +592,49 @@ impl Loop {
         (members, views)
     }
 
-    /// What every bucket Lease says of the set: its bucket count and namespace hash.
-    fn set_annotations(&self) -> [(String, String); 2] {
+    /// What every bucket Lease says of the set: its bucket count, hash and key.
+    fn set_annotations(&self) -> [(String, String); 3] {
+        let shards = &self.cfg.shards;
         [
-            (
-                BUCKETS_ANNOTATION.to_owned(),
-                self.cfg.shards.buckets().to_string(),
-            ),
+            (BUCKETS_ANNOTATION.to_owned(), shards.buckets().to_string()),
             (
                 HASH_ANNOTATION.to_owned(),
-                self.cfg.shards.hash().as_str().to_owned(),
+                shards.hash().as_str().to_owned(),
             ),
+            (KEY_ANNOTATION.to_owned(), shards.key().as_str().to_owned()),
         ]
     }
 
-    /// Whether a live bucket Lease names another bucket count or namespace hash (then nothing
-    /// is taken: the two would place a namespace in different buckets).
+    /// Whether a live bucket Lease names another bucket count, hash or key (then nothing is
+    /// taken: the two would place a parent in different buckets).
     fn bucket_count_mismatch(&mut self, listed: &HashMap<String, Lease>) -> bool {
-        let mine = self.cfg.shards.buckets().to_string();
-        let my_hash = self.cfg.shards.hash().as_str();
+        let mine = self.set_annotations();
         let other = listed.values().find_map(|l| {
             let a = l.metadata.annotations.as_ref()?;
-            let theirs = a.get(BUCKETS_ANNOTATION)?;
-            let their_hash = a.get(HASH_ANNOTATION).map_or("mixed", String::as_str);
-            ((*theirs != mine || their_hash != my_hash) && leader::holder(l).is_some()).then(|| {
+            // Leases written before the hash and the key were chosen name neither
+            a.get(BUCKETS_ANNOTATION)?;
+            let theirs = |name: &str| {
+                let default = match name {
+                    HASH_ANNOTATION => "mixed",
+                    _ => "namespace",
+                };
+                a.get(name).map_or(default, String::as_str)
+            };
+            let differs = mine.iter().any(|(name, value)| theirs(name) != value);
+            (differs && leader::holder(l).is_some()).then(|| {
                 format!(
-                    "{} says {theirs} buckets, hash {their_hash}",
-                    l.metadata.name.as_deref().unwrap_or("")
+                    "{} says {} buckets, hash {}, key {}",
+                    l.metadata.name.as_deref().unwrap_or(""),
+                    theirs(BUCKETS_ANNOTATION),
+                    theirs(HASH_ANNOTATION),
+                    theirs(KEY_ANNOTATION)
                 )
             })
         });
         if other != self.mismatch {
             if let Some(o) = &other {
-                tracing::error!(buckets = %mine, hash = %my_hash, lease = %o, "another replica of this shard set uses another --shard-buckets or --shard-watch (namespace hash); taking no bucket until they agree");
+                let [(_, buckets), (_, hash), (_, key)] = &mine;
+                tracing::error!(%buckets, %hash, %key, lease = %o, "another replica of this shard set uses another --shard-buckets, --shard-watch (hash) or --shard-key; taking no bucket until they agree");
             }
             self.mismatch = other.clone();
         }

@@ -24,8 +24,8 @@ pub(crate) mod state;
 use std::time::Duration;
 
 pub use leases::{
-    BUCKETS_ANNOTATION, HASH_ANNOTATION, ROLE_LABEL, SET_LABEL, ShardConfig, ShardError,
-    run_sharded,
+    BUCKETS_ANNOTATION, HASH_ANNOTATION, KEY_ANNOTATION, ROLE_LABEL, SET_LABEL, ShardConfig,
+    ShardError, run_sharded,
 };
 pub use state::{ShardFenced, Shards};
 
@@ -76,6 +76,49 @@ impl ShardHash {
             ShardHash::Mixed => "mixed",
             ShardHash::Fnv1a => "fnv-1a",
         }
+    }
+}
+
+/// What places a parent in a bucket (`--shard-key`); every replica of a set must use the same
+/// (the bucket Leases carry it, [`leases::KEY_ANNOTATION`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardKey {
+    /// The parent's namespace: a namespace's parents, children and orphans stay with one
+    /// replica, cluster-scoped parents share the cluster bucket; one huge namespace is one
+    /// replica's work.
+    #[default]
+    Namespace,
+    /// The parent's uid: a namespace's parents spread over every bucket (the escape from one
+    /// huge namespace); watches are the replica's to filter (`--shard-watch=client` only), and
+    /// replicas may race for an orphan two parents select.
+    Uid,
+}
+
+impl ShardKey {
+    /// As the bucket Leases name it: `namespace` or `uid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardKey::Namespace => "namespace",
+            ShardKey::Uid => "uid",
+        }
+    }
+}
+
+/// The bucket of a parent in `namespace` with `uid`, placed by `key`: by namespace as
+/// [`bucket_by`]; by uid, the hash bucket of the uid (`None` without one: a parent not seen
+/// yet, whose replica is not known).
+pub fn bucket_of_parent(
+    key: ShardKey,
+    namespace: &str,
+    uid: Option<&str>,
+    buckets: u32,
+    hash: ShardHash,
+) -> Option<Bucket> {
+    match key {
+        ShardKey::Namespace => Some(bucket_by(namespace, buckets, hash)),
+        ShardKey::Uid => uid
+            .filter(|u| !u.is_empty())
+            .map(|u| bucket_by(u, buckets, hash)),
     }
 }
 

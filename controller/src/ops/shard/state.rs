@@ -4,11 +4,11 @@
 //! bucket this replica does not hold.
 //!
 //! A sync runs in a [`WriteScope`] (its bucket and the bucket's epoch when it started:
-//! [`Shards::begin`]), set as a task-local by the worker. [`ScopeLayer`], the outermost layer of
-//! the work's client, copies it into each request's extensions in the task that sends the
-//! request (kube's buffer runs the inner layers in a task of its own); the fence layer
-//! ([`crate::ops::fence::FenceLayer`] with this module's [`WriteGate`]), the innermost, checks
-//! it just before the request leaves: the bucket's fence is open and its epoch unchanged, so a
+//! [`Shards::begin`]), set as a task-local by the worker. The fence layer
+//! ([`crate::ops::fence::FenceLayer`] with this module's [`WriteGate`]), the innermost of the
+//! work's client, reads it when its future is first polled, in the task awaiting the request
+//! (kube's buffers call the layers in a task of their own, where the task-local is not set, but
+//! hand the futures back to the caller), just before the request leaves: the bucket's fence is open and its epoch unchanged, so a
 //! sync that started before its bucket was lost (and perhaps regained) sends nothing. A write
 //! made outside any sync (an Event retried in the background, a controller's housekeeping) is
 //! checked by the namespace in its path instead: that namespace's bucket (the
@@ -18,27 +18,37 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll};
 
 use http::Request;
 use tokio::time::Instant;
-use tower::{Layer, Service};
 
-use super::{Bucket, ShardHash, bucket_by};
+use super::{Bucket, ShardHash, ShardKey, bucket_by, bucket_of_parent};
 use crate::ops::fence::{Fence, WriteGate};
 use crate::ops::metrics::Metrics;
 #[cfg(test)]
 use crate::runtime::shard_watch::Listed;
 use crate::runtime::shard_watch::{HashRange, WatchShards};
 
-/// The error of a write refused because this replica does not hold its bucket.
+/// The error of a write refused by the shard buckets' fences.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "write refused: this replica does not hold shard bucket {bucket} (lost, handed over or not yet acquired)"
-)]
-pub struct ShardFenced {
-    /// The bucket (`cluster`, or its number).
-    pub bucket: String,
+pub enum ShardFenced {
+    /// This replica does not hold the write's bucket.
+    #[error(
+        "write refused: this replica does not hold shard bucket {bucket} (lost, handed over or not yet acquired)"
+    )]
+    NotHeld {
+        /// The bucket (`cluster`, or its number).
+        bucket: String,
+    },
+    /// Under `--shard-key=uid`, a write to a namespaced path made outside any sync: it names
+    /// no parent, so no bucket.
+    #[error(
+        "write refused: under --shard-key=uid a write to {path} made outside any sync names no parent, so no shard bucket"
+    )]
+    NoParent {
+        /// The request's path.
+        path: String,
+    },
 }
 
 /// The bucket a sync writes for and that bucket's epoch when the sync started.
@@ -107,6 +117,7 @@ impl Previous {
 pub struct Shards {
     buckets: u32,
     hash: ShardHash,
+    key: ShardKey,
     /// Under `--shard-watch=server`, the selection of the sharded watches.
     watch: Option<Arc<WatchShards>>,
     slots: Vec<Slot>,
@@ -154,11 +165,22 @@ impl Shards {
         hash: ShardHash,
         watch: Option<Arc<WatchShards>>,
     ) -> Arc<Shards> {
+        Shards::keyed(buckets, hash, ShardKey::Namespace, watch)
+    }
+
+    /// As [`Shards::with_hash`], parents placed by `key` (`--shard-key`).
+    pub(crate) fn keyed(
+        buckets: u32,
+        hash: ShardHash,
+        key: ShardKey,
+        watch: Option<Arc<WatchShards>>,
+    ) -> Arc<Shards> {
         let slots = (0..=buckets).map(|_| Slot::default()).collect();
         let (gained, _) = tokio::sync::watch::channel(0);
         Arc::new(Shards {
             buckets,
             hash,
+            key,
             watch,
             slots,
             gained,
@@ -192,9 +214,26 @@ impl Shards {
         self.watch.as_ref()
     }
 
-    /// The bucket of a parent in `namespace`.
+    /// What places a parent in a bucket.
+    pub fn key(&self) -> ShardKey {
+        self.key
+    }
+
+    /// The bucket of the namespace `namespace` (of a parent there, under `--shard-key=namespace`;
+    /// of a write to a path there made outside any sync).
     pub fn bucket_of(&self, namespace: &str) -> Bucket {
         bucket_by(namespace, self.buckets, self.hash)
+    }
+
+    /// The bucket of a parent in `namespace` with `uid` ([`bucket_of_parent`]).
+    pub fn bucket_of_parent(&self, namespace: &str, uid: Option<&str>) -> Option<Bucket> {
+        bucket_of_parent(self.key, namespace, uid, self.buckets, self.hash)
+    }
+
+    /// Whether this replica works on the parent in `namespace` with `uid` now.
+    pub(crate) fn works_on(&self, namespace: &str, uid: Option<&str>) -> bool {
+        self.bucket_of_parent(namespace, uid)
+            .is_some_and(|b| self.active(b))
     }
 
     /// Whether work of `b` is handed out on this replica.
@@ -209,10 +248,11 @@ impl Shards {
             .collect()
     }
 
-    /// Starts a sync for a parent in `namespace`: `None` when its bucket is not this replica's
-    /// work (the key is dropped), else the claim the sync holds while it runs.
-    pub(crate) fn begin(self: &Arc<Self>, namespace: &str) -> Option<InFlight> {
-        let bucket = self.bucket_of(namespace);
+    /// Starts a sync (or a write) for the parent in `namespace` with `uid`: `None` when its
+    /// bucket is not this replica's work (the key is dropped; under `--shard-key=uid`, also a
+    /// parent whose uid is not known), else the claim the sync holds while it runs.
+    pub(crate) fn begin(self: &Arc<Self>, namespace: &str, uid: Option<&str>) -> Option<InFlight> {
+        let bucket = self.bucket_of_parent(namespace, uid)?;
         let slot = self.slot(bucket);
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
         // checked after counting, so a hand-over that deactivated the bucket first either sees
@@ -427,6 +467,13 @@ impl Shards {
                 if resource == "events" && self.slots.iter().any(|s| s.fence.permits(now)) {
                     return Ok(());
                 }
+                // by uid, a namespace's objects belong to every bucket: a write there must
+                // name its parent (run in its scope)
+                if self.key == ShardKey::Uid && !namespace.is_empty() {
+                    return Err(ShardFenced::NoParent {
+                        path: path.to_owned(),
+                    });
+                }
                 let b = self.bucket_of(namespace);
                 if self.slot(b).fence.permits(now) {
                     return Ok(());
@@ -434,7 +481,7 @@ impl Shards {
                 b
             }
         };
-        Err(ShardFenced {
+        Err(ShardFenced::NotHeld {
             bucket: bucket.to_string(),
         })
     }
@@ -461,61 +508,23 @@ fn path_target(path: &str) -> (&str, &str) {
     }
 }
 
-/// The outermost layer of a sharded replica's work client: copies the running task's
-/// [`WriteScope`] into the request.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ScopeLayer;
-
-impl<S> Layer<S> for ScopeLayer {
-    type Service = ScopeService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ScopeService { inner }
-    }
-}
-
-/// The service made by [`ScopeLayer`].
-#[derive(Clone, Debug)]
-pub(crate) struct ScopeService<S> {
-    inner: S,
-}
-
-impl<S, B> Service<Request<B>> for ScopeService<S>
-where
-    S: Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        if let Some(scope) = current_scope() {
-            req.extensions_mut().insert(scope);
-        }
-        self.inner.call(req)
-    }
-}
-
 /// The innermost check of a sharded replica's work client ([`crate::ops::fence::FenceLayer`]
 /// with this gate): refuses a write whose bucket this replica does not hold
-/// ([`Shards::permits`]), by the request's write scope, else its path.
+/// ([`Shards::permits`]), by the write scope of the task awaiting the request, else its path.
+/// [`WriteGate::admit`] runs when the fence's future is first polled, which is in the task that
+/// awaits the request (kube's buffers call the layers in a task of their own, but hand their
+/// futures back to be polled by the caller), so the task-local scope is there.
 impl WriteGate for Arc<Shards> {
-    type Ticket = (Option<WriteScope>, String);
+    type Ticket = String;
     const FENCE: &'static str = "shard";
 
     fn ticket<B>(&self, req: &Request<B>) -> Self::Ticket {
-        (
-            req.extensions().get::<WriteScope>().copied(),
-            req.uri().path().to_owned(),
-        )
+        req.uri().path().to_owned()
     }
 
-    fn admit(&self, (scope, path): Self::Ticket, now: Instant) -> Result<(), tower::BoxError> {
-        self.permits(scope, &path, now).map_err(Into::into)
+    fn admit(&self, path: Self::Ticket, now: Instant) -> Result<(), tower::BoxError> {
+        self.permits(current_scope(), &path, now)
+            .map_err(Into::into)
     }
 }
 
@@ -549,9 +558,9 @@ mod tests {
         let now = Instant::now();
         let ns = "team-a";
         let b = shards.bucket_of(ns);
-        assert!(shards.begin(ns).is_none(), "not held: no work");
+        assert!(shards.begin(ns, None).is_none(), "not held: no work");
         shards.renewed(b, now + Duration::from_secs(10), true);
-        let claim = shards.begin(ns).expect("held");
+        let claim = shards.begin(ns, None).expect("held");
         let scope = claim.scope();
         assert_eq!(shards.in_flight(b), 1);
         assert!(
@@ -571,7 +580,7 @@ mod tests {
         assert!(shards.permits(Some(scope), "", now).is_err());
         drop(claim);
         assert_eq!(shards.in_flight(b), 0);
-        let again = shards.begin(ns).expect("held again");
+        let again = shards.begin(ns, None).expect("held again");
         assert!(shards.permits(Some(again.scope()), "", now).is_ok());
     }
 
@@ -602,14 +611,65 @@ mod tests {
     }
 
     #[test]
+    fn by_uid_one_namespaces_parents_spread_and_every_write_names_its_parent() {
+        let shards = Shards::keyed(8, ShardHash::Mixed, ShardKey::Uid, None);
+        let now = Instant::now();
+        let until = now + Duration::from_secs(10);
+        let uids: Vec<String> = (0..64).map(|i| format!("8c1f-{i:04}-uid")).collect();
+        let buckets: std::collections::BTreeSet<Bucket> = uids
+            .iter()
+            .filter_map(|u| shards.bucket_of_parent("big", Some(u)))
+            .collect();
+        assert!(buckets.len() >= 6, "one namespace's parents in {buckets:?}");
+        assert!(!buckets.contains(&Bucket::Cluster));
+        let mine = shards
+            .bucket_of_parent("big", Some(&uids[0]))
+            .expect("a uid");
+        shards.renewed(mine, until, true);
+        let other = uids
+            .iter()
+            .find(|u| shards.bucket_of_parent("big", Some(u)) != Some(mine))
+            .expect("a parent elsewhere");
+        assert!(shards.works_on("big", Some(&uids[0])));
+        assert!(!shards.works_on("big", Some(other)));
+        assert!(shards.begin("big", Some(other)).is_none());
+        assert!(shards.begin("big", None).is_none(), "no uid, no replica");
+        let claim = shards.begin("big", Some(&uids[0])).expect("held");
+        assert!(
+            shards
+                .permits(
+                    Some(claim.scope()),
+                    "/api/v1/namespaces/big/configmaps",
+                    now
+                )
+                .is_ok()
+        );
+        // outside a sync a namespaced write names no parent: refused, Events aside
+        assert!(
+            shards
+                .permits(None, "/api/v1/namespaces/big/configmaps", now)
+                .is_err()
+        );
+        assert!(
+            shards
+                .permits(None, "/apis/events.k8s.io/v1/namespaces/big/events", now)
+                .is_ok()
+        );
+        // cluster-scoped writes (a controller's finalizer) still need the cluster bucket
+        assert!(shards.permits(None, "/apis/x.io/v1/things/t", now).is_err());
+        shards.renewed(Bucket::Cluster, until, true);
+        assert!(shards.permits(None, "/apis/x.io/v1/things/t", now).is_ok());
+    }
+
+    #[test]
     fn a_deactivated_bucket_hands_out_no_more_work_but_its_syncs_may_finish() {
         let shards = Shards::new(1);
         let now = Instant::now();
         let b = shards.bucket_of("x");
         shards.renewed(b, now + Duration::from_secs(10), true);
-        let claim = shards.begin("x").expect("held");
+        let claim = shards.begin("x", None).expect("held");
         shards.deactivate(b);
-        assert!(shards.begin("x").is_none());
+        assert!(shards.begin("x", None).is_none());
         assert!(shards.permits(Some(claim.scope()), "", now).is_ok());
         assert_eq!(shards.held(), Vec::<Bucket>::new());
     }
@@ -699,7 +759,7 @@ mod tests {
         shards.renewed(b, until, true);
         assert_eq!(shards.listing(), vec![b]);
         assert!(
-            shards.begin(ns).is_none(),
+            shards.begin(ns, None).is_none(),
             "no work before the watches listed"
         );
         shards.publish_watches();
@@ -722,7 +782,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(shards.held().contains(&b) && shards.listing().is_empty());
-        assert!(shards.begin(ns).is_some());
+        assert!(shards.begin(ns, None).is_some());
         // lost: its range leaves the selection, and the sharded watches are told
         let mut told = watch.subscribe();
         told.borrow_and_update();

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
-use crate::reconcile::core::{self, Context, Reconciler, SyncError, Triggers};
+use crate::reconcile::core::{self, Context, ParentTest, Reconciler, SyncError, Triggers};
 use crate::reconcile::decide::parent_update_relevant;
 use crate::reconcile::status;
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
@@ -278,19 +278,22 @@ impl CompositeRunner {
         }
     }
 
-    /// The keys of the cached parents in a namespace `mine` accepts.
-    fn parents_where(&self, mine: &dyn Fn(&str) -> bool) -> Vec<ObjKey> {
-        let keys = self.state.parents.list().into_iter().map(|p| obj_key(&p));
-        keys.filter(|key| mine(&key.namespace)).collect()
+    /// The keys of the cached parents `mine` accepts.
+    fn parents_where(&self, mine: ParentTest<'_>) -> Vec<ObjKey> {
+        let parents = self.state.parents.list().into_iter();
+        parents
+            .filter(|p| mine(p.namespace(), p.uid()))
+            .map(|p| obj_key(&p))
+            .collect()
     }
 
-    /// How many parents lie in a namespace `mine` accepts.
-    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+    /// How many parents `mine` accepts.
+    fn count_where(&self, mine: ParentTest<'_>) -> usize {
         self.parents_where(mine).len()
     }
 
-    /// Every parent in a namespace `mine` accepts.
-    fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
+    /// Every parent `mine` accepts.
+    fn enqueue_where(&self, mine: ParentTest<'_>) {
         for key in self.parents_where(mine) {
             self.queue.add(key);
         }

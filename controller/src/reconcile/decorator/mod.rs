@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api::DecoratorController;
 use crate::object::{ObjectView, meta_str};
 use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
-use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError, Triggers};
+use crate::reconcile::core::{
+    self, Context, ParentTest, QueueKey, Reconciler, SyncError, Triggers,
+};
 use crate::reconcile::decide as shared;
 use crate::reconcile::related::{self, Used};
 use crate::runtime::cache::{Change, Watch};
@@ -193,16 +195,16 @@ impl DecoratorRunner {
     }
 
     fn enqueue_all(&self) {
-        self.enqueue_where(&|_| true);
+        self.enqueue_where(&|_, _| true);
     }
 
-    /// The cached targets (with their target resource's index) in a namespace `mine` accepts.
-    fn targets_where(&self, mine: &dyn Fn(&str) -> bool) -> Vec<(usize, Arc<Value>)> {
+    /// The cached targets (with their target resource's index) `mine` accepts.
+    fn targets_where(&self, mine: ParentTest<'_>) -> Vec<(usize, Arc<Value>)> {
         let finalizer = &self.state.finalizer;
         let mut targets = Vec::new();
         for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                if mine(meta_str(&t, "namespace"))
+                if mine(meta_str(&t, "namespace"), meta_str(&t, "uid"))
                     && decide::is_target(&rule.selector, &t, finalizer)
                 {
                     targets.push((i, t));
@@ -212,13 +214,13 @@ impl DecoratorRunner {
         targets
     }
 
-    /// How many targets lie in a namespace `mine` accepts.
-    fn count_where(&self, mine: &dyn Fn(&str) -> bool) -> usize {
+    /// How many targets `mine` accepts.
+    fn count_where(&self, mine: ParentTest<'_>) -> usize {
         self.targets_where(mine).len()
     }
 
-    /// Every target in a namespace `mine` accepts.
-    fn enqueue_where(&self, mine: &dyn Fn(&str) -> bool) {
+    /// Every target `mine` accepts.
+    fn enqueue_where(&self, mine: ParentTest<'_>) {
         for (i, t) in self.targets_where(mine) {
             self.queue.add(target_key(i, &t));
         }
@@ -229,7 +231,7 @@ impl DecoratorRunner {
         use rand::Rng as _;
         let mut rng = rand::rng();
         let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for (i, t) in self.targets_where(&|_| true) {
+        for (i, t) in self.targets_where(&|_, _| true) {
             let delay = Duration::from_millis(rng.random_range(0..=spread));
             self.queue.add_after(target_key(i, &t), delay);
         }

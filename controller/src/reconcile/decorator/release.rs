@@ -12,6 +12,8 @@ use super::build::DecoratorBuildError;
 use super::decide::{RELEASE_FINALIZER, finalizer_name};
 use crate::api::{DecoratorController, GROUP, VERSION};
 use crate::object::{describe, has_finalizer, meta_str};
+use crate::ops::shard::Bucket;
+use crate::ops::shard::state::in_scope;
 use crate::reconcile::core::{Context, SyncError, api_err};
 use crate::reconcile::status;
 use crate::runtime::kapi;
@@ -70,10 +72,10 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
     let name = dc.metadata.name.clone().unwrap_or_default();
     let fin = finalizer_name(&name);
     let mut released = 0;
-    // under --sharding each replica releases the targets of the buckets it holds; the holder of
-    // the cluster bucket removes the controller's finalizer once no target carries it
-    let shards = ctx.config.shards.as_deref();
-    let mine = |ns: &str| shards.is_none_or(|s| s.held().contains(&s.bucket_of(ns)));
+    // under --sharding each replica releases the targets of the buckets it holds, each write
+    // in its target's write scope; the holder of the cluster bucket removes the controller's
+    // finalizer once no target carries it
+    let shards = ctx.config.shards.as_ref();
     let mut others = 0;
     for rule in &dc.spec.resources {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
@@ -86,16 +88,25 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
             if !has_finalizer(&obj, &fin) {
                 continue;
             }
-            if !mine(meta_str(&obj, "namespace")) {
-                others += 1;
-                continue;
+            let release = status::set_finalizer(ctx, &resolved, &obj, &fin, false);
+            match shards {
+                None => {
+                    release.await?;
+                }
+                Some(s) => {
+                    let (ns, uid) = (meta_str(&obj, "namespace"), meta_str(&obj, "uid"));
+                    let Some(claim) = s.begin(ns, Some(uid)) else {
+                        others += 1;
+                        continue;
+                    };
+                    in_scope(claim.scope(), release).await?;
+                }
             }
-            status::set_finalizer(ctx, &resolved, &obj, &fin, false).await?;
             tracing::info!(controller = %name, target = %describe(&obj), "released target");
             released += 1;
         }
     }
-    if others > 0 || !mine("") {
+    if others > 0 || shards.is_some_and(|s| !s.active(Bucket::Cluster)) {
         return Err(SyncError::OtherShards(format!(
             "released {released} target(s); {others} left to the replicas holding their shard buckets, and the controller's finalizer to the holder of the cluster bucket"
         )));
