@@ -868,6 +868,24 @@ async fn wait_split(
     }
 }
 
+/// Three replicas `kmeta-a`, `kmeta-b`, `kmeta-c` run with `flag`, each with its metrics port.
+fn start_three(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    flag: &str,
+) -> anyhow::Result<Vec<(Replica, u16)>> {
+    let mut replicas = Vec::new();
+    for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
+        let metrics = free_port()?;
+        let extra = [
+            flag.to_owned(),
+            format!("--metrics-address=127.0.0.1:{metrics}"),
+        ];
+        replicas.push((start_with(kubeconfig, dir, name, &extra)?, metrics));
+    }
+    Ok(replicas)
+}
+
 /// `--shard-watch=server`: each replica lists and watches only the namespaces of its buckets
 /// (KEP-5866 `shardSelector`, served by kmeta-apiserver), so its caches hold its share alone;
 /// after kill -9 of one, the survivors take its buckets, list them, and sync its parents; every
@@ -880,15 +898,7 @@ async fn server_sharded_watches_hold_only_each_replicas_buckets() -> anyhow::Res
     let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     let cc = notes_controller(&hook().await?);
     let notes = set_up_in(&server, "compositecontrollers", cc, spread).await?;
-    let mut replicas = Vec::new();
-    for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
-        let metrics = free_port()?;
-        let extra = [
-            "--shard-watch=server".to_owned(),
-            format!("--metrics-address=127.0.0.1:{metrics}"),
-        ];
-        replicas.push((start_with(&kubeconfig, dir.path(), name, &extra)?, metrics));
-    }
+    let mut replicas = start_three(&kubeconfig, dir.path(), "--shard-watch=server")?;
     let all: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
     wait_balanced(&all).await?;
     converged(&server, &notes, 0, "three replicas, sharded watches").await?;
@@ -1011,15 +1021,7 @@ async fn by_uid_one_namespaces_parents_spread_over_the_replicas() -> anyhow::Res
     let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
     let cc = notes_controller(&hook().await?);
     let notes = set_up_in(&server, "compositecontrollers", cc, solo).await?;
-    let mut replicas = Vec::new();
-    for name in ["kmeta-a", "kmeta-b", "kmeta-c"] {
-        let metrics = free_port()?;
-        let extra = [
-            "--shard-key=uid".to_owned(),
-            format!("--metrics-address=127.0.0.1:{metrics}"),
-        ];
-        replicas.push((start_with(&kubeconfig, dir.path(), name, &extra)?, metrics));
-    }
+    let mut replicas = start_three(&kubeconfig, dir.path(), "--shard-key=uid")?;
     let all: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
     wait_balanced(&all).await?;
     converged(&server, &notes, 0, "three replicas by uid").await?;
