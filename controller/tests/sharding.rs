@@ -145,13 +145,51 @@ fn metacontroller_resource(plural: &str) -> ApiResource {
 }
 
 fn notes_resource() -> ApiResource {
+    example_resource("Note", "notes")
+}
+
+/// A resource `kind`/`plural` of the tests' group, `shard.example.com/v1`.
+fn example_resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "shard.example.com".into(),
         version: "v1".into(),
         api_version: "shard.example.com/v1".into(),
-        kind: "Note".into(),
-        plural: "notes".into(),
+        kind: kind.into(),
+        plural: plural.into(),
     }
+}
+
+/// Installs the schemaless CRD of `resource` (of [`example_resource`]; `scope`: `Namespaced` or
+/// `Cluster`) with a status subresource, waits until it is served, and returns its API over
+/// every namespace.
+async fn install_crd(
+    client: &kube::Client,
+    resource: &ApiResource,
+    scope: &str,
+) -> anyhow::Result<Api<DynamicObject>> {
+    let (kind, plural) = (&resource.kind, &resource.plural);
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{}", resource.group)},
+        "spec": {"group": resource.group, "scope": scope,
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": resource.version, "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let crds = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
+    Api::<DynamicObject>::all_with(client.clone(), &crds)
+        .create(&PostParams::default(), &serde_json::from_value(crd)?)
+        .await?;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    wait_for(&format!("the {kind} resource to be served"), || async {
+        api.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    Ok(api)
 }
 
 /// A hook copying the parent's `spec.v` into its one ConfigMap child and its status.
@@ -234,30 +272,10 @@ async fn set_up_in(
 ) -> anyhow::Result<Api<DynamicObject>> {
     let client = server.client();
     let pp = PostParams::default();
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "notes.shard.example.com"},
-        "spec": {"group": "shard.example.com", "scope": "Namespaced",
-                 "names": {"kind": "Note", "plural": "notes", "singular": "note"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
-    });
-    let crds = ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&());
-    Api::<DynamicObject>::all_with(client.clone(), &crds)
-        .create(&pp, &serde_json::from_value(crd)?)
-        .await?;
+    let notes = install_crd(&client, &notes_resource(), "Namespaced").await?;
     Api::<DynamicObject>::all_with(client.clone(), &metacontroller_resource(plural))
         .create(&pp, &serde_json::from_value(controller)?)
         .await?;
-    let notes: Api<DynamicObject> = Api::all_with(client.clone(), &notes_resource());
-    wait_for("the Note resource to be served", || async {
-        notes.list(&Default::default()).await.is_ok()
-    })
-    .await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let mut created = BTreeSet::new();
     for n in 0..NAMESPACES {
@@ -1086,34 +1104,7 @@ async fn board_hook() -> anyhow::Result<String> {
 async fn set_up_boards(server: &TestServer) -> anyhow::Result<Api<DynamicObject>> {
     let client = server.client();
     let pp = PostParams::default();
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "boards.shard.example.com"},
-        "spec": {"group": "shard.example.com", "scope": "Cluster",
-                 "names": {"kind": "Board", "plural": "boards", "singular": "board"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
-    });
-    let crds = ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&());
-    Api::<DynamicObject>::all_with(client.clone(), &crds)
-        .create(&pp, &serde_json::from_value(crd)?)
-        .await?;
-    let boards_resource = ApiResource {
-        group: "shard.example.com".into(),
-        version: "v1".into(),
-        api_version: "shard.example.com/v1".into(),
-        kind: "Board".into(),
-        plural: "boards".into(),
-    };
-    let boards: Api<DynamicObject> = Api::all_with(client.clone(), &boards_resource);
-    wait_for("the Board resource to be served", || async {
-        boards.list(&Default::default()).await.is_ok()
-    })
-    .await?;
+    let boards = install_crd(&client, &example_resource("Board", "boards"), "Cluster").await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for n in 0..NAMESPACES {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team(n)}});
