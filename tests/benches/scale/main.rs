@@ -39,7 +39,9 @@
 //! spreads the parents, and so their children, round-robin over `0-ns`…`<n-1>-ns`: sharding splits
 //! parents by namespace, so one namespace is one replica's work. `KMETA_SCALE_SHARD_WATCH`
 //! (`client`) is the replicas' `--shard-watch`; `server` has kmeta-apiserver shard their
-//! watches (KEP-5866), so each caches only its own namespaces.
+//! watches (KEP-5866), so each caches only its own namespaces. `KMETA_SCALE_SHARD_BUCKETS` (32)
+//! is their `--shard-buckets` (an entry's `bB` suffix sets it for that entry, e.g. `1x1,3x1b8`):
+//! with server-sharded watches, a replica runs one watch per held bucket and sharded resource.
 //!
 //! Matrix (comma lists): `KMETA_SCALE_PARENTS` (1000), `KMETA_SCALE_KINDS` (`configmap`;
 //! `deployment` = a 2-container Deployment, ~2.7 KB as stored), `KMETA_SCALE_LATENCY_MS` (hook
@@ -169,6 +171,8 @@ struct Case {
     /// `TOKIO_WORKER_THREADS` of each `kmeta run` process (`None`: tokio's default, the cores
     /// the process may use).
     threads: Option<usize>,
+    /// `--shard-buckets` of the replicas when sharded.
+    buckets: u32,
     /// Namespaces the parents are spread over (1: [`NS`]).
     namespaces: usize,
 }
@@ -207,6 +211,9 @@ impl Case {
                 shard::watch_mode()
             ),
         };
+        if self.replicas > 1 {
+            replicas.push_str(&format!(", {} buckets", self.buckets));
+        }
         if let Some(t) = self.threads {
             replicas.push_str(&format!(", TOKIO_WORKER_THREADS={t}"));
         }
@@ -241,21 +248,42 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
     }
 }
 
-/// `KMETA_SCALE_REPLICAS`: each entry `N` (replicas, tokio's default worker threads) or `NxT`
-/// (N replicas of T worker threads each, `TOKIO_WORKER_THREADS`).
-fn replica_counts() -> anyhow::Result<Vec<(usize, Option<usize>)>> {
+/// One entry of `KMETA_SCALE_REPLICAS`.
+#[derive(Clone, Copy)]
+struct Replicas {
+    count: usize,
+    /// `TOKIO_WORKER_THREADS` of each.
+    threads: Option<usize>,
+    /// `--shard-buckets`.
+    buckets: u32,
+}
+
+/// `KMETA_SCALE_REPLICAS`: each entry `N` (replicas, tokio's default worker threads), `NxT`
+/// (N replicas of T worker threads each, `TOKIO_WORKER_THREADS`), either with a `bB` suffix for
+/// B shard buckets (`3x1b8`; default `KMETA_SCALE_SHARD_BUCKETS`, 32).
+fn replica_counts() -> anyhow::Result<Vec<Replicas>> {
+    let default_buckets: u32 = env_num("KMETA_SCALE_SHARD_BUCKETS", 32)?;
     env_list("KMETA_SCALE_REPLICAS", "1")
         .iter()
         .map(|v| {
             let parse = |s: &str| {
                 s.parse::<usize>().ok().filter(|n| *n > 0).with_context(|| {
-                    format!("KMETA_SCALE_REPLICAS: {v:?}: want N or NxT (N, T ≥ 1)")
+                    format!("KMETA_SCALE_REPLICAS: {v:?}: want N, NxT, NbB or NxTbB (≥ 1)")
                 })
             };
-            match v.split_once('x') {
-                Some((n, t)) => Ok((parse(n)?, Some(parse(t)?))),
-                None => Ok((parse(v)?, None)),
-            }
+            let (rest, buckets) = match v.split_once('b') {
+                Some((r, b)) => (r, u32::try_from(parse(b)?)?),
+                None => (v.as_str(), default_buckets),
+            };
+            let (count, threads) = match rest.split_once('x') {
+                Some((n, t)) => (parse(n)?, Some(parse(t)?)),
+                None => (parse(rest)?, None),
+            };
+            Ok(Replicas {
+                count,
+                threads,
+                buckets,
+            })
         })
         .collect()
 }
@@ -602,6 +630,7 @@ fn cases(parents: Option<usize>, qps: f64) -> anyhow::Result<Vec<Case>> {
                             apply,
                             replicas: 1,
                             threads: None,
+                            buckets: 32,
                             namespaces,
                         });
                     }
@@ -629,13 +658,14 @@ async fn bench() -> anyhow::Result<()> {
         if has("converge") || failover {
             for case in cases(None, 0.0)? {
                 let mut runs = Vec::new();
-                for &(n, threads) in &replicas {
-                    if !has("converge") && n < 2 {
+                for r in &replicas {
+                    if !has("converge") && r.count < 2 {
                         continue;
                     }
                     let case = Case {
-                        replicas: n,
-                        threads,
+                        replicas: r.count,
+                        threads: r.threads,
+                        buckets: r.buckets,
                         ..case
                     };
                     println!("{}", case.label());

@@ -58,7 +58,7 @@ impl Controller {
             cmd.env("TOKIO_WORKER_THREADS", t.to_string());
         }
         if case.replicas > 1 {
-            cmd.args(shard::FLAGS).env("POD_NAME", &name);
+            cmd.args(shard::flags(case.buckets)).env("POD_NAME", &name);
             cmd.arg(format!("--shard-watch={}", shard::watch_mode()));
         }
         let proc = Proc::spawn("kmeta run", cmd, &dir.join(format!("{name}.log")))?;
@@ -425,6 +425,8 @@ pub(crate) struct Run {
     pub(crate) replicas: usize,
     /// `TOKIO_WORKER_THREADS` of each replica, when set.
     pub(crate) threads: Option<usize>,
+    /// `--shard-buckets` of the replicas (when more than one).
+    pub(crate) buckets: u32,
     /// Each controller's CPU seconds until the hook went quiet.
     pub(crate) cpu_quiet: Vec<f64>,
     /// Converge wall time, seconds.
@@ -501,6 +503,7 @@ pub(crate) async fn converge(
     Ok(Run {
         replicas: case.replicas,
         threads: case.threads,
+        buckets: case.buckets,
         wall,
         cpu,
         cpu_quiet: quiet.ctrl_cpu(&s0),

@@ -14,21 +14,25 @@ use serde_json::json;
 use super::run::{Controller, Rig, Run, Snap, by_verb, wait_converged};
 use super::{AV, Case, Server, WRITERS};
 
-/// Hash buckets (`--shard-buckets`); with the cluster bucket the replicas share 33.
-const BUCKETS: u32 = 32;
 /// A Lease of 6 s renewed every 0.5 s, written off 4 s after its last renewal: short, so the
 /// failover is measured in seconds, not in the default 15 s Lease.
 const LEASE_S: u64 = 6;
 
-/// The flags of a sharded replica (besides its ports).
-pub(crate) const FLAGS: [&str; 6] = [
-    "--sharding",
-    "--leader-election-namespace=default",
-    "--shard-buckets=32",
-    "--shard-lease-duration=6s",
-    "--shard-renew-deadline=4s",
-    "--shard-retry-period=500ms",
-];
+/// The flags of a sharded replica (besides its ports), with `buckets` hash buckets (with the
+/// cluster bucket the replicas share one more).
+pub(crate) fn flags(buckets: u32) -> Vec<String> {
+    [
+        "--sharding",
+        "--leader-election-namespace=default",
+        "--shard-lease-duration=6s",
+        "--shard-renew-deadline=4s",
+        "--shard-retry-period=500ms",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([format!("--shard-buckets={buckets}")])
+    .collect()
+}
 
 /// `KMETA_SCALE_SHARD_WATCH` (`client`, the default, or `server`): the replicas'
 /// `--shard-watch`.
@@ -72,8 +76,8 @@ async fn held_by(health: &[u16]) -> Vec<BTreeSet<String>> {
 
 /// Whether `each` holds every bucket exactly once between them, none above its fair share
 /// (so none will hand one over).
-fn split(each: &[BTreeSet<String>]) -> bool {
-    let total = BUCKETS as usize + 1;
+fn split(each: &[BTreeSet<String>], buckets: u32) -> bool {
+    let total = buckets as usize + 1;
     let share = total.div_ceil(each.len().max(1));
     let all: usize = each.iter().map(BTreeSet::len).sum();
     let distinct: BTreeSet<&String> = each.iter().flatten().collect();
@@ -81,11 +85,11 @@ fn split(each: &[BTreeSet<String>]) -> bool {
 }
 
 /// Waits until `health`'s replicas hold the buckets as [`split`] says; when they did.
-async fn wait_held(health: &[u16], what: &str) -> anyhow::Result<Instant> {
+async fn wait_held(health: &[u16], buckets: u32, what: &str) -> anyhow::Result<Instant> {
     let start = Instant::now();
     loop {
         let each = held_by(health).await;
-        if split(&each) {
+        if split(&each, buckets) {
             return Ok(Instant::now());
         }
         if start.elapsed() > SPLIT_DEADLINE {
@@ -98,7 +102,7 @@ async fn wait_held(health: &[u16], what: &str) -> anyhow::Result<Instant> {
 /// How many of the case's parents fall in `buckets`.
 fn parents_in(case: &Case, buckets: &BTreeSet<String>) -> usize {
     (0..case.parents)
-        .filter(|&i| buckets.contains(&bucket_of(&case.ns_of(i), BUCKETS).to_string()))
+        .filter(|&i| buckets.contains(&bucket_of(&case.ns_of(i), case.buckets).to_string()))
         .count()
 }
 
@@ -107,7 +111,7 @@ fn parents_in(case: &Case, buckets: &BTreeSet<String>) -> usize {
 pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Result<()> {
     let health: Vec<u16> = ctrl.iter().map(|c| c.health).collect();
     let start = Instant::now();
-    wait_held(&health, "start").await?;
+    wait_held(&health, case.buckets, "start").await?;
     let counts: Vec<String> = held_by(&health)
         .await
         .iter()
@@ -115,9 +119,10 @@ pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Resu
         .map(|(h, c)| format!("{} {} ({} parents)", c.name, h.len(), parents_in(case, h)))
         .collect();
     println!(
-        "    buckets split after {:.1} s: {} (of {BUCKETS} and cluster)",
+        "    buckets split after {:.1} s: {} (of {} and cluster)",
         start.elapsed().as_secs_f64(),
-        counts.join(", ")
+        counts.join(", "),
+        case.buckets
     );
     Ok(())
 }
@@ -200,7 +205,7 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
         bail!("failover: no replicas");
     };
     let theirs: HashSet<String> = (0..case.parents)
-        .filter(|&i| lost.contains(&bucket_of(&case.ns_of(i), BUCKETS).to_string()))
+        .filter(|&i| lost.contains(&bucket_of(&case.ns_of(i), case.buckets).to_string()))
         .map(|i| format!("p-{i}"))
         .collect();
     let dead = rig.ctrl.remove(victim);
@@ -210,7 +215,7 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     drop(dead); // SIGKILL, then reaped
     let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
     let (taken, edited) = tokio::join!(
-        wait_held(&health, "failover"),
+        wait_held(&health, case.buckets, "failover"),
         edit_and_wait(&rig.server, case, 2)
     );
     let (taken, (edited, at)) = (taken?, edited?);
@@ -220,7 +225,7 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     println!(
         "  failover: SIGKILL to {name} (held {} of {} buckets, {} of {} parents), then every parent edited (spec.v = 2, sent within {:.2} s)",
         lost.len(),
-        BUCKETS + 1,
+        case.buckets + 1,
         theirs.len(),
         case.parents,
         secs(edited)
@@ -266,7 +271,13 @@ pub(crate) fn side_by_side(runs: &[Run]) {
         return;
     }
     let base = runs.iter().find(|r| r.replicas == 1).unwrap_or(&runs[0]);
-    let threads = |r: &Run| r.threads.map_or(String::new(), |t| format!("×{t} threads"));
+    let threads = |r: &Run| {
+        let t = r.threads.map_or(String::new(), |t| format!("×{t} threads"));
+        match r.replicas {
+            1 => t,
+            _ => format!("{t}, {} buckets", r.buckets),
+        }
+    };
     let (base_cpu, base_rss) = (
         base.cpu.iter().sum::<f64>(),
         base.rss.iter().copied().fold(0.0, f64::max),
