@@ -806,6 +806,15 @@ async fn watch_objects(metrics: u16, resource: &str, mode: &str) -> Option<usize
     .await
 }
 
+/// `kmeta_watch_streams{resource,mode="sharded"}` on a replica's metrics endpoint.
+async fn watch_streams(metrics: u16, resource: &str) -> Option<usize> {
+    gauge(
+        metrics,
+        &format!("kmeta_watch_streams{{resource=\"{resource}\",mode=\"sharded\"}}"),
+    )
+    .await
+}
+
 /// The value of `series` (name and labels, as exposed) on a replica's metrics endpoint.
 async fn value(metrics: u16, series: &str) -> Option<f64> {
     let url = format!("http://127.0.0.1:{metrics}/metrics");
@@ -843,8 +852,9 @@ async fn objects_in_buckets(
 }
 
 /// Waits until each replica's sharded watches of Notes and ConfigMaps hold exactly the objects
-/// of the namespaces its buckets cover (the API server sent it no other), and its
-/// `kmeta_shard_parents` counts exactly those Notes.
+/// of the namespaces its buckets cover (the API server sent it no other), each over one stream
+/// (`kmeta_watch_streams`: the streams of buckets gained apart were merged once the split held
+/// still), and its `kmeta_shard_parents` counts exactly those Notes.
 async fn wait_split(
     server: &TestServer,
     replicas: &[(&Replica, u16)],
@@ -861,25 +871,27 @@ async fn wait_split(
             let notes = watch_objects(*metrics, "shard.example.com/v1/notes", "sharded").await;
             let cm = watch_objects(*metrics, "v1/configmaps", "sharded").await;
             let parents = gauge(*metrics, "kmeta_shard_parents{controller=\"notes\"}").await;
+            let streams = (
+                watch_streams(*metrics, "shard.example.com/v1/notes").await,
+                watch_streams(*metrics, "v1/configmaps").await,
+            );
             seen.push((
                 r.name.clone(),
                 held,
-                notes,
-                want_notes,
-                cm,
-                want_cms,
+                (notes, want_notes),
+                (cm, want_cms),
                 parents,
+                streams,
             ));
         }
-        if seen
-            .iter()
-            .all(|(_, _, n, wn, c, wc, p)| *n == Some(*wn) && *c == Some(*wc) && *p == Some(*wn))
-        {
+        if seen.iter().all(|(_, _, (n, wn), (c, wc), p, streams)| {
+            *n == Some(*wn) && *c == Some(*wc) && *p == Some(*wn) && *streams == (Some(1), Some(1))
+        }) {
             return Ok(());
         }
         if Instant::now() > deadline {
             bail!(
-                "{step}: (replica, buckets, notes held, wanted, configmaps held, wanted, kmeta_shard_parents): {seen:?}"
+                "{step}: (replica, buckets, (notes held, wanted), (configmaps held, wanted), kmeta_shard_parents, (streams of notes, of configmaps)): {seen:?}"
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -405,16 +405,16 @@ pub async fn run(
     Ok(())
 }
 
-/// Every [`WATCH_COUNT_PERIOD`], sets `kmeta_watch_objects` from the watches' stores; a watch
-/// that stopped (its controller deleted, its resource gone) loses its series.
+/// Every [`WATCH_COUNT_PERIOD`], sets `kmeta_watch_objects` and `kmeta_watch_streams` from the
+/// watches; a watch that stopped (its controller deleted, its resource gone) loses its series.
 async fn count_watched(ctx: Arc<Context>, stop: CancellationToken) {
     let mut shown = std::collections::HashSet::new();
     loop {
         let mut now = std::collections::HashSet::new();
         for w in ctx.informers.sizes() {
-            ctx.config
-                .metrics
-                .watch_objects(&w.resource, w.sharded, w.objects);
+            let metrics = &ctx.config.metrics;
+            metrics.watch_objects(&w.resource, w.sharded, w.objects);
+            metrics.watch_streams(&w.resource, w.sharded, w.streams);
             now.insert((w.resource, w.sharded));
         }
         for (resource, sharded) in shown.difference(&now) {

@@ -296,6 +296,175 @@ struct Shared<T> {
     range_lists: Mutex<HashMap<HashRange, std::time::Instant>>,
     /// The server applies this watch's shard selector (probed).
     sharded: AtomicBool,
+    /// The list-and-watch streams it runs (1 when whole; see [`Self::run_sharded`]).
+    streams: std::sync::atomic::AtomicUsize,
+}
+
+/// How long a sharded watch's selection must hold still before its streams are merged into one
+/// (kmeta's choice: a scale-up or failover hands buckets over one per Lease retry period, 2 s by
+/// default, and this waits for the hand-overs to end; a merge relists the replica's share).
+pub const CONSOLIDATE_AFTER: Duration = Duration::from_secs(10);
+
+/// Whether namespace `ns` hashes into one of `ranges`.
+fn in_ranges(ranges: &BTreeSet<HashRange>, ns: &str) -> bool {
+    let h = fnv1a64(ns.as_bytes());
+    ranges.iter().any(|r| r.contains(h))
+}
+
+/// One stream of a sharded watch: the ranges its `shardSelector` names, those still selected
+/// (`live`; the others' events and listed objects are ignored), and whether it was retired (its
+/// events no longer applied). `live` and `retired` change under the write lock, and an event is
+/// applied under the read lock, so none lands after a change that excludes it.
+#[derive(Debug)]
+struct Group {
+    ranges: Vec<HashRange>,
+    state: RwLock<GroupState>,
+}
+
+#[derive(Debug)]
+struct GroupState {
+    live: BTreeSet<HashRange>,
+    retired: bool,
+}
+
+impl Group {
+    fn new(ranges: Vec<HashRange>) -> Arc<Group> {
+        Arc::new(Group {
+            state: RwLock::new(GroupState {
+                live: ranges.iter().copied().collect(),
+                retired: false,
+            }),
+            ranges,
+        })
+    }
+
+    /// `shardRange(…) || shardRange(…)`: every range of the stream.
+    fn selector(&self) -> String {
+        let terms: Vec<String> = self.ranges.iter().map(|r| range_selector(*r)).collect();
+        terms.join(" || ")
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, GroupState> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, GroupState> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// When `o` lies in a live range of a stream not retired: the read lock, to hold while its
+    /// event is applied.
+    fn admit(&self, o: &DynamicObject) -> Option<std::sync::RwLockReadGuard<'_, GroupState>> {
+        let st = self.read();
+        let ns = o.metadata.namespace.as_deref().unwrap_or("");
+        (!st.retired && in_ranges(&st.live, ns)).then_some(st)
+    }
+
+    /// Runs `f` on the live ranges unless the stream was retired.
+    fn while_current(&self, f: impl FnOnce(&BTreeSet<HashRange>)) {
+        let st = self.read();
+        if !st.retired && !st.live.is_empty() {
+            f(&st.live);
+        }
+    }
+
+    fn live(&self) -> BTreeSet<HashRange> {
+        self.read().live.clone()
+    }
+
+    /// Keeps only the live ranges in `selected`; returns those it dropped.
+    fn keep_selected(&self, selected: &[HashRange]) -> Vec<HashRange> {
+        let mut st = self.write();
+        let dropped: Vec<HashRange> = st
+            .live
+            .iter()
+            .filter(|r| !selected.contains(r))
+            .copied()
+            .collect();
+        for r in &dropped {
+            st.live.remove(r);
+        }
+        dropped
+    }
+
+    fn retire(&self) {
+        self.write().retired = true;
+    }
+}
+
+/// The streams of one sharded watch, and their tasks.
+#[derive(Default)]
+struct Streams {
+    running: Vec<(Arc<Group>, tokio::task::AbortHandle)>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Streams {
+    /// Follows `selected`: drops the ranges no longer in it from every stream (returned, each
+    /// once, for their objects to be dropped) and stops streams left with none.
+    fn follow(&mut self, selected: &[HashRange]) -> Vec<HashRange> {
+        let mut dropped = Vec::new();
+        self.running.retain(|(g, task)| {
+            dropped.extend(g.keep_selected(selected));
+            let keep = !g.live().is_empty();
+            if !keep {
+                g.retire();
+                task.abort();
+            }
+            keep
+        });
+        while self.tasks.try_join_next().is_some() {}
+        dropped.sort();
+        dropped.dedup();
+        dropped
+    }
+
+    /// The ranges of `selected` no stream lists, when there are any.
+    fn unstreamed(&self, selected: &[HashRange]) -> Option<Vec<HashRange>> {
+        let streamed: BTreeSet<HashRange> =
+            self.running.iter().flat_map(|(g, _)| g.live()).collect();
+        let new: Vec<HashRange> = selected
+            .iter()
+            .filter(|r| !streamed.contains(r))
+            .copied()
+            .collect();
+        (!new.is_empty()).then_some(new)
+    }
+
+    /// Whether merging would save streams: more than one, or one carrying dropped ranges.
+    fn scattered(&self) -> bool {
+        match self.running.as_slice() {
+            [] => false,
+            [(g, _)] => g.live().len() < g.ranges.len(),
+            _ => true,
+        }
+    }
+
+    fn spawn<T: Form>(
+        &mut self,
+        shared: Arc<Shared<T>>,
+        client: &kube::Client,
+        ranges: Vec<HashRange>,
+        flush: Option<Duration>,
+    ) {
+        let group = Group::new(ranges);
+        let task = shared.watch_group(client.clone(), group.clone(), flush);
+        let handle = self.tasks.spawn(task);
+        self.running.push((group, handle));
+    }
+
+    /// Retires and stops every stream (a merged one replaces them).
+    fn retire_all(&mut self) {
+        for (g, task) in self.running.drain(..) {
+            g.retire();
+            task.abort();
+        }
+        while self.tasks.try_join_next().is_some() {}
+    }
 }
 
 /// When this watch's lists started.
@@ -401,15 +570,6 @@ impl<T: Form> Shared<T> {
         self.lists.send_modify(|n| *n += 1);
     }
 
-    /// Replaces the objects of hash range `r` after its (re)list; `relist`: counted as a relist
-    /// of the watch ([`Informer::lists`]).
-    fn replace_range(&self, r: HashRange, objs: Vec<T>, relist: bool) {
-        self.replace_where(objs, |k| r.contains(fnv1a64(k.namespace.as_bytes())));
-        if relist {
-            self.lists.send_modify(|n| *n += 1);
-        }
-    }
-
     /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
     fn replace_where(&self, objs: Vec<T>, mine: impl Fn(&ObjKey) -> bool) {
         let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
@@ -469,13 +629,16 @@ impl<T: Form> Shared<T> {
         }
     }
 
-    /// Watches a sharded resource until aborted: one watch per selected hash range (a shard
-    /// bucket), each with its own `shardSelector`, all feeding this store. A range selected is
-    /// listed and watched at once; a range no longer selected is stopped and its objects
-    /// dropped; the others go on untouched. Each range listed is announced
-    /// ([`WatchShards::wait_listed`]). When the server
-    /// does not apply the selector (no echo on a probe list, or a refusal) the resource is
-    /// watched whole, as [`Self::run`] does.
+    /// Watches a sharded resource until aborted, all its streams feeding this store. Ranges
+    /// selected together (a shard bucket each) are listed and watched in one stream whose
+    /// `shardSelector` names them all; a range no longer selected has its objects dropped (and
+    /// its stream's later events for it ignored; a stream left with none is stopped); the other
+    /// streams go on untouched. Once the selection has held still for [`CONSOLIDATE_AFTER`],
+    /// several streams (or one carrying dropped ranges) are replaced by one stream over every
+    /// selected range: one relist of this replica's share, then one stream per resource instead
+    /// of one per bucket gained. Each range listed is announced ([`WatchShards::wait_listed`]).
+    /// When the server does not apply the selector (no echo on a probe list, or a refusal) the
+    /// resource is watched whole, as [`Self::run`] does.
     async fn run_sharded(
         self: Arc<Self>,
         client: kube::Client,
@@ -484,39 +647,47 @@ impl<T: Form> Shared<T> {
     ) {
         let mut selection = shards.subscribe();
         let mut probed = false;
-        let mut running: HashMap<HashRange, tokio::task::AbortHandle> = HashMap::new();
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut streams = Streams::default();
         loop {
             let s: Selection = selection.borrow_and_update().clone();
             if let (false, Some(first)) = (probed, s.ranges.first()) {
                 if let Err(why) = self.probe(&client, &range_selector(*first)).await {
                     tracing::warn!(resource = %self.resource.watch_key(), reason = %why, "the API server does not shard this watch (KEP-5866 shardSelector); watching it whole, the work queue still drops other buckets' parents");
                     shards.note_whole(self.resource.watch_key());
-                    tasks.abort_all();
+                    streams.tasks.abort_all();
                     return self.run_whole_for_shards(client, flush).await;
                 }
                 probed = true;
                 self.sharded.store(true, Ordering::Release);
             }
             *self.selected() = s.clone();
-            running.retain(|r, task| {
-                let keep = s.ranges.contains(r);
-                if !keep {
-                    task.abort();
-                    self.drop_range(*r);
-                }
-                keep
-            });
-            for r in &s.ranges {
-                if !running.contains_key(r) {
-                    let task = self.clone().watch_range(client.clone(), *r, flush);
-                    running.insert(*r, tasks.spawn(task));
-                }
+            for r in streams.follow(&s.ranges) {
+                self.drop_range(r);
             }
-            while tasks.try_join_next().is_some() {}
+            if let Some(new) = streams.unstreamed(&s.ranges) {
+                streams.spawn(self.clone(), &client, new, flush);
+            }
+            self.streams.store(streams.running.len(), Ordering::Release);
             self.note_listed(None);
-            if selection.changed().await.is_err() {
-                return;
+            // until the selection changes; once it has held still, one stream for all of it
+            loop {
+                let settle = async {
+                    match streams.scattered() {
+                        true => tokio::time::sleep(CONSOLIDATE_AFTER).await,
+                        false => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = selection.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
+                    () = settle => {
+                        streams.retire_all();
+                        streams.spawn(self.clone(), &client, s.ranges.clone(), flush);
+                        self.streams.store(streams.running.len(), Ordering::Release);
+                    }
+                }
             }
         }
     }
@@ -527,14 +698,14 @@ impl<T: Form> Shared<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Lists and watches one hash range until aborted (relisting every `flush`).
-    async fn watch_range(
+    /// Lists and watches one stream's ranges until aborted (relisting every `flush`).
+    async fn watch_group(
         self: Arc<Self>,
         client: kube::Client,
-        range: HashRange,
+        group: Arc<Group>,
         flush: Option<Duration>,
     ) {
-        let selector = range_selector(range);
+        let selector = group.selector();
         loop {
             let api: Api<DynamicObject> = Api::all_with(
                 with_query(&client, "shardSelector", &selector),
@@ -545,10 +716,10 @@ impl<T: Form> Shared<T> {
             let stream = watcher::watcher(api, config).default_backoff().boxed();
             match flush {
                 Some(d) => {
-                    let _ =
-                        tokio::time::timeout(d, self.clone().consume(stream, Some(range))).await;
+                    let consume = self.clone().consume(stream, Some(group.clone()));
+                    let _ = tokio::time::timeout(d, consume).await;
                 }
-                None => return self.consume(stream, Some(range)).await,
+                None => return self.consume(stream, Some(group)).await,
             }
         }
     }
@@ -569,6 +740,43 @@ impl<T: Form> Shared<T> {
             if let Some(old) = self.write(|s| s.remove(&k)) {
                 let _ = self.tx.send(Change::Deleted(old));
             }
+        }
+    }
+
+    fn apply_watched(&self, o: DynamicObject) {
+        if let Some(v) = T::from_watched(o, &self.resource) {
+            self.apply(v);
+        }
+    }
+
+    fn delete_watched(&self, o: DynamicObject) {
+        if let Some(v) = T::from_watched(o, &self.resource) {
+            self.delete(v);
+        }
+    }
+
+    /// After a stream's (re)list: replaces the objects of its `live` ranges by those of `objs`
+    /// in them, and announces each range listed (requested at `requested`). A range listed
+    /// before (410, flush, a consolidation) makes it a relist of the watch; a first list is a
+    /// bucket gained, which the gain announces.
+    fn replace_group(
+        &self,
+        live: &BTreeSet<HashRange>,
+        mut objs: Vec<T>,
+        requested: std::time::Instant,
+    ) {
+        let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
+        objs.retain(|o| covers(&obj_key(o)));
+        let again = {
+            let listed = self.listed_ranges();
+            live.iter().any(|r| listed.contains_key(r))
+        };
+        self.replace_where(objs, covers);
+        if again {
+            self.lists.send_modify(|n| *n += 1);
+        }
+        for r in live {
+            self.note_listed(Some((*r, requested)));
         }
     }
 
@@ -647,34 +855,37 @@ impl<T: Form> Shared<T> {
         }
     }
 
-    /// Applies a watch's events to the store: the whole resource (`range` `None`), or one hash
-    /// range of a sharded watch, whose (re)list replaces only that range's objects.
+    /// Applies a watch's events to the store: the whole resource (`group` `None`), or one
+    /// stream of a sharded watch, whose events count only for its ranges still selected and
+    /// whose (re)list replaces only their objects.
     async fn consume(
         self: Arc<Self>,
         mut stream: futures::stream::BoxStream<
             'static,
             Result<Event<DynamicObject>, watcher::Error>,
         >,
-        range: Option<HashRange>,
+        group: Option<Arc<Group>>,
     ) {
         let mut requested = std::time::Instant::now();
         let mut buffer: Vec<T> = Vec::new();
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(o)) => {
-                    if let Some(v) = T::from_watched(o, &self.resource) {
-                        self.apply(v);
+                    let admitted = group.as_ref().map(|g| g.admit(&o));
+                    if let None | Some(Some(_)) = admitted {
+                        self.apply_watched(o);
                     }
                 }
                 Ok(Event::Delete(o)) => {
-                    if let Some(v) = T::from_watched(o, &self.resource) {
-                        self.delete(v);
+                    let admitted = group.as_ref().map(|g| g.admit(&o));
+                    if let None | Some(Some(_)) = admitted {
+                        self.delete_watched(o);
                     }
                 }
                 Ok(Event::Init) => {
                     // the watcher sends the list request after handing out `Init`
                     requested = std::time::Instant::now();
-                    if range.is_none() {
+                    if group.is_none() {
                         self.list_times().in_progress = Some(requested);
                     }
                     buffer.clear();
@@ -684,18 +895,15 @@ impl<T: Form> Shared<T> {
                         buffer.push(v);
                     }
                 }
-                Ok(Event::InitDone) => match range {
+                Ok(Event::InitDone) => match &group {
                     None => {
                         self.replace(std::mem::take(&mut buffer));
                         let mut t = self.list_times();
                         t.last_completed = t.in_progress.take().or(t.last_completed);
                     }
-                    Some(r) => {
-                        // a relist of a range already listed (410, flush) is a relist of the
-                        // watch; its first list is a bucket gained, which the gain announces
-                        let again = self.listed_ranges().contains_key(&r);
-                        self.replace_range(r, std::mem::take(&mut buffer), again);
-                        self.note_listed(Some((r, requested)));
+                    Some(g) => {
+                        let objs = std::mem::take(&mut buffer);
+                        g.while_current(|live| self.replace_group(live, objs, requested));
                     }
                 },
                 Err(e) => {
@@ -810,6 +1018,7 @@ pub struct Informers {
 trait Counted: Send + Sync {
     fn len(&self) -> usize;
     fn sharded(&self) -> bool;
+    fn streams(&self) -> usize;
 }
 
 impl<T: Form> Counted for Shared<T> {
@@ -819,9 +1028,12 @@ impl<T: Form> Counted for Shared<T> {
     fn sharded(&self) -> bool {
         self.sharded.load(Ordering::Acquire)
     }
+    fn streams(&self) -> usize {
+        self.streams.load(Ordering::Acquire)
+    }
 }
 
-/// How many objects one running watch holds.
+/// How many objects one running watch holds, and over how many streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchSize {
     /// The watch key, `apiVersion/plural`.
@@ -830,6 +1042,8 @@ pub struct WatchSize {
     pub sharded: bool,
     /// Objects held.
     pub objects: usize,
+    /// List-and-watch streams run (1 for a whole watch).
+    pub streams: usize,
 }
 
 /// A running [`Informer`] of some form, not kept alive by the map.
@@ -864,18 +1078,21 @@ impl Informers {
     pub fn sizes(&self) -> Vec<WatchSize> {
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         counted.retain(|(_, w)| w.strong_count() > 0);
-        let mut sizes: BTreeMap<(String, bool), usize> = BTreeMap::new();
+        let mut sizes: BTreeMap<(String, bool), (usize, usize)> = BTreeMap::new();
         for (key, w) in counted.iter() {
             if let Some(c) = w.upgrade() {
-                *sizes.entry((key.clone(), c.sharded())).or_default() += c.len();
+                let size = sizes.entry((key.clone(), c.sharded())).or_default();
+                size.0 += c.len();
+                size.1 += c.streams();
             }
         }
         sizes
             .into_iter()
-            .map(|((resource, sharded), objects)| WatchSize {
+            .map(|((resource, sharded), (objects, streams))| WatchSize {
                 resource,
                 sharded,
                 objects,
+                streams,
             })
             .collect()
     }
@@ -942,6 +1159,7 @@ impl Informers {
             listed_ranges_tx: watch::channel(Listed::default()).0,
             range_lists: Mutex::default(),
             sharded: AtomicBool::new(false),
+            streams: std::sync::atomic::AtomicUsize::new(1),
         });
         let counted: Weak<dyn Counted> = Arc::downgrade(&shared) as Weak<_>;
         self.counted
@@ -971,6 +1189,97 @@ impl Informers {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The `i`th sixteenth of the hash space.
+    fn sixteenth(i: u64) -> HashRange {
+        HashRange {
+            start: i << 60,
+            end: u128::from(i + 1) << 60,
+        }
+    }
+
+    fn in_namespace(ns: &str) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": ns}}))
+        .unwrap()
+    }
+
+    /// A namespace whose hash lies in `r`.
+    fn namespace_in(r: HashRange) -> String {
+        (0..)
+            .map(|i| format!("ns-{i}"))
+            .find(|n| r.contains(fnv1a64(n.as_bytes())))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stream_names_all_its_ranges_and_admits_only_live_ones_until_retired() {
+        let (a, b) = (sixteenth(1), sixteenth(2));
+        let g = Group::new(vec![a, b]);
+        assert_eq!(
+            g.selector(),
+            format!("{} || {}", range_selector(a), range_selector(b))
+        );
+        let (in_a, in_b) = (
+            in_namespace(&namespace_in(a)),
+            in_namespace(&namespace_in(b)),
+        );
+        let elsewhere = in_namespace(&namespace_in(sixteenth(9)));
+        assert!(g.admit(&in_a).is_some() && g.admit(&in_b).is_some());
+        assert!(g.admit(&elsewhere).is_none());
+        // b no longer selected: its events are ignored, a's still applied
+        assert_eq!(g.keep_selected(&[a]), vec![b]);
+        assert!(g.admit(&in_b).is_none() && g.admit(&in_a).is_some());
+        let mut listed = None;
+        g.while_current(|live| listed = Some(live.clone()));
+        assert_eq!(listed, Some(BTreeSet::from([a])));
+        // retired: nothing more is applied, and its list replaces nothing
+        g.retire();
+        assert!(g.admit(&in_a).is_none());
+        let mut after = false;
+        g.while_current(|_| after = true);
+        assert!(!after);
+    }
+
+    #[tokio::test]
+    async fn streams_follow_the_selection_and_are_worth_merging_once_scattered() {
+        let r = sixteenth;
+        let mut st = Streams::default();
+        let push = |st: &mut Streams, ranges: Vec<HashRange>| {
+            let handle = st.tasks.spawn(std::future::pending());
+            st.running.push((Group::new(ranges), handle));
+        };
+        assert!(!st.scattered());
+        assert_eq!(st.unstreamed(&[r(1), r(2)]), Some(vec![r(1), r(2)]));
+        // ranges gained together share one stream: nothing to merge
+        push(&mut st, vec![r(1), r(2)]);
+        assert!(!st.scattered());
+        assert_eq!(st.unstreamed(&[r(1), r(2)]), None);
+        // a range gained later gets its own stream: two streams are worth merging
+        assert_eq!(st.unstreamed(&[r(1), r(2), r(3)]), Some(vec![r(3)]));
+        push(&mut st, vec![r(3)]);
+        assert!(st.scattered());
+        // a range lost leaves its stream, which goes on for the others
+        assert_eq!(st.follow(&[r(1), r(3)]), vec![r(2)]);
+        assert_eq!(st.running.len(), 2);
+        // a stream left with no range stops
+        let stopped = st.running[1].0.clone();
+        assert_eq!(st.follow(&[r(1)]), vec![r(3)]);
+        assert_eq!(st.running.len(), 1);
+        assert!(stopped.admit(&in_namespace(&namespace_in(r(3)))).is_none());
+        // one stream still carrying a dropped range is worth replacing
+        assert!(st.scattered());
+        // a range lost and selected again is streamed anew
+        assert_eq!(st.unstreamed(&[r(1), r(2)]), Some(vec![r(2)]));
+        let merged_away: Vec<Arc<Group>> = st.running.iter().map(|(g, _)| g.clone()).collect();
+        st.retire_all();
+        assert!(st.running.is_empty() && !st.scattered());
+        assert!(
+            merged_away
+                .iter()
+                .all(|g| g.admit(&in_namespace(&namespace_in(r(1)))).is_none())
+        );
+    }
 
     fn obj(name: &str, owner: Option<&str>) -> Arc<Value> {
         let mut v = json!({"metadata": {"name": name, "namespace": "ns"}});

@@ -447,6 +447,7 @@ pub struct Metrics {
     shard: ShardSeries,
     fenced_writes: Family<FenceLabels, Counter>,
     watch_objects: Family<WatchLabels, Gauge>,
+    watch_streams: Family<WatchLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
     openapi_fetches: Family<OpenApiLabels, Counter>,
 }
@@ -530,6 +531,11 @@ impl Metrics {
             self.watch_objects.clone(),
         );
         r.register(
+            "kmeta_watch_streams",
+            "list-and-watch streams this process runs for each resource, by mode (a sharded watch runs one per group of shard buckets gained together until they are merged into one)",
+            self.watch_streams.clone(),
+        );
+        r.register(
             "kmeta_shard_handoffs",
             "shard buckets this replica gave up, by reason (rebalance|shutdown|lost|blocked)",
             self.shard.handoffs.clone(),
@@ -575,6 +581,7 @@ impl Metrics {
             shard: ShardSeries::default(),
             fenced_writes: Family::default(),
             watch_objects: Family::default(),
+            watch_streams: Family::default(),
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
         };
@@ -883,12 +890,25 @@ impl Metrics {
             .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
-    /// A watch of `resource` stopped: its `kmeta_watch_objects` series goes.
+    /// The list-and-watch streams a watch of `resource` runs.
+    pub(crate) fn watch_streams(&self, resource: &str, sharded: bool, streams: usize) {
+        self.watch_streams
+            .get_or_create(&WatchLabels {
+                resource: resource.into(),
+                mode: if sharded { "sharded" } else { "whole" },
+            })
+            .set(i64::try_from(streams).unwrap_or(i64::MAX));
+    }
+
+    /// A watch of `resource` stopped: its `kmeta_watch_objects` and `kmeta_watch_streams`
+    /// series go.
     pub(crate) fn forget_watch(&self, resource: &str, sharded: bool) {
-        self.watch_objects.remove(&WatchLabels {
+        let labels = WatchLabels {
             resource: resource.into(),
             mode: if sharded { "sharded" } else { "whole" },
-        });
+        };
+        self.watch_objects.remove(&labels);
+        self.watch_streams.remove(&labels);
     }
 
     /// Live replicas of the shard set.
@@ -1076,6 +1096,7 @@ mod tests {
     fn a_forgotten_watch_loses_its_series() {
         let m = Metrics::new();
         m.watch_objects("v1/configmaps", true, 7);
+        m.watch_streams("v1/configmaps", true, 3);
         m.watch_objects("v1/secrets", false, 2);
         let series = "kmeta_watch_objects{resource=\"v1/configmaps\",mode=\"sharded\"} 7";
         assert!(m.encode().contains(series), "{}", m.encode());
