@@ -79,7 +79,7 @@ impl Controller {
         })
     }
 
-    async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         http_get(self.metrics, "/metrics")
             .await
             .map(|r| r.1)

@@ -124,7 +124,40 @@ pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Resu
         counts.join(", "),
         case.buckets
     );
+    if watch_mode() == "server" {
+        wait_merged(ctrl).await?;
+        println!(
+            "    sharded watches down to one stream each after {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
+}
+
+/// With server-sharded watches: waits until every replica runs each sharded watch over one
+/// stream (`kmeta_watch_streams{mode="sharded"}` 1), which kmeta reaches once the split has held
+/// still (`CONSOLIDATE_AFTER`), so the converge measures the replicas as they run between
+/// membership changes, not the one relist of each replica's share that merging costs.
+async fn wait_merged(ctrl: &[Controller]) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut merged = true;
+        for c in ctrl {
+            let text = c.metrics().await;
+            let streams: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("kmeta_watch_streams{") && l.contains("mode=\"sharded\""))
+                .collect();
+            merged &= !streams.is_empty() && streams.iter().all(|l| l.ends_with(" 1"));
+        }
+        if merged {
+            return Ok(());
+        }
+        if start.elapsed() > SPLIT_DEADLINE {
+            bail!("sharded watches not merged into one stream each within {SPLIT_DEADLINE:?}");
+        }
+        tokio::time::sleep(SPLIT_POLL).await;
+    }
 }
 
 /// Sets `spec.v` of every parent, [`WRITERS`] at a time.
