@@ -233,6 +233,16 @@ struct WatchLabels {
     mode: &'static str,
 }
 
+impl WatchLabels {
+    /// The labels of a watch of `resource`, sharded or whole.
+    fn of(resource: &str, sharded: bool) -> Self {
+        WatchLabels {
+            resource: resource.into(),
+            mode: if sharded { "sharded" } else { "whole" },
+        }
+    }
+}
+
 /// The series of `--sharding`.
 struct ShardSeries {
     buckets: Family<BucketLabels, Gauge>,
@@ -883,30 +893,21 @@ impl Metrics {
     /// The objects a watch of `resource` holds, sharded or whole.
     pub(crate) fn watch_objects(&self, resource: &str, sharded: bool, objects: usize) {
         self.watch_objects
-            .get_or_create(&WatchLabels {
-                resource: resource.into(),
-                mode: if sharded { "sharded" } else { "whole" },
-            })
+            .get_or_create(&WatchLabels::of(resource, sharded))
             .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
     /// The list-and-watch streams a watch of `resource` runs.
     pub(crate) fn watch_streams(&self, resource: &str, sharded: bool, streams: usize) {
         self.watch_streams
-            .get_or_create(&WatchLabels {
-                resource: resource.into(),
-                mode: if sharded { "sharded" } else { "whole" },
-            })
+            .get_or_create(&WatchLabels::of(resource, sharded))
             .set(i64::try_from(streams).unwrap_or(i64::MAX));
     }
 
     /// A watch of `resource` stopped: its `kmeta_watch_objects` and `kmeta_watch_streams`
     /// series go.
     pub(crate) fn forget_watch(&self, resource: &str, sharded: bool) {
-        let labels = WatchLabels {
-            resource: resource.into(),
-            mode: if sharded { "sharded" } else { "whole" },
-        };
+        let labels = WatchLabels::of(resource, sharded);
         self.watch_objects.remove(&labels);
         self.watch_streams.remove(&labels);
     }
