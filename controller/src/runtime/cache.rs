@@ -924,6 +924,11 @@ impl<T: Form> Informer<T> {
     pub fn list(&self) -> Vec<Arc<T>> {
         self.shared.read(|s| s.objects.values().cloned().collect())
     }
+    /// How many cached objects `test` accepts, counted in place (no copy of the list).
+    pub fn count(&self, test: impl Fn(&T) -> bool) -> usize {
+        self.shared
+            .read(|s| s.objects.values().filter(|o| test(o)).count())
+    }
     /// Objects whose controller owner has this UID.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<T>> {
         self.shared.read(|s| {

@@ -454,12 +454,16 @@ pub(crate) async fn converge(
     let mut rig = Rig::new(dir, case).await?;
     rig.start_controllers(dir, case).await?;
     let s0 = rig.snap().await?;
+    // the two marks bracket the work counted "until quiet": a profiler driven by the bench's
+    // output starts and stops at them (docs/performance.md, instructions per replica)
+    println!("    (mark: creating the parents)");
     rig.server.create_all(THINGS, parents(case)).await?;
     let (own, _) = wait_converged(&rig.server, case, None).await?;
     let s1 = rig.snap().await?;
     // the syncs the parents' own status writes set off (a hook sees its committed status) may
     // run after every status shows the children: the work is counted until they have run
     let quiet = rig.snap_when_quiet().await?;
+    println!("    (mark: quiet)");
     let mut d = s1.counters.since(&s0.counters);
     without_own(&mut d, "create", "things", case.parents as u64);
     own.remove_from(&mut d);

@@ -216,7 +216,15 @@ impl DecoratorRunner {
 
     /// How many targets `mine` accepts.
     fn count_where(&self, mine: ParentTest<'_>) -> usize {
-        self.targets_where(mine).len()
+        let finalizer = &self.state.finalizer;
+        let mut n = 0;
+        for rule in &self.state.targets {
+            n += rule.informer.count(|t| {
+                mine(meta_str(t, "namespace"), meta_str(t, "uid"))
+                    && decide::is_target(&rule.selector, t, finalizer)
+            });
+        }
+        n
     }
 
     /// Every target `mine` accepts.
