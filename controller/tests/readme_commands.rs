@@ -173,6 +173,11 @@ fn plan(line: &str) -> anyhow::Result<Step> {
     if program_part.starts_with("cargo test") || program_part.starts_with("cargo bench") {
         return Ok(Step::Skip("cargo test/bench: the test suite itself"));
     }
+    if program_part.starts_with("python3 tests/benches/") {
+        return Ok(Step::Skip(
+            "a bench's measuring aid (minutes to hours), like cargo bench: not a story step",
+        ));
+    }
     if program_part.starts_with("cargo build ") {
         return Ok(Step::Skip(
             "cargo build: a build for a bench, not a step of the stories run here",
@@ -627,6 +632,10 @@ fn lines_are_planned_by_the_rules() -> anyhow::Result<()> {
         )?,
         Step::Skip("cargo test/bench: the test suite itself")
     );
+    assert!(matches!(
+        plan("KMETA_SCALE_REPLICAS=1x1,3x1 python3 tests/benches/scale/instructions.py")?,
+        Step::Skip(_)
+    ));
     assert_eq!(
         plan("cargo run -p kmeta -- demo")?,
         Step::Run("kmeta demo".into())
