@@ -198,15 +198,18 @@ impl DecoratorRunner {
         self.enqueue_where(&|_, _| true);
     }
 
+    /// Whether `t`, cached by `rule`, is a target that `mine` accepts.
+    fn accepts(&self, rule: &build::TargetRule, t: &Value, mine: ParentTest<'_>) -> bool {
+        mine(meta_str(t, "namespace"), meta_str(t, "uid"))
+            && decide::is_target(&rule.selector, t, &self.state.finalizer)
+    }
+
     /// The cached targets (with their target resource's index) `mine` accepts.
     fn targets_where(&self, mine: ParentTest<'_>) -> Vec<(usize, Arc<Value>)> {
-        let finalizer = &self.state.finalizer;
         let mut targets = Vec::new();
         for (i, rule) in self.state.targets.iter().enumerate() {
             for t in rule.informer.list() {
-                if mine(meta_str(&t, "namespace"), meta_str(&t, "uid"))
-                    && decide::is_target(&rule.selector, &t, finalizer)
-                {
+                if self.accepts(rule, &t, mine) {
                     targets.push((i, t));
                 }
             }
@@ -214,17 +217,12 @@ impl DecoratorRunner {
         targets
     }
 
-    /// How many targets `mine` accepts.
+    /// How many targets `mine` accepts, counted in place.
     fn count_where(&self, mine: ParentTest<'_>) -> usize {
-        let finalizer = &self.state.finalizer;
-        let mut n = 0;
-        for rule in &self.state.targets {
-            n += rule.informer.count(|t| {
-                mine(meta_str(t, "namespace"), meta_str(t, "uid"))
-                    && decide::is_target(&rule.selector, t, finalizer)
-            });
-        }
-        n
+        let rules = self.state.targets.iter();
+        rules
+            .map(|rule| rule.informer.count(|t| self.accepts(rule, t, mine)))
+            .sum()
     }
 
     /// Every target `mine` accepts.
