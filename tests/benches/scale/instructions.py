@@ -109,5 +109,6 @@ def main() -> None:
         ratio = f" ({total / base:.3f}× the single replica's, mean of {len(singles)})" if base else ""
         print(f"  {label}\n    {total / 1e9:.2f} G{ratio}: {each}")
 
+
 if __name__ == "__main__":
     main()
