@@ -462,6 +462,13 @@ impl ChildReports {
     pub fn get(&self, parent_uid: &str) -> Vec<ChildReport> {
         self.by_parent.get(parent_uid).cloned().unwrap_or_default()
     }
+
+    /// Whether the last reports of the parent with `parent_uid` include `report`.
+    pub fn contains(&self, parent_uid: &str, report: &ChildReport) -> bool {
+        self.by_parent
+            .get(parent_uid)
+            .is_some_and(|r| r.binary_search(report).is_ok())
+    }
 }
 
 /// The annotation naming the DecoratorController that made an attachment (Metacontroller's).
@@ -572,7 +579,8 @@ impl Contests {
     }
 }
 
-/// The hook's status with kmeta's child conditions added (one per type, messages joined;
+/// The hook's status with kmeta's child conditions added (one per type, messages sorted and
+/// joined, so the order the reports came in changes nothing;
 /// `lastTransitionTime` kept from the live parent while the condition stays). `None` stays
 /// `None` when there is nothing to add; a hook status whose `conditions` is not a list is left
 /// as it is.
@@ -600,7 +608,10 @@ pub fn with_child_conditions(
         let e = by_type.entry(r.kind).or_insert((r.reason, Vec::new()));
         e.1.push(&r.message);
     }
-    for (kind, (reason, messages)) in by_type {
+    for (kind, (reason, mut messages)) in by_type {
+        // the writes run side by side: their reports come in any order, the message must not
+        messages.sort_unstable();
+        messages.dedup();
         let since = live_parent
             .pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -876,6 +887,8 @@ mod tests {
             Some(&live["status"]),
             "stable while it stays"
         );
+        let swapped = with_child_conditions(Some(&hook), &live, &[report("b"), report("a")], "t3");
+        assert_eq!(swapped.as_ref(), Some(&live["status"]), "in any order");
         assert_eq!(
             with_child_conditions(Some(&hook), &live, &[], "t2"),
             Some(hook.clone())

@@ -69,6 +69,31 @@ impl Children<'_> {
     fn count(&self, op: ChildOpLabel) {
         self.ctx.config.metrics.child_op(self.controller, op);
     }
+
+    /// Whether `parent`'s last child management made the same report: a child still drifted,
+    /// in conflict or contested as it was is no news, and gets no Event again (its condition
+    /// stays, with the time it began). A report that is new, or changed, is told.
+    fn reported_before(&self, parent: &Value, report: &ChildReport) -> bool {
+        self.memory
+            .child_reports
+            .lock()
+            .is_ok_and(|r| r.contains(meta_str(parent, "uid"), report))
+    }
+
+    /// Adds `report` to `out` and, unless it was made before ([`Self::reported_before`]),
+    /// publishes `note` as a `reason` Event on `parent`.
+    async fn report(
+        &self,
+        parent: &Value,
+        (reason, note): (Reason, String),
+        report: ChildReport,
+        out: &mut Collected,
+    ) {
+        if !self.reported_before(parent, &report) {
+            self.ctx.event(parent, reason, note).await;
+        }
+        out.reports.push(report);
+    }
 }
 
 /// What a sync's child writes found besides their results: fields the server dropped, and
@@ -350,6 +375,11 @@ async fn write_child(
             Some(format!("{}: undeclared type {gk}", describe(obj))),
         );
     };
+    if let ChildOp::Create(o) = op
+        && contested_in_cache(c, rule, w, o, &mut out).await
+    {
+        return (out, None);
+    }
     if held_back(c, rule, w, op, &mut out).await {
         let why = format!("drift policy {:?}", rule.drift);
         out.did(w.parent, obj, decide::ChildAction::LeftAlone { why });
@@ -442,9 +472,8 @@ fn forbidden(
 }
 
 /// Under server-side apply, a create refused because another parent holds the child's name
-/// (another controller, or another DecoratorController on the same target): the parent is told
-/// (`ChildContested` event and condition naming the holder), the holder's parent learns it at
-/// its next sync, and nothing is written, so the two never take the child back and forth.
+/// (another controller, or another DecoratorController on the same target): see
+/// [`held_elsewhere`].
 async fn contested_create(
     c: &Children<'_>,
     rule: &ChildRule,
@@ -464,7 +493,44 @@ async fn contested_create(
     let Ok(Some(existing)) = kapi::get(&api, meta_str(child, "name")).await else {
         return false;
     };
-    let Some(holder) = apply::contest_holder(meta_str(w.parent, "uid"), child, &existing) else {
+    held_elsewhere(c, w, child, &existing, out).await
+}
+
+/// Under server-side apply, a child to create that the watch already shows held by another
+/// parent: the create is not sent (the server would refuse it, on every sync while the contest
+/// lasts), and the contest is told as for a refused create ([`held_elsewhere`]). When the watch
+/// is behind (the holder let the child go), the parent's next sync creates it.
+async fn contested_in_cache(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    child: &Value,
+    out: &mut Collected,
+) -> bool {
+    if c.strategy != ApplyStrategy::ServerSideApply {
+        return false;
+    }
+    let cached = rule
+        .informer
+        .get(meta_str(child, "namespace"), meta_str(child, "name"));
+    let Some(Ok(existing)) = cached.map(|o| o.value()) else {
+        return false;
+    };
+    held_elsewhere(c, w, child, &existing, out).await
+}
+
+/// A child `existing` under the name of `child` is held by another parent: the parent is told
+/// (`ChildContested` event, when the contest is new, and condition naming the holder), the
+/// holder's parent learns it at its next sync, and nothing is written, so the two never take the
+/// child back and forth. False when `existing` is not held by another parent.
+async fn held_elsewhere(
+    c: &Children<'_>,
+    w: &Writing<'_>,
+    child: &Value,
+    existing: &Value,
+    out: &mut Collected,
+) -> bool {
+    let Some(holder) = apply::contest_holder(meta_str(w.parent, "uid"), child, existing) else {
         return false;
     };
     let name = describe(child);
@@ -472,16 +538,17 @@ async fn contested_create(
         "{name} is wanted by another parent too: it is held by {holder} (kmeta does not take a child from another parent; it is left as it is until one of them stops wanting it)"
     );
     c.count(ChildOpLabel::Contested);
-    c.ctx.event(w.parent, Reason::ChildContested, note).await;
     let why = format!("held by {holder}");
     out.did(w.parent, child, decide::ChildAction::LeftAlone { why });
-    out.reports.push(ChildReport {
+    let report = ChildReport {
         kind: apply::CONTESTED_CONDITION,
         reason: "ChildContested",
         message: format!("{name}: held by {holder}"),
-    });
+    };
+    c.report(w.parent, (Reason::ChildContested, note), report, out)
+        .await;
     out.contests.push(apply::Contest {
-        holder_uid: controller_uid(&existing).unwrap_or_default().to_owned(),
+        holder_uid: controller_uid(existing).unwrap_or_default().to_owned(),
         child: name,
         contender: format!("{} {}", c.controller, describe(w.parent)),
     });
@@ -505,11 +572,13 @@ async fn remember_contests(
         Err(_) => Vec::new(),
     };
     for r in against {
-        let note = format!(
-            "{} (kmeta leaves the child to this parent and writes nothing for the other)",
-            r.message
-        );
-        c.ctx.event(parent, Reason::ChildContested, note).await;
+        if !c.reported_before(parent, &r) {
+            let note = format!(
+                "{} (kmeta leaves the child to this parent and writes nothing for the other)",
+                r.message
+            );
+            c.ctx.event(parent, Reason::ChildContested, note).await;
+        }
         reports.push(r);
     }
 }
@@ -766,12 +835,13 @@ async fn resolve_conflicts(
             let note = format!(
                 "{child} is wanted by another parent too: {fields} (kmeta does not take fields from another parent; the child is left as it is until one of them stops wanting it)"
             );
-            c.ctx.event(w.parent, Reason::ChildContested, note).await;
-            out.reports.push(ChildReport {
+            let report = ChildReport {
                 kind: apply::CONTESTED_CONDITION,
                 reason: "ChildContested",
                 message: format!("{child}: {fields}"),
-            });
+            };
+            let told = (Reason::ChildContested, note);
+            c.report(w.parent, told, report, out).await;
             Ok(None)
         }
         ConflictDecision::Take(taken) if rule.drift != DriftPolicy::Enforce => {
@@ -780,12 +850,13 @@ async fn resolve_conflicts(
                 "{child} was changed by others: {fields}; drift policy {:?} leaves it as it is",
                 rule.drift
             );
-            c.ctx.event(w.parent, Reason::ChildConflict, note).await;
-            out.reports.push(ChildReport {
+            let report = ChildReport {
                 kind: apply::DRIFT_CONDITION,
                 reason: "ChildConflict",
                 message: format!("{child}: {fields}"),
-            });
+            };
+            c.report(w.parent, (Reason::ChildConflict, note), report, out)
+                .await;
             Ok(None)
         }
         ConflictDecision::Take(taken) => {
@@ -850,12 +921,13 @@ async fn held_back(
             let note = format!(
                 "{child} differs from what the hook wants at {fields}; drift policy Report leaves it as it is"
             );
-            c.ctx.event(w.parent, Reason::ChildDrift, note).await;
-            out.reports.push(ChildReport {
+            let report = ChildReport {
                 kind: apply::DRIFT_CONDITION,
                 reason: "Drifted",
                 message: format!("{child}: {fields}"),
-            });
+            };
+            c.report(w.parent, (Reason::ChildDrift, note), report, out)
+                .await;
             true
         }
     }

@@ -18,7 +18,9 @@
 //!   ones beside them ([`Shape::Plain`]) — measured just before and just after the converge
 //!   (docs/design/sizing-bench.md).
 //! - `steady` (after each converge, same controller): `resyncPeriodSeconds` set, then two full
-//!   resyncs of every parent measured: writes (0 expected), controller CPU per parent per resync.
+//!   resyncs of every parent measured: writes (0 expected), controller CPU per parent per resync;
+//!   then with drift: the children under drift policy `Report`, child 0 of every parent edited by
+//!   another writer, and two more resyncs measured (writes: 0 expected, since the drift is no news).
 //! - `qps`: converge with `--client-go-qps` (every request waits for the client-side bucket):
 //!   wall time against requests / QPS and writes / QPS.
 //! - `adopt`: N × M orphans (matching labels, no owner) and their N parents created before the

@@ -629,7 +629,84 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
         s1.hook.cpu_s - s0.hook.cpu_s,
         s1.server.cpu_s - s0.server.cpu_s
     );
+    steady_with_drift(rig, case).await
+}
+
+/// The steady scenario's variant with drift: the children under drift policy `Report`, child 0
+/// of every parent edited by another writer (drift kmeta leaves alone and reports), then two
+/// full resyncs: each finds the same drift, which is no news, so 0 writes (before the sync
+/// record kept children left alone as news, one status write per parent per resync).
+async fn steady_with_drift(rig: &Rig, case: &Case) -> anyhow::Result<()> {
+    let ccs = kube::Api::<kube::api::DynamicObject>::all_with(
+        rig.server.client.clone(),
+        &kmeta_tests::ar(
+            "metacontroller.k8s.io/v1alpha1",
+            "CompositeController",
+            "compositecontrollers",
+        ),
+    );
+    let mut children = ccs.get(CC).await?.data["spec"]["childResources"].clone();
+    for c in children.as_array_mut().into_iter().flatten() {
+        c["driftPolicy"] = json!("Report");
+    }
+    let patch = json!({"spec": {"childResources": children}});
+    ccs.patch(CC, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let n = case.parents as u64;
+    // a full round with the new policy (the controller rebuilt), then the edits, then a round
+    // that finds them (its record is news: one status write per parent) and one more to be sure
+    rig.wait_calls(hook::calls(rig.hook_port).await? + n)
+        .await?;
+    let edited = Instant::now();
+    drift_all(rig, case).await?;
+    let calls = hook::calls(rig.hook_port).await?;
+    rig.wait_calls(calls + 2 * n).await?;
+    let s0 = rig.snap().await?;
+    rig.wait_calls(s0.hook_calls + 2 * n).await?;
+    let s1 = rig.snap().await?;
+    let d = s1.counters.since(&s0.counters);
+    println!(
+        "  steady with drift: child 0 of each of {} parents edited by another writer (drift policy Report; edits and the round after them took {:.2} s); two resyncs in {:.2} s: writes {} (bound 0), hook calls {}; controller {}",
+        case.parents,
+        (s0.at - edited).as_secs_f64(),
+        (s1.at - s0.at).as_secs_f64(),
+        d.writes(),
+        s1.hook_calls - s0.hook_calls,
+        by_verb(&d)
+    );
     Ok(())
+}
+
+/// Another writer edits child 0 of every parent in a field the hook sets (a ConfigMap's
+/// `data.i`, a Deployment's `spec.replicas`), [`super::WRITERS`] at a time.
+async fn drift_all(rig: &Rig, case: &Case) -> anyhow::Result<()> {
+    let kind = case.kind;
+    let patch = match kind {
+        super::Kind::ConfigMap => json!({"data": {"i": "edited"}}),
+        super::Kind::Deployment => json!({"spec": {"replicas": 3}}),
+    };
+    futures::stream::iter(0..case.parents)
+        .map(|i| {
+            let api = rig.server.api_in(
+                &case.ns_of(i),
+                kind.api_version(),
+                kind.kind(),
+                kind.plural(),
+            );
+            let patch = &patch;
+            async move {
+                let params = PatchParams {
+                    field_manager: Some("another-writer".into()),
+                    ..PatchParams::default()
+                };
+                api.patch(&format!("p-{i}-0"), &params, &Patch::Merge(patch))
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(super::WRITERS)
+        .try_collect()
+        .await
 }
 
 /// N × M orphans and their parents exist before the controller starts.

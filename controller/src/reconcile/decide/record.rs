@@ -67,7 +67,9 @@ pub struct SyncRecord {
     pub trace_id: Option<String>,
     /// How long its hook calls took.
     pub hook: Option<Duration>,
-    /// The children it wrote or left alone, in the order written.
+    /// The children it wrote or left alone (listed deletions first, then by kind and name,
+    /// whatever the order the writes finished in, so that two syncs doing the same read the
+    /// same).
     pub children: Vec<ChildRecord>,
     /// The related objects its hook was sent (`Kind namespace/name`).
     pub related: Vec<String>,
@@ -90,13 +92,7 @@ impl SyncRecord {
         if let Some(r) = &self.replica {
             m.insert("replica".into(), json!(r));
         }
-        let children: Vec<Value> = self
-            .children
-            .iter()
-            .take(MAX_CHILDREN)
-            .map(child_value)
-            .collect();
-        m.insert("children".into(), Value::Array(children));
+        m.insert("children".into(), Value::Array(self.listed()));
         if self.children.len() > MAX_CHILDREN {
             m.insert("more".into(), json!(self.children.len() - MAX_CHILDREN));
         }
@@ -111,6 +107,62 @@ impl SyncRecord {
             );
         }
         Value::Object(m)
+    }
+
+    /// The child entries as the record lists them: deletions first (a sync deletes before it
+    /// creates and updates), then by kind and name, at most [`MAX_CHILDREN`].
+    fn listed(&self) -> Vec<Value> {
+        let mut sorted: Vec<&ChildRecord> = self.children.iter().collect();
+        let deleted_first = |c: &ChildRecord| !matches!(c.action, ChildAction::Deleted { .. });
+        sorted.sort_by(|a, b| {
+            (deleted_first(a), &a.kind, &a.name).cmp(&(deleted_first(b), &b.kind, &b.name))
+        });
+        sorted
+            .into_iter()
+            .take(MAX_CHILDREN)
+            .map(child_value)
+            .collect()
+    }
+
+    /// Whether this sync did something to its children that `kept` (the live record's
+    /// `lastSync`) does not already say: a write or a refused write, or children left alone
+    /// other than those `kept` lists as left alone, or for other reasons. The same children
+    /// still left alone for the same reasons are no news: the record's time and hook timing
+    /// alone never make a write.
+    pub fn is_news(&self, kept: Option<&Value>) -> bool {
+        let wrote = self
+            .children
+            .iter()
+            .any(|c| !matches!(c.action, ChildAction::LeftAlone { .. }));
+        if wrote {
+            return true;
+        }
+        let Some(kept) = kept else {
+            return !self.children.is_empty();
+        };
+        let listed = self.listed();
+        let kept_children = kept.get("children").and_then(Value::as_array);
+        let kept_more = kept.get("more").and_then(Value::as_u64).unwrap_or(0);
+        let more = self.children.len().saturating_sub(MAX_CHILDREN) as u64;
+        if more > 0 {
+            // cut: the listing must be the same, and so must the count of the others
+            return kept_children != Some(&listed) || kept_more != more;
+        }
+        let mut left: Vec<&Value> = kept_children
+            .into_iter()
+            .flatten()
+            .filter(|c| c["action"] == "LeftAlone")
+            .collect();
+        left.sort_by(|a, b| {
+            let key = |c: &Value| {
+                (
+                    c["kind"].as_str().map(str::to_owned),
+                    c["name"].as_str().map(str::to_owned),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        !left.iter().copied().eq(listed.iter())
     }
 }
 
@@ -156,9 +208,10 @@ fn cut(text: &str) -> String {
 }
 
 /// `want` (the status to write: the hook's, with kmeta's fields) with kmeta's record: this
-/// sync's when it changed something — wrote children (`record.children` not empty) or the
-/// status itself — else the record `live` carries, so a sync that changes nothing leaves the
-/// status as it is.
+/// sync's when it has news — wrote children, or left children alone that the live record does
+/// not list as left alone for the same reasons ([`SyncRecord::is_news`]), or changed the status
+/// itself — else the record `live` carries, so a sync that changes nothing leaves the status as
+/// it is.
 pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> Value {
     let kept = live
         .pointer("/status")
@@ -169,7 +222,8 @@ pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> V
     };
     w.remove(RECORD_FIELD);
     let status_changed = !without_record_eq(live.get("status"), w);
-    let next = if !record.children.is_empty() || status_changed {
+    let last = kept.as_ref().and_then(|k| k.get("lastSync"));
+    let next = if status_changed || record.is_news(last) {
         let mut r = match kept {
             Some(Value::Object(m)) => m,
             _ => Map::new(),
@@ -346,6 +400,83 @@ mod tests {
             &record(vec![]),
         );
         assert_eq!(want, live["status"]);
+    }
+
+    fn left_alone(name: &str, why: &str) -> ChildRecord {
+        ChildRecord {
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            action: ChildAction::LeftAlone { why: why.into() },
+        }
+    }
+
+    /// The status after a sync with `children`, from the live `status`.
+    fn after(status: &Value, children: Vec<ChildRecord>) -> Value {
+        let live = json!({ "status": status });
+        let mut want = status.clone();
+        if let Some(w) = want.as_object_mut() {
+            w.remove(RECORD_FIELD);
+        }
+        let mut r = record(children);
+        // every sync has its own time and hook timing: neither is news
+        r.time = format!("later than {}", status["kmeta"]["lastSync"]["time"]);
+        r.hook = Some(Duration::from_millis(status.to_string().len() as u64));
+        with_sync_record(want, &live, &r)
+    }
+
+    #[test]
+    fn the_same_children_left_alone_for_the_same_reasons_is_no_news() {
+        let first = after(
+            &json!({"ready": 1}),
+            vec![left_alone("a", "drift policy Report")],
+        );
+        assert_eq!(
+            first["kmeta"]["lastSync"]["children"],
+            json!([{"kind": "ConfigMap", "name": "a", "action": "LeftAlone", "reason": "drift policy Report"}]),
+            "the first time, it is news"
+        );
+        let again = after(&first, vec![left_alone("a", "drift policy Report")]);
+        assert_eq!(again, first, "the record is carried over: no write");
+        // in another order (the writes run side by side)
+        let two = vec![left_alone("b", "x"), left_alone("a", "y")];
+        let second = after(&first, two);
+        assert_ne!(second, first, "a new child left alone and a new reason");
+        let swapped = after(&second, vec![left_alone("a", "y"), left_alone("b", "x")]);
+        assert_eq!(swapped, second, "the order of the writes is no news");
+        // a reason that changed, a child no longer left alone, a write: news
+        let why = after(&second, vec![left_alone("a", "z"), left_alone("b", "x")]);
+        assert_ne!(why, second);
+        let fewer = after(&second, vec![left_alone("b", "x")]);
+        assert_ne!(fewer, second);
+        let wrote = after(
+            &second,
+            vec![left_alone("a", "y"), left_alone("b", "x"), created("c")],
+        );
+        assert_ne!(wrote, second);
+        // after a sync that wrote one child and left another alone, leaving the same one alone
+        // is still no news: the record of the write stays
+        let still = after(&wrote, vec![left_alone("b", "x"), left_alone("a", "y")]);
+        assert_eq!(still, wrote);
+    }
+
+    #[test]
+    fn a_cut_listing_is_compared_whole() {
+        let many = |why: &str| -> Vec<ChildRecord> {
+            (0..25)
+                .map(|i| left_alone(&format!("c{i:02}"), why))
+                .collect()
+        };
+        let first = after(&json!({}), many("r"));
+        assert_eq!(first["kmeta"]["lastSync"]["more"], 5);
+        assert_eq!(after(&first, many("r")), first);
+        let mut one_more = many("r");
+        one_more.push(left_alone("c99", "r"));
+        assert_ne!(
+            after(&first, one_more),
+            first,
+            "the count of the others changed"
+        );
+        assert_ne!(after(&first, many("s")), first);
     }
 
     #[test]
