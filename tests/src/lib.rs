@@ -88,6 +88,11 @@ pub struct Env {
     /// The controller's client: the same server, with kmeta's User-Agent (so its writes are
     /// told apart from the test's own in `managedFields`).
     controller_client: kube::Client,
+    /// What the controller's client is built from.
+    controller_config: kube::Config,
+    /// The controller's clients for reports (Events, conditions) and for discovery, when they
+    /// are its own ([`Env::limit_controller_requests`]).
+    own_clients: Option<(kube::Client, kube::Client)>,
     /// The in-process server (None on a real cluster).
     server: Option<TestServer>,
     /// Unique id of this scenario (lowercase, DNS-safe).
@@ -360,8 +365,9 @@ impl Env {
             }
         };
         let real = server.is_none();
-        let controller_client =
-            kube::Client::try_from(kmeta::ops::client::with_user_agent(controller_config))?;
+        let controller_client = kube::Client::try_from(kmeta::ops::client::with_user_agent(
+            controller_config.clone(),
+        ))?;
         let ns = format!("t-{id}");
         let namespaces: Api<DynamicObject> =
             Api::all_with(client.clone(), &ar("v1", "Namespace", "namespaces"));
@@ -375,6 +381,8 @@ impl Env {
         Ok(Env {
             client,
             controller_client,
+            controller_config,
+            own_clients: None,
             server,
             id,
             ns: ns.clone(),
@@ -437,9 +445,29 @@ impl Env {
         )));
     }
 
+    /// Has the controller make its requests as `kmeta run` does with `limits`
+    /// (`--client-go-qps`, `--client-go-burst`): a client-side token bucket for its work, one of
+    /// their own for its reports (Events, conditions) and one for discovery. Call before the
+    /// controller starts.
+    pub fn limit_controller_requests(
+        &mut self,
+        limits: kmeta::ops::ratelimit::RateLimit,
+    ) -> anyhow::Result<()> {
+        let build = || {
+            kmeta::ops::client::build(self.controller_config.clone(), limits, self.metrics.clone())
+        };
+        self.controller_client = build()?;
+        self.own_clients = Some((build()?, build()?));
+        Ok(())
+    }
+
     /// `config` as this scenario runs it: only its CompositeControllers, its metrics, discovery
     /// at least every second.
     fn scenario_config(&self, mut config: ManagerConfig) -> ManagerConfig {
+        if let Some((reports, discovery)) = &self.own_clients {
+            config.events_client = kmeta::DiscoveryClient(Some(reports.clone()));
+            config.discovery_client = kmeta::DiscoveryClient(Some(discovery.clone()));
+        }
         config.target_label_selector = Some(format!("kmeta-test={}", self.id));
         config.metrics = self.metrics.clone();
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));

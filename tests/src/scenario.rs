@@ -41,6 +41,7 @@ pub struct Scenario {
     config: Option<ManagerConfig>,
     parents: Vec<(String, Value)>,
     authz: Authz,
+    limits: Option<kmeta::ops::ratelimit::RateLimit>,
 }
 
 impl Scenario {
@@ -56,6 +57,7 @@ impl Scenario {
             config: None,
             parents: Vec::new(),
             authz: Authz::FromEnv,
+            limits: None,
         }
     }
 
@@ -132,6 +134,13 @@ impl Scenario {
         self
     }
 
+    /// The controller's requests limited as `kmeta run` limits them (see
+    /// [`Env::limit_controller_requests`]); by default they are not.
+    pub fn client_limits(mut self, limits: kmeta::ops::ratelimit::RateLimit) -> Scenario {
+        self.limits = Some(limits);
+        self
+    }
+
     /// Builds everything declared, in this order: the [`Env`], kmeta's CRDs, the scenario's
     /// CRDs, the hook server, the objects, the CompositeControllers, the running controller, the
     /// parents.
@@ -139,7 +148,11 @@ impl Scenario {
         let controllers = std::mem::take(&mut self.controllers);
         let config = self.config.take().unwrap_or_default();
         let parents = std::mem::take(&mut self.parents);
+        let limits = self.limits.take();
         let mut s = self.prepare().await?;
+        if let Some(limits) = limits {
+            s.env.limit_controller_requests(limits)?;
+        }
         s.config = config.clone();
         for cc in controllers {
             s.controller(cc).await?;

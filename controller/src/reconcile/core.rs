@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
-use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -30,10 +29,12 @@ use crate::reconcile::decide::{
     self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
 };
 use crate::reconcile::rollout::RolloutError;
-use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
+use crate::runtime::cache::{Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
+
+pub use crate::reconcile::triggers::Triggers;
 
 /// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
 /// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
@@ -105,6 +106,13 @@ pub struct ManagerConfig {
     /// discovery a client of its own (its own token bucket, as Metacontroller's discovery
     /// client has), so periodic discovery does not spend the tokens of child and status writes.
     pub discovery_client: DiscoveryClient,
+    /// The client failures are reported with: Events, and the `Synced=False` (and `Paused`)
+    /// conditions kmeta adds. Default: none, the manager's client. `kmeta run` gives reports a
+    /// client of their own (its own token bucket at `--client-go-qps` and `--client-go-burst`,
+    /// as Metacontroller's event broadcaster has its own clientset, `pkg/events/events.go`), so
+    /// the reports of failing parents never spend the tokens a healthy parent's child and status
+    /// writes wait for (Metacontroller writes no condition at all).
+    pub events_client: DiscoveryClient,
     /// The ServiceAccount (name) every controller that names none in `spec.serviceAccountName`
     /// has its child writes and related reads made as, in the parent's namespace (or the
     /// controller's `spec.serviceAccountNamespace`): impersonation made mandatory, as Flux's
@@ -117,7 +125,8 @@ pub struct ManagerConfig {
     pub shards: Option<Arc<crate::ops::shard::Shards>>,
 }
 
-/// A client for discovery only (see [`ManagerConfig::discovery_client`]).
+/// A client of its own for one kind of request (see [`ManagerConfig::discovery_client`] and
+/// [`ManagerConfig::events_client`]).
 #[derive(Clone, Default)]
 pub struct DiscoveryClient(pub Option<kube::Client>);
 
@@ -153,6 +162,7 @@ impl Default for ManagerConfig {
             apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
             ssa_field_manager: "metacontroller".into(),
             discovery_client: DiscoveryClient::default(),
+            events_client: DiscoveryClient::default(),
             default_service_account: None,
             shards: None,
         }
@@ -210,10 +220,20 @@ impl Context {
             .unwrap_or(&self.client)
     }
 
+    /// The client failures are reported with (Events, and the `Synced=False` and `Paused`
+    /// conditions): its own when the configuration gives one ([`ManagerConfig::events_client`]).
+    pub fn report_client(&self) -> &kube::Client {
+        self.config.events_client.0.as_ref().unwrap_or(&self.client)
+    }
+
     /// A context for `client`.
     pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
         let recorder = Recorder::new(
-            client.clone(),
+            config
+                .events_client
+                .0
+                .clone()
+                .unwrap_or_else(|| client.clone()),
             config.reporter.clone(),
             config.reporting_instance.clone(),
         );
@@ -506,140 +526,6 @@ pub trait Reconciler: Send + Sync + 'static {
         message: &str,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
-
-/// The tasks that turn watch events and timers into queued keys; aborted when the controller
-/// stops.
-#[derive(Default)]
-pub struct Triggers {
-    tasks: JoinSet<()>,
-}
-
-impl Triggers {
-    /// Calls `on_change` for every change `informer` broadcasts from now on, and `on_lag` when
-    /// changes were missed (the handler fell behind): the owner then enqueues everything.
-    pub fn watch<T: Form>(
-        &mut self,
-        informer: &Informer<T>,
-        on_change: impl Fn(&Change<T>) + Send + 'static,
-        on_lag: impl Fn() + Send + 'static,
-    ) {
-        self.watch_receiver(informer.subscribe(), on_change, on_lag);
-    }
-
-    /// As [`Triggers::watch`], for a receiver subscribed earlier (no change since is lost).
-    pub fn watch_receiver<T: Form>(
-        &mut self,
-        mut rx: broadcast::Receiver<Change<T>>,
-        on_change: impl Fn(&Change<T>) + Send + 'static,
-        on_lag: impl Fn() + Send + 'static,
-    ) {
-        self.tasks.spawn(async move {
-            loop {
-                match rx.recv().await {
-                    Ok(c) => on_change(&c),
-                    Err(RecvError::Lagged(_)) => on_lag(),
-                    Err(RecvError::Closed) => break,
-                }
-            }
-        });
-    }
-
-    /// Calls `tick` every `period`, the first time one period from now.
-    pub fn every(&mut self, period: Duration, tick: impl Fn() + Send + 'static) {
-        self.tasks.spawn(async move {
-            let mut interval = tokio::time::interval(period);
-            interval.tick().await;
-            loop {
-                interval.tick().await;
-                tick();
-            }
-        });
-    }
-
-    /// Under `--sharding`, sets `kmeta_shard_parents{controller}` now and every
-    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent: true where this
-    /// replica works on the parent's bucket. The series goes with the controller.
-    pub fn count_shard_parents(
-        &mut self,
-        ctx: &Context,
-        controller: &str,
-        count: impl Fn(ParentTest<'_>) -> usize + Send + 'static,
-    ) {
-        let Some(shards) = ctx.config.shards.clone() else {
-            return;
-        };
-        let series = ShardParentsSeries {
-            metrics: ctx.config.metrics.clone(),
-            controller: controller.to_owned(),
-        };
-        // the series lives in the ticking closure: dropped with it when the controller stops
-        let tick = move || {
-            let n = count(&|ns: &str, uid: &str| shards.works_on(ns, Some(uid)));
-            series.metrics.shard_parents(&series.controller, n);
-        };
-        tick();
-        self.every(SHARD_COUNT_PERIOD, tick);
-    }
-
-    /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
-    /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
-    /// with a test of a parent: true for the parents of the buckets gained.
-    pub fn on_shard_gains(
-        &mut self,
-        ctx: &Context,
-        enqueue: impl Fn(ParentTest<'_>) + Send + 'static,
-    ) {
-        let Some(shards) = ctx.config.shards.clone() else {
-            return;
-        };
-        let mut gains = shards.subscribe_gains();
-        gains.borrow_and_update();
-        let mut seen = shards.work_epochs();
-        self.tasks.spawn(async move {
-            while gains.changed().await.is_ok() {
-                gains.borrow_and_update();
-                let gained = shards.gained_since(&mut seen);
-                if !gained.is_empty() {
-                    enqueue(&|ns: &str, uid: &str| {
-                        shards
-                            .bucket_of_parent(ns, Some(uid))
-                            .is_some_and(|b| gained.contains(&b))
-                    });
-                }
-            }
-        });
-    }
-
-    /// Runs `task` until the controller stops.
-    pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.spawn(task);
-    }
-
-    async fn stop(mut self) {
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
-    }
-}
-
-/// How often `kmeta_shard_parents` is counted: 5 s (kmeta's, as `kmeta_watch_objects`).
-const SHARD_COUNT_PERIOD: Duration = Duration::from_secs(5);
-
-/// A controller's `kmeta_shard_parents` series, removed when its counting closure is dropped
-/// (the controller stopped).
-struct ShardParentsSeries {
-    metrics: Arc<Metrics>,
-    controller: String,
-}
-
-impl Drop for ShardParentsSeries {
-    fn drop(&mut self) {
-        self.metrics.forget_shard_parents(&self.controller);
-    }
-}
-
-/// A test of a parent (or a DecoratorController's target) by its namespace and uid: whether it
-/// belongs to the shard buckets in question.
-pub type ParentTest<'a> = &'a dyn Fn(&str, &str) -> bool;
 
 /// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
 /// cancelled; then stops taking work and returns once the syncs in flight have finished (the

@@ -22,6 +22,7 @@ pub(crate) mod memory;
 pub(crate) mod related;
 pub(crate) mod rollout;
 pub(crate) mod status;
+pub(crate) mod triggers;
 pub(crate) mod unchanged;
 
 pub use apply::{ApplyStrategy, LAST_APPLIED_OPTION, STRATEGY_ANNOTATION, field_manager};

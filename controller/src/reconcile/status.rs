@@ -119,18 +119,22 @@ pub(crate) fn now_to_the_second() -> String {
 }
 
 /// Sets `condition` on the parent's status (only when it differs from what is there;
-/// UID-guarded, resourceVersion-checked); returns the resourceVersion written, if any.
+/// UID-guarded, resourceVersion-checked); returns the resourceVersion written, if any. Decided
+/// first on `parent` as cached: a parent whose condition is already there costs no request (a
+/// failing parent's retries would otherwise read it once each, from the request budget its
+/// healthy neighbours' writes wait for); a stale copy is answered 409 and read fresh.
 pub async fn report_condition(
     ctx: &Context,
     resource: &Resolved,
     parent: &Value,
     condition: decide::Condition<'_>,
 ) -> Result<Option<String>, SyncError> {
-    let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
+    let api = kapi::api(ctx.report_client(), resource, meta_str(parent, "namespace"));
     let now = now_to_the_second();
     let handled = decide::reconcile_request(parent);
-    kapi::atomic_update(
+    kapi::atomic_update_from(
         &api,
+        Some(parent.clone()),
         meta_str(parent, "name"),
         meta_str(parent, "uid"),
         true,

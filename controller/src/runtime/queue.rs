@@ -159,8 +159,12 @@ impl<K: Clone + Eq + Hash + Tenant> State<K> {
     fn schedule(&mut self, key: K, at: Instant, priority: Priority, now: Instant) -> bool {
         let current = self.due.get(&key).copied();
         let next = match (current, priority) {
-            // a resync never moves a key that is scheduled already (its backoff holds)
-            (Some(_), Priority::Low) => return false,
+            // a resync never delays a key scheduled already, nor moves a ready change; a retry
+            // scheduled later (a backoff) comes at the resync instead, as Metacontroller's
+            // informer resync adds a key in backoff (the failure count stays: only a success
+            // clears it)
+            (Some(cur), Priority::Low) if cur.at <= at => return false,
+            (Some(_), Priority::Low) => (at, Priority::Low),
             (Some(cur), Priority::Normal) if cur.at <= at && cur.priority == Priority::Normal => {
                 return false;
             }
@@ -364,7 +368,9 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         self.schedule_by(key, Priority::Normal, |_, _, _| delay);
     }
 
-    /// Schedules a resync of `key` after `delay` at low priority, unless it is scheduled already.
+    /// Schedules a resync of `key` after `delay` at low priority, unless it is scheduled as early
+    /// already; a later retry (a backoff) comes at the resync instead. A resync is not a change
+    /// ([`Queue::take_changed`]).
     pub fn resync_after(&self, key: K, delay: Duration) {
         self.schedule_by(key, Priority::Low, |_, _, _| delay);
     }
@@ -645,21 +651,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_resync_never_advances_a_backoff() {
+    async fn a_resync_advances_a_backoff_as_metacontroller_but_is_no_change() {
         let q: Queue<(String, String)> = Queue::default();
         let k = key("ns", "failing");
-        let d = (0..5)
+        let d = (0..12)
             .map(|_| q.add_rate_limited(k.clone()))
             .last()
             .unwrap();
-        assert_eq!(d, backoff(5));
+        assert_eq!(d, backoff(12));
+        assert!(d >= Duration::from_secs(5), "{d:?}");
         q.resync_after(k.clone(), Duration::ZERO);
         let start = Instant::now();
         assert_eq!(q.next().await, Some(k.clone()));
         assert!(
-            start.elapsed() >= Duration::from_millis(5),
-            "the resync ran before the backoff"
+            start.elapsed() < Duration::from_secs(1),
+            "the resync waited for the backoff"
         );
+        assert!(!q.take_changed(&k), "a resync is not a change");
+        q.done(&k);
+        // a resync later than what is scheduled moves nothing
+        q.add_after(k.clone(), Duration::from_millis(10));
+        q.resync_after(k.clone(), Duration::from_secs(100));
+        let start = Instant::now();
+        assert_eq!(q.next().await, Some(k.clone()));
+        assert!(start.elapsed() < Duration::from_secs(1));
         q.done(&k);
         // a change does advance it
         q.add_after(k.clone(), Duration::from_secs(100));

@@ -138,6 +138,16 @@ async fn own_status_write_requeues_the_parent() -> anyhow::Result<()> {
 /// ones failed at least 8 times (they are in their backoff now), three spec changes of `good` must
 /// each reach its child within 0.5 s.
 async fn failing_parents_never_delay_a_healthy_one(name: &str, bad: usize) -> anyhow::Result<()> {
+    failing_parents_beside_a_healthy_one(name, bad, None).await
+}
+
+/// As [`failing_parents_never_delay_a_healthy_one`], with the controller's requests limited as
+/// `kmeta run` limits them (`limits`, its token buckets: one for the work, one for Events).
+async fn failing_parents_beside_a_healthy_one(
+    name: &str,
+    bad: usize,
+    limits: Option<kmeta::ops::ratelimit::RateLimit>,
+) -> anyhow::Result<()> {
     let mut builder = Scenario::new(name)
         .crd("Thing", "things")
         .hook(|_, req| {
@@ -153,6 +163,9 @@ async fn failing_parents_never_delay_a_healthy_one(name: &str, bad: usize) -> an
         })
         .controller(Cc::new(&format!("{name}-cc")))
         .parent("good", json!({"v": "0"}));
+    if let Some(limits) = limits {
+        builder = builder.client_limits(limits);
+    }
     for i in 0..bad {
         builder = builder.parent(&format!("bad-{i}"), json!({}));
     }
@@ -216,6 +229,17 @@ async fn a_failing_parent_never_delays_another_parents_change() -> anyhow::Resul
 #[tokio::test]
 async fn five_failing_parents_never_delay_another_parents_change() -> anyhow::Result<()> {
     failing_parents_never_delay_a_healthy_one("c-backoff-5", 5).await
+}
+
+/// Five parents failing, with the controller's requests limited as by default (`--client-go-qps
+/// 5 --client-go-burst 10`, Metacontroller's defaults): their reports (`SyncError` Events and
+/// their series, `Synced=False` conditions) never take the tokens the healthy parent's writes
+/// wait for. Metacontroller records Events through a clientset of its own
+/// (`pkg/events/events.go`), so its syncs never wait behind them either.
+#[tokio::test]
+async fn five_failing_parents_never_spend_a_healthy_parents_request_budget() -> anyhow::Result<()> {
+    let limits = kmeta::ops::ratelimit::RateLimit::default();
+    failing_parents_beside_a_healthy_one("c-budget-5", 5, Some(limits)).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,3 +44,4 @@ mod ssa;
 mod ssa_omit;
 mod steer;
 mod transport;
+mod triggers;

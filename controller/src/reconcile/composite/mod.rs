@@ -11,30 +11,26 @@ mod selectors;
 mod steps;
 pub mod sync;
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
-use crate::reconcile::core::{self, Context, ParentTest, Reconciler, SyncError, Triggers};
+use crate::reconcile::core::{self, Context, Reconciler, SyncError};
 use crate::reconcile::decide::parent_update_relevant;
+use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::status;
+use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
 use crate::runtime::queue::Queue;
-use crate::runtime::resources::Resolved;
 
 pub use build::{BuildError, CompositeState, LocalHooks};
 pub use related::Used;
 use selectors::ParentSelectors;
-
-/// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
-/// become one burst of hook calls.
-pub const RELIST_RESYNC_SPREAD: Duration = Duration::from_secs(2);
 
 /// A running CompositeController: its [`CompositeState`], work queue and triggers.
 pub struct CompositeRunner {
@@ -234,68 +230,9 @@ impl CompositeRunner {
         }
     }
 
-    /// A related object changed: enqueue parents whose cached rules name its resource.
-    fn on_related_change(&self, r: &Resolved) {
-        let uids =
-            crate::reconcile::related::parents_reading(&self.state.memory.customize_cache, r);
-        if uids.is_empty() {
-            return;
-        }
-        // one pass over the parents (not one per parent reading `r`: a resource every parent
-        // reads made each event parents × parents comparisons)
-        for p in self.state.parents.list() {
-            if uids.contains(meta_str(&p, "uid")) {
-                self.queue.add(obj_key(&p));
-            }
-        }
-    }
-
-    /// After a relist of a watch this controller reads (410 Gone, `--cache-flush-interval`):
-    /// every parent, spread over up to [`RELIST_RESYNC_SPREAD`], so state lost to a missed event
-    /// (a child deleted unseen) converges within one interval, as Metacontroller's informer
-    /// resync does.
-    fn enqueue_all_jittered(&self) {
-        use rand::Rng as _;
-        let mut rng = rand::rng();
-        let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for p in self.state.parents.list() {
-            let delay = Duration::from_millis(rng.random_range(0..=spread));
-            self.queue.resync_after(obj_key(&p), delay);
-        }
-    }
-
-    /// The resync period's tick: every parent, at low priority (a parent already scheduled, for
-    /// a change or a retry after its backoff, keeps its schedule).
-    fn resync_all(&self) {
-        for p in self.state.parents.list() {
-            self.queue.resync_after(obj_key(&p), Duration::ZERO);
-        }
-    }
-
     fn enqueue_all(&self) {
         for p in self.state.parents.list() {
             self.queue.add(obj_key(&p));
-        }
-    }
-
-    /// The keys of the cached parents `mine` accepts.
-    fn parents_where(&self, mine: ParentTest<'_>) -> Vec<ObjKey> {
-        let parents = self.state.parents.list().into_iter();
-        parents
-            .filter(|p| mine(p.namespace(), p.uid()))
-            .map(|p| obj_key(&p))
-            .collect()
-    }
-
-    /// How many parents `mine` accepts.
-    fn count_where(&self, mine: ParentTest<'_>) -> usize {
-        self.state.parents.count(|p| mine(p.namespace(), p.uid()))
-    }
-
-    /// Every parent `mine` accepts.
-    fn enqueue_where(&self, mine: ParentTest<'_>) {
-        for key in self.parents_where(mine) {
-            self.queue.add(key);
         }
     }
 
@@ -316,7 +253,8 @@ impl CompositeRunner {
 
     /// Parent events, child events, and the resync period, each enqueueing parents.
     fn triggers(self: &Arc<Self>) -> Triggers {
-        let mut t = Triggers::default();
+        let period = triggers::resync_period(self.state.cc.spec.resync_period_seconds);
+        let mut t = Triggers::for_parents(self, period);
         let parents = self.state.parents.subscribe();
         self.refile_all();
         let pc = self.clone();
@@ -341,52 +279,25 @@ impl CompositeRunner {
                 move || lag.enqueue_all(),
             );
         }
-        for inf in self.watches() {
-            let pc = self.clone();
-            let mut lists = inf.lists();
-            t.spawn(async move {
-                // the first list is the start, which enqueues every parent already
-                if lists.wait_for(|n| *n >= 1).await.is_err() {
-                    return;
-                }
-                lists.borrow_and_update();
-                while lists.changed().await.is_ok() {
-                    pc.enqueue_all_jittered();
-                }
-            });
-        }
-        let pc = self.clone();
-        t.on_shard_gains(&self.state.ctx, move |gained| pc.enqueue_where(gained));
-        let pc = self.clone();
-        t.count_shard_parents(&self.state.ctx, &self.state.name, move |mine| {
-            pc.count_where(mine)
-        });
-        if let Some(secs) = self.state.cc.spec.resync_period_seconds {
-            let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
-            let pc = self.clone();
-            t.every(period, move || pc.resync_all());
-        }
         t
-    }
-
-    /// Listens to the related watches a sync subscribed to first, for as long as this
-    /// controller exists.
-    fn listen_related(self: &Arc<Self>, used: Used) {
-        for (resolved, rx) in used.subscribed {
-            let weak: Weak<CompositeRunner> = Arc::downgrade(self);
-            tokio::spawn(listen(weak, resolved, rx));
-        }
     }
 }
 
-async fn listen(
-    weak: Weak<CompositeRunner>,
-    resolved: Resolved,
-    mut rx: broadcast::Receiver<Change>,
-) {
-    while rx.recv().await.is_ok() || !rx.is_empty() {
-        let Some(pc) = weak.upgrade() else { break };
-        pc.on_related_change(&resolved);
+impl Parents for CompositeRunner {
+    fn parents_where(&self, mine: ParentTest<'_>) -> Vec<ObjKey> {
+        let parents = self.state.parents.list().into_iter();
+        parents
+            .filter(|p| mine(p.namespace(), p.uid()))
+            .map(|p| obj_key(&p))
+            .collect()
+    }
+
+    fn count_where(&self, mine: ParentTest<'_>) -> usize {
+        self.state.parents.count(|p| mine(p.namespace(), p.uid()))
+    }
+
+    fn memory(&self) -> &ChildMemory {
+        &self.state.memory
     }
 }
 
@@ -430,7 +341,7 @@ impl Reconciler for CompositeRunner {
     async fn sync(self: &Arc<Self>, key: &ObjKey) -> Result<Option<Duration>, SyncError> {
         let mut used = Used::default();
         let result = sync::sync_parent(&self.state, key, &mut used).await;
-        self.listen_related(used);
+        triggers::listen_related(self, used);
         result
     }
 

@@ -9,25 +9,22 @@ pub mod decide;
 mod release;
 mod sync;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::DecoratorController;
 use crate::object::{ObjectView, meta_str};
-use crate::reconcile::composite::RELIST_RESYNC_SPREAD;
-use crate::reconcile::core::{
-    self, Context, ParentTest, QueueKey, Reconciler, SyncError, Triggers,
-};
+use crate::reconcile::core::{self, Context, QueueKey, Reconciler, SyncError};
 use crate::reconcile::decide as shared;
-use crate::reconcile::related::{self, Used};
+use crate::reconcile::memory::ChildMemory;
+use crate::reconcile::related::Used;
+use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
 use crate::runtime::cache::{Change, Watch};
 use crate::runtime::compact::Compact;
 use crate::runtime::queue::{Queue, Tenant};
-use crate::runtime::resources::Resolved;
 
 pub use build::{DecoratorBuildError, DecoratorState};
 pub use release::{ensure_release_finalizer, needs_release, release_targets};
@@ -195,7 +192,9 @@ impl DecoratorRunner {
     }
 
     fn enqueue_all(&self) {
-        self.enqueue_where(&|_, _| true);
+        for key in self.parents_where(&|_, _| true) {
+            self.queue.add(key);
+        }
     }
 
     /// Whether `t`, cached by `rule`, is a target that `mine` accepts.
@@ -217,57 +216,6 @@ impl DecoratorRunner {
         targets
     }
 
-    /// How many targets `mine` accepts, counted in place.
-    fn count_where(&self, mine: ParentTest<'_>) -> usize {
-        let rules = self.state.targets.iter();
-        rules
-            .map(|rule| rule.informer.count(|t| self.accepts(rule, t, mine)))
-            .sum()
-    }
-
-    /// Every target `mine` accepts.
-    fn enqueue_where(&self, mine: ParentTest<'_>) {
-        for (i, t) in self.targets_where(mine) {
-            self.queue.add(target_key(i, &t));
-        }
-    }
-
-    /// After a relist: every target, spread over up to [`RELIST_RESYNC_SPREAD`] (as composite).
-    fn enqueue_all_jittered(&self) {
-        use rand::Rng as _;
-        let mut rng = rand::rng();
-        let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-        for (i, t) in self.targets_where(&|_, _| true) {
-            let delay = Duration::from_millis(rng.random_range(0..=spread));
-            self.queue.add_after(target_key(i, &t), delay);
-        }
-    }
-
-    /// A related object changed: enqueue the targets whose cached customize rules read its
-    /// resource.
-    fn on_related_change(&self, r: &Resolved) {
-        let uids = related::parents_reading(&self.state.memory.customize_cache, r);
-        if uids.is_empty() {
-            return;
-        }
-        for (i, rule) in self.state.targets.iter().enumerate() {
-            for t in rule.informer.list() {
-                if uids.contains(meta_str(&t, "uid")) {
-                    self.enqueue_if_target(i, &t);
-                }
-            }
-        }
-    }
-
-    /// Listens to the related watches a sync subscribed to first, for as long as this
-    /// controller exists.
-    fn listen_related(self: &Arc<Self>, used: Used) {
-        for (resolved, rx) in used.subscribed {
-            let weak: Weak<DecoratorRunner> = Arc::downgrade(self);
-            tokio::spawn(listen(weak, resolved, rx));
-        }
-    }
-
     /// Waits until every target and attachment watch has listed once (readiness).
     pub async fn wait_watches_synced(&self) {
         for watch in self.watches() {
@@ -285,7 +233,8 @@ impl DecoratorRunner {
     /// Target events, attachment events, relists and the resync period, each enqueueing
     /// targets.
     fn triggers(self: &Arc<Self>) -> Triggers {
-        let mut t = Triggers::default();
+        let period = triggers::resync_period(self.state.dc.spec.resync_period_seconds);
+        let mut t = Triggers::for_parents(self, period);
         for (i, rule) in self.state.targets.iter().enumerate() {
             let rx = rule.informer.subscribe();
             let (start, informer) = (self.clone(), rule.informer.clone());
@@ -310,42 +259,25 @@ impl DecoratorRunner {
                 move || lag.enqueue_all(),
             );
         }
-        for inf in self.watches() {
-            let dr = self.clone();
-            let mut lists = inf.lists();
-            t.spawn(async move {
-                if lists.wait_for(|n| *n >= 1).await.is_err() {
-                    return;
-                }
-                lists.borrow_and_update();
-                while lists.changed().await.is_ok() {
-                    dr.enqueue_all_jittered();
-                }
-            });
-        }
-        let dr = self.clone();
-        t.on_shard_gains(&self.state.ctx, move |gained| dr.enqueue_where(gained));
-        let dr = self.clone();
-        t.count_shard_parents(&self.state.ctx, &self.state.name, move |mine| {
-            dr.count_where(mine)
-        });
-        if let Some(secs) = self.state.dc.spec.resync_period_seconds {
-            let period = Duration::from_secs(u64::from(secs.max(1).unsigned_abs()));
-            let dr = self.clone();
-            t.every(period, move || dr.enqueue_all());
-        }
         t
     }
 }
 
-async fn listen(
-    weak: Weak<DecoratorRunner>,
-    resolved: Resolved,
-    mut rx: broadcast::Receiver<Change>,
-) {
-    while rx.recv().await.is_ok() || !rx.is_empty() {
-        let Some(dr) = weak.upgrade() else { break };
-        dr.on_related_change(&resolved);
+impl Parents for DecoratorRunner {
+    fn parents_where(&self, mine: ParentTest<'_>) -> Vec<TargetKey> {
+        let targets = self.targets_where(mine).into_iter();
+        targets.map(|(i, t)| target_key(i, &t)).collect()
+    }
+
+    fn count_where(&self, mine: ParentTest<'_>) -> usize {
+        let rules = self.state.targets.iter();
+        rules
+            .map(|rule| rule.informer.count(|t| self.accepts(rule, t, mine)))
+            .sum()
+    }
+
+    fn memory(&self) -> &ChildMemory {
+        &self.state.memory
     }
 }
 
@@ -393,7 +325,7 @@ impl Reconciler for DecoratorRunner {
         let mut used = Used::default();
         let target = (key.namespace.as_str(), key.name.as_str());
         let result = sync::sync_target(&self.state, rule, target, &mut used).await;
-        self.listen_related(used);
+        triggers::listen_related(self, used);
         result
     }
 
