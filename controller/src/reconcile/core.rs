@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -29,12 +30,10 @@ use crate::reconcile::decide::{
     self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
 };
 use crate::reconcile::rollout::RolloutError;
-use crate::runtime::cache::{Informers, ObjKey, PendingWatches, Watch};
+use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::{ResourceError, Resources};
 use crate::runtime::selector::SelectorError;
-
-pub use crate::reconcile::triggers::Triggers;
 
 /// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
 /// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
@@ -526,6 +525,140 @@ pub trait Reconciler: Send + Sync + 'static {
         message: &str,
     ) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
+
+/// The tasks that turn watch events and timers into queued keys; aborted when the controller
+/// stops.
+#[derive(Default)]
+pub struct Triggers {
+    tasks: JoinSet<()>,
+}
+
+impl Triggers {
+    /// Calls `on_change` for every change `informer` broadcasts from now on, and `on_lag` when
+    /// changes were missed (the handler fell behind): the owner then enqueues everything.
+    pub fn watch<T: Form>(
+        &mut self,
+        informer: &Informer<T>,
+        on_change: impl Fn(&Change<T>) + Send + 'static,
+        on_lag: impl Fn() + Send + 'static,
+    ) {
+        self.watch_receiver(informer.subscribe(), on_change, on_lag);
+    }
+
+    /// As [`Triggers::watch`], for a receiver subscribed earlier (no change since is lost).
+    pub fn watch_receiver<T: Form>(
+        &mut self,
+        mut rx: broadcast::Receiver<Change<T>>,
+        on_change: impl Fn(&Change<T>) + Send + 'static,
+        on_lag: impl Fn() + Send + 'static,
+    ) {
+        self.tasks.spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(c) => on_change(&c),
+                    Err(RecvError::Lagged(_)) => on_lag(),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+    }
+
+    /// Calls `tick` every `period`, the first time one period from now.
+    pub fn every(&mut self, period: Duration, tick: impl Fn() + Send + 'static) {
+        self.tasks.spawn(async move {
+            let mut interval = tokio::time::interval(period);
+            interval.tick().await;
+            loop {
+                interval.tick().await;
+                tick();
+            }
+        });
+    }
+
+    /// Under `--sharding`, sets `kmeta_shard_parents{controller}` now and every
+    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent: true where this
+    /// replica works on the parent's bucket. The series goes with the controller.
+    pub fn count_shard_parents(
+        &mut self,
+        ctx: &Context,
+        controller: &str,
+        count: impl Fn(ParentTest<'_>) -> usize + Send + 'static,
+    ) {
+        let Some(shards) = ctx.config.shards.clone() else {
+            return;
+        };
+        let series = ShardParentsSeries {
+            metrics: ctx.config.metrics.clone(),
+            controller: controller.to_owned(),
+        };
+        // the series lives in the ticking closure: dropped with it when the controller stops
+        let tick = move || {
+            let n = count(&|ns: &str, uid: &str| shards.works_on(ns, Some(uid)));
+            series.metrics.shard_parents(&series.controller, n);
+        };
+        tick();
+        self.every(SHARD_COUNT_PERIOD, tick);
+    }
+
+    /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
+    /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
+    /// with a test of a parent: true for the parents of the buckets gained.
+    pub fn on_shard_gains(
+        &mut self,
+        ctx: &Context,
+        enqueue: impl Fn(ParentTest<'_>) + Send + 'static,
+    ) {
+        let Some(shards) = ctx.config.shards.clone() else {
+            return;
+        };
+        let mut gains = shards.subscribe_gains();
+        gains.borrow_and_update();
+        let mut seen = shards.work_epochs();
+        self.tasks.spawn(async move {
+            while gains.changed().await.is_ok() {
+                gains.borrow_and_update();
+                let gained = shards.gained_since(&mut seen);
+                if !gained.is_empty() {
+                    enqueue(&|ns: &str, uid: &str| {
+                        shards
+                            .bucket_of_parent(ns, Some(uid))
+                            .is_some_and(|b| gained.contains(&b))
+                    });
+                }
+            }
+        });
+    }
+
+    /// Runs `task` until the controller stops.
+    pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    async fn stop(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How often `kmeta_shard_parents` is counted: 5 s (kmeta's, as `kmeta_watch_objects`).
+const SHARD_COUNT_PERIOD: Duration = Duration::from_secs(5);
+
+/// A controller's `kmeta_shard_parents` series, removed when its counting closure is dropped
+/// (the controller stopped).
+struct ShardParentsSeries {
+    metrics: Arc<Metrics>,
+    controller: String,
+}
+
+impl Drop for ShardParentsSeries {
+    fn drop(&mut self) {
+        self.metrics.forget_shard_parents(&self.controller);
+    }
+}
+
+/// A test of a parent (or a DecoratorController's target) by its namespace and uid: whether it
+/// belongs to the shard buckets in question.
+pub type ParentTest<'a> = &'a dyn Fn(&str, &str) -> bool;
 
 /// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
 /// cancelled; then stops taking work and returns once the syncs in flight have finished (the

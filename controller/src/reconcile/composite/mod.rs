@@ -254,7 +254,7 @@ impl CompositeRunner {
     /// Parent events, child events, and the resync period, each enqueueing parents.
     fn triggers(self: &Arc<Self>) -> Triggers {
         let period = triggers::resync_period(self.state.cc.spec.resync_period_seconds);
-        let mut t = Triggers::for_parents(self, period);
+        let mut t = triggers::for_parents(self, period);
         let parents = self.state.parents.subscribe();
         self.refile_all();
         let pc = self.clone();

@@ -234,7 +234,7 @@ impl DecoratorRunner {
     /// targets.
     fn triggers(self: &Arc<Self>) -> Triggers {
         let period = triggers::resync_period(self.state.dc.spec.resync_period_seconds);
-        let mut t = Triggers::for_parents(self, period);
+        let mut t = triggers::for_parents(self, period);
         for (i, rule) in self.state.targets.iter().enumerate() {
             let rx = rule.informer.subscribe();
             let (start, informer) = (self.clone(), rule.informer.clone());
