@@ -465,7 +465,7 @@ impl Env {
     /// at least every second.
     fn scenario_config(&self, mut config: ManagerConfig) -> ManagerConfig {
         if let Some((reports, discovery)) = &self.own_clients {
-            config.events_client = kmeta::DiscoveryClient(Some(reports.clone()));
+            config.reports_client = kmeta::DiscoveryClient(Some(reports.clone()));
             config.discovery_client = kmeta::DiscoveryClient(Some(discovery.clone()));
         }
         config.target_label_selector = Some(format!("kmeta-test={}", self.id));
@@ -833,6 +833,14 @@ where
 /// Waits until `done` holds (polled like [`eventually`], deadline [`TIMEOUT`]).
 pub async fn until(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
     eventually(what, TIMEOUT, || async { Ok(done().then_some(())) }).await
+}
+
+/// The condition of type `kind` in `obj`'s `status.conditions`, if set.
+pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
 }
 
 /// How many ConfigMap children a sync request carries (`children["ConfigMap.v1"]`).

@@ -324,9 +324,9 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     };
     let fence = Fence::new();
     let client = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
-    // Events have a client of their own: the same fences, a token bucket of their own, as
-    // Metacontroller's event broadcaster has its own clientset (pkg/events/events.go)
-    let events = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
+    // reports (Events, conditions) have a client of their own: the same fences, a token bucket
+    // of their own, as Metacontroller's event broadcaster has its own clientset
+    let reports = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
     let probes = Probes {
         elected: config.leader.is_some(),
         shards: shards.clone(),
@@ -340,7 +340,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let manager = ManagerConfig {
         pending_watches: probes.pending_watches.clone(),
         discovery_client: DiscoveryClient(Some(discovery)),
-        events_client: DiscoveryClient(Some(events)),
+        reports_client: DiscoveryClient(Some(reports)),
         shards: shards.clone(),
         ..manager_config(&config, metrics.clone(), probes.synced.clone())
     };

@@ -70,6 +70,20 @@ impl Children<'_> {
         self.ctx.config.metrics.child_op(self.controller, op);
     }
 
+    /// The API of `obj`'s resource (`rule`) in its namespace, as this controller writes.
+    fn api_of(&self, rule: &ChildRule, obj: &Value) -> kube::Api<kube::api::DynamicObject> {
+        kapi::api(
+            &self.writer.client,
+            &rule.resolved,
+            meta_str(obj, "namespace"),
+        )
+    }
+
+    /// The object that holds `child`'s name now, read fresh (`None`: there is none).
+    async fn holding(&self, rule: &ChildRule, child: &Value) -> Result<Option<Value>, kube::Error> {
+        kapi::get(&self.api_of(rule, child), meta_str(child, "name")).await
+    }
+
     /// Whether `parent`'s last child management made the same report: a child still drifted,
     /// in conflict or contested as it was is no news, and gets no Event again (its condition
     /// stays, with the time it began). A report that is new, or changed, is told.
@@ -80,19 +94,19 @@ impl Children<'_> {
             .is_ok_and(|r| r.contains(meta_str(parent, "uid"), report))
     }
 
-    /// Adds `report` to `out` and, unless it was made before ([`Self::reported_before`]),
+    /// Adds `report` to `reports` and, unless it was made before ([`Self::reported_before`]),
     /// publishes `note` as a `reason` Event on `parent`.
     async fn report(
         &self,
         parent: &Value,
         (reason, note): (Reason, String),
         report: ChildReport,
-        out: &mut Collected,
+        reports: &mut Vec<ChildReport>,
     ) {
         if !self.reported_before(parent, &report) {
             self.ctx.event(parent, reason, note).await;
         }
-        out.reports.push(report);
+        reports.push(report);
     }
 }
 
@@ -485,12 +499,7 @@ async fn contested_create(
     if c.strategy != ApplyStrategy::ServerSideApply || !kapi::is_conflict(error) {
         return false;
     }
-    let api = kapi::api(
-        &c.writer.client,
-        &rule.resolved,
-        meta_str(child, "namespace"),
-    );
-    let Ok(Some(existing)) = kapi::get(&api, meta_str(child, "name")).await else {
+    let Ok(Some(existing)) = c.holding(rule, child).await else {
         return false;
     };
     held_elsewhere(c, w, child, &existing, out).await
@@ -545,8 +554,13 @@ async fn held_elsewhere(
         reason: "ChildContested",
         message: format!("{name}: held by {holder}"),
     };
-    c.report(w.parent, (Reason::ChildContested, note), report, out)
-        .await;
+    c.report(
+        w.parent,
+        (Reason::ChildContested, note),
+        report,
+        &mut out.reports,
+    )
+    .await;
     out.contests.push(apply::Contest {
         holder_uid: controller_uid(existing).unwrap_or_default().to_owned(),
         child: name,
@@ -572,26 +586,19 @@ async fn remember_contests(
         Err(_) => Vec::new(),
     };
     for r in against {
-        if !c.reported_before(parent, &r) {
-            let note = format!(
-                "{} (kmeta leaves the child to this parent and writes nothing for the other)",
-                r.message
-            );
-            c.ctx.event(parent, Reason::ChildContested, note).await;
-        }
-        reports.push(r);
+        let note = format!(
+            "{} (kmeta leaves the child to this parent and writes nothing for the other)",
+            r.message
+        );
+        c.report(parent, (Reason::ChildContested, note), r, reports)
+            .await;
     }
 }
 
 /// The controller of the object that holds a child's name: `Some(uid)` of its controller
 /// (`Some("")` when it has none), `None` when it cannot be read.
 async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) -> Option<String> {
-    let api = kapi::api(
-        &c.writer.client,
-        &rule.resolved,
-        meta_str(child, "namespace"),
-    );
-    let existing = kapi::get(&api, meta_str(child, "name")).await.ok()??;
+    let existing = c.holding(rule, child).await.ok()??;
     Some(controller_uid(&existing).unwrap_or_default().to_owned())
 }
 
@@ -611,7 +618,7 @@ async fn execute(
     let obj = match op {
         ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
     };
-    let api = kapi::api(&c.writer.client, &rule.resolved, meta_str(obj, "namespace"));
+    let api = c.api_of(rule, obj);
     Some(match op {
         ChildOp::Create(o) => (
             "creating",
@@ -710,11 +717,7 @@ async fn apply_child(
     out: &mut Collected,
 ) -> Result<bool, kube::Error> {
     let key = decide::child_key(merged);
-    let api = kapi::api(
-        &c.writer.client,
-        &rule.resolved,
-        meta_str(merged, "namespace"),
-    );
+    let api = c.api_of(rule, merged);
     let Some(want) = w.desired.get(&key) else {
         return Ok(false);
     };
@@ -813,11 +816,7 @@ async fn resolve_conflicts(
     out: &mut Collected,
 ) -> Result<Option<Value>, kube::Error> {
     let key = decide::child_key(merged);
-    let api = kapi::api(
-        &c.writer.client,
-        &rule.resolved,
-        meta_str(merged, "namespace"),
-    );
+    let api = c.api_of(rule, merged);
     let child = describe(merged);
     let controlled = w
         .observed
@@ -841,7 +840,7 @@ async fn resolve_conflicts(
                 message: format!("{child}: {fields}"),
             };
             let told = (Reason::ChildContested, note);
-            c.report(w.parent, told, report, out).await;
+            c.report(w.parent, told, report, &mut out.reports).await;
             Ok(None)
         }
         ConflictDecision::Take(taken) if rule.drift != DriftPolicy::Enforce => {
@@ -855,8 +854,13 @@ async fn resolve_conflicts(
                 reason: "ChildConflict",
                 message: format!("{child}: {fields}"),
             };
-            c.report(w.parent, (Reason::ChildConflict, note), report, out)
-                .await;
+            c.report(
+                w.parent,
+                (Reason::ChildConflict, note),
+                report,
+                &mut out.reports,
+            )
+            .await;
             Ok(None)
         }
         ConflictDecision::Take(taken) => {
@@ -926,8 +930,13 @@ async fn held_back(
                 reason: "Drifted",
                 message: format!("{child}: {fields}"),
             };
-            c.report(w.parent, (Reason::ChildDrift, note), report, out)
-                .await;
+            c.report(
+                w.parent,
+                (Reason::ChildDrift, note),
+                report,
+                &mut out.reports,
+            )
+            .await;
             true
         }
     }

@@ -111,7 +111,7 @@ pub struct ManagerConfig {
     /// as Metacontroller's event broadcaster has its own clientset, `pkg/events/events.go`), so
     /// the reports of failing parents never spend the tokens a healthy parent's child and status
     /// writes wait for (Metacontroller writes no condition at all).
-    pub events_client: DiscoveryClient,
+    pub reports_client: DiscoveryClient,
     /// The ServiceAccount (name) every controller that names none in `spec.serviceAccountName`
     /// has its child writes and related reads made as, in the parent's namespace (or the
     /// controller's `spec.serviceAccountNamespace`): impersonation made mandatory, as Flux's
@@ -125,7 +125,7 @@ pub struct ManagerConfig {
 }
 
 /// A client of its own for one kind of request (see [`ManagerConfig::discovery_client`] and
-/// [`ManagerConfig::events_client`]).
+/// [`ManagerConfig::reports_client`]).
 #[derive(Clone, Default)]
 pub struct DiscoveryClient(pub Option<kube::Client>);
 
@@ -161,7 +161,7 @@ impl Default for ManagerConfig {
             apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
             ssa_field_manager: "metacontroller".into(),
             discovery_client: DiscoveryClient::default(),
-            events_client: DiscoveryClient::default(),
+            reports_client: DiscoveryClient::default(),
             default_service_account: None,
             shards: None,
         }
@@ -220,16 +220,20 @@ impl Context {
     }
 
     /// The client failures are reported with (Events, and the `Synced=False` and `Paused`
-    /// conditions): its own when the configuration gives one ([`ManagerConfig::events_client`]).
+    /// conditions): its own when the configuration gives one ([`ManagerConfig::reports_client`]).
     pub fn report_client(&self) -> &kube::Client {
-        self.config.events_client.0.as_ref().unwrap_or(&self.client)
+        self.config
+            .reports_client
+            .0
+            .as_ref()
+            .unwrap_or(&self.client)
     }
 
     /// A context for `client`.
     pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
         let recorder = Recorder::new(
             config
-                .events_client
+                .reports_client
                 .0
                 .clone()
                 .unwrap_or_else(|| client.clone()),

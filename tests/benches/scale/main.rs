@@ -343,6 +343,15 @@ impl Server {
         Api::namespaced_with(self.client.clone(), ns, &ar(av, kind, plural))
     }
 
+    /// The CompositeControllers (cluster-scoped).
+    fn composite_controllers(&self) -> Api<DynamicObject> {
+        self.api_all(
+            "metacontroller.k8s.io/v1alpha1",
+            "CompositeController",
+            "compositecontrollers",
+        )
+    }
+
     /// The resource in every namespace (lists and watches).
     fn api_all(&self, av: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
         Api::all_with(self.client.clone(), &ar(av, kind, plural))
@@ -567,14 +576,7 @@ async fn install(server: &Server, case: &Case, hook_url: &str) -> anyhow::Result
     all.push(parent_crd());
     create_crds(server, all).await?;
     // the in-memory server serves a CRD as soon as it is created
-    let ccs = Api::<DynamicObject>::all_with(
-        server.client.clone(),
-        &ar(
-            "metacontroller.k8s.io/v1alpha1",
-            "CompositeController",
-            "compositecontrollers",
-        ),
-    );
+    let ccs = server.composite_controllers();
     let cc = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": CC, "annotations": case.apply.annotations()},
         "spec": {"parentResource": {"apiVersion": AV, "resource": "things"},

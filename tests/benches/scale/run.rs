@@ -581,14 +581,7 @@ fn bursts(arrivals: &[u64], gap: u64) -> Vec<(usize, u64)> {
 
 /// Two full resyncs of every parent with nothing to change.
 async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
-    let ccs = kube::Api::<kube::api::DynamicObject>::all_with(
-        rig.server.client.clone(),
-        &kmeta_tests::ar(
-            "metacontroller.k8s.io/v1alpha1",
-            "CompositeController",
-            "compositecontrollers",
-        ),
-    );
+    let ccs = rig.server.composite_controllers();
     let patch = json!({"spec": {"resyncPeriodSeconds": resync_s}});
     ccs.patch(CC, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -637,14 +630,7 @@ async fn steady(rig: &Rig, case: &Case, resync_s: u64) -> anyhow::Result<()> {
 /// full resyncs: each finds the same drift, which is no news, so 0 writes (before the sync
 /// record kept children left alone as news, one status write per parent per resync).
 async fn steady_with_drift(rig: &Rig, case: &Case) -> anyhow::Result<()> {
-    let ccs = kube::Api::<kube::api::DynamicObject>::all_with(
-        rig.server.client.clone(),
-        &kmeta_tests::ar(
-            "metacontroller.k8s.io/v1alpha1",
-            "CompositeController",
-            "compositecontrollers",
-        ),
-    );
+    let ccs = rig.server.composite_controllers();
     let mut children = ccs.get(CC).await?.data["spec"]["childResources"].clone();
     for c in children.as_array_mut().into_iter().flatten() {
         c["driftPolicy"] = json!("Report");

@@ -15,26 +15,15 @@ use kmeta_tests::*;
 use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
+use crate::schema::{declare_size, hook as gadget_hook};
+use crate::ssa::{hook as message_hook, shared_hook};
+
 /// How long each case is watched resyncing.
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Resyncs (one a second) a case must see at least in [`WINDOW`]: most of them, so that a case
 /// cannot pass by not syncing.
 const MIN_RESYNCS: u64 = 20;
-
-/// One ConfigMap `<parent>-cm` per parent with `data.message` from `spec.message`.
-fn message_hook(_hook: &str, req: &Value) -> Reply {
-    let parent = &req["parent"];
-    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
-    Reply::Json(json!({
-        "status": {"observedChildren": observed_configmaps(req)},
-        "children": [{
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("{name}-cm")},
-            "data": {"message": parent["spec"]["message"]}
-        }]
-    }))
-}
 
 /// A CompositeController resyncing every second, its ConfigMap children under `drift`.
 fn resyncing(cc: &str, drift: &str) -> Cc {
@@ -56,14 +45,6 @@ fn left_alone(parent: &Value) -> Vec<(String, String)> {
             (text("name"), text("reason"))
         })
         .collect()
-}
-
-/// The condition of type `kind` on `parent`.
-fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
-    parent["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
 }
 
 /// The resourceVersion of `name` in `api`.
@@ -176,28 +157,9 @@ async fn drifted_child(drift: &'static str) -> anyhow::Result<()> {
     s.finish().await
 }
 
-/// One `Gadget` per parent with a field its CRD does not declare (`spec.colour`): the server
-/// prunes it, so the update that sets it changes nothing and is not sent again.
-fn gadget_hook(_hook: &str, req: &Value) -> Reply {
-    let p = &req["parent"];
-    let name = p["metadata"]["name"].as_str().unwrap_or_default();
-    Reply::Json(json!({
-        "status": {},
-        "children": [{
-            "apiVersion": p["apiVersion"], "kind": "Gadget",
-            "metadata": {"name": format!("{name}-gadget")},
-            "spec": {"size": p["spec"]["size"], "colour": "blue"}
-        }]
-    }))
-}
-
 /// An update the API server ignored before (`ChildFieldsIgnored`) is left alone on every resync.
 async fn ignored_update() -> anyhow::Result<()> {
     let case = "an update the API server ignored";
-    let declare_size = |c: &mut Value| {
-        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object",
-            "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}});
-    };
     let s = Scenario::new("quiet-ignored")
         .crd("Box", "boxes")
         .crd_with("Gadget", "gadgets", declare_size)
@@ -225,16 +187,6 @@ async fn ignored_update() -> anyhow::Result<()> {
     let parent = s.get(&s.parents(), "b").await?.unwrap();
     assert!(ignored(&parent), "{case}: {parent}");
     s.finish().await
-}
-
-/// Every parent wants the same ConfigMap `shared`.
-fn shared_hook(_hook: &str, req: &Value) -> Reply {
-    let parent = &req["parent"];
-    Reply::Json(json!({
-        "status": {"observedChildren": observed_configmaps(req)},
-        "children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"},
-            "data": {"owner": parent["metadata"]["name"]}}]
-    }))
 }
 
 /// Under server-side apply, a child another parent holds is left alone by the parent that

@@ -7,7 +7,7 @@ use kmeta_tests::*;
 use serde_json::{Value, json};
 
 /// One `Gadget` child per parent, with a declared field and an undeclared one.
-fn hook(_hook: &str, req: &Value) -> Reply {
+pub(crate) fn hook(_hook: &str, req: &Value) -> Reply {
     let p = &req["parent"];
     let name = p["metadata"]["name"].as_str().unwrap_or_default();
     Reply::Json(json!({
@@ -22,7 +22,7 @@ fn hook(_hook: &str, req: &Value) -> Reply {
 }
 
 /// The Gadget CRD declares `spec.size` only.
-fn declare_size(c: &mut Value) {
+pub(crate) fn declare_size(c: &mut Value) {
     c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({
         "type": "object",
         "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 /// One ConfigMap per parent with `data.message` from `spec.message`, and `data.extra` only
 /// while the parent's `spec.extra` is set.
-fn hook(_hook: &str, req: &Value) -> Reply {
+pub(crate) fn hook(_hook: &str, req: &Value) -> Reply {
     let parent = &req["parent"];
     let name = parent["metadata"]["name"].as_str().unwrap_or_default();
     let mut data = json!({"message": parent["spec"]["message"]});
@@ -245,14 +245,6 @@ async fn switching_strategies_takes_over_children_in_place() -> anyhow::Result<(
     s.finish().await
 }
 
-/// The parent's condition of `kind`, if set.
-fn condition<'a>(parent: &'a Value, kind: &str) -> Option<&'a Value> {
-    parent["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
-
 /// Drift policy `Report`: a person's edit is reported (event, `ChildDrift` condition,
 /// `kmeta_child_drift`) and left; a change of the hook's answer is still written.
 async fn report_leaves_a_person_edit(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
@@ -375,7 +367,7 @@ async fn ignore_creates_children_only() -> anyhow::Result<()> {
 }
 
 /// Every parent wants the same ConfigMap `shared`, unless its `spec.want` is `false`.
-fn shared_hook(_hook: &str, req: &Value) -> Reply {
+pub(crate) fn shared_hook(_hook: &str, req: &Value) -> Reply {
     let parent = &req["parent"];
     let children = if parent["spec"]["want"] == false {
         json!([])

@@ -104,13 +104,6 @@ fn done(record: &Value) -> Vec<String> {
     out
 }
 
-fn condition<'p>(parent: &'p Value, type_: &str) -> Option<&'p Value> {
-    parent["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
 const PAUSED: &str = "kmeta.dev/paused";
 
 each_hook_mode!(a_paused_parent_keeps_its_children_while_the_hook_would_delete_them);

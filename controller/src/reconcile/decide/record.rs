@@ -153,14 +153,9 @@ impl SyncRecord {
             .flatten()
             .filter(|c| c["action"] == "LeftAlone")
             .collect();
+        // a record written before the listing was sorted lists its children as written
         left.sort_by(|a, b| {
-            let key = |c: &Value| {
-                (
-                    c["kind"].as_str().map(str::to_owned),
-                    c["name"].as_str().map(str::to_owned),
-                )
-            };
-            key(a).cmp(&key(b))
+            (a["kind"].as_str(), a["name"].as_str()).cmp(&(b["kind"].as_str(), b["name"].as_str()))
         });
         !left.iter().copied().eq(listed.iter())
     }
