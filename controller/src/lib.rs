@@ -11,10 +11,11 @@
 //! |---|---|---|
 //! | 0 | `object`, `duration`, [`api`] | object accessors, Go durations, the CRD types |
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
-//! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, leader election, the write fence, events, the API server's OpenAPI v3 documents (list rules) |
-//! | 3 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
-//! | 4 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
-//! | 5 | [`cmd`], [`embed`] | `kmeta run`, `rbac`, `demo`, `dev`, `render`, `reconcile`/`suspend`/`resume`: flags and entry points (`crds` and `completion` are in `main.rs`, the CRDs in [`api`]); CompositeControllers with in-process Rust hooks |
+//! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, events, the API server's OpenAPI v3 documents (list rules) |
+//! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
+//! | 4 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
+//! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
+//! | 6 | [`cmd`], [`embed`] | `kmeta run`, `rbac`, `demo`, `dev`, `render`, `reconcile`/`suspend`/`resume`: flags and entry points (`crds` and `completion` are in `main.rs`, the CRDs in [`api`]); CompositeControllers with in-process Rust hooks |
 #![warn(missing_docs)]
 
 pub mod api;
@@ -24,6 +25,8 @@ pub(crate) mod object;
 pub(crate) mod runtime;
 
 pub mod ops;
+
+pub mod coord;
 
 pub mod hook;
 

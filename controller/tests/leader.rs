@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
-use kmeta::ops::fence::{Fence, Fenced};
-use kmeta::ops::leader::{self, LeaderConfig, LeaderError};
+use kmeta::coord::fence::{Fence, Fenced};
+use kmeta::coord::leader::{self, LeaderConfig, LeaderError};
 use kube::api::Api;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -364,7 +364,8 @@ async fn a_leader_that_lost_the_lease_sends_no_write() -> anyhow::Result<()> {
         kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default()).await?;
     let metrics = Arc::new(kmeta::ops::Metrics::default());
     let limits = kmeta::ops::ratelimit::RateLimit { qps: 0.0, burst: 0 };
-    let fenced = kmeta::ops::client::build_fenced(kube_config, limits, metrics, cfg.fence.clone())?;
+    let fenced =
+        kmeta::coord::client::build_fenced(kube_config, limits, metrics, cfg.fence.clone())?;
     let writes = Arc::new(Writes::default());
     let writer = keep_writing(fenced, writes.clone());
     let task = {
@@ -425,7 +426,7 @@ async fn a_write_retried_after_the_fence_closed_is_refused() -> anyhow::Result<(
     let fence = Fence::new();
     fence.open_until(tokio::time::Instant::now() + Duration::from_secs(60));
     let config = kube::Config::new(server.url().parse()?);
-    let client = kmeta::ops::client::build_fenced(
+    let client = kmeta::coord::client::build_fenced(
         config,
         RateLimit { qps: 0.0, burst: 0 },
         Arc::new(kmeta::ops::metrics::Metrics::default()),

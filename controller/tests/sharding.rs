@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use kmeta::ops::shard::{ShardHash, bucket_by, bucket_of};
+use kmeta::coord::shard::{ShardHash, bucket_by, bucket_of};
 use kmeta_apiserver::{TestServer, WriteRecord};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -511,7 +511,7 @@ async fn three_replicas_split_the_parents_and_no_parent_is_written_by_two() -> a
     // (a create names its object only in the body)
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(server.client(), "default");
-    for b in kmeta::ops::shard::Bucket::all(BUCKETS) {
+    for b in kmeta::coord::shard::Bucket::all(BUCKETS) {
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": format!("kmeta-shard-{b}"),
                          "labels": {"kmeta.dev/shard-set": "kmeta-shard", "kmeta.dev/shard-role": "bucket"},

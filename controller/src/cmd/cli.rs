@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use crate::ops::shard::ShardKey;
+pub use crate::coord::shard::ShardKey;
 use crate::reconcile::apply::{ApplyStrategy, MAX_FIELD_MANAGER};
 
 /// The longest `--apply-strategy-ssa-field-manager`: half of a field manager's 128 characters,
@@ -629,7 +629,7 @@ impl RunArgs {
                 message: "cannot be combined with --leader-election (every sharded replica works; each bucket has its own Lease)".into(),
             });
         }
-        if !crate::ops::shard::valid_bucket_count(self.shard_buckets) {
+        if !crate::coord::shard::valid_bucket_count(self.shard_buckets) {
             return Err(CliError::Invalid {
                 flag: "shard-buckets",
                 message: format!(
@@ -669,11 +669,11 @@ impl RunArgs {
             watch: self.shard_watch,
             key: self.shard_key,
         };
-        let timings = crate::ops::leader::LeaderConfig {
+        let timings = crate::coord::leader::LeaderConfig {
             lease_duration: flags.lease_duration,
             renew_deadline: flags.renew_deadline,
             retry_period: flags.retry_period,
-            ..crate::ops::leader::LeaderConfig::default()
+            ..crate::coord::leader::LeaderConfig::default()
         };
         timings.validate().map_err(|e| CliError::Invalid {
             flag: "shard-lease-duration",

@@ -9,13 +9,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::cli::{RunConfig, ShardFlags, ShardWatch};
+use crate::coord::client::{build_fenced, build_sharded};
+use crate::coord::fence::Fence;
+use crate::coord::leader::LeaderConfig;
+use crate::coord::shard::{ShardConfig, ShardHash, Shards};
 use crate::ops::client;
-use crate::ops::fence::Fence;
 use crate::ops::health::{self, HealthError, Probes};
-use crate::ops::leader::LeaderConfig;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
-use crate::ops::shard::{ShardConfig, ShardHash, Shards};
 use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
 use crate::runtime::shard_watch::WatchShards;
 
@@ -163,8 +164,8 @@ async fn start_endpoints(
     Ok(endpoints.drop_guard())
 }
 
-/// Where the manager's error waits while a Lease runner ([`crate::ops::leader::run_elected`],
-/// [`crate::ops::shard::run_sharded`]) finishes its own shutdown.
+/// Where the manager's error waits while a Lease runner ([`crate::coord::leader::run_elected`],
+/// [`crate::coord::shard::run_sharded`]) finishes its own shutdown.
 type ManagerFailure = Arc<std::sync::Mutex<Option<kube::Error>>>;
 
 /// [`run_manager`] as the work of a Lease runner: its error kept in `slot`.
@@ -202,7 +203,7 @@ async fn run_elected_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::ops::leader::run_elected(lease_client, leader, shutdown, move |token| {
+    crate::coord::leader::run_elected(lease_client, leader, shutdown, move |token| {
         run_manager_into(slot, client, manager, token, bound)
     })
     .await
@@ -222,7 +223,7 @@ async fn run_sharded_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::ops::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
+    crate::coord::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
         run_manager_into(slot, client, manager, token, bound)
     })
     .await
@@ -255,7 +256,7 @@ fn shard_config(
 /// when set.
 fn instance_identity(elected: bool) -> Option<String> {
     if elected {
-        return Some(crate::ops::leader::default_identity());
+        return Some(crate::coord::leader::default_identity());
     }
     std::env::var("POD_NAME")
         .ok()
@@ -279,8 +280,8 @@ fn work_client(
     };
     let (kc, m) = (kube_config.clone(), metrics.clone());
     match (&config.leader, shards) {
-        (Some(_), _) => client::build_fenced(kc, limits, m, fence.clone()),
-        (None, Some(shards)) => client::build_sharded(kc, limits, m, shards.clone()),
+        (Some(_), _) => build_fenced(kc, limits, m, fence.clone()),
+        (None, Some(shards)) => build_sharded(kc, limits, m, shards.clone()),
         (None, None) => client::build(kc, limits, m),
     }
     .map_err(|e| RunError::Client(e.to_string()))
@@ -329,7 +330,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let reports = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
     let probes = Probes {
         elected: config.leader.is_some(),
-        shards: shards.clone(),
+        placement: shards.clone().map(|s| s as _),
         ..Probes::default()
     };
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
@@ -341,7 +342,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         pending_watches: probes.pending_watches.clone(),
         discovery_client: DiscoveryClient(Some(discovery)),
         reports_client: DiscoveryClient(Some(reports)),
-        shards: shards.clone(),
+        work_scope: shards.clone().map(|s| s as _),
         ..manager_config(&config, metrics.clone(), probes.synced.clone())
     };
     tracing::info!(
@@ -355,7 +356,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     if let (Some(flags), Some(shards), Some(namespace)) =
         (&config.sharding, shards, &lease_namespace)
     {
-        let identity = identity.unwrap_or_else(crate::ops::leader::default_identity);
+        let identity = identity.unwrap_or_else(crate::coord::leader::default_identity);
         let cfg = shard_config(flags, namespace.clone(), identity, shards, metrics.clone());
         // the Lease loop has its own client and no client-side limit: its traffic is bounded by
         // design (a LIST, a GET and one write per held bucket per retry period: 37 requests

@@ -49,40 +49,15 @@ pub struct Probes {
     pub stopping: Arc<AtomicBool>,
     /// The watches that have not finished their first list, named while not synced.
     pub pending_watches: Arc<PendingWatches>,
-    /// Under `--sharding`, the buckets this replica holds (named by `/readyz?verbose`).
-    pub shards: Option<Arc<crate::ops::shard::Shards>>,
+    /// A passing `/readyz` line a coordination feature adds (under `--sharding`, the buckets
+    /// this replica holds), named by `/readyz?verbose`.
+    pub placement: Option<Arc<dyn ReadyLine>>,
 }
 
-/// The `/readyz` line of a sharded replica: always passing (a replica holding no bucket is a
-/// warm spare), naming the buckets it holds.
-pub fn sharding_line(shards: &crate::ops::shard::Shards) -> String {
-    let held: Vec<String> = shards.held().iter().map(ToString::to_string).collect();
-    let held = match held.as_slice() {
-        [] => "none".to_owned(),
-        h => h.join(","),
-    };
-    let blocked = shards
-        .blocked()
-        .map(|why| format!("; taking none: {why}"))
-        .unwrap_or_default();
-    let listing: Vec<String> = shards.listing().iter().map(ToString::to_string).collect();
-    let listing = match listing.as_slice() {
-        [] => String::new(),
-        l => format!("; listing {}", l.join(",")),
-    };
-    let watches = match shards.watch().map(|w| w.whole()) {
-        None => "",
-        Some(whole) if whole.is_empty() => "; watches sharded by the server",
-        Some(whole) => &format!(
-            "; watches sharded by the server but {} (watched whole)",
-            whole.join(", ")
-        ),
-    };
-    format!(
-        "[+]sharding buckets {held} (of {} and cluster; {} members{listing}{watches}{blocked})",
-        shards.buckets(),
-        shards.members()
-    )
+/// A passing line of `/readyz` that describes this replica's share of the work.
+pub trait ReadyLine: std::fmt::Debug + Send + Sync {
+    /// The line, starting with `[+]`.
+    fn ready_line(&self) -> String;
 }
 
 /// The result of the readiness checks, a pure function of the flags (no watch named).
@@ -163,10 +138,10 @@ async fn readyz(State(p): State<Probes>, RawQuery(q): RawQuery) -> impl IntoResp
         p.stopping.load(Ordering::SeqCst),
         &p.pending_watches.list(),
     );
-    if let Some(shards) = &p.shards {
+    if let Some(placement) = &p.placement {
         // before the verdict, the last line
         let at = text.trim_end().rfind('\n').map_or(0, |i| i + 1);
-        text.insert_str(at, &(sharding_line(shards) + "\n"));
+        text.insert_str(at, &(placement.ready_line() + "\n"));
     }
     let code = if ok {
         StatusCode::OK

@@ -18,13 +18,13 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::coord::scope::WorkScope;
 use crate::hook::trace::{TraceId, in_trace};
 use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
-use crate::ops::shard::ShardKey;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
 use crate::reconcile::decide::{
     self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
@@ -118,10 +118,10 @@ pub struct ManagerConfig {
     /// `--default-service-account`. Default none: such controllers write as kmeta's own
     /// identity, as Metacontroller (`docs/design/per-controller-service-account.md`).
     pub default_service_account: Option<String>,
-    /// Under `--sharding`, the shard buckets this replica holds: only parents of their
-    /// namespaces are synced, each sync in the write scope of its bucket
-    /// ([`crate::ops::shard`]). Default none: every parent is this process's work.
-    pub shards: Option<Arc<crate::ops::shard::Shards>>,
+    /// Which parents are this process's work, and the write scope each sync runs in. Default
+    /// none: every parent is this process's work. `kmeta run` sets the share of the fleet this
+    /// replica holds when the fleet is split between replicas ([`WorkScope`]).
+    pub work_scope: Option<Arc<dyn WorkScope>>,
 }
 
 /// A client of its own for one kind of request (see [`ManagerConfig::discovery_client`] and
@@ -163,7 +163,7 @@ impl Default for ManagerConfig {
             discovery_client: DiscoveryClient::default(),
             reports_client: DiscoveryClient::default(),
             default_service_account: None,
-            shards: None,
+            work_scope: None,
         }
     }
 }
@@ -252,7 +252,7 @@ impl Context {
                 config.cache_flush_interval,
                 config.pending_watches.clone(),
             )
-            .with_shards(config.shards.as_ref().and_then(|s| s.watch().cloned())),
+            .with_split(config.work_scope.as_ref().and_then(|s| s.watch_split())),
             resources: Resources::default(),
             client,
             config,
@@ -443,10 +443,9 @@ pub enum SyncError {
     /// The ServiceAccount's user name cannot be sent in `Impersonate-User`.
     #[error("impersonating {0}: its user name is not a valid HTTP header value")]
     Impersonation(String),
-    /// Under `--sharding`, part of the work belongs to shard buckets other replicas hold (it is
-    /// theirs to do; this replica tries again later).
+    /// Part of the work is other replicas' (theirs to do; this process tries again later).
     #[error("{0}")]
-    OtherShards(String),
+    LeftToOtherReplicas(String),
 }
 
 /// The identity a sync writes children (attachments) and reads related objects as, with the
@@ -579,60 +578,6 @@ impl Triggers {
         });
     }
 
-    /// Under `--sharding`, sets `kmeta_shard_parents{controller}` now and every
-    /// [`SHARD_COUNT_PERIOD`] to what `count` answers for a test of a parent: true where this
-    /// replica works on the parent's bucket. The series goes with the controller.
-    pub fn count_shard_parents(
-        &mut self,
-        ctx: &Context,
-        controller: &str,
-        count: impl Fn(ParentTest<'_>) -> usize + Send + 'static,
-    ) {
-        let Some(shards) = ctx.config.shards.clone() else {
-            return;
-        };
-        let series = ShardParentsSeries {
-            metrics: ctx.config.metrics.clone(),
-            controller: controller.to_owned(),
-        };
-        // the series lives in the ticking closure: dropped with it when the controller stops
-        let tick = move || {
-            let n = count(&|ns: &str, uid: &str| shards.works_on(ns, Some(uid)));
-            series.metrics.shard_parents(&series.controller, n);
-        };
-        tick();
-        self.every(SHARD_COUNT_PERIOD, tick);
-    }
-
-    /// Under `--sharding`, whenever this replica gains shard buckets (their parents are now
-    /// this replica's work; keys of other buckets are dropped by the workers), calls `enqueue`
-    /// with a test of a parent: true for the parents of the buckets gained.
-    pub fn on_shard_gains(
-        &mut self,
-        ctx: &Context,
-        enqueue: impl Fn(ParentTest<'_>) + Send + 'static,
-    ) {
-        let Some(shards) = ctx.config.shards.clone() else {
-            return;
-        };
-        let mut gains = shards.subscribe_gains();
-        gains.borrow_and_update();
-        let mut seen = shards.work_epochs();
-        self.tasks.spawn(async move {
-            while gains.changed().await.is_ok() {
-                gains.borrow_and_update();
-                let gained = shards.gained_since(&mut seen);
-                if !gained.is_empty() {
-                    enqueue(&|ns: &str, uid: &str| {
-                        shards
-                            .bucket_of_parent(ns, Some(uid))
-                            .is_some_and(|b| gained.contains(&b))
-                    });
-                }
-            }
-        });
-    }
-
     /// Runs `task` until the controller stops.
     pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(task);
@@ -643,26 +588,6 @@ impl Triggers {
         while self.tasks.join_next().await.is_some() {}
     }
 }
-
-/// How often `kmeta_shard_parents` is counted: 5 s (kmeta's, as `kmeta_watch_objects`).
-const SHARD_COUNT_PERIOD: Duration = Duration::from_secs(5);
-
-/// A controller's `kmeta_shard_parents` series, removed when its counting closure is dropped
-/// (the controller stopped).
-struct ShardParentsSeries {
-    metrics: Arc<Metrics>,
-    controller: String,
-}
-
-impl Drop for ShardParentsSeries {
-    fn drop(&mut self) {
-        self.metrics.forget_shard_parents(&self.controller);
-    }
-}
-
-/// A test of a parent (or a DecoratorController's target) by its namespace and uid: whether it
-/// belongs to the shard buckets in question.
-pub type ParentTest<'a> = &'a dyn Fn(&str, &str) -> bool;
 
 /// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
 /// cancelled; then stops taking work and returns once the syncs in flight have finished (the
@@ -694,26 +619,19 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
         .controller_stopped(reconciler.name());
 }
 
-/// One sync of one key when it is this replica's work: always without sharding; under
-/// `--sharding` only while its bucket is held, in that bucket's write scope (a key of another
-/// bucket is dropped: its holder syncs it).
+/// One sync of one key when it is this process's work: always without a work scope; with one
+/// only while the scope gives the key to this process, in the write scope it names (a key that
+/// is another replica's work is dropped: its holder syncs it).
 async fn process_owned<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
-    let Some(shards) = &r.context().config.shards else {
+    let Some(scope) = &r.context().config.work_scope else {
         return process(r, circuit, key).await;
     };
-    // by uid, the parent's uid from the cache (a parent not cached has no replica yet: its
-    // watch event enqueues it again)
-    let uid = match shards.key() {
-        ShardKey::Namespace => None,
-        ShardKey::Uid => r.cached(key),
-    };
-    let uid = uid.as_deref().map(|p| meta_str(p, "uid"));
-    match shards.begin(key.tenant(), uid) {
-        Some(claim) => {
-            let scope = claim.scope();
-            crate::ops::shard::state::in_scope(scope, process(r, circuit, key)).await;
-            drop(claim);
-        }
+    // the parent's uid from the cache, when the scope places parents by uid (a parent not cached
+    // has no place yet: its watch event enqueues it again)
+    let parent = if scope.by_uid() { r.cached(key) } else { None };
+    let uid = parent.as_deref().map(|p| meta_str(p, "uid"));
+    match scope.claim(key.tenant(), uid, Box::pin(process(r, circuit, key))) {
+        Some(sync) => sync.await,
         None => r.queue().forget(key),
     }
 }

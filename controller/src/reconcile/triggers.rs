@@ -1,6 +1,6 @@
 //! The triggers that turn watch events and timers into queued keys, and the set every
-//! controller kind shares: relists, the resync period, shard buckets gained and related
-//! objects ([`for_parents`], [`listen_related`]). A kind supplies only how to list
+//! controller kind shares: relists, the resync period, parents gained by this process's
+//! [`WorkScope`](crate::coord::scope::WorkScope) and related objects ([`for_parents`], [`listen_related`]). A kind supplies only how to list
 //! its parents and test one ([`Parents`]); its own watch events (a parent changed, a child's
 //! owner) stay with it.
 //!
@@ -8,7 +8,7 @@
 //! informer resync and relist both reach `updateParentObject`): a relist and a resync schedule
 //! every parent at low priority (a parent already scheduled, for a change or for the retry after
 //! its backoff, keeps its schedule, and a resync is not a change, so it does not pass an open
-//! hook circuit); a gained shard bucket and a related object's change are changes
+//! hook circuit); parents gained by the work scope and a related object's change are changes
 //! (`docs/design/metacontroller-contract.md`).
 
 use std::sync::{Arc, Weak};
@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+pub use crate::coord::scope::ParentTest;
 use crate::reconcile::core::Reconciler;
-pub use crate::reconcile::core::{ParentTest, Triggers};
+pub use crate::reconcile::core::Triggers;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::related::{self, Used};
 use crate::runtime::cache::Change;
@@ -97,8 +98,8 @@ async fn listen<R: Parents>(
 /// The triggers every kind shares, for the parents of `r`: the first list of the parents
 /// enqueues none (the kind's start does), every later list of any watch `r` reads resyncs
 /// every parent ([`RELIST_RESYNC_SPREAD`]), `resync_period` (the controller's
-/// `resyncPeriodSeconds`) resyncs every parent, and under `--sharding` the parents of gained
-/// buckets are enqueued and `kmeta_shard_parents` counted.
+/// `resyncPeriodSeconds`) resyncs every parent, and with a work scope the parents it gains are
+/// enqueued and its share counted ([`crate::coord::scope::WorkScope::report_share`]).
 pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> Triggers {
     let mut t = Triggers::default();
     for inf in r.watches() {
@@ -119,11 +120,15 @@ pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> T
         let r = r.clone();
         t.every(period, move || resync_all(r.as_ref(), || Duration::ZERO));
     }
-    let ctx = r.context().clone();
-    let gains = r.clone();
-    t.on_shard_gains(&ctx, move |gained| enqueue_where(gains.as_ref(), gained));
-    let count = r.clone();
-    t.count_shard_parents(&ctx, r.name(), move |mine| count.count_where(mine));
+    if let Some(scope) = r.context().config.work_scope.clone() {
+        let gains = r.clone();
+        let enqueue = move |gained: ParentTest<'_>| enqueue_where(gains.as_ref(), gained);
+        t.spawn(scope.clone().follow_gains(Box::new(enqueue)));
+        let count = r.clone();
+        let count = move |mine: ParentTest<'_>| count.count_where(mine);
+        let metrics = r.context().config.metrics.clone();
+        t.spawn(scope.report_share(metrics, r.name(), Box::new(count)));
+    }
     t
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
-use kmeta::ops::shard::{Bucket, ShardHash, bucket_by};
+use kmeta::coord::shard::{Bucket, ShardHash, bucket_by};
 use kmeta_tests::procs::http_get;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;

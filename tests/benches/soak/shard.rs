@@ -1,7 +1,7 @@
 //! The sharded mode (`KMETA_SOAK_SHARDING=1`): the parents' namespaces, the bucket Leases
 //! created released before any replica starts, and the per-bucket self-test of the Lease check.
 
-use kmeta::ops::shard::{Bucket, ShardHash, bucket_by};
+use kmeta::coord::shard::{Bucket, ShardHash, bucket_by};
 use kmeta_apiserver::TestServer;
 use kmeta_tests::{ar, obj};
 use kube::api::{Api, DynamicObject, PostParams};

@@ -85,7 +85,7 @@ fn resolve_revisions(
     ctx: &Context,
     cc: &CompositeController,
     children: &HashMap<String, ChildRule>,
-    sharded: bool,
+    splittable: bool,
 ) -> Result<Option<Revisions>, BuildError> {
     let mut rules = RollingRules::new();
     for rule in cc.spec.child_rules() {
@@ -123,7 +123,7 @@ fn resolve_revisions(
         .resources
         .get(REVISIONS_API_VERSION, REVISIONS_RESOURCE)?;
     Ok(Some(Revisions {
-        informer: ctx.informers.get_or_sharded(&resolved, sharded),
+        informer: ctx.informers.get_or_split(&resolved, splittable),
         resolved,
         rules,
     }))
@@ -270,13 +270,13 @@ type ChildTypes = (
     Vec<String>,
 );
 
-/// `sharded`: the parent is namespaced, so its children and orphans are in its namespace, and
-/// their watches may be sharded by it ([`crate::runtime::cache::Informers::get_sharded`]).
+/// `splittable`: the parent is namespaced, so its children and orphans are in its namespace, and
+/// their watches may be split by namespace ([`crate::runtime::cache::Informers::get_split`]).
 async fn resolve_children(
     ctx: &Context,
     cc: &CompositeController,
     record: crate::reconcile::apply::LastApplied,
-    sharded: bool,
+    splittable: bool,
 ) -> Result<ChildTypes, BuildError> {
     let mut children = HashMap::new();
     let mut declared = HashMap::new();
@@ -300,7 +300,7 @@ async fn resolve_children(
             ..dynapply::Options::default()
         };
         child_keys.push(key.clone());
-        let informer = ctx.informers.get_or_sharded(&r, sharded);
+        let informer = ctx.informers.get_or_split(&r, splittable);
         children.insert(
             key,
             ChildRule {
@@ -436,9 +436,10 @@ impl CompositeState {
             crate::reconcile::apply::last_applied_for(cc.metadata.annotations.as_ref(), strategy)
                 .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
-        let sharded = parent.namespaced;
-        let (children, declared, child_keys) = resolve_children(&ctx, &cc, record, sharded).await?;
-        let revisions = resolve_revisions(&ctx, &cc, &children, sharded)?;
+        let splittable = parent.namespaced;
+        let (children, declared, child_keys) =
+            resolve_children(&ctx, &cc, record, splittable).await?;
+        let revisions = resolve_revisions(&ctx, &cc, &children, splittable)?;
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
         let cc_raw = serde_json::value::to_raw_value(&cc_json)?;
@@ -449,7 +450,7 @@ impl CompositeState {
         );
         Ok(CompositeState {
             controller_pause,
-            parents: ctx.informers.get_sharded(&parent),
+            parents: ctx.informers.get_split(&parent),
             ctx,
             name,
             cc_json,

@@ -73,8 +73,8 @@ pub struct SyncRecord {
     pub children: Vec<ChildRecord>,
     /// The related objects its hook was sent (`Kind namespace/name`).
     pub related: Vec<String>,
-    /// The kmeta replica that ran it (`POD_NAME`), when known: with several replicas
-    /// (`--sharding`, or leader election across restarts) it tells which one synced.
+    /// The kmeta replica that ran it (`POD_NAME`), when known: with several replicas (the fleet
+    /// split between them, or leader election across restarts) it tells which one synced.
     pub replica: Option<String>,
 }
 

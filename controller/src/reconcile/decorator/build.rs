@@ -165,7 +165,7 @@ fn resolve_targets(
             continue;
         }
         targets.push(TargetRule {
-            informer: ctx.informers.get_sharded(&resolved),
+            informer: ctx.informers.get_split(&resolved),
             resolved,
             selector,
             ignore_status_changes,
@@ -181,13 +181,13 @@ type AttachmentTypes = (
     Vec<String>,
 );
 
-/// `sharded`: every target is namespaced, so attachments are in their target's namespace and
-/// their watches may be sharded by it.
+/// `splittable`: every target is namespaced, so attachments are in their target's namespace and
+/// their watches may be split by namespace.
 async fn resolve_attachments(
     ctx: &Context,
     dc: &DecoratorController,
     record: crate::reconcile::apply::LastApplied,
-    sharded: bool,
+    splittable: bool,
 ) -> Result<AttachmentTypes, DecoratorBuildError> {
     let mut rules = HashMap::new();
     let mut declared = HashMap::new();
@@ -214,7 +214,7 @@ async fn resolve_attachments(
         rules.insert(
             key,
             ChildRule {
-                informer: ctx.informers.get_or_sharded(&resolved, sharded),
+                informer: ctx.informers.get_or_split(&resolved, splittable),
                 resolved,
                 method,
                 options,
@@ -285,9 +285,9 @@ impl DecoratorState {
                 .map_err(DecoratorBuildError::ApplyStrategy)?;
         let hooks = hook_clients(&ctx, &dc).await?;
         let targets = resolve_targets(&ctx, &dc)?;
-        let sharded = targets.iter().all(|t| t.resolved.namespaced);
+        let splittable = targets.iter().all(|t| t.resolved.namespaced);
         let (attachments, declared, attachment_keys) =
-            resolve_attachments(&ctx, &dc, record, sharded).await?;
+            resolve_attachments(&ctx, &dc, record, splittable).await?;
         let dc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&dc).unwrap_or(Value::Null));
         Ok(DecoratorState {

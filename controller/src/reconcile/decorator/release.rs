@@ -5,15 +5,16 @@
 //! object of its resources, then its own finalizer, so neither the targets nor the
 //! DecoratorController are left stuck. See docs/design/decorator.md.
 
+use std::sync::Arc;
+
 use kube::api::ListParams;
 use serde_json::Value;
 
 use super::build::DecoratorBuildError;
 use super::decide::{RELEASE_FINALIZER, finalizer_name};
 use crate::api::{DecoratorController, GROUP, VERSION};
+use crate::coord::scope::WorkScope;
 use crate::object::{describe, has_finalizer, meta_str};
-use crate::ops::shard::Bucket;
-use crate::ops::shard::state::in_scope;
 use crate::reconcile::core::{Context, SyncError, api_err};
 use crate::reconcile::status;
 use crate::runtime::kapi;
@@ -72,10 +73,10 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
     let name = dc.metadata.name.clone().unwrap_or_default();
     let fin = finalizer_name(&name);
     let mut released = 0;
-    // under --sharding each replica releases the targets of the buckets it holds, each write
-    // in its target's write scope; the holder of the cluster bucket removes the controller's
+    // with a work scope each replica releases the targets that are its work, each write in its
+    // target's write scope; the replica holding cluster-wide work removes the controller's
     // finalizer once no target carries it
-    let shards = ctx.config.shards.as_ref();
+    let scope = ctx.config.work_scope.as_ref();
     let mut others = 0;
     for rule in &dc.spec.resources {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;
@@ -88,32 +89,49 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
             if !has_finalizer(&obj, &fin) {
                 continue;
             }
-            let release = status::set_finalizer(ctx, &resolved, &obj, &fin, false);
-            match shards {
-                None => {
-                    release.await?;
-                }
-                Some(s) => {
-                    let (ns, uid) = (meta_str(&obj, "namespace"), meta_str(&obj, "uid"));
-                    let Some(claim) = s.begin(ns, Some(uid)) else {
-                        others += 1;
-                        continue;
-                    };
-                    in_scope(claim.scope(), release).await?;
-                }
+            if !release_one(ctx, scope, &resolved, &obj, &fin).await? {
+                others += 1;
+                continue;
             }
             tracing::info!(controller = %name, target = %describe(&obj), "released target");
             released += 1;
         }
     }
-    if others > 0 || shards.is_some_and(|s| !s.active(Bucket::Cluster)) {
-        return Err(SyncError::OtherShards(format!(
-            "released {released} target(s); {others} left to the replicas holding their shard buckets, and the controller's finalizer to the holder of the cluster bucket"
+    if others > 0 || scope.is_some_and(|s| !s.owns_cluster_work()) {
+        return Err(SyncError::LeftToOtherReplicas(format!(
+            "released {released} target(s); {others} left to the replicas whose work they are, and the controller's finalizer to the replica holding cluster-wide work"
         )));
     }
     let resolved = dc_resource(ctx)?;
     status::set_finalizer(ctx, &resolved, &dc_value(dc), RELEASE_FINALIZER, false).await?;
     Ok(released)
+}
+
+/// Removes `fin` from the target `obj`, in its write scope when `scope` makes it this process's
+/// work. Returns false (nothing written) when it is another replica's.
+async fn release_one(
+    ctx: &Context,
+    scope: Option<&Arc<dyn WorkScope>>,
+    resolved: &Resolved,
+    obj: &Value,
+    fin: &str,
+) -> Result<bool, SyncError> {
+    let Some(scope) = scope else {
+        status::set_finalizer(ctx, resolved, obj, fin, false).await?;
+        return Ok(true);
+    };
+    let (ns, uid) = (meta_str(obj, "namespace"), meta_str(obj, "uid"));
+    let mut result = Ok(());
+    let release = async {
+        result = status::set_finalizer(ctx, resolved, obj, fin, false)
+            .await
+            .map(drop);
+    };
+    match scope.claim(ns, Some(uid), Box::pin(release)) {
+        Some(claimed) => claimed.await,
+        None => return Ok(false),
+    }
+    result.map(|()| true)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! A sync runs in a [`WriteScope`] (its bucket and the bucket's epoch when it started:
 //! [`Shards::begin`]), set as a task-local by the worker. The fence layer
-//! ([`crate::ops::fence::FenceLayer`] with this module's [`WriteGate`]), the innermost of the
+//! ([`crate::coord::fence::FenceLayer`] with this module's [`WriteGate`]), the innermost of the
 //! work's client, reads it when its future is first polled, in the task awaiting the request
 //! (kube's buffers call the layers in a task of their own, where the task-local is not set, but
 //! hand the futures back to the caller), just before the request leaves: the bucket's fence is open and its epoch unchanged, so a
@@ -23,7 +23,7 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::{Bucket, ShardHash, ShardKey, bucket_by, bucket_of_parent};
-use crate::ops::fence::{Fence, WriteGate};
+use crate::coord::fence::{Fence, WriteGate};
 use crate::ops::metrics::Metrics;
 #[cfg(test)]
 use crate::runtime::shard_watch::Listed;
@@ -133,19 +133,19 @@ pub struct Shards {
 
 /// Ends a sync's claim on its bucket when dropped (see [`Shards::begin`]).
 #[derive(Debug)]
-pub(crate) struct InFlight {
-    shards: Arc<Shards>,
+pub(crate) struct InFlight<'a> {
+    shards: &'a Shards,
     scope: WriteScope,
 }
 
-impl InFlight {
+impl InFlight<'_> {
     /// The scope the sync runs in.
     pub(crate) fn scope(&self) -> WriteScope {
         self.scope
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let slot = self.shards.slot(self.scope.bucket);
         slot.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -251,7 +251,7 @@ impl Shards {
     /// Starts a sync (or a write) for the parent in `namespace` with `uid`: `None` when its
     /// bucket is not this replica's work (the key is dropped; under `--shard-key=uid`, also a
     /// parent whose uid is not known), else the claim the sync holds while it runs.
-    pub(crate) fn begin(self: &Arc<Self>, namespace: &str, uid: Option<&str>) -> Option<InFlight> {
+    pub(crate) fn begin(&self, namespace: &str, uid: Option<&str>) -> Option<InFlight<'_>> {
         let bucket = self.bucket_of_parent(namespace, uid)?;
         let slot = self.slot(bucket);
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -263,7 +263,7 @@ impl Shards {
         }
         let epoch = slot.epoch.load(Ordering::Acquire);
         Some(InFlight {
-            shards: self.clone(),
+            shards: self,
             scope: WriteScope { bucket, epoch },
         })
     }
@@ -508,7 +508,7 @@ fn path_target(path: &str) -> (&str, &str) {
     }
 }
 
-/// The innermost check of a sharded replica's work client ([`crate::ops::fence::FenceLayer`]
+/// The innermost check of a sharded replica's work client ([`crate::coord::fence::FenceLayer`]
 /// with this gate): refuses a write whose bucket this replica does not hold
 /// ([`Shards::permits`]), by the write scope of the task awaiting the request, else its path.
 /// [`WriteGate::admit`] runs when the fence's future is first polled, which is in the task that
@@ -525,6 +525,40 @@ impl WriteGate for Arc<Shards> {
     fn admit(&self, path: Self::Ticket, now: Instant) -> Result<(), tower::BoxError> {
         self.permits(current_scope(), &path, now)
             .map_err(Into::into)
+    }
+}
+
+/// The `/readyz` line of a sharded replica: always passing (a replica holding no bucket is a
+/// warm spare), naming the buckets it holds.
+impl crate::ops::health::ReadyLine for Shards {
+    fn ready_line(&self) -> String {
+        let held: Vec<String> = self.held().iter().map(ToString::to_string).collect();
+        let held = match held.as_slice() {
+            [] => "none".to_owned(),
+            h => h.join(","),
+        };
+        let blocked = self
+            .blocked()
+            .map(|why| format!("; taking none: {why}"))
+            .unwrap_or_default();
+        let listing: Vec<String> = self.listing().iter().map(ToString::to_string).collect();
+        let listing = match listing.as_slice() {
+            [] => String::new(),
+            l => format!("; listing {}", l.join(",")),
+        };
+        let watches = match self.watch().map(|w| w.whole()) {
+            None => "",
+            Some(whole) if whole.is_empty() => "; watches sharded by the server",
+            Some(whole) => &format!(
+                "; watches sharded by the server but {} (watched whole)",
+                whole.join(", ")
+            ),
+        };
+        format!(
+            "[+]sharding buckets {held} (of {} and cluster; {} members{listing}{watches}{blocked})",
+            self.buckets(),
+            self.members()
+        )
     }
 }
 

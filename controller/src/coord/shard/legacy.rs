@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
-use crate::ops::leader::{self, Action, LeaderConfig};
+use crate::coord::leader::{self, Action, LeaderConfig};
 use crate::runtime::kapi::is_conflict;
 
 /// What a replica makes of the leader Lease in one round.

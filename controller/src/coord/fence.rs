@@ -81,7 +81,7 @@ pub(crate) fn is_write(method: &Method) -> bool {
 }
 
 /// What a write must pass just before it is sent: the leader's [`Fence`], or a sharded
-/// replica's fence per bucket (`ops::shard::state`).
+/// replica's fence per bucket (`coord::shard::state`).
 pub(crate) trait WriteGate: Clone + Send + Sync + 'static {
     /// What the check needs of a write request, taken before the request is handed on.
     type Ticket: Send + 'static;

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::legacy::LegacyGuard;
 use super::state::Previous;
 use super::{Bucket, BucketView, Shards, Step, plan};
-use crate::ops::leader::{self, Action, LeaderConfig};
+use crate::coord::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
 use crate::runtime::kapi::is_conflict;
 

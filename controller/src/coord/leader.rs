@@ -44,7 +44,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ops::fence::Fence;
+use crate::coord::fence::Fence;
 use crate::ops::metrics::Metrics;
 use crate::runtime::kapi::is_conflict;
 

@@ -11,7 +11,7 @@
 //! sees how many replicas are alive and takes its fair share (`plan`). Safety rests on the
 //! Leases' compare-and-swap alone: a replica writes for a parent only while its bucket's write
 //! fence is open (`state.rs`), and a bucket's fence follows the Lease exactly as the leader's
-//! fence follows the leader Lease ([`crate::ops::fence`]).
+//! fence follows the leader Lease ([`crate::coord::fence`]).
 //!
 //! This module holds the pure decisions: the hash, the bucket of a namespace, the rendezvous rank
 //! that spreads replicas' preferences, the fair share, and the plan of one round of the bucket
@@ -20,6 +20,7 @@
 pub(crate) mod leases;
 pub(crate) mod legacy;
 pub(crate) mod state;
+mod work;
 
 use std::time::Duration;
 

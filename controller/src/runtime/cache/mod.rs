@@ -18,9 +18,10 @@ use tokio::sync::{broadcast, watch};
 use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
-use crate::runtime::shard_watch::{
-    HashRange, Listed, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
-};
+mod sharded;
+
+use crate::runtime::shard_watch::{HashRange, Listed, Selection, WatchShards};
+use sharded::Group;
 
 /// A watched object's identity in the cache and the work queue: its namespace ("" when
 /// cluster-scoped) and name, ordered by namespace then name.
@@ -300,173 +301,6 @@ struct Shared<T> {
     streams: std::sync::atomic::AtomicUsize,
 }
 
-/// How long a sharded watch's selection must hold still before its streams are merged into one
-/// (kmeta's choice: a scale-up or failover hands buckets over one per Lease retry period, 2 s by
-/// default, and this waits for the hand-overs to end; a merge relists the replica's share).
-pub const CONSOLIDATE_AFTER: Duration = Duration::from_secs(10);
-
-/// Whether namespace `ns` hashes into one of `ranges`.
-fn in_ranges(ranges: &BTreeSet<HashRange>, ns: &str) -> bool {
-    let h = fnv1a64(ns.as_bytes());
-    ranges.iter().any(|r| r.contains(h))
-}
-
-/// One stream of a sharded watch: the ranges its `shardSelector` names, those still selected
-/// (`live`; the others' events and listed objects are ignored), and whether it was retired (its
-/// events no longer applied). `live` and `retired` change under the write lock, and an event is
-/// applied under the read lock, so none lands after a change that excludes it.
-#[derive(Debug)]
-struct Group {
-    ranges: Vec<HashRange>,
-    state: RwLock<GroupState>,
-}
-
-#[derive(Debug)]
-struct GroupState {
-    live: BTreeSet<HashRange>,
-    retired: bool,
-}
-
-impl Group {
-    fn new(ranges: Vec<HashRange>) -> Arc<Group> {
-        Arc::new(Group {
-            state: RwLock::new(GroupState {
-                live: ranges.iter().copied().collect(),
-                retired: false,
-            }),
-            ranges,
-        })
-    }
-
-    /// `shardRange(…) || shardRange(…)`: every range of the stream.
-    fn selector(&self) -> String {
-        let terms: Vec<String> = self.ranges.iter().map(|r| range_selector(*r)).collect();
-        terms.join(" || ")
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, GroupState> {
-        self.state
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, GroupState> {
-        self.state
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// When `o` lies in a live range of a stream not retired: the read lock, to hold while its
-    /// event is applied.
-    fn admit(&self, o: &DynamicObject) -> Option<std::sync::RwLockReadGuard<'_, GroupState>> {
-        let st = self.read();
-        let ns = o.metadata.namespace.as_deref().unwrap_or("");
-        (!st.retired && in_ranges(&st.live, ns)).then_some(st)
-    }
-
-    /// Runs `f` on the live ranges unless the stream was retired.
-    fn while_current(&self, f: impl FnOnce(&BTreeSet<HashRange>)) {
-        let st = self.read();
-        if !st.retired && !st.live.is_empty() {
-            f(&st.live);
-        }
-    }
-
-    fn live(&self) -> BTreeSet<HashRange> {
-        self.read().live.clone()
-    }
-
-    /// Keeps only the live ranges in `selected`; returns those it dropped.
-    fn keep_selected(&self, selected: &[HashRange]) -> Vec<HashRange> {
-        let mut st = self.write();
-        let dropped: Vec<HashRange> = st
-            .live
-            .iter()
-            .filter(|r| !selected.contains(r))
-            .copied()
-            .collect();
-        for r in &dropped {
-            st.live.remove(r);
-        }
-        dropped
-    }
-
-    fn retire(&self) {
-        self.write().retired = true;
-    }
-}
-
-/// The streams of one sharded watch, and their tasks.
-#[derive(Default)]
-struct Streams {
-    running: Vec<(Arc<Group>, tokio::task::AbortHandle)>,
-    tasks: tokio::task::JoinSet<()>,
-}
-
-impl Streams {
-    /// Follows `selected`: drops the ranges no longer in it from every stream (returned, each
-    /// once, for their objects to be dropped) and stops streams left with none.
-    fn follow(&mut self, selected: &[HashRange]) -> Vec<HashRange> {
-        let mut dropped = Vec::new();
-        self.running.retain(|(g, task)| {
-            dropped.extend(g.keep_selected(selected));
-            let keep = !g.live().is_empty();
-            if !keep {
-                g.retire();
-                task.abort();
-            }
-            keep
-        });
-        while self.tasks.try_join_next().is_some() {}
-        dropped.sort();
-        dropped.dedup();
-        dropped
-    }
-
-    /// The ranges of `selected` no stream lists, when there are any.
-    fn unstreamed(&self, selected: &[HashRange]) -> Option<Vec<HashRange>> {
-        let streamed: BTreeSet<HashRange> =
-            self.running.iter().flat_map(|(g, _)| g.live()).collect();
-        let new: Vec<HashRange> = selected
-            .iter()
-            .filter(|r| !streamed.contains(r))
-            .copied()
-            .collect();
-        (!new.is_empty()).then_some(new)
-    }
-
-    /// Whether merging would save streams: more than one, or one carrying dropped ranges.
-    fn scattered(&self) -> bool {
-        match self.running.as_slice() {
-            [] => false,
-            [(g, _)] => g.live().len() < g.ranges.len(),
-            _ => true,
-        }
-    }
-
-    fn spawn<T: Form>(
-        &mut self,
-        shared: Arc<Shared<T>>,
-        client: &kube::Client,
-        ranges: Vec<HashRange>,
-        flush: Option<Duration>,
-    ) {
-        let group = Group::new(ranges);
-        let task = shared.watch_group(client.clone(), group.clone(), flush);
-        let handle = self.tasks.spawn(task);
-        self.running.push((group, handle));
-    }
-
-    /// Retires and stops every stream (a merged one replaces them).
-    fn retire_all(&mut self) {
-        for (g, task) in self.running.drain(..) {
-            g.retire();
-            task.abort();
-        }
-        while self.tasks.try_join_next().is_some() {}
-    }
-}
-
 /// When this watch's lists started.
 #[derive(Debug, Default, Clone, Copy)]
 struct ListTimes {
@@ -629,120 +463,6 @@ impl<T: Form> Shared<T> {
         }
     }
 
-    /// Watches a sharded resource until aborted, all its streams feeding this store. Ranges
-    /// selected together (a shard bucket each) are listed and watched in one stream whose
-    /// `shardSelector` names them all; a range no longer selected has its objects dropped (and
-    /// its stream's later events for it ignored; a stream left with none is stopped); the other
-    /// streams go on untouched. Once the selection has held still for [`CONSOLIDATE_AFTER`],
-    /// several streams (or one carrying dropped ranges) are replaced by one stream over every
-    /// selected range: one relist of this replica's share, then one stream per resource instead
-    /// of one per bucket gained. Each range listed is announced ([`WatchShards::wait_listed`]).
-    /// When the server does not apply the selector (no echo on a probe list, or a refusal) the
-    /// resource is watched whole, as [`Self::run`] does.
-    async fn run_sharded(
-        self: Arc<Self>,
-        client: kube::Client,
-        flush: Option<Duration>,
-        shards: Arc<WatchShards>,
-    ) {
-        let mut selection = shards.subscribe();
-        let mut probed = false;
-        let mut streams = Streams::default();
-        loop {
-            let s: Selection = selection.borrow_and_update().clone();
-            if let (false, Some(first)) = (probed, s.ranges.first()) {
-                if let Err(why) = self.probe(&client, &range_selector(*first)).await {
-                    tracing::warn!(resource = %self.resource.watch_key(), reason = %why, "the API server does not shard this watch (KEP-5866 shardSelector); watching it whole, the work queue still drops other buckets' parents");
-                    shards.note_whole(self.resource.watch_key());
-                    streams.tasks.abort_all();
-                    return self.run_whole_for_shards(client, flush).await;
-                }
-                probed = true;
-                self.sharded.store(true, Ordering::Release);
-            }
-            *self.selected() = s.clone();
-            for r in streams.follow(&s.ranges) {
-                self.drop_range(r);
-            }
-            if let Some(new) = streams.unstreamed(&s.ranges) {
-                streams.spawn(self.clone(), &client, new, flush);
-            }
-            self.streams.store(streams.running.len(), Ordering::Release);
-            self.note_listed(None);
-            // until the selection changes; once it has held still, one stream for all of it
-            loop {
-                let settle = async {
-                    match streams.scattered() {
-                        true => tokio::time::sleep(CONSOLIDATE_AFTER).await,
-                        false => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    changed = selection.changed() => match changed {
-                        Ok(()) => break,
-                        Err(_) => return,
-                    },
-                    () = settle => {
-                        streams.retire_all();
-                        streams.spawn(self.clone(), &client, s.ranges.clone(), flush);
-                        self.streams.store(streams.running.len(), Ordering::Release);
-                    }
-                }
-            }
-        }
-    }
-
-    fn selected(&self) -> std::sync::MutexGuard<'_, Selection> {
-        self.selection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Lists and watches one stream's ranges until aborted (relisting every `flush`).
-    async fn watch_group(
-        self: Arc<Self>,
-        client: kube::Client,
-        group: Arc<Group>,
-        flush: Option<Duration>,
-    ) {
-        let selector = group.selector();
-        loop {
-            let api: Api<DynamicObject> = Api::all_with(
-                with_query(&client, "shardSelector", &selector),
-                &self.resource.api,
-            );
-            let config =
-                watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-            let stream = watcher::watcher(api, config).default_backoff().boxed();
-            match flush {
-                Some(d) => {
-                    let consume = self.clone().consume(stream, Some(group.clone()));
-                    let _ = tokio::time::timeout(d, consume).await;
-                }
-                None => return self.consume(stream, Some(group)).await,
-            }
-        }
-    }
-
-    /// Drops every object of `range` (no longer selected), announcing each as deleted.
-    fn drop_range(&self, range: HashRange) {
-        self.listed_ranges().remove(&range);
-        self.listed_ranges_tx
-            .send_if_modified(|l| l.ranges.remove(&range));
-        let gone: Vec<Arc<ObjKey>> = self.read(|s| {
-            s.objects
-                .keys()
-                .filter(|k| range.contains(fnv1a64(k.namespace.as_bytes())))
-                .cloned()
-                .collect()
-        });
-        for k in gone {
-            if let Some(old) = self.write(|s| s.remove(&k)) {
-                let _ = self.tx.send(Change::Deleted(old));
-            }
-        }
-    }
-
     fn apply_watched(&self, o: DynamicObject) {
         if let Some(v) = T::from_watched(o, &self.resource) {
             self.apply(v);
@@ -752,106 +472,6 @@ impl<T: Form> Shared<T> {
     fn delete_watched(&self, o: DynamicObject) {
         if let Some(v) = T::from_watched(o, &self.resource) {
             self.delete(v);
-        }
-    }
-
-    /// After a stream's (re)list: replaces the objects of its `live` ranges by those of `objs`
-    /// in them, and announces each range listed (requested at `requested`). A range listed
-    /// before (410, flush, a consolidation) makes it a relist of the watch; a first list is a
-    /// bucket gained, which the gain announces.
-    fn replace_group(
-        &self,
-        live: &BTreeSet<HashRange>,
-        mut objs: Vec<T>,
-        requested: std::time::Instant,
-    ) {
-        let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
-        objs.retain(|o| covers(&obj_key(o)));
-        let again = {
-            let listed = self.listed_ranges();
-            live.iter().any(|r| listed.contains_key(r))
-        };
-        self.replace_where(objs, covers);
-        if again {
-            self.lists.send_modify(|n| *n += 1);
-        }
-        for r in live {
-            self.note_listed(Some((*r, requested)));
-        }
-    }
-
-    fn listed_ranges(&self) -> std::sync::MutexGuard<'_, HashMap<HashRange, std::time::Instant>> {
-        self.range_lists
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Records that `listed` (a range, with when its list was requested) has listed, and
-    /// announces it; once every selected range has, the watch is synced and
-    /// [`Informer::listed_from`] is the oldest of the ranges' last lists.
-    fn note_listed(&self, listed: Option<(HashRange, std::time::Instant)>) {
-        let sel = self.selected().clone();
-        let mut ranges = self.listed_ranges();
-        if let Some((r, at)) = listed {
-            ranges.insert(r, at);
-            self.listed_ranges_tx
-                .send_if_modified(|l| l.ranges.insert(r));
-        }
-        let mut oldest: Option<std::time::Instant> = None;
-        for r in &sel.ranges {
-            let Some(at) = ranges.get(r) else { return };
-            oldest = Some(oldest.map_or(*at, |o| o.min(*at)));
-        }
-        drop(ranges);
-        self.list_times().last_completed = oldest;
-        if !*self.synced.borrow() {
-            // the first complete list (what [`Informer::lists`] counts as 1)
-            self.lists.send_modify(|n| *n += 1);
-        }
-        self.synced.send_replace(true);
-        self.listed();
-    }
-
-    /// A sharded resource the server does not shard, watched whole: every range counts as
-    /// listed once its first whole list is done.
-    async fn run_whole_for_shards(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
-        let mut lists = self.lists.subscribe();
-        let start = *lists.borrow_and_update();
-        let listed = async {
-            let _ = lists.wait_for(|n| *n > start).await;
-            self.listed_ranges_tx.send_modify(|l| l.whole = true);
-            std::future::pending::<()>().await
-        };
-        tokio::join!(self.clone().run(client, flush), listed);
-    }
-
-    /// Whether the server applies `selector` to this resource: one list of at most one object
-    /// must echo it (`metadata.shardInfo.selector`). `Err` says why not; transient failures are
-    /// retried here with backoff (1 s doubling to 30 s).
-    async fn probe(&self, client: &kube::Client, selector: &str) -> Result<(), String> {
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            let api: Api<DynamicObject> = Api::all_with(
-                with_query(client, "shardSelector", selector),
-                &self.resource.api,
-            );
-            let req = kube::core::Request::new(api.resource_url())
-                .list(&kube::api::ListParams::default().limit(1))
-                .map_err(|e| e.to_string())?;
-            match api.into_client().request::<Value>(req).await {
-                Ok(list) if echoes_selector(&list) => return Ok(()),
-                Ok(_) => return Err("its list answer echoes no metadata.shardInfo".into()),
-                Err(kube::Error::Api(s))
-                    if matches!(s.code, 400 | 422) || s.message.contains("shard selector") =>
-                {
-                    return Err(format!("it refused the selector: {}", s.message));
-                }
-                Err(e) => {
-                    tracing::warn!(resource = %self.resource.watch_key(), error = %e, "probing server-side sharded watches failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
-            }
         }
     }
 
@@ -1102,27 +722,31 @@ impl Informers {
             .collect()
     }
 
-    /// These informers, with the watches asked for by [`Informers::get_sharded`] listing only
-    /// `shards`' selection.
-    pub fn with_shards(self, shards: Option<Arc<WatchShards>>) -> Self {
-        Informers { shards, ..self }
+    /// These informers, with the watches asked for by [`Informers::get_split`] listing only
+    /// `split`'s selection of namespaces (the share of a replica under server-sharded watches).
+    pub fn with_split(self, split: Option<Arc<WatchShards>>) -> Self {
+        Informers {
+            shards: split,
+            ..self
+        }
     }
 
     /// The shared watch of `r` in the form `T`, holding only the objects of the namespaces this
     /// replica's shard buckets cover when server-side sharded watches are on
     /// (`--shard-watch=server`) and `r` is namespaced; else the whole watch ([`Self::get`]).
     /// Callers ask for it only where every object a sync reads lies in its parent's namespace.
-    pub fn get_sharded<T: Form>(&self, r: &Resolved) -> Arc<Informer<T>> {
+    pub fn get_split<T: Form>(&self, r: &Resolved) -> Arc<Informer<T>> {
         match &self.shards {
             Some(s) if r.namespaced => self.get_in(r, Some(s.clone())),
             _ => self.get(r),
         }
     }
 
-    /// [`Self::get_sharded`] when `sharded`, else [`Self::get`].
-    pub fn get_or_sharded<T: Form>(&self, r: &Resolved, sharded: bool) -> Arc<Informer<T>> {
-        match sharded {
-            true => self.get_sharded(r),
+    /// [`Self::get_split`] when `splittable` (every object a sync reads from this watch lies in
+    /// its parent's namespace), else [`Self::get`].
+    pub fn get_or_split<T: Form>(&self, r: &Resolved, splittable: bool) -> Arc<Informer<T>> {
+        match splittable {
+            true => self.get_split(r),
             false => self.get(r),
         }
     }
@@ -1196,96 +820,6 @@ mod tests {
     use serde_json::json;
 
     /// The `i`th sixteenth of the hash space.
-    fn sixteenth(i: u64) -> HashRange {
-        HashRange {
-            start: i << 60,
-            end: u128::from(i + 1) << 60,
-        }
-    }
-
-    fn in_namespace(ns: &str) -> DynamicObject {
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "namespace": ns}}))
-        .unwrap()
-    }
-
-    /// A namespace whose hash lies in `r`.
-    fn namespace_in(r: HashRange) -> String {
-        (0..)
-            .map(|i| format!("ns-{i}"))
-            .find(|n| r.contains(fnv1a64(n.as_bytes())))
-            .unwrap()
-    }
-
-    #[test]
-    fn a_stream_names_all_its_ranges_and_admits_only_live_ones_until_retired() {
-        let (a, b) = (sixteenth(1), sixteenth(2));
-        let g = Group::new(vec![a, b]);
-        assert_eq!(
-            g.selector(),
-            format!("{} || {}", range_selector(a), range_selector(b))
-        );
-        let (in_a, in_b) = (
-            in_namespace(&namespace_in(a)),
-            in_namespace(&namespace_in(b)),
-        );
-        let elsewhere = in_namespace(&namespace_in(sixteenth(9)));
-        assert!(g.admit(&in_a).is_some() && g.admit(&in_b).is_some());
-        assert!(g.admit(&elsewhere).is_none());
-        // b no longer selected: its events are ignored, a's still applied
-        assert_eq!(g.keep_selected(&[a]), vec![b]);
-        assert!(g.admit(&in_b).is_none() && g.admit(&in_a).is_some());
-        let mut listed = None;
-        g.while_current(|live| listed = Some(live.clone()));
-        assert_eq!(listed, Some(BTreeSet::from([a])));
-        // retired: nothing more is applied, and its list replaces nothing
-        g.retire();
-        assert!(g.admit(&in_a).is_none());
-        let mut after = false;
-        g.while_current(|_| after = true);
-        assert!(!after);
-    }
-
-    #[tokio::test]
-    async fn streams_follow_the_selection_and_are_worth_merging_once_scattered() {
-        let r = sixteenth;
-        let mut st = Streams::default();
-        let push = |st: &mut Streams, ranges: Vec<HashRange>| {
-            let handle = st.tasks.spawn(std::future::pending());
-            st.running.push((Group::new(ranges), handle));
-        };
-        assert!(!st.scattered());
-        assert_eq!(st.unstreamed(&[r(1), r(2)]), Some(vec![r(1), r(2)]));
-        // ranges gained together share one stream: nothing to merge
-        push(&mut st, vec![r(1), r(2)]);
-        assert!(!st.scattered());
-        assert_eq!(st.unstreamed(&[r(1), r(2)]), None);
-        // a range gained later gets its own stream: two streams are worth merging
-        assert_eq!(st.unstreamed(&[r(1), r(2), r(3)]), Some(vec![r(3)]));
-        push(&mut st, vec![r(3)]);
-        assert!(st.scattered());
-        // a range lost leaves its stream, which goes on for the others
-        assert_eq!(st.follow(&[r(1), r(3)]), vec![r(2)]);
-        assert_eq!(st.running.len(), 2);
-        // a stream left with no range stops
-        let stopped = st.running[1].0.clone();
-        assert_eq!(st.follow(&[r(1)]), vec![r(3)]);
-        assert_eq!(st.running.len(), 1);
-        assert!(stopped.admit(&in_namespace(&namespace_in(r(3)))).is_none());
-        // one stream still carrying a dropped range is worth replacing
-        assert!(st.scattered());
-        // a range lost and selected again is streamed anew
-        assert_eq!(st.unstreamed(&[r(1), r(2)]), Some(vec![r(2)]));
-        let merged_away: Vec<Arc<Group>> = st.running.iter().map(|(g, _)| g.clone()).collect();
-        st.retire_all();
-        assert!(st.running.is_empty() && !st.scattered());
-        assert!(
-            merged_away
-                .iter()
-                .all(|g| g.admit(&in_namespace(&namespace_in(r(1)))).is_none())
-        );
-    }
-
     fn obj(name: &str, owner: Option<&str>) -> Arc<Value> {
         let mut v = json!({"metadata": {"name": name, "namespace": "ns"}});
         if let Some(uid) = owner {
