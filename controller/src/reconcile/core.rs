@@ -5,7 +5,6 @@
 //! workers that take keys from the queue — one sync per key at a time — and turn each result
 //! into a requeue, a backoff, an event and a condition.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::AtomicBool;
@@ -26,9 +25,9 @@ use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
-use crate::reconcile::decide::{
-    self, DecideError, IdentityError, ServiceAccountRef, ServiceAccountSpec,
-};
+use crate::reconcile::decide::{self, DecideError, IdentityError};
+use crate::reconcile::identity::Identities;
+pub use crate::reconcile::identity::Writer;
 use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
@@ -187,19 +186,12 @@ pub struct Context {
     pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
     /// Permits for child writes in flight ([`ManagerConfig::child_writes_in_flight`]).
     pub(crate) child_writes: tokio::sync::Semaphore,
-    /// One impersonating client per ServiceAccount a controller's writes are made as, built on
-    /// [`Context::client`] (its layers: rate limit, write fence, User-Agent, metrics).
-    impersonated: Mutex<HashMap<ServiceAccountRef, kube::Client>>,
-    /// Whether a ServiceAccount may list a related resource (watch key) in a namespace, and
-    /// when that was asked ([`crate::reconcile::related`]).
-    pub(crate) read_access: Mutex<ReadAccess>,
+    /// Who syncs write and read as: the impersonating clients and what each ServiceAccount
+    /// may read ([`crate::reconcile::identity`]).
+    pub(crate) identities: Identities,
     /// The API server's OpenAPI v3 documents, for the children's list rules.
     pub(crate) openapi: crate::ops::openapi::OpenApiDocs,
 }
-
-/// Answers to "may this ServiceAccount list this resource (watch key) in this namespace", with
-/// when each was given.
-pub(crate) type ReadAccess = HashMap<(ServiceAccountRef, String, String), (bool, Instant)>;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -246,7 +238,9 @@ impl Context {
             qps: config.events_qps,
             burst: config.events_burst,
         });
+        let identities = Identities::new(client.clone(), config.default_service_account.clone());
         Arc::new(Context {
+            identities,
             informers: Informers::new(
                 client.clone(),
                 config.cache_flush_interval,
@@ -260,53 +254,7 @@ impl Context {
             spam,
             contests: Mutex::default(),
             child_writes,
-            impersonated: Mutex::default(),
             openapi: crate::ops::openapi::OpenApiDocs::default(),
-            read_access: Mutex::default(),
-        })
-    }
-
-    /// The identity a controller whose spec says `spec` writes the children of `parent` as
-    /// ([`decide::impersonation_for`], with `--default-service-account`), and its client.
-    pub(crate) fn writer_for(
-        &self,
-        spec: ServiceAccountSpec<'_>,
-        parent: &Value,
-    ) -> Result<Writer, SyncError> {
-        let identity = decide::impersonation_for(
-            spec,
-            &crate::object::describe(parent),
-            meta_str(parent, "namespace"),
-            self.config.default_service_account.as_deref(),
-        )?;
-        self.writer(identity)
-    }
-
-    /// The client and identity writes as `identity` are made with: kmeta's own client for
-    /// `None`, else the impersonating client of that ServiceAccount (built once, then shared).
-    pub(crate) fn writer(&self, identity: Option<ServiceAccountRef>) -> Result<Writer, SyncError> {
-        let Some(sa) = identity else {
-            return Ok(Writer {
-                client: self.client.clone(),
-                identity: None,
-            });
-        };
-        let mut clients = self
-            .impersonated
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let client = match clients.get(&sa) {
-            Some(c) => c.clone(),
-            None => {
-                let c = crate::ops::client::impersonating(&self.client, &sa.username())
-                    .map_err(|_| SyncError::Impersonation(sa.to_string()))?;
-                clients.insert(sa.clone(), c.clone());
-                c
-            }
-        };
-        Ok(Writer {
-            client,
-            identity: Some(sa),
         })
     }
 
@@ -440,30 +388,9 @@ pub enum SyncError {
     /// cannot be located): nothing is written for it.
     #[error(transparent)]
     Identity(#[from] IdentityError),
-    /// The ServiceAccount's user name cannot be sent in `Impersonate-User`.
-    #[error("impersonating {0}: its user name is not a valid HTTP header value")]
-    Impersonation(String),
     /// Part of the work is other replicas' (theirs to do; this process tries again later).
     #[error("{0}")]
     LeftToOtherReplicas(String),
-}
-
-/// The identity a sync writes children (attachments) and reads related objects as, with the
-/// client that makes those requests as it.
-#[derive(Clone)]
-pub struct Writer {
-    /// kmeta's client, or one impersonating `identity`.
-    pub client: kube::Client,
-    /// The ServiceAccount impersonated; `None`: kmeta's own identity.
-    pub identity: Option<ServiceAccountRef>,
-}
-
-impl std::fmt::Debug for Writer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer")
-            .field("identity", &self.identity)
-            .finish_non_exhaustive()
-    }
 }
 
 impl SyncError {

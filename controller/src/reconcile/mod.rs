@@ -16,6 +16,7 @@ pub(crate) mod decide;
 pub(crate) mod decorator;
 pub(crate) mod expectations;
 pub(crate) mod futile;
+pub(crate) mod identity;
 pub(crate) mod last_applied;
 pub mod manager;
 pub(crate) mod memory;

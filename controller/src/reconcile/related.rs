@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
@@ -155,13 +155,9 @@ pub async fn call_customize(
     ))
 }
 
-/// How long a ServiceAccount's answer to "may it list this resource here" is kept: a right
-/// granted or revoked takes effect within this.
-pub const READ_ACCESS_TTL: Duration = Duration::from_secs(30);
-
 /// Under a ServiceAccount: `Ok` only when it may `list` resource `r` in every namespace (the
 /// cluster scope for a cluster-scoped resource) an object of `selected` is in, as a
-/// `SelfSubjectAccessReview` made as it answers (kept [`READ_ACCESS_TTL`]). The related objects
+/// `SelfSubjectAccessReview` made as it answers (kept [`crate::reconcile::identity::READ_ACCESS_TTL`]). The related objects
 /// come from kmeta's own watches; this keeps a hook from being handed what the controller's
 /// ServiceAccount could not read itself.
 async fn may_read(
@@ -174,19 +170,12 @@ async fn may_read(
     };
     let namespaces: BTreeSet<&str> = selected.iter().map(|o| meta_str(o, "namespace")).collect();
     for ns in namespaces {
-        let key = (sa.clone(), r.watch_key(), ns.to_owned());
-        let known = c.ctx.read_access.lock().ok().and_then(|m| {
-            m.get(&key)
-                .filter(|(_, at)| at.elapsed() < READ_ACCESS_TTL)
-                .map(|(allowed, _)| *allowed)
-        });
-        let allowed = match known {
+        let identities = &c.ctx.identities;
+        let allowed = match identities.known_read_access(sa, &r.watch_key(), ns) {
             Some(a) => a,
             None => {
                 let a = access_review(&c.reader.client, r, ns).await?;
-                if let Ok(mut m) = c.ctx.read_access.lock() {
-                    m.insert(key, (a, Instant::now()));
-                }
+                identities.remember_read_access(sa, &r.watch_key(), ns, a);
                 a
             }
         };

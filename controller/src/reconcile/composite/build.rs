@@ -499,7 +499,7 @@ impl CompositeState {
             name: spec.service_account_name.as_deref(),
             namespace: spec.service_account_namespace.as_deref(),
         };
-        self.ctx.writer_for(sa, parent)
+        Ok(self.ctx.identities.writer_for(sa, parent)?)
     }
 
     /// The `resyncAfterSeconds` of the parent's last sync that wrote nothing, when it had this

@@ -61,6 +61,9 @@ pub enum IdentityError {
         /// The namespace given.
         namespace: String,
     },
+    /// The ServiceAccount's user name cannot be sent in `Impersonate-User`.
+    #[error("impersonating {0}: its user name is not a valid HTTP header value")]
+    Impersonation(String),
 }
 
 /// The identity the writes for a parent in `parent_namespace` (empty: cluster-scoped; `parent`

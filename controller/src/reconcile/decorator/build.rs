@@ -358,6 +358,6 @@ impl DecoratorState {
             name: spec.service_account_name.as_deref(),
             namespace: spec.service_account_namespace.as_deref(),
         };
-        self.ctx.writer_for(sa, target)
+        Ok(self.ctx.identities.writer_for(sa, target)?)
     }
 }
