@@ -244,18 +244,23 @@ pub enum ConflictDecision {
     /// the fields back and forth.
     Contested(Vec<FieldConflict>),
     /// Other managers (a person, another tool, or the parent that controlled the child before
-    /// this one adopted it) hold fields the hook sets: force, and name them.
+    /// this one adopted it) hold fields the hook sets, and the drift policy is not `Enforce`:
+    /// report them and leave the child as it is.
+    Report(Vec<FieldConflict>),
+    /// As `Report`, under drift policy `Enforce`: force, and name them.
     Take(Vec<FieldConflict>),
 }
 
 /// Classifies the conflicts of an apply by `mine` (a manager under `prefix`); `controlled`:
 /// whether the child's controller reference is this parent (then another parent's manager is a
-/// leftover of an earlier owner, not a contender).
+/// leftover of an earlier owner, not a contender); `drift`: the child's drift policy (fields of
+/// others are taken only under `Enforce`).
 pub fn decide_conflicts(
     conflicts: Vec<FieldConflict>,
     prefix: &str,
     mine: &str,
     controlled: bool,
+    drift: crate::api::DriftPolicy,
 ) -> ConflictDecision {
     let others: Vec<FieldConflict> = conflicts
         .into_iter()
@@ -267,10 +272,10 @@ pub fn decide_conflicts(
         .filter(|c| c.manager.starts_with(&kmeta_prefix))
         .cloned()
         .collect();
-    if contested.is_empty() || controlled {
-        ConflictDecision::Take(others)
-    } else {
-        ConflictDecision::Contested(contested)
+    match (contested.is_empty() || controlled, drift) {
+        (false, _) => ConflictDecision::Contested(contested),
+        (true, crate::api::DriftPolicy::Enforce) => ConflictDecision::Take(others),
+        (true, _) => ConflictDecision::Report(others),
     }
 }
 
@@ -773,6 +778,7 @@ mod tests {
 
     #[test]
     fn conflicts_with_another_parent_are_contested_others_taken() {
+        use crate::api::DriftPolicy;
         let mine = "metacontroller/cc/aaaa";
         let d = decide_conflicts(
             vec![
@@ -782,6 +788,7 @@ mod tests {
             "metacontroller",
             mine,
             false,
+            DriftPolicy::Enforce,
         );
         assert_eq!(
             d,
@@ -791,14 +798,20 @@ mod tests {
             conflict(".data.a", "kubectl-edit"),
             conflict(".data.b", "metacontroller/cc/bbbb"),
         ];
-        let d = decide_conflicts(both.clone(), "metacontroller", mine, false);
+        let enforce = DriftPolicy::Enforce;
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, false, enforce);
         assert_eq!(
             d,
             ConflictDecision::Contested(vec![conflict(".data.b", "metacontroller/cc/bbbb")])
         );
         // an earlier owner's leftover fields on a child this parent controls are taken
-        let d = decide_conflicts(both.clone(), "metacontroller", mine, true);
-        assert_eq!(d, ConflictDecision::Take(both));
+        let d = decide_conflicts(both.clone(), "metacontroller", mine, true, enforce);
+        assert_eq!(d, ConflictDecision::Take(both.clone()));
+        // under Report (or Ignore) the same fields are reported, never taken
+        for drift in [DriftPolicy::Report, DriftPolicy::Ignore] {
+            let d = decide_conflicts(both.clone(), "metacontroller", mine, true, drift);
+            assert_eq!(d, ConflictDecision::Report(both.clone()));
+        }
     }
 
     #[test]

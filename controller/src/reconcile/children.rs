@@ -378,9 +378,7 @@ async fn write_child(
     // bounded across the manager (a closed semaphore never happens: it is never closed)
     let _permit = c.ctx.child_writes.acquire().await.ok();
     let op = &op;
-    let obj = match op {
-        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
-    };
+    let obj = op_object(op);
     let key = decide::child_key(obj);
     let gk = key.split(' ').next().unwrap_or_default();
     let Some(rule) = c.rules.get(gk) else {
@@ -394,14 +392,14 @@ async fn write_child(
     {
         return (out, None);
     }
-    if held_back(c, rule, w, op, &mut out).await {
-        let why = format!("drift policy {:?}", rule.drift);
+    if let Some(why) = gate(c, rule, w, op, &mut out).await {
         out.did(w.parent, obj, decide::ChildAction::LeftAlone { why });
         return (out, None);
     }
     let Some((verb, op_label, res)) = execute(c, rule, w, op, &mut out).await else {
         return (out, None);
     };
+    let res = res.map(|landed| book(c, rule, w, obj, landed, &mut out));
     let e = match res {
         Ok(()) => {
             c.count(op_label);
@@ -603,11 +601,75 @@ async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) 
 }
 
 /// What one executed child operation was (verb, metric label) and how it ended.
-type Executed = (&'static str, ChildOpLabel, Result<(), kube::Error>);
+type Executed = (&'static str, ChildOpLabel, Result<Landed, kube::Error>);
 
-/// Sends one child operation; `None` when an update is skipped because the API server ignored
-/// the same update of this child version before, or an apply left the child as it is (reported
-/// in `out`). Fields an update lost are added to `out`.
+/// A child write the API server took, with what its bookkeeping needs ([`book`]).
+#[derive(Debug, Default)]
+struct Landed {
+    /// The uid and resourceVersion the object was stored with (`None`: not known).
+    uid: Option<String>,
+    resource_version: Option<String>,
+    /// The versions it replaced: a stored version among them means the server changed nothing.
+    replaced: Vec<String>,
+    /// After a create or replace: the last-applied annotation text the server stored.
+    last_applied: Option<Option<String>>,
+    /// After a replace: the object stored, to find the fields the server dropped.
+    object: Option<Value>,
+}
+
+impl Landed {
+    /// A create whose answer's metadata is `stored`.
+    fn created(stored: kapi::Stored, rule: &ChildRule) -> Landed {
+        let m = stored.metadata;
+        let text = m
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&rule.options.annotation));
+        Landed {
+            last_applied: Some(text.and_then(Value::as_str).map(str::to_owned)),
+            uid: m.uid,
+            resource_version: m.resource_version,
+            ..Landed::default()
+        }
+    }
+
+    /// A replace of version `replaced` stored as `stored`.
+    fn replaced(stored: Value, rule: &ChildRule, replaced: String) -> Landed {
+        Landed {
+            uid: meta(&stored, "uid").map(str::to_owned),
+            resource_version: meta(&stored, "resourceVersion").map(str::to_owned),
+            replaced: vec![replaced],
+            last_applied: Some(
+                annotation_text(&stored, &rule.options.annotation).map(str::to_owned),
+            ),
+            object: Some(stored),
+        }
+    }
+}
+
+/// The bookkeeping of a write the API server took, once for every kind of write: the fields a
+/// replace lost, the wait for the watch to show it, and the last-applied state it recorded.
+fn book(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    sent: &Value,
+    stored: Landed,
+    out: &mut Collected,
+) {
+    if let Some(object) = &stored.object {
+        remember_ignored(c, sent, object, &mut out.ignored);
+    }
+    let version = (stored.uid.as_deref(), stored.resource_version.as_deref());
+    let replaced: Vec<&str> = stored.replaced.iter().map(String::as_str).collect();
+    expect_written(c, w, sent, version, &replaced);
+    if let Some(text) = &stored.last_applied {
+        remember_last_applied(c, rule, w, sent, version, text.as_deref());
+    }
+}
+
+/// Sends one child operation that passed its [`gate`]; `None` when an apply left the child as
+/// it is (reported in `out`).
 async fn execute(
     c: &Children<'_>,
     rule: &ChildRule,
@@ -615,62 +677,47 @@ async fn execute(
     op: &ChildOp,
     out: &mut Collected,
 ) -> Option<Executed> {
-    let obj = match op {
-        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
-    };
-    let api = c.api_of(rule, obj);
+    let api = c.api_of(rule, op_object(op));
     Some(match op {
-        ChildOp::Create(o) => (
-            "creating",
-            ChildOpLabel::Create,
-            kapi::create_as(&api, o, &w.manager).await.map(|stored| {
-                let m = &stored.metadata;
-                let version = (m.uid.as_deref(), m.resource_version.as_deref());
-                expect_written(c, w, o, version, &[]);
-                let text = m
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(&rule.options.annotation));
-                remember_last_applied(c, rule, w, o, version, text.and_then(Value::as_str));
-            }),
-        ),
+        ChildOp::Create(o) => {
+            let res = kapi::create_as(&api, o, &w.manager).await;
+            (
+                "creating",
+                ChildOpLabel::Create,
+                res.map(|s| Landed::created(s, rule)),
+            )
+        }
         ChildOp::Update(o) if c.strategy == ApplyStrategy::ServerSideApply => {
             match apply_child(c, rule, w, o, out).await {
-                Ok(false) => return None,
-                res => ("applying", ChildOpLabel::Update, res.map(|_| ())),
+                Ok(None) => return None,
+                res => (
+                    "applying",
+                    ChildOpLabel::Update,
+                    res.map(Option::unwrap_or_default),
+                ),
             }
         }
-        ChildOp::Update(o)
-            if c.memory
-                .futile_updates
-                .lock()
-                .is_ok_and(|f| f.is_futile(o, Instant::now())) =>
-        {
-            tracing::debug!(child = %describe(o), "update skipped: the API server ignored the same update of this child version");
-            c.count(ChildOpLabel::Skip);
-            let why = "the API server ignored the same update of this version before".to_owned();
-            out.did(w.parent, o, decide::ChildAction::LeftAlone { why });
-            return None;
+        ChildOp::Update(o) => {
+            let replaced = meta_str(o, "resourceVersion").to_owned();
+            let res = kapi::replace_as(&api, o, &w.manager).await;
+            (
+                "updating",
+                ChildOpLabel::Update,
+                res.map(|s| Landed::replaced(s, rule, replaced)),
+            )
         }
-        ChildOp::Update(o) => (
-            "updating",
-            ChildOpLabel::Update,
-            kapi::replace_as(&api, o, &w.manager).await.map(|stored| {
-                remember_ignored(c, o, &stored, &mut out.ignored);
-                let version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
-                expect_written(c, w, o, version, &[meta_str(o, "resourceVersion")]);
-                let text = annotation_text(&stored, &rule.options.annotation);
-                remember_last_applied(c, rule, w, o, version, text);
-            }),
-        ),
-        ChildOp::Delete { object, .. } => (
-            "deleting",
-            ChildOpLabel::Delete,
-            kapi::delete(&api, object).await.map(|()| {
-                let replaced = [meta_str(object, "resourceVersion")];
-                expect_written(c, w, object, (meta(object, "uid"), None), &replaced);
-            }),
-        ),
+        ChildOp::Delete { object, .. } => {
+            let deleted = Landed {
+                uid: meta(object, "uid").map(str::to_owned),
+                replaced: vec![meta_str(object, "resourceVersion").to_owned()],
+                ..Landed::default()
+            };
+            (
+                "deleting",
+                ChildOpLabel::Delete,
+                kapi::delete(&api, object).await.map(|()| deleted),
+            )
+        }
     })
 }
 
@@ -707,7 +754,7 @@ fn done_action(
 /// non-apply writes into its apply entry, then applies without force. Fields held by other
 /// managers are taken with force under drift policy `Enforce` and named in a `ChildFieldsTaken`
 /// event; under `Report` the conflict is reported (`ChildConflict`) and the child left as it is;
-/// fields held by another parent's manager are never taken (`ChildContested`). `Ok(false)`: the
+/// fields held by another parent's manager are never taken (`ChildContested`). `Ok(None)`: the
 /// child was left as it is.
 async fn apply_child(
     c: &Children<'_>,
@@ -715,11 +762,11 @@ async fn apply_child(
     w: &Writing<'_>,
     merged: &Value,
     out: &mut Collected,
-) -> Result<bool, kube::Error> {
+) -> Result<Option<Landed>, kube::Error> {
     let key = decide::child_key(merged);
     let api = c.api_of(rule, merged);
     let Some(want) = w.desired.get(&key) else {
-        return Ok(false);
+        return Ok(None);
     };
     let observed = w.observed.get(&key).copied();
     let live = observed.unwrap_or(merged);
@@ -750,17 +797,21 @@ async fn apply_child(
             }
             match resolve_conflicts(c, rule, w, merged, &body, conflicts, out).await? {
                 Some(stored) => stored,
-                None => return Ok(false),
+                None => return Ok(None),
             }
         }
     };
-    // the apply (forced or not) is awaited like any write: the next sync waits for the watch
-    if let Some(live) = observed {
-        let stored_version = (meta(&stored, "uid"), meta(&stored, "resourceVersion"));
-        let replaced: Vec<&str> = cached.into_iter().chain(upgraded.as_deref()).collect();
-        expect_written(c, w, live, stored_version, &replaced);
-    }
-    Ok(true)
+    // the apply (forced or not) of a child seen before is awaited like any write: the next sync
+    // waits for the watch
+    let Some(cached) = cached else {
+        return Ok(Some(Landed::default()));
+    };
+    Ok(Some(Landed {
+        uid: meta(&stored, "uid").map(str::to_owned),
+        resource_version: meta(&stored, "resourceVersion").map(str::to_owned),
+        replaced: std::iter::once(cached.to_owned()).chain(upgraded).collect(),
+        ..Landed::default()
+    }))
 }
 
 /// Moves the fields `manager` (or kmeta's legacy managers) own through earlier creates and
@@ -828,6 +879,7 @@ async fn resolve_conflicts(
         &c.ctx.config.ssa_field_manager,
         &w.manager,
         controlled,
+        rule.drift,
     ) {
         ConflictDecision::Contested(held) => {
             let fields = apply::describe_conflicts(&held);
@@ -843,7 +895,7 @@ async fn resolve_conflicts(
             c.report(w.parent, told, report, &mut out.reports).await;
             Ok(None)
         }
-        ConflictDecision::Take(taken) if rule.drift != DriftPolicy::Enforce => {
+        ConflictDecision::Report(taken) => {
             let fields = apply::describe_conflicts(&taken);
             let note = format!(
                 "{child} was changed by others: {fields}; drift policy {:?} leaves it as it is",
@@ -877,68 +929,87 @@ async fn resolve_conflicts(
     }
 }
 
-/// The drift policy before an update (or a recreate's delete): `true` when the write is held
-/// back. `Ignore` holds back every one; `Report` holds back those whose hook answer is unchanged
-/// (the difference is drift, made by others: reported in a `ChildDrift` event and condition)
-/// except under server-side apply, where the apply itself reports conflicts.
-async fn held_back(
+/// Whether `obj`'s write only undoes others' changes (drift): the hook's answer for it did not
+/// change. Reported in a `ChildDrift` event and condition; true when the write is held back.
+async fn drift_reported(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    obj: &Value,
+    out: &mut Collected,
+) -> bool {
+    let key = decide::child_key(obj);
+    let (Some(want), Some(live)) = (w.desired.get(&key), w.observed.get(&key)) else {
+        return false;
+    };
+    let Some(paths) = decide::drift_only(live, want, &rule.options) else {
+        return false;
+    };
+    let child = describe(obj);
+    let fields = if paths.is_empty() {
+        "fields the hook sets".to_owned()
+    } else {
+        paths.join(", ")
+    };
+    let note = format!(
+        "{child} differs from what the hook wants at {fields}; drift policy Report leaves it as it is"
+    );
+    let report = ChildReport {
+        kind: apply::DRIFT_CONDITION,
+        reason: "Drifted",
+        message: format!("{child}: {fields}"),
+    };
+    let told = (Reason::ChildDrift, note);
+    c.report(w.parent, told, report, &mut out.reports).await;
+    true
+}
+
+/// Whether the API server ignored the same update of `obj`'s version before.
+fn futile(c: &Children<'_>, obj: &Value) -> bool {
+    c.memory
+        .futile_updates
+        .lock()
+        .is_ok_and(|f| f.is_futile(obj, Instant::now()))
+}
+
+/// Passes `op` through its [`decide::write_gate`]: `Some(why)` when the child is left as it is
+/// (counted as a skip unless a report says why), `None` when the write is sent.
+async fn gate(
     c: &Children<'_>,
     rule: &ChildRule,
     w: &Writing<'_>,
     op: &ChildOp,
     out: &mut Collected,
-) -> bool {
-    let obj = match op {
-        ChildOp::Update(o) => o,
-        ChildOp::Delete {
-            object,
-            reason: "recreate",
-        } => object,
-        _ => return false,
-    };
-    match rule.drift {
-        DriftPolicy::Enforce => false,
-        DriftPolicy::Ignore => {
-            tracing::debug!(child = %describe(obj), "drift policy Ignore: the child is not updated");
+) -> Option<String> {
+    let obj = op_object(op);
+    let ssa = c.strategy == ApplyStrategy::ServerSideApply;
+    match decide::write_gate(decide::WriteKind::of(op), rule.drift, ssa) {
+        decide::WriteGate::Hold(policy) => {
+            tracing::debug!(child = %describe(obj), "drift policy {policy:?}: the child is not updated");
             c.count(ChildOpLabel::Skip);
-            true
+            Some(format!("drift policy {policy:?}"))
         }
-        DriftPolicy::Report
-            if c.strategy == ApplyStrategy::ServerSideApply && matches!(op, ChildOp::Update(_)) =>
-        {
-            false
+        decide::WriteGate::Send {
+            unless_drift: true, ..
+        } if drift_reported(c, rule, w, obj, out).await => {
+            Some(format!("drift policy {:?}", rule.drift))
         }
-        DriftPolicy::Report => {
-            let key = decide::child_key(obj);
-            let (Some(want), Some(live)) = (w.desired.get(&key), w.observed.get(&key)) else {
-                return false;
-            };
-            let Some(paths) = decide::drift_only(live, want, &rule.options) else {
-                return false;
-            };
-            let child = describe(obj);
-            let fields = if paths.is_empty() {
-                "fields the hook sets".to_owned()
-            } else {
-                paths.join(", ")
-            };
-            let note = format!(
-                "{child} differs from what the hook wants at {fields}; drift policy Report leaves it as it is"
-            );
-            let report = ChildReport {
-                kind: apply::DRIFT_CONDITION,
-                reason: "Drifted",
-                message: format!("{child}: {fields}"),
-            };
-            c.report(
-                w.parent,
-                (Reason::ChildDrift, note),
-                report,
-                &mut out.reports,
-            )
-            .await;
-            true
+        decide::WriteGate::Send {
+            unless_futile: true,
+            ..
+        } if futile(c, obj) => {
+            tracing::debug!(child = %describe(obj), "update skipped: the API server ignored the same update of this child version");
+            c.count(ChildOpLabel::Skip);
+            Some("the API server ignored the same update of this version before".to_owned())
         }
+        decide::WriteGate::Send { .. } => None,
+    }
+}
+
+/// The object of a child operation.
+fn op_object(op: &ChildOp) -> &Value {
+    match op {
+        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
     }
 }
 

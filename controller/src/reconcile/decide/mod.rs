@@ -1,12 +1,13 @@
 //! Pure decisions every controller kind shares, one family per file: [`owner`] references,
 //! [`lifecycle`] (finalizer and hook choice), [`desired`] children (validation), the child
-//! [`plan`], the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s, the
+//! [`plan`] and the [`gate`] each planned write passes, the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s, the
 //! [`hook_events`] a hook asks for, the ServiceAccount a controller's writes are made as
 //! ([`identity`]) and what a parent applied to a child by its `managedFields` ([`owned`]). No I/O here; the executors
 //! ([`crate::reconcile::children`], [`crate::reconcile::status`], each kind's `sync`) act on them.
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
 mod desired;
+mod gate;
 mod hook_events;
 mod identity;
 mod lifecycle;
@@ -18,6 +19,7 @@ mod status;
 mod write_failure;
 
 pub use desired::*;
+pub use gate::*;
 pub use hook_events::*;
 pub use identity::*;
 pub use lifecycle::*;
