@@ -1,0 +1,212 @@
+//! The list rules a child type is merged with: dynapply's table, or the API server's OpenAPI
+//! schema where served (`kmeta.dev/schema-atomic-lists`).
+
+use super::*;
+
+/// The annotation on a CompositeController or DecoratorController that makes `atomic` in the
+/// API server's OpenAPI v3 documents authoritative for its children's lists, as kubectl and
+/// server-side apply treat it: `"true"`. Without it such a list whose items carry a conventional
+/// merge key is merged by that key, as Metacontroller does (see [`served_rules`]).
+pub const SCHEMA_ATOMIC_ANNOTATION: &str = "kmeta.dev/schema-atomic-lists";
+
+/// Whether a controller object's `annotations` carry `kmeta.dev/schema-atomic-lists: "true"`.
+pub fn schema_atomic_lists(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(SCHEMA_ATOMIC_ANNOTATION))
+        .is_some_and(|v| v == "true")
+}
+
+/// CRD groups always contain a dot; built-in groups have none or end in `.k8s.io`.
+fn is_crd_group(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
+}
+
+/// The rules a child kind is merged with when the API server serves its schema (`served`, from
+/// [`dynapply::ListRules::from_openapi_v3`]). With `schema_atomic` (the controller's opt-in), or
+/// for a custom resource (whose CRD's markers kmeta has always followed), they are the schema's.
+/// Otherwise an `atomic` list of the schema does not override the merge-key convention: the
+/// rules are kmeta's built-in table of the kind (as before kmeta read OpenAPI documents) plus
+/// the schema's maps and sets. A list item another actor added is then kept wherever
+/// Metacontroller's convention keeps it (an EndpointSlice's `ports`, keyed by `port`).
+pub fn served_rules(
+    api_version: &str,
+    kind: &str,
+    group: &str,
+    served: dynapply::ListRules,
+    schema_atomic: bool,
+) -> dynapply::ListRules {
+    if schema_atomic || is_crd_group(group) {
+        return served;
+    }
+    dynapply::ListRules::builtin(api_version, kind).merge(served.without_atomic())
+}
+
+/// The list markers of a child type could not be read (see [`list_rules`]).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the list markers of {resource}: {source}")]
+pub struct SchemaReadError {
+    /// What was read: the CustomResourceDefinition `<plural>.<group>`, or the OpenAPI v3
+    /// document of the child's group-version.
+    pub resource: String,
+    /// The API error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// The list rules dynapply merges a child type with: from the API server's OpenAPI v3 document
+/// of its group-version (`x-kubernetes-list-type`/`list-map-keys`, the patch merge keys, the
+/// preserve-unknown-fields subtrees), for built-in kinds, CRDs and aggregated APIs alike; read
+/// once per build, the documents cached ([`crate::ops::openapi`]). A server that does not serve
+/// the kind's schema gets the fallback (logged once): kmeta's built-in table of the kind, plus
+/// the markers of its CRD's schema. A document or CRD that cannot be read fails the build, to be
+/// tried again: merging without its markers would treat its lists and preserve-unknown subtrees
+/// wrongly — under server-side apply a pod template's containers would be sent without the live
+/// ones, and a sidecar another writer injected would be lost.
+///
+/// `schema_atomic` is the controller's `kmeta.dev/schema-atomic-lists` opt-in: see
+/// [`served_rules`].
+pub async fn list_rules(
+    ctx: &Context,
+    r: &Resolved,
+    schema_atomic: bool,
+) -> Result<dynapply::ListRules, SchemaReadError> {
+    let served = ctx
+        .openapi
+        .list_rules(
+            &ctx.client,
+            &ctx.config.metrics,
+            ctx.resources.generation(),
+            &r.api.api_version,
+            &r.api.kind,
+        )
+        .await
+        .map_err(|source| SchemaReadError {
+            resource: format!(
+                "the OpenAPI v3 document /openapi/v3/{}",
+                crate::ops::openapi::group_version_path(&r.api.api_version)
+            ),
+            source,
+        })?;
+    match served {
+        Ok(rules) => {
+            return Ok(served_rules(
+                &r.api.api_version,
+                &r.api.kind,
+                &r.api.group,
+                rules,
+                schema_atomic,
+            ));
+        }
+        Err(why) => ctx.openapi.log_fallback(&r.watch_key(), &why),
+    }
+    let builtin = dynapply::ListRules::builtin(&r.api.api_version, &r.api.kind);
+    if !is_crd_group(&r.api.group) {
+        return Ok(builtin);
+    }
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(ctx.client.clone());
+    let resource = format!("{}.{}", r.api.plural, r.api.group);
+    let crd = crds
+        .get_opt(&resource)
+        .await
+        .map_err(|source| SchemaReadError {
+            resource: format!("the CustomResourceDefinition {resource}"),
+            source,
+        })?;
+    let Some(crd) = crd else {
+        return Ok(builtin);
+    };
+    match serde_json::to_value(crd)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            dynapply::ListRules::from_crd(&v, Some(&r.api.version)).map_err(|e| e.to_string())
+        }) {
+        Ok(from_schema) => Ok(builtin.merge(from_schema)),
+        Err(e) => {
+            tracing::warn!(resource = %r.watch_key(), error = %e, "ignoring crd list markers");
+            Ok(builtin)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use dynapply::{ListRule, ListRules};
+
+    /// An EndpointSlice's rules as its schema gives them: `ports` and `endpoints` atomic.
+    fn slice_schema() -> ListRules {
+        let mut rules = ListRules::new();
+        rules.set("ports", ListRule::Atomic);
+        rules.set("endpoints", ListRule::Atomic);
+        rules.set("endpoints.addresses", ListRule::Set);
+        rules
+    }
+
+    #[test]
+    fn schema_atomic_lists_is_opt_in() {
+        assert!(!schema_atomic_lists(None));
+        let mut a = BTreeMap::new();
+        assert!(!schema_atomic_lists(Some(&a)));
+        a.insert(SCHEMA_ATOMIC_ANNOTATION.to_owned(), "yes".to_owned());
+        assert!(!schema_atomic_lists(Some(&a)));
+        a.insert(SCHEMA_ATOMIC_ANNOTATION.to_owned(), "true".to_owned());
+        assert!(schema_atomic_lists(Some(&a)));
+    }
+
+    #[test]
+    fn atomic_from_the_schema_applies_only_when_opted_in() {
+        let av = "discovery.k8s.io/v1";
+        let by_default = served_rules(
+            av,
+            "EndpointSlice",
+            "discovery.k8s.io",
+            slice_schema(),
+            false,
+        );
+        // the convention decides (`port` keys the ports), sets stay
+        assert_eq!(by_default.get("ports"), None);
+        assert_eq!(by_default.get("endpoints"), None);
+        assert_eq!(by_default.get("endpoints.addresses"), Some(&ListRule::Set));
+        assert_eq!(by_default.get("metadata.finalizers"), Some(&ListRule::Set));
+        let opted_in = served_rules(
+            av,
+            "EndpointSlice",
+            "discovery.k8s.io",
+            slice_schema(),
+            true,
+        );
+        assert_eq!(opted_in.get("ports"), Some(&ListRule::Atomic));
+    }
+
+    #[test]
+    fn by_default_the_table_keeps_its_rules() {
+        // Kubernetes 1.37 marks a ServiceAccount's imagePullSecrets and a RoleBinding's subjects
+        // atomic; kmeta merged the first by `name` and replaced the second before it read schemas
+        let mut schema = ListRules::new();
+        schema.set("imagePullSecrets", ListRule::Atomic);
+        schema.set("secrets", ListRule::Map(vec!["name".to_owned()]));
+        let sa = served_rules("v1", "ServiceAccount", "", schema.clone(), false);
+        assert_eq!(
+            sa.get("imagePullSecrets"),
+            Some(&ListRule::Map(vec!["name".to_owned()]))
+        );
+        let sa = served_rules("v1", "ServiceAccount", "", schema, true);
+        assert_eq!(sa.get("imagePullSecrets"), Some(&ListRule::Atomic));
+        let mut schema = ListRules::new();
+        schema.set("subjects", ListRule::Atomic);
+        let rb = "rbac.authorization.k8s.io";
+        let binding = served_rules(&format!("{rb}/v1"), "RoleBinding", rb, schema, false);
+        assert_eq!(binding.get("subjects"), Some(&ListRule::Atomic));
+    }
+
+    #[test]
+    fn a_custom_resource_keeps_its_schema_atomic_lists() {
+        let mut schema = ListRules::new();
+        schema.set("spec.hosts", ListRule::Atomic);
+        let rules = served_rules("example.com/v1", "Thing", "example.com", schema, false);
+        assert_eq!(rules.get("spec.hosts"), Some(&ListRule::Atomic));
+    }
+}
