@@ -243,3 +243,132 @@ fn status_label(result: &Result<Vec<u8>, HookError>) -> String {
         Err(_) => "error".to_owned(),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::hook::backend::{Answer, BodyForm};
+    use crate::ops::metrics::WorkerKill;
+
+    /// A back end that answers after `delay`, or fails as a killed Jsonnet worker, and keeps
+    /// the `traceparent` and body it was given.
+    struct Fake {
+        delay: Duration,
+        kill: bool,
+        seen: Mutex<Option<(Option<String>, String)>>,
+    }
+
+    impl HookBackend for Fake {
+        fn shown(&self) -> &str {
+            "fake:backend"
+        }
+        fn timeout(&self) -> Option<Duration> {
+            Some(Duration::from_millis(50))
+        }
+        fn timed_out(&self, hook: &'static str, after: Duration) -> HookError {
+            HookError::InProcess {
+                hook,
+                message: format!("late after {after:?}"),
+            }
+        }
+        fn call<'a>(&'a self, call: Call<'a>) -> Answer<'a> {
+            let body = call.body.and_then(RequestBody::into_text).unwrap();
+            *self.seen.lock().unwrap() = Some((call.traceparent, body));
+            Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
+                if self.kill {
+                    return Err(HookError::Jsonnet {
+                        hook: "sync",
+                        source_name: "fake".into(),
+                        message: "killed".into(),
+                        killed: Some(WorkerKill::Memory),
+                    });
+                }
+                Ok(b"{}".to_vec())
+            })
+        }
+    }
+
+    fn client(delay: Duration, kill: bool) -> HookClient {
+        let fake = Fake {
+            delay,
+            kill,
+            seen: Mutex::new(None),
+        };
+        assert_eq!(fake.body_form(), BodyForm::Text);
+        HookClient::with_backend(HookKind::Sync, &Hook::default(), Box::new(fake))
+    }
+
+    #[tokio::test]
+    async fn the_client_bounds_traces_and_counts_any_back_end() {
+        let metrics = Arc::new(Metrics::new());
+        let quick = client(Duration::ZERO, false).with_metrics(
+            metrics.clone(),
+            ControllerType::Composite,
+            "c",
+        );
+        let trace = crate::hook::trace::TraceId::new();
+        let body = serde_json::json!({"a": 1});
+        let answer = crate::hook::trace::in_trace(trace, quick.call("k", &body)).await;
+        assert_eq!(answer.unwrap(), b"{}");
+        let late = client(Duration::from_secs(5), false);
+        let err = late.call("k", &body).await.unwrap_err();
+        assert_eq!(err.to_string(), "sync hook (in-process): late after 50ms");
+        let killed = client(Duration::ZERO, true).with_metrics(
+            metrics.clone(),
+            ControllerType::Composite,
+            "c",
+        );
+        assert!(killed.call("k", &body).await.is_err());
+        let text = metrics.encode();
+        let kills = text
+            .lines()
+            .find(|l| l.starts_with("kmeta_jsonnet_worker_kills") && l.contains("memory"));
+        assert!(kills.is_some_and(|l| l.ends_with(" 1")), "{text}");
+        assert!(text.contains("fake:backend"), "the url label: {text}");
+    }
+
+    #[tokio::test]
+    async fn the_back_end_gets_the_body_and_the_trace_of_the_sync() {
+        let fake = Arc::new(Fake {
+            delay: Duration::ZERO,
+            kill: false,
+            seen: Mutex::new(None),
+        });
+        struct Shared(Arc<Fake>);
+        impl HookBackend for Shared {
+            fn shown(&self) -> &str {
+                self.0.shown()
+            }
+            fn timeout(&self) -> Option<Duration> {
+                self.0.timeout()
+            }
+            fn timed_out(&self, hook: &'static str, after: Duration) -> HookError {
+                self.0.timed_out(hook, after)
+            }
+            fn call<'a>(&'a self, call: Call<'a>) -> Answer<'a> {
+                self.0.call(call)
+            }
+        }
+        let hook = HookClient::with_backend(
+            HookKind::Sync,
+            &Hook::default(),
+            Box::new(Shared(fake.clone())),
+        );
+        let trace = crate::hook::trace::TraceId::new();
+        let body = serde_json::json!({"a": 1});
+        crate::hook::trace::in_trace(trace, hook.call("k", &body))
+            .await
+            .unwrap();
+        let (traceparent, sent) = fake.seen.lock().unwrap().clone().unwrap();
+        assert!(traceparent.unwrap().contains(&trace.to_string()));
+        assert_eq!(sent, r#"{"a":1}"#);
+        hook.call("k", &body).await.unwrap();
+        let (outside, _) = fake.seen.lock().unwrap().clone().unwrap();
+        assert_eq!(outside, None, "no trace outside a sync");
+    }
+}
