@@ -52,7 +52,7 @@ use crate::api::{
     CompositeControllerChildUpdateStrategy, CompositeControllerParentResourceRule,
     CompositeControllerSpec,
 };
-use crate::hook::client::LocalHook;
+use crate::hook::local::{HookFailure, LocalHook};
 use crate::reconcile::ManagerConfig;
 use crate::reconcile::composite::{BuildError, CompositeRunner, LocalHooks};
 use crate::reconcile::core::Context;
@@ -227,7 +227,7 @@ impl Composite {
         F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.sync_async(move |req| std::future::ready(f(req).map_err(|e| e.to_string())))
+        self.sync_async(move |req| std::future::ready(f(req).map_err(HookFailure::new)))
     }
 
     /// Like [`Composite::sync`], for an async function.
@@ -248,7 +248,7 @@ impl Composite {
         F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.finalize_async(move |req| std::future::ready(f(req).map_err(|e| e.to_string())))
+        self.finalize_async(move |req| std::future::ready(f(req).map_err(HookFailure::new)))
     }
 
     /// Like [`Composite::finalize`], for an async function (a cleanup that calls another
@@ -269,7 +269,7 @@ impl Composite {
         F: Fn(CustomizeRequest) -> Result<CustomizeResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.customize_async(move |req| std::future::ready(f(req).map_err(|e| e.to_string())))
+        self.customize_async(move |req| std::future::ready(f(req).map_err(HookFailure::new)))
     }
 
     /// Like [`Composite::customize`], for an async function.
@@ -284,14 +284,19 @@ impl Composite {
     }
 
     /// A hook (`sync`, `finalize` or `customize`; another name is ignored) as a function on the
-    /// raw JSON bodies, exactly what a webhook receives and answers.
-    pub fn hook_json<F, Fut>(mut self, hook: &str, f: F) -> Composite
+    /// raw JSON bodies, exactly what a webhook receives and answers. An error fails the
+    /// parent's sync with its text, as with [`Composite::sync`].
+    pub fn hook_json<F, Fut, E>(mut self, hook: &str, f: F) -> Composite
     where
         F: Fn(Value) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: Future<Output = Result<Value, E>> + Send + 'static,
+        E: Display,
     {
         let f = Arc::new(f);
-        let local: LocalHook = Arc::new(move |body| Box::pin(f(body)));
+        let local: LocalHook = Arc::new(move |body| {
+            let answer = f(body);
+            Box::pin(async move { answer.await.map_err(HookFailure::new) })
+        });
         match hook {
             "sync" => self.sync = Some(local),
             "finalize" => self.finalize = Some(local),
@@ -409,9 +414,11 @@ where
         let decoded = serde_json::from_value::<Req>(body);
         let answer = decoded.map(|req| f(req));
         Box::pin(async move {
-            let answer = answer.map_err(|e| format!("decoding the hook request: {e}"))?;
-            let response = answer.await.map_err(|e| e.to_string())?;
-            serde_json::to_value(response).map_err(|e| format!("encoding the hook response: {e}"))
+            let answer =
+                answer.map_err(|e| HookFailure::new(format!("decoding the hook request: {e}")))?;
+            let response = answer.await.map_err(HookFailure::new)?;
+            serde_json::to_value(response)
+                .map_err(|e| HookFailure::new(format!("encoding the hook response: {e}")))
         })
     })
 }
@@ -426,7 +433,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn typed_functions_see_the_request_and_answer_json() -> Result<(), String> {
+    async fn typed_functions_see_the_request_and_answer_json() -> Result<(), HookFailure> {
         let hook = typed(|req: SyncRequest| async move {
             Ok::<_, String>(SyncResponse::new().status(serde_json::json!({"n": req.parent_name()})))
         });
@@ -436,10 +443,10 @@ mod tests {
         let failing = typed(|_: SyncRequest| async { Err::<SyncResponse, _>("no luck") });
         assert_eq!(
             failing(serde_json::json!({"parent": {}})).await,
-            Err("no luck".into())
+            Err(HookFailure::new("no luck"))
         );
         let undecodable = hook(serde_json::json!({"parent": {}, "finalizing": "yes"})).await;
-        assert!(undecodable.is_err_and(|e| e.contains("decoding the hook request")));
+        assert!(undecodable.is_err_and(|e| e.to_string().contains("decoding the hook request")));
         Ok(())
     }
 
@@ -487,7 +494,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn async_finalize_and_customize_functions_answer_their_hooks() -> Result<(), String> {
+    async fn async_finalize_and_customize_functions_answer_their_hooks()
+    -> Result<(), Box<dyn std::error::Error>> {
         let Some(client) = client() else {
             panic!("a client for an unused address");
         };
@@ -501,8 +509,7 @@ mod tests {
             .customize_async(|_: CustomizeRequest| async {
                 Ok::<_, String>(CustomizeResponse::default())
             })
-            .controller()
-            .map_err(|e| e.to_string())?;
+            .controller()?;
         let finalize = local.finalize.ok_or("no finalize function")?;
         let answer = finalize(serde_json::json!({"parent": {}, "finalizing": true})).await?;
         assert_eq!(answer["finalized"], true);

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::hook::wire;
+use crate::ops::metrics::WorkerKill;
 
 /// Errors configuring or calling a hook.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +85,8 @@ pub enum HookError {
         source_name: String,
         /// What failed.
         message: String,
+        /// The worker process the failure killed (its timeout or memory limit), if any.
+        killed: Option<WorkerKill>,
     },
     /// An in-process hook function returned an error or did not answer within the hook's
     /// timeout. A failure of this parent's sync, not an outage of a hook service: retried with
@@ -95,4 +98,15 @@ pub enum HookError {
         /// The function's error, or the timeout.
         message: String,
     },
+}
+
+impl HookError {
+    /// The Jsonnet worker this failure killed, if any (counted in the metrics once, by the
+    /// client, whatever the back end).
+    pub(crate) fn worker_kill(&self) -> Option<WorkerKill> {
+        match self {
+            HookError::Jsonnet { killed, .. } => *killed,
+            _ => None,
+        }
+    }
 }

@@ -18,6 +18,43 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 
+/// Why a CA bundle, a client certificate or the TLS configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TlsError {
+    /// A PEM bundle does not read.
+    #[error("reading PEM certificates: {0}")]
+    Pem(rustls::pki_types::pem::Error),
+    /// The client certificate's PEM does not read.
+    #[error("certificate: reading PEM certificates: {0}")]
+    ClientPem(rustls::pki_types::pem::Error),
+    /// The client certificate's PEM holds no certificate.
+    #[error("certificate: no PEM CERTIFICATE found")]
+    NoClientCertificate,
+    /// The client certificate is not X.509 DER.
+    #[error("certificate: not a DER X.509 certificate (no SubjectPublicKeyInfo found)")]
+    NotX509,
+    /// The private key's PEM does not read.
+    #[error("private key: reading PEM (PKCS#1, PKCS#8 or SEC1): {0}")]
+    KeyPem(rustls::pki_types::pem::Error),
+    /// rustls refuses the private key.
+    #[error("private key: {0}")]
+    Key(rustls::Error),
+    /// The private key is not the certificate's.
+    #[error("private key does not match the certificate's public key")]
+    KeyMismatch,
+    /// rustls refuses the protocol versions.
+    #[error("TLS versions: {0}")]
+    Versions(rustls::Error),
+    /// A CA bundle's certificate is not a usable trust anchor.
+    #[error("caBundle certificate {index}: {error}")]
+    CaCertificate {
+        /// Its place in the bundle, from 1.
+        index: usize,
+        /// Why.
+        error: rustls::Error,
+    },
+}
+
 /// A client certificate chain and its private key, checked to belong together.
 pub(super) struct ClientIdentity {
     chain: Vec<CertificateDer<'static>>,
@@ -29,33 +66,33 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// Every certificate of a PEM bundle (other PEM sections are skipped).
-pub(super) fn parse_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(super) fn parse_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("reading PEM certificates: {e}"))
+        .map_err(TlsError::Pem)
 }
 
 /// The client certificate chain (`tls.crt`) and key (`tls.key`: PKCS#1, PKCS#8 or SEC1 PEM).
 /// The first certificate's public key must be the key's, as Go's `tls.X509KeyPair` requires;
 /// the certificate may be X.509 v1 or v3.
-pub(super) fn client_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientIdentity, String> {
-    let chain = parse_certificates(cert_pem).map_err(|e| format!("certificate: {e}"))?;
+pub(super) fn client_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientIdentity, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(TlsError::ClientPem)?;
     let Some(leaf) = chain.first() else {
-        return Err("certificate: no PEM CERTIFICATE found".into());
+        return Err(TlsError::NoClientCertificate);
     };
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("private key: reading PEM (PKCS#1, PKCS#8 or SEC1): {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
     let key = provider()
         .key_provider
         .load_private_key(key)
-        .map_err(|e| format!("private key: {e}"))?;
-    let cert_spki = subject_public_key_info(leaf)
-        .ok_or("certificate: not a DER X.509 certificate (no SubjectPublicKeyInfo found)")?;
+        .map_err(TlsError::Key)?;
+    let cert_spki = subject_public_key_info(leaf).ok_or(TlsError::NotX509)?;
     // keys whose public half rustls cannot derive are used unchecked, as rustls does
     if let Some(key_spki) = key.public_key()
         && key_spki.as_ref() != cert_spki
     {
-        return Err("private key does not match the certificate's public key".into());
+        return Err(TlsError::KeyMismatch);
     }
     Ok(ClientIdentity { chain, key })
 }
@@ -65,10 +102,10 @@ pub(super) fn client_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientI
 pub(super) fn client_config(
     roots: Option<&[CertificateDer<'static>]>,
     identity: Option<ClientIdentity>,
-) -> Result<rustls::ClientConfig, String> {
+) -> Result<rustls::ClientConfig, TlsError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("TLS versions: {e}"))?
+        .map_err(TlsError::Versions)?
         .with_root_certificates(root_store(roots)?);
     let mut config = match identity {
         Some(id) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(
@@ -81,14 +118,19 @@ pub(super) fn client_config(
 }
 
 /// The trust roots: a caBundle's certificates only (Go's `RootCAs`), else the Mozilla roots.
-fn root_store(roots: Option<&[CertificateDer<'static>]>) -> Result<rustls::RootCertStore, String> {
+fn root_store(
+    roots: Option<&[CertificateDer<'static>]>,
+) -> Result<rustls::RootCertStore, TlsError> {
     let mut store = rustls::RootCertStore::empty();
     match roots {
         Some(certs) => {
             for (i, c) in certs.iter().enumerate() {
                 store
                     .add(c.clone())
-                    .map_err(|e| format!("caBundle certificate {}: {e}", i + 1))?;
+                    .map_err(|error| TlsError::CaCertificate {
+                        index: i + 1,
+                        error,
+                    })?;
             }
         }
         None => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
@@ -206,7 +248,7 @@ mod tests {
         let builtin = root_store(None).unwrap().len();
         assert!(builtin > 0 && builtin == webpki_roots::TLS_SERVER_ROOTS.len());
         let garbage = CertificateDer::from(vec![0x30, 0x00]);
-        let e = root_store(Some(&[garbage])).unwrap_err();
+        let e = root_store(Some(&[garbage])).unwrap_err().to_string();
         assert!(e.starts_with("caBundle certificate 1:"), "{e}");
     }
 
@@ -223,10 +265,13 @@ mod tests {
 
     #[test]
     fn identity_errors_name_their_cause() {
-        let e = client_identity(b"", b"").err().unwrap();
+        let e = client_identity(b"", b"").err().unwrap().to_string();
         assert!(e.contains("no PEM CERTIFICATE"), "{e}");
         let pem = "-----BEGIN CERTIFICATE-----\nMAMCAQc=\n-----END CERTIFICATE-----\n";
-        let e = client_identity(pem.as_bytes(), b"nothing").err().unwrap();
+        let e = client_identity(pem.as_bytes(), b"nothing")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.starts_with("private key:"), "{e}");
     }
 }

@@ -19,13 +19,24 @@ use crate::api::{
     Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, KeyReference, Webhook,
 };
 
+/// Why a webhook stanza cannot be used (reported as the hook's configuration error).
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookSpecError {
+    /// Neither `url` nor `service` is set.
+    #[error("webhook needs url or service")]
+    NoUrl,
+    /// `timeout` is not a Go duration.
+    #[error("timeout: {0}")]
+    Timeout(String),
+}
+
 /// The URL a webhook is called at: `url`, else `{protocol}://{name}.{namespace}:{port}{path}`.
-pub fn webhook_url(w: &Webhook) -> Result<String, String> {
+pub fn webhook_url(w: &Webhook) -> Result<String, WebhookSpecError> {
     if let Some(url) = w.url.as_deref().filter(|u| !u.is_empty()) {
         return Ok(url.to_owned());
     }
     let Some(svc) = &w.service else {
-        return Err("webhook needs url or service".into());
+        return Err(WebhookSpecError::NoUrl);
     };
     let protocol = svc.protocol.as_deref().unwrap_or("http");
     let port = svc.port.unwrap_or(80);
@@ -239,10 +250,10 @@ impl Credentials<'_> {
     }
 }
 
-/// The webhook's `timeout` (Go duration), else [`DEFAULT_TIMEOUT`]; the error is a message.
-pub(super) fn webhook_timeout(w: &Webhook) -> Result<Duration, String> {
+/// The webhook's `timeout` (Go duration), else [`DEFAULT_TIMEOUT`].
+pub(super) fn webhook_timeout(w: &Webhook) -> Result<Duration, WebhookSpecError> {
     match w.timeout.as_deref() {
-        Some(t) => crate::duration::parse_go_duration(t).map_err(|e| format!("timeout: {e}")),
+        Some(t) => crate::duration::parse_go_duration(t).map_err(WebhookSpecError::Timeout),
         None => Ok(DEFAULT_TIMEOUT),
     }
 }

@@ -166,9 +166,7 @@ impl<'p> Evaluator<'p> {
             .text(&sources.main)
             .ok_or_else(|| EvalFailure::NoMain(sources.main.clone()))?
             .to_owned();
-        let main = self
-            .load_text(&sources.main, &text, true)
-            .map_err(EvalFailure::Syntax)?;
+        let main = self.load_text(&sources.main, &text, true)?;
         self.loaded.insert(
             digest.to_owned(),
             Loaded {
@@ -180,7 +178,7 @@ impl<'p> Evaluator<'p> {
         Ok(())
     }
 
-    fn load_text(&mut self, name: &str, text: &str, std: bool) -> Result<Thunk<'p>, String> {
+    fn load_text(&mut self, name: &str, text: &str, std: bool) -> Result<Thunk<'p>, EvalFailure> {
         let (ctx, _) = self
             .program
             .span_manager_mut()
@@ -190,7 +188,7 @@ impl<'p> Evaluator<'p> {
             .insert(ctx, (name.to_owned(), text.to_owned()));
         self.program
             .load_source(ctx, text.as_bytes(), std, name)
-            .map_err(|e| self.load_error(&e))
+            .map_err(|e| EvalFailure::Syntax(self.load_error(&e)))
     }
 
     fn load_error(&self, e: &LoadError) -> String {
@@ -429,7 +427,7 @@ impl<'p> Callbacks<'p> for Imports<'_, 'p> {
         let answer = match (name.value(), args) {
             ("jsonUnmarshal", [s]) => json_unmarshal(program, s),
             ("parseInt", [s, base]) => parse_int(s, base).map(Value::number),
-            (other, _) => Err(format!("no native function {other:?}")),
+            (other, _) => Err(NativeFailure::Unknown(other.to_owned())),
         };
         answer.map_err(|why| {
             self.failure = Some(format!("std.native({:?}): {why}", name.value()));
@@ -438,14 +436,43 @@ impl<'p> Callbacks<'p> for Imports<'_, 'p> {
     }
 }
 
+/// Why a `std.native` function failed.
+#[derive(Debug, thiserror::Error)]
+enum NativeFailure {
+    /// No such native function.
+    #[error("no native function {0:?}")]
+    Unknown(String),
+    /// An argument of the wrong type: which one, and what it must be.
+    #[error("{0}")]
+    Argument(&'static str),
+    /// `jsonUnmarshal`'s text is not JSON.
+    #[error("can't unmarshal JSON: {0}")]
+    Json(serde_json::Error),
+    /// `jsonUnmarshal`'s JSON is not an object.
+    #[error("can't unmarshal JSON: not an object")]
+    NotAnObject,
+    /// `parseInt`'s text is not an integer in the base.
+    #[error("can't parse 'intStr': {text:?} in base {base}")]
+    Int {
+        /// The text.
+        text: String,
+        /// The base.
+        base: f64,
+    },
+}
+
 /// `jsonnetd`'s `jsonUnmarshal(jsonStr)`: a JSON object text as a value (Go decodes into a map,
 /// so any other JSON value is an error there too).
-fn json_unmarshal<'p>(program: &mut Program<'p>, s: &Value<'p>) -> Result<Value<'p>, String> {
-    let text = s.to_string().ok_or("jsonStr is not a string")?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("can't unmarshal JSON: {e}"))?;
+fn json_unmarshal<'p>(
+    program: &mut Program<'p>,
+    s: &Value<'p>,
+) -> Result<Value<'p>, NativeFailure> {
+    let text = s
+        .to_string()
+        .ok_or(NativeFailure::Argument("jsonStr is not a string"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(NativeFailure::Json)?;
     if !v.is_object() {
-        return Err("can't unmarshal JSON: not an object".to_owned());
+        return Err(NativeFailure::NotAnObject);
     }
     Ok(json_value(program, &v))
 }
@@ -471,12 +498,17 @@ fn json_value<'p>(program: &mut Program<'p>, v: &serde_json::Value) -> Value<'p>
 }
 
 /// `jsonnetd`'s `parseInt(intStr, base)`: Go's `strconv.ParseInt(intStr, base, 64)` as a number.
-fn parse_int(s: &Value<'_>, base: &Value<'_>) -> Result<f64, String> {
-    let text = s.to_string().ok_or("intStr is not a string")?;
-    let base = base.as_number().ok_or("base is not a number")?;
-    parse_go_int(&text, base as u32)
-        .map(|i| i as f64)
-        .ok_or_else(|| format!("can't parse 'intStr': {text:?} in base {base}"))
+fn parse_int(s: &Value<'_>, base: &Value<'_>) -> Result<f64, NativeFailure> {
+    let text = s
+        .to_string()
+        .ok_or(NativeFailure::Argument("intStr is not a string"))?;
+    let base = base
+        .as_number()
+        .ok_or(NativeFailure::Argument("base is not a number"))?;
+    match parse_go_int(&text, base as u32) {
+        Some(i) => Ok(i as f64),
+        None => Err(NativeFailure::Int { text, base }),
+    }
 }
 
 /// Go's `strconv.ParseInt(s, base, 64)`: base 0 reads a `0x`, `0o`, `0b` or `0` prefix (and

@@ -20,7 +20,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::api::{Hook, JsonnetConfigMapRef, JsonnetHook};
+use super::HookOptions;
+use super::backend::{Answer, Call, HookBackend};
+use super::error::HookError;
+use crate::api::{JsonnetConfigMapRef, JsonnetHook};
+use crate::ops::metrics::WorkerKill;
 #[doc(hidden)]
 pub use eval::Sources;
 pub use pool::WorkerCommand;
@@ -180,20 +184,6 @@ async fn read_config_map(
     })
 }
 
-/// Checks that `hook` names exactly one of `webhook` and `jsonnet` (`which`: sync, finalize,
-/// customize).
-pub(crate) fn check_kind(which: &str, hook: &Hook) -> Result<(), String> {
-    match (&hook.webhook, &hook.jsonnet) {
-        (Some(_), Some(_)) => Err(format!(
-            "hooks.{which}: webhook and jsonnet are both set; set exactly one"
-        )),
-        (None, None) => Err(format!(
-            "hooks.{which}: neither webhook nor jsonnet is set; set exactly one"
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Watches the ConfigMaps Jsonnet hooks are read from; [`SourceWatch::changed`] completes once
 /// one of them changes (created, edited, deleted) after the watch started.
 pub(crate) struct SourceWatch {
@@ -339,18 +329,79 @@ impl Runner {
         })
     }
 
-    /// Where the program came from (`jsonnet:inline`, `jsonnet:configmap/ns/name/key`).
-    pub fn shown(&self) -> &str {
-        &self.program.shown
+    /// The Jsonnet hook `j` (the controller's `hook` hook): its program read (from its
+    /// ConfigMap, if it names one) and syntax-checked now, evaluated by the worker processes
+    /// `opts.jsonnet` describes.
+    pub async fn build(
+        client: &kube::Client,
+        hook: &'static str,
+        j: &JsonnetHook,
+        opts: &HookOptions,
+    ) -> Result<Runner, HookError> {
+        let cfg = |e: JsonnetError| HookError::Config {
+            hook,
+            message: format!("jsonnet: {e}"),
+        };
+        let program = compile(client, j).await.map_err(cfg)?;
+        Runner::new(program, &opts.jsonnet, opts.max_response_bytes).map_err(cfg)
     }
 
     /// The answer to `request` (the hook request's JSON text), as the bytes a webhook would
     /// have sent.
-    pub async fn call(&self, request: String) -> Result<Vec<u8>, PoolError> {
+    pub async fn evaluate(&self, request: String) -> Result<Vec<u8>, PoolError> {
         let p = &self.program;
         self.pool
             .evaluate(&p.digest, &p.sources, request, p.timeout, self.max_output)
             .await
             .map(String::into_bytes)
+    }
+}
+
+/// A Jsonnet hook as a hook back end: the request's JSON text evaluated by a worker, bounded by
+/// the program's own timeout (the pool kills the worker, and the kill is counted).
+impl HookBackend for Runner {
+    fn shown(&self) -> &str {
+        &self.program.shown
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    fn timed_out(&self, hook: &'static str, after: Duration) -> HookError {
+        self.failed(hook, &PoolError::Timeout(after))
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>) -> Answer<'a> {
+        let hook = call.hook;
+        let request = call
+            .body
+            .and_then(|b| b.into_text())
+            .map_err(|e| HookError::Jsonnet {
+                hook,
+                source_name: self.program.shown.clone(),
+                message: format!("encoding the request: {e}"),
+                killed: None,
+            });
+        Box::pin(async move {
+            let answer = self.evaluate(request?).await;
+            answer.map_err(|e| self.failed(hook, &e))
+        })
+    }
+}
+
+impl Runner {
+    /// Evaluation failure `e` as this hook's error, with the worker kill it caused.
+    fn failed(&self, hook: &'static str, e: &PoolError) -> HookError {
+        HookError::Jsonnet {
+            hook,
+            source_name: self.program.shown.clone(),
+            message: e.to_string(),
+            killed: match e {
+                PoolError::Timeout(_) => Some(WorkerKill::Timeout),
+                PoolError::Memory { .. } => Some(WorkerKill::Memory),
+                _ => None,
+            },
+        }
     }
 }
