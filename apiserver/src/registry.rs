@@ -492,11 +492,10 @@ impl CrdVersions {
             }
         }
         if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
-            let compiled =
-                crate::schema::Schema::compile(s).map_err(|(field, msg)| CrdError::Invalid {
-                    field: format!("spec.versions[{i}].schema.{field}"),
-                    msg,
-                })?;
+            let compiled = crate::schema::Schema::compile(s).map_err(|e| CrdError::Invalid {
+                field: format!("spec.versions[{i}].schema.{}", e.field),
+                msg: e.message,
+            })?;
             self.structural
                 .insert(vname.to_string(), Arc::new(compiled));
             self.schemas.insert(vname.to_string(), s.clone());
