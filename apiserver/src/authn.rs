@@ -217,8 +217,9 @@ impl AuthConfig {
     }
 }
 
-/// Split a CSV line into fields (double quotes group, `""` inside quotes is a quote).
-fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+/// Split line `number` of a token file into fields (double quotes group, `""` inside quotes is
+/// a quote).
+fn csv_fields(line: &str, number: usize) -> Result<Vec<String>, AuthnError> {
     let mut fields = vec![];
     let mut cur = String::new();
     let mut quoted = false;
@@ -235,7 +236,10 @@ fn csv_fields(line: &str) -> Result<Vec<String>, String> {
         }
     }
     if quoted {
-        return Err("unterminated quote".into());
+        return Err(AuthnError::TokenFile {
+            line: number,
+            why: "unterminated quote".into(),
+        });
     }
     fields.push(cur);
     Ok(fields)
@@ -250,7 +254,7 @@ pub fn parse_token_file(text: &str) -> Result<Vec<(String, UserInfo)>, AuthnErro
             continue;
         }
         let err = |why: String| AuthnError::TokenFile { line: i + 1, why };
-        let fields = csv_fields(line).map_err(err)?;
+        let fields = csv_fields(line, i + 1)?;
         let [token, user, uid, rest @ ..] = fields.as_slice() else {
             return Err(err(format!(
                 "{} fields, want at least 3 (token,user,uid)",

@@ -22,15 +22,15 @@ fn is_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label)
 }
 
-/// Validate an object name for a resource (`metadata.name`).
+/// Validate an object name for a resource (`metadata.name`): a path segment for RBAC objects,
+/// a DNS label for namespaces and services, else a DNS subdomain.
 pub(crate) fn validate_name(def: &ResourceDef, name: &str) -> Result<(), FieldError> {
-    name_message(def, name).map_err(|msg| FieldError::new("metadata.name", msg))
-}
-
-/// The failure message of an invalid object name.
-fn name_message(def: &ResourceDef, name: &str) -> Result<(), String> {
-    let label_only =
-        def.group.is_empty() && matches!(def.plural.as_str(), "namespaces" | "services");
+    let invalid = |why: &str| {
+        Err(FieldError::new(
+            "metadata.name",
+            format!("Invalid value: \"{name}\": {why}"),
+        ))
+    };
     if def.group == "rbac.authorization.k8s.io" {
         if name.is_empty()
             || name == "."
@@ -38,20 +38,18 @@ fn name_message(def: &ResourceDef, name: &str) -> Result<(), String> {
             || name.contains('/')
             || name.contains('%')
         {
-            return Err(format!(
-                "Invalid value: \"{name}\": may not be '.' or '..' and may not contain '/' or '%'"
-            ));
+            return invalid("may not be '.' or '..' and may not contain '/' or '%'");
         }
         return Ok(());
     }
+    let label_only =
+        def.group.is_empty() && matches!(def.plural.as_str(), "namespaces" | "services");
     if label_only {
         if !is_label(name) {
-            return Err(format!("Invalid value: \"{name}\": {DNS1123_LABEL_MSG}"));
+            return invalid(DNS1123_LABEL_MSG);
         }
     } else if !is_subdomain(name) {
-        return Err(format!(
-            "Invalid value: \"{name}\": {DNS1123_SUBDOMAIN_MSG}"
-        ));
+        return invalid(DNS1123_SUBDOMAIN_MSG);
     }
     Ok(())
 }

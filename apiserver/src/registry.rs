@@ -167,179 +167,170 @@ pub(crate) struct Registry {
     defs: Vec<ResourceDef>,
 }
 
-struct B {
-    def: ResourceDef,
+/// One built-in resource, a row of [`BUILTINS`]; every built-in is served at `v1`.
+struct Builtin {
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    /// In the `all` category (`kubectl get all`).
+    all: bool,
+    /// Has the `status` subresource.
+    status: bool,
+    /// Has the `scale` subresource (`.spec.replicas`, `.status.replicas`, `.status.selector`).
+    scale: bool,
 }
 
-impl B {
-    fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Self {
-        B {
-            def: ResourceDef {
-                group: group.into(),
-                versions: vec![version.into()],
-                kind: kind.into(),
-                plural: plural.into(),
-                singular: kind.to_lowercase(),
-                namespaced,
-                short_names: vec![],
-                categories: vec![],
-                status_subresource: false,
-                scale: None,
-                crd: None,
-                schemas: BTreeMap::new(),
-                structural: BTreeMap::new(),
-                selectable_fields: vec![],
-                printer_columns: BTreeMap::new(),
-            },
+impl Builtin {
+    const fn namespaced(group: &'static str, kind: &'static str, plural: &'static str) -> Self {
+        Builtin {
+            group,
+            kind,
+            plural,
+            namespaced: true,
+            short_names: &[],
+            all: false,
+            status: false,
+            scale: false,
         }
     }
-    fn short(mut self, s: &[&str]) -> Self {
-        self.def.short_names = s.iter().map(|s| s.to_string()).collect();
-        self
+    const fn cluster(group: &'static str, kind: &'static str, plural: &'static str) -> Self {
+        Builtin {
+            namespaced: false,
+            ..Builtin::namespaced(group, kind, plural)
+        }
     }
-    fn all(mut self) -> Self {
-        self.def.categories = vec!["all".into()];
-        self
+    const fn short(self, short_names: &'static [&'static str]) -> Self {
+        Builtin {
+            short_names,
+            ..self
+        }
     }
-    fn status(mut self) -> Self {
-        self.def.status_subresource = true;
-        self
+    const fn all(self) -> Self {
+        Builtin { all: true, ..self }
     }
-    fn scale(mut self) -> Self {
-        self.def.scale = Some(ScaleSpec {
-            spec_replicas_path: ".spec.replicas".into(),
-            status_replicas_path: ".status.replicas".into(),
-            label_selector_path: Some(".status.selector".into()),
-        });
-        self
+    const fn status(self) -> Self {
+        Builtin {
+            status: true,
+            ..self
+        }
+    }
+    const fn scale(self) -> Self {
+        Builtin {
+            scale: true,
+            ..self
+        }
+    }
+
+    fn def(&self) -> ResourceDef {
+        ResourceDef {
+            group: self.group.into(),
+            versions: vec!["v1".into()],
+            kind: self.kind.into(),
+            plural: self.plural.into(),
+            singular: self.kind.to_lowercase(),
+            namespaced: self.namespaced,
+            short_names: self.short_names.iter().map(|s| s.to_string()).collect(),
+            categories: if self.all { vec!["all".into()] } else { vec![] },
+            status_subresource: self.status,
+            scale: self.scale.then(|| ScaleSpec {
+                spec_replicas_path: ".spec.replicas".into(),
+                status_replicas_path: ".status.replicas".into(),
+                label_selector_path: Some(".status.selector".into()),
+            }),
+            crd: None,
+            schemas: BTreeMap::new(),
+            structural: BTreeMap::new(),
+            selectable_fields: vec![],
+            printer_columns: BTreeMap::new(),
+        }
     }
 }
 
-/// The built-in resources this server serves.
-// a data table: one entry per built-in resource
-#[allow(clippy::too_many_lines)]
-pub(crate) fn builtin_resources() -> Vec<ResourceDef> {
-    let list = vec![
-        B::new("", "v1", "Namespace", "namespaces", false)
-            .short(&["ns"])
-            .status(),
-        B::new("", "v1", "ConfigMap", "configmaps", true).short(&["cm"]),
-        B::new("", "v1", "Secret", "secrets", true),
-        B::new("", "v1", "Service", "services", true)
-            .short(&["svc"])
-            .all()
-            .status(),
-        B::new("", "v1", "ServiceAccount", "serviceaccounts", true).short(&["sa"]),
-        B::new("", "v1", "Pod", "pods", true)
-            .short(&["po"])
-            .all()
-            .status(),
-        B::new("", "v1", "Event", "events", true).short(&["ev"]),
-        B::new("", "v1", "Endpoints", "endpoints", true).short(&["ep"]),
-        B::new(
-            "",
-            "v1",
-            "PersistentVolumeClaim",
-            "persistentvolumeclaims",
-            true,
-        )
+/// The built-in resources this server serves, in discovery order.
+const BUILTINS: &[Builtin] = &[
+    Builtin::cluster("", "Namespace", "namespaces")
+        .short(&["ns"])
+        .status(),
+    Builtin::namespaced("", "ConfigMap", "configmaps").short(&["cm"]),
+    Builtin::namespaced("", "Secret", "secrets"),
+    Builtin::namespaced("", "Service", "services")
+        .short(&["svc"])
+        .all()
+        .status(),
+    Builtin::namespaced("", "ServiceAccount", "serviceaccounts").short(&["sa"]),
+    Builtin::namespaced("", "Pod", "pods")
+        .short(&["po"])
+        .all()
+        .status(),
+    Builtin::namespaced("", "Event", "events").short(&["ev"]),
+    Builtin::namespaced("", "Endpoints", "endpoints").short(&["ep"]),
+    Builtin::namespaced("", "PersistentVolumeClaim", "persistentvolumeclaims")
         .short(&["pvc"])
         .status(),
-        B::new("", "v1", "Node", "nodes", false)
-            .short(&["no"])
-            .status(),
-        B::new("events.k8s.io", "v1", "Event", "events", true).short(&["ev"]),
-        B::new("apps", "v1", "Deployment", "deployments", true)
-            .short(&["deploy"])
-            .all()
-            .status()
-            .scale(),
-        B::new("apps", "v1", "StatefulSet", "statefulsets", true)
-            .short(&["sts"])
-            .all()
-            .status()
-            .scale(),
-        B::new("apps", "v1", "DaemonSet", "daemonsets", true)
-            .short(&["ds"])
-            .all()
-            .status(),
-        B::new("apps", "v1", "ReplicaSet", "replicasets", true)
-            .short(&["rs"])
-            .all()
-            .status()
-            .scale(),
-        B::new(
-            "apps",
-            "v1",
-            "ControllerRevision",
-            "controllerrevisions",
-            true,
-        ),
-        B::new("batch", "v1", "Job", "jobs", true).all().status(),
-        B::new("batch", "v1", "CronJob", "cronjobs", true)
-            .short(&["cj"])
-            .all()
-            .status(),
-        B::new("coordination.k8s.io", "v1", "Lease", "leases", true),
-        B::new(
-            "discovery.k8s.io",
-            "v1",
-            "EndpointSlice",
-            "endpointslices",
-            true,
-        ),
-        B::new(
-            "admissionregistration.k8s.io",
-            "v1",
-            "MutatingWebhookConfiguration",
-            "mutatingwebhookconfigurations",
-            false,
-        ),
-        B::new(
-            "policy",
-            "v1",
-            "PodDisruptionBudget",
-            "poddisruptionbudgets",
-            true,
-        )
+    Builtin::cluster("", "Node", "nodes")
+        .short(&["no"])
+        .status(),
+    Builtin::namespaced("events.k8s.io", "Event", "events").short(&["ev"]),
+    Builtin::namespaced("apps", "Deployment", "deployments")
+        .short(&["deploy"])
+        .all()
+        .status()
+        .scale(),
+    Builtin::namespaced("apps", "StatefulSet", "statefulsets")
+        .short(&["sts"])
+        .all()
+        .status()
+        .scale(),
+    Builtin::namespaced("apps", "DaemonSet", "daemonsets")
+        .short(&["ds"])
+        .all()
+        .status(),
+    Builtin::namespaced("apps", "ReplicaSet", "replicasets")
+        .short(&["rs"])
+        .all()
+        .status()
+        .scale(),
+    Builtin::namespaced("apps", "ControllerRevision", "controllerrevisions"),
+    Builtin::namespaced("batch", "Job", "jobs").all().status(),
+    Builtin::namespaced("batch", "CronJob", "cronjobs")
+        .short(&["cj"])
+        .all()
+        .status(),
+    Builtin::namespaced("coordination.k8s.io", "Lease", "leases"),
+    Builtin::namespaced("discovery.k8s.io", "EndpointSlice", "endpointslices"),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+    ),
+    Builtin::namespaced("policy", "PodDisruptionBudget", "poddisruptionbudgets")
         .short(&["pdb"])
         .status(),
-        B::new("networking.k8s.io", "v1", "Ingress", "ingresses", true)
-            .short(&["ing"])
-            .status(),
-        B::new("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
-        B::new(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "RoleBinding",
-            "rolebindings",
-            true,
-        ),
-        B::new(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "ClusterRole",
-            "clusterroles",
-            false,
-        ),
-        B::new(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "ClusterRoleBinding",
-            "clusterrolebindings",
-            false,
-        ),
-        B::new(
-            "apiextensions.k8s.io",
-            "v1",
-            "CustomResourceDefinition",
-            "customresourcedefinitions",
-            false,
-        )
-        .short(&["crd", "crds"])
+    Builtin::namespaced("networking.k8s.io", "Ingress", "ingresses")
+        .short(&["ing"])
         .status(),
-    ];
-    list.into_iter().map(|b| b.def).collect()
+    Builtin::namespaced("rbac.authorization.k8s.io", "Role", "roles"),
+    Builtin::namespaced("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
+    Builtin::cluster("rbac.authorization.k8s.io", "ClusterRole", "clusterroles"),
+    Builtin::cluster(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    ),
+    Builtin::cluster(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
+    .short(&["crd", "crds"])
+    .status(),
+];
+
+/// The built-in resources this server serves.
+pub(crate) fn builtin_resources() -> Vec<ResourceDef> {
+    BUILTINS.iter().map(Builtin::def).collect()
 }
 
 /// Errors reading a CRD into a [`ResourceDef`].
@@ -492,11 +483,10 @@ impl CrdVersions {
             }
         }
         if let Some(s) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
-            let compiled =
-                crate::schema::Schema::compile(s).map_err(|(field, msg)| CrdError::Invalid {
-                    field: format!("spec.versions[{i}].schema.{field}"),
-                    msg,
-                })?;
+            let compiled = crate::schema::Schema::compile(s).map_err(|e| CrdError::Invalid {
+                field: format!("spec.versions[{i}].schema.{}", e.field),
+                msg: e.message,
+            })?;
             self.structural
                 .insert(vname.to_string(), Arc::new(compiled));
             self.schemas.insert(vname.to_string(), s.clone());

@@ -101,7 +101,7 @@ impl Node {
         self.property(k).or(self.additional.as_deref())
     }
 
-    fn compile(v: &Value, path: &str) -> Result<Node, (String, String)> {
+    fn compile(v: &Value, path: &str) -> Result<Node, CompileError> {
         let Some(m) = v.as_object() else {
             return Ok(Node::default());
         };
@@ -151,8 +151,16 @@ impl Node {
     }
 }
 
-/// A compile error: the path of the invalid part of the schema and why.
-type CompileError = (String, String);
+/// An invalid part of a schema, found by [`Schema::compile`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: Invalid value: {message}")]
+pub struct CompileError {
+    /// Where: the path of the invalid part, under `openAPIV3Schema`
+    /// (`openAPIV3Schema.properties[a].pattern`).
+    pub field: String,
+    /// Why, as kube-apiserver words it.
+    pub message: String,
+}
 
 fn strings_of(m: &Map<String, Value>, k: &str) -> Vec<String> {
     m.get(k)
@@ -211,13 +219,13 @@ fn pattern_of(m: &Map<String, Value>, path: &str) -> Result<Option<(String, Rege
     };
     match Regex::new(p) {
         Ok(re) => Ok(Some((p.to_string(), re))),
-        Err(e) => Err((
-            format!("{path}.pattern"),
-            format!(
+        Err(e) => Err(CompileError {
+            field: format!("{path}.pattern"),
+            message: format!(
                 "{}: must be a valid regular expression, but isn't: {e}",
                 go_quote(p)
             ),
-        )),
+        }),
     }
 }
 
@@ -253,7 +261,7 @@ const META_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 impl Schema {
     /// Compile an `openAPIV3Schema`; fails on an invalid `pattern` with the field (under
     /// `openAPIV3Schema`) and the message.
-    pub fn compile(schema: &Value) -> Result<Schema, (String, String)> {
+    pub fn compile(schema: &Value) -> Result<Schema, CompileError> {
         Ok(Schema {
             root: Node::compile(schema, "openAPIV3Schema")?,
         })
@@ -1372,7 +1380,10 @@ mod tests {
 
     #[test]
     fn bad_pattern_fails_compile() {
-        let (field, msg) = Schema::compile(
+        let CompileError {
+            field,
+            message: msg,
+        } = Schema::compile(
             &json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}),
         )
         .unwrap_err();

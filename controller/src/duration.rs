@@ -18,9 +18,14 @@ pub fn go_duration(value: &str) -> Option<Duration> {
     Duration::try_from(d).ok()
 }
 
+/// A string that is not a non-negative Go duration; it names the string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a duration (e.g. 10s, 1m30s, 500ms)")]
+pub struct NotADuration(pub String);
+
 /// Parses a Go duration string (`10s`, `1m30s`, `500ms`, `1.5h`, `250us`).
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    go_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s, 1m30s, 500ms)"))
+pub fn parse_go_duration(s: &str) -> Result<Duration, NotADuration> {
+    go_duration(s).ok_or_else(|| NotADuration(s.to_owned()))
 }
 
 #[cfg(test)]
@@ -53,5 +58,9 @@ mod tests {
         assert!(parse_go_duration("10").is_err());
         assert!(parse_go_duration("10parsecs").is_err());
         assert!(parse_go_duration("").is_err());
+        assert_eq!(
+            parse_go_duration("10parsecs").unwrap_err().to_string(),
+            "\"10parsecs\" is not a duration (e.g. 10s, 1m30s, 500ms)"
+        );
     }
 }

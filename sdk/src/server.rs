@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use kmeta_wire::{CustomizeRequest, CustomizeResponse, SyncRequest, SyncResponse};
 
-type Reply<Resp> = Pin<Box<dyn Future<Output = Result<Resp, String>> + Send>>;
+type Reply<Resp> = Pin<Box<dyn Future<Output = Result<Resp, HookError>> + Send>>;
 type Handler<Req, Resp> = Arc<dyn Fn(Req) -> Reply<Resp> + Send + Sync>;
 
 /// The hooks of one controller; build with [`router`], then [`Hooks::into_router`] or
@@ -77,19 +77,63 @@ pub fn router() -> Hooks {
     Hooks::default()
 }
 
-fn boxed<Req, Resp, E, F>(f: F) -> Handler<Req, Resp>
+/// Why a hook request is not answered 200: the answer's status and its
+/// `{"error": "<this error>"}` body.
+#[derive(Debug, thiserror::Error)]
+enum HookError {
+    /// The body does not decode into the hook's request type (400).
+    #[error("malformed {hook} request: {source}")]
+    Malformed {
+        hook: &'static str,
+        source: serde_json::Error,
+    },
+    /// A field of the body does not decode (400).
+    #[error("malformed {hook} request at `{path}`: {source}")]
+    MalformedField {
+        hook: &'static str,
+        path: String,
+        source: serde_json::Error,
+    },
+    /// The user's function answered `Err` (500); `message` is that error, displayed.
+    #[error("{hook} hook failed: {message}")]
+    Failed { hook: &'static str, message: String },
+}
+
+impl HookError {
+    fn failed(hook: &'static str, e: impl Display) -> Self {
+        HookError::Failed {
+            hook,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for HookError {
+    fn into_response(self) -> Response {
+        let code = match self {
+            HookError::Malformed { .. } | HookError::MalformedField { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            HookError::Failed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let body = serde_json::json!({ "error": self.to_string() });
+        (code, axum::Json(body)).into_response()
+    }
+}
+
+fn boxed<Req, Resp, E, F>(hook: &'static str, f: F) -> Handler<Req, Resp>
 where
     F: Fn(Req) -> Result<Resp, E> + Send + Sync + 'static,
     Resp: Send + 'static,
     E: Display,
 {
     Arc::new(move |req| {
-        let out = f(req).map_err(|e| e.to_string());
+        let out = f(req).map_err(|e| HookError::failed(hook, e));
         Box::pin(std::future::ready(out))
     })
 }
 
-fn boxed_async<Req, Resp, E, F, Fut>(f: F) -> Handler<Req, Resp>
+fn boxed_async<Req, Resp, E, F, Fut>(hook: &'static str, f: F) -> Handler<Req, Resp>
 where
     F: Fn(Req) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Resp, E>> + Send + 'static,
@@ -98,7 +142,7 @@ where
 {
     Arc::new(move |req| {
         let fut = f(req);
-        Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        Box::pin(async move { fut.await.map_err(|e| HookError::failed(hook, e)) })
     })
 }
 
@@ -109,7 +153,7 @@ impl Hooks {
         F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.sync = Some(boxed(f));
+        self.sync = Some(boxed("sync", f));
         self
     }
 
@@ -119,7 +163,7 @@ impl Hooks {
         F: Fn(SyncRequest) -> Result<SyncResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.finalize = Some(boxed(f));
+        self.finalize = Some(boxed("finalize", f));
         self
     }
 
@@ -129,7 +173,7 @@ impl Hooks {
         F: Fn(CustomizeRequest) -> Result<CustomizeResponse, E> + Send + Sync + 'static,
         E: Display,
     {
-        self.customize = Some(boxed(f));
+        self.customize = Some(boxed("customize", f));
         self
     }
 
@@ -140,7 +184,7 @@ impl Hooks {
         Fut: Future<Output = Result<SyncResponse, E>> + Send + 'static,
         E: Display,
     {
-        self.sync = Some(boxed_async(f));
+        self.sync = Some(boxed_async("sync", f));
         self
     }
 
@@ -151,7 +195,7 @@ impl Hooks {
         Fut: Future<Output = Result<SyncResponse, E>> + Send + 'static,
         E: Display,
     {
-        self.finalize = Some(boxed_async(f));
+        self.finalize = Some(boxed_async("finalize", f));
         self
     }
 
@@ -162,7 +206,7 @@ impl Hooks {
         Fut: Future<Output = Result<CustomizeResponse, E>> + Send + 'static,
         E: Display,
     {
-        self.customize = Some(boxed_async(f));
+        self.customize = Some(boxed_async("customize", f));
         self
     }
 
@@ -199,42 +243,36 @@ impl Hooks {
     }
 }
 
-fn error(code: StatusCode, message: String) -> Response {
-    (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
-}
-
 async fn call<Req, Resp>(h: Handler<Req, Resp>, hook: &'static str, body: Bytes) -> Response
 where
     Req: DeserializeOwned,
     Resp: Serialize,
 {
-    let mut de = serde_json::Deserializer::from_slice(&body);
-    let req: Req = match serde_path_to_error::deserialize(&mut de) {
-        Ok(r) => r,
-        Err(e) => {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            let message = if path.is_empty() || path == "." {
-                format!("malformed {hook} request: {inner}")
-            } else {
-                format!("malformed {hook} request at `{path}`: {inner}")
-            };
-            return error(StatusCode::BAD_REQUEST, message);
-        }
+    let answer = match decode(hook, &body) {
+        Ok(req) => h(req).await,
+        Err(e) => Err(e),
     };
-    if let Err(e) = de.end() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("malformed {hook} request: {e}"),
-        );
-    }
-    match h(req).await {
+    match answer {
         Ok(resp) => axum::Json(resp).into_response(),
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{hook} hook failed: {e}"),
-        ),
+        Err(e) => e.into_response(),
     }
+}
+
+/// The `hook`'s request in `body`, or the field that does not decode.
+fn decode<Req: DeserializeOwned>(hook: &'static str, body: &[u8]) -> Result<Req, HookError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let req = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let source = e.into_inner();
+        if path.is_empty() || path == "." {
+            HookError::Malformed { hook, source }
+        } else {
+            HookError::MalformedField { hook, path, source }
+        }
+    })?;
+    de.end()
+        .map_err(|source| HookError::Malformed { hook, source })?;
+    Ok(req)
 }
 
 #[cfg(test)]

@@ -170,82 +170,102 @@ pub(super) fn serve(
 ) -> Response {
     let reg = state.registry_snapshot();
     let agg = aggregated_version(headers);
-    let address = state.address.lock().map(|a| a.clone()).unwrap_or_default();
     match route {
-        Route::Version => respond(
-            json!({
-                "major": "1", "minor": "32", "gitVersion": "v1.32.0-kmeta",
-                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
-                "platform": "linux/amd64"
-            }),
+        Route::Version => respond(version(), "application/json"),
+        Route::Health => (StatusCode::OK, "ok").into_response(),
+        Route::Api => {
+            let address = state.address.lock().map(|a| a.clone()).unwrap_or_default();
+            core_api(&reg, agg, &address)
+        }
+        Route::Apis => api_groups(&reg, agg),
+        Route::Group(g) => api_group(&reg, g).unwrap_or_else(|| not_found(path)),
+        Route::GroupVersion(g, v) => resource_list(&reg, g, v).unwrap_or_else(|| not_found(path)),
+        Route::OpenApi => openapi_document(&reg, path).unwrap_or_else(|| not_found(path)),
+        Route::NotFound | Route::Resource { .. } => not_found(path),
+    }
+}
+
+fn not_found(path: &str) -> Response {
+    ApiError::path_not_found(path).into_response()
+}
+
+/// `GET /version`: the Kubernetes version this server answers as.
+fn version() -> Value {
+    json!({
+        "major": "1", "minor": "32", "gitVersion": "v1.32.0-kmeta",
+        "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+/// `GET /api`: the core group, aggregated (`agg` names the discovery version) or legacy.
+fn core_api(reg: &Registry, agg: Option<&str>, address: &str) -> Response {
+    match agg {
+        Some(v) => aggregated_list(vec![aggregated_group(reg, "", &["v1".to_string()])], v),
+        None => respond(
+            json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]}),
             "application/json",
         ),
-        Route::Health => (StatusCode::OK, "ok").into_response(),
-        Route::Api => match agg {
-            Some(v) => aggregated_list(vec![aggregated_group(&reg, "", &["v1".to_string()])], v),
-            None => respond(
-                json!({"kind": "APIVersions", "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]}),
-                "application/json",
-            ),
-        },
-        Route::Apis => {
-            let groups = reg.groups();
-            match agg {
-                Some(v) => aggregated_list(
-                    groups
-                        .iter()
-                        .map(|(g, vs)| aggregated_group(&reg, g, vs))
-                        .collect(),
-                    v,
-                ),
-                None => respond(
-                    json!({"kind": "APIGroupList", "apiVersion": "v1",
-                        "groups": groups.iter().map(|(g, vs)| legacy_group(g, vs)).collect::<Vec<_>>()}),
-                    "application/json",
-                ),
-            }
-        }
-        Route::Group(g) => match reg.groups().into_iter().find(|(name, _)| name == g) {
-            Some((name, vs)) => {
-                let mut v = legacy_group(&name, &vs);
-                v["kind"] = json!("APIGroup");
-                v["apiVersion"] = json!("v1");
-                respond(v, "application/json")
-            }
-            None => ApiError::path_not_found(path).into_response(),
-        },
-        Route::GroupVersion(g, v) => {
-            if !reg.serves_group_version(g, v) {
-                return ApiError::path_not_found(path).into_response();
-            }
-            respond(
-                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv(g, v),
-                    "resources": legacy_resources(&reg, g, v)}),
-                "application/json",
-            )
-        }
-        Route::OpenApi => {
-            let rest = path.trim_start_matches("/openapi/");
-            if rest == "v3" || rest == "v3/" {
-                return respond(openapi::root(&reg), "application/json");
-            }
-            let doc = rest.strip_prefix("v3/").and_then(|gvp| {
-                let segs: Vec<&str> = gvp.split('/').collect();
-                match segs.as_slice() {
-                    ["api", v] => openapi::group_version(&reg, "", v),
-                    ["apis", g, v] => openapi::group_version(&reg, g, v),
-                    _ => None,
-                }
-            });
-            match doc {
-                Some(d) => respond(d, "application/json"),
-                None => ApiError::path_not_found(path).into_response(),
-            }
-        }
-        Route::NotFound | Route::Resource { .. } => ApiError::path_not_found(path).into_response(),
     }
+}
+
+/// `GET /apis`: every named group, aggregated or legacy.
+fn api_groups(reg: &Registry, agg: Option<&str>) -> Response {
+    let groups = reg.groups();
+    match agg {
+        Some(v) => aggregated_list(
+            groups
+                .iter()
+                .map(|(g, vs)| aggregated_group(reg, g, vs))
+                .collect(),
+            v,
+        ),
+        None => respond(
+            json!({"kind": "APIGroupList", "apiVersion": "v1",
+                "groups": groups.iter().map(|(g, vs)| legacy_group(g, vs)).collect::<Vec<_>>()}),
+            "application/json",
+        ),
+    }
+}
+
+/// `GET /apis/<group>`: the group's `APIGroup`; `None` for a group not served.
+fn api_group(reg: &Registry, group: &str) -> Option<Response> {
+    let (name, vs) = reg.groups().into_iter().find(|(name, _)| name == group)?;
+    let mut v = legacy_group(&name, &vs);
+    v["kind"] = json!("APIGroup");
+    v["apiVersion"] = json!("v1");
+    Some(respond(v, "application/json"))
+}
+
+/// `GET /api/v1`, `/apis/<group>/<version>`: the `APIResourceList`; `None` when not served.
+fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Response> {
+    if !reg.serves_group_version(group, version) {
+        return None;
+    }
+    Some(respond(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv(group, version),
+            "resources": legacy_resources(reg, group, version)}),
+        "application/json",
+    ))
+}
+
+/// `GET /openapi/v3` (the index) and `/openapi/v3/api[s/<group>]/<version>`; `None` for a path
+/// naming no served group version.
+fn openapi_document(reg: &Registry, path: &str) -> Option<Response> {
+    let rest = path.trim_start_matches("/openapi/");
+    if rest == "v3" || rest == "v3/" {
+        return Some(respond(openapi::root(reg), "application/json"));
+    }
+    let gvp = rest.strip_prefix("v3/")?;
+    let segs: Vec<&str> = gvp.split('/').collect();
+    let doc = match segs.as_slice() {
+        ["api", v] => openapi::group_version(reg, "", v),
+        ["apis", g, v] => openapi::group_version(reg, g, v),
+        _ => None,
+    }?;
+    Some(respond(doc, "application/json"))
 }
 
 #[cfg(test)]

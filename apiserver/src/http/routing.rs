@@ -10,9 +10,10 @@ use super::verbs::resource_request;
 use crate::state::ServerState;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Serve one request.
+/// Serve one request: authenticated and authorized first, then discovery or a resource verb.
 pub(super) async fn handle(
     State(state): State<Arc<ServerState>>,
     mut request: Request,
@@ -21,17 +22,45 @@ pub(super) async fn handle(
     let q = query_map(request.uri());
     if let Some(denied) = auth::guard(&state, &route, &q, &mut request) {
         if let Route::Resource { plural, sub, .. } = &route {
-            let resource = match sub {
-                Some(s) => format!("{plural}/{s}"),
-                None => plural.clone(),
-            };
             let verb = verb_of(request.method(), &route, &q);
+            let resource = resource_name(plural, sub.as_deref());
             state
                 .counters
                 .record(verb, &resource, denied.status().as_u16());
         }
         return denied;
     }
+    match route {
+        Route::Resource { .. } => serve_resource(&state, route, q, request).await,
+        _ => serve_non_resource(&state, &route, request).await,
+    }
+}
+
+/// `plural`, or `plural/sub` for a subresource, as faults and counters name a resource.
+fn resource_name(plural: &str, sub: Option<&str>) -> String {
+    match sub {
+        Some(s) => format!("{plural}/{s}"),
+        None => plural.to_owned(),
+    }
+}
+
+/// Discovery, OpenAPI, version and health; the OpenAPI documents take injected faults.
+async fn serve_non_resource(state: &Arc<ServerState>, route: &Route, request: Request) -> Response {
+    if matches!(route, Route::OpenApi)
+        && let Some(refused) = openapi_fault(state, user_agent_of(&request)).await
+    {
+        return refused;
+    }
+    discovery::serve(state, route, request.headers(), request.uri().path())
+}
+
+/// A resource verb: injected latency and faults first, then the answer, counted and logged.
+async fn serve_resource(
+    state: &Arc<ServerState>,
+    route: Route,
+    q: HashMap<String, String>,
+    request: Request,
+) -> Response {
     let Route::Resource {
         group,
         plural,
@@ -41,25 +70,18 @@ pub(super) async fn handle(
         ..
     } = &route
     else {
-        if matches!(route, Route::OpenApi)
-            && let Some(refused) = openapi_fault(&state, user_agent_of(&request)).await
-        {
-            return refused;
-        }
-        return discovery::serve(&state, &route, request.headers(), request.uri().path());
+        // not reached: `handle` sends only resource routes here
+        return serve_non_resource(state, &route, request).await;
     };
     let verb = verb_of(request.method(), &route, &q);
-    let resource = match sub {
-        Some(s) => format!("{plural}/{s}"),
-        None => plural.clone(),
-    };
+    let resource = resource_name(plural, sub.as_deref());
     let user_agent = user_agent_of(&request);
     let (fault, delay) = state.faults.check(verb, &resource, &user_agent);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
     let url_ns = url_ns.clone();
-    let logged = Logged::take(&state, &url_ns, name, &user_agent);
+    let logged = Logged::take(state, &url_ns, name, &user_agent);
     let aggregate = state.authn.is_some()
         && group == crate::rbac::RBAC_GROUP
         && plural == "clusterroles"
@@ -67,33 +89,42 @@ pub(super) async fn handle(
     let resp = match fault {
         Some(f) if f.after_commit => {
             // carried out, then the answer is lost: the client sees the error
-            let _done = resource_request(&state, route, q, request).await;
+            let _done = resource_request(state, route, q, request).await;
             fault_response(f.code, f.retry_after_seconds)
         }
         Some(f) => fault_response(f.code, f.retry_after_seconds),
-        None => {
-            let answer = match auth::auth_api(&state, &route) {
-                Some(api) => auth::serve_auth_api(&state, api, url_ns, request).await,
-                None => resource_request(&state, route, q, request).await,
-            };
-            answer.unwrap_or_else(|e| {
-                if e.code == 403 {
-                    state.record_denial(&e.message);
-                }
-                e.into_response()
-            })
-        }
+        None => answer(state, route, q, url_ns, request).await,
     };
     if aggregate && resp.status().is_success() {
-        auth::aggregate_cluster_roles(&state);
+        auth::aggregate_cluster_roles(state);
     }
-    state
-        .counters
-        .record(verb, &resource, resp.status().as_u16());
+    let code = resp.status().as_u16();
+    state.counters.record(verb, &resource, code);
     if let Some(l) = logged {
-        l.record(&state, verb, resource, resp.status().as_u16());
+        l.record(state, verb, resource, code);
     }
     resp
+}
+
+/// The answer to a resource request no fault took: the authentication APIs (TokenReview,
+/// SubjectAccessReview...) or a resource verb; a refusal is remembered as a denial.
+async fn answer(
+    state: &Arc<ServerState>,
+    route: Route,
+    q: HashMap<String, String>,
+    url_ns: Option<String>,
+    request: Request,
+) -> Response {
+    let answer = match auth::auth_api(state, &route) {
+        Some(api) => auth::serve_auth_api(state, api, url_ns, request).await,
+        None => resource_request(state, route, q, request).await,
+    };
+    answer.unwrap_or_else(|e| {
+        if e.code == 403 {
+            state.record_denial(&e.message);
+        }
+        e.into_response()
+    })
 }
 
 /// The OpenAPI documents take faults and latency as `get` on the pseudo-resource `openapi`, so a

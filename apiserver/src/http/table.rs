@@ -69,9 +69,13 @@ pub(super) fn render(
     })
 }
 
-/// A built-in kind's printer: column definitions (name, type, priority, description) and the
-/// function computing one row's cells.
+/// A built-in kind's printer: the resource it prints, its column definitions (name, type,
+/// priority, description) and the function computing one row's cells.
 struct Printer {
+    /// The API groups serving the resource (`""` for the core group).
+    groups: &'static [&'static str],
+    /// The resource, plural.
+    plural: &'static str,
     columns: &'static [(&'static str, &'static str, i64, &'static str)],
     cells: fn(&Value, jiff::Timestamp) -> Vec<Value>,
 }
@@ -91,203 +95,245 @@ const AGE: (&str, &str, i64, &str) = (
 
 /// The printers of the built-in kinds `kubectl get` users look at most, with kube-apiserver's
 /// columns; other built-ins get the default `Name`, `Created At`.
-// a data table: one printer per kind, each a few lines of columns and cells
-#[allow(clippy::too_many_lines)]
-fn builtin_printer(def: &ResourceDef) -> Option<Printer> {
+const PRINTERS: &[Printer] = &[
+    Printer {
+        groups: &["", "events.k8s.io"],
+        plural: "events",
+        columns: EVENT_COLUMNS,
+        cells: event_cells,
+    },
+    Printer {
+        groups: &[""],
+        plural: "configmaps",
+        columns: &[NAME, ("Data", "integer", 0, "Number of data keys."), AGE],
+        cells: config_map_cells,
+    },
+    Printer {
+        groups: &[""],
+        plural: "secrets",
+        columns: &[
+            NAME,
+            ("Type", "string", 0, "Type of the secret."),
+            ("Data", "integer", 0, "Number of data keys."),
+            AGE,
+        ],
+        cells: secret_cells,
+    },
+    Printer {
+        groups: &[""],
+        plural: "namespaces",
+        columns: &[NAME, ("Status", "string", 0, "The namespace's phase."), AGE],
+        cells: |o, now| vec![name(o), json!(text(o, "/status/phase")), age(o, now)],
+    },
+    Printer {
+        groups: &[""],
+        plural: "serviceaccounts",
+        columns: &[NAME, ("Secrets", "string", 0, "Number of secrets."), AGE],
+        cells: |o, now| vec![name(o), json!(len(o, "/secrets")), age(o, now)],
+    },
+    Printer {
+        groups: &[""],
+        plural: "services",
+        columns: &[
+            NAME,
+            ("Type", "string", 0, "Type of the service."),
+            ("Cluster-IP", "string", 0, "The cluster IP of the service."),
+            ("External-IP", "string", 0, "External IPs of the service."),
+            ("Port(s)", "string", 0, "The ports of the service."),
+            AGE,
+            SELECTOR,
+        ],
+        cells: service_cells,
+    },
+    Printer {
+        groups: &[""],
+        plural: "pods",
+        columns: &[
+            NAME,
+            ("Ready", "string", 0, "Ready containers / all containers."),
+            ("Status", "string", 0, "The pod's status."),
+            ("Restarts", "string", 0, "Container restarts."),
+            AGE,
+            ("IP", "string", 1, "The pod's IP."),
+            ("Node", "string", 1, "The node the pod runs on."),
+        ],
+        cells: pod_cells,
+    },
+    Printer {
+        groups: &["apps"],
+        plural: "deployments",
+        columns: &[
+            NAME,
+            READY_OF_DESIRED,
+            (
+                "Up-to-date",
+                "integer",
+                0,
+                "Replicas with the current template.",
+            ),
+            ("Available", "integer", 0, "Available replicas."),
+            AGE,
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
+        ],
+        cells: deployment_cells,
+    },
+    Printer {
+        groups: &["apps"],
+        plural: "statefulsets",
+        columns: &[NAME, READY_OF_DESIRED, AGE, CONTAINERS, IMAGES],
+        cells: stateful_set_cells,
+    },
+    Printer {
+        groups: &["apps"],
+        plural: "replicasets",
+        columns: &[
+            NAME,
+            ("Desired", "integer", 0, "Desired replicas."),
+            ("Current", "integer", 0, "Current replicas."),
+            ("Ready", "integer", 0, "Ready replicas."),
+            AGE,
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
+        ],
+        cells: replica_set_cells,
+    },
+    Printer {
+        groups: &["apps"],
+        plural: "daemonsets",
+        columns: &[
+            NAME,
+            ("Desired", "integer", 0, "Nodes that should run the pod."),
+            ("Current", "integer", 0, "Nodes running the pod."),
+            ("Ready", "integer", 0, "Nodes with a ready pod."),
+            (
+                "Up-to-date",
+                "integer",
+                0,
+                "Nodes running the current template.",
+            ),
+            ("Available", "integer", 0, "Nodes with an available pod."),
+            AGE,
+        ],
+        cells: daemon_set_cells,
+    },
+    Printer {
+        groups: &["apps"],
+        plural: "controllerrevisions",
+        columns: &[
+            NAME,
+            ("Controller", "string", 0, "The controlling owner."),
+            ("Revision", "integer", 0, "The revision number."),
+            AGE,
+        ],
+        cells: |o, now| {
+            vec![
+                name(o),
+                json!(controller_of(o)),
+                json!(int(o, "/revision")),
+                age(o, now),
+            ]
+        },
+    },
+    Printer {
+        groups: &["coordination.k8s.io"],
+        plural: "leases",
+        columns: &[NAME, ("Holder", "string", 0, "The lease's holder."), AGE],
+        cells: |o, now| vec![name(o), json!(text(o, "/spec/holderIdentity")), age(o, now)],
+    },
+];
+
+/// The printer of a built-in resource, if [`PRINTERS`] has one.
+fn builtin_printer(def: &ResourceDef) -> Option<&'static Printer> {
     if !def.is_builtin() {
         return None;
     }
-    let printer = match (def.group.as_str(), def.plural.as_str()) {
-        ("" | "events.k8s.io", "events") => Printer {
-            columns: EVENT_COLUMNS,
-            cells: event_cells,
-        },
-        ("", "configmaps") => Printer {
-            columns: &[NAME, ("Data", "integer", 0, "Number of data keys."), AGE],
-            cells: |o, now| {
-                let n = len(o, "/data") + len(o, "/binaryData");
-                vec![name(o), json!(n), age(o, now)]
-            },
-        },
-        ("", "secrets") => Printer {
-            columns: &[
-                NAME,
-                ("Type", "string", 0, "Type of the secret."),
-                ("Data", "integer", 0, "Number of data keys."),
-                AGE,
-            ],
-            cells: |o, now| {
-                let n = len(o, "/data");
-                vec![name(o), json!(text(o, "/type")), json!(n), age(o, now)]
-            },
-        },
-        ("", "namespaces") => Printer {
-            columns: &[NAME, ("Status", "string", 0, "The namespace's phase."), AGE],
-            cells: |o, now| vec![name(o), json!(text(o, "/status/phase")), age(o, now)],
-        },
-        ("", "serviceaccounts") => Printer {
-            columns: &[NAME, ("Secrets", "string", 0, "Number of secrets."), AGE],
-            cells: |o, now| vec![name(o), json!(len(o, "/secrets")), age(o, now)],
-        },
-        ("", "services") => Printer {
-            columns: &[
-                NAME,
-                ("Type", "string", 0, "Type of the service."),
-                ("Cluster-IP", "string", 0, "The cluster IP of the service."),
-                ("External-IP", "string", 0, "External IPs of the service."),
-                ("Port(s)", "string", 0, "The ports of the service."),
-                AGE,
-                SELECTOR,
-            ],
-            cells: service_cells,
-        },
-        ("", "pods") => Printer {
-            columns: &[
-                NAME,
-                ("Ready", "string", 0, "Ready containers / all containers."),
-                ("Status", "string", 0, "The pod's status."),
-                ("Restarts", "string", 0, "Container restarts."),
-                AGE,
-                ("IP", "string", 1, "The pod's IP."),
-                ("Node", "string", 1, "The node the pod runs on."),
-            ],
-            cells: pod_cells,
-        },
-        ("apps", "deployments") => Printer {
-            columns: &[
-                NAME,
-                READY_OF_DESIRED,
-                (
-                    "Up-to-date",
-                    "integer",
-                    0,
-                    "Replicas with the current template.",
-                ),
-                ("Available", "integer", 0, "Available replicas."),
-                AGE,
-                CONTAINERS,
-                IMAGES,
-                SELECTOR,
-            ],
-            cells: |o, now| {
-                let (containers, images) = template_containers(o);
-                vec![
-                    name(o),
-                    ready_of_desired(o),
-                    json!(int(o, "/status/updatedReplicas")),
-                    json!(int(o, "/status/availableReplicas")),
-                    age(o, now),
-                    json!(containers),
-                    json!(images),
-                    json!(selector(o)),
-                ]
-            },
-        },
-        ("apps", "statefulsets") => Printer {
-            columns: &[NAME, READY_OF_DESIRED, AGE, CONTAINERS, IMAGES],
-            cells: |o, now| {
-                let (containers, images) = template_containers(o);
-                vec![
-                    name(o),
-                    ready_of_desired(o),
-                    age(o, now),
-                    json!(containers),
-                    json!(images),
-                ]
-            },
-        },
-        ("apps", "replicasets") => Printer {
-            columns: &[
-                NAME,
-                ("Desired", "integer", 0, "Desired replicas."),
-                ("Current", "integer", 0, "Current replicas."),
-                ("Ready", "integer", 0, "Ready replicas."),
-                AGE,
-                CONTAINERS,
-                IMAGES,
-                SELECTOR,
-            ],
-            cells: |o, now| {
-                let (containers, images) = template_containers(o);
-                vec![
-                    name(o),
-                    json!(replicas(o)),
-                    json!(int(o, "/status/replicas")),
-                    json!(int(o, "/status/readyReplicas")),
-                    age(o, now),
-                    json!(containers),
-                    json!(images),
-                    json!(selector(o)),
-                ]
-            },
-        },
-        ("apps", "daemonsets") => Printer {
-            columns: &[
-                NAME,
-                ("Desired", "integer", 0, "Nodes that should run the pod."),
-                ("Current", "integer", 0, "Nodes running the pod."),
-                ("Ready", "integer", 0, "Nodes with a ready pod."),
-                (
-                    "Up-to-date",
-                    "integer",
-                    0,
-                    "Nodes running the current template.",
-                ),
-                ("Available", "integer", 0, "Nodes with an available pod."),
-                AGE,
-            ],
-            cells: |o, now| {
-                vec![
-                    name(o),
-                    json!(int(o, "/status/desiredNumberScheduled")),
-                    json!(int(o, "/status/currentNumberScheduled")),
-                    json!(int(o, "/status/numberReady")),
-                    json!(int(o, "/status/updatedNumberScheduled")),
-                    json!(int(o, "/status/numberAvailable")),
-                    age(o, now),
-                ]
-            },
-        },
-        ("apps", "controllerrevisions") => Printer {
-            columns: &[
-                NAME,
-                ("Controller", "string", 0, "The controlling owner."),
-                ("Revision", "integer", 0, "The revision number."),
-                AGE,
-            ],
-            cells: |o, now| {
-                let controller = o
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .and_then(|refs| {
-                        refs.iter()
-                            .find(|r| r.get("controller") == Some(&json!(true)))
-                    })
-                    .map(|r| {
-                        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
-                        let group = s("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
-                        let kind = s("kind").to_lowercase();
-                        match group {
-                            "" => format!("{kind}/{}", s("name")),
-                            g => format!("{kind}.{g}/{}", s("name")),
-                        }
-                    })
-                    .unwrap_or_else(|| "<none>".to_owned());
-                vec![
-                    name(o),
-                    json!(controller),
-                    json!(int(o, "/revision")),
-                    age(o, now),
-                ]
-            },
-        },
-        ("coordination.k8s.io", "leases") => Printer {
-            columns: &[NAME, ("Holder", "string", 0, "The lease's holder."), AGE],
-            cells: |o, now| vec![name(o), json!(text(o, "/spec/holderIdentity")), age(o, now)],
-        },
-        _ => return None,
-    };
-    Some(printer)
+    PRINTERS
+        .iter()
+        .find(|p| p.plural == def.plural && p.groups.contains(&def.group.as_str()))
+}
+
+fn config_map_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let n = len(o, "/data") + len(o, "/binaryData");
+    vec![name(o), json!(n), age(o, now)]
+}
+
+fn secret_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let n = len(o, "/data");
+    vec![name(o), json!(text(o, "/type")), json!(n), age(o, now)]
+}
+
+fn deployment_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let (containers, images) = template_containers(o);
+    vec![
+        name(o),
+        ready_of_desired(o),
+        json!(int(o, "/status/updatedReplicas")),
+        json!(int(o, "/status/availableReplicas")),
+        age(o, now),
+        json!(containers),
+        json!(images),
+        json!(selector(o)),
+    ]
+}
+
+fn stateful_set_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let (containers, images) = template_containers(o);
+    vec![
+        name(o),
+        ready_of_desired(o),
+        age(o, now),
+        json!(containers),
+        json!(images),
+    ]
+}
+
+fn replica_set_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let (containers, images) = template_containers(o);
+    vec![
+        name(o),
+        json!(replicas(o)),
+        json!(int(o, "/status/replicas")),
+        json!(int(o, "/status/readyReplicas")),
+        age(o, now),
+        json!(containers),
+        json!(images),
+        json!(selector(o)),
+    ]
+}
+
+fn daemon_set_cells(o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    vec![
+        name(o),
+        json!(int(o, "/status/desiredNumberScheduled")),
+        json!(int(o, "/status/currentNumberScheduled")),
+        json!(int(o, "/status/numberReady")),
+        json!(int(o, "/status/updatedNumberScheduled")),
+        json!(int(o, "/status/numberAvailable")),
+        age(o, now),
+    ]
+}
+
+/// A ControllerRevision's controlling owner as `kind[.group]/name`, or `<none>`.
+fn controller_of(o: &Value) -> String {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller") == Some(&json!(true)))
+        })
+        .map(|r| {
+            let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+            let group = s("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+            let kind = s("kind").to_lowercase();
+            match group {
+                "" => format!("{kind}/{}", s("name")),
+                g => format!("{kind}.{g}/{}", s("name")),
+            }
+        })
+        .unwrap_or_else(|| "<none>".to_owned())
 }
 
 fn name(o: &Value) -> Value {

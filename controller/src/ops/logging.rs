@@ -22,17 +22,34 @@ pub struct LogConfig {
     pub filter: Option<String>,
 }
 
+/// A logging setting the subscriber cannot use.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// `--log-level` is not an `EnvFilter` directive.
+    #[error("--log-level {directive:?}: {source}")]
+    Filter {
+        /// The directive as given.
+        directive: String,
+        /// Why `EnvFilter` refused it.
+        source: tracing_subscriber::filter::ParseError,
+    },
+}
+
 /// The filter directive: the explicit flag, else `$RUST_LOG`, else `info`.
-pub(crate) fn filter(config: &LogConfig) -> Result<EnvFilter, String> {
+pub(crate) fn filter(config: &LogConfig) -> Result<EnvFilter, LogError> {
     match &config.filter {
-        Some(f) => EnvFilter::try_new(f).map_err(|e| format!("--log-level {f:?}: {e}")),
+        Some(f) => EnvFilter::try_new(f).map_err(|source| LogError::Filter {
+            directive: f.clone(),
+            source,
+        }),
         None => Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))),
     }
 }
 
 /// Installs the global subscriber (JSON or text lines on stderr). Calling it twice is harmless:
 /// the second call keeps the first subscriber.
-pub fn init(config: &LogConfig) -> Result<(), String> {
+pub fn init(config: &LogConfig) -> Result<(), LogError> {
     let filter = filter(config)?;
     // colours only for a terminal: logs redirected to a file or collected in a pod stay plain
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -63,7 +80,7 @@ mod tests {
             format: LogFormat::Text,
             filter: Some("kmeta=loud".into()),
         };
-        let e = filter(&cfg).expect_err("invalid directive");
-        assert!(e.contains("--log-level"), "{e}");
+        let e = filter(&cfg).expect_err("invalid directive").to_string();
+        assert!(e.starts_with("--log-level \"kmeta=loud\": "), "{e}");
     }
 }

@@ -493,6 +493,61 @@ impl std::fmt::Debug for InFlightGuard {
 }
 
 impl Metrics {
+    /// Registers the series of the controllers' work: hook calls, syncs, work queues, children,
+    /// drift, leader election, Jsonnet workers and OpenAPI reads.
+    fn register_reconcile_series(&mut self) {
+        let r = &mut self.registry;
+        self.sync.register(r, HookKind::Sync);
+        self.finalize.register(r, HookKind::Finalize);
+        self.customize.register(r, HookKind::Customize);
+        r.register(
+            "kmeta_reconcile",
+            "parent syncs by controller and result (ok|error)",
+            self.reconcile_total.clone(),
+        );
+        r.register(
+            "kmeta_reconcile_duration_seconds",
+            "duration of one parent sync",
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "kmeta_workqueue_depth",
+            "parents waiting in a controller's work queue",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "kmeta_workqueue_wait_seconds",
+            "time a parent waited in the queue before its sync started",
+            self.queue_wait.clone(),
+        );
+        r.register(
+            "kmeta_child_operations",
+            "child writes by controller and operation (create|update|delete|adopt|release)",
+            self.child_ops.clone(),
+        );
+        r.register(
+            "kmeta_children",
+            "children observed for the parents of a controller at their last sync",
+            self.children.clone(),
+        );
+        self.drift.register(r);
+        r.register(
+            "kmeta_leader_election_status",
+            "1 while this instance holds the leader Lease of this name, else 0",
+            self.leader.clone(),
+        );
+        r.register(
+            "kmeta_jsonnet_worker_kills",
+            "Jsonnet worker processes killed, by reason (timeout|memory)",
+            self.jsonnet_kills.clone(),
+        );
+        r.register(
+            "kmeta_openapi_fetches",
+            "OpenAPI v3 documents read from the API server for list rules, by document (index|group_version)",
+            self.openapi_fetches.clone(),
+        );
+    }
+
     /// Registers the series of the process's API client: requests, rate limiter, Events.
     fn register_client_series(&mut self) {
         self.registry.register(
@@ -595,56 +650,7 @@ impl Metrics {
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
         };
-        let r = &mut m.registry;
-        m.sync.register(r, HookKind::Sync);
-        m.finalize.register(r, HookKind::Finalize);
-        m.customize.register(r, HookKind::Customize);
-        r.register(
-            "kmeta_reconcile",
-            "parent syncs by controller and result (ok|error)",
-            m.reconcile_total.clone(),
-        );
-        r.register(
-            "kmeta_reconcile_duration_seconds",
-            "duration of one parent sync",
-            m.reconcile_duration.clone(),
-        );
-        r.register(
-            "kmeta_workqueue_depth",
-            "parents waiting in a controller's work queue",
-            m.queue_depth.clone(),
-        );
-        r.register(
-            "kmeta_workqueue_wait_seconds",
-            "time a parent waited in the queue before its sync started",
-            m.queue_wait.clone(),
-        );
-        r.register(
-            "kmeta_child_operations",
-            "child writes by controller and operation (create|update|delete|adopt|release)",
-            m.child_ops.clone(),
-        );
-        r.register(
-            "kmeta_children",
-            "children observed for the parents of a controller at their last sync",
-            m.children.clone(),
-        );
-        m.drift.register(r);
-        r.register(
-            "kmeta_leader_election_status",
-            "1 while this instance holds the leader Lease of this name, else 0",
-            m.leader.clone(),
-        );
-        r.register(
-            "kmeta_jsonnet_worker_kills",
-            "Jsonnet worker processes killed, by reason (timeout|memory)",
-            m.jsonnet_kills.clone(),
-        );
-        r.register(
-            "kmeta_openapi_fetches",
-            "OpenAPI v3 documents read from the API server for list rules, by document (index|group_version)",
-            m.openapi_fetches.clone(),
-        );
+        m.register_reconcile_series();
         m.register_client_series();
         m.register_shard_series();
         m
