@@ -27,7 +27,7 @@ pub enum WebhookSpecError {
     NoUrl,
     /// `timeout` is not a Go duration.
     #[error("timeout: {0}")]
-    Timeout(String),
+    Timeout(crate::duration::NotADuration),
 }
 
 /// The URL a webhook is called at: `url`, else `{protocol}://{name}.{namespace}:{port}{path}`.

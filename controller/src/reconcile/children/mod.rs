@@ -412,26 +412,55 @@ async fn write_child(
     let Some((verb, op_label, res)) = execute(c, rule, w, op, &mut out).await else {
         return (out, None);
     };
-    let res = res.map(|landed| book(c, rule, w, obj, landed, &mut out));
-    let e = match res {
-        Ok(()) => {
-            c.count(op_label);
-            tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
-            let mut action = done_action(c, rule, w, op);
-            if w.adopting.contains(&key) {
-                // the orphan's owner reference went with this write
-                c.count(ChildOpLabel::Adopt);
-                if let decide::ChildAction::Updated { fields } = &mut action {
-                    fields.insert(0, "metadata.ownerReferences".to_owned());
-                }
-            }
-            out.did(w.parent, obj, action);
-            return (out, None);
+    let failure = match res {
+        Ok(landed) => {
+            book(c, rule, w, obj, landed, &mut out);
+            done(c, rule, w, op, verb, op_label, &mut out);
+            None
         }
-        Err(e) => e,
+        Err(e) => failed(c, rule, w, obj, (verb, op_label), e, &mut out).await,
     };
-    if op_label == ChildOpLabel::Create && contested_create(c, rule, w, obj, &e, &mut out).await {
-        return (out, None);
+    (out, failure)
+}
+
+/// After a write the API server took: counted, logged and recorded in the parent's sync record
+/// (an adoption names the owner reference it wrote).
+fn done(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    op: &ChildOp,
+    verb: &str,
+    op_label: ChildOpLabel,
+    out: &mut Collected,
+) {
+    let obj = op_object(op);
+    c.count(op_label);
+    tracing::info!(controller = %c.controller, child = %describe(obj), "{verb} child");
+    let mut action = done_action(c, rule, w, op);
+    if w.adopting.contains(&decide::child_key(obj)) {
+        // the orphan's owner reference went with this write
+        c.count(ChildOpLabel::Adopt);
+        if let decide::ChildAction::Updated { fields } = &mut action {
+            fields.insert(0, "metadata.ownerReferences".to_owned());
+        }
+    }
+    out.did(w.parent, obj, action);
+}
+
+/// After a write the API server refused with `e`: a contest, a failure left to the next sync,
+/// or a failure reported (`ChildWriteFailed`, counted, recorded) and returned.
+async fn failed(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    w: &Writing<'_>,
+    obj: &Value,
+    (verb, op_label): (&str, ChildOpLabel),
+    e: kube::Error,
+    out: &mut Collected,
+) -> Option<String> {
+    if op_label == ChildOpLabel::Create && contested_create(c, rule, w, obj, &e, out).await {
+        return None;
     }
     let holder = match op_label {
         ChildOpLabel::Create if kapi::is_conflict(&e) => {
@@ -440,31 +469,32 @@ async fn write_child(
         _ => None,
     };
     let parent_uid = meta_str(w.parent, "uid");
-    match decide::child_write_failure(op_label.as_str(), kapi::code(&e), holder, parent_uid) {
+    let why = match decide::child_write_failure(
+        op_label.as_str(),
+        kapi::code(&e),
+        holder,
+        parent_uid,
+    ) {
         decide::WriteFailure::LeftToNextSync => {
             tracing::debug!(controller = %c.controller, child = %describe(obj), error = %e, "{verb} child: left to the next sync");
-            (out, None)
+            return None;
         }
-        decide::WriteFailure::Failed(why) => {
-            // a refusal says first as whom, and what to grant (the API error can be long, and
-            // an Event's note is cut at 1000 bytes)
-            let cause = match (why, forbidden(c, rule, op_label, &e)) {
-                (Some(why), _) => format!("{e}: {why}"),
-                (None, Some(hint)) => format!("{hint}: {e}"),
-                (None, None) => e.to_string(),
-            };
-            let message = format!("{verb} {}: {cause}", describe(obj));
-            let failed = decide::ChildAction::Failed {
-                cause: cause.clone(),
-            };
-            out.did(w.parent, obj, failed);
-            c.count(ChildOpLabel::Error);
-            c.ctx
-                .event(w.parent, Reason::ChildWriteFailed, message.clone())
-                .await;
-            (out, Some(message))
-        }
-    }
+        decide::WriteFailure::Failed(why) => why,
+    };
+    // a refusal says first as whom, and what to grant (the API error can be long, and an
+    // Event's note is cut at 1000 bytes)
+    let cause = match (why, forbidden(c, rule, op_label, &e)) {
+        (Some(why), _) => format!("{e}: {why}"),
+        (None, Some(hint)) => format!("{hint}: {e}"),
+        (None, None) => e.to_string(),
+    };
+    let message = format!("{verb} {}: {cause}", describe(obj));
+    out.did(w.parent, obj, decide::ChildAction::Failed { cause });
+    c.count(ChildOpLabel::Error);
+    c.ctx
+        .event(w.parent, Reason::ChildWriteFailed, message.clone())
+        .await;
+    Some(message)
 }
 
 /// The controller of the object that holds a child's name: `Some(uid)` of its controller
