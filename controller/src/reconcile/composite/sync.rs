@@ -43,25 +43,9 @@ pub async fn sync_parent(
         return Ok(None);
     };
     let fin = finalizer_name(&c.name);
-    let selected = c.selected(&cached)?;
-    if (selected || has_finalizer(&cached, &fin))
-        && let Some(why) = c.pause_reason(&cached)
-    {
-        return pause(c, &cached, &why).await;
-    }
-    let Some(parent) = ensure_finalizer(c, cached.clone(), &fin).await? else {
-        return Ok(None);
-    };
-    let choice = decide::choose_hook(
-        c.hooks.finalize.is_some(),
-        is_deleting(&parent),
-        selected,
-        has_finalizer(&parent, &fin),
-    );
-    let finalizing = match choice {
-        HookChoice::Skip => return Ok(None),
-        HookChoice::Finalize => true,
-        HookChoice::Sync => false,
+    let (parent, finalizing) = match prepare(c, &cached, &fin).await? {
+        Prepared::Sync { parent, finalizing } => (parent, finalizing),
+        Prepared::Done(resync) => return Ok(resync),
     };
     // before any child is read for the hook or written: a ServiceAccount that cannot be located
     // fails the sync here, and kmeta never writes as itself in its place
@@ -287,15 +271,73 @@ async fn apply_response(
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
     drop((observed, desired));
-    let hook_status = children::status_with_reports(
-        &c.child_set(writer.clone()),
-        parent,
-        response.status.as_ref(),
+    quiet &= !write_status(c, parent, writer, response.status.as_ref(), &record).await?;
+    let finalized = (finalizing, response.finalized);
+    quiet &= !release_finalizer(c, parent, fin, finalized).await?;
+    Ok(if quiet {
+        Applied::Quiet
+    } else {
+        Applied::Wrote
+    })
+}
+
+/// Where a sync of a parent stands before its children are read.
+enum Prepared {
+    /// Call the sync hook (or the finalize hook, `finalizing`) for `parent` (the cached parent,
+    /// or the version that added kmeta's finalizer).
+    Sync {
+        parent: Arc<Value>,
+        finalizing: bool,
+    },
+    /// Nothing more to do now (paused, not selected, gone), with the resync asked for.
+    Done(Option<Duration>),
+}
+
+/// Step: whether `cached` is paused, has the finalizer it needs (`fin`, added or removed here)
+/// and which hook, if any, syncs it.
+async fn prepare(
+    c: &CompositeState,
+    cached: &Arc<Value>,
+    fin: &str,
+) -> Result<Prepared, SyncError> {
+    let selected = c.selected(cached)?;
+    if (selected || has_finalizer(cached, fin))
+        && let Some(why) = c.pause_reason(cached)
+    {
+        return pause(c, cached, &why).await.map(Prepared::Done);
+    }
+    let Some(parent) = ensure_finalizer(c, cached.clone(), fin).await? else {
+        return Ok(Prepared::Done(None));
+    };
+    let choice = decide::choose_hook(
+        c.hooks.finalize.is_some(),
+        is_deleting(&parent),
+        selected,
+        has_finalizer(&parent, fin),
     );
+    let finalizing = match choice {
+        HookChoice::Skip => return Ok(Prepared::Done(None)),
+        HookChoice::Finalize => true,
+        HookChoice::Sync => false,
+    };
+    Ok(Prepared::Sync { parent, finalizing })
+}
+
+/// Step: the hook's `status` of `parent`, with the child conditions of its last child
+/// management, `observedGeneration` and kmeta's `record`, written when it changed; the write is
+/// remembered so the sync it triggers knows what it shows. True when written.
+async fn write_status(
+    c: &CompositeState,
+    parent: &Value,
+    writer: &Writer,
+    status: Option<&Value>,
+    record: &decide::SyncRecord,
+) -> Result<bool, SyncError> {
+    let hook_status = children::status_with_reports(&c.child_set(writer.clone()), parent, status);
     let hook_status = decide::with_handled_request(hook_status, parent);
     let (api, status) = (&c.parent, hook_status.as_ref());
-    let written = status::update_status(&c.ctx, api, parent, status, Some(&record)).await?;
-    quiet &= written.is_none();
+    let written = status::update_status(&c.ctx, api, parent, status, Some(record)).await?;
+    let wrote = written.is_some();
     // a write of kmeta's record alone shows the hook nothing new: no sync for it, none waits
     let generation = parent
         .pointer("/metadata/generation")
@@ -306,21 +348,27 @@ async fn apply_response(
         false => OwnWrite::RecordOnly,
     };
     c.remember_status_write(parent, written, kind);
-    if decide::finalizer_after_hook(finalizing, response.finalized, has_finalizer(parent, fin))
-        == FinalizerAction::Remove
-    {
-        let removed = status::set_finalizer(&c.ctx, &c.parent, parent, fin, false).await?;
-        // waited for like the status: a sync of the version before it would call the finalize
-        // hook once more, for a parent the server may have deleted already
-        let rv = removed.map(|p| meta_str(&p, "resourceVersion").to_owned());
-        c.remember_status_write(parent, rv, OwnWrite::Shown);
-        quiet = false;
+    Ok(wrote)
+}
+
+/// Step: removes the finalizer `fin` once the finalize hook said it is done (`finalized`: while
+/// `finalizing`, the hook's `finalized`). True when removed.
+async fn release_finalizer(
+    c: &CompositeState,
+    parent: &Value,
+    fin: &str,
+    (finalizing, finalized): (bool, bool),
+) -> Result<bool, SyncError> {
+    let action = decide::finalizer_after_hook(finalizing, finalized, has_finalizer(parent, fin));
+    if action != FinalizerAction::Remove {
+        return Ok(false);
     }
-    Ok(if quiet {
-        Applied::Quiet
-    } else {
-        Applied::Wrote
-    })
+    let removed = status::set_finalizer(&c.ctx, &c.parent, parent, fin, false).await?;
+    // waited for like the status: a sync of the version before it would call the finalize hook
+    // once more, for a parent the server may have deleted already
+    let rv = removed.map(|p| meta_str(&p, "resourceVersion").to_owned());
+    c.remember_status_write(parent, rv, OwnWrite::Shown);
+    Ok(true)
 }
 
 /// Step: add our finalizer when a finalize hook exists, remove it when none does.
