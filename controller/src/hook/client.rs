@@ -9,10 +9,11 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::backend::{self, Call, HookBackend, RequestBody};
+use super::backend::{Call, HookBackend, RequestBody};
 use super::error::HookError;
 use super::local::LocalBackend;
 pub(crate) use super::local::LocalHook;
+use super::registry;
 use super::transport::{mask, webhook_timeout};
 use crate::api::{EndpointConfig, Hook, HookVersion, ResponseUnmarshallMode};
 use crate::hook::jsonnet::JsonnetOptions;
@@ -65,7 +66,7 @@ impl std::fmt::Debug for HookClient {
 
 impl HookClient {
     /// Builds the client for `hook` (the controller's `kind` hook) with the back end it
-    /// declares ([`backend::for_hook`]), reading CA bundles, credentials and programs from
+    /// declares ([`registry::for_hook`]), reading CA bundles, credentials and programs from
     /// Secrets/ConfigMaps once.
     pub async fn new(
         client: &kube::Client,
@@ -75,7 +76,7 @@ impl HookClient {
         opts: &HookOptions,
     ) -> Result<HookClient, HookError> {
         let backend =
-            backend::for_hook(client, kind.as_str(), hook, endpoint_configs, opts).await?;
+            registry::for_hook(client, kind.as_str(), hook, endpoint_configs, opts).await?;
         Ok(HookClient::with_backend(kind, hook, backend))
     }
 

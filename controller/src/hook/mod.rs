@@ -1,6 +1,6 @@
 //! Layer 3, calling hooks: the hook client (`client`: trace context, timeout, metrics and
-//! decoding around any back end), the back-end interface and the choice of a hook's back end
-//! (`backend`), the back ends — webhooks (`webhook`), Rust functions in this process (`local`),
+//! decoding around any back end), the back-end interface (`backend`), the one place a hook
+//! spec's back end is chosen (`registry`), the back ends — webhooks (`webhook`), Rust functions in this process (`local`),
 //! Jsonnet hooks evaluated by kmeta's own worker processes ([`jsonnet`]) — how a webhook is
 //! reached: URL, TLS, credentials (`transport`), the rustls configuration for caBundle and
 //! clientTLS (`tls`), the ETag response cache (`etag`), the W3C trace context of hook requests
@@ -14,6 +14,7 @@ pub(crate) mod etag;
 pub mod jsonnet;
 pub(crate) mod local;
 mod redact;
+mod registry;
 mod tls;
 pub(crate) mod trace;
 pub(crate) mod transport;

@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::HookOptions;
 use super::backend::{Answer, Call, HookBackend};
 use super::error::HookError;
 use crate::api::{JsonnetConfigMapRef, JsonnetHook};
@@ -331,19 +330,20 @@ impl Runner {
 
     /// The Jsonnet hook `j` (the controller's `hook` hook): its program read (from its
     /// ConfigMap, if it names one) and syntax-checked now, evaluated by the worker processes
-    /// `opts.jsonnet` describes.
+    /// `opts` describes, answering at most `max_output` bytes.
     pub async fn build(
         client: &kube::Client,
         hook: &'static str,
         j: &JsonnetHook,
-        opts: &HookOptions,
+        opts: &JsonnetOptions,
+        max_output: usize,
     ) -> Result<Runner, HookError> {
         let cfg = |e: JsonnetError| HookError::Config {
             hook,
             message: format!("jsonnet: {e}"),
         };
         let program = compile(client, j).await.map_err(cfg)?;
-        Runner::new(program, &opts.jsonnet, opts.max_response_bytes).map_err(cfg)
+        Runner::new(program, opts, max_output).map_err(cfg)
     }
 
     /// The answer to `request` (the hook request's JSON text), as the bytes a webhook would
