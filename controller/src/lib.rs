@@ -15,7 +15,11 @@
 //! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
 //! | 4 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
 //! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
-//! | 6 | [`cmd`], [`embed`] | `kmeta run`, `rbac`, `demo`, `dev`, `render`, `reconcile`/`suspend`/`resume`: flags and entry points (`crds` and `completion` are in `main.rs`, the CRDs in [`api`]); CompositeControllers with in-process Rust hooks |
+//! | 6 | [`cmd`], [`embed`] | what the commands do (`run`, `rbac`, `demo`, `dev`, `render`, `trace`, `reconcile`/`suspend`/`resume`) and `kmeta run`'s flags; CompositeControllers with in-process Rust hooks |
+//!
+//! The `kmeta` binary (`main.rs` and its own modules in `cli/`: the other subcommands' flags,
+//! what each command prints and its exit code, signals, the allocator) is not part of the
+//! library: it sees only the public API.
 #![warn(missing_docs)]
 
 pub mod api;
@@ -32,8 +36,8 @@ pub mod hook;
 
 pub mod reconcile;
 
-/// The binary's subcommands (`run`, `rbac`, `demo`, `dev`) and their flags: public for `main.rs`
-/// and the binary's tests, not a library API (it changes with the command line).
+/// What the binary's subcommands do, and `kmeta run`'s flags: public for the binary and the
+/// tests, not a library API (it changes with the command line).
 #[doc(hidden)]
 pub mod cmd;
 

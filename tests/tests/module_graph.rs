@@ -3,7 +3,9 @@
 //! (`controller/src/lib.rs`) and `kmeta-apiserver` (`apiserver/README.md`) — a module only
 //! refers to modules of its own layer or below. `kmeta`'s layers are read from the table in
 //! `controller/src/lib.rs`'s `//!` docs, the crate's only module map: a top-level module missing
-//! from it, or a row naming no module, fails here.
+//! from it, or a row naming no module, fails here. The modules a crate's `main.rs` declares
+//! (`kmeta`'s `cli`) belong to its binary, which reaches the library only through its public API:
+//! they are no layer of the library.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -201,6 +203,10 @@ fn load(krate: &str) -> Crate {
         .join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    // the binary's own modules (`mod cli;` in main.rs) are another crate, not a layer
+    let binary = std::fs::read_to_string(src.join("main.rs"))
+        .map(|main_rs| declared_modules(&main_rs))
+        .unwrap_or_default();
     let modules: Vec<(Vec<String>, String)> = files
         .iter()
         .filter(|f| {
@@ -209,6 +215,7 @@ fn load(krate: &str) -> Crate {
                 Some("lib.rs" | "main.rs")
             )
         })
+        .filter(|f| !binary.contains(&module_path(&src, f)[0]))
         .map(|f| {
             let text = std::fs::read_to_string(f).expect("read source");
             (module_path(&src, f), code_of(&text))

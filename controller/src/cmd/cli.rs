@@ -23,26 +23,30 @@ const MAX_FIELD_MANAGER_PREFIX: usize = MAX_FIELD_MANAGER / 2;
 
 pub use crate::ops::logging::{LogConfig, LogFormat};
 
-/// Invalid flag values, named by flag.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// A refused `kmeta run` flag. The value variants (`Duration` … `LeasePrefix`) are what clap prints
+/// after the flag and the value (`invalid value 'soon' for '--discovery-interval <DURATION>': not
+/// a Go duration …`); `Invalid` names its flag itself; `Flags` is clap's own refusal.
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// A duration flag that is not a Go-style duration.
-    #[error("--{flag}: invalid duration {value:?} (use Go syntax such as 30s, 5m, 1h30m, 500ms)")]
-    Duration {
-        /// Flag name.
-        flag: &'static str,
-        /// Value given.
-        value: String,
+    /// Not a Go-style duration.
+    #[error("not a Go duration (use Go syntax such as 30s, 5m, 1h30m, 500ms)")]
+    Duration,
+    /// Neither "0", ":PORT" nor "HOST:PORT".
+    #[error("not a bind address (use :PORT, HOST:PORT, or 0 to disable)")]
+    Address,
+    /// Not an apply strategy.
+    #[error("{message}")]
+    ApplyStrategy {
+        /// What is wrong.
+        message: String,
     },
-    /// A bind address that is neither "0", ":PORT" nor "HOST:PORT".
-    #[error("--{flag}: invalid address {value:?} (use :PORT, HOST:PORT, or 0 to disable)")]
-    Address {
-        /// Flag name.
-        flag: &'static str,
-        /// Value given.
-        value: String,
-    },
-    /// Any other invalid value.
+    /// Not a usable number of shard buckets.
+    #[error("must be a power of two from 1 to 1024")]
+    BucketCount,
+    /// Not a usable shard Lease prefix.
+    #[error("must be 1 to 40 lowercase letters, digits or '-', starting with a letter or digit")]
+    LeasePrefix,
+    /// A value that passed its flag's parser but not the checks across flags.
     #[error("--{flag}: {message}")]
     Invalid {
         /// Flag name.
@@ -50,6 +54,9 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
+    /// Refused by clap (an unknown flag, a malformed value, a conflict between flags).
+    #[error("{0}")]
+    Flags(#[from] clap::Error),
 }
 
 /// Flags of `kmeta run` (the in-cluster controller).
@@ -59,16 +66,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// How often discovery is refreshed, so CRDs created later are picked up.
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
-    pub discovery_interval: String,
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = duration_value)]
+    pub discovery_interval: Duration,
     /// How often every watch relists (flushes its cache). "0" disables.
-    #[arg(long, default_value = "30m", value_name = "DURATION")]
-    pub cache_flush_interval: String,
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = duration_value)]
+    pub cache_flush_interval: Duration,
     /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot turn
     /// one parent into a hook-call loop (kmeta's, opt-in). "0", the default, sets none, as
     /// Metacontroller.
-    #[arg(long, default_value = "0", value_name = "DURATION")]
-    pub min_resync_after: String,
+    #[arg(long, default_value = "0", value_name = "DURATION", value_parser = duration_value)]
+    pub min_resync_after: Duration,
     /// Concurrent syncs per CompositeController or DecoratorController.
     #[arg(long, default_value_t = 5)]
     pub workers: usize,
@@ -79,11 +86,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10)]
     pub client_go_burst: u32,
     /// Address of the Prometheus /metrics endpoint; "0" disables it.
-    #[arg(long, default_value = ":9999", value_name = "ADDR")]
-    pub metrics_address: String,
+    #[arg(long, default_value = ":9999", value_name = "ADDR", value_parser = bind_address_value)]
+    pub metrics_address: BindAddress,
     /// Address of /healthz and /readyz; "0" disables them.
-    #[arg(long, default_value = ":8081", value_name = "ADDR")]
-    pub health_probe_bind_address: String,
+    #[arg(long, default_value = ":8081", value_name = "ADDR", value_parser = bind_address_value)]
+    pub health_probe_bind_address: BindAddress,
     /// Run only while holding a coordination.k8s.io Lease, so replicas can stand by.
     #[arg(long)]
     pub leader_election: bool,
@@ -99,11 +106,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "metacontroller", value_name = "NAME")]
     pub leader_election_id: String,
     /// Lock type; only "leases" is supported (Metacontroller's default).
-    #[arg(long, default_value = "leases", value_name = "LOCK")]
-    pub leader_election_resource_lock: String,
+    #[arg(long, value_enum, default_value_t = ResourceLock::Leases, value_name = "LOCK")]
+    pub leader_election_resource_lock: ResourceLock,
     /// Split the parents between every replica running with this flag: each holds a share of
-    /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election.
-    #[arg(long, help_heading = "Sharding")]
+    /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election
+    /// (every sharded replica works; each bucket has its own Lease).
+    #[arg(long, help_heading = "Sharding", conflicts_with = "leader_election")]
     pub sharding: bool,
     /// Number of hash buckets of namespaces (a power of two, 1 to 1024); every replica of a set
     /// must agree. The cluster-scoped parents have one more bucket.
@@ -111,6 +119,7 @@ pub struct RunArgs {
         long,
         default_value_t = 32,
         value_name = "N",
+        value_parser = bucket_count_value,
         help_heading = "Sharding"
     )]
     pub shard_buckets: u32,
@@ -119,6 +128,7 @@ pub struct RunArgs {
         long,
         default_value = "kmeta-shard",
         value_name = "PREFIX",
+        value_parser = lease_prefix_value,
         help_heading = "Sharding"
     )]
     pub shard_lease_prefix: String,
@@ -127,29 +137,37 @@ pub struct RunArgs {
         long,
         default_value = "15s",
         value_name = "DURATION",
+        value_parser = duration_value,
         help_heading = "Sharding"
     )]
-    pub shard_lease_duration: String,
+    pub shard_lease_duration: Duration,
     /// How long a replica keeps writing for a bucket without a successful renewal.
     #[arg(
         long,
         default_value = "10s",
         value_name = "DURATION",
+        value_parser = duration_value,
         help_heading = "Sharding"
     )]
-    pub shard_renew_deadline: String,
+    pub shard_renew_deadline: Duration,
     /// Interval of the bucket Lease loop (renewals, acquisitions, hand-overs).
     #[arg(
         long,
         default_value = "2s",
         value_name = "DURATION",
+        value_parser = duration_value,
         help_heading = "Sharding"
     )]
-    pub shard_retry_period: String,
+    pub shard_retry_period: Duration,
     /// How long a bucket being handed over waits for its syncs in flight [default: the renew
     /// deadline].
-    #[arg(long, value_name = "DURATION", help_heading = "Sharding")]
-    pub shard_drain_timeout: Option<String>,
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration_value,
+        help_heading = "Sharding"
+    )]
+    pub shard_drain_timeout: Option<Duration>,
     /// Who filters a replica's watches to its buckets: `client` (every replica lists and
     /// watches everything and drops other buckets' parents) or `server` (the API server's
     /// KEP-5866 `shardSelector` sends each replica only its namespaces; buckets are then plain
@@ -160,6 +178,7 @@ pub struct RunArgs {
         value_enum,
         default_value_t = ShardWatch::Client,
         value_name = "MODE",
+        requires_if("server", "sharding"),
         help_heading = "Sharding"
     )]
     pub shard_watch: ShardWatch,
@@ -172,6 +191,7 @@ pub struct RunArgs {
         value_enum,
         default_value_t = ShardKey::Namespace,
         value_name = "KEY",
+        requires_if("uid", "sharding"),
         help_heading = "Sharding"
     )]
     pub shard_key: ShardKey,
@@ -194,8 +214,13 @@ pub struct RunArgs {
     /// How children are updated: "dynamic-apply" (three-way merge, PUT) or "server-side-apply"
     /// (apply patches, one field manager per parent); a controller's `kmeta.dev/apply-strategy`
     /// annotation overrides it.
-    #[arg(long, default_value = "dynamic-apply", value_name = "STRATEGY")]
-    pub apply_strategy: String,
+    #[arg(
+        long,
+        default_value = "dynamic-apply",
+        value_name = "STRATEGY",
+        value_parser = apply_strategy_value
+    )]
+    pub apply_strategy: ApplyStrategy,
     /// Prefix of the field managers of child writes: `<prefix>/<controller>/<parent uid hash>`.
     #[arg(long, default_value = "metacontroller", value_name = "NAME")]
     pub apply_strategy_ssa_field_manager: String,
@@ -214,8 +239,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "0", value_name = "ADDR")]
     pub pprof_address: String,
     /// How long in-flight syncs may run after SIGTERM/SIGINT before the process exits.
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
-    pub shutdown_timeout: String,
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = duration_value)]
+    pub shutdown_timeout: Duration,
     /// Logging flags.
     #[command(flatten)]
     pub log: LogArgs,
@@ -273,6 +298,20 @@ pub enum ShardWatch {
     /// The API server, by KEP-5866 `shardSelector` (namespaces placed by plain FNV-1a ranges).
     Server,
 }
+
+/// `--leader-election-resource-lock`: only `leases`, coordination.k8s.io Leases (Metacontroller's
+/// default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[allow(missing_docs)] // a doc comment would turn `--help`'s line into a list of values
+pub enum ResourceLock {
+    // coordination.k8s.io Leases
+    #[default]
+    Leases,
+}
+
+/// A bind address flag: an address, or `None` for "0" (disabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
 
 /// Sharding settings from the flags (`--sharding`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,34 +401,59 @@ pub fn yaml_error(e: &serde_saphyr::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
-/// Parses a Go `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
-pub fn parse_duration(flag: &'static str, value: &str) -> Result<Duration, CliError> {
-    crate::duration::go_duration(value).ok_or_else(|| CliError::Duration {
-        flag,
-        value: value.to_owned(),
-    })
+/// `--…-interval`, `--…-timeout` and the other durations, clap's value parser: a Go
+/// `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
+pub fn duration_value(value: &str) -> Result<Duration, CliError> {
+    crate::duration::go_duration(value).ok_or(CliError::Duration)
 }
 
-/// Parses a Go-style bind address: "0" disables, ":PORT" binds every interface, "HOST:PORT"
-/// binds HOST (an IP or "localhost").
-pub fn parse_bind_address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, CliError> {
-    let err = || CliError::Address {
-        flag,
-        value: value.to_owned(),
-    };
+/// `--metrics-address` and `--health-probe-bind-address`, clap's value parser: a Go-style bind
+/// address, "0" disables, ":PORT" binds every interface, "HOST:PORT" binds HOST (an IP or
+/// "localhost").
+pub fn bind_address_value(value: &str) -> Result<BindAddress, CliError> {
     let s = value.trim();
     if s == "0" {
-        return Ok(None);
+        return Ok(BindAddress(None));
     }
-    let (host, port) = s.rsplit_once(':').ok_or_else(err)?;
-    let port: u16 = port.parse().map_err(|_| err())?;
+    let (host, port) = s.rsplit_once(':').ok_or(CliError::Address)?;
+    let port: u16 = port.parse().map_err(|_| CliError::Address)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let ip = match host {
         "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        h => h.parse().map_err(|_| err())?,
+        h => h.parse().map_err(|_| CliError::Address)?,
     };
-    Ok(Some(SocketAddr::new(ip, port)))
+    Ok(BindAddress(Some(SocketAddr::new(ip, port))))
+}
+
+/// `--apply-strategy`, clap's value parser.
+fn apply_strategy_value(value: &str) -> Result<ApplyStrategy, CliError> {
+    value
+        .parse()
+        .map_err(|message| CliError::ApplyStrategy { message })
+}
+
+/// `--shard-buckets`, clap's value parser: a power of two from 1 to 1024.
+fn bucket_count_value(value: &str) -> Result<u32, CliError> {
+    let buckets: u32 = value.trim().parse().map_err(|_| CliError::BucketCount)?;
+    crate::coord::shard::valid_bucket_count(buckets)
+        .then_some(buckets)
+        .ok_or(CliError::BucketCount)
+}
+
+/// `--shard-lease-prefix`, clap's value parser: 1 to 40 lowercase letters, digits or '-',
+/// starting with a letter or digit (the Leases' names start with it).
+fn lease_prefix_value(value: &str) -> Result<String, CliError> {
+    let prefix = value.trim();
+    let valid = !prefix.is_empty()
+        && prefix.len() <= 40
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && prefix.starts_with(|c: char| c.is_ascii_alphanumeric());
+    valid
+        .then(|| prefix.to_owned())
+        .ok_or(CliError::LeasePrefix)
 }
 
 impl LogArgs {
@@ -455,51 +519,41 @@ impl RunArgs {
     ///
     /// The checks run in a fixed order, so the first invalid flag reported is always the same.
     pub fn to_config(&self) -> Result<RunConfig, CliError> {
-        let (apply_strategy, ssa_field_manager) = self.check_apply_strategy()?;
-        self.check_leader_lock()?;
+        let ssa_field_manager = self.check_field_manager_prefix()?;
         self.check_workers_and_rates()?;
         self.check_target_label_selector()?;
         let default_service_account = self.check_default_service_account()?;
         let leader = self.leader_flags()?;
         let sharding = self.shard_flags()?;
-        let (discovery_interval, cache_flush_interval) = self.intervals()?;
-        let ignored = self.ignored_flags();
-        let (metrics_address, health_address) = self.addresses()?;
+        self.check_discovery_interval()?;
         Ok(RunConfig {
             kubeconfig: self.kubeconfig.clone(),
-            discovery_interval,
-            cache_flush_interval,
+            discovery_interval: self.discovery_interval,
+            cache_flush_interval: Some(self.cache_flush_interval).filter(|d| !d.is_zero()),
             workers: self.workers,
             qps: self.client_go_qps,
             burst: self.client_go_burst,
-            metrics_address,
-            health_address,
+            metrics_address: self.metrics_address.0,
+            health_address: self.health_probe_bind_address.0,
             leader,
             sharding,
             target_label_selector: Some(self.target_label_selector.trim().to_owned())
                 .filter(|s| !s.is_empty()),
             events_qps: self.events_qps,
             events_burst: self.events_burst,
-            shutdown_timeout: parse_duration("shutdown-timeout", &self.shutdown_timeout)?,
-            min_resync_after: parse_duration("min-resync-after", &self.min_resync_after)?,
+            shutdown_timeout: self.shutdown_timeout,
+            min_resync_after: self.min_resync_after,
             log: self.log.to_config()?,
-            apply_strategy,
+            apply_strategy: self.apply_strategy,
             ssa_field_manager,
             default_service_account,
-            ignored,
+            ignored: self.ignored_flags(),
         })
     }
 
-    /// `--apply-strategy` and `--apply-strategy-ssa-field-manager` (a non-empty prefix that
-    /// leaves room in Kubernetes' 128 characters for the controller and parent parts).
-    fn check_apply_strategy(&self) -> Result<(ApplyStrategy, String), CliError> {
-        let strategy = self
-            .apply_strategy
-            .parse()
-            .map_err(|message| CliError::Invalid {
-                flag: "apply-strategy",
-                message,
-            })?;
+    /// `--apply-strategy-ssa-field-manager`: a non-empty prefix that leaves room in
+    /// Kubernetes' 128 characters for the controller and parent parts.
+    fn check_field_manager_prefix(&self) -> Result<String, CliError> {
         let prefix = self.apply_strategy_ssa_field_manager.trim();
         if prefix.is_empty() || prefix.len() > MAX_FIELD_MANAGER_PREFIX {
             return Err(CliError::Invalid {
@@ -510,7 +564,7 @@ impl RunArgs {
                 ),
             });
         }
-        Ok((strategy, prefix.to_owned()))
+        Ok(prefix.to_owned())
     }
 
     /// `--default-service-account`: empty, or a ServiceAccount name (a DNS subdomain: lowercase
@@ -535,20 +589,6 @@ impl RunArgs {
             });
         }
         Ok(Some(name.to_owned()))
-    }
-
-    /// `--leader-election-resource-lock`: only leases.
-    fn check_leader_lock(&self) -> Result<(), CliError> {
-        if self.leader_election_resource_lock != "leases" {
-            return Err(CliError::Invalid {
-                flag: "leader-election-resource-lock",
-                message: format!(
-                    "unsupported lock {:?}: only \"leases\" is supported",
-                    self.leader_election_resource_lock
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// `--workers`, `--client-go-qps`, `--client-go-burst` and `--events-qps`.
@@ -599,22 +639,12 @@ impl RunArgs {
         Ok(())
     }
 
-    /// `--sharding` and its settings (None: disabled): not with `--leader-election`, a power of
-    /// two of buckets, timings as leader election checks them.
+    /// `--sharding` and its settings (None: disabled). Clap has checked each value, that
+    /// `--sharding` comes without `--leader-election`, and that `--shard-watch=server` and
+    /// `--shard-key=uid` come with it; left are the rules across values: `uid` needs the
+    /// client's watch, and the Lease timings as leader election checks them.
     fn shard_flags(&self) -> Result<Option<ShardFlags>, CliError> {
         if !self.sharding {
-            if self.shard_watch == ShardWatch::Server {
-                return Err(CliError::Invalid {
-                    flag: "shard-watch",
-                    message: "server needs --sharding".into(),
-                });
-            }
-            if self.shard_key == ShardKey::Uid {
-                return Err(CliError::Invalid {
-                    flag: "shard-key",
-                    message: "uid needs --sharding".into(),
-                });
-            }
             return Ok(None);
         }
         if self.shard_key == ShardKey::Uid && self.shard_watch == ShardWatch::Server {
@@ -623,63 +653,30 @@ impl RunArgs {
                 message: "uid needs --shard-watch=client: children carry their own uid, so the API server cannot split their watches by their parent's".into(),
             });
         }
-        if self.leader_election {
-            return Err(CliError::Invalid {
-                flag: "sharding",
-                message: "cannot be combined with --leader-election (every sharded replica works; each bucket has its own Lease)".into(),
-            });
-        }
-        if !crate::coord::shard::valid_bucket_count(self.shard_buckets) {
-            return Err(CliError::Invalid {
-                flag: "shard-buckets",
-                message: format!(
-                    "must be a power of two from 1 to 1024, got {}",
-                    self.shard_buckets
-                ),
-            });
-        }
-        let prefix = self.shard_lease_prefix.trim();
-        let valid_prefix = !prefix.is_empty()
-            && prefix.len() <= 40
-            && prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && prefix.starts_with(|c: char| c.is_ascii_alphanumeric());
-        if !valid_prefix {
-            return Err(CliError::Invalid {
-                flag: "shard-lease-prefix",
-                message: format!(
-                    "{prefix:?} must be 1 to 40 lowercase letters, digits or '-', starting with a letter or digit"
-                ),
-            });
-        }
-        let renew_deadline = parse_duration("shard-renew-deadline", &self.shard_renew_deadline)?;
-        let flags = ShardFlags {
-            namespace: self.leader_election_namespace.trim().to_owned(),
-            buckets: self.shard_buckets,
-            prefix: prefix.to_owned(),
-            lease_duration: parse_duration("shard-lease-duration", &self.shard_lease_duration)?,
-            renew_deadline,
-            retry_period: parse_duration("shard-retry-period", &self.shard_retry_period)?,
-            leader_lease: self.leader_election_id.trim().to_owned(),
-            drain_timeout: match &self.shard_drain_timeout {
-                Some(d) => parse_duration("shard-drain-timeout", d)?,
-                None => renew_deadline,
-            },
-            watch: self.shard_watch,
-            key: self.shard_key,
-        };
         let timings = crate::coord::leader::LeaderConfig {
-            lease_duration: flags.lease_duration,
-            renew_deadline: flags.renew_deadline,
-            retry_period: flags.retry_period,
+            lease_duration: self.shard_lease_duration,
+            renew_deadline: self.shard_renew_deadline,
+            retry_period: self.shard_retry_period,
             ..crate::coord::leader::LeaderConfig::default()
         };
         timings.validate().map_err(|e| CliError::Invalid {
             flag: "shard-lease-duration",
             message: e.to_string(),
         })?;
-        Ok(Some(flags))
+        Ok(Some(ShardFlags {
+            namespace: self.leader_election_namespace.trim().to_owned(),
+            buckets: self.shard_buckets,
+            prefix: self.shard_lease_prefix.clone(),
+            lease_duration: self.shard_lease_duration,
+            renew_deadline: self.shard_renew_deadline,
+            retry_period: self.shard_retry_period,
+            drain_timeout: self
+                .shard_drain_timeout
+                .unwrap_or(self.shard_renew_deadline),
+            watch: self.shard_watch,
+            key: self.shard_key,
+            leader_lease: self.leader_election_id.trim().to_owned(),
+        }))
     }
 
     /// `--leader-election` with its Lease's namespace and name (None: disabled).
@@ -696,20 +693,15 @@ impl RunArgs {
         }))
     }
 
-    /// `--discovery-interval` (positive) and `--cache-flush-interval` (zero: never).
-    fn intervals(&self) -> Result<(Duration, Option<Duration>), CliError> {
-        let discovery_interval = parse_duration("discovery-interval", &self.discovery_interval)?;
-        if discovery_interval.is_zero() {
+    /// `--discovery-interval`: positive (`--cache-flush-interval` may be zero: never).
+    fn check_discovery_interval(&self) -> Result<(), CliError> {
+        if self.discovery_interval.is_zero() {
             return Err(CliError::Invalid {
                 flag: "discovery-interval",
                 message: "must be positive".into(),
             });
         }
-        let cache_flush = parse_duration("cache-flush-interval", &self.cache_flush_interval)?;
-        Ok((
-            discovery_interval,
-            Some(cache_flush).filter(|d| !d.is_zero()),
-        ))
+        Ok(())
     }
 
     /// Compatibility flags set to a value that kmeta ignores (flag, value).
@@ -726,14 +718,6 @@ impl RunArgs {
         }
         ignored
     }
-
-    /// `--metrics-address` and `--health-probe-bind-address` (None: disabled).
-    fn addresses(&self) -> Result<(Option<SocketAddr>, Option<SocketAddr>), CliError> {
-        Ok((
-            parse_bind_address("metrics-address", &self.metrics_address)?,
-            parse_bind_address("health-probe-bind-address", &self.health_probe_bind_address)?,
-        ))
-    }
 }
 
 /// `kmeta run`'s flags as a command of their own (for [`parse_run_args`] and the unit tests).
@@ -746,24 +730,41 @@ struct RunCommand {
 
 /// Parses the arguments that follow `kmeta run` (for example a Deployment's `args:` without the
 /// leading `run`) and validates them, as the binary does at start.
-pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, String> {
+pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, CliError> {
     let argv = std::iter::once("kmeta run").chain(args.iter().map(AsRef::as_ref));
-    let parsed = <RunCommand as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
-    parsed.run.to_config().map_err(|e| e.to_string())
+    let parsed = <RunCommand as clap::Parser>::try_parse_from(argv)?;
+    parsed.run.to_config()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::error::ContextKind;
 
     fn parse(args: &[&str]) -> Result<RunConfig, CliError> {
-        let mut v = vec!["kmeta"];
-        v.extend_from_slice(args);
-        RunCommand::try_parse_from(v)
-            .expect("clap parse")
-            .run
-            .to_config()
+        parse_run_args(args)
+    }
+
+    /// The flag an error names: its own, or the one clap refused.
+    fn flag_of(args: &[&str]) -> String {
+        match parse(args) {
+            Err(CliError::Invalid { flag, .. }) => flag.to_owned(),
+            Err(CliError::Flags(e)) => {
+                let arg = e.get(ContextKind::InvalidArg).map(ToString::to_string);
+                let arg = arg.unwrap_or_else(|| panic!("{args:?}: {e}"));
+                let name = arg.split_whitespace().next().unwrap_or_default();
+                name.trim_start_matches("--").to_owned()
+            }
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    /// The error text of a refused command line, which must name the flag and the value.
+    fn refused(args: &[&str], flag: &str, value: &str) -> String {
+        let e = parse(args).expect_err("refused").to_string();
+        assert!(e.contains(&format!("'--{flag}")), "{args:?}: {e}");
+        assert!(e.contains(&format!("'{value}'")), "{args:?}: {e}");
+        e
     }
 
     #[test]
@@ -845,15 +846,18 @@ mod tests {
         );
         assert_eq!(c.leader, None);
         assert_eq!(parse(&[]).expect("valid").sharding, None);
-        let flag_of = |args: &[&str]| match parse(args) {
-            Err(CliError::Invalid { flag, .. }) => flag,
-            other => panic!("{args:?}: {other:?}"),
-        };
         assert_eq!(flag_of(&["--sharding", "--leader-election"]), "sharding");
         assert_eq!(s.key, ShardKey::Namespace);
         let by_uid = parse(&["--sharding", "--shard-key=uid"]).expect("valid");
         assert_eq!(by_uid.sharding.map(|s| s.key), Some(ShardKey::Uid));
-        assert_eq!(flag_of(&["--shard-key=uid"]), "shard-key");
+        // clap names the flag --shard-key=uid requires, and shows the two in its usage line
+        assert_eq!(flag_of(&["--shard-key=uid"]), "sharding");
+        let e = parse(&["--shard-key=uid"]).expect_err("needs --sharding");
+        assert!(
+            e.to_string().contains("--sharding --shard-key <KEY>"),
+            "{e}"
+        );
+        assert_eq!(flag_of(&["--shard-watch=server"]), "sharding");
         assert_eq!(
             flag_of(&["--sharding", "--shard-key=uid", "--shard-watch=server"]),
             "shard-key"
@@ -893,33 +897,36 @@ mod tests {
 
     #[test]
     fn go_durations() {
-        let d = |s| parse_duration("x", s);
-        assert_eq!(d("0"), Ok(Duration::ZERO));
-        assert_eq!(d("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(d("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(d("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(d("2m3s"), Ok(Duration::from_secs(123)));
+        let d = |s| duration_value(s).ok();
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(d("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(d("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("2m3s"), Some(Duration::from_secs(123)));
         for bad in ["", "30", "-5s", "abc", "PT5S", "5 s"] {
-            assert!(d(bad).is_err(), "{bad:?} must be rejected");
+            assert!(d(bad).is_none(), "{bad:?} must be rejected");
         }
     }
 
     #[test]
     fn bind_addresses() {
-        let a = |s| parse_bind_address("x", s);
-        assert_eq!(a("0"), Ok(None));
-        assert_eq!(a(":9999"), Ok(Some("0.0.0.0:9999".parse().expect("addr"))));
+        let a = |s| bind_address_value(s).ok().map(|b| b.0);
+        assert_eq!(a("0"), Some(None));
+        assert_eq!(
+            a(":9999"),
+            Some(Some("0.0.0.0:9999".parse().expect("addr")))
+        );
         assert_eq!(
             a("127.0.0.1:80"),
-            Ok(Some("127.0.0.1:80".parse().expect("addr")))
+            Some(Some("127.0.0.1:80".parse().expect("addr")))
         );
         assert_eq!(
             a("localhost:8081"),
-            Ok(Some("127.0.0.1:8081".parse().expect("addr")))
+            Some(Some("127.0.0.1:8081".parse().expect("addr")))
         );
-        assert_eq!(a("[::1]:81"), Ok(Some("[::1]:81".parse().expect("addr"))));
+        assert_eq!(a("[::1]:81"), Some(Some("[::1]:81".parse().expect("addr"))));
         for bad in ["9999", ":http", "example.com:80", ":70000"] {
-            assert!(a(bad).is_err(), "{bad:?} must be rejected");
+            assert!(a(bad).is_none(), "{bad:?} must be rejected");
         }
     }
 
@@ -939,11 +946,12 @@ mod tests {
                 .starts_with("--apply-strategy-ssa-field-manager: "),
             "{e}"
         );
-        let e = parse(&["--apply-strategy=merge"]).expect_err("unknown");
-        assert!(e.to_string().starts_with("--apply-strategy: "), "{e}");
-        assert!(e.to_string().contains("unknown apply strategy"), "{e}");
-        let e = parse(&["--discovery-interval=30"]).expect_err("no unit");
-        assert!(e.to_string().starts_with("--discovery-interval: "), "{e}");
+        let e = refused(&["--apply-strategy=merge"], "apply-strategy", "merge");
+        assert!(e.contains("unknown apply strategy"), "{e}");
+        let e = refused(&["--discovery-interval=30"], "discovery-interval", "30");
+        assert!(e.contains("Go duration"), "{e}");
+        let e = refused(&["--metrics-address=9999"], "metrics-address", "9999");
+        assert!(e.contains("bind address"), "{e}");
         let e = parse(&["--target-label-selector=a in b"]).expect_err("bad selector");
         assert!(
             e.to_string().starts_with("--target-label-selector: "),
@@ -961,11 +969,14 @@ mod tests {
             e.to_string().starts_with("--default-service-account: "),
             "{e}"
         );
-        let e = parse(&["--leader-election-resource-lock=configmaps"]).expect_err("lock");
-        assert!(e.to_string().contains("leases"), "{e}");
+        let e = refused(
+            &["--leader-election-resource-lock=configmaps"],
+            "leader-election-resource-lock",
+            "configmaps",
+        );
+        assert!(e.contains("leases"), "{e}");
         assert!(parse(&["--workers=0"]).is_err());
         assert!(parse(&["--client-go-qps=-1"]).is_err());
-        assert!(parse(&["--metrics-address=9999"]).is_err());
         assert!(parse(&["--zap-log-level=verbose"]).is_err());
     }
 

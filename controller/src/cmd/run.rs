@@ -3,13 +3,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::cli::{RunConfig, ShardFlags, ShardWatch};
-use crate::coord::client::{build_fenced, build_sharded};
+use crate::cmd::cli::{LeaderFlags, RunConfig, ShardFlags, ShardWatch};
 use crate::coord::fence::Fence;
 use crate::coord::leader::LeaderConfig;
 use crate::coord::shard::{ShardConfig, ShardHash, Shards};
@@ -64,11 +63,52 @@ pub async fn kube_config(path: Option<&Path>) -> Result<kube::Config, RunError> 
     }
 }
 
-/// The manager settings for `config`, sharing `metrics` and the readiness flag.
-pub fn manager_config(
+/// The API clients of `kmeta run` besides the Lease loops', each with a token bucket of its own.
+struct Clients {
+    /// The watches and the writes of children, parents and statuses.
+    work: kube::Client,
+    /// Reports (Events, conditions): the same fences, a token bucket of their own, as
+    /// Metacontroller's event broadcaster has its own clientset.
+    reports: kube::Client,
+    /// Discovery, as Metacontroller's discovery client: a refresh every --discovery-interval
+    /// does not spend the tokens of writes.
+    discovery: kube::Client,
+}
+
+impl Clients {
+    fn build(
+        config: &RunConfig,
+        kube_config: &kube::Config,
+        metrics: &Arc<Metrics>,
+        fence: &Fence,
+        shards: Option<&Arc<Shards>>,
+    ) -> Result<Self, RunError> {
+        let discovery = client::build(kube_config.clone(), limits(config), metrics.clone())
+            .map_err(|e| RunError::Client(e.to_string()))?;
+        Ok(Self {
+            work: work_client(config, kube_config, metrics, fence, shards)?,
+            reports: work_client(config, kube_config, metrics, fence, shards)?,
+            discovery,
+        })
+    }
+}
+
+/// `--client-go-qps` and `--client-go-burst`.
+fn limits(config: &RunConfig) -> RateLimit {
+    RateLimit {
+        qps: config.qps,
+        burst: config.burst,
+    }
+}
+
+/// The manager's settings from `config` and its wiring (metrics, probes, clients, shards): the
+/// one place `kmeta run` builds its [`ManagerConfig`].
+fn manager_config(
     config: &RunConfig,
-    metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    metrics: &Arc<Metrics>,
+    probes: &Probes,
+    clients: &Clients,
+    shards: Option<&Arc<Shards>>,
 ) -> ManagerConfig {
     ManagerConfig {
         workers: config.workers,
@@ -82,8 +122,12 @@ pub fn manager_config(
         ssa_field_manager: config.ssa_field_manager.clone(),
         default_service_account: config.default_service_account.clone(),
         reporting_instance: std::env::var("POD_NAME").ok(),
-        metrics,
-        ready,
+        metrics: metrics.clone(),
+        ready: probes.synced.clone(),
+        pending_watches: probes.pending_watches.clone(),
+        discovery_client: DiscoveryClient(Some(clients.discovery.clone())),
+        reports_client: DiscoveryClient(Some(clients.reports.clone())),
+        work_scope: shards.cloned().map(|s| s as _),
         hook: crate::hook::HookOptions {
             jsonnet: crate::hook::jsonnet::this_binary(),
             ..crate::hook::HookOptions::default()
@@ -274,14 +318,11 @@ fn work_client(
     fence: &Fence,
     shards: Option<&Arc<Shards>>,
 ) -> Result<kube::Client, RunError> {
-    let limits = RateLimit {
-        qps: config.qps,
-        burst: config.burst,
-    };
+    let limits = limits(config);
     let (kc, m) = (kube_config.clone(), metrics.clone());
     match (&config.leader, shards) {
-        (Some(_), _) => build_fenced(kc, limits, m, fence.clone()),
-        (None, Some(shards)) => build_sharded(kc, limits, m, shards.clone()),
+        (Some(_), _) => crate::coord::client::build_fenced(kc, limits, m, fence.clone()),
+        (None, Some(shards)) => crate::coord::client::build_sharded(kc, limits, m, shards.clone()),
         (None, None) => client::build(kc, limits, m),
     }
     .map_err(|e| RunError::Client(e.to_string()))
@@ -302,6 +343,30 @@ fn shards_of(f: &ShardFlags) -> Arc<Shards> {
     }
 }
 
+/// The Lease election of `--leader-election` from the flags: this instance's `identity` if it
+/// has one, the probe's `leading` flag, the write `fence`.
+fn leader_config(
+    flags: &LeaderFlags,
+    namespace: String,
+    identity: Option<String>,
+    probes: &Probes,
+    metrics: &Arc<Metrics>,
+    fence: Fence,
+) -> LeaderConfig {
+    let leader = LeaderConfig {
+        namespace,
+        name: flags.name.clone(),
+        leading: probes.leading.clone(),
+        metrics: Some(metrics.clone()),
+        fence,
+        ..LeaderConfig::default()
+    };
+    match identity {
+        Some(identity) => LeaderConfig { identity, ..leader },
+        None => leader,
+    }
+}
+
 /// `kmeta run` until `shutdown` is cancelled (by SIGTERM/SIGINT in the binary).
 pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     warn_ignored(&config);
@@ -319,32 +384,15 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         Some(id) => crate::runtime::kapi::with_identity(kube_config, id),
         None => kube_config,
     };
-    let limits = RateLimit {
-        qps: config.qps,
-        burst: config.burst,
-    };
     let fence = Fence::new();
-    let client = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
-    // reports (Events, conditions) have a client of their own: the same fences, a token bucket
-    // of their own, as Metacontroller's event broadcaster has its own clientset
-    let reports = work_client(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
+    let clients = Clients::build(&config, &kube_config, &metrics, &fence, shards.as_ref())?;
     let probes = Probes {
         elected: config.leader.is_some(),
         placement: shards.clone().map(|s| s as _),
         ..Probes::default()
     };
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
-    // Discovery has its own client (own token bucket), as Metacontroller's discovery client:
-    // a refresh every --discovery-interval does not spend the tokens of writes.
-    let discovery = client::build(kube_config.clone(), limits, metrics.clone())
-        .map_err(|e| RunError::Client(e.to_string()))?;
-    let manager = ManagerConfig {
-        pending_watches: probes.pending_watches.clone(),
-        discovery_client: DiscoveryClient(Some(discovery)),
-        reports_client: DiscoveryClient(Some(reports)),
-        work_scope: shards.clone().map(|s| s as _),
-        ..manager_config(&config, metrics.clone(), probes.synced.clone())
-    };
+    let manager = manager_config(&config, &metrics, &probes, &clients, shards.as_ref());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers = config.workers,
@@ -353,41 +401,29 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         "kmeta starting"
     );
     let bound = config.shutdown_timeout;
-    if let (Some(flags), Some(shards), Some(namespace)) =
-        (&config.sharding, shards, &lease_namespace)
-    {
-        let identity = identity.unwrap_or_else(crate::coord::leader::default_identity);
-        let cfg = shard_config(flags, namespace.clone(), identity, shards, metrics.clone());
-        // the Lease loop has its own client and no client-side limit: its traffic is bounded by
-        // design (a LIST, a GET and one write per held bucket per retry period: 37 requests
-        // every 2 s for a lone replica of 32 buckets), and at --client-go-qps 5 renewals would
-        // queue past their deadline and the buckets be lost (found by the scenario)
-        let unlimited = RateLimit { qps: 0.0, burst: 0 };
-        let lease_client = client::build(kube_config, unlimited, metrics)
-            .map_err(|e| RunError::Client(e.to_string()))?;
-        return run_sharded_manager(lease_client, cfg, client, manager, shutdown, bound).await;
-    }
-    match (&config.leader, lease_namespace) {
-        (Some(flags), Some(namespace)) => {
-            let leader = LeaderConfig {
-                namespace,
-                name: flags.name.clone(),
-                leading: probes.leading.clone(),
-                metrics: Some(metrics.clone()),
-                fence,
-                ..LeaderConfig::default()
-            };
-            let leader = match identity {
-                Some(identity) => LeaderConfig { identity, ..leader },
-                None => leader,
-            };
+    match (lease_namespace, &config.sharding, shards, &config.leader) {
+        (Some(namespace), Some(flags), Some(shards), _) => {
+            let identity = identity.unwrap_or_else(crate::coord::leader::default_identity);
+            let cfg = shard_config(flags, namespace, identity, shards, metrics.clone());
+            // the Lease loop has its own client and no client-side limit: its traffic is
+            // bounded by design (a LIST, a GET and one write per held bucket per retry period:
+            // 37 requests every 2 s for a lone replica of 32 buckets), and at --client-go-qps 5
+            // renewals would queue past their deadline and the buckets be lost (found by the
+            // scenario)
+            let unlimited = RateLimit { qps: 0.0, burst: 0 };
+            let lease_client = client::build(kube_config, unlimited, metrics)
+                .map_err(|e| RunError::Client(e.to_string()))?;
+            run_sharded_manager(lease_client, cfg, clients.work, manager, shutdown, bound).await
+        }
+        (Some(namespace), _, _, Some(flags)) => {
+            let leader = leader_config(flags, namespace, identity, &probes, &metrics, fence);
             // The election has its own client (own token bucket), so a busy controller cannot
             // starve lease renewals.
-            let lease_client = client::build(kube_config, limits, metrics)
+            let lease_client = client::build(kube_config, limits(&config), metrics)
                 .map_err(|e| RunError::Client(e.to_string()))?;
-            run_elected_manager(lease_client, leader, client, manager, shutdown, bound).await
+            run_elected_manager(lease_client, leader, clients.work, manager, shutdown, bound).await
         }
-        _ => run_manager(client, manager, shutdown, bound)
+        _ => run_manager(clients.work, manager, shutdown, bound)
             .await
             .map_err(RunError::from),
     }
