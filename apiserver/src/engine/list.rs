@@ -7,7 +7,7 @@ use super::request::Req;
 use crate::error::{ApiError, ApiResult};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::shard::ShardSelector;
-use crate::store::{AtError, Key, Obj};
+use crate::store::{AtError, Key, Obj, Snapshot};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -183,75 +183,99 @@ impl Inner {
         let snap = self
             .store
             .snapshot(&res, req.ns.as_deref(), list_rv)
-            .map_err(|e| match e {
-                AtError::Compacted { .. } if after.is_some() => ApiError::gone(CONTINUE_EXPIRED),
-                AtError::Compacted { .. } => ApiError::gone(LIST_EXPIRED),
-                // etcd answers a read at a future revision at once (no wait, no retry hint)
-                AtError::TooLarge { current } => {
-                    ApiError::resource_version_too_large(list_rv, current, 0)
-                }
-            })?;
+            .map_err(|e| snapshot_error(e, after.is_some(), list_rv))?;
         let api_version = req.api_version();
-        let matches = |o: &Obj| opts.matches(o);
+        let present = |o: &&Obj| Self::present(o, &api_version);
         let shard = opts.shard.as_ref().map(ToString::to_string);
-        let present = |o: &Obj| Self::present(o, &api_version);
         if let Some(name) = opts.field.exact_name() {
-            let key = Key {
-                res: res.clone(),
-                ns: req.ns.clone().unwrap_or_default(),
-                name: name.to_string(),
-            };
-            let items = if req.ns.is_some() || !req.def.namespaced {
-                snap.get(&key)
-                    .filter(|o| matches(o))
-                    .map(present)
-                    .into_iter()
-                    .collect()
-            } else {
-                snap.range(None)
-                    .map(|(_, o)| o)
-                    .filter(|o| matches(o))
-                    .map(present)
-                    .collect()
-            };
             return Ok(ListResult {
-                items,
+                items: named(&snap, req, &res, name, opts)
+                    .iter()
+                    .map(present)
+                    .collect(),
                 rv: list_rv,
                 continue_token: None,
                 remaining: None,
                 shard,
             });
         }
-        let mut it = snap.range(after.as_ref()).filter(|(_, o)| matches(o));
-        let mut items = vec![];
-        let mut cont = None;
-        for (k, o) in it.by_ref() {
-            items.push(present(o));
-            if opts.limit > 0 && items.len() >= opts.limit {
-                cont = Some(k.clone());
-                break;
-            }
-        }
-        let mut remaining = None;
-        if let Some(last) = cont.take() {
-            let rest = it.count() as u64;
-            if rest > 0 {
-                cont = Some(last);
-                // kube-apiserver counts the rest only without a shard selector (storage
-                // `PrepareContinueToken` sets it when the predicate is empty, and a shard
-                // selector makes it non-empty)
-                remaining = opts.shard.is_none().then_some(rest);
-            }
-        }
+        let matching = snap.range(after.as_ref()).filter(|(_, o)| opts.matches(o));
+        // kube-apiserver counts the rest only without a shard selector (storage
+        // `PrepareContinueToken` sets it when the predicate is empty, and a shard selector
+        // makes it non-empty)
+        let (items, last, remaining) = page(matching, opts.limit, opts.shard.is_none());
         // the token names the last key returned, so the next page starts after it whatever
         // the selectors skipped; they are not in the token: the client repeats them
         Ok(ListResult {
-            items,
+            items: items.iter().map(present).collect(),
             rv: list_rv,
-            continue_token: cont.map(|k| encode_continue(list_rv, &k.ns, &k.name)),
+            continue_token: last.map(|k| encode_continue(list_rv, &k.ns, &k.name)),
             remaining,
             shard,
         })
+    }
+}
+
+/// The error of a list at `list_rv` the store cannot serve: a compacted rv is 410 Gone (its
+/// message says whether a continue token or the list's rv expired), a future one is etcd's
+/// immediate `ResourceVersionTooLarge` (no wait, no retry hint).
+fn snapshot_error(e: AtError, continuing: bool, list_rv: u64) -> ApiError {
+    match e {
+        AtError::Compacted { .. } if continuing => ApiError::gone(CONTINUE_EXPIRED),
+        AtError::Compacted { .. } => ApiError::gone(LIST_EXPIRED),
+        AtError::TooLarge { current } => ApiError::resource_version_too_large(list_rv, current, 0),
+    }
+}
+
+/// The matching objects a `metadata.name=` field selector names: one key in the request's
+/// namespace (or of a cluster-scoped resource), else that name in every namespace.
+fn named<'s>(
+    snap: &'s Snapshot<'_>,
+    req: &Req,
+    res: &Arc<str>,
+    name: &str,
+    opts: &ListOpts,
+) -> Vec<&'s Obj> {
+    if req.ns.is_some() || !req.def.namespaced {
+        let key = Key {
+            res: res.clone(),
+            ns: req.ns.clone().unwrap_or_default(),
+            name: name.to_string(),
+        };
+        snap.get(&key)
+            .filter(|o| opts.matches(o))
+            .into_iter()
+            .collect()
+    } else {
+        snap.range(None)
+            .map(|(_, o)| o)
+            .filter(|o| opts.matches(o))
+            .collect()
+    }
+}
+
+/// One page of at most `limit` objects (0: all) from `matching`: the objects, the key of the
+/// last one when more match after it, and how many more (when `count_rest`).
+fn page<'s>(
+    mut matching: impl Iterator<Item = (&'s Key, &'s Obj)>,
+    limit: usize,
+    count_rest: bool,
+) -> (Vec<&'s Obj>, Option<Key>, Option<u64>) {
+    let mut items = vec![];
+    let mut cont = None;
+    for (k, o) in matching.by_ref() {
+        items.push(o);
+        if limit > 0 && items.len() >= limit {
+            cont = Some(k.clone());
+            break;
+        }
+    }
+    let Some(last) = cont else {
+        return (items, None, None);
+    };
+    match matching.count() as u64 {
+        0 => (items, None, None),
+        rest => (items, Some(last), count_rest.then_some(rest)),
     }
 }
 

@@ -624,7 +624,13 @@ fn merge_list(
             None => return replace_list(la, da, path, depth),
         },
     };
-    merge_list_map(la, last, da, mode, &indexes, rules, ctx, path, depth)
+    let lists = Keyed {
+        last,
+        da,
+        mode,
+        indexes: &indexes,
+    };
+    merge_list_map(la, lists, rules, ctx, path, depth)
 }
 
 /// Rule 7: pairs desired items with live items (`live_of[i]`) and classifies every live item as
@@ -685,76 +691,88 @@ const KEPT: u8 = 0;
 const MATCHED: u8 = 1;
 const REMOVED: u8 = 2;
 
-#[allow(clippy::too_many_arguments)]
+/// A keyed list merge's inputs besides live: last-applied and desired items, how items are
+/// keyed, and the key indexes of live, last-applied and desired (in that order).
+#[derive(Clone, Copy)]
+struct Keyed<'a> {
+    last: &'a [Value],
+    da: &'a [Value],
+    mode: KeyMode<'a>,
+    indexes: &'a [KeyIndex; 3],
+}
+
+impl<'a> Keyed<'a> {
+    /// The path segment of `item` at position `i`: its key fields, or its index in a set.
+    fn seg<'v>(&self, i: usize, item: &'v Value) -> Seg<'v>
+    where
+        'a: 'v,
+    {
+        match self.mode {
+            KeyMode::Fields { names, .. } => Seg::Keyed(names, item),
+            KeyMode::Whole => Seg::Index(i),
+        }
+    }
+
+    /// The last-applied item with the key of desired item `i` (`d`), if any.
+    fn last_item_of(&self, i: usize, d: &Value) -> Option<&'a Value> {
+        let [_, last_idx, desired_idx] = self.indexes;
+        if last_idx.aligned {
+            Some(&self.last[i])
+        } else {
+            last_idx
+                .find(self.last, desired_idx.hashes[i], d, self.mode, i)
+                .map(|k| &self.last[k])
+        }
+    }
+}
+
 fn merge_list_map(
     la: &mut Vec<Value>,
-    last: &[Value],
-    da: &[Value],
-    mode: KeyMode<'_>,
-    indexes: &[KeyIndex; 3],
+    lists: Keyed<'_>,
     rules: Option<&Node>,
     ctx: Ctx<'_>,
     path: &Path<'_>,
     depth: usize,
 ) -> Result<(), Error> {
-    let [live_idx, last_idx, desired_idx] = indexes;
-    let last_item_of = |i: usize, d: &Value| -> Option<&Value> {
-        if last_idx.aligned {
-            Some(&last[i])
-        } else {
-            last_idx
-                .find(last, desired_idx.hashes[i], d, mode, i)
-                .map(|k| &last[k])
-        }
-    };
-    if live_idx.aligned {
+    if lists.indexes[0].aligned {
         // Live's keys line up with desired's: item i merges with desired item i where it
         // stands. Nothing is removed or kept only from live (null positions are null in both
         // lists and stay), so both orderings leave every item in place - no rebuild.
-        for (i, d) in da.iter().enumerate() {
+        for (i, d) in lists.da.iter().enumerate() {
             if d.is_null() {
                 continue;
             }
-            let seg = match mode {
-                KeyMode::Fields { names, .. } => Seg::Keyed(names, d),
-                KeyMode::Whole => Seg::Index(i),
-            };
-            let p = path.child(seg);
-            merge_value(&mut la[i], last_item_of(i, d), d, rules, ctx, &p, depth + 1)?;
+            let p = path.child(lists.seg(i, d));
+            let last_item = lists.last_item_of(i, d);
+            merge_value(&mut la[i], last_item, d, rules, ctx, &p, depth + 1)?;
         }
         return Ok(());
     }
-    let (state, live_of) = classify(la, last, da, mode, indexes);
+    let (state, live_of) = classify(la, lists.last, lists.da, lists.mode, lists.indexes);
     if let Some(kept) = ctx.kept {
         for (j, item) in la.iter().enumerate() {
             if state[j] == KEPT && !item.is_null() {
-                let seg = match mode {
-                    KeyMode::Fields { names, .. } => Seg::Keyed(names, item),
-                    KeyMode::Whole => Seg::Index(j),
-                };
-                kept.borrow_mut().push(path.child(seg).render());
+                kept.borrow_mut()
+                    .push(path.child(lists.seg(j, item)).render());
             }
         }
     }
     let mut old = std::mem::take(la);
-    let mut out: Vec<Value> = Vec::with_capacity(old.len() + da.len());
+    let mut out: Vec<Value> = Vec::with_capacity(old.len() + lists.da.len());
     let merged_item = |old: &mut Vec<Value>, i: usize| -> Result<Value, Error> {
-        let d = &da[i];
-        let seg = match mode {
-            KeyMode::Fields { names, .. } => Seg::Keyed(names, d),
-            KeyMode::Whole => Seg::Index(i),
-        };
-        let p = path.child(seg);
-        let last_item = last_item_of(i, d);
+        let d = &lists.da[i];
+        let p = path.child(lists.seg(i, d));
         match live_of[i] {
             Some(j) => {
                 let mut v = std::mem::take(&mut old[j]);
+                let last_item = lists.last_item_of(i, d);
                 merge_value(&mut v, last_item, d, rules, ctx, &p, depth + 1)?;
                 Ok(v)
             }
             None => pruned(d, &p, depth + 1),
         }
     };
+    let da = lists.da;
     match ctx.ordering {
         Ordering::Desired => {
             rebuild_in_desired_order(&mut old, da, &state, &live_of, &mut out, merged_item)?;
