@@ -18,21 +18,21 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::coord::scope::WorkScope;
+use crate::hook::HookOptions;
 use crate::hook::trace::{TraceId, in_trace};
-use crate::hook::{HookError, HookOptions};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
 use crate::ops::metrics::{Metrics, ReconcileResult};
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
-use crate::reconcile::decide::{self, DecideError, IdentityError};
+use crate::reconcile::decide;
+pub(crate) use crate::reconcile::error::api_err;
+pub use crate::reconcile::error::{FailureClass, SyncError};
 use crate::reconcile::identity::Identities;
 pub use crate::reconcile::identity::Writer;
-use crate::reconcile::rollout::RolloutError;
 use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
 use crate::runtime::queue::{Queue, Tenant};
-use crate::runtime::resources::{ResourceError, Resources};
-use crate::runtime::selector::SelectorError;
+use crate::runtime::resources::Resources;
 
 /// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
 /// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
@@ -330,89 +330,6 @@ impl Context {
     }
 }
 
-/// Why a sync failed. Nothing about the children changes when the hook failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// A decision failed (selector, invalid desired child, apply input).
-    #[error(transparent)]
-    Decide(#[from] DecideError),
-    /// A label selector is invalid.
-    #[error(transparent)]
-    Selector(#[from] SelectorError),
-    /// A rolling update cannot be decided (revision history, stored revision, hook status).
-    #[error(transparent)]
-    Rollout(#[from] RolloutError),
-    /// The hook failed, timed out or answered something unusable.
-    #[error(transparent)]
-    Hook(#[from] HookError),
-    /// An API call failed.
-    #[error("{action}: {source}")]
-    Api {
-        /// What was being done.
-        action: String,
-        /// Cause.
-        source: kube::Error,
-    },
-    /// Some child writes failed (the others were made).
-    #[error("managing children: {}", .0.join("; "))]
-    Children(Vec<String>),
-    /// A related resource watch has not listed yet (requeued without an event).
-    #[error("related watch {0} not synced yet")]
-    RelatedNotSynced(String),
-    /// A watch the sync reads (parent or child) has not finished its first list within
-    /// `watch_sync_deadline`: the sync is retried rather than run on a partial cache.
-    #[error("watch {0} not synced yet")]
-    WatchNotSynced(String),
-    /// The object changed since the sync read it (a write based on that read got 409 Conflict):
-    /// the write is abandoned, never redone on a re-read, and the sync retried on the newer
-    /// version (requeued without an event).
-    #[error("{0} changed since it was read; syncing again")]
-    Stale(String),
-    /// Writes an earlier sync of this object made (children created, updated or deleted, its own
-    /// status) are not in the watch caches yet: the sync waits for them rather than tell the
-    /// hook a created child does not exist or write over a version already replaced (requeued
-    /// without an event; their watch events bring the object back sooner). See
-    /// [`crate::reconcile::expectations`].
-    #[error("waiting for the watch to show {0}")]
-    AwaitingWatch(String),
-    /// A cached object could not be encoded or parsed.
-    #[error(transparent)]
-    Cached(#[from] crate::runtime::compact::CompactError),
-    /// A related-resource rule is invalid or unresolvable.
-    #[error("customize: {0}")]
-    Related(String),
-    /// A resource is unknown.
-    #[error(transparent)]
-    Resource(#[from] ResourceError),
-    /// No identity can be chosen for the object's writes (a ServiceAccount is asked for but
-    /// cannot be located): nothing is written for it.
-    #[error(transparent)]
-    Identity(#[from] IdentityError),
-    /// Part of the work is other replicas' (theirs to do; this process tries again later).
-    #[error("{0}")]
-    LeftToOtherReplicas(String),
-}
-
-impl SyncError {
-    /// A wait that ends by itself, not a failure: a watch still to list or to show an earlier
-    /// write, the object changed since read. Requeued without an event (`result="retry"`), and
-    /// says nothing about the hook ([`Outcome::NotYet`]).
-    fn is_wait(&self) -> bool {
-        matches!(
-            self,
-            SyncError::AwaitingWatch(_)
-                | SyncError::RelatedNotSynced(_)
-                | SyncError::WatchNotSynced(_)
-                | SyncError::Stale(_)
-        )
-    }
-}
-
-pub(crate) fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
-    let action = action.into();
-    move |source| SyncError::Api { action, source }
-}
-
 /// The key of an object in a controller's work queue: what the queue dedups on and how a sync's
 /// log span names the object.
 pub trait QueueKey: Clone + Eq + Hash + Tenant + Send + Sync + 'static {
@@ -622,11 +539,11 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
                 r.queue().resync_after(key.clone(), d);
             }
         }
-        Err(SyncError::Hook(HookError::TooManyRequests { retry_after, .. })) => {
+        Err(e) if let FailureClass::HookRetryAfter(retry_after) = e.class() => {
             tracing::info!(?retry_after, "hook asked to retry later");
             r.queue().add_after(key.clone(), retry_after);
         }
-        Err(e) if e.is_wait() => {
+        Err(e) if e.class() == FailureClass::Wait => {
             // not a failure: the sync runs again on the waits' own short ladder
             tracing::debug!(reason = %e, "waiting; syncing again");
             r.queue().add_waiting(key.clone());
@@ -652,22 +569,14 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
 /// endpoint is down. Any other answer, a 500 included, is the hook failing on this parent's
 /// input: that parent's own failure, as in Metacontroller.
 fn hook_outcome(result: &Result<Option<Duration>, SyncError>) -> Outcome {
-    match result {
-        Err(SyncError::Hook(HookError::Transport { .. })) => Outcome::HookDown,
-        Err(SyncError::Hook(HookError::Status { code, .. })) if endpoint_down(*code) => {
-            Outcome::HookDown
+    match result.as_ref().map_err(SyncError::class) {
+        Err(FailureClass::HookDown) => Outcome::HookDown,
+        Err(FailureClass::HookFault | FailureClass::HookRetryAfter(_)) | Ok(_) => {
+            Outcome::HookAnswered
         }
-        Err(SyncError::Hook(_)) | Ok(_) => Outcome::HookAnswered,
-        Err(e) if e.is_wait() => Outcome::NotYet,
-        Err(_) => Outcome::Unrelated,
+        Err(FailureClass::Wait) => Outcome::NotYet,
+        Err(FailureClass::Failed) => Outcome::Unrelated,
     }
-}
-
-/// HTTP statuses that say the hook endpoint, not the parent's input, is the problem: a gateway
-/// or load balancer with no healthy backend (502 Bad Gateway, 504 Gateway Timeout) or a server
-/// refusing all work (503 Service Unavailable).
-fn endpoint_down(code: u16) -> bool {
-    matches!(code, 502..=504)
 }
 
 /// Acts on what the circuit decided; returns whether the key is parked (no backoff of its own).
@@ -739,10 +648,9 @@ pub fn resync_delay(requested: Duration, min: Duration) -> Duration {
 
 /// The `result` label of a sync in `kmeta_reconcile_*` metrics.
 fn reconcile_result(result: &Result<Option<Duration>, SyncError>) -> ReconcileResult {
-    match result {
+    match result.as_ref().map_err(SyncError::class) {
         Ok(_) => ReconcileResult::Ok,
-        Err(SyncError::Hook(HookError::TooManyRequests { .. })) => ReconcileResult::Retry,
-        Err(e) if e.is_wait() => ReconcileResult::Retry,
+        Err(FailureClass::HookRetryAfter(_) | FailureClass::Wait) => ReconcileResult::Retry,
         Err(_) => ReconcileResult::Error,
     }
 }
@@ -750,6 +658,7 @@ fn reconcile_result(result: &Result<Option<Duration>, SyncError>) -> ReconcileRe
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::HookError;
 
     fn hook_status(code: u16) -> Result<Option<Duration>, SyncError> {
         Err(SyncError::Hook(HookError::Status {

@@ -23,7 +23,7 @@ use crate::api::{CompositeController, DecoratorController};
 use crate::hook::jsonnet::SourceWatch;
 use crate::ops::events::Reason;
 use crate::reconcile::composite::{BuildError, CompositeRunner};
-use crate::reconcile::core::{Context, ManagerConfig};
+use crate::reconcile::core::{Context, ManagerConfig, SyncError};
 use crate::reconcile::decide;
 use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
 
@@ -79,7 +79,7 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
     fn release(
         _ctx: Arc<Context>,
         _obj: Self::Object,
-    ) -> impl Future<Output = Result<String, String>> + Send {
+    ) -> impl Future<Output = Result<String, SyncError>> + Send {
         async { Ok(String::new()) }
     }
 }
@@ -147,11 +147,10 @@ impl ControllerKind for DecoratorController {
     fn runs_while_deleting(obj: &DecoratorController) -> bool {
         obj.spec.hooks.as_ref().is_none_or(|h| h.finalize.is_none())
     }
-    async fn release(ctx: Arc<Context>, obj: DecoratorController) -> Result<String, String> {
+    async fn release(ctx: Arc<Context>, obj: DecoratorController) -> Result<String, SyncError> {
         decorator::release_targets(&ctx, &obj)
             .await
             .map(|n| format!("Released {n} target(s) of the deleted DecoratorController"))
-            .map_err(|e| e.to_string())
     }
 }
 

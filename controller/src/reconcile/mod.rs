@@ -14,6 +14,7 @@ pub(crate) mod composite;
 pub(crate) mod core;
 pub(crate) mod decide;
 pub(crate) mod decorator;
+pub(crate) mod error;
 pub(crate) mod expectations;
 pub(crate) mod futile;
 pub(crate) mod identity;

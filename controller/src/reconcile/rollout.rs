@@ -511,7 +511,7 @@ pub fn roll(revisions: &mut [Vec<ControllerRevisionChildren>], view: RolloutView
         }
         let latest = revisions.first().map(Vec::as_slice).unwrap_or_default();
         if let Err(why) = ready_to_continue(latest, view) {
-            return Step::Waiting(why);
+            return Step::Waiting(why.to_string());
         }
         move_to_latest(revisions, &mut claimed, id);
         return Step::Progressing {
@@ -543,7 +543,7 @@ fn move_to_latest(
 pub fn ready_to_continue(
     latest: &[ControllerRevisionChildren],
     view: RolloutView<'_>,
-) -> Result<(), String> {
+) -> Result<(), NotReady> {
     for group in latest {
         let Some(r) = rule(view.rules, &group.api_group, &group.kind) else {
             continue;
@@ -554,24 +554,28 @@ pub fn ready_to_continue(
                 kind: group.kind.clone(),
                 name: name.clone(),
             };
-            let kind = &group.kind;
+            let which = || (group.kind.clone(), name.clone());
             let Some(child) = view.observed.get(&id) else {
-                return Err(format!("missing child {kind} {name}"));
+                let (kind, name) = which();
+                return Err(NotReady::Missing { kind, name });
             };
             let updated = view
                 .latest_desired
                 .get(&id)
                 .is_some_and(|want| up_to_date(child, want, &r.options, view.last_applied));
             if !updated {
-                return Err(format!("child {kind} {name} is not updated yet"));
+                let (kind, name) = which();
+                return Err(NotReady::NotUpdated { kind, name });
             }
             if r.method == ChildUpdateMethod::RollingInPlace && !observed_latest_generation(child) {
-                return Err(format!(
-                    "child {kind} {name} with RollingInPlace update strategy hasn't observed latest spec"
-                ));
+                let (kind, name) = which();
+                return Err(NotReady::OldGeneration { kind, name });
             }
-            status_check(&r.conditions, child)
-                .map_err(|why| format!("child {kind} {name} failed status check: {why}"))?;
+            status_check(&r.conditions, child).map_err(|why| {
+                let (kind, name) = which();
+                let why = Box::new(why);
+                NotReady::StatusCheck { kind, name, why }
+            })?;
         }
     }
     Ok(())
@@ -591,8 +595,73 @@ fn observed_latest_generation(child: &Value) -> bool {
     observed <= 0 || observed >= generation
 }
 
+/// Why a rolling update does not move on to the next child yet (Metacontroller's wording).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// A child of the latest revision is not observed.
+    #[error("missing child {kind} {name}")]
+    Missing {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+    },
+    /// A child of the latest revision is not up to date with its desired state yet.
+    #[error("child {kind} {name} is not updated yet")]
+    NotUpdated {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+    },
+    /// A `RollingInPlace` child has not observed its latest generation.
+    #[error("child {kind} {name} with RollingInPlace update strategy hasn't observed latest spec")]
+    OldGeneration {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+    },
+    /// A child fails its type's `childStatusCheck`.
+    #[error("child {kind} {name} failed status check: {why}")]
+    StatusCheck {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// Which check fails.
+        why: Box<ConditionMismatch>,
+    },
+}
+
+/// How a child's `status.conditions` fail a `childStatusCheck`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConditionMismatch {
+    /// No condition of the checked type.
+    #[error("required condition type missing: {type_:?}")]
+    Missing {
+        /// The condition type.
+        type_: String,
+    },
+    /// The condition's `status` or `reason` (`field`) is not the one wanted.
+    #[error("{type_:?} condition {field} is {found:?} (want {want:?})")]
+    Differs {
+        /// The condition type.
+        type_: String,
+        /// `status` or `reason`.
+        field: &'static str,
+        /// What the child has.
+        found: String,
+        /// What the check wants.
+        want: String,
+    },
+}
+
 /// `childStatusCheck`: every condition check holds on the child's `status.conditions`.
-pub fn status_check(checks: &[StatusConditionCheck], child: &Value) -> Result<(), String> {
+pub fn status_check(
+    checks: &[StatusConditionCheck],
+    child: &Value,
+) -> Result<(), ConditionMismatch> {
     for check in checks {
         let found = child
             .pointer("/status/conditions")
@@ -602,29 +671,21 @@ pub fn status_check(checks: &[StatusConditionCheck], child: &Value) -> Result<()
                     .find(|c| c.get("type").and_then(Value::as_str) == Some(check.type_.as_str()))
             });
         let Some(cond) = found else {
-            return Err(format!(
-                "required condition type missing: {:?}",
-                check.type_
-            ));
+            let type_ = check.type_.clone();
+            return Err(ConditionMismatch::Missing { type_ });
         };
-        let field = |k: &str| cond.get(k).and_then(Value::as_str).unwrap_or_default();
-        if let Some(want) = &check.status
-            && field("status") != want
-        {
-            return Err(format!(
-                "{:?} condition status is {:?} (want {want:?})",
-                check.type_,
-                field("status")
-            ));
-        }
-        if let Some(want) = &check.reason
-            && field("reason") != want
-        {
-            return Err(format!(
-                "{:?} condition reason is {:?} (want {want:?})",
-                check.type_,
-                field("reason")
-            ));
+        for (field, want) in [("status", &check.status), ("reason", &check.reason)] {
+            let found = cond.get(field).and_then(Value::as_str).unwrap_or_default();
+            if let Some(want) = want
+                && found != want
+            {
+                return Err(ConditionMismatch::Differs {
+                    type_: check.type_.clone(),
+                    field,
+                    found: found.to_owned(),
+                    want: want.clone(),
+                });
+            }
         }
     }
     Ok(())
@@ -1064,11 +1125,11 @@ mod tests {
         );
         assert_eq!(status_check(&[], &json!({})), Ok(()));
         assert_eq!(
-            status_check(&[check(None, None)], &json!({"status": {}})),
+            status_check(&[check(None, None)], &json!({"status": {}})).map_err(|e| e.to_string()),
             Err("required condition type missing: \"Ready\"".into())
         );
         assert_eq!(
-            status_check(&[check(None, Some("Hungry"))], &child),
+            status_check(&[check(None, Some("Hungry"))], &child).map_err(|e| e.to_string()),
             Err("\"Ready\" condition reason is \"Fed\" (want \"Hungry\")".into())
         );
     }
