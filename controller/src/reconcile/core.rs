@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::coord::scope::WorkScope;
 use crate::hook::HookOptions;
@@ -439,15 +440,20 @@ impl Triggers {
 pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: CancellationToken) {
     let mut workers = JoinSet::new();
     let circuit: Arc<Circuit<R::Key>> = Arc::default();
+    let reports = TaskTracker::new();
     for _ in 0..reconciler.context().config.workers.max(1) {
         let r = reconciler.clone();
         let circuit = circuit.clone();
+        let reports = reports.clone();
         workers.spawn(async move {
             while let Some((key, waited)) = r.queue().next_timed().await {
                 let metrics = &r.context().config.metrics;
                 metrics.queue_wait(r.name(), waited);
-                process_owned(&r, &circuit, &key).await;
-                r.queue().done(&key);
+                match process_owned(&r, &circuit, &key).await {
+                    // the key is handed out again once its failure is reported
+                    Some(failure) => drop(reports.spawn(report_then_done(r.clone(), key, failure))),
+                    None => r.queue().done(&key),
+                }
                 metrics.queue_depth(r.name(), r.queue().len());
             }
         });
@@ -456,6 +462,8 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
     reconciler.queue().shutdown();
     triggers.stop().await;
     while workers.join_next().await.is_some() {}
+    reports.close();
+    reports.wait().await;
     reconciler
         .context()
         .config
@@ -466,7 +474,11 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
 /// One sync of one key when it is this process's work: always without a work scope; with one
 /// only while the scope gives the key to this process, in the write scope it names (a key that
 /// is another replica's work is dropped: its holder syncs it).
-async fn process_owned<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
+async fn process_owned<R: Reconciler>(
+    r: &Arc<R>,
+    circuit: &Circuit<R::Key>,
+    key: &R::Key,
+) -> Option<FailureReport> {
     let Some(scope) = &r.context().config.work_scope else {
         return process(r, circuit, key).await;
     };
@@ -474,24 +486,85 @@ async fn process_owned<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key
     // has no place yet: its watch event enqueues it again)
     let parent = if scope.by_uid() { r.cached(key) } else { None };
     let uid = parent.as_deref().map(|p| meta_str(p, "uid"));
-    match scope.claim(key.tenant(), uid, Box::pin(process(r, circuit, key))) {
+    let mut failure = None;
+    let sync = async { failure = process(r, circuit, key).await };
+    match scope.claim(key.tenant(), uid, Box::pin(sync)) {
         Some(sync) => sync.await,
         None => r.queue().forget(key),
     }
+    failure
+}
+
+/// A failed sync's report, made after the sync by a task of its own (see [`report_then_done`]).
+struct FailureReport {
+    /// The version the sync read (the failure is reported on it).
+    object: Arc<Value>,
+    /// The failure.
+    message: String,
+    /// The sync's span, so the report's log lines carry its controller, object and trace id.
+    span: tracing::Span,
+}
+
+/// Reports a failed sync (a `SyncError` event and the `Synced=False` condition, through the
+/// reports' own client) in the work scope of its key, then lets the queue hand the key out again.
+/// The worker that ran the sync has moved on: the reports of many failing parents, waiting for
+/// their client's tokens, never hold the workers a healthy parent's change waits for, and a
+/// key's next sync still never overlaps its report (Metacontroller records events
+/// asynchronously too, `pkg/events/events.go`).
+async fn report_then_done<R: Reconciler>(r: Arc<R>, key: R::Key, failure: FailureReport) {
+    use tracing::Instrument as _;
+    let FailureReport {
+        object,
+        message,
+        span,
+    } = failure;
+    let report = async {
+        let note = format!("Sync error: {message}");
+        r.context().event(&object, Reason::SyncError, note).await;
+        if let Err(err) = r.report_failure(&object, &message).await {
+            tracing::warn!(error = %err, "writing the SyncError condition failed");
+        }
+    };
+    let report = report.instrument(span);
+    match &r.context().config.work_scope {
+        None => report.await,
+        Some(scope) => {
+            let uid = Some(meta_str(&object, "uid"));
+            // no longer this replica's work: its new holder reports its own failures
+            if let Some(claimed) = scope.claim(key.tenant(), uid, Box::pin(report)) {
+                claimed.await;
+            }
+        }
+    }
+    r.queue().done(&key);
 }
 
 /// One sync of one key, in a `sync` span carrying the controller, the object and the trace id
 /// its hook requests carry in `traceparent` (events inside it do not repeat them).
-async fn process<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
+async fn process<R: Reconciler>(
+    r: &Arc<R>,
+    circuit: &Circuit<R::Key>,
+    key: &R::Key,
+) -> Option<FailureReport> {
     use tracing::Instrument as _;
     let trace = TraceId::new();
     let span = tracing::info_span!("sync", controller = %r.name(), parent = %key.log_name(), trace_id = %trace);
-    in_trace(trace, process_in_span(r, circuit, key))
-        .instrument(span)
+    let failure = in_trace(trace, process_in_span(r, circuit, key))
+        .instrument(span.clone())
         .await;
+    failure.map(|(object, message)| FailureReport {
+        object,
+        message,
+        span,
+    })
 }
 
-async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, key: &R::Key) {
+/// One sync; returns the failure to report on the version it read, if it failed.
+async fn process_in_span<R: Reconciler>(
+    r: &Arc<R>,
+    circuit: &Circuit<R::Key>,
+    key: &R::Key,
+) -> Option<(Arc<Value>, String)> {
     let metrics = &r.context().config.metrics;
     let changed = r.queue().take_changed(key);
     match circuit.gate(key, changed, tokio::time::Instant::now()) {
@@ -499,13 +572,13 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
         Gate::Park => {
             tracing::debug!("hook circuit open: waiting for it to close");
             metrics.reconcile(r.name(), ReconcileResult::Parked, Duration::ZERO);
-            return;
+            return None;
         }
         Gate::Early(left) => {
             // an event brought the probe before its time: back at its time
             r.queue().add_after(key.clone(), left);
             metrics.reconcile(r.name(), ReconcileResult::Parked, Duration::ZERO);
-            return;
+            return None;
         }
     }
     let deadline = r.context().config.watch_sync_deadline;
@@ -552,16 +625,10 @@ async fn process_in_span<R: Reconciler>(r: &Arc<R>, circuit: &Circuit<R::Key>, k
             // a parked key waits for the circuit instead of a backoff of its own
             let delay = (!parked).then(|| r.queue().add_rate_limited(key.clone()));
             tracing::warn!(error = %e, ?delay, "sync failed");
-            if let Some(obj) = read {
-                r.context()
-                    .event(&obj, Reason::SyncError, format!("Sync error: {e}"))
-                    .await;
-                if let Err(err) = r.report_failure(&obj, &e.to_string()).await {
-                    tracing::warn!(error = %err, "writing the SyncError condition failed");
-                }
-            }
+            return read.map(|obj| (obj, e.to_string()));
         }
     }
+    None
 }
 
 /// What a sync's result says about the hook endpoint: only a failure to reach it (no connection,
