@@ -53,9 +53,9 @@ use crate::api::{
     CompositeControllerSpec,
 };
 use crate::hook::local::{HookFailure, LocalHook};
-use crate::reconcile::ManagerConfig;
 use crate::reconcile::composite::{BuildError, CompositeRunner, LocalHooks};
 use crate::reconcile::core::Context;
+use crate::reconcile::{ManagerConfig, Wiring};
 
 /// Why an in-process controller cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +96,7 @@ pub struct Composite {
     finalize: Option<LocalHook>,
     customize: Option<LocalHook>,
     config: ManagerConfig,
+    wiring: Wiring,
     schema_atomic_lists: bool,
 }
 
@@ -130,6 +131,7 @@ impl Composite {
             finalize: None,
             customize: None,
             config: ManagerConfig::default(),
+            wiring: Wiring::default(),
             schema_atomic_lists: false,
         }
     }
@@ -212,9 +214,16 @@ impl Composite {
         self
     }
 
-    /// The settings `kmeta run` takes from flags (workers, metrics registry, event limits, …).
+    /// The settings `kmeta run` takes from flags (workers, event limits, …).
     pub fn config(mut self, config: ManagerConfig) -> Composite {
         self.config = config;
+        self
+    }
+
+    /// What the controller shares with the process around it (its metrics registry, readiness,
+    /// clients of their own): see [`Wiring`].
+    pub fn wiring(mut self, wiring: Wiring) -> Composite {
+        self.wiring = wiring;
         self
     }
 
@@ -346,7 +355,11 @@ impl Composite {
     /// parent resource without a status subresource).
     pub async fn run(mut self, stop: CancellationToken) -> Result<(), EmbedError> {
         let (cc, local) = self.controller()?;
-        let ctx = Context::new(self.client.clone(), self.config.clone());
+        let ctx = Context::wired(
+            self.client.clone(),
+            self.config.clone(),
+            self.wiring.clone(),
+        );
         tokio::spawn(refresh_discovery(ctx.clone(), stop.clone()));
         loop {
             if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {

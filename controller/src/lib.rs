@@ -43,7 +43,7 @@ pub mod cmd;
 
 pub mod embed;
 
-pub use reconcile::{Context, DiscoveryClient, ManagerConfig};
+pub use reconcile::{Context, ManagerConfig, Wiring};
 pub use runtime::cache::PendingWatches;
 /// The cache's form of a watched object, a resolved resource and the work queue (for the
 /// benchmarks).

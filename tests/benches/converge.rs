@@ -153,10 +153,7 @@ async fn main() -> anyhow::Result<()> {
         .crd("Thing", "things")
         .hook(hook(children))
         .controller(Cc::new("bench-cc"))
-        .config(ManagerConfig {
-            workers,
-            ..ManagerConfig::default()
-        })
+        .config(ManagerConfig::default().workers(workers))
         .start()
         .await?;
     // keep no request bodies: over thousands of syncs they, not kmeta, fill the memory

@@ -81,10 +81,7 @@ async fn converge(
         .attachments(json!([{"apiVersion": "v1", "resource": "services"}]))
         .patch(hooks);
     s.decorator(dc).await?;
-    s.start_controller_with(ManagerConfig {
-        workers,
-        ..ManagerConfig::default()
-    });
+    s.start_controller_with(ManagerConfig::default().workers(workers));
     let ns = s.ns.clone();
     let client = s.client.clone();
     let started = Instant::now();

@@ -421,6 +421,7 @@ impl Env {
     /// Starts the controller (only this scenario's CompositeControllers).
     pub fn start_controller_with(&mut self, config: ManagerConfig) {
         let config = self.scenario_config(config);
+        let wiring = self.scenario_wiring();
         let client = self.controller_client.clone();
         let stop = self.stop.clone();
         if self.rbac {
@@ -436,12 +437,12 @@ impl Env {
                     eprintln!("{}: {e:#}", rbac::RBAC_ENV);
                 }
                 let _keeper = rbac::keep_role(admin, related, keep);
-                kmeta::reconcile::manager::run(client, config, stop).await
+                kmeta::reconcile::manager::run_wired(client, config, wiring, stop).await
             }));
             return;
         }
-        self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run(
-            client, config, stop,
+        self.manager = Some(tokio::spawn(kmeta::reconcile::manager::run_wired(
+            client, config, wiring, stop,
         )));
     }
 
@@ -464,12 +465,7 @@ impl Env {
     /// `config` as this scenario runs it: only its CompositeControllers, its metrics, discovery
     /// at least every second.
     fn scenario_config(&self, mut config: ManagerConfig) -> ManagerConfig {
-        if let Some((reports, discovery)) = &self.own_clients {
-            config.reports_client = kmeta::DiscoveryClient(Some(reports.clone()));
-            config.discovery_client = kmeta::DiscoveryClient(Some(discovery.clone()));
-        }
         config.target_label_selector = Some(format!("kmeta-test={}", self.id));
-        config.metrics = self.metrics.clone();
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
         if config.hook.jsonnet.worker.is_none() {
             config.hook.jsonnet.worker = jsonnet_worker();
@@ -477,10 +473,24 @@ impl Env {
         config
     }
 
+    /// What the controller shares with this scenario: its metrics registry, and the clients of
+    /// their own [`Env::limit_controller_requests`] made.
+    fn scenario_wiring(&self) -> kmeta::Wiring {
+        let wiring = kmeta::Wiring::default().metrics(self.metrics.clone());
+        match &self.own_clients {
+            Some((reports, discovery)) => wiring
+                .reports_client(reports.clone())
+                .discovery_client(discovery.clone()),
+            None => wiring,
+        }
+    }
+
     /// Runs a CompositeController with in-process hooks (kmeta as a library) with `config` as
     /// the scenario runs it, until [`Env::stop_controller`] or the end of the scenario.
     pub fn start_in_process(&mut self, composite: kmeta::embed::Composite, config: ManagerConfig) {
-        let composite = composite.config(self.scenario_config(config));
+        let composite = composite
+            .config(self.scenario_config(config))
+            .wiring(self.scenario_wiring());
         self.in_process
             .push(tokio::spawn(composite.run(self.stop.clone())));
     }

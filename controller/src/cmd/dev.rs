@@ -617,7 +617,8 @@ pub async fn run(
         progress,
         stop.clone(),
     ));
-    crate::cmd::run::run_manager(client, config, stop, Duration::from_secs(10))
+    let manager = (config, crate::reconcile::Wiring::default());
+    crate::cmd::run::run_manager(client, manager, stop, Duration::from_secs(10))
         .await
         .map_err(|e| DevError::Server(e.to_string()))?;
     env.server.shutdown().await;

@@ -16,7 +16,7 @@ use crate::ops::client;
 use crate::ops::health::{self, HealthError, Probes};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
-use crate::reconcile::core::{DiscoveryClient, ManagerConfig};
+use crate::reconcile::core::{ManagerConfig, Wiring};
 use crate::runtime::shard_watch::WatchShards;
 
 /// Where the pod's namespace is mounted in a cluster.
@@ -101,16 +101,23 @@ fn limits(config: &RunConfig) -> RateLimit {
     }
 }
 
-/// The manager's settings from `config` and its wiring (metrics, probes, clients, shards): the
-/// one place `kmeta run` builds its [`ManagerConfig`].
+/// The manager's settings from `config`, and its wiring (metrics, probes, clients, shards): the
+/// one place `kmeta run` builds its [`ManagerConfig`] and [`Wiring`].
 fn manager_config(
     config: &RunConfig,
     metrics: &Arc<Metrics>,
     probes: &Probes,
     clients: &Clients,
     shards: Option<&Arc<Shards>>,
-) -> ManagerConfig {
-    ManagerConfig {
+) -> Manager {
+    let mut wiring = Wiring::default()
+        .metrics(metrics.clone())
+        .ready(probes.synced.clone())
+        .pending_watches(probes.pending_watches.clone())
+        .discovery_client(clients.discovery.clone())
+        .reports_client(clients.reports.clone());
+    wiring.work_scope = shards.cloned().map(|s| s as _);
+    let settings = ManagerConfig {
         workers: config.workers,
         discovery_interval: config.discovery_interval,
         cache_flush_interval: config.cache_flush_interval,
@@ -122,28 +129,26 @@ fn manager_config(
         ssa_field_manager: config.ssa_field_manager.clone(),
         default_service_account: config.default_service_account.clone(),
         reporting_instance: std::env::var("POD_NAME").ok(),
-        metrics: metrics.clone(),
-        ready: probes.synced.clone(),
-        pending_watches: probes.pending_watches.clone(),
-        discovery_client: DiscoveryClient(Some(clients.discovery.clone())),
-        reports_client: DiscoveryClient(Some(clients.reports.clone())),
-        work_scope: shards.cloned().map(|s| s as _),
         hook: crate::hook::HookOptions {
             jsonnet: crate::hook::jsonnet::this_binary(),
             ..crate::hook::HookOptions::default()
         },
         ..ManagerConfig::default()
-    }
+    };
+    (settings, wiring)
 }
+
+/// A manager's settings and wiring.
+type Manager = (ManagerConfig, Wiring);
 
 /// Runs the manager until `stop`, then gives in-flight syncs `bound` to finish.
 pub async fn run_manager(
     client: kube::Client,
-    config: ManagerConfig,
+    (config, wiring): Manager,
     stop: CancellationToken,
     bound: Duration,
 ) -> Result<(), kube::Error> {
-    let work = crate::reconcile::manager::run(client, config, stop.clone());
+    let work = crate::reconcile::manager::run_wired(client, config, wiring, stop.clone());
     tokio::pin!(work);
     tokio::select! {
         r = &mut work => return r,
@@ -216,7 +221,7 @@ type ManagerFailure = Arc<std::sync::Mutex<Option<kube::Error>>>;
 async fn run_manager_into(
     slot: ManagerFailure,
     client: kube::Client,
-    manager: ManagerConfig,
+    manager: Manager,
     token: CancellationToken,
     bound: Duration,
 ) {
@@ -241,7 +246,7 @@ async fn run_elected_manager(
     lease_client: kube::Client,
     leader: LeaderConfig,
     client: kube::Client,
-    manager: ManagerConfig,
+    manager: Manager,
     shutdown: CancellationToken,
     bound: Duration,
 ) -> Result<(), RunError> {
@@ -261,7 +266,7 @@ async fn run_sharded_manager(
     lease_client: kube::Client,
     cfg: ShardConfig,
     client: kube::Client,
-    manager: ManagerConfig,
+    manager: Manager,
     shutdown: CancellationToken,
     bound: Duration,
 ) -> Result<(), RunError> {

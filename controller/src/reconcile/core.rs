@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,155 +17,23 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::coord::scope::WorkScope;
-use crate::hook::HookOptions;
 use crate::hook::trace::{TraceId, in_trace};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
-use crate::ops::metrics::{Metrics, ReconcileResult};
+use crate::ops::metrics::ReconcileResult;
 use crate::ops::ratelimit::RateLimit;
 use crate::reconcile::circuit::{self, Circuit, Effect, Gate, Outcome};
+pub use crate::reconcile::config::{
+    CHILD_WRITES_IN_FLIGHT_TOTAL, MIN_RESYNC_AFTER, ManagerConfig, WATCH_SYNC_DEADLINE, Wiring,
+};
 use crate::reconcile::decide;
 pub(crate) use crate::reconcile::error::api_err;
 pub use crate::reconcile::error::{FailureClass, SyncError};
 use crate::reconcile::identity::Identities;
 pub use crate::reconcile::identity::Writer;
-use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, PendingWatches, Watch};
+use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, Watch};
 use crate::runtime::queue::{Queue, Tenant};
 use crate::runtime::resources::Resources;
-
-/// Default of [`ManagerConfig::child_writes_in_flight`]: 40, the per-sync bound
-/// (`CHILD_WRITES_IN_FLIGHT` of the children step, 8) times the default 5 workers.
-pub const CHILD_WRITES_IN_FLIGHT_TOTAL: usize = 40;
-
-/// Settings of the manager and every controller it runs.
-#[derive(Debug, Clone)]
-pub struct ManagerConfig {
-    /// Concurrent syncs per CompositeController or DecoratorController. Default 5 (Metacontroller `--workers`).
-    pub workers: usize,
-    /// Child writes in flight at once across every sync of the manager. Default
-    /// [`CHILD_WRITES_IN_FLIGHT_TOTAL`] (40, kmeta's: 8 per sync × the default 5 workers). Each
-    /// write in flight holds a connection to the API server with its buffers: without a bound,
-    /// 50 workers held ~475 connections and 20 MiB more than 5 workers at 1000 × 10 children
-    /// (`cargo bench -p kmeta-tests --bench scale`), for no faster converge on 2 cores.
-    pub child_writes_in_flight: usize,
-    /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
-    pub discovery_interval: Duration,
-    /// Every watch relists this often (None: never). Default 30 min (Metacontroller
-    /// `--cache-flush-interval`).
-    pub cache_flush_interval: Option<Duration>,
-    /// Hook transport settings (16 MiB response cap by default).
-    pub hook: HookOptions,
-    /// Customize response cache lifetime. Default 20 min (Metacontroller's customize cache TTL).
-    pub customize_cache_ttl: Duration,
-    /// Event reporter name. Default `metacontroller` (Metacontroller's component name, so event
-    /// filters carry over).
-    pub reporter: String,
-    /// The Events' `reportingInstance` (which replica reported). Default none; `kmeta run` sets
-    /// it from `$POD_NAME` (set by the Downward API in `deploy/`).
-    pub reporting_instance: Option<String>,
-    /// Prometheus registry shared with the `/metrics` endpoint. Default: a fresh registry.
-    pub metrics: Arc<Metrics>,
-    /// Set once every running controller's watches have synced (the `/readyz` signal).
-    /// Default: a fresh flag, false.
-    pub ready: Arc<AtomicBool>,
-    /// The watches that have not finished their first list (what `/readyz` names while not
-    /// ready). Default: a fresh, empty set.
-    pub pending_watches: Arc<PendingWatches>,
-    /// How long a sync waits for its watches' first list before it is retried with backoff
-    /// instead. Default [`WATCH_SYNC_DEADLINE`] (30 s).
-    pub watch_sync_deadline: Duration,
-    /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot
-    /// turn one parent into a hook-call loop. Default [`MIN_RESYNC_AFTER`] (zero: none, as
-    /// Metacontroller; `--min-resync-after` opts in).
-    pub min_resync_after: Duration,
-    /// How long a sync waits for the watch to show a child write (create, update, delete) an
-    /// earlier sync of the same parent made (see `docs/design/created-children.md`); after that
-    /// the write is reported (`ChildNotObserved`) and the sync goes on without it. Default
-    /// [`CREATE_EXPECTATION_TTL`](crate::reconcile::CREATE_EXPECTATION_TTL) (5 min, Kubernetes'
-    /// `ExpectationsTimeout`).
-    pub created_children_wait: Duration,
-    /// Only CompositeControllers and DecoratorControllers whose labels match this selector are
-    /// run (Metacontroller `--target-label-selector`). Default: none, every one.
-    pub target_label_selector: Option<String>,
-    /// Events per second for one (object, reason) once its burst is spent. Default 1/300 (one
-    /// per 5 minutes: Metacontroller `--events-qps`, client-go's event spam filter).
-    pub events_qps: f64,
-    /// Events one (object, reason) may emit before `events_qps` applies. Default 25
-    /// (Metacontroller `--events-burst`).
-    pub events_burst: u32,
-    /// How children are written, unless a controller's `kmeta.dev/apply-strategy` annotation
-    /// says otherwise. Default dynamic apply (Metacontroller `--apply-strategy`).
-    pub apply_strategy: crate::reconcile::apply::ApplyStrategy,
-    /// Prefix of the per-parent field managers of child writes. Default `metacontroller`
-    /// (Metacontroller `--apply-strategy-ssa-field-manager`).
-    pub ssa_field_manager: String,
-    /// The client discovery runs with. Default: none, the manager's client. `kmeta run` gives
-    /// discovery a client of its own (its own token bucket, as Metacontroller's discovery
-    /// client has), so periodic discovery does not spend the tokens of child and status writes.
-    pub discovery_client: DiscoveryClient,
-    /// The client failures are reported with: Events, and the `Synced=False` (and `Paused`)
-    /// conditions kmeta adds. Default: none, the manager's client. `kmeta run` gives reports a
-    /// client of their own (its own token bucket at `--client-go-qps` and `--client-go-burst`,
-    /// as Metacontroller's event broadcaster has its own clientset, `pkg/events/events.go`), so
-    /// the reports of failing parents never spend the tokens a healthy parent's child and status
-    /// writes wait for (Metacontroller writes no condition at all).
-    pub reports_client: DiscoveryClient,
-    /// The ServiceAccount (name) every controller that names none in `spec.serviceAccountName`
-    /// has its child writes and related reads made as, in the parent's namespace (or the
-    /// controller's `spec.serviceAccountNamespace`): impersonation made mandatory, as Flux's
-    /// `--default-service-account`. Default none: such controllers write as kmeta's own
-    /// identity, as Metacontroller (`docs/design/per-controller-service-account.md`).
-    pub default_service_account: Option<String>,
-    /// Which parents are this process's work, and the write scope each sync runs in. Default
-    /// none: every parent is this process's work. `kmeta run` sets the share of the fleet this
-    /// replica holds when the fleet is split between replicas ([`WorkScope`]).
-    pub work_scope: Option<Arc<dyn WorkScope>>,
-}
-
-/// A client of its own for one kind of request (see [`ManagerConfig::discovery_client`] and
-/// [`ManagerConfig::reports_client`]).
-#[derive(Clone, Default)]
-pub struct DiscoveryClient(pub Option<kube::Client>);
-
-impl std::fmt::Debug for DiscoveryClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            Some(_) => "DiscoveryClient(own client)",
-            None => "DiscoveryClient(the manager's client)",
-        })
-    }
-}
-
-impl Default for ManagerConfig {
-    fn default() -> Self {
-        ManagerConfig {
-            workers: 5,
-            child_writes_in_flight: CHILD_WRITES_IN_FLIGHT_TOTAL,
-            discovery_interval: Duration::from_secs(30),
-            cache_flush_interval: Some(Duration::from_secs(30 * 60)),
-            hook: HookOptions::default(),
-            customize_cache_ttl: Duration::from_secs(20 * 60),
-            reporter: "metacontroller".into(),
-            reporting_instance: None,
-            metrics: Arc::new(Metrics::default()),
-            ready: Arc::new(AtomicBool::new(false)),
-            pending_watches: Arc::new(PendingWatches::default()),
-            watch_sync_deadline: WATCH_SYNC_DEADLINE,
-            min_resync_after: MIN_RESYNC_AFTER,
-            created_children_wait: crate::reconcile::expectations::CREATE_EXPECTATION_TTL,
-            target_label_selector: None,
-            events_qps: 1.0 / 300.0,
-            events_burst: 25,
-            apply_strategy: crate::reconcile::apply::ApplyStrategy::default(),
-            ssa_field_manager: "metacontroller".into(),
-            discovery_client: DiscoveryClient::default(),
-            reports_client: DiscoveryClient::default(),
-            default_service_account: None,
-            work_scope: None,
-        }
-    }
-}
 
 /// Shared by every controller of a manager.
 pub struct Context {
@@ -174,6 +41,8 @@ pub struct Context {
     pub client: kube::Client,
     /// Settings.
     pub config: ManagerConfig,
+    /// What the manager shares with the process around it.
+    pub wiring: Wiring,
     /// Discovered resources.
     pub(crate) resources: Resources,
     /// Shared watches.
@@ -205,36 +74,35 @@ impl std::fmt::Debug for Context {
 impl Context {
     /// The client discovery runs with: its own when the configuration gives one.
     pub fn discovery_client(&self) -> &kube::Client {
-        self.config
+        self.wiring
             .discovery_client
-            .0
             .as_ref()
             .unwrap_or(&self.client)
     }
 
     /// The client failures are reported with (Events, and the `Synced=False` and `Paused`
-    /// conditions): its own when the configuration gives one ([`ManagerConfig::reports_client`]).
+    /// conditions): its own when the wiring gives one ([`Wiring::reports_client`]).
     pub fn report_client(&self) -> &kube::Client {
-        self.config
-            .reports_client
-            .0
-            .as_ref()
-            .unwrap_or(&self.client)
+        self.wiring.reports_client.as_ref().unwrap_or(&self.client)
     }
 
-    /// A context for `client`.
+    /// A context for `client` with `config` and a fresh [`Wiring`].
     pub fn new(client: kube::Client, config: ManagerConfig) -> Arc<Context> {
+        Context::wired(client, config, Wiring::default())
+    }
+
+    /// A context for `client` with `config`, shared with the process around it by `wiring`.
+    pub fn wired(client: kube::Client, config: ManagerConfig, wiring: Wiring) -> Arc<Context> {
         let recorder = Recorder::new(
-            config
+            wiring
                 .reports_client
-                .0
                 .clone()
                 .unwrap_or_else(|| client.clone()),
             config.reporter.clone(),
             config.reporting_instance.clone(),
         );
         let child_writes = tokio::sync::Semaphore::new(config.child_writes_in_flight.max(1));
-        let events = EventSender::new(recorder, config.metrics.clone());
+        let events = EventSender::new(recorder, wiring.metrics.clone());
         let spam = SpamFilter::new(RateLimit {
             qps: config.events_qps,
             burst: config.events_burst,
@@ -245,12 +113,13 @@ impl Context {
             informers: Informers::new(
                 client.clone(),
                 config.cache_flush_interval,
-                config.pending_watches.clone(),
+                wiring.pending_watches.clone(),
             )
-            .with_split(config.work_scope.as_ref().and_then(|s| s.watch_split())),
+            .with_split(wiring.work_scope.as_ref().and_then(|s| s.watch_split())),
             resources: Resources::default(),
             client,
             config,
+            wiring,
             events,
             spam,
             contests: Mutex::default(),
@@ -299,7 +168,7 @@ impl Context {
 
     async fn publish(&self, obj: &Value, warning: bool, reason: &str, note: String) {
         if !self.event_allowed(obj, reason) {
-            self.config.metrics.event_dropped();
+            self.wiring.metrics.event_dropped();
             tracing::debug!(reason, "event dropped by the spam filter");
             return;
         }
@@ -447,7 +316,7 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
         let reports = reports.clone();
         workers.spawn(async move {
             while let Some((key, waited)) = r.queue().next_timed().await {
-                let metrics = &r.context().config.metrics;
+                let metrics = &r.context().wiring.metrics;
                 metrics.queue_wait(r.name(), waited);
                 match process_owned(&r, &circuit, &key).await {
                     // the key is handed out again once its failure is reported
@@ -466,7 +335,7 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
     reports.wait().await;
     reconciler
         .context()
-        .config
+        .wiring
         .metrics
         .controller_stopped(reconciler.name());
 }
@@ -479,7 +348,7 @@ async fn process_owned<R: Reconciler>(
     circuit: &Circuit<R::Key>,
     key: &R::Key,
 ) -> Option<FailureReport> {
-    let Some(scope) = &r.context().config.work_scope else {
+    let Some(scope) = &r.context().wiring.work_scope else {
         return process(r, circuit, key).await;
     };
     // the parent's uid from the cache, when the scope places parents by uid (a parent not cached
@@ -526,7 +395,7 @@ async fn report_then_done<R: Reconciler>(r: Arc<R>, key: R::Key, failure: Failur
         }
     };
     let report = report.instrument(span);
-    match &r.context().config.work_scope {
+    match &r.context().wiring.work_scope {
         None => report.await,
         Some(scope) => {
             let uid = Some(meta_str(&object, "uid"));
@@ -565,7 +434,7 @@ async fn process_in_span<R: Reconciler>(
     circuit: &Circuit<R::Key>,
     key: &R::Key,
 ) -> Option<(Arc<Value>, String)> {
-    let metrics = &r.context().config.metrics;
+    let metrics = &r.context().wiring.metrics;
     let changed = r.queue().take_changed(key);
     match circuit.gate(key, changed, tokio::time::Instant::now()) {
         Gate::Run => {}
@@ -678,10 +547,6 @@ fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
     }
 }
 
-/// How long a sync waits for its watches' first list before it is retried instead, by default: 30 s
-/// (kmeta's; the parent watch had the same bound before every watch was waited for).
-pub const WATCH_SYNC_DEADLINE: Duration = Duration::from_secs(30);
-
 /// Waits until every watch has finished its first list; `Err` names the first one that has not
 /// within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
 /// the old objects until the new list replaces them, so no sync sees an emptied cache.
@@ -703,10 +568,6 @@ pub async fn wait_for_watches(
     }
     Ok(())
 }
-
-/// The default shortest resync a hook can ask for: none (zero), as Metacontroller — a floor
-/// would delay a resync a hook written for it asked for; `--min-resync-after` opts in.
-pub const MIN_RESYNC_AFTER: Duration = Duration::ZERO;
 
 /// When to resync after a hook asked for `requested`: never sooner than `min`.
 pub fn resync_delay(requested: Duration, min: Duration) -> Duration {

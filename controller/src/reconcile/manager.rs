@@ -23,7 +23,7 @@ use crate::api::{CompositeController, DecoratorController};
 use crate::hook::jsonnet::SourceWatch;
 use crate::ops::events::Reason;
 use crate::reconcile::composite::{BuildError, CompositeRunner};
-use crate::reconcile::core::{Context, ManagerConfig, SyncError};
+use crate::reconcile::core::{Context, ManagerConfig, SyncError, Wiring};
 use crate::reconcile::decide;
 use crate::reconcile::decorator::{self, DecoratorBuildError, DecoratorRunner};
 
@@ -375,7 +375,18 @@ pub async fn run(
     config: ManagerConfig,
     stop: CancellationToken,
 ) -> Result<(), kube::Error> {
-    let ctx = Context::new(client.clone(), config);
+    run_wired(client, config, Wiring::default(), stop).await
+}
+
+/// As [`run`], sharing `wiring` (metrics, readiness, extra clients, the work scope) with the
+/// process around the manager.
+pub async fn run_wired(
+    client: kube::Client,
+    config: ManagerConfig,
+    wiring: Wiring,
+    stop: CancellationToken,
+) -> Result<(), kube::Error> {
+    let ctx = Context::wired(client.clone(), config, wiring);
     if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
         tracing::warn!(error = %e, "initial discovery failed; retrying in the background");
     }
@@ -400,7 +411,7 @@ pub async fn run(
         watch_kind::<CompositeController>(&ctx, &readiness, &stop),
         watch_kind::<DecoratorController>(&ctx, &readiness, &stop),
     );
-    ctx.config.ready.store(false, Ordering::SeqCst);
+    ctx.wiring.ready.store(false, Ordering::SeqCst);
     Ok(())
 }
 
@@ -411,13 +422,13 @@ async fn count_watched(ctx: Arc<Context>, stop: CancellationToken) {
     loop {
         let mut now = std::collections::HashSet::new();
         for w in ctx.informers.sizes() {
-            let metrics = &ctx.config.metrics;
+            let metrics = &ctx.wiring.metrics;
             metrics.watch_objects(&w.resource, w.sharded, w.objects);
             metrics.watch_streams(&w.resource, w.sharded, w.streams);
             now.insert((w.resource, w.sharded));
         }
         for (resource, sharded) in shown.difference(&now) {
-            ctx.config.metrics.forget_watch(resource, *sharded);
+            ctx.wiring.metrics.forget_watch(resource, *sharded);
         }
         shown = now;
         tokio::select! {
@@ -477,7 +488,7 @@ async fn watch_kind<K: ControllerKind>(
                 if std::mem::take(&mut first) {
                     readiness.unlisted.fetch_sub(1, Ordering::SeqCst);
                 }
-                readiness.update(&ctx.config.ready);
+                readiness.update(&ctx.wiring.ready);
             }
             Err(e) => tracing::warn!(kind = K::KIND, error = %e, "controller watch error"),
         }
@@ -504,7 +515,7 @@ impl<K: ControllerKind> Controllers<K> {
             keep
         });
         for obj in listed {
-            let guard = readiness.map(|r| PendingGuard::new(r, &self.ctx.config.ready));
+            let guard = readiness.map(|r| PendingGuard::new(r, &self.ctx.wiring.ready));
             self.upsert(obj, guard);
         }
     }

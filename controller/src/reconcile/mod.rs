@@ -11,6 +11,7 @@ pub(crate) mod apply;
 pub(crate) mod children;
 pub(crate) mod circuit;
 pub(crate) mod composite;
+pub(crate) mod config;
 pub(crate) mod core;
 pub(crate) mod decide;
 pub(crate) mod decorator;
@@ -31,6 +32,6 @@ pub use apply::{ApplyStrategy, LAST_APPLIED_OPTION, STRATEGY_ANNOTATION, field_m
 pub use expectations::CREATE_EXPECTATION_TTL;
 // with the defaults its documentation names
 pub use core::{
-    CHILD_WRITES_IN_FLIGHT_TOTAL, Context, DiscoveryClient, MIN_RESYNC_AFTER, ManagerConfig,
-    WATCH_SYNC_DEADLINE,
+    CHILD_WRITES_IN_FLIGHT_TOTAL, Context, MIN_RESYNC_AFTER, ManagerConfig, WATCH_SYNC_DEADLINE,
+    Wiring,
 };

@@ -120,13 +120,13 @@ pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> T
         let r = r.clone();
         t.every(period, move || resync_all(r.as_ref(), || Duration::ZERO));
     }
-    if let Some(scope) = r.context().config.work_scope.clone() {
+    if let Some(scope) = r.context().wiring.work_scope.clone() {
         let gains = r.clone();
         let enqueue = move |gained: ParentTest<'_>| enqueue_where(gains.as_ref(), gained);
         t.spawn(scope.clone().follow_gains(Box::new(enqueue)));
         let count = r.clone();
         let count = move |mine: ParentTest<'_>| count.count_where(mine);
-        let metrics = r.context().config.metrics.clone();
+        let metrics = r.context().wiring.metrics.clone();
         t.spawn(scope.report_share(metrics, r.name(), Box::new(count)));
     }
     t

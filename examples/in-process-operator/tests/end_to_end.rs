@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kmeta::ManagerConfig;
 use kmeta::ops::metrics::Metrics;
 use kmeta_apiserver::{Operation, TestServer};
 use kmeta_example_in_process_operator::{Frontend, FrontendSpec, controller};
@@ -87,11 +86,8 @@ async fn the_injected_sidecar_survives_updates_and_a_resync_writes_nothing() -> 
 
     let stop = tokio_util::sync::CancellationToken::new();
     let metrics = Arc::new(Metrics::default());
-    let config = ManagerConfig {
-        metrics: metrics.clone(),
-        ..ManagerConfig::default()
-    };
-    let operator = controller(client.clone(), Duration::from_secs(1)).config(config);
+    let wiring = kmeta::Wiring::default().metrics(metrics.clone());
+    let operator = controller(client.clone(), Duration::from_secs(1)).wiring(wiring);
     let operator = tokio::spawn(operator.run(stop.clone()));
 
     let spec = FrontendSpec {

@@ -123,10 +123,9 @@ async fn resyncs_still_act_on_an_edited_child_and_on_a_new_answer() -> anyhow::R
             }))
         })
         .controller(Cc::new("unchanged-cc"))
-        .config(kmeta::ManagerConfig {
-            min_resync_after: std::time::Duration::from_millis(100),
-            ..Default::default()
-        })
+        .config(
+            kmeta::ManagerConfig::default().min_resync_after(std::time::Duration::from_millis(100)),
+        )
         .parent("p", json!({}))
         .start()
         .await?;

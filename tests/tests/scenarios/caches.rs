@@ -182,10 +182,7 @@ async fn a_created_child_the_watch_never_shows_is_reported() -> anyhow::Result<(
         .crd("Thing", "things")
         .hook(five_children)
         .controller(Cc::new("things-cc"))
-        .config(kmeta::ManagerConfig {
-            created_children_wait: Duration::from_millis(300),
-            ..Default::default()
-        })
+        .config(kmeta::ManagerConfig::default().created_children_wait(Duration::from_millis(300)))
         .start()
         .await?;
     let Some(lag) = lagging_child_watch(&s, Duration::from_secs(4)) else {
@@ -294,10 +291,9 @@ async fn an_unsynced_child_watch_makes_the_sync_a_retry() -> anyhow::Result<()> 
     };
     // the restarted controller's child list takes longer than a sync waits for it
     let started = Instant::now();
-    s.start_controller_with(kmeta::ManagerConfig {
-        watch_sync_deadline: Duration::from_millis(300),
-        ..Default::default()
-    });
+    s.start_controller_with(
+        kmeta::ManagerConfig::default().watch_sync_deadline(Duration::from_millis(300)),
+    );
     s.parent("p", json!({})).await?;
     until("a sync retried while the child watch lists", || {
         s.metrics.reconcile_count("things-cc", "retry") > 0
@@ -337,10 +333,7 @@ async fn a_relist_resyncs_every_parent() -> anyhow::Result<()> {
             Reply::Json(json!({"status": {}, "children": children}))
         })
         .controller(Cc::new("resync-cc"))
-        .config(kmeta::ManagerConfig {
-            cache_flush_interval: Some(Duration::from_secs(1)),
-            ..Default::default()
-        })
+        .config(kmeta::ManagerConfig::default().cache_flush_interval(Some(Duration::from_secs(1))))
         .parent("p", json!({}))
         .start()
         .await?;

@@ -132,11 +132,11 @@ async fn child_writes_in_flight_are_bounded_across_workers() -> anyhow::Result<(
         s.parent(&format!("p{i}"), json!({})).await?;
     }
     s.controller(Cc::new("bounded-cc")).await?;
-    s.start_controller_with(kmeta::ManagerConfig {
-        workers: PARENTS,
-        child_writes_in_flight: PERMITS,
-        ..Default::default()
-    });
+    s.start_controller_with(
+        kmeta::ManagerConfig::default()
+            .workers(PARENTS)
+            .child_writes_in_flight(PERMITS),
+    );
     for i in 0..PARENTS {
         for c in 0..CHILDREN {
             s.wait_child(&format!("p{i}-{c}")).await?;

@@ -204,10 +204,9 @@ fn names_the_refusal(text: &str, ns: &str) -> bool {
 async fn under_the_lockdown(s: &mut Running, open_name: &str) -> anyhow::Result<()> {
     let ns = s.ns.clone();
     s.stop_controller().await?;
-    s.start_controller_with(ManagerConfig {
-        default_service_account: Some("writer".into()),
-        ..ManagerConfig::default()
-    });
+    s.start_controller_with(
+        ManagerConfig::default().default_service_account(Some("writer".into())),
+    );
     let open_2 = format!("{}-open-2", s.id);
     team(s, &open_2, "open").await?;
     let message = refusal_on(

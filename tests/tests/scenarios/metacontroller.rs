@@ -52,10 +52,9 @@ async fn resync_after_seconds_has_a_floor() -> anyhow::Result<()> {
             Reply::Json(json!({"children": [], "resyncAfterSeconds": 0.001}))
         })
         .controller(Cc::new("floor-cc"))
-        .config(kmeta::ManagerConfig {
-            min_resync_after: std::time::Duration::from_millis(200),
-            ..Default::default()
-        })
+        .config(
+            kmeta::ManagerConfig::default().min_resync_after(std::time::Duration::from_millis(200)),
+        )
         .parent("p", json!({}))
         .start()
         .await?;

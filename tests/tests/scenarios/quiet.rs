@@ -198,10 +198,7 @@ async fn contested_child() -> anyhow::Result<()> {
         .crd("Thing", "things")
         .hook(shared_hook)
         .controller(resyncing(cc, "Enforce"))
-        .config(ManagerConfig {
-            apply_strategy: ApplyStrategy::ServerSideApply,
-            ..ManagerConfig::default()
-        })
+        .config(ManagerConfig::default().apply_strategy(ApplyStrategy::ServerSideApply))
         .parent("first", json!({}))
         .start()
         .await?;

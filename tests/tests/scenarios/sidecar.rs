@@ -150,10 +150,7 @@ async fn sidecar_survives(
         })
     });
     s.controller(Cc::new("apps-cc").child("workloads")).await?;
-    s.start_controller_with(ManagerConfig {
-        apply_strategy: strategy,
-        ..ManagerConfig::default()
-    });
+    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
     s.parent("web", json!({"image": "web:1"})).await?;
     let (apps, workloads) = (s.parents(), s.resource("Workload", "workloads"));
     let w = s
@@ -226,10 +223,9 @@ async fn a_sidecar_injected_just_before_an_update_survives_server_side_apply() -
         .prepare()
         .await?;
     s.controller(Cc::new("apps-cc").child("workloads")).await?;
-    s.start_controller_with(ManagerConfig {
-        apply_strategy: ApplyStrategy::ServerSideApply,
-        ..ManagerConfig::default()
-    });
+    s.start_controller_with(
+        ManagerConfig::default().apply_strategy(ApplyStrategy::ServerSideApply),
+    );
     s.parent("web", json!({"image": "web:1"})).await?;
     let workloads = s.resource("Workload", "workloads");
     s.wait_parent("web", "the child observed", |p| {
@@ -283,10 +279,9 @@ async fn an_unreadable_child_schema_fails_the_start_instead_of_losing_the_sideca
         return s.finish().await;
     };
     s.controller(Cc::new("apps-cc").child("workloads")).await?;
-    s.start_controller_with(ManagerConfig {
-        apply_strategy: ApplyStrategy::ServerSideApply,
-        ..ManagerConfig::default()
-    });
+    s.start_controller_with(
+        ManagerConfig::default().apply_strategy(ApplyStrategy::ServerSideApply),
+    );
     s.wait_event("the failed start, naming the document", None, |e| {
         e["reason"] == "CreateError"
             && e["note"].as_str().is_some_and(|n| {

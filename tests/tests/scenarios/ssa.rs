@@ -29,10 +29,7 @@ pub(crate) fn hook(_hook: &str, req: &Value) -> Reply {
 }
 
 fn ssa() -> ManagerConfig {
-    ManagerConfig {
-        apply_strategy: ApplyStrategy::ServerSideApply,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default().apply_strategy(ApplyStrategy::ServerSideApply)
 }
 
 /// The managedFields entries of `obj` as (manager, operation).
@@ -255,10 +252,7 @@ async fn report_leaves_a_person_edit(name: &str, strategy: ApplyStrategy) -> any
         .controller(Cc::new(&cc).patch(json!({"childResources": [{
             "apiVersion": "v1", "resource": "configmaps",
             "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Report"}]})))
-        .config(ManagerConfig {
-            apply_strategy: strategy,
-            ..ManagerConfig::default()
-        })
+        .config(ManagerConfig::default().apply_strategy(strategy))
         .parent("r", json!({"message": "hello"}))
         .start()
         .await?;
@@ -345,10 +339,7 @@ async fn ignore_creates_children_only() -> anyhow::Result<()> {
             .controller(Cc::new(&cc).patch(json!({"childResources": [{
                 "apiVersion": "v1", "resource": "configmaps",
                 "updateStrategy": {"method": "InPlace"}, "driftPolicy": "Ignore"}]})))
-            .config(ManagerConfig {
-                apply_strategy: strategy,
-                ..ManagerConfig::default()
-            })
+            .config(ManagerConfig::default().apply_strategy(strategy))
             .parent("i", json!({"message": "hello"}))
             .start()
             .await?;

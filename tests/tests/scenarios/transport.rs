@@ -136,13 +136,10 @@ async fn oversized_responses_are_rejected_and_change_nothing() -> anyhow::Result
             Reply::Json(json!({"children": [child(req, &big)]}))
         })
         .controller(Cc::new("big-cc"))
-        .config(ManagerConfig {
-            hook: HookOptions {
-                max_response_bytes: 4096,
-                ..HookOptions::default()
-            },
-            ..ManagerConfig::default()
-        })
+        .config(ManagerConfig::default().hook(HookOptions {
+            max_response_bytes: 4096,
+            ..HookOptions::default()
+        }))
         .parent("p", json!({"big": false}))
         .start()
         .await?;

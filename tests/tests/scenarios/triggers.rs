@@ -137,10 +137,7 @@ async fn a_relist_resyncs_an_object_in_backoff(kind: Kind) -> anyhow::Result<()>
             None => Reply::Json(json!({"attachments": []})),
         }
     };
-    let config = kmeta::ManagerConfig {
-        cache_flush_interval: Some(Duration::from_secs(1)),
-        ..Default::default()
-    };
+    let config = kmeta::ManagerConfig::default().cache_flush_interval(Some(Duration::from_secs(1)));
     let s = start(kind, &name, &["bad", "good"], hook, json!({}), config).await?;
     // failing for 6 s: its backoff has grown to seconds (it grows with the time spent failing)
     requests_during(&s, "six seconds of failures", Duration::from_secs(6)).await?;

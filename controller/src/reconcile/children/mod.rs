@@ -80,7 +80,7 @@ pub struct Children<'a> {
 impl Children<'_> {
     /// Counts one child operation `op` of this controller (`kmeta_child_operations_total`).
     fn count(&self, op: ChildOpLabel) {
-        self.ctx.config.metrics.child_op(self.controller, op);
+        self.ctx.wiring.metrics.child_op(self.controller, op);
     }
 
     /// The API of `obj`'s resource (`rule`) in its namespace, as this controller writes.

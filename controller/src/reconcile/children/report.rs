@@ -48,7 +48,7 @@ pub(super) async fn report_collected(c: &Children<'_>, parent: &Value, mut out: 
 pub(super) fn remember_reports(c: &Children<'_>, parent: &Value, reports: Vec<ChildReport>) {
     let uid = meta_str(parent, "uid");
     c.ctx
-        .config
+        .wiring
         .metrics
         .child_drift(c.controller, uid, reports.len());
     if let Ok(mut r) = c.memory.child_reports.lock() {

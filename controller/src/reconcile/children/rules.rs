@@ -74,7 +74,7 @@ pub async fn list_rules(
         .openapi
         .list_rules(
             &ctx.client,
-            &ctx.config.metrics,
+            &ctx.wiring.metrics,
             ctx.resources.generation(),
             &r.api.api_version,
             &r.api.kind,

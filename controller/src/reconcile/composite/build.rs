@@ -324,7 +324,7 @@ async fn hook_client(
 ) -> Result<HookClient, HookError> {
     let eps = cc.spec.endpoint_configs.as_deref().unwrap_or_default();
     let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
-    let metrics = ctx.config.metrics.clone();
+    let metrics = ctx.wiring.metrics.clone();
     Ok(client.with_metrics(metrics, ControllerType::Composite, name))
 }
 
@@ -377,7 +377,7 @@ fn local_hook_clients(
     let client = |which: HookKind, declared: Option<&Hook>, f: LocalHook| {
         let default = Hook::default();
         HookClient::in_process(which, declared.unwrap_or(&default), f)
-            .map(|c| c.with_metrics(ctx.config.metrics.clone(), ControllerType::Composite, name))
+            .map(|c| c.with_metrics(ctx.wiring.metrics.clone(), ControllerType::Composite, name))
     };
     Ok(Hooks {
         sync: client(HookKind::Sync, spec.sync_hook(), local.sync)?,

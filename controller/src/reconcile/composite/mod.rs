@@ -188,7 +188,7 @@ impl CompositeRunner {
                 self.queue.forget(&key);
                 self.state
                     .ctx
-                    .config
+                    .wiring
                     .metrics
                     .parent_gone(&self.state.name, meta_str(old, "uid"));
                 if let Ok(mut c) = self.state.ctx.contests.lock() {

@@ -266,7 +266,7 @@ async fn apply_response(
         quiet = managed.quiet;
         record.children = managed.done;
         c.ctx
-            .config
+            .wiring
             .metrics
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
@@ -494,7 +494,7 @@ async fn adopt(
     .await
     .map_err(api_err(format!("adopting {what}")))?;
     if adopted.written().is_some() {
-        c.ctx.config.metrics.child_op(&c.name, ChildOpLabel::Adopt);
+        c.ctx.wiring.metrics.child_op(&c.name, ChildOpLabel::Adopt);
     }
     let uid = meta_str(parent, "uid");
     Ok(adopted.object().filter(|a| controller_uid(a) == Some(uid)))
@@ -531,7 +531,7 @@ async fn release(
     .map_err(api_err(format!("releasing {what}")))?;
     if released.written().is_some() {
         c.ctx
-            .config
+            .wiring
             .metrics
             .child_op(&c.name, ChildOpLabel::Release);
     }

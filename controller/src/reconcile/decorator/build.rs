@@ -234,7 +234,7 @@ async fn hook_client(
     let eps = dc.spec.endpoint_configs.as_deref().unwrap_or_default();
     let client = HookClient::new(&ctx.client, which, hook, eps, &ctx.config.hook).await?;
     let name = dc.metadata.name.as_deref().unwrap_or_default();
-    let metrics = ctx.config.metrics.clone();
+    let metrics = ctx.wiring.metrics.clone();
     Ok(client.with_metrics(metrics, ControllerType::Decorator, name))
 }
 

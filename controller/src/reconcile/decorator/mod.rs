@@ -131,7 +131,7 @@ impl DecoratorRunner {
                 }
                 self.state
                     .ctx
-                    .config
+                    .wiring
                     .metrics
                     .parent_gone(&self.state.name, meta_str(old, "uid"));
             }

@@ -76,7 +76,7 @@ pub async fn release_targets(ctx: &Context, dc: &DecoratorController) -> Result<
     // with a work scope each replica releases the targets that are its work, each write in its
     // target's write scope; the replica holding cluster-wide work removes the controller's
     // finalizer once no target carries it
-    let scope = ctx.config.work_scope.as_ref();
+    let scope = ctx.wiring.work_scope.as_ref();
     let mut others = 0;
     for rule in &dc.spec.resources {
         let resolved = ctx.resources.get(&rule.api_version, &rule.resource)?;

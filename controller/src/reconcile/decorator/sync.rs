@@ -77,7 +77,7 @@ pub async fn sync_target(
         let observed = (observed.as_slice(), &none);
         manage_children(&d.child_set(writer), &target, observed, &desired).await?;
         d.ctx
-            .config
+            .wiring
             .metrics
             .children(&d.name, meta_str(&target, "uid"), desired.len());
     }
