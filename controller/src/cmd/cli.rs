@@ -428,9 +428,11 @@ pub fn bind_address_value(value: &str) -> Result<BindAddress, CliError> {
 
 /// `--apply-strategy`, clap's value parser.
 fn apply_strategy_value(value: &str) -> Result<ApplyStrategy, CliError> {
-    value
-        .parse()
-        .map_err(|message| CliError::ApplyStrategy { message })
+    value.parse().map_err(
+        |e: crate::reconcile::apply::UnknownStrategy| CliError::ApplyStrategy {
+            message: e.to_string(),
+        },
+    )
 }
 
 /// `--shard-buckets`, clap's value parser: a power of two from 1 to 1024.

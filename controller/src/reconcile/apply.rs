@@ -44,16 +44,35 @@ impl fmt::Display for ApplyStrategy {
     }
 }
 
+/// A name that is no apply strategy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown apply strategy {0:?} (dynamic-apply or server-side-apply)")]
+pub struct UnknownStrategy(pub String);
+
+/// A controller's apply annotations that cannot be followed; nothing is built for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyAnnotationError {
+    /// [`STRATEGY_ANNOTATION`] names no strategy.
+    #[error("annotation {STRATEGY_ANNOTATION}: {0}")]
+    Strategy(UnknownStrategy),
+    /// [`LAST_APPLIED_OPTION`] `omit` without server-side apply.
+    #[error(
+        "annotation {LAST_APPLIED_OPTION}: omit needs {STRATEGY_ANNOTATION}: server-side-apply (dynamic apply merges against the record)"
+    )]
+    OmitNeedsServerSideApply,
+    /// [`LAST_APPLIED_OPTION`] has a value other than `record` or `omit`.
+    #[error("annotation {LAST_APPLIED_OPTION}: unknown value {0:?} (record or omit)")]
+    UnknownRecord(String),
+}
+
 impl FromStr for ApplyStrategy {
-    type Err = String;
+    type Err = UnknownStrategy;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "dynamic-apply" => Ok(ApplyStrategy::DynamicApply),
             "server-side-apply" => Ok(ApplyStrategy::ServerSideApply),
-            other => Err(format!(
-                "unknown apply strategy {other:?} (dynamic-apply or server-side-apply)"
-            )),
+            other => Err(UnknownStrategy(other.to_owned())),
         }
     }
 }
@@ -63,12 +82,10 @@ impl FromStr for ApplyStrategy {
 pub fn strategy_for(
     annotations: Option<&BTreeMap<String, String>>,
     default: ApplyStrategy,
-) -> Result<ApplyStrategy, String> {
+) -> Result<ApplyStrategy, ApplyAnnotationError> {
     match annotations.and_then(|a| a.get(STRATEGY_ANNOTATION)) {
         None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|e| format!("annotation {STRATEGY_ANNOTATION}: {e}")),
+        Some(v) => v.parse().map_err(ApplyAnnotationError::Strategy),
     }
 }
 
@@ -94,19 +111,15 @@ pub enum LastApplied {
 pub fn last_applied_for(
     annotations: Option<&BTreeMap<String, String>>,
     strategy: ApplyStrategy,
-) -> Result<LastApplied, String> {
+) -> Result<LastApplied, ApplyAnnotationError> {
     match annotations
         .and_then(|a| a.get(LAST_APPLIED_OPTION))
         .map(String::as_str)
     {
         None | Some("record") => Ok(LastApplied::Record),
         Some("omit") if strategy == ApplyStrategy::ServerSideApply => Ok(LastApplied::Omit),
-        Some("omit") => Err(format!(
-            "annotation {LAST_APPLIED_OPTION}: omit needs {STRATEGY_ANNOTATION}: server-side-apply (dynamic apply merges against the record)"
-        )),
-        Some(other) => Err(format!(
-            "annotation {LAST_APPLIED_OPTION}: unknown value {other:?} (record or omit)"
-        )),
+        Some("omit") => Err(ApplyAnnotationError::OmitNeedsServerSideApply),
+        Some(other) => Err(ApplyAnnotationError::UnknownRecord(other.to_owned())),
     }
 }
 
@@ -655,7 +668,9 @@ mod tests {
             Ok(ApplyStrategy::DynamicApply)
         );
         a.insert(STRATEGY_ANNOTATION.to_owned(), "merge".to_owned());
-        let e = strategy_for(Some(&a), ApplyStrategy::DynamicApply).unwrap_err();
+        let e = strategy_for(Some(&a), ApplyStrategy::DynamicApply)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(STRATEGY_ANNOTATION) && e.contains("merge"),
             "{e}"
@@ -675,12 +690,16 @@ mod tests {
             last_applied_for(Some(&with("omit")), ssa),
             Ok(LastApplied::Omit)
         );
-        let e = last_applied_for(Some(&with("omit")), ApplyStrategy::DynamicApply).unwrap_err();
+        let e = last_applied_for(Some(&with("omit")), ApplyStrategy::DynamicApply)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(LAST_APPLIED_OPTION) && e.contains("server-side-apply"),
             "{e}"
         );
-        let e = last_applied_for(Some(&with("none")), ssa).unwrap_err();
+        let e = last_applied_for(Some(&with("none")), ssa)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"none\""), "{e}");
     }
 

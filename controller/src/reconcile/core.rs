@@ -458,7 +458,7 @@ async fn process_in_span<R: Reconciler>(
     let started = Instant::now();
     let result = match synced {
         Ok(()) => r.sync(key).await,
-        Err(watch) => Err(SyncError::WatchNotSynced(watch)),
+        Err(e) => Err(e),
     };
     metrics.reconcile(r.name(), reconcile_result(&result), started.elapsed());
     let outcome = match r.cached(key) {
@@ -547,13 +547,13 @@ fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
     }
 }
 
-/// Waits until every watch has finished its first list; `Err` names the first one that has not
-/// within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
+/// Waits until every watch has finished its first list; `Err` is [`SyncError::WatchNotSynced`]
+/// naming the first one that has not within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
 /// the old objects until the new list replaces them, so no sync sees an emptied cache.
 pub async fn wait_for_watches(
     watches: &[Arc<dyn Watch>],
     deadline: Duration,
-) -> Result<(), String> {
+) -> Result<(), SyncError> {
     let until = tokio::time::Instant::now() + deadline;
     for w in watches {
         if w.is_synced() {
@@ -563,7 +563,7 @@ pub async fn wait_for_watches(
             .await
             .is_err()
         {
-            return Err(w.watch_key());
+            return Err(SyncError::WatchNotSynced(w.watch_key()));
         }
     }
     Ok(())

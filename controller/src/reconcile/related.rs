@@ -18,7 +18,7 @@ use crate::object::meta_str;
 use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::runtime::cache::{Change, Informer};
 use crate::runtime::resources::Resolved;
-use crate::runtime::selector;
+use crate::runtime::selector::{self, SelectorError};
 
 /// What a sync used that its owner must listen to: the related watches it subscribed to first,
 /// with receivers that hold every change since.
@@ -143,7 +143,7 @@ pub async fn call_customize(
             &inf.list(),
             &ns_labels,
         )
-        .map_err(SyncError::Related)?;
+        .map_err(|e| SyncError::Related(e.to_string()))?;
         may_read(c, &r, &selected).await?;
         objects.extend(selected);
     }
@@ -268,6 +268,46 @@ enum Scope<'a> {
     Namespaces(LabelSelector),
 }
 
+/// Why a related-resource rule cannot be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    /// `names` with a selector.
+    #[error("names cannot be combined with labelSelector or namespaceSelector")]
+    NamesWithSelector,
+    /// `namespace` with `namespaceSelector`.
+    #[error("namespace cannot be combined with namespaceSelector")]
+    NamespaceWithSelector,
+    /// `namespaceSelector` for a cluster-scoped resource.
+    #[error("namespaceSelector needs a namespaced resource")]
+    SelectorOnClusterScoped,
+    /// `namespaceSelector` for a namespaced parent under hook v1.
+    #[error("namespaceSelector with a namespaced parent needs hook version v2")]
+    SelectorNeedsV2,
+    /// A v1 hook of a namespaced parent asks for another namespace.
+    #[error("a namespaced parent with hook v1 can only read namespace {parent:?}, not {asked:?}")]
+    OtherNamespace {
+        /// The parent's namespace.
+        parent: String,
+        /// The namespace the rule names.
+        asked: String,
+    },
+    /// A selector of the rule is invalid.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+}
+
+/// A related-resource rule that cannot be followed, with the rule named.
+#[derive(Debug, thiserror::Error)]
+#[error("relatedResources {api_version}/{resource}: {error}")]
+pub struct RelatedRuleError {
+    /// The rule's `apiVersion`.
+    pub api_version: String,
+    /// The rule's `resource`.
+    pub resource: String,
+    /// What is wrong.
+    pub error: RuleError,
+}
+
 /// Metacontroller's `determineSelectionType` and the namespace rules of `GetRelatedObjects`:
 /// where a rule looks. A v1 hook with a namespaced parent and a namespaced related resource only
 /// sees the parent's namespace; everything else (v2, a cluster-scoped parent, a cluster-scoped
@@ -281,33 +321,34 @@ fn related_scope<'a>(
     parent_namespaced: bool,
     version: HookVersion,
     related_namespaced: bool,
-) -> Result<Scope<'a>, String> {
+) -> Result<Scope<'a>, RuleError> {
     let names = rule.names.as_deref().is_some_and(|n| !n.is_empty());
     let ns_rule = rule.namespace.as_deref().filter(|n| !n.is_empty());
     if names && (rule.label_selector.is_some() || rule.namespace_selector.is_some()) {
-        return Err("names cannot be combined with labelSelector or namespaceSelector".into());
+        return Err(RuleError::NamesWithSelector);
     }
     if ns_rule.is_some() && rule.namespace_selector.is_some() {
-        return Err("namespace cannot be combined with namespaceSelector".into());
+        return Err(RuleError::NamespaceWithSelector);
     }
     let v1_local = version == HookVersion::V1 && parent_namespaced && related_namespaced;
     if let Some(v) = &rule.namespace_selector {
         if !related_namespaced {
-            return Err("namespaceSelector needs a namespaced resource".into());
+            return Err(RuleError::SelectorOnClusterScoped);
         }
         if v1_local {
-            return Err("namespaceSelector with a namespaced parent needs hook version v2".into());
+            return Err(RuleError::SelectorNeedsV2);
         }
-        let sel = selector::decode(v, "namespaceSelector").map_err(|e| e.to_string())?;
+        let sel = selector::decode(v, "namespaceSelector")?;
         return Ok(Scope::Namespaces(sel));
     }
     if !related_namespaced {
         return Ok(Scope::All);
     }
     match ns_rule {
-        Some(n) if v1_local && n != parent_ns => Err(format!(
-            "a namespaced parent with hook v1 can only read namespace {parent_ns:?}, not {n:?}"
-        )),
+        Some(n) if v1_local && n != parent_ns => Err(RuleError::OtherNamespace {
+            parent: parent_ns.to_owned(),
+            asked: n.to_owned(),
+        }),
         Some(n) => Ok(Scope::Namespace(n)),
         None if v1_local => Ok(Scope::Namespace(parent_ns)),
         None => Ok(Scope::All),
@@ -324,8 +365,12 @@ pub fn select_related(
     related_namespaced: bool,
     candidates: &[Arc<Value>],
     namespace_labels: &HashMap<String, BTreeMap<String, String>>,
-) -> Result<Vec<Value>, String> {
-    let what = format!("relatedResources {}/{}", rule.api_version, rule.resource);
+) -> Result<Vec<Value>, RelatedRuleError> {
+    let named = |error: RuleError| RelatedRuleError {
+        api_version: rule.api_version.clone(),
+        resource: rule.resource.clone(),
+        error,
+    };
     let scope = related_scope(
         rule,
         meta_str(parent, "namespace"),
@@ -333,10 +378,10 @@ pub fn select_related(
         version,
         related_namespaced,
     )
-    .map_err(|e| format!("{what}: {e}"))?;
+    .map_err(named)?;
     let names = rule.names.as_deref().filter(|n| !n.is_empty());
     let label_sel = match &rule.label_selector {
-        Some(v) => Some(selector::decode(v, "labelSelector").map_err(|e| format!("{what}: {e}"))?),
+        Some(v) => Some(selector::decode(v, "labelSelector").map_err(|e| named(e.into()))?),
         None => None,
     };
     let empty = BTreeMap::new();
@@ -348,7 +393,7 @@ pub fn select_related(
             Scope::Namespace(n) => ons == *n,
             Scope::Namespaces(sel) => {
                 selector::matches(sel, namespace_labels.get(ons).unwrap_or(&empty))
-                    .map_err(|e| format!("{what}: {e}"))?
+                    .map_err(|e| named(e.into()))?
             }
         };
         if !ns_ok {
@@ -356,8 +401,9 @@ pub fn select_related(
         }
         let ok = match (names, &label_sel) {
             (Some(n), _) => n.iter().any(|x| x == meta_str(obj, "name")),
-            (None, Some(sel)) => selector::matches(sel, &selector::labels_of(obj))
-                .map_err(|e| format!("{what}: {e}"))?,
+            (None, Some(sel)) => {
+                selector::matches(sel, &selector::labels_of(obj)).map_err(|e| named(e.into()))?
+            }
             (None, None) => true,
         };
         if ok {
@@ -438,6 +484,7 @@ mod tests {
         assert!(
             select_related(&r, &parent, true, HookVersion::V1, true, &objs, &ns)
                 .unwrap_err()
+                .to_string()
                 .contains("needs hook version v2")
         );
         let got = select_related(&r, &parent, true, HookVersion::V2, true, &objs, &ns).unwrap();
@@ -514,6 +561,7 @@ mod tests {
         assert!(
             select_related(&bad, &parent, true, HookVersion::V2, false, &objs, &none)
                 .unwrap_err()
+                .to_string()
                 .contains("needs a namespaced resource")
         );
     }

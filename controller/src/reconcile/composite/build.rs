@@ -25,8 +25,8 @@ use crate::runtime::selector;
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The `kmeta.dev/apply-strategy` annotation names no strategy.
-    #[error("{0}")]
-    ApplyStrategy(String),
+    #[error(transparent)]
+    ApplyStrategy(crate::reconcile::apply::ApplyAnnotationError),
     /// A resource is not served (yet).
     #[error(transparent)]
     Resource(#[from] ResourceError),

@@ -71,9 +71,8 @@ pub fn validate_desired(
         let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
             return Err(bad(&child, "metadata must be an object".into()));
         };
-        if let Err(message) = place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns)
-        {
-            return Err(bad(&child, message));
+        if let Err(e) = place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns) {
+            return Err(bad(&child, e.to_string()));
         }
         if generate_selector {
             add_controller_uid(m, meta_str(parent, "uid"));
@@ -111,24 +110,48 @@ fn place_in_namespace(
     namespaced: bool,
     parent_namespaced: bool,
     parent_ns: &str,
-) -> Result<(), String> {
+) -> Result<(), Misplaced> {
     if namespaced {
         if ns.is_empty() {
             if !parent_namespaced {
-                return Err("metadata.namespace is required: the type is namespaced and the parent is cluster-scoped".into());
+                return Err(Misplaced::NoNamespace);
             }
             m.insert("namespace".into(), Value::String(parent_ns.to_owned()));
         } else if parent_namespaced && ns != parent_ns {
-            return Err(format!(
-                "namespace {ns:?} differs from the parent's {parent_ns:?}; a namespaced parent may only own children in its namespace"
-            ));
+            return Err(Misplaced::OtherNamespace {
+                namespace: ns.to_owned(),
+                parent: parent_ns.to_owned(),
+            });
         }
     } else if parent_namespaced {
-        return Err("a namespaced parent may not own cluster-scoped children".into());
+        return Err(Misplaced::ClusterScoped);
     } else if !ns.is_empty() {
         m.remove("namespace");
     }
     Ok(())
+}
+
+/// Why a desired child cannot be where it says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Misplaced {
+    /// A namespaced child of a cluster-scoped parent names no namespace.
+    #[error(
+        "metadata.namespace is required: the type is namespaced and the parent is cluster-scoped"
+    )]
+    NoNamespace,
+    /// A namespaced parent's child is in another namespace.
+    #[error(
+        "namespace {namespace:?} differs from the parent's {parent:?}; a namespaced parent may only own children in its namespace"
+    )]
+    OtherNamespace {
+        /// The child's namespace.
+        namespace: String,
+        /// The parent's.
+        parent: String,
+    },
+    /// A namespaced parent's child is cluster-scoped.
+    #[error("a namespaced parent may not own cluster-scoped children")]
+    ClusterScoped,
 }
 
 /// Adds the generated-selector label `controller-uid=<parent uid>` unless the child sets it.

@@ -72,28 +72,50 @@ pub fn hook_events(raw: &[Value]) -> HookEvents {
     out
 }
 
+/// Why an event of a hook's answer is not published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidHookEvent {
+    /// Not a JSON object.
+    #[error("must be an object with type, reason and message")]
+    NotAnObject,
+    /// `type` is missing or neither `Normal` nor `Warning`.
+    #[error("type must be Normal or Warning, got {}", given(.0.as_deref()))]
+    Type(Option<String>),
+    /// `reason` is not UpperCamelCase letters and digits of the allowed length.
+    #[error(
+        "reason must be UpperCamelCase letters and digits, at most {HOOK_EVENT_REASON_MAX} characters, got {0:?}"
+    )]
+    Reason(String),
+    /// `message` is missing or not a string.
+    #[error("message must be a string")]
+    Message,
+}
+
+/// A field's value as a person reads it: quoted, or `none` when absent.
+fn given(value: Option<&str>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"))
+}
+
 /// One event, checked: an object with `type` Normal or Warning, an UpperCamelCase `reason` of
 /// letters and digits (at most [`HOOK_EVENT_REASON_MAX`]), and a string `message`.
-fn hook_event(value: &Value) -> Result<HookEvent, String> {
+fn hook_event(value: &Value) -> Result<HookEvent, InvalidHookEvent> {
     let Some(obj) = value.as_object() else {
-        return Err("must be an object with type, reason and message".into());
+        return Err(InvalidHookEvent::NotAnObject);
     };
     let field = |k: &str| obj.get(k).and_then(Value::as_str);
     let type_ = match field("type") {
         Some("Normal") => HookEventType::Normal,
         Some("Warning") => HookEventType::Warning,
-        other => return Err(format!("type must be Normal or Warning, got {other:?}")),
+        other => return Err(InvalidHookEvent::Type(other.map(str::to_owned))),
     };
     let reason = field("reason").unwrap_or_default();
     let camel = reason.starts_with(|c: char| c.is_ascii_uppercase())
         && reason.chars().all(|c| c.is_ascii_alphanumeric());
     if !camel || reason.len() > HOOK_EVENT_REASON_MAX {
-        return Err(format!(
-            "reason must be UpperCamelCase letters and digits, at most {HOOK_EVENT_REASON_MAX} characters, got {reason:?}"
-        ));
+        return Err(InvalidHookEvent::Reason(reason.to_owned()));
     }
     let Some(message) = field("message") else {
-        return Err("message must be a string".into());
+        return Err(InvalidHookEvent::Message);
     };
     Ok(HookEvent {
         type_,
@@ -145,7 +167,7 @@ mod tests {
             "{report}"
         );
         assert!(
-            report.contains("event 1: type must be Normal or Warning, got Some(\"Error\")"),
+            report.contains("event 1: type must be Normal or Warning, got \"Error\""),
             "{report}"
         );
         assert!(report.ends_with("; and 2 more"), "{report}");

@@ -383,7 +383,11 @@ impl<T: Form> Shared<T> {
     /// Whether the server applies `selector` to this resource: one list of at most one object
     /// must echo it (`metadata.shardInfo.selector`). `Err` says why not; transient failures are
     /// retried here with backoff (1 s doubling to 30 s).
-    pub(super) async fn probe(&self, client: &kube::Client, selector: &str) -> Result<(), String> {
+    pub(super) async fn probe(
+        &self,
+        client: &kube::Client,
+        selector: &str,
+    ) -> Result<(), NotSharded> {
         let mut backoff = Duration::from_secs(1);
         loop {
             let api: Api<DynamicObject> = Api::all_with(
@@ -392,14 +396,14 @@ impl<T: Form> Shared<T> {
             );
             let req = kube::core::Request::new(api.resource_url())
                 .list(&kube::api::ListParams::default().limit(1))
-                .map_err(|e| e.to_string())?;
+                .map_err(NotSharded::Request)?;
             match api.into_client().request::<Value>(req).await {
                 Ok(list) if echoes_selector(&list) => return Ok(()),
-                Ok(_) => return Err("its list answer echoes no metadata.shardInfo".into()),
+                Ok(_) => return Err(NotSharded::NoEcho),
                 Err(kube::Error::Api(s))
                     if matches!(s.code, 400 | 422) || s.message.contains("shard selector") =>
                 {
-                    return Err(format!("it refused the selector: {}", s.message));
+                    return Err(NotSharded::Refused(s.message.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(resource = %self.resource.watch_key(), error = %e, "probing server-side sharded watches failed; retrying");
@@ -409,6 +413,20 @@ impl<T: Form> Shared<T> {
             }
         }
     }
+}
+
+/// Why the API server does not shard a watch (KEP-5866 `shardSelector`): it is watched whole.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotSharded {
+    /// The probe list could not be built.
+    #[error("the probe list could not be built: {0}")]
+    Request(kube::core::request::Error),
+    /// The list answer carries no `metadata.shardInfo`.
+    #[error("its list answer echoes no metadata.shardInfo")]
+    NoEcho,
+    /// The server refused the selector.
+    #[error("it refused the selector: {0}")]
+    Refused(String),
 }
 
 #[cfg(test)]
