@@ -48,19 +48,32 @@ pub struct Context {
     /// Shared watches.
     pub(crate) informers: Informers,
     /// Sends Events (with series), retrying those the API server did not take.
-    events: EventSender,
-    /// Event spam filter: one token bucket per (object, reason).
-    spam: SpamFilter,
-    /// Children wanted by one parent and held by another, across controllers (server-side
-    /// apply's `ChildContested` on both parents).
-    pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
-    /// Permits for child writes in flight ([`ManagerConfig::child_writes_in_flight`]).
-    pub(crate) child_writes: tokio::sync::Semaphore,
+    events: Events,
+    /// What every child write of the manager shares: the bound on writes in flight and the
+    /// contests of server-side apply.
+    pub(crate) child_writes: ChildWrites,
     /// Who syncs write and read as: the impersonating clients and what each ServiceAccount
     /// may read ([`crate::reconcile::identity`]).
     pub(crate) identities: Identities,
     /// The API server's OpenAPI v3 documents, for the children's list rules.
     pub(crate) openapi: crate::ops::openapi::OpenApiDocs,
+}
+
+/// Events as a manager sends them: its sender (with series and retries) behind the spam filter.
+struct Events {
+    /// Sends Events (with series), retrying those the API server did not take.
+    sender: EventSender,
+    /// Event spam filter: one token bucket per (object, reason).
+    spam: SpamFilter,
+}
+
+/// What every child write of a manager shares.
+pub(crate) struct ChildWrites {
+    /// Permits for child writes in flight ([`ManagerConfig::child_writes_in_flight`]).
+    pub(crate) permits: tokio::sync::Semaphore,
+    /// Children wanted by one parent and held by another, across controllers (server-side
+    /// apply's `ChildContested` on both parents).
+    pub(crate) contests: Mutex<crate::reconcile::apply::Contests>,
 }
 
 impl std::fmt::Debug for Context {
@@ -120,10 +133,14 @@ impl Context {
             client,
             config,
             wiring,
-            events,
-            spam,
-            contests: Mutex::default(),
-            child_writes,
+            events: Events {
+                sender: events,
+                spam,
+            },
+            child_writes: ChildWrites {
+                permits: child_writes,
+                contests: Mutex::default(),
+            },
             openapi: crate::ops::openapi::OpenApiDocs::default(),
         })
     }
@@ -135,7 +152,8 @@ impl Context {
             "" => format!("{}/{}", meta_str(obj, "namespace"), meta_str(obj, "name")),
             uid => uid.to_owned(),
         };
-        self.spam
+        self.events
+            .spam
             .allow(&object, reason, tokio::time::Instant::now())
     }
 
@@ -196,7 +214,7 @@ impl Context {
             reason: reason.to_owned(),
             note,
         };
-        self.events.send(ev, reference).await;
+        self.events.sender.send(ev, reference).await;
     }
 }
 

@@ -389,7 +389,7 @@ async fn write_child(
 ) -> (Collected, Option<String>) {
     let mut out = Collected::default();
     // bounded across the manager (a closed semaphore never happens: it is never closed)
-    let _permit = c.ctx.child_writes.acquire().await.ok();
+    let _permit = c.ctx.child_writes.permits.acquire().await.ok();
     let op = &op;
     let obj = op_object(op);
     let key = decide::child_key(obj);

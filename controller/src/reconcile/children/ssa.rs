@@ -96,7 +96,7 @@ pub(super) async fn remember_contests(
     reports: &mut Vec<ChildReport>,
 ) {
     let uid = meta_str(parent, "uid");
-    let against = match c.ctx.contests.lock() {
+    let against = match c.ctx.child_writes.contests.lock() {
         Ok(mut all) => {
             all.set(c.controller, uid, contests);
             all.against(c.controller, uid)

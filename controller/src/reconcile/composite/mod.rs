@@ -191,7 +191,7 @@ impl CompositeRunner {
                     .wiring
                     .metrics
                     .parent_gone(&self.state.name, meta_str(old, "uid"));
-                if let Ok(mut c) = self.state.ctx.contests.lock() {
+                if let Ok(mut c) = self.state.ctx.child_writes.contests.lock() {
                     c.forget(&self.state.name, meta_str(old, "uid"));
                 }
                 self.state.memory.forget_owner(meta_str(old, "uid"));
