@@ -13,7 +13,7 @@
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
 //! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, events, the API server's OpenAPI v3 documents (list rules) |
 //! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
-//! | 4 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
+//! | 4 | [`hook`] | the hook client and its back ends behind one trait (webhook: transport, TLS, auth, response cache; in-process Rust; Jsonnet), the trace context, wire decoding |
 //! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
 //! | 6 | [`cmd`], [`embed`] | what the commands do (`run`, `rbac`, `demo`, `dev`, `render`, `trace`, `reconcile`/`suspend`/`resume`) and `kmeta run`'s flags; CompositeControllers with in-process Rust hooks |
 //!
