@@ -15,7 +15,7 @@
 //! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
 //! | 4 | [`hook`] | the hook client: transport, TLS, auth, response cache, trace context, Jsonnet hooks, wire decoding |
 //! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
-//! | 6 | [`cmd`], [`embed`] | what the commands do (`run`, `rbac`, `demo`, `dev`, `render`, `trace`, `reconcile`/`suspend`/`resume`) and `kmeta run`'s flags; CompositeControllers with in-process Rust hooks |
+//! | 6 | [`cmd`], [`embed`], [`manifest`], [`rbac`], [`render`], [`steer`], [`trace`] | what the commands `run`, `demo` and `dev` do and `kmeta run`'s flags; CompositeControllers with in-process Rust hooks; manifest files read and applied; the RBAC rules controllers need; what a sync hook would make kmeta write; steering (`reconcile`/`suspend`/`resume`) and tracing a parent |
 //!
 //! The `kmeta` binary (`main.rs` and its own modules in `cli/`: the other subcommands' flags,
 //! what each command prints and its exit code, signals, the allocator) is not part of the
@@ -42,6 +42,11 @@ pub mod reconcile;
 pub mod cmd;
 
 pub mod embed;
+pub mod manifest;
+pub mod rbac;
+pub mod render;
+pub mod steer;
+pub mod trace;
 
 pub use reconcile::{Context, DiscoveryClient, ManagerConfig};
 pub use runtime::cache::PendingWatches;

@@ -36,7 +36,7 @@ fn kustomize_resources() -> anyhow::Result<Vec<PathBuf>> {
 async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client();
-    let manifests = kmeta::cmd::dev::order(kmeta::cmd::dev::load(&kustomize_resources()?)?);
+    let manifests = kmeta::manifest::order(kmeta::manifest::load(&kustomize_resources()?)?);
     let kinds: Vec<&str> = manifests
         .iter()
         .filter_map(|m| m.object["kind"].as_str())
@@ -51,7 +51,7 @@ async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     ] {
         assert!(kinds.contains(&kind), "deploy/ lacks a {kind}: {kinds:?}");
     }
-    kmeta::cmd::dev::apply_all(&client, &manifests, &mut std::io::sink()).await?;
+    kmeta::manifest::apply_all(&client, &manifests, &mut std::io::sink()).await?;
 
     // The Deployment, as stored, runs `kmeta run` with flags the binary accepts.
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -352,15 +352,15 @@ fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
 }
 
 /// The rendered objects (CRDs from crds/ first, as Helm installs them), keyed by kind.
-fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::cmd::dev::Manifest>> {
+fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::manifest::Manifest>> {
     let mut out = Vec::new();
     for (name, text) in r.crds.iter().chain(r.manifests.iter()) {
-        out.extend(kmeta::cmd::dev::parse_manifest(Path::new(name), text)?);
+        out.extend(kmeta::manifest::parse_manifest(Path::new(name), text)?);
     }
-    Ok(kmeta::cmd::dev::order(out))
+    Ok(kmeta::manifest::order(out))
 }
 
-fn of_kind<'a>(objects: &'a [kmeta::cmd::dev::Manifest], kind: &str) -> Vec<&'a Value> {
+fn of_kind<'a>(objects: &'a [kmeta::manifest::Manifest], kind: &str) -> Vec<&'a Value> {
     objects
         .iter()
         .map(|m| &m.object)
@@ -419,7 +419,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         &serde_json::from_value(serde_json::json!({"metadata": {"name": "kmeta"}}))?,
     )
     .await?;
-    kmeta::cmd::dev::apply_all(&client, &objects, &mut std::io::sink()).await?;
+    kmeta::manifest::apply_all(&client, &objects, &mut std::io::sink()).await?;
     let stored: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "kmeta");
     let d = stored.get("kmeta").await?;

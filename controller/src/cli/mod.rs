@@ -310,8 +310,8 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
         default_service_account,
     } = args;
     Ok(match controller {
-        None => kmeta::cmd::rbac::render(files, related, name, default_service_account.as_deref())?,
-        Some(controller) => kmeta::cmd::rbac::render_controller(files, related, name, controller)?,
+        None => kmeta::rbac::render(files, related, name, default_service_account.as_deref())?,
+        Some(controller) => kmeta::rbac::render_controller(files, related, name, controller)?,
     })
 }
 

@@ -1,11 +1,11 @@
 //! `kmeta trace`, `reconcile`, `suspend` and `resume`: a parent (or a controller) named on the
-//! command line, found in the cluster, then shown or steered (`kmeta::cmd::trace`,
-//! `kmeta::cmd::steer`).
+//! command line, found in the cluster, then shown or steered (`kmeta::trace`,
+//! `kmeta::steer`).
 
 use std::path::PathBuf;
 
-use kmeta::cmd::steer::{self, Reconciled, Target};
-use kmeta::cmd::trace;
+use kmeta::steer::{self, Reconciled, Target};
+use kmeta::trace;
 
 use super::emit;
 use super::signal::shutdown_on_signal;

@@ -393,14 +393,6 @@ pub struct RunConfig {
     pub default_service_account: Option<String>,
 }
 
-/// A YAML parse error as one line, `what at line L, column C` (the parser's own rendering adds
-/// an `error: ` prefix and a multi-line source snippet, which a one-line CLI error must not).
-pub fn yaml_error(e: &serde_saphyr::Error) -> String {
-    let text = e.without_snippet().to_string();
-    let first = text.lines().next().unwrap_or_default().trim();
-    first.strip_prefix("error: ").unwrap_or(first).to_owned()
-}
-
 /// `--…-interval`, `--…-timeout` and the other durations, clap's value parser: a Go
 /// `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn duration_value(value: &str) -> Result<Duration, CliError> {

@@ -12,8 +12,4 @@ pub mod demo;
 pub mod dev;
 #[cfg(feature = "embedded-apiserver")]
 pub mod progress;
-pub mod rbac;
-pub mod render;
 pub mod run;
-pub mod steer;
-pub mod trace;
