@@ -10,7 +10,6 @@
 //! may read the parent, its children and its Events may trace it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Discovery, Scope};
@@ -689,9 +688,6 @@ pub async fn trace_controller(
         })
         .collect())
 }
-
-/// How often `--watch` redraws: 2 s.
-pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -8,6 +8,11 @@ use anyhow::{Context as _, bail};
 use kmeta_apiserver::TestServer;
 use serde_json::Value;
 
+/// `kmeta run`'s flags and their validation: the binary's own source file, compiled into this
+/// test so that the chart's Deployment is parsed exactly as `kmeta run` parses its flags.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/cli/args.rs"]
+mod kmeta_run_args;
 #[allow(dead_code)] // the async helpers are for the other test files
 mod support;
 
@@ -306,7 +311,7 @@ fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<
         args.push(rendered);
     }
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    kmeta_run_args::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 
@@ -369,12 +374,12 @@ fn of_kind<'a>(objects: &'a [kmeta::manifest::Manifest], kind: &str) -> Vec<&'a 
 }
 
 /// The `kmeta run` flags of the rendered Deployment, parsed by the binary's own parser.
-fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cmd::cli::RunConfig> {
+fn run_config(deployment: &Value) -> anyhow::Result<kmeta_run_args::RunConfig> {
     let args: Vec<String> = serde_json::from_value(
         deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
     )?;
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
+    kmeta_run_args::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
 }
 
 #[tokio::test]
@@ -487,7 +492,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         (sharding.namespace.as_str(), sharding.buckets),
         ("kmeta", 64)
     );
-    assert_eq!(sharding.key, kmeta::cmd::cli::ShardKey::Uid);
+    assert_eq!(sharding.key, kmeta_run_args::ShardKey::Uid);
     assert!(config.leader.is_none());
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
 

@@ -54,7 +54,7 @@ async fn live_cluster(args: &RenderArgs) -> anyhow::Result<Option<Live>> {
         return Ok(None);
     }
     let config = match &args.kubeconfig {
-        Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
+        Some(path) => super::run::kube_config(Some(path)).await?,
         None => kube::Config::infer().await?,
     };
     Ok(Some(Live(kube::Client::try_from(config)?)))

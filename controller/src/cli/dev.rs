@@ -12,11 +12,11 @@ use kmeta_apiserver::TestServer;
 use kube::api::{Api, DynamicObject};
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::progress::{self, Progress};
-use crate::manifest::{
+use crate::cli::progress::{self, Progress};
+use kmeta::ManagerConfig;
+use kmeta::manifest::{
     ManifestError, ShowWait, Wait, apply_all_showing, install_crds, load, manifest_files, order,
 };
-use crate::reconcile::core::ManagerConfig;
 
 /// Errors of `kmeta dev`.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +55,7 @@ pub struct DevOptions {
     pub discovery_interval: Duration,
     /// The program evaluating Jsonnet hooks. Default `None`: this executable run as
     /// `<exe> jsonnet-worker` (the `kmeta` binary).
-    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
+    pub jsonnet_worker: Option<kmeta::hook::jsonnet::WorkerCommand>,
 }
 
 impl Default for DevOptions {
@@ -84,8 +84,6 @@ impl ShowWait for OnTerminal {
 pub struct DevEnv {
     /// The API server.
     pub server: TestServer,
-    /// The kubeconfig written for it.
-    pub kubeconfig: PathBuf,
 }
 
 /// Starts the server, writes the kubeconfig, installs kmeta's CRDs and applies the manifests.
@@ -132,7 +130,7 @@ pub async fn prepare(opts: &DevOptions, out: &mut (dyn Write + Send)) -> Result<
     if let Err(e) = applied {
         writeln!(out, "{}", report(&e))?;
     }
-    Ok(DevEnv { server, kubeconfig })
+    Ok(DevEnv { server })
 }
 
 /// How `dev` reports a manifest it could not read or apply (at start and on save alike).
@@ -281,15 +279,15 @@ pub async fn run(
     ));
     let config = ManagerConfig {
         discovery_interval: opts.discovery_interval,
-        hook: crate::hook::HookOptions {
+        hook: kmeta::hook::HookOptions {
             jsonnet: match &opts.jsonnet_worker {
-                Some(w) => crate::hook::jsonnet::JsonnetOptions {
+                Some(w) => kmeta::hook::jsonnet::JsonnetOptions {
                     worker: Some(w.clone()),
-                    ..crate::hook::jsonnet::JsonnetOptions::default()
+                    ..kmeta::hook::jsonnet::JsonnetOptions::default()
                 },
-                None => crate::hook::jsonnet::this_binary(),
+                None => kmeta::hook::jsonnet::this_binary(),
             },
-            ..crate::hook::HookOptions::default()
+            ..kmeta::hook::HookOptions::default()
         },
         ..ManagerConfig::default()
     };
@@ -304,7 +302,7 @@ pub async fn run(
         progress,
         stop.clone(),
     ));
-    crate::cmd::run::run_manager(client, config, stop, Duration::from_secs(10))
+    crate::cli::run::run_manager(client, config, stop, Duration::from_secs(10))
         .await
         .map_err(|e| DevError::Server(e.to_string()))?;
     env.server.shutdown().await;

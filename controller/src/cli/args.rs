@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use crate::coord::shard::ShardKey;
-use crate::reconcile::apply::{ApplyStrategy, MAX_FIELD_MANAGER};
+pub use kmeta::coord::shard::ShardKey;
+use kmeta::reconcile::{ApplyStrategy, MAX_FIELD_MANAGER};
 
 /// The longest `--apply-strategy-ssa-field-manager`: half of a field manager's 128 characters,
 /// the rest being the controller name and the parent UID hash.
 const MAX_FIELD_MANAGER_PREFIX: usize = MAX_FIELD_MANAGER / 2;
 
-pub use crate::ops::logging::{LogConfig, LogFormat};
+pub use kmeta::ops::logging::{LogConfig, LogFormat};
 
 /// A refused `kmeta run` flag. The value variants (`Duration` … `LeasePrefix`) are what clap prints
 /// after the flag and the value (`invalid value 'soon' for '--discovery-interval <DURATION>': not
@@ -396,7 +396,7 @@ pub struct RunConfig {
 /// `--…-interval`, `--…-timeout` and the other durations, clap's value parser: a Go
 /// `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn duration_value(value: &str) -> Result<Duration, CliError> {
-    crate::duration::go_duration(value).ok_or(CliError::Duration)
+    kmeta::duration::go_duration(value).ok_or(CliError::Duration)
 }
 
 /// `--metrics-address` and `--health-probe-bind-address`, clap's value parser: a Go-style bind
@@ -428,7 +428,7 @@ fn apply_strategy_value(value: &str) -> Result<ApplyStrategy, CliError> {
 /// `--shard-buckets`, clap's value parser: a power of two from 1 to 1024.
 fn bucket_count_value(value: &str) -> Result<u32, CliError> {
     let buckets: u32 = value.trim().parse().map_err(|_| CliError::BucketCount)?;
-    crate::coord::shard::valid_bucket_count(buckets)
+    kmeta::coord::shard::valid_bucket_count(buckets)
         .then_some(buckets)
         .ok_or(CliError::BucketCount)
 }
@@ -645,11 +645,11 @@ impl RunArgs {
                 message: "uid needs --shard-watch=client: children carry their own uid, so the API server cannot split their watches by their parent's".into(),
             });
         }
-        let timings = crate::coord::leader::LeaderConfig {
+        let timings = kmeta::coord::leader::LeaderConfig {
             lease_duration: self.shard_lease_duration,
             renew_deadline: self.shard_renew_deadline,
             retry_period: self.shard_retry_period,
-            ..crate::coord::leader::LeaderConfig::default()
+            ..kmeta::coord::leader::LeaderConfig::default()
         };
         timings.validate().map_err(|e| CliError::Invalid {
             flag: "shard-lease-duration",
@@ -721,7 +721,9 @@ struct RunCommand {
 }
 
 /// Parses the arguments that follow `kmeta run` (for example a Deployment's `args:` without the
-/// leading `run`) and validates them, as the binary does at start.
+/// leading `run`) and validates them, as the binary does at start (for the unit tests, and for
+/// `controller/tests/deploy.rs`, which compiles this file).
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, CliError> {
     let argv = std::iter::once("kmeta run").chain(args.iter().map(AsRef::as_ref));
     let parsed = <RunCommand as clap::Parser>::try_parse_from(argv)?;
