@@ -53,9 +53,6 @@ pub struct DevOptions {
     pub poll_interval: Duration,
     /// Discovery refresh of the controller. Default 2 s (a new CRD is served almost at once).
     pub discovery_interval: Duration,
-    /// The program evaluating Jsonnet hooks. Default `None`: this executable run as
-    /// `<exe> jsonnet-worker` (the `kmeta` binary).
-    pub jsonnet_worker: Option<kmeta::hook::jsonnet::WorkerCommand>,
 }
 
 impl Default for DevOptions {
@@ -66,7 +63,6 @@ impl Default for DevOptions {
             files: Vec::new(),
             poll_interval: Duration::from_secs(1),
             discovery_interval: Duration::from_secs(2),
-            jsonnet_worker: None,
         }
     }
 }
@@ -280,13 +276,8 @@ pub async fn run(
     let config = ManagerConfig {
         discovery_interval: opts.discovery_interval,
         hook: kmeta::hook::HookOptions {
-            jsonnet: match &opts.jsonnet_worker {
-                Some(w) => kmeta::hook::jsonnet::JsonnetOptions {
-                    worker: Some(w.clone()),
-                    ..kmeta::hook::jsonnet::JsonnetOptions::default()
-                },
-                None => kmeta::hook::jsonnet::this_binary(),
-            },
+            // Jsonnet hooks are evaluated by this binary run as `kmeta jsonnet-worker`
+            jsonnet: kmeta::hook::jsonnet::this_binary(),
             ..kmeta::hook::HookOptions::default()
         },
         ..ManagerConfig::default()

@@ -18,6 +18,8 @@
 //! - `memory`: the allocator's settings.
 
 mod args;
+#[cfg(test)]
+mod args_tests;
 #[cfg(feature = "embedded-apiserver")]
 mod demo;
 #[cfg(feature = "embedded-apiserver")]
