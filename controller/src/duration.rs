@@ -21,10 +21,10 @@ pub fn go_duration(value: &str) -> Option<Duration> {
 /// A string that is not a non-negative Go duration; it names the string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a duration (e.g. 10s, 1m30s, 500ms)")]
-pub struct NotADuration(pub String);
+pub(crate) struct NotADuration(pub String);
 
 /// Parses a Go duration string (`10s`, `1m30s`, `500ms`, `1.5h`, `250us`).
-pub fn parse_go_duration(s: &str) -> Result<Duration, NotADuration> {
+pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, NotADuration> {
     go_duration(s).ok_or_else(|| NotADuration(s.to_owned()))
 }
 

@@ -9,21 +9,22 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | `object`, `duration`, [`api`] | object accessors, Go durations, the CRD types |
+//! | 0 | `object`, [`duration`], [`api`] | object accessors, Go durations, the CRD types |
 //! | 1 | `runtime` | shared watches (cache), work queue, discovery, API calls, selectors |
 //! | 2 | [`ops`] | metrics, API clients and their rate limits, logging, health probes, events, the API server's OpenAPI v3 documents (list rules) |
 //! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
 //! | 4 | [`hook`] | the hook client and its back ends behind one trait (webhook: transport, TLS, auth, response cache; in-process Rust; Jsonnet), the trace context, wire decoding |
 //! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
-//! | 6 | [`cmd`], [`embed`] | what the commands do (`run`, `rbac`, `demo`, `dev`, `render`, `trace`, `reconcile`/`suspend`/`resume`) and `kmeta run`'s flags; CompositeControllers with in-process Rust hooks |
+//! | 6 | [`embed`], [`manifest`], [`rbac`], [`render`], [`steer`], [`trace`] | CompositeControllers with in-process Rust hooks; manifest files read and applied, kmeta's CRDs installed; the RBAC rules controllers need; what a sync hook would make kmeta write; steering a parent (`reconcile`/`suspend`/`resume`); tracing it |
 //!
-//! The `kmeta` binary (`main.rs` and its own modules in `cli/`: the other subcommands' flags,
-//! what each command prints and its exit code, signals, the allocator) is not part of the
-//! library: it sees only the public API.
+//! The commands are compiled into the `kmeta` binary only: `main.rs` and its own modules in
+//! `cli/` (every subcommand's flags, `kmeta run`'s wiring of clients, leader election, shards
+//! and health endpoints, `kmeta dev`, `kmeta demo`, what each command prints and its exit code,
+//! signals, the allocator) are not part of the library and see only its public API.
 #![warn(missing_docs)]
 
 pub mod api;
-pub(crate) mod duration;
+pub mod duration;
 pub(crate) mod object;
 
 pub(crate) mod runtime;
@@ -36,12 +37,12 @@ pub mod hook;
 
 pub mod reconcile;
 
-/// What the binary's subcommands do, and `kmeta run`'s flags: public for the binary and the
-/// tests, not a library API (it changes with the command line).
-#[doc(hidden)]
-pub mod cmd;
-
 pub mod embed;
+pub mod manifest;
+pub mod rbac;
+pub mod render;
+pub mod steer;
+pub mod trace;
 
 pub use reconcile::{Context, ManagerConfig, Wiring};
 pub use runtime::cache::PendingWatches;

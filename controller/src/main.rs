@@ -1,5 +1,5 @@
 //! The `kmeta` binary: parses the command line and runs the command (`cli`, the binary's own
-//! modules; the commands' engines are the library's `kmeta::cmd`).
+//! modules, over the library's public API).
 
 mod cli;
 

@@ -8,6 +8,11 @@ use anyhow::{Context as _, bail};
 use kmeta_apiserver::TestServer;
 use serde_json::Value;
 
+/// `kmeta run`'s flags and their validation: the binary's own source file, compiled into this
+/// test so that the chart's Deployment is parsed exactly as `kmeta run` parses its flags.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/cli/args.rs"]
+mod kmeta_run_args;
 #[allow(dead_code)] // the async helpers are for the other test files
 mod support;
 
@@ -36,7 +41,7 @@ fn kustomize_resources() -> anyhow::Result<Vec<PathBuf>> {
 async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client();
-    let manifests = kmeta::cmd::dev::order(kmeta::cmd::dev::load(&kustomize_resources()?)?);
+    let manifests = kmeta::manifest::order(kmeta::manifest::load(&kustomize_resources()?)?);
     let kinds: Vec<&str> = manifests
         .iter()
         .filter_map(|m| m.object["kind"].as_str())
@@ -51,7 +56,7 @@ async fn kustomization_is_accepted_by_the_api_server() -> anyhow::Result<()> {
     ] {
         assert!(kinds.contains(&kind), "deploy/ lacks a {kind}: {kinds:?}");
     }
-    kmeta::cmd::dev::apply_all(&client, &manifests, &mut std::io::sink()).await?;
+    kmeta::manifest::apply_all(&client, &manifests, &mut std::io::sink()).await?;
 
     // The Deployment, as stored, runs `kmeta run` with flags the binary accepts.
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -306,7 +311,7 @@ fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<
         args.push(rendered);
     }
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
+    kmeta_run_args::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 
@@ -352,15 +357,15 @@ fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
 }
 
 /// The rendered objects (CRDs from crds/ first, as Helm installs them), keyed by kind.
-fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::cmd::dev::Manifest>> {
+fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::manifest::Manifest>> {
     let mut out = Vec::new();
     for (name, text) in r.crds.iter().chain(r.manifests.iter()) {
-        out.extend(kmeta::cmd::dev::parse_manifest(Path::new(name), text)?);
+        out.extend(kmeta::manifest::parse_manifest(Path::new(name), text)?);
     }
-    Ok(kmeta::cmd::dev::order(out))
+    Ok(kmeta::manifest::order(out))
 }
 
-fn of_kind<'a>(objects: &'a [kmeta::cmd::dev::Manifest], kind: &str) -> Vec<&'a Value> {
+fn of_kind<'a>(objects: &'a [kmeta::manifest::Manifest], kind: &str) -> Vec<&'a Value> {
     objects
         .iter()
         .map(|m| &m.object)
@@ -369,12 +374,12 @@ fn of_kind<'a>(objects: &'a [kmeta::cmd::dev::Manifest], kind: &str) -> Vec<&'a 
 }
 
 /// The `kmeta run` flags of the rendered Deployment, parsed by the binary's own parser.
-fn run_config(deployment: &Value) -> anyhow::Result<kmeta::cmd::cli::RunConfig> {
+fn run_config(deployment: &Value) -> anyhow::Result<kmeta_run_args::RunConfig> {
     let args: Vec<String> = serde_json::from_value(
         deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
     )?;
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    kmeta::cmd::cli::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
+    kmeta_run_args::parse_run_args(&args[1..]).map_err(anyhow::Error::msg)
 }
 
 #[tokio::test]
@@ -419,7 +424,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         &serde_json::from_value(serde_json::json!({"metadata": {"name": "kmeta"}}))?,
     )
     .await?;
-    kmeta::cmd::dev::apply_all(&client, &objects, &mut std::io::sink()).await?;
+    kmeta::manifest::apply_all(&client, &objects, &mut std::io::sink()).await?;
     let stored: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "kmeta");
     let d = stored.get("kmeta").await?;
@@ -487,7 +492,7 @@ async fn helm_chart_rendered_by_helm_is_accepted_and_follows_its_values_or_skips
         (sharding.namespace.as_str(), sharding.buckets),
         ("kmeta", 64)
     );
-    assert_eq!(sharding.key, kmeta::cmd::cli::ShardKey::Uid);
+    assert_eq!(sharding.key, kmeta_run_args::ShardKey::Uid);
     assert!(config.leader.is_none());
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use tokio_util::sync::CancellationToken;
@@ -157,14 +157,11 @@ async fn dev_reloads_a_jsonnet_hook_when_its_configmap_file_changes() -> anyhow:
     std::fs::write(dir.path().join("controller.yaml"), controller)?;
     std::fs::write(dir.path().join("hooks.yaml"), hooks("hello"))?;
     std::fs::write(dir.path().join("parent.yaml"), parent("world"))?;
-    let (stop, task, _, client) = dev_until_with(
+    // the binary evaluates Jsonnet hooks in workers it starts from itself
+    let (stop, task, _, client) = dev_until(
         dir.path(),
         vec![dir.path().to_owned()],
         &["controller running"],
-        Some(kmeta::hook::jsonnet::WorkerCommand {
-            program: env!("CARGO_BIN_EXE_kmeta").into(),
-            args: vec!["jsonnet-worker".into()],
-        }),
     )
     .await?;
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
@@ -193,38 +190,44 @@ async fn dev_reloads_a_jsonnet_hook_when_its_configmap_file_changes() -> anyhow:
     Ok(())
 }
 
-/// Starts `kmeta dev` on `files` and waits until its output contains every one of `wanted`;
-/// returns the stop token, the task, the output so far and a client for its server.
+/// Starts the `kmeta dev` binary on `files` and waits until its output (stdout and stderr)
+/// contains every one of `wanted`; returns the stop token (cancelling it sends SIGTERM), the
+/// task (done when dev has exited, an error unless it exited 0), the output so far and a client
+/// for its server.
 async fn dev_until(
     dir: &std::path::Path,
     files: Vec<std::path::PathBuf>,
     wanted: &[&str],
 ) -> anyhow::Result<(CancellationToken, DevTask, String, kube::Client)> {
-    dev_until_with(dir, files, wanted, None).await
-}
-
-/// [`dev_until`] with a Jsonnet worker (the test binary is not `kmeta`).
-async fn dev_until_with(
-    dir: &std::path::Path,
-    files: Vec<std::path::PathBuf>,
-    wanted: &[&str],
-    jsonnet_worker: Option<kmeta::hook::jsonnet::WorkerCommand>,
-) -> anyhow::Result<(CancellationToken, DevTask, String, kube::Client)> {
     let kubeconfig = dir.join("kc");
-    let opts = kmeta::cmd::dev::DevOptions {
-        kubeconfig_out: kubeconfig.clone(),
-        files,
-        poll_interval: Duration::from_millis(100),
-        jsonnet_worker,
-        ..Default::default()
-    };
-    let stop = CancellationToken::new();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kmeta"));
+    command.arg("dev").arg("--kubeconfig-out").arg(&kubeconfig);
+    for file in &files {
+        command.arg("-f").arg(file);
+    }
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    forward_output(&mut child, &tx);
+    let stop = CancellationToken::new();
     let task = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            let mut out = ChannelWriter(tx);
-            kmeta::cmd::dev::run(opts, stop, &mut out).await
+            tokio::select! {
+                status = child.wait() => bail!("dev exited before it was stopped: {}", status?),
+                () = stop.cancelled() => {}
+            }
+            let pid = child.id().context("dev's pid")?.to_string();
+            let killed = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()?;
+            anyhow::ensure!(killed.success(), "kill -TERM {pid}: {killed}");
+            let status = child.wait().await?;
+            anyhow::ensure!(status.success(), "dev exited with {status}");
+            Ok(())
         })
     };
     let mut printed = String::new();
@@ -243,7 +246,34 @@ async fn dev_until_with(
     Ok((stop, task, printed, kube::Client::try_from(config)?))
 }
 
-type DevTask = tokio::task::JoinHandle<Result<(), kmeta::cmd::dev::DevError>>;
+/// Sends what `child` writes to stdout and stderr to `tx`, as it comes.
+fn forward_output(
+    child: &mut tokio::process::Child,
+    tx: &tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    use tokio::io::AsyncReadExt as _;
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+    ];
+    for mut pipe in pipes.into_iter().flatten() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        });
+    }
+}
+
+type DevTask = tokio::task::JoinHandle<anyhow::Result<()>>;
 
 /// A bad manifest at start is reported naming the file, `dev` keeps running, and the fixed file
 /// is applied once saved: the same as a bad manifest saved later.
@@ -333,15 +363,15 @@ async fn dev_without_manifests_says_how_to_add_them() -> anyhow::Result<()> {
         dev_until(dir.path(), vec![], &["no manifests given: kubectl"]).await?;
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(20), task).await???;
-    let opts = kmeta::cmd::dev::DevOptions {
-        kubeconfig_out: dir.path().join("kc2"),
-        files: vec![dir.path().join("missing")],
-        ..Default::default()
-    };
-    let err = kmeta::cmd::dev::run(opts, CancellationToken::new(), &mut std::io::sink())
-        .await
-        .expect_err("a missing path");
-    assert!(err.to_string().contains("missing"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kmeta"))
+        .args(["dev", "--kubeconfig-out"])
+        .arg(dir.path().join("kc2"))
+        .arg("-f")
+        .arg(dir.path().join("missing"))
+        .output()?;
+    assert!(!out.status.success(), "a missing path");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing"), "{err}");
     Ok(())
 }
 
@@ -392,8 +422,8 @@ async fn dev_with_piped_stderr_prints_no_progress_lines() -> anyhow::Result<()> 
     .await?;
     // a progress line would show within QUIET_FOR + TICK (550 ms) of the wait's start; watch
     // four times as long
-    let window =
-        Instant::now() + 4 * (kmeta::cmd::progress::QUIET_FOR + kmeta::cmd::progress::TICK);
+    // (QUIET_FOR 300 ms and TICK 250 ms in controller/src/cli/progress.rs)
+    let window = Instant::now() + 4 * Duration::from_millis(300 + 250);
     while Instant::now() < window {
         let t = text();
         assert!(
@@ -461,16 +491,4 @@ fn dev_on_a_terminal_shows_what_it_waits_for_or_skips_without_script() -> anyhow
     let _ = child.wait();
     assert!(found, "no progress line on a terminal:\n{seen}");
     Ok(())
-}
-
-struct ChannelWriter(tokio::sync::mpsc::UnboundedSender<String>);
-
-impl std::io::Write for ChannelWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = self.0.send(String::from_utf8_lossy(buf).into_owned());
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kmeta::cmd::rbac;
+use kmeta::rbac;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -153,7 +153,7 @@ async fn create_things_crd(client: &kube::Client) -> anyhow::Result<()> {
 async fn the_generated_role_covers_every_request_kmeta_makes() -> anyhow::Result<()> {
     let server = kmeta_apiserver::TestServer::start().await?;
     let client = server.client();
-    kmeta::cmd::dev::install_crds(&client).await?;
+    kmeta::manifest::install_crds(&client).await?;
     create_things_crd(&client).await?;
     let manifests = MANIFESTS.replace("HOOK", &serve_hooks().await?);
     let dir = tempfile::tempdir()?;

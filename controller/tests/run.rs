@@ -123,7 +123,7 @@ async fn server_with_kmeta_crds()
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    kmeta::manifest::install_crds(&server.client()).await?;
     Ok((server, dir, kubeconfig))
 }
 

@@ -227,7 +227,7 @@ async fn kubeconfig_and_crds(
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
-    kmeta::cmd::dev::install_crds(&server.client()).await?;
+    kmeta::manifest::install_crds(&server.client()).await?;
     Ok((dir, kubeconfig))
 }
 

@@ -3,7 +3,7 @@
 //! The in-process API server then authenticates and authorizes every request
 //! (`TestServerBuilder::rbac`); the test's own client is a superuser, and the controller's
 //! client authenticates as the ServiceAccount `kube-system/kmeta`, whose only binding is to the
-//! ClusterRole `kmeta`: the ClusterRole `kmeta rbac` generates (`kmeta::cmd::rbac`) for the
+//! ClusterRole `kmeta`: the ClusterRole `kmeta rbac` generates (`kmeta::rbac`) for the
 //! CompositeControllers and DecoratorControllers stored in the scenario's server, regenerated
 //! whenever they change, as an operator re-runs `kmeta rbac` after applying a controller (a
 //! CompositeController run in-process, `HookMode::InProcess`, is granted from the object it
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kmeta::cmd::rbac::{Controller, cluster_role, grants, grants_with};
+use kmeta::rbac::{Controller, cluster_role, grants, grants_with};
 use kmeta_apiserver::TestServer;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

@@ -1,24 +1,42 @@
-//! The binary's command line: the subcommands and their flags (clap), and what each command
-//! prints and how it exits. What the commands do is the library's (`kmeta::cmd`); the flags of
-//! `kmeta run` are `kmeta::cmd::cli::RunArgs`, which the Deployment test also parses.
+//! The binary's command line: the subcommands and their flags (clap), what the commands that
+//! are no library API do, and what each command prints and how it exits. The parts a Rust user
+//! or a test needs on their own are library modules: `kmeta::rbac`, `kmeta::render`,
+//! `kmeta::steer`, `kmeta::trace`, `kmeta::manifest`.
 //!
 //! - `mod.rs`: [`Cli`], [`Command`], the dispatch, and the exit on error;
+//! - `args`: `kmeta run`'s flags (`RunArgs`, typed by clap) and their validation into a
+//!   `RunConfig` (`controller/tests/deploy.rs` compiles this file to parse the Helm chart's
+//!   Deployment with it);
+//! - `run`: `kmeta run` (clients, leader election or shards, health endpoints, the manager;
+//!   `run::manager_config` is the one place it builds its `ManagerConfig`);
+//! - `dev`, `demo`, `progress`: `kmeta dev` and `kmeta demo` (with the default
+//!   `embedded-apiserver` feature), and their progress lines on a terminal;
 //! - `render`: `kmeta render` (its flags and exit codes);
 //! - `target`: `kmeta trace`, `reconcile`, `suspend`, `resume` (a parent named on the command
 //!   line);
 //! - `signal`: the shutdown token of SIGINT/SIGTERM;
 //! - `memory`: the allocator's settings.
 
+mod args;
+#[cfg(test)]
+mod args_tests;
+#[cfg(feature = "embedded-apiserver")]
+mod demo;
+#[cfg(feature = "embedded-apiserver")]
+mod dev;
 pub(crate) mod memory;
+#[cfg(feature = "embedded-apiserver")]
+mod progress;
 mod render;
+mod run;
 mod signal;
 mod target;
 
 use std::path::PathBuf;
 
+use self::args::{LogArgs, RunArgs};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use kmeta::cmd::cli::{LogArgs, RunArgs};
 
 use self::render::RenderArgs;
 use self::signal::shutdown_on_signal;
@@ -99,7 +117,7 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
         /// How long to wait for the sync.
-        #[arg(long, default_value = "60s", value_parser = kmeta::cmd::cli::duration_value)]
+        #[arg(long, default_value = "60s", value_parser = args::duration_value)]
         timeout: std::time::Duration,
     },
     /// Pause kmeta for a parent, a decorator target, or every object of a CompositeController or
@@ -180,7 +198,7 @@ fn refused_exit_code(e: &clap::Error) -> i32 {
     use clap::error::{ContextKind, ErrorKind};
     // a value kmeta's own parsers refused (durations, addresses, strategy, buckets, prefix)
     let value = e.kind() == ErrorKind::ValueValidation
-        && std::error::Error::source(e).is_some_and(|s| s.is::<kmeta::cmd::cli::CliError>());
+        && std::error::Error::source(e).is_some_and(|s| s.is::<args::CliError>());
     let named = |arg: String| {
         let flag = arg.split_whitespace().next().unwrap_or_default().to_owned();
         CHECKED_BY_KMETA.contains(&flag.as_str())
@@ -243,27 +261,25 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
 async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let config = args.to_config()?;
     kmeta::ops::logging::init(&config.log).map_err(anyhow::Error::msg)?;
-    kmeta::cmd::run::run(config, shutdown_on_signal()).await?;
+    run::run(config, shutdown_on_signal()).await?;
     Ok(())
 }
 
 /// `kmeta demo`, with the controller's logs when `verbose`.
 async fn demo(verbose: bool) -> anyhow::Result<()> {
     if verbose {
-        let log = kmeta::cmd::cli::LogConfig {
-            format: kmeta::cmd::cli::LogFormat::Text,
+        let log = args::LogConfig {
+            format: args::LogFormat::Text,
             filter: Some("kmeta=debug,info".into()),
         };
         kmeta::ops::logging::init(&log).map_err(anyhow::Error::msg)?;
     }
-    let opts = kmeta::cmd::demo::DemoOptions {
+    let opts = demo::DemoOptions {
         verbose,
         ..Default::default()
     };
     let mut out = std::io::stdout();
-    kmeta::cmd::demo::run(opts, &mut out)
-        .await
-        .context("the demo failed")
+    demo::run(opts, &mut out).await.context("the demo failed")
 }
 
 /// `kmeta dev`: the local API server, the manifests, the controller, until a signal.
@@ -275,14 +291,14 @@ async fn dev(
 ) -> anyhow::Result<()> {
     let config = log.to_config()?;
     kmeta::ops::logging::init(&config).map_err(anyhow::Error::msg)?;
-    let opts = kmeta::cmd::dev::DevOptions {
+    let opts = dev::DevOptions {
         port,
         kubeconfig_out,
         files,
         ..Default::default()
     };
     let mut out = std::io::stdout();
-    kmeta::cmd::dev::run(opts, shutdown_on_signal(), &mut out).await?;
+    dev::run(opts, shutdown_on_signal(), &mut out).await?;
     Ok(())
 }
 
@@ -310,8 +326,8 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
         default_service_account,
     } = args;
     Ok(match controller {
-        None => kmeta::cmd::rbac::render(files, related, name, default_service_account.as_deref())?,
-        Some(controller) => kmeta::cmd::rbac::render_controller(files, related, name, controller)?,
+        None => kmeta::rbac::render(files, related, name, default_service_account.as_deref())?,
+        Some(controller) => kmeta::rbac::render_controller(files, related, name, controller)?,
     })
 }
 

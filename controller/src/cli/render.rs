@@ -1,9 +1,9 @@
 //! `kmeta render`: its flags, and its exit code (0 nothing to write, 1 writes, 2 an error).
-//! What it renders is `kmeta::cmd::render`'s.
+//! What it renders is `kmeta::render`'s.
 
 use std::path::PathBuf;
 
-use kmeta::cmd::render::{self, Live, RenderOptions};
+use kmeta::render::{self, Live, RenderOptions};
 
 use super::emit;
 
@@ -54,7 +54,7 @@ async fn live_cluster(args: &RenderArgs) -> anyhow::Result<Option<Live>> {
         return Ok(None);
     }
     let config = match &args.kubeconfig {
-        Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
+        Some(path) => super::run::kube_config(Some(path)).await?,
         None => kube::Config::infer().await?,
     };
     Ok(Some(Live(kube::Client::try_from(config)?)))

@@ -1,14 +1,17 @@
 //! `kmeta trace`, `reconcile`, `suspend` and `resume`: a parent (or a controller) named on the
-//! command line, found in the cluster, then shown or steered (`kmeta::cmd::trace`,
-//! `kmeta::cmd::steer`).
+//! command line, found in the cluster, then shown or steered (`kmeta::trace`,
+//! `kmeta::steer`).
 
 use std::path::PathBuf;
 
-use kmeta::cmd::steer::{self, Reconciled, Target};
-use kmeta::cmd::trace;
+use kmeta::steer::{self, Reconciled, Target};
+use kmeta::trace;
 
 use super::emit;
 use super::signal::shutdown_on_signal;
+
+/// How often `kmeta trace --watch` redraws: 2 s.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The object a steering command names, and the cluster it is in.
 #[derive(clap::Args, Debug)]
@@ -29,7 +32,7 @@ impl TargetArgs {
     /// The client, the server's resources and the resolved object.
     async fn resolve(&self) -> anyhow::Result<(kube::Client, kube::Discovery, Target)> {
         let config = match &self.kubeconfig {
-            Some(path) => kmeta::cmd::run::kube_config(Some(path)).await?,
+            Some(path) => super::run::kube_config(Some(path)).await?,
             None => kube::Config::infer().await?,
         };
         let namespace = self
@@ -74,7 +77,7 @@ pub(crate) async fn trace(
         }
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            () = tokio::time::sleep(trace::WATCH_EVERY) => {}
+            () = tokio::time::sleep(WATCH_EVERY) => {}
         }
     }
 }

@@ -147,7 +147,7 @@ impl LeaderConfig {
 }
 
 /// `POD_NAME`, else `<hostname>_<random hex>`.
-pub(crate) fn default_identity() -> String {
+pub fn default_identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.trim().is_empty()
     {

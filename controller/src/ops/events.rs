@@ -1,7 +1,7 @@
 //! Publishing Kubernetes Events (`events.k8s.io/v1`).
 //!
 //! **Series.** An Event that repeats — same type, reason, object and note — within
-//! [`SERIES_TTL`] of its last occurrence is one Event whose `series` counts the repeats (a
+//! `SERIES_TTL` of its last occurrence is one Event whose `series` counts the repeats (a
 //! patch, not a new object). The note is part of what makes an Event the same: kube's
 //! `Recorder` (and client-go's `tools/events`) leave it out, so a parent whose child write failed
 //! for one cause and then for another kept showing the first cause, and two controllers' notes
@@ -11,7 +11,7 @@
 //! **Retries.** An Event the API server did not take is sent again in the background, after
 //! 1, 2, 4, 8 and 16 s (about 31 s in all), unless the answer says a retry cannot help (a 4xx
 //! other than 408, 409 and 429). Given up — after the last retry, on such an answer, or when
-//! [`RETRIES_PENDING`] Events already wait — it is logged and counted in
+//! `RETRIES_PENDING` Events already wait — it is logged and counted in
 //! `kmeta_events_failed_total`. client-go's recorder retries too (12 tries, 10 s apart); kube's
 //! `Recorder` does not. A retry sends the same occurrence: the same Event name and time, so when
 //! the first try was created but its answer lost, the retry's `AlreadyExists` ends it instead of
@@ -32,7 +32,7 @@ use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, TokenBucket};
 
 /// The waits before each retry of an Event: 1 s doubling, five retries.
-pub const RETRY_DELAYS: [Duration; 5] = [
+pub(crate) const RETRY_DELAYS: [Duration; 5] = [
     Duration::from_secs(1),
     Duration::from_secs(2),
     Duration::from_secs(4),
@@ -42,15 +42,15 @@ pub const RETRY_DELAYS: [Duration; 5] = [
 
 /// At most this many Events wait for a retry at once (a long API outage must not pile up tasks
 /// and memory); a failed Event beyond that is given up at once: 256.
-pub const RETRIES_PENDING: usize = 256;
+pub(crate) const RETRIES_PENDING: usize = 256;
 
 /// A repeat within this long of an Event's last occurrence counts in its series: 6 minutes
 /// (client-go's and kube's, a little over the 5-minute series heartbeat of the Events KEP).
-pub const SERIES_TTL: Duration = Duration::from_secs(360);
+pub(crate) const SERIES_TTL: Duration = Duration::from_secs(360);
 
 /// Series remembered at most (then the expired ones are dropped, and if none has expired the
 /// memory starts over: the next repeat of each is a new Event): 4096, as the events spam filter.
-pub const SERIES_MAX: usize = 4096;
+pub(crate) const SERIES_MAX: usize = 4096;
 
 /// One Event to publish.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

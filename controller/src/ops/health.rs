@@ -68,7 +68,7 @@ fn readiness(synced: bool, elected: bool, leading: bool, stopping: bool) -> (boo
 
 /// The result of the readiness checks, a pure function of the flags, naming the watches still
 /// `waiting` for their first list when not synced.
-pub fn readiness_waiting(
+pub(crate) fn readiness_waiting(
     synced: bool,
     elected: bool,
     leading: bool,

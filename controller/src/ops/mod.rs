@@ -6,7 +6,7 @@
 
 pub mod client;
 pub mod events;
-pub(crate) mod health;
+pub mod health;
 pub mod logging;
 pub mod metrics;
 pub(crate) mod openapi;

@@ -6,7 +6,7 @@
 //! token has accrued (the bucket goes into debt, as `golang.org/x/time/rate`'s `Reserve` and
 //! client-go's `flowcontrol.NewTokenBucketRateLimiter` do, so waiters are served in arrival order).
 //!
-//! - [`TokenBucket`] is the pure decision: [`TokenBucket::reserve`] takes a token at an explicit
+//! - `TokenBucket` is the pure decision: `TokenBucket::reserve` takes a token at an explicit
 //!   instant and returns how long the caller must wait.
 //! - [`RateLimitLayer`] / [`RateLimitService`] is the tower middleware: it reserves a token when
 //!   the request is handed to it, waits, then sends the request. A watch is one request, so it
@@ -20,7 +20,7 @@
 //! with a positive `qps` is treated as 1 (client-go requires a burst of at least 1).
 //!
 //! A caller that gives up while waiting (its future dropped) gives its token back
-//! ([`TokenBucket::cancel`]).
+//! (`TokenBucket::cancel`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -63,7 +63,7 @@ impl RateLimit {
 
 /// A token bucket: the pure decision of how long a request waits.
 #[derive(Clone, Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     limits: RateLimit,
     /// Tokens available at `last`; negative when reservations are waiting (debt).
     tokens: f64,
@@ -162,7 +162,7 @@ impl TokenBucket {
 /// The Kubernetes verb of a request, from its method and path: `get`, `list`, `watch`, `create`,
 /// `update`, `patch`, `delete` or `deletecollection` (non-resource paths such as `/version` are
 /// `get`; other methods are the method in lower case).
-pub fn verb(method: &Method, uri: &Uri) -> &'static str {
+pub(crate) fn verb(method: &Method, uri: &Uri) -> &'static str {
     let named = names_object(uri.path());
     match *method {
         Method::GET | Method::HEAD => {

@@ -28,7 +28,9 @@ pub(crate) mod status;
 pub(crate) mod triggers;
 pub(crate) mod unchanged;
 
-pub use apply::{ApplyStrategy, LAST_APPLIED_OPTION, STRATEGY_ANNOTATION, field_manager};
+pub use apply::{
+    ApplyStrategy, LAST_APPLIED_OPTION, MAX_FIELD_MANAGER, STRATEGY_ANNOTATION, field_manager,
+};
 pub use expectations::CREATE_EXPECTATION_TTL;
 // with the defaults its documentation names
 pub use core::{

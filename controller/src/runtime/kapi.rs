@@ -246,7 +246,8 @@ pub fn with_user_agent(config: kube::Config) -> kube::Config {
     set_user_agent(config, &user_agent())
 }
 
-/// `config` with the User-Agent naming `identity` ([`user_agent_of`]) on every request.
+/// `config` with the User-Agent naming `identity` (`kmeta/<version> (<identity>)`) on every
+/// request.
 pub fn with_identity(config: kube::Config, identity: &str) -> kube::Config {
     set_user_agent(config, &user_agent_of(identity))
 }

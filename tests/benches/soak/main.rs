@@ -343,7 +343,7 @@ async fn create_parent(soak: &Soak, name: &str, rng: &mut StdRng) -> anyhow::Res
 /// kmeta's CRDs, the parents' CRDs, the hook's Secret and both CompositeControllers.
 async fn install(server: &TestServer, secrets: &Secrets, base: &str) -> anyhow::Result<()> {
     let client = server.client();
-    kmeta::cmd::dev::install_crds(&client).await?;
+    kmeta::manifest::install_crds(&client).await?;
     let crds = Api::<DynamicObject>::all_with(
         client.clone(),
         &ar(

@@ -747,7 +747,7 @@ async fn an_unusable_decorator_is_reported() -> anyhow::Result<()> {
 /// attachments.
 #[tokio::test]
 async fn trace_shows_a_targets_decorator_and_attachments() -> anyhow::Result<()> {
-    use kmeta::cmd::{steer, trace};
+    use kmeta::{steer, trace};
     let mut s = Scenario::new("dectrace")
         .crd("Thing", "things")
         .hook(|_, req| {

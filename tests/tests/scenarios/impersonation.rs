@@ -4,7 +4,7 @@
 //! in every scenario here, whatever `KMETA_TEST_RBAC` says.
 
 use kmeta::ManagerConfig;
-use kmeta::cmd::rbac::{Controller, cluster_role, controller_grants, service_account_binding};
+use kmeta::rbac::{Controller, cluster_role, controller_grants, service_account_binding};
 use kmeta_tests::scenario::{Cc, Dc, Running, Scenario};
 use kmeta_tests::{Authz, Reply};
 use kube::api::{Api, DynamicObject};

@@ -421,7 +421,7 @@ function(request) {
 /// controller then creates; without the ConfigMap's file it says which object it lacks.
 #[tokio::test]
 async fn render_evaluates_a_configmap_jsonnet_hook_as_the_controller_does() -> anyhow::Result<()> {
-    use kmeta::cmd::render::{self, RenderOptions, Write};
+    use kmeta::render::{self, RenderOptions, Write};
     let mut s = Scenario::new("jsonnet-render")
         .crd("Thing", "things")
         .prepare()

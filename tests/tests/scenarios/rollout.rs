@@ -312,7 +312,7 @@ async fn in_place_children_update_together_without_revisions() -> anyhow::Result
 /// them one at a time.
 #[tokio::test]
 async fn trace_names_the_revision_of_each_child() -> anyhow::Result<()> {
-    use kmeta::cmd::{steer, trace};
+    use kmeta::{steer, trace};
     let mut s = start("roll-trace", "RollingInPlace").await?;
     s.parent("cs", json!({"color": "black"})).await?;
     wait_updated(

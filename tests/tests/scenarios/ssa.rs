@@ -796,7 +796,7 @@ async fn annotating_a_running_controller_switches_its_strategy() -> anyhow::Resu
 /// `ChildDrift` condition, and the last change recording the child left alone, and why.
 #[tokio::test]
 async fn trace_shows_a_child_left_alone_under_report() -> anyhow::Result<()> {
-    use kmeta::cmd::{steer, trace};
+    use kmeta::{steer, trace};
     let cc = "trace-report-cc";
     let s = Scenario::new("trace-report")
         .crd("Thing", "things")

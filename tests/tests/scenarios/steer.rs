@@ -296,7 +296,7 @@ async fn a_paused_parent_deleted_without_a_finalize_hook_loses_its_children() ->
 /// failing sync and a paused parent report as such.
 #[tokio::test]
 async fn reconcile_now_runs_past_a_long_backoff_and_reports_the_result() -> anyhow::Result<()> {
-    use kmeta::cmd::steer::{self, Reconciled};
+    use kmeta::steer::{self, Reconciled};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let failing = Arc::new(AtomicBool::new(true));
@@ -442,7 +442,7 @@ fn as_written(mut o: Value) -> Value {
 /// changed, the three-way-merged update that keeps that field.
 #[tokio::test]
 async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<()> {
-    use kmeta::cmd::render::{self, RenderOptions, Write as ChildOp};
+    use kmeta::render::{self, RenderOptions, Write as ChildOp};
     let mut s = Scenario::new("render")
         .crd("Thing", "things")
         .hook(versioned_children)
@@ -532,7 +532,7 @@ async fn render_shows_the_writes_the_controller_then_makes() -> anyhow::Result<(
 /// manager, which is the manager holding the child after the controller's sync.
 #[tokio::test]
 async fn render_shows_the_server_side_apply_the_controller_then_sends() -> anyhow::Result<()> {
-    use kmeta::cmd::render::{self, RenderOptions, Write};
+    use kmeta::render::{self, RenderOptions, Write};
     let mut s = Scenario::new("render-ssa")
         .crd("Thing", "things")
         .hook(versioned_children)
@@ -600,8 +600,8 @@ async fn render_shows_the_server_side_apply_the_controller_then_sends() -> anyho
 /// hook fails (Failed, with the SyncError event); the controller's list puts the failing one first.
 #[tokio::test]
 async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Result<()> {
-    use kmeta::cmd::steer;
-    use kmeta::cmd::trace::{self, SyncState};
+    use kmeta::steer;
+    use kmeta::trace::{self, SyncState};
     let hook = |hook: &str, req: &Value| {
         if req["parent"]["metadata"]["name"] == "broken" {
             Reply::Raw(500, "no database".into())
@@ -673,7 +673,7 @@ async fn trace_shows_a_parents_children_sync_state_and_events() -> anyhow::Resul
 /// reports the hook's failure.
 #[tokio::test]
 async fn reconcile_now_runs_past_an_open_circuit() -> anyhow::Result<()> {
-    use kmeta::cmd::steer::{self, Reconciled};
+    use kmeta::steer::{self, Reconciled};
     let mut builder = Scenario::new("reconcile-circuit")
         .crd("Thing", "things")
         .hook(|_, _| Reply::Raw(503, "down for maintenance".into()))
@@ -713,7 +713,7 @@ async fn reconcile_now_runs_past_an_open_circuit() -> anyhow::Result<()> {
 /// answer would stay on the parent for 2 s, far longer than `kmeta reconcile`'s poll.)
 #[tokio::test]
 async fn a_request_arriving_during_a_failing_sync_is_answered_by_the_next() -> anyhow::Result<()> {
-    use kmeta::cmd::steer::{self, Reconciled};
+    use kmeta::steer::{self, Reconciled};
     let slow = std::time::Duration::from_secs(2);
     let s = Scenario::new("reconcile-during")
         .crd("Thing", "things")
@@ -747,7 +747,7 @@ async fn a_request_arriving_during_a_failing_sync_is_answered_by_the_next() -> a
 #[tokio::test]
 async fn trace_shows_the_last_change_and_a_sync_that_changes_nothing_writes_none()
 -> anyhow::Result<()> {
-    use kmeta::cmd::{steer, trace};
+    use kmeta::{steer, trace};
     let s = Scenario::new("trace-change")
         .crd("Thing", "things")
         .hook(children_from_spec)
@@ -801,7 +801,7 @@ async fn trace_shows_the_last_change_and_a_sync_that_changes_nothing_writes_none
 /// change, as kmeta recorded them.
 #[tokio::test]
 async fn trace_related_lists_what_the_customize_hook_selected() -> anyhow::Result<()> {
-    use kmeta::cmd::{steer, trace};
+    use kmeta::{steer, trace};
     let shared = |name: &str, share: &str| {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "labels": {"share": share}}, "data": {"value": name}})

@@ -30,7 +30,7 @@ pub use leases::{
 };
 pub use state::{ShardFenced, Shards};
 
-pub use crate::runtime::shard_watch::fnv1a64;
+pub(crate) use crate::runtime::shard_watch::fnv1a64;
 
 /// MurmurHash3's 64-bit finalizer: every input bit flips about half of the output bits, so
 /// names that differ only at their end land far apart.
@@ -44,7 +44,7 @@ pub(crate) fn mix64(mut h: u64) -> u64 {
 }
 
 /// The hash that places a namespace: MurmurHash3's finalizer over its FNV-1a.
-pub fn namespace_hash(namespace: &str) -> u64 {
+pub(crate) fn namespace_hash(namespace: &str) -> u64 {
     mix64(fnv1a64(namespace.as_bytes()))
 }
 
@@ -52,8 +52,9 @@ pub fn namespace_hash(namespace: &str) -> u64 {
 /// bucket Leases carry it, [`leases::HASH_ANNOTATION`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ShardHash {
-    /// [`namespace_hash`]: spreads namespaces named alike; buckets are no `shardRange` ranges,
-    /// so watches are filtered by the replica (`--shard-watch=client`, the default).
+    /// MurmurHash3's finalizer over FNV-1a 64: spreads namespaces named alike; buckets are no
+    /// `shardRange` ranges, so watches are filtered by the replica (`--shard-watch=client`, the
+    /// default).
     #[default]
     Mixed,
     /// Plain FNV-1a 64, KEP-5866's: bucket `b` is exactly the range `[b·2^64/B, (b+1)·2^64/B)`
@@ -174,7 +175,7 @@ pub fn valid_bucket_count(buckets: u32) -> bool {
 }
 
 /// The bucket of a parent in `namespace` (`""`: cluster-scoped) among `buckets` hash buckets
-/// (a power of two): the top `log2(buckets)` bits of the namespace's [`namespace_hash`].
+/// (a power of two): the top `log2(buckets)` bits of the namespace's [`ShardHash::Mixed`] hash.
 pub fn bucket_of(namespace: &str, buckets: u32) -> Bucket {
     bucket_by(namespace, buckets, ShardHash::Mixed)
 }

@@ -168,6 +168,19 @@ impl Shards {
         Shards::keyed(buckets, hash, ShardKey::Namespace, watch)
     }
 
+    /// A replica of `kmeta run --sharding` holding no bucket yet, parents placed by `key`
+    /// (`--shard-key`). With `server_side_watch` (`--shard-watch=server`), namespaces are
+    /// placed by plain FNV-1a, the hash the API server's ranges use, and the replica's watches
+    /// list only the buckets it holds; else by the mixed hash, and every watch lists everything.
+    pub fn replica(buckets: u32, key: ShardKey, server_side_watch: bool) -> Arc<Shards> {
+        if server_side_watch {
+            let watch = Some(Arc::new(WatchShards::default()));
+            Shards::keyed(buckets, ShardHash::Fnv1a, key, watch)
+        } else {
+            Shards::keyed(buckets, ShardHash::Mixed, key, None)
+        }
+    }
+
     /// As [`Shards::with_hash`], parents placed by `key` (`--shard-key`).
     pub(crate) fn keyed(
         buckets: u32,

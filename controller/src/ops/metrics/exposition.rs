@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 
 /// Content type of the OpenMetrics 1.0.0 text exposition.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content type of the Prometheus text exposition format 0.0.4 (what client_golang serves, and
 /// Metacontroller with it, unless OpenMetrics is asked for).
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The exposition formats `/metrics` serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// Prometheus text format 0.0.4 (the default).
     Text,
     /// OpenMetrics 1.0.0 text.
@@ -34,7 +34,7 @@ impl Format {
 /// excluded); the first that is `application/openmetrics-text` (version 1.0.0, 0.0.1 or none)
 /// or `text/plain` (version 0.0.4 or none) decides; otherwise — no header, `*/*`, anything
 /// else — text 0.0.4.
-pub fn negotiate(accept: Option<&str>) -> Format {
+pub(crate) fn negotiate(accept: Option<&str>) -> Format {
     let mut ranges: Vec<(f64, Option<Format>)> = accept
         .unwrap_or_default()
         .split(',')
@@ -77,7 +77,7 @@ fn media_range(range: &str) -> (f64, Option<Format>) {
 /// `_info`); `_created` samples,
 /// `# UNIT` lines, exemplars and `# EOF` go; types 0.0.4 lacks become `untyped`; `\"` in help
 /// text becomes `"`. Sample lines are otherwise the same in both formats.
-pub fn text_004(openmetrics: &str) -> String {
+pub(crate) fn text_004(openmetrics: &str) -> String {
     let mut types: HashMap<&str, &str> = HashMap::new();
     for line in openmetrics.lines() {
         if let Some((name, kind)) = line.strip_prefix("# TYPE ").and_then(|r| r.split_once(' ')) {

@@ -28,7 +28,7 @@ use prometheus_client::registry::Registry;
 
 mod exposition;
 
-pub use exposition::{Format, OPENMETRICS, PROMETHEUS_TEXT, negotiate, text_004};
+pub(crate) use exposition::{Format, negotiate, text_004};
 
 /// A hook kind: the `<hook>` of the `metacontroller_<hook>_*` series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -986,7 +986,7 @@ impl Metrics {
     }
 
     /// Every series in `format`.
-    pub fn encode_as(&self, format: Format) -> String {
+    pub(crate) fn encode_as(&self, format: Format) -> String {
         match format {
             Format::OpenMetrics => self.encode(),
             Format::Text => text_004(&self.encode()),

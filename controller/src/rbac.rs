@@ -1,3 +1,7 @@
+//! The RBAC rules a set of controllers needs, as a library: [`load`] the controllers from
+//! manifests, derive their [`Grants`] ([`grants`], [`controller_grants`]) and render them as a
+//! ClusterRole ([`cluster_role`], [`render`]). The `kmeta rbac` command prints [`render`]'s output.
+//!
 //! `kmeta rbac`: the least-privilege ClusterRole a set of CompositeControllers and
 //! DecoratorControllers needs, derived from their manifests.
 //!
@@ -102,7 +106,7 @@ pub struct Grants {
 }
 
 /// The API group of an `apiVersion` (`""` for the core group).
-pub fn group_of(api_version: &str) -> &str {
+fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
@@ -306,7 +310,7 @@ pub fn grants(controllers: &[(String, Controller)], related: &[(String, String)]
 
 /// The ServiceAccount (name) a controller's writes are made as: its `spec.serviceAccountName`,
 /// else `default` (`--default-service-account`); `None`: kmeta's own identity.
-pub fn writer_of<'a>(c: &'a Controller, default: Option<&'a str>) -> Option<&'a str> {
+fn writer_of<'a>(c: &'a Controller, default: Option<&'a str>) -> Option<&'a str> {
     let named = match c {
         Controller::Composite(cc) => cc.service_account_name.as_deref(),
         Controller::Decorator(dc) => dc.service_account_name.as_deref(),
@@ -375,7 +379,7 @@ pub fn controller_grants(c: &Controller, related: &[(String, String)]) -> Grants
 }
 
 /// The non-resource URLs of the OpenAPI v3 documents kmeta reads list rules from.
-pub const OPENAPI_URLS: [&str; 2] = ["/openapi/v3", "/openapi/v3/*"];
+const OPENAPI_URLS: [&str; 2] = ["/openapi/v3", "/openapi/v3/*"];
 
 /// The ClusterRole named `name` granting `g`: one rule per API group and verb set, resources
 /// sorted, so the output is stable.
@@ -419,7 +423,7 @@ pub fn cluster_role(name: &str, g: &Grants) -> Value {
 }
 
 /// Parses `--related` values: `<apiVersion>/<resource>` (`v1/secrets`, `apps/v1/deployments`).
-pub fn parse_related(values: &[String]) -> Result<Vec<(String, String)>, RbacError> {
+fn parse_related(values: &[String]) -> Result<Vec<(String, String)>, RbacError> {
     values
         .iter()
         .map(|v| {
@@ -433,13 +437,13 @@ pub fn parse_related(values: &[String]) -> Result<Vec<(String, String)>, RbacErr
 }
 
 /// The controllers in the YAML/JSON documents of `text` (other kinds are skipped).
-pub fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, RbacError> {
+fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, RbacError> {
     let bad = |message: String| RbacError::Manifest {
         path: path.to_owned(),
         message,
     };
     let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| bad(crate::cmd::cli::yaml_error(&e)))?;
+        serde_saphyr::from_multiple(text).map_err(|e| bad(crate::manifest::yaml_error(&e)))?;
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();

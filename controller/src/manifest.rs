@@ -1,28 +1,24 @@
-//! `kmeta dev`: the offline loop for hook authors. Starts kmeta-apiserver on a local port, writes
-//! a kubeconfig, applies the given manifests (CRDs first, then controllers, then everything
-//! else), re-applies a file when it changes, and runs the controller against the server until
-//! the shutdown token is cancelled. Hooks run wherever the author runs them.
+//! Manifest files, read and applied as `kubectl apply --server-side` would: the YAML or JSON
+//! documents of files and directories ([`load`]), sorted into apply phases ([`order`]: namespaces
+//! and CRDs, then Metacontroller's controllers, then the rest) and applied in that order,
+//! each CRD waited for until Established ([`apply_all`]); and kmeta's own CRDs installed
+//! ([`install_crds`]). `kmeta dev` applies its `-f` files with it, and tests set up an API
+//! server with it.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use kmeta_apiserver::TestServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use crate::cmd::progress::{self, Progress};
-use crate::reconcile::core::ManagerConfig;
+/// Field manager of the objects applied here (`kmeta dev`'s).
+const FIELD_MANAGER: &str = "kmeta-dev";
 
-/// Field manager of the objects `kmeta dev` applies.
-pub const FIELD_MANAGER: &str = "kmeta-dev";
-
-/// Errors of `kmeta dev`.
+/// Errors reading or applying manifests.
 #[derive(Debug, thiserror::Error)]
-pub enum DevError {
+pub enum ManifestError {
     /// A manifest could not be read.
     #[error("reading {path}: {source}")]
     Read {
@@ -39,17 +35,9 @@ pub enum DevError {
         /// What is wrong (document index and field).
         message: String,
     },
-    /// The API server could not start or be written to.
+    /// The API server could not be read or written to.
     #[error("api server: {0}")]
     Server(String),
-    /// The API server could not listen on its port.
-    #[error("starting the API server on 127.0.0.1:{port}: {message}")]
-    Start {
-        /// The port asked for (`--port`; 0 is any free one).
-        port: u16,
-        /// Cause.
-        message: String,
-    },
     /// An object was rejected.
     #[error("applying {what} from {path}: {message}")]
     Apply {
@@ -60,40 +48,33 @@ pub enum DevError {
         /// Server's answer.
         message: String,
     },
-    /// Writing to the terminal failed.
+    /// Writing the lines of [`apply_all`] failed.
     #[error("writing output: {0}")]
     Output(#[from] std::io::Error),
 }
 
-/// Settings of `kmeta dev`.
-#[derive(Debug, Clone)]
-pub struct DevOptions {
-    /// Port of the API server. Default 0: a free port.
-    pub port: u16,
-    /// Where the kubeconfig is written. Default `./kmeta-dev.kubeconfig`.
-    pub kubeconfig_out: PathBuf,
-    /// Manifest files or directories (`*.yaml`, `*.yml`, `*.json`, not recursive).
-    pub files: Vec<PathBuf>,
-    /// How often files are checked for changes. Default 1 s.
-    pub poll_interval: Duration,
-    /// Discovery refresh of the controller. Default 2 s (a new CRD is served almost at once).
-    pub discovery_interval: Duration,
-    /// The program evaluating Jsonnet hooks. Default `None`: this executable run as
-    /// `<exe> jsonnet-worker` (the `kmeta` binary).
-    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
+/// A wait of [`apply_all_showing`] (a CRD to be Established).
+pub type Wait<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), ManifestError>> + Send + 'a>>;
+
+/// How [`apply_all_showing`]'s caller shows a wait that may take a while (`kmeta dev`: a
+/// progress line on a terminal). `()` shows nothing.
+pub trait ShowWait: Sync {
+    /// Runs `wait`, showing `what` it waits for.
+    fn during<'a>(&'a self, what: String, wait: Wait<'a>) -> Wait<'a>;
 }
 
-impl Default for DevOptions {
-    fn default() -> Self {
-        DevOptions {
-            port: 0,
-            kubeconfig_out: PathBuf::from("kmeta-dev.kubeconfig"),
-            files: Vec::new(),
-            poll_interval: Duration::from_secs(1),
-            discovery_interval: Duration::from_secs(2),
-            jsonnet_worker: None,
-        }
+impl ShowWait for () {
+    fn during<'a>(&'a self, _what: String, wait: Wait<'a>) -> Wait<'a> {
+        wait
     }
+}
+
+/// A YAML parse error as one line, `what at line L, column C` (the parser's own rendering adds
+/// an `error: ` prefix and a multi-line source snippet, which a one-line CLI error must not).
+pub(crate) fn yaml_error(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
 /// One object read from a manifest.
@@ -122,10 +103,10 @@ pub fn order(mut manifests: Vec<Manifest>) -> Vec<Manifest> {
 }
 
 /// The manifest files named by `paths` (directories expanded, sorted by name).
-pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DevError> {
+pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ManifestError> {
     let mut out = Vec::new();
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|source| DevError::Read {
+        let meta = std::fs::metadata(p).map_err(|source| ManifestError::Read {
             path: p.clone(),
             source,
         })?;
@@ -133,7 +114,7 @@ pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DevError> {
             out.push(p.clone());
             continue;
         }
-        let entries = std::fs::read_dir(p).map_err(|source| DevError::Read {
+        let entries = std::fs::read_dir(p).map_err(|source| ManifestError::Read {
             path: p.clone(),
             source,
         })?;
@@ -157,13 +138,12 @@ pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DevError> {
 /// Parses the documents of one manifest file. Empty documents are skipped (and not counted in
 /// error messages); every other document must be an object with `apiVersion`, `kind` and
 /// `metadata.name` (or `generateName`).
-pub fn parse_manifest(path: &Path, text: &str) -> Result<Vec<Manifest>, DevError> {
-    let bad = |message: String| DevError::Manifest {
+pub fn parse_manifest(path: &Path, text: &str) -> Result<Vec<Manifest>, ManifestError> {
+    let bad = |message: String| ManifestError::Manifest {
         path: path.to_owned(),
         message,
     };
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| bad(crate::cmd::cli::yaml_error(&e)))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| bad(yaml_error(&e)))?;
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
@@ -193,10 +173,10 @@ pub fn parse_manifest(path: &Path, text: &str) -> Result<Vec<Manifest>, DevError
 }
 
 /// Reads and parses every manifest under `paths`.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, DevError> {
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, ManifestError> {
     let mut all = Vec::new();
     for file in manifest_files(paths)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| DevError::Read {
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
             path: file.clone(),
             source,
         })?;
@@ -219,18 +199,29 @@ fn describe(obj: &Value) -> String {
     }
 }
 
-/// Applies manifests with server-side apply (as `kubectl apply --server-side`), in order; waits
-/// for each CRD to be Established and refreshes discovery before the next phase.
+/// Applies manifests with server-side apply (as `kubectl apply --server-side`), in order, and
+/// writes an `applied Kind namespace/name (file)` line for each to `out`; waits for each CRD to
+/// be Established and refreshes discovery before the next phase.
 pub async fn apply_all(
     client: &kube::Client,
     manifests: &[Manifest],
     out: &mut (dyn Write + Send),
-) -> Result<(), DevError> {
+) -> Result<(), ManifestError> {
+    apply_all_showing(client, manifests, out, &()).await
+}
+
+/// [`apply_all`], showing each wait for a CRD through `show`.
+pub async fn apply_all_showing(
+    client: &kube::Client,
+    manifests: &[Manifest],
+    out: &mut (dyn Write + Send),
+    show: &dyn ShowWait,
+) -> Result<(), ManifestError> {
     let discover = || async {
         Discovery::new(client.clone())
             .run()
             .await
-            .map_err(|e| DevError::Server(e.to_string()))
+            .map_err(|e| ManifestError::Server(e.to_string()))
     };
     let mut discovery = discover().await?;
     let mut last_phase = 0;
@@ -249,8 +240,7 @@ pub async fn apply_all(
         )?;
         if m.object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
             let what = format!("{} to be Established", describe(&m.object));
-            Progress::on_terminal()
-                .during(&what, wait_established(client, &m.object))
+            show.during(what, Box::pin(wait_established(client, &m.object)))
                 .await?;
         }
     }
@@ -261,10 +251,10 @@ async fn apply_one(
     client: &kube::Client,
     discovery: &Discovery,
     m: &Manifest,
-) -> Result<(), DevError> {
+) -> Result<(), ManifestError> {
     let obj = &m.object;
     let what = describe(obj);
-    let fail = |message: String| DevError::Apply {
+    let fail = |message: String| ManifestError::Apply {
         what: what.clone(),
         path: m.path.clone(),
         message,
@@ -325,7 +315,7 @@ async fn apply_one(
 /// A served kind close to `kind` in `api_version` that was not found: the same name in other
 /// case, or at most two edits away; else the same kind in another apiVersion. Shown as
 /// `apiVersion Kind`.
-pub fn suggest_kind(served: &[(String, String)], api_version: &str, kind: &str) -> Option<String> {
+fn suggest_kind(served: &[(String, String)], api_version: &str, kind: &str) -> Option<String> {
     let show = |(av, k): &(String, String)| format!("{av} {k}");
     let same_version = served.iter().filter(|(av, _)| av == api_version);
     let close = same_version
@@ -347,7 +337,7 @@ pub fn suggest_kind(served: &[(String, String)], api_version: &str, kind: &str) 
     elsewhere.first().map(|s| show(s))
 }
 
-async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevError> {
+async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), ManifestError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let name = crd
         .pointer("/metadata/name")
@@ -359,7 +349,7 @@ async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevE
         let established = api
             .get_opt(name)
             .await
-            .map_err(|e| DevError::Server(e.to_string()))?
+            .map_err(|e| ManifestError::Server(e.to_string()))?
             .and_then(|c| c.status)
             .and_then(|s| s.conditions)
             .is_some_and(|cs| {
@@ -370,7 +360,7 @@ async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevE
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(DevError::Server(format!(
+            return Err(ManifestError::Server(format!(
                 "CustomResourceDefinition {name} not Established after 10s"
             )));
         }
@@ -379,250 +369,19 @@ async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), DevE
 }
 
 /// Installs the CompositeController/DecoratorController/ControllerRevision CRDs.
-pub async fn install_crds(client: &kube::Client) -> Result<(), DevError> {
-    let crds = crate::api::crds::all().map_err(|e| DevError::Server(e.to_string()))?;
+pub async fn install_crds(client: &kube::Client) -> Result<(), ManifestError> {
+    let crds = crate::api::crds::all().map_err(|e| ManifestError::Server(e.to_string()))?;
     let manifests: Vec<Manifest> = crds
         .into_iter()
         .map(|crd| {
             Ok(Manifest {
                 path: PathBuf::from("<kmeta crds>"),
-                object: serde_json::to_value(crd).map_err(|e| DevError::Server(e.to_string()))?,
+                object: serde_json::to_value(crd)
+                    .map_err(|e| ManifestError::Server(e.to_string()))?,
             })
         })
-        .collect::<Result<_, DevError>>()?;
+        .collect::<Result<_, ManifestError>>()?;
     apply_all(client, &manifests, &mut std::io::sink()).await
-}
-
-/// A started dev environment (the server stops when this is dropped).
-pub struct DevEnv {
-    /// The API server.
-    pub server: TestServer,
-    /// The kubeconfig written for it.
-    pub kubeconfig: PathBuf,
-}
-
-/// Starts the server, writes the kubeconfig, installs kmeta's CRDs and applies the manifests.
-pub async fn prepare(opts: &DevOptions, out: &mut (dyn Write + Send)) -> Result<DevEnv, DevError> {
-    // a path that does not exist cannot be watched: that stops `dev`; a bad manifest in it is
-    // reported, and applied once it is fixed and saved, as later saves are
-    manifest_files(&opts.files)?;
-    let loaded = load(&opts.files).map(order);
-    let server = TestServer::builder()
-        .port(opts.port)
-        .start()
-        .await
-        .map_err(|e| DevError::Start {
-            port: opts.port,
-            message: match e {
-                kmeta_apiserver::Error::Io(io) => io.to_string(),
-                other => other.to_string(),
-            },
-        })?;
-    server
-        .write_kubeconfig(&opts.kubeconfig_out)
-        .map_err(|e| DevError::Server(e.to_string()))?;
-    let kubeconfig = opts.kubeconfig_out.clone();
-    writeln!(out, "kmeta dev: API server at {}", server.url())?;
-    writeln!(out, "  kubeconfig written to {}", kubeconfig.display())?;
-    writeln!(
-        out,
-        "  try: kubectl --kubeconfig {} get compositecontrollers,crds",
-        kubeconfig.display()
-    )?;
-    if opts.files.is_empty() {
-        writeln!(
-            out,
-            "  no manifests given: kubectl --kubeconfig {} apply -f FILE, or restart with -f FILE|DIR",
-            kubeconfig.display()
-        )?;
-    }
-    let client = server.client();
-    install_crds(&client).await?;
-    let applied = match loaded {
-        Ok(manifests) => apply_all(&client, &manifests, out).await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = applied {
-        writeln!(out, "{}", report(&e))?;
-    }
-    Ok(DevEnv { server, kubeconfig })
-}
-
-/// How `dev` reports a manifest it could not read or apply (at start and on save alike).
-pub fn report(e: &DevError) -> String {
-    format!("kmeta dev: {e} (fix it and save the file to apply it)")
-}
-
-fn mtimes(paths: &[PathBuf]) -> BTreeMap<PathBuf, SystemTime> {
-    manifest_files(paths)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|f| {
-            let t = std::fs::metadata(&f).and_then(|m| m.modified()).ok()?;
-            Some((f, t))
-        })
-        .collect()
-}
-
-/// The files whose modification time changed or that appeared (a pure comparison).
-pub fn changed(
-    before: &BTreeMap<PathBuf, SystemTime>,
-    after: &BTreeMap<PathBuf, SystemTime>,
-) -> Vec<PathBuf> {
-    after
-        .iter()
-        .filter(|(f, t)| before.get(*f) != Some(*t))
-        .map(|(f, _)| f.clone())
-        .collect()
-}
-
-/// Re-applies manifests whose files change, until `stop`. Errors are printed, not fatal: the
-/// author fixes the file and saves again.
-async fn watch_files(
-    client: kube::Client,
-    files: Vec<PathBuf>,
-    every: Duration,
-    stop: CancellationToken,
-) {
-    let mut seen = mtimes(&files);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        let now = mtimes(&files);
-        let changed = changed(&seen, &now);
-        seen = now;
-        if changed.is_empty() {
-            continue;
-        }
-        let result = load(&changed).map(order);
-        let mut stdout = std::io::stdout();
-        let applied = match result {
-            Ok(manifests) => apply_all(&client, &manifests, &mut stdout).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = applied {
-            eprintln!("{}", report(&e));
-        }
-    }
-}
-
-/// The names of the CompositeControllers and DecoratorControllers, and of those a `Started`
-/// event says are running.
-async fn controllers_and_started(
-    client: &kube::Client,
-) -> Result<(Vec<String>, Vec<String>), kube::Error> {
-    use k8s_openapi::api::core::v1::Event;
-    let mut all = Vec::new();
-    for (kind, plural) in [
-        ("CompositeController", "compositecontrollers"),
-        ("DecoratorController", "decoratorcontrollers"),
-    ] {
-        let gvk = kube::core::GroupVersionKind::gvk("metacontroller.k8s.io", "v1alpha1", kind);
-        let ar = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        all.extend(
-            api.list(&Default::default())
-                .await?
-                .items
-                .into_iter()
-                .filter_map(|o| o.metadata.name),
-        );
-    }
-    let events: Api<Event> = Api::all(client.clone());
-    let started = events
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Started"))
-        .filter(|e| {
-            matches!(
-                e.involved_object.kind.as_deref(),
-                Some("CompositeController" | "DecoratorController")
-            )
-        })
-        .filter_map(|e| e.involved_object.name)
-        .collect();
-    Ok((all, started))
-}
-
-/// On a terminal, names the controllers that have not started yet until they all have (a
-/// controller whose resources are missing retries at each discovery interval), for at most a
-/// minute.
-async fn show_controllers_starting(
-    client: kube::Client,
-    progress: Progress,
-    stop: CancellationToken,
-) {
-    const AT_MOST: Duration = Duration::from_secs(60);
-    if !progress.is_enabled() {
-        return;
-    }
-    let since = tokio::time::Instant::now();
-    while since.elapsed() < AT_MOST && !stop.is_cancelled() {
-        let Ok((all, started)) = controllers_and_started(&client).await else {
-            break;
-        };
-        let waiting = progress::not_started(&all, &started);
-        if waiting.is_empty() {
-            break;
-        }
-        progress.show(&progress::controllers_text(&waiting), since);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(progress::TICK) => {}
-        }
-    }
-    progress.clear();
-}
-
-/// Runs `kmeta dev` until `stop`.
-pub async fn run(
-    opts: DevOptions,
-    stop: CancellationToken,
-    out: &mut (dyn Write + Send),
-) -> Result<(), DevError> {
-    let env = prepare(&opts, out).await?;
-    let client = env.server.client();
-    tokio::spawn(watch_files(
-        client.clone(),
-        opts.files.clone(),
-        opts.poll_interval,
-        stop.clone(),
-    ));
-    let config = ManagerConfig {
-        discovery_interval: opts.discovery_interval,
-        hook: crate::hook::HookOptions {
-            jsonnet: match &opts.jsonnet_worker {
-                Some(w) => crate::hook::jsonnet::JsonnetOptions {
-                    worker: Some(w.clone()),
-                    ..crate::hook::jsonnet::JsonnetOptions::default()
-                },
-                None => crate::hook::jsonnet::this_binary(),
-            },
-            ..crate::hook::HookOptions::default()
-        },
-        ..ManagerConfig::default()
-    };
-    writeln!(
-        out,
-        "controller running; edit and save a manifest to re-apply it; Ctrl-C to stop"
-    )?;
-    out.flush()?;
-    let progress = Progress::on_terminal();
-    tokio::spawn(show_controllers_starting(
-        client.clone(),
-        progress,
-        stop.clone(),
-    ));
-    let manager = (config, crate::reconcile::Wiring::default());
-    crate::cmd::run::run_manager(client, manager, stop, Duration::from_secs(10))
-        .await
-        .map_err(|e| DevError::Server(e.to_string()))?;
-    env.server.shutdown().await;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -701,22 +460,6 @@ mod tests {
                 "WebApp",
                 "ConfigMap"
             ]
-        );
-    }
-
-    #[test]
-    fn changed_files_are_new_or_touched() {
-        let t0 = SystemTime::UNIX_EPOCH;
-        let t1 = t0 + Duration::from_secs(1);
-        let before = BTreeMap::from([(PathBuf::from("a"), t0), (PathBuf::from("b"), t0)]);
-        let after = BTreeMap::from([
-            (PathBuf::from("a"), t0),
-            (PathBuf::from("b"), t1),
-            (PathBuf::from("c"), t0),
-        ]);
-        assert_eq!(
-            changed(&before, &after),
-            [PathBuf::from("b"), PathBuf::from("c")]
         );
     }
 }

@@ -8,16 +8,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::cli::{LeaderFlags, RunConfig, ShardFlags, ShardWatch};
-use crate::coord::fence::Fence;
-use crate::coord::leader::LeaderConfig;
-use crate::coord::shard::{ShardConfig, ShardHash, Shards};
-use crate::ops::client;
-use crate::ops::health::{self, HealthError, Probes};
-use crate::ops::metrics::Metrics;
-use crate::ops::ratelimit::RateLimit;
-use crate::reconcile::core::{ManagerConfig, Wiring};
-use crate::runtime::shard_watch::WatchShards;
+use crate::cli::args::{LeaderFlags, RunConfig, ShardFlags, ShardWatch};
+use kmeta::coord::fence::Fence;
+use kmeta::coord::leader::LeaderConfig;
+use kmeta::coord::shard::{ShardConfig, Shards};
+use kmeta::ops::client;
+use kmeta::ops::health::{self, HealthError, Probes};
+use kmeta::ops::metrics::Metrics;
+use kmeta::ops::ratelimit::RateLimit;
+use kmeta::reconcile::{ManagerConfig, Wiring};
 
 /// Where the pod's namespace is mounted in a cluster.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -117,24 +116,22 @@ fn manager_config(
         .discovery_client(clients.discovery.clone())
         .reports_client(clients.reports.clone());
     wiring.work_scope = shards.cloned().map(|s| s as _);
-    let settings = ManagerConfig {
-        workers: config.workers,
-        discovery_interval: config.discovery_interval,
-        cache_flush_interval: config.cache_flush_interval,
-        min_resync_after: config.min_resync_after,
-        target_label_selector: config.target_label_selector.clone(),
-        events_qps: config.events_qps,
-        events_burst: config.events_burst,
-        apply_strategy: config.apply_strategy,
-        ssa_field_manager: config.ssa_field_manager.clone(),
-        default_service_account: config.default_service_account.clone(),
-        reporting_instance: std::env::var("POD_NAME").ok(),
-        hook: crate::hook::HookOptions {
-            jsonnet: crate::hook::jsonnet::this_binary(),
-            ..crate::hook::HookOptions::default()
-        },
-        ..ManagerConfig::default()
-    };
+    let settings = ManagerConfig::default()
+        .workers(config.workers)
+        .discovery_interval(config.discovery_interval)
+        .cache_flush_interval(config.cache_flush_interval)
+        .min_resync_after(config.min_resync_after)
+        .target_label_selector(config.target_label_selector.clone())
+        .events_qps(config.events_qps)
+        .events_burst(config.events_burst)
+        .apply_strategy(config.apply_strategy)
+        .ssa_field_manager(config.ssa_field_manager.clone())
+        .default_service_account(config.default_service_account.clone())
+        .reporting_instance(std::env::var("POD_NAME").ok())
+        .hook(kmeta::hook::HookOptions {
+            jsonnet: kmeta::hook::jsonnet::this_binary(),
+            ..kmeta::hook::HookOptions::default()
+        });
     (settings, wiring)
 }
 
@@ -148,7 +145,7 @@ pub async fn run_manager(
     stop: CancellationToken,
     bound: Duration,
 ) -> Result<(), kube::Error> {
-    let work = crate::reconcile::manager::run_wired(client, config, wiring, stop.clone());
+    let work = kmeta::reconcile::manager::run_wired(client, config, wiring, stop.clone());
     tokio::pin!(work);
     tokio::select! {
         r = &mut work => return r,
@@ -213,8 +210,8 @@ async fn start_endpoints(
     Ok(endpoints.drop_guard())
 }
 
-/// Where the manager's error waits while a Lease runner ([`crate::coord::leader::run_elected`],
-/// [`crate::coord::shard::run_sharded`]) finishes its own shutdown.
+/// Where the manager's error waits while a Lease runner ([`kmeta::coord::leader::run_elected`],
+/// [`kmeta::coord::shard::run_sharded`]) finishes its own shutdown.
 type ManagerFailure = Arc<std::sync::Mutex<Option<kube::Error>>>;
 
 /// [`run_manager`] as the work of a Lease runner: its error kept in `slot`.
@@ -252,7 +249,7 @@ async fn run_elected_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::coord::leader::run_elected(lease_client, leader, shutdown, move |token| {
+    kmeta::coord::leader::run_elected(lease_client, leader, shutdown, move |token| {
         run_manager_into(slot, client, manager, token, bound)
     })
     .await
@@ -272,7 +269,7 @@ async fn run_sharded_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    crate::coord::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
+    kmeta::coord::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
         run_manager_into(slot, client, manager, token, bound)
     })
     .await
@@ -305,7 +302,7 @@ fn shard_config(
 /// when set.
 fn instance_identity(elected: bool) -> Option<String> {
     if elected {
-        return Some(crate::coord::leader::default_identity());
+        return Some(kmeta::coord::leader::default_identity());
     }
     std::env::var("POD_NAME")
         .ok()
@@ -326,26 +323,17 @@ fn work_client(
     let limits = limits(config);
     let (kc, m) = (kube_config.clone(), metrics.clone());
     match (&config.leader, shards) {
-        (Some(_), _) => crate::coord::client::build_fenced(kc, limits, m, fence.clone()),
-        (None, Some(shards)) => crate::coord::client::build_sharded(kc, limits, m, shards.clone()),
+        (Some(_), _) => kmeta::coord::client::build_fenced(kc, limits, m, fence.clone()),
+        (None, Some(shards)) => kmeta::coord::client::build_sharded(kc, limits, m, shards.clone()),
         (None, None) => client::build(kc, limits, m),
     }
     .map_err(|e| RunError::Client(e.to_string()))
 }
 
 /// What a sharded replica holds: none yet; parents placed by `--shard-key`; with
-/// `--shard-watch=server`, by plain FNV-1a (the server's ranges), with the selection of its
-/// sharded watches.
+/// `--shard-watch=server`, by the server's ranges, with sharded watches.
 fn shards_of(f: &ShardFlags) -> Arc<Shards> {
-    match f.watch {
-        ShardWatch::Client => Shards::keyed(f.buckets, ShardHash::Mixed, f.key, None),
-        ShardWatch::Server => Shards::keyed(
-            f.buckets,
-            ShardHash::Fnv1a,
-            f.key,
-            Some(Arc::new(WatchShards::default())),
-        ),
-    }
+    Shards::replica(f.buckets, f.key, f.watch == ShardWatch::Server)
 }
 
 /// The Lease election of `--leader-election` from the flags: this instance's `identity` if it
@@ -386,7 +374,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let shards = config.sharding.as_ref().map(shards_of);
     let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
     let kube_config = match &identity {
-        Some(id) => crate::runtime::kapi::with_identity(kube_config, id),
+        Some(id) => kmeta::ops::client::with_identity(kube_config, id),
         None => kube_config,
     };
     let fence = Fence::new();
@@ -408,7 +396,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     let bound = config.shutdown_timeout;
     match (lease_namespace, &config.sharding, shards, &config.leader) {
         (Some(namespace), Some(flags), Some(shards), _) => {
-            let identity = identity.unwrap_or_else(crate::coord::leader::default_identity);
+            let identity = identity.unwrap_or_else(kmeta::coord::leader::default_identity);
             let cfg = shard_config(flags, namespace, identity, shards, metrics.clone());
             // the Lease loop has its own client and no client-side limit: its traffic is
             // bounded by design (a LIST, a GET and one write per held bucket per retry period:

@@ -1,3 +1,7 @@
+//! What a sync hook would make kmeta write for one parent, as a library: [`render`] takes
+//! [`RenderOptions`] and returns the [`Rendered`] children, status and [`Write`]s, which
+//! [`as_yaml`] and [`as_diff`] print. The `kmeta render` command is a thin shell over it.
+//!
 //! `kmeta render`: what kmeta would write for one parent, without a cluster. It builds the sync
 //! hook request exactly as a running controller does (the same request types, object maps and
 //! hook client: headers, timeout, decoding mode), calls the controller's sync hook (or
@@ -166,7 +170,7 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, RenderError> {
     })?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| RenderError::Input {
         path: path.to_owned(),
-        message: crate::cmd::cli::yaml_error(&e),
+        message: crate::manifest::yaml_error(&e),
     })?;
     let mut out = Vec::new();
     for doc in docs.into_iter().filter(|d| !d.is_null()) {

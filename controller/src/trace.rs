@@ -1,3 +1,7 @@
+//! A parent as kmeta sees it, as a library: [`trace_parent`] and [`trace_controller`] read it
+//! through the API server into a [`ParentTrace`] (or rows of [`SyncState`]), which
+//! [`render_text`] and [`render_list`] print. The `kmeta trace` command is a thin shell over it.
+//!
 //! `kmeta trace`: one parent as kmeta sees it — its sync state (the `Synced`, `Paused` and child
 //! conditions kmeta writes, `observedGeneration`, the last reconcile request handled), its
 //! CompositeController, the tree of its children (kind, name, age, ready state, the field
@@ -6,18 +10,17 @@
 //! may read the parent, its children and its Events may trace it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Discovery, Scope};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cmd::steer::{SteerError, Target};
 use crate::object::condition;
 use crate::reconcile::decide::{
     LAST_HANDLED_RECONCILE_AT, PAUSED_CONDITION, RECORD_FIELD, SYNCED_CONDITION,
 };
+use crate::steer::{SteerError, Target};
 
 /// Events about the parent shown at most: the 10 latest.
 const EVENTS_SHOWN: usize = 10;
@@ -63,7 +66,7 @@ fn text(v: Option<&Value>) -> String {
 }
 
 /// The sync state of `parent`, from its status.
-pub fn sync_state(parent: &Value) -> SyncState {
+fn sync_state(parent: &Value) -> SyncState {
     if let Some(c) = condition(parent, PAUSED_CONDITION).filter(|c| c["status"] == "True") {
         return SyncState::Paused(text(c.get("message")));
     }
@@ -86,7 +89,7 @@ pub fn sync_state(parent: &Value) -> SyncState {
 
 /// Whether a child is ready, where its kind says: a `Ready` or `Available` condition, or ready
 /// replicas against desired ones. None when the kind has no such notion (a ConfigMap).
-pub fn ready(obj: &Value) -> Option<bool> {
+fn ready(obj: &Value) -> Option<bool> {
     for t in ["Ready", "Available"] {
         if let Some(c) = condition(obj, t) {
             return Some(c["status"] == "True");
@@ -101,7 +104,7 @@ pub fn ready(obj: &Value) -> Option<bool> {
 }
 
 /// The field managers holding fields of `obj` (from `managedFields`), each once, in order.
-pub fn managers(obj: &Value) -> Vec<String> {
+fn managers(obj: &Value) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for m in obj
         .pointer("/metadata/managedFields")
@@ -118,7 +121,7 @@ pub fn managers(obj: &Value) -> Vec<String> {
 }
 
 /// `obj`'s age at `now` (RFC 3339 creationTimestamp): `45s`, `12m`, `3h`, `2d`.
-pub fn age(obj: &Value, now: jiff::Timestamp) -> String {
+fn age(obj: &Value, now: jiff::Timestamp) -> String {
     let Some(created) = obj
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str)
@@ -685,9 +688,6 @@ pub async fn trace_controller(
         })
         .collect())
 }
-
-/// How often `--watch` redraws: 2 s.
-pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -1,3 +1,6 @@
+//! Steering an object kmeta manages, as a library: find it ([`resolve`], [`resolve_in`]), then
+//! [`reconcile`], [`suspend`] or [`resume`] it. The commands below are thin shells over these.
+//!
 //! Steering one object from the command line: `kmeta reconcile` (sync a parent now and report the
 //! result), `kmeta suspend` and `kmeta resume` (set and clear `kmeta.dev/paused`). Each talks to
 //! the API server only, through annotations the running controller reads: no port-forward, and
@@ -188,7 +191,7 @@ pub enum Reconciled {
 }
 
 /// The result the parent's status reports for request `value`, once it does.
-pub fn reconciled(parent: &Value, value: &str) -> Option<Reconciled> {
+fn reconciled(parent: &Value, value: &str) -> Option<Reconciled> {
     let status = parent.get("status")?;
     if status
         .get(LAST_HANDLED_RECONCILE_AT)

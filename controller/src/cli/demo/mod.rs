@@ -25,7 +25,6 @@ mod fixtures;
 mod hook;
 mod story;
 
-pub use hook::{HookError, sync_hook};
 use story::Demo;
 
 /// Stops a spawned task when dropped (the demo may be cut short by its timeout).
@@ -68,7 +67,7 @@ pub enum DemoError {
     Hook(#[source] std::io::Error),
     /// kmeta's own CRDs could not be built.
     #[error("building kmeta's crds: {0}")]
-    Crds(#[from] crate::api::crds::CrdError),
+    Crds(#[from] kmeta::api::crds::CrdError),
     /// An API call the demo makes itself failed.
     #[error("step {step}: {action}: {source}")]
     Api {
@@ -150,5 +149,27 @@ pub async fn run(
             step: progress.lock().map_or(SETUP, |s| *s),
             timeout,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{DemoOptions, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn demo_fails_loudly_when_it_runs_out_of_time() -> anyhow::Result<()> {
+        let mut out: Vec<u8> = Vec::new();
+        let opts = DemoOptions {
+            timeout: Duration::from_millis(1),
+            verbose: false,
+        };
+        let Err(e) = run(opts, &mut out).await else {
+            anyhow::bail!("a demo bounded by 1 ms cannot succeed");
+        };
+        let msg = e.to_string();
+        assert!(msg.starts_with("step 0 (setup)"), "unexpected error: {msg}");
+        Ok(())
     }
 }

@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use crate::coord::shard::ShardKey;
-use crate::reconcile::apply::{ApplyStrategy, MAX_FIELD_MANAGER};
+pub use kmeta::coord::shard::ShardKey;
+use kmeta::reconcile::{ApplyStrategy, MAX_FIELD_MANAGER};
 
 /// The longest `--apply-strategy-ssa-field-manager`: half of a field manager's 128 characters,
 /// the rest being the controller name and the parent UID hash.
 const MAX_FIELD_MANAGER_PREFIX: usize = MAX_FIELD_MANAGER / 2;
 
-pub use crate::ops::logging::{LogConfig, LogFormat};
+pub use kmeta::ops::logging::{LogConfig, LogFormat};
 
 /// A refused `kmeta run` flag. The value variants (`Duration` … `LeasePrefix`) are what clap prints
 /// after the flag and the value (`invalid value 'soon' for '--discovery-interval <DURATION>': not
@@ -393,18 +393,10 @@ pub struct RunConfig {
     pub default_service_account: Option<String>,
 }
 
-/// A YAML parse error as one line, `what at line L, column C` (the parser's own rendering adds
-/// an `error: ` prefix and a multi-line source snippet, which a one-line CLI error must not).
-pub fn yaml_error(e: &serde_saphyr::Error) -> String {
-    let text = e.without_snippet().to_string();
-    let first = text.lines().next().unwrap_or_default().trim();
-    first.strip_prefix("error: ").unwrap_or(first).to_owned()
-}
-
 /// `--…-interval`, `--…-timeout` and the other durations, clap's value parser: a Go
 /// `time.ParseDuration` string ("30s", "1h30m", "500ms", "0").
 pub fn duration_value(value: &str) -> Result<Duration, CliError> {
-    crate::duration::go_duration(value).ok_or(CliError::Duration)
+    kmeta::duration::go_duration(value).ok_or(CliError::Duration)
 }
 
 /// `--metrics-address` and `--health-probe-bind-address`, clap's value parser: a Go-style bind
@@ -428,17 +420,17 @@ pub fn bind_address_value(value: &str) -> Result<BindAddress, CliError> {
 
 /// `--apply-strategy`, clap's value parser.
 fn apply_strategy_value(value: &str) -> Result<ApplyStrategy, CliError> {
-    value.parse().map_err(
-        |e: crate::reconcile::apply::UnknownStrategy| CliError::ApplyStrategy {
+    value
+        .parse::<ApplyStrategy>()
+        .map_err(|e| CliError::ApplyStrategy {
             message: e.to_string(),
-        },
-    )
+        })
 }
 
 /// `--shard-buckets`, clap's value parser: a power of two from 1 to 1024.
 fn bucket_count_value(value: &str) -> Result<u32, CliError> {
     let buckets: u32 = value.trim().parse().map_err(|_| CliError::BucketCount)?;
-    crate::coord::shard::valid_bucket_count(buckets)
+    kmeta::coord::shard::valid_bucket_count(buckets)
         .then_some(buckets)
         .ok_or(CliError::BucketCount)
 }
@@ -655,11 +647,11 @@ impl RunArgs {
                 message: "uid needs --shard-watch=client: children carry their own uid, so the API server cannot split their watches by their parent's".into(),
             });
         }
-        let timings = crate::coord::leader::LeaderConfig {
+        let timings = kmeta::coord::leader::LeaderConfig {
             lease_duration: self.shard_lease_duration,
             renew_deadline: self.shard_renew_deadline,
             retry_period: self.shard_retry_period,
-            ..crate::coord::leader::LeaderConfig::default()
+            ..kmeta::coord::leader::LeaderConfig::default()
         };
         timings.validate().map_err(|e| CliError::Invalid {
             flag: "shard-lease-duration",
@@ -731,292 +723,11 @@ struct RunCommand {
 }
 
 /// Parses the arguments that follow `kmeta run` (for example a Deployment's `args:` without the
-/// leading `run`) and validates them, as the binary does at start.
+/// leading `run`) and validates them, as the binary does at start (for the unit tests, and for
+/// `controller/tests/deploy.rs`, which compiles this file).
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn parse_run_args<S: AsRef<str>>(args: &[S]) -> Result<RunConfig, CliError> {
     let argv = std::iter::once("kmeta run").chain(args.iter().map(AsRef::as_ref));
     let parsed = <RunCommand as clap::Parser>::try_parse_from(argv)?;
     parsed.run.to_config()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::error::ContextKind;
-
-    fn parse(args: &[&str]) -> Result<RunConfig, CliError> {
-        parse_run_args(args)
-    }
-
-    /// The flag an error names: its own, or the one clap refused.
-    fn flag_of(args: &[&str]) -> String {
-        match parse(args) {
-            Err(CliError::Invalid { flag, .. }) => flag.to_owned(),
-            Err(CliError::Flags(e)) => {
-                let arg = e.get(ContextKind::InvalidArg).map(ToString::to_string);
-                let arg = arg.unwrap_or_else(|| panic!("{args:?}: {e}"));
-                let name = arg.split_whitespace().next().unwrap_or_default();
-                name.trim_start_matches("--").to_owned()
-            }
-            other => panic!("{args:?}: {other:?}"),
-        }
-    }
-
-    /// The error text of a refused command line, which must name the flag and the value.
-    fn refused(args: &[&str], flag: &str, value: &str) -> String {
-        let e = parse(args).expect_err("refused").to_string();
-        assert!(e.contains(&format!("'--{flag}")), "{args:?}: {e}");
-        assert!(e.contains(&format!("'{value}'")), "{args:?}: {e}");
-        e
-    }
-
-    #[test]
-    fn defaults_are_metacontrollers() {
-        let c = parse(&[]).expect("defaults");
-        assert_eq!(c.discovery_interval, Duration::from_secs(30));
-        assert_eq!(c.cache_flush_interval, Some(Duration::from_secs(1800)));
-        assert_eq!(c.workers, 5);
-        assert_eq!((c.qps, c.burst), (5.0, 10));
-        assert_eq!(
-            c.metrics_address,
-            Some("0.0.0.0:9999".parse().expect("addr"))
-        );
-        assert_eq!(
-            c.health_address,
-            Some("0.0.0.0:8081".parse().expect("addr"))
-        );
-        assert_eq!(c.leader, None);
-        assert_eq!(c.target_label_selector, None);
-        assert_eq!(
-            c.default_service_account, None,
-            "kmeta's own identity by default"
-        );
-        assert!((c.events_qps - 1.0 / 300.0).abs() < 1e-12);
-        assert_eq!(c.events_burst, 25);
-        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
-        assert_eq!(c.log.format, LogFormat::Text);
-        assert!(c.ignored.is_empty());
-    }
-
-    #[test]
-    fn metacontroller_manifest_args_carry_over() {
-        // The args of Metacontroller's own production manifest plus common overrides.
-        let c = parse(&[
-            "--zap-log-level=4",
-            "--discovery-interval=20s",
-            "--leader-election",
-            "--leader-election-namespace=metacontroller",
-            "--workers=50",
-            "--client-go-qps=150",
-            "--client-go-burst=300",
-            "--metrics-address=0",
-            "--target-label-selector=shard in (a,b)",
-        ])
-        .expect("valid");
-        assert_eq!(c.discovery_interval, Duration::from_secs(20));
-        assert_eq!(c.log.filter.as_deref(), Some("debug"));
-        assert_eq!(
-            c.leader,
-            Some(LeaderFlags {
-                namespace: "metacontroller".into(),
-                name: "metacontroller".into()
-            })
-        );
-        assert_eq!((c.workers, c.qps, c.burst), (50, 150.0, 300));
-        assert_eq!(c.metrics_address, None);
-        assert_eq!(c.target_label_selector.as_deref(), Some("shard in (a,b)"));
-    }
-
-    #[test]
-    fn sharding_flags_are_checked() {
-        let c = parse(&["--sharding", "--leader-election-namespace=kmeta"]).expect("valid");
-        let s = c.sharding.expect("sharding on");
-        assert_eq!((s.buckets, s.prefix.as_str()), (32, "kmeta-shard"));
-        assert_eq!(s.namespace, "kmeta");
-        assert_eq!(
-            (
-                s.lease_duration,
-                s.renew_deadline,
-                s.retry_period,
-                s.drain_timeout
-            ),
-            (
-                Duration::from_secs(15),
-                Duration::from_secs(10),
-                Duration::from_secs(2),
-                Duration::from_secs(10)
-            )
-        );
-        assert_eq!(c.leader, None);
-        assert_eq!(parse(&[]).expect("valid").sharding, None);
-        assert_eq!(flag_of(&["--sharding", "--leader-election"]), "sharding");
-        assert_eq!(s.key, ShardKey::Namespace);
-        let by_uid = parse(&["--sharding", "--shard-key=uid"]).expect("valid");
-        assert_eq!(by_uid.sharding.map(|s| s.key), Some(ShardKey::Uid));
-        // clap names the flag --shard-key=uid requires, and shows the two in its usage line
-        assert_eq!(flag_of(&["--shard-key=uid"]), "sharding");
-        let e = parse(&["--shard-key=uid"]).expect_err("needs --sharding");
-        assert!(
-            e.to_string().contains("--sharding --shard-key <KEY>"),
-            "{e}"
-        );
-        assert_eq!(flag_of(&["--shard-watch=server"]), "sharding");
-        assert_eq!(
-            flag_of(&["--sharding", "--shard-key=uid", "--shard-watch=server"]),
-            "shard-key"
-        );
-        assert_eq!(
-            flag_of(&["--sharding", "--shard-buckets=12"]),
-            "shard-buckets"
-        );
-        assert_eq!(
-            flag_of(&["--sharding", "--shard-lease-prefix=Bad_"]),
-            "shard-lease-prefix"
-        );
-        assert_eq!(
-            flag_of(&[
-                "--sharding",
-                "--shard-lease-duration=5s",
-                "--shard-renew-deadline=6s"
-            ]),
-            "shard-lease-duration"
-        );
-        let short = parse(&[
-            "--sharding",
-            "--shard-buckets=8",
-            "--shard-lease-duration=3s",
-            "--shard-renew-deadline=2s",
-            "--shard-retry-period=300ms",
-            "--shard-drain-timeout=1s",
-        ])
-        .expect("valid")
-        .sharding
-        .expect("on");
-        assert_eq!(
-            (short.buckets, short.drain_timeout),
-            (8, Duration::from_secs(1))
-        );
-    }
-
-    #[test]
-    fn go_durations() {
-        let d = |s| duration_value(s).ok();
-        assert_eq!(d("0"), Some(Duration::ZERO));
-        assert_eq!(d("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(d("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
-        assert_eq!(d("2m3s"), Some(Duration::from_secs(123)));
-        for bad in ["", "30", "-5s", "abc", "PT5S", "5 s"] {
-            assert!(d(bad).is_none(), "{bad:?} must be rejected");
-        }
-    }
-
-    #[test]
-    fn bind_addresses() {
-        let a = |s| bind_address_value(s).ok().map(|b| b.0);
-        assert_eq!(a("0"), Some(None));
-        assert_eq!(
-            a(":9999"),
-            Some(Some("0.0.0.0:9999".parse().expect("addr")))
-        );
-        assert_eq!(
-            a("127.0.0.1:80"),
-            Some(Some("127.0.0.1:80".parse().expect("addr")))
-        );
-        assert_eq!(
-            a("localhost:8081"),
-            Some(Some("127.0.0.1:8081".parse().expect("addr")))
-        );
-        assert_eq!(a("[::1]:81"), Some(Some("[::1]:81".parse().expect("addr"))));
-        for bad in ["9999", ":http", "example.com:80", ":70000"] {
-            assert!(a(bad).is_none(), "{bad:?} must be rejected");
-        }
-    }
-
-    #[test]
-    fn bad_values_name_the_flag() {
-        let c = parse(&[
-            "--apply-strategy=server-side-apply",
-            "--apply-strategy-ssa-field-manager=acme",
-        ])
-        .expect("ssa");
-        assert_eq!(c.apply_strategy, ApplyStrategy::ServerSideApply);
-        assert_eq!(c.ssa_field_manager, "acme");
-        assert!(c.ignored.is_empty(), "{:?}", c.ignored);
-        let e = parse(&["--apply-strategy-ssa-field-manager="]).expect_err("empty prefix");
-        assert!(
-            e.to_string()
-                .starts_with("--apply-strategy-ssa-field-manager: "),
-            "{e}"
-        );
-        let e = refused(&["--apply-strategy=merge"], "apply-strategy", "merge");
-        assert!(e.contains("unknown apply strategy"), "{e}");
-        let e = refused(&["--discovery-interval=30"], "discovery-interval", "30");
-        assert!(e.contains("Go duration"), "{e}");
-        let e = refused(&["--metrics-address=9999"], "metrics-address", "9999");
-        assert!(e.contains("bind address"), "{e}");
-        let e = parse(&["--target-label-selector=a in b"]).expect_err("bad selector");
-        assert!(
-            e.to_string().starts_with("--target-label-selector: "),
-            "{e}"
-        );
-        assert_eq!(
-            parse(&["--default-service-account=kmeta-writer"])
-                .expect("sa")
-                .default_service_account
-                .as_deref(),
-            Some("kmeta-writer")
-        );
-        let e = parse(&["--default-service-account=Writer"]).expect_err("bad sa");
-        assert!(
-            e.to_string().starts_with("--default-service-account: "),
-            "{e}"
-        );
-        let e = refused(
-            &["--leader-election-resource-lock=configmaps"],
-            "leader-election-resource-lock",
-            "configmaps",
-        );
-        assert!(e.contains("leases"), "{e}");
-        assert!(parse(&["--workers=0"]).is_err());
-        assert!(parse(&["--client-go-qps=-1"]).is_err());
-        assert!(parse(&["--zap-log-level=verbose"]).is_err());
-    }
-
-    #[test]
-    fn zero_disables_limits_and_flushes() {
-        let c = parse(&["--client-go-qps=0", "--cache-flush-interval=0"]).expect("valid");
-        assert_eq!(c.qps, 0.0);
-        assert_eq!(c.cache_flush_interval, None);
-    }
-
-    #[test]
-    fn logging_flags() {
-        let c = parse(&["--zap-encoder=json"]).expect("valid");
-        assert_eq!(c.log.format, LogFormat::Json);
-        let c = parse(&["--zap-devel"]).expect("valid");
-        assert_eq!(
-            c.log,
-            LogConfig {
-                format: LogFormat::Text,
-                filter: Some("debug".into())
-            }
-        );
-        // --log-level wins over the zap level.
-        let c = parse(&["--zap-log-level=6", "--log-level=kmeta=trace,info"]).expect("valid");
-        assert_eq!(c.log.filter.as_deref(), Some("kmeta=trace,info"));
-        let c = parse(&["--zap-log-level=6"]).expect("valid");
-        assert_eq!(c.log.filter.as_deref(), Some("trace"));
-    }
-
-    #[test]
-    fn unused_compat_flags_are_reported() {
-        let c = parse(&["--pprof-address=:6060", "--zap-time-encoding=iso8601"]).expect("valid");
-        assert_eq!(
-            c.ignored,
-            vec![
-                ("pprof-address", ":6060".to_owned()),
-                ("zap-time-encoding", "iso8601".to_owned())
-            ]
-        );
-    }
 }

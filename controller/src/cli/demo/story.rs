@@ -15,9 +15,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::fixtures::*;
 use super::hook::*;
 use super::*;
-use crate::ManagerConfig;
-use crate::cmd::progress::Progress;
-use crate::runtime::kapi;
+use crate::cli::progress::Progress;
+use kmeta::ManagerConfig;
 
 pub(super) struct Demo<'o> {
     out: &'o mut (dyn std::io::Write + Send),
@@ -132,7 +131,13 @@ impl<'o> Demo<'o> {
         obj: Value,
     ) -> Result<(), DemoError> {
         self.at(step);
-        kapi::create(api, &obj)
+        let dynamic: DynamicObject =
+            serde_json::from_value(obj.clone()).map_err(|e| DemoError::Step {
+                step,
+                expected: "a Kubernetes object".into(),
+                found: e.to_string(),
+            })?;
+        api.create(&Default::default(), &dynamic)
             .await
             .map(drop)
             .map_err(|source| DemoError::Api {
@@ -231,7 +236,7 @@ impl<'o> Demo<'o> {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
         )
         .await?;
-        for crd in crate::api::crds::all()? {
+        for crd in kmeta::api::crds::all()? {
             let crd = serde_json::to_value(crd).map_err(|e| DemoError::Api {
                 step: SETUP,
                 action: "encoding kmeta's crds".into(),
@@ -284,13 +289,10 @@ impl<'o> Demo<'o> {
         let stop = CancellationToken::new();
         // a demo cut short (timeout, error) still stops the controller
         let stop_on_drop = stop.clone().drop_guard();
-        let config = ManagerConfig {
-            // the WebApp CRD exists before the controller starts; a short refresh anyway
-            discovery_interval: Duration::from_secs(1),
-            workers: 2,
-            ..ManagerConfig::default()
-        };
-        let manager = tokio::spawn(crate::reconcile::manager::run(
+        let config = ManagerConfig::default()
+            .discovery_interval(Duration::from_secs(1))
+            .workers(2);
+        let manager = tokio::spawn(kmeta::reconcile::manager::run(
             self.client.clone(),
             config,
             stop.clone(),
@@ -328,7 +330,7 @@ impl<'o> Demo<'o> {
                 S1,
                 &format!("Deployment {PARENT} with containers app (nginx:1.27) and {SIDECAR}"),
                 || async {
-                    let Some(d) = kapi::get(deployments, PARENT).await? else {
+                    let Some(d) = get_value(deployments, PARENT).await? else {
                         return Ok(Err(format!("no Deployment {PARENT}")));
                     };
                     let cs = containers(&d);
@@ -369,7 +371,7 @@ impl<'o> Demo<'o> {
                 S2,
                 &format!("Deployment {PARENT} with app (nginx:1.28) and {SIDECAR} still there"),
                 || async {
-                    let d = kapi::get(deployments, PARENT).await?.unwrap_or_default();
+                    let d = get_value(deployments, PARENT).await?.unwrap_or_default();
                     let cs = containers(&d);
                     let ok = cs
                         .first()
@@ -408,7 +410,7 @@ impl<'o> Demo<'o> {
     /// Step 2, settling: the parent's status reflects the update.
     async fn status_settles(&mut self, apis: &Apis) -> Result<(), DemoError> {
         let webapps = &apis.webapps;
-        let generation = kapi::get(webapps, PARENT)
+        let generation = get_value(webapps, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S2,
@@ -424,7 +426,7 @@ impl<'o> Demo<'o> {
                     "WebApp {PARENT} status with observedGeneration {generation} and both containers"
                 ),
                 || async {
-                    let p = kapi::get(webapps, PARENT).await?.unwrap_or_default();
+                    let p = get_value(webapps, PARENT).await?.unwrap_or_default();
                     let s = p.get("status").cloned().unwrap_or(Value::Null);
                     let running = s["containers"].as_array().map_or(0, Vec::len);
                     let ok = s["observedGeneration"] == generation
@@ -453,7 +455,7 @@ impl<'o> Demo<'o> {
         let calls = hook.state.calls.load(Ordering::SeqCst);
         let before = server.counters();
         self.force_resyncs(apis, hook).await?;
-        let after = kapi::get(&apis.deployments, PARENT)
+        let after = get_value(&apis.deployments, PARENT)
             .await
             .map_err(|source| DemoError::Api {
                 step: S3,
@@ -569,4 +571,10 @@ pub(super) struct Apis {
     webapps: Api<DynamicObject>,
     /// The children.
     deployments: Api<DynamicObject>,
+}
+
+/// The object `name` as JSON, `None` when it does not exist.
+async fn get_value(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
+    let obj = api.get_opt(name).await?;
+    Ok(obj.and_then(|o| serde_json::to_value(o).ok()))
 }
