@@ -9,7 +9,7 @@ use kmeta_apiserver::TestServer;
 use serde_json::Value;
 
 #[allow(dead_code)] // the async helpers are for the other test files
-mod support;
+use crate::support;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
