@@ -165,6 +165,25 @@ fn document(root: &Path) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = std::process::Command::new(cargo);
     command.args(["doc", "--no-deps", "--quiet"]);
+    // what cargo set for this test process only: build scripts that rerun when one changes
+    // (ring's names CARGO_MANIFEST_DIR and CARGO_PKG_NAME) would run again with this test's
+    // values, and the next `cargo test` would rebuild ring and everything above it
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name == "OUT_DIR"
+            || name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&&*name)
+        {
+            command.env_remove(&*name);
+        }
+    }
     for package in PACKAGES {
         command.args(["-p", package]);
     }
