@@ -14,7 +14,7 @@ use serde_json::Value;
 #[path = "../src/cli/args.rs"]
 mod kmeta_run_args;
 #[allow(dead_code)] // the async helpers are for the other test files
-mod support;
+use crate::support;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")

@@ -8,7 +8,7 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use tokio_util::sync::CancellationToken;
 
-mod support;
+use crate::support;
 use support::{on_path, skip_or_fail, wait_for};
 
 const CRD: &str = r#"

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use kmeta_apiserver::TestServer;
 
 const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
-mod support;
+use crate::support;
 use support::{TIMEOUT, wait_for};
 
 fn free_port() -> anyhow::Result<u16> {
