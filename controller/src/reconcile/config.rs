@@ -240,7 +240,7 @@ impl ManagerConfig {
 /// reports, the watches `/readyz` names, the clients of their own some requests get, and which
 /// parents are this process's work. `Wiring::default()` (each part fresh, kmeta's own client for
 /// every request, every parent this process's work) is what a library user needs; `kmeta run`
-/// wires in its endpoints, its clients and, under `--sharding`, its shards.
+/// wires in its endpoints, its clients and, when replicas split the fleet, its share of it.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Wiring {
