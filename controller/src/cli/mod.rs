@@ -12,6 +12,7 @@
 //! - `dev`, `demo`, `progress`: `kmeta dev` and `kmeta demo` (with the default
 //!   `embedded-apiserver` feature), and their progress lines on a terminal;
 //! - `render`: `kmeta render` (its flags and exit codes);
+//! - `plan`: `kmeta plan` (its flags, output and exit codes);
 //! - `target`: `kmeta trace`, `reconcile`, `suspend`, `resume` (a parent named on the command
 //!   line);
 //! - `signal`: the shutdown token of SIGINT/SIGTERM;
@@ -25,6 +26,7 @@ mod demo;
 #[cfg(feature = "embedded-apiserver")]
 mod dev;
 pub(crate) mod memory;
+mod plan;
 #[cfg(feature = "embedded-apiserver")]
 mod progress;
 mod render;
@@ -38,6 +40,7 @@ use self::args::{LogArgs, RunArgs};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+use self::plan::PlanArgs;
 use self::render::RenderArgs;
 use self::signal::shutdown_on_signal;
 use self::target::{Steer, TargetArgs, TraceOutput};
@@ -94,6 +97,10 @@ enum Command {
     /// once and prints the desired children and the parent's status as YAML, or with --diff the
     /// write per child. Exit 0: nothing to write; 1: writes; 2: an error.
     Render(Box<RenderArgs>),
+    /// What kmeta would write for every parent of a CompositeController, read-only: calls its
+    /// hook (or a new one: --controller, --hook-url, --hook-objects) for each parent and prints
+    /// what would change. Exit 0: nothing to write; 1: writes; 2: a hook failed or an error.
+    Plan(Box<PlanArgs>),
     /// One parent as kmeta sees it: its sync state, conditions, controller, children (age, ready,
     /// field managers) and latest Events; or, for compositecontroller/NAME, all of its parents,
     /// the ones not synced first.
@@ -235,6 +242,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Crds { write, check } => crds(write, check)?,
         Command::Rbac(args) => emit(rbac(&args)?.as_bytes())?,
         Command::Render(args) => std::process::exit(render::render(*args).await),
+        Command::Plan(args) => std::process::exit(plan::plan(*args).await),
         Command::Trace {
             target,
             output,

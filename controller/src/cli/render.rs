@@ -46,6 +46,11 @@ pub(crate) struct RenderArgs {
     /// Path to a kubeconfig for --live. Default: $KUBECONFIG / ~/.kube/config, else in-cluster.
     #[arg(long, value_name = "FILE", requires = "live")]
     kubeconfig: Option<PathBuf>,
+    /// Render a parent manifest without metadata.uid (not the live object) with a placeholder
+    /// uid (00000000-0000-0000-0000-000000000000) in owner references and labels, instead of
+    /// refusing it.
+    #[arg(long)]
+    placeholder_uid: bool,
 }
 
 /// The cluster of `kmeta render --live`, if asked for.
@@ -81,6 +86,7 @@ pub(crate) async fn render(args: RenderArgs) -> i32 {
         jsonnet_worker: None,
         live,
         finalizing: args.finalizing,
+        placeholder_uid: args.placeholder_uid,
     };
     let rendered = match render::render(&opts).await {
         Ok(r) => r,
@@ -89,9 +95,12 @@ pub(crate) async fn render(args: RenderArgs) -> i32 {
             return 2;
         }
     };
-    if rendered.parent.pointer("/metadata/uid").is_none() {
+    if args.placeholder_uid
+        && rendered.parent.pointer("/metadata/uid") == Some(&render::PLACEHOLDER_UID.into())
+    {
         eprintln!(
-            "note: the parent has no metadata.uid (a manifest, not a live object): owner references and the controller-uid label carry an empty uid"
+            "note: the parent has no metadata.uid: owner references and the controller-uid label carry the placeholder {}",
+            render::PLACEHOLDER_UID
         );
     }
     let text = if diff {

@@ -36,6 +36,7 @@ mod jsonnet;
 mod lifecycle;
 mod list_rules;
 mod metacontroller;
+mod plan;
 mod quiet;
 mod rollout;
 mod schema;

@@ -145,19 +145,8 @@ impl Collected {
 
     /// Records what was done to `child` of `parent`.
     fn did(&mut self, parent: &Value, child: &Value, action: decide::ChildAction) {
-        let name = match meta_str(child, "namespace") {
-            ns if ns == meta_str(parent, "namespace") => meta_str(child, "name").to_owned(),
-            ns => format!("{ns}/{}", meta_str(child, "name")),
-        };
-        self.done.push(decide::ChildRecord {
-            kind: child
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            name,
-            action,
-        });
+        self.done
+            .push(decide::ChildRecord::of(parent, child, action));
     }
 }
 

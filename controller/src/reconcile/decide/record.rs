@@ -58,6 +58,32 @@ pub struct ChildRecord {
     pub action: ChildAction,
 }
 
+impl ChildRecord {
+    /// The entry of `child` of `parent`: its kind, and its name (with its namespace when that is
+    /// not the parent's).
+    pub fn of(parent: &Value, child: &Value, action: ChildAction) -> ChildRecord {
+        let meta = |o: &Value, f: &str| -> String {
+            o.pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let name = match meta(child, "namespace") {
+            ns if ns == meta(parent, "namespace") => meta(child, "name"),
+            ns => format!("{ns}/{}", meta(child, "name")),
+        };
+        ChildRecord {
+            kind: child
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name,
+            action,
+        }
+    }
+}
+
 /// What one sync did, for the parent's record.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SyncRecord {

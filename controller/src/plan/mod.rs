@@ -1,0 +1,355 @@
+//! `kmeta plan`: what kmeta would write for every parent of a CompositeController — under its
+//! hook as deployed, or under a new controller manifest, hook URL or hook objects (a Jsonnet
+//! ConfigMap) — read-only. Each parent is planned as `kmeta render --live` renders one
+//! ([`crate::render::Engine`]: the same request, hook client, decisions and gates), with a
+//! bounded number of hook calls in flight, parents read page by page and children namespace by
+//! namespace, so a fleet is streamed, never held whole. [`summary`] folds the plans into what
+//! would change.
+
+pub mod summary;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use futures::StreamExt as _;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use serde_json::Value;
+
+use crate::api::CompositeController;
+use crate::object::meta_str;
+use crate::render::{Engine, HookSetup, RenderError, Rendered, read_all, read_one};
+
+pub use summary::Summary;
+
+/// Hook calls in flight at once by default: 8 (kmeta's; `kmeta run`'s default worker count).
+pub const DEFAULT_CONCURRENCY: usize = 8;
+
+/// Parents read per list request: 500 (client-go's pager page size).
+pub const PAGE: u32 = 500;
+
+/// Why `kmeta plan` could not plan.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The controller or a file could not be read or used.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A read from the cluster failed.
+    #[error("{what}: {source}")]
+    Read {
+        /// What was read.
+        what: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What `kmeta plan` plans.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The CompositeController's name in the cluster.
+    pub controller: String,
+    /// A new CompositeController manifest to plan with instead of the deployed one.
+    pub controller_file: Option<PathBuf>,
+    /// Call this URL instead of the hook's own.
+    pub hook_url: Option<String>,
+    /// Objects the hook client reads, from these files instead of the cluster (a new Jsonnet
+    /// ConfigMap, a webhook's Secrets).
+    pub hook_objects: Vec<PathBuf>,
+    /// Only the parents this label selector selects (besides the controller's own selector).
+    pub selector: Option<String>,
+    /// Only the parents in this namespace.
+    pub namespace: Option<String>,
+    /// Hook calls in flight at once ([`DEFAULT_CONCURRENCY`]).
+    pub concurrency: usize,
+    /// The Jsonnet worker process; `None`: this executable.
+    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
+}
+
+/// The plan of one parent.
+#[derive(Debug)]
+pub struct ParentPlan {
+    /// `namespace/name` (or `name`).
+    pub parent: String,
+    /// What a sync would write, or why the parent is not synced, or why the sync would fail.
+    pub outcome: Outcome,
+}
+
+/// What planning one parent found.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The sync it would make.
+    Planned(Box<Rendered>),
+    /// kmeta would not sync it (paused), with why.
+    Skipped(String),
+    /// The hook failed or its answer was refused, as the sync would fail.
+    Failed(String),
+}
+
+fn read_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PlanError {
+    let what = what.into();
+    move |source| PlanError::Read { what, source }
+}
+
+/// The controller to plan with: the file's, else the cluster's.
+async fn controller(
+    client: &kube::Client,
+    opts: &PlanOptions,
+) -> Result<CompositeController, PlanError> {
+    if let Some(path) = &opts.controller_file {
+        let v = read_one(path, "CompositeController", |d| {
+            d["kind"] == "CompositeController"
+        })?;
+        return serde_json::from_value(v).map_err(|e| {
+            PlanError::Render(RenderError::Input {
+                path: path.clone(),
+                message: format!("not a CompositeController: {e}"),
+            })
+        });
+    }
+    let api: Api<CompositeController> = Api::all(client.clone());
+    api.get(&opts.controller).await.map_err(read_err(format!(
+        "reading CompositeController {}",
+        opts.controller
+    )))
+}
+
+/// Every CRD in the cluster (the kinds and list markers of custom child kinds).
+async fn crds(client: &kube::Client) -> Result<Vec<Value>, PlanError> {
+    let crd = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
+    let list = Api::<DynamicObject>::all_with(client.clone(), &crd)
+        .list(&ListParams::default())
+        .await
+        .map_err(read_err("listing CustomResourceDefinitions"))?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect())
+}
+
+/// The dynamic API of `api_version`/`plural` (kind from the CRDs or built in).
+fn api_of(
+    client: &kube::Client,
+    api_version: &str,
+    plural: &str,
+    crds: &[Value],
+    namespace: Option<&str>,
+) -> Result<(Api<DynamicObject>, bool), PlanError> {
+    let (kind, namespaced) = crate::render::child_type(api_version, plural, crds, &[])?;
+    let scope = namespaced.then_some(namespace).flatten();
+    Ok((
+        crate::render::dynamic_api(client, api_version, &kind, plural, scope),
+        namespaced,
+    ))
+}
+
+/// The label selector of the list of parents: the controller's own, and the one asked for.
+fn parent_selector(cc: &CompositeController, asked: Option<&str>) -> Option<String> {
+    let own = cc
+        .spec
+        .parent_resource
+        .label_selector
+        .as_ref()
+        .map(crate::runtime::selector::to_query)
+        .filter(|q| !q.is_empty());
+    match (own, asked) {
+        (Some(a), Some(b)) => Some(format!("{a},{b}")),
+        (a, b) => a.or(b.map(str::to_owned)),
+    }
+}
+
+/// The children of `cc`'s child resources in `namespace` (every namespace: `None`), grouped by
+/// their controller's uid.
+async fn children_by_owner(
+    client: &kube::Client,
+    cc: &CompositeController,
+    crds: &[Value],
+    namespace: Option<&str>,
+) -> Result<HashMap<String, Vec<Value>>, PlanError> {
+    let mut by_owner: HashMap<String, Vec<Value>> = HashMap::new();
+    for rule in cc.spec.child_rules() {
+        let (api, _) = api_of(client, &rule.api_version, &rule.resource, crds, namespace)?;
+        let what = format!(
+            "listing {} in {}",
+            rule.resource,
+            namespace.unwrap_or("every namespace")
+        );
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(read_err(what))?;
+        for item in list.items {
+            let Ok(v) = serde_json::to_value(item) else {
+                continue;
+            };
+            if let Some(uid) = crate::object::controller_uid(&v) {
+                by_owner.entry(uid.to_owned()).or_default().push(v);
+            }
+        }
+    }
+    Ok(by_owner)
+}
+
+/// Plans every parent of the controller `opts` names, handing each parent's plan to `each` in
+/// the order the parents are listed; returns the summary. Nothing is written.
+pub async fn plan(
+    client: &kube::Client,
+    opts: &PlanOptions,
+    mut each: impl FnMut(&ParentPlan),
+) -> Result<Summary, PlanError> {
+    let cc = controller(client, opts).await?;
+    let crds = crds(client).await?;
+    let setup = HookSetup {
+        hook_url: opts.hook_url.clone(),
+        client: match opts.hook_objects.is_empty() {
+            true => client.clone(),
+            false => crate::render::files_client(read_all(&opts.hook_objects)?),
+        },
+        jsonnet_worker: opts.jsonnet_worker.clone(),
+        finalizing: false,
+    };
+    let engine = Engine::new(cc, &crds, &[], setup).await?;
+    let mut summary = Summary::default();
+    let mut pages = Pages::new(client, &engine, &crds, opts)?;
+    while let Some(parents) = pages.next().await? {
+        let plans = plan_page(client, &engine, &crds, opts, parents).await?;
+        for p in &plans {
+            summary.add(p);
+            each(p);
+        }
+    }
+    Ok(summary)
+}
+
+/// The parents of the controller, page by page.
+struct Pages {
+    api: Api<DynamicObject>,
+    params: ListParams,
+    next: Option<Option<String>>,
+}
+
+impl Pages {
+    fn new(
+        client: &kube::Client,
+        engine: &Engine,
+        crds: &[Value],
+        opts: &PlanOptions,
+    ) -> Result<Pages, PlanError> {
+        let pr = &engine.controller().spec.parent_resource;
+        let (api, _) = api_of(
+            client,
+            &pr.api_version,
+            &pr.resource,
+            crds,
+            opts.namespace.as_deref(),
+        )?;
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(sel) = parent_selector(engine.controller(), opts.selector.as_deref()) {
+            params = params.labels(&sel);
+        }
+        Ok(Pages {
+            api,
+            params,
+            next: Some(None),
+        })
+    }
+
+    /// The next page of parents, `None` after the last.
+    async fn next(&mut self) -> Result<Option<Vec<Value>>, PlanError> {
+        let Some(token) = self.next.take() else {
+            return Ok(None);
+        };
+        let mut params = self.params.clone();
+        if let Some(t) = token {
+            params = params.continue_token(&t);
+        }
+        let list = self
+            .api
+            .list(&params)
+            .await
+            .map_err(read_err("listing the parents"))?;
+        self.next = list.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
+        let parents = list
+            .items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect();
+        Ok(Some(parents))
+    }
+}
+
+/// Plans one page of parents: their children read namespace by namespace, their hook called
+/// with at most `opts.concurrency` calls in flight; the plans in the page's order.
+async fn plan_page(
+    client: &kube::Client,
+    engine: &Engine,
+    crds: &[Value],
+    opts: &PlanOptions,
+    parents: Vec<Value>,
+) -> Result<Vec<ParentPlan>, PlanError> {
+    let mut by_namespace: Vec<(String, Vec<Value>)> = Vec::new();
+    for p in parents {
+        let ns = meta_str(&p, "namespace").to_owned();
+        match by_namespace.last_mut() {
+            Some((last, group)) if *last == ns => group.push(p),
+            _ => by_namespace.push((ns, vec![p])),
+        }
+    }
+    let mut out = Vec::new();
+    for (ns, parents) in by_namespace {
+        let scope = (!ns.is_empty()).then_some(ns.as_str());
+        let mut children = children_by_owner(client, engine.controller(), crds, scope).await?;
+        let work = parents.into_iter().map(|p| {
+            let observed = children.remove(meta_str(&p, "uid")).unwrap_or_default();
+            plan_parent(engine, p, observed)
+        });
+        let plans: Vec<ParentPlan> = futures::stream::iter(work)
+            .buffered(opts.concurrency.max(1))
+            .collect()
+            .await;
+        out.extend(plans);
+    }
+    Ok(out)
+}
+
+/// Plans one parent (see [`Outcome`]).
+async fn plan_parent(engine: &Engine, parent: Value, observed: Vec<Value>) -> ParentPlan {
+    let name = match meta_str(&parent, "namespace") {
+        "" => meta_str(&parent, "name").to_owned(),
+        ns => format!("{ns}/{}", meta_str(&parent, "name")),
+    };
+    let cc = engine.controller();
+    let controller_pause = crate::reconcile::decide::controller_pause(
+        "CompositeController",
+        cc.metadata.name.as_deref().unwrap_or_default(),
+        cc.metadata.annotations.as_ref(),
+    );
+    if crate::object::is_deleting(&parent) {
+        let why = "being deleted: its finalize hook is planned by `kmeta render --finalizing`";
+        return ParentPlan {
+            parent: name,
+            outcome: Outcome::Skipped(why.into()),
+        };
+    }
+    if let Some(why) = crate::reconcile::decide::pause_reason(&parent, controller_pause.as_deref())
+    {
+        return ParentPlan {
+            parent: name,
+            outcome: Outcome::Skipped(format!("paused: {why}")),
+        };
+    }
+    let outcome = match engine.call(&parent, &observed, &[]).await {
+        Ok(response) => match engine.plan(parent, observed, response) {
+            Ok(r) => Outcome::Planned(Box::new(r)),
+            Err(e) => Outcome::Failed(e.to_string()),
+        },
+        Err(e) => Outcome::Failed(e.to_string()),
+    };
+    ParentPlan {
+        parent: name,
+        outcome,
+    }
+}

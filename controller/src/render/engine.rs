@@ -1,0 +1,476 @@
+//! The offline sync `kmeta render` (one parent) and `kmeta plan` (every parent) share: the
+//! controller's declared child types and its hook client, built once, and for each parent what a
+//! sync would write, decided by the functions a sync uses — the desired children validated, the
+//! child plan, the write gates of the drift policies, the server-side apply body, the status with
+//! kmeta's child conditions and sync record. Nothing here writes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::files::{child_options, child_type};
+use super::{RenderError, Rendered, Write};
+use crate::api::{CompositeController, DriftPolicy};
+use crate::hook::trace::{TraceId, in_trace};
+use crate::hook::{HookClient, HookOptions, wire};
+use crate::object::meta_str;
+use crate::ops::metrics::HookKind;
+use crate::reconcile::apply::{self, ChildReport};
+use crate::reconcile::composite::decide as cdecide;
+use crate::reconcile::decide::{self, ChildAction, ChildOp, ChildRecord, ChildType, SyncRecord};
+
+/// The declared child types, as a sync resolves them (kind, scope, update method, list rules,
+/// drift policy), by group key (`Kind.group`).
+#[derive(Default)]
+struct Declared {
+    types: HashMap<String, ChildType>,
+    keys: Vec<String>,
+    options: HashMap<String, dynapply::Options>,
+    drift: HashMap<String, DriftPolicy>,
+}
+
+/// How the engine reaches the hook: the URL replacing the hook's own, the client the hook
+/// client reads through (a Jsonnet hook's ConfigMap, a webhook's Secrets), the Jsonnet worker,
+/// and whether the finalize hook is called.
+pub struct HookSetup {
+    /// Call this URL instead of the hook's (`webhook.url` or its Service).
+    pub hook_url: Option<String>,
+    /// What the hook client reads through.
+    pub client: kube::Client,
+    /// The Jsonnet worker process; `None`: this executable (`kmeta jsonnet-worker`).
+    pub jsonnet_worker: Option<crate::hook::jsonnet::WorkerCommand>,
+    /// Call the finalize hook (`finalizing: true`).
+    pub finalizing: bool,
+}
+
+/// One controller's offline sync: built once, used for any number of parents.
+pub struct Engine {
+    cc: CompositeController,
+    cc_raw: Box<RawValue>,
+    declared: Declared,
+    hook: HookClient,
+    ssa: bool,
+    finalizing: bool,
+}
+
+impl Engine {
+    /// The engine of `cc`: custom child kinds from `crds` (or, failing those, from an object of
+    /// that kind in `seen`), the hook as `setup` says.
+    pub async fn new(
+        cc: CompositeController,
+        crds: &[Value],
+        seen: &[Value],
+        setup: HookSetup,
+    ) -> Result<Engine, RenderError> {
+        let declared = declare_children(&cc, crds, seen)?;
+        let hook = hook_client(&cc, &setup).await?;
+        let cc_json = wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
+        let cc_raw = serde_json::value::to_raw_value(&cc_json)
+            .map_err(|e| RenderError::Controller(e.to_string()))?;
+        let ssa = apply::strategy_for(cc.metadata.annotations.as_ref(), Default::default())
+            .is_ok_and(|s| s == crate::reconcile::ApplyStrategy::ServerSideApply);
+        Ok(Engine {
+            cc,
+            cc_raw,
+            declared,
+            hook,
+            ssa,
+            finalizing: setup.finalizing,
+        })
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &CompositeController {
+        &self.cc
+    }
+
+    /// Calls the hook for `parent` as a sync does — the same request types and object maps, a
+    /// trace of its own (`traceparent`), the answer decoded as a sync decodes it.
+    pub async fn call(
+        &self,
+        parent: &Value,
+        observed: &[Value],
+        related: &[Value],
+    ) -> Result<wire::SyncResponse, RenderError> {
+        let namespaced = parent.pointer("/metadata/namespace").is_some();
+        let version = self.hook.version();
+        // keyed as a sync keys them (`reconcile::related`); no customize rules declare groups here
+        let related = wire::object_map(version, namespaced, &[], related.iter());
+        let request = wire::SyncRequestRef {
+            controller: &self.cc_raw,
+            parent,
+            children: wire::object_map_ref(version, namespaced, &self.declared.keys, observed),
+            related: &related,
+            finalizing: self.finalizing,
+        };
+        let sync = |e: crate::hook::HookError| RenderError::Sync(e.to_string());
+        let key = meta_str(parent, "uid");
+        let body = in_trace(TraceId::new(), self.hook.call(key, &request))
+            .await
+            .map_err(sync)?;
+        self.hook.decode_sync(&body).map_err(sync)
+    }
+
+    /// What a sync of `parent` would write, given its `observed` children and the hook's
+    /// `response` (see the module docs).
+    pub fn plan(
+        &self,
+        parent: Value,
+        observed: Vec<Value>,
+        response: wire::SyncResponse,
+    ) -> Result<Rendered, RenderError> {
+        let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
+        let generate = self.cc.spec.generate_selector.unwrap_or(false);
+        let selector = cdecide::parent_selector(&parent, generate).map_err(sync)?;
+        let namespaced = parent.pointer("/metadata/namespace").is_some();
+        let desired = decide::validate_desired(
+            &parent,
+            namespaced,
+            &self.declared.types,
+            &selector,
+            generate,
+            response.children,
+        )
+        .map_err(sync)?;
+        let gated = self.child_writes(&parent, &observed, &desired)?;
+        let status = self.status(&parent, response.status, &gated);
+        let written: std::collections::HashSet<String> = gated
+            .writes
+            .iter()
+            .map(Write::child_key)
+            .chain(gated.left_alone.iter().map(|l| l.child.clone()))
+            .collect();
+        let unchanged = observed
+            .iter()
+            .map(decide::child_key)
+            .filter(|k| !written.contains(k))
+            .collect();
+        Ok(Rendered {
+            parent,
+            observed,
+            status,
+            desired: desired.into_values().collect(),
+            writes: gated.writes,
+            left_alone: gated.left_alone,
+            unchanged,
+            events: response.events,
+        })
+    }
+
+    /// Step: the child writes a sync would send, deletes first, each passed through its drift
+    /// policy's gate as the child executor passes it.
+    fn child_writes(
+        &self,
+        parent: &Value,
+        observed: &[Value],
+        desired: &BTreeMap<String, Value>,
+    ) -> Result<Gated, RenderError> {
+        let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
+        let fallback = dynapply::Options::default();
+        let options = |k: &str| self.declared.options.get(k).unwrap_or(&fallback);
+        let ops = decide::plan_children(
+            parent,
+            observed,
+            desired,
+            |k| {
+                self.declared
+                    .types
+                    .get(k)
+                    .map(|t| t.method)
+                    .unwrap_or_default()
+            },
+            options,
+            |_, _| None,
+        )
+        .map_err(sync)?;
+        let (first, then) = decide::write_phases(ops);
+        let by_key: HashMap<String, &Value> =
+            observed.iter().map(|o| (decide::child_key(o), o)).collect();
+        let mut gated = Gated::default();
+        for op in first.into_iter().chain(then) {
+            let key = decide::child_key(op_object(&op));
+            let group_kind = key.split(' ').next().unwrap_or_default();
+            let drift = self.declared.drift.get(group_kind).copied();
+            let live = by_key.get(&key).copied();
+            let want = desired.get(&key);
+            match gate(
+                &op,
+                drift.unwrap_or_default(),
+                self.ssa,
+                (live, want),
+                options(group_kind),
+            ) {
+                Some((why, report)) => {
+                    gated.left_alone.push(LeftAlone {
+                        child: key,
+                        why,
+                        object: op_object(&op).clone(),
+                    });
+                    gated.reports.extend(report);
+                }
+                None => {
+                    let action = done_action(&op, live, self.ssa, options(group_kind));
+                    gated
+                        .records
+                        .push(ChildRecord::of(parent, op_object(&op), action));
+                    let write = match op {
+                        ChildOp::Update(merged) if self.ssa => {
+                            self.apply_write(parent, (live, want), &merged)?
+                        }
+                        op => Write::from(op),
+                    };
+                    gated.writes.push(write);
+                }
+            }
+        }
+        for left in &gated.left_alone {
+            let action = ChildAction::LeftAlone {
+                why: left.why.clone(),
+            };
+            gated
+                .records
+                .push(ChildRecord::of(parent, &left.object, action));
+        }
+        Ok(gated)
+    }
+
+    /// Step: the status a sync would write — the hook's, with kmeta's child conditions,
+    /// `lastHandledReconcileAt`, `observedGeneration` and kmeta's sync record (carried over
+    /// when this sync has no news, so a parent in sync shows no status change).
+    fn status(&self, parent: &Value, hook_status: Option<Value>, gated: &Gated) -> Value {
+        let now = crate::reconcile::status::now_to_the_second();
+        let with_reports =
+            apply::with_child_conditions(hook_status.as_ref(), parent, &gated.reports, &now);
+        let with_request = decide::with_handled_request(with_reports, parent);
+        let generation = parent
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64);
+        let want = decide::desired_status(with_request.as_ref(), generation);
+        let record = SyncRecord {
+            time: now,
+            children: gated.records.clone(),
+            ..SyncRecord::default()
+        };
+        decide::with_sync_record(want, parent, &record)
+    }
+
+    /// Under server-side apply, the apply kmeta sends instead of the update of `merged`: its
+    /// body built as a sync builds it, and the parent's field manager.
+    fn apply_write(
+        &self,
+        parent: &Value,
+        (live, want): (Option<&Value>, Option<&Value>),
+        merged: &Value,
+    ) -> Result<Write, RenderError> {
+        let key = decide::child_key(merged);
+        let live = live.unwrap_or(merged);
+        let want = want.unwrap_or(merged);
+        let group_kind = key.split(' ').next().unwrap_or_default();
+        let fallback = dynapply::Options::default();
+        let opts = self.declared.options.get(group_kind).unwrap_or(&fallback);
+        // as the sync: the observed version (an empty one guards nothing)
+        let version = Some(meta_str(live, "resourceVersion"));
+        let body = decide::server_side_apply_request(live, want, opts, parent, version)
+            .map_err(|e| RenderError::Sync(format!("{key}: {e}")))?;
+        let name = self.cc.metadata.name.as_deref().unwrap_or_default();
+        let uid = meta_str(parent, "uid");
+        let manager = crate::ManagerConfig::default().ssa_field_manager;
+        Ok(Write::Apply {
+            body,
+            field_manager: apply::field_manager(&manager, name, uid),
+        })
+    }
+}
+
+/// A child the sync would leave as it is, though its answer differs from the child.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeftAlone {
+    /// The child (`Kind.apiVersion namespace/name`).
+    pub child: String,
+    /// Why (`drift policy Ignore`, `drift policy Report`).
+    pub why: String,
+    /// The write held back (the object it would have sent).
+    pub object: Value,
+}
+
+/// The child writes of one sync, after the gates.
+#[derive(Default)]
+struct Gated {
+    writes: Vec<Write>,
+    left_alone: Vec<LeftAlone>,
+    records: Vec<ChildRecord>,
+    reports: Vec<ChildReport>,
+}
+
+/// The object of a child operation.
+fn op_object(op: &ChildOp) -> &Value {
+    match op {
+        ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
+    }
+}
+
+/// The child executor's gate ([`decide::write_gate`]), offline: `Some` (why, and the
+/// condition report) when the write is held back. What only a running controller remembers —
+/// an update the API server ignored before, a child another parent holds — is not known here.
+fn gate(
+    op: &ChildOp,
+    drift: DriftPolicy,
+    ssa: bool,
+    (live, want): (Option<&Value>, Option<&Value>),
+    options: &dynapply::Options,
+) -> Option<(String, Option<ChildReport>)> {
+    match decide::write_gate(decide::WriteKind::of(op), drift, ssa) {
+        decide::WriteGate::Hold(policy) => Some((format!("drift policy {policy:?}"), None)),
+        decide::WriteGate::Send {
+            unless_drift: true, ..
+        } => {
+            let paths = decide::drift_only(live?, want?, options)?;
+            let child = crate::object::describe(op_object(op));
+            let fields = if paths.is_empty() {
+                "fields the hook sets".to_owned()
+            } else {
+                paths.join(", ")
+            };
+            let report = ChildReport {
+                kind: apply::DRIFT_CONDITION,
+                reason: "Drifted",
+                message: format!("{child}: {fields}"),
+            };
+            Some((format!("drift policy {drift:?}"), Some(report)))
+        }
+        decide::WriteGate::Send { .. } => None,
+    }
+}
+
+/// What a write does, for the sync record (as the child executor records it).
+fn done_action(
+    op: &ChildOp,
+    live: Option<&Value>,
+    ssa: bool,
+    options: &dynapply::Options,
+) -> ChildAction {
+    match op {
+        ChildOp::Create(_) => ChildAction::Created,
+        ChildOp::Delete { reason, .. } => ChildAction::Deleted {
+            why: (*reason).to_owned(),
+        },
+        ChildOp::Update(o) => {
+            let ignore = [options.annotation.as_str()];
+            let fields = match live {
+                Some(live) if ssa => decide::applied_paths(live, o, &ignore),
+                Some(live) => decide::changed_paths(live, o, &ignore),
+                None => Vec::new(),
+            };
+            ChildAction::Updated { fields }
+        }
+    }
+}
+
+/// Step: the child types the controller declares.
+fn declare_children(
+    cc: &CompositeController,
+    crds: &[Value],
+    seen: &[Value],
+) -> Result<Declared, RenderError> {
+    let mut d = Declared::default();
+    let annotations = cc.metadata.annotations.as_ref();
+    let choice = apply::last_applied_choice(annotations, Default::default());
+    for rule in cc.spec.child_rules() {
+        let (kind, namespaced) = child_type(&rule.api_version, &rule.resource, crds, seen)?;
+        let key = wire::group_key(&rule.api_version, &kind);
+        let method = rule
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.method)
+            .unwrap_or_default();
+        d.types
+            .insert(key.clone(), ChildType { namespaced, method });
+        let mut options = child_options(&rule.api_version, &kind, crds);
+        let drift = rule.drift_policy.unwrap_or_default();
+        options.record = apply::records_last_applied(choice, &options.rules, drift, method);
+        d.options.insert(key.clone(), options);
+        d.drift.insert(key.clone(), drift);
+        d.keys.push(key);
+    }
+    Ok(d)
+}
+
+/// Step: the hook client a sync would use (`hook_url` replacing its URL), reading through
+/// `setup.client`.
+async fn hook_client(
+    cc: &CompositeController,
+    setup: &HookSetup,
+) -> Result<HookClient, RenderError> {
+    let err = |e: String| RenderError::Controller(e);
+    let (spec, kind) = if setup.finalizing {
+        (cc.spec.finalize_hook(), HookKind::Finalize)
+    } else {
+        (cc.spec.sync_hook(), HookKind::Sync)
+    };
+    let mut spec = spec.cloned().ok_or_else(|| {
+        err(format!(
+            "the CompositeController has no {} hook",
+            kind.as_str()
+        ))
+    })?;
+    if let (Some(url), Some(w)) = (&setup.hook_url, spec.webhook.as_mut()) {
+        w.url = Some(url.clone());
+        w.service = None;
+        w.path = None;
+    }
+    let endpoints = cc.spec.endpoint_configs.clone().unwrap_or_default();
+    let options = HookOptions {
+        jsonnet: match &setup.jsonnet_worker {
+            Some(w) => crate::hook::jsonnet::JsonnetOptions {
+                worker: Some(w.clone()),
+                ..Default::default()
+            },
+            None => crate::hook::jsonnet::this_binary(),
+        },
+        ..HookOptions::default()
+    };
+    HookClient::new(&setup.client, kind, &spec, &endpoints, &options)
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(replicas: i64) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "n", "resourceVersion": "7"},
+            "spec": {"replicas": replicas}})
+    }
+
+    #[test]
+    fn drift_policies_hold_writes_as_the_executor_does() {
+        let opts = dynapply::Options::default();
+        let op = ChildOp::Update(deployment(3));
+        let held = gate(&op, DriftPolicy::Ignore, false, (None, None), &opts);
+        assert_eq!(held.unwrap().0, "drift policy Ignore");
+        assert!(gate(&op, DriftPolicy::Enforce, false, (None, None), &opts).is_none());
+        let create = ChildOp::Create(deployment(3));
+        assert!(
+            gate(&create, DriftPolicy::Ignore, false, (None, None), &opts).is_none(),
+            "a create is always sent"
+        );
+    }
+
+    #[test]
+    fn an_update_records_the_paths_it_changes() {
+        let opts = dynapply::Options::default();
+        let live = deployment(1);
+        let action = done_action(&ChildOp::Update(deployment(3)), Some(&live), false, &opts);
+        assert_eq!(
+            action,
+            ChildAction::Updated {
+                fields: vec!["spec.replicas".into()]
+            }
+        );
+    }
+}

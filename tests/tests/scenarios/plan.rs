@@ -1,0 +1,307 @@
+//! Plan before apply: `kmeta render` exits 0 exactly when a sync would write nothing, and
+//! `kmeta plan` predicts, parent by parent and child by child, the writes `kmeta run` then makes
+//! under a new hook version — and writes nothing itself.
+
+use std::collections::BTreeMap;
+
+use kmeta::plan::{Outcome, PlanOptions};
+use kmeta::render::{self, RenderOptions, Write};
+use kmeta_tests::*;
+use serde_json::{Map, Value, json};
+
+/// `sync`: ConfigMaps `<parent>-a` and `<parent>-b` with `v` from the parent's spec.
+/// `sync-v2` (the new version): `-a` gains a key, `-b` is no longer desired, `-c` is new, and
+/// the status says which version answered.
+fn two_versions(hook: &str, req: &Value) -> Reply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let v = &parent["spec"]["v"];
+    let cm = |suffix: &str, data: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-{suffix}")}, "data": data})
+    };
+    match hook {
+        "sync-v2" => Reply::Json(json!({
+            "status": {"v": v, "hook": "v2"},
+            "children": [cm("a", json!({"v": v, "w": "new"})), cm("c", json!({"v": v}))],
+        })),
+        _ => Reply::Json(json!({
+            "status": {"v": v},
+            "children": [cm("a", json!({"v": v})), cm("b", json!({"v": v}))],
+        })),
+    }
+}
+
+/// An object without the fields the API server sets on a write.
+fn as_written(mut o: Value) -> Value {
+    if let Some(m) = o["metadata"].as_object_mut() {
+        for f in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+        ] {
+            m.remove(f);
+        }
+    }
+    o
+}
+
+/// `v` with every object's keys in reverse order: what a file written by another tool may hold.
+fn reversed(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            keys.reverse();
+            let out: Map<String, Value> = keys
+                .into_iter()
+                .map(|k| (k.clone(), reversed(&m[k])))
+                .collect();
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(reversed).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The writes in the write log since `from` in namespace `ns` (and of its parents' status), as
+/// `verb resource name` with their count.
+fn logged(s: &Running, from: u64) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let Some(server) = s.server() else {
+        return out;
+    };
+    for w in server.write_log().since(from) {
+        if w.namespace.as_deref() != Some(s.ns.as_str()) || w.code >= 400 {
+            continue;
+        }
+        if w.resource == "events" {
+            continue;
+        }
+        let name = w.name.unwrap_or_else(|| "(created)".into());
+        *out.entry(format!("{} {} {name}", w.verb, w.resource))
+            .or_default() += 1;
+    }
+    out
+}
+
+fn log_position(s: &Running) -> u64 {
+    s.server().map_or(0, |server| {
+        server.write_log().enable(100_000);
+        server.write_log().since(0).last().map_or(0, |w| w.seq + 1)
+    })
+}
+
+/// On a parent kmeta has synced, render exits 0 (nothing to write, the sync record included),
+/// whatever the key order of the files; its diff says so; the hook call carries a traceparent;
+/// a parent without a uid is refused unless a placeholder is asked for.
+#[tokio::test]
+async fn render_says_nothing_to_write_for_a_parent_in_sync() -> anyhow::Result<()> {
+    let mut s = Scenario::new("render-in-sync")
+        .crd("Thing", "things")
+        .hook(two_versions)
+        .prepare()
+        .await?;
+    let cc = s.controller(Cc::new("render-in-sync-cc")).await?;
+    s.parent("one", json!({"v": "1"})).await?;
+    s.start_controller();
+    s.wait_child("one-b").await?;
+    let synced = s
+        .wait_parent("one", "its sync record", |p| {
+            p.pointer("/status/kmeta/lastSync").is_some() && p["status"]["v"] == "1"
+        })
+        .await?;
+    s.stop_controller().await?;
+    let parent = s.get(&s.parents(), "one").await?.unwrap_or_default();
+    assert_eq!(
+        parent["metadata"]["resourceVersion"],
+        synced["metadata"]["resourceVersion"]
+    );
+    let a = s.get(&s.configmaps(), "one-a").await?.unwrap_or_default();
+    let b = s.get(&s.configmaps(), "one-b").await?.unwrap_or_default();
+    let dir = tempfile::tempdir()?;
+    let calls_before = s.hooks().count("sync");
+    let opts = RenderOptions {
+        controller: manifest_file(dir.path(), "cc.yaml", &[&cc])?,
+        parent: manifest_file(dir.path(), "parent.yaml", &[&reversed(&parent)])?,
+        observed: vec![manifest_file(
+            dir.path(),
+            "observed.yaml",
+            &[&reversed(&b), &reversed(&a)],
+        )?],
+        ..RenderOptions::default()
+    };
+    let rendered = render::render(&opts).await?;
+    let diff = render::as_diff(&rendered);
+    assert!(!rendered.changes(), "a parent in sync: {diff}");
+    assert!(diff.contains("# no write status"), "{diff}");
+    assert!(!diff.contains("@@"), "no diff at all: {diff}");
+    // the same with the children read from the cluster
+    let live = RenderOptions {
+        observed: Vec::new(),
+        live: Some(render::Live(s.client.clone())),
+        ..opts.clone()
+    };
+    assert!(!render::render(&live).await?.changes(), "--live");
+    // the hook was called as a sync calls it: with a W3C traceparent
+    let headers = s.hooks().header("sync", "traceparent");
+    let ours = &headers[calls_before..];
+    assert!(!ours.is_empty());
+    for h in ours {
+        let h = h.as_deref().unwrap_or_default();
+        assert!(h.starts_with("00-") && h.len() == 55, "traceparent {h:?}");
+    }
+    // a manifest without a uid
+    let mut manifest = parent.clone();
+    manifest["metadata"].as_object_mut().unwrap().remove("uid");
+    let no_uid = RenderOptions {
+        parent: manifest_file(dir.path(), "manifest.yaml", &[&manifest])?,
+        ..opts.clone()
+    };
+    let e = render::render(&no_uid).await.unwrap_err().to_string();
+    assert!(
+        e.contains("no metadata.uid") && e.contains("--placeholder-uid"),
+        "{e}"
+    );
+    let placeholder = RenderOptions {
+        placeholder_uid: true,
+        ..no_uid
+    };
+    let r = render::render(&placeholder).await?;
+    assert_eq!(r.parent["metadata"]["uid"], render::PLACEHOLDER_UID);
+    s.finish().await
+}
+
+/// The planned writes of one parent, as `verb resource name` (as the write log names them)
+/// with the body each sends.
+fn planned_writes(r: &render::Rendered) -> Vec<(String, Option<Value>)> {
+    r.writes
+        .iter()
+        .map(|w| match w {
+            Write::Create(v) => ("create configmaps (created)".to_owned(), Some(v.clone())),
+            Write::Update(v) => {
+                let name = v["metadata"]["name"].as_str().unwrap_or_default();
+                (format!("update configmaps {name}"), Some(v.clone()))
+            }
+            Write::Apply { body, .. } => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                (format!("patch configmaps {name}"), Some(body.clone()))
+            }
+            Write::Delete { object, .. } => {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                (format!("delete configmaps {name}"), None)
+            }
+        })
+        .collect()
+}
+
+/// The differential proof: a fleet synced by the old hook is planned under the new one while
+/// kmeta runs (no write in the cluster), then rolled out; the writes kmeta made equal the
+/// planned ones, parent by parent and child by child, body by body.
+#[tokio::test]
+async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()> {
+    const PARENTS: usize = 6;
+    let mut s = Scenario::new("plan-rollout")
+        .crd("Thing", "things")
+        .hook(two_versions)
+        .prepare()
+        .await?;
+    let name = "plan-rollout-cc";
+    s.controller(Cc::new(name)).await?;
+    for i in 0..PARENTS {
+        s.parent(&format!("p{i}"), json!({"v": "1"})).await?;
+    }
+    s.start_controller();
+    for i in 0..PARENTS {
+        s.wait_child(&format!("p{i}-b")).await?;
+        s.wait_parent(&format!("p{i}"), "synced", |p| {
+            p.pointer("/status/kmeta/lastSync").is_some()
+        })
+        .await?;
+    }
+    // the old hook, planned: nothing to write
+    let mut opts = PlanOptions {
+        controller: name.to_owned(),
+        controller_file: None,
+        hook_url: None,
+        hook_objects: Vec::new(),
+        selector: None,
+        namespace: Some(s.ns.clone()),
+        concurrency: 4,
+        jsonnet_worker: None,
+    };
+    let same = kmeta::plan::plan(&s.client, &opts, |_| {}).await?;
+    assert_eq!((same.parents, same.changed), (PARENTS, 0), "{same:?}");
+
+    // the new hook, planned while kmeta runs: nothing is written
+    opts.hook_url = Some(s.hooks().url("sync-v2"));
+    let from = log_position(&s);
+    let mut plans = BTreeMap::new();
+    let summary = kmeta::plan::plan(&s.client, &opts, |p| {
+        if let Outcome::Planned(r) = &p.outcome {
+            plans.insert(p.parent.clone(), planned_writes(r));
+        }
+    })
+    .await?;
+    assert_eq!(logged(&s, from), BTreeMap::new(), "the plan wrote");
+    assert_eq!((summary.parents, summary.changed), (PARENTS, PARENTS));
+    assert_eq!(summary.status_writes, PARENTS);
+    let counts = &summary.kinds["ConfigMap.v1"];
+    assert_eq!(
+        (counts.create, counts.update, counts.delete),
+        (PARENTS, PARENTS, PARENTS)
+    );
+    assert!(
+        summary.top_fields().contains(&("data.w", PARENTS)),
+        "{summary:?}"
+    );
+
+    // the rollout: the controller now calls the new hook
+    let from = log_position(&s);
+    let url = s.hooks().url("sync-v2");
+    s.merge_patch(
+        &s.controllers(),
+        name,
+        json!({"spec": {"hooks": {"sync": {"webhook": {"url": url}}}}}),
+    )
+    .await?;
+    for i in 0..PARENTS {
+        s.wait_parent(&format!("p{i}"), "synced by v2", |p| {
+            p["status"]["hook"] == "v2"
+        })
+        .await?;
+        let b = format!("p{i}-b");
+        s.wait_gone(&s.configmaps(), &b, &format!("{b} deleted"))
+            .await?;
+    }
+    // every planned write was made, and no other
+    let mut want: BTreeMap<String, usize> = BTreeMap::new();
+    for writes in plans.values() {
+        for (what, _) in writes {
+            *want.entry(what.clone()).or_default() += 1;
+        }
+    }
+    for i in 0..PARENTS {
+        *want
+            .entry(format!("update things/status p{i}"))
+            .or_default() += 1;
+    }
+    let made = logged(&s, from);
+    let made_children: BTreeMap<String, usize> = made
+        .into_iter()
+        .filter(|(k, _)| k.contains("configmaps") || k.contains("things/status"))
+        .collect();
+    assert_eq!(made_children, want, "writes made vs planned");
+    // body by body: each child as kmeta wrote it is the planned body
+    for writes in plans.values() {
+        for (what, body) in writes {
+            let Some(body) = body else { continue };
+            let child = body["metadata"]["name"].as_str().unwrap_or_default();
+            let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
+            assert_eq!(as_written(live), as_written(body.clone()), "{what}");
+        }
+    }
+    s.finish().await
+}
