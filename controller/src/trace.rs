@@ -195,6 +195,13 @@ pub struct ParentTrace {
     /// kmeta's record of its last sync that changed something (`status.kmeta.lastSync`): when,
     /// the hook's time, the trace id, and what was done to each child.
     pub last_change: Option<Value>,
+    /// kmeta's records of the syncs before the last change that wrote something
+    /// (`status.kmeta.history`), newest first, at most 4.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Value>,
+    /// Print every record of `history` (`--history`), not only the last that wrote children.
+    #[serde(skip)]
+    pub show_history: bool,
     /// The related objects its hook was sent at the last change (`Kind namespace/name`), when
     /// asked for (`--related`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -270,9 +277,7 @@ pub fn render_text(t: &ParentTrace, color: bool) -> String {
     for c in &t.conditions {
         out.push_str(&format!("  condition {c}\n"));
     }
-    if let Some(r) = &t.last_change {
-        out.push_str(&last_change_text(r, jiff::Timestamp::now()));
-    }
+    out.push_str(&changes_text(t, jiff::Timestamp::now()));
     out.push_str(&format!("  children ({}):\n", t.children.len()));
     for c in &t.children {
         let ready = match c.ready {
@@ -335,14 +340,46 @@ pub fn with_related(mut t: ParentTrace) -> ParentTrace {
     t
 }
 
-/// The record of the last sync that changed something, as text lines.
-fn last_change_text(r: &Value, now: jiff::Timestamp) -> String {
+/// `t` printing every earlier record it keeps (`--history`).
+pub fn with_history(mut t: ParentTrace) -> ParentTrace {
+    t.show_history = true;
+    t
+}
+
+/// Whether a record wrote (or left alone) children, not the status only.
+fn touched_children(r: &Value) -> bool {
+    r.get("children")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The last change, then either every earlier record (`show_history`) or, when the last change
+/// wrote the status only, the last one that wrote children: a status-only sync never hides it.
+fn changes_text(t: &ParentTrace, now: jiff::Timestamp) -> String {
+    let Some(last) = &t.last_change else {
+        return String::new();
+    };
+    let mut out = last_change_text(last, now, "last change");
+    if t.show_history {
+        for r in &t.history {
+            out.push_str(&last_change_text(r, now, "earlier change"));
+        }
+    } else if !touched_children(last)
+        && let Some(r) = t.history.iter().find(|r| touched_children(r))
+    {
+        out.push_str(&last_change_text(r, now, "last change to children"));
+    }
+    out
+}
+
+/// One record of a sync that changed something, as text lines headed `title`.
+fn last_change_text(r: &Value, now: jiff::Timestamp, title: &str) -> String {
     let time = text(r.get("time"));
     let ago = time
         .parse::<jiff::Timestamp>()
         .map(|t| format!(" ({} ago)", age_between(t, now)))
         .unwrap_or_default();
-    let mut out = format!("  last change: {time}{ago}");
+    let mut out = format!("  {title}: {time}{ago}");
     if let Some(ms) = r.get("hookMillis").and_then(Value::as_u64) {
         out.push_str(&format!(", hook {ms}ms"));
     }
@@ -353,6 +390,9 @@ fn last_change_text(r: &Value, now: jiff::Timestamp) -> String {
         out.push_str(&format!(", by {by}"));
     }
     out.push('\n');
+    if let Some(why) = r.get("trigger").and_then(Value::as_str) {
+        out.push_str(&format!("    triggered by {why}\n"));
+    }
     let children = r.get("children").and_then(Value::as_array);
     if children.is_none_or(Vec::is_empty) {
         out.push_str("    the status only\n");
@@ -646,6 +686,12 @@ pub async fn trace_parent(
         last_change: parent
             .pointer(&format!("/status/{RECORD_FIELD}/lastSync"))
             .cloned(),
+        history: parent
+            .pointer(&format!("/status/{RECORD_FIELD}/history"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        show_history: false,
         related: None,
         children: children_of(client, discovery, &controllers, target, &uid).await?,
         events: events_of(client, target, &uid).await?,

@@ -116,6 +116,10 @@ enum Command {
         /// Also list the related objects the hook was sent at the parent's last change.
         #[arg(long)]
         related: bool,
+        /// Also print the earlier syncs that wrote something (up to 4 kept), each with what
+        /// triggered it.
+        #[arg(long)]
+        history: bool,
     },
     /// Sync a CompositeController parent now (past its backoff and an open hook circuit) by
     /// setting kmeta.dev/reconcile-requested-at, wait for that sync and print its result; exits 1
@@ -248,7 +252,11 @@ async fn run_command(cli: Cli) -> anyhow::Result<()> {
             output,
             watch,
             related,
-        } => target::trace(target, output, watch, related).await?,
+            history,
+        } => {
+            let detail = target::Detail { related, history };
+            target::trace(target, output, watch, detail).await?
+        }
         Command::Reconcile { target, timeout } => {
             target::steer(target, Steer::Reconcile(timeout)).await?;
         }

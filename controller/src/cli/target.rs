@@ -55,19 +55,27 @@ pub(crate) enum TraceOutput {
     Json,
 }
 
+/// What `kmeta trace` adds to a parent's trace: the related objects of its last change
+/// (`--related`), every earlier record kept (`--history`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Detail {
+    pub(crate) related: bool,
+    pub(crate) history: bool,
+}
+
 /// `kmeta trace`: the parent (or a controller's parents) once, or redrawn with `--watch`.
 pub(crate) async fn trace(
     args: TargetArgs,
     output: TraceOutput,
     watch: bool,
-    related: bool,
+    detail: Detail,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     let (client, discovery, target) = args.resolve().await?;
     let color = output == TraceOutput::Text && std::io::stdout().is_terminal();
     let stop = shutdown_on_signal();
     loop {
-        let text = trace_once(&client, &discovery, &target, output, related, color).await?;
+        let text = trace_once(&client, &discovery, &target, output, detail, color).await?;
         if watch && color {
             emit(b"\x1b[2J\x1b[H")?;
         }
@@ -88,7 +96,7 @@ async fn trace_once(
     discovery: &kube::Discovery,
     target: &Target,
     output: TraceOutput,
-    related: bool,
+    detail: Detail,
     color: bool,
 ) -> anyhow::Result<String> {
     Ok(if target.resource.kind == "CompositeController" {
@@ -100,8 +108,11 @@ async fn trace_once(
         }
     } else {
         let mut t = trace::trace_parent(client, discovery, target).await?;
-        if related {
+        if detail.related {
             t = trace::with_related(t);
+        }
+        if detail.history {
+            t = trace::with_history(t);
         }
         match output {
             TraceOutput::Json => serde_json::to_string_pretty(&t)?,

@@ -32,7 +32,7 @@ pub use crate::reconcile::error::{FailureClass, SyncError};
 use crate::reconcile::identity::Identities;
 pub use crate::reconcile::identity::Writer;
 use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, Watch};
-use crate::runtime::queue::{Queue, Tenant};
+use crate::runtime::queue::{Cause, Queue, Tenant};
 use crate::runtime::resources::Resources;
 
 /// Shared by every controller of a manager.
@@ -426,6 +426,26 @@ async fn report_then_done<R: Reconciler>(r: Arc<R>, key: R::Key, failure: Failur
     r.queue().done(&key);
 }
 
+tokio::task_local! {
+    /// Why the sync running in this task was scheduled ([`current_cause`]).
+    static CAUSE: Option<String>;
+}
+
+/// Why the sync running in this task was scheduled (`watch: ConfigMap shop/a`, `resync`, `and
+/// 2 more` when more causes came before it ran), for its sync record; `None` outside a sync or
+/// when no cause was noted (a wait, a requeue after kmeta's own status write).
+pub fn current_cause() -> Option<String> {
+    CAUSE.try_with(Clone::clone).ok().flatten()
+}
+
+/// The text of a queue's cause for the record.
+fn cause_text(cause: Option<(Cause, u32)>) -> Option<String> {
+    cause.map(|(c, more)| match more {
+        0 => c.to_string(),
+        n => format!("{c} (and {n} more)"),
+    })
+}
+
 /// One sync of one key, in a `sync` span carrying the controller, the object and the trace id
 /// its hook requests carry in `traceparent` (events inside it do not repeat them).
 async fn process<R: Reconciler>(
@@ -454,6 +474,7 @@ async fn process_in_span<R: Reconciler>(
 ) -> Option<(Arc<Value>, String)> {
     let metrics = &r.context().wiring.metrics;
     let changed = r.queue().take_changed(key);
+    let cause = r.queue().take_cause(key);
     match circuit.gate(key, changed, tokio::time::Instant::now()) {
         Gate::Run => {}
         Gate::Park => {
@@ -475,7 +496,7 @@ async fn process_in_span<R: Reconciler>(
     let read = r.cached(key);
     let started = Instant::now();
     let result = match synced {
-        Ok(()) => r.sync(key).await,
+        Ok(()) => CAUSE.scope(cause_text(cause), r.sync(key)).await,
         Err(e) => Err(e),
     };
     metrics.reconcile(r.name(), reconcile_result(&result), started.elapsed());

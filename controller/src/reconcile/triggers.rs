@@ -22,6 +22,7 @@ pub use crate::reconcile::core::Triggers;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::related::{self, Used};
 use crate::runtime::cache::Change;
+use crate::runtime::queue::Cause;
 use crate::runtime::resources::Resolved;
 
 /// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
@@ -48,16 +49,16 @@ pub trait Parents: Reconciler {
 }
 
 /// Every parent `mine` accepts, scheduled as a change.
-fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>) {
+fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>, cause: &Cause) {
     for key in r.parents_where(mine) {
-        r.queue().add(key);
+        r.queue().add_because(key, cause.clone());
     }
 }
 
 /// Every parent, scheduled as a resync (low priority) after `delay` of each.
-fn resync_all<R: Parents>(r: &R, mut delay: impl FnMut() -> Duration) {
+fn resync_all<R: Parents>(r: &R, cause: &Cause, mut delay: impl FnMut() -> Duration) {
     for key in r.parents_where(&|_, _| true) {
-        r.queue().resync_after(key, delay());
+        r.queue().resync_because(key, delay(), cause.clone());
     }
 }
 
@@ -69,7 +70,9 @@ fn resync_after_relist<R: Parents>(r: &R) {
     use rand::Rng as _;
     let mut rng = rand::rng();
     let spread = RELIST_RESYNC_SPREAD.as_millis() as u64;
-    resync_all(r, || Duration::from_millis(rng.random_range(0..=spread)));
+    resync_all(r, &Cause::Relist, || {
+        Duration::from_millis(rng.random_range(0..=spread))
+    });
 }
 
 /// Listens to the related watches a sync of `r` subscribed to first, for as long as `r` exists:
@@ -90,7 +93,7 @@ async fn listen<R: Parents>(
         let Some(r) = weak.upgrade() else { break };
         let uids = related::parents_reading(&r.memory().customize_cache, &resolved);
         if !uids.is_empty() {
-            enqueue_where(r.as_ref(), &|_, uid| uids.contains(uid));
+            enqueue_where(r.as_ref(), &|_, uid| uids.contains(uid), &Cause::Related);
         }
     }
 }
@@ -118,11 +121,14 @@ pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> T
     }
     if let Some(period) = resync_period {
         let r = r.clone();
-        t.every(period, move || resync_all(r.as_ref(), || Duration::ZERO));
+        t.every(period, move || {
+            resync_all(r.as_ref(), &Cause::Resync, || Duration::ZERO)
+        });
     }
     if let Some(scope) = r.context().wiring.work_scope.clone() {
         let gains = r.clone();
-        let enqueue = move |gained: ParentTest<'_>| enqueue_where(gains.as_ref(), gained);
+        let enqueue =
+            move |gained: ParentTest<'_>| enqueue_where(gains.as_ref(), gained, &Cause::Gained);
         t.spawn(scope.clone().follow_gains(Box::new(enqueue)));
         let count = r.clone();
         let count = move |mine: ParentTest<'_>| count.count_where(mine);

@@ -44,6 +44,44 @@ pub enum Priority {
 /// normal ones in a row.
 pub const LOW_PRIORITY_EVERY: u32 = 8;
 
+/// Why a key was scheduled, kept until it is handed out, for the sync record (`kmeta trace
+/// --history`): the first cause since the key was last handed out, and how many more came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A watch event: this object (`Kind namespace/name`) was created, changed or deleted.
+    Watched(std::sync::Arc<str>),
+    /// A related object the customize hook selected changed.
+    Related,
+    /// The resync period (`resyncPeriodSeconds`, `resyncAfterSeconds`).
+    Resync,
+    /// A watch listed again (410 Gone, `--cache-flush-interval`): every parent is resynced.
+    Relist,
+    /// The retry after a failed sync.
+    Retry,
+    /// The controller started, or its CompositeController (hooks included) changed.
+    Started,
+    /// This replica took the parent over (sharding).
+    Gained,
+    /// kmeta's own status write showed the hook something new (Metacontroller requeues the
+    /// parent after it too).
+    OwnStatus,
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::Watched(what) => write!(f, "watch: {what}"),
+            Cause::Related => f.write_str("a related object changed"),
+            Cause::Resync => f.write_str("resync"),
+            Cause::Relist => f.write_str("relist"),
+            Cause::Retry => f.write_str("retry after a failure"),
+            Cause::Started => f.write_str("controller started or changed"),
+            Cause::Gained => f.write_str("taken over by this replica"),
+            Cause::OwnStatus => f.write_str("its status, written by the sync before"),
+        }
+    }
+}
+
 /// The tenant a key belongs to: keys are handed out round-robin across tenants, so one tenant's
 /// burst cannot starve another's keys.
 pub trait Tenant {
@@ -148,6 +186,9 @@ struct State<K> {
     failures: HashMap<K, Backoff>,
     /// Keys scheduled by a change ([`Queue::add`]) since they were last handed out.
     changed: HashSet<K>,
+    /// Why each key was scheduled since it was last handed out: the first cause and how many
+    /// more came ([`Queue::take_cause`]).
+    causes: HashMap<K, (Cause, u32)>,
     /// Consecutive waits of a key ([`Queue::add_waiting`]), kept apart from its failures.
     waits: HashMap<K, u32>,
     next_generation: u64,
@@ -155,6 +196,16 @@ struct State<K> {
 }
 
 impl<K: Clone + Eq + Hash + Tenant> State<K> {
+    /// Notes why `key` was scheduled: the first cause stays, later ones are counted.
+    fn note_cause(&mut self, key: &K, cause: Cause) {
+        match self.causes.get_mut(key) {
+            Some((_, more)) => *more = more.saturating_add(1),
+            None => {
+                self.causes.insert(key.clone(), (cause, 0));
+            }
+        }
+    }
+
     /// Schedules `key`; returns whether a worker should look again.
     fn schedule(&mut self, key: K, at: Instant, priority: Priority, now: Instant) -> bool {
         let current = self.due.get(&key).copied();
@@ -325,6 +376,7 @@ impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
                 parked: HashSet::new(),
                 failures: HashMap::new(),
                 changed: HashSet::new(),
+                causes: HashMap::new(),
                 waits: HashMap::new(),
                 next_generation: 0,
                 shutdown: false,
@@ -351,6 +403,22 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         });
     }
 
+    /// [`Queue::add`], saying why ([`Queue::take_cause`]).
+    pub fn add_because(&self, key: K, cause: Cause) {
+        self.schedule_by(key, Priority::Normal, |s, key, _| {
+            s.changed.insert(key.clone());
+            s.note_cause(key, cause);
+            Duration::ZERO
+        });
+    }
+
+    /// Why `key` was scheduled since it was last handed out: the first cause noted and how many
+    /// more came; `None` when none was noted (a wait, a requeue of kmeta's own write). A worker
+    /// asks once per key it was handed.
+    pub fn take_cause(&self, key: &K) -> Option<(Cause, u32)> {
+        self.with(|s| s.causes.remove(key))
+    }
+
     /// Marks `key` as brought by a change again without scheduling it (the change has not
     /// reached the hook yet; its retry is scheduled as usual).
     pub fn keep_changed(&self, key: K) {
@@ -372,7 +440,15 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// already; a later retry (a backoff) comes at the resync instead. A resync is not a change
     /// ([`Queue::take_changed`]).
     pub fn resync_after(&self, key: K, delay: Duration) {
-        self.schedule_by(key, Priority::Low, |_, _, _| delay);
+        self.resync_because(key, delay, Cause::Resync);
+    }
+
+    /// [`Queue::resync_after`], saying why (a resync or a relist).
+    pub fn resync_because(&self, key: K, delay: Duration, cause: Cause) {
+        self.schedule_by(key, Priority::Low, |s, key, _| {
+            s.note_cause(key, cause);
+            delay
+        });
     }
 
     /// Schedules `key` after the delay `delay_of` decides (from the state, the key and now), in
@@ -397,7 +473,10 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// Records a failure of `key` and schedules it after the backoff (see [`State::fail`]: an
     /// attempt an event brought early neither grows the backoff nor moves its retry).
     pub fn add_rate_limited(&self, key: K) -> Duration {
-        self.schedule_by(key, Priority::Normal, |s, key, now| s.fail(key, now))
+        self.schedule_by(key, Priority::Normal, |s, key, now| {
+            s.note_cause(key, Cause::Retry);
+            s.fail(key, now)
+        })
     }
 
     /// Schedules `key` again after a sync that waited for something that ends by itself (a
@@ -548,6 +627,28 @@ mod tests {
         q.done(&"a");
         assert_eq!(q.next().await, Some("a"));
         assert!(q.take_changed(&"a"));
+    }
+
+    #[tokio::test]
+    async fn the_first_cause_of_a_hand_out_is_told_with_the_count_of_the_others() {
+        let q: Queue<&str> = Queue::default();
+        q.add_because("a", Cause::Watched("ConfigMap n/a".into()));
+        q.resync_because("a", Duration::ZERO, Cause::Relist);
+        q.add_because("a", Cause::Related);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(
+            q.take_cause(&"a"),
+            Some((Cause::Watched("ConfigMap n/a".into()), 2))
+        );
+        assert_eq!(q.take_cause(&"a"), None, "told once");
+        assert_eq!(q.add_rate_limited("a"), backoff(1));
+        q.done(&"a");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.take_cause(&"a"), Some((Cause::Retry, 0)));
+        assert_eq!(
+            Cause::Watched("Thing n/p".into()).to_string(),
+            "watch: Thing n/p"
+        );
     }
 
     #[tokio::test]

@@ -31,6 +31,7 @@ mod contract;
 mod decorator;
 mod failures;
 mod fairness;
+mod history;
 mod impersonation;
 mod jsonnet;
 mod lifecycle;

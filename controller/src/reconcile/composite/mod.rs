@@ -26,7 +26,7 @@ use crate::reconcile::status;
 use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
-use crate::runtime::queue::Queue;
+use crate::runtime::queue::{Cause, Queue};
 
 pub use build::{BuildError, CompositeState, LocalHooks};
 pub use related::Used;
@@ -89,7 +89,8 @@ impl CompositeRunner {
             if let Some(p) = self.state.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
             {
-                self.queue.add(ObjKey::new(ns, r.name));
+                self.queue
+                    .add_because(ObjKey::new(ns, r.name), watched(child));
             }
             return;
         }
@@ -99,7 +100,7 @@ impl CompositeRunner {
             if let Some(p) = self.state.parents.get(&key.namespace, &key.name)
                 && selectors::selects(&p, generate, child)
             {
-                self.queue.add(key);
+                self.queue.add_because(key, watched(child));
             }
         }
     }
@@ -156,6 +157,7 @@ impl CompositeRunner {
                     // a failed sync's condition is being written: decided once it is
                     return;
                 }
+                let mut cause = watched_value(new);
                 if old.is_some()
                     && let Some(own) = self.state.own_status_write(new)
                 {
@@ -167,6 +169,7 @@ impl CompositeRunner {
                     if !own.requeue {
                         return;
                     }
+                    cause = Cause::OwnStatus;
                 }
                 let ignore = self
                     .state
@@ -181,7 +184,7 @@ impl CompositeRunner {
                 {
                     return;
                 }
-                self.queue.add(obj_key(new));
+                self.queue.add_because(obj_key(new), cause);
             }
             Change::Deleted(old) => {
                 let key = obj_key(old);
@@ -232,7 +235,7 @@ impl CompositeRunner {
 
     fn enqueue_all(&self) {
         for p in self.state.parents.list() {
-            self.queue.add(obj_key(&p));
+            self.queue.add_because(obj_key(&p), Cause::Started);
         }
     }
 
@@ -363,4 +366,18 @@ impl Reconciler for CompositeRunner {
         }
         result.map(|_| ())
     }
+}
+
+/// The cause of a sync a watch event on `child` brings.
+fn watched(child: &Compact) -> Cause {
+    let what = match child.namespace() {
+        "" => format!("{} {}", child.kind(), child.name()),
+        ns => format!("{} {ns}/{}", child.kind(), child.name()),
+    };
+    Cause::Watched(what.into())
+}
+
+/// The cause of a sync a watch event on the parent `obj` brings.
+fn watched_value(obj: &Value) -> Cause {
+    Cause::Watched(crate::object::describe(obj).into())
 }

@@ -250,6 +250,7 @@ async fn apply_response(
         children: Vec::new(),
         related,
         replica: c.ctx.config.reporting_instance.clone(),
+        trigger: crate::reconcile::core::current_cause(),
     };
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new

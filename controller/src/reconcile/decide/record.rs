@@ -20,6 +20,13 @@ pub const MAX_FIELDS: usize = 5;
 /// Characters kept of one reason or cause.
 pub const MAX_TEXT: usize = 200;
 
+/// Earlier records kept in `history`, newest first, besides `lastSync`: 4 (so the last 5 syncs
+/// that wrote something are kept, as Flux keeps its last reconciliations).
+pub const HISTORY: usize = 4;
+
+/// Child entries kept per record in `history` (the others are counted in `more`): 5.
+pub const HISTORY_CHILDREN: usize = 5;
+
 /// What one sync did to one child.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChildAction {
@@ -102,6 +109,8 @@ pub struct SyncRecord {
     /// The kmeta replica that ran it (`POD_NAME`), when known: with several replicas (the fleet
     /// split between them, or leader election across restarts) it tells which one synced.
     pub replica: Option<String>,
+    /// What scheduled the sync (`watch: ConfigMap shop/a`, `resync`, ...), when known.
+    pub trigger: Option<String>,
 }
 
 impl SyncRecord {
@@ -117,6 +126,9 @@ impl SyncRecord {
         }
         if let Some(r) = &self.replica {
             m.insert("replica".into(), json!(r));
+        }
+        if let Some(t) = &self.trigger {
+            m.insert("trigger".into(), json!(cut(t)));
         }
         m.insert("children".into(), Value::Array(self.listed()));
         if self.children.len() > MAX_CHILDREN {
@@ -249,7 +261,12 @@ pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> V
             Some(Value::Object(m)) => m,
             _ => Map::new(),
         };
+        let earlier = r.remove("lastSync");
+        let history = with_earlier(r.remove("history"), earlier);
         r.insert("lastSync".into(), record.to_value());
+        if !history.is_empty() {
+            r.insert("history".into(), Value::Array(history));
+        }
         Some(Value::Object(r))
     } else {
         kept
@@ -258,6 +275,40 @@ pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> V
         w.insert(RECORD_FIELD.into(), r);
     }
     want
+}
+
+/// The `history` after a new record: `earlier` (the `lastSync` it replaces, its children cut to
+/// [`HISTORY_CHILDREN`] and its related objects dropped) first, then the kept history, at most
+/// [`HISTORY`] records.
+fn with_earlier(history: Option<Value>, earlier: Option<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = earlier.map(shortened).into_iter().collect();
+    if let Some(Value::Array(kept)) = history {
+        out.extend(kept);
+    }
+    out.truncate(HISTORY);
+    out
+}
+
+/// A record as `history` keeps it: at most [`HISTORY_CHILDREN`] children (the others counted
+/// in `more`), no related objects.
+fn shortened(mut record: Value) -> Value {
+    let Some(m) = record.as_object_mut() else {
+        return record;
+    };
+    m.remove("related");
+    m.remove("moreRelated");
+    let over = m
+        .get("children")
+        .and_then(Value::as_array)
+        .map_or(0, |c| c.len().saturating_sub(HISTORY_CHILDREN));
+    if over > 0 {
+        if let Some(Value::Array(c)) = m.get_mut("children") {
+            c.truncate(HISTORY_CHILDREN);
+        }
+        let more = m.get("more").and_then(Value::as_u64).unwrap_or(0) + over as u64;
+        m.insert("more".into(), json!(more));
+    }
+    record
 }
 
 /// Whether the status to write, `want` (the hook's, with `observedGeneration`, without kmeta's
@@ -379,6 +430,7 @@ mod tests {
             children,
             related: Vec::new(),
             replica: None,
+            trigger: None,
         }
     }
 
@@ -516,6 +568,7 @@ mod tests {
         assert_eq!(r.to_value().get("replica"), None, "unknown: not written");
         let by = SyncRecord {
             replica: Some("kmeta-1".into()),
+            trigger: None,
             ..record(vec![])
         };
         assert_eq!(by.to_value()["replica"], "kmeta-1");
@@ -596,5 +649,46 @@ mod tests {
         assert_eq!(applied_paths(&before, &applied, &[]), ["spec.replicas"]);
         let all = changed_paths(&before, &applied, &[]);
         assert!(all.contains(&"metadata.labels".to_owned()), "{all:?}");
+    }
+
+    #[test]
+    fn a_new_record_moves_the_last_one_into_a_bounded_history() {
+        let status = |v: Value| json!({"status": v});
+        let mut live = status(json!({}));
+        for i in 0..7 {
+            let mut r = record(
+                (0..8)
+                    .map(|n| ChildRecord {
+                        kind: "ConfigMap".into(),
+                        name: format!("c{n}"),
+                        action: ChildAction::Created,
+                    })
+                    .collect(),
+            );
+            r.time = format!("t{i}");
+            r.trigger = Some("resync".into());
+            r.related = vec!["Secret n/s".into()];
+            let want = with_sync_record(json!({"i": i}), &live, &r);
+            live = status(want);
+        }
+        let kmeta = &live["status"]["kmeta"];
+        assert_eq!(kmeta["lastSync"]["time"], "t6");
+        assert_eq!(kmeta["lastSync"]["trigger"], "resync");
+        let history = kmeta["history"].as_array().unwrap();
+        let times: Vec<&str> = history
+            .iter()
+            .map(|h| h["time"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            times,
+            ["t5", "t4", "t3", "t2"],
+            "newest first, {HISTORY} kept"
+        );
+        assert_eq!(
+            history[0]["children"].as_array().unwrap().len(),
+            HISTORY_CHILDREN
+        );
+        assert_eq!(history[0]["more"], 3);
+        assert!(history[0].get("related").is_none());
     }
 }
