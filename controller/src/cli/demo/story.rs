@@ -436,8 +436,19 @@ impl<'o> Demo<'o> {
                 },
             )
             .await?;
+        let mut hooks = status.clone();
+        let record = hooks.as_object_mut().and_then(|m| m.remove("kmeta"));
         self.say("   The WebApp's status, written by kmeta from the hook's answer:")?;
-        self.yaml("status", &status)
+        self.yaml("status", &hooks)?;
+        if let Some(change) = record.as_ref().and_then(deployment_update) {
+            self.say("   kmeta's record of the sync that updated the Deployment (status.kmeta):")?;
+            self.yaml("change", &change)?;
+            self.say(&format!(
+                "   On a cluster, `kmeta trace webapps/{PARENT} -n {NAMESPACE} --history` prints it with the"
+            ))?;
+            self.say("   earlier syncs that wrote something, each with what triggered it.")?;
+        }
+        Ok(())
     }
 
     /// Step 3: forced resyncs call the hook again, and Deployment `d` is not written.
@@ -577,4 +588,19 @@ pub(super) struct Apis {
 async fn get_value(api: &Api<DynamicObject>, name: &str) -> Result<Option<Value>, kube::Error> {
     let obj = api.get_opt(name).await?;
     Ok(obj.and_then(|o| serde_json::to_value(o).ok()))
+}
+
+/// The record, in kmeta's `status.kmeta` (`lastSync`, then `history`), of the last sync that
+/// updated the Deployment.
+fn deployment_update(kmeta: &Value) -> Option<Value> {
+    let earlier = kmeta["history"].as_array().into_iter().flatten();
+    std::iter::once(&kmeta["lastSync"])
+        .chain(earlier)
+        .find(|r| {
+            r["children"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["kind"] == "Deployment" && c["action"] == "Updated")
+            })
+        })
+        .cloned()
 }
