@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::api::CompositeController;
 use crate::object::meta_str;
-use crate::render::{Engine, HookSetup, RenderError, Rendered, read_all, read_one};
+use crate::render::{Engine, HookSetup, RelatedLists, RenderError, Rendered, read_all, read_one};
 
 pub use summary::Summary;
 
@@ -214,8 +214,15 @@ pub async fn plan(
     let engine = Engine::new(cc, &crds, &[], setup).await?;
     let mut summary = Summary::default();
     let mut pages = Pages::new(client, &engine, &crds, opts)?;
+    let related = RelatedLists::new(client.clone(), crds.clone());
+    let fleet = Fleet {
+        client,
+        engine: &engine,
+        crds: &crds,
+        related: &related,
+    };
     while let Some(parents) = pages.next().await? {
-        let plans = plan_page(client, &engine, &crds, opts, parents).await?;
+        let plans = plan_page(&fleet, opts, parents).await?;
         for p in &plans {
             summary.add(p);
             each(p);
@@ -283,13 +290,25 @@ impl Pages {
 
 /// Plans one page of parents: their children read namespace by namespace, their hook called
 /// with at most `opts.concurrency` calls in flight; the plans in the page's order.
+/// What every parent's plan reads from: the cluster, the engine, the CRDs, the related objects.
+struct Fleet<'a> {
+    client: &'a kube::Client,
+    engine: &'a Engine,
+    crds: &'a [Value],
+    related: &'a RelatedLists,
+}
+
 async fn plan_page(
-    client: &kube::Client,
-    engine: &Engine,
-    crds: &[Value],
+    fleet: &Fleet<'_>,
     opts: &PlanOptions,
     parents: Vec<Value>,
 ) -> Result<Vec<ParentPlan>, PlanError> {
+    let Fleet {
+        client,
+        engine,
+        crds,
+        ..
+    } = *fleet;
     let mut by_namespace: Vec<(String, Vec<Value>)> = Vec::new();
     for p in parents {
         let ns = meta_str(&p, "namespace").to_owned();
@@ -304,7 +323,7 @@ async fn plan_page(
         let mut children = children_by_owner(client, engine.controller(), crds, scope).await?;
         let work = parents.into_iter().map(|p| {
             let observed = children.remove(meta_str(&p, "uid")).unwrap_or_default();
-            plan_parent(engine, p, observed)
+            plan_parent(fleet, p, observed)
         });
         let plans: Vec<ParentPlan> = futures::stream::iter(work)
             .buffered(opts.concurrency.max(1))
@@ -316,7 +335,8 @@ async fn plan_page(
 }
 
 /// Plans one parent (see [`Outcome`]).
-async fn plan_parent(engine: &Engine, parent: Value, observed: Vec<Value>) -> ParentPlan {
+async fn plan_parent(fleet: &Fleet<'_>, parent: Value, observed: Vec<Value>) -> ParentPlan {
+    let engine = fleet.engine;
     let name = match meta_str(&parent, "namespace") {
         "" => meta_str(&parent, "name").to_owned(),
         ns => format!("{ns}/{}", meta_str(&parent, "name")),
@@ -341,15 +361,24 @@ async fn plan_parent(engine: &Engine, parent: Value, observed: Vec<Value>) -> Pa
             outcome: Outcome::Skipped(format!("paused: {why}")),
         };
     }
-    let outcome = match engine.call(&parent, &observed, &[]).await {
-        Ok(response) => match engine.plan(parent, observed, response) {
-            Ok(r) => Outcome::Planned(Box::new(r)),
-            Err(e) => Outcome::Failed(e.to_string()),
-        },
+    let outcome = match sync_offline(engine, fleet.related, parent, observed).await {
+        Ok(r) => Outcome::Planned(Box::new(r)),
         Err(e) => Outcome::Failed(e.to_string()),
     };
     ParentPlan {
         parent: name,
         outcome,
     }
+}
+
+/// The related objects, the hook's answer and the writes of one parent.
+async fn sync_offline(
+    engine: &Engine,
+    related: &RelatedLists,
+    parent: Value,
+    observed: Vec<Value>,
+) -> Result<Rendered, RenderError> {
+    let related = engine.related(&parent, related).await?;
+    let response = engine.call(&parent, &observed, &related).await?;
+    engine.plan(parent, observed, response)
 }

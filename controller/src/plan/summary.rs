@@ -177,7 +177,7 @@ impl Summary {
                 .collect()
         };
         json!({
-            "controller": controller, "writes": false,
+            "controller": controller, "readOnly": true,
             "parents": self.parents, "changed": self.changed, "changedParents": self.changed_named,
             "statusWrites": self.status_writes, "kinds": kinds, "fields": fields,
             "failed": self.failed_count, "failures": pairs(&self.failed),

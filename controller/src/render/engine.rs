@@ -47,9 +47,11 @@ pub struct HookSetup {
 /// One controller's offline sync: built once, used for any number of parents.
 pub struct Engine {
     cc: CompositeController,
+    cc_json: Value,
     cc_raw: Box<RawValue>,
     declared: Declared,
     hook: HookClient,
+    customize: Option<HookClient>,
     ssa: bool,
     finalizing: bool,
 }
@@ -64,7 +66,11 @@ impl Engine {
         setup: HookSetup,
     ) -> Result<Engine, RenderError> {
         let declared = declare_children(&cc, crds, seen)?;
-        let hook = hook_client(&cc, &setup).await?;
+        let hook = hook_client(&cc, &setup, HookKind::Sync).await?;
+        let customize = match cc.spec.customize_hook() {
+            Some(_) => Some(hook_client(&cc, &setup, HookKind::Customize).await?),
+            None => None,
+        };
         let cc_json = wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
         let cc_raw = serde_json::value::to_raw_value(&cc_json)
             .map_err(|e| RenderError::Controller(e.to_string()))?;
@@ -72,9 +78,11 @@ impl Engine {
             .is_ok_and(|s| s == crate::reconcile::ApplyStrategy::ServerSideApply);
         Ok(Engine {
             cc,
+            cc_json,
             cc_raw,
             declared,
             hook,
+            customize,
             ssa,
             finalizing: setup.finalizing,
         })
@@ -91,12 +99,13 @@ impl Engine {
         &self,
         parent: &Value,
         observed: &[Value],
-        related: &[Value],
+        related: &Related,
     ) -> Result<wire::SyncResponse, RenderError> {
         let namespaced = parent.pointer("/metadata/namespace").is_some();
         let version = self.hook.version();
-        // keyed as a sync keys them (`reconcile::related`); no customize rules declare groups here
-        let related = wire::object_map(version, namespaced, &[], related.iter());
+        // keyed as a sync keys them (`reconcile::related`), with the groups the rules declared
+        let related =
+            wire::object_map(version, namespaced, &related.groups, related.objects.iter());
         let request = wire::SyncRequestRef {
             controller: &self.cc_raw,
             parent,
@@ -110,6 +119,48 @@ impl Engine {
             .await
             .map_err(sync)?;
         self.hook.decode_sync(&body).map_err(sync)
+    }
+
+    /// The related objects a sync of `parent` sends its hook: the customize hook called as a
+    /// sync calls it, each rule applied as a sync applies it (Metacontroller's scopes for v1 and
+    /// v2) to the objects `lists` reads. None without a customize hook.
+    pub async fn related(
+        &self,
+        parent: &Value,
+        lists: &RelatedLists,
+    ) -> Result<Related, RenderError> {
+        let Some(hook) = &self.customize else {
+            return Ok(Related::default());
+        };
+        let sync = |e: crate::hook::HookError| RenderError::Sync(e.to_string());
+        let request = wire::customize_request(&self.cc_json, parent);
+        let key = meta_str(parent, "uid");
+        let rules = in_trace(TraceId::new(), hook.customize(key, &request))
+            .await
+            .map_err(sync)?;
+        let namespaced = parent.pointer("/metadata/namespace").is_some();
+        let mut out = Related::default();
+        for rule in &rules {
+            let listed = lists.list(&rule.api_version, &rule.resource).await?;
+            out.groups
+                .push(wire::group_key(&rule.api_version, &listed.kind));
+            let ns_labels = match rule.namespace_selector {
+                Some(_) => lists.namespace_labels().await?,
+                None => HashMap::new(),
+            };
+            let selected = crate::reconcile::related::select_related(
+                rule,
+                parent,
+                namespaced,
+                hook.version(),
+                listed.namespaced,
+                &listed.objects,
+                &ns_labels,
+            )
+            .map_err(|e| RenderError::Sync(e.to_string()))?;
+            out.objects.extend(selected);
+        }
+        Ok(out)
     }
 
     /// What a sync of `parent` would write, given its `observed` children and the hook's
@@ -283,6 +334,98 @@ impl Engine {
     }
 }
 
+/// The related objects of one parent as its sync hook is sent them.
+#[derive(Debug, Clone, Default)]
+pub struct Related {
+    /// The objects.
+    pub objects: Vec<Value>,
+    /// The groups (`Kind.apiVersion`) the customize hook's rules name, sent even when empty.
+    pub groups: Vec<String>,
+}
+
+/// One related resource as listed: its kind, scope and objects.
+pub struct Listed {
+    kind: String,
+    namespaced: bool,
+    objects: Vec<std::sync::Arc<Value>>,
+}
+
+/// The objects of related resources, read from a cluster once per resource and kept for every
+/// parent planned after (a plan reads each related resource once, not once per parent).
+pub struct RelatedLists {
+    client: kube::Client,
+    crds: Vec<Value>,
+    lists: tokio::sync::Mutex<HashMap<(String, String), std::sync::Arc<Listed>>>,
+    namespaces: tokio::sync::OnceCell<HashMap<String, BTreeMap<String, String>>>,
+}
+
+impl RelatedLists {
+    /// Reads through `client`; custom kinds from `crds`.
+    pub fn new(client: kube::Client, crds: Vec<Value>) -> RelatedLists {
+        RelatedLists {
+            client,
+            crds,
+            lists: tokio::sync::Mutex::new(HashMap::new()),
+            namespaces: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn list(
+        &self,
+        api_version: &str,
+        plural: &str,
+    ) -> Result<std::sync::Arc<Listed>, RenderError> {
+        let key = (api_version.to_owned(), plural.to_owned());
+        let mut lists = self.lists.lock().await;
+        if let Some(l) = lists.get(&key) {
+            return Ok(l.clone());
+        }
+        let (kind, namespaced) = child_type(api_version, plural, &self.crds, &[])?;
+        let api = super::live::dynamic_api(&self.client, api_version, &kind, plural, None);
+        let items = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| RenderError::Sync(format!("listing related {plural}: {e}")))?;
+        let objects = items
+            .items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .map(std::sync::Arc::new)
+            .collect();
+        let listed = std::sync::Arc::new(Listed {
+            kind,
+            namespaced,
+            objects,
+        });
+        lists.insert(key, listed.clone());
+        Ok(listed)
+    }
+
+    async fn namespace_labels(
+        &self,
+    ) -> Result<HashMap<String, BTreeMap<String, String>>, RenderError> {
+        let labels = self
+            .namespaces
+            .get_or_try_init(|| async {
+                let listed = self.list("v1", "namespaces").await?;
+                Ok::<_, RenderError>(
+                    listed
+                        .objects
+                        .iter()
+                        .map(|n| {
+                            (
+                                meta_str(n, "name").to_owned(),
+                                crate::runtime::selector::labels_of(n),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .await?;
+        Ok(labels.clone())
+    }
+}
+
 /// A child the sync would leave as it is, though its answer differs from the child.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeftAlone {
@@ -401,12 +544,13 @@ fn declare_children(
 async fn hook_client(
     cc: &CompositeController,
     setup: &HookSetup,
+    kind: HookKind,
 ) -> Result<HookClient, RenderError> {
     let err = |e: String| RenderError::Controller(e);
-    let (spec, kind) = if setup.finalizing {
-        (cc.spec.finalize_hook(), HookKind::Finalize)
-    } else {
-        (cc.spec.sync_hook(), HookKind::Sync)
+    let (spec, kind) = match kind {
+        HookKind::Customize => (cc.spec.customize_hook(), kind),
+        _ if setup.finalizing => (cc.spec.finalize_hook(), HookKind::Finalize),
+        _ => (cc.spec.sync_hook(), HookKind::Sync),
     };
     let mut spec = spec.cloned().ok_or_else(|| {
         err(format!(
@@ -414,7 +558,10 @@ async fn hook_client(
             kind.as_str()
         ))
     })?;
-    if let (Some(url), Some(w)) = (&setup.hook_url, spec.webhook.as_mut()) {
+    let replaced = (kind != HookKind::Customize)
+        .then_some(setup.hook_url.as_ref())
+        .flatten();
+    if let (Some(url), Some(w)) = (replaced, spec.webhook.as_mut()) {
         w.url = Some(url.clone());
         w.service = None;
         w.path = None;

@@ -22,7 +22,7 @@ mod files;
 mod live;
 mod show;
 
-pub use engine::{Engine, HookSetup, LeftAlone};
+pub use engine::{Engine, HookSetup, LeftAlone, Related, RelatedLists};
 pub(crate) use files::{child_type, files_client};
 pub use files::{read_all, read_one};
 pub(crate) use live::dynamic_api;
@@ -267,6 +267,17 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
         crds,
     } = inputs;
     let engine = Engine::new(cc, &crds, &observed, setup).await?;
+    let related = match &opts.live {
+        // the cluster's related objects, as the customize hook selects them
+        Some(Live(client)) if opts.related.is_empty() => {
+            let lists = RelatedLists::new(client.clone(), crds);
+            engine.related(&parent, &lists).await?
+        }
+        _ => Related {
+            objects: related,
+            groups: Vec::new(),
+        },
+    };
     let response = engine.call(&parent, &observed, &related).await?;
     engine.plan(parent, observed, response)
 }
