@@ -305,3 +305,188 @@ async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()>
     }
     s.finish().await
 }
+
+/// A Jsonnet sync hook in a ConfigMap: one ConfigMap child per parent, saying which version of
+/// the program made it.
+fn jsonnet_hooks(ns: &str, version: &str) -> Value {
+    let program = format!(
+        "function(request) {{ status: {{ from: '{version}' }}, children: [{{ apiVersion: 'v1', kind: 'ConfigMap', \
+         metadata: {{ name: request.parent.metadata.name + '-child' }}, data: {{ from: '{version}' }} }}] }}"
+    );
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "plan-hooks", "namespace": ns},
+        "data": {"sync.jsonnet": program}})
+}
+
+/// The writes a plan predicts, per parent, with a recreate counted as the delete and the create
+/// that follow it (the create comes with the next sync, once the delete has landed).
+fn predicted(
+    plans: &BTreeMap<String, kmeta::render::Rendered>,
+) -> (BTreeMap<String, usize>, Vec<Value>) {
+    let mut want = BTreeMap::new();
+    let mut bodies = Vec::new();
+    for r in plans.values() {
+        for (what, body) in planned_writes(r) {
+            *want.entry(what).or_default() += 1;
+            bodies.extend(body);
+        }
+        for w in &r.writes {
+            if let Write::Delete {
+                object,
+                reason: "recreate",
+            } = w
+            {
+                *want
+                    .entry("create configmaps (created)".to_owned())
+                    .or_default() += 1;
+                let name = &object["metadata"]["name"];
+                bodies.extend(
+                    r.desired
+                        .iter()
+                        .filter(|d| d["metadata"]["name"] == *name)
+                        .cloned(),
+                );
+            }
+        }
+    }
+    (want, bodies)
+}
+
+/// Plans `opts` and keeps every parent's rendered sync; checks the plan wrote nothing.
+async fn plan_fleet(
+    s: &Running,
+    opts: &PlanOptions,
+) -> anyhow::Result<BTreeMap<String, kmeta::render::Rendered>> {
+    let from = log_position(s);
+    let mut plans = BTreeMap::new();
+    kmeta::plan::plan(&s.client, opts, |p| {
+        if let Outcome::Planned(r) = &p.outcome {
+            plans.insert(p.parent.clone(), (**r).clone());
+        }
+    })
+    .await?;
+    assert_eq!(logged(s, from), BTreeMap::new(), "the plan wrote");
+    Ok(plans)
+}
+
+/// The ConfigMap writes logged since `from`.
+fn child_writes(s: &Running, from: u64) -> BTreeMap<String, usize> {
+    logged(s, from)
+        .into_iter()
+        .filter(|(k, _)| k.contains(" configmaps ") && !k.contains("plan-hooks"))
+        .collect()
+}
+
+/// The differential proof for a Jsonnet hook edited in its ConfigMap, then for a new
+/// `updateStrategy` (Recreate) with another edit: planned from the files before they are
+/// applied, the writes kmeta then makes are the planned ones.
+#[tokio::test]
+async fn plan_predicts_a_jsonnet_edit_and_a_new_update_strategy() -> anyhow::Result<()> {
+    const PARENTS: usize = 4;
+    let mut s = Scenario::new("plan-jsonnet")
+        .crd("Thing", "things")
+        .prepare()
+        .await?;
+    let ns = s.ns.clone();
+    s.create("configmaps", jsonnet_hooks(&ns, "v1")).await?;
+    let hook =
+        json!({"configMapRef": {"namespace": ns, "name": "plan-hooks", "key": "sync.jsonnet"}});
+    let name = "plan-jsonnet-cc";
+    let cc = Cc::new(name)
+        .sync_url("http://127.0.0.1:9/no-webhook")
+        .patch(json!({"hooks": {"sync": {"webhook": null, "jsonnet": hook}}}));
+    let cc = s.controller(cc).await?;
+    for i in 0..PARENTS {
+        s.parent(&format!("p{i}"), json!({})).await?;
+    }
+    s.start_controller();
+    for i in 0..PARENTS {
+        s.wait_parent(&format!("p{i}"), "synced by v1", |p| {
+            p["status"]["from"] == "v1"
+        })
+        .await?;
+    }
+    let dir = tempfile::tempdir()?;
+    let v2 = jsonnet_hooks(&ns, "v2");
+    let opts = PlanOptions {
+        controller: name.to_owned(),
+        controller_file: None,
+        hook_url: None,
+        hook_objects: vec![manifest_file(dir.path(), "hooks-v2.yaml", &[&v2])?],
+        selector: None,
+        namespace: Some(ns.clone()),
+        concurrency: 4,
+        jsonnet_worker: jsonnet_worker(),
+    };
+    // the Jsonnet edit, planned from the file, then applied
+    let plans = plan_fleet(&s, &opts).await?;
+    let (want, bodies) = predicted(&plans);
+    assert_eq!(want.values().sum::<usize>(), PARENTS, "{want:?}");
+    let from = log_position(&s);
+    s.merge_patch(&s.configmaps(), "plan-hooks", json!({"data": v2["data"]}))
+        .await?;
+    for i in 0..PARENTS {
+        s.wait_child_where(&format!("p{i}-child"), "made by v2", |c| {
+            c["data"]["from"] == "v2"
+        })
+        .await?;
+    }
+    assert_eq!(
+        child_writes(&s, from),
+        want,
+        "Jsonnet edit: writes made vs planned"
+    );
+    for body in &bodies {
+        let child = body["metadata"]["name"].as_str().unwrap_or_default();
+        let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
+        assert_eq!(as_written(live), as_written(body.clone()), "{child}");
+    }
+
+    // a new updateStrategy and another edit, planned from both files
+    let mut recreate = cc.clone();
+    recreate["spec"]["childResources"][0]["updateStrategy"] = json!({"method": "Recreate"});
+    let v3 = jsonnet_hooks(&ns, "v3");
+    let opts = PlanOptions {
+        controller_file: Some(manifest_file(dir.path(), "cc.yaml", &[&recreate])?),
+        hook_objects: vec![manifest_file(dir.path(), "hooks-v3.yaml", &[&v3])?],
+        ..opts
+    };
+    let plans = plan_fleet(&s, &opts).await?;
+    let (want, bodies) = predicted(&plans);
+    assert_eq!(
+        want.get("create configmaps (created)"),
+        Some(&PARENTS),
+        "{want:?}"
+    );
+    let from = log_position(&s);
+    // the strategy first (it changes no child), then the program
+    s.merge_patch(
+        &s.controllers(),
+        name,
+        json!({"spec": {"childResources": recreate["spec"]["childResources"]}}),
+    )
+    .await?;
+    s.merge_patch(&s.configmaps(), "plan-hooks", json!({"data": v3["data"]}))
+        .await?;
+    for i in 0..PARENTS {
+        s.wait_child_where(&format!("p{i}-child"), "made by v3", |c| {
+            c["data"]["from"] == "v3"
+        })
+        .await?;
+    }
+    assert_eq!(
+        child_writes(&s, from),
+        want,
+        "Recreate: writes made vs planned"
+    );
+    for body in &bodies {
+        let child = body["metadata"]["name"].as_str().unwrap_or_default();
+        let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
+        assert_eq!(live["data"], body["data"], "{child}");
+        assert_eq!(
+            live["metadata"]["labels"], body["metadata"]["labels"],
+            "{child}"
+        );
+    }
+    s.finish().await
+}
