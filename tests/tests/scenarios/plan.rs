@@ -177,29 +177,163 @@ async fn render_says_nothing_to_write_for_a_parent_in_sync() -> anyhow::Result<(
 /// The planned writes of one parent, as `verb resource name` (as the write log names them)
 /// with the body each sends.
 fn planned_writes(r: &render::Rendered) -> Vec<(String, Option<Value>)> {
+    let name = |v: &Value| {
+        v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
     r.writes
         .iter()
         .map(|w| match w {
             Write::Create(v) => ("create configmaps (created)".to_owned(), Some(v.clone())),
-            Write::Update(v) => {
-                let name = v["metadata"]["name"].as_str().unwrap_or_default();
-                (format!("update configmaps {name}"), Some(v.clone()))
-            }
-            Write::Apply { body, .. } => {
-                let name = body["metadata"]["name"].as_str().unwrap_or_default();
-                (format!("patch configmaps {name}"), Some(body.clone()))
-            }
-            Write::Delete { object, .. } => {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                (format!("delete configmaps {name}"), None)
-            }
+            Write::Update(v) => (format!("update configmaps {}", name(v)), Some(v.clone())),
+            Write::Apply { body, .. } => (
+                format!("patch configmaps {}", name(body)),
+                Some(body.clone()),
+            ),
+            Write::Delete { object, .. } => (format!("delete configmaps {}", name(object)), None),
         })
         .collect()
 }
 
+/// What a fleet's plans predict: the child writes as the write log names them, the bodies (with
+/// whether the whole object is compared), and how many status writes.
+#[derive(Debug, Default)]
+struct Predicted {
+    writes: BTreeMap<String, usize>,
+    bodies: Vec<(Value, bool)>,
+    status_writes: usize,
+}
+
+/// The writes the plans predict, a recreate counted as the delete and the create that follow it
+/// (the create comes with the next sync, once the delete has landed; its body is the desired
+/// child, compared by data and labels: the create adds the owner reference).
+fn predicted(plans: &BTreeMap<String, render::Rendered>) -> Predicted {
+    let mut p = Predicted::default();
+    for r in plans.values() {
+        for (what, body) in planned_writes(r) {
+            *p.writes.entry(what).or_default() += 1;
+            p.bodies.extend(body.map(|b| (b, true)));
+        }
+        for w in &r.writes {
+            if let Write::Delete {
+                object,
+                reason: "recreate",
+            } = w
+            {
+                let created = "create configmaps (created)".to_owned();
+                *p.writes.entry(created).or_default() += 1;
+                let name = &object["metadata"]["name"];
+                let desired = r.desired.iter().filter(|d| d["metadata"]["name"] == *name);
+                p.bodies.extend(desired.map(|d| (d.clone(), false)));
+            }
+        }
+        p.status_writes += usize::from(r.status_changes());
+    }
+    p
+}
+
+/// The summary of a fleet's rendered syncs, as `kmeta plan` prints it.
+fn summarize(plans: &BTreeMap<String, render::Rendered>) -> kmeta::plan::Summary {
+    let mut summary = kmeta::plan::Summary::default();
+    for (parent, r) in plans {
+        let outcome = Outcome::Planned(Box::new(r.clone()));
+        let parent = parent.clone();
+        summary.add(&kmeta::plan::ParentPlan { parent, outcome });
+    }
+    summary
+}
+
+/// Plans `opts` and keeps every parent's rendered sync; checks the plan wrote nothing.
+async fn plan_fleet(
+    s: &Running,
+    opts: &PlanOptions,
+) -> anyhow::Result<BTreeMap<String, render::Rendered>> {
+    let from = log_position(s);
+    let mut plans = BTreeMap::new();
+    kmeta::plan::plan(&s.client, opts, |p| {
+        if let Outcome::Planned(r) = &p.outcome {
+            plans.insert(p.parent.clone(), (**r).clone());
+        }
+    })
+    .await?;
+    assert_eq!(logged(s, from), BTreeMap::new(), "the plan wrote");
+    Ok(plans)
+}
+
+/// The ConfigMap writes logged since `from` (the hooks' ConfigMap aside).
+fn child_writes(s: &Running, from: u64) -> BTreeMap<String, usize> {
+    logged(s, from)
+        .into_iter()
+        .filter(|(k, _)| k.contains(" configmaps ") && !k.contains("plan-hooks"))
+        .collect()
+}
+
+/// Checks that the child writes logged since `from` are the predicted ones, and that each child
+/// is now as the plan said it would be written.
+async fn made_as_predicted(
+    s: &Running,
+    from: u64,
+    p: &Predicted,
+    what: &str,
+) -> anyhow::Result<()> {
+    assert_eq!(
+        child_writes(s, from),
+        p.writes,
+        "{what}: writes made vs planned"
+    );
+    for (body, whole) in &p.bodies {
+        let child = body["metadata"]["name"].as_str().unwrap_or_default();
+        let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
+        if *whole {
+            assert_eq!(
+                as_written(live),
+                as_written(body.clone()),
+                "{what}: {child}"
+            );
+        } else {
+            assert_eq!(live["data"], body["data"], "{what}: {child}");
+            let labels = &body["metadata"]["labels"];
+            assert_eq!(&live["metadata"]["labels"], labels, "{what}: {child}");
+        }
+    }
+    Ok(())
+}
+
+/// The plan options of the scenario's controller `name`, in the scenario's namespace.
+fn plan_options(s: &Running, name: &str) -> PlanOptions {
+    PlanOptions {
+        controller: name.to_owned(),
+        controller_file: None,
+        hook_url: None,
+        hook_objects: Vec::new(),
+        selector: None,
+        namespace: Some(s.ns.clone()),
+        concurrency: 4,
+        jsonnet_worker: jsonnet_worker(),
+    }
+}
+
+/// A fleet of `parents` parents of controller `cc`, each synced (its sync record written).
+async fn synced_fleet(s: &mut Running, cc: Cc, parents: usize) -> anyhow::Result<Value> {
+    let cc = s.controller(cc).await?;
+    for i in 0..parents {
+        s.parent(&format!("p{i}"), json!({"v": "1"})).await?;
+    }
+    s.start_controller();
+    for i in 0..parents {
+        s.wait_parent(&format!("p{i}"), "synced", |p| {
+            p.pointer("/status/kmeta/lastSync").is_some()
+        })
+        .await?;
+    }
+    Ok(cc)
+}
+
 /// The differential proof: a fleet synced by the old hook is planned under the new one while
 /// kmeta runs (no write in the cluster), then rolled out; the writes kmeta made equal the
-/// planned ones, parent by parent and child by child, body by body.
+/// planned ones, parent by parent and child by child, body by body, status writes included.
 #[tokio::test]
 async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()> {
     const PARENTS: usize = 6;
@@ -209,64 +343,29 @@ async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()>
         .prepare()
         .await?;
     let name = "plan-rollout-cc";
-    s.controller(Cc::new(name)).await?;
-    for i in 0..PARENTS {
-        s.parent(&format!("p{i}"), json!({"v": "1"})).await?;
-    }
-    s.start_controller();
-    for i in 0..PARENTS {
-        s.wait_child(&format!("p{i}-b")).await?;
-        s.wait_parent(&format!("p{i}"), "synced", |p| {
-            p.pointer("/status/kmeta/lastSync").is_some()
-        })
-        .await?;
-    }
+    synced_fleet(&mut s, Cc::new(name), PARENTS).await?;
     // the old hook, planned: nothing to write
-    let mut opts = PlanOptions {
-        controller: name.to_owned(),
-        controller_file: None,
-        hook_url: None,
-        hook_objects: Vec::new(),
-        selector: None,
-        namespace: Some(s.ns.clone()),
-        concurrency: 4,
-        jsonnet_worker: None,
-    };
-    let same = kmeta::plan::plan(&s.client, &opts, |_| {}).await?;
+    let mut opts = plan_options(&s, name);
+    let same = summarize(&plan_fleet(&s, &opts).await?);
     assert_eq!((same.parents, same.changed), (PARENTS, 0), "{same:?}");
 
     // the new hook, planned while kmeta runs: nothing is written
-    opts.hook_url = Some(s.hooks().url("sync-v2"));
-    let from = log_position(&s);
-    let mut plans = BTreeMap::new();
-    let summary = kmeta::plan::plan(&s.client, &opts, |p| {
-        if let Outcome::Planned(r) = &p.outcome {
-            plans.insert(p.parent.clone(), planned_writes(r));
-        }
-    })
-    .await?;
-    assert_eq!(logged(&s, from), BTreeMap::new(), "the plan wrote");
+    let url = s.hooks().url("sync-v2");
+    opts.hook_url = Some(url.clone());
+    let plans = plan_fleet(&s, &opts).await?;
+    let summary = summarize(&plans);
     assert_eq!((summary.parents, summary.changed), (PARENTS, PARENTS));
-    assert_eq!(summary.status_writes, PARENTS);
     let counts = &summary.kinds["ConfigMap.v1"];
-    assert_eq!(
-        (counts.create, counts.update, counts.delete),
-        (PARENTS, PARENTS, PARENTS)
-    );
-    assert!(
-        summary.top_fields().contains(&("data.w", PARENTS)),
-        "{summary:?}"
-    );
+    let n = PARENTS;
+    assert_eq!((counts.create, counts.update, counts.delete), (n, n, n));
+    assert!(summary.top_fields().contains(&("data.w", n)), "{summary:?}");
+    let p = predicted(&plans);
+    assert_eq!(p.status_writes, PARENTS);
 
     // the rollout: the controller now calls the new hook
     let from = log_position(&s);
-    let url = s.hooks().url("sync-v2");
-    s.merge_patch(
-        &s.controllers(),
-        name,
-        json!({"spec": {"hooks": {"sync": {"webhook": {"url": url}}}}}),
-    )
-    .await?;
+    let hooks = json!({"spec": {"hooks": {"sync": {"webhook": {"url": url}}}}});
+    s.merge_patch(&s.controllers(), name, hooks).await?;
     for i in 0..PARENTS {
         s.wait_parent(&format!("p{i}"), "synced by v2", |p| {
             p["status"]["hook"] == "v2"
@@ -276,33 +375,16 @@ async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()>
         s.wait_gone(&s.configmaps(), &b, &format!("{b} deleted"))
             .await?;
     }
-    // every planned write was made, and no other
-    let mut want: BTreeMap<String, usize> = BTreeMap::new();
-    for writes in plans.values() {
-        for (what, _) in writes {
-            *want.entry(what.clone()).or_default() += 1;
-        }
-    }
-    for i in 0..PARENTS {
-        *want
-            .entry(format!("update things/status p{i}"))
-            .or_default() += 1;
-    }
-    let made = logged(&s, from);
-    let made_children: BTreeMap<String, usize> = made
+    made_as_predicted(&s, from, &p, "new hook version").await?;
+    let status_writes: usize = logged(&s, from)
         .into_iter()
-        .filter(|(k, _)| k.contains("configmaps") || k.contains("things/status"))
-        .collect();
-    assert_eq!(made_children, want, "writes made vs planned");
-    // body by body: each child as kmeta wrote it is the planned body
-    for writes in plans.values() {
-        for (what, body) in writes {
-            let Some(body) = body else { continue };
-            let child = body["metadata"]["name"].as_str().unwrap_or_default();
-            let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
-            assert_eq!(as_written(live), as_written(body.clone()), "{what}");
-        }
-    }
+        .filter(|(k, _)| k.starts_with("update things/status"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        status_writes, p.status_writes,
+        "status writes made vs planned"
+    );
     s.finish().await
 }
 
@@ -318,63 +400,16 @@ fn jsonnet_hooks(ns: &str, version: &str) -> Value {
         "data": {"sync.jsonnet": program}})
 }
 
-/// The writes a plan predicts, per parent, with a recreate counted as the delete and the create
-/// that follow it (the create comes with the next sync, once the delete has landed).
-fn predicted(
-    plans: &BTreeMap<String, kmeta::render::Rendered>,
-) -> (BTreeMap<String, usize>, Vec<Value>) {
-    let mut want = BTreeMap::new();
-    let mut bodies = Vec::new();
-    for r in plans.values() {
-        for (what, body) in planned_writes(r) {
-            *want.entry(what).or_default() += 1;
-            bodies.extend(body);
-        }
-        for w in &r.writes {
-            if let Write::Delete {
-                object,
-                reason: "recreate",
-            } = w
-            {
-                *want
-                    .entry("create configmaps (created)".to_owned())
-                    .or_default() += 1;
-                let name = &object["metadata"]["name"];
-                bodies.extend(
-                    r.desired
-                        .iter()
-                        .filter(|d| d["metadata"]["name"] == *name)
-                        .cloned(),
-                );
-            }
-        }
+/// Waits until every parent's child was made by program `version`.
+async fn wait_children_from(s: &Running, parents: usize, version: &str) -> anyhow::Result<()> {
+    for i in 0..parents {
+        let what = format!("made by {version}");
+        s.wait_child_where(&format!("p{i}-child"), &what, |c| {
+            c["data"]["from"] == version
+        })
+        .await?;
     }
-    (want, bodies)
-}
-
-/// Plans `opts` and keeps every parent's rendered sync; checks the plan wrote nothing.
-async fn plan_fleet(
-    s: &Running,
-    opts: &PlanOptions,
-) -> anyhow::Result<BTreeMap<String, kmeta::render::Rendered>> {
-    let from = log_position(s);
-    let mut plans = BTreeMap::new();
-    kmeta::plan::plan(&s.client, opts, |p| {
-        if let Outcome::Planned(r) = &p.outcome {
-            plans.insert(p.parent.clone(), (**r).clone());
-        }
-    })
-    .await?;
-    assert_eq!(logged(s, from), BTreeMap::new(), "the plan wrote");
-    Ok(plans)
-}
-
-/// The ConfigMap writes logged since `from`.
-fn child_writes(s: &Running, from: u64) -> BTreeMap<String, usize> {
-    logged(s, from)
-        .into_iter()
-        .filter(|(k, _)| k.contains(" configmaps ") && !k.contains("plan-hooks"))
-        .collect()
+    Ok(())
 }
 
 /// The differential proof for a Jsonnet hook edited in its ConfigMap, then for a new
@@ -389,58 +424,26 @@ async fn plan_predicts_a_jsonnet_edit_and_a_new_update_strategy() -> anyhow::Res
         .await?;
     let ns = s.ns.clone();
     s.create("configmaps", jsonnet_hooks(&ns, "v1")).await?;
-    let hook =
-        json!({"configMapRef": {"namespace": ns, "name": "plan-hooks", "key": "sync.jsonnet"}});
+    let r = json!({"configMapRef": {"namespace": ns, "name": "plan-hooks", "key": "sync.jsonnet"}});
     let name = "plan-jsonnet-cc";
     let cc = Cc::new(name)
         .sync_url("http://127.0.0.1:9/no-webhook")
-        .patch(json!({"hooks": {"sync": {"webhook": null, "jsonnet": hook}}}));
-    let cc = s.controller(cc).await?;
-    for i in 0..PARENTS {
-        s.parent(&format!("p{i}"), json!({})).await?;
-    }
-    s.start_controller();
-    for i in 0..PARENTS {
-        s.wait_parent(&format!("p{i}"), "synced by v1", |p| {
-            p["status"]["from"] == "v1"
-        })
-        .await?;
-    }
+        .patch(json!({"hooks": {"sync": {"webhook": null, "jsonnet": r}}}));
+    let cc = synced_fleet(&mut s, cc, PARENTS).await?;
     let dir = tempfile::tempdir()?;
+    // the Jsonnet edit, planned from the file, then applied
     let v2 = jsonnet_hooks(&ns, "v2");
     let opts = PlanOptions {
-        controller: name.to_owned(),
-        controller_file: None,
-        hook_url: None,
         hook_objects: vec![manifest_file(dir.path(), "hooks-v2.yaml", &[&v2])?],
-        selector: None,
-        namespace: Some(ns.clone()),
-        concurrency: 4,
-        jsonnet_worker: jsonnet_worker(),
+        ..plan_options(&s, name)
     };
-    // the Jsonnet edit, planned from the file, then applied
-    let plans = plan_fleet(&s, &opts).await?;
-    let (want, bodies) = predicted(&plans);
-    assert_eq!(want.values().sum::<usize>(), PARENTS, "{want:?}");
+    let p = predicted(&plan_fleet(&s, &opts).await?);
+    assert_eq!(p.writes.values().sum::<usize>(), PARENTS, "{p:?}");
     let from = log_position(&s);
-    s.merge_patch(&s.configmaps(), "plan-hooks", json!({"data": v2["data"]}))
-        .await?;
-    for i in 0..PARENTS {
-        s.wait_child_where(&format!("p{i}-child"), "made by v2", |c| {
-            c["data"]["from"] == "v2"
-        })
-        .await?;
-    }
-    assert_eq!(
-        child_writes(&s, from),
-        want,
-        "Jsonnet edit: writes made vs planned"
-    );
-    for body in &bodies {
-        let child = body["metadata"]["name"].as_str().unwrap_or_default();
-        let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
-        assert_eq!(as_written(live), as_written(body.clone()), "{child}");
-    }
+    let edit = json!({"data": v2["data"]});
+    s.merge_patch(&s.configmaps(), "plan-hooks", edit).await?;
+    wait_children_from(&s, PARENTS, "v2").await?;
+    made_as_predicted(&s, from, &p, "Jsonnet edit").await?;
 
     // a new updateStrategy and another edit, planned from both files
     let mut recreate = cc.clone();
@@ -451,42 +454,16 @@ async fn plan_predicts_a_jsonnet_edit_and_a_new_update_strategy() -> anyhow::Res
         hook_objects: vec![manifest_file(dir.path(), "hooks-v3.yaml", &[&v3])?],
         ..opts
     };
-    let plans = plan_fleet(&s, &opts).await?;
-    let (want, bodies) = predicted(&plans);
-    assert_eq!(
-        want.get("create configmaps (created)"),
-        Some(&PARENTS),
-        "{want:?}"
-    );
+    let p = predicted(&plan_fleet(&s, &opts).await?);
+    let created = p.writes.get("create configmaps (created)");
+    assert_eq!(created, Some(&PARENTS), "{p:?}");
     let from = log_position(&s);
     // the strategy first (it changes no child), then the program
-    s.merge_patch(
-        &s.controllers(),
-        name,
-        json!({"spec": {"childResources": recreate["spec"]["childResources"]}}),
-    )
-    .await?;
-    s.merge_patch(&s.configmaps(), "plan-hooks", json!({"data": v3["data"]}))
-        .await?;
-    for i in 0..PARENTS {
-        s.wait_child_where(&format!("p{i}-child"), "made by v3", |c| {
-            c["data"]["from"] == "v3"
-        })
-        .await?;
-    }
-    assert_eq!(
-        child_writes(&s, from),
-        want,
-        "Recreate: writes made vs planned"
-    );
-    for body in &bodies {
-        let child = body["metadata"]["name"].as_str().unwrap_or_default();
-        let live = s.get(&s.configmaps(), child).await?.unwrap_or_default();
-        assert_eq!(live["data"], body["data"], "{child}");
-        assert_eq!(
-            live["metadata"]["labels"], body["metadata"]["labels"],
-            "{child}"
-        );
-    }
+    let strategy = json!({"spec": {"childResources": recreate["spec"]["childResources"]}});
+    s.merge_patch(&s.controllers(), name, strategy).await?;
+    let edit = json!({"data": v3["data"]});
+    s.merge_patch(&s.configmaps(), "plan-hooks", edit).await?;
+    wait_children_from(&s, PARENTS, "v3").await?;
+    made_as_predicted(&s, from, &p, "Recreate").await?;
     s.finish().await
 }
