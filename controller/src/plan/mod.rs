@@ -1,7 +1,7 @@
 //! `kmeta plan`: what kmeta would write for every parent of a CompositeController — under its
 //! hook as deployed, or under a new controller manifest, hook URL or hook objects (a Jsonnet
 //! ConfigMap) — read-only. Each parent is planned as `kmeta render --live` renders one
-//! ([`crate::render::Engine`]: the same request, hook client, decisions and gates), with a
+//! (the same offline sync `kmeta render` runs: request, hook client, decisions and gates), with a
 //! bounded number of hook calls in flight, parents read page by page and children namespace by
 //! namespace, so a fleet is streamed, never held whole. [`summary`] folds the plans into what
 //! would change.

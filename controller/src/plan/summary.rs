@@ -254,7 +254,7 @@ pub fn parent_json(p: &ParentPlan) -> Value {
 }
 
 /// The name of a write's operation in JSON.
-pub fn op_name(w: &Write) -> &'static str {
+fn op_name(w: &Write) -> &'static str {
     match w {
         Write::Create(_) => "create",
         Write::Update(_) => "update",

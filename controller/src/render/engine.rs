@@ -33,7 +33,7 @@ struct Declared {
 /// How the engine reaches the hook: the URL replacing the hook's own, the client the hook
 /// client reads through (a Jsonnet hook's ConfigMap, a webhook's Secrets), the Jsonnet worker,
 /// and whether the finalize hook is called.
-pub struct HookSetup {
+pub(crate) struct HookSetup {
     /// Call this URL instead of the hook's (`webhook.url` or its Service).
     pub hook_url: Option<String>,
     /// What the hook client reads through.
@@ -45,7 +45,7 @@ pub struct HookSetup {
 }
 
 /// One controller's offline sync: built once, used for any number of parents.
-pub struct Engine {
+pub(crate) struct Engine {
     cc: CompositeController,
     cc_json: Value,
     cc_raw: Box<RawValue>,
@@ -59,7 +59,7 @@ pub struct Engine {
 impl Engine {
     /// The engine of `cc`: custom child kinds from `crds` (or, failing those, from an object of
     /// that kind in `seen`), the hook as `setup` says.
-    pub async fn new(
+    pub(crate) async fn new(
         cc: CompositeController,
         crds: &[Value],
         seen: &[Value],
@@ -89,13 +89,13 @@ impl Engine {
     }
 
     /// The controller.
-    pub fn controller(&self) -> &CompositeController {
+    pub(crate) fn controller(&self) -> &CompositeController {
         &self.cc
     }
 
     /// Calls the hook for `parent` as a sync does — the same request types and object maps, a
     /// trace of its own (`traceparent`), the answer decoded as a sync decodes it.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         parent: &Value,
         observed: &[Value],
@@ -124,7 +124,7 @@ impl Engine {
     /// The related objects a sync of `parent` sends its hook: the customize hook called as a
     /// sync calls it, each rule applied as a sync applies it (Metacontroller's scopes for v1 and
     /// v2) to the objects `lists` reads. None without a customize hook.
-    pub async fn related(
+    pub(crate) async fn related(
         &self,
         parent: &Value,
         lists: &RelatedLists,
@@ -165,7 +165,7 @@ impl Engine {
 
     /// What a sync of `parent` would write, given its `observed` children and the hook's
     /// `response` (see the module docs).
-    pub fn plan(
+    pub(crate) fn plan(
         &self,
         parent: Value,
         observed: Vec<Value>,
@@ -336,7 +336,7 @@ impl Engine {
 
 /// The related objects of one parent as its sync hook is sent them.
 #[derive(Debug, Clone, Default)]
-pub struct Related {
+pub(crate) struct Related {
     /// The objects.
     pub objects: Vec<Value>,
     /// The groups (`Kind.apiVersion`) the customize hook's rules name, sent even when empty.
@@ -344,7 +344,7 @@ pub struct Related {
 }
 
 /// One related resource as listed: its kind, scope and objects.
-pub struct Listed {
+pub(crate) struct Listed {
     kind: String,
     namespaced: bool,
     objects: Vec<std::sync::Arc<Value>>,
@@ -352,7 +352,7 @@ pub struct Listed {
 
 /// The objects of related resources, read from a cluster once per resource and kept for every
 /// parent planned after (a plan reads each related resource once, not once per parent).
-pub struct RelatedLists {
+pub(crate) struct RelatedLists {
     client: kube::Client,
     crds: Vec<Value>,
     lists: tokio::sync::Mutex<HashMap<(String, String), std::sync::Arc<Listed>>>,
@@ -361,7 +361,7 @@ pub struct RelatedLists {
 
 impl RelatedLists {
     /// Reads through `client`; custom kinds from `crds`.
-    pub fn new(client: kube::Client, crds: Vec<Value>) -> RelatedLists {
+    pub(crate) fn new(client: kube::Client, crds: Vec<Value>) -> RelatedLists {
         RelatedLists {
             client,
             crds,

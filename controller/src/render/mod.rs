@@ -22,11 +22,12 @@ mod files;
 mod live;
 mod show;
 
-pub use engine::{Engine, HookSetup, LeftAlone, Related, RelatedLists};
+pub use engine::LeftAlone;
+pub(crate) use engine::{Engine, HookSetup, Related, RelatedLists};
 pub(crate) use files::{child_type, files_client};
-pub use files::{read_all, read_one};
+pub(crate) use files::{read_all, read_one};
 pub(crate) use live::dynamic_api;
-pub use show::{as_diff, as_yaml, canonical};
+pub use show::{as_diff, as_yaml};
 
 /// Why `kmeta render` could not render.
 #[derive(Debug, thiserror::Error)]

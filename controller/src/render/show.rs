@@ -11,7 +11,7 @@ use crate::reconcile::decide;
 
 /// `v` with every object's keys sorted: files, hooks and the API server each order keys their own
 /// way, and a diff must show only what changes.
-pub fn canonical(v: &Value) -> Value {
+pub(crate) fn canonical(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
