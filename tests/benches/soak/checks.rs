@@ -388,3 +388,32 @@ impl Orphans {
         out
     }
 }
+
+/// The parents whose sync record (`status.kmeta.lastSync` and `history`) holds a record of a
+/// sync that wrote children without saying what triggered it: every write kmeta makes is meant
+/// to be traced to a watch event, a resync, a relist, a retry or a start.
+pub(crate) fn untriggered(parents: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in parents {
+        let kmeta = p.pointer("/status/kmeta");
+        let last = kmeta.and_then(|k| k.get("lastSync"));
+        let history = kmeta
+            .and_then(|k| k.get("history"))
+            .and_then(Value::as_array);
+        let records = last.into_iter().chain(history.into_iter().flatten());
+        for r in records {
+            let wrote = r["children"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["action"] != "LeftAlone"));
+            if wrote && !r["trigger"].as_str().is_some_and(|t| !t.is_empty()) {
+                out.push(format!(
+                    "{}/{} at {}",
+                    meta(p, "namespace"),
+                    meta(p, "name"),
+                    r["time"]
+                ));
+            }
+        }
+    }
+    out
+}

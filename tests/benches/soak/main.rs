@@ -525,6 +525,14 @@ async fn check(
         soak.violation("hook called without its credentials");
     }
     if last {
+        for v in checks::untriggered(&webs)
+            .into_iter()
+            .chain(checks::untriggered(&confs))
+        {
+            soak.violation(&format!(
+                "a sync record of a write without its trigger: {v}"
+            ));
+        }
         for v in &look.unconverged {
             soak.violation(&format!("not as its parent wants after the bound: {v}"));
         }
