@@ -17,7 +17,9 @@ use serde_json::Value;
 
 use crate::api::CompositeController;
 use crate::object::meta_str;
-use crate::render::{Engine, HookSetup, RelatedLists, RenderError, Rendered, read_all, read_one};
+use crate::render::{
+    Engine, HookSetup, Observed, RelatedLists, RenderError, Rendered, as_cached, read_all, read_one,
+};
 
 pub use summary::Summary;
 
@@ -323,7 +325,7 @@ async fn plan_page(
         let mut children = children_by_owner(client, engine.controller(), crds, scope).await?;
         let work = parents.into_iter().map(|p| {
             let observed = children.remove(meta_str(&p, "uid")).unwrap_or_default();
-            plan_parent(fleet, p, observed)
+            plan_parent(fleet, as_cached(p).0, Observed::from_read(observed))
         });
         let plans: Vec<ParentPlan> = futures::stream::iter(work)
             .buffered(opts.concurrency.max(1))
@@ -335,7 +337,7 @@ async fn plan_page(
 }
 
 /// Plans one parent (see [`Outcome`]).
-async fn plan_parent(fleet: &Fleet<'_>, parent: Value, observed: Vec<Value>) -> ParentPlan {
+async fn plan_parent(fleet: &Fleet<'_>, parent: Value, observed: Observed) -> ParentPlan {
     let engine = fleet.engine;
     let name = match meta_str(&parent, "namespace") {
         "" => meta_str(&parent, "name").to_owned(),
@@ -376,7 +378,7 @@ async fn sync_offline(
     engine: &Engine,
     related: &RelatedLists,
     parent: Value,
-    observed: Vec<Value>,
+    observed: Observed,
 ) -> Result<Rendered, RenderError> {
     let related = engine.related(&parent, related).await?;
     let response = engine.call(&parent, &observed, &related).await?;

@@ -98,9 +98,10 @@ impl Engine {
     pub(crate) async fn call(
         &self,
         parent: &Value,
-        observed: &[Value],
+        observed: &Observed,
         related: &Related,
     ) -> Result<wire::SyncResponse, RenderError> {
+        let observed = observed.objects.as_slice();
         let namespaced = parent.pointer("/metadata/namespace").is_some();
         let version = self.hook.version();
         // keyed as a sync keys them (`reconcile::related`), with the groups the rules declared
@@ -168,7 +169,7 @@ impl Engine {
     pub(crate) fn plan(
         &self,
         parent: Value,
-        observed: Vec<Value>,
+        observed: Observed,
         response: wire::SyncResponse,
     ) -> Result<Rendered, RenderError> {
         let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
@@ -185,6 +186,7 @@ impl Engine {
         )
         .map_err(sync)?;
         let gated = self.child_writes(&parent, &observed, &desired)?;
+        let observed = observed.objects;
         let status = self.status(&parent, response.status, &gated);
         let written: std::collections::HashSet<String> = gated
             .writes
@@ -214,27 +216,35 @@ impl Engine {
     fn child_writes(
         &self,
         parent: &Value,
-        observed: &[Value],
+        observed: &Observed,
         desired: &BTreeMap<String, Value>,
     ) -> Result<Gated, RenderError> {
         let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
         let fallback = dynapply::Options::default();
         let options = |k: &str| self.declared.options.get(k).unwrap_or(&fallback);
-        let ops = decide::plan_children(
-            parent,
-            observed,
-            desired,
-            |k| {
-                self.declared
-                    .types
-                    .get(k)
-                    .map(|t| t.method)
-                    .unwrap_or_default()
-            },
-            options,
-            |_, _| None,
-        )
-        .map_err(sync)?;
+        let manager = self.field_manager(parent);
+        // as the child executor: the annotation when recorded, else kmeta's field manager's
+        let known = |obs: &Value, opts: &dynapply::Options| {
+            let entries = observed
+                .owned
+                .get(&decide::child_key(obs))
+                .filter(|_| !opts.record)?;
+            let value = decide::applied_configuration(obs, entries, &manager)?;
+            Some(decide::KnownLast {
+                value: std::sync::Arc::new(value),
+                recorded: false,
+            })
+        };
+        let method = |k: &str| {
+            self.declared
+                .types
+                .get(k)
+                .map(|t| t.method)
+                .unwrap_or_default()
+        };
+        let ops = decide::plan_children(parent, &observed.objects, desired, method, options, known)
+            .map_err(sync)?;
+        let observed = observed.objects.as_slice();
         let (first, then) = decide::write_phases(ops);
         let by_key: HashMap<String, &Value> =
             observed.iter().map(|o| (decide::child_key(o), o)).collect();
@@ -324,13 +334,55 @@ impl Engine {
         let version = Some(meta_str(live, "resourceVersion"));
         let body = decide::server_side_apply_request(live, want, opts, parent, version)
             .map_err(|e| RenderError::Sync(format!("{key}: {e}")))?;
-        let name = self.cc.metadata.name.as_deref().unwrap_or_default();
-        let uid = meta_str(parent, "uid");
-        let manager = crate::ManagerConfig::default().ssa_field_manager;
         Ok(Write::Apply {
             body,
-            field_manager: apply::field_manager(&manager, name, uid),
+            field_manager: self.field_manager(parent),
         })
+    }
+
+    /// The field manager kmeta writes `parent`'s children as (its default prefix).
+    fn field_manager(&self, parent: &Value) -> String {
+        let name = self.cc.metadata.name.as_deref().unwrap_or_default();
+        let prefix = crate::ManagerConfig::default().ssa_field_manager;
+        apply::field_manager(&prefix, name, meta_str(parent, "uid"))
+    }
+}
+
+/// Observed children as a sync sees them: in the form kmeta's watch caches keep (no
+/// `managedFields`), with the entries of kmeta's per-parent field managers kept apart for a child
+/// without the last-applied annotation (what server-side apply without it reads).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Observed {
+    /// The children, as cached.
+    pub(crate) objects: Vec<Value>,
+    /// kmeta's field managers' `managedFields` entries, by child key.
+    owned: HashMap<String, Value>,
+}
+
+impl Observed {
+    /// `read` (as the API server returned them) in the cache's form.
+    pub(crate) fn from_read(read: Vec<Value>) -> Observed {
+        let mut out = Observed::default();
+        for v in read {
+            let (object, entries) = as_cached(v);
+            if let Some(e) = entries {
+                out.owned.insert(decide::child_key(&object), e);
+            }
+            out.objects.push(object);
+        }
+        out
+    }
+}
+
+/// `obj` in the form kmeta's watch caches keep it (`managedFields` dropped), and the entries of
+/// kmeta's per-parent field managers when it carries no last-applied annotation.
+pub(crate) fn as_cached(obj: Value) -> (Value, Option<Value>) {
+    match crate::runtime::compact::Compact::from_value(obj.clone()) {
+        Ok(c) => match c.value() {
+            Ok(v) => (v, c.parent_entries()),
+            Err(_) => (obj, None),
+        },
+        Err(_) => (obj, None),
     }
 }
 

@@ -23,7 +23,7 @@ mod live;
 mod show;
 
 pub use engine::LeftAlone;
-pub(crate) use engine::{Engine, HookSetup, Related, RelatedLists};
+pub(crate) use engine::{Engine, HookSetup, Observed, Related, RelatedLists, as_cached};
 pub(crate) use files::{child_type, files_client};
 pub(crate) use files::{read_all, read_one};
 pub(crate) use live::dynamic_api;
@@ -268,6 +268,9 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
         crds,
     } = inputs;
     let engine = Engine::new(cc, &crds, &observed, setup).await?;
+    // what a sync reads: the objects as kmeta's watch caches keep them
+    let parent = as_cached(parent).0;
+    let observed = Observed::from_read(observed);
     let related = match &opts.live {
         // the cluster's related objects, as the customize hook selects them
         Some(Live(client)) if opts.related.is_empty() => {
