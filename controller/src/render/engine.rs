@@ -219,81 +219,96 @@ impl Engine {
         observed: &Observed,
         desired: &BTreeMap<String, Value>,
     ) -> Result<Gated, RenderError> {
-        let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
+        let ops = self.planned_ops(parent, observed, desired)?;
+        let by_key: HashMap<String, &Value> = observed
+            .objects
+            .iter()
+            .map(|o| (decide::child_key(o), o))
+            .collect();
+        let mut gated = Gated::default();
+        for op in ops {
+            let key = decide::child_key(op_object(&op));
+            let pair = (by_key.get(&key).copied(), desired.get(&key));
+            self.gate_one(parent, op, pair, &mut gated)?;
+        }
+        for left in &gated.left_alone {
+            let why = left.why.clone();
+            let entry = ChildRecord::of(parent, &left.object, ChildAction::LeftAlone { why });
+            gated.records.push(entry);
+        }
+        Ok(gated)
+    }
+
+    /// The child operations a sync plans, deletes first: the last-applied state read as the
+    /// child executor reads it (the annotation when recorded, else kmeta's field manager's
+    /// entries).
+    fn planned_ops(
+        &self,
+        parent: &Value,
+        observed: &Observed,
+        desired: &BTreeMap<String, Value>,
+    ) -> Result<Vec<ChildOp>, RenderError> {
         let fallback = dynapply::Options::default();
         let options = |k: &str| self.declared.options.get(k).unwrap_or(&fallback);
         let manager = self.field_manager(parent);
-        // as the child executor: the annotation when recorded, else kmeta's field manager's
         let known = |obs: &Value, opts: &dynapply::Options| {
-            let entries = observed
-                .owned
-                .get(&decide::child_key(obs))
-                .filter(|_| !opts.record)?;
+            let key = decide::child_key(obs);
+            let entries = observed.owned.get(&key).filter(|_| !opts.record)?;
             let value = decide::applied_configuration(obs, entries, &manager)?;
             Some(decide::KnownLast {
                 value: std::sync::Arc::new(value),
                 recorded: false,
             })
         };
-        let method = |k: &str| {
-            self.declared
-                .types
-                .get(k)
-                .map(|t| t.method)
-                .unwrap_or_default()
-        };
+        let types = &self.declared.types;
+        let method = |k: &str| types.get(k).map(|t| t.method).unwrap_or_default();
         let ops = decide::plan_children(parent, &observed.objects, desired, method, options, known)
-            .map_err(sync)?;
-        let observed = observed.objects.as_slice();
+            .map_err(|e| RenderError::Sync(e.to_string()))?;
         let (first, then) = decide::write_phases(ops);
-        let by_key: HashMap<String, &Value> =
-            observed.iter().map(|o| (decide::child_key(o), o)).collect();
-        let mut gated = Gated::default();
-        for op in first.into_iter().chain(then) {
-            let key = decide::child_key(op_object(&op));
-            let group_kind = key.split(' ').next().unwrap_or_default();
-            let drift = self.declared.drift.get(group_kind).copied();
-            let live = by_key.get(&key).copied();
-            let want = desired.get(&key);
-            match gate(
-                &op,
-                drift.unwrap_or_default(),
-                self.ssa,
-                (live, want),
-                options(group_kind),
-            ) {
-                Some((why, report)) => {
-                    gated.left_alone.push(LeftAlone {
-                        child: key,
-                        why,
-                        object: op_object(&op).clone(),
-                    });
-                    gated.reports.extend(report);
-                }
-                None => {
-                    let action = done_action(&op, live, self.ssa, options(group_kind));
-                    gated
-                        .records
-                        .push(ChildRecord::of(parent, op_object(&op), action));
-                    let write = match op {
-                        ChildOp::Update(merged) if self.ssa => {
-                            self.apply_write(parent, (live, want), &merged)?
-                        }
-                        op => Write::from(op),
-                    };
-                    gated.writes.push(write);
-                }
+        Ok(first.into_iter().chain(then).collect())
+    }
+
+    /// One planned operation through its gate: held back (left alone, with its report) or
+    /// written (with its record entry; an update under server-side apply as its apply).
+    fn gate_one(
+        &self,
+        parent: &Value,
+        op: ChildOp,
+        (live, want): (Option<&Value>, Option<&Value>),
+        gated: &mut Gated,
+    ) -> Result<(), RenderError> {
+        let key = decide::child_key(op_object(&op));
+        let group_kind = key.split(' ').next().unwrap_or_default();
+        let drift = self
+            .declared
+            .drift
+            .get(group_kind)
+            .copied()
+            .unwrap_or_default();
+        let fallback = dynapply::Options::default();
+        let options = self.declared.options.get(group_kind).unwrap_or(&fallback);
+        if let Some((why, report)) = gate(&op, drift, self.ssa, (live, want), options) {
+            let object = op_object(&op).clone();
+            gated.left_alone.push(LeftAlone {
+                child: key,
+                why,
+                object,
+            });
+            gated.reports.extend(report);
+            return Ok(());
+        }
+        let action = done_action(&op, live, self.ssa, options);
+        gated
+            .records
+            .push(ChildRecord::of(parent, op_object(&op), action));
+        let write = match op {
+            ChildOp::Update(merged) if self.ssa => {
+                self.apply_write(parent, (live, want), &merged)?
             }
-        }
-        for left in &gated.left_alone {
-            let action = ChildAction::LeftAlone {
-                why: left.why.clone(),
-            };
-            gated
-                .records
-                .push(ChildRecord::of(parent, &left.object, action));
-        }
-        Ok(gated)
+            op => Write::from(op),
+        };
+        gated.writes.push(write);
+        Ok(())
     }
 
     /// Step: the status a sync would write — the hook's, with kmeta's child conditions,
