@@ -13,8 +13,9 @@
 //! (exit 0 expected: nothing to write) and under an edited program given with `--hook-objects`
 //! (exit 1, every parent changing): wall time, CPU seconds and peak RSS of the plan process
 //! (`VmHWM`, sampled every 20 ms). Env: `KMETA_PLAN_PARENTS` (1000), `KMETA_PLAN_CHILDREN` (10),
-//! `KMETA_PLAN_NAMESPACES` (10), `KMETA_PLAN_CONCURRENCY` (8). Prints figures; asserts nothing
-//! about time.
+//! `KMETA_PLAN_NAMESPACES` (10), `KMETA_PLAN_CONCURRENCY` (8); `KMETA_PLAN_PERF=1` runs each plan
+//! under `perf record` (its data in the logs' directory). Prints figures; asserts nothing about
+//! time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -230,7 +231,19 @@ async fn plan(
     concurrency: usize,
 ) -> anyhow::Result<Planned> {
     let out = dir.join("plan.json");
-    let mut cmd = tokio::process::Command::new(bin("kmeta")?);
+    // `KMETA_PLAN_PERF=1`: under `perf record` (a flat profile in the logs' directory)
+    let mut cmd = match std::env::var_os("KMETA_PLAN_PERF") {
+        Some(_) => {
+            let mut c = tokio::process::Command::new("perf");
+            let data = dir.join(format!("perf-{}.data", extra.len()));
+            c.args(["record", "-F", "999", "-o"])
+                .arg(data)
+                .arg("--")
+                .arg(bin("kmeta")?);
+            c
+        }
+        None => tokio::process::Command::new(bin("kmeta")?),
+    };
     cmd.args([
         "plan",
         &format!("compositecontroller/{CC}"),

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::api::CompositeController;
 use crate::object::meta_str;
+use crate::render::live::{Listing, list_all, list_page};
 use crate::render::{
     Engine, HookSetup, Observed, RelatedLists, RenderError, Rendered, as_cached, read_all, read_one,
 };
@@ -132,22 +133,6 @@ async fn crds(client: &kube::Client) -> Result<Vec<Value>, PlanError> {
         .collect())
 }
 
-/// The dynamic API of `api_version`/`plural` (kind from the CRDs or built in).
-fn api_of(
-    client: &kube::Client,
-    api_version: &str,
-    plural: &str,
-    crds: &[Value],
-    namespace: Option<&str>,
-) -> Result<(Api<DynamicObject>, bool), PlanError> {
-    let (kind, namespaced) = crate::render::child_type(api_version, plural, crds, &[])?;
-    let scope = namespaced.then_some(namespace).flatten();
-    Ok((
-        crate::render::dynamic_api(client, api_version, &kind, plural, scope),
-        namespaced,
-    ))
-}
-
 /// The label selector of the list of parents: the controller's own, and the one asked for.
 fn parent_selector(cc: &CompositeController, asked: Option<&str>) -> Option<String> {
     let own = cc
@@ -173,20 +158,20 @@ async fn children_by_owner(
 ) -> Result<HashMap<String, Vec<Value>>, PlanError> {
     let mut by_owner: HashMap<String, Vec<Value>> = HashMap::new();
     for rule in cc.spec.child_rules() {
-        let (api, _) = api_of(client, &rule.api_version, &rule.resource, crds, namespace)?;
+        let (kind, namespaced) =
+            crate::render::child_type(&rule.api_version, &rule.resource, crds, &[])?;
+        let listing = Listing {
+            api_version: &rule.api_version,
+            kind: &kind,
+            plural: &rule.resource,
+            namespace: namespaced.then_some(namespace).flatten(),
+        };
         let what = format!(
             "listing {} in {}",
             rule.resource,
             namespace.unwrap_or("every namespace")
         );
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(read_err(what))?;
-        for item in list.items {
-            let Ok(v) = serde_json::to_value(item) else {
-                continue;
-            };
+        for v in list_all(client, &listing).await.map_err(read_err(what))? {
             if let Some(uid) = crate::object::controller_uid(&v) {
                 by_owner.entry(uid.to_owned()).or_default().push(v);
             }
@@ -235,7 +220,11 @@ pub async fn plan(
 
 /// The parents of the controller, page by page.
 struct Pages {
-    api: Api<DynamicObject>,
+    client: kube::Client,
+    api_version: String,
+    kind: String,
+    plural: String,
+    namespace: Option<String>,
     params: ListParams,
     next: Option<Option<String>>,
 }
@@ -248,19 +237,18 @@ impl Pages {
         opts: &PlanOptions,
     ) -> Result<Pages, PlanError> {
         let pr = &engine.controller().spec.parent_resource;
-        let (api, _) = api_of(
-            client,
-            &pr.api_version,
-            &pr.resource,
-            crds,
-            opts.namespace.as_deref(),
-        )?;
+        let (kind, namespaced) =
+            crate::render::child_type(&pr.api_version, &pr.resource, crds, &[])?;
         let mut params = ListParams::default().limit(PAGE);
         if let Some(sel) = parent_selector(engine.controller(), opts.selector.as_deref()) {
             params = params.labels(&sel);
         }
         Ok(Pages {
-            api,
+            client: client.clone(),
+            api_version: pr.api_version.clone(),
+            kind,
+            plural: pr.resource.clone(),
+            namespace: opts.namespace.clone().filter(|_| namespaced),
             params,
             next: Some(None),
         })
@@ -275,17 +263,16 @@ impl Pages {
         if let Some(t) = token {
             params = params.continue_token(&t);
         }
-        let list = self
-            .api
-            .list(&params)
+        let listing = Listing {
+            api_version: &self.api_version,
+            kind: &self.kind,
+            plural: &self.plural,
+            namespace: self.namespace.as_deref(),
+        };
+        let (parents, next) = list_page(&self.client, &listing, &params)
             .await
             .map_err(read_err("listing the parents"))?;
-        self.next = list.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
-        let parents = list
-            .items
-            .into_iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
-            .collect();
+        self.next = next.map(Some);
         Ok(Some(parents))
     }
 }

@@ -391,14 +391,19 @@ impl Observed {
 
 /// `obj` in the form kmeta's watch caches keep it (`managedFields` dropped), and the entries of
 /// kmeta's per-parent field managers when it carries no last-applied annotation.
-pub(crate) fn as_cached(obj: Value) -> (Value, Option<Value>) {
-    match crate::runtime::compact::Compact::from_value(obj.clone()) {
-        Ok(c) => match c.value() {
-            Ok(v) => (v, c.parent_entries()),
-            Err(_) => (obj, None),
-        },
-        Err(_) => (obj, None),
-    }
+pub(crate) fn as_cached(mut obj: Value) -> (Value, Option<Value>) {
+    let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return (obj, None);
+    };
+    let annotated = m
+        .get("annotations")
+        .and_then(|a| a.get(dynapply::LAST_APPLIED_ANNOTATION))
+        .is_some();
+    let entries = match m.shift_remove("managedFields") {
+        Some(Value::Array(managed)) => crate::runtime::compact::owned_entries(&managed, annotated),
+        _ => None,
+    };
+    (obj, entries)
 }
 
 /// The related objects of one parent as its sync hook is sent them.
@@ -448,15 +453,16 @@ impl RelatedLists {
             return Ok(l.clone());
         }
         let (kind, namespaced) = child_type(api_version, plural, &self.crds, &[])?;
-        let api = super::live::dynamic_api(&self.client, api_version, &kind, plural, None);
-        let items = api
-            .list(&kube::api::ListParams::default())
+        let what = super::live::Listing {
+            api_version,
+            kind: &kind,
+            plural,
+            namespace: None,
+        };
+        let objects = super::live::list_all(&self.client, &what)
             .await
-            .map_err(|e| RenderError::Sync(format!("listing related {plural}: {e}")))?;
-        let objects = items
-            .items
+            .map_err(|e| RenderError::Sync(format!("listing related {plural}: {e}")))?
             .into_iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
             .map(std::sync::Arc::new)
             .collect();
         let listed = std::sync::Arc::new(Listed {

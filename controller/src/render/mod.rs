@@ -19,14 +19,13 @@ use crate::reconcile::decide::{self, ChildOp};
 
 mod engine;
 mod files;
-mod live;
+pub(crate) mod live;
 mod show;
 
 pub use engine::LeftAlone;
 pub(crate) use engine::{Engine, HookSetup, Observed, Related, RelatedLists, as_cached};
 pub(crate) use files::{child_type, files_client};
 pub(crate) use files::{read_all, read_one};
-pub(crate) use live::dynamic_api;
 pub use show::{as_diff, as_yaml};
 
 /// Why `kmeta render` could not render.

@@ -100,6 +100,11 @@ pub fn is_parent_manager(manager: &str) -> bool {
         && !prefix.is_empty()
 }
 
+/// [`parent_entries`] as a JSON list, for a child read from the API rather than watched.
+pub(crate) fn owned_entries(managed: &[Value], annotated: bool) -> Option<Value> {
+    serde_json::from_str(parent_entries(managed, annotated)?.get()).ok()
+}
+
 /// The entries of `managed` (a `managedFields` list) by kmeta's per-parent field managers, when
 /// the object carries no last-applied annotation and there are any; only what is read of them
 /// (manager, operation, subresource, fieldsV1).
