@@ -405,7 +405,7 @@ pub(crate) fn untriggered(parents: &[Value]) -> Vec<String> {
             let wrote = r["children"]
                 .as_array()
                 .is_some_and(|c| c.iter().any(|c| c["action"] != "LeftAlone"));
-            if wrote && !r["trigger"].as_str().is_some_and(|t| !t.is_empty()) {
+            if wrote && r["trigger"].as_str().is_none_or(str::is_empty) {
                 out.push(format!(
                     "{}/{} at {}",
                     meta(p, "namespace"),
