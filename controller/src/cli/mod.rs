@@ -369,8 +369,17 @@ fn emit(bytes: &[u8]) -> anyhow::Result<()> {
 /// is not repeated.
 fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
+    let mut chain = e.chain();
+    while let Some(cause) = chain.next() {
+        // an API error as its message, code and reason, not kube's dump of the whole Status
+        // (which is its cause, then skipped)
+        let text = match cause.downcast_ref::<kube::Error>() {
+            Some(k @ kube::Error::Api(_)) => {
+                chain.next();
+                kmeta::ops::client::describe_api_error(k)
+            }
+            _ => cause.to_string(),
+        };
         if text.is_empty() || out.contains(&text) {
             continue;
         }
@@ -448,6 +457,23 @@ mod tests {
         assert_eq!(
             one_line(&e),
             "loading manifests: reading x/: No such file or directory"
+        );
+    }
+
+    /// An API server's refusal reads as its message, code and reason: kube's own rendering
+    /// dumps the whole Status struct.
+    #[test]
+    fn an_api_error_is_printed_without_debug_formatting() {
+        let status = kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "leases is forbidden".into(),
+            ..Default::default()
+        };
+        let e = anyhow::Error::new(kube::Error::Api(Box::new(status))).context("renewing");
+        assert_eq!(
+            one_line(&e),
+            "renewing: leases is forbidden (403 Forbidden)"
         );
     }
 }
