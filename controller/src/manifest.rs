@@ -221,7 +221,7 @@ pub async fn apply_all_showing(
         Discovery::new(client.clone())
             .run()
             .await
-            .map_err(|e| ManifestError::Server(e.to_string()))
+            .map_err(|e| ManifestError::Server(crate::runtime::kapi::describe(&e)))
     };
     let mut discovery = discover().await?;
     let mut last_phase = 0;
@@ -349,7 +349,7 @@ async fn wait_established(client: &kube::Client, crd: &Value) -> Result<(), Mani
         let established = api
             .get_opt(name)
             .await
-            .map_err(|e| ManifestError::Server(e.to_string()))?
+            .map_err(|e| ManifestError::Server(crate::runtime::kapi::describe(&e)))?
             .and_then(|c| c.status)
             .and_then(|s| s.conditions)
             .is_some_and(|cs| {

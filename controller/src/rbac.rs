@@ -69,6 +69,63 @@ pub enum RbacError {
     /// The role could not be rendered.
     #[error("rendering the ClusterRole: {0}")]
     Render(String),
+    /// A `--service-account` value is not `<namespace>/<name>`.
+    #[error("--service-account {0:?}: expected <namespace>/<name>, e.g. kmeta/kmeta")]
+    ServiceAccount(String),
+    /// `--controller` with `--name` of kmeta's own ClusterRole: applying it would replace
+    /// kmeta's grants.
+    #[error(
+        "--name {0} with --controller: {0} is kmeta's own ClusterRole and ClusterRoleBinding, \
+         which this output would replace; leave --name out (the default is \
+         kmeta-<kind>-<controller>) or choose another"
+    )]
+    OwnName(String),
+}
+
+/// The name of kmeta's own ClusterRole and ClusterRoleBinding (`deploy/rbac.yaml`, and
+/// `kmeta rbac`'s default).
+pub const OWN_NAME: &str = "kmeta";
+
+/// A ServiceAccount a printed ClusterRoleBinding binds (`--service-account <namespace>/<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceAccountRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl ServiceAccountRef {
+    /// kmeta's own ServiceAccount as `deploy/` installs it: `kmeta/kmeta`.
+    pub fn kmeta() -> Self {
+        Self {
+            namespace: "kmeta".to_owned(),
+            name: "kmeta".to_owned(),
+        }
+    }
+}
+
+impl std::str::FromStr for ServiceAccountRef {
+    type Err = RbacError;
+
+    /// Parses `<namespace>/<name>`.
+    fn from_str(s: &str) -> Result<Self, RbacError> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
+            _ => Err(RbacError::ServiceAccount(s.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceAccountRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }
 
 /// A controller read from a manifest.
@@ -161,9 +218,10 @@ impl Grants {
     /// What kmeta itself needs, whatever its controllers.
     fn base(&mut self) {
         let mc = "metacontroller.k8s.io/v1alpha1";
+        // both kinds are watched whatever the files hold; the DecoratorControllers' writes
+        // (the finalizer that releases a deleted one's targets) come with the first one
         self.add(mc, "compositecontrollers", READ);
-        // the finalizer that releases a deleted DecoratorController's targets
-        self.add(mc, "decoratorcontrollers", OWN);
+        self.add(mc, "decoratorcontrollers", READ);
         self.add("v1", "events", &["create", "patch", "update"]);
         self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
         // leader election; --sharding also lists its shard set's Leases every round and
@@ -274,6 +332,12 @@ impl Grants {
     }
 
     fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec, writer: Option<&str>) {
+        // the finalizer that releases a deleted DecoratorController's targets
+        self.add(
+            "metacontroller.k8s.io/v1alpha1",
+            "decoratorcontrollers",
+            OWN,
+        );
         let attaches = dc.attachments.as_ref().is_some_and(|a| !a.is_empty());
         for r in &dc.resources {
             self.add(&r.api_version, &r.resource, OWN);
@@ -504,18 +568,18 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
     Ok(out)
 }
 
-/// `kmeta rbac`: the ClusterRole as YAML, with a comment naming the controllers whose related
-/// resources were not given.
+/// `kmeta rbac`: kmeta's ClusterRole `name` and its ClusterRoleBinding to `service_account`, as
+/// YAML, with a comment naming the controllers whose related resources were not given.
 pub fn render(
     paths: &[PathBuf],
     related: &[String],
     name: &str,
     default_service_account: Option<&str>,
+    service_account: &ServiceAccountRef,
 ) -> Result<String, RbacError> {
     let controllers = load(paths)?;
     if controllers.is_empty() {
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(RbacError::Empty(shown.join(", ")));
+        return Err(RbacError::Empty(shown(paths)));
     }
     let g = grants_with(
         &controllers,
@@ -523,9 +587,9 @@ pub fn render(
         default_service_account,
     );
     let role = cluster_role(name, &g);
-    let mut text = String::from(
-        "# The ClusterRole kmeta needs for these controllers (kmeta rbac). Bind it to kmeta's\n\
-         # ServiceAccount in place of deploy/rbac.yaml's wildcard role.\n",
+    let mut text = format!(
+        "# The ClusterRole kmeta needs for these controllers (kmeta rbac), bound to kmeta's\n\
+         # ServiceAccount {service_account}: applied, it replaces deploy/rbac.yaml's wildcard role.\n"
     );
     if !g.customized.is_empty() && related.is_empty() {
         let list: Vec<&str> = g.customized.iter().map(String::as_str).collect();
@@ -542,11 +606,25 @@ pub fn render(
              # NAME prints what each needs).\n",
         );
     }
-    text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
+    text.push_str(&yaml(&role)?);
+    let binding = service_account_binding(name, &service_account.namespace, &service_account.name);
+    text.push_str(&format!("---\n{}", yaml(&binding)?));
     Ok(text)
 }
 
-/// The ClusterRoleBinding of ClusterRole `role` to the ServiceAccount `namespace/name`.
+/// The paths, comma-separated, for a message.
+fn shown(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
+}
+
+/// A manifest as YAML.
+fn yaml(v: &Value) -> Result<String, RbacError> {
+    serde_saphyr::to_string(v).map_err(|e| RbacError::Render(e.to_string()))
+}
+
+/// The ClusterRoleBinding of ClusterRole `role` to the ServiceAccount `namespace/name`, named
+/// as the role.
 pub fn service_account_binding(role: &str, namespace: &str, name: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -557,55 +635,81 @@ pub fn service_account_binding(role: &str, namespace: &str, name: &str) -> Value
     })
 }
 
-/// How `--controller`'s output says to bind its role: a ClusterRoleBinding document when the
-/// controller names its ServiceAccount and namespace, else a comment.
-fn binding_text(c: &Controller, role: &str) -> Result<String, RbacError> {
+/// The default name of the ClusterRole and ClusterRoleBinding of one controller's
+/// ServiceAccount: `kmeta-compositecontroller-<name>` or `kmeta-decoratorcontroller-<name>`,
+/// never kmeta's own, and distinct for a CompositeController and a DecoratorController of the
+/// same name.
+pub fn controller_role_name(c: &Controller, name: &str) -> String {
+    let kind = match c {
+        Controller::Composite(_) => "compositecontroller",
+        Controller::Decorator(_) => "decoratorcontroller",
+    };
+    format!("kmeta-{kind}-{name}")
+}
+
+/// How `--controller`'s output binds its role: a ClusterRoleBinding document to
+/// `service_account`, else to the controller's `spec.serviceAccountName` in its
+/// `spec.serviceAccountNamespace`, else a comment saying what to bind.
+fn binding_text(
+    c: &Controller,
+    role: &str,
+    service_account: Option<&ServiceAccountRef>,
+) -> Result<String, RbacError> {
     let (name, namespace) = match c {
         Controller::Composite(cc) => (&cc.service_account_name, &cc.service_account_namespace),
         Controller::Decorator(dc) => (&dc.service_account_name, &dc.service_account_namespace),
     };
     let set = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-    Ok(match (set(name), set(namespace)) {
-        (Some(name), Some(ns)) => {
-            let binding = service_account_binding(role, &ns, &name);
-            let yaml =
-                serde_saphyr::to_string(&binding).map_err(|e| RbacError::Render(e.to_string()))?;
-            format!("---\n{yaml}")
+    let named = match (set(name), set(namespace)) {
+        (Some(name), Some(namespace)) => Some(ServiceAccountRef { namespace, name }),
+        _ => None,
+    };
+    Ok(match (service_account.cloned().or(named), set(name)) {
+        (Some(sa), _) => {
+            let binding = service_account_binding(role, &sa.namespace, &sa.name);
+            format!("---\n{}", yaml(&binding)?)
         }
-        (Some(name), None) => format!(
+        (None, Some(name)) => format!(
             "# Bind it to the ServiceAccount {name} of each namespace its parents are in (its\n\
-             # spec.serviceAccountNamespace is not set): a subject per namespace.\n"
+             # spec.serviceAccountNamespace is not set): a subject per namespace, or pass\n\
+             # --service-account <namespace>/{name} for one.\n"
         ),
-        (None, _) => {
+        (None, None) => {
             "# It names no spec.serviceAccountName: under kmeta run --default-service-account\n\
-             # NAME, bind it to the ServiceAccount NAME of each namespace its parents are in.\n"
+             # NAME, bind it to the ServiceAccount NAME of each namespace its parents are in, or\n\
+             # pass --service-account <namespace>/NAME for one.\n"
                 .to_owned()
         }
     })
 }
 
 /// `kmeta rbac --controller NAME`: the ClusterRole of what that one controller needs on its own
-/// ([`controller_grants`]), as YAML.
+/// ([`controller_grants`]), and its ClusterRoleBinding (or a comment saying what to bind), as YAML. Both are named `name`,
+/// by default [`controller_role_name`]; kmeta's own name ([`OWN_NAME`]) is refused.
 pub fn render_controller(
     paths: &[PathBuf],
     related: &[String],
-    name: &str,
+    name: Option<&str>,
     controller: &str,
+    service_account: Option<&ServiceAccountRef>,
 ) -> Result<String, RbacError> {
+    if let Some(own) = name.filter(|n| *n == OWN_NAME) {
+        return Err(RbacError::OwnName(own.to_owned()));
+    }
     let controllers = load(paths)?;
     let Some((_, c)) = controllers.iter().find(|(n, _)| n == controller) else {
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         return Err(RbacError::NoController {
             name: controller.to_owned(),
-            paths: shown.join(", "),
+            paths: shown(paths),
         });
     };
+    let role_name = name.map_or_else(|| controller_role_name(c, controller), str::to_owned);
     let g = controller_grants(c, &parse_related(related)?);
-    let role = cluster_role(name, &g);
+    let role = cluster_role(&role_name, &g);
     let mut text = format!(
         "# What {controller} needs on its own (kmeta rbac --controller): its children or\n\
-         # attachments and its parents' finalizers. Bind it to the ServiceAccount its writes are\n\
-         # made as; kmeta's own ClusterRole (kmeta rbac without --controller) keeps the rest.\n"
+         # attachments and its parents' finalizers, for the ServiceAccount its writes are made\n\
+         # as; kmeta's own ClusterRole (kmeta rbac without --controller) keeps the rest.\n"
     );
     let customize = match c {
         Controller::Composite(cc) => cc.hooks.as_ref().is_some_and(|h| h.customize.is_some()),
@@ -617,8 +721,8 @@ pub fn render_controller(
              # with --related <apiVersion>/<resource>.\n",
         );
     }
-    text.push_str(&serde_saphyr::to_string(&role).map_err(|e| RbacError::Render(e.to_string()))?);
-    text.push_str(&binding_text(c, name)?);
+    text.push_str(&yaml(&role)?);
+    text.push_str(&binding_text(c, &role_name, service_account)?);
     Ok(text)
 }
 
@@ -861,11 +965,11 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.yaml");
         std::fs::write(&file, &two).unwrap();
-        let text = render_controller(std::slice::from_ref(&file), &[], "cats", "cats").unwrap();
+        let text = render_controller(std::slice::from_ref(&file), &[], None, "cats", None).unwrap();
         assert!(text.contains("catsets/finalizers"), "{text}");
         assert!(text.contains("customize hook"), "{text}");
         assert!(!text.contains("leases"), "{text}");
-        let e = render_controller(&[file], &[], "x", "nope").unwrap_err();
+        let e = render_controller(&[file], &[], Some("x"), "nope", None).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("no CompositeController or DecoratorController named \"nope\"")
@@ -916,11 +1020,83 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.yaml");
         std::fs::write(&file, &with_sa).unwrap();
-        let text =
-            render_controller(std::slice::from_ref(&file), &[], "cat-writer", "cats").unwrap();
+        let text = render_controller(
+            std::slice::from_ref(&file),
+            &[],
+            Some("cat-writer"),
+            "cats",
+            None,
+        )
+        .unwrap();
         assert!(text.contains("kind: ClusterRoleBinding"), "{text}");
         assert!(text.contains("namespace: pets"), "{text}");
-        let kmeta = render(&[file], &[], "kmeta", None).unwrap();
+        let kmeta = render(&[file], &[], "kmeta", None, &ServiceAccountRef::kmeta()).unwrap();
         assert!(kmeta.contains("impersonate"), "{kmeta}");
+    }
+
+    #[test]
+    fn decorator_controllers_are_only_watched_when_the_files_hold_none() {
+        let mc = "metacontroller.k8s.io";
+        let g = grants(&composite(CC), &[]);
+        assert_eq!(
+            verbs(&g, mc, "decoratorcontrollers"),
+            ["get", "list", "watch"]
+        );
+        assert_eq!(
+            verbs(&g, mc, "compositecontrollers"),
+            ["get", "list", "watch"]
+        );
+        let dc = "kind: DecoratorController\nmetadata: {name: d}\nspec:\n  resources: [{apiVersion: v1, resource: pods}]\n";
+        let g = grants(&composite(dc), &[]);
+        assert_eq!(
+            verbs(&g, mc, "decoratorcontrollers"),
+            ["get", "list", "patch", "update", "watch"]
+        );
+    }
+
+    #[test]
+    fn the_printed_names_and_bindings_never_take_kmetas_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, CC).unwrap();
+        let files = std::slice::from_ref(&file);
+        let own = render(files, &[], OWN_NAME, None, &ServiceAccountRef::kmeta()).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&own).unwrap();
+        assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+        assert_eq!(
+            docs[1]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "kmeta", "namespace": "kmeta"}])
+        );
+        let one = render_controller(files, &[], None, "cats", None).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&one).unwrap();
+        assert_eq!(
+            docs[0]["metadata"]["name"],
+            "kmeta-compositecontroller-cats"
+        );
+        assert_eq!(
+            docs.len(),
+            1,
+            "no ServiceAccount named: a comment, no binding"
+        );
+        assert!(one.contains("--service-account <namespace>/NAME"), "{one}");
+        let sa: ServiceAccountRef = "pets/writer".parse().unwrap();
+        let one = render_controller(files, &[], None, "cats", Some(&sa)).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&one).unwrap();
+        assert_eq!(
+            docs[1]["metadata"]["name"],
+            "kmeta-compositecontroller-cats"
+        );
+        assert_eq!(docs[1]["roleRef"]["name"], "kmeta-compositecontroller-cats");
+        assert_eq!(docs[1]["subjects"][0]["namespace"], "pets");
+        let e = render_controller(files, &[], Some("kmeta"), "cats", None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--name kmeta with --controller: "),
+            "{e}"
+        );
+        for bad in ["kmeta", "/x", "x/", "a/b/c", ""] {
+            let e = bad.parse::<ServiceAccountRef>().unwrap_err().to_string();
+            assert!(e.contains("expected <namespace>/<name>"), "{e}");
+        }
     }
 }

@@ -37,7 +37,7 @@ pub enum SteerError {
         resource: String,
     },
     /// The API server refused or could not be reached.
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", crate::runtime::kapi::describe(.source))]
     Api {
         /// What was being done.
         action: String,

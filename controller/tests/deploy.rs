@@ -317,8 +317,8 @@ fn helm_chart_templates_use_existing_values_and_valid_flags() -> anyhow::Result<
 
 /// What `support/helm_render.py` prints.
 #[derive(serde::Deserialize)]
-struct Rendered {
-    lint_errors: Vec<Value>,
+pub(crate) struct Rendered {
+    pub(crate) lint_errors: Vec<Value>,
     manifests: std::collections::BTreeMap<String, String>,
     crds: std::collections::BTreeMap<String, String>,
 }
@@ -326,7 +326,7 @@ struct Rendered {
 /// Renders the chart with Helm's engine (helm-python-sdk, which `.ci/run` installs; its
 /// directory may be given in `KMETA_HELM_PYTHONPATH`). `None` when the SDK is not installed
 /// here, unless `KMETA_REQUIRE_HELM=1` or `KMETA_CI=1` (CI), where that is an error.
-fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
+pub(crate) fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/helm_render.py");
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(&script)
@@ -357,7 +357,7 @@ fn helm_render(values: &Value) -> anyhow::Result<Option<Rendered>> {
 }
 
 /// The rendered objects (CRDs from crds/ first, as Helm installs them), keyed by kind.
-fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::manifest::Manifest>> {
+pub(crate) fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::manifest::Manifest>> {
     let mut out = Vec::new();
     for (name, text) in r.crds.iter().chain(r.manifests.iter()) {
         out.extend(kmeta::manifest::parse_manifest(Path::new(name), text)?);
@@ -365,7 +365,7 @@ fn rendered_objects(r: &Rendered) -> anyhow::Result<Vec<kmeta::manifest::Manifes
     Ok(kmeta::manifest::order(out))
 }
 
-fn of_kind<'a>(objects: &'a [kmeta::manifest::Manifest], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(objects: &'a [kmeta::manifest::Manifest], kind: &str) -> Vec<&'a Value> {
     objects
         .iter()
         .map(|m| &m.object)

@@ -13,6 +13,8 @@ mod dev;
 mod jsonnet_pool;
 mod jsonnet_reference;
 mod leader;
+mod monitoring;
+mod prometheus;
 mod ratelimit;
 mod rbac;
 mod run;

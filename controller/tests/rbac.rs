@@ -237,3 +237,137 @@ async fn the_generated_role_covers_every_request_kmeta_makes() -> anyhow::Result
     assert!(!allowed(&role, "list", "customresourcedefinitions"));
     Ok(())
 }
+
+/// The controllers of [`kmeta_rbac_output_applied_in_sequence_replaces_no_earlier_grant`]: one
+/// naming its ServiceAccount and namespace, one naming a ServiceAccount but no namespace.
+const TEAMS: &str = r"
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: things}
+spec:
+  parentResource: {apiVersion: rbac.kmeta.test/v1, resource: things}
+  childResources: [{apiVersion: v1, resource: configmaps}]
+  serviceAccountName: things-writer
+  serviceAccountNamespace: team-a
+  hooks: {sync: {webhook: {url: http://hook/sync}}}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: labelled}
+spec:
+  resources: [{apiVersion: rbac.kmeta.test/v1, resource: things}]
+  attachments: [{apiVersion: v1, resource: secrets}]
+  serviceAccountName: labeller
+  hooks: {sync: {webhook: {url: http://hook/decorate}}}
+";
+
+/// `kmeta rbac`'s output, as printed, for `args`.
+fn kmeta_rbac(args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kmeta"))
+        .arg("rbac")
+        .args(args)
+        .output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kmeta rbac {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_saphyr::from_multiple(&stdout)?)
+}
+
+/// Whether `user` may `verb` `resource` (of `group`), by a SubjectAccessReview.
+async fn may(
+    client: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) -> anyhow::Result<bool> {
+    let reviews = api(
+        client,
+        "authorization.k8s.io/v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        None,
+    );
+    let review: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "metadata": {"name": "r"},
+        "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "group": group, "resource": resource}}}))?;
+    let answer = reviews.create(&PostParams::default(), &review).await?;
+    Ok(answer.data["status"]["allowed"] == true)
+}
+
+#[tokio::test]
+async fn kmeta_rbac_output_applied_in_sequence_replaces_no_earlier_grant() -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let server = kmeta_apiserver::TestServer::builder()
+        .rbac(true)
+        .start()
+        .await?;
+    let client = server.client();
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("controllers.yaml");
+    std::fs::write(&file, TEAMS)?;
+    let f = file.to_str().context("path")?;
+    let outputs = [
+        kmeta_rbac(&["-f", f])?,
+        kmeta_rbac(&["-f", f, "--controller", "things"])?,
+        kmeta_rbac(&[
+            "-f",
+            f,
+            "--controller",
+            "labelled",
+            "--service-account",
+            "team-b/labeller",
+        ])?,
+    ];
+    // applied one after the other, as `kubectl apply --server-side -f -` would
+    let apply = PatchParams::apply("kubectl").force();
+    let api_of = |kind: &str| {
+        let plural = format!("{}s", kind.to_lowercase());
+        api(&client, "rbac.authorization.k8s.io/v1", kind, &plural, None)
+    };
+    for doc in outputs.iter().flatten() {
+        let name = doc["metadata"]["name"].as_str().context("name")?;
+        let kind = doc["kind"].as_str().context("kind")?;
+        api_of(kind)
+            .patch(name, &apply, &Patch::Apply(doc))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    // every document printed is stored as printed: none replaced an earlier one
+    let mut names = BTreeSet::new();
+    for doc in outputs.iter().flatten() {
+        let (kind, name) = (doc["kind"].as_str().unwrap_or(""), &doc["metadata"]["name"]);
+        assert!(
+            names.insert(format!("{kind} {name}")),
+            "{kind} {name} printed twice"
+        );
+        let stored = api_of(kind).get(name.as_str().unwrap_or("")).await?;
+        for field in ["rules", "roleRef", "subjects"] {
+            assert_eq!(
+                stored.data.get(field),
+                doc.get(field),
+                "{kind} {name}: {field}"
+            );
+        }
+    }
+    assert_eq!(names.len(), 6, "{names:?}");
+    // and the grants hold for each ServiceAccount, side by side
+    let kmeta_sa = "system:serviceaccount:kmeta:kmeta";
+    let writer = "system:serviceaccount:team-a:things-writer";
+    let labeller = "system:serviceaccount:team-b:labeller";
+    let mc = "metacontroller.k8s.io";
+    assert!(may(&client, kmeta_sa, "watch", mc, "compositecontrollers").await?);
+    assert!(may(&client, kmeta_sa, "update", mc, "decoratorcontrollers").await?);
+    assert!(may(&client, kmeta_sa, "update", "coordination.k8s.io", "leases").await?);
+    assert!(!may(&client, kmeta_sa, "create", "", "configmaps").await?);
+    assert!(may(&client, writer, "create", "", "configmaps").await?);
+    assert!(!may(&client, writer, "create", "", "secrets").await?);
+    assert!(may(&client, labeller, "create", "", "secrets").await?);
+    assert!(!may(&client, labeller, "watch", mc, "compositecontrollers").await?);
+    Ok(())
+}

@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+pub mod messages;
 pub mod procs;
 pub mod rbac;
 pub mod scenario;
@@ -726,6 +727,16 @@ impl Env {
     /// objects). Call at the end of every scenario; on a real cluster it keeps it clean.
     pub async fn finish(mut self) -> anyhow::Result<()> {
         self.stop_controller().await?;
+        // the messages kmeta left for people carry no Rust debug formatting
+        if self.server.is_some() {
+            let found = messages::scan(&self.client).await?;
+            anyhow::ensure!(
+                found.is_empty(),
+                "{}: messages with Rust debug formatting:\n{}",
+                self.id,
+                found.join("\n")
+            );
+        }
         for (r, name) in self.cleanup.iter().rev() {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), r);
             let _ = api.delete(name, &DeleteParams::background()).await;

@@ -166,9 +166,16 @@ struct RbacArgs {
     /// Read access to a related resource a customize hook selects (repeatable).
     #[arg(long, value_name = "APIVERSION/RESOURCE")]
     related: Vec<String>,
-    /// Name of the ClusterRole.
-    #[arg(long, default_value = "kmeta")]
-    name: String,
+    /// Name of the ClusterRole and of its ClusterRoleBinding; default `kmeta` (kmeta's own, as
+    /// deploy/ installs it), with --controller `kmeta-compositecontroller-<NAME>` or
+    /// `kmeta-decoratorcontroller-<NAME>` (kmeta's own name is refused there).
+    #[arg(long)]
+    name: Option<String>,
+    /// The ServiceAccount the ClusterRoleBinding binds, as <namespace>/<name>; default
+    /// `kmeta/kmeta` (kmeta's own, as deploy/ installs it), with --controller the controller's
+    /// spec.serviceAccountName in its spec.serviceAccountNamespace.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    service_account: Option<kmeta::rbac::ServiceAccountRef>,
     /// Only what this controller (CompositeController or DecoratorController, by name) needs
     /// on its own: its children or attachments, its parents' finalizers, its related
     /// resources; for a ServiceAccount of its own.
@@ -331,19 +338,35 @@ fn crds(write: Option<PathBuf>, check: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `kmeta rbac`: the ClusterRole of every controller in the files, or of one with
-/// `--controller`.
+/// `kmeta rbac`: the ClusterRole of every controller in the files and its binding to kmeta's
+/// ServiceAccount, or with `--controller` those of one controller's ServiceAccount.
 fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
+    use kmeta::rbac::{OWN_NAME, ServiceAccountRef, render, render_controller};
     let RbacArgs {
         files,
         related,
         name,
+        service_account,
         controller,
         default_service_account,
     } = args;
     Ok(match controller {
-        None => kmeta::rbac::render(files, related, name, default_service_account.as_deref())?,
-        Some(controller) => kmeta::rbac::render_controller(files, related, name, controller)?,
+        None => render(
+            files,
+            related,
+            name.as_deref().unwrap_or(OWN_NAME),
+            default_service_account.as_deref(),
+            &service_account
+                .clone()
+                .unwrap_or_else(ServiceAccountRef::kmeta),
+        )?,
+        Some(controller) => render_controller(
+            files,
+            related,
+            name.as_deref(),
+            controller,
+            service_account.as_ref(),
+        )?,
     })
 }
 
@@ -362,8 +385,17 @@ fn emit(bytes: &[u8]) -> anyhow::Result<()> {
 /// is not repeated.
 fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
+    let mut chain = e.chain();
+    while let Some(cause) = chain.next() {
+        // an API error as its message, code and reason, not kube's dump of the whole Status
+        // (which is its cause, then skipped)
+        let text = match cause.downcast_ref::<kube::Error>() {
+            Some(k @ kube::Error::Api(_)) => {
+                chain.next();
+                kmeta::ops::client::describe_api_error(k)
+            }
+            _ => cause.to_string(),
+        };
         if text.is_empty() || out.contains(&text) {
             continue;
         }
@@ -441,6 +473,23 @@ mod tests {
         assert_eq!(
             one_line(&e),
             "loading manifests: reading x/: No such file or directory"
+        );
+    }
+
+    /// An API server's refusal reads as its message, code and reason: kube's own rendering
+    /// dumps the whole Status struct.
+    #[test]
+    fn an_api_error_is_printed_without_debug_formatting() {
+        let status = kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "leases is forbidden".into(),
+            ..Default::default()
+        };
+        let e = anyhow::Error::new(kube::Error::Api(Box::new(status))).context("renewing");
+        assert_eq!(
+            one_line(&e),
+            "renewing: leases is forbidden (403 Forbidden)"
         );
     }
 }

@@ -384,6 +384,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         placement: shards.clone().map(|s| s as _),
         ..Probes::default()
     };
+    metrics.count_pending(probes.pending_watches.clone());
     let _endpoints = start_endpoints(&config, &metrics, &probes, &shutdown).await?;
     let manager = manager_config(&config, &metrics, &probes, &clients, shards.as_ref());
     tracing::info!(

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::{RateLimit, RateLimitLayer};
 
-pub use crate::runtime::kapi::{user_agent, with_identity, with_user_agent};
+pub use crate::runtime::kapi::{
+    describe as describe_api_error, user_agent, with_identity, with_user_agent,
+};
 
 /// A [`kube::Client`] for `config` (with kmeta's User-Agent) whose every request goes through a
 /// [`RateLimitLayer`] with `limits` (its own bucket: clients built separately do not share

@@ -565,6 +565,7 @@ fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
                 probe_after = ?after,
                 "hook circuit open: the hook keeps failing; one probe sync at a time until it answers"
             );
+            r.context().wiring.metrics.hook_circuit(r.name(), true);
             r.queue().add_after(probe, after);
             true
         }
@@ -577,6 +578,7 @@ fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
                 parents = keys.len(),
                 "hook circuit closed: the hook answers again; syncing the parents that waited"
             );
+            r.context().wiring.metrics.hook_circuit(r.name(), false);
             for (i, key) in keys.into_iter().enumerate() {
                 r.queue().forget(&key);
                 r.queue().add_after(key, circuit::recovery_delay(i));

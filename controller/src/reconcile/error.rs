@@ -26,7 +26,7 @@ pub enum SyncError {
     #[error(transparent)]
     Hook(#[from] HookError),
     /// An API call failed.
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", crate::runtime::kapi::describe(.source))]
     Api {
         /// What was being done.
         action: String,

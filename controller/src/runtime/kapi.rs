@@ -29,6 +29,8 @@ pub fn code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+pub use super::api_error::describe;
+
 /// 404.
 pub fn is_not_found(e: &kube::Error) -> bool {
     code(e) == Some(404)

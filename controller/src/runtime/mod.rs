@@ -2,6 +2,7 @@
 //! ([`queue`]), discovery ([`resources`]), typed-less API calls ([`kapi`]) and label selectors
 //! ([`selector`]). Nothing here knows about hooks or controller kinds.
 
+pub(crate) mod api_error;
 pub mod cache;
 pub mod compact;
 pub mod kapi;

@@ -43,7 +43,7 @@ pub enum ResourceError {
         suggestion: Option<String>,
     },
     /// Discovery failed.
-    #[error("discovery: {0}")]
+    #[error("discovery: {}", crate::runtime::api_error::describe(.0))]
     Discovery(#[from] kube::Error),
 }
 

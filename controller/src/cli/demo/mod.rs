@@ -69,7 +69,7 @@ pub enum DemoError {
     #[error("building kmeta's crds: {0}")]
     Crds(#[from] kmeta::api::crds::CrdError),
     /// An API call the demo makes itself failed.
-    #[error("step {step}: {action}: {source}")]
+    #[error("step {step}: {action}: {}", kmeta::ops::client::describe_api_error(.source))]
     Api {
         /// The step.
         step: &'static str,

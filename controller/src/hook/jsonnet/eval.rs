@@ -198,7 +198,14 @@ impl<'p> Evaluator<'p> {
                 span,
                 expected,
                 instead,
-            }) => (*span, format!("expected {expected:?}, found {instead:?}")),
+            }) => (
+                *span,
+                format!(
+                    "expected {}, found {}",
+                    super::syntax::expected(expected),
+                    super::syntax::found(instead)
+                ),
+            ),
             LoadError::Analyze(e) => analyze_error(e),
         };
         format!("{}: {what}", self.places.at(&self.program, span))
@@ -248,7 +255,7 @@ fn evaluate_in<'p>(
             .insert_source_context(request.len());
         let arg = program
             .load_source(ctx, request.as_bytes(), false, "request")
-            .map_err(|e| EvalFailure::Request(format!("{e:?}")))?;
+            .map_err(|e| EvalFailure::Request(load_error_words(&e)))?;
         let arg = program
             .eval_value(&arg, cb)
             .map_err(|e| EvalFailure::Request(eval_error(program, cb.places, &e)))?;
@@ -383,7 +390,14 @@ impl<'p> Callbacks<'p> for Imports<'_, 'p> {
                         span,
                         expected,
                         instead,
-                    }) => (*span, format!("expected {expected:?}, found {instead:?}")),
+                    }) => (
+                        *span,
+                        format!(
+                            "expected {}, found {}",
+                            super::syntax::expected(expected),
+                            super::syntax::found(instead)
+                        ),
+                    ),
                     LoadError::Analyze(e) => analyze_error(e),
                 };
                 self.failure = Some(format!("{}: {what}", self.places.at(program, span)));
@@ -545,6 +559,21 @@ pub fn parse_go_int(s: &str, base: u32) -> Option<i64> {
     i64::try_from(if neg { -magnitude } else { magnitude }).ok()
 }
 
+/// A load error without its place (the request kmeta encodes itself: only a bug makes it fail).
+fn load_error_words(e: &LoadError) -> String {
+    match e {
+        LoadError::Lex(e) => lex_error(e).1,
+        LoadError::Parse(ParseError::Expected {
+            expected, instead, ..
+        }) => format!(
+            "expected {}, found {}",
+            super::syntax::expected(expected),
+            super::syntax::found(instead)
+        ),
+        LoadError::Analyze(e) => analyze_error(e).1,
+    }
+}
+
 fn lex_error(e: &LexError) -> (SpanId, String) {
     let span = match e {
         LexError::InvalidChar { span, .. }
@@ -563,8 +592,7 @@ fn lex_error(e: &LexError) -> (SpanId, String) {
         | LexError::MissingWhitespaceTextBlockStart { span }
         | LexError::InvalidTextBlockTermination { span } => *span,
     };
-    let what = format!("{e:?}");
-    let what = what.split_once(' ').map_or(what.as_str(), |(w, _)| w);
+    let what = super::syntax::kind_words(&format!("{e:?}"));
     (span, format!("syntax error: {what}"))
 }
 
@@ -617,11 +645,7 @@ fn eval_error(program: &Program<'_>, places: &Places, e: &EvalError) -> String {
         EvalErrorKind::ImportFailed { path, .. } => format!("cannot import {path:?}"),
         EvalErrorKind::NativeCallFailed => "native function failed".to_owned(),
         EvalErrorKind::Other { message, .. } => message.clone(),
-        other => {
-            let text = format!("{other:?}");
-            text.split_once(" {")
-                .map_or(text.clone(), |(w, _)| w.to_owned())
-        }
+        other => super::syntax::kind_words(&format!("{other:?}")),
     };
     let place = kind_span(&e.kind).or_else(|| trace_span(&e.stack_trace));
     match place {

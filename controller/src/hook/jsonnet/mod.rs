@@ -9,6 +9,7 @@
 pub mod eval;
 #[doc(hidden)] // for the worker pool's tests and bench
 pub mod pool;
+mod syntax;
 pub(crate) mod worker;
 
 use std::collections::BTreeMap;

@@ -16,17 +16,22 @@
 //! (OpenMetrics 1.0.0 or Prometheus text 0.0.4), re-exported here.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::runtime::cache::PendingWatches;
+
 mod exposition;
+mod process;
 
 pub(crate) use exposition::{Format, negotiate, text_004};
 
@@ -460,6 +465,29 @@ pub struct Metrics {
     watch_streams: Family<WatchLabels, Gauge>,
     jsonnet_kills: Family<KillLabels, Counter>,
     openapi_fetches: Family<OpenApiLabels, Counter>,
+    circuit_open: Family<ControllerLabels, Gauge>,
+    /// The watches `/readyz` waits for, counted at each scrape once [`Metrics::count_pending`]
+    /// is called.
+    pending_watches: Arc<OnceLock<Arc<PendingWatches>>>,
+}
+
+/// `kmeta_watches_pending`: watches waiting for their first list, counted at each scrape.
+#[derive(Debug)]
+struct PendingCollector(Arc<OnceLock<Arc<PendingWatches>>>);
+
+impl Collector for PendingCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let Some(pending) = self.0.get() else {
+            return Ok(());
+        };
+        let g = ConstGauge::new(i64::try_from(pending.list().len()).unwrap_or(i64::MAX));
+        g.encode(encoder.encode_descriptor(
+            "kmeta_watches_pending",
+            "watches waiting for their first list (/readyz?verbose names them); the syncs that need them wait",
+            None,
+            g.metric_type(),
+        )?)
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -531,6 +559,11 @@ impl Metrics {
             self.children.clone(),
         );
         self.drift.register(r);
+        r.register(
+            "kmeta_hook_circuit_open",
+            "1 while the controller's hook circuit is open (its hook endpoint down: one probe sync at a time, the failed parents' retries held back), else 0",
+            self.circuit_open.clone(),
+        );
         r.register(
             "kmeta_leader_election_status",
             "1 while this instance holds the leader Lease of this name, else 0",
@@ -649,11 +682,23 @@ impl Metrics {
             watch_streams: Family::default(),
             jsonnet_kills: Family::default(),
             openapi_fetches: Family::default(),
+            pending_watches: Arc::default(),
+            circuit_open: Family::default(),
         };
         m.register_reconcile_series();
         m.register_client_series();
         m.register_shard_series();
+        m.registry
+            .register_collector(Box::new(process::ProcessCollector));
+        m.registry
+            .register_collector(Box::new(PendingCollector(m.pending_watches.clone())));
         m
+    }
+
+    /// Exports `kmeta_watches_pending`, the number of `pending` watches (those `/readyz` waits
+    /// for) at each scrape; the first call wins.
+    pub fn count_pending(&self, pending: Arc<PendingWatches>) {
+        let _ = self.pending_watches.set(pending);
     }
 
     fn hook(&self, hook: HookKind) -> &HookSeries {
@@ -693,6 +738,15 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// The hook circuit of `controller` opened (`true`) or closed.
+    pub(crate) fn hook_circuit(&self, controller: &str, open: bool) {
+        self.circuit_open
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::from(open));
+    }
+
     /// Counts a request to the hook `target` as in flight until the returned guard is dropped.
     pub(crate) fn hook_in_flight(&self, target: &HookTarget<'_>) -> InFlightGuard {
         let gauge = self
@@ -721,6 +775,10 @@ impl Metrics {
                 controller: controller.into(),
             })
             .observe(elapsed.as_secs_f64());
+        // the circuit's series exists (0) from a controller's first sync on
+        let _ = self.circuit_open.get_or_create(&ControllerLabels {
+            controller: controller.into(),
+        });
     }
 
     /// How many syncs of `controller` finished with `result`, a label value
@@ -816,6 +874,7 @@ impl Metrics {
         self.update_children(controller, ParentCounts::clear);
         self.update_drift(controller, ParentCounts::clear);
         self.queue_depth(controller, 0);
+        self.hook_circuit(controller, false);
     }
 
     fn update_children(&self, controller: &str, f: impl FnOnce(&mut ParentCounts)) {
@@ -1200,8 +1259,9 @@ mod tests {
             )
         );
         let samples = |t: &str| -> Vec<String> {
+            // the process' figures are read anew at each encoding
             t.lines()
-                .filter(|l| !l.starts_with('#'))
+                .filter(|l| !l.starts_with('#') && !l.starts_with("process_"))
                 .map(str::to_owned)
                 .collect()
         };

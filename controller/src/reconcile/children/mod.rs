@@ -472,10 +472,11 @@ async fn failed(
     };
     // a refusal says first as whom, and what to grant (the API error can be long, and an
     // Event's note is cut at 1000 bytes)
+    let shown = kapi::describe(&e);
     let cause = match (why, forbidden(c, rule, op_label, &e)) {
-        (Some(why), _) => format!("{e}: {why}"),
-        (None, Some(hint)) => format!("{hint}: {e}"),
-        (None, None) => e.to_string(),
+        (Some(why), _) => format!("{shown}: {why}"),
+        (None, Some(hint)) => format!("{hint}: {shown}"),
+        (None, None) => shown,
     };
     let message = format!("{verb} {}: {cause}", describe(obj));
     out.did(w.parent, obj, decide::ChildAction::Failed { cause });

@@ -43,7 +43,7 @@ pub fn served_rules(
 
 /// The list markers of a child type could not be read (see [`list_rules`]).
 #[derive(Debug, thiserror::Error)]
-#[error("reading the list markers of {resource}: {source}")]
+#[error("reading the list markers of {resource}: {}", crate::runtime::kapi::describe(.source))]
 pub struct SchemaReadError {
     /// What was read: the CustomResourceDefinition `<plural>.<group>`, or the OpenAPI v3
     /// document of the child's group-version.
