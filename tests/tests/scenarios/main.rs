@@ -31,6 +31,7 @@ mod contract;
 mod decorator;
 mod failures;
 mod fairness;
+mod handoff;
 mod impersonation;
 mod jsonnet;
 mod lifecycle;
