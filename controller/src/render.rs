@@ -152,6 +152,9 @@ pub struct Rendered {
     pub writes: Vec<Write>,
     /// Observed children the answer leaves as they are.
     pub unchanged: Vec<String>,
+    /// Observed children left differing from the answer at fields their type's `fieldRules`
+    /// leave to others, with the names of those rules.
+    pub left_alone: Vec<(String, Vec<String>)>,
     /// The events the hook asked kmeta to publish on the parent (`events`), as it sent them.
     pub events: Vec<Value>,
 }
@@ -392,6 +395,10 @@ fn declare_children(inputs: &Inputs) -> Result<Declared, RenderError> {
         d.types
             .insert(key.clone(), ChildType { namespaced, method });
         let mut options = child_options(&rule.api_version, &kind, &inputs.crds);
+        let spec_fields = rule.field_rules.as_deref().unwrap_or_default();
+        options.fields =
+            crate::reconcile::children::field_rules(spec_fields, None, &rule.api_version, &kind)
+                .map_err(|e| RenderError::Controller(format!("{key}: {e}")))?;
         let drift = rule.drift_policy.unwrap_or_default();
         options.record = apply::records_last_applied(choice, &options.rules, drift, method);
         d.options.insert(key.clone(), options);
@@ -695,6 +702,7 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
         .filter(|k| !written.contains(k))
         .collect();
     Ok(Rendered {
+        left_alone: left_to_others(&observed, &desired, &declared),
         parent,
         observed,
         status,
@@ -703,6 +711,25 @@ pub async fn render(opts: &RenderOptions) -> Result<Rendered, RenderError> {
         unchanged,
         events: response.events,
     })
+}
+
+/// The observed children whose field rules leave fields differing from `desired`, with the
+/// rules' names (as the sync records them `LeftAlone`).
+fn left_to_others(
+    observed: &[Value],
+    desired: &BTreeMap<String, Value>,
+    declared: &Declared,
+) -> Vec<(String, Vec<String>)> {
+    observed
+        .iter()
+        .filter_map(|o| {
+            let key = decide::child_key(o);
+            let opts = declared.options.get(key.split(' ').next()?)?;
+            let names = dynapply::left_alone(&opts.fields, o, desired.get(&key)?);
+            let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+            (!names.is_empty()).then_some((key, names))
+        })
+        .collect()
 }
 
 /// Under server-side apply, the apply kmeta sends instead of the update of `merged`: its body
@@ -798,6 +825,12 @@ pub fn as_diff(r: &Rendered) -> String {
     }
     for key in &r.unchanged {
         out.push_str(&format!("# no write {key}\n"));
+    }
+    for (key, rules) in &r.left_alone {
+        out.push_str(&format!(
+            "# left alone {key}: field rules {}\n",
+            rules.join(", ")
+        ));
     }
     if decide::status_changed(parent, &r.status) {
         let before = yaml(&json!({"status": parent.get("status")}));

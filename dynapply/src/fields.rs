@@ -310,6 +310,13 @@ pub(crate) fn shaped<'a>(
     (last, desired)
 }
 
+/// `desired` without the fields `rules` take out of it before a merge onto `observed` (every
+/// `Ignore` field, and each `HandOff` field whose object or list item exists in `observed`):
+/// what kmeta still means to set. For reports that compare desired with live (drift).
+pub fn without_withheld(rules: &[FieldRule], observed: &Value, desired: &Value) -> Value {
+    without(desired, &withheld(rules, observed)).into_owned()
+}
+
 /// `desired` as a create sends it under `rules`: without the `Ignore` fields.
 pub(crate) fn for_create<'a>(rules: &[FieldRule], desired: &'a Value) -> Cow<'a, Value> {
     let ignored: Vec<&FieldRule> = rules

@@ -21,7 +21,7 @@ pub use annotation::{get_last_applied, set_last_applied};
 #[cfg(feature = "yaml")]
 pub use document::{parse_document, to_yaml};
 pub use error::Error;
-pub use fields::{FieldMode, FieldPath, FieldRule, FieldSeg, left_alone};
+pub use fields::{FieldMode, FieldPath, FieldRule, FieldSeg, left_alone, without_withheld};
 pub use merge::json_eq;
 pub use rules::{ListRule, ListRules};
 pub use ssa::{preserve_unknown_subtrees, server_side_apply_body};

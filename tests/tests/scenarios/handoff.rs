@@ -189,11 +189,27 @@ async fn prove(s: &Running, cc: &str, parents: &Api<DynamicObject>) -> anyhow::R
     // the fields it created, and leaving them out of the apply must not remove them
     let d = new_image(s, parents, &deployments, "app:2").await?;
     check(&d, "app:2", &hooks_values)?;
-    let mut owners = Owners {
+    let owners = Owners {
         replicas: 7,
         cpu: "750m".to_owned(),
     };
     owners.write(&deployments).await?;
+    let owners = resync_window(s, cc, &deployments, owners).await?;
+    // the hook's own change still lands, the owners' values and the sidecar kept
+    let d = new_image(s, parents, &deployments, "app:3").await?;
+    check(&d, "app:3", &owners)?;
+    owned_by_others(cc, &deployments).await
+}
+
+/// [`RESYNCS`] syncs of `cc`, the owners changing their fields every tenth of them
+/// (`owners`: what they set last; returned: what they set last then), without a write by
+/// kmeta to the child, the fields and the sidecar checked every tenth.
+async fn resync_window(
+    s: &Running,
+    cc: &str,
+    deployments: &Api<DynamicObject>,
+    mut owners: Owners,
+) -> anyhow::Result<Owners> {
     let log_from = s.server().map(|server| {
         server.write_log().enable(100_000);
         server.write_log().since(0).last().map_or(0, |w| w.seq + 1)
@@ -205,14 +221,14 @@ async fn prove(s: &Running, cc: &str, parents: &Api<DynamicObject>) -> anyhow::R
             s.syncs(cc) >= until_syncs
         })
         .await?;
-        let d = s.get(&deployments, "web").await?;
+        let d = s.get(deployments, "web").await?;
         check(d.as_ref().unwrap_or(&Value::Null), "app:2", &owners)?;
         if round < 10 {
             owners = Owners {
                 replicas: 7 + round as i64,
                 cpu: format!("{}m", 700 + 10 * round),
             };
-            owners.write(&deployments).await?;
+            owners.write(deployments).await?;
         }
     }
     if let (Some(server), Some(from)) = (s.server(), log_from) {
@@ -231,10 +247,11 @@ async fn prove(s: &Running, cc: &str, parents: &Api<DynamicObject>) -> anyhow::R
             s.syncs(cc) - from
         );
     }
-    // the hook's own change still lands, the owners' values and the sidecar kept
-    let d = new_image(s, parents, &deployments, "app:3").await?;
-    check(&d, "app:3", &owners)?;
-    // and no manager of kmeta's owns the handed-off fields
+    Ok(owners)
+}
+
+/// No field manager of kmeta's owns the handed-off `spec.replicas` of the child.
+async fn owned_by_others(cc: &str, deployments: &Api<DynamicObject>) -> anyhow::Result<()> {
     let d = serde_json::to_value(deployments.get("web").await?)?;
     let kmeta_owns = |pointer: &str| {
         d.pointer("/metadata/managedFields")
@@ -317,6 +334,16 @@ async fn composite(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
     }
     let parents = s.parents();
     prove(&s, &cc, &parents).await?;
+    // the parent's sync record says why the child differs from the answer
+    s.wait_parent("web", "the child left alone by the field rules", |p| {
+        p.pointer("/status/kmeta/lastSync/children")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["action"] == "LeftAlone" && c["reason"] == "field rules: hpa, vpa")
+            })
+    })
+    .await?;
     s.finish().await
 }
 
