@@ -855,6 +855,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn children_left_to_others_are_named_with_their_rules() {
+        let mut declared = Declared::default();
+        let mut opts = child_options("apps/v1", "Deployment", &[]);
+        let rule = crate::api::FieldRule {
+            path: "spec.replicas".into(),
+            mode: None,
+            name: Some("hpa".into()),
+        };
+        opts.fields =
+            crate::reconcile::children::field_rules(&[rule], None, "apps/v1", "Deployment")
+                .unwrap();
+        declared.options.insert("Deployment.apps/v1".into(), opts);
+        let want = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
+        let mut live = want.clone();
+        live["spec"]["replicas"] = json!(7);
+        let desired = BTreeMap::from([(decide::child_key(&want), want)]);
+        let left = left_to_others(&[live.clone()], &desired, &declared);
+        assert_eq!(
+            left,
+            [(
+                "Deployment.apps/v1 ns/web".to_owned(),
+                vec!["hpa".to_owned()]
+            )]
+        );
+        let r = Rendered {
+            parent: json!({"status": {}}),
+            observed: vec![live],
+            status: json!({}),
+            desired: Vec::new(),
+            writes: Vec::new(),
+            unchanged: vec!["Deployment.apps/v1 ns/web".to_owned()],
+            left_alone: left,
+            events: Vec::new(),
+        };
+        assert!(
+            as_diff(&r).contains("# left alone Deployment.apps/v1 ns/web: field rules hpa\n"),
+            "{}",
+            as_diff(&r)
+        );
+    }
+
+    #[test]
     fn a_child_kind_is_built_in_from_a_crd_or_from_an_observed_object() {
         assert_eq!(
             child_type("apps/v1", "deployments", &[], &[]).unwrap(),

@@ -326,8 +326,9 @@ pub(crate) fn for_create<'a>(rules: &[FieldRule], desired: &'a Value) -> Cow<'a,
     without(desired, &ignored)
 }
 
-/// The rules under which `observed` is left differing from `desired`: those whose field
-/// [`withheld`] takes out of desired while desired's value differs from live's there. For
+/// The rules under which `observed` is left differing from `desired`: those whose field a merge
+/// takes out of desired (see [`without_withheld`]) while desired's value differs from live's
+/// there. For
 /// reports ("left alone: hpa, vpa"); the names in rule order.
 pub fn left_alone<'r>(rules: &'r [FieldRule], observed: &Value, desired: &Value) -> Vec<&'r str> {
     withheld(rules, observed)
