@@ -164,6 +164,9 @@ impl Grants {
         self.add(mc, "compositecontrollers", READ);
         // the finalizer that releases a deleted DecoratorController's targets
         self.add(mc, "decoratorcontrollers", OWN);
+        // the FieldRulesAccepted condition of a controller whose fieldRules are refused
+        self.add(mc, "compositecontrollers/status", &["patch"]);
+        self.add(mc, "decoratorcontrollers/status", &["patch"]);
         self.add("v1", "events", &["create", "patch", "update"]);
         self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
         // leader election; --sharding also lists its shard set's Leases every round and

@@ -61,9 +61,34 @@ pub struct CompositeControllerSpec {
     pub service_account_namespace: Option<String>,
 }
 
-/// CompositeController status (empty, as Metacontroller's).
+/// CompositeController status (empty in Metacontroller; kmeta writes conditions).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct CompositeControllerStatus {}
+pub struct CompositeControllerStatus {
+    /// kmeta extension: `FieldRulesAccepted=False` while a `fieldRules` path is refused, its
+    /// message naming the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<ControllerCondition>>,
+}
+
+/// A condition kmeta sets on a CompositeController or DecoratorController.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerCondition {
+    /// The condition type, e.g. `FieldRulesAccepted`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase reason, e.g. `FieldPathRefused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What is wrong, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
 
 /// `spec.parentResource`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -526,9 +551,14 @@ pub struct DecoratorControllerSpec {
     pub service_account_namespace: Option<String>,
 }
 
-/// DecoratorController status (empty).
+/// DecoratorController status (empty in Metacontroller; kmeta writes conditions).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct DecoratorControllerStatus {}
+pub struct DecoratorControllerStatus {
+    /// kmeta extension: `FieldRulesAccepted=False` while a `fieldRules` path is refused, its
+    /// message naming the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<ControllerCondition>>,
+}
 
 /// `spec.resources[]` of a DecoratorController.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

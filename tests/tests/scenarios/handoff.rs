@@ -388,7 +388,9 @@ async fn handed_off_fields_of_an_attachment_survive_resyncs() -> anyhow::Result<
 }
 
 /// A rule written by position, as the peers write it, and a path naming no field of the kind,
-/// are refused: the controller does not start, and its `CreateError` event names the path.
+/// are refused: the controller does not start, its `CreateError` event and its
+/// `FieldRulesAccepted=False` condition name the path; fixed, the controller starts and the
+/// condition goes.
 #[tokio::test]
 async fn a_path_by_position_or_naming_no_field_is_refused() -> anyhow::Result<()> {
     let mut s = Scenario::new("handoff-bad")
@@ -416,6 +418,35 @@ async fn a_path_by_position_or_naming_no_field_is_refused() -> anyhow::Result<()
                 && e["note"]
                     .as_str()
                     .is_some_and(|n| n.contains(&quoted) && n.contains(says))
+        })
+        .await?;
+        let condition = |cc: &Value| {
+            cc.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "FieldRulesAccepted"))
+                .cloned()
+        };
+        let controllers = s.controllers();
+        s.wait_for(
+            &controllers,
+            &cc,
+            "the FieldRulesAccepted=False condition",
+            |o| {
+                condition(o).is_some_and(|c| {
+                    c["status"] == "False"
+                        && c["reason"] == "FieldPathRefused"
+                        && c["message"].as_str().is_some_and(|m| m.contains(&quoted))
+                })
+            },
+        )
+        .await?;
+        // fixed: the controller starts, the condition goes
+        let fixed = json!({"spec": {"childResources": [{
+            "apiVersion": "apps/v1", "resource": "deployments",
+            "fieldRules": [{"path": "spec.replicas"}]}]}});
+        s.merge_patch(&controllers, &cc, fixed).await?;
+        s.wait_for(&controllers, &cc, "no FieldRulesAccepted condition", |o| {
+            condition(o).is_none()
         })
         .await?;
     }
