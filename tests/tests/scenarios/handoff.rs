@@ -5,8 +5,9 @@
 //! resync every 2 ms), with the owners changing their fields every tenth of them, kmeta writes
 //! the child not once, the sidecar and both owners' values stay, and a hook change to `app`'s
 //! image still lands. Under dynamic apply and server-side apply, and for a DecoratorController
-//! attachment. Beside it: the same rule written by position names the sidecar, and kmeta
-//! refuses it (and a path naming no field), naming the path.
+//! attachment. Switching the rules on for an existing child writes nothing; switching them off
+//! takes the fields back. Beside it: the same rule written by position names the sidecar, and
+//! kmeta refuses it (and a path naming no field), naming the path.
 
 use kmeta::ManagerConfig;
 use kmeta::reconcile::ApplyStrategy;
@@ -68,21 +69,28 @@ fn inject_first(obj: &mut Value) {
     }
 }
 
-/// Another writer's update of `name` as field manager `manager` (read, change, replace).
+/// Another writer's update of `name` as field manager `manager` (read, change, replace; read
+/// again after a conflict, as a controller does: what kmeta wrote meanwhile is checked apart).
 async fn write_as(
     api: &Api<DynamicObject>,
     name: &str,
     manager: &str,
-    change: impl FnOnce(&mut Value),
+    change: impl Fn(&mut Value),
 ) -> anyhow::Result<()> {
-    let mut v = serde_json::to_value(api.get(name).await?)?;
-    change(&mut v);
     let params = PostParams {
         field_manager: Some(manager.to_owned()),
         ..PostParams::default()
     };
-    api.replace(name, &params, &obj(v)?).await?;
-    Ok(())
+    eventually(&format!("{manager}'s write of {name}"), TIMEOUT, || async {
+        let mut v = serde_json::to_value(api.get(name).await?)?;
+        change(&mut v);
+        match api.replace(name, &params, &obj(v)?).await {
+            Ok(_) => Ok(Some(())),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
 }
 
 /// The container `name` of a Deployment.
@@ -210,10 +218,7 @@ async fn resync_window(
     deployments: &Api<DynamicObject>,
     mut owners: Owners,
 ) -> anyhow::Result<Owners> {
-    let log_from = s.server().map(|server| {
-        server.write_log().enable(100_000);
-        server.write_log().since(0).last().map_or(0, |w| w.seq + 1)
-    });
+    let log_from = log_position(s);
     let from = s.syncs(cc);
     for round in 1..=10u64 {
         let until_syncs = from + RESYNCS * round / 10;
@@ -231,22 +236,12 @@ async fn resync_window(
             owners.write(deployments).await?;
         }
     }
-    if let (Some(server), Some(from)) = (s.server(), log_from) {
-        let ours: Vec<String> = server
-            .write_log()
-            .since(from)
-            .into_iter()
-            .filter(|w| w.namespace.as_deref() == Some(s.ns.as_str()))
-            .filter(|w| w.resource == "deployments" && w.user_agent.starts_with("kmeta/"))
-            .map(|w| format!("{} {:?} ({})", w.verb, w.name, w.code))
-            .collect();
-        assert_eq!(
-            ours,
-            Vec::<String>::new(),
-            "{cc}: kmeta wrote the child during {} syncs",
-            s.syncs(cc) - from
-        );
-    }
+    assert_eq!(
+        kmeta_writes(s, log_from),
+        Vec::<String>::new(),
+        "{cc}: kmeta wrote the child during {} syncs",
+        s.syncs(cc) - from
+    );
     Ok(owners)
 }
 
@@ -320,9 +315,7 @@ async fn composite(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
         .prepare()
         .await?;
     let cc = format!("{name}-cc");
-    s.controller(Cc::new(&cc).patch(json!({"childResources": [{
-        "apiVersion": "apps/v1", "resource": "deployments",
-        "updateStrategy": {"method": "InPlace"}, "fieldRules": rules()}]})))
+    s.controller(Cc::new(&cc).patch(with_rules(rules())))
         .await?;
     if s.server().is_some() {
         injector(&s).await?;
@@ -451,4 +444,123 @@ async fn a_path_by_position_or_naming_no_field_is_refused() -> anyhow::Result<()
         .await?;
     }
     s.finish().await
+}
+
+/// A CompositeController spec (patch) whose Deployment children have `rules` as field rules.
+fn with_rules(rules: Value) -> Value {
+    json!({"childResources": [{
+        "apiVersion": "apps/v1", "resource": "deployments",
+        "updateStrategy": {"method": "InPlace"}, "fieldRules": rules}]})
+}
+
+/// kmeta's writes to deployments in the scenario's namespace since write-log position `from`.
+fn kmeta_writes(s: &Running, from: u64) -> Vec<String> {
+    let Some(server) = s.server() else {
+        return Vec::new();
+    };
+    server
+        .write_log()
+        .since(from)
+        .into_iter()
+        .filter(|w| w.namespace.as_deref() == Some(s.ns.as_str()))
+        .filter(|w| w.resource == "deployments" && w.user_agent.starts_with("kmeta/"))
+        .map(|w| format!("{} {:?} ({})", w.verb, w.name, w.code))
+        .collect()
+}
+
+/// The next write-log position (0 on a real cluster, where there is no log).
+fn log_position(s: &Running) -> u64 {
+    s.server().map_or(0, |server| {
+        server.write_log().enable(100_000);
+        server.write_log().since(0).last().map_or(0, |w| w.seq + 1)
+    })
+}
+
+/// Restarts the controller with `rules` on its child rule (a spec change restarts a controller
+/// in a running kmeta the same way) and waits for 100 of its syncs.
+async fn restart_with(
+    s: &mut Running,
+    cc: &str,
+    strategy: ApplyStrategy,
+    rules: Value,
+) -> anyhow::Result<()> {
+    s.stop_controller().await?;
+    let spec = json!({"spec": with_rules(rules)});
+    s.merge_patch(&s.controllers(), cc, spec).await?;
+    let before = s.syncs(cc);
+    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
+    until(&format!("{cc}: 100 syncs after the restart"), || {
+        s.syncs(cc) >= before + 100
+    })
+    .await
+}
+
+/// Switching the rules on for an existing child writes nothing, not even once, and the owners'
+/// values then stay; switching them off takes the fields back at the next sync.
+async fn switching(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
+        .crd("App", "apps")
+        .hook(hook)
+        .prepare()
+        .await?;
+    let cc = format!("{name}-cc");
+    s.controller(Cc::new(&cc).patch(with_rules(json!([]))))
+        .await?;
+    if s.server().is_some() {
+        injector(&s).await?;
+    }
+    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
+    s.parent("web", json!({"image": "app:1"})).await?;
+    if s.server().is_none() {
+        injector(&s).await?;
+    }
+    let deployments = s
+        .env
+        .api("apps/v1", "Deployment", "deployments", Some(&s.ns));
+    s.wait_for(&deployments, "web", "the child, sidecar first", |d| {
+        container(d, "istio-proxy").is_some() && container(d, "app").is_some()
+    })
+    .await?;
+    let from = log_position(&s);
+    restart_with(&mut s, &cc, strategy, rules()).await?;
+    let owners = Owners {
+        replicas: 5,
+        cpu: "500m".to_owned(),
+    };
+    owners.write(&deployments).await?;
+    let after = s.syncs(&cc);
+    until(&format!("{cc}: 200 syncs with the rules"), || {
+        s.syncs(&cc) >= after + 200
+    })
+    .await?;
+    let d = s.get(&deployments, "web").await?;
+    check(d.as_ref().unwrap_or(&Value::Null), "app:1", &owners)?;
+    assert_eq!(
+        kmeta_writes(&s, from),
+        Vec::<String>::new(),
+        "{cc}: switched on"
+    );
+    // switched off: the hook's values again, at the next sync
+    restart_with(&mut s, &cc, strategy, json!([])).await?;
+    let hooks_values = Owners {
+        replicas: 3,
+        cpu: "100m".to_owned(),
+    };
+    let d = s
+        .wait_for(&deployments, "web", "the hook's values back", |d| {
+            check(d, "app:1", &hooks_values).is_ok()
+        })
+        .await?;
+    check(&d, "app:1", &hooks_values)?;
+    s.finish().await
+}
+
+#[tokio::test]
+async fn switching_rules_on_writes_nothing_and_off_takes_the_fields_back() -> anyhow::Result<()> {
+    switching("handoff-switch", ApplyStrategy::DynamicApply).await
+}
+
+#[tokio::test]
+async fn switching_rules_under_server_side_apply() -> anyhow::Result<()> {
+    switching("handoff-switch-ssa", ApplyStrategy::ServerSideApply).await
 }
