@@ -306,8 +306,59 @@ pub(crate) fn shaped<'a>(
     }
     let all: Vec<&FieldRule> = rules.iter().collect();
     let last = last.map(|l| without(l, &all));
-    let desired = without(desired, &withheld(rules, observed));
+    let mut desired = without(desired, &withheld(rules, observed));
+    // a map on the way to a ruled field that live has but desired no longer sets would be removed
+    // whole (rule 1, or rule 2 for a null) with the field: desired keeps it, empty
+    for rule in rules {
+        let parents = &rule.path.segs[..rule.path.segs.len() - 1];
+        if missing_parents(&desired, parents) && !rule.path.resolve(observed).is_empty() {
+            fill_parents(desired.to_mut(), parents);
+        }
+    }
     (last, desired)
+}
+
+/// Whether a map on the way `segs` names is missing (or null) in `v`, below an object or a
+/// selected item that `v` has.
+fn missing_parents(v: &Value, segs: &[FieldSeg]) -> bool {
+    match segs.split_first() {
+        None => false,
+        Some((FieldSeg::Field(name), rest)) => match v.as_object().map(|m| m.get(name)) {
+            Some(None | Some(Value::Null)) => true,
+            Some(Some(sub)) => missing_parents(sub, rest),
+            None => false,
+        },
+        Some((FieldSeg::Select(keys), rest)) => v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|item| selected(item, keys) && missing_parents(item, rest)),
+    }
+}
+
+/// Adds the empty maps [`missing_parents`] finds missing.
+fn fill_parents(v: &mut Value, segs: &[FieldSeg]) {
+    match segs.split_first() {
+        None => {}
+        Some((FieldSeg::Field(name), rest)) => {
+            if let Some(m) = v.as_object_mut() {
+                let sub = m
+                    .entry(name.clone())
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if sub.is_null() {
+                    *sub = Value::Object(Default::default());
+                }
+                fill_parents(sub, rest);
+            }
+        }
+        Some((FieldSeg::Select(keys), rest)) => {
+            for item in v.as_array_mut().into_iter().flatten() {
+                if selected(item, keys) {
+                    fill_parents(item, rest);
+                }
+            }
+        }
+    }
 }
 
 /// `desired` without the fields `rules` take out of it before a merge onto `observed` (every
@@ -615,6 +666,91 @@ mod tests {
                 *containers(&body),
                 json!([{"name": "app", "image": "app:2"}])
             );
+        }
+
+        /// The hook stops setting the map that holds a handed-off field (all its annotations):
+        /// the map stays, with the field; kmeta's own keys in it go.
+        #[test]
+        fn a_map_holding_a_ruled_field_is_not_removed_whole() {
+            let restarted = "spec.template.metadata.annotations[kubectl.kubernetes.io/restartedAt]";
+            let opts = Options {
+                fields: vec![rule(restarted, FieldMode::HandOff)],
+                ..Options::default()
+            };
+            let first = json!({"metadata": {"name": "d"}, "spec": {"template": {"metadata": {
+                "annotations": {"ours": "1"}}}}});
+            let mut live = prepare_create(&first, &opts).unwrap();
+            live["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] =
+                json!("t9");
+            for dropped in [
+                json!({"metadata": {"name": "d"}, "spec": {"template": {}}}),
+                json!({"metadata": {"name": "d"}, "spec": {"template": {"metadata": null}}}),
+            ] {
+                let Outcome::Changed(w) = apply_update(&live, &dropped, &opts).unwrap() else {
+                    panic!("`ours` goes")
+                };
+                assert_eq!(
+                    w["spec"]["template"]["metadata"]["annotations"],
+                    json!({"kubectl.kubernetes.io/restartedAt": "t9"}),
+                    "{dropped}"
+                );
+            }
+        }
+
+        /// A schemaless custom resource: no list rules, the containers keyed by the convention
+        /// (`name`); an annotation by its bracketed key; a whole list item handed off.
+        #[test]
+        fn schemaless_lists_map_keys_and_whole_items() {
+            let opts = Options {
+                fields: vec![
+                    rule(
+                        "spec.template.spec.containers[name=app].resources",
+                        FieldMode::HandOff,
+                    ),
+                    rule(
+                        "spec.template.metadata.annotations[kubectl.kubernetes.io/restartedAt]",
+                        FieldMode::Ignore,
+                    ),
+                    rule(
+                        "spec.template.spec.containers[name=debug]",
+                        FieldMode::HandOff,
+                    ),
+                ],
+                ..Options::default()
+            };
+            let want = |image: &str| {
+                json!({"apiVersion": "x.io/v1", "kind": "Workload", "metadata": {"name": "w"},
+                    "spec": {"template": {
+                        "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "t0"}},
+                        "spec": {"containers": [
+                            {"name": "app", "image": image, "resources": {"cpu": "1"}},
+                            {"name": "debug", "image": "busybox"}]}}}})
+            };
+            let created = prepare_create(&want("app:1"), &opts).unwrap();
+            assert!(
+                created["spec"]["template"]["metadata"]["annotations"]
+                    .get("kubectl.kubernetes.io/restartedAt")
+                    .is_none()
+            );
+            let mut live = created.clone();
+            let t = &mut live["spec"]["template"];
+            t["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!("t9");
+            t["spec"]["containers"][0]["resources"] = json!({"cpu": "3"});
+            t["spec"]["containers"][1]["image"] = json!("busybox:debug");
+            t["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .insert(0, json!({"name": "proxy"}));
+            assert_eq!(
+                apply_update(&live, &want("app:1"), &opts).unwrap(),
+                Outcome::Unchanged
+            );
+            let Outcome::Changed(w) = apply_update(&live, &want("app:2"), &opts).unwrap() else {
+                panic!("the image changed")
+            };
+            let mut expected = live["spec"]["template"].clone();
+            expected["spec"]["containers"][1]["image"] = json!("app:2");
+            assert_eq!(w["spec"]["template"], expected);
         }
 
         /// Not a feature: the same rule written by position, as JSON-pointer rules write it,
