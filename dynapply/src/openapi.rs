@@ -389,6 +389,9 @@ impl crate::FieldPath {
         else {
             return Ok(());
         };
+        if plain_metadata_map(schemas, root, self.segments()) {
+            return Ok(());
+        }
         let mut current = vec![root];
         for (i, seg) in self.segments().iter().enumerate() {
             let views = expand(schemas, &current);
@@ -412,6 +415,35 @@ impl crate::FieldPath {
         }
         Ok(())
     }
+}
+
+/// Whether `segs` names a key of `metadata.labels` or `metadata.annotations` (or the map) of a
+/// kind whose schema does not describe `metadata` (a CRD's schema says `type: object`, or
+/// nothing; the API server gives every object ObjectMeta).
+fn plain_metadata_map(
+    schemas: &Map<String, Value>,
+    root: &Value,
+    segs: &[crate::FieldSeg],
+) -> bool {
+    use crate::FieldSeg::Field;
+    let (Some(Field(first)), Some(Field(second))) = (segs.first(), segs.get(1)) else {
+        return false;
+    };
+    if first != "metadata" || !matches!(second.as_str(), "labels" | "annotations") || segs.len() > 3
+    {
+        return false;
+    }
+    if segs.get(2).is_some_and(|s| !matches!(s, Field(_))) {
+        return false;
+    }
+    let described = expand(schemas, &[root]).iter().any(|v| {
+        v.pointer("/properties/metadata").is_some_and(|m| {
+            expand(schemas, &[m])
+                .iter()
+                .any(|x| x.get("properties").is_some())
+        })
+    });
+    !described
 }
 
 /// The schemas `current` stands for, with `$ref`s followed and the combinators' branches.
@@ -556,6 +588,11 @@ mod field_path_tests {
         }}}});
         let p = FieldPath::parse("spec.template.spec.containers[name=app].resources").unwrap();
         assert!(p.check_openapi_v3(&doc, "x.io/v1", "W").is_ok());
+        // a CRD's schema does not describe metadata: its labels and annotations are there
+        let ann = FieldPath::parse("metadata.annotations[example.com/owner]").unwrap();
+        assert!(ann.check_openapi_v3(&doc, "x.io/v1", "W").is_ok());
+        let other = FieldPath::parse("metadata.bogus").unwrap();
+        assert!(other.check_openapi_v3(&doc, "x.io/v1", "W").is_err());
         let bad = FieldPath::parse("spec.templates").unwrap();
         assert!(bad.check_openapi_v3(&doc, "x.io/v1", "W").is_err());
         assert!(bad.check_openapi_v3(&doc, "x.io/v1", "Other").is_ok());
