@@ -2,7 +2,7 @@
 //! whose hook sets `replicas: 3` and `resources` for the container `app`; an HPA-like writer
 //! owns `spec.replicas`, a VPA-like writer `containers[name=app].resources`, and a mutating
 //! admission hook injects a sidecar **at index 0**. Over many fast resyncs (the hook asks for a
-//! resync every 2 ms), with the owners changing their fields every tenth of them, kmeta writes
+//! resync every 5 ms), with the owners changing their fields every tenth of them, kmeta writes
 //! the child not once, the sidecar and both owners' values stay, and a hook change to `app`'s
 //! image still lands. Under dynamic apply and server-side apply, and for a DecoratorController
 //! attachment. Switching the rules on for an existing child writes nothing; switching them off
@@ -34,13 +34,13 @@ fn deployment(name: &str, image: &Value) -> Value {
                     "resources": {"requests": {"cpu": "100m"}}}]}}}})
 }
 
-/// The CompositeController's hook: the Deployment, and a resync every 2 ms.
+/// The CompositeController's hook: the Deployment, and a resync every 5 ms.
 fn hook(_hook: &str, req: &Value) -> Reply {
     let p = &req["parent"];
     let name = p["metadata"]["name"].as_str().unwrap_or_default();
     Reply::Json(json!({
         "children": [deployment(name, &p["spec"]["image"])],
-        "resyncAfterSeconds": 0.002
+        "resyncAfterSeconds": 0.005
     }))
 }
 
@@ -50,7 +50,7 @@ fn decorator_hook(_hook: &str, req: &Value) -> Reply {
     let name = o["metadata"]["name"].as_str().unwrap_or_default();
     Reply::Json(json!({
         "attachments": [deployment(name, &o["spec"]["image"])],
-        "resyncAfterSeconds": 0.002
+        "resyncAfterSeconds": 0.005
     }))
 }
 
@@ -164,7 +164,7 @@ fn check(d: &Value, image: &str, owners: &Owners) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many resyncs each case watches: 1 000 (at a resync every 2 ms plus a sync's own time,
+/// How many resyncs each case watches: 1 000 (at a resync every 5 ms plus a sync's own time,
 /// seconds on kmeta-apiserver).
 const RESYNCS: u64 = 1_000;
 
@@ -243,7 +243,7 @@ async fn resync_window(
         s.syncs(cc) - from
     );
     // nor the parent over and over: its sync record says `LeftAlone` once, not per resync (a
-    // record-only status write is not awaited: under watch lag the next resyncs, 2 ms apart, may
+    // record-only status write is not awaited: under watch lag the next resyncs, 5 ms apart, may
     // send it again from the stale parent, refused with 409 until the watch catches up)
     let others: Vec<String> = kmeta_writes_to(s, log_from, |r| r != "deployments" && r != "events")
         .into_iter()

@@ -165,8 +165,12 @@ pub fn field_rules(
     for rule in spec {
         let path = dynapply::FieldPath::parse(&rule.path)?;
         let text = path.to_string();
+        // the field itself, a field inside it, or a map holding it (`metadata`)
         if let Some(own) = OWN_FIELDS.iter().find(|f| {
-            text == **f || text.starts_with(&format!("{f}.")) || text.starts_with(&format!("{f}["))
+            text == **f
+                || text.starts_with(&format!("{f}."))
+                || text.starts_with(&format!("{f}["))
+                || f.starts_with(&format!("{text}."))
         }) {
             return Err(dynapply::Error::InvalidFieldPath {
                 path: rule.path.clone(),
@@ -329,7 +333,12 @@ mod tests {
         let rules = field_rules(&[hpa], None, "apps/v1", "Deployment").unwrap();
         assert_eq!(rules[0].name, "hpa");
         assert_eq!(rules[0].mode, dynapply::FieldMode::HandOff);
-        for bad in ["metadata.name", "kind", "metadata.ownerReferences[uid=x]"] {
+        for bad in [
+            "metadata.name",
+            "kind",
+            "metadata.ownerReferences[uid=x]",
+            "metadata",
+        ] {
             let err = field_rules(&[rule(bad)], None, "apps/v1", "Deployment").unwrap_err();
             assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
         }
