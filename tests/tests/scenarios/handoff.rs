@@ -1,13 +1,14 @@
 //! Fields handed off by merge key (issue 51, docs/design/field-handoff.md): a Deployment child
 //! whose hook sets `replicas: 3` and `resources` for the container `app`; an HPA-like writer
 //! owns `spec.replicas`, a VPA-like writer `containers[name=app].resources`, and a mutating
-//! admission hook injects a sidecar **at index 0**. Over many fast resyncs (the hook asks for a
+//! admission hook injects a sidecar **at index 0**. Over 1 000 fast resyncs (the hook asks for a
 //! resync every 5 ms), with the owners changing their fields every tenth of them, kmeta writes
 //! the child not once, the sidecar and both owners' values stay, and a hook change to `app`'s
-//! image still lands. Under dynamic apply and server-side apply, and for a DecoratorController
-//! attachment. Switching the rules on for an existing child writes nothing; switching them off
-//! takes the fields back. Beside it: the same rule written by position names the sidecar, and
-//! kmeta refuses it (and a path naming no field), naming the path.
+//! image still lands. Under dynamic apply and server-side apply, for a CompositeController's
+//! child and a DecoratorController's attachment. Switching the rules on for an existing child
+//! writes nothing; switching them off takes the fields back. Beside it: the same rule written by
+//! position names the sidecar, and kmeta refuses it (and a path naming no field), naming the
+//! path.
 
 use kmeta::ManagerConfig;
 use kmeta::reconcile::ApplyStrategy;
@@ -359,14 +360,13 @@ async fn handed_off_fields_survive_resyncs_under_server_side_apply() -> anyhow::
 }
 
 /// The same for a DecoratorController's attachment of an `App` target.
-#[tokio::test]
-async fn handed_off_fields_of_an_attachment_survive_resyncs() -> anyhow::Result<()> {
-    let mut s = Scenario::new("handoff-dec")
+async fn attachment(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
+    let mut s = Scenario::new(name)
         .crd("App", "apps")
         .hook(decorator_hook)
         .prepare()
         .await?;
-    let dc = format!("handoff-dec-{}", s.id);
+    let dc = format!("{name}-{}", s.id);
     let av = s.av.clone();
     if s.server().is_some() {
         injector(&s).await?;
@@ -378,7 +378,7 @@ async fn handed_off_fields_of_an_attachment_survive_resyncs() -> anyhow::Result<
                 "updateStrategy": {"method": "InPlace"}, "fieldRules": rules()}])),
     )
     .await?;
-    s.start_controller();
+    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
     s.parent("web", json!({"image": "app:1"})).await?;
     if s.server().is_none() {
         injector(&s).await?;
@@ -386,6 +386,16 @@ async fn handed_off_fields_of_an_attachment_survive_resyncs() -> anyhow::Result<
     let parents = s.parents();
     prove(&s, &dc, &parents).await?;
     s.finish().await
+}
+
+#[tokio::test]
+async fn handed_off_fields_of_an_attachment_survive_resyncs() -> anyhow::Result<()> {
+    attachment("handoff-dec", ApplyStrategy::DynamicApply).await
+}
+
+#[tokio::test]
+async fn handed_off_fields_of_an_attachment_survive_server_side_apply() -> anyhow::Result<()> {
+    attachment("handoff-dec-ssa", ApplyStrategy::ServerSideApply).await
 }
 
 /// A rule written by position, as the peers write it, and a path naming no field of the kind,
