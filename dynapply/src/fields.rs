@@ -753,6 +753,27 @@ mod tests {
             assert_eq!(w["spec"]["template"], expected);
         }
 
+        /// Inside a preserve-unknown-fields subtree (a schemaless CRD's pod template) the server
+        /// replaces lists whole: the body carries the merged subtree, the owner's value in it.
+        #[test]
+        fn a_server_side_apply_body_carries_the_owners_value_in_a_schemaless_subtree() {
+            let opts = Options {
+                record: false,
+                rules: crate::ListRules::new(),
+                ..opts(true)
+            };
+            let template = vec!["spec".to_owned(), "template".to_owned()];
+            let body = server_side_apply_body(&live(&opts), &desired("app:2"), &opts, &[template])
+                .unwrap();
+            assert_eq!(
+                *containers(&body),
+                json!([{"name": "istio-proxy", "image": "proxy:1"},
+                    {"name": "app", "image": "app:2", "resources": {"requests": {"cpu": "750m"}}}])
+            );
+            // outside the subtree the handed-off field is left out
+            assert!(body["spec"].get("replicas").is_none(), "{body}");
+        }
+
         /// Not a feature: the same rule written by position, as JSON-pointer rules write it,
         /// names the injected sidecar, not `app`.
         #[test]
