@@ -29,6 +29,7 @@ pub(crate) fn options(desired: &Value, params: &DynApplyParams) -> dynapply::Opt
         rules: builtin.merge(params.rules.clone()),
         ordering: params.ordering,
         record: true,
+        fields: Vec::new(),
     }
 }
 

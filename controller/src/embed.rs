@@ -192,6 +192,7 @@ impl Composite {
                     status_checks: None,
                 }),
                 drift_policy: None,
+                field_rules: None,
             },
         );
         self

@@ -222,6 +222,8 @@ impl Grants {
         // (the finalizer that releases a deleted one's targets) come with the first one
         self.add(mc, "compositecontrollers", READ);
         self.add(mc, "decoratorcontrollers", READ);
+        // the FieldRulesAccepted condition of a controller whose fieldRules are refused
+        self.add(mc, "compositecontrollers/status", &["patch"]);
         self.add("v1", "events", &["create", "patch", "update"]);
         self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
         // leader election; --sharding also lists its shard set's Leases every round and
@@ -332,12 +334,11 @@ impl Grants {
     }
 
     fn decorator(&mut self, name: &str, dc: &DecoratorControllerSpec, writer: Option<&str>) {
-        // the finalizer that releases a deleted DecoratorController's targets
-        self.add(
-            "metacontroller.k8s.io/v1alpha1",
-            "decoratorcontrollers",
-            OWN,
-        );
+        // the finalizer that releases a deleted DecoratorController's targets, and the
+        // FieldRulesAccepted condition of one whose fieldRules are refused
+        let mc = "metacontroller.k8s.io/v1alpha1";
+        self.add(mc, "decoratorcontrollers", OWN);
+        self.add(mc, "decoratorcontrollers/status", &["patch"]);
         let attaches = dc.attachments.as_ref().is_some_and(|a| !a.is_empty());
         for r in &dc.resources {
             self.add(&r.api_version, &r.resource, OWN);

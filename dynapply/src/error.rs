@@ -21,6 +21,15 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A field rule's path does not parse, or names no field of the kind
+    /// ([`crate::FieldPath::parse`], [`crate::FieldPath::check_openapi_v3`]).
+    #[error("field path `{path}`: {message}")]
+    InvalidFieldPath {
+        /// The path as written.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The last-applied annotation on the live object is not valid JSON or not a JSON object.
     #[error("at {path}: corrupt last-applied configuration: {message}")]
     CorruptLastApplied {

@@ -5,6 +5,7 @@ mod annotation;
 #[cfg(feature = "yaml")]
 mod document;
 mod error;
+mod fields;
 mod merge;
 mod openapi;
 mod parse;
@@ -20,6 +21,7 @@ pub use annotation::{get_last_applied, set_last_applied};
 #[cfg(feature = "yaml")]
 pub use document::{parse_document, to_yaml};
 pub use error::Error;
+pub use fields::{FieldMode, FieldPath, FieldRule, FieldSeg, left_alone, without_withheld};
 pub use merge::json_eq;
 pub use rules::{ListRule, ListRules};
 pub use ssa::{preserve_unknown_subtrees, server_side_apply_body};
@@ -90,6 +92,11 @@ pub struct Options {
     /// and [`apply_update`] and friends write none and remove one the object carries (it was an
     /// earlier record), using it as the merge base when no other is given.
     pub record: bool,
+    /// Fields left to other writers ([`FieldRule`]): taken out of desired (a `HandOff` field
+    /// once the object or list item holding it exists, an `Ignore` field always) and out of
+    /// last-applied before every merge, so kmeta neither sets nor removes them; the
+    /// last-applied record still holds the whole desired object. Default: none.
+    pub fields: Vec<FieldRule>,
 }
 
 impl Default for Options {
@@ -99,6 +106,7 @@ impl Default for Options {
             rules: ListRules::default(),
             ordering: Ordering::Desired,
             record: true,
+            fields: Vec::new(),
         }
     }
 }
@@ -186,10 +194,11 @@ pub fn merge_into(
         ordering: opts.ordering,
         kept: None,
     };
+    let (last, desired) = fields::shaped(&opts.fields, observed, last_applied, desired);
     merge_value(
         observed,
-        last_applied,
-        desired,
+        last.as_deref(),
+        &desired,
         opts.rules.root(),
         ctx,
         &Path::ROOT,
@@ -214,10 +223,11 @@ pub fn kept_by_others(
         ordering: opts.ordering,
         kept: Some(&kept),
     };
+    let (last, desired) = fields::shaped(&opts.fields, observed, last_applied, desired);
     merge_value(
         &mut out,
-        last_applied,
-        desired,
+        last.as_deref(),
+        &desired,
         opts.rules.root(),
         ctx,
         &Path::ROOT,
@@ -240,10 +250,11 @@ pub fn would_change(
     {
         return true;
     }
+    let (last, desired) = fields::shaped(&opts.fields, observed, last_applied, desired);
     merge::would_change(
         observed,
-        last_applied,
-        desired,
+        last.as_deref(),
+        &desired,
         opts.rules.root(),
         opts.ordering,
         0,
@@ -489,10 +500,12 @@ fn update(
     let last: Option<&Value> = if unchanged_record {
         // Steady state: last-applied is exactly desired. If a dry-run merge changes nothing,
         // the update is a no-op - answered without cloning the live object.
+        // (with field rules, over desired without the fields left to others)
+        let (_, merged_desired) = fields::shaped(&opts.fields, observed, None, &desired);
         if !merge::would_change(
             observed,
-            Some(&desired),
-            &desired,
+            Some(&merged_desired),
+            &merged_desired,
             opts.rules.root(),
             opts.ordering,
             0,
@@ -545,9 +558,7 @@ fn update_unrecorded(
     };
     let annotated = has_annotation(observed, &opts.annotation);
     // the usual resync: nothing to change, answered without cloning the live object
-    if !annotated
-        && !merge::would_change(observed, last, desired, opts.rules.root(), opts.ordering, 0)
-    {
+    if !annotated && !would_change(observed, last, desired, opts) {
         return Ok(Outcome::Unchanged);
     }
     let mut merged = observed.clone();
@@ -659,12 +670,16 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
 /// removed (at every depth) and the last-applied annotation written (the same canonical JSON
 /// [`apply_update`] writes, so the first update after creation is `Unchanged`). With
 /// [`Options::record`] off, no annotation is written (and one `desired` carries is left out).
+///
+/// With [`Options::fields`], an `Ignore` field is left out of the object (the annotation still
+/// records it, as [`apply_update`] does).
 pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
-    let mut out = recorded_last_applied(desired, opts)?;
+    let recorded = recorded_last_applied(desired, opts)?;
+    let mut out = fields::for_create(&opts.fields, &recorded).into_owned();
     if !opts.record {
         return Ok(out);
     }
-    let text = annotation::canonical_json(&out, Some(&opts.annotation));
+    let text = annotation::canonical_json(&recorded, Some(&opts.annotation));
     annotation::write_annotation(&mut out, text, opts)?;
     Ok(out)
 }

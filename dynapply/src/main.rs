@@ -164,6 +164,7 @@ fn load(common: &Common) -> Result<Inputs> {
             OrderingArg::Metacontroller => Ordering::Metacontroller,
         },
         record: true,
+        fields: Vec::new(),
     };
     Ok(Inputs {
         observed,

@@ -357,3 +357,244 @@ mod tests {
         );
     }
 }
+
+impl crate::FieldPath {
+    /// Checks that the path names a field of `kind` of `api_version` in an OpenAPI v3 document
+    /// of that group-version: every field exists (through `$ref`s and `allOf`/`anyOf`/`oneOf`;
+    /// a map's keys through `additionalProperties`), every selector is on a list, and on a list
+    /// whose schema names its keys (`x-kubernetes-list-map-keys`, `x-kubernetes-patch-merge-key`)
+    /// it uses only those; a list the schema makes atomic or a set has no items to select.
+    /// Anything below an `x-kubernetes-preserve-unknown-fields` node is accepted (a schemaless
+    /// subtree, whose lists dynapply keys by convention). `Ok` when the document has no schema
+    /// for the kind: nothing to check against.
+    pub fn check_openapi_v3(
+        &self,
+        doc: &Value,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(), crate::Error> {
+        let Some(schemas) = doc
+            .pointer("/components/schemas")
+            .and_then(Value::as_object)
+        else {
+            return Ok(());
+        };
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let Some((_, root)) = schemas
+            .iter()
+            .find(|(_, s)| has_gvk(s, group, version, kind))
+        else {
+            return Ok(());
+        };
+        if plain_metadata_map(schemas, root, self.segments()) {
+            return Ok(());
+        }
+        let mut current = vec![root];
+        for (i, seg) in self.segments().iter().enumerate() {
+            let views = expand(schemas, &current);
+            if views.iter().any(|v| {
+                v.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+                    || v.get("additionalProperties") == Some(&Value::Bool(true))
+            }) {
+                return Ok(());
+            }
+            let at = || {
+                let done = crate::FieldPath::from_segments(self.segments()[..i].to_vec());
+                match i {
+                    0 => format!("{kind} {api_version}"),
+                    _ => format!("{done} of {kind} {api_version}"),
+                }
+            };
+            current = step(&views, seg).map_err(|why| crate::Error::InvalidFieldPath {
+                path: self.to_string(),
+                message: format!("{why} at {}", at()),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `segs` names a key of `metadata.labels` or `metadata.annotations` (or the map) of a
+/// kind whose schema does not describe `metadata` (a CRD's schema says `type: object`, or
+/// nothing; the API server gives every object ObjectMeta).
+fn plain_metadata_map(
+    schemas: &Map<String, Value>,
+    root: &Value,
+    segs: &[crate::FieldSeg],
+) -> bool {
+    use crate::FieldSeg::Field;
+    let (Some(Field(first)), Some(Field(second))) = (segs.first(), segs.get(1)) else {
+        return false;
+    };
+    if first != "metadata" || !matches!(second.as_str(), "labels" | "annotations") || segs.len() > 3
+    {
+        return false;
+    }
+    if segs.get(2).is_some_and(|s| !matches!(s, Field(_))) {
+        return false;
+    }
+    let described = expand(schemas, &[root]).iter().any(|v| {
+        v.pointer("/properties/metadata").is_some_and(|m| {
+            expand(schemas, &[m])
+                .iter()
+                .any(|x| x.get("properties").is_some())
+        })
+    });
+    !described
+}
+
+/// The schemas `current` stands for, with `$ref`s followed and the combinators' branches.
+fn expand<'d>(schemas: &'d Map<String, Value>, current: &[&'d Value]) -> Vec<&'d Value> {
+    let mut out = Vec::new();
+    let mut todo: Vec<(&Value, usize)> = current.iter().map(|s| (*s, 0)).collect();
+    while let Some((s, depth)) = todo.pop() {
+        if depth > 16 || out.len() > 64 {
+            continue;
+        }
+        out.push(s);
+        if let Some(target) = s.get("$ref").and_then(Value::as_str).and_then(ref_name)
+            && let Some(t) = schemas.get(target)
+        {
+            todo.push((t, depth + 1));
+        }
+        for combinator in ["allOf", "anyOf", "oneOf"] {
+            for sub in s
+                .get(combinator)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                todo.push((sub, depth + 1));
+            }
+        }
+    }
+    out
+}
+
+/// One step of a path through the schemas `views`: the schemas of the field, map value or list
+/// item it names, or why it names none.
+fn step<'d>(views: &[&'d Value], seg: &crate::FieldSeg) -> Result<Vec<&'d Value>, String> {
+    match seg {
+        crate::FieldSeg::Field(name) => {
+            let found: Vec<&Value> = views
+                .iter()
+                .filter_map(|v| {
+                    v.pointer("/properties")
+                        .and_then(|p| p.get(name))
+                        .or_else(|| v.get("additionalProperties").filter(|a| a.is_object()))
+                })
+                .collect();
+            if found.is_empty() {
+                return Err(format!("`{name}` is no field"));
+            }
+            Ok(found)
+        }
+        crate::FieldSeg::Select(keys) => {
+            let list: Vec<&&Value> = views.iter().filter(|v| v.get("items").is_some()).collect();
+            if list.is_empty() {
+                return Err("a list selector on a field that is not a list".to_owned());
+            }
+            for v in &list {
+                let Some(obj) = v.as_object() else { continue };
+                match list_rule(obj) {
+                    Some(ListRule::Map(map_keys)) => {
+                        if let Some((k, _)) = keys.iter().find(|(k, _)| !map_keys.contains(k)) {
+                            return Err(format!(
+                                "`{k}` is not a key of the list (its keys: {})",
+                                map_keys.join(", ")
+                            ));
+                        }
+                    }
+                    Some(ListRule::Atomic) => {
+                        return Err("an atomic list (replaced whole) has no item to select; name the whole list".to_owned());
+                    }
+                    Some(ListRule::Set) => {
+                        return Err("a set has no keyed items to select".to_owned());
+                    }
+                    None => {}
+                }
+            }
+            Ok(list.iter().filter_map(|v| v.get("items")).collect())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod field_path_tests {
+    use crate::FieldPath;
+    use serde_json::{Value, json};
+
+    /// The apps/v1 document kmeta-apiserver serves (generated from the Kubernetes API).
+    fn apps_v1() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../apiserver/openapi/v3/apis__apps__v1_openapi.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn check(doc: &Value, path: &str) -> Result<(), String> {
+        FieldPath::parse(path)
+            .unwrap()
+            .check_openapi_v3(doc, "apps/v1", "Deployment")
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn paths_of_a_deployment() {
+        let doc = apps_v1();
+        for ok in [
+            "spec.replicas",
+            "spec.template.spec.containers[name=app].resources",
+            "spec.template.spec.containers[name=app].resources.limits[cpu]",
+            "spec.template.metadata.annotations[kubectl.kubernetes.io/restartedAt]",
+            "spec.template.spec.containers[name=app].ports[containerPort=80,protocol=TCP]",
+        ] {
+            assert_eq!(check(&doc, ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (
+                "spec.replica",
+                "`replica` is no field at spec of Deployment apps/v1",
+            ),
+            (
+                "spec.template.spec.containers[image=x].resources",
+                "`image` is not a key of the list (its keys: name)",
+            ),
+            ("spec.replicas[name=x]", "not a list"),
+            (
+                "spec.template.spec.containers[name=app].resource",
+                "`resource` is no field at spec.template.spec.containers[name=app]",
+            ),
+            ("spec.template.spec.tolerations[key=x]", "atomic list"),
+        ] {
+            let err = check(&doc, bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(err.contains(&format!("`{bad}`")), "{err}");
+        }
+    }
+
+    #[test]
+    fn anything_below_preserve_unknown_fields_and_nothing_to_check_without_a_schema() {
+        let doc = json!({"components": {"schemas": {"W": {
+            "x-kubernetes-group-version-kind": [{"group": "x.io", "version": "v1", "kind": "W"}],
+            "type": "object",
+            "properties": {"spec": {"type": "object", "properties": {
+                "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}
+        }}}});
+        let p = FieldPath::parse("spec.template.spec.containers[name=app].resources").unwrap();
+        assert!(p.check_openapi_v3(&doc, "x.io/v1", "W").is_ok());
+        // a CRD's schema does not describe metadata: its labels and annotations are there
+        let ann = FieldPath::parse("metadata.annotations[example.com/owner]").unwrap();
+        assert!(ann.check_openapi_v3(&doc, "x.io/v1", "W").is_ok());
+        let other = FieldPath::parse("metadata.bogus").unwrap();
+        assert!(other.check_openapi_v3(&doc, "x.io/v1", "W").is_err());
+        let bad = FieldPath::parse("spec.templates").unwrap();
+        assert!(bad.check_openapi_v3(&doc, "x.io/v1", "W").is_err());
+        assert!(bad.check_openapi_v3(&doc, "x.io/v1", "Other").is_ok());
+    }
+}

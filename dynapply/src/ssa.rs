@@ -45,7 +45,9 @@ fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
 /// writes it (with its last-applied annotation), except that each subtree at `subtrees` that
 /// `desired` sets is taken from the three-way merge of `live`, its last-applied record and
 /// `desired` (so what others added there survives). The root subtree (an empty path) covers
-/// every top-level field but `apiVersion`, `kind`, `metadata` and `status`.
+/// every top-level field but `apiVersion`, `kind`, `metadata` and `status`. The fields
+/// [`Options::fields`] leaves to others once they exist in `live` are left out of the body
+/// (outside those subtrees).
 pub fn server_side_apply_body(
     live: &Value,
     desired: &Value,
@@ -53,6 +55,12 @@ pub fn server_side_apply_body(
     subtrees: &[Vec<String>],
 ) -> Result<Value, Error> {
     let mut body = prepare_create(desired, opts)?;
+    // fields left to others ([`Options::fields`]) are not applied, so kmeta's manager lets go of
+    // them; inside a preserve-unknown subtree (replaced below) the server treats lists as
+    // atomic, so there the merged subtree carries the owner's live value instead
+    for rule in crate::fields::withheld(&opts.fields, live) {
+        rule.path.remove_from(&mut body);
+    }
     if subtrees.is_empty() {
         return Ok(body);
     }

@@ -529,3 +529,40 @@ proptest! {
         prop_assert_eq!(in_place, result);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// A field left to others (`spec.a`, hand-off or ignore) is never set, changed or removed by
+    /// an update, whatever the last-applied record and the hook's answer, as long as the answer
+    /// keeps `spec` a map or drops it (an answer turning `spec` into a scalar or a list replaces
+    /// it, rule 3).
+    #[test]
+    fn a_ruled_field_is_never_removed_or_reset(
+        observed in top(), last in top(), desired in top(), ignore in any::<bool>()
+    ) {
+        prop_assume!(desired.get("spec").is_none_or(|s| s.is_object() || s.is_null()));
+        let rule = dynapply::FieldRule {
+            name: "r".into(),
+            path: dynapply::FieldPath::parse("spec.a").map_err(|e| TestCaseError::fail(e.to_string()))?,
+            mode: if ignore { dynapply::FieldMode::Ignore } else { dynapply::FieldMode::HandOff },
+        };
+        let opts = Options { fields: vec![rule], ..Options::default() };
+        // live has the field (another writer set it)
+        let mut observed = observed;
+        if !observed.get("spec").is_some_and(Value::is_object) {
+            observed["spec"] = Value::Object(Map::new());
+        }
+        if observed["spec"].get("a").is_none_or(Value::is_null) {
+            observed["spec"]["a"] = Value::from(7);
+        }
+        prop_assume!(set_last_applied(&mut observed, &last, &opts).is_ok());
+        if let Ok(Outcome::Changed(written)) = apply_update(&observed, &desired, &opts) {
+            let (was, is) = (observed.pointer("/spec/a"), written.pointer("/spec/a"));
+            prop_assert!(
+                match (was, is) { (Some(w), Some(i)) => json_eq(w, i), (None, None) => true, _ => false },
+                "spec.a was {was:?}, is {is:?}"
+            );
+        }
+    }
+}

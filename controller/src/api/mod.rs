@@ -61,9 +61,34 @@ pub struct CompositeControllerSpec {
     pub service_account_namespace: Option<String>,
 }
 
-/// CompositeController status (empty, as Metacontroller's).
+/// CompositeController status (empty in Metacontroller; kmeta writes conditions).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct CompositeControllerStatus {}
+pub struct CompositeControllerStatus {
+    /// kmeta extension: `FieldRulesAccepted=False` while a `fieldRules` path is refused, its
+    /// message naming the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<ControllerCondition>>,
+}
+
+/// A condition kmeta sets on a CompositeController or DecoratorController.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerCondition {
+    /// The condition type, e.g. `FieldRulesAccepted`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase reason, e.g. `FieldPathRefused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What is wrong, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
 
 /// `spec.parentResource`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -108,6 +133,40 @@ pub struct CompositeControllerChildResourceRule {
     /// what the hook wants. Default `Enforce`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<DriftPolicy>,
+    /// kmeta extension (Metacontroller ignores it): single fields of these children left to
+    /// other writers (an HPA's `spec.replicas`, a VPA's
+    /// `spec.template.spec.containers[name=app].resources`), addressed by merge key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_rules: Option<Vec<FieldRule>>,
+}
+
+/// One entry of `childResources[].fieldRules` or `attachments[].fieldRules` (kmeta extension):
+/// a field of the children left to another writer (docs/design/field-handoff.md).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldRule {
+    /// The field, from the object's top, list items selected by merge key:
+    /// `spec.replicas`, `spec.template.spec.containers[name=app].resources`,
+    /// `metadata.annotations[example.com/owner]`. Positions (`containers[0]`) are refused.
+    pub path: String,
+    /// `HandOff` (default): set when the child (or the list item holding the field) is created,
+    /// never changed afterwards. `Ignore`: never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<FieldRuleMode>,
+    /// The name reports give the rule (e.g. `hpa`); default: the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `fieldRules[].mode`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FieldRuleMode {
+    /// kmeta sets the field when it creates the child, or the list item holding the field, and
+    /// never changes or removes it afterwards. The default.
+    #[default]
+    HandOff,
+    /// kmeta never sends the field, not even on create.
+    Ignore,
 }
 
 /// `childResources[].driftPolicy` (kmeta extension).
@@ -492,9 +551,14 @@ pub struct DecoratorControllerSpec {
     pub service_account_namespace: Option<String>,
 }
 
-/// DecoratorController status (empty).
+/// DecoratorController status (empty in Metacontroller; kmeta writes conditions).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct DecoratorControllerStatus {}
+pub struct DecoratorControllerStatus {
+    /// kmeta extension: `FieldRulesAccepted=False` while a `fieldRules` path is refused, its
+    /// message naming the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<ControllerCondition>>,
+}
 
 /// `spec.resources[]` of a DecoratorController.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -538,6 +602,10 @@ pub struct DecoratorControllerAttachmentRule {
     /// Update strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<DecoratorControllerAttachmentUpdateStrategy>,
+    /// kmeta extension (Metacontroller ignores it): single fields of these attachments left to
+    /// other writers, addressed by merge key (as `childResources[].fieldRules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_rules: Option<Vec<FieldRule>>,
 }
 
 /// Attachment update strategy.

@@ -93,6 +93,28 @@ impl OpenApiDocs {
         api_version: &str,
         kind: &str,
     ) -> Result<Result<dynapply::ListRules, NotServed>, kube::Error> {
+        let doc = match self
+            .group_version(client, metrics, generation, api_version)
+            .await?
+        {
+            Ok(doc) => doc,
+            Err(why) => return Ok(Err(why)),
+        };
+        Ok(
+            dynapply::ListRules::from_openapi_v3(&doc, api_version, kind)
+                .ok_or(NotServed::NoSchema),
+        )
+    }
+
+    /// The OpenAPI v3 document of `api_version`'s group-version (read once per URL), or why
+    /// there is none; as [`OpenApiDocs::list_rules`].
+    pub async fn group_version(
+        &self,
+        client: &kube::Client,
+        metrics: &Metrics,
+        generation: u64,
+        api_version: &str,
+    ) -> Result<Result<Arc<Value>, NotServed>, kube::Error> {
         let index = self.index(client, metrics, generation).await?;
         let urls = match &index.urls {
             Ok(urls) => urls,
@@ -102,14 +124,7 @@ impl OpenApiDocs {
         let Some(url) = urls.get(&path) else {
             return Ok(Err(NotServed::NoDocument));
         };
-        let doc = match self.document(client, metrics, &path, url).await? {
-            Ok(doc) => doc,
-            Err(why) => return Ok(Err(why)),
-        };
-        Ok(
-            dynapply::ListRules::from_openapi_v3(&doc, api_version, kind)
-                .ok_or(NotServed::NoSchema),
-        )
+        self.document(client, metrics, &path, url).await
     }
 
     /// Logs that `resource` uses kmeta's built-in list rules: the first time at `info`, then at

@@ -358,6 +358,126 @@ pub fn upgraded_managed_fields(managed: &Value, manager: &str, legacy: &[&str]) 
     Some(Value::Array(out))
 }
 
+/// The field manager that holds the fields a parent's manager hands off under server-side
+/// apply (`fieldRules`), so that leaving them out of its applies does not delete them; the
+/// owner's next write of a field takes it from this manager (docs/design/field-handoff.md).
+pub const HANDOFF_MANAGER: &str = "kmeta-handoff";
+
+/// `managed` (an object's `managedFields`) with the fields `paths` name moved out of the
+/// entries of `manager` and the `legacy` managers into an `Update` entry of
+/// [`HANDOFF_MANAGER`]: Kubernetes' safe transfer of ownership, so that the next apply, which
+/// leaves them out, releases them without the server removing or resetting them. `None` when
+/// those managers own none of them.
+pub fn handed_over_managed_fields(
+    managed: &Value,
+    manager: &str,
+    legacy: &[&str],
+    paths: &[dynapply::FieldPath],
+) -> Option<Value> {
+    let entries = managed.as_array()?;
+    let ours = |e: &Value| {
+        (e["manager"] == manager || legacy.iter().any(|l| e["manager"] == *l))
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+    };
+    let mut moved = Value::Object(Default::default());
+    let mut template = None;
+    let mut out = Vec::with_capacity(entries.len() + 1);
+    for e in entries {
+        let mut e = e.clone();
+        if ours(&e) {
+            for path in paths {
+                if take_fields(&mut e["fieldsV1"], path.segments(), &mut moved) {
+                    template.get_or_insert_with(|| e.clone());
+                }
+            }
+        }
+        out.push(e);
+    }
+    let template = template?;
+    let existing = out.iter_mut().find(|e| {
+        e["manager"] == HANDOFF_MANAGER
+            && e["operation"] == "Update"
+            && e["apiVersion"] == template["apiVersion"]
+    });
+    match existing {
+        Some(e) => e["fieldsV1"] = union(e["fieldsV1"].take(), &moved),
+        None => {
+            let mut e = template;
+            e["manager"] = Value::String(HANDOFF_MANAGER.to_owned());
+            e["operation"] = Value::String("Update".into());
+            e["fieldsV1"] = moved;
+            out.push(e);
+        }
+    }
+    Some(Value::Array(out))
+}
+
+/// Moves the FieldsV1 subtrees `segs` names from `tree` into `into` (at the same place);
+/// maps left empty by the move are removed. True when something moved.
+fn take_fields(tree: &mut Value, segs: &[dynapply::FieldSeg], into: &mut Value) -> bool {
+    let (Some((first, rest)), Some(map)) = (segs.split_first(), tree.as_object_mut()) else {
+        return false;
+    };
+    let keys: Vec<String> = map
+        .keys()
+        .filter(|k| fields_v1_key_matches(k, first))
+        .cloned()
+        .collect();
+    let mut any = false;
+    for k in keys {
+        let mut taken = Value::Object(Default::default());
+        let moved = match rest {
+            [] => map.shift_remove(&k).map(|sub| taken = sub).is_some(),
+            _ => {
+                let (moved, emptied) = match map.get_mut(&k) {
+                    Some(sub) => {
+                        let moved = take_fields(sub, rest, &mut taken);
+                        // `.` alone (or nothing) left: the item or map holds nothing of ours
+                        let emptied = sub.as_object().is_some_and(|m| m.keys().all(|k| k == "."));
+                        (moved, moved && emptied)
+                    }
+                    None => (false, false),
+                };
+                if emptied {
+                    map.shift_remove(&k);
+                }
+                moved
+            }
+        };
+        if moved && let Some(into) = into.as_object_mut() {
+            let was = into
+                .shift_remove(&k)
+                .unwrap_or(Value::Object(Default::default()));
+            into.insert(k, union(was, &taken));
+            any = true;
+        }
+    }
+    any
+}
+
+/// Whether the FieldsV1 key `key` (`f:<field>`, `k:<json of the key fields>`) is the step
+/// `seg` of a field path.
+fn fields_v1_key_matches(key: &str, seg: &dynapply::FieldSeg) -> bool {
+    match seg {
+        dynapply::FieldSeg::Field(name) => key.strip_prefix("f:") == Some(name.as_str()),
+        dynapply::FieldSeg::Select(wanted) => key
+            .strip_prefix("k:")
+            .and_then(|json| serde_json::from_str::<Value>(json).ok())
+            .is_some_and(|item| {
+                wanted.iter().all(|(k, v)| match item.get(k) {
+                    Some(Value::String(s)) => s == v,
+                    Some(other @ (Value::Number(_) | Value::Bool(_))) => {
+                        serde_json::from_str::<Value>(v).is_ok_and(|w| w == *other)
+                    }
+                    _ => false,
+                })
+            }),
+    }
+}
+
 /// The union of two FieldsV1 trees.
 pub(crate) fn union(mut a: Value, b: &Value) -> Value {
     if let (Some(am), Some(bm)) = (a.as_object_mut(), b.as_object()) {
@@ -654,6 +774,41 @@ mod tests {
     use super::*;
     use crate::runtime::compact::is_parent_manager;
     use serde_json::json;
+
+    #[test]
+    fn handed_over_fields_move_to_the_handoff_manager() {
+        let app = r#"k:{"name":"app"}"#;
+        let managed = json!([
+            {"manager": "mc/p/1", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                app: {".": {}, "f:image": {}, "f:resources": {"f:requests": {"f:cpu": {}}}}}}}}}},
+            {"manager": "hpa", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:annotations": {"f:x": {}}}}}
+        ]);
+        let paths: Vec<dynapply::FieldPath> = [
+            "spec.replicas",
+            "spec.template.spec.containers[name=app].resources",
+        ]
+        .iter()
+        .map(|p| dynapply::FieldPath::parse(p).unwrap())
+        .collect();
+        let out = handed_over_managed_fields(&managed, "mc/p/1", &[], &paths).unwrap();
+        assert_eq!(
+            out[0]["fieldsV1"],
+            json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                app: {".": {}, "f:image": {}}}}}}})
+        );
+        assert_eq!(out[1], managed[1]);
+        assert_eq!(out[2]["manager"], HANDOFF_MANAGER);
+        assert_eq!(out[2]["operation"], "Update");
+        assert_eq!(
+            out[2]["fieldsV1"],
+            json!({"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                app: {"f:resources": {"f:requests": {"f:cpu": {}}}}}}}}})
+        );
+        // nothing of ours left to move: nothing to write
+        assert!(handed_over_managed_fields(&out, "mc/p/1", &[], &paths).is_none());
+    }
 
     #[test]
     fn strategy_from_annotation_or_flag() {

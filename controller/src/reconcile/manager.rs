@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{CompositeController, DecoratorController};
 use crate::hook::jsonnet::SourceWatch;
 use crate::ops::events::Reason;
+use crate::reconcile::children::FieldRulesError;
 use crate::reconcile::composite::{BuildError, CompositeRunner};
 use crate::reconcile::core::{Context, ManagerConfig, SyncError, Wiring};
 use crate::reconcile::decide;
@@ -59,6 +60,9 @@ pub(crate) trait ControllerKind: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Runner, Self::Error>> + Send;
     /// The event reason of a build failure.
     fn failure_reason(e: &Self::Error) -> Reason;
+    /// Whether a build failure is a refused `fieldRules` path (the object then carries a
+    /// `FieldRulesAccepted=False` condition).
+    fn refuses_field_rules(e: &Self::Error) -> bool;
     /// Waits until the runner's watches have listed once.
     fn wait_synced(runner: Arc<Self::Runner>) -> impl Future<Output = ()> + Send;
     /// Runs the runner until `stop`.
@@ -102,6 +106,9 @@ impl ControllerKind for CompositeController {
             _ => Reason::CreateError,
         }
     }
+    fn refuses_field_rules(e: &BuildError) -> bool {
+        matches!(e, BuildError::FieldRules(FieldRulesError::Refused(_)))
+    }
     async fn wait_synced(runner: Arc<CompositeRunner>) {
         runner.wait_watches_synced().await;
     }
@@ -130,6 +137,12 @@ impl ControllerKind for DecoratorController {
     }
     fn failure_reason(_: &DecoratorBuildError) -> Reason {
         Reason::CreateError
+    }
+    fn refuses_field_rules(e: &DecoratorBuildError) -> bool {
+        matches!(
+            e,
+            DecoratorBuildError::FieldRules(FieldRulesError::Refused(_))
+        )
     }
     async fn wait_synced(runner: Arc<DecoratorRunner>) {
         runner.wait_watches_synced().await;
@@ -273,6 +286,7 @@ async fn run_one<K: ControllerKind>(
                         drop(guard);
                     });
                 }
+                field_rules_condition::<K>(&ctx, &value, None).await;
                 tracing::info!(kind = K::KIND, controller = %name, "started");
                 let started = format!("Started controller: {name}");
                 ctx.event(&value, Reason::Started, started).await;
@@ -308,6 +322,8 @@ async fn run_one<K: ControllerKind>(
                     tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
                     let note = format!("Cannot start controller: {msg}");
                     ctx.event(&value, reason, note).await;
+                    let refused = K::refuses_field_rules(&e).then_some(msg.as_str());
+                    field_rules_condition::<K>(&ctx, &value, refused).await;
                     last_error = msg;
                 }
             }
@@ -321,6 +337,31 @@ async fn run_one<K: ControllerKind>(
                 }
             }
         }
+    }
+}
+
+/// Sets or clears the `FieldRulesAccepted=False` condition of the controller object `value`
+/// (`refused`: the message naming the refused path), when its status says otherwise: a merge
+/// patch of its `status`. A failure is logged (the `CreateError` event names the path too).
+async fn field_rules_condition<K: ControllerKind>(
+    ctx: &Context,
+    value: &Value,
+    refused: Option<&str>,
+) {
+    let now = crate::reconcile::status::now_to_the_second();
+    let Some(conditions) = decide::field_rules_conditions(value.get("status"), refused, &now)
+    else {
+        return;
+    };
+    let name = crate::object::meta_str(value, "name");
+    let api: Api<K::Object> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    let params = kube::api::PatchParams::default();
+    if let Err(e) = api
+        .patch_status(name, &params, &kube::api::Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(kind = K::KIND, controller = %name, error = %e, "writing the FieldRulesAccepted condition");
     }
 }
 

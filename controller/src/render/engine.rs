@@ -226,17 +226,53 @@ impl Engine {
             .map(|o| (decide::child_key(o), o))
             .collect();
         let mut gated = Gated::default();
+        let planned: std::collections::HashSet<String> = ops
+            .iter()
+            .map(|op| decide::child_key(op_object(op)))
+            .collect();
         for op in ops {
             let key = decide::child_key(op_object(&op));
             let pair = (by_key.get(&key).copied(), desired.get(&key));
             self.gate_one(parent, op, pair, &mut gated)?;
         }
+        gated
+            .left_alone
+            .extend(self.left_to_others(&by_key, desired, &planned));
         for left in &gated.left_alone {
             let why = left.why.clone();
             let entry = ChildRecord::of(parent, &left.object, ChildAction::LeftAlone { why });
             gated.records.push(entry);
         }
         Ok(gated)
+    }
+
+    /// Children the plan leaves as they are although they differ from the answer, at fields
+    /// their type's field rules leave to others only (as the child executor records them).
+    fn left_to_others(
+        &self,
+        by_key: &HashMap<String, &Value>,
+        desired: &BTreeMap<String, Value>,
+        planned: &std::collections::HashSet<String>,
+    ) -> Vec<LeftAlone> {
+        let mut out = Vec::new();
+        for (key, want) in desired {
+            let gk = key.split(' ').next().unwrap_or_default();
+            let (Some(live), Some(opts)) = (by_key.get(key), self.declared.options.get(gk)) else {
+                continue;
+            };
+            if planned.contains(key) || opts.fields.is_empty() {
+                continue;
+            }
+            let names = dynapply::left_alone(&opts.fields, live, want);
+            if !names.is_empty() {
+                out.push(LeftAlone {
+                    child: key.clone(),
+                    why: format!("field rules: {}", names.join(", ")),
+                    object: (*live).clone(),
+                });
+            }
+        }
+        out
     }
 
     /// The child operations a sync plans, deletes first: the last-applied state read as the
@@ -603,6 +639,10 @@ fn declare_children(
         d.types
             .insert(key.clone(), ChildType { namespaced, method });
         let mut options = child_options(&rule.api_version, &kind, crds);
+        let spec_fields = rule.field_rules.as_deref().unwrap_or_default();
+        options.fields =
+            crate::reconcile::children::field_rules(spec_fields, None, &rule.api_version, &kind)
+                .map_err(|e| RenderError::Controller(format!("{key}: {e}")))?;
         let drift = rule.drift_policy.unwrap_or_default();
         options.record = apply::records_last_applied(choice, &options.rules, drift, method);
         d.options.insert(key.clone(), options);
@@ -692,5 +732,24 @@ mod tests {
                 fields: vec!["spec.replicas".into()]
             }
         );
+    }
+
+    #[test]
+    fn children_left_to_others_are_named_with_their_rules() {
+        let mut options = child_options("apps/v1", "Deployment", &[]);
+        let rule = crate::api::FieldRule {
+            path: "spec.replicas".into(),
+            mode: None,
+            name: Some("hpa".into()),
+        };
+        options.fields =
+            crate::reconcile::children::field_rules(&[rule], None, "apps/v1", "Deployment")
+                .unwrap();
+        let want = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3}});
+        let mut live = want.clone();
+        live["spec"]["replicas"] = json!(7);
+        let names = dynapply::left_alone(&options.fields, &live, &want);
+        assert_eq!(names, ["hpa"]);
     }
 }

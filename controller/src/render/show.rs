@@ -104,7 +104,7 @@ pub fn as_diff(r: &Rendered) -> String {
         out.push_str(&unified(&before, &after, (&names.0, &names.1)));
     }
     for left in &r.left_alone {
-        out.push_str(&format!("# left alone {} ({})\n", left.child, left.why));
+        out.push_str(&format!("# left alone {}: {}\n", left.child, left.why));
     }
     for key in &r.unchanged {
         out.push_str(&format!("# no write {key}\n"));

@@ -31,6 +31,7 @@ mod contract;
 mod decorator;
 mod failures;
 mod fairness;
+mod handoff;
 mod history;
 mod impersonation;
 mod jsonnet;

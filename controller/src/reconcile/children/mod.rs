@@ -223,12 +223,11 @@ pub async fn manage_children<O: Borrow<Value>>(
     )?;
     let ops = decide::with_adoptions(ops, observed, adopting);
     let mut out = Collected::default();
+    left_to_others(c, &w, &ops, &mut out);
     if ops.is_empty() {
+        let done = std::mem::take(&mut out.done);
         let quiet = !report_collected(c, parent, out).await;
-        return Ok(Managed {
-            quiet,
-            done: Vec::new(),
-        });
+        return Ok(Managed { quiet, done });
     }
     let mut errors = Vec::new();
     let (first, then) = decide::write_phases(ops);
@@ -249,6 +248,31 @@ pub async fn manage_children<O: Borrow<Value>>(
         Ok(Managed { quiet: false, done })
     } else {
         Err(SyncError::Children(errors))
+    }
+}
+
+/// Children the plan (`ops`) leaves as they are although they differ from the hook's answer,
+/// at fields their type's field rules leave to others only: recorded `LeftAlone`, naming the
+/// rules (the sync record, `kmeta trace`). Not a write, not a skip, not drift: not counted in
+/// `kmeta_child_operations_total`.
+fn left_to_others(c: &Children<'_>, w: &Writing<'_>, ops: &[ChildOp], out: &mut Collected) {
+    let planned: BTreeSet<String> = ops
+        .iter()
+        .map(|op| decide::child_key(op_object(op)))
+        .collect();
+    for (key, want) in w.desired {
+        let gk = key.split(' ').next().unwrap_or_default();
+        let (Some(live), Some(rule)) = (w.observed.get(key), c.rules.get(gk)) else {
+            continue;
+        };
+        if planned.contains(key) || rule.options.fields.is_empty() {
+            continue;
+        }
+        let names = dynapply::left_alone(&rule.options.fields, live, want);
+        if !names.is_empty() {
+            let why = format!("field rules: {}", names.join(", "));
+            out.did(w.parent, live, decide::ChildAction::LeftAlone { why });
+        }
     }
 }
 

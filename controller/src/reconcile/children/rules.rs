@@ -130,6 +130,117 @@ pub async fn list_rules(
     }
 }
 
+/// A `fieldRules[]` entry of a child type that kmeta refuses: its path does not parse, names
+/// no field of the kind, or names one kmeta cannot leave to others. The controller is not
+/// started (a `CreateError` event and log line name the path).
+#[derive(Debug, thiserror::Error)]
+#[error("fieldRules of {resource}: {source}")]
+pub struct FieldRuleError {
+    /// The child resource, `<apiVersion> <resource>`.
+    pub resource: String,
+    /// What is wrong, naming the path.
+    #[source]
+    pub source: dynapply::Error,
+}
+
+/// Fields that identify a child or tie it to its parent: never left to others.
+const OWN_FIELDS: [&str; 5] = [
+    "apiVersion",
+    "kind",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.ownerReferences",
+];
+
+/// The field rules of a child type (`api_version`, `kind`) as dynapply takes them, each path
+/// parsed and, where `doc` (the group-version's OpenAPI v3 document) has the kind's schema,
+/// checked to name a field of it ([`dynapply::FieldPath::check_openapi_v3`]).
+pub fn field_rules(
+    spec: &[crate::api::FieldRule],
+    doc: Option<&Value>,
+    api_version: &str,
+    kind: &str,
+) -> Result<Vec<dynapply::FieldRule>, dynapply::Error> {
+    let mut out = Vec::with_capacity(spec.len());
+    for rule in spec {
+        let path = dynapply::FieldPath::parse(&rule.path)?;
+        let text = path.to_string();
+        // the field itself, a field inside it, or a map holding it (`metadata`)
+        if let Some(own) = OWN_FIELDS.iter().find(|f| {
+            text == **f
+                || text.starts_with(&format!("{f}."))
+                || text.starts_with(&format!("{f}["))
+                || f.starts_with(&format!("{text}."))
+        }) {
+            return Err(dynapply::Error::InvalidFieldPath {
+                path: rule.path.clone(),
+                message: format!(
+                    "`{own}` identifies the child or ties it to its parent; kmeta keeps it"
+                ),
+            });
+        }
+        if let Some(doc) = doc {
+            path.check_openapi_v3(doc, api_version, kind)?;
+        }
+        out.push(dynapply::FieldRule {
+            name: rule.name.clone().unwrap_or_else(|| rule.path.clone()),
+            path,
+            mode: match rule.mode.unwrap_or_default() {
+                crate::api::FieldRuleMode::HandOff => dynapply::FieldMode::HandOff,
+                crate::api::FieldRuleMode::Ignore => dynapply::FieldMode::Ignore,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// [`field_rules`] for the resolved child type `r`, with the OpenAPI v3 document the API server
+/// serves for it (none served: the paths are only parsed). A document that cannot be read is
+/// a [`SchemaReadError`], tried again.
+pub async fn checked_field_rules(
+    ctx: &Context,
+    r: &Resolved,
+    spec: &[crate::api::FieldRule],
+) -> Result<Vec<dynapply::FieldRule>, FieldRulesError> {
+    if spec.is_empty() {
+        return Ok(Vec::new());
+    }
+    let doc = ctx
+        .openapi
+        .group_version(
+            &ctx.client,
+            &ctx.wiring.metrics,
+            ctx.resources.generation(),
+            &r.api.api_version,
+        )
+        .await
+        .map_err(|source| SchemaReadError {
+            resource: format!(
+                "the OpenAPI v3 document /openapi/v3/{}",
+                crate::ops::openapi::group_version_path(&r.api.api_version)
+            ),
+            source,
+        })?;
+    field_rules(spec, doc.as_deref().ok(), &r.api.api_version, &r.api.kind).map_err(|source| {
+        FieldRulesError::Refused(FieldRuleError {
+            resource: format!("{} {}", r.api.api_version, r.api.plural),
+            source,
+        })
+    })
+}
+
+/// Why a child type's field rules are not taken: its schema could not be read (tried again),
+/// or a rule is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldRulesError {
+    /// The OpenAPI v3 document could not be read.
+    #[error(transparent)]
+    Schema(#[from] SchemaReadError),
+    /// A rule is refused.
+    #[error(transparent)]
+    Refused(#[from] FieldRuleError),
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -208,5 +319,41 @@ mod tests {
         schema.set("spec.hosts", ListRule::Atomic);
         let rules = served_rules("example.com/v1", "Thing", "example.com", schema, false);
         assert_eq!(rules.get("spec.hosts"), Some(&ListRule::Atomic));
+    }
+
+    #[test]
+    fn field_rules_are_parsed_named_and_own_fields_refused() {
+        let rule = |path: &str| crate::api::FieldRule {
+            path: path.to_owned(),
+            mode: None,
+            name: None,
+        };
+        let mut hpa = rule("spec.replicas");
+        hpa.name = Some("hpa".to_owned());
+        let rules = field_rules(&[hpa], None, "apps/v1", "Deployment").unwrap();
+        assert_eq!(rules[0].name, "hpa");
+        assert_eq!(rules[0].mode, dynapply::FieldMode::HandOff);
+        for bad in [
+            "metadata.name",
+            "kind",
+            "metadata.ownerReferences[uid=x]",
+            "metadata",
+        ] {
+            let err = field_rules(&[rule(bad)], None, "apps/v1", "Deployment").unwrap_err();
+            assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
+        }
+        let err = field_rules(&[rule("spec.containers[0]")], None, "v1", "Pod").unwrap_err();
+        assert!(err.to_string().contains("position"), "{err}");
+        // checked against the schema where one is served
+        let doc = serde_json::json!({"components": {"schemas": {"D": {
+            "x-kubernetes-group-version-kind": [{"group": "apps", "version": "v1", "kind": "Deployment"}],
+            "properties": {"spec": {"properties": {"replicas": {"type": "integer"}}}}}}}});
+        let err = field_rules(&[rule("spec.replica")], Some(&doc), "apps/v1", "Deployment")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`spec.replica`") && err.contains("no field"),
+            "{err}"
+        );
     }
 }

@@ -139,7 +139,7 @@ pub(super) async fn apply_child(
     let mut body = decide::server_side_apply_request(live, want, &rule.options, w.parent, cached)
         .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let upgraded = match observed {
-        Some(live) => upgrade_ownership(c, &api, live, &w.manager).await?,
+        Some(live) => upgrade_ownership(c, &api, live, &w.manager, &rule.options.fields).await?,
         None => None,
     };
     // a guarded body is guarded by the version the ownership upgrade wrote
@@ -180,14 +180,17 @@ pub(super) async fn apply_child(
 
 /// Moves the fields `manager` (or kmeta's legacy managers) own through earlier creates and
 /// updates into its apply entry, once per child: the caches keep no `managedFields`, so they
-/// are read fresh the first time. When it rewrote exactly the cached version `live`, the
-/// resourceVersion it wrote (the apply that follows is based on it: only `managedFields`
+/// are read fresh the first time. With field rules (`fields`), before every apply: the ruled
+/// fields those managers still own move to [`apply::HANDOFF_MANAGER`], so the apply that
+/// leaves them out does not remove them. When it rewrote exactly the cached version `live`,
+/// the resourceVersion it wrote (the apply that follows is based on it: only `managedFields`
 /// changed).
 pub(super) async fn upgrade_ownership(
     c: &Children<'_>,
     api: &kube::Api<kube::api::DynamicObject>,
     live: &Value,
     manager: &str,
+    fields: &[dynapply::FieldRule],
 ) -> Result<Option<String>, kube::Error> {
     let uid = meta_str(live, "uid");
     let check = c
@@ -196,7 +199,7 @@ pub(super) async fn upgrade_ownership(
         .lock()
         .map(|r| r.needs_upgrade_check(uid, manager))
         .unwrap_or(true);
-    if !check {
+    if !check && fields.is_empty() {
         return Ok(None);
     }
     let Some(fresh) = kapi::get(api, meta_str(live, "name")).await? else {
@@ -206,7 +209,7 @@ pub(super) async fn upgrade_ownership(
     let mut written = None;
     if let Some(up) = fresh
         .pointer("/metadata/managedFields")
-        .and_then(|m| apply::upgraded_managed_fields(m, manager, &legacy))
+        .and_then(|m| owned_after_upgrade(m, manager, &legacy, fields))
     {
         let stored = kapi::set_managed_fields(api, &fresh, &up, manager).await?;
         let on_cached = meta_str(&fresh, "resourceVersion") == meta_str(live, "resourceVersion");
@@ -216,6 +219,24 @@ pub(super) async fn upgrade_ownership(
         r.upgraded(uid, manager);
     }
     Ok(written)
+}
+
+/// `managed` after [`apply::upgraded_managed_fields`] and then
+/// [`apply::handed_over_managed_fields`] of the `fields` rules' paths; `None` when neither
+/// changes anything.
+fn owned_after_upgrade(
+    managed: &Value,
+    manager: &str,
+    legacy: &[&str],
+    fields: &[dynapply::FieldRule],
+) -> Option<Value> {
+    let upgraded = apply::upgraded_managed_fields(managed, manager, legacy);
+    let paths: Vec<dynapply::FieldPath> = fields.iter().map(|r| r.path.clone()).collect();
+    let base = upgraded.as_ref().unwrap_or(managed);
+    match apply::handed_over_managed_fields(base, manager, legacy, &paths) {
+        Some(handed) => Some(handed),
+        None => upgraded,
+    }
 }
 
 /// After an apply refused with conflicts: contests and (under `Report`) conflicts are reported

@@ -12,7 +12,9 @@ use crate::hook::client::LocalHook;
 use crate::hook::{HookClient, HookError};
 use crate::object::meta_str;
 use crate::ops::metrics::{ControllerType, HookKind};
-use crate::reconcile::children::{ChildRule, Children, list_rules, schema_atomic_lists};
+use crate::reconcile::children::{
+    ChildRule, Children, checked_field_rules, list_rules, schema_atomic_lists,
+};
 use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
@@ -33,6 +35,9 @@ pub enum BuildError {
     /// A child type's CRD could not be read for its list markers.
     #[error(transparent)]
     Schema(#[from] crate::reconcile::children::SchemaReadError),
+    /// A child type's field rules are refused, or its schema could not be read for them.
+    #[error(transparent)]
+    FieldRules(#[from] crate::reconcile::children::FieldRulesError),
     /// A hook is misconfigured or its credentials are unreadable.
     #[error(transparent)]
     Hook(#[from] HookError),
@@ -293,10 +298,13 @@ async fn resolve_children(
         let namespaced = r.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let rules = list_rules(ctx, &r, schema_atomic).await?;
+        let fields =
+            checked_field_rules(ctx, &r, rule.field_rules.as_deref().unwrap_or_default()).await?;
         let drift = rule.drift_policy.unwrap_or_default();
         let options = dynapply::Options {
             record: crate::reconcile::apply::records_last_applied(record, &rules, drift, method),
             rules,
+            fields,
             ..dynapply::Options::default()
         };
         child_keys.push(key.clone());

@@ -7,6 +7,7 @@
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
 mod desired;
+mod field_rules;
 mod gate;
 mod hook_events;
 mod identity;
@@ -19,6 +20,7 @@ mod status;
 mod write_failure;
 
 pub use desired::*;
+pub use field_rules::*;
 pub use gate::*;
 pub use hook_events::*;
 pub use identity::*;

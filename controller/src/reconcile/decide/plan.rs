@@ -177,12 +177,17 @@ fn update(
 /// Under drift policy `Report` (dynamic apply): `Some(paths)` when the hook's answer for a child
 /// is the one last applied, so a difference between `live` and `desired` was made by others
 /// (the drifted fields, see [`crate::reconcile::apply::drifted_paths`]); `None` when the hook's
-/// answer changed (its change is written) or the last-applied record cannot be read.
+/// answer changed (its change is written) or the last-applied record cannot be read. Fields the
+/// child type's field rules leave to others are not drift.
 pub fn drift_only(live: &Value, desired: &Value, opts: &dynapply::Options) -> Option<Vec<String>> {
     let prepared = dynapply::prepare_create(desired, opts).ok()?;
     let last = dynapply::get_last_applied(live, opts).ok()??;
     let want = dynapply::get_last_applied(&prepared, opts).ok()??;
-    dynapply::json_eq(&last, &want).then(|| crate::reconcile::apply::drifted_paths(&prepared, live))
+    if !dynapply::json_eq(&last, &want) {
+        return None;
+    }
+    let meant = dynapply::without_withheld(&opts.fields, live, &prepared);
+    Some(crate::reconcile::apply::drifted_paths(&meant, live))
 }
 
 /// The body of a server-side apply of child `desired` of `parent` onto `live` (as a sync sends
@@ -280,6 +285,29 @@ mod tests {
         let desired = desired.into_iter().map(|d| (child_key(&d), d)).collect();
         let opts = dynapply::Options::default();
         plan_children(&p, observed, &desired, |_| m, |_| &opts, |_, _| None).unwrap()
+    }
+
+    #[test]
+    fn fields_left_to_others_are_not_drift() {
+        let rule = |path: &str| dynapply::FieldRule {
+            name: path.to_owned(),
+            path: dynapply::FieldPath::parse(path).unwrap(),
+            mode: dynapply::FieldMode::HandOff,
+        };
+        let mut opts = dynapply::Options::default();
+        let want = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ns"}, "spec": {"replicas": 3, "paused": false}});
+        let mut live = dynapply::prepare_create(&want, &opts).unwrap();
+        live["spec"] = json!({"replicas": 7, "paused": true});
+        assert_eq!(
+            drift_only(&live, &want, &opts),
+            Some(vec![".spec.paused".to_owned(), ".spec.replicas".to_owned()])
+        );
+        opts.fields = vec![rule("spec.replicas")];
+        assert_eq!(
+            drift_only(&live, &want, &opts),
+            Some(vec![".spec.paused".to_owned()])
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@ use super::decide::{self, TargetSelector};
 use crate::api::{DecoratorController, Hook};
 use crate::hook::{HookClient, HookError};
 use crate::ops::metrics::{ControllerType, HookKind};
-use crate::reconcile::children::{ChildRule, Children, list_rules, schema_atomic_lists};
+use crate::reconcile::children::{
+    ChildRule, Children, checked_field_rules, list_rules, schema_atomic_lists,
+};
 use crate::reconcile::core::{Context, SyncError, Writer};
 use crate::reconcile::decide::ChildType;
 use crate::reconcile::memory::ChildMemory;
@@ -31,6 +33,9 @@ pub enum DecoratorBuildError {
     /// A child type's CRD could not be read for its list markers.
     #[error(transparent)]
     Schema(#[from] crate::reconcile::children::SchemaReadError),
+    /// An attachment type's field rules are refused, or its schema could not be read for them.
+    #[error(transparent)]
+    FieldRules(#[from] crate::reconcile::children::FieldRulesError),
     /// A hook is misconfigured or its credentials are unreadable.
     #[error(transparent)]
     Hook(#[from] HookError),
@@ -204,10 +209,13 @@ async fn resolve_attachments(
         let namespaced = resolved.namespaced;
         declared.insert(key.clone(), ChildType { namespaced, method });
         let list = list_rules(ctx, &resolved, schema_atomic).await?;
+        let spec_fields = rule.field_rules.as_deref().unwrap_or_default();
+        let fields = checked_field_rules(ctx, &resolved, spec_fields).await?;
         let drift = crate::api::DriftPolicy::Enforce;
         let options = dynapply::Options {
             record: crate::reconcile::apply::records_last_applied(record, &list, drift, method),
             rules: list,
+            fields,
             ..dynapply::Options::default()
         };
         keys.push(key.clone());
