@@ -727,6 +727,101 @@ pub fn render_controller(
     Ok(text)
 }
 
+/// What `kmeta plan compositecontroller/NAME` reads, read-only: the controller by name, the
+/// CustomResourceDefinitions (custom child kinds), its parents, children and ControllerRevisions,
+/// what its hook clients read (a Jsonnet ConfigMap, a webhook's Secrets, by name) and its related
+/// resources (`related`): kmeta's grants for that controller with every verb but `get` and
+/// `list` taken away, nothing to write, impersonate or watch.
+pub fn plan_grants(name: &str, c: &Controller, related: &[(String, String)]) -> Grants {
+    let full = grants_with(&[(name.to_owned(), c.clone())], related, None);
+    let mut g = Grants::default();
+    let mc = "metacontroller.k8s.io/v1alpha1";
+    let own = [
+        ("metacontroller.k8s.io", "compositecontrollers"),
+        ("metacontroller.k8s.io", "decoratorcontrollers"),
+    ];
+    for ((group, resource), verbs) in full.verbs {
+        let is_controller = own.contains(&(group.as_str(), resource.as_str()));
+        let read: BTreeSet<&'static str> = verbs
+            .into_iter()
+            .filter(|v| matches!(*v, "get" | "list"))
+            .collect();
+        if !read.is_empty() && !is_controller && !resource.ends_with("/finalizers") {
+            g.verbs.insert((group, resource), read);
+        }
+    }
+    g.add(
+        "apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        &["list"],
+    );
+    g.named = full.named;
+    for (key, names) in full.watched {
+        g.named.entry(key).or_default().extend(names);
+    }
+    g.add_named_in(group_of(mc), "compositecontrollers", name);
+    g
+}
+
+/// The ClusterRole a plan runs with: `get` and `list` rules only, names read with `get`.
+fn plan_role(name: &str, g: &Grants) -> Value {
+    let mut role = cluster_role(name, g);
+    if let Some(rules) = role.get_mut("rules").and_then(Value::as_array_mut) {
+        // `get` only: the named rules keep their names, and no watch
+        for r in rules.iter_mut() {
+            if r.get("resourceNames").is_some() {
+                r["verbs"] = json!(["get"]);
+            }
+        }
+    }
+    role
+}
+
+/// `kmeta rbac --plan NAME`: the read-only ClusterRole (`kmeta-plan-<NAME>` unless `name`) a
+/// `kmeta plan compositecontroller/NAME` Job runs with ([`plan_grants`]), and its
+/// ClusterRoleBinding to `service_account` (or a comment saying what to bind), as YAML.
+pub fn render_plan(
+    paths: &[PathBuf],
+    related: &[String],
+    name: Option<&str>,
+    controller: &str,
+    service_account: Option<&ServiceAccountRef>,
+) -> Result<String, RbacError> {
+    if let Some(own) = name.filter(|n| *n == OWN_NAME) {
+        return Err(RbacError::OwnName(own.to_owned()));
+    }
+    let controllers = load(paths)?;
+    let found = controllers
+        .iter()
+        .find(|(n, c)| n == controller && matches!(c, Controller::Composite(_)));
+    let Some((_, c)) = found else {
+        return Err(RbacError::NoController {
+            name: format!("CompositeController {controller}"),
+            paths: shown(paths),
+        });
+    };
+    let role_name = name.map_or_else(|| format!("kmeta-plan-{controller}"), str::to_owned);
+    let role = plan_role(
+        &role_name,
+        &plan_grants(controller, c, &parse_related(related)?),
+    );
+    let mut text = format!(
+        "# What kmeta plan compositecontroller/{controller} reads (kmeta rbac --plan): read-only,\n\
+         # for a Job or a person planning a hook change; nothing it grants writes.\n"
+    );
+    text.push_str(&yaml(&role)?);
+    match service_account {
+        Some(sa) => {
+            let binding = service_account_binding(&role_name, &sa.namespace, &sa.name);
+            text.push_str(&format!("---\n{}", yaml(&binding)?));
+        }
+        None => text.push_str(
+            "# Bind it to the ServiceAccount the plan runs as: --service-account <namespace>/<name>.\n",
+        ),
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -1098,6 +1193,57 @@ spec:
         for bad in ["kmeta", "/x", "x/", "a/b/c", ""] {
             let e = bad.parse::<ServiceAccountRef>().unwrap_err().to_string();
             assert!(e.contains("expected <namespace>/<name>"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_plans_role_reads_what_plan_reads_and_writes_nothing() {
+        let yaml = r#"
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: web}
+spec:
+  parentResource: {apiVersion: example.com/v1, resource: webapps}
+  childResources:
+  - {apiVersion: apps/v1, resource: deployments}
+  hooks:
+    sync:
+      jsonnet: {configMapRef: {namespace: hooks, name: web-hooks, key: sync.jsonnet}}
+"#;
+        let cs = composite(yaml);
+        let (name, c) = &cs[0];
+        let g = plan_grants(name, c, &[]);
+        for verbs in g.verbs.values() {
+            assert!(
+                verbs.iter().all(|v| *v == "get" || *v == "list"),
+                "{verbs:?}"
+            );
+        }
+        assert!(verbs(&g, "apps", "deployments").contains(&"list"));
+        assert!(verbs(&g, "example.com", "webapps").contains(&"list"));
+        assert!(verbs(&g, "apiextensions.k8s.io", "customresourcedefinitions").contains(&"list"));
+        let cm = g
+            .named
+            .get(&(String::new(), "configmaps".to_owned()))
+            .unwrap();
+        assert!(cm.contains("web-hooks"));
+        let cc = (
+            "metacontroller.k8s.io".to_owned(),
+            "compositecontrollers".to_owned(),
+        );
+        assert!(g.named[&cc].contains("web"));
+        assert!(g.impersonated.is_empty());
+        let role = plan_role("kmeta-plan-web", &g);
+        let text = serde_json::to_string(&role).unwrap();
+        for write in [
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "watch",
+            "impersonate",
+        ] {
+            assert!(!text.contains(&format!("\"{write}\"")), "{write}: {text}");
         }
     }
 }

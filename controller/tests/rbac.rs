@@ -371,3 +371,82 @@ async fn kmeta_rbac_output_applied_in_sequence_replaces_no_earlier_grant() -> an
     assert!(!may(&client, labeller, "watch", mc, "compositecontrollers").await?);
     Ok(())
 }
+
+/// `kmeta rbac --plan NAME` grants what `kmeta plan compositecontroller/NAME` reads, and no
+/// write: every request a plan of a synced fleet makes is allowed by the printed role, and the
+/// role allows no verb but `get` and `list`.
+#[tokio::test]
+async fn a_plans_read_only_role_covers_every_request_a_plan_makes() -> anyhow::Result<()> {
+    let server = kmeta_apiserver::TestServer::start().await?;
+    let client = server.client();
+    kmeta::manifest::install_crds(&client).await?;
+    create_things_crd(&client).await?;
+    let manifests = MANIFESTS.replace("HOOK", &serve_hooks().await?);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&manifests)?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("controllers.yaml");
+    std::fs::write(&file, serde_saphyr::to_string(&docs[0])?)?;
+    let cc = api(
+        &client,
+        "metacontroller.k8s.io/v1alpha1",
+        "CompositeController",
+        "compositecontrollers",
+        None,
+    );
+    create(&cc, docs[0].clone()).await?;
+    let things = api(
+        &client,
+        "rbac.kmeta.test/v1",
+        "Thing",
+        "things",
+        Some("default"),
+    );
+    create(
+        &things,
+        json!({"apiVersion": "rbac.kmeta.test/v1", "kind": "Thing",
+        "metadata": {"name": "t", "namespace": "default"}, "spec": {"n": 1}}),
+    )
+    .await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let manager = tokio::spawn(kmeta::reconcile::manager::run(
+        client.clone(),
+        kmeta::ManagerConfig::default(),
+        stop.clone(),
+    ));
+    let cms = api(&client, "v1", "ConfigMap", "configmaps", Some("default"));
+    until("the child", || async {
+        cms.get_opt("t-c").await.ok().flatten().is_some()
+    })
+    .await?;
+    stop.cancel();
+    manager.await??;
+
+    let printed = kmeta_rbac(&["-f", file.to_str().context("path")?, "--plan", "things"])?;
+    let role = &printed[0];
+    assert_eq!(role["metadata"]["name"], "kmeta-plan-things");
+    let before = server.counters();
+    let opts = kmeta::plan::PlanOptions {
+        controller: "things".into(),
+        controller_file: None,
+        hook_url: None,
+        hook_objects: Vec::new(),
+        selector: None,
+        namespace: None,
+        concurrency: 2,
+        jsonnet_worker: None,
+    };
+    let summary = kmeta::plan::plan(&client, &opts, |_| {}).await?;
+    assert_eq!(summary.parents, 1);
+    let used = server.counters().since(&before);
+    let denied = denied(role, &used);
+    assert!(
+        denied.is_empty(),
+        "not granted: {denied:?}\nrole: {role:#}\nused: {used:?}"
+    );
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        for verb in rule["verbs"].as_array().into_iter().flatten() {
+            assert!(verb == "get" || verb == "list", "{rule}");
+        }
+    }
+    Ok(())
+}

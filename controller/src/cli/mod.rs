@@ -179,8 +179,13 @@ struct RbacArgs {
     /// Only what this controller (CompositeController or DecoratorController, by name) needs
     /// on its own: its children or attachments, its parents' finalizers, its related
     /// resources; for a ServiceAccount of its own.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "plan")]
     controller: Option<String>,
+    /// The read-only role `kmeta plan compositecontroller/NAME` runs with (a plan Job):
+    /// `get`/`list` on what the plan reads, nothing it could write with; named
+    /// `kmeta-plan-<NAME>`.
+    #[arg(long, value_name = "NAME")]
+    plan: Option<String>,
     /// The `--default-service-account` kmeta runs with: controllers naming no
     /// ServiceAccount have their children written as it, so kmeta's own role only watches
     /// them and may impersonate it.
@@ -341,15 +346,20 @@ fn crds(write: Option<PathBuf>, check: Option<PathBuf>) -> anyhow::Result<()> {
 /// `kmeta rbac`: the ClusterRole of every controller in the files and its binding to kmeta's
 /// ServiceAccount, or with `--controller` those of one controller's ServiceAccount.
 fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
-    use kmeta::rbac::{OWN_NAME, ServiceAccountRef, render, render_controller};
+    use kmeta::rbac::{OWN_NAME, ServiceAccountRef, render, render_controller, render_plan};
     let RbacArgs {
         files,
         related,
         name,
         service_account,
         controller,
+        plan,
         default_service_account,
     } = args;
+    if let Some(plan) = plan {
+        let sa = service_account.as_ref();
+        return Ok(render_plan(files, related, name.as_deref(), plan, sa)?);
+    }
     Ok(match controller {
         None => render(
             files,
