@@ -438,6 +438,14 @@ pub fn current_cause() -> Option<String> {
     CAUSE.try_with(Clone::clone).ok().flatten()
 }
 
+/// Gives `key` back the cause of a sync that wrote nothing and runs again (a wait, a hook's
+/// `Retry-After`): the record of the sync that does write names what brought it.
+fn keep_cause<R: Reconciler>(r: &R, key: &R::Key, cause: Option<(Cause, u32)>) {
+    if let Some(cause) = cause {
+        r.queue().keep_cause(key.clone(), cause);
+    }
+}
+
 /// The text of a queue's cause for the record.
 fn cause_text(cause: Option<(Cause, u32)>) -> Option<String> {
     cause.map(|(c, more)| match more {
@@ -474,7 +482,6 @@ async fn process_in_span<R: Reconciler>(
 ) -> Option<(Arc<Value>, String)> {
     let metrics = &r.context().wiring.metrics;
     let changed = r.queue().take_changed(key);
-    let cause = r.queue().take_cause(key);
     match circuit.gate(key, changed, tokio::time::Instant::now()) {
         Gate::Run => {}
         Gate::Park => {
@@ -495,8 +502,9 @@ async fn process_in_span<R: Reconciler>(
     // the hook ran, whose reconcile request this sync never saw (it would be marked handled)
     let read = r.cached(key);
     let started = Instant::now();
+    let cause = r.queue().take_cause(key);
     let result = match synced {
-        Ok(()) => CAUSE.scope(cause_text(cause), r.sync(key)).await,
+        Ok(()) => CAUSE.scope(cause_text(cause.clone()), r.sync(key)).await,
         Err(e) => Err(e),
     };
     metrics.reconcile(r.name(), reconcile_result(&result), started.elapsed());
@@ -523,11 +531,14 @@ async fn process_in_span<R: Reconciler>(
         Err(e) if let FailureClass::HookRetryAfter(retry_after) = e.class() => {
             tracing::info!(?retry_after, "hook asked to retry later");
             r.queue().add_after(key.clone(), retry_after);
+            // the sync that writes tells what brought it, not the wait
+            keep_cause(r.as_ref(), key, cause);
         }
         Err(e) if e.class() == FailureClass::Wait => {
             // not a failure: the sync runs again on the waits' own short ladder
             tracing::debug!(reason = %e, "waiting; syncing again");
             r.queue().add_waiting(key.clone());
+            keep_cause(r.as_ref(), key, cause);
         }
         Err(e) => {
             // a parked key waits for the circuit instead of a backoff of its own

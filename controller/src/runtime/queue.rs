@@ -419,6 +419,18 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         self.with(|s| s.causes.remove(key))
     }
 
+    /// Gives `key` back a cause [`Queue::take_cause`] told, for a sync that runs again without
+    /// having acted on it: it stays the first, the causes noted since counted after it.
+    pub fn keep_cause(&self, key: K, (cause, more): (Cause, u32)) {
+        self.with(|s| {
+            let since = s
+                .causes
+                .remove(&key)
+                .map_or(0, |(_, n)| n.saturating_add(1));
+            s.causes.insert(key, (cause, more.saturating_add(since)));
+        });
+    }
+
     /// Marks `key` as brought by a change again without scheduling it (the change has not
     /// reached the hook yet; its retry is scheduled as usual).
     pub fn keep_changed(&self, key: K) {
@@ -645,6 +657,10 @@ mod tests {
         q.done(&"a");
         assert_eq!(q.next().await, Some("a"));
         assert_eq!(q.take_cause(&"a"), Some((Cause::Retry, 0)));
+        // a sync that waited gives its cause back: it stays first
+        q.resync_because("a", Duration::ZERO, Cause::Resync);
+        q.keep_cause("a", (Cause::Retry, 0));
+        assert_eq!(q.take_cause(&"a"), Some((Cause::Retry, 1)));
         assert_eq!(
             Cause::Watched("Thing n/p".into()).to_string(),
             "watch: Thing n/p"

@@ -381,10 +381,13 @@ async fn plan_predicts_every_write_of_a_new_hook_version() -> anyhow::Result<()>
         .filter(|(k, _)| k.starts_with("update things/status"))
         .map(|(_, n)| n)
         .sum();
-    assert_eq!(
-        status_writes, p.status_writes,
-        "status writes made vs planned"
-    );
+    // a lagging or churned watch makes syncs that wait or fail on the way (a Synced=False
+    // condition written and cleared): status writes beyond the plan's, which only a quiet
+    // watch rules out
+    if !requests_disturbed()? && watch_lag()?.is_none() {
+        let what = "status writes made vs planned";
+        assert_eq!(status_writes, p.status_writes, "{what}");
+    }
     s.finish().await
 }
 
@@ -413,8 +416,8 @@ async fn wait_children_from(s: &Running, parents: usize, version: &str) -> anyho
 }
 
 /// The differential proof for a Jsonnet hook edited in its ConfigMap, then for a new
-/// `updateStrategy` (Recreate) with another edit: planned from the files before they are
-/// applied, the writes kmeta then makes are the planned ones.
+/// CompositeController (`updateStrategy` Recreate, the program inline): planned from the files
+/// before they are applied, the writes kmeta then makes are the planned ones.
 #[tokio::test]
 async fn plan_predicts_a_jsonnet_edit_and_a_new_update_strategy() -> anyhow::Result<()> {
     const PARENTS: usize = 4;
@@ -445,24 +448,26 @@ async fn plan_predicts_a_jsonnet_edit_and_a_new_update_strategy() -> anyhow::Res
     wait_children_from(&s, PARENTS, "v2").await?;
     made_as_predicted(&s, from, &p, "Jsonnet edit").await?;
 
-    // a new updateStrategy and another edit, planned from both files
+    // a new CompositeController: updateStrategy Recreate and the program inline, planned from
+    // its manifest, then applied as one edit
     let mut recreate = cc.clone();
     recreate["spec"]["childResources"][0]["updateStrategy"] = json!({"method": "Recreate"});
     let v3 = jsonnet_hooks(&ns, "v3");
+    let source = v3["data"]["sync.jsonnet"].clone();
+    recreate["spec"]["hooks"]["sync"]["jsonnet"] = json!({"source": source});
     let opts = PlanOptions {
         controller_file: Some(manifest_file(dir.path(), "cc.yaml", &[&recreate])?),
-        hook_objects: vec![manifest_file(dir.path(), "hooks-v3.yaml", &[&v3])?],
+        hook_objects: Vec::new(),
         ..opts
     };
     let p = predicted(&plan_fleet(&s, &opts).await?);
     let created = p.writes.get("create configmaps (created)");
     assert_eq!(created, Some(&PARENTS), "{p:?}");
     let from = log_position(&s);
-    // the strategy first (it changes no child), then the program
-    let strategy = json!({"spec": {"childResources": recreate["spec"]["childResources"]}});
-    s.merge_patch(&s.controllers(), name, strategy).await?;
-    let edit = json!({"data": v3["data"]});
-    s.merge_patch(&s.configmaps(), "plan-hooks", edit).await?;
+    let edit = json!({"spec": {
+        "childResources": recreate["spec"]["childResources"],
+        "hooks": {"sync": {"jsonnet": {"configMapRef": null, "source": source}}}}});
+    s.merge_patch(&s.controllers(), name, edit).await?;
     wait_children_from(&s, PARENTS, "v3").await?;
     made_as_predicted(&s, from, &p, "Recreate").await?;
     s.finish().await
