@@ -6,7 +6,7 @@
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
 //! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
-//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `hooks`, `defaults`), the API
+//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `strategy`, `webhook`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
 //! test entry point (`test_server`, `tls`). See the crate README for where things live.
 
@@ -29,9 +29,11 @@ mod shard;
 mod ssa;
 mod state;
 mod store;
+mod strategy;
 mod test_server;
 mod tls;
 mod typed;
+mod webhook;
 
 pub use authn::{ANONYMOUS_USER, AuthConfig, AuthnError, UserInfo, parse_token_file};
 pub use error::ApiError;

@@ -305,6 +305,11 @@ const BUILTINS: &[Builtin] = &[
         "MutatingWebhookConfiguration",
         "mutatingwebhookconfigurations",
     ),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+    ),
     Builtin::namespaced("policy", "PodDisruptionBudget", "poddisruptionbudgets")
         .short(&["pdb"])
         .status(),

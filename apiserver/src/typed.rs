@@ -59,6 +59,9 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             via::<admissionregistration::MutatingWebhookConfiguration>(obj)
         }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            via::<admissionregistration::ValidatingWebhookConfiguration>(obj)
+        }
         ("policy", "PodDisruptionBudget") => via::<policy::PodDisruptionBudget>(obj),
         ("networking.k8s.io", "Ingress") => via::<networking::Ingress>(obj),
         ("rbac.authorization.k8s.io", "Role") => via::<rbac::Role>(obj),

@@ -515,3 +515,102 @@ fn kubectl_explain_reads_built_in_and_crd_schemas_or_skips_without_kubectl() {
     let out = ok(kc, &["explain", "gadgets.spec"], None);
     assert!(out.contains("replicas\t<integer>"), "{out}");
 }
+
+/// kubectl against the admission configurations: a ValidatingWebhookConfiguration applied from
+/// YAML, listed, and its webhook (an HTTP server in this test) refusing a ConfigMap with the
+/// message kubectl prints, and its warning printed on an allowed one.
+#[test]
+fn kubectl_applies_webhook_configurations_and_prints_denials_and_warnings_or_skips_without_kubectl()
+{
+    if !have_kubectl() {
+        return;
+    }
+    let url = deny_bad_data_webhook();
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: deny-bad
+webhooks:
+- name: deny.example.com
+  clientConfig:
+    url: {url}
+  rules:
+  - operations: ["CREATE", "UPDATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#
+    );
+    ok(kc, &["apply", "-f", "-"], Some(&config));
+    let listed = ok(kc, &["get", "validatingwebhookconfigurations"], None);
+    assert!(listed.contains("deny-bad"), "{listed}");
+    let ar = ok(
+        kc,
+        &["api-resources", "--api-group=admissionregistration.k8s.io"],
+        None,
+    );
+    assert!(ar.contains("validatingwebhookconfigurations"), "{ar}");
+    let (good, _, stderr) = kubectl(
+        kc,
+        &["create", "configmap", "fine", "--from-literal=a=b"],
+        None,
+    );
+    assert!(good, "{stderr}");
+    assert!(
+        stderr.contains("Warning: checked by deny.example.com"),
+        "{stderr}"
+    );
+    let (created, _, stderr) = kubectl(
+        kc,
+        &["create", "configmap", "evil", "--from-literal=bad=1"],
+        None,
+    );
+    assert!(!created);
+    assert!(
+        stderr.contains(
+            "admission webhook \"deny.example.com\" denied the request: configmap evil carries bad data"
+        ),
+        "{stderr}"
+    );
+}
+
+/// An admission webhook on its own thread: refuses objects with `data.bad`, warns on the rest.
+fn deny_bad_data_webhook() -> String {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/",
+                axum::routing::post(|Json(req): Json<Value>| async move {
+                    let obj = &req["request"]["object"];
+                    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+                    let mut resp = json!({"uid": req["request"]["uid"], "allowed": true,
+                        "warnings": ["checked by deny.example.com"]});
+                    if obj["data"]["bad"].is_string() {
+                        resp = json!({"uid": req["request"]["uid"], "allowed": false,
+                            "status": {"code": 403, "reason": "Forbidden",
+                                "message": format!("configmap {name} carries bad data")}});
+                    }
+                    Json(
+                        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": resp}),
+                    )
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(format!("http://{}/", l.local_addr().unwrap()))
+                .unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}

@@ -71,6 +71,8 @@ const APISERVER_LAYERS: &[&[&str]] = &[
         "proto",
         "metadata",
         "immutable",
+        "strategy",
+        "webhook",
         "hooks",
         "defaults",
     ],

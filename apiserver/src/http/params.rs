@@ -228,5 +228,6 @@ pub(super) fn write_opts(q: &HashMap<String, String>, headers: &HeaderMap) -> Ap
         force: q.get("force").is_some_and(|f| f == "true"),
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         check: None,
+        external: None,
     })
 }

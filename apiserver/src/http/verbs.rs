@@ -2,6 +2,7 @@
 //! delete and deletecollection. Each parses what it needs, calls the engine under the state lock
 //! and renders the answer.
 
+use super::admit::Write;
 use super::params::{
     decode_body, delete_opts, get_rv, list_opts, media_type, parse_json, write_opts,
 };
@@ -29,6 +30,7 @@ struct Call<'a> {
     headers: HeaderMap,
     body: Bytes,
     wopts: WriteOpts,
+    user: Option<crate::authn::UserInfo>,
 }
 
 impl Call<'_> {
@@ -74,13 +76,14 @@ pub(super) async fn resource_request(
         headers,
         body,
         wopts,
+        user,
     };
     match method {
         Method::GET if call.req.name.is_some() => get(call).await,
         Method::GET => list(call).await,
-        Method::POST => create(&call),
-        Method::PUT => update(&call),
-        Method::PATCH => patch(&call),
+        Method::POST => create(&call).await,
+        Method::PUT => update(&call).await,
+        Method::PATCH => patch(&call).await,
         Method::DELETE if call.req.name.is_none() => delete_collection(&call),
         Method::DELETE => delete(&call),
         _ => Err(ApiError::method_not_allowed(method.as_str())),
@@ -194,39 +197,60 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
     ))
 }
 
-fn create(call: &Call<'_>) -> ApiResult<Response> {
+impl Call<'_> {
+    fn admitted(&self) -> Write<'_> {
+        Write {
+            state: self.state,
+            req: &self.req,
+            wopts: &self.wopts,
+            user: self.user.as_ref(),
+        }
+    }
+}
+
+async fn create(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_some() {
         return Err(ApiError::method_not_allowed("POST on an object"));
     }
     let v = parse_json(&call.body)?;
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
-    let (obj, warnings) = state.write_warn(|i| i.create(&state.admission, req, v, wopts, false));
+    let (state, req) = (call.state, &call.req);
+    let (obj, warnings) = call
+        .admitted()
+        .run(|i, o| i.create(&state.admission, req, v.clone(), o, false))
+        .await;
     Ok(warned(obj_response(StatusCode::CREATED, &*obj?), &warnings))
 }
 
-fn update(call: &Call<'_>) -> ApiResult<Response> {
+async fn update(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_none() {
         return Err(ApiError::method_not_allowed("PUT on a collection"));
     }
     let v = parse_json(&call.body)?;
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (state, req) = (call.state, &call.req);
+    let write = call.admitted();
     let (obj, warnings) = if call.is_scale() {
-        state.write_warn(|i| i.update_scale(&state.admission, req, v, wopts))
+        write
+            .run(|i, o| i.update_scale(&state.admission, req, v.clone(), o))
+            .await
     } else {
-        state.write_warn(|i| i.update(&state.admission, req, v, wopts))
+        write
+            .run(|i, o| i.update(&state.admission, req, v.clone(), o))
+            .await
     };
     Ok(warned(obj_response(StatusCode::OK, &*obj?), &warnings))
 }
 
-fn patch(call: &Call<'_>) -> ApiResult<Response> {
+async fn patch(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_none() {
         return Err(ApiError::method_not_allowed("PATCH on a collection"));
     }
     let ct = media_type(&call.headers, "");
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (state, req) = (call.state, &call.req);
     let existed = state.lock().get(req).is_ok();
-    let (obj, warnings) =
-        state.write_warn(|i| i.patch(&state.admission, req, &ct, &call.body, wopts));
+    let (obj, warnings) = call
+        .admitted()
+        .run(|i, o| i.patch(&state.admission, req, &ct, &call.body, o))
+        .await;
     // a patch that created the object (apply) answers 201
     let code = if existed || call.is_scale() {
         StatusCode::OK
