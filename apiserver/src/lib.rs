@@ -5,12 +5,13 @@
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
-//! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
+//! data and rules (`error`, `cel`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
 //! `convert`, `typed`, `proto`, `metadata`, `immutable`, `strategy`, `webhook`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
 //! test entry point (`test_server`, `tls`). See the crate README for where things live.
 
 mod authn;
+mod cel;
 mod convert;
 pub mod defaults;
 mod engine;

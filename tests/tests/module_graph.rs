@@ -57,6 +57,7 @@ fn kmeta_lib_rs() -> String {
 const APISERVER_LAYERS: &[&[&str]] = &[
     &[
         "error",
+        "cel",
         "authn",
         "rbac",
         "store",

@@ -96,7 +96,8 @@ pub(super) fn validate_object_meta(def: &ResourceDef, name: &str, obj: &Value) -
 
 /// After admission, what the real server does to a custom resource before storing it: prune and
 /// default again when a mutating hook may have changed the object (`mutated`), then validate the
-/// whole object, ratcheting against `old` on update.
+/// whole object and run its CEL rules, ratcheting against `old` on update. Returns the warnings
+/// of ratcheted rules.
 pub(super) fn admit_schema(
     schema: &Schema,
     def: &ResourceDef,
@@ -104,13 +105,13 @@ pub(super) fn admit_schema(
     obj: &mut Value,
     old: Option<&Value>,
     mutated: bool,
-) -> ApiResult<()> {
+) -> ApiResult<Vec<String>> {
     if mutated {
         schema.coerce(obj);
     }
-    let errs = schema.validate(obj, old);
+    let (errs, warnings) = schema.validate_with_rules(obj, old);
     if errs.is_empty() {
-        Ok(())
+        Ok(warnings)
     } else {
         Err(crate::schema::invalid_error(
             &def.kind, &def.group, name, &errs,

@@ -148,7 +148,8 @@ impl Inner {
         }
         if let Some(s) = &schema {
             let mutated = mutated(adm, req, &adm_resource, opts);
-            admit_schema(s, &req.def, name, new, Some(old), mutated)?;
+            let warnings = admit_schema(s, &req.def, name, new, Some(old), mutated)?;
+            self.warnings.extend(warnings);
         }
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, new, Some(old))?;

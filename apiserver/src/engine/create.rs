@@ -180,7 +180,8 @@ impl Inner {
         validate_object_meta(&req.def, name, obj)?;
         if let Some(s) = &schema {
             let mutated = mutated(adm, req, &req.def.plural, opts);
-            admit_schema(s, &req.def, name, obj, None, mutated)?;
+            let warnings = admit_schema(s, &req.def, name, obj, None, mutated)?;
+            self.warnings.extend(warnings);
         }
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, obj, None)?;

@@ -297,3 +297,61 @@ async fn a_validating_webhook_refusing_one_child_of_five_leaves_four_written_and
     eprintln!("reported as {}: {}", ev["reason"], ev["note"]);
     s.finish().await
 }
+
+/// The hook: one `Workload` per parent, with the parent's replicas.
+fn workload_hook(_hook: &str, req: &Value) -> Reply {
+    let p = &req["parent"];
+    let name = p["metadata"]["name"].as_str().unwrap_or_default();
+    let av = p["apiVersion"].as_str().unwrap_or_default();
+    Reply::Json(json!({"children": [{"apiVersion": av, "kind": "Workload",
+        "metadata": {"name": name}, "spec": {"replicas": p["spec"]["replicas"]}}]}))
+}
+
+/// (a) A hook child violating its CRD's CEL rule: the write is refused as by kube-apiserver
+/// (422, the rule's message), nothing is stored, `Synced=False` names the message; once the
+/// parent asks for what the rule allows, the child is written.
+#[tokio::test]
+async fn a_child_violating_a_crd_validation_rule_is_refused_and_reported() -> anyhow::Result<()> {
+    const MESSAGE: &str = "a Workload runs at most 3 replicas";
+    let mut s = Scenario::new("adm-cel")
+        .crd("App", "apps")
+        .crd_with("Workload", "workloads", |crd| {
+            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] =
+                json!([{"rule": "!has(self.spec) || !has(self.spec.replicas) || self.spec.replicas <= 3",
+                        "message": MESSAGE}]);
+        })
+        .hook(workload_hook)
+        .prepare()
+        .await?;
+    s.controller(Cc::new("cel-cc").child("workloads")).await?;
+    s.start_controller();
+    s.parent("big", json!({"replicas": 5})).await?;
+    let p = s
+        .wait_parent("big", "Synced=False naming the rule's message", |p| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c["type"] == "Synced"
+                        && c["status"] == "False"
+                        && c["message"].as_str().is_some_and(|m| m.contains(MESSAGE))
+                })
+            })
+        })
+        .await?;
+    let workloads = s.resource("Workload", "workloads");
+    assert!(
+        s.get(&workloads, "big").await?.is_none(),
+        "the refused child was stored: {p}"
+    );
+    if let Some(server) = s.server() {
+        let c = server.counters();
+        assert_eq!(c.get("create", "workloads", 201), 0, "{c:?}");
+        assert!(c.get("create", "workloads", 422) > 0, "{c:?}");
+    }
+    s.merge_patch(&s.parents(), "big", json!({"spec": {"replicas": 3}}))
+        .await?;
+    s.wait_for(&workloads, "big", "the child within the rule", |w| {
+        w["spec"]["replicas"] == 3
+    })
+    .await?;
+    s.finish().await
+}
