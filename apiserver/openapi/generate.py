@@ -56,7 +56,9 @@ KINDS = {
     "apis__coordination.k8s.io__v1_openapi.json": ("coordination.k8s.io", "v1", ["Lease"]),
     "apis__admissionregistration.k8s.io__v1_openapi.json": (
         "admissionregistration.k8s.io", "v1",
-        ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]),
+        ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+         "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]),
     "apis__policy__v1_openapi.json": ("policy", "v1", ["PodDisruptionBudget"]),
     "apis__networking.k8s.io__v1_openapi.json": ("networking.k8s.io", "v1", ["Ingress"]),
     "apis__rbac.authorization.k8s.io__v1_openapi.json": ("rbac.authorization.k8s.io", "v1", [

@@ -6,7 +6,7 @@
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
 //! data and rules (`error`, `cel`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
-//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `strategy`, `webhook`, `hooks`, `defaults`), the API
+//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `strategy`, `webhook`, `policy`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
 //! test entry point (`test_server`, `tls`). See the crate README for where things live.
 
@@ -21,6 +21,7 @@ mod http;
 mod immutable;
 mod metadata;
 mod patch;
+mod policy;
 mod proto;
 mod rbac;
 mod registry;

@@ -578,7 +578,61 @@ webhooks:
         ),
         "{stderr}"
     );
+    // a ValidatingAdmissionPolicy and its binding, from YAML
+    ok(kc, &["apply", "-f", "-"], Some(POLICY));
+    let listed = ok(
+        kc,
+        &[
+            "get",
+            "validatingadmissionpolicies,validatingadmissionpolicybindings",
+        ],
+        None,
+    );
+    assert!(listed.contains("no-forbidden"), "{listed}");
+    let (created, _, stderr) = kubectl(
+        kc,
+        &[
+            "create",
+            "configmap",
+            "locked",
+            "--from-literal=forbidden=1",
+        ],
+        None,
+    );
+    assert!(!created);
+    assert!(
+        stderr.contains(
+            "ValidatingAdmissionPolicy 'no-forbidden' with binding 'no-forbidden' denied request: the key forbidden is not allowed"
+        ),
+        "{stderr}"
+    );
 }
+
+const POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: no-forbidden
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "!has(object.data) || !('forbidden' in object.data)"
+    message: the key forbidden is not allowed
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: no-forbidden
+spec:
+  policyName: no-forbidden
+  validationActions: [Deny]
+"#;
 
 /// An admission webhook on its own thread: refuses objects with `data.bad`, warns on the rest.
 fn deny_bad_data_webhook() -> String {

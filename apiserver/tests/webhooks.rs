@@ -1,6 +1,7 @@
 //! Admission webhooks called as kube-apiserver calls them: real HTTP(S) servers in the test
 //! process answering `AdmissionReview` v1, configured by `MutatingWebhookConfiguration` and
-//! `ValidatingWebhookConfiguration` objects written through the API.
+//! `ValidatingWebhookConfiguration` objects written through the API; and the admission policies
+//! in CEL (`ValidatingAdmissionPolicy`, `MutatingAdmissionPolicy` and their bindings).
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 use axum::Json;
@@ -413,4 +414,99 @@ async fn serve_https(app: axum::Router, host: &str) -> (String, String) {
         }
     });
     (addr, ca.pem())
+}
+
+async fn create_admission(s: &TestServer, kind: &str, plural: &str, obj: Value) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        plural,
+    );
+    let api: Api<DynamicObject> = Api::all_with(s.client(), &ar);
+    let mut obj = obj;
+    obj["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+    obj["kind"] = json!(kind);
+    tokio::time::timeout(
+        T,
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(obj).unwrap(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+/// A ValidatingAdmissionPolicy bound with `Deny` and `Warn`, with a ConfigMap as its params, and
+/// a MutatingAdmissionPolicy labelling ConfigMaps: the mutation is seen by the validation, a
+/// refusal is worded as kube-apiserver's, a warning is a `Warning` header.
+#[tokio::test]
+async fn admission_policies_mutate_then_validate() {
+    let s = TestServer::start().await.unwrap();
+    let rules = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]});
+    create_admission(
+        &s,
+        "MutatingAdmissionPolicy",
+        "mutatingadmissionpolicies",
+        json!({
+        "metadata": {"name": "stamp"}, "spec": {"matchConstraints": rules, "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"}}]}}),
+    )
+    .await;
+    create_admission(
+        &s,
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+        json!({
+        "metadata": {"name": "stamp"}, "spec": {"policyName": "stamp"}}),
+    )
+    .await;
+    create_admission(
+        &s,
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        json!({
+        "metadata": {"name": "size"}, "spec": {"matchConstraints": rules, "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "validations": [
+                {"expression": "object.metadata.labels.stamped == 'yes'", "message": "not stamped"},
+                {"expression": "!has(object.data) || size(object.data) <= int(params.data.max)",
+                 "messageExpression": "'at most ' + params.data.max + ' keys'"}]}}),
+    )
+    .await;
+    // the params themselves are ConfigMaps: a binding for them excluded by name
+    create_admission(&s, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", json!({
+        "metadata": {"name": "size-default"}, "spec": {"policyName": "size",
+            "validationActions": ["Deny", "Warn"],
+            "paramRef": {"name": "limits", "namespace": "kube-system", "parameterNotFoundAction": "Deny"},
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}}}})).await;
+    let (code, _, status) = create_raw(&s, &cm("early", json!({"a": "1"}))).await;
+    assert_eq!(code, 422, "{status}");
+    assert!(status["message"].as_str().unwrap().ends_with(
+        "ValidatingAdmissionPolicy 'size' with binding 'size-default' denied request: no params found for policy binding with `Deny` parameterNotFoundAction"), "{status}");
+    let limits: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "limits"}, "data": {"max": "2"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(s.client(), "kube-system")
+        .create(&PostParams::default(), &limits)
+        .await
+        .unwrap();
+
+    let (code, warnings, obj) = create_raw(&s, &cm("ok", json!({"a": "1"}))).await;
+    assert_eq!(code, 201, "{obj}");
+    assert_eq!(obj["metadata"]["labels"]["stamped"], "yes");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (code, warnings, status) =
+        create_raw(&s, &cm("big", json!({"a": "1", "b": "2", "c": "3"}))).await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        "configmaps \"big\" is forbidden: ValidatingAdmissionPolicy 'size' with binding 'size-default' denied request: at most 2 keys"
+    );
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("Validation failed for ValidatingAdmissionPolicy 'size' with binding 'size-default': at most 2 keys"), "{warnings:?}");
 }

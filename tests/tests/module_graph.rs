@@ -74,6 +74,7 @@ const APISERVER_LAYERS: &[&[&str]] = &[
         "immutable",
         "strategy",
         "webhook",
+        "policy",
         "hooks",
         "defaults",
     ],

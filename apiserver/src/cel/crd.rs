@@ -171,7 +171,8 @@ fn ratchets(e: &ValidationError, obj: &Value, old: Option<&Value>) -> bool {
     let Some(old) = old else {
         return false;
     };
-    if e.rule.contains("oldSelf") {
+    let uses_old_self = Expression::compile(&e.rule).map_or(true, |x| x.uses("oldSelf"));
+    if uses_old_self {
         return false;
     }
     match (value_at(obj, &e.field_path), value_at(old, &e.field_path)) {

@@ -8,10 +8,6 @@
 //! through this module's API. Why these crates and what they do not cover:
 //! docs/design/apiserver-admission.md.
 
-// The expression API is for the admission policies and CEL hooks; the CRD rules use only
-// part of it.
-#![allow(dead_code)]
-
 pub(crate) mod crd;
 
 use kube_cel::KubeCelExt as _;
@@ -85,11 +81,6 @@ impl Expression {
             source: source.to_string(),
             program: Arc::new(program),
         })
-    }
-
-    /// The expression's text.
-    pub(crate) fn source(&self) -> &str {
-        &self.source
     }
 
     /// Whether the expression refers to the variable `name`.

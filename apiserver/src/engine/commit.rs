@@ -131,6 +131,7 @@ impl Inner {
             Operation::Update,
         )
         .map_err(|e| admission_error(e, req, name))?;
+        self.mutating_policies(req, opts, Operation::Update, new, Some(old))?;
         external_mutation(req, opts, Operation::Update, new, Some(old))?;
         crate::strategy::default_builtin(&req.def.group, &req.def.plural, new);
         fold_string_data(&req.def, new);
@@ -154,6 +155,7 @@ impl Inner {
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, new, Some(old))?;
         }
+        self.validating_policies(req, opts, Operation::Update, new, Some(old))?;
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {
             copy_or_remove(old, new, "spec");

@@ -174,6 +174,7 @@ impl Inner {
             Operation::Create,
         )
         .map_err(|e| admission_error(e, req, name))?;
+        self.mutating_policies(req, opts, Operation::Create, obj, None)?;
         external_mutation(req, opts, Operation::Create, obj, None)?;
         crate::strategy::default_builtin(&req.def.group, &req.def.plural, obj);
         fold_string_data(&req.def, obj);
@@ -186,7 +187,7 @@ impl Inner {
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, obj, None)?;
         }
-        Ok(())
+        self.validating_policies(req, opts, Operation::Create, obj, None)
     }
 
     /// A new CRD: its resource definition (422 when invalid or when another CRD serves the

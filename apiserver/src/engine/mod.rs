@@ -16,6 +16,7 @@ mod gc;
 mod inner;
 mod list;
 mod object;
+mod policy;
 mod request;
 mod scale;
 #[cfg(test)]

@@ -103,6 +103,8 @@ pub(crate) struct WriteOpts {
     pub check: Option<WriteCheck>,
     /// Admission by webhooks, carried between the passes of one write (`http/admit.rs`).
     pub external: Option<Arc<External>>,
+    /// The requesting user and groups, for admission (`request.userInfo`).
+    pub user: Option<(String, Vec<String>)>,
 }
 
 /// What admission webhooks make of one write, run by the HTTP layer between passes of the

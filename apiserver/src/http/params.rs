@@ -229,5 +229,6 @@ pub(super) fn write_opts(q: &HashMap<String, String>, headers: &HeaderMap) -> Ap
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         check: None,
         external: None,
+        user: None,
     })
 }

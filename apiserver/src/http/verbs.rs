@@ -66,6 +66,7 @@ pub(super) async fn resource_request(
         .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?;
     let body = decode_body(&method, &media_type(&headers, "application/json"), body)?;
     let mut wopts = write_opts(&q, &headers)?;
+    wopts.user = user.as_ref().map(|u| (u.name.clone(), u.groups.clone()));
     if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
         wopts.check = super::auth::write_check(state, user.as_ref(), &req);
     }
@@ -218,7 +219,11 @@ async fn create(call: &Call<'_>) -> ApiResult<Response> {
         .admitted()
         .run(|i, o| i.create(&state.admission, req, v.clone(), o, false))
         .await;
-    Ok(warned(obj_response(StatusCode::CREATED, &*obj?), &warnings))
+    answer(
+        state,
+        obj.map(|o| obj_response(StatusCode::CREATED, &o)),
+        &warnings,
+    )
 }
 
 async fn update(call: &Call<'_>) -> ApiResult<Response> {
@@ -237,7 +242,32 @@ async fn update(call: &Call<'_>) -> ApiResult<Response> {
             .run(|i, o| i.update(&state.admission, req, v.clone(), o))
             .await
     };
-    Ok(warned(obj_response(StatusCode::OK, &*obj?), &warnings))
+    answer(
+        state,
+        obj.map(|o| obj_response(StatusCode::OK, &o)),
+        &warnings,
+    )
+}
+
+/// A write's answer with its `Warning` headers, also when it failed (kube-apiserver sends the
+/// warnings of admission with a refusal too); an error without warnings is left to the router
+/// (which remembers a 403 as a denial).
+fn answer(
+    state: &ServerState,
+    result: ApiResult<Response>,
+    warnings: &[String],
+) -> ApiResult<Response> {
+    use axum::response::IntoResponse as _;
+    match result {
+        Ok(r) => Ok(warned(r, warnings)),
+        Err(e) if warnings.is_empty() => Err(e),
+        Err(e) => {
+            if e.code == 403 {
+                state.record_denial(&e.message);
+            }
+            Ok(warned(e.into_response(), warnings))
+        }
+    }
 }
 
 async fn patch(call: &Call<'_>) -> ApiResult<Response> {
@@ -257,7 +287,7 @@ async fn patch(call: &Call<'_>) -> ApiResult<Response> {
     } else {
         StatusCode::CREATED
     };
-    Ok(warned(obj_response(code, &*obj?), &warnings))
+    answer(state, obj.map(|o| obj_response(code, &o)), &warnings)
 }
 
 fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {

@@ -2,9 +2,10 @@
 //! kmeta-apiserver calls with `AdmissionReview`s, configured by the `MutatingWebhookConfiguration`
 //! and `ValidatingWebhookConfiguration` objects a user would apply.
 //!
-//! (b) a mutating injector puts a sidecar at index 0 of a Deployment child's containers: kmeta's
-//! three-way merge keeps it across image updates, and a resync writes nothing (so the webhook is
-//! not even called); (c) a validating webhook refuses one child of five: the other four are
+//! (a) a hook child violating its CRD's CEL rule is refused and reported; (b) a mutating
+//! webhook puts a sidecar at index 0 of a Deployment child's containers and a
+//! MutatingAdmissionPolicy appends another: kmeta's three-way merge keeps both across image
+//! updates, and a resync writes nothing (so the webhook is not even called); (c) a validating webhook refuses one child of five: the other four are
 //! written and the refusal is reported on the parent.
 
 use axum::Json;
@@ -97,7 +98,25 @@ fn proxy_then_app(image: &str) -> Vec<(String, String)> {
     vec![
         ("proxy".into(), "envoy:1.30".into()),
         ("app".into(), image.into()),
+        ("log-agent".into(), "fluent-bit:3".into()),
     ]
+}
+
+/// A MutatingAdmissionPolicy (with its binding) adding a `log-agent` container to every
+/// Deployment in namespace `ns`, as an ApplyConfiguration (merged by container name).
+fn log_agent_policy(name: &str, ns: &str) -> (Value, Value) {
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "IfNeeded",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{name: 'log-agent', image: 'fluent-bit:3'}]}}}}"}}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name}});
+    (policy, binding)
 }
 
 /// A webhook configuration object of `kind` named `name` with one webhook.
@@ -117,7 +136,7 @@ fn needs_in_process_server(s: &Running, name: &str) -> bool {
 }
 
 #[tokio::test]
-async fn a_sidecar_from_a_mutating_webhook_survives_image_updates_and_resyncs_write_nothing()
+async fn sidecars_from_a_webhook_and_a_policy_survive_image_updates_and_resyncs_write_nothing()
 -> anyhow::Result<()> {
     let mut s = Scenario::new("adm-inject")
         .crd("App", "apps")
@@ -143,6 +162,9 @@ async fn a_sidecar_from_a_mutating_webhook_survives_image_updates_and_resyncs_wr
         webhook,
     );
     s.create("mutatingwebhookconfigurations", mwc).await?;
+    let (policy, binding) = log_agent_policy(&format!("{}-log-agent", s.id), &s.ns.clone());
+    s.create("mutatingadmissionpolicies", policy).await?;
+    s.create("mutatingadmissionpolicybindings", binding).await?;
     s.controller(Cc::new("inject-cc").patch(json!({"childResources": [
         {"apiVersion": "apps/v1", "resource": "deployments", "updateStrategy": {"method": "InPlace"}}
     ]})))
