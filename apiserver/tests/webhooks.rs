@@ -510,3 +510,102 @@ async fn admission_policies_mutate_then_validate() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("Validation failed for ValidatingAdmissionPolicy 'size' with binding 'size-default': at most 2 keys"), "{warnings:?}");
 }
+
+/// DELETE: a validating webhook and a ValidatingAdmissionPolicy see the stored object as
+/// `oldObject` (no `object`) and may refuse; a webhook's `matchConditions` narrow what it sees.
+#[tokio::test]
+async fn deletes_are_reviewed_by_validating_webhooks_and_policies() {
+    let s = TestServer::start().await.unwrap();
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let seen = reviews.clone();
+    let app = axum::Router::new().route(
+        "/",
+        post(move |Json(req): Json<Value>| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert_eq!(req["request"]["operation"], "DELETE");
+                assert!(req["request"]["object"].is_null());
+                let old = &req["request"]["oldObject"];
+                let protected = old["metadata"]["labels"]["protected"] == "webhook";
+                let status = json!({"code": 403, "reason": "Forbidden", "message": "protected by the webhook"});
+                Json(answer(&req, !protected, None, protected.then_some(status)))
+            }
+        }),
+    );
+    let url = serve_http(app).await;
+    let mut w = hook(
+        "guard.example.com",
+        json!({"url": url}),
+        json!([{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]),
+    );
+    w["matchConditions"] =
+        json!([{"name": "labelled", "expression": "has(oldObject.metadata.labels)"}]);
+    create_config(
+        &s,
+        "ValidatingWebhookConfiguration",
+        "guard",
+        json!([w]),
+        json!({}),
+    )
+    .await;
+    create_admission(
+        &s,
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        json!({
+        "metadata": {"name": "keep"}, "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["DELETE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression": "oldObject.metadata.name != 'keep-me'",
+                "message": "keep-me stays", "reason": "Forbidden"}]}}),
+    )
+    .await;
+    create_admission(&s, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", json!({
+        "metadata": {"name": "keep"}, "spec": {"policyName": "keep", "validationActions": ["Deny"]}})).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(s.client());
+    for (name, labels) in [
+        ("plain", json!(null)),
+        ("guarded", json!({"protected": "webhook"})),
+        ("keep-me", json!(null)),
+    ] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    api.delete("plain", &Default::default()).await.unwrap();
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        0,
+        "matchConditions: an unlabelled object is not sent"
+    );
+    let e = api
+        .delete("guarded", &Default::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(st) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(st.code, 403);
+    assert_eq!(
+        st.message,
+        "admission webhook \"guard.example.com\" denied the request: protected by the webhook"
+    );
+    let e = api
+        .delete("keep-me", &Default::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(st) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(st.code, 403, "{st:?}");
+    assert!(
+        st.message.ends_with(
+            "ValidatingAdmissionPolicy 'keep' with binding 'keep' denied request: keep-me stays"
+        ),
+        "{st:?}"
+    );
+    assert!(
+        api.get_opt("guarded").await.unwrap().is_some()
+            && api.get_opt("keep-me").await.unwrap().is_some()
+    );
+}

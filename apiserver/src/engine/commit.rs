@@ -155,7 +155,7 @@ impl Inner {
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, new, Some(old))?;
         }
-        self.validating_policies(req, opts, Operation::Update, new, Some(old))?;
+        self.validating_policies(req, opts, Operation::Update, Some(new), Some(old))?;
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {
             copy_or_remove(old, new, "spec");

@@ -187,7 +187,7 @@ impl Inner {
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, obj, None)?;
         }
-        self.validating_policies(req, opts, Operation::Create, obj, None)
+        self.validating_policies(req, opts, Operation::Create, Some(obj), None)
     }
 
     /// A new CRD: its resource definition (422 when invalid or when another CRD serves the

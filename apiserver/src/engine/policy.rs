@@ -57,14 +57,14 @@ impl Inner {
             .map_err(|f| denied(req, &attrs.name, f.message, "Invalid", 422))
     }
 
-    /// The ValidatingAdmissionPolicies bound to this request, on the object about to be stored;
-    /// their warnings are answered.
+    /// The ValidatingAdmissionPolicies bound to this request, on the object about to be stored
+    /// (none on delete, where `old` is the stored one); their warnings are answered.
     pub(super) fn validating_policies(
         &mut self,
         req: &Req,
         opts: &WriteOpts,
         op: Operation,
-        obj: &Value,
+        obj: Option<&Value>,
         old: Option<&Value>,
     ) -> ApiResult<()> {
         if req.def.group == GROUP {
@@ -75,12 +75,13 @@ impl Inner {
             return Ok(());
         }
         let policies = self.admission_objects("validatingadmissionpolicies");
-        let attrs = attributes(req, opts, op, obj);
+        let named = obj.or(old).unwrap_or(&Value::Null);
+        let attrs = attributes(req, opts, op, named);
         let namespace = self.namespace_of(req);
         let r = Request {
             attrs: &attrs,
             namespaced: req.def.namespaced,
-            object: Some(obj),
+            object: obj,
             old,
             namespace: namespace.as_ref(),
         };

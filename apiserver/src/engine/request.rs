@@ -188,6 +188,8 @@ pub(crate) struct DeleteOpts {
     pub resource_version: Option<String>,
     /// dryRun=All
     pub dry_run: bool,
+    /// The requesting user and groups, for admission policies (`request.userInfo`).
+    pub user: Option<(String, Vec<String>)>,
 }
 
 /// Result of a delete.

@@ -49,7 +49,7 @@ impl Write<'_> {
     where
         F: Fn(&mut Inner, &WriteOpts) -> ApiResult<Obj>,
     {
-        let hooks = self.webhooks();
+        let hooks = self.webhooks(&[Op::Create, Op::Update]);
         if hooks.is_empty() {
             return self.state.write_warn(|i| f(i, self.wopts));
         }
@@ -72,7 +72,7 @@ impl Write<'_> {
 
     /// The webhooks of every stored configuration whose rules may cover this request (a
     /// configuration that cannot be read is skipped, as kube-apiserver refuses it on create).
-    fn webhooks(&self) -> Vec<Webhook> {
+    fn webhooks(&self, ops: &[Op]) -> Vec<Webhook> {
         // as kube-apiserver, no webhook sees the admission configurations themselves
         if self.req.def.group == "admissionregistration.k8s.io" {
             return Vec::new();
@@ -92,11 +92,43 @@ impl Write<'_> {
         let namespaced = self.req.def.namespaced;
         let sub = self.req.sub.clone().unwrap_or_default();
         hooks.retain(|w| {
-            [Op::Create, Op::Update]
-                .into_iter()
-                .any(|op| w.rule_matches(&self.attributes(op, "", &sub), namespaced))
+            ops.iter()
+                .any(|op| w.rule_matches(&self.attributes(*op, "", &sub), namespaced))
         });
         webhook::ordered(hooks)
+    }
+
+    /// The validating webhooks of a DELETE, called with the stored object as `oldObject` (no
+    /// `object`) before the engine deletes; their warnings. A missing object is left to the
+    /// engine's 404.
+    pub(super) async fn admit_delete(&self) -> ApiResult<Vec<String>> {
+        let hooks: Vec<Webhook> = self
+            .webhooks(&[Op::Delete])
+            .into_iter()
+            .filter(|w| !w.mutating)
+            .collect();
+        if hooks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Ok(old) = self.state.lock().get(self.req) else {
+            return Ok(Vec::new());
+        };
+        let name = self.req.name.clone().unwrap_or_default();
+        let sub = self.req.sub.clone().unwrap_or_default();
+        let attrs = self.attributes(Op::Delete, &name, &sub);
+        let ns_labels = self.namespace_labels(&old);
+        let mut calls = Calls {
+            attrs: &attrs,
+            ns_labels: ns_labels.as_ref(),
+            namespaced: self.req.def.namespaced,
+            warnings: Vec::new(),
+        };
+        for w in &hooks {
+            if calls.admits_delete(w, &old)? {
+                calls.call(w, None, Some(&old)).await?;
+            }
+        }
+        Ok(calls.warnings)
     }
 
     fn attributes(&self, op: Op, name: &str, sub: &str) -> Attributes {
@@ -268,6 +300,33 @@ impl Calls<'_> {
             && w.selectors_match(Some(object), old, self.ns_labels)
     }
 
+    /// Whether a DELETE review goes to `w` (selectors and conditions on the stored object).
+    fn admits_delete(&self, w: &Webhook, old: &Value) -> ApiResult<bool> {
+        if !(w.rule_matches(self.attrs, self.namespaced)
+            && w.selectors_match(None, Some(old), self.ns_labels))
+        {
+            return Ok(false);
+        }
+        match w.conditions_hold(self.attrs, None, Some(old)) {
+            Ok(held) => Ok(held),
+            Err(_) if w.ignore_failure => Ok(false),
+            Err(e) => Err(call_failed(&e)),
+        }
+    }
+
+    /// [`Calls::matches`], then the webhook's `matchConditions`: `Ok(false)` skips it; a
+    /// condition that cannot be evaluated refuses the request under `failurePolicy: Fail`.
+    fn admits(&self, w: &Webhook, object: &Value, old: Option<&Value>) -> ApiResult<bool> {
+        if !self.matches(w, object, old) {
+            return Ok(false);
+        }
+        match w.conditions_hold(self.attrs, Some(object), old) {
+            Ok(held) => Ok(held),
+            Err(_) if w.ignore_failure => Ok(false),
+            Err(e) => Err(call_failed(&e)),
+        }
+    }
+
     fn any_match(&self, hooks: &[&Webhook], object: &Value, old: Option<&Value>) -> bool {
         hooks.iter().any(|w| self.matches(w, object, old))
     }
@@ -285,7 +344,7 @@ impl Calls<'_> {
         // per call: the webhook and the number of patches when it answered
         let mut called: Vec<(&Webhook, usize)> = Vec::new();
         for w in hooks {
-            if !self.matches(w, &object, old) {
+            if !self.admits(w, &object, old)? {
                 continue;
             }
             if let Some(p) = self.call(w, Some(&object), old).await? {
@@ -316,7 +375,7 @@ impl Calls<'_> {
         old: Option<&Value>,
     ) -> ApiResult<()> {
         for w in hooks {
-            if self.matches(w, object, old) {
+            if self.admits(w, object, old)? {
                 self.call(w, Some(object), old).await?;
             }
         }

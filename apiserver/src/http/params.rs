@@ -167,6 +167,7 @@ pub(super) fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult
             .and_then(Value::as_str)
             .map(str::to_string),
         dry_run: dry,
+        user: None,
     })
 }
 

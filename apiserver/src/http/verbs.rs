@@ -86,7 +86,7 @@ pub(super) async fn resource_request(
         Method::PUT => update(&call).await,
         Method::PATCH => patch(&call).await,
         Method::DELETE if call.req.name.is_none() => delete_collection(&call),
-        Method::DELETE => delete(&call),
+        Method::DELETE => delete(&call).await,
         _ => Err(ApiError::method_not_allowed(method.as_str())),
     }
 }
@@ -309,18 +309,31 @@ fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
     ))
 }
 
-fn delete(call: &Call<'_>) -> ApiResult<Response> {
-    let dopts = delete_opts(&call.q, &call.body)?;
+async fn delete(call: &Call<'_>) -> ApiResult<Response> {
+    let mut dopts = delete_opts(&call.q, &call.body)?;
+    dopts.user = call.wopts.user.clone();
     let (state, req) = (call.state, &call.req);
-    let out = state.write(|i| i.delete(&state.admission, req, &dopts))?;
+    let mut wopts = call.wopts.clone();
+    wopts.dry_run = dopts.dry_run;
+    let write = Write {
+        state,
+        req,
+        wopts: &wopts,
+        user: call.user.as_ref(),
+    };
+    let warnings = write.admit_delete().await?;
+    let out = match state.write(|i| i.delete(&state.admission, req, &dopts)) {
+        Ok(out) => out,
+        Err(e) => return answer(state, Err(e), &warnings),
+    };
     let obj = match out {
         Deleted::Pending(o) => o,
         Deleted::Gone(o) => match removed_status(req, &o) {
-            Some(status) => return Ok(obj_response(StatusCode::OK, &status)),
+            Some(status) => return Ok(warned(obj_response(StatusCode::OK, &status), &warnings)),
             None => o,
         },
     };
-    Ok(obj_response(StatusCode::OK, &obj))
+    Ok(warned(obj_response(StatusCode::OK, &obj), &warnings))
 }
 
 /// What a DELETE that removed the object answers instead of the object: a `Success` Status

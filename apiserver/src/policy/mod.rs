@@ -14,7 +14,7 @@ pub(crate) mod validating;
 use crate::cel::{Bindings, CelError, Expression};
 use crate::selector::{LabelSelector, Requirement};
 use crate::webhook::Attributes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// What a policy sees of a request: its attributes, objects and namespace.
 #[derive(Debug, Clone)]
@@ -174,7 +174,7 @@ pub(crate) fn bindings(policy: &Value, req: &Request<'_>, params: Option<&Value>
     let mut b = Bindings::default()
         .with("object", req.object.cloned().unwrap_or(Value::Null))
         .with("oldObject", req.old.cloned().unwrap_or(Value::Null))
-        .with("request", request_value(req))
+        .with("request", crate::webhook::cel_request(req.attrs))
         .with("params", params.cloned().unwrap_or(Value::Null))
         .with(
             "namespaceObject",
@@ -198,25 +198,6 @@ pub(crate) fn bindings(policy: &Value, req: &Request<'_>, params: Option<&Value>
     }
     b = b.with("variables", Value::Object(vars));
     b
-}
-
-/// `request` as CEL sees it (the AdmissionRequest's fields).
-fn request_value(req: &Request<'_>) -> Value {
-    let a = req.attrs;
-    let (user, groups) = a.user.clone().unwrap_or_default();
-    json!({
-        "kind": {"group": a.group, "version": a.version, "kind": a.kind},
-        "resource": {"group": a.group, "version": a.version, "resource": a.resource},
-        "subResource": a.subresource,
-        "requestKind": {"group": a.group, "version": a.version, "kind": a.kind},
-        "requestResource": {"group": a.group, "version": a.version, "resource": a.resource},
-        "requestSubResource": a.subresource,
-        "name": a.name,
-        "namespace": a.namespace.clone().unwrap_or_default(),
-        "operation": a.op.as_str(),
-        "userInfo": {"username": user, "groups": groups},
-        "dryRun": a.dry_run,
-    })
 }
 
 /// `matchConditions`: all must hold. `Ok(false)` skips the policy; an error is the policy's

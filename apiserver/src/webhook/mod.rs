@@ -132,6 +132,8 @@ pub(crate) struct Webhook {
     pub(crate) dry_run_safe: bool,
     /// `reinvocationPolicy: IfNeeded` (mutating only).
     pub(crate) reinvoke: bool,
+    /// `matchConditions`: (name, CEL expression), all of which must hold.
+    match_conditions: Vec<(String, String)>,
     /// Where it is called.
     pub(crate) target: Target,
     /// `clientConfig.caBundle`, PEM.
@@ -167,6 +169,7 @@ pub(crate) fn parse_configuration(
         for w in c.webhooks.unwrap_or_default() {
             let common = Common {
                 name: w.name,
+                match_conditions: w.match_conditions.unwrap_or_default(),
                 rules: w.rules.unwrap_or_default(),
                 namespace_selector: w.namespace_selector,
                 object_selector: w.object_selector,
@@ -183,6 +186,7 @@ pub(crate) fn parse_configuration(
         for w in c.webhooks.unwrap_or_default() {
             let common = Common {
                 name: w.name,
+                match_conditions: w.match_conditions.unwrap_or_default(),
                 rules: w.rules.unwrap_or_default(),
                 namespace_selector: w.namespace_selector,
                 object_selector: w.object_selector,
@@ -211,6 +215,7 @@ impl<T: serde::de::DeserializeOwned> DeserializeFrom for T {
 /// The fields mutating and validating webhooks share.
 struct Common {
     name: String,
+    match_conditions: Vec<adm::MatchCondition>,
     rules: Vec<adm::RuleWithOperations>,
     namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     object_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
@@ -241,6 +246,11 @@ impl Common {
             timeout: Duration::from_secs(self.timeout.unwrap_or(10).clamp(1, 30) as u64),
             dry_run_safe: matches!(self.side_effects.as_str(), "None" | "NoneOnDryRun"),
             reinvoke,
+            match_conditions: self
+                .match_conditions
+                .into_iter()
+                .map(|c| (c.name, c.expression))
+                .collect(),
             target,
             ca_bundle,
         })
@@ -314,6 +324,58 @@ impl Webhook {
         };
         objects_ok && ns_ok
     }
+}
+
+impl Webhook {
+    /// `matchConditions` (CEL with `object`, `oldObject` and `request`): whether all hold; an
+    /// error names the condition that could not be evaluated (the `failurePolicy` decides).
+    pub(crate) fn conditions_hold(
+        &self,
+        a: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<bool, WebhookError> {
+        if self.match_conditions.is_empty() {
+            return Ok(true);
+        }
+        let b = crate::cel::Bindings::default()
+            .with("object", object.cloned().unwrap_or(Value::Null))
+            .with("oldObject", old.cloned().unwrap_or(Value::Null))
+            .with("request", cel_request(a));
+        for (name, src) in &self.match_conditions {
+            let held = crate::cel::Expression::compile(src).and_then(|e| e.evaluate_bool(&b));
+            match held {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    return Err(WebhookError::Call {
+                        webhook: self.name.clone(),
+                        reason: format!("failed to evaluate matchCondition {name:?}: {e}"),
+                    });
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// `request` as CEL sees it in `matchConditions` and admission policies (the AdmissionRequest's
+/// fields).
+pub(crate) fn cel_request(a: &Attributes) -> Value {
+    let (user, groups) = a.user.clone().unwrap_or_default();
+    serde_json::json!({
+        "kind": {"group": a.group, "version": a.version, "kind": a.kind},
+        "resource": {"group": a.group, "version": a.version, "resource": a.resource},
+        "subResource": a.subresource,
+        "requestKind": {"group": a.group, "version": a.version, "kind": a.kind},
+        "requestResource": {"group": a.group, "version": a.version, "resource": a.resource},
+        "requestSubResource": a.subresource,
+        "name": a.name,
+        "namespace": a.namespace.clone().unwrap_or_default(),
+        "operation": a.op.as_str(),
+        "userInfo": {"username": user, "groups": groups},
+        "dryRun": a.dry_run,
+    })
 }
 
 fn listed(list: &Option<Vec<String>>, v: &str) -> bool {

@@ -166,3 +166,44 @@ fn a_denial_is_worded_and_coded_as_kube_apiserver_words_it() {
         "admission webhook \"d\" denied the request: Because"
     );
 }
+
+#[test]
+fn match_conditions_decide_in_cel_with_object_and_request() {
+    let w = config(
+        "ValidatingWebhookConfiguration",
+        json!({"name": "v", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://x/"},
+            "matchConditions": [
+                {"name": "not-kube-system", "expression": "request.namespace != 'kube-system'"},
+                {"name": "not-skipped", "expression": "!has(object.metadata.labels) || !('skip' in object.metadata.labels)"}]}),
+    )
+    .remove(0);
+    let a = attrs(Op::Create, "", "configmaps", "");
+    assert!(
+        w.conditions_hold(&a, Some(&json!({"metadata": {}})), None)
+            .unwrap()
+    );
+    let skip = json!({"metadata": {"labels": {"skip": "1"}}});
+    assert!(!w.conditions_hold(&a, Some(&skip), None).unwrap());
+    let mut system = a.clone();
+    system.namespace = Some("kube-system".into());
+    assert!(
+        !w.conditions_hold(&system, Some(&json!({"metadata": {}})), None)
+            .unwrap()
+    );
+    let broken = config(
+        "ValidatingWebhookConfiguration",
+        json!({"name": "b", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://x/"},
+            "matchConditions": [{"name": "typo", "expression": "object.spec.nope == 1"}]}),
+    )
+    .remove(0);
+    let e = broken
+        .conditions_hold(&a, Some(&json!({"spec": {}})), None)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("failed to evaluate matchCondition \"typo\""),
+        "{e}"
+    );
+}
