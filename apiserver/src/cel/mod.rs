@@ -194,5 +194,5 @@ fn key_string(k: &Key) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::too_many_lines)]
 mod tests;
