@@ -606,7 +606,41 @@ webhooks:
         ),
         "{stderr}"
     );
+    // a MutatingAdmissionPolicy and its binding, from YAML: the ConfigMaps kubectl creates next
+    // carry its label
+    ok(kc, &["apply", "-f", "-"], Some(MUTATING_POLICY));
+    let listed = ok(kc, &["get", "mutatingadmissionpolicies,mutatingadmissionpolicybindings"], None);
+    assert!(listed.contains("stamp"), "{listed}");
+    ok(kc, &["create", "configmap", "stamped", "--from-literal=a=b"], None);
+    assert_eq!(get_json(kc, &["cm", "stamped"])["metadata"]["labels"]["stamped"], "yes");
 }
+
+const MUTATING_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: stamp
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: stamp
+spec:
+  policyName: stamp
+"#;
 
 const POLICY: &str = r#"
 apiVersion: admissionregistration.k8s.io/v1
