@@ -609,10 +609,24 @@ webhooks:
     // a MutatingAdmissionPolicy and its binding, from YAML: the ConfigMaps kubectl creates next
     // carry its label
     ok(kc, &["apply", "-f", "-"], Some(MUTATING_POLICY));
-    let listed = ok(kc, &["get", "mutatingadmissionpolicies,mutatingadmissionpolicybindings"], None);
+    let listed = ok(
+        kc,
+        &[
+            "get",
+            "mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+        ],
+        None,
+    );
     assert!(listed.contains("stamp"), "{listed}");
-    ok(kc, &["create", "configmap", "stamped", "--from-literal=a=b"], None);
-    assert_eq!(get_json(kc, &["cm", "stamped"])["metadata"]["labels"]["stamped"], "yes");
+    ok(
+        kc,
+        &["create", "configmap", "stamped", "--from-literal=a=b"],
+        None,
+    );
+    assert_eq!(
+        get_json(kc, &["cm", "stamped"])["metadata"]["labels"]["stamped"],
+        "yes"
+    );
 }
 
 const MUTATING_POLICY: &str = r#"
