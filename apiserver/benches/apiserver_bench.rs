@@ -3,7 +3,9 @@
 //!
 //! Run: `cargo bench -p kmeta-apiserver --bench apiserver_bench`
 //! Env: `KMETA_BENCH_N` (objects), `KMETA_BENCH_WATCHERS`, `KMETA_BENCH_CONCURRENCY` (default 32),
-//! `KMETA_BENCH_TYPED=1` (watchers decode typed events in-process instead of counting lines).
+//! `KMETA_BENCH_TYPED=1` (watchers decode typed events in-process instead of counting lines),
+//! `KMETA_BENCH_ADMISSION=1` (afterwards, N/10 creates each: in a plain namespace, through a
+//! mutating webhook served in this process, and under a ValidatingAdmissionPolicy).
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt, stream};
@@ -173,6 +175,9 @@ async fn main() {
         "watch delivery: {got}/{expected} events to {watchers} watchers ({:.3}s after last write)",
         t.elapsed().as_secs_f64()
     );
+    if std::env::var("KMETA_BENCH_ADMISSION").is_ok_and(|v| v == "1") {
+        admission_phases(&server, (n / 10).max(1), conc).await;
+    }
     let c = server.counters();
     println!("total requests: {} (writes {})", c.total(), c.writes());
     match vm_hwm_kib() {
@@ -183,4 +188,91 @@ async fn main() {
         t.abort();
     }
     server.shutdown().await;
+}
+
+/// Creates `n` ConfigMaps in a fresh namespace, `conc` at a time; reports them as `phase`.
+async fn creates_in(server: &TestServer, ns: &str, n: usize, conc: usize, phase: &str) {
+    let client = server.client();
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns_obj = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    nss.create(&PostParams::default(), &ns_obj).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
+    let t = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(conc, |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &cm(i)).await.unwrap();
+            }
+        })
+        .await;
+    report(phase, n, t.elapsed());
+}
+
+/// The cost of admission: creates with no admission, through a mutating webhook (an axum server
+/// in this process adding a label by JSON patch), and under a ValidatingAdmissionPolicy.
+async fn admission_phases(server: &TestServer, n: usize, conc: usize) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    creates_in(server, "bench-plain", n, conc, "create, no admission").await;
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(|axum::Json(r): axum::Json<serde_json::Value>| async move {
+            let patch = base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                br#"[{"op":"add","path":"/metadata/labels/admitted","value":"yes"}]"#,
+            );
+            axum::Json(
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": r["request"]["uid"], "allowed": true,
+                    "patchType": "JSONPatch", "patch": patch}}),
+            )
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let only = |ns: &str| json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+    let rules = json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+        "resources": ["configmaps"]}]);
+    let objects = [
+        (
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            json!({
+            "metadata": {"name": "bench"}, "webhooks": [{"name": "bench.example.com",
+                "clientConfig": {"url": url}, "rules": rules, "namespaceSelector": only("bench-webhook"),
+                "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}),
+        ),
+        (
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            json!({
+            "metadata": {"name": "bench"}, "spec": {"matchConstraints": {"resourceRules": rules,
+                "namespaceSelector": only("bench-policy")},
+                "validations": [{"expression": "size(object.data) < 10"}]}}),
+        ),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            json!({
+            "metadata": {"name": "bench"}, "spec": {"policyName": "bench", "validationActions": ["Deny"]}}),
+        ),
+    ];
+    for (kind, plural, mut obj) in objects {
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        let api: Api<DynamicObject> = Api::all_with(
+            server.client(),
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        );
+        obj["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+        obj["kind"] = json!(kind);
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(obj).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    creates_in(server, "bench-webhook", n, conc, "create, mutating webhook").await;
+    creates_in(server, "bench-policy", n, conc, "create, admission policy").await;
 }

@@ -55,7 +55,10 @@ KINDS = {
     "apis__events.k8s.io__v1_openapi.json": ("events.k8s.io", "v1", ["Event"]),
     "apis__coordination.k8s.io__v1_openapi.json": ("coordination.k8s.io", "v1", ["Lease"]),
     "apis__admissionregistration.k8s.io__v1_openapi.json": (
-        "admissionregistration.k8s.io", "v1", ["MutatingWebhookConfiguration"]),
+        "admissionregistration.k8s.io", "v1",
+        ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+         "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]),
     "apis__policy__v1_openapi.json": ("policy", "v1", ["PodDisruptionBudget"]),
     "apis__networking.k8s.io__v1_openapi.json": ("networking.k8s.io", "v1", ["Ingress"]),
     "apis__rbac.authorization.k8s.io__v1_openapi.json": ("rbac.authorization.k8s.io", "v1", [

@@ -5,12 +5,13 @@
 //! Start one with [`TestServer::start`] (plain HTTP on 127.0.0.1) or use [`router`] in-process.
 //!
 //! Layers, lowest first; a module imports only from its own layer or the ones below it:
-//! data and rules (`error`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
-//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `hooks`, `defaults`), the API
+//! data and rules (`error`, `cel`, `authn`, `rbac`, `store`, `registry`, `schema`, `selector`, `shard`, `patch`, `ssa`,
+//! `convert`, `typed`, `proto`, `metadata`, `immutable`, `strategy`, `webhook`, `policy`, `hooks`, `defaults`), the API
 //! semantics (`engine`), the shared server state (`state`), the HTTP layer (`http`), and the
 //! test entry point (`test_server`, `tls`). See the crate README for where things live.
 
 mod authn;
+mod cel;
 mod convert;
 pub mod defaults;
 mod engine;
@@ -20,6 +21,7 @@ mod http;
 mod immutable;
 mod metadata;
 mod patch;
+mod policy;
 mod proto;
 mod rbac;
 mod registry;
@@ -29,9 +31,11 @@ mod shard;
 mod ssa;
 mod state;
 mod store;
+mod strategy;
 mod test_server;
 mod tls;
 mod typed;
+mod webhook;
 
 pub use authn::{ANONYMOUS_USER, AuthConfig, AuthnError, UserInfo, parse_token_file};
 pub use error::ApiError;

@@ -305,6 +305,32 @@ const BUILTINS: &[Builtin] = &[
         "MutatingWebhookConfiguration",
         "mutatingwebhookconfigurations",
     ),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+    ),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+    )
+    .status(),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    ),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicy",
+        "mutatingadmissionpolicies",
+    ),
+    Builtin::cluster(
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+    ),
     Builtin::namespaced("policy", "PodDisruptionBudget", "poddisruptionbudgets")
         .short(&["pdb"])
         .status(),

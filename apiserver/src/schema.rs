@@ -8,7 +8,10 @@
 //! properties indexed) when the CRD is installed; the functions here are pure over
 //! `serde_json::Value`.
 //!
-//! Not covered: CEL `x-kubernetes-validations`, `uniqueItems` (forbidden in structural schemas),
+//! CEL `x-kubernetes-validations` are compiled with the schema and run after it
+//! (`src/cel/crd.rs`).
+//!
+//! Not covered: `uniqueItems` (forbidden in structural schemas),
 //! most string `format`s (only `date-time`, `date`, `uuid`, `ipv4`, `ipv6`, `cidr`, `byte` are
 //! checked), embedded-resource metadata validation and ObjectMeta pruning inside embedded
 //! resources, and `x-kubernetes-map-type`.
@@ -242,6 +245,8 @@ fn list_type_of(m: &Map<String, Value>) -> Option<ListKind> {
 #[derive(Debug, Clone)]
 pub struct Schema {
     root: Node,
+    /// The CEL `x-kubernetes-validations` anywhere in the schema, if any.
+    rules: Option<crate::cel::crd::CrdRules>,
 }
 
 /// One validation failure, as a Kubernetes `field.Error`.
@@ -262,9 +267,12 @@ impl Schema {
     /// Compile an `openAPIV3Schema`; fails on an invalid `pattern` with the field (under
     /// `openAPIV3Schema`) and the message.
     pub fn compile(schema: &Value) -> Result<Schema, CompileError> {
-        Ok(Schema {
-            root: Node::compile(schema, "openAPIV3Schema")?,
-        })
+        let root = Node::compile(schema, "openAPIV3Schema")?;
+        let rules = crate::cel::crd::CrdRules::compile(schema).map_err(|e| CompileError {
+            field: e.field,
+            message: e.message,
+        })?;
+        Ok(Schema { root, rules })
     }
 
     /// Drop fields the schema does not describe. Returns the paths dropped (for warnings).
@@ -291,6 +299,30 @@ impl Schema {
         let mut errs = vec![];
         validate(&self.root, obj, old, &Path::Root, &mut errs);
         errs
+    }
+
+    /// [`Schema::validate`], then the CEL `x-kubernetes-validations` (unless a value has the
+    /// wrong type, which kube-apiserver reports instead of running them); the failures ratcheted
+    /// away on update are returned as `Warning` texts.
+    pub fn validate_with_rules(
+        &self,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> (Vec<FieldError>, Vec<String>) {
+        let mut errs = self.validate(obj, old);
+        let Some(rules) = &self.rules else {
+            return (errs, vec![]);
+        };
+        if errs.iter().any(|e| e.reason == "FieldValueTypeInvalid") {
+            return (errs, vec![]);
+        }
+        let outcome = rules.check(obj, old);
+        errs.extend(outcome.errors.into_iter().map(|f| FieldError {
+            reason: f.reason,
+            field: f.field,
+            message: f.message,
+        }));
+        (errs, outcome.warnings)
     }
 }
 

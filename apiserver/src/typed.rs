@@ -59,6 +59,21 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             via::<admissionregistration::MutatingWebhookConfiguration>(obj)
         }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            via::<admissionregistration::ValidatingWebhookConfiguration>(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            via::<admissionregistration::ValidatingAdmissionPolicy>(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            via::<admissionregistration::ValidatingAdmissionPolicyBinding>(obj)
+        }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
+            via::<admissionregistration::MutatingAdmissionPolicy>(obj)
+        }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding") => {
+            via::<admissionregistration::MutatingAdmissionPolicyBinding>(obj)
+        }
         ("policy", "PodDisruptionBudget") => via::<policy::PodDisruptionBudget>(obj),
         ("networking.k8s.io", "Ingress") => via::<networking::Ingress>(obj),
         ("rbac.authorization.k8s.io", "Role") => via::<rbac::Role>(obj),

@@ -1370,3 +1370,111 @@ async fn apply_create_owns_only_the_applied_fields_not_defaults() {
             .contains("f:imagePullPolicy")
     );
 }
+
+/// A Namespace as kube-apiserver keeps it: the `kubernetes.io/metadata.name` label on every
+/// write, `status.phase` kept `Active` by a `PUT /status` whose status holds only a field the
+/// type does not declare (dropped), and labels taken from a built-in's `/status` write while
+/// its spec is not.
+#[tokio::test]
+async fn namespace_status_and_name_label_as_kube_apiserver_keeps_them() {
+    let s = TestServer::start().await.unwrap();
+    let api: Api<Namespace> = Api::all(s.client());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
+    let created = within(api.create(&PostParams::default(), &ns))
+        .await
+        .unwrap();
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("kubernetes.io/metadata.name")
+            .map(String::as_str),
+        Some("team-a")
+    );
+    assert_eq!(j(&created)["status"], json!({"phase": "Active"}));
+    let defaults = within(api.get("default")).await.unwrap();
+    assert_eq!(
+        j(&defaults)["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "default"
+    );
+
+    // a DecoratorController's status write: an undeclared status field, labels changed
+    let mut body = j(&created);
+    body["status"] = json!({"observedGeneration": 1, "hook": {"ready": true}});
+    body["metadata"]["labels"] = json!({"team": "a"});
+    body["spec"] = json!({"finalizers": []});
+    let req = http::Request::put("/api/v1/namespaces/team-a/status")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let after: Value = within(s.client().request(req)).await.unwrap();
+    assert_eq!(after["status"], json!({"phase": "Active"}));
+    assert_eq!(after["spec"], json!({"finalizers": ["kubernetes"]}));
+    assert_eq!(
+        after["metadata"]["labels"],
+        json!({"team": "a", "kubernetes.io/metadata.name": "team-a"})
+    );
+
+    // the label comes back when a main-resource write removes it
+    let mut body = after.clone();
+    body["metadata"]["labels"] = json!({});
+    let put: Namespace = serde_json::from_value(body).unwrap();
+    let updated = within(api.replace("team-a", &PostParams::default(), &put))
+        .await
+        .unwrap();
+    assert_eq!(
+        j(&updated)["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-a"})
+    );
+}
+
+/// A Deployment's `/status` write keeps its labels (its status strategy resets them) and a
+/// Pod's keeps its ownerReferences, while a Service's takes the request's labels.
+#[tokio::test]
+async fn builtin_status_writes_keep_what_their_strategies_reset() {
+    let s = TestServer::start().await.unwrap();
+    let deps: Api<Deployment> = Api::namespaced(s.client(), "default");
+    let d = within(deps.create(&PostParams::default(), &deployment("web", 1)))
+        .await
+        .unwrap();
+    let mut body = j(&d);
+    body["metadata"]["labels"] = json!({"changed": "yes"});
+    body["metadata"]["annotations"] = json!({"note": "by status"});
+    body["status"] = json!({"replicas": 1});
+    let d2 = within(deps.replace_status(
+        "web",
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let d2 = j(&d2);
+    assert!(d2["metadata"].get("labels").is_none(), "{d2}");
+    assert_eq!(d2["metadata"]["annotations"]["note"], "by status");
+    assert_eq!(d2["status"]["replicas"], 1);
+
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(s.client(), "default");
+    let svc = serde_json::from_value(json!({"metadata": {"name": "svc"},
+        "spec": {"ports": [{"port": 80}]}}))
+    .unwrap();
+    let svc = within(svcs.create(&PostParams::default(), &svc))
+        .await
+        .unwrap();
+    let mut body = j(&svc);
+    body["metadata"]["labels"] = json!({"lb": "ready"});
+    body["spec"]["ports"][0]["port"] = json!(81);
+    body["status"] = json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}});
+    let svc2 = within(svcs.replace_status(
+        "svc",
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let svc2 = j(&svc2);
+    assert_eq!(svc2["metadata"]["labels"]["lb"], "ready");
+    assert_eq!(svc2["spec"]["ports"][0]["port"], 80);
+    assert_eq!(
+        svc2["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "10.0.0.1"
+    );
+}

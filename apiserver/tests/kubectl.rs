@@ -515,3 +515,204 @@ fn kubectl_explain_reads_built_in_and_crd_schemas_or_skips_without_kubectl() {
     let out = ok(kc, &["explain", "gadgets.spec"], None);
     assert!(out.contains("replicas\t<integer>"), "{out}");
 }
+
+/// kubectl against the admission configurations: a ValidatingWebhookConfiguration applied from
+/// YAML, listed, and its webhook (an HTTP server in this test) refusing a ConfigMap with the
+/// message kubectl prints, and its warning printed on an allowed one.
+#[test]
+fn kubectl_applies_webhook_configurations_and_prints_denials_and_warnings_or_skips_without_kubectl()
+{
+    if !have_kubectl() {
+        return;
+    }
+    let url = deny_bad_data_webhook();
+    let s = start();
+    let kc = s.kubeconfig.as_path();
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: deny-bad
+webhooks:
+- name: deny.example.com
+  clientConfig:
+    url: {url}
+  rules:
+  - operations: ["CREATE", "UPDATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+"#
+    );
+    ok(kc, &["apply", "-f", "-"], Some(&config));
+    let listed = ok(kc, &["get", "validatingwebhookconfigurations"], None);
+    assert!(listed.contains("deny-bad"), "{listed}");
+    let ar = ok(
+        kc,
+        &["api-resources", "--api-group=admissionregistration.k8s.io"],
+        None,
+    );
+    assert!(ar.contains("validatingwebhookconfigurations"), "{ar}");
+    let (good, _, stderr) = kubectl(
+        kc,
+        &["create", "configmap", "fine", "--from-literal=a=b"],
+        None,
+    );
+    assert!(good, "{stderr}");
+    assert!(
+        stderr.contains("Warning: checked by deny.example.com"),
+        "{stderr}"
+    );
+    let (created, _, stderr) = kubectl(
+        kc,
+        &["create", "configmap", "evil", "--from-literal=bad=1"],
+        None,
+    );
+    assert!(!created);
+    assert!(
+        stderr.contains(
+            "admission webhook \"deny.example.com\" denied the request: configmap evil carries bad data"
+        ),
+        "{stderr}"
+    );
+    // a ValidatingAdmissionPolicy and its binding, from YAML
+    ok(kc, &["apply", "-f", "-"], Some(POLICY));
+    let listed = ok(
+        kc,
+        &[
+            "get",
+            "validatingadmissionpolicies,validatingadmissionpolicybindings",
+        ],
+        None,
+    );
+    assert!(listed.contains("no-forbidden"), "{listed}");
+    let (created, _, stderr) = kubectl(
+        kc,
+        &[
+            "create",
+            "configmap",
+            "locked",
+            "--from-literal=forbidden=1",
+        ],
+        None,
+    );
+    assert!(!created);
+    assert!(
+        stderr.contains(
+            "ValidatingAdmissionPolicy 'no-forbidden' with binding 'no-forbidden' denied request: the key forbidden is not allowed"
+        ),
+        "{stderr}"
+    );
+    // a MutatingAdmissionPolicy and its binding, from YAML: the ConfigMaps kubectl creates next
+    // carry its label
+    ok(kc, &["apply", "-f", "-"], Some(MUTATING_POLICY));
+    let listed = ok(
+        kc,
+        &[
+            "get",
+            "mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+        ],
+        None,
+    );
+    assert!(listed.contains("stamp"), "{listed}");
+    ok(
+        kc,
+        &["create", "configmap", "stamped", "--from-literal=a=b"],
+        None,
+    );
+    assert_eq!(
+        get_json(kc, &["cm", "stamped"])["metadata"]["labels"]["stamped"],
+        "yes"
+    );
+}
+
+const MUTATING_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: stamp
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: stamp
+spec:
+  policyName: stamp
+"#;
+
+const POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: no-forbidden
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "!has(object.data) || !('forbidden' in object.data)"
+    message: the key forbidden is not allowed
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: no-forbidden
+spec:
+  policyName: no-forbidden
+  validationActions: [Deny]
+"#;
+
+/// An admission webhook on its own thread: refuses objects with `data.bad`, warns on the rest.
+fn deny_bad_data_webhook() -> String {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/",
+                axum::routing::post(|Json(req): Json<Value>| async move {
+                    let obj = &req["request"]["object"];
+                    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+                    let mut resp = json!({"uid": req["request"]["uid"], "allowed": true,
+                        "warnings": ["checked by deny.example.com"]});
+                    if obj["data"]["bad"].is_string() {
+                        resp = json!({"uid": req["request"]["uid"], "allowed": false,
+                            "status": {"code": 403, "reason": "Forbidden",
+                                "message": format!("configmap {name} carries bad data")}});
+                    }
+                    Json(
+                        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": resp}),
+                    )
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(format!("http://{}/", l.local_addr().unwrap()))
+                .unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}

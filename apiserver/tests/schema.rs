@@ -363,3 +363,84 @@ async fn field_validation_strict_rejects_warn_warns_ignore_drops() {
     let (code, _, _) = post_gadget(&s, "?fieldValidation=Loose", &typo("bad")).await;
     assert_eq!(code, 400);
 }
+
+/// CEL `x-kubernetes-validations`: a failing rule answers 422 with kube-apiserver's message and
+/// field path; a transition rule refuses a change; a CRD whose rule does not compile is refused.
+#[tokio::test]
+async fn cel_rules_refuse_writes_as_kube_apiserver_does() {
+    let s = TestServer::start().await.unwrap();
+    let crds: Api<DynamicObject> = Api::all_with(
+        s.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let mut crd = gadget_crd();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] = json!([
+        {"rule": "self.replicas <= 5 || self.mode == 'fast'",
+         "message": "more than 5 replicas need mode fast"},
+        {"rule": "self.image == oldSelf.image", "message": "image is immutable",
+         "reason": "FieldValueForbidden", "fieldPath": ".image"}]);
+    let mut bad = crd.clone();
+    bad["metadata"]["name"] = json!("gizmos.example.com");
+    bad["spec"]["names"] = json!({"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo"});
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.spec.replicas >"}]);
+    let refused = crds
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bad).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    let st = status(refused);
+    assert_eq!(st.code, 422, "{st:?}");
+    assert!(
+        st.message
+            .contains("spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule"),
+        "{st:?}"
+    );
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(crd).unwrap(),
+    )
+    .await
+    .unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Gadget"),
+        "gadgets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(s.client(), "default", &ar);
+    let e = api
+        .create(
+            &PostParams::default(),
+            &gadget(json!({"image": "a", "replicas": 7})),
+        )
+        .await
+        .unwrap_err();
+    let st = status(e);
+    assert_eq!(st.code, 422);
+    assert_eq!(
+        st.message,
+        "Gadget.example.com \"g\" is invalid: spec: Invalid value: \"object\": more than 5 replicas need mode fast"
+    );
+    api.create(
+        &PostParams::default(),
+        &gadget(json!({"image": "a", "replicas": 7, "mode": "fast"})),
+    )
+    .await
+    .unwrap();
+    let e = api
+        .patch(
+            "g",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": "b"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status(e).message,
+        "Gadget.example.com \"g\" is invalid: spec.image: Forbidden: image is immutable"
+    );
+}

@@ -305,9 +305,20 @@ impl ListRules {
                 rules.set("imagePullSecrets", map(&["name"]));
             }
             ("", "Endpoints") => rules.set("subsets", ListRule::Atomic),
-            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration")
+            | ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
                 rules.set("webhooks", map(&["name"]));
                 rules.set("webhooks.matchConditions", map(&["name"]));
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+                rules.set("spec.matchConditions", map(&["name"]));
+                rules.set("spec.variables", map(&["name"]));
+            }
+            ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
+                rules.set("spec.matchConditions", map(&["name"]));
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+                rules.set("spec.validationActions", ListRule::Set);
             }
             ("", "PersistentVolumeClaim") => pvc_spec_rules(&mut rules, "spec"),
             ("networking.k8s.io", "Ingress") => {

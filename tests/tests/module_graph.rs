@@ -57,6 +57,7 @@ fn kmeta_lib_rs() -> String {
 const APISERVER_LAYERS: &[&[&str]] = &[
     &[
         "error",
+        "cel",
         "authn",
         "rbac",
         "store",
@@ -71,6 +72,9 @@ const APISERVER_LAYERS: &[&[&str]] = &[
         "proto",
         "metadata",
         "immutable",
+        "strategy",
+        "webhook",
+        "policy",
         "hooks",
         "defaults",
     ],

@@ -3,9 +3,9 @@
 //! and metadata validation as API errors.
 
 use super::inner::Inner;
-use super::request::{FieldValidation, Req};
+use super::request::{FieldValidation, Req, Seen, WriteOpts};
 use crate::error::{ApiError, ApiResult};
-use crate::hooks::AdmissionError;
+use crate::hooks::{Admission, AdmissionError, Operation};
 use crate::patch::{self, ListKind};
 use crate::registry::ResourceDef;
 use crate::schema::Schema;
@@ -96,7 +96,8 @@ pub(super) fn validate_object_meta(def: &ResourceDef, name: &str, obj: &Value) -
 
 /// After admission, what the real server does to a custom resource before storing it: prune and
 /// default again when a mutating hook may have changed the object (`mutated`), then validate the
-/// whole object, ratcheting against `old` on update.
+/// whole object and run its CEL rules, ratcheting against `old` on update. Returns the warnings
+/// of ratcheted rules.
 pub(super) fn admit_schema(
     schema: &Schema,
     def: &ResourceDef,
@@ -104,13 +105,13 @@ pub(super) fn admit_schema(
     obj: &mut Value,
     old: Option<&Value>,
     mutated: bool,
-) -> ApiResult<()> {
+) -> ApiResult<Vec<String>> {
     if mutated {
         schema.coerce(obj);
     }
-    let errs = schema.validate(obj, old);
+    let (errs, warnings) = schema.validate_with_rules(obj, old);
     if errs.is_empty() {
-        Ok(())
+        Ok(warnings)
     } else {
         Err(crate::schema::invalid_error(
             &def.kind, &def.group, name, &errs,
@@ -164,6 +165,7 @@ impl Inner {
         if let Some(s) = &schema {
             s.default(obj);
         }
+        crate::strategy::default_builtin(&req.def.group, &req.def.plural, obj);
         Ok(schema)
     }
 
@@ -193,4 +195,63 @@ impl Inner {
             }
         }
     }
+}
+
+/// Webhook admission's seam, right after the in-process mutating functions: the webhooks'
+/// patches applied (a built-in kind loses the fields its type does not declare again), or,
+/// in the capturing pass, what admission sees kept and the write stopped. An update whose stored
+/// object changed since the capturing pass stops too (`stale`), to be redone from the start.
+pub(super) fn external_mutation(
+    req: &Req,
+    opts: &WriteOpts,
+    op: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    let Some(ext) = &opts.external else {
+        return Ok(());
+    };
+    let old_rv = old.and_then(|o| o.pointer("/metadata/resourceVersion"));
+    if let (Some(want), Some(have)) = (&ext.old_rv, old_rv)
+        && have.as_str() != Some(want.as_str())
+    {
+        ext.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            "the object changed during admission",
+        ));
+    }
+    if ext.capture {
+        let seen = Seen {
+            op,
+            object: obj.clone(),
+            old: old.cloned(),
+        };
+        *ext.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(seen);
+        return Err(ApiError::new(500, "InternalError", "admission captured"));
+    }
+    for p in &ext.patches {
+        json_patch::patch(obj, p).map_err(|e| {
+            ApiError::new(
+                500,
+                "InternalError",
+                format!("Internal error occurred: JSON patch of an admission webhook: {e}"),
+            )
+        })?;
+    }
+    if !ext.patches.is_empty() && req.def.is_builtin() {
+        crate::typed::prune_unknown(&req.def.group, &req.def.kind, obj);
+    }
+    Ok(())
+}
+
+/// Whether a write's object may have changed after decoding: an in-process mutating function or
+/// a webhook's patch.
+pub(super) fn mutated(adm: &Admission, req: &Req, resource: &str, opts: &WriteOpts) -> bool {
+    adm.mutates(&req.def.group, &req.version, resource)
+        || opts
+            .external
+            .as_ref()
+            .is_some_and(|e| !e.patches.is_empty())
 }

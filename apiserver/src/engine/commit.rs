@@ -2,7 +2,10 @@
 //! stored object, subresource rules, admission, validation, generation, managedFields, no-op
 //! detection and finalizer-driven removal.
 
-use super::body::{admission_error, admit_schema, fold_string_data, validate_object_meta};
+use super::body::{
+    admission_error, admit_schema, external_mutation, fold_string_data, mutated,
+    validate_object_meta,
+};
 use super::gc::Work;
 use super::inner::Inner;
 use super::object::{deleting, finalizers, meta, meta_mut, now_rfc3339, ns_spec_finalizers};
@@ -128,6 +131,9 @@ impl Inner {
             Operation::Update,
         )
         .map_err(|e| admission_error(e, req, name))?;
+        self.mutating_policies(req, opts, Operation::Update, new, Some(old))?;
+        external_mutation(req, opts, Operation::Update, new, Some(old))?;
+        crate::strategy::default_builtin(&req.def.group, &req.def.plural, new);
         fold_string_data(&req.def, new);
         validate_object_meta(&req.def, name, new)?;
         if req.sub.is_none()
@@ -142,12 +148,14 @@ impl Inner {
             ));
         }
         if let Some(s) = &schema {
-            let mutated = adm.mutates(&req.def.group, &req.version, &adm_resource);
-            admit_schema(s, &req.def, name, new, Some(old), mutated)?;
+            let mutated = mutated(adm, req, &adm_resource, opts);
+            let warnings = admit_schema(s, &req.def, name, new, Some(old), mutated)?;
+            self.warnings.extend(warnings);
         }
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, new, Some(old))?;
         }
+        self.validating_policies(req, opts, Operation::Update, Some(new), Some(old))?;
         // the namespace spec finalizer list cannot be edited through the main endpoint
         if req.def.group.is_empty() && req.def.plural == "namespaces" {
             copy_or_remove(old, new, "spec");
@@ -255,14 +263,15 @@ fn keep_identity(req: &Req, name: &str, old: &Value, new: &mut Value) -> ApiResu
     Ok(client_managed)
 }
 
-/// Subresource rules: a `/status` write changes only the status of the stored object; a write
-/// of the main resource of a kind with a status subresource keeps the stored status.
+/// Subresource rules: a `/status` write changes the status of the stored object and, for most
+/// built-ins, its metadata ([`crate::strategy::status_write`]); a write of the main resource
+/// of a kind with a status subresource keeps the stored status.
 fn subresource_view(req: &Req, old: &Value, new: Value) -> Value {
     match (req.sub.as_deref(), req.def.status_subresource) {
         (Some("status"), _) => {
-            let mut merged = old.clone();
-            copy_or_remove(&new, &mut merged, "status");
-            merged
+            let custom = !req.def.is_builtin();
+            let keeps = crate::strategy::status_keeps_meta(&req.def.group, &req.def.plural, custom);
+            crate::strategy::status_write(keeps, old, &new)
         }
         (_, true) => {
             let mut new = new;

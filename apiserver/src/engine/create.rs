@@ -2,7 +2,8 @@
 //! the creator's managedFields.
 
 use super::body::{
-    admission_error, admit_schema, check_type, fold_string_data, validate_object_meta,
+    admission_error, admit_schema, check_type, external_mutation, fold_string_data, mutated,
+    validate_object_meta,
 };
 use super::gc::{CRD_CLEANUP, NS_FINALIZER};
 use super::inner::Inner;
@@ -67,12 +68,13 @@ impl Inner {
         strip_system_metadata(&mut obj);
         let applied = apply.then(|| obj.clone());
         let name = self.object_name(req, &mut obj)?;
+        let uid = self.uid();
+        let (name, uid) = pinned_identity(opts, name, uid);
         let req = Req {
             name: Some(name.clone()),
             ..req.clone()
         };
         set_namespace(&req, &mut obj)?;
-        let uid = self.uid();
         set_identity(&req, &mut obj, &name, &uid, &now);
         self.admit_create(adm, &req, opts, &mut obj)?;
         let crd_def = if is_crd(&req) {
@@ -172,16 +174,20 @@ impl Inner {
             Operation::Create,
         )
         .map_err(|e| admission_error(e, req, name))?;
+        self.mutating_policies(req, opts, Operation::Create, obj, None)?;
+        external_mutation(req, opts, Operation::Create, obj, None)?;
+        crate::strategy::default_builtin(&req.def.group, &req.def.plural, obj);
         fold_string_data(&req.def, obj);
         validate_object_meta(&req.def, name, obj)?;
         if let Some(s) = &schema {
-            let mutated = adm.mutates(&req.def.group, &req.version, &req.def.plural);
-            admit_schema(s, &req.def, name, obj, None, mutated)?;
+            let mutated = mutated(adm, req, &req.def.plural, opts);
+            let warnings = admit_schema(s, &req.def, name, obj, None, mutated)?;
+            self.warnings.extend(warnings);
         }
         if let Some(check) = &opts.check {
             (check.0)(&self.store, &self.registry, obj, None)?;
         }
-        Ok(())
+        self.validating_policies(req, opts, Operation::Create, Some(obj), None)
     }
 
     /// A new CRD: its resource definition (422 when invalid or when another CRD serves the
@@ -212,6 +218,16 @@ impl Inner {
         obj["status"] = registry::crd_accepted_status(obj, now, &storage);
         Ok(def)
     }
+}
+
+/// The name and uid of the object: those of the first pass of a write with webhook admission
+/// (which drew them; a generated name or a uid differs at every draw), else the ones drawn now.
+fn pinned_identity(opts: &WriteOpts, name: String, uid: String) -> (String, String) {
+    let Some(ext) = &opts.external else {
+        return (name, uid);
+    };
+    let mut pinned = ext.identity.lock().unwrap_or_else(|e| e.into_inner());
+    pinned.get_or_insert((name, uid)).clone()
 }
 
 /// Metadata only the server sets is dropped from a create body.

@@ -5,7 +5,7 @@ use super::body::admission_error;
 use super::inner::Inner;
 use super::list::ListOpts;
 use super::object::meta_str;
-use super::request::{DeleteOpts, Deleted, Propagation, Req};
+use super::request::{DeleteOpts, Deleted, Propagation, Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
 use crate::hooks::{Admission, Operation};
 use crate::store::{Obj, uid_of};
@@ -51,6 +51,12 @@ impl Inner {
             Operation::Delete,
         )
         .map_err(|e| admission_error(e, req, &key.name))?;
+        let wopts = WriteOpts {
+            dry_run: opts.dry_run,
+            user: opts.user.clone(),
+            ..Default::default()
+        };
+        self.validating_policies(req, &wopts, Operation::Delete, None, Some(&obj))?;
         if opts.dry_run {
             return Ok(Deleted::Pending(obj));
         }

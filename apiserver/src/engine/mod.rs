@@ -16,6 +16,7 @@ mod gc;
 mod inner;
 mod list;
 mod object;
+mod policy;
 mod request;
 mod scale;
 #[cfg(test)]
@@ -26,5 +27,5 @@ mod update;
 pub(crate) use inner::Inner;
 pub(crate) use list::{ListOpts, ListResult, RV_TOO_LARGE_RETRY_SECONDS};
 pub(crate) use request::{
-    DeleteOpts, Deleted, FieldValidation, Propagation, Req, WriteCheck, WriteOpts,
+    DeleteOpts, Deleted, External, FieldValidation, Propagation, Req, WriteCheck, WriteOpts,
 };

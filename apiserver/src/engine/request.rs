@@ -101,6 +101,43 @@ pub(crate) struct WriteOpts {
     pub field_validation: FieldValidation,
     /// The check of the sender's authority over the written object, if authorization is on.
     pub check: Option<WriteCheck>,
+    /// Admission by webhooks, carried between the passes of one write (`http/admit.rs`).
+    pub external: Option<Arc<External>>,
+    /// The requesting user and groups, for admission (`request.userInfo`).
+    pub user: Option<(String, Vec<String>)>,
+}
+
+/// What admission webhooks make of one write, run by the HTTP layer between passes of the
+/// engine (the engine runs under a lock; a webhook is an HTTP call): a first pass stops where
+/// mutating admission starts and keeps what it would see ([`Seen`]); later passes apply the
+/// webhooks' JSON patches there, after the in-process mutating functions, and the last one
+/// stores the result unless the stored object changed since the first (`stale`).
+#[derive(Debug, Default)]
+pub(crate) struct External {
+    /// Stop at mutating admission, keeping what it sees in `seen`.
+    pub capture: bool,
+    /// The mutating webhooks' patches, in the order they were answered.
+    pub patches: Vec<json_patch::Patch>,
+    /// The resourceVersion of the stored object the first pass saw (updates).
+    pub old_rv: Option<String>,
+    /// What mutating admission saw in the capturing pass.
+    pub seen: std::sync::Mutex<Option<Seen>>,
+    /// Set when a later pass found the stored object changed since the first.
+    pub stale: std::sync::atomic::AtomicBool,
+    /// The name and uid given to a created object by the first pass, kept by the later ones
+    /// (a generated name and a uid are drawn anew by each pass otherwise).
+    pub identity: std::sync::Mutex<Option<(String, String)>>,
+}
+
+/// The object (and the stored one, on update) that mutating admission sees.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// Create or update.
+    pub op: crate::hooks::Operation,
+    /// The object after the in-process mutating functions.
+    pub object: Value,
+    /// The stored object (update).
+    pub old: Option<Value>,
 }
 
 /// The `fieldValidation` query parameter (kube-apiserver's default is `Warn`).
@@ -151,6 +188,8 @@ pub(crate) struct DeleteOpts {
     pub resource_version: Option<String>,
     /// dryRun=All
     pub dry_run: bool,
+    /// The requesting user and groups, for admission policies (`request.userInfo`).
+    pub user: Option<(String, Vec<String>)>,
 }
 
 /// Result of a delete.

@@ -2,6 +2,7 @@
 //! streams with bookmarks, discovery, `Table`s for kubectl and OpenAPI documents. It calls the
 //! engine through [`ServerState`]; nothing below it imports from here.
 
+mod admit;
 mod auth;
 mod discovery;
 mod openapi;

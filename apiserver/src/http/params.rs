@@ -167,6 +167,7 @@ pub(super) fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult
             .and_then(Value::as_str)
             .map(str::to_string),
         dry_run: dry,
+        user: None,
     })
 }
 
@@ -228,5 +229,7 @@ pub(super) fn write_opts(q: &HashMap<String, String>, headers: &HeaderMap) -> Ap
         force: q.get("force").is_some_and(|f| f == "true"),
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         check: None,
+        external: None,
+        user: None,
     })
 }

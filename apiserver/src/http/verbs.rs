@@ -2,6 +2,7 @@
 //! delete and deletecollection. Each parses what it needs, calls the engine under the state lock
 //! and renders the answer.
 
+use super::admit::Write;
 use super::params::{
     decode_body, delete_opts, get_rv, list_opts, media_type, parse_json, write_opts,
 };
@@ -29,6 +30,7 @@ struct Call<'a> {
     headers: HeaderMap,
     body: Bytes,
     wopts: WriteOpts,
+    user: Option<crate::authn::UserInfo>,
 }
 
 impl Call<'_> {
@@ -64,6 +66,7 @@ pub(super) async fn resource_request(
         .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?;
     let body = decode_body(&method, &media_type(&headers, "application/json"), body)?;
     let mut wopts = write_opts(&q, &headers)?;
+    wopts.user = user.as_ref().map(|u| (u.name.clone(), u.groups.clone()));
     if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
         wopts.check = super::auth::write_check(state, user.as_ref(), &req);
     }
@@ -74,15 +77,16 @@ pub(super) async fn resource_request(
         headers,
         body,
         wopts,
+        user,
     };
     match method {
         Method::GET if call.req.name.is_some() => get(call).await,
         Method::GET => list(call).await,
-        Method::POST => create(&call),
-        Method::PUT => update(&call),
-        Method::PATCH => patch(&call),
+        Method::POST => create(&call).await,
+        Method::PUT => update(&call).await,
+        Method::PATCH => patch(&call).await,
         Method::DELETE if call.req.name.is_none() => delete_collection(&call),
-        Method::DELETE => delete(&call),
+        Method::DELETE => delete(&call).await,
         _ => Err(ApiError::method_not_allowed(method.as_str())),
     }
 }
@@ -194,46 +198,96 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
     ))
 }
 
-fn create(call: &Call<'_>) -> ApiResult<Response> {
+impl Call<'_> {
+    fn admitted(&self) -> Write<'_> {
+        Write {
+            state: self.state,
+            req: &self.req,
+            wopts: &self.wopts,
+            user: self.user.as_ref(),
+        }
+    }
+}
+
+async fn create(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_some() {
         return Err(ApiError::method_not_allowed("POST on an object"));
     }
     let v = parse_json(&call.body)?;
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
-    let (obj, warnings) = state.write_warn(|i| i.create(&state.admission, req, v, wopts, false));
-    Ok(warned(obj_response(StatusCode::CREATED, &*obj?), &warnings))
+    let (state, req) = (call.state, &call.req);
+    let (obj, warnings) = call
+        .admitted()
+        .run(|i, o| i.create(&state.admission, req, v.clone(), o, false))
+        .await;
+    answer(
+        state,
+        obj.map(|o| obj_response(StatusCode::CREATED, &o)),
+        &warnings,
+    )
 }
 
-fn update(call: &Call<'_>) -> ApiResult<Response> {
+async fn update(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_none() {
         return Err(ApiError::method_not_allowed("PUT on a collection"));
     }
     let v = parse_json(&call.body)?;
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (state, req) = (call.state, &call.req);
+    let write = call.admitted();
     let (obj, warnings) = if call.is_scale() {
-        state.write_warn(|i| i.update_scale(&state.admission, req, v, wopts))
+        write
+            .run(|i, o| i.update_scale(&state.admission, req, v.clone(), o))
+            .await
     } else {
-        state.write_warn(|i| i.update(&state.admission, req, v, wopts))
+        write
+            .run(|i, o| i.update(&state.admission, req, v.clone(), o))
+            .await
     };
-    Ok(warned(obj_response(StatusCode::OK, &*obj?), &warnings))
+    answer(
+        state,
+        obj.map(|o| obj_response(StatusCode::OK, &o)),
+        &warnings,
+    )
 }
 
-fn patch(call: &Call<'_>) -> ApiResult<Response> {
+/// A write's answer with its `Warning` headers, also when it failed (kube-apiserver sends the
+/// warnings of admission with a refusal too); an error without warnings is left to the router
+/// (which remembers a 403 as a denial).
+fn answer(
+    state: &ServerState,
+    result: ApiResult<Response>,
+    warnings: &[String],
+) -> ApiResult<Response> {
+    use axum::response::IntoResponse as _;
+    match result {
+        Ok(r) => Ok(warned(r, warnings)),
+        Err(e) if warnings.is_empty() => Err(e),
+        Err(e) => {
+            if e.code == 403 {
+                state.record_denial(&e.message);
+            }
+            Ok(warned(e.into_response(), warnings))
+        }
+    }
+}
+
+async fn patch(call: &Call<'_>) -> ApiResult<Response> {
     if call.req.name.is_none() {
         return Err(ApiError::method_not_allowed("PATCH on a collection"));
     }
     let ct = media_type(&call.headers, "");
-    let (state, req, wopts) = (call.state, &call.req, &call.wopts);
+    let (state, req) = (call.state, &call.req);
     let existed = state.lock().get(req).is_ok();
-    let (obj, warnings) =
-        state.write_warn(|i| i.patch(&state.admission, req, &ct, &call.body, wopts));
+    let (obj, warnings) = call
+        .admitted()
+        .run(|i, o| i.patch(&state.admission, req, &ct, &call.body, o))
+        .await;
     // a patch that created the object (apply) answers 201
     let code = if existed || call.is_scale() {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok(warned(obj_response(code, &*obj?), &warnings))
+    answer(state, obj.map(|o| obj_response(code, &o)), &warnings)
 }
 
 fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
@@ -255,18 +309,31 @@ fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
     ))
 }
 
-fn delete(call: &Call<'_>) -> ApiResult<Response> {
-    let dopts = delete_opts(&call.q, &call.body)?;
+async fn delete(call: &Call<'_>) -> ApiResult<Response> {
+    let mut dopts = delete_opts(&call.q, &call.body)?;
+    dopts.user = call.wopts.user.clone();
     let (state, req) = (call.state, &call.req);
-    let out = state.write(|i| i.delete(&state.admission, req, &dopts))?;
+    let mut wopts = call.wopts.clone();
+    wopts.dry_run = dopts.dry_run;
+    let write = Write {
+        state,
+        req,
+        wopts: &wopts,
+        user: call.user.as_ref(),
+    };
+    let warnings = write.admit_delete().await?;
+    let out = match state.write(|i| i.delete(&state.admission, req, &dopts)) {
+        Ok(out) => out,
+        Err(e) => return answer(state, Err(e), &warnings),
+    };
     let obj = match out {
         Deleted::Pending(o) => o,
         Deleted::Gone(o) => match removed_status(req, &o) {
-            Some(status) => return Ok(obj_response(StatusCode::OK, &status)),
+            Some(status) => return Ok(warned(obj_response(StatusCode::OK, &status), &warnings)),
             None => o,
         },
     };
-    Ok(obj_response(StatusCode::OK, &obj))
+    Ok(warned(obj_response(StatusCode::OK, &obj), &warnings))
 }
 
 /// What a DELETE that removed the object answers instead of the object: a `Success` Status

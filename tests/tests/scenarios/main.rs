@@ -25,6 +25,7 @@ macro_rules! each_hook_mode {
     };
 }
 
+mod admission;
 mod basic;
 mod caches;
 mod contract;
