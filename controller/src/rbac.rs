@@ -684,6 +684,31 @@ fn binding_text(
     })
 }
 
+/// The controller named `controller` in the files `paths` (a CompositeController only, when
+/// `composite`), for a role of its own named `name` (kmeta's own name refused).
+fn named_controller(
+    paths: &[PathBuf],
+    name: Option<&str>,
+    controller: &str,
+    composite: bool,
+) -> Result<Controller, RbacError> {
+    if let Some(own) = name.filter(|n| *n == OWN_NAME) {
+        return Err(RbacError::OwnName(own.to_owned()));
+    }
+    let found = load(paths)?
+        .into_iter()
+        .find(|(n, c)| n == controller && (!composite || matches!(c, Controller::Composite(_))));
+    found
+        .map(|(_, c)| c)
+        .ok_or_else(|| RbacError::NoController {
+            name: match composite {
+                true => format!("CompositeController {controller}"),
+                false => controller.to_owned(),
+            },
+            paths: shown(paths),
+        })
+}
+
 /// `kmeta rbac --controller NAME`: the ClusterRole of what that one controller needs on its own
 /// ([`controller_grants`]), and its ClusterRoleBinding (or a comment saying what to bind), as YAML. Both are named `name`,
 /// by default [`controller_role_name`]; kmeta's own name ([`OWN_NAME`]) is refused.
@@ -694,16 +719,7 @@ pub fn render_controller(
     controller: &str,
     service_account: Option<&ServiceAccountRef>,
 ) -> Result<String, RbacError> {
-    if let Some(own) = name.filter(|n| *n == OWN_NAME) {
-        return Err(RbacError::OwnName(own.to_owned()));
-    }
-    let controllers = load(paths)?;
-    let Some((_, c)) = controllers.iter().find(|(n, _)| n == controller) else {
-        return Err(RbacError::NoController {
-            name: controller.to_owned(),
-            paths: shown(paths),
-        });
-    };
+    let c = &named_controller(paths, name, controller, false)?;
     let role_name = name.map_or_else(|| controller_role_name(c, controller), str::to_owned);
     let g = controller_grants(c, &parse_related(related)?);
     let role = cluster_role(&role_name, &g);
@@ -787,19 +803,7 @@ pub fn render_plan(
     controller: &str,
     service_account: Option<&ServiceAccountRef>,
 ) -> Result<String, RbacError> {
-    if let Some(own) = name.filter(|n| *n == OWN_NAME) {
-        return Err(RbacError::OwnName(own.to_owned()));
-    }
-    let controllers = load(paths)?;
-    let found = controllers
-        .iter()
-        .find(|(n, c)| n == controller && matches!(c, Controller::Composite(_)));
-    let Some((_, c)) = found else {
-        return Err(RbacError::NoController {
-            name: format!("CompositeController {controller}"),
-            paths: shown(paths),
-        });
-    };
+    let c = &named_controller(paths, name, controller, true)?;
     let role_name = name.map_or_else(|| format!("kmeta-plan-{controller}"), str::to_owned);
     let role = plan_role(
         &role_name,
