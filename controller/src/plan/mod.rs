@@ -12,12 +12,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use futures::StreamExt as _;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::api::CompositeController;
 use crate::object::meta_str;
-use crate::render::live::{Listing, list_all, list_page};
+use crate::render::live::{Listing, list_all, list_crds, list_page};
 use crate::render::{
     Engine, HookSetup, Observed, RelatedLists, RenderError, Rendered, as_cached, read_all, read_one,
 };
@@ -117,22 +117,6 @@ async fn controller(
     )))
 }
 
-/// Every CRD in the cluster (the kinds and list markers of custom child kinds).
-async fn crds(client: &kube::Client) -> Result<Vec<Value>, PlanError> {
-    let crd = ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&());
-    let list = Api::<DynamicObject>::all_with(client.clone(), &crd)
-        .list(&ListParams::default())
-        .await
-        .map_err(read_err("listing CustomResourceDefinitions"))?;
-    Ok(list
-        .items
-        .iter()
-        .filter_map(|o| serde_json::to_value(o).ok())
-        .collect())
-}
-
 /// The label selector of the list of parents: the controller's own, and the one asked for.
 fn parent_selector(cc: &CompositeController, asked: Option<&str>) -> Option<String> {
     let own = cc
@@ -188,7 +172,9 @@ pub async fn plan(
     mut each: impl FnMut(&ParentPlan),
 ) -> Result<Summary, PlanError> {
     let cc = controller(client, opts).await?;
-    let crds = crds(client).await?;
+    let crds = list_crds(client)
+        .await
+        .map_err(read_err("listing CustomResourceDefinitions"))?;
     let setup = HookSetup {
         hook_url: opts.hook_url.clone(),
         client: match opts.hook_objects.is_empty() {
@@ -202,11 +188,18 @@ pub async fn plan(
     let mut summary = Summary::default();
     let mut pages = Pages::new(client, &engine, &crds, opts)?;
     let related = RelatedLists::new(client.clone(), crds.clone());
+    let cc = engine.controller();
+    let paused = crate::reconcile::decide::controller_pause(
+        "CompositeController",
+        cc.metadata.name.as_deref().unwrap_or_default(),
+        cc.metadata.annotations.as_ref(),
+    );
     let fleet = Fleet {
         client,
         engine: &engine,
         crds: &crds,
         related: &related,
+        paused,
     };
     while let Some(parents) = pages.next().await? {
         let plans = plan_page(&fleet, opts, parents).await?;
@@ -285,6 +278,8 @@ struct Fleet<'a> {
     engine: &'a Engine,
     crds: &'a [Value],
     related: &'a RelatedLists,
+    /// Why the controller itself is paused, if it is (decided once for the fleet).
+    paused: Option<String>,
 }
 
 async fn plan_page(
@@ -330,12 +325,6 @@ async fn plan_parent(fleet: &Fleet<'_>, parent: Value, observed: Observed) -> Pa
         "" => meta_str(&parent, "name").to_owned(),
         ns => format!("{ns}/{}", meta_str(&parent, "name")),
     };
-    let cc = engine.controller();
-    let controller_pause = crate::reconcile::decide::controller_pause(
-        "CompositeController",
-        cc.metadata.name.as_deref().unwrap_or_default(),
-        cc.metadata.annotations.as_ref(),
-    );
     if crate::object::is_deleting(&parent) {
         let why = "being deleted: its finalize hook is planned by `kmeta render --finalizing`";
         return ParentPlan {
@@ -343,8 +332,7 @@ async fn plan_parent(fleet: &Fleet<'_>, parent: Value, observed: Observed) -> Pa
             outcome: Outcome::Skipped(why.into()),
         };
     }
-    if let Some(why) = crate::reconcile::decide::pause_reason(&parent, controller_pause.as_deref())
-    {
+    if let Some(why) = crate::reconcile::decide::pause_reason(&parent, fleet.paused.as_deref()) {
         return ParentPlan {
             parent: name,
             outcome: Outcome::Skipped(format!("paused: {why}")),

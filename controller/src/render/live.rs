@@ -14,20 +14,11 @@ pub(super) async fn read_live(
     client: &kube::Client,
     inputs: &mut Inputs,
 ) -> Result<(), RenderError> {
-    use kube::api::{Api, ApiResource, DynamicObject, ListParams};
     let api_err = |what: String| move |e: kube::Error| RenderError::Sync(format!("{what}: {e}"));
-    let crd = ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&());
-    let crds = Api::<DynamicObject>::all_with(client.clone(), &crd)
-        .list(&ListParams::default())
+    let crds = list_crds(client)
         .await
         .map_err(api_err("listing CustomResourceDefinitions".into()))?;
-    inputs.crds.extend(
-        crds.items
-            .iter()
-            .filter_map(|o| serde_json::to_value(o).ok()),
-    );
+    inputs.crds.extend(crds);
     let pr = &inputs.cc.spec.parent_resource;
     let (kind, namespaced) = child_type(&pr.api_version, &pr.resource, &inputs.crds, &[])?;
     let ns = inputs
@@ -153,6 +144,18 @@ pub(crate) async fn list_page(
     }
     let next = list.metadata.continue_.filter(|t| !t.is_empty());
     Ok((items, next))
+}
+
+/// Every CustomResourceDefinition of the cluster (the kinds, scopes and list markers of custom
+/// child kinds).
+pub(crate) async fn list_crds(client: &kube::Client) -> Result<Vec<Value>, kube::Error> {
+    let what = Listing {
+        api_version: "apiextensions.k8s.io/v1",
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        namespace: None,
+    };
+    list_all(client, &what).await
 }
 
 /// Every object of `what`, page by page (500 a request).
