@@ -138,6 +138,24 @@ fn decided_syncs(metrics: &Metrics, controller: &str) -> u64 {
     metrics.reconcile_count(controller, "ok") + metrics.reconcile_count(controller, "error")
 }
 
+/// `o` without the fields the API server sets on a write (`uid`, `resourceVersion`,
+/// `creationTimestamp`, `managedFields`, `generation`): a body as written, to compare with what
+/// was sent.
+pub fn as_written(mut o: Value) -> Value {
+    if let Some(m) = o["metadata"].as_object_mut() {
+        for f in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+        ] {
+            m.remove(f);
+        }
+    }
+    o
+}
+
 /// Whether some object in `body` (at any depth: a hook request's parent, children, related
 /// objects) has the uid `uid` and shows `patch`, a JSON merge patch: every field it sets has that
 /// value, every field it nulls is absent.

@@ -32,22 +32,6 @@ fn two_versions(hook: &str, req: &Value) -> Reply {
     }
 }
 
-/// An object without the fields the API server sets on a write.
-fn as_written(mut o: Value) -> Value {
-    if let Some(m) = o["metadata"].as_object_mut() {
-        for f in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-        ] {
-            m.remove(f);
-        }
-    }
-    o
-}
-
 /// `v` with every object's keys in reverse order: what a file written by another tool may hold.
 fn reversed(v: &Value) -> Value {
     match v {

@@ -421,22 +421,6 @@ fn versioned_children(_hook: &str, req: &Value) -> Reply {
     Reply::Json(json!({"status": {"v": spec["v"]}, "children": children}))
 }
 
-/// An object without the fields the API server sets on a write.
-fn as_written(mut o: Value) -> Value {
-    if let Some(m) = o["metadata"].as_object_mut() {
-        for f in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-        ] {
-            m.remove(f);
-        }
-    }
-    o
-}
-
 /// `kmeta render` shows the writes a running controller then makes: the create bodies of a new
 /// parent's children, then, after another actor added a field to one child and the parent
 /// changed, the three-way-merged update that keeps that field.
