@@ -149,13 +149,20 @@ async fn create_things_crd(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn the_generated_role_covers_every_request_kmeta_makes() -> anyhow::Result<()> {
+/// A kmeta-apiserver with kmeta's CRDs and `Thing`s, and [`MANIFESTS`] pointing at hooks
+/// served here.
+async fn prepared() -> anyhow::Result<(kmeta_apiserver::TestServer, kube::Client, String)> {
     let server = kmeta_apiserver::TestServer::start().await?;
     let client = server.client();
     kmeta::manifest::install_crds(&client).await?;
     create_things_crd(&client).await?;
     let manifests = MANIFESTS.replace("HOOK", &serve_hooks().await?);
+    Ok((server, client, manifests))
+}
+
+#[tokio::test]
+async fn the_generated_role_covers_every_request_kmeta_makes() -> anyhow::Result<()> {
+    let (server, client, manifests) = prepared().await?;
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("controllers.yaml");
     std::fs::write(&file, &manifests)?;
@@ -377,11 +384,7 @@ async fn kmeta_rbac_output_applied_in_sequence_replaces_no_earlier_grant() -> an
 /// role allows no verb but `get` and `list`.
 #[tokio::test]
 async fn a_plans_read_only_role_covers_every_request_a_plan_makes() -> anyhow::Result<()> {
-    let server = kmeta_apiserver::TestServer::start().await?;
-    let client = server.client();
-    kmeta::manifest::install_crds(&client).await?;
-    create_things_crd(&client).await?;
-    let manifests = MANIFESTS.replace("HOOK", &serve_hooks().await?);
+    let (server, client, manifests) = prepared().await?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&manifests)?;
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("controllers.yaml");
