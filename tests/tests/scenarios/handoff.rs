@@ -243,14 +243,16 @@ async fn resync_window(
         "{cc}: kmeta wrote the child during {} syncs",
         s.syncs(cc) - from
     );
-    // nor the parent over and over: its sync record says `LeftAlone` once, not per resync (a
-    // record-only status write is not awaited: under watch lag the next resyncs, 5 ms apart, may
-    // send it again from the stale parent, refused with 409 until the watch catches up)
+    // nor the parent over and over: its sync record says `LeftAlone` once per reason, not per
+    // resync. Two reasons at most: a sync may see the HPA's write before the VPA's (`field
+    // rules: hpa`, then `hpa, vpa`); every later write changes values only. A record-only status
+    // write is not awaited: under watch lag the next resyncs, 5 ms apart, may send it again from
+    // the stale parent, refused with 409 until the watch catches up.
     let others: Vec<String> = kmeta_writes_to(s, log_from, |r| r != "deployments" && r != "events")
         .into_iter()
         .filter(|w| !w.ends_with("(409)"))
         .collect();
-    assert!(others.len() <= 1, "{cc}: kmeta wrote {others:?}");
+    assert!(others.len() <= 2, "{cc}: kmeta wrote {others:?}");
     Ok(owners)
 }
 
