@@ -258,8 +258,8 @@ impl Drop for PendingGuard {
     }
 }
 
-/// Runs one controller object until `stop`: builds its controller (retrying every discovery
-/// interval while resources are missing or the object is unusable, with a Warning event on the
+/// Runs one controller object until `stop`: builds its controller (retrying with
+/// [`retry_delay`] while resources are missing or the object is unusable, with a Warning event on the
 /// object whenever the reason changes), then runs it. Cancels `finished` when it returns.
 async fn run_one<K: ControllerKind>(
     ctx: Arc<Context>,
@@ -273,11 +273,13 @@ async fn run_one<K: ControllerKind>(
     let name = obj.meta().name.clone().unwrap_or_default();
     let value = with_type::<K>(obj_value(&obj));
     let mut last_error = String::new();
+    let mut failures = 0u32;
     loop {
         // watched from before the build reads them: an edit after it restarts the controller
         let mut sources = SourceWatch::start(&ctx.client, &K::jsonnet_config_maps(&obj)).await;
         match K::build(ctx.clone(), obj.clone()).await {
             Ok(runner) => {
+                failures = 0;
                 let runner = Arc::new(runner);
                 if let Some(guard) = pending.take() {
                     let waiting = runner.clone();
@@ -316,6 +318,7 @@ async fn run_one<K: ControllerKind>(
             }
             Err(e) => {
                 pending = None;
+                failures = failures.saturating_add(1);
                 let msg = e.to_string();
                 if msg != last_error {
                     let reason = K::failure_reason(&e);
@@ -331,7 +334,7 @@ async fn run_one<K: ControllerKind>(
         tokio::select! {
             _ = stop.cancelled() => return,
             () = sources.changed() => {}
-            _ = tokio::time::sleep(ctx.config.discovery_interval) => {
+            _ = tokio::time::sleep(retry_delay(failures, ctx.config.discovery_interval)) => {
                 if let Err(e) = ctx.resources.refresh(ctx.discovery_client()).await {
                     tracing::warn!(error = %e, "discovery refresh failed");
                 }
@@ -375,8 +378,23 @@ fn with_type<K: ControllerKind>(mut v: Value) -> Value {
     v
 }
 
+/// The first wait before a failed start or release is tried again: half a second, doubled
+/// after each failure up to the discovery interval (30 s by default, Metacontroller's
+/// `--discovery-interval`). Most such failures pass within seconds (a CRD being established, a
+/// shard bucket not yet acquired, another replica's release); Metacontroller requeues a
+/// controller object that failed to sync with a rate-limited backoff too, not after a fixed
+/// interval.
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long to wait after the `failures`-th failure in a row (1 for the first) before trying
+/// again: [`FIRST_RETRY`] doubled per earlier failure, at most `cap`.
+fn retry_delay(failures: u32, cap: std::time::Duration) -> std::time::Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST_RETRY.saturating_mul(1 << doublings).min(cap)
+}
+
 /// Releases what a deleted controller object holds ([`ControllerKind::release`]) once its
-/// controller has stopped (`stopped`), retrying every discovery interval until it succeeds or
+/// controller has stopped (`stopped`), retrying with [`retry_delay`] until it succeeds or
 /// `stop`; a failure is a Warning event on the object.
 async fn release_one<K: ControllerKind>(
     ctx: Arc<Context>,
@@ -390,6 +408,7 @@ async fn release_one<K: ControllerKind>(
     }
     let name = obj.meta().name.clone().unwrap_or_default();
     let value = with_type::<K>(obj_value(&obj));
+    let mut failures = 0u32;
     loop {
         match K::release(ctx.clone(), obj.clone()).await {
             Ok(note) => {
@@ -398,6 +417,7 @@ async fn release_one<K: ControllerKind>(
                 return;
             }
             Err(e) => {
+                failures = failures.saturating_add(1);
                 tracing::warn!(kind = K::KIND, controller = %name, error = %e, "releasing after deletion failed; retrying");
                 let note = format!("Cannot release after deletion: {e}");
                 ctx.event(&value, Reason::ReleaseError, note).await;
@@ -405,7 +425,7 @@ async fn release_one<K: ControllerKind>(
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(ctx.config.discovery_interval) => {}
+            _ = tokio::time::sleep(retry_delay(failures, ctx.config.discovery_interval)) => {}
         }
     }
 }
@@ -620,4 +640,31 @@ fn cancelled() -> CancellationToken {
     let t = CancellationToken::new();
     t.cancel();
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn retries_start_at_half_a_second_and_double_up_to_the_discovery_interval() {
+        let cap = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=9)
+            .map(|n| retry_delay(n, cap).as_millis() as u64)
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000
+            ]
+        );
+        // a shorter interval (`kmeta dev`'s 2 s) caps sooner; many failures never overflow
+        assert_eq!(
+            retry_delay(3, Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(retry_delay(u32::MAX, cap), cap);
+        assert_eq!(retry_delay(0, cap), FIRST_RETRY);
+    }
 }
