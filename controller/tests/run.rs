@@ -497,11 +497,31 @@ fn start_candidate(
     log: &std::path::Path,
     name: &str,
 ) -> anyhow::Result<(Proc, u16, u16)> {
+    start_candidate_with(kubeconfig, log, name, &[])
+}
+
+/// Short leader-election timings: a Lease of 3 s, renewed every 0.3 s, given up after 2 s
+/// without renewal (the defaults: 15 s, 2 s, 10 s). For a scenario that waits for a dead
+/// leader's Lease to expire; the Lease, not its length, is what it is about.
+const SHORT_LEASE: [&str; 3] = [
+    "--leader-election-lease-duration=3s",
+    "--leader-election-renew-deadline=2s",
+    "--leader-election-retry-period=300ms",
+];
+
+/// [`start_candidate`] with `extra` flags.
+fn start_candidate_with(
+    kubeconfig: &std::path::Path,
+    log: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> anyhow::Result<(Proc, u16, u16)> {
     let (health, metrics) = (free_port()?, free_port()?);
     let child = Command::new(KMETA)
         .args(["run", "--kubeconfig"])
         .arg(kubeconfig)
         .args(["--leader-election", "--leader-election-namespace=default"])
+        .args(extra)
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
         .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
         .env("POD_NAME", name)
@@ -613,8 +633,9 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
         Some("configmaps"),
         Duration::from_millis(200),
     );
-    let (mut a, _, _) = start_candidate(&kubeconfig, &dir.path().join("a.log"), "kmeta-a")?;
-    let (mut b, _, _) = start_candidate(&kubeconfig, &dir.path().join("b.log"), "kmeta-b")?;
+    let log = |n: &str| dir.path().join(format!("{n}.log"));
+    let (mut a, _, _) = start_candidate_with(&kubeconfig, &log("a"), "kmeta-a", &SHORT_LEASE)?;
+    let (mut b, _, _) = start_candidate_with(&kubeconfig, &log("b"), "kmeta-b", &SHORT_LEASE)?;
     let leases: kube::Api<Lease> = kube::Api::namespaced(server.client(), "default");
     let holder = || lease_holder(&leases);
     wait_for("a leader", || async { holder().await.is_some() }).await?;
@@ -646,7 +667,7 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
         .faults()
         .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2));
     let before = server.counters();
-    // the Lease (15 s) must expire before the standby takes over
+    // the Lease (3 s) must expire before the standby takes over
     let deadline = Instant::now() + Duration::from_secs(60);
     while holder().await.as_deref() != Some(standby_name) || count().await < PARENTS * PER_PARENT {
         if Instant::now() > deadline {

@@ -108,6 +108,17 @@ pub struct RunArgs {
     /// Lock type; only "leases" is supported (Metacontroller's default).
     #[arg(long, value_enum, default_value_t = ResourceLock::Leases, value_name = "LOCK")]
     pub leader_election_resource_lock: ResourceLock,
+    /// How long the leader's Lease stays valid after its last renewal: a standby takes over
+    /// this long after a leader died (the 15 s Metacontroller gets from controller-runtime).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration_value)]
+    pub leader_election_lease_duration: Duration,
+    /// How long the leader keeps working without a successful renewal (controller-runtime's
+    /// 10 s); less than the Lease duration.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration_value)]
+    pub leader_election_renew_deadline: Duration,
+    /// Interval of the leader's renewals and of a standby's attempts (controller-runtime's 2 s).
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = duration_value)]
+    pub leader_election_retry_period: Duration,
     /// Split the parents between every replica running with this flag: each holds a share of
     /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election
     /// (every sharded replica works; each bucket has its own Lease).
@@ -346,6 +357,12 @@ pub struct LeaderFlags {
     pub namespace: String,
     /// Lease name.
     pub name: String,
+    /// `--leader-election-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-election-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-election-retry-period`.
+    pub retry_period: Duration,
 }
 
 /// Everything `kmeta run` needs, validated.
@@ -673,17 +690,34 @@ impl RunArgs {
         }))
     }
 
-    /// `--leader-election` with its Lease's namespace and name (None: disabled).
+    /// `--leader-election` with its Lease's namespace, name and timings (None: disabled); the
+    /// timings checked as client-go checks them.
     fn leader_flags(&self) -> Result<Option<LeaderFlags>, CliError> {
-        if self.leader_election && self.leader_election_id.trim().is_empty() {
+        if !self.leader_election {
+            return Ok(None);
+        }
+        if self.leader_election_id.trim().is_empty() {
             return Err(CliError::Invalid {
                 flag: "leader-election-id",
                 message: "must not be empty".into(),
             });
         }
-        Ok(self.leader_election.then(|| LeaderFlags {
+        let timings = kmeta::coord::leader::LeaderConfig {
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+            ..kmeta::coord::leader::LeaderConfig::default()
+        };
+        timings.validate().map_err(|e| CliError::Invalid {
+            flag: "leader-election-lease-duration",
+            message: e.to_string(),
+        })?;
+        Ok(Some(LeaderFlags {
             namespace: self.leader_election_namespace.trim().to_owned(),
             name: self.leader_election_id.trim().to_owned(),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
         }))
     }
 

@@ -83,7 +83,10 @@ fn metacontroller_manifest_args_carry_over() {
         c.leader,
         Some(LeaderFlags {
             namespace: "metacontroller".into(),
-            name: "metacontroller".into()
+            name: "metacontroller".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
         })
     );
     assert_eq!((c.workers, c.qps, c.burst), (50, 150.0, 300));
@@ -282,5 +285,39 @@ fn unused_compat_flags_are_reported() {
             ("pprof-address", ":6060".to_owned()),
             ("zap-time-encoding", "iso8601".to_owned())
         ]
+    );
+}
+
+#[test]
+fn leader_election_timings_are_set_and_checked() {
+    let c = parse(&[
+        "--leader-election",
+        "--leader-election-namespace=kmeta",
+        "--leader-election-lease-duration=3s",
+        "--leader-election-renew-deadline=2s",
+        "--leader-election-retry-period=300ms",
+    ])
+    .expect("valid");
+    let l = c.leader.expect("leader election on");
+    assert_eq!(
+        (l.lease_duration, l.renew_deadline, l.retry_period),
+        (
+            Duration::from_secs(3),
+            Duration::from_secs(2),
+            Duration::from_millis(300)
+        )
+    );
+    // a renew deadline past the Lease would let two leaders work at once: refused, named
+    let e = parse(&[
+        "--leader-election",
+        "--leader-election-namespace=kmeta",
+        "--leader-election-lease-duration=5s",
+        "--leader-election-renew-deadline=10s",
+    ])
+    .expect_err("renew deadline past the lease");
+    let text = e.to_string();
+    assert!(
+        text.contains("leader-election-lease-duration") && text.contains("renew deadline"),
+        "{text}"
     );
 }

@@ -333,7 +333,12 @@ fn work_client(
 /// What a sharded replica holds: none yet; parents placed by `--shard-key`; with
 /// `--shard-watch=server`, by the server's ranges, with sharded watches.
 fn shards_of(f: &ShardFlags) -> Arc<Shards> {
-    Shards::replica(f.buckets, f.key, f.watch == ShardWatch::Server)
+    Shards::replica(
+        f.buckets,
+        f.key,
+        f.watch == ShardWatch::Server,
+        f.retry_period,
+    )
 }
 
 /// The Lease election of `--leader-election` from the flags: this instance's `identity` if it
@@ -349,6 +354,9 @@ fn leader_config(
     let leader = LeaderConfig {
         namespace,
         name: flags.name.clone(),
+        lease_duration: flags.lease_duration,
+        renew_deadline: flags.renew_deadline,
+        retry_period: flags.retry_period,
         leading: probes.leading.clone(),
         metrics: Some(metrics.clone()),
         fence,

@@ -18,6 +18,7 @@
 //! never correctness.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -92,19 +93,41 @@ pub struct WatchShards {
     listed: Mutex<Vec<watch::Receiver<Listed>>>,
     /// Resources watched whole because the server did not apply the selector.
     whole: Mutex<Vec<String>>,
+    /// How long the selection must hold still before a watch's streams are merged into one
+    /// ([`WatchShards::settle`]).
+    settle: Duration,
 }
 
+/// How many bucket Lease retry periods a sharded watch's selection must hold still before its
+/// streams are merged into one (kmeta's choice: a scale-up or failover hands buckets over one
+/// per retry period, and this waits for the hand-overs to end; a merge relists the replica's
+/// share): five, 10 s at `kmeta run`'s default `--shard-retry-period` of 2 s.
+pub const SETTLE_RETRY_PERIODS: u32 = 5;
+
 impl Default for WatchShards {
+    /// A selection settled after [`SETTLE_RETRY_PERIODS`] default retry periods (10 s).
     fn default() -> Self {
-        WatchShards {
-            selection: watch::channel(Selection::default()).0,
-            listed: Mutex::default(),
-            whole: Mutex::default(),
-        }
+        WatchShards::settling_after(Duration::from_secs(2) * SETTLE_RETRY_PERIODS)
     }
 }
 
 impl WatchShards {
+    /// No selection yet; streams merged once a selection has held still for `settle`.
+    pub fn settling_after(settle: Duration) -> Self {
+        WatchShards {
+            selection: watch::channel(Selection::default()).0,
+            listed: Mutex::default(),
+            whole: Mutex::default(),
+            settle,
+        }
+    }
+
+    /// How long the selection must hold still before a sharded watch's streams (one per
+    /// bucket gained apart) are merged into one stream over every selected range.
+    pub fn settle(&self) -> Duration {
+        self.settle
+    }
+
     /// The current selection.
     #[cfg(test)]
     pub(crate) fn selection(&self) -> Selection {

@@ -136,7 +136,7 @@ pub(crate) async fn wait_split(ctrl: &[Controller], case: &Case) -> anyhow::Resu
 
 /// With server-sharded watches: waits until every replica runs each sharded watch over one
 /// stream (`kmeta_watch_streams{mode="sharded"}` 1), which kmeta reaches once the split has held
-/// still (`CONSOLIDATE_AFTER`), so the converge measures the replicas as they run between
+/// still (five `--shard-retry-period`s, `SETTLE_RETRY_PERIODS`), so the converge measures the replicas as they run between
 /// membership changes, not the one relist of each replica's share that merging costs.
 async fn wait_merged(ctrl: &[Controller]) -> anyhow::Result<()> {
     let start = Instant::now();

@@ -171,10 +171,18 @@ impl Shards {
     /// A replica of `kmeta run --sharding` holding no bucket yet, parents placed by `key`
     /// (`--shard-key`). With `server_side_watch` (`--shard-watch=server`), namespaces are
     /// placed by plain FNV-1a, the hash the API server's ranges use, and the replica's watches
-    /// list only the buckets it holds; else by the mixed hash, and every watch lists everything.
-    pub fn replica(buckets: u32, key: ShardKey, server_side_watch: bool) -> Arc<Shards> {
+    /// list only the buckets it holds, merging a watch's streams once the buckets held have
+    /// not changed for five of the Lease loop's `retry_period`s; else by the mixed hash, and
+    /// every watch lists everything.
+    pub fn replica(
+        buckets: u32,
+        key: ShardKey,
+        server_side_watch: bool,
+        retry_period: std::time::Duration,
+    ) -> Arc<Shards> {
         if server_side_watch {
-            let watch = Some(Arc::new(WatchShards::default()));
+            let settle = retry_period * crate::runtime::shard_watch::SETTLE_RETRY_PERIODS;
+            let watch = Some(Arc::new(WatchShards::settling_after(settle)));
             Shards::keyed(buckets, ShardHash::Fnv1a, key, watch)
         } else {
             Shards::keyed(buckets, ShardHash::Mixed, key, None)

@@ -19,11 +19,6 @@ use crate::runtime::shard_watch::{
     HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
 
-/// How long a sharded watch's selection must hold still before its streams are merged into one
-/// (kmeta's choice: a scale-up or failover hands buckets over one per Lease retry period, 2 s by
-/// default, and this waits for the hand-overs to end; a merge relists the replica's share).
-pub const CONSOLIDATE_AFTER: Duration = Duration::from_secs(10);
-
 /// Whether namespace `ns` hashes into one of `ranges`.
 fn in_ranges(ranges: &BTreeSet<HashRange>, ns: &str) -> bool {
     let h = fnv1a64(ns.as_bytes());
@@ -194,7 +189,7 @@ impl<T: Form> Shared<T> {
     /// selected together (a shard bucket each) are listed and watched in one stream whose
     /// `shardSelector` names them all; a range no longer selected has its objects dropped (and
     /// its stream's later events for it ignored; a stream left with none is stopped); the other
-    /// streams go on untouched. Once the selection has held still for [`CONSOLIDATE_AFTER`],
+    /// streams go on untouched. Once the selection has held still for [`WatchShards::settle`],
     /// several streams (or one carrying dropped ranges) are replaced by one stream over every
     /// selected range: one relist of this replica's share, then one stream per resource instead
     /// of one per bucket gained. Each range listed is announced ([`WatchShards::wait_listed`]).
@@ -234,7 +229,7 @@ impl<T: Form> Shared<T> {
             loop {
                 let settle = async {
                     match streams.scattered() {
-                        true => tokio::time::sleep(CONSOLIDATE_AFTER).await,
+                        true => tokio::time::sleep(shards.settle()).await,
                         false => std::future::pending().await,
                     }
                 };
