@@ -11,8 +11,9 @@
 //! the conflicts (manager, field) must be the same. A difference is shrunk by proptest to its
 //! smallest sequence and printed.
 //!
-//! `KMETA_SSA_DIFF_CASES=N` runs N sequences (default 2000), `KMETA_SSA_DIFF_SEED=S` another
-//! seed. Needs `go` and Debian's `golang-k8s-sigs-structured-merge-diff-dev`: without them the
+//! `KMETA_SSA_DIFF_CASES=N` runs N sequences (default 400, and 2000 in the deep tier
+//! `KMETA_TEST_DEEP=1` that `.ci/run` runs: CONTRIBUTING.md, "How long the tests take"),
+//! `KMETA_SSA_DIFF_SEED=S` another seed. Needs `go` and Debian's `golang-k8s-sigs-structured-merge-diff-dev`: without them the
 //! test says SKIPPED, and fails under `KMETA_CI=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -784,7 +785,8 @@ fn ssa_matches_structured_merge_diff_or_skips_without_go() {
     let server = rt.block_on(TestServer::start()).unwrap();
     let kmeta = rt.block_on(Kmeta::new(server.client(), "Widget", schema()));
     let go = RefCell::new(Harness::start(&bin));
-    let cases = env_u64("KMETA_SSA_DIFF_CASES", 2000);
+    let deep = std::env::var_os("KMETA_TEST_DEEP").is_some_and(|v| v == "1");
+    let cases = env_u64("KMETA_SSA_DIFF_CASES", if deep { 2000 } else { 400 });
     let seed = env_u64("KMETA_SSA_DIFF_SEED", 37);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
