@@ -349,6 +349,9 @@ impl Reconciler for CompositeRunner {
     }
 
     async fn report_failure(&self, parent: &Value, message: &str) -> Result<(), SyncError> {
+        // the condition is written into the status as read, kmeta's sync record included
+        let whole = self.state.parents.attached(parent);
+        let parent = whole.as_ref().unwrap_or(parent);
         let uid = meta_str(parent, "uid");
         self.state.begin_failure_write(uid);
         let result =

@@ -39,7 +39,7 @@ pub async fn sync_parent(
     key: &ObjKey,
     used: &mut Used,
 ) -> Result<Option<Duration>, SyncError> {
-    let Some(cached) = c.parents.get(&key.namespace, &key.name) else {
+    let Some(cached) = c.parents.get_whole(&key.namespace, &key.name) else {
         return Ok(None);
     };
     let fin = finalizer_name(&c.name);

@@ -28,7 +28,7 @@ pub async fn sync_target(
     (namespace, name): (&str, &str),
     used: &mut Used,
 ) -> Result<Option<Duration>, SyncError> {
-    let Some(cached) = rule.informer.get(namespace, name) else {
+    let Some(cached) = rule.informer.get_whole(namespace, name) else {
         return Ok(None);
     };
     let fin = &d.finalizer;

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, watch};
 
@@ -74,12 +75,38 @@ pub trait Form: ObjectView + Send + Sync + Sized + 'static {
     const ORPHANS_BY_LABEL: bool;
     /// The cached form of a watched object; `None` (logged) when it cannot be made.
     fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self>;
+    /// Takes out the part of the object the store holds as JSON text beside it, not decoded
+    /// ([`DETACHED_STATUS_FIELD`]); none by default.
+    fn detach(&mut self) -> Option<Box<RawValue>> {
+        None
+    }
+    /// The object with `text` (what [`Form::detach`] took out) put back.
+    fn attach(&self, text: &RawValue) -> Option<Self>;
 }
+
+/// The status field a decoded-value watch holds as JSON text beside the object instead of
+/// decoded: `status.kmeta`, kmeta's own record of a parent's syncs (up to five records with
+/// their children). Only a sync of that one object reads it ([`Informer::whole`]); decoded, it
+/// cost several times its text in every cached parent (a `serde_json::Value` allocates each
+/// key and string on its own), 60–70 MiB at 10 000 parents (docs/design/detached-record.md).
+pub const DETACHED_STATUS_FIELD: &str = "kmeta";
 
 impl Form for Value {
     const ORPHANS_BY_LABEL: bool = false;
     fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
         cached_value(obj, r)
+    }
+    fn detach(&mut self) -> Option<Box<RawValue>> {
+        let status = self.get_mut("status")?.as_object_mut()?;
+        let field = status.shift_remove(DETACHED_STATUS_FIELD)?;
+        serde_json::value::to_raw_value(&field).ok()
+    }
+    fn attach(&self, text: &RawValue) -> Option<Self> {
+        let field: Value = serde_json::from_str(text.get()).ok()?;
+        let mut whole = self.clone();
+        let status = whole.get_mut("status")?.as_object_mut()?;
+        status.insert(DETACHED_STATUS_FIELD.into(), field);
+        Some(whole)
     }
 }
 
@@ -89,6 +116,24 @@ impl Form for Compact {
         Compact::from_watched(obj, r)
             .map_err(|e| tracing::warn!(resource = %r.watch_key(), error = %e, "watched object not cached"))
             .ok()
+    }
+    fn attach(&self, _: &RawValue) -> Option<Self> {
+        None
+    }
+}
+
+/// A watched object on its way into the store: its cached form and what [`Form::detach`] took
+/// out of it.
+struct Held<T> {
+    obj: T,
+    detached: Option<Box<RawValue>>,
+}
+
+impl<T: Form> Held<T> {
+    fn of(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+        let mut obj = T::from_watched(obj, r)?;
+        let detached = obj.detach();
+        Some(Held { obj, detached })
     }
 }
 
@@ -130,6 +175,8 @@ struct State<T> {
     /// The orphans by label (key → value → orphans): a parent's sync looks among those that
     /// carry a label its selector requires, not among every orphan of the namespace.
     orphans_by_label: HashMap<String, HashMap<String, BTreeSet<Arc<ObjKey>>>>,
+    /// What [`Form::detach`] took out of an object, as text, by its key.
+    detached: HashMap<Arc<ObjKey>, Box<RawValue>>,
 }
 
 impl<T> Default for State<T> {
@@ -139,6 +186,7 @@ impl<T> Default for State<T> {
             by_owner: HashMap::new(),
             orphans: BTreeSet::new(),
             orphans_by_label: HashMap::new(),
+            detached: HashMap::new(),
         }
     }
 }
@@ -176,10 +224,13 @@ impl<T: Form> State<T> {
             }
         }
     }
-    fn insert(&mut self, obj: Arc<T>) -> Option<Arc<T>> {
+    fn insert(&mut self, obj: Arc<T>, detached: Option<Box<RawValue>>) -> Option<Arc<T>> {
         let key = obj_key(&*obj);
         let old = self.remove(&key);
         let key = Arc::new(key);
+        if let Some(text) = detached {
+            self.detached.insert(key.clone(), text);
+        }
         match obj.controller().map(|c| c.uid) {
             Some(uid) => {
                 self.by_owner
@@ -237,6 +288,7 @@ impl<T: Form> State<T> {
     }
     fn remove(&mut self, key: &ObjKey) -> Option<Arc<T>> {
         let old = self.objects.remove(key)?;
+        self.detached.remove(key);
         self.unindex(key, &old);
         Some(old)
     }
@@ -382,9 +434,9 @@ impl<T: Form> Shared<T> {
         }
     }
 
-    fn apply(&self, obj: T) {
-        let new = Arc::new(obj);
-        let old = self.write(|s| s.insert(new.clone()));
+    fn apply(&self, held: Held<T>) {
+        let new = Arc::new(held.obj);
+        let old = self.write(|s| s.insert(new.clone(), held.detached));
         let _ = self.tx.send(Change::Applied { old, new });
     }
 
@@ -397,7 +449,7 @@ impl<T: Form> Shared<T> {
     }
 
     /// Replaces the store after a (re)list, announcing what changed.
-    fn replace(&self, objs: Vec<T>) {
+    fn replace(&self, objs: Vec<Held<T>>) {
         self.replace_where(objs, |_| true);
         self.synced.send_replace(true);
         self.listed();
@@ -405,8 +457,8 @@ impl<T: Form> Shared<T> {
     }
 
     /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
-    fn replace_where(&self, objs: Vec<T>, mine: impl Fn(&ObjKey) -> bool) {
-        let keep: HashSet<ObjKey> = objs.iter().map(obj_key).collect();
+    fn replace_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) {
+        let keep: HashSet<ObjKey> = objs.iter().map(|o| obj_key(&o.obj)).collect();
         let gone: Vec<Arc<ObjKey>> = self.read(|s| {
             s.objects
                 .keys()
@@ -420,11 +472,11 @@ impl<T: Form> Shared<T> {
             }
         }
         for o in objs {
-            let key = obj_key(&o);
+            let key = obj_key(&o.obj);
             let same = self.read(|s| {
                 s.objects
                     .get(&key)
-                    .is_some_and(|c| c.resource_version() == o.resource_version())
+                    .is_some_and(|c| c.resource_version() == o.obj.resource_version())
             });
             if !same {
                 self.apply(o);
@@ -464,7 +516,7 @@ impl<T: Form> Shared<T> {
     }
 
     fn apply_watched(&self, o: DynamicObject) {
-        if let Some(v) = T::from_watched(o, &self.resource) {
+        if let Some(v) = Held::of(o, &self.resource) {
             self.apply(v);
         }
     }
@@ -487,7 +539,7 @@ impl<T: Form> Shared<T> {
         group: Option<Arc<Group>>,
     ) {
         let mut requested = std::time::Instant::now();
-        let mut buffer: Vec<T> = Vec::new();
+        let mut buffer: Vec<Held<T>> = Vec::new();
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(o)) => {
@@ -511,7 +563,7 @@ impl<T: Form> Shared<T> {
                     buffer.clear();
                 }
                 Ok(Event::InitApply(o)) => {
-                    if let Some(v) = T::from_watched(o, &self.resource) {
+                    if let Some(v) = Held::of(o, &self.resource) {
                         buffer.push(v);
                     }
                 }
@@ -539,6 +591,29 @@ impl<T: Form> Informer<T> {
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
         self.shared
             .read(|s| s.objects.get(&ObjKey::new(namespace, name)).cloned())
+    }
+    /// `obj` (as this watch handed it out) whole: with what the store holds as text beside it
+    /// put back ([`Form::detach`], [`DETACHED_STATUS_FIELD`]) while the store still holds that
+    /// version; else `obj` as it is (a newer version is cached: a write based on `obj` is
+    /// refused by its resourceVersion anyway).
+    pub fn whole(&self, obj: Arc<T>) -> Arc<T> {
+        self.attached(&obj).map_or(obj, Arc::new)
+    }
+    /// `obj` with what the store holds as text beside it put back, when there is any for its
+    /// version ([`Informer::whole`]).
+    pub fn attached(&self, obj: &T) -> Option<T> {
+        let key = obj_key(obj);
+        self.shared.read(|s| {
+            let cached = s.objects.get(&key)?;
+            if cached.resource_version() != obj.resource_version() {
+                return None;
+            }
+            obj.attach(s.detached.get(&key)?)
+        })
+    }
+    /// A cached object whole ([`Informer::whole`]): as a sync that writes it reads it.
+    pub fn get_whole(&self, namespace: &str, name: &str) -> Option<Arc<T>> {
+        self.get(namespace, name).map(|o| self.whole(o))
     }
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<T>> {
@@ -881,29 +956,56 @@ mod tests {
             let v = obj(name, owner);
             Arc::new(Compact::from_value((*v).clone()).unwrap())
         };
-        s.insert(child("a", None));
-        s.insert(child("b", Some("u1")));
+        s.insert(child("a", None), None);
+        s.insert(child("b", Some("u1")), None);
         assert_eq!(s.orphans_in(Some("ns")).len(), 1);
         assert_eq!(s.by_owner["u1"].len(), 1);
-        s.insert(child("a", Some("u1")));
+        s.insert(child("a", Some("u1")), None);
         assert!(s.orphans.is_empty());
         assert_eq!(s.by_owner["u1"].len(), 2);
     }
 
     #[test]
+    fn kmetas_status_field_is_held_as_text_and_put_back_whole() {
+        let whole = json!({"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"},
+            "status": {"children": 10, "kmeta": {"lastSync": {"time": "t", "children": [
+                {"kind": "ConfigMap", "name": "p-0", "action": "Created"}]}}}});
+        let mut held = whole.clone();
+        let text = held.detach().unwrap();
+        assert_eq!(held["status"], json!({"children": 10}));
+        assert_eq!(
+            serde_json::from_str::<Value>(text.get()).unwrap(),
+            whole["status"]["kmeta"]
+        );
+        assert_eq!(held.attach(&text).unwrap(), whole);
+        // nothing to take out: no status, or no record in it
+        let mut plain = json!({"metadata": {"name": "q"}, "status": {"children": 1}});
+        assert!(plain.detach().is_none());
+        assert!(json!({"metadata": {"name": "r"}}).detach().is_none());
+        // the store keeps the text with its object and drops it with it
+        let mut s = State::default();
+        s.insert(Arc::new(held), Some(text));
+        assert_eq!(s.detached.len(), 1);
+        s.insert(Arc::new(plain.take()), None);
+        assert_eq!(s.detached.len(), 1);
+        s.remove(&ObjKey::new("ns", "p"));
+        assert!(s.detached.is_empty());
+    }
+
+    #[test]
     fn indexes_follow_ownership_changes() {
         let mut s = State::default();
-        s.insert(obj("a", None));
-        s.insert(obj("b", Some("u1")));
+        s.insert(obj("a", None), None);
+        s.insert(obj("b", Some("u1")), None);
         assert!(s.orphans.contains(&ObjKey::new("ns", "a")));
         assert_eq!(s.by_owner["u1"].len(), 1);
         // adoption moves a from orphans to u1
-        let old = s.insert(obj("a", Some("u1")));
+        let old = s.insert(obj("a", Some("u1")), None);
         assert!(old.is_some());
         assert!(s.orphans.is_empty());
         assert_eq!(s.by_owner["u1"].len(), 2);
         // release and delete
-        s.insert(obj("a", None));
+        s.insert(obj("a", None), None);
         s.remove(&ObjKey::new("ns", "b"));
         assert!(!s.by_owner.contains_key("u1"));
         assert_eq!(s.orphans.len(), 1);
@@ -946,7 +1048,7 @@ mod tests {
                         v["metadata"]["ownerReferences"] =
                             json!([{"uid": "u", "controller": true}]);
                     }
-                    s.insert(Arc::new(form(v)));
+                    s.insert(Arc::new(form(v)), None);
                 }
                 assert!(T::ORPHANS_BY_LABEL || s.orphans_by_label.is_empty());
                 for ns in [Some("a"), Some("b"), None] {
@@ -979,7 +1081,7 @@ mod tests {
         let mut s = State::default();
         let in_ns = |ns: &str, name: &str| json!({"metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}")}});
         for (ns, name) in [("a", "x"), ("ab", "y"), ("b", "z"), ("a", "w")] {
-            s.insert(Arc::new(in_ns(ns, name)));
+            s.insert(Arc::new(in_ns(ns, name)), None);
         }
         let names = |ns| {
             let mut v: Vec<String> = s

@@ -14,7 +14,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde_json::Value;
 
-use super::{Change, Form, ObjKey, Shared, obj_key};
+use super::{Change, Form, Held, ObjKey, Shared, obj_key};
 use crate::runtime::shard_watch::{
     HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
@@ -306,11 +306,11 @@ impl<T: Form> Shared<T> {
     pub(super) fn replace_group(
         &self,
         live: &BTreeSet<HashRange>,
-        mut objs: Vec<T>,
+        mut objs: Vec<Held<T>>,
         requested: std::time::Instant,
     ) {
         let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
-        objs.retain(|o| covers(&obj_key(o)));
+        objs.retain(|o| covers(&obj_key(&o.obj)));
         let again = {
             let listed = self.listed_ranges();
             live.iter().any(|r| listed.contains_key(r))
