@@ -10,8 +10,9 @@
 //! docs/design/apiserver-admission.md and docs/design/cel-hooks.md.
 
 use kube_cel::KubeCelExt as _;
+use kube_cel::cel::common::ast::{EntryExpr, Expr};
 use kube_cel::cel::objects::Key;
-use kube_cel::cel::{Context, ExecutionError, Program, Value as CelValue};
+use kube_cel::cel::{Context, ExecutionError, IdedExpr, Program, Value as CelValue};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -150,6 +151,15 @@ impl Expression {
         refs.variables().into_iter().map(str::to_owned).collect()
     }
 
+    /// The field selections the expression makes on its variables, each as the variable's
+    /// name followed by the fields selected in turn (`schema.spec.name` gives
+    /// `["schema", "spec", "name"]`); a chain ends where an index or a call does.
+    pub fn selections(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        walk(self.program.expression(), &mut out);
+        out
+    }
+
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
@@ -176,6 +186,59 @@ impl Expression {
             expression: self.source.clone(),
             expected,
             got: got.to_string(),
+        }
+    }
+}
+
+/// The field chain `e` selects when it is `ident.f1.f2...`.
+fn chain(e: &IdedExpr) -> Option<Vec<String>> {
+    match &e.expr {
+        Expr::Ident(name) => Some(vec![name.clone()]),
+        Expr::Select(s) => {
+            let mut c = chain(&s.operand)?;
+            c.push(s.field.clone());
+            Some(c)
+        }
+        _ => None,
+    }
+}
+
+/// Collects every maximal selection chain of `e` into `out`.
+fn walk(e: &IdedExpr, out: &mut Vec<Vec<String>>) {
+    if let Some(c) = chain(e).filter(|c| c.len() > 1) {
+        out.push(c);
+        return;
+    }
+    match &e.expr {
+        Expr::Select(s) => walk(&s.operand, out),
+        Expr::Call(c) => {
+            c.target.iter().for_each(|t| walk(t, out));
+            c.args.iter().for_each(|a| walk(a, out));
+        }
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                walk(part, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, out)),
+        Expr::Map(m) => m.entries.iter().for_each(|x| walk_entry(&x.expr, out)),
+        Expr::Struct(st) => st.entries.iter().for_each(|x| walk_entry(&x.expr, out)),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn walk_entry(e: &EntryExpr, out: &mut Vec<Vec<String>>) {
+    match e {
+        EntryExpr::StructField(f) => walk(&f.value, out),
+        EntryExpr::MapEntry(m) => {
+            walk(&m.key, out);
+            walk(&m.value, out);
         }
     }
 }
@@ -284,5 +347,17 @@ mod tests {
             .variables();
         vars.sort();
         assert_eq!(vars, ["a", "x", "y"]);
+        let e = Expression::compile("a.b.c[0].d + size(x.y) > 1 ? {'k': m.n} : [z.w.v]").unwrap();
+        let mut sel = e.selections();
+        sel.sort();
+        assert_eq!(
+            sel,
+            [
+                vec!["a", "b", "c"],
+                vec!["m", "n"],
+                vec!["x", "y"],
+                vec!["z", "w", "v"]
+            ]
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! format's decoding and object maps ([`wire`]).
 
 pub(crate) mod backend;
-pub mod cel;
+pub(crate) mod cel;
 pub(crate) mod client;
 pub(crate) mod error;
 pub(crate) mod etag;

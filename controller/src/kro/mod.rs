@@ -11,7 +11,9 @@ mod serve;
 
 use serde_json::{Value, json};
 
+use crate::hook::cel::check;
 use crate::hook::cel::graph::{self, Graph, Source};
+pub use crate::hook::cel::{EvalError, GraphError};
 pub use serve::serve;
 
 /// kro's API group and version of the ResourceGraphDefinition.
@@ -34,7 +36,10 @@ pub enum KroError {
     },
     /// The graph is wrong: the resource, the field path and the expression named.
     #[error(transparent)]
-    Graph(#[from] graph::GraphError),
+    Graph(#[from] GraphError),
+    /// An expression failed for good while answering an instance's sync.
+    #[error(transparent)]
+    Evaluate(#[from] EvalError),
     /// A child's kind is not served by the API server.
     #[error("resource {id:?}: {api_version} {kind} is not served by the API server")]
     UnknownKind {
@@ -232,17 +237,42 @@ pub(crate) fn controller(
     }))
 }
 
-/// What kmeta makes of `rgd`: its graph checked and ordered, its instance CRD and controller.
+/// What kmeta makes of `rgd`: its graph checked (syntax, ids, cycles, and every `schema.spec`
+/// field its expressions select against the instance's schema) and ordered, its instance CRD
+/// and controller.
 pub fn translate(
     rgd: &Value,
     plural_of: &dyn Fn(&str, &str) -> Option<String>,
 ) -> Result<Served, KroError> {
     let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
+    let crd = instance_crd(rgd)?;
+    let spec = crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec");
+    check::check_instance_fields(&g, spec.unwrap_or(&Value::Null))?;
     Ok(Served {
-        crd: instance_crd(rgd)?,
+        crd,
         controller: controller(rgd, &g, plural_of)?,
         order: g.nodes.iter().map(|n| n.id.clone()).collect(),
     })
+}
+
+/// A resource graph compiled as a CEL hook holds it, answering requests as the hook does:
+/// public for the CEL hook bench (`benches/cel_hook.rs`), not an API.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct CompiledGraph(std::sync::Arc<Graph>);
+
+impl CompiledGraph {
+    /// Compiles `resource_graph` (an RGD's `spec`).
+    pub fn compile(resource_graph: &Value) -> Result<CompiledGraph, KroError> {
+        Ok(CompiledGraph(std::sync::Arc::new(graph::parse(
+            resource_graph,
+        )?)))
+    }
+
+    /// The answer to a `hook` request, stamped `now`.
+    pub fn answer(&self, hook: &str, request: &Value, now: &str) -> Result<Value, KroError> {
+        Ok(crate::hook::cel::answer(&self.0, hook, request, now)?)
+    }
 }
 
 /// The ResourceGraphDefinition CRD (`kro.run/v1alpha1`, cluster-scoped, with a status), to

@@ -118,30 +118,36 @@ async fn apply(client: &kube::Client, rgd: &Value) -> Result<Vec<String>, KroErr
     let served = translate(rgd, &|av, kind| {
         plurals.get(&(av.to_owned(), kind.to_owned())).cloned()
     })?;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let crd: CustomResourceDefinition =
-        serde_json::from_value(served.crd.clone()).map_err(|e| KroError::Schema {
-            path: "spec.schema".into(),
-            message: e.to_string(),
-        })?;
-    let crd_name = crd.metadata.name.clone().unwrap_or_default();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .patch(&crd_name, &pp, &Patch::Apply(&crd))
-        .await
-        .map_err(api_err(format!(
-            "applying customresourcedefinition {crd_name}"
-        )))?;
-    let cc: CompositeController =
-        serde_json::from_value(served.controller.clone()).map_err(|e| KroError::Schema {
-            path: "spec".into(),
-            message: e.to_string(),
-        })?;
-    let cc_name = cc.metadata.name.clone().unwrap_or_default();
-    Api::<CompositeController>::all(client.clone())
-        .patch(&cc_name, &pp, &Patch::Apply(&cc))
-        .await
-        .map_err(api_err(format!("applying compositecontroller {cc_name}")))?;
+    apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
+    apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
     Ok(served.order)
+}
+
+/// Applies `object` (cluster-scoped, of type `K`, shown as `what`) server-side as kmeta's
+/// field manager for RGDs, taking its fields from any other manager.
+async fn apply_as<K>(client: &kube::Client, object: &Value, what: &str) -> Result<(), KroError>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Clone
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let typed: K = serde_json::from_value(object.clone()).map_err(|e| KroError::Schema {
+        path: format!("{what} {name}"),
+        message: e.to_string(),
+    })?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<K>::all(client.clone())
+        .patch(name, &pp, &Patch::Apply(&typed))
+        .await
+        .map_err(api_err(format!("applying {what} {name}")))?;
+    Ok(())
 }
 
 /// The plural of each kind the graph makes, from the API server's discovery.

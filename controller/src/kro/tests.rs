@@ -98,3 +98,15 @@ fn plurals_follow_english() {
     assert_eq!(plural("Gateway"), "gateways");
     assert_eq!(plural("Class"), "classes");
 }
+
+#[test]
+fn a_spec_field_the_schema_lacks_is_refused_at_creation() {
+    let mut rgd = webapp();
+    rgd["spec"]["resources"][1]["template"]["spec"] = json!({"replicas": "${schema.spec.replica}"});
+    let e = translate(&rgd, &plurals).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("resource \"deployment\": template.spec.replicas: schema.spec.replica: "),
+        "{e}"
+    );
+}

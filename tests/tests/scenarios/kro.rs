@@ -116,22 +116,6 @@ async fn instance(s: &Running, name: &str, spec: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn containers(w: &Value) -> Vec<(String, String)> {
-    w.pointer("/spec/template/spec/containers")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    (
-                        c["name"].as_str().unwrap_or_default().to_owned(),
-                        c["image"].as_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The graph in kmeta: the RGD's order, children made as each resource's data arrives, the
 /// instance's status following its expressions and kro's state.
 #[tokio::test]

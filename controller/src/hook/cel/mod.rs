@@ -6,6 +6,7 @@
 //! resource, the field path and the expression ([`HookError::Cel`]); never the controller.
 //! Design: `docs/design/cel-hooks.md`.
 
+pub(crate) mod check;
 pub(crate) mod eval;
 pub(crate) mod graph;
 pub(crate) mod template;
