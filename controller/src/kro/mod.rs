@@ -1,5 +1,5 @@
 //! kro's ResourceGraphDefinitions (`kro.run/v1alpha1`) served by kmeta: each becomes the
-//! instance CRD generated from its SimpleSchema ([`schema`]) and a CompositeController whose
+//! instance CRD generated from its SimpleSchema (`schema`) and a CompositeController whose
 //! sync hook is the graph itself, evaluated with CEL ([`crate::api::CelHook`]), so kmeta's own
 //! claim, adopt, apply (dynapply, sidecar-safe) and status machinery runs the instances, and
 //! `kmeta trace`, `render`, `plan`, pause and reconcile-now work for them. [`translate`] is the
