@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::hook::cel::check;
 use crate::hook::cel::graph::{self, Graph, Source};
 pub use crate::hook::cel::{EvalError, GraphError};
-pub use serve::serve;
+pub use serve::{install_crd, serve};
 
 /// kro's API group and version of the ResourceGraphDefinition.
 pub const API_VERSION: &str = "kro.run/v1alpha1";

@@ -37,6 +37,25 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KroError {
     move |source| KroError::Api { what, source }
 }
 
+/// Creates the ResourceGraphDefinition CRD ([`super::resource_graph_definition_crd`]) unless
+/// one exists (kro's own, or an earlier kmeta's).
+pub async fn install_crd(client: &kube::Client) -> Result<(), KroError> {
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(super::resource_graph_definition_crd()).map_err(|e| {
+            KroError::Schema {
+                path: "resourcegraphdefinitions.kro.run".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let what = "creating customresourcedefinition resourcegraphdefinitions.kro.run";
+    match api.create(&kube::api::PostParams::default(), &crd).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(api_err(what)(e)),
+    }
+}
+
 /// Serves every ResourceGraphDefinition through `client` until the watch ends: the
 /// ResourceGraphDefinition CRD must be installed ([`super::resource_graph_definition_crd`]).
 pub async fn serve(client: kube::Client) -> Result<(), KroError> {
