@@ -758,8 +758,7 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
 /// `--leader-election` is refused at start.
 #[tokio::test]
 async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> {
-    use kube::api::{Api, DynamicObject, PostParams};
-    use kube::discovery::ApiResource;
+    use kube::api::{Api, PostParams};
     use serde_json::json;
     let refused = kmeta(&["run", "--serve-kro", "--leader-election"])?;
     assert!(
@@ -782,6 +781,40 @@ async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> 
             .spawn()?,
     );
     let client = server.client();
+    let memos = apply_memo_rgd(&client).await?;
+    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
+        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
+    memos
+        .create(&PostParams::default(), &serde_json::from_value(memo)?)
+        .await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let made = wait_for("the Memo's ConfigMap", || async {
+        cms.get_opt("hello-memo")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|cm| {
+                cm.data
+                    .is_some_and(|d| d.get("text").map(String::as_str) == Some("hi"))
+            })
+    })
+    .await;
+    let logs = std::fs::read_to_string(&log_path)?;
+    made.with_context(|| format!("logs:\n{logs}"))?;
+    sigterm(&proc.0)?;
+    wait_exit(&mut proc.0).await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Applies an RGD `notes` (kind `Memo`, one ConfigMap holding `spec.text`) once its CRD is
+/// served, and waits until the Memo resource is; the Memos of namespace `default`.
+async fn apply_memo_rgd(
+    client: &kube::Client,
+) -> anyhow::Result<kube::Api<kube::api::DynamicObject>> {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
     let ar = |group: &str, version: &str, kind: &str, plural: &str| ApiResource {
         group: group.into(),
         version: version.into(),
@@ -819,27 +852,5 @@ async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> 
         memos.list(&Default::default()).await.is_ok()
     })
     .await?;
-    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
-        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
-    memos
-        .create(&PostParams::default(), &serde_json::from_value(memo)?)
-        .await?;
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
-    let made = wait_for("the Memo's ConfigMap", || async {
-        cms.get_opt("hello-memo")
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|cm| {
-                cm.data
-                    .is_some_and(|d| d.get("text").map(String::as_str) == Some("hi"))
-            })
-    })
-    .await;
-    let logs = std::fs::read_to_string(&log_path)?;
-    made.with_context(|| format!("logs:\n{logs}"))?;
-    sigterm(&proc.0)?;
-    wait_exit(&mut proc.0).await?;
-    server.shutdown().await;
-    Ok(())
+    Ok(memos)
 }
