@@ -40,6 +40,14 @@ pub enum KroError {
     /// An expression failed for good while answering an instance's sync.
     #[error(transparent)]
     Evaluate(#[from] EvalError),
+    /// The graph uses a kro feature kmeta does not run yet (docs/design/cel-hooks.md).
+    #[error("resource {id:?}: {feature} is not supported by kmeta yet")]
+    Unsupported {
+        /// The resource's id.
+        id: String,
+        /// The feature (`externalRef`).
+        feature: &'static str,
+    },
     /// A child's kind is not served by the API server.
     #[error("resource {id:?}: {api_version} {kind} is not served by the API server")]
     UnknownKind {
@@ -201,7 +209,10 @@ pub(crate) fn controller(
     let mut children: Vec<Value> = Vec::new();
     for n in &graph_order.nodes {
         if matches!(n.source, Source::External(_)) {
-            continue;
+            return Err(KroError::Unsupported {
+                id: n.id.clone(),
+                feature: "externalRef",
+            });
         }
         let Some(resource) = plural_of(&n.api_version, &n.kind) else {
             return Err(KroError::UnknownKind {

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::{FIELD_MANAGER, KroError, translate};
 use crate::api::CompositeController;
-use crate::hook::cel::graph;
+use crate::hook::cel::graph::{self, Source};
 
 /// How often RGDs that could not be served are tried again.
 const RETRY: Duration = Duration::from_secs(3);
@@ -94,7 +94,11 @@ fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError
         Ok(()) => {}
         Err(e) => {
             tracing::info!(resourcegraphdefinition = %name, error = %e, "not served");
-            if !matches!(e, KroError::Graph(_) | KroError::Schema { .. }) {
+            let for_good = matches!(
+                e,
+                KroError::Graph(_) | KroError::Schema { .. } | KroError::Unsupported { .. }
+            );
+            if !for_good {
                 failed.insert(name);
             }
         }
@@ -175,7 +179,11 @@ async fn plurals(
     g: &graph::Graph,
 ) -> Result<BTreeMap<(String, String), String>, KroError> {
     let mut out = BTreeMap::new();
-    for n in &g.nodes {
+    for n in g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.source, Source::Template(_)))
+    {
         let (group, version) = match n.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", n.api_version.as_str()),
@@ -240,7 +248,10 @@ fn rejected(rgd: &Value, e: &KroError) -> Value {
     let message = e.to_string();
     let graph_error = matches!(
         e,
-        KroError::Graph(_) | KroError::Schema { .. } | KroError::UnknownKind { .. }
+        KroError::Graph(_)
+            | KroError::Schema { .. }
+            | KroError::UnknownKind { .. }
+            | KroError::Unsupported { .. }
     );
     let first = if graph_error {
         condition(

@@ -110,3 +110,19 @@ fn a_spec_field_the_schema_lacks_is_refused_at_creation() {
         "{e}"
     );
 }
+
+#[test]
+fn an_external_reference_is_refused_until_kmeta_runs_it() {
+    let mut rgd = webapp();
+    let external = json!({"id": "shared", "externalRef": {"apiVersion": "v1",
+        "kind": "ConfigMap", "metadata": {"name": "shared"}}});
+    rgd["spec"]["resources"]
+        .as_array_mut()
+        .unwrap()
+        .push(external);
+    let e = translate(&rgd, &plurals).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "resource \"shared\": externalRef is not supported by kmeta yet"
+    );
+}

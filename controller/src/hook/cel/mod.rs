@@ -54,6 +54,17 @@ impl CelRunner {
             None => DEFAULT_TIMEOUT,
         };
         let graph = graph::parse(&c.resource_graph).map_err(|e| cfg(e.to_string()))?;
+        let external = graph
+            .nodes
+            .iter()
+            .find(|n| matches!(n.source, graph::Source::External(_)));
+        if let Some(n) = external {
+            let why = format!(
+                "resource {:?}: externalRef is not supported by kmeta yet",
+                n.id
+            );
+            return Err(cfg(why));
+        }
         Ok(CelRunner {
             graph: Arc::new(graph),
             timeout,
