@@ -15,7 +15,7 @@
 //! | 3 | [`coord`] | coordinating replicas: leader election, the write fence, sharding, the work clients they check, and the [`coord::scope::WorkScope`] seam the reconcile core asks |
 //! | 4 | [`hook`] | the hook client and its back ends behind one trait (webhook: transport, TLS, auth, response cache; in-process Rust; Jsonnet), the trace context, wire decoding |
 //! | 5 | [`reconcile`] | the reconcile core (queue workers, hook circuit, waits on kmeta's own writes), pure decisions, child management, the CompositeController and DecoratorController kinds, the manager |
-//! | 6 | [`embed`], [`manifest`], [`rbac`], [`render`], [`plan`], [`steer`], [`trace`] | CompositeControllers with in-process Rust hooks; manifest files read and applied, kmeta's CRDs installed; the RBAC rules controllers need; what a sync hook would make kmeta write, for one parent or every parent of a controller; steering a parent (`reconcile`/`suspend`/`resume`); tracing it |
+//! | 6 | [`embed`], [`kro`], [`manifest`], [`rbac`], [`render`], [`plan`], [`steer`], [`trace`] | CompositeControllers with in-process Rust hooks; kro's ResourceGraphDefinitions served as CompositeControllers with CEL hooks; manifest files read and applied, kmeta's CRDs installed; the RBAC rules controllers need; what a sync hook would make kmeta write, for one parent or every parent of a controller; steering a parent (`reconcile`/`suspend`/`resume`); tracing it |
 //!
 //! The commands are compiled into the `kmeta` binary only: `main.rs` and its own modules in
 //! `cli/` (every subcommand's flags, `kmeta run`'s wiring of clients, leader election, shards
@@ -38,6 +38,7 @@ pub mod hook;
 pub mod reconcile;
 
 pub mod embed;
+pub mod kro;
 pub mod manifest;
 pub mod plan;
 pub mod rbac;

@@ -772,3 +772,106 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+/// `kmeta run --serve-kro`: the ResourceGraphDefinition CRD is installed, an RGD applied is
+/// served (Active, its instance CRD and CompositeController made), and an instance gets its
+/// child from the RGD's template through the CEL hook; `--serve-kro` with
+/// `--leader-election` is refused at start.
+#[tokio::test]
+async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> {
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+    let refused = kmeta(&["run", "--serve-kro", "--leader-election"])?;
+    assert!(
+        !refused.status.success(),
+        "--serve-kro with --leader-election must be refused"
+    );
+    let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
+    let log_path = dir.path().join("kmeta.log");
+    let mut proc = Proc(
+        Command::new(KMETA)
+            .args([
+                "run",
+                "--serve-kro",
+                "--discovery-interval=1s",
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path)?)
+            .spawn()?,
+    );
+    let client = server.client();
+    let memos = apply_memo_rgd(&client).await?;
+    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
+        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
+    memos
+        .create(&PostParams::default(), &serde_json::from_value(memo)?)
+        .await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let made = wait_for("the Memo's ConfigMap", || async {
+        cms.get_opt("hello-memo")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|cm| {
+                cm.data
+                    .is_some_and(|d| d.get("text").map(String::as_str) == Some("hi"))
+            })
+    })
+    .await;
+    let logs = std::fs::read_to_string(&log_path)?;
+    made.with_context(|| format!("logs:\n{logs}"))?;
+    sigterm(&proc.0)?;
+    wait_exit(&mut proc.0).await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Applies an RGD `notes` (kind `Memo`, one ConfigMap holding `spec.text`) once its CRD is
+/// served, and waits until the Memo resource is; the Memos of namespace `default`.
+async fn apply_memo_rgd(
+    client: &kube::Client,
+) -> anyhow::Result<kube::Api<kube::api::DynamicObject>> {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+    let ar = |group: &str, version: &str, kind: &str, plural: &str| ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let rgds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ar(
+            "kro.run",
+            "v1alpha1",
+            "ResourceGraphDefinition",
+            "resourcegraphdefinitions",
+        ),
+    );
+    wait_for("the ResourceGraphDefinition CRD", || async {
+        rgds.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    let rgd = json!({"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "notes"},
+        "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "Memo", "spec": {"text": "string"}},
+            "resources": [{"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${schema.metadata.name}-memo"},
+                "data": {"text": "${schema.spec.text}"}}}]}});
+    rgds.create(&PostParams::default(), &serde_json::from_value(rgd)?)
+        .await?;
+    let memos: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ar("kro.run", "v1alpha1", "Memo", "memos"),
+    );
+    wait_for("the Memo resource to be served", || async {
+        memos.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    Ok(memos)
+}

@@ -910,6 +910,24 @@ pub fn crd(group: &str, kind: &str, plural: &str, namespaced: bool) -> Value {
     })
 }
 
+/// The `(name, image)` of each container of `obj`'s embedded pod template
+/// (`spec.template.spec.containers`), in order.
+pub fn containers(obj: &Value) -> Vec<(String, String)> {
+    obj.pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap_or_default().to_owned(),
+                        c["image"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// What a hook handler answers.
 #[derive(Debug, Clone)]
 pub enum Reply {

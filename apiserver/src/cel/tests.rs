@@ -6,7 +6,7 @@
 
 use super::crd::CrdRules;
 use super::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn an_expression_compiles_once_and_evaluates_with_bindings() {

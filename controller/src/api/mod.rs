@@ -270,6 +270,30 @@ pub struct Hook {
     /// kmeta: a Jsonnet program evaluated by kmeta instead of a webhook (exactly one of the two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jsonnet: Option<JsonnetHook>,
+    /// kmeta: a kro resource graph evaluated by kmeta with CEL instead of a webhook (exactly one
+    /// of `webhook`, `jsonnet` and `cel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<CelHook>,
+}
+
+/// `cel` of a hook (kmeta): a kro ResourceGraphDefinition's graph, evaluated in-process for each
+/// parent (an instance): its resources' templates and `${...}` expressions give the desired
+/// children, its status expressions the parent's status. What kmeta generates for a
+/// ResourceGraphDefinition it serves; docs/design/cel-hooks.md.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CelHook {
+    /// The `spec` of a kro.run/v1alpha1 ResourceGraphDefinition (`schema` and `resources`).
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub resource_graph: serde_json::Value,
+    /// Go duration string bounding one evaluation; default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// An object of any fields, kept whole by the API server.
+fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
 /// `jsonnet` of a hook (kmeta): the program whose top-level function is called with the hook

@@ -119,6 +119,11 @@ pub struct RunArgs {
     /// Interval of the leader's renewals and of a standby's attempts (controller-runtime's 2 s).
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = duration_value)]
     pub leader_election_retry_period: Duration,
+    /// kmeta: serve kro's ResourceGraphDefinitions (kro.run/v1alpha1): install their CRD when
+    /// missing, and run each RGD as its instance CRD and a CompositeController with a CEL hook
+    /// (docs/design/cel-hooks.md). Not with --leader-election or --sharding yet.
+    #[arg(long, conflicts_with_all = ["leader_election", "sharding"])]
+    pub serve_kro: bool,
     /// Split the parents between every replica running with this flag: each holds a share of
     /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election
     /// (every sharded replica works; each bucket has its own Lease).
@@ -390,6 +395,8 @@ pub struct RunConfig {
     pub leader: Option<LeaderFlags>,
     /// Sharding (None: disabled).
     pub sharding: Option<ShardFlags>,
+    /// Serve kro's ResourceGraphDefinitions (`--serve-kro`).
+    pub serve_kro: bool,
     /// CompositeController label selector.
     pub target_label_selector: Option<String>,
     /// Event rate per object and reason.
@@ -548,6 +555,7 @@ impl RunArgs {
             health_address: self.health_probe_bind_address.0,
             leader,
             sharding,
+            serve_kro: self.serve_kro,
             target_label_selector: Some(self.target_label_selector.trim().to_owned())
                 .filter(|s| !s.is_empty()),
             events_qps: self.events_qps,

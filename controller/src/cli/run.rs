@@ -425,8 +425,31 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
                 .map_err(|e| RunError::Client(e.to_string()))?;
             run_elected_manager(lease_client, leader, clients.work, manager, shutdown, bound).await
         }
-        _ => run_manager(clients.work, manager, shutdown, bound)
-            .await
-            .map_err(RunError::from),
+        _ => {
+            if config.serve_kro {
+                tokio::spawn(serve_kro(clients.work.clone(), shutdown.clone()));
+            }
+            run_manager(clients.work, manager, shutdown, bound)
+                .await
+                .map_err(RunError::from)
+        }
+    }
+}
+
+/// `--serve-kro`: installs the ResourceGraphDefinition CRD when missing, then serves RGDs
+/// until `shutdown`; a failure is logged (the manager goes on).
+async fn serve_kro(client: kube::Client, shutdown: CancellationToken) {
+    let served = async {
+        kmeta::kro::install_crd(&client).await?;
+        tracing::info!("serving kro.run resourcegraphdefinitions");
+        kmeta::kro::serve(client).await
+    };
+    tokio::select! {
+        r = served => {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "serving resourcegraphdefinitions stopped");
+            }
+        }
+        _ = shutdown.cancelled() => {}
     }
 }

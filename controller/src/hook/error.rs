@@ -88,6 +88,17 @@ pub enum HookError {
         /// The worker process the failure killed (its timeout or memory limit), if any.
         killed: Option<WorkerKill>,
     },
+    /// A CEL hook's graph failed on this parent's request (an expression, its timeout): the
+    /// resource, field path and expression named. This parent's failure, not an outage.
+    #[error("{hook} hook ({source_name}): {message}")]
+    Cel {
+        /// Hook.
+        hook: &'static str,
+        /// `cel:resourceGraph`.
+        source_name: String,
+        /// What failed, where.
+        message: String,
+    },
     /// An in-process hook function returned an error or did not answer within the hook's
     /// timeout. A failure of this parent's sync, not an outage of a hook service: retried with
     /// the parent's backoff, never parking other parents behind the hook circuit.

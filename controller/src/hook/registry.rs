@@ -3,10 +3,11 @@
 //! variant for its field (named in [`FIELDS`]), and its arm in [`for_hook`].
 
 use super::backend::HookBackend;
+use super::cel::CelRunner;
 use super::error::HookError;
 use super::jsonnet;
 use super::webhook::WebhookBackend;
-use crate::api::{EndpointConfig, Hook, JsonnetHook, Webhook};
+use crate::api::{CelHook, EndpointConfig, Hook, JsonnetHook, Webhook};
 use crate::hook::HookOptions;
 
 /// The back end a hook spec declares, one variant per field of [`Hook`].
@@ -15,10 +16,12 @@ enum Declared<'a> {
     Webhook(&'a Webhook),
     /// `jsonnet`.
     Jsonnet(&'a JsonnetHook),
+    /// `cel`.
+    Cel(&'a CelHook),
 }
 
 /// Every field of [`Hook`] that declares a back end, in [`Declared`]'s order.
-const FIELDS: [&str; 2] = ["webhook", "jsonnet"];
+const FIELDS: [&str; 3] = ["webhook", "jsonnet", "cel"];
 
 impl Declared<'_> {
     /// The field of [`Hook`] it comes from.
@@ -26,6 +29,7 @@ impl Declared<'_> {
         match self {
             Declared::Webhook(_) => FIELDS[0],
             Declared::Jsonnet(_) => FIELDS[1],
+            Declared::Cel(_) => FIELDS[2],
         }
     }
 }
@@ -34,10 +38,11 @@ impl Declared<'_> {
 fn declared<'a>(which: &'static str, hook: &'a Hook) -> Result<Declared<'a>, HookError> {
     let webhook = hook.webhook.as_ref().map(Declared::Webhook);
     let jsonnet = hook.jsonnet.as_ref().map(Declared::Jsonnet);
-    let mut set: Vec<Declared<'a>> = [webhook, jsonnet].into_iter().flatten().collect();
+    let cel = hook.cel.as_ref().map(Declared::Cel);
+    let mut set: Vec<Declared<'a>> = [webhook, jsonnet, cel].into_iter().flatten().collect();
     let wrong = match set.len() {
         1 => return Ok(set.remove(0)),
-        0 => format!("neither {} is set", FIELDS.join(" nor ")),
+        0 => format!("none of {} is set", FIELDS.join(", ")),
         2 => format!("{} and {} are both set", set[0].field(), set[1].field()),
         _ => format!(
             "{} are all set",
@@ -71,6 +76,7 @@ pub(crate) async fn for_hook(
             let max = opts.max_response_bytes;
             Box::new(jsonnet::Runner::build(client, which, j, &opts.jsonnet, max).await?)
         }
+        Declared::Cel(c) => Box::new(CelRunner::build(which, c, opts.max_response_bytes)?),
     })
 }
 
@@ -87,7 +93,7 @@ mod tests {
     fn a_hook_declares_exactly_one_back_end() {
         assert_eq!(
             message(&Hook::default()),
-            "sync hook config: hooks.sync: neither webhook nor jsonnet is set; set exactly one"
+            "sync hook config: hooks.sync: none of webhook, jsonnet, cel is set; set exactly one"
         );
         let both = Hook {
             webhook: Some(Webhook::default()),

@@ -36,6 +36,7 @@ mod handoff;
 mod history;
 mod impersonation;
 mod jsonnet;
+mod kro;
 mod lifecycle;
 mod list_rules;
 mod metacontroller;

@@ -80,22 +80,6 @@ async fn update_image_keeping_the_sidecar(
     Ok(w)
 }
 
-fn containers(w: &Value) -> Vec<(String, String)> {
-    w.pointer("/spec/template/spec/containers")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    (
-                        c["name"].as_str().unwrap_or_default().to_owned(),
-                        c["image"].as_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The child's containers as they should be: the app with `image`, then the sidecar.
 fn app_and_proxy(image: &str) -> [(String, String); 2] {
     [

@@ -1,0 +1,393 @@
+//! A ResourceGraphDefinition's `spec` read into a graph: each resource's template (or external
+//! reference), `includeWhen`, `readyWhen` and `forEach` compiled, its dependencies read from
+//! the variables its expressions use, and the resources put in an order where each comes after
+//! every resource it reads (kro's topological order: ties in the order written). Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::template::{Expr, Template, standalone};
+
+/// The variable the instance is read through in kro's expressions.
+pub(crate) const SCHEMA: &str = "schema";
+/// The variable a collection's `readyWhen` reads each item through.
+pub(crate) const EACH: &str = "each";
+
+/// Why a ResourceGraphDefinition cannot be run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GraphError {
+    /// The spec is not shaped as kro's.
+    #[error("{path}: {message}")]
+    Spec {
+        /// Where.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An expression does not parse (or is not written as kro requires).
+    #[error("{path}: {expression}: {message}")]
+    Expression {
+        /// Where, inside its resource.
+        path: String,
+        /// The expression.
+        expression: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An error inside one resource.
+    #[error("resource {id:?}: {error}")]
+    Resource {
+        /// The resource's `id`.
+        id: String,
+        /// The error.
+        error: Box<GraphError>,
+    },
+    /// The resources read each other in a cycle.
+    #[error("resources read each other in a cycle: {}", .ids.join(" -> "))]
+    Cycle {
+        /// The resources of the cycle.
+        ids: Vec<String>,
+    },
+}
+
+/// What a resource is.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// Created from its template.
+    Template(Template),
+    /// An object that exists already, read, never written (`externalRef`).
+    External(Template),
+}
+
+/// One resource of the graph.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// Its `id`, the variable other expressions read it through.
+    pub id: String,
+    /// `apiVersion` of its objects.
+    pub api_version: String,
+    /// `kind` of its objects.
+    pub kind: String,
+    /// Its template or external reference.
+    pub source: Source,
+    /// `includeWhen`: all must hold for it to exist.
+    pub include_when: Vec<Expr>,
+    /// `readyWhen`: all must hold for it to be ready.
+    pub ready_when: Vec<Expr>,
+    /// `forEach`: one dimension per entry, a variable and the list it ranges over.
+    pub for_each: Vec<(String, Expr)>,
+    /// The resources its expressions read (not itself).
+    pub deps: BTreeSet<String>,
+}
+
+impl Node {
+    /// Whether it expands into a collection.
+    pub fn is_collection(&self) -> bool {
+        !self.for_each.is_empty()
+    }
+
+    /// Every expression that decides what it is (not `readyWhen`).
+    pub fn expressions(&self) -> Vec<&Expr> {
+        let t = match &self.source {
+            Source::Template(t) | Source::External(t) => t,
+        };
+        let mut out = t.expressions();
+        out.extend(self.include_when.iter());
+        out.extend(self.for_each.iter().map(|(_, e)| e));
+        out
+    }
+}
+
+/// A ResourceGraphDefinition ready to evaluate.
+#[derive(Debug, Clone)]
+pub(crate) struct Graph {
+    /// The resources, each after those it reads.
+    pub nodes: Vec<Node>,
+    /// The instance's `status` expressions (`spec.schema.status`).
+    pub status: Option<Template>,
+}
+
+fn spec_err(path: &str, message: impl Into<String>) -> GraphError {
+    GraphError::Spec {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// `entry` of a list of standalone expressions at `path`.
+fn expr_list(r: &Value, field: &str) -> Result<Vec<Expr>, GraphError> {
+    let Some(list) = r.get(field).filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| spec_err(field, "must be a list of ${...} expressions"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let path = format!("{field}[{i}]");
+            let s = v
+                .as_str()
+                .ok_or_else(|| spec_err(&path, "must be a string"))?;
+            standalone(s, &path)
+        })
+        .collect()
+}
+
+fn for_each(r: &Value) -> Result<Vec<(String, Expr)>, GraphError> {
+    let Some(list) = r.get("forEach").filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| spec_err("forEach", "must be a list of {variable: ${...}}"))?;
+    let mut out = Vec::new();
+    for (i, dim) in list.iter().enumerate() {
+        let path = format!("forEach[{i}]");
+        let one = dim.as_object().filter(|m| m.len() == 1);
+        let Some((name, v)) = one.and_then(|m| m.iter().next()) else {
+            return Err(spec_err(&path, "must have exactly one variable"));
+        };
+        let s = v
+            .as_str()
+            .ok_or_else(|| spec_err(&path, "must be a string"))?;
+        out.push((name.clone(), standalone(s, &format!("{path}.{name}"))?));
+    }
+    Ok(out)
+}
+
+/// `apiVersion` and `kind` of `obj`, which must be written out (not expressions).
+fn type_of(obj: &Value, at: &str) -> Result<(String, String), GraphError> {
+    let field = |f: &str| {
+        obj.get(f)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && !s.contains("${"))
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                spec_err(
+                    &format!("{at}.{f}"),
+                    "is required and cannot be an expression",
+                )
+            })
+    };
+    Ok((field("apiVersion")?, field("kind")?))
+}
+
+fn node(r: &Value) -> Result<Node, GraphError> {
+    let id = r
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let (template, external) = (r.get("template"), r.get("externalRef"));
+    let (source, (api_version, kind)) = match (template, external) {
+        (Some(t), None) => (
+            Source::Template(Template::compile(t, "template")?),
+            type_of(t, "template")?,
+        ),
+        (None, Some(x)) => (
+            Source::External(Template::compile(x, "externalRef")?),
+            type_of(x, "externalRef")?,
+        ),
+        _ => {
+            return Err(spec_err(
+                "",
+                "exactly one of template or externalRef must be provided",
+            ));
+        }
+    };
+    Ok(Node {
+        id,
+        api_version,
+        kind,
+        source,
+        include_when: expr_list(r, "includeWhen")?,
+        ready_when: expr_list(r, "readyWhen")?,
+        for_each: for_each(r)?,
+        deps: BTreeSet::new(),
+    })
+}
+
+/// Whether `id` can name a variable: kro's ids are lowerCamelCase identifiers.
+fn valid_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Reads `spec` (a ResourceGraphDefinition's) into a graph in topological order.
+pub(crate) fn parse(spec: &Value) -> Result<Graph, GraphError> {
+    let resources = match spec.get("resources") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(_) => return Err(spec_err("spec.resources", "must be a list")),
+    };
+    let mut nodes = Vec::with_capacity(resources.len());
+    let mut seen = BTreeSet::new();
+    for (i, r) in resources.iter().enumerate() {
+        let id = r.get("id").and_then(Value::as_str).unwrap_or_default();
+        let at = format!("spec.resources[{i}].id");
+        if !valid_id(id) || id == SCHEMA || id == EACH {
+            return Err(spec_err(
+                &at,
+                format!("{id:?} is not a valid id (lowerCamelCase, not schema or each)"),
+            ));
+        }
+        if !seen.insert(id.to_owned()) {
+            return Err(spec_err(&at, format!("{id:?} is used twice")));
+        }
+        let n = node(r).map_err(|error| GraphError::Resource {
+            id: id.to_owned(),
+            error: Box::new(error),
+        })?;
+        nodes.push(n);
+    }
+    let status = match spec.pointer("/schema/status") {
+        None | Some(Value::Null) => None,
+        Some(s) => Some(Template::compile(s, "status")?),
+    };
+    link(&mut nodes);
+    Ok(Graph {
+        nodes: order(nodes)?,
+        status,
+    })
+}
+
+/// Fills each node's `deps`: the ids its expressions use.
+fn link(nodes: &mut [Node]) {
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    for n in nodes.iter_mut() {
+        let own_vars: BTreeSet<&str> = n.for_each.iter().map(|(v, _)| v.as_str()).collect();
+        let deps: BTreeSet<String> = ids
+            .iter()
+            .filter(|id| **id != n.id && !own_vars.contains(id.as_str()))
+            .filter(|id| n.expressions().iter().any(|e| e.expression.uses(id)))
+            .cloned()
+            .collect();
+        n.deps = deps;
+    }
+}
+
+/// `nodes` with each after its dependencies, ties in the written order; a cycle is an error.
+fn order(nodes: Vec<Node>) -> Result<Vec<Node>, GraphError> {
+    let mut left: BTreeMap<usize, Node> = nodes.into_iter().enumerate().collect();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let next = left
+            .iter()
+            .find(|(_, n)| n.deps.iter().all(|d| done.contains(d)))
+            .map(|(i, _)| *i);
+        let Some(i) = next else {
+            return Err(GraphError::Cycle {
+                ids: cycle(&left.into_values().collect::<Vec<_>>()),
+            });
+        };
+        if let Some(n) = left.remove(&i) {
+            done.insert(n.id.clone());
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
+/// One cycle among `stuck` (nodes none of which can come first), as ids, its first repeated
+/// at its end.
+fn cycle(stuck: &[Node]) -> Vec<String> {
+    let by_id: BTreeMap<&str, &Node> = stuck.iter().map(|n| (n.id.as_str(), n)).collect();
+    let mut path: Vec<String> = Vec::new();
+    let mut at = stuck.first().map(|n| n.id.as_str());
+    while let Some(id) = at {
+        if let Some(p) = path.iter().position(|x| x == id) {
+            let mut c = path[p..].to_vec();
+            c.push(id.to_owned());
+            return c;
+        }
+        path.push(id.to_owned());
+        at = by_id
+            .get(id)
+            .and_then(|n| n.deps.iter().find(|d| by_id.contains_key(d.as_str())))
+            .map(String::as_str);
+    }
+    path
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids(g: &Graph) -> Vec<&str> {
+        g.nodes.iter().map(|n| n.id.as_str()).collect()
+    }
+
+    #[test]
+    fn resources_are_ordered_by_what_they_read() {
+        let spec = json!({"resources": [
+            {"id": "ingress", "template": {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "${service.metadata.name}"}}},
+            {"id": "service", "template": {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "${deployment.metadata.name}"}}},
+            {"id": "deployment", "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "${schema.spec.name}"}}},
+            {"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c"}}},
+        ]});
+        let g = parse(&spec).unwrap();
+        assert_eq!(ids(&g), ["deployment", "service", "ingress", "config"]);
+        assert_eq!(g.nodes[1].deps.iter().collect::<Vec<_>>(), ["deployment"]);
+    }
+
+    #[test]
+    fn a_cycle_is_named() {
+        let spec = json!({"resources": [
+            {"id": "a", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "${b.metadata.name}"}}},
+            {"id": "b", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "${a.metadata.name}"}}},
+        ]});
+        let e = parse(&spec).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "resources read each other in a cycle: a -> b -> a"
+        );
+    }
+
+    #[test]
+    fn a_bad_expression_names_its_resource_and_path() {
+        let spec = json!({"resources": [
+            {"id": "web", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "data": {"k": "${schema.spec.}"}}},
+        ]});
+        let e = parse(&spec).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("resource \"web\": template.data.k: schema.spec.:"),
+            "{text}"
+        );
+        let spec = json!({"resources": [{"id": "Web", "template": {}}]});
+        assert!(
+            parse(&spec)
+                .unwrap_err()
+                .to_string()
+                .contains("not a valid id")
+        );
+        let spec = json!({"resources": [{"id": "web", "template": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "readyWhen": ["ready"]}]});
+        assert!(
+            parse(&spec)
+                .unwrap_err()
+                .to_string()
+                .contains("readyWhen[0]")
+        );
+    }
+
+    #[test]
+    fn for_each_variables_are_not_dependencies() {
+        let spec = json!({"resources": [
+            {"id": "pods", "forEach": [{"name": "${schema.spec.names}"}],
+             "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "${name}"}}},
+        ]});
+        let g = parse(&spec).unwrap();
+        assert!(g.nodes[0].is_collection() && g.nodes[0].deps.is_empty());
+    }
+}

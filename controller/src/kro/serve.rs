@@ -1,0 +1,271 @@
+//! The executor serving ResourceGraphDefinitions: watches them, and for each applies its
+//! instance CRD and its CompositeController (server-side apply, field manager
+//! [`super::FIELD_MANAGER`]) and writes kro's status on it (`state`, `topologicalOrder`,
+//! conditions `GraphAccepted`, `KindReady`, `ControllerReady`, `Ready`). A graph that does not
+//! check is `Inactive` with `GraphAccepted=False` naming the resource, the field path and the
+//! expression; a kind not served yet, or a failed write, is retried every few seconds.
+//! Deleting an RGD deletes its CompositeController (owner reference); its CRD and instances
+//! stay, as kro keeps them by default.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use super::{FIELD_MANAGER, KroError, translate};
+use crate::api::CompositeController;
+use crate::hook::cel::graph::{self, Source};
+
+/// How often RGDs that could not be served are tried again.
+const RETRY: Duration = Duration::from_secs(3);
+
+fn rgd_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kro.run", "v1alpha1", "ResourceGraphDefinition"),
+        "resourcegraphdefinitions",
+    )
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KroError {
+    let what = what.into();
+    move |source| KroError::Api { what, source }
+}
+
+/// Creates the ResourceGraphDefinition CRD ([`super::resource_graph_definition_crd`]) unless
+/// one exists (kro's own, or an earlier kmeta's).
+pub async fn install_crd(client: &kube::Client) -> Result<(), KroError> {
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(super::resource_graph_definition_crd()).map_err(|e| {
+            KroError::Schema {
+                path: "resourcegraphdefinitions.kro.run".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let what = "creating customresourcedefinition resourcegraphdefinitions.kro.run";
+    match api.create(&kube::api::PostParams::default(), &crd).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(api_err(what)(e)),
+    }
+}
+
+/// Serves every ResourceGraphDefinition through `client` until the watch ends: the
+/// ResourceGraphDefinition CRD must be installed ([`super::resource_graph_definition_crd`]).
+pub async fn serve(client: kube::Client) -> Result<(), KroError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &rgd_resource());
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut failed: BTreeSet<String> = BTreeSet::new();
+    let mut retry = tokio::time::interval(RETRY);
+    loop {
+        tokio::select! {
+            ev = events.next() => match ev {
+                Some(Ok(obj)) => {
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    let rgd = serde_json::to_value(&obj).unwrap_or_default();
+                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                }
+                Some(Err(e)) => tracing::debug!(error = %e, "resourcegraphdefinition watch"),
+                None => return Ok(()),
+            },
+            _ = retry.tick() => {
+                for name in std::mem::take(&mut failed) {
+                    let Ok(Some(obj)) = api.get_opt(&name).await else { continue };
+                    let rgd = serde_json::to_value(&obj).unwrap_or_default();
+                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                }
+            }
+        }
+    }
+}
+
+/// Files `name` for a retry when `result` says it may succeed later.
+fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError>) {
+    match result {
+        Ok(()) => {}
+        Err(e) => {
+            tracing::info!(resourcegraphdefinition = %name, error = %e, "not served");
+            let for_good = matches!(
+                e,
+                KroError::Graph(_) | KroError::Schema { .. } | KroError::Unsupported { .. }
+            );
+            if !for_good {
+                failed.insert(name);
+            }
+        }
+    }
+}
+
+/// Serves one RGD and writes its status; the error when it is not served.
+async fn handle(
+    client: &kube::Client,
+    api: &Api<DynamicObject>,
+    rgd: &Value,
+) -> Result<(), KroError> {
+    if rgd.pointer("/metadata/deletionTimestamp").is_some() {
+        return Ok(());
+    }
+    let outcome = apply(client, rgd).await;
+    let status = match &outcome {
+        Ok(order) => accepted(rgd, order),
+        Err(e) => rejected(rgd, e),
+    };
+    let name = rgd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if rgd.get("status") != Some(&status) {
+        let body = json!({"status": status});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(api_err(format!(
+                "writing the status of resourcegraphdefinition {name}"
+            )))?;
+    }
+    outcome.map(|_| ())
+}
+
+/// Applies the RGD's CRD and CompositeController; the resources' order.
+async fn apply(client: &kube::Client, rgd: &Value) -> Result<Vec<String>, KroError> {
+    let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
+    let plurals = plurals(client, &g).await?;
+    let served = translate(rgd, &|av, kind| {
+        plurals.get(&(av.to_owned(), kind.to_owned())).cloned()
+    })?;
+    apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
+    apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
+    Ok(served.order)
+}
+
+/// Applies `object` (cluster-scoped, of type `K`, shown as `what`) server-side as kmeta's
+/// field manager for RGDs, taking its fields from any other manager.
+async fn apply_as<K>(client: &kube::Client, object: &Value, what: &str) -> Result<(), KroError>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Clone
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let typed: K = serde_json::from_value(object.clone()).map_err(|e| KroError::Schema {
+        path: format!("{what} {name}"),
+        message: e.to_string(),
+    })?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<K>::all(client.clone())
+        .patch(name, &pp, &Patch::Apply(&typed))
+        .await
+        .map_err(api_err(format!("applying {what} {name}")))?;
+    Ok(())
+}
+
+/// The plural of each kind the graph makes, from the API server's discovery.
+async fn plurals(
+    client: &kube::Client,
+    g: &graph::Graph,
+) -> Result<BTreeMap<(String, String), String>, KroError> {
+    let mut out = BTreeMap::new();
+    for n in g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.source, Source::Template(_)))
+    {
+        let (group, version) = match n.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", n.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &n.kind);
+        let unknown = || KroError::UnknownKind {
+            id: n.id.clone(),
+            api_version: n.api_version.clone(),
+            kind: n.kind.clone(),
+        };
+        let (ar, _) = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(|_| unknown())?;
+        out.insert((n.api_version.clone(), n.kind.clone()), ar.plural);
+    }
+    Ok(out)
+}
+
+/// One condition, keeping its `lastTransitionTime` from `rgd`'s status while it holds.
+fn condition(rgd: &Value, kind: &str, status: &str, reason: &str, message: &str) -> Value {
+    let since = rgd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c["type"] == kind && c["status"] == status)
+        })
+        .and_then(|c| c.get("lastTransitionTime").cloned())
+        .unwrap_or_else(|| {
+            json!(
+                jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string()
+            )
+        });
+    let mut c = json!({"type": kind, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": since});
+    if let Some(g) = rgd.pointer("/metadata/generation") {
+        c["observedGeneration"] = g.clone();
+    }
+    c
+}
+
+fn accepted(rgd: &Value, order: &[String]) -> Value {
+    let kind = rgd
+        .pointer("/spec/schema/kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    json!({
+        "state": "Active",
+        "topologicalOrder": order,
+        "conditions": [
+            condition(rgd, "GraphAccepted", "True", "Valid", "resource graph and schema are valid"),
+            condition(rgd, "KindReady", "True", "Ready", &format!("kind {kind} has been accepted and ready")),
+            condition(rgd, "ControllerReady", "True", "Running", "served by kmeta as a CompositeController with a CEL hook"),
+            condition(rgd, "Ready", "True", "Ready", ""),
+        ],
+    })
+}
+
+fn rejected(rgd: &Value, e: &KroError) -> Value {
+    let message = e.to_string();
+    let graph_error = matches!(
+        e,
+        KroError::Graph(_)
+            | KroError::Schema { .. }
+            | KroError::UnknownKind { .. }
+            | KroError::Unsupported { .. }
+    );
+    let first = if graph_error {
+        condition(
+            rgd,
+            "GraphAccepted",
+            "False",
+            "InvalidResourceGraph",
+            &message,
+        )
+    } else {
+        condition(rgd, "ControllerReady", "False", "Failed", &message)
+    };
+    json!({
+        "state": "Inactive",
+        "conditions": [first, condition(rgd, "Ready", "False", "NotReady", &message)],
+    })
+}

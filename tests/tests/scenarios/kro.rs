@@ -1,0 +1,289 @@
+//! kro's ResourceGraphDefinitions served by kmeta (`kmeta::kro::serve`): an RGD becomes its
+//! instance CRD and a CompositeController with a CEL hook that kmeta runs like any other. The
+//! graph's resources are made in the order they read each other, a resource reading another's
+//! status waits over successive syncs until that status exists, the instance's status follows
+//! its expressions and kro's conditions; a sidecar injected by admission into a schemaless
+//! child's embedded pod template survives an instance update (kro's server-side apply would
+//! replace that list whole); an RGD whose expression does not parse is Inactive with a
+//! condition naming the resource, the field path and the expression.
+
+use kmeta_apiserver::Operation;
+use kmeta_tests::*;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The RGD of these scenarios, its instances of kind `WebApp` in the scenario's group: a
+/// ConfigMap holding the image, a `Workload` (schemaless) whose pod template reads it, and an
+/// `endpoint` ConfigMap reading the Workload's status, written by "its controller" (the test).
+fn rgd(s: &Running, name: &str) -> Value {
+    json!({
+        "apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": name, "labels": s.cc_labels()},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1", "kind": "WebApp", "group": s.group,
+                "spec": {"image": "string | default=nginx", "replicas": "integer | default=1"},
+                "status": {"url": "${workload.status.url}", "image": "${config.data.image}"},
+            },
+            "resources": [
+                {"id": "endpoint", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${schema.metadata.name}-endpoint"},
+                    "data": {"url": "${workload.status.url}"}}},
+                {"id": "workload",
+                 "readyWhen": ["${workload.status.ready == true}"],
+                 "template": {"apiVersion": s.av, "kind": "Workload",
+                    "metadata": {"name": "${schema.metadata.name}"},
+                    "spec": {"replicas": "${schema.spec.replicas}",
+                        "template": {"metadata": {"labels": {"app": "${schema.metadata.name}"}},
+                            "spec": {"containers": [{"name": "app", "image": "${config.data.image}",
+                                "ports": [{"containerPort": 8080}]}]}}}}},
+                {"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${schema.metadata.name}-config"},
+                    "data": {"image": "${schema.spec.image}"}}},
+            ],
+        },
+    })
+}
+
+fn rgds(s: &Running) -> Api<DynamicObject> {
+    s.api(
+        "kro.run/v1alpha1",
+        "ResourceGraphDefinition",
+        "resourcegraphdefinitions",
+        None,
+    )
+}
+
+fn webapps(s: &Running) -> Api<DynamicObject> {
+    s.api(
+        &format!("{}/v1alpha1", s.group),
+        "WebApp",
+        "webapps",
+        Some(&s.ns),
+    )
+}
+
+/// A scenario with the Workload CRD, the RGD CRD and kmeta serving RGDs, its controller
+/// started; the serving task (aborted when dropped).
+async fn start(name: &str) -> anyhow::Result<(Running, tokio::task::JoinHandle<()>)> {
+    let mut s = Scenario::new(name)
+        .crd("Workload", "workloads")
+        .prepare()
+        .await?;
+    s.create_crd(kmeta::kro::resource_graph_definition_crd())
+        .await?;
+    let client = s.client.clone();
+    let serving = tokio::spawn(async move {
+        if let Err(e) = kmeta::kro::serve(client).await {
+            eprintln!("kro::serve: {e}");
+        }
+    });
+    s.start_controller();
+    Ok((s, serving))
+}
+
+/// Creates the RGD and waits until it is Active and its instance CRD is served.
+async fn serve_rgd(s: &mut Running, name: &str) -> anyhow::Result<Value> {
+    let object = rgd(s, name);
+    s.create("resourcegraphdefinitions", object).await?;
+    let served = s
+        .wait_for(&rgds(s), name, "the RGD Active", |r| {
+            r["status"]["state"] == "Active"
+        })
+        .await?;
+    let crds = s.api(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    let crd = format!("webapps.{}", s.group);
+    s.wait_for(&crds, &crd, "the instance CRD Established", |c| {
+        c["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+    })
+    .await?;
+    Ok(served)
+}
+
+async fn instance(s: &Running, name: &str, spec: Value) -> anyhow::Result<()> {
+    let obj = json!({"apiVersion": format!("{}/v1alpha1", s.group), "kind": "WebApp",
+        "metadata": {"name": name, "namespace": s.ns}, "spec": spec});
+    let obj: DynamicObject = serde_json::from_value(obj)?;
+    webapps(s).create(&Default::default(), &obj).await?;
+    Ok(())
+}
+
+/// The graph in kmeta: the RGD's order, children made as each resource's data arrives, the
+/// instance's status following its expressions and kro's state.
+#[tokio::test]
+async fn an_rgd_instance_gets_its_children_in_the_order_they_read_each_other() -> anyhow::Result<()>
+{
+    let (mut s, serving) = start("kro-graph").await?;
+    let served = serve_rgd(&mut s, "webapp").await?;
+    assert_eq!(
+        served["status"]["topologicalOrder"],
+        json!(["config", "workload", "endpoint"])
+    );
+    let cc = s
+        .wait_for(
+            &s.controllers(),
+            "webapp",
+            "the generated CompositeController",
+            |_| true,
+        )
+        .await?;
+    assert!(
+        cc.pointer("/spec/hooks/sync/cel/resourceGraph/resources")
+            .is_some(),
+        "{cc}"
+    );
+
+    instance(&s, "shop", json!({"image": "web:1", "replicas": 2})).await?;
+    let config = s.wait_child("shop-config").await?;
+    assert_eq!(config["data"]["image"], "web:1");
+    assert_eq!(config["metadata"]["labels"]["kro.run/node-id"], "config");
+    let workloads = s.resource("Workload", "workloads");
+    let w = s
+        .wait_for(
+            &workloads,
+            "shop",
+            "the Workload, made from the ConfigMap",
+            |_| true,
+        )
+        .await?;
+    assert_eq!(containers(&w), [("app".to_owned(), "web:1".to_owned())]);
+    assert_eq!(
+        w["spec"]["replicas"], 2,
+        "defaults and spec reach the template: {w}"
+    );
+    // the endpoint reads the Workload's status, which no one wrote yet: it waits
+    let inst = s
+        .wait_for(
+            &webapps(&s),
+            "shop",
+            "the instance IN_PROGRESS with its image",
+            |i| i["status"]["state"] == "IN_PROGRESS" && i["status"]["image"] == "web:1",
+        )
+        .await?;
+    assert!(inst["status"].get("url").is_none(), "{inst}");
+    assert!(
+        s.get(&s.configmaps(), "shop-endpoint").await?.is_none(),
+        "the endpoint must wait"
+    );
+
+    // the Workload's controller reports it ready: the endpoint is made, the instance is ACTIVE
+    let status = json!({"status": {"ready": true, "url": "http://shop.example"}});
+    workloads
+        .patch_status("shop", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    let endpoint = s.wait_child("shop-endpoint").await?;
+    assert_eq!(endpoint["data"]["url"], "http://shop.example");
+    s.wait_for(&webapps(&s), "shop", "the instance ACTIVE and Ready", |i| {
+        let ready = i["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        i["status"]["state"] == "ACTIVE" && i["status"]["url"] == "http://shop.example" && ready
+    })
+    .await?;
+    serving.abort();
+    s.finish().await
+}
+
+/// The difference kmeta makes: a sidecar injected by admission into the Workload's embedded pod
+/// template (a schemaless custom resource, whose lists server-side apply replaces whole)
+/// survives an update of the instance, which reaches the app container.
+#[tokio::test]
+async fn a_sidecar_injected_into_a_schemaless_child_survives_instance_updates() -> anyhow::Result<()>
+{
+    let (mut s, serving) = start("kro-sidecar").await?;
+    let admission = s.server().map(|server| {
+        server.admission().mutate(&s.av, "workloads", |obj, op| {
+            let cs = obj
+                .pointer_mut("/spec/template/spec/containers")
+                .and_then(Value::as_array_mut);
+            if let (true, Some(cs)) = (matches!(op, Operation::Create | Operation::Update), cs)
+                && !cs.iter().any(|c| c["name"] == "proxy")
+            {
+                cs.push(json!({"name": "proxy", "image": "envoy:1.30"}));
+            }
+            Ok(())
+        })
+    });
+    serve_rgd(&mut s, "webapp").await?;
+    instance(&s, "shop", json!({"image": "web:1"})).await?;
+    let workloads = s.resource("Workload", "workloads");
+    let w = s
+        .wait_for(&workloads, "shop", "the Workload", |_| true)
+        .await?;
+    if admission.is_none() {
+        // a real cluster: the injector is a second client patching the child
+        let mut cs = w["spec"]["template"]["spec"]["containers"].clone();
+        if let Some(a) = cs.as_array_mut() {
+            a.push(json!({"name": "proxy", "image": "envoy:1.30"}));
+        }
+        s.merge_patch(
+            &workloads,
+            "shop",
+            json!({"spec": {"template": {"spec": {"containers": cs}}}}),
+        )
+        .await?;
+    }
+    s.wait_for(&workloads, "shop", "the sidecar injected", |w| {
+        containers(w).len() == 2
+    })
+    .await?;
+
+    let api = webapps(&s);
+    s.merge_patch(&api, "shop", json!({"spec": {"image": "web:2"}}))
+        .await?;
+    let w = s
+        .wait_for(&workloads, "shop", "the Workload with web:2", |w| {
+            containers(w)
+                .iter()
+                .any(|(n, i)| n == "app" && i == "web:2")
+        })
+        .await?;
+    assert_eq!(
+        containers(&w),
+        [
+            ("app".to_owned(), "web:2".to_owned()),
+            ("proxy".to_owned(), "envoy:1.30".to_owned())
+        ],
+        "the sidecar must survive the instance update"
+    );
+    serving.abort();
+    s.finish().await
+}
+
+/// An RGD whose expression does not parse is not served: Inactive, `GraphAccepted=False` naming
+/// the resource, the field path and the expression; no CompositeController is made.
+#[tokio::test]
+async fn an_rgd_with_a_broken_expression_is_refused_with_its_place_named() -> anyhow::Result<()> {
+    let (mut s, serving) = start("kro-broken").await?;
+    let mut bad = rgd(&s, "broken");
+    bad["spec"]["resources"][2]["template"]["data"]["image"] = json!("${schema.spec.image +}");
+    s.create("resourcegraphdefinitions", bad).await?;
+    let r = s
+        .wait_for(&rgds(&s), "broken", "the RGD Inactive", |r| {
+            r["status"]["state"] == "Inactive"
+        })
+        .await?;
+    let cond = r["status"]["conditions"][0].clone();
+    assert_eq!(
+        (cond["type"].as_str(), cond["status"].as_str()),
+        (Some("GraphAccepted"), Some("False")),
+        "{r}"
+    );
+    let msg = cond["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("resource \"config\": template.data.image: schema.spec.image +:"),
+        "{msg}"
+    );
+    assert!(s.get(&s.controllers(), "broken").await?.is_none());
+    serving.abort();
+    s.finish().await
+}
