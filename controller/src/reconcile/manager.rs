@@ -321,12 +321,8 @@ async fn run_one<K: ControllerKind>(
                 failures = failures.saturating_add(1);
                 let msg = e.to_string();
                 if msg != last_error {
-                    let reason = K::failure_reason(&e);
-                    tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
-                    let note = format!("Cannot start controller: {msg}");
-                    ctx.event(&value, reason, note).await;
-                    let refused = K::refuses_field_rules(&e).then_some(msg.as_str());
-                    field_rules_condition::<K>(&ctx, &value, refused).await;
+                    let (reason, refuses) = (K::failure_reason(&e), K::refuses_field_rules(&e));
+                    report_start_failure::<K>(&ctx, &value, (reason, refuses), &msg).await;
                     last_error = msg;
                 }
             }
@@ -341,6 +337,23 @@ async fn run_one<K: ControllerKind>(
             }
         }
     }
+}
+
+/// Reports a failed start of the controller object `value` (`msg`: the error as text, with the
+/// kind's event reason for it and whether it refuses the field rules): a warning in the log, a
+/// Warning event, and the field rules condition.
+async fn report_start_failure<K: ControllerKind>(
+    ctx: &Context,
+    value: &Value,
+    (reason, refuses): (Reason, bool),
+    msg: &str,
+) {
+    let name = crate::object::meta_str(value, "name");
+    tracing::warn!(kind = K::KIND, controller = %name, error = %msg, "cannot start controller; retrying");
+    let note = format!("Cannot start controller: {msg}");
+    ctx.event(value, reason, note).await;
+    let refused = refuses.then_some(msg);
+    field_rules_condition::<K>(ctx, value, refused).await;
 }
 
 /// Sets or clears the `FieldRulesAccepted=False` condition of the controller object `value`
