@@ -459,6 +459,26 @@ fn bucket_count_value(value: &str) -> Result<u32, CliError> {
         .ok_or(CliError::BucketCount)
 }
 
+/// A Lease's timings (`lease`, `renew` deadline, `retry` period) checked as client-go's leader
+/// election checks them; an error names `flag`.
+fn check_lease_timings(
+    flag: &'static str,
+    lease: Duration,
+    renew: Duration,
+    retry: Duration,
+) -> Result<(), CliError> {
+    let timings = kmeta::coord::leader::LeaderConfig {
+        lease_duration: lease,
+        renew_deadline: renew,
+        retry_period: retry,
+        ..kmeta::coord::leader::LeaderConfig::default()
+    };
+    timings.validate().map_err(|e| CliError::Invalid {
+        flag,
+        message: e.to_string(),
+    })
+}
+
 /// `--shard-lease-prefix`, clap's value parser: 1 to 40 lowercase letters, digits or '-',
 /// starting with a letter or digit (the Leases' names start with it).
 fn lease_prefix_value(value: &str) -> Result<String, CliError> {
@@ -672,16 +692,12 @@ impl RunArgs {
                 message: "uid needs --shard-watch=client: children carry their own uid, so the API server cannot split their watches by their parent's".into(),
             });
         }
-        let timings = kmeta::coord::leader::LeaderConfig {
-            lease_duration: self.shard_lease_duration,
-            renew_deadline: self.shard_renew_deadline,
-            retry_period: self.shard_retry_period,
-            ..kmeta::coord::leader::LeaderConfig::default()
-        };
-        timings.validate().map_err(|e| CliError::Invalid {
-            flag: "shard-lease-duration",
-            message: e.to_string(),
-        })?;
+        check_lease_timings(
+            "shard-lease-duration",
+            self.shard_lease_duration,
+            self.shard_renew_deadline,
+            self.shard_retry_period,
+        )?;
         Ok(Some(ShardFlags {
             namespace: self.leader_election_namespace.trim().to_owned(),
             buckets: self.shard_buckets,
@@ -710,16 +726,12 @@ impl RunArgs {
                 message: "must not be empty".into(),
             });
         }
-        let timings = kmeta::coord::leader::LeaderConfig {
-            lease_duration: self.leader_election_lease_duration,
-            renew_deadline: self.leader_election_renew_deadline,
-            retry_period: self.leader_election_retry_period,
-            ..kmeta::coord::leader::LeaderConfig::default()
-        };
-        timings.validate().map_err(|e| CliError::Invalid {
-            flag: "leader-election-lease-duration",
-            message: e.to_string(),
-        })?;
+        check_lease_timings(
+            "leader-election-lease-duration",
+            self.leader_election_lease_duration,
+            self.leader_election_renew_deadline,
+            self.leader_election_retry_period,
+        )?;
         Ok(Some(LeaderFlags {
             namespace: self.leader_election_namespace.trim().to_owned(),
             name: self.leader_election_id.trim().to_owned(),
