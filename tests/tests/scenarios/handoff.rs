@@ -319,6 +319,25 @@ async fn injector(s: &Running) -> anyhow::Result<()> {
     }
 }
 
+/// Starts the scenario's controller `controller` (its object already created) under
+/// `strategy` with the injector in place, creates the parent `web`, and runs [`prove`].
+async fn start_and_prove(
+    s: &mut Running,
+    controller: &str,
+    strategy: ApplyStrategy,
+) -> anyhow::Result<()> {
+    if s.server().is_some() {
+        injector(s).await?;
+    }
+    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
+    s.parent("web", json!({"image": "app:1"})).await?;
+    if s.server().is_none() {
+        injector(s).await?;
+    }
+    let parents = s.parents();
+    prove(s, controller, &parents).await
+}
+
 async fn composite(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
     let mut s = Scenario::new(name)
         .crd("App", "apps")
@@ -328,16 +347,7 @@ async fn composite(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
     let cc = format!("{name}-cc");
     s.controller(Cc::new(&cc).patch(with_rules(rules())))
         .await?;
-    if s.server().is_some() {
-        injector(&s).await?;
-    }
-    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
-    s.parent("web", json!({"image": "app:1"})).await?;
-    if s.server().is_none() {
-        injector(&s).await?;
-    }
-    let parents = s.parents();
-    prove(&s, &cc, &parents).await?;
+    start_and_prove(&mut s, &cc, strategy).await?;
     // the parent's sync record says why the child differs from the answer
     s.wait_parent("web", "the child left alone by the field rules", |p| {
         p.pointer("/status/kmeta/lastSync/children")
@@ -370,9 +380,6 @@ async fn attachment(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
         .await?;
     let dc = format!("{name}-{}", s.id);
     let av = s.av.clone();
-    if s.server().is_some() {
-        injector(&s).await?;
-    }
     s.decorator(
         Dc::new(&dc)
             .resources(json!([{"apiVersion": av, "resource": "apps"}]))
@@ -380,13 +387,7 @@ async fn attachment(name: &str, strategy: ApplyStrategy) -> anyhow::Result<()> {
                 "updateStrategy": {"method": "InPlace"}, "fieldRules": rules()}])),
     )
     .await?;
-    s.start_controller_with(ManagerConfig::default().apply_strategy(strategy));
-    s.parent("web", json!({"image": "app:1"})).await?;
-    if s.server().is_none() {
-        injector(&s).await?;
-    }
-    let parents = s.parents();
-    prove(&s, &dc, &parents).await?;
+    start_and_prove(&mut s, &dc, strategy).await?;
     s.finish().await
 }
 
