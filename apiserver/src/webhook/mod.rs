@@ -162,39 +162,36 @@ pub(crate) fn parse_configuration(
             SERVICE_ADDRESS_ANNOTATION.replace('/', "~1")
         ))
         .and_then(Value::as_str);
+    // the fields both kinds' webhooks share (k8s-openapi has a type per kind, alike but for
+    // the mutating one's reinvocationPolicy)
+    macro_rules! common_of {
+        ($w:expr) => {
+            Common {
+                name: $w.name,
+                match_conditions: $w.match_conditions.unwrap_or_default(),
+                rules: $w.rules.unwrap_or_default(),
+                namespace_selector: $w.namespace_selector,
+                object_selector: $w.object_selector,
+                failure_policy: $w.failure_policy,
+                timeout: $w.timeout_seconds,
+                side_effects: $w.side_effects,
+                client: $w.client_config,
+            }
+        };
+    }
     let mutating = kind == "MutatingWebhookConfiguration";
     let mut out = Vec::new();
     if mutating {
         let c = adm::MutatingWebhookConfiguration::deserialize_from(obj).map_err(bad)?;
         for w in c.webhooks.unwrap_or_default() {
-            let common = Common {
-                name: w.name,
-                match_conditions: w.match_conditions.unwrap_or_default(),
-                rules: w.rules.unwrap_or_default(),
-                namespace_selector: w.namespace_selector,
-                object_selector: w.object_selector,
-                failure_policy: w.failure_policy,
-                timeout: w.timeout_seconds,
-                side_effects: w.side_effects,
-                client: w.client_config,
-            };
             let reinvoke = w.reinvocation_policy.as_deref() == Some("IfNeeded");
+            let common = common_of!(w);
             out.push(common.build(&name, true, reinvoke, address).map_err(&bad)?);
         }
     } else {
         let c = adm::ValidatingWebhookConfiguration::deserialize_from(obj).map_err(bad)?;
         for w in c.webhooks.unwrap_or_default() {
-            let common = Common {
-                name: w.name,
-                match_conditions: w.match_conditions.unwrap_or_default(),
-                rules: w.rules.unwrap_or_default(),
-                namespace_selector: w.namespace_selector,
-                object_selector: w.object_selector,
-                failure_policy: w.failure_policy,
-                timeout: w.timeout_seconds,
-                side_effects: w.side_effects,
-                client: w.client_config,
-            };
+            let common = common_of!(w);
             out.push(common.build(&name, false, false, address).map_err(&bad)?);
         }
     }
