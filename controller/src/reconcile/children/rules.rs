@@ -53,6 +53,19 @@ pub struct SchemaReadError {
     pub source: kube::Error,
 }
 
+impl SchemaReadError {
+    /// A failed read of the OpenAPI v3 document of `api_version`.
+    fn openapi(api_version: &str, source: kube::Error) -> Self {
+        SchemaReadError {
+            resource: format!(
+                "the OpenAPI v3 document /openapi/v3/{}",
+                crate::ops::openapi::group_version_path(api_version)
+            ),
+            source,
+        }
+    }
+}
+
 /// The list rules dynapply merges a child type with: from the API server's OpenAPI v3 document
 /// of its group-version (`x-kubernetes-list-type`/`list-map-keys`, the patch merge keys, the
 /// preserve-unknown-fields subtrees), for built-in kinds, CRDs and aggregated APIs alike; read
@@ -80,13 +93,7 @@ pub async fn list_rules(
             &r.api.kind,
         )
         .await
-        .map_err(|source| SchemaReadError {
-            resource: format!(
-                "the OpenAPI v3 document /openapi/v3/{}",
-                crate::ops::openapi::group_version_path(&r.api.api_version)
-            ),
-            source,
-        })?;
+        .map_err(|source| SchemaReadError::openapi(&r.api.api_version, source))?;
     match served {
         Ok(rules) => {
             return Ok(served_rules(
@@ -214,13 +221,7 @@ pub async fn checked_field_rules(
             &r.api.api_version,
         )
         .await
-        .map_err(|source| SchemaReadError {
-            resource: format!(
-                "the OpenAPI v3 document /openapi/v3/{}",
-                crate::ops::openapi::group_version_path(&r.api.api_version)
-            ),
-            source,
-        })?;
+        .map_err(|source| SchemaReadError::openapi(&r.api.api_version, source))?;
     field_rules(spec, doc.as_deref().ok(), &r.api.api_version, &r.api.kind).map_err(|source| {
         FieldRulesError::Refused(FieldRuleError {
             resource: format!("{} {}", r.api.api_version, r.api.plural),
