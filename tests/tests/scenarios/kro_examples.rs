@@ -1,0 +1,461 @@
+//! kro's own `examples/kubernetes`, applied unchanged (`tests/data/kro/`, copied from kro with
+//! their source named in a header): each RGD is served by `kmeta::kro::serve`, its instance file
+//! created as `kubectl apply -f instance.yaml` would (in `default` when it names no namespace),
+//! and the children and the instance's status are those kro's example, its README and its e2e
+//! tests say. The test plays the controllers kro's examples rely on (a Deployment's
+//! availableReplicas, a Job's completionTime, an Ingress's load balancer) by writing their status.
+
+use anyhow::Context as _;
+use kmeta::ManagerConfig;
+use kmeta_tests::*;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Reads `tests/data/kro/<path>` (YAML).
+fn example(path: &str) -> anyhow::Result<Value> {
+    let file = format!("{}/data/kro/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("parsing {file}"))
+}
+
+/// A scenario serving kro's examples: the RGD CRD installed, `kmeta::kro::serve` running (its
+/// task aborted when dropped) and the controller running every CompositeController generated for
+/// the RGDs named `rgds` (kro's examples carry no scenario label). The serving task ends with
+/// the test's runtime when a scenario fails.
+struct Kro {
+    s: Running,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Kro {
+    async fn start(name: &str, rgds: &[&str]) -> anyhow::Result<Kro> {
+        let mut s = Scenario::new(name).prepare().await?;
+        s.create_crd(kmeta::kro::resource_graph_definition_crd())
+            .await?;
+        let client = s.client.clone();
+        let serving = tokio::spawn(async move {
+            if let Err(e) = kmeta::kro::serve(client).await {
+                eprintln!("kro::serve: {e}");
+            }
+        });
+        let selector = format!(
+            "kro.run/resource-graph-definition-name in ({})",
+            rgds.join(",")
+        );
+        s.start_controller_with(ManagerConfig::default().target_label_selector(Some(selector)));
+        ensure_namespace(&s, "default").await?;
+        Ok(Kro { s, serving })
+    }
+
+    /// Applies the RGD in `path` and waits until it is Active and its instance CRD Established;
+    /// the RGD as served.
+    async fn rgd(&mut self, path: &str) -> anyhow::Result<Value> {
+        let rgd = example(path)?;
+        let name = rgd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.s.create("resourcegraphdefinitions", rgd).await?;
+        let rgds = self.s.api(
+            "kro.run/v1alpha1",
+            "ResourceGraphDefinition",
+            "resourcegraphdefinitions",
+            None,
+        );
+        let served = self
+            .s
+            .wait_for(&rgds, &name, &format!("RGD {name} Active"), |r| {
+                r["status"]["state"] == "Active"
+            })
+            .await;
+        let served = match served {
+            Ok(r) => r,
+            Err(e) => {
+                let now = self.s.get(&rgds, &name).await?;
+                anyhow::bail!("{e:#}; the RGD: {}", now.unwrap_or_default());
+            }
+        };
+        let crds = self.s.api(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            None,
+        );
+        let kind = served["spec"]["schema"]["kind"]
+            .as_str()
+            .unwrap_or_default();
+        let crd = format!("{}.kro.run", kmeta::kro::plural(kind));
+        self.s
+            .wait_for(&crds, &crd, "the instance CRD Established", |c| {
+                condition(c, "Established").is_some_and(|c| c["status"] == "True")
+            })
+            .await?;
+        Ok(served)
+    }
+
+    /// Creates the instance in `path` (in `default` when it names no namespace); its API.
+    async fn instance(&self, path: &str) -> anyhow::Result<(Api<DynamicObject>, String)> {
+        let mut inst = example(path)?;
+        if inst["metadata"]["namespace"].is_null() {
+            inst["metadata"]["namespace"] = json!("default");
+        }
+        let kind = inst["kind"].as_str().unwrap_or_default().to_owned();
+        let ns = inst["metadata"]["namespace"].as_str().unwrap_or_default();
+        let api = self.s.api(
+            "kro.run/v1alpha1",
+            &kind,
+            &kmeta::kro::plural(&kind),
+            Some(ns),
+        );
+        let name = inst["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        api.create(&PostParams::default(), &obj(inst)?)
+            .await
+            .with_context(|| format!("creating {kind} {name}"))?;
+        Ok((api, name))
+    }
+
+    /// An API of `default` (where kro's examples live).
+    fn api(&self, api_version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        self.s.api(api_version, kind, plural, Some("default"))
+    }
+
+    async fn wait(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+    ) -> anyhow::Result<Value> {
+        self.s.wait_for(api, name, what, |_| true).await
+    }
+
+    /// Writes `status` as the object's controller would.
+    async fn report(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        status: Value,
+    ) -> anyhow::Result<()> {
+        let patch = json!({ "status": status });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("writing the status of {name}"))?;
+        Ok(())
+    }
+
+    /// Waits until the instance's `state` is `state` and `ok` holds for it.
+    async fn instance_where(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        state: &str,
+        ok: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let what = format!("instance {name} {state}");
+        let got = self
+            .s
+            .wait_for(api, name, &what, |i| i["status"]["state"] == state && ok(i))
+            .await;
+        match got {
+            Ok(i) => Ok(i),
+            Err(e) => {
+                let now = self.s.get(api, name).await?;
+                anyhow::bail!("{e:#}; the instance: {}", now.unwrap_or_default())
+            }
+        }
+    }
+
+    async fn finish(self) -> anyhow::Result<()> {
+        self.serving.abort();
+        self.s.finish().await
+    }
+}
+
+/// Creates namespace `name` unless it exists.
+async fn ensure_namespace(s: &Running, name: &str) -> anyhow::Result<()> {
+    let api = s.api("v1", "Namespace", "namespaces", None);
+    if s.get(&api, name).await?.is_none() {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        api.create(&PostParams::default(), &obj(ns)?).await?;
+    }
+    Ok(())
+}
+
+fn deployments(k: &Kro) -> Api<DynamicObject> {
+    k.api("apps/v1", "Deployment", "deployments")
+}
+
+fn services(k: &Kro) -> Api<DynamicObject> {
+    k.api("v1", "Service", "services")
+}
+
+fn ingresses(k: &Kro) -> Api<DynamicObject> {
+    k.api("networking.k8s.io/v1", "Ingress", "ingresses")
+}
+
+fn ready(i: &Value) -> bool {
+    condition(i, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+/// `webapp`: the Deployment from the instance and the schema's defaults; the Service and the
+/// Ingress (which read the Deployment and the Service) once the Deployment is ready
+/// (`readyWhen`); the instance ACTIVE with its availableReplicas, and its url once the Ingress
+/// has a load balancer (kro's README: `test-app ACTIVE`).
+#[tokio::test]
+async fn webapp() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-webapp", &["webapp.kro.run"]).await?;
+    let rgd = k.rgd("webapp/rg.yaml").await?;
+    assert_eq!(
+        rgd["status"]["topologicalOrder"],
+        json!(["deployment", "service", "ingress"])
+    );
+    let (webapps, name) = k.instance("webapp/instance.yaml").await?;
+    let d = k
+        .wait(&deployments(&k), "test-app", "the Deployment")
+        .await?;
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        (&c["name"], &c["image"], &c["ports"][0]["containerPort"]),
+        (&json!("webapp-demo"), &json!("nginx"), &json!(80)),
+        "{d}"
+    );
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["serviceAccountName"],
+        "default"
+    );
+    assert_eq!(
+        d["metadata"]["labels"]["app.kubernetes.io/name"],
+        "test-app"
+    );
+    assert_eq!(d["metadata"]["labels"]["kro.run/node-id"], "deployment");
+    // the Service reads the Deployment, which is not ready: it waits
+    k.instance_where(&webapps, &name, "IN_PROGRESS", |_| true)
+        .await?;
+    assert!(k.s.get(&services(&k), "test-app").await?.is_none());
+
+    k.report(
+        &deployments(&k),
+        "test-app",
+        json!({"availableReplicas": 1,
+        "conditions": [{"type": "Available", "status": "True"}]}),
+    )
+    .await?;
+    let svc = k.wait(&services(&k), "test-app", "the Service").await?;
+    assert_eq!(svc["spec"]["selector"], json!({"app": "test-app"}));
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80);
+    let ing = k.wait(&ingresses(&k), "test-app", "the Ingress").await?;
+    let backend = &ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"];
+    assert_eq!(backend["name"], "test-app", "{ing}");
+    assert_eq!(
+        ing["metadata"]["annotations"]["kubernetes.io/ingress.class"],
+        "alb"
+    );
+    let i = k
+        .instance_where(&webapps, &name, "ACTIVE", |i| {
+            ready(i) && i["status"]["availableReplicas"] == 1
+        })
+        .await?;
+    assert_eq!(i["status"]["deploymentConditions"][0]["type"], "Available");
+    assert!(
+        i["status"].get("url").is_none(),
+        "no load balancer yet: {i}"
+    );
+
+    let lb = json!({"loadBalancer": {"ingress": [{"hostname": "test-app.elb.example"}]}});
+    k.report(&ingresses(&k), "test-app", lb).await?;
+    k.instance_where(&webapps, &name, "ACTIVE", |i| {
+        i["status"]["url"] == "test-app.elb.example"
+    })
+    .await?;
+    k.finish().await
+}
+
+/// `defaults`: no resources; the instance CRD fills the SimpleSchema's defaults (a list, a
+/// string, a bool, an integer, and inside `config: {}`) and requires `required`; the instance
+/// is ACTIVE at once.
+#[tokio::test]
+async fn defaults() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-defaults", &["somethings.kro.run"]).await?;
+    k.rgd("defaults/rg.yaml").await?;
+    let (things, name) = k.instance("defaults/instance.yaml").await?;
+    let i = k.instance_where(&things, &name, "ACTIVE", ready).await?;
+    assert_eq!(
+        i["spec"],
+        json!({"name": "app3", "required": 15, "elements": ["a", "b", "c", "d"],
+            "element": "e", "enabled": true, "number": 100,
+            "config": {"field2": 200, "field3": 2002}}),
+        "{i}"
+    );
+    let mut missing = example("defaults/instance.yaml")?;
+    missing["metadata"] = json!({"name": "no-required", "namespace": "default"});
+    missing["spec"]
+        .as_object_mut()
+        .map(|m| m.remove("required"));
+    let refused = things.create(&PostParams::default(), &obj(missing)?).await;
+    let err = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        err.contains("required"),
+        "an instance without `required`: {err}"
+    );
+    k.finish().await
+}
+
+/// `job-example`: a Job and a Deployment side by side; the instance is ACTIVE only once the
+/// Job has a completionTime (its `readyWhen`).
+#[tokio::test]
+async fn job_example() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-job", &["job-deployment.kro.run"]).await?;
+    k.rgd("job-example/rgd.yaml").await?;
+    let (jds, name) = k.instance("job-example/instance.yaml").await?;
+    let jobs = k.api("batch/v1", "Job", "jobs");
+    let job = k
+        .wait(&jobs, "example-job-deployment-job", "the Job")
+        .await?;
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"], json!(["sleep", "20"]), "{job}");
+    assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    let d = k
+        .wait(&deployments(&k), "example-job-deployment", "the Deployment")
+        .await?;
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(
+        d["spec"]["selector"]["matchLabels"]["app"],
+        "example-job-deployment"
+    );
+    k.instance_where(&jds, &name, "IN_PROGRESS", |_| true)
+        .await?;
+
+    let done = json!({"completionTime": "2026-01-01T00:00:20Z", "succeeded": 1});
+    k.report(&jobs, "example-job-deployment-job", done).await?;
+    k.instance_where(&jds, &name, "ACTIVE", ready).await?;
+    k.finish().await
+}
+
+/// `additionalPrinterColumns`: the instance CRD carries the RGD's columns; the Service takes the
+/// Deployment's selector once the Deployment exists; the status reads the Deployment's.
+#[tokio::test]
+async fn additional_printer_columns() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-columns", &["application"]).await?;
+    let rgd = k.rgd("additionalPrinterColumns/rg.yaml").await?;
+    let crds = k.s.api(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    let crd = k
+        .wait(&crds, "applications.kro.run", "the instance CRD")
+        .await?;
+    assert_eq!(
+        crd["spec"]["versions"][0]["additionalPrinterColumns"],
+        rgd["spec"]["schema"]["additionalPrinterColumns"]
+    );
+    let (apps, name) = k.instance("additionalPrinterColumns/instance.yaml").await?;
+    let d = k
+        .wait(&deployments(&k), "test-app", "the Deployment")
+        .await?;
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(
+        containers(&d),
+        [("test-app".to_owned(), "nginx".to_owned())]
+    );
+    let svc = k
+        .wait(&services(&k), "test-app-service", "the Service")
+        .await?;
+    assert_eq!(svc["spec"]["selector"], json!({"app": "test-app"}));
+    k.report(
+        &deployments(&k),
+        "test-app",
+        json!({"availableReplicas": 3}),
+    )
+    .await?;
+    k.instance_where(&apps, &name, "ACTIVE", |i| {
+        ready(i) && i["status"]["availableReplicas"] == 3
+    })
+    .await?;
+    k.finish().await
+}
+
+/// `dogsvscats`: the vote, result and worker apps' RGDs served side by side, each instance's
+/// Deployment with its environment, and the vote and result apps' Service and Ingress once
+/// their Deployment is ready; every instance ACTIVE with its status.
+#[tokio::test]
+async fn dogsvscats() -> anyhow::Result<()> {
+    let apps = ["vote-app", "result-app", "worker-app"];
+    let names: Vec<String> = apps.iter().map(|a| format!("{a}.kro.run")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut k = Kro::start("kro-dogsvscats", &names).await?;
+    let mut instances = Vec::new();
+    for app in apps {
+        k.rgd(&format!("dogsvscats/{app}/rg.yaml")).await?;
+        instances.push(
+            k.instance(&format!("dogsvscats/{app}/instance.yaml"))
+                .await?,
+        );
+    }
+    let vote = k
+        .wait(
+            &deployments(&k),
+            "vote-app-demo-vote",
+            "the vote Deployment",
+        )
+        .await?;
+    assert_eq!(vote["spec"]["replicas"], 2);
+    let env = &vote["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(
+        env,
+        &json!([{"name": "REDIS_HOST", "value": "your-redis-endpoint-here"}])
+    );
+    let result = k
+        .wait(
+            &deployments(&k),
+            "result-app-demo-result",
+            "the result Deployment",
+        )
+        .await?;
+    let env = &result["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(
+        env[2]["valueFrom"]["secretKeyRef"]["name"], "your-postgres-secret-name",
+        "{env}"
+    );
+    let worker = k
+        .wait(
+            &deployments(&k),
+            "worker-app-demo-worker",
+            "the worker Deployment",
+        )
+        .await?;
+    assert_eq!(
+        containers(&worker),
+        [("worker".to_owned(), "dogsvscats/worker:latest".to_owned())]
+    );
+
+    for (d, n) in [
+        ("vote-app-demo-vote", 2),
+        ("result-app-demo-result", 1),
+        ("worker-app-demo-worker", 1),
+    ] {
+        k.report(&deployments(&k), d, json!({"availableReplicas": n}))
+            .await?;
+    }
+    for app in ["vote-app-demo-vote", "result-app-demo-result"] {
+        let svc = format!("{app}-service");
+        k.wait(&services(&k), &svc, "the Service").await?;
+        let ing = k
+            .wait(&ingresses(&k), &format!("{app}-ingress"), "the Ingress")
+            .await?;
+        let backend = &ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"];
+        assert_eq!(backend, &json!(svc));
+    }
+    for (i, (api, name)) in instances.iter().enumerate() {
+        let inst = k.instance_where(api, name, "ACTIVE", ready).await?;
+        if i < 2 {
+            let svc = format!("{}-{}-service", name, ["vote", "result"][i]);
+            assert_eq!(inst["status"]["serviceName"], json!(svc), "{inst}");
+        }
+    }
+    k.finish().await
+}
