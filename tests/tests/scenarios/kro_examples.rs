@@ -459,3 +459,64 @@ async fn dogsvscats() -> anyhow::Result<()> {
     }
     k.finish().await
 }
+
+/// `cel-functions`: kro's own CEL libraries (`random`, `json`, `hash`) beside the Kubernetes
+/// ones (strings, lists, quantity, base64) in the Deployment's environment and the Service's
+/// labels; the status multiplies the Deployment's availableReplicas.
+#[tokio::test]
+async fn cel_functions() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-cel-functions", &["somethings.kro.run"]).await?;
+    k.rgd("cel-functions/rg.yaml").await?;
+    let (things, name) = k.instance("cel-functions/instance.yaml").await?;
+    let d = k.wait(&deployments(&k), "app", "the Deployment").await?;
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], "app-deployment");
+    let env: std::collections::BTreeMap<String, String> = c["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let v = e["value"].as_str().unwrap_or_default().to_owned();
+            (e["name"].as_str().unwrap_or_default().to_owned(), v)
+        })
+        .collect();
+    let want = [
+        ("FULL_DNS_NAME", "a.b.c.d.example.com"),
+        ("DNS_FIRST_PART", "a"),
+        ("DNS_PARTIALS", "a"),
+        ("LISTS_SUM", "600"),
+        ("JSON_UNMARSHAL_EXAMPLE", "exampleJSONValue"),
+        ("JSON_MARSHAL_EXAMPLE", r#"{"name":"app"}"#),
+        ("QUANTITY_COMPARISON", "small"),
+        ("HASH_FNV64A_BASE64", "50+nGQVqg4w="),
+        (
+            "HASH_SHA256_BASE64",
+            "oXLO3K5HR0thXFTVEKXYSo3qMDLpWFh0MLQTU4vj8zM=",
+        ),
+    ];
+    for (k, v) in want {
+        assert_eq!(env.get(k).map(String::as_str), Some(v), "{k} in {env:?}");
+    }
+    let random = env.get("RANDOM_SEEDED_STRING").cloned().unwrap_or_default();
+    assert!(
+        random.len() == 10
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()),
+        "ten alphanumerics seeded by the instance's uid: {random:?}"
+    );
+    let svc = k.wait(&services(&k), "app", "the Service").await?;
+    let labels = &svc["metadata"]["labels"];
+    assert_eq!(
+        (&labels["dns"], &labels["partials"], &labels["first_part"]),
+        (&json!("a.b.c.d.example.com"), &json!("a.b.c"), &json!("a")),
+        "{svc}"
+    );
+    k.report(&deployments(&k), "app", json!({"availableReplicas": 1}))
+        .await?;
+    k.instance_where(&things, &name, "ACTIVE", |i| {
+        i["status"]["availableReplicas"] == 10
+    })
+    .await?;
+    k.finish().await
+}

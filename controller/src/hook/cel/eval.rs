@@ -87,7 +87,7 @@ pub(crate) fn evaluate_graph(
     observed: &Observed,
     now: &str,
 ) -> Result<Outcome, EvalError> {
-    let scope = Scope::new(&Bindings::default().with(SCHEMA, instance.clone()));
+    let scope = Scope::kro(&Bindings::default().with(SCHEMA, instance.clone()));
     let mut run = Run {
         scope,
         instance,
