@@ -11,11 +11,15 @@ use kmeta_tests::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-/// Reads `tests/data/kro/<path>` (YAML).
+/// Reads `tests/data/kro/<path>` (YAML). A key repeated in a mapping keeps its last value:
+/// kro's `core-dns.yaml` repeats its Service's `selector`, which a strict reader refuses.
 fn example(path: &str) -> anyhow::Result<Value> {
     let file = format!("{}/data/kro/{path}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
-    serde_saphyr::from_str(&text).with_context(|| format!("parsing {file}"))
+    let options = serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::LastWins,
+    };
+    serde_saphyr::from_str_with_options(&text, options).with_context(|| format!("parsing {file}"))
 }
 
 /// A scenario serving kro's examples: the RGD CRD installed, `kmeta::kro::serve` running (its
@@ -518,5 +522,85 @@ async fn cel_functions() -> anyhow::Result<()> {
         i["status"]["availableReplicas"] == 10
     })
     .await?;
+    k.finish().await
+}
+
+/// `core-dns` differs: its namespaced instance makes a ClusterRole and a ClusterRoleBinding.
+/// kro's children carry no owner reference (labels tie them to the instance), kmeta's are owned
+/// by their parent as every CompositeController's, and a namespaced owner cannot own a
+/// cluster-scoped object: the instance's sync fails, `Synced=False` naming why, nothing made.
+#[tokio::test]
+async fn core_dns_cluster_scoped_children_are_refused() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-coredns", &["coredns.kro.run"]).await?;
+    k.rgd("core-dns/core-dns.yaml").await?;
+    let (dns, name) = k.instance("core-dns/coredns-instance.yaml").await?;
+    let what = "the instance Synced=False";
+    let i =
+        k.s.wait_for(&dns, &name, what, |i| {
+            condition(i, "Synced").is_some_and(|c| c["status"] == "False")
+        })
+        .await?;
+    let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
+    assert!(
+        msg.as_deref()
+            .unwrap_or_default()
+            .contains("cluster-scoped"),
+        "{msg:?}"
+    );
+    assert!(k.s.get(&deployments(&k), "mynameis").await?.is_none());
+    k.finish().await
+}
+
+/// `saas-multi-tenant`: an RGD whose resources are instances of two other RGDs runs (the Tenant
+/// makes its TenantEnvironment and TenantApplication), but those two differ as `core-dns` does:
+/// the environment's Namespace is cluster-scoped and the application's Deployment and Service
+/// are in the tenant's namespace, not the instance's, which kmeta's owner references cannot
+/// span; each says so on `Synced=False`.
+#[tokio::test]
+async fn saas_multi_tenant_composes_rgds() -> anyhow::Result<()> {
+    let rgds = [
+        "tenantenvironment.kro.run",
+        "tenantapplication.kro.run",
+        "tenant.kro.run",
+    ];
+    let mut k = Kro::start("kro-saas", &rgds).await?;
+    for f in [
+        "tenant-environment-rgd",
+        "tenant-application-rgd",
+        "tenant-rgd",
+    ] {
+        k.rgd(&format!("saas-multi-tenant/{f}.yaml")).await?;
+    }
+    let (tenants, name) = k.instance("saas-multi-tenant/tenant-instance.yaml").await?;
+    let envs = k.api(
+        "kro.run/v1alpha1",
+        "TenantEnvironment",
+        "tenantenvironments",
+    );
+    let apps = k.api(
+        "kro.run/v1alpha1",
+        "TenantApplication",
+        "tenantapplications",
+    );
+    let env = k.wait(&envs, "tenant001", "the TenantEnvironment").await?;
+    assert_eq!(env["spec"]["tenantId"], "tenant001");
+    let app = k.wait(&apps, "tenant001", "the TenantApplication").await?;
+    assert_eq!(
+        (&app["spec"]["image"], &app["spec"]["replicas"]),
+        (&json!("nginx"), &json!(2)),
+        "the Tenant's defaults reach it: {app}"
+    );
+    for (api, why) in [(&envs, "cluster-scoped"), (&apps, "namespace")] {
+        let what = format!("{why}: Synced=False");
+        let i =
+            k.s.wait_for(api, "tenant001", &what, |i| {
+                condition(i, "Synced").is_some_and(|c| c["status"] == "False")
+            })
+            .await?;
+        let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
+        assert!(msg.as_deref().unwrap_or_default().contains(why), "{msg:?}");
+    }
+    // its own resources exist and have no readyWhen: the Tenant is ACTIVE, as under kro
+    k.instance_where(&tenants, &name, "ACTIVE", ready).await?;
     k.finish().await
 }
