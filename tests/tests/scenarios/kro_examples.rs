@@ -99,9 +99,18 @@ impl Kro {
 
     /// Creates the instance in `path` (in `default` when it names no namespace); its API.
     async fn instance(&self, path: &str) -> anyhow::Result<(Api<DynamicObject>, String)> {
+        self.instance_in(path, "default").await
+    }
+
+    /// Creates the instance in `path` (in `ns` when it names no namespace); its API.
+    async fn instance_in(
+        &self,
+        path: &str,
+        ns: &str,
+    ) -> anyhow::Result<(Api<DynamicObject>, String)> {
         let mut inst = example(path)?;
         if inst["metadata"]["namespace"].is_null() {
-            inst["metadata"]["namespace"] = json!("default");
+            inst["metadata"]["namespace"] = json!(ns);
         }
         let kind = inst["kind"].as_str().unwrap_or_default().to_owned();
         let ns = inst["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -602,5 +611,57 @@ async fn saas_multi_tenant_composes_rgds() -> anyhow::Result<()> {
     }
     // its own resources exist and have no readyWhen: the Tenant is ACTIVE, as under kro
     k.instance_where(&tenants, &name, "ACTIVE", ready).await?;
+    k.finish().await
+}
+
+/// kro's e2e test `check-external-references`, its files unchanged: the instance (in the
+/// scenario's namespace, as chainsaw's own) reads a ConfigMap in `default` through
+/// `externalRef`; while it does not exist the instance is IN_PROGRESS and neither it nor the
+/// owned ConfigMap is made; once it is created the instance is ACTIVE and Ready and the owned
+/// ConfigMap carries its value. kmeta reads it as a related object, so a later change of it
+/// reaches the owned ConfigMap too.
+#[tokio::test]
+async fn external_references_are_read_and_waited_for() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-external", &["check-external-references"]).await?;
+    k.rgd("e2e/check-external-references/rgd.yaml").await?;
+    let ns = k.s.ns.clone();
+    let (tests, name) = k
+        .instance_in("e2e/check-external-references/instance.yaml", &ns)
+        .await?;
+    let i = k
+        .instance_where(&tests, &name, "IN_PROGRESS", |_| true)
+        .await?;
+    assert_eq!(i["spec"]["name"], "foobar");
+    let owned = k.s.api("v1", "ConfigMap", "configmaps", Some(&ns));
+    let input = k.api("v1", "ConfigMap", "configmaps");
+    assert!(
+        k.s.get(&owned, "config").await?.is_none(),
+        "the owned ConfigMap waits"
+    );
+    assert!(
+        k.s.get(&input, "check-external-references")
+            .await?
+            .is_none()
+    );
+
+    let cm = example("e2e/check-external-references/configmap.yaml")?;
+    input.create(&PostParams::default(), &obj(cm)?).await?;
+    k.instance_where(&tests, &name, "ACTIVE", ready).await?;
+    let config = k.wait(&owned, "config", "the owned ConfigMap").await?;
+    assert_eq!(config["data"]["ECHO_VALUE"], "Hello, World!");
+    assert!(
+        k.s.get(&input, "check-external-references")
+            .await?
+            .is_some_and(|c| { c["metadata"].get("ownerReferences").is_none() }),
+        "the external ConfigMap is read, never adopted"
+    );
+
+    let changed = json!({"data": {"ECHO_VALUE": "Hello again"}});
+    k.s.merge_patch(&input, "check-external-references", changed)
+        .await?;
+    k.s.wait_for(&owned, "config", "the owned ConfigMap follows", |c| {
+        c["data"]["ECHO_VALUE"] == "Hello again"
+    })
+    .await?;
     k.finish().await
 }

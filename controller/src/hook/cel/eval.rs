@@ -171,8 +171,23 @@ impl Run<'_> {
                 node.kind
             )));
         };
+        if obj.is_array() {
+            // a collection found by a selector: read as a list, ready once found
+            self.scope.set(&node.id, obj);
+            return Ok(self.ready_when_holds(node));
+        }
         self.bind(node, std::slice::from_ref(obj));
         Ok(self.readiness(node, std::slice::from_ref(obj), 1))
+    }
+
+    /// `node`'s `readyWhen`, every one, with the scope as it is.
+    fn ready_when_holds(&self, node: &Node) -> State {
+        for e in &node.ready_when {
+            if !matches!(evaluate(e, &self.scope), Ok(Value::Bool(true))) {
+                return State::NotReady(format!("readyWhen {} is not true", e.path));
+            }
+        }
+        State::Ready
     }
 
     fn template(&mut self, node: &Node) -> Result<State, EvalError> {
