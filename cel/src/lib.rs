@@ -318,7 +318,7 @@ fn cel_to_json(v: &CelValue) -> Result<Value, NoJsonForm> {
         CelValue::Bool(b) => Value::Bool(*b),
         CelValue::Int(i) => Value::from(*i),
         CelValue::UInt(u) => Value::from(*u),
-        CelValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        CelValue::Float(f) => double_to_json(*f),
         CelValue::String(s) => Value::String(s.to_string()),
         CelValue::Bytes(b) => Value::String(base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
@@ -348,6 +348,17 @@ fn cel_to_json(v: &CelValue) -> Result<Value, NoJsonForm> {
             )));
         }
     })
+}
+
+/// A double as Go's JSON encoding writes it: a whole number without a fraction (`3`, not `3.0`),
+/// so a double written to an integer field (`json.unmarshal` reads numbers as doubles) decodes
+/// as the API server's Go types expect; not finite: null.
+fn double_to_json(f: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole double below is exact
+    if f.fract() == 0.0 && f.abs() < EXACT {
+        return Value::from(f as i64);
+    }
+    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
 fn key_string(k: &Key) -> String {
