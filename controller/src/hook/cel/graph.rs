@@ -246,11 +246,45 @@ pub(crate) fn parse(spec: &Value) -> Result<Graph, GraphError> {
         None | Some(Value::Null) => None,
         Some(s) => Some(Template::compile(s, "status")?),
     };
+    refuse_runtime(&nodes, status.as_ref())?;
     link(&mut nodes);
     Ok(Graph {
         nodes: order(nodes)?,
         status,
     })
+}
+
+/// The variable of kro's `runtime` library (custom status conditions).
+const RUNTIME: &str = "runtime";
+
+/// Refuses an expression using kro's `runtime` library, which kmeta does not run yet: it would
+/// otherwise read as data not there yet and be left out without a word. A resource named
+/// `runtime` is read as that resource.
+fn refuse_runtime(nodes: &[Node], status: Option<&Template>) -> Result<(), GraphError> {
+    if nodes.iter().any(|n| n.id == RUNTIME) {
+        return Ok(());
+    }
+    let refused = |e: &Expr| GraphError::Expression {
+        path: e.path.clone(),
+        expression: e.expression.source().to_owned(),
+        message: "kro's runtime library (custom status conditions) is not supported by kmeta yet"
+            .to_owned(),
+    };
+    for n in nodes {
+        let mut all = n.expressions();
+        all.extend(n.ready_when.iter());
+        if let Some(e) = all.into_iter().find(|e| e.expression.uses(RUNTIME)) {
+            return Err(GraphError::Resource {
+                id: n.id.clone(),
+                error: Box::new(refused(e)),
+            });
+        }
+    }
+    let in_status = status.map(Template::expressions).unwrap_or_default();
+    match in_status.into_iter().find(|e| e.expression.uses(RUNTIME)) {
+        Some(e) => Err(refused(e)),
+        None => Ok(()),
+    }
 }
 
 /// Fills each node's `deps`: the ids its expressions use.
@@ -320,6 +354,29 @@ mod tests {
 
     fn ids(g: &Graph) -> Vec<&str> {
         g.nodes.iter().map(|n| n.id.as_str()).collect()
+    }
+
+    #[test]
+    fn kros_runtime_library_is_refused_by_name() {
+        let spec = json!({"schema": {"status": {"conditions": [
+            "${runtime.newCondition({type: 'AppReady', status: 'True'})}"]}},
+            "resources": []});
+        let e = parse(&spec).unwrap_err().to_string();
+        assert!(
+            e.starts_with("status.conditions[0]: runtime.newCondition(")
+                && e.ends_with(
+                    "kro's runtime library (custom status conditions) is not supported by kmeta yet"
+                ),
+            "{e}"
+        );
+        let own = json!({"resources": [{"id": "runtime", "template": {"apiVersion": "v1",
+            "kind": "ConfigMap", "metadata": {"name": "rt"}}},
+            {"id": "reader", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${runtime.metadata.name}-r"}}}]});
+        assert!(
+            parse(&own).is_ok(),
+            "a resource named runtime is read as itself"
+        );
     }
 
     #[test]
