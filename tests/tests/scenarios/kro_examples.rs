@@ -54,7 +54,11 @@ impl Kro {
     /// Applies the RGD in `path` and waits until it is Active and its instance CRD Established;
     /// the RGD as served.
     async fn rgd(&mut self, path: &str) -> anyhow::Result<Value> {
-        let rgd = example(path)?;
+        self.rgd_object(example(path)?).await
+    }
+
+    /// As [`Kro::rgd`], for an RGD written here.
+    async fn rgd_object(&mut self, rgd: Value) -> anyhow::Result<Value> {
         let name = rgd["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -661,6 +665,65 @@ async fn external_references_are_read_and_waited_for() -> anyhow::Result<()> {
         .await?;
     k.s.wait_for(&owned, "config", "the owned ConfigMap follows", |c| {
         c["data"]["ECHO_VALUE"] == "Hello again"
+    })
+    .await?;
+    k.finish().await
+}
+
+/// Not one of kro's files: an `externalRef` by `metadata.selector` (kro's external collection)
+/// across every namespace, read as a list; the owned ConfigMap lists the selected ConfigMaps
+/// (by namespace, then name) and follows when one more is labelled.
+#[tokio::test]
+async fn external_collections_are_read_by_selector() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-external-selector", &["team-index"]).await?;
+    let rgd = json!({"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "team-index"},
+        "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "TeamIndex",
+                "spec": {"team": "string"}, "status": {"members": "${size(peers)}"}},
+            "resources": [
+                {"id": "peers", "externalRef": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"selector": {"matchLabels": {"team": "${schema.spec.team}"}}}}},
+                {"id": "index", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${schema.metadata.name}-index"},
+                    "data": {"names": "${peers.map(p, p.metadata.name).join(',')}"}}}]}});
+    k.rgd_object(rgd).await?;
+    let ns = k.s.ns.clone();
+    let labelled = |ns: &str, name: &str, team: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {"team": team}}})
+    };
+    let here = k.s.api("v1", "ConfigMap", "configmaps", Some(&ns));
+    let default = k.api("v1", "ConfigMap", "configmaps");
+    here.create(&PostParams::default(), &obj(labelled(&ns, "b-here", "a"))?)
+        .await?;
+    default
+        .create(
+            &PostParams::default(),
+            &obj(labelled("default", "a-there", "a"))?,
+        )
+        .await?;
+    default
+        .create(
+            &PostParams::default(),
+            &obj(labelled("default", "other", "b"))?,
+        )
+        .await?;
+    let inst = json!({"apiVersion": "kro.run/v1alpha1", "kind": "TeamIndex",
+        "metadata": {"name": "ix", "namespace": ns}, "spec": {"team": "a"}});
+    let indexes =
+        k.s.api("kro.run/v1alpha1", "TeamIndex", "teamindexes", Some(&ns));
+    indexes.create(&PostParams::default(), &obj(inst)?).await?;
+    // sorted by namespace, then name: `default` before the scenario's `t-...`
+    k.s.wait_for(&here, "ix-index", "the index of team a", |c| {
+        c["data"]["names"] == "a-there,b-here"
+    })
+    .await?;
+    k.instance_where(&indexes, "ix", "ACTIVE", |i| i["status"]["members"] == 2)
+        .await?;
+    here.create(&PostParams::default(), &obj(labelled(&ns, "c-new", "a"))?)
+        .await?;
+    k.s.wait_for(&here, "ix-index", "the index follows a new member", |c| {
+        c["data"]["names"] == "a-there,b-here,c-new"
     })
     .await?;
     k.finish().await
