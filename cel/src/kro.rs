@@ -1,7 +1,8 @@
 //! kro's own CEL libraries (kro `pkg/cel/library`), and the cel-go extensions kro's environment
 //! adds that the `cel` crate lacks: `hash.fnv64a`/`sha256`/`md5`, `json.marshal`/`unmarshal`,
 //! `random.seededString`/`seededInt`, `lists.setAtIndex`/`insertAtIndex`/`removeAtIndex`,
-//! `<map>.merge`/`deepMerge`, `omit()`, `cel.bind`, and the two-variable comprehensions
+//! `<map>.merge`/`deepMerge`, `omit()`, `runtime.newCondition`/`condition` (custom status
+//! conditions), `cel.bind`, and the two-variable comprehensions
 //! (`all`/`exists`/`existsOne` with three arguments, `transformList`, `transformMap`,
 //! `transformMapEntry`). Registered only in a [`crate::Scope::kro`], never in the Kubernetes
 //! environment kmeta-apiserver evaluates CRD rules and policies in. Each function follows kro's
@@ -47,6 +48,8 @@ pub(crate) fn register(ctx: &mut Context<'_>) {
         Ok(Value::Opaque(Arc::new(Omit)))
     });
     ctx.add_function("cel.bind", bind);
+    ctx.add_function("runtime.newCondition", new_condition);
+    ctx.add_function("runtime.condition", find_condition);
     ctx.add_function("all", |ftx: &FunctionContext| {
         quantifier(ftx, Quantifier::All)
     });
@@ -342,6 +345,91 @@ fn deep(a: &Value, b: &Value) -> Value {
     Value::Map(Map { map: Arc::new(out) })
 }
 
+/// The four fields of kro's `Condition`.
+const CONDITION_KEYS: [&str; 4] = ["type", "status", "reason", "message"];
+
+/// A condition as a map of its four fields.
+fn condition_value(fields: [String; 4]) -> Value {
+    let map: HashMap<Key, Value> = CONDITION_KEYS
+        .iter()
+        .zip(fields)
+        .map(|(k, v)| {
+            (
+                Key::String(Arc::new((*k).to_owned())),
+                Value::String(Arc::new(v)),
+            )
+        })
+        .collect();
+    Value::Map(Map { map: Arc::new(map) })
+}
+
+/// `runtime.newCondition({type, status, reason, message})` (its bare keys made strings when
+/// compiled): `type` and `status` required, `status` one of True, False, Unknown.
+fn new_condition(arg: Value) -> ResolveResult {
+    const F: &str = "runtime.newCondition";
+    let Value::Map(m) = arg else {
+        return Err(fail(F, "runtime.newCondition: argument must be a map"));
+    };
+    let mut fields: [String; 4] = Default::default();
+    for (k, v) in m.map.iter() {
+        let key = key_text(k);
+        let Some(i) = CONDITION_KEYS.iter().position(|c| *c == key) else {
+            let why = format!(
+                "runtime.newCondition: unknown key {key:?} (allowed: type, status, reason, message)"
+            );
+            return Err(fail(F, why));
+        };
+        let Value::String(text) = v else {
+            return Err(fail(
+                F,
+                format!("runtime.newCondition: {key} must be a string"),
+            ));
+        };
+        fields[i] = text.to_string();
+    }
+    if fields[0].is_empty() {
+        return Err(fail(
+            F,
+            "runtime.newCondition: 'type' is required and must not be empty",
+        ));
+    }
+    if !["True", "False", "Unknown"].contains(&fields[1].as_str()) {
+        let why = format!(
+            "runtime.newCondition: status must be one of True, False, Unknown (got {:?})",
+            fields[1]
+        );
+        return Err(fail(F, why));
+    }
+    Ok(condition_value(fields))
+}
+
+/// `runtime.condition(obj, type)`: the condition of that type in `obj.status.conditions`, or an
+/// empty one.
+fn find_condition(obj: Value, wanted: Arc<String>) -> ResolveResult {
+    const F: &str = "runtime.condition";
+    let field = |v: &Value, k: &str| match v {
+        Value::Map(m) => m.map.get(&Key::String(Arc::new(k.to_owned()))).cloned(),
+        _ => None,
+    };
+    if !matches!(obj, Value::Map(_)) {
+        return Err(fail(F, "runtime.condition: obj must be an object"));
+    }
+    let list = field(&obj, "status").and_then(|s| field(&s, "conditions"));
+    let items = match list {
+        Some(Value::List(items)) => items,
+        _ => Arc::new(Vec::new()),
+    };
+    let text = |c: &Value, k: &str| match field(c, k) {
+        Some(Value::String(s)) => s.to_string(),
+        _ => String::new(),
+    };
+    let found = items.iter().find(|c| text(c, "type") == wanted.as_str());
+    Ok(condition_value(match found {
+        Some(c) => CONDITION_KEYS.map(|k| text(c, k)),
+        None => Default::default(),
+    }))
+}
+
 /// `cel.bind(name, init, body)`: `body` with `name` bound to `init`'s value.
 fn bind(ftx: &FunctionContext, name: Identifier) -> ResolveResult {
     let [_, init, body] = ftx.args else {
@@ -509,6 +597,25 @@ fn map_entry(
         }
     }
     Ok(())
+}
+
+/// `runtime.newCondition({type: x})` as kro's macro rewrites it: each bare key a string.
+pub(crate) fn name_condition_keys(c: &mut kube_cel::cel::common::ast::CallExpr) {
+    use kube_cel::cel::common::ast::{EntryExpr, Expr, LiteralValue};
+    let on_runtime = matches!(c.target.as_deref(), Some(t) if matches!(&t.expr, Expr::Ident(n) if n == "runtime"));
+    if c.func_name != "newCondition" || !on_runtime {
+        return;
+    }
+    let Some(Expr::Map(m)) = c.args.first_mut().map(|a| &mut a.expr) else {
+        return;
+    };
+    for entry in &mut m.entries {
+        if let EntryExpr::MapEntry(me) = &mut entry.expr
+            && let Expr::Ident(name) = &me.key.expr
+        {
+            me.key.expr = Expr::Literal(LiteralValue::String(name.as_str().into()));
+        }
+    }
 }
 
 #[cfg(test)]

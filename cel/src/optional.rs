@@ -3,7 +3,8 @@
 //! every selection after it is optional too (`a.?b.c` is `a.?b.?c`), so
 //! `input.?data.KEY.orValue("x")`, as kro's own tests write, gives `"x"` while the data is
 //! missing. The parsed expression is rewritten once at compile time: each such selection calls
-//! [`SELECT`], registered in every [`crate::Scope`].
+//! [`SELECT`], registered in every [`crate::Scope`]. The same pass makes the bare keys of
+//! kro's `runtime.newCondition({type: ..., status: ...})` strings, as kro's macro does.
 
 use std::sync::Arc;
 
@@ -68,6 +69,7 @@ pub(crate) fn rewrite(e: &mut IdedExpr) -> bool {
             false
         }
         Expr::Call(c) => {
+            crate::kro::name_condition_keys(c);
             let through = c.func_name == "_[_]" || c.func_name == "_[?_]";
             let mut optional = false;
             if let Some(t) = c.target.as_mut() {

@@ -234,3 +234,39 @@ fn optional_selection_is_viral_as_in_cel_go() {
         Err(CelError::Evaluate { missing: true, .. })
     ));
 }
+
+#[test]
+fn runtime_conditions_are_built_and_read_as_kro_does() {
+    assert_eq!(
+        ok(
+            "runtime.newCondition({type: 'AppReady', status: 1 > 0 ? 'True' : 'False', reason: 'R', message: ''})"
+        ),
+        json!({"type": "AppReady", "status": "True", "reason": "R", "message": ""})
+    );
+    assert_eq!(
+        ok("runtime.newCondition({type: 'A', status: 'Unknown'}).reason"),
+        ""
+    );
+    let e = err("runtime.newCondition({type: 'A', status: 'Yes'})");
+    assert!(
+        e.contains("status must be one of True, False, Unknown (got \"Yes\")"),
+        "{e}"
+    );
+    assert!(err("runtime.newCondition({status: 'True'})").contains("'type' is required"));
+    assert!(
+        err("runtime.newCondition({type: 'A', status: 'True', colour: 'x'})")
+            .contains("unknown key")
+    );
+    let b = Bindings::default().with(
+        "d",
+        json!({"status": {"conditions": [
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]}}),
+    );
+    let s = Scope::kro(&b);
+    let e = |src: &str| Expression::compile(src).unwrap().evaluate_in(&s).unwrap();
+    assert_eq!(e("runtime.condition(d, 'Available').status"), "True");
+    assert_eq!(
+        e("runtime.condition(d, 'Progressing')"),
+        json!({"type": "", "status": "", "reason": "", "message": ""})
+    );
+}

@@ -728,3 +728,64 @@ async fn external_collections_are_read_by_selector() -> anyhow::Result<()> {
     .await?;
     k.finish().await
 }
+
+/// kro's custom status conditions, as kro's integration test `instance_custom_conditions_test.go`
+/// ("writes author-defined conditions to status.conditions") writes its RGD, plus a `Ready` of
+/// the author's composing kro's own `ResourcesReady` as kro's docs show: the author's conditions
+/// replace kro's four on the wire, each stamped with `lastTransitionTime` and
+/// `observedGeneration`; `state` stays kro's.
+#[tokio::test]
+async fn custom_status_conditions_replace_kros_own() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-conditions", &["test-cc-happy"]).await?;
+    let rgd = json!({"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "test-cc-happy"},
+        "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "TestCcHappy",
+                "spec": {"name": "string"},
+                "status": {"conditions": [
+                    "${runtime.newCondition({type: 'PrimaryReady', status: 'True', reason: 'OK',\n  message: 'always healthy in this test'})}",
+                    "${runtime.newCondition({type: 'AppReady', status: 'False', reason: 'Init', message: ''})}",
+                    "${runtime.newCondition({type: 'Ready', status: runtime.condition(schema, 'ResourcesReady').status == 'True' && configmap.data.foo == schema.spec.name ? 'True' : 'False', reason: 'Composed', message: ''})}",
+                ]}},
+            "resources": [{"id": "configmap", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${schema.spec.name}"}, "data": {"foo": "${schema.spec.name}"}}}]}});
+    k.rgd_object(rgd).await?;
+    let ns = k.s.ns.clone();
+    let inst = json!({"apiVersion": "kro.run/v1alpha1", "kind": "TestCcHappy",
+        "metadata": {"name": "demo", "namespace": ns}, "spec": {"name": "demo"}});
+    let api = k.s.api(
+        "kro.run/v1alpha1",
+        "TestCcHappy",
+        "testcchappies",
+        Some(&ns),
+    );
+    api.create(&PostParams::default(), &obj(inst)?).await?;
+    let i = k
+        .instance_where(&api, "demo", "ACTIVE", |i| {
+            condition(i, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+        .await?;
+    let primary = condition(&i, "PrimaryReady").cloned().unwrap_or_default();
+    assert_eq!(
+        (&primary["status"], &primary["reason"], &primary["message"]),
+        (
+            &json!("True"),
+            &json!("OK"),
+            &json!("always healthy in this test")
+        ),
+        "{i}"
+    );
+    assert!(primary["lastTransitionTime"].is_string());
+    assert_eq!(primary["observedGeneration"], i["metadata"]["generation"]);
+    let app = condition(&i, "AppReady").cloned().unwrap_or_default();
+    assert_eq!(
+        (&app["status"], &app["reason"]),
+        (&json!("False"), &json!("Init"))
+    );
+    for kros in ["InstanceManaged", "GraphResolved", "ResourcesReady"] {
+        assert!(
+            condition(&i, kros).is_none(),
+            "{kros} is kro's, off the wire: {i}"
+        );
+    }
+    k.finish().await
+}

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use kmeta_cel::{Bindings, Scope};
 use serde_json::{Map, Value, json};
 
+use super::conditions;
 use super::graph::{EACH, Graph, Node, SCHEMA, Source};
 use super::template::{RenderError, evaluate};
 
@@ -109,6 +110,17 @@ pub(crate) fn evaluate_graph(
         None => json!({}),
     };
     decorate_status(&mut status, instance, &states, now);
+    if !graph.conditions.is_empty() {
+        // the author's conditions read kro's own through `runtime.condition(schema, ...)`
+        let mut with_kros = instance.clone();
+        with_kros["status"]["conditions"] = status["conditions"].clone();
+        run.scope.set(SCHEMA, &with_kros);
+        let (custom, degraded) = conditions::custom(&graph.conditions, &run.scope, instance, now);
+        status["conditions"] = Value::Array(custom);
+        if degraded {
+            status["state"] = json!("Error");
+        }
+    }
     Ok(Outcome {
         children: run.children,
         status,

@@ -7,6 +7,7 @@
 //! Design: `docs/design/cel-hooks.md`.
 
 pub(crate) mod check;
+pub(crate) mod conditions;
 pub(crate) mod eval;
 pub(crate) mod external;
 pub(crate) mod graph;
