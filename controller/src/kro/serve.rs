@@ -18,9 +18,11 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::{FIELD_MANAGER, KroError, translate};
+use super::{FIELD_MANAGER, KroError, Schema, translate_checked};
 use crate::api::CompositeController;
 use crate::hook::cel::graph::{self, Source};
+use crate::ops::Metrics;
+use crate::ops::openapi::OpenApiDocs;
 
 /// How often RGDs that could not be served are tried again.
 const RETRY: Duration = Duration::from_secs(3);
@@ -66,13 +68,14 @@ pub async fn serve(client: kube::Client) -> Result<(), KroError> {
         .boxed();
     let mut failed: BTreeSet<String> = BTreeSet::new();
     let mut retry = tokio::time::interval(RETRY);
+    let schemas = Schemas::default();
     loop {
         tokio::select! {
             ev = events.next() => match ev {
                 Some(Ok(obj)) => {
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
                 }
                 Some(Err(e)) => tracing::debug!(error = %e, "resourcegraphdefinition watch"),
                 None => return Ok(()),
@@ -81,7 +84,7 @@ pub async fn serve(client: kube::Client) -> Result<(), KroError> {
                 for name in std::mem::take(&mut failed) {
                     let Ok(Some(obj)) = api.get_opt(&name).await else { continue };
                     let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
                 }
             }
         }
@@ -109,12 +112,13 @@ fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError
 async fn handle(
     client: &kube::Client,
     api: &Api<DynamicObject>,
+    schemas: &Schemas,
     rgd: &Value,
 ) -> Result<(), KroError> {
     if rgd.pointer("/metadata/deletionTimestamp").is_some() {
         return Ok(());
     }
-    let outcome = apply(client, rgd).await;
+    let outcome = apply(client, schemas, rgd).await;
     let status = match &outcome {
         Ok(order) => accepted(rgd, order),
         Err(e) => rejected(rgd, e),
@@ -134,13 +138,22 @@ async fn handle(
     outcome.map(|_| ())
 }
 
-/// Applies the RGD's CRD and CompositeController; the resources' order.
-async fn apply(client: &kube::Client, rgd: &Value) -> Result<Vec<String>, KroError> {
+/// Applies the RGD's CRD and CompositeController, its graph type-checked against its kinds'
+/// schemas; the resources' order.
+async fn apply(
+    client: &kube::Client,
+    schemas: &Schemas,
+    rgd: &Value,
+) -> Result<Vec<String>, KroError> {
     let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
     let plurals = plurals(client, &g).await?;
-    let served = translate(rgd, &|av, kind| {
-        plurals.get(&(av.to_owned(), kind.to_owned())).cloned()
-    })?;
+    let kinds = schemas.read(client, &plurals).await;
+    let key = |av: &str, kind: &str| (av.to_owned(), kind.to_owned());
+    let served = translate_checked(
+        rgd,
+        &|av, kind| plurals.get(&key(av, kind)).cloned(),
+        &|av, kind| kinds.get(&key(av, kind)).cloned(),
+    )?;
     apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
     apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
     Ok(served.order)
@@ -268,4 +281,62 @@ fn rejected(rgd: &Value, e: &KroError) -> Value {
         "state": "Inactive",
         "conditions": [first, condition(rgd, "Ready", "False", "NotReady", &message)],
     })
+}
+
+/// The OpenAPI schemas of the kinds RGDs make, read for their type checks: from the API
+/// server's `/openapi/v3` (built-in kinds and served CRDs), else from the kind's CRD; a kind
+/// neither describes is checked as `dyn`. Documents are read again only when their hash
+/// changes (`ops::openapi`).
+#[derive(Default)]
+struct Schemas {
+    docs: OpenApiDocs,
+    metrics: Metrics,
+    /// Bumped for each RGD served, so the `/openapi/v3` index is read again (new CRDs).
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl Schemas {
+    /// The schema of each kind of `plurals` (apiVersion and kind to resource) that is known.
+    async fn read(
+        &self,
+        client: &kube::Client,
+        plurals: &BTreeMap<(String, String), String>,
+    ) -> BTreeMap<(String, String), Schema> {
+        use std::sync::atomic::Ordering;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut out = BTreeMap::new();
+        for ((av, kind), plural) in plurals {
+            let doc = self
+                .docs
+                .group_version(client, &self.metrics, generation, av)
+                .await;
+            let from_doc = match doc {
+                Ok(Ok(doc)) => Schema::of_kind(doc, av, kind),
+                _ => None,
+            };
+            let schema = match from_doc {
+                Some(s) => Some(s),
+                None => crd_schema(client, av, plural).await,
+            };
+            match schema {
+                Some(s) => {
+                    out.insert((av.clone(), kind.clone()), s);
+                }
+                None => tracing::debug!(api_version = %av, kind, "no OpenAPI schema: read as dyn"),
+            }
+        }
+        out
+    }
+}
+
+/// The `openAPIV3Schema` of version `api_version` of the CRD serving `plural`, when there is
+/// one and kmeta may read it.
+async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> Option<Schema> {
+    let (group, version) = api_version.split_once('/')?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = api.get_opt(&format!("{plural}.{group}")).await.ok()??;
+    let crd = serde_json::to_value(crd).ok()?;
+    let versions = crd.pointer("/spec/versions")?.as_array()?;
+    let v = versions.iter().find(|v| v["name"] == version)?;
+    Some(Schema::new(v.pointer("/schema/openAPIV3Schema")?.clone()))
 }
