@@ -16,7 +16,7 @@ use crate::hook::cel::graph::{self, Graph, Source};
 pub use crate::hook::cel::{EvalError, GraphError};
 pub use kmeta_cel::Schema;
 use kmeta_cel::Type;
-pub use serve::{install_crd, serve};
+pub use serve::{install_crd, serve, serve_while};
 
 /// kro's API group and version of the ResourceGraphDefinition.
 pub const API_VERSION: &str = "kro.run/v1alpha1";

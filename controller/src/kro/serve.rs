@@ -91,6 +91,74 @@ pub async fn serve(client: kube::Client) -> Result<(), KroError> {
     }
 }
 
+/// Whether the serving task should be started (`Some(true)`), stopped (`Some(false)`) or left
+/// as it is (`None`), when this process `holds` the right to serve (no coordination, the
+/// leader Lease, or under sharding the cluster bucket) and a task is `serving`.
+fn step(holds: bool, serving: bool) -> Option<bool> {
+    (holds != serving).then_some(holds)
+}
+
+/// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve`]) while `holds()` says this
+/// process may (checked every `every`): started when it starts holding, stopped when it stops,
+/// started again when it ended (a failure, logged) while still holding; until `stop`. The
+/// writes of a stopped task that were already on their way are refused by the client's write
+/// fence, as every write of a process that lost its Lease or bucket.
+pub async fn serve_while(
+    client: kube::Client,
+    holds: impl Fn() -> bool,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut task: Option<(
+        tokio::task::JoinHandle<()>,
+        tokio_util::sync::CancellationToken,
+    )> = None;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => break,
+        }
+        if task.as_ref().is_some_and(|(t, _)| t.is_finished()) {
+            task = None;
+        }
+        match step(holds(), task.is_some()) {
+            Some(true) => {
+                let token = stop.child_token();
+                let run = serve_until(client.clone(), token.clone());
+                task = Some((tokio::spawn(run), token));
+            }
+            Some(false) => {
+                if let Some((_, token)) = task.take() {
+                    tracing::info!("no longer serving resourcegraphdefinitions here");
+                    token.cancel();
+                }
+            }
+            None => {}
+        }
+    }
+    if let Some((_, token)) = task {
+        token.cancel();
+    }
+}
+
+/// [`install_crd`] then [`serve`] until `stop`; a failure is logged.
+async fn serve_until(client: kube::Client, stop: tokio_util::sync::CancellationToken) {
+    let served = async {
+        install_crd(&client).await?;
+        tracing::info!("serving kro.run resourcegraphdefinitions");
+        serve(client).await
+    };
+    tokio::select! {
+        r = served => {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "serving resourcegraphdefinitions stopped");
+            }
+        }
+        _ = stop.cancelled() => {}
+    }
+}
+
 /// Files `name` for a retry when `result` says it may succeed later.
 fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError>) {
     match result {
@@ -339,4 +407,17 @@ async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> O
     let versions = crd.pointer("/spec/versions")?.as_array()?;
     let v = versions.iter().find(|v| v["name"] == version)?;
     Some(Schema::new(v.pointer("/schema/openAPIV3Schema")?.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step;
+
+    #[test]
+    fn serving_follows_what_the_process_holds() {
+        assert_eq!(step(true, false), Some(true));
+        assert_eq!(step(false, true), Some(false));
+        assert_eq!(step(true, true), None);
+        assert_eq!(step(false, false), None);
+    }
 }
