@@ -72,7 +72,7 @@ async fn start(name: &str) -> anyhow::Result<(Running, tokio::task::JoinHandle<(
         .await?;
     s.create_crd(kmeta::kro::resource_graph_definition_crd())
         .await?;
-    let client = s.client.clone();
+    let client = s.kro_client().await?;
     let serving = tokio::spawn(async move {
         if let Err(e) = kmeta::kro::serve(client).await {
             eprintln!("kro::serve: {e}");
@@ -364,6 +364,8 @@ async fn an_rgd_that_does_not_type_check_is_refused_with_its_place_named() -> an
     assert!(s.get(&s.controllers(), "typed").await?.is_none());
 
     spec["resources"][0] = deployment("${schema.spec.replicas}");
+    typed["spec"] = spec.clone();
+    s.grant_rgd(&typed).await?;
     s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
         .await?;
     s.wait_for(&rgds(&s), "typed", "the fixed RGD Active", |r| {
