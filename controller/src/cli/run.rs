@@ -404,9 +404,7 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
     );
     let bound = config.shutdown_timeout;
     if config.serve_kro {
-        let (holds, every) = serve_kro_gate(&config, &probes, shards.as_ref());
-        let serving = kmeta::kro::serve_while(clients.work.clone(), holds, every, shutdown.clone());
-        tokio::spawn(serving);
+        spawn_serve_kro(&config, &probes, shards.as_ref(), &clients.work, &shutdown);
     }
     match (lease_namespace, &config.sharding, shards, &config.leader) {
         (Some(namespace), Some(flags), Some(shards), _) => {
@@ -434,6 +432,20 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
             .await
             .map_err(RunError::from),
     }
+}
+
+/// `--serve-kro`: serves ResourceGraphDefinitions through `client` while [`serve_kro_gate`]
+/// says so, until `shutdown`.
+fn spawn_serve_kro(
+    config: &RunConfig,
+    probes: &Probes,
+    shards: Option<&Arc<Shards>>,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) {
+    let (holds, every) = serve_kro_gate(config, probes, shards);
+    let serving = kmeta::kro::serve_while(client.clone(), holds, every, shutdown.clone());
+    tokio::spawn(serving);
 }
 
 /// `--serve-kro`: when this process serves ResourceGraphDefinitions, and how often that is
