@@ -877,6 +877,18 @@ pub(crate) fn identity_of(user_agent: &str) -> Option<&str> {
     rest[open + 2..].strip_suffix(')')
 }
 
+/// Who wrote the leader Lease `metacontroller`: the identities in the server's write log.
+fn lease_writers(server: &TestServer) -> std::collections::BTreeSet<String> {
+    server
+        .write_log()
+        .since(0)
+        .iter()
+        .filter(|w| w.resource == "leases" && w.code < 300)
+        .filter(|w| w.name.as_deref() == Some("metacontroller"))
+        .filter_map(|w| identity_of(&w.user_agent).map(str::to_owned))
+        .collect()
+}
+
 /// Who wrote ResourceGraphDefinitions, CRDs and CompositeControllers (what serving RGDs
 /// writes): the identities in the server's write log.
 pub(crate) fn rgd_writers(server: &TestServer) -> std::collections::BTreeSet<String> {
@@ -896,7 +908,8 @@ pub(crate) fn rgd_writers(server: &TestServer) -> std::collections::BTreeSet<Str
 }
 
 /// `kmeta run --serve-kro --leader-election`, two candidates: only the leader serves RGDs
-/// (every write of the RGD, its CRD and its CompositeController is the leader's), and after
+/// (every write of the RGD, its CRD and its CompositeController is by a holder of the Lease,
+/// the standby writes none), and after
 /// the leader stops the standby takes over serving: an edit of the RGD reaches the instance's
 /// child, written by the new leader.
 #[tokio::test]
@@ -939,10 +952,12 @@ async fn serve_kro_follows_the_leader_lease() -> anyhow::Result<()> {
     };
     wait_for("the Memo's ConfigMap", || text_is("hi")).await?;
     let writers = rgd_writers(&server);
-    assert_eq!(
-        writers,
-        [leader.clone()].into(),
-        "only the leader serves RGDs"
+    // the Lease's writers: normally the first leader alone (on a starved machine the Lease may
+    // move; a standby that never held it has written nothing)
+    let held = lease_writers(&server);
+    assert!(
+        !writers.is_empty() && writers.is_subset(&held),
+        "RGDs served by {writers:?}, the Lease held by {held:?}"
     );
 
     let (stopped, standby) = if leader == "kmeta-a" {
@@ -971,11 +986,12 @@ async fn serve_kro_follows_the_leader_lease() -> anyhow::Result<()> {
     let edited = wait_for("the edited RGD served by the new leader", || text_is("hi!")).await;
     let logs = || std::fs::read_to_string(log(&standby[6..])).unwrap_or_default();
     edited.with_context(|| format!("{standby}'s log:\n{}", logs()))?;
-    assert_eq!(
-        rgd_writers(&server),
-        [leader, standby.to_owned()].into(),
-        "the new leader serves RGDs"
+    let writers = rgd_writers(&server);
+    assert!(
+        writers.contains(standby),
+        "the new leader serves RGDs: {writers:?}"
     );
+    assert!(writers.is_subset(&lease_writers(&server)), "{writers:?}");
     sigterm(&a.0).ok();
     sigterm(&b.0).ok();
     server.shutdown().await;

@@ -24,6 +24,7 @@ const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
 static TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SIDE_BY_SIDE);
 /// How many scenarios of this file run side by side.
 const SIDE_BY_SIDE: usize = 8;
+use crate::run::identity_of;
 use crate::support;
 use support::wait_for;
 
@@ -373,13 +374,6 @@ async fn converged(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// The identity in a kmeta User-Agent, `kmeta/<version> (<identity>)`.
-fn identity_of(user_agent: &str) -> Option<&str> {
-    let rest = user_agent.strip_prefix("kmeta/")?;
-    let open = rest.find(" (")?;
-    rest[open + 2..].strip_suffix(')')
 }
 
 /// Every successful write of a parent's child or status, checked against the successful writes
