@@ -4,8 +4,9 @@
 //! status waits over successive syncs until that status exists, the instance's status follows
 //! its expressions and kro's conditions; a sidecar injected by admission into a schemaless
 //! child's embedded pod template survives an instance update (kro's server-side apply would
-//! replace that list whole); an RGD whose expression does not parse is Inactive with a
-//! condition naming the resource, the field path and the expression.
+//! replace that list whole); an RGD whose expression does not parse, or does not type-check
+//! against the instance's schema and the children's OpenAPI, is Inactive with a condition
+//! naming the resource, the field path and the expression.
 
 use kmeta_apiserver::Operation;
 use kmeta_tests::*;
