@@ -351,16 +351,25 @@ fn rejected(rgd: &Value, e: &KroError) -> Value {
     })
 }
 
-/// The OpenAPI schemas of the kinds RGDs make, read for their type checks: from the API
-/// server's `/openapi/v3` (built-in kinds and served CRDs), else from the kind's CRD; a kind
-/// neither describes is checked as `dyn`. Documents are read again only when their hash
-/// changes (`ops::openapi`).
+/// The OpenAPI schemas of the kinds RGDs make, read for their type checks: a custom resource's
+/// from its CRD (the object itself, so a CRD just created or changed is read as it is now, not
+/// as the API server's OpenAPI document last published it), a built-in kind's (and a custom
+/// resource's without a readable CRD) from the API server's `/openapi/v3`; a kind neither
+/// describes is checked as `dyn`. Documents are read again only when their hash changes
+/// (`ops::openapi`).
 #[derive(Default)]
 struct Schemas {
     docs: OpenApiDocs,
     metrics: Metrics,
     /// Bumped for each RGD served, so the `/openapi/v3` index is read again (new CRDs).
     generation: std::sync::atomic::AtomicU64,
+}
+
+/// Whether `api_version`'s group is one CRDs may serve: it has a dot and is not a built-in
+/// `*.k8s.io` group (as kmeta tells a CRD's group for list markers).
+fn custom_group(api_version: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    group.contains('.') && !group.ends_with(".k8s.io")
 }
 
 impl Schemas {
@@ -374,17 +383,13 @@ impl Schemas {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut out = BTreeMap::new();
         for ((av, kind), plural) in plurals {
-            let doc = self
-                .docs
-                .group_version(client, &self.metrics, generation, av)
-                .await;
-            let from_doc = match doc {
-                Ok(Ok(doc)) => Schema::of_kind(doc, av, kind),
-                _ => None,
+            let from_crd = match custom_group(av) {
+                true => crd_schema(client, av, plural).await,
+                false => None,
             };
-            let schema = match from_doc {
+            let schema = match from_crd {
                 Some(s) => Some(s),
-                None => crd_schema(client, av, plural).await,
+                None => self.in_openapi(client, generation, av, kind).await,
             };
             match schema {
                 Some(s) => {
@@ -394,6 +399,24 @@ impl Schemas {
             }
         }
         out
+    }
+
+    /// The schema of `kind` in the API server's `/openapi/v3` document of `api_version`.
+    async fn in_openapi(
+        &self,
+        client: &kube::Client,
+        generation: u64,
+        api_version: &str,
+        kind: &str,
+    ) -> Option<Schema> {
+        let doc = self
+            .docs
+            .group_version(client, &self.metrics, generation, api_version)
+            .await;
+        match doc {
+            Ok(Ok(doc)) => Schema::of_kind(doc, api_version, kind),
+            _ => None,
+        }
     }
 }
 
@@ -411,7 +434,15 @@ async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::step;
+    use super::{custom_group, step};
+
+    #[test]
+    fn custom_resources_are_read_from_their_crds() {
+        assert!(custom_group("example.com/v1"));
+        assert!(!custom_group("apps/v1"));
+        assert!(!custom_group("v1"));
+        assert!(!custom_group("networking.k8s.io/v1"));
+    }
 
     #[test]
     fn serving_follows_what_the_process_holds() {

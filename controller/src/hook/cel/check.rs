@@ -1,7 +1,7 @@
 //! A graph type-checked before it runs, as kro's builder does with cel-go's checker: every
 //! expression is checked ([`kmeta_cel::types`]) with `schema` typed by the instance CRD's
 //! OpenAPI schema (generated from the SimpleSchema) and each resource's id by its kind's
-//! OpenAPI schema (the API server's `/openapi/v3`, or the CRD's; `dyn` when neither is known),
+//! OpenAPI schema (a CRD's, or the API server's `/openapi/v3`; `dyn` when neither is known),
 //! so a field that does not exist, an operator on the wrong types, an `includeWhen`/`readyWhen`
 //! that is not a bool, a `forEach` that is not a list, or a standalone `${...}` whose type is
 //! not the type of the template field it is placed in is refused when the RGD is created,
