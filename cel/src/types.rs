@@ -2,8 +2,9 @@
 //! expression from the types of its variables, which come from OpenAPI schemas ([`Schema`]),
 //! so a field that does not exist or an operator applied to the wrong types is found before
 //! the expression is evaluated. The `cel` crate has no checker (cel-go's is what kro uses);
-//! this one covers the subset kro's examples use and says `dyn` (anything) wherever it is not
-//! sure, so it refuses only what must fail when evaluated:
+//! this one covers the subset kro's examples use with cel-go's typing rules (so it refuses a
+//! few expressions the evaluator would run, as `c ? 1 : 2.0`), and says `dyn` (anything)
+//! wherever it is not sure:
 //!
 //! - field selection (`a.b`, `has(a.b)`) on typed objects: the field must be in the schema
 //!   (`properties`, else `additionalProperties` or `x-kubernetes-preserve-unknown-fields`);
@@ -16,9 +17,10 @@
 //!   the string functions (`contains`, `startsWith`, `endsWith`, `matches`, `lowerAscii`,
 //!   `upperAscii`, `trim`, `split`, `join`, `indexOf`, ...) by their result type.
 //!
-//! Not checked: the arguments of other functions (their result is `dyn`), map keys, the
-//! optional syntax, timestamps and durations (`dyn`), OpenAPI `number` fields (`dyn`: a JSON
-//! number is an `int` or a `double` when evaluated), `x-kubernetes-int-or-string` (`dyn`).
+//! Not checked: the signatures of other functions (their arguments are checked as
+//! expressions, their result is `dyn`), map keys, the optional syntax, timestamps and durations
+//! (`dyn`), OpenAPI `number` fields (`dyn`: a JSON number is an `int` or a `double` when
+//! evaluated), `x-kubernetes-int-or-string` (`dyn`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
