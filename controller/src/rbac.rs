@@ -944,6 +944,12 @@ spec:
             ["create", "patch", "delete"].iter().all(|v| cc.contains(v)),
             "{cc:?}"
         );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rgd.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let text = render(&[file], &[], OWN_NAME, None, &ServiceAccountRef::kmeta()).unwrap();
+        assert!(text.contains("# With ResourceGraphDefinitions"), "{text}");
+        assert!(text.contains("resourcegraphdefinitions/status"), "{text}");
         let bad = yaml.replace("schema.spec.text}", "schema.spec.txt}");
         let e = controllers_in(Path::new("r.yaml"), &bad)
             .unwrap_err()
