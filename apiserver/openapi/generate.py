@@ -45,7 +45,7 @@ MODULE = "v1_37"
 KINDS = {
     "api__v1_openapi.json": ("", "v1", [
         "Namespace", "ConfigMap", "Secret", "Service", "ServiceAccount", "Pod", "Event",
-        "Endpoints", "PersistentVolumeClaim", "Node",
+        "Endpoints", "PersistentVolumeClaim", "Node", "ResourceQuota",
     ]),
     "apis__apps__v1_openapi.json": ("apps", "v1", [
         "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ControllerRevision",
@@ -60,7 +60,7 @@ KINDS = {
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
          "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]),
     "apis__policy__v1_openapi.json": ("policy", "v1", ["PodDisruptionBudget"]),
-    "apis__networking.k8s.io__v1_openapi.json": ("networking.k8s.io", "v1", ["Ingress"]),
+    "apis__networking.k8s.io__v1_openapi.json": ("networking.k8s.io", "v1", ["Ingress", "NetworkPolicy"]),
     "apis__rbac.authorization.k8s.io__v1_openapi.json": ("rbac.authorization.k8s.io", "v1", [
         "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
     ]),

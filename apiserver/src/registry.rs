@@ -266,6 +266,9 @@ const BUILTINS: &[Builtin] = &[
         .status(),
     Builtin::namespaced("", "Event", "events").short(&["ev"]),
     Builtin::namespaced("", "Endpoints", "endpoints").short(&["ep"]),
+    Builtin::namespaced("", "ResourceQuota", "resourcequotas")
+        .short(&["quota"])
+        .status(),
     Builtin::namespaced("", "PersistentVolumeClaim", "persistentvolumeclaims")
         .short(&["pvc"])
         .status(),
@@ -337,6 +340,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin::namespaced("networking.k8s.io", "Ingress", "ingresses")
         .short(&["ing"])
         .status(),
+    Builtin::namespaced("networking.k8s.io", "NetworkPolicy", "networkpolicies").short(&["netpol"]),
     Builtin::namespaced("rbac.authorization.k8s.io", "Role", "roles"),
     Builtin::namespaced("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
     Builtin::cluster("rbac.authorization.k8s.io", "ClusterRole", "clusterroles"),

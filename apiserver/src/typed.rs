@@ -45,6 +45,7 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
         ("", "Event") => via::<core::Event>(obj),
         ("", "Endpoints") => via::<core::Endpoints>(obj),
         ("", "PersistentVolumeClaim") => via::<core::PersistentVolumeClaim>(obj),
+        ("", "ResourceQuota") => via::<core::ResourceQuota>(obj),
         ("", "Node") => via::<core::Node>(obj),
         ("events.k8s.io", "Event") => via::<events::Event>(obj),
         ("apps", "Deployment") => via::<apps::Deployment>(obj),
@@ -76,6 +77,7 @@ fn round_trip(group: &str, kind: &str, obj: &Value) -> Option<Value> {
         }
         ("policy", "PodDisruptionBudget") => via::<policy::PodDisruptionBudget>(obj),
         ("networking.k8s.io", "Ingress") => via::<networking::Ingress>(obj),
+        ("networking.k8s.io", "NetworkPolicy") => via::<networking::NetworkPolicy>(obj),
         ("rbac.authorization.k8s.io", "Role") => via::<rbac::Role>(obj),
         ("rbac.authorization.k8s.io", "RoleBinding") => via::<rbac::RoleBinding>(obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => via::<rbac::ClusterRole>(obj),

@@ -9,10 +9,14 @@
 //! test server to evaluate the same language. Why these crates and what they do not cover:
 //! docs/design/apiserver-admission.md and docs/design/cel-hooks.md.
 
+mod kro;
+mod optional;
+
 use kube_cel::KubeCelExt as _;
 use kube_cel::cel::common::ast::{EntryExpr, Expr};
 use kube_cel::cel::objects::Key;
-use kube_cel::cel::{Context, ExecutionError, IdedExpr, Program, Value as CelValue};
+use kube_cel::cel::parser::Parser;
+use kube_cel::cel::{Context, ExecutionError, IdedExpr, Value as CelValue};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,11 +58,37 @@ pub enum CelError {
     },
 }
 
-/// A compiled CEL expression.
+/// A compiled CEL expression (optional syntax, `a.?b` and `[?i]`, enabled as in Kubernetes).
 #[derive(Debug, Clone)]
 pub struct Expression {
     source: String,
-    program: Arc<Program>,
+    program: Arc<IdedExpr>,
+}
+
+/// The JSON that stands for kro's `omit()` in a result: an object whose one key holds a NUL, so
+/// no Kubernetes object's field can be mistaken for it. [`strip_omitted`] removes it.
+pub const OMIT_KEY: &str = "\u{0}kro.omit";
+
+/// Whether `v` is kro's `omit()` ([`OMIT_KEY`]).
+pub fn is_omitted(v: &Value) -> bool {
+    v.as_object()
+        .is_some_and(|m| m.len() == 1 && m.contains_key(OMIT_KEY))
+}
+
+/// `v` without the fields and list items holding kro's `omit()`, at any depth, as kro's
+/// resolver cleans a rendered resource.
+pub fn strip_omitted(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !is_omitted(x));
+            m.values_mut().for_each(strip_omitted);
+        }
+        Value::Array(a) => {
+            a.retain(|x| !is_omitted(x));
+            a.iter_mut().for_each(strip_omitted);
+        }
+        _ => {}
+    }
 }
 
 /// The variables an expression is evaluated with (`self`, `object`, `oldObject`, `params`,
@@ -81,9 +111,22 @@ impl std::fmt::Debug for Scope {
 }
 
 impl Scope {
-    /// A scope holding `bindings`' variables.
+    /// A scope holding `bindings`' variables, with the Kubernetes libraries.
     pub fn new(bindings: &Bindings) -> Scope {
+        Self::with(Context::default().with_all(), bindings)
+    }
+
+    /// A scope holding `bindings`' variables, with the Kubernetes libraries and kro's own
+    /// (`hash`, `json`, `random`, `lists` index mutation, `merge`/`deepMerge`, `omit()`,
+    /// `cel.bind`, two-variable comprehensions): the environment of kro's resource graphs.
+    pub fn kro(bindings: &Bindings) -> Scope {
         let mut ctx = Context::default().with_all();
+        kro::register(&mut ctx);
+        Self::with(ctx, bindings)
+    }
+
+    fn with(mut ctx: Context<'static>, bindings: &Bindings) -> Scope {
+        optional::register(&mut ctx);
         for (name, value) in &bindings.vars {
             ctx.add_variable_from_value(name.as_str(), json_to_cel(value));
         }
@@ -107,10 +150,12 @@ impl Bindings {
 impl Expression {
     /// Parses `source`.
     pub fn compile(source: &str) -> Result<Expression, CelError> {
-        let program = Program::compile(source).map_err(|e| CelError::Compile {
+        let parser = Parser::new().enable_optional_syntax(true);
+        let mut program = parser.parse(source).map_err(|e| CelError::Compile {
             expression: source.to_string(),
             reason: e.to_string(),
         })?;
+        optional::rewrite(&mut program);
         Ok(Expression {
             source: source.to_string(),
             program: Arc::new(program),
@@ -130,17 +175,14 @@ impl Expression {
     /// Evaluates in `scope` (variables converted once for many expressions); the result as
     /// JSON.
     pub fn evaluate_in(&self, scope: &Scope) -> Result<Value, CelError> {
-        let out = self
-            .program
-            .execute(&scope.ctx)
-            .map_err(|e| CelError::Evaluate {
-                expression: self.source.clone(),
-                missing: matches!(
-                    e,
-                    ExecutionError::NoSuchKey(_) | ExecutionError::UndeclaredReference(_)
-                ),
-                reason: e.to_string(),
-            })?;
+        let out = CelValue::resolve(&self.program, &scope.ctx).map_err(|e| CelError::Evaluate {
+            expression: self.source.clone(),
+            missing: matches!(
+                e,
+                ExecutionError::NoSuchKey(_) | ExecutionError::UndeclaredReference(_)
+            ),
+            reason: e.to_string(),
+        })?;
         cel_to_json(&out).map_err(|NoJsonForm(reason)| CelError::Evaluate {
             expression: self.source.clone(),
             missing: false,
@@ -159,7 +201,7 @@ impl Expression {
     /// `["schema", "spec", "name"]`); a chain ends where an index or a call does.
     pub fn selections(&self) -> Vec<Vec<String>> {
         let mut out = Vec::new();
-        walk(self.program.expression(), &mut out);
+        walk(&self.program, &mut out);
         out
     }
 
@@ -279,7 +321,7 @@ fn cel_to_json(v: &CelValue) -> Result<Value, NoJsonForm> {
         CelValue::Bool(b) => Value::Bool(*b),
         CelValue::Int(i) => Value::from(*i),
         CelValue::UInt(u) => Value::from(*u),
-        CelValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        CelValue::Float(f) => double_to_json(*f),
         CelValue::String(s) => Value::String(s.to_string()),
         CelValue::Bytes(b) => Value::String(base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
@@ -299,6 +341,9 @@ fn cel_to_json(v: &CelValue) -> Result<Value, NoJsonForm> {
             Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0))
         }
         CelValue::Timestamp(t) => Value::String(t.to_rfc3339()),
+        CelValue::Opaque(o) if o.downcast_ref::<kro::Omit>().is_some() => {
+            serde_json::json!({ OMIT_KEY: true })
+        }
         other => {
             return Err(NoJsonForm(format!(
                 "a {:?} value has no JSON form",
@@ -306,6 +351,17 @@ fn cel_to_json(v: &CelValue) -> Result<Value, NoJsonForm> {
             )));
         }
     })
+}
+
+/// A double as Go's JSON encoding writes it: a whole number without a fraction (`3`, not `3.0`),
+/// so a double written to an integer field (`json.unmarshal` reads numbers as doubles) decodes
+/// as the API server's Go types expect; not finite: null.
+fn double_to_json(f: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole double below is exact
+    if f.fract() == 0.0 && f.abs() < EXACT {
+        return Value::from(f as i64);
+    }
+    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
 }
 
 fn key_string(k: &Key) -> String {

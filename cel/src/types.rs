@@ -11,8 +11,8 @@
 //! - `+ - * / %` on the same numeric type, `+` on strings, bytes and lists; comparisons of the
 //!   same kind (numbers with numbers); `== !=` of compatible types; `&& || !` and the condition
 //!   of `?:` on bools, its branches of compatible types; `[]` on lists, maps and objects; `in`;
-//! - comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`), their variables typed
-//!   from the list or map they range over; list and map literals;
+//! - comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`, two-variable ones), their
+//!   variables typed from the list or map they range over; `cel.bind`; list and map literals;
 //! - `size`, the conversions (`string`, `int`, `uint`, `double`, `bool`, `bytes`, `dyn`) and
 //!   the string functions (`contains`, `startsWith`, `endsWith`, `matches`, `lowerAscii`,
 //!   `upperAscii`, `trim`, `split`, `join`, `indexOf`, ...) by their result type.
@@ -338,7 +338,7 @@ impl Expression {
             env,
             locals: Vec::new(),
         }
-        .ty(self.program.expression())
+        .ty(&self.program)
     }
 }
 
@@ -473,7 +473,70 @@ impl Checker<'_> {
         }
     }
 
+    /// `cel.bind(name, init, body)`: `body` with `name` of `init`'s type.
+    fn bind(&mut self, c: &CallExpr) -> Option<Result<Type, TypeError>> {
+        let cel =
+            matches!(c.target.as_deref().map(|t| &t.expr), Some(Expr::Ident(n)) if n == "cel");
+        let [name, init, body] = c.args.as_slice() else {
+            return None;
+        };
+        let Expr::Ident(name) = &name.expr else {
+            return None;
+        };
+        if !(cel && c.func_name == "bind" && self.is_namespace(c.target.as_deref()?)) {
+            return None;
+        }
+        Some(self.ty(init).and_then(|t| {
+            self.locals.push((name.clone(), t));
+            let out = self.ty(body);
+            self.locals.pop();
+            out
+        }))
+    }
+
+    /// kro's two-variable comprehensions (`all`/`exists`/`existsOne` with three arguments,
+    /// `transformList`, `transformMap`, `transformMapEntry`): the two names typed from the
+    /// list (index, item) or map (key, value) they range over.
+    fn two_variables(&mut self, c: &CallExpr) -> Option<Result<Type, TypeError>> {
+        let f = c.func_name.as_str();
+        let quantifier = matches!(f, "all" | "exists" | "existsOne" | "exists_one");
+        let transform = matches!(f, "transformList" | "transformMap" | "transformMapEntry");
+        let n = c.args.len();
+        if !((quantifier && n == 3) || (transform && (n == 3 || n == 4))) {
+            return None;
+        }
+        let (Expr::Ident(first), Expr::Ident(second)) = (&c.args[0].expr, &c.args[1].expr) else {
+            return None;
+        };
+        let target = c.target.as_deref()?;
+        Some(self.ty(target).and_then(|range| {
+            let (a, b) = match range {
+                Type::List(t) => (Type::Int, *t),
+                Type::Map(t) => (Type::String, *t),
+                Type::Object(_) => (Type::String, Type::Dyn),
+                Type::Dyn => (Type::Dyn, Type::Dyn),
+                other => return Err(no_overload(f, &[&other])),
+            };
+            let depth = self.locals.len();
+            self.locals.push((first.clone(), a));
+            self.locals.push((second.clone(), b));
+            let rest: Result<Vec<Type>, TypeError> =
+                c.args[2..].iter().map(|e| self.ty(e)).collect();
+            self.locals.truncate(depth);
+            let last = rest?.pop().unwrap_or(Type::Dyn);
+            Ok(match f {
+                "transformList" => Type::List(Box::new(last)),
+                "transformMap" => Type::Map(Box::new(last)),
+                "transformMapEntry" => Type::Map(Box::new(Type::Dyn)),
+                _ => Type::Bool,
+            })
+        }))
+    }
+
     fn call(&mut self, c: &CallExpr) -> Result<Type, TypeError> {
+        if let Some(bound) = self.bind(c).or_else(|| self.two_variables(c)) {
+            return bound;
+        }
         let target = match &c.target {
             Some(t) if self.is_namespace(t) => None,
             Some(t) => Some(self.ty(t)?),

@@ -481,10 +481,12 @@ impl Env {
         Ok(())
     }
 
-    /// `config` as this scenario runs it: only its CompositeControllers, its metrics, discovery
-    /// at least every second.
+    /// `config` as this scenario runs it: only its CompositeControllers (those labelled with its
+    /// id, unless `config` selects its own), its metrics, discovery at least every second.
     fn scenario_config(&self, mut config: ManagerConfig) -> ManagerConfig {
-        config.target_label_selector = Some(format!("kmeta-test={}", self.id));
+        if config.target_label_selector.is_none() {
+            config.target_label_selector = Some(format!("kmeta-test={}", self.id));
+        }
         config.discovery_interval = config.discovery_interval.min(Duration::from_secs(1));
         if config.hook.jsonnet.worker.is_none() {
             config.hook.jsonnet.worker = jsonnet_worker();

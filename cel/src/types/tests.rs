@@ -197,3 +197,26 @@ fn a_field_accepts_values_of_its_type() {
     assert_eq!(meta.field("labels").field("x"), Type::String);
     assert_eq!(Type::List(Box::new(Type::Int)).items(), Type::Int);
 }
+
+#[test]
+fn kros_extensions_are_typed_or_read_as_dyn() {
+    assert_eq!(
+        check("cel.bind(x, schema.spec.replicas, x + 1)").unwrap(),
+        Type::Int
+    );
+    assert!(check("cel.bind(x, schema.spec.replicas, x + 'a')").is_err());
+    assert_eq!(check("schema.spec.?name.orValue('a')").unwrap(), Type::Dyn);
+    assert_eq!(
+        check("schema.spec.labels.all(k, v, v != '')").unwrap(),
+        Type::Bool
+    );
+    assert!(check("schema.spec.labels.all(k, v, v > 1)").is_err());
+    assert_eq!(
+        check("schema.spec.names.transformList(i, n, n + string(i))").unwrap(),
+        Type::List(Box::new(Type::String))
+    );
+    assert_eq!(
+        check("schema.spec.labels.transformMap(k, v, k != '', size(v))").unwrap(),
+        Type::Map(Box::new(Type::Int))
+    );
+}

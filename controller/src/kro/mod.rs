@@ -12,6 +12,7 @@ mod serve;
 use serde_json::{Value, json};
 
 use crate::hook::cel::check;
+use crate::hook::cel::external::RESOURCE_FIELD;
 use crate::hook::cel::graph::{self, Graph, Source};
 pub use crate::hook::cel::{EvalError, GraphError};
 pub use kmeta_cel::Schema;
@@ -42,7 +43,8 @@ pub enum KroError {
     /// An expression failed for good while answering an instance's sync.
     #[error(transparent)]
     Evaluate(#[from] EvalError),
-    /// The graph uses a kro feature kmeta does not run yet (docs/design/cel-hooks.md).
+    /// The graph uses a kro feature kmeta does not run yet (docs/design/cel-hooks.md); none
+    /// refused today (an `externalRef` was until kmeta read it as a related object).
     #[error("resource {id:?}: {feature} is not supported by kmeta yet")]
     Unsupported {
         /// The resource's id.
@@ -83,19 +85,7 @@ pub struct Served {
 
 /// The plural of `kind` as kro names the instance CRD's resource (lowercase, English plural).
 pub fn plural(kind: &str) -> String {
-    let k = kind.to_lowercase();
-    let consonant_y = k.ends_with('y')
-        && !k.ends_with("ay")
-        && !k.ends_with("ey")
-        && !k.ends_with("oy")
-        && !k.ends_with("uy");
-    if consonant_y {
-        format!("{}ies", &k[..k.len() - 1])
-    } else if ["s", "x", "z", "ch", "sh"].iter().any(|e| k.ends_with(e)) {
-        format!("{k}es")
-    } else {
-        format!("{k}s")
-    }
+    crate::hook::cel::external::plural(kind)
 }
 
 fn schema_field<'a>(rgd: &'a Value, f: &str) -> Option<&'a str> {
@@ -195,7 +185,9 @@ fn default_columns() -> Value {
 /// The CompositeController running `rgd`'s instances: its instances as parents, each
 /// resource's kind as a child (`plural_of` names a kind's resource), children selected by a
 /// generated selector and updated in place, the graph as its CEL sync hook; owned by the RGD
-/// (deleted with it) and labelled as it is.
+/// (deleted with it) and labelled as it is. A graph with external references reads them as
+/// related objects: the same graph is its customize hook, both hooks at version v2 (so a
+/// reference may name another namespace), each reference's resource written into it.
 pub(crate) fn controller(
     rgd: &Value,
     graph_order: &Graph,
@@ -208,30 +200,16 @@ pub(crate) fn controller(
         s["group"].as_str().unwrap_or_default(),
         s["versions"][0]["name"].as_str().unwrap_or_default()
     );
-    let mut children: Vec<Value> = Vec::new();
-    for n in &graph_order.nodes {
-        if matches!(n.source, Source::External(_)) {
-            return Err(KroError::Unsupported {
-                id: n.id.clone(),
-                feature: "externalRef",
-            });
-        }
-        let Some(resource) = plural_of(&n.api_version, &n.kind) else {
-            return Err(KroError::UnknownKind {
-                id: n.id.clone(),
-                api_version: n.api_version.clone(),
-                kind: n.kind.clone(),
-            });
-        };
-        let child = json!({"apiVersion": n.api_version, "resource": resource,
-            "updateStrategy": {"method": "InPlace"}});
-        if !children
-            .iter()
-            .any(|c| c["apiVersion"] == child["apiVersion"] && c["resource"] == child["resource"])
-        {
-            children.push(child);
-        }
-    }
+    let mut graph_spec = rgd["spec"].clone();
+    let (children, external) = resources(graph_order, plural_of, &mut graph_spec)?;
+    let cel = json!({"cel": {"resourceGraph": graph_spec}});
+    let hooks = if external {
+        let mut v2 = cel.clone();
+        v2["version"] = json!("v2");
+        json!({"sync": v2, "customize": v2})
+    } else {
+        json!({ "sync": cel })
+    };
     let meta = &rgd["metadata"];
     let mut labels = meta.get("labels").cloned().unwrap_or_else(|| json!({}));
     labels["kro.run/resource-graph-definition-name"] = meta["name"].clone();
@@ -245,9 +223,51 @@ pub(crate) fn controller(
             "generateSelector": true,
             "parentResource": {"apiVersion": parent_av, "resource": s["names"]["plural"]},
             "childResources": children,
-            "hooks": {"sync": {"cel": {"resourceGraph": rgd["spec"]}}},
+            "hooks": hooks,
         },
     }))
+}
+
+/// The `childResources` of the graph's templates, and whether it has external references,
+/// whose resource is written into `graph_spec` (each kind's resource named by `plural_of`).
+fn resources(
+    graph_order: &Graph,
+    plural_of: &dyn Fn(&str, &str) -> Option<String>,
+    graph_spec: &mut Value,
+) -> Result<(Vec<Value>, bool), KroError> {
+    let mut children: Vec<Value> = Vec::new();
+    let mut external = false;
+    for n in &graph_order.nodes {
+        let Some(resource) = plural_of(&n.api_version, &n.kind) else {
+            return Err(KroError::UnknownKind {
+                id: n.id.clone(),
+                api_version: n.api_version.clone(),
+                kind: n.kind.clone(),
+            });
+        };
+        if matches!(n.source, Source::External(_)) {
+            external = true;
+            let written = graph_spec
+                .get_mut("resources")
+                .and_then(Value::as_array_mut)
+                .and_then(|rs| rs.iter_mut().find(|r| r["id"] == n.id.as_str()))
+                .and_then(|r| r.get_mut("externalRef"))
+                .and_then(Value::as_object_mut);
+            if let Some(x) = written {
+                x.insert(RESOURCE_FIELD.to_owned(), json!(resource));
+            }
+            continue;
+        }
+        let child = json!({"apiVersion": n.api_version, "resource": resource,
+            "updateStrategy": {"method": "InPlace"}});
+        if !children
+            .iter()
+            .any(|c| c["apiVersion"] == child["apiVersion"] && c["resource"] == child["resource"])
+        {
+            children.push(child);
+        }
+    }
+    Ok((children, external))
 }
 
 /// What kmeta makes of `rgd`: its graph checked (syntax, ids, cycles, and the types of its

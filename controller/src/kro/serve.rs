@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::{FIELD_MANAGER, KroError, Schema, translate_checked};
 use crate::api::CompositeController;
-use crate::hook::cel::graph::{self, Source};
+use crate::hook::cel::graph;
 use crate::ops::Metrics;
 use crate::ops::openapi::OpenApiDocs;
 
@@ -254,17 +254,15 @@ where
     Ok(())
 }
 
-/// The plural of each kind the graph makes, from the API server's discovery.
+/// The plural of each kind the graph makes or reads, from the API server's discovery.
 async fn plurals(
     client: &kube::Client,
     g: &graph::Graph,
 ) -> Result<BTreeMap<(String, String), String>, KroError> {
     let mut out = BTreeMap::new();
-    for n in g
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.source, Source::Template(_)))
-    {
+    // external references too: the CompositeController names their resource, and their
+    // schemas type what reads them
+    for n in &g.nodes {
         let (group, version) = match n.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", n.api_version.as_str()),

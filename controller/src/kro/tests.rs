@@ -112,7 +112,7 @@ fn a_spec_field_the_schema_lacks_is_refused_at_creation() {
 }
 
 #[test]
-fn an_external_reference_is_refused_until_kmeta_runs_it() {
+fn an_external_reference_is_read_through_the_customize_hook() {
     let mut rgd = webapp();
     let external = json!({"id": "shared", "externalRef": {"apiVersion": "v1",
         "kind": "ConfigMap", "metadata": {"name": "shared"}}});
@@ -120,11 +120,31 @@ fn an_external_reference_is_refused_until_kmeta_runs_it() {
         .as_array_mut()
         .unwrap()
         .push(external);
-    let e = translate(&rgd, &plurals).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "resource \"shared\": externalRef is not supported by kmeta yet"
+    let cc = translate(&rgd, &plurals).unwrap().controller;
+    let hooks = &cc["spec"]["hooks"];
+    assert_eq!(hooks["sync"], hooks["customize"]);
+    assert_eq!(hooks["sync"]["version"], "v2");
+    let refs = hooks["sync"]["cel"]["resourceGraph"]["resources"]
+        .as_array()
+        .unwrap();
+    let shared = refs.iter().find(|r| r["id"] == "shared").unwrap();
+    assert_eq!(shared["externalRef"]["resource"], "configmaps");
+    let children = cc["spec"]["childResources"].as_array().unwrap();
+    assert!(
+        children.iter().all(|c| c["resource"] != "configmaps"),
+        "an external reference is never a child: {children:?}"
     );
+    // without external references nothing changes: one sync hook, no version
+    let plain = translate(&webapp(), &plurals).unwrap().controller;
+    assert_eq!(
+        plain["spec"]["hooks"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["sync"]
+    );
+    assert!(plain["spec"]["hooks"]["sync"].get("version").is_none());
 }
 
 #[test]

@@ -520,27 +520,28 @@ async fn process_in_span<R: Reconciler>(
         // the change has not reached the hook yet: its retry still runs past an open circuit
         r.queue().keep_changed(key.clone());
     }
-    match result {
-        Ok(after) => {
+    let class = result.as_ref().err().map(SyncError::class);
+    match (result, class) {
+        (Ok(after), _) => {
             r.queue().forget(key);
             let min = r.context().config.min_resync_after;
             if let Some(d) = after.map(|d| resync_delay(d, min)) {
                 r.queue().resync_after(key.clone(), d);
             }
         }
-        Err(e) if let FailureClass::HookRetryAfter(retry_after) = e.class() => {
+        (Err(_), Some(FailureClass::HookRetryAfter(retry_after))) => {
             tracing::info!(?retry_after, "hook asked to retry later");
             r.queue().add_after(key.clone(), retry_after);
             // the sync that writes tells what brought it, not the wait
             keep_cause(r.as_ref(), key, cause);
         }
-        Err(e) if e.class() == FailureClass::Wait => {
+        (Err(e), Some(FailureClass::Wait)) => {
             // not a failure: the sync runs again on the waits' own short ladder
             tracing::debug!(reason = %e, "waiting; syncing again");
             r.queue().add_waiting(key.clone());
             keep_cause(r.as_ref(), key, cause);
         }
-        Err(e) => {
+        (Err(e), _) => {
             // a parked key waits for the circuit instead of a backoff of its own
             let delay = (!parked).then(|| r.queue().add_rate_limited(key.clone()));
             tracing::warn!(error = %e, ?delay, "sync failed");

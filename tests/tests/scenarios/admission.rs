@@ -5,8 +5,9 @@
 //! (a) a hook child violating its CRD's CEL rule is refused and reported; (b) a mutating
 //! webhook puts a sidecar at index 0 of a Deployment child's containers and a
 //! MutatingAdmissionPolicy appends another: kmeta's three-way merge keeps both across image
-//! updates, and a resync writes nothing (so the webhook is not even called); (c) a validating webhook refuses one child of five: the other four are
-//! written and the refusal is reported on the parent.
+//! updates, and a resync writes nothing (so the webhook is not even called); (c) a validating
+//! webhook refuses one child of five (403): the other four are written and the refusal is
+//! reported on the parent, with no RBAC grant suggested.
 
 use axum::Json;
 use axum::routing::post;
@@ -316,6 +317,9 @@ async fn a_validating_webhook_refusing_one_child_of_five_leaves_four_written_and
         s.get(&cms, "t-3").await?.is_none(),
         "the refused child was stored: {p}"
     );
+    // a 403 from admission is no missing permission: no role is suggested
+    let note = ev["note"].as_str().unwrap_or_default();
+    assert!(!note.contains("grant it"), "{note}");
     eprintln!("reported as {}: {}", ev["reason"], ev["note"]);
     s.finish().await
 }

@@ -37,6 +37,7 @@ mod history;
 mod impersonation;
 mod jsonnet;
 mod kro;
+mod kro_examples;
 mod lifecycle;
 mod list_rules;
 mod metacontroller;

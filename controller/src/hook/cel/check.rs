@@ -100,11 +100,33 @@ fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
     let (Source::Template(t) | Source::External(t)) = &n.source;
     check_template(t, kind, &own)?;
     let mut ready = env.clone();
-    ready.set(if n.is_collection() { EACH } else { &n.id }, kind.clone());
+    if n.is_collection() {
+        ready.set(EACH, kind.clone());
+    } else if !by_selector(n) {
+        ready.set(&n.id, kind.clone());
+    }
     for e in &n.ready_when {
         expect(e, &ready, &Type::Bool, "readyWhen")?;
     }
     Ok(())
+}
+
+/// Whether `n` is an external reference by a label selector (`externalRef.metadata.selector`):
+/// a collection, read as a list.
+fn by_selector(n: &Node) -> bool {
+    let Source::External(t) = &n.source else {
+        return false;
+    };
+    let metadata = match t {
+        Template::Literal(v) => return v.pointer("/metadata/selector").is_some(),
+        Template::Object(fields) => fields.iter().find(|(k, _)| k == "metadata").map(|(_, t)| t),
+        _ => None,
+    };
+    match metadata {
+        Some(Template::Literal(v)) => v.get("selector").is_some(),
+        Some(Template::Object(fields)) => fields.iter().any(|(k, _)| k == "selector"),
+        _ => false,
+    }
 }
 
 /// Type-checks every expression of `graph`: `instance` is the type of the instance (its CRD's
@@ -117,7 +139,7 @@ pub(crate) fn check_types(
     let mut env = TypeEnv::default().with(SCHEMA, instance.clone());
     for n in &graph.nodes {
         let kind = kind_of(&n.api_version, &n.kind);
-        let ty = if n.is_collection() {
+        let ty = if n.is_collection() || by_selector(n) {
             Type::List(Box::new(kind))
         } else {
             kind
@@ -252,6 +274,21 @@ mod tests {
         for (resources, status, want) in cases {
             assert_eq!(check(resources, status).unwrap_err().to_string(), want);
         }
+    }
+
+    #[test]
+    fn an_external_reference_by_selector_is_a_list() {
+        let resources = json!([
+            {"id": "peers", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"selector": {"matchLabels": {"team": "${schema.spec.name}"}}}},
+             "readyWhen": ["${size(peers) > 0}"]},
+            {"id": "one", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "${schema.spec.name}"}},
+             "readyWhen": ["${one.status.availableReplicas > 0}"]},
+            {"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "data": {"names": "${peers.map(p, p.metadata.name).join(',')}",
+                         "one": "${one.metadata.name}"}}}]);
+        check(resources, json!({"n": "${size(peers)}"})).unwrap();
     }
 
     #[test]

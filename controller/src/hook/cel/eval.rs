@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use kmeta_cel::{Bindings, Scope};
 use serde_json::{Map, Value, json};
 
+use super::conditions;
 use super::graph::{EACH, Graph, Node, SCHEMA, Source};
 use super::template::{RenderError, evaluate};
 
@@ -87,7 +88,7 @@ pub(crate) fn evaluate_graph(
     observed: &Observed,
     now: &str,
 ) -> Result<Outcome, EvalError> {
-    let scope = Scope::new(&Bindings::default().with(SCHEMA, instance.clone()));
+    let scope = Scope::kro(&Bindings::default().with(SCHEMA, instance.clone()));
     let mut run = Run {
         scope,
         instance,
@@ -109,6 +110,17 @@ pub(crate) fn evaluate_graph(
         None => json!({}),
     };
     decorate_status(&mut status, instance, &states, now);
+    if !graph.conditions.is_empty() {
+        // the author's conditions read kro's own through `runtime.condition(schema, ...)`
+        let mut with_kros = instance.clone();
+        with_kros["status"]["conditions"] = status["conditions"].clone();
+        run.scope.set(SCHEMA, &with_kros);
+        let (custom, degraded) = conditions::custom(&graph.conditions, &run.scope, instance, now);
+        status["conditions"] = Value::Array(custom);
+        if degraded {
+            status["state"] = json!("Error");
+        }
+    }
     Ok(Outcome {
         children: run.children,
         status,
@@ -171,8 +183,23 @@ impl Run<'_> {
                 node.kind
             )));
         };
+        if obj.is_array() {
+            // a collection found by a selector: read as a list, ready once found
+            self.scope.set(&node.id, obj);
+            return Ok(self.ready_when_holds(node));
+        }
         self.bind(node, std::slice::from_ref(obj));
         Ok(self.readiness(node, std::slice::from_ref(obj), 1))
+    }
+
+    /// `node`'s `readyWhen`, every one, with the scope as it is.
+    fn ready_when_holds(&self, node: &Node) -> State {
+        for e in &node.ready_when {
+            if !matches!(evaluate(e, &self.scope), Ok(Value::Bool(true))) {
+                return State::NotReady(format!("readyWhen {} is not true", e.path));
+            }
+        }
+        State::Ready
     }
 
     fn template(&mut self, node: &Node) -> Result<State, EvalError> {

@@ -104,8 +104,11 @@ impl Node {
 pub(crate) struct Graph {
     /// The resources, each after those it reads.
     pub nodes: Vec<Node>,
-    /// The instance's `status` expressions (`spec.schema.status`).
+    /// The instance's `status` expressions (`spec.schema.status`, but its `conditions`).
     pub status: Option<Template>,
+    /// The author's status conditions (`spec.schema.status.conditions`, kro's custom status
+    /// conditions), each a `runtime.newCondition` (or a list of them); none: kro's own.
+    pub conditions: Vec<Expr>,
 }
 
 fn spec_err(path: &str, message: impl Into<String>) -> GraphError {
@@ -242,15 +245,71 @@ pub(crate) fn parse(spec: &Value) -> Result<Graph, GraphError> {
         })?;
         nodes.push(n);
     }
-    let status = match spec.pointer("/schema/status") {
-        None | Some(Value::Null) => None,
-        Some(s) => Some(Template::compile(s, "status")?),
-    };
+    let (status, conditions) = status(spec)?;
+    refuse_runtime(&nodes, status.as_ref())?;
     link(&mut nodes);
     Ok(Graph {
         nodes: order(nodes)?,
         status,
+        conditions,
     })
+}
+
+/// The status template (`spec.schema.status` but its `conditions`) and the author's
+/// conditions, each a standalone expression.
+fn status(spec: &Value) -> Result<(Option<Template>, Vec<Expr>), GraphError> {
+    let mut written = match spec.pointer("/schema/status") {
+        None | Some(Value::Null) => return Ok((None, Vec::new())),
+        Some(s) => s.clone(),
+    };
+    let conditions = match written.as_object_mut().and_then(|m| m.remove("conditions")) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let path = format!("status.conditions[{i}]");
+                let text = v
+                    .as_str()
+                    .ok_or_else(|| spec_err(&path, "must be a ${...} expression"))?;
+                standalone(text, &path)
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(spec_err("status.conditions", "must be a list")),
+    };
+    Ok((Some(Template::compile(&written, "status")?), conditions))
+}
+
+/// The variable of kro's `runtime` library (custom status conditions).
+const RUNTIME: &str = "runtime";
+
+/// Refuses an expression using kro's `runtime` library outside the status's `conditions`, as
+/// kro does when an RGD is created (it would otherwise read as data not there yet and be left
+/// out without a word). A resource named `runtime` is read as that resource.
+fn refuse_runtime(nodes: &[Node], status: Option<&Template>) -> Result<(), GraphError> {
+    if nodes.iter().any(|n| n.id == RUNTIME) {
+        return Ok(());
+    }
+    let refused = |e: &Expr| GraphError::Expression {
+        path: e.path.clone(),
+        expression: e.expression.source().to_owned(),
+        message: "kro's runtime library is only allowed in the status's conditions".to_owned(),
+    };
+    for n in nodes {
+        let mut all = n.expressions();
+        all.extend(n.ready_when.iter());
+        if let Some(e) = all.into_iter().find(|e| e.expression.uses(RUNTIME)) {
+            return Err(GraphError::Resource {
+                id: n.id.clone(),
+                error: Box::new(refused(e)),
+            });
+        }
+    }
+    let in_status = status.map(Template::expressions).unwrap_or_default();
+    match in_status.into_iter().find(|e| e.expression.uses(RUNTIME)) {
+        Some(e) => Err(refused(e)),
+        None => Ok(()),
+    }
 }
 
 /// Fills each node's `deps`: the ids its expressions use.
@@ -320,6 +379,38 @@ mod tests {
 
     fn ids(g: &Graph) -> Vec<&str> {
         g.nodes.iter().map(|n| n.id.as_str()).collect()
+    }
+
+    #[test]
+    fn kros_runtime_library_is_read_in_the_status_conditions_only() {
+        let spec = json!({"schema": {"status": {"ready": "${runtime.condition(schema, 'Ready')}",
+            "conditions": ["${runtime.newCondition({type: 'AppReady', status: 'True'})}"]}},
+            "resources": []});
+        let e = parse(&spec).unwrap_err().to_string();
+        assert!(
+            e.starts_with("status.ready: runtime.condition(")
+                && e.ends_with("kro's runtime library is only allowed in the status's conditions"),
+            "{e}"
+        );
+        let spec = json!({"schema": {"status": {"n": "${schema.spec.n}",
+            "conditions": ["${runtime.newCondition({type: 'AppReady', status: 'True'})}"]}},
+            "resources": []});
+        let g = parse(&spec).unwrap();
+        assert_eq!(g.conditions.len(), 1);
+        assert_eq!(g.conditions[0].path, "status.conditions[0]");
+        assert_eq!(
+            g.status.unwrap().expressions().len(),
+            1,
+            "conditions are not status fields"
+        );
+        let own = json!({"resources": [{"id": "runtime", "template": {"apiVersion": "v1",
+            "kind": "ConfigMap", "metadata": {"name": "rt"}}},
+            {"id": "reader", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${runtime.metadata.name}-r"}}}]});
+        assert!(
+            parse(&own).is_ok(),
+            "a resource named runtime is read as itself"
+        );
     }
 
     #[test]

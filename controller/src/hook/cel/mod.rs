@@ -7,7 +7,9 @@
 //! Design: `docs/design/cel-hooks.md`.
 
 pub(crate) mod check;
+pub(crate) mod conditions;
 pub(crate) mod eval;
+pub(crate) mod external;
 pub(crate) mod graph;
 pub(crate) mod template;
 
@@ -54,17 +56,6 @@ impl CelRunner {
             None => DEFAULT_TIMEOUT,
         };
         let graph = graph::parse(&c.resource_graph).map_err(|e| cfg(e.to_string()))?;
-        let external = graph
-            .nodes
-            .iter()
-            .find(|n| matches!(n.source, graph::Source::External(_)));
-        if let Some(n) = external {
-            let why = format!(
-                "resource {:?}: externalRef is not supported by kmeta yet",
-                n.id
-            );
-            return Err(cfg(why));
-        }
         Ok(CelRunner {
             graph: Arc::new(graph),
             timeout,
@@ -81,19 +72,26 @@ impl CelRunner {
     }
 }
 
-/// The answer of `graph` to a `hook` request (`sync`, `finalize`, `customize`), stamped `now`.
+/// The answer of `graph` to a `hook` request (`sync`, `finalize`, `customize`), stamped `now`:
+/// the customize hook asks for the graph's external references as related objects, the sync
+/// hook finds them in the request's `related` ([`external`]).
 pub(crate) fn answer(
     graph: &Graph,
     hook: &str,
     request: &Value,
     now: &str,
 ) -> Result<Value, EvalError> {
+    let parent = request.get("parent").cloned().unwrap_or_default();
     match hook {
-        "customize" => Ok(json!({"relatedResources": []})),
+        "customize" => Ok(external::rules(&external::references(graph, &parent)?)),
         "finalize" => Ok(json!({"children": [], "finalized": true})),
         _ => {
-            let parent = request.get("parent").cloned().unwrap_or_default();
-            let observed = observed(request);
+            let mut observed = observed(request);
+            let refs = external::references(graph, &parent)?;
+            if !refs.is_empty() {
+                let related = request.get("related").unwrap_or(&Value::Null);
+                observed.external = external::found(&refs, related);
+            }
             let out = eval::evaluate_graph(graph, &parent, &observed, now)?;
             Ok(json!({"status": out.status, "children": out.children}))
         }

@@ -217,25 +217,37 @@ impl Template {
         }
     }
 
-    /// The template with every expression evaluated in `scope`.
+    /// The template with every expression evaluated in `scope`; a field or list item whose
+    /// value is kro's `omit()` is left out.
     pub(crate) fn render(&self, scope: &Scope) -> Result<Value, RenderError> {
         Ok(match self {
             Template::Literal(v) => v.clone(),
-            Template::Standalone(e) => evaluate(e, scope)?,
+            Template::Standalone(e) => {
+                let mut v = evaluate(e, scope)?;
+                kmeta_cel::strip_omitted(&mut v);
+                v
+            }
             Template::Interpolated(parts) => Value::String(interpolate(parts, scope)?),
             Template::Object(fields) => {
                 let mut m = Map::with_capacity(fields.len());
                 for (k, t) in fields {
-                    m.insert(k.clone(), t.render(scope)?);
+                    let v = t.render(scope)?;
+                    if !kmeta_cel::is_omitted(&v) {
+                        m.insert(k.clone(), v);
+                    }
                 }
                 Value::Object(m)
             }
-            Template::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|t| t.render(scope))
-                    .collect::<Result<_, _>>()?,
-            ),
+            Template::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for t in items {
+                    let v = t.render(scope)?;
+                    if !kmeta_cel::is_omitted(&v) {
+                        out.push(v);
+                    }
+                }
+                Value::Array(out)
+            }
         })
     }
 
@@ -383,6 +395,25 @@ mod tests {
             json!({"replicas": 3, "labels": {"a": "b"}, "name": "web-svc", "port": 80})
         );
         assert_eq!(t.expressions().len(), 3);
+    }
+
+    #[test]
+    fn omit_leaves_out_the_field_or_item_and_kros_libraries_are_there() {
+        let kro = Scope::kro(&Bindings::default().with("schema", json!({"spec": {"pin": false}})));
+        let t = Template::compile(
+            &json!({
+                "nodeSelector": "${schema.spec.pin ? {'host': 'a'} : omit()}",
+                "args": ["a", "${omit()}", "b"],
+                "labels": "${{'keep': 'x', 'drop': omit()}}",
+                "hash": "${'%x'.format([hash.fnv64a('')])}",
+            }),
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&kro).unwrap(),
+            json!({"args": ["a", "b"], "labels": {"keep": "x"}, "hash": "cbf29ce484222325"})
+        );
     }
 
     #[test]

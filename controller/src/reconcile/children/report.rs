@@ -3,16 +3,18 @@
 
 use super::*;
 
-/// For a write the API server refused (403): the identity it was made as, with the verb and
-/// resource to grant it (RBAC's names: `patch` for an update by server-side apply).
+/// For a write an authorizer refused (403, not admission's 403s): the identity it was made as,
+/// with the verb and resource to grant it (RBAC's names: `patch` for an update by server-side
+/// apply).
 pub(super) fn forbidden(
     c: &Children<'_>,
     rule: &ChildRule,
     op: ChildOpLabel,
     e: &kube::Error,
 ) -> Option<String> {
-    if kapi::code(e) != Some(403) {
-        return None;
+    match e {
+        kube::Error::Api(s) if s.code == 403 && decide::is_authorization_refusal(&s.message) => {}
+        _ => return None,
     }
     let verb = match op {
         ChildOpLabel::Create => "create",

@@ -105,6 +105,23 @@ pub fn impersonation_for(
     Ok(Some(ServiceAccountRef { namespace, name }))
 }
 
+/// Whether a 403's message is an authorization refusal (RBAC, or any authorizer), which a role
+/// can grant, rather than admission refusing the object (a webhook, a ValidatingAdmissionPolicy
+/// whose binding asks for 403, a ResourceQuota), which no role changes. kube-apiserver words
+/// every authorizer refusal `User "NAME" cannot VERB resource "PLURAL" ...`
+/// (`k8s.io/apiserver/pkg/endpoints/handlers/responsewriters.forbiddenMessage`), and RBAC's
+/// escalation check `user "NAME" (groups=...) is attempting to grant RBAC permissions not
+/// currently held` (`k8s.io/kubernetes/pkg/registry/rbac/validation`).
+pub fn is_authorization_refusal(message: &str) -> bool {
+    if message.contains("is attempting to grant RBAC permissions not currently held") {
+        return true;
+    }
+    message
+        .split_once("User \"")
+        .and_then(|(_, rest)| rest.split_once("\" cannot "))
+        .is_some_and(|(_, rest)| rest.contains(" resource \"") || rest.contains(" path \""))
+}
+
 /// What a child write refused by the API server (403) adds to its `ChildWriteFailed` message:
 /// the identity it was made as, with the verb and resource to grant it.
 pub fn forbidden_hint(verb: &str, resource: &str, identity: Option<&ServiceAccountRef>) -> String {
@@ -220,5 +237,23 @@ mod tests {
             "{hint}"
         );
         assert!(forbidden_hint("patch", "configmaps", None).contains("kmeta's own identity"));
+    }
+
+    #[test]
+    fn only_an_authorizer_refusal_is_one_a_role_can_grant() {
+        let rbac = r#"configmaps "c" is forbidden: User "system:serviceaccount:team:bot" cannot create resource "configmaps" in API group "" in the namespace "team""#;
+        assert!(is_authorization_refusal(rbac));
+        let cluster = r#"User "kmeta" cannot patch resource "widgets" in API group "example.com" at the cluster scope"#;
+        assert!(is_authorization_refusal(cluster));
+        let escalation = r#"clusterrolebindings.rbac.authorization.k8s.io "b" is forbidden: user "system:serviceaccount:team:writer" (groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:"#;
+        assert!(is_authorization_refusal(escalation));
+        for admission in [
+            r#"admission webhook "deny.example.com" denied the request: no sidecars here"#,
+            r#"configmaps "c" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: size"#,
+            r#"configmaps "c" is forbidden: exceeded quota: q, requested: count/configmaps=1"#,
+            r#"admission webhook "x" denied the request: User "a" cannot be trusted"#,
+        ] {
+            assert!(!is_authorization_refusal(admission), "{admission}");
+        }
     }
 }
