@@ -21,6 +21,9 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub mod types;
+pub use types::{Schema, Type, TypeEnv, TypeError};
+
 /// What went wrong compiling or evaluating an expression.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CelError {

@@ -235,6 +235,29 @@ impl Grants {
         );
     }
 
+    /// What serving kro's ResourceGraphDefinitions (`kmeta run --serve-kro`) needs besides the
+    /// grants of the CompositeControllers it makes: the RGDs read and their status written,
+    /// CRDs (the RGD CRD and the instance CRDs) created and applied, and read for the type
+    /// checks, CompositeControllers created and applied (and `delete`, which setting their
+    /// ownerReference to the RGD needs), and `update` on the RGDs' finalizers for the
+    /// `blockOwnerDeletion` of that reference.
+    pub fn serve_kro(&mut self) {
+        let kro = crate::kro::API_VERSION;
+        self.add(kro, "resourcegraphdefinitions", READ);
+        self.add(kro, "resourcegraphdefinitions/status", &["patch"]);
+        self.owner(kro, "resourcegraphdefinitions");
+        let crds = "apiextensions.k8s.io/v1";
+        self.add(
+            crds,
+            "customresourcedefinitions",
+            &["get", "create", "patch"],
+        );
+        // `delete` too: setting an ownerReference (to the RGD) needs it on the object written
+        // where OwnerReferencesPermissionEnforcement runs
+        let mc = "metacontroller.k8s.io/v1alpha1";
+        self.add(mc, "compositecontrollers", &["create", "patch", "delete"]);
+    }
+
     /// The Secrets and ConfigMaps a hook's credentials and CA bundle name.
     fn credentials(&mut self, hooks: &[&Hook], endpoints: &[EndpointConfig]) {
         let bundle = |g: &mut Grants, ca: &CaBundle| {
@@ -501,8 +524,20 @@ fn parse_related(values: &[String]) -> Result<Vec<(String, String)>, RbacError> 
         .collect()
 }
 
-/// The controllers in the YAML/JSON documents of `text` (other kinds are skipped).
-fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, RbacError> {
+/// The CompositeController kmeta makes of a ResourceGraphDefinition `rgd` (the kinds' plurals
+/// by English rules, as no API server is asked): its name and spec.
+fn rgd_controller(rgd: &Value) -> Result<(String, Value), String> {
+    let plural = |_: &str, kind: &str| Some(crate::kro::plural(kind));
+    let served = crate::kro::translate(rgd, &plural).map_err(|e| e.to_string())?;
+    let name = served.controller.pointer("/metadata/name").cloned();
+    let name = name.and_then(|n| n.as_str().map(str::to_owned));
+    Ok((name.unwrap_or_default(), served.controller["spec"].clone()))
+}
+
+/// The controllers in the YAML/JSON documents of `text` (other kinds are skipped), a
+/// ResourceGraphDefinition as the CompositeController `kmeta run --serve-kro` makes of it;
+/// whether there was one.
+fn controllers_in(path: &Path, text: &str) -> Result<(Vec<(String, Controller)>, bool), RbacError> {
     let bad = |message: String| RbacError::Manifest {
         path: path.to_owned(),
         message,
@@ -510,8 +545,17 @@ fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, 
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(text).map_err(|e| bad(crate::manifest::yaml_error(&e)))?;
     let mut out = Vec::new();
+    let mut rgds = false;
     for (i, doc) in docs.into_iter().enumerate() {
         let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if kind == "ResourceGraphDefinition" {
+            let (name, spec) = rgd_controller(&doc)
+                .map_err(|e| bad(format!("document {} (ResourceGraphDefinition): {e}", i + 1)))?;
+            let spec = serde_json::from_value(spec).map_err(|e| bad(e.to_string()))?;
+            out.push((name, Controller::Composite(Box::new(spec))));
+            rgds = true;
+            continue;
+        }
         if !matches!(kind, "CompositeController" | "DecoratorController") {
             continue;
         }
@@ -530,12 +574,17 @@ fn controllers_in(path: &Path, text: &str) -> Result<Vec<(String, Controller)>, 
         };
         out.push((name, c));
     }
-    Ok(out)
+    Ok((out, rgds))
 }
 
 /// The controllers in the files and directories (`*.yaml`, `*.yml`, `*.json`, not recursive)
-/// named by `paths`.
+/// named by `paths`; a ResourceGraphDefinition as the CompositeController kmeta makes of it.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
+    Ok(load_all(paths)?.0)
+}
+
+/// As [`load`], and whether the files hold a ResourceGraphDefinition.
+fn load_all(paths: &[PathBuf]) -> Result<(Vec<(String, Controller)>, bool), RbacError> {
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|source| RbacError::Read {
             path: path.to_owned(),
@@ -543,6 +592,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
         })
     };
     let mut out = Vec::new();
+    let mut any_rgd = false;
     for p in paths {
         let dir = std::fs::read_dir(p);
         let files: Vec<PathBuf> = match dir {
@@ -563,10 +613,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, Controller)>, RbacError> {
             Err(_) => vec![p.clone()],
         };
         for f in files {
-            out.extend(controllers_in(&f, &read(&f)?)?);
+            let (controllers, rgds) = controllers_in(&f, &read(&f)?)?;
+            out.extend(controllers);
+            any_rgd |= rgds;
         }
     }
-    Ok(out)
+    Ok((out, any_rgd))
 }
 
 /// `kmeta rbac`: kmeta's ClusterRole `name` and its ClusterRoleBinding to `service_account`, as
@@ -578,20 +630,29 @@ pub fn render(
     default_service_account: Option<&str>,
     service_account: &ServiceAccountRef,
 ) -> Result<String, RbacError> {
-    let controllers = load(paths)?;
+    let (controllers, rgds) = load_all(paths)?;
     if controllers.is_empty() {
         return Err(RbacError::Empty(shown(paths)));
     }
-    let g = grants_with(
+    let mut g = grants_with(
         &controllers,
         &parse_related(related)?,
         default_service_account,
     );
+    if rgds {
+        g.serve_kro();
+    }
     let role = cluster_role(name, &g);
     let mut text = format!(
         "# The ClusterRole kmeta needs for these controllers (kmeta rbac), bound to kmeta's\n\
          # ServiceAccount {service_account}: applied, it replaces deploy/rbac.yaml's wildcard role.\n"
     );
+    if rgds {
+        text.push_str(
+            "# With ResourceGraphDefinitions: what kmeta run --serve-kro needs to serve them, and\n\
+             # what the CompositeControllers it makes of them need.\n",
+        );
+    }
     if !g.customized.is_empty() && related.is_empty() {
         let list: Vec<&str> = g.customized.iter().map(String::as_str).collect();
         text.push_str(&format!(
@@ -832,7 +893,71 @@ mod tests {
     use super::*;
 
     fn composite(yaml: &str) -> Vec<(String, Controller)> {
-        controllers_in(Path::new("t.yaml"), yaml).unwrap()
+        controllers_in(Path::new("t.yaml"), yaml).unwrap().0
+    }
+
+    #[test]
+    fn a_resource_graph_definition_is_granted_as_serve_kro_serves_it() {
+        let yaml = r#"
+apiVersion: kro.run/v1alpha1
+kind: ResourceGraphDefinition
+metadata: {name: notes}
+spec:
+  schema: {apiVersion: v1alpha1, kind: Memo, group: example.com, spec: {text: string}}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${schema.metadata.name}-memo"}
+        data: {text: "${schema.spec.text}"}
+"#;
+        let (controllers, rgds) = controllers_in(Path::new("r.yaml"), yaml).unwrap();
+        assert!(rgds);
+        assert_eq!(controllers[0].0, "notes");
+        let mut g = grants(&controllers, &[]);
+        assert_eq!(
+            verbs(&g, "example.com", "memos/status"),
+            ["get", "patch", "update"]
+        );
+        assert_eq!(verbs(&g, "", "configmaps").len(), MANAGE.len());
+        assert!(verbs(&g, "kro.run", "resourcegraphdefinitions").is_empty());
+        g.serve_kro();
+        assert_eq!(
+            verbs(&g, "kro.run", "resourcegraphdefinitions"),
+            ["get", "list", "watch"]
+        );
+        assert_eq!(
+            verbs(&g, "kro.run", "resourcegraphdefinitions/status"),
+            ["patch"]
+        );
+        assert_eq!(
+            verbs(&g, "kro.run", "resourcegraphdefinitions/finalizers"),
+            ["update"]
+        );
+        assert_eq!(
+            verbs(&g, "apiextensions.k8s.io", "customresourcedefinitions"),
+            ["create", "get", "patch"]
+        );
+        let cc = verbs(&g, "metacontroller.k8s.io", "compositecontrollers");
+        assert!(
+            ["create", "patch", "delete"].iter().all(|v| cc.contains(v)),
+            "{cc:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rgd.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let text = render(&[file], &[], OWN_NAME, None, &ServiceAccountRef::kmeta()).unwrap();
+        assert!(text.contains("# With ResourceGraphDefinitions"), "{text}");
+        assert!(text.contains("resourcegraphdefinitions/status"), "{text}");
+        let bad = yaml.replace("schema.spec.text}", "schema.spec.txt}");
+        let e = controllers_in(Path::new("r.yaml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("r.yaml: document 1 (ResourceGraphDefinition): resource \"cm\""),
+            "{e}"
+        );
     }
 
     fn verbs(g: &Grants, group: &str, resource: &str) -> Vec<&'static str> {

@@ -775,17 +775,11 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
 
 /// `kmeta run --serve-kro`: the ResourceGraphDefinition CRD is installed, an RGD applied is
 /// served (Active, its instance CRD and CompositeController made), and an instance gets its
-/// child from the RGD's template through the CEL hook; `--serve-kro` with
-/// `--leader-election` is refused at start.
+/// child from the RGD's template through the CEL hook.
 #[tokio::test]
 async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> {
     use kube::api::{Api, PostParams};
     use serde_json::json;
-    let refused = kmeta(&["run", "--serve-kro", "--leader-election"])?;
-    assert!(
-        !refused.status.success(),
-        "--serve-kro with --leader-election must be refused"
-    );
     let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     let log_path = dir.path().join("kmeta.log");
     let mut proc = Proc(
@@ -830,7 +824,7 @@ async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> 
 
 /// Applies an RGD `notes` (kind `Memo`, one ConfigMap holding `spec.text`) once its CRD is
 /// served, and waits until the Memo resource is; the Memos of namespace `default`.
-async fn apply_memo_rgd(
+pub(crate) async fn apply_memo_rgd(
     client: &kube::Client,
 ) -> anyhow::Result<kube::Api<kube::api::DynamicObject>> {
     use kube::api::{Api, DynamicObject, PostParams};
@@ -874,4 +868,132 @@ async fn apply_memo_rgd(
     })
     .await?;
     Ok(memos)
+}
+
+/// The identity in a kmeta User-Agent, `kmeta/<version> (<identity>)`.
+pub(crate) fn identity_of(user_agent: &str) -> Option<&str> {
+    let rest = user_agent.strip_prefix("kmeta/")?;
+    let open = rest.find(" (")?;
+    rest[open + 2..].strip_suffix(')')
+}
+
+/// Who wrote the leader Lease `metacontroller`: the identities in the server's write log.
+fn lease_writers(server: &TestServer) -> std::collections::BTreeSet<String> {
+    server
+        .write_log()
+        .since(0)
+        .iter()
+        .filter(|w| w.resource == "leases" && w.code < 300)
+        .filter(|w| w.name.as_deref() == Some("metacontroller"))
+        .filter_map(|w| identity_of(&w.user_agent).map(str::to_owned))
+        .collect()
+}
+
+/// Who wrote ResourceGraphDefinitions, CRDs and CompositeControllers (what serving RGDs
+/// writes): the identities in the server's write log.
+pub(crate) fn rgd_writers(server: &TestServer) -> std::collections::BTreeSet<String> {
+    let served = [
+        "resourcegraphdefinitions",
+        "resourcegraphdefinitions/status",
+        "customresourcedefinitions",
+        "compositecontrollers",
+    ];
+    server
+        .write_log()
+        .since(0)
+        .iter()
+        .filter(|w| served.contains(&w.resource.as_str()))
+        .filter_map(|w| identity_of(&w.user_agent).map(str::to_owned))
+        .collect()
+}
+
+/// `kmeta run --serve-kro --leader-election`, two candidates: only the leader serves RGDs
+/// (every write of the RGD, its CRD and its CompositeController is by a holder of the Lease,
+/// the standby writes none), and after
+/// the leader stops the standby takes over serving: an edit of the RGD reaches the instance's
+/// child, written by the new leader.
+#[tokio::test]
+async fn serve_kro_follows_the_leader_lease() -> anyhow::Result<()> {
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
+    server.write_log().enable(100_000);
+    let extra: Vec<&str> = SHORT_LEASE
+        .iter()
+        .copied()
+        .chain(["--serve-kro", "--discovery-interval=1s"])
+        .collect();
+    let log = |n: &str| dir.path().join(format!("{n}.log"));
+    let (mut a, _, _) = start_candidate_with(&kubeconfig, &log("a"), "kmeta-a", &extra)?;
+    let (mut b, _, _) = start_candidate_with(&kubeconfig, &log("b"), "kmeta-b", &extra)?;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(server.client(), "default");
+    wait_for("a leader", || async {
+        lease_holder(&leases).await.is_some()
+    })
+    .await?;
+    let leader = lease_holder(&leases).await.context("holder")?;
+    let client = server.client();
+    let memos = apply_memo_rgd(&client).await?;
+    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
+        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
+    memos
+        .create(&PostParams::default(), &serde_json::from_value(memo)?)
+        .await?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let text_is = |want: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let cm = cms.get_opt("hello-memo").await.ok().flatten();
+            cm.and_then(|c| c.data)
+                .is_some_and(|d| d.get("text").map(String::as_str) == Some(want))
+        }
+    };
+    wait_for("the Memo's ConfigMap", || text_is("hi")).await?;
+    let writers = rgd_writers(&server);
+    // the Lease's writers: normally the first leader alone (on a starved machine the Lease may
+    // move; a standby that never held it has written nothing)
+    let held = lease_writers(&server);
+    assert!(
+        !writers.is_empty() && writers.is_subset(&held),
+        "RGDs served by {writers:?}, the Lease held by {held:?}"
+    );
+
+    let (stopped, standby) = if leader == "kmeta-a" {
+        (&mut a, "kmeta-b")
+    } else {
+        (&mut b, "kmeta-a")
+    };
+    sigterm(&stopped.0)?;
+    assert!(wait_exit(&mut stopped.0).await?.success());
+    wait_for("the standby to lead", || async {
+        lease_holder(&leases).await.as_deref() == Some(standby)
+    })
+    .await?;
+    let rgds: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("kro.run", "v1alpha1", "ResourceGraphDefinition"),
+            "resourcegraphdefinitions",
+        ),
+    );
+    let mut rgd = serde_json::to_value(rgds.get("notes").await?)?;
+    rgd["spec"]["resources"][0]["template"]["data"]["text"] = json!("${schema.spec.text + '!'}");
+    let patch = json!({"spec": rgd["spec"]});
+    rgds.patch("notes", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let edited = wait_for("the edited RGD served by the new leader", || text_is("hi!")).await;
+    let logs = || std::fs::read_to_string(log(&standby[6..])).unwrap_or_default();
+    edited.with_context(|| format!("{standby}'s log:\n{}", logs()))?;
+    let writers = rgd_writers(&server);
+    assert!(
+        writers.contains(standby),
+        "the new leader serves RGDs: {writers:?}"
+    );
+    assert!(writers.is_subset(&lease_writers(&server)), "{writers:?}");
+    sigterm(&a.0).ok();
+    sigterm(&b.0).ok();
+    server.shutdown().await;
+    Ok(())
 }

@@ -24,6 +24,7 @@ const KMETA: &str = env!("CARGO_BIN_EXE_kmeta");
 static TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SIDE_BY_SIDE);
 /// How many scenarios of this file run side by side.
 const SIDE_BY_SIDE: usize = 8;
+use crate::run::identity_of;
 use crate::support;
 use support::wait_for;
 
@@ -373,13 +374,6 @@ async fn converged(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// The identity in a kmeta User-Agent, `kmeta/<version> (<identity>)`.
-fn identity_of(user_agent: &str) -> Option<&str> {
-    let rest = user_agent.strip_prefix("kmeta/")?;
-    let open = rest.find(" (")?;
-    rest[open + 2..].strip_suffix(')')
 }
 
 /// Every successful write of a parent's child or status, checked against the successful writes
@@ -1306,5 +1300,81 @@ fn the_ownership_check_finds_a_write_by_a_replica_that_lost_its_bucket() -> anyh
     assert_eq!(checked, 3);
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].contains("by a"), "{violations:?}");
+    Ok(())
+}
+
+/// `kmeta run --sharding --serve-kro`, two replicas: RGDs are served by the replica holding
+/// the cluster bucket only (their CRD, CompositeController and status are cluster-scoped, so
+/// their writes need it), and the CompositeController made is run by the sharded manager: every
+/// Memo of eight namespaces gets its ConfigMap.
+#[tokio::test]
+async fn rgds_are_served_by_the_replica_holding_the_cluster_bucket() -> anyhow::Result<()> {
+    let _turn = turn().await?;
+    let server = TestServer::start().await?;
+    server.write_log().enable(100_000);
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
+    let extra = [
+        "--serve-kro".to_owned(),
+        "--discovery-interval=1s".to_owned(),
+        "--metrics-address=0".to_owned(),
+    ];
+    let a = start_with(&kubeconfig, dir.path(), "kmeta-a", &extra)?;
+    let b = start_with(&kubeconfig, dir.path(), "kmeta-b", &extra)?;
+    wait_balanced(&[&a, &b]).await?;
+    let client = server.client();
+    let memos = crate::run::apply_memo_rgd(&client).await?;
+    let pp = PostParams::default();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let memo_resource = ApiResource {
+        group: "kro.run".into(),
+        version: "v1alpha1".into(),
+        api_version: "kro.run/v1alpha1".into(),
+        kind: "Memo".into(),
+        plural: "memos".into(),
+    };
+    drop(memos);
+    for ns in (0..8).map(team) {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        namespaces
+            .create(&pp, &serde_json::from_value(obj)?)
+            .await?;
+        let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
+            "metadata": {"name": "m", "namespace": ns}, "spec": {"text": ns}});
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &memo_resource)
+            .create(&pp, &serde_json::from_value(memo)?)
+            .await?;
+    }
+    wait_long("every Memo's ConfigMap", || async {
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
+        let list = cms
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        (0..8).map(team).all(|ns| {
+            list.iter().any(|c| {
+                c.metadata.namespace.as_deref() == Some(&ns)
+                    && c.metadata.name.as_deref() == Some("m-memo")
+            })
+        })
+    })
+    .await?;
+    // who held the cluster bucket: the writers of its Lease (normally one replica throughout;
+    // on this shared machine a Lease may move when a replica is starved)
+    let cluster: BTreeSet<String> = server
+        .write_log()
+        .since(0)
+        .iter()
+        .filter(|w| w.resource == "leases" && w.code < 300)
+        .filter(|w| w.name.as_deref() == Some("kmeta-shard-cluster"))
+        .filter_map(|w| identity_of(&w.user_agent).map(str::to_owned))
+        .collect();
+    let writers = crate::run::rgd_writers(&server);
+    assert!(
+        !writers.is_empty() && writers.is_subset(&cluster),
+        "RGDs served by {writers:?}, the cluster bucket held by {cluster:?}"
+    );
+    drop((a, b));
+    server.shutdown().await;
     Ok(())
 }

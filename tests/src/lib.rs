@@ -556,6 +556,9 @@ impl Env {
             // as an operator applies `kmeta rbac`'s role with the controller, before kmeta sees it
             rbac::sync_role(&self.client, Some(&object), &self.rbac_related).await?;
         }
+        if plural == "resourcegraphdefinitions" {
+            self.grant_rgd(&object).await?;
+        }
         let api = self.api(&av, &kind, plural, ns.as_deref());
         let created = api
             .create(&PostParams::default(), &obj(object)?)
@@ -565,6 +568,28 @@ impl Env {
             self.cleanup.push((ar(&av, &kind, plural), name));
         }
         Ok(serde_json::to_value(created)?)
+    }
+
+    /// The client kmeta serves ResourceGraphDefinitions with (`kmeta::kro::serve`): the
+    /// test's, or in [`rbac`] mode kmeta's ServiceAccount's, after granting it what
+    /// `kmeta rbac -f <the RGDs>` grants for serving them.
+    pub async fn kro_client(&self) -> anyhow::Result<kube::Client> {
+        if self.rbac {
+            self.rbac_related.serve_kro(&self.client).await?;
+            return Ok(self.controller_client.clone());
+        }
+        Ok(self.client.clone())
+    }
+
+    /// In [`rbac`] mode, grants kmeta what the CompositeController it makes of the
+    /// ResourceGraphDefinition `rgd` needs, as an operator applies `kmeta rbac -f <the RGD>`'s
+    /// role with it ([`Env::create`] does it for an RGD it creates; call it before an edit
+    /// that changes the RGD's kinds).
+    pub async fn grant_rgd(&self, rgd: &Value) -> anyhow::Result<()> {
+        if self.rbac {
+            self.rbac_related.add_rgd(&self.client, rgd).await?;
+        }
+        Ok(())
     }
 
     /// The client a CompositeController run in-process uses: the test's, or in [`rbac`] mode

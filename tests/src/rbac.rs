@@ -156,10 +156,11 @@ pub(crate) async fn sync_role(
         controllers.push(controller_of(o)?);
     }
     let default = related.default_service_account();
-    let role = cluster_role(
-        SERVICE_ACCOUNT,
-        &grants_with(&controllers, related_pairs, default.as_deref()),
-    );
+    let mut grants = grants_with(&controllers, related_pairs, default.as_deref());
+    if related.4.load(std::sync::atomic::Ordering::Acquire) {
+        grants.serve_kro();
+    }
+    let role = cluster_role(SERVICE_ACCOUNT, &grants);
     let api = cluster_roles(client);
     let stored = api.get(SERVICE_ACCOUNT).await?;
     if stored.data.get("rules") != role.get("rules") {
@@ -208,6 +209,8 @@ pub struct Related(
     Arc<Mutex<Vec<Value>>>,
     /// The `--default-service-account` kmeta runs with (`kmeta rbac --default-service-account`).
     Arc<Mutex<Option<String>>>,
+    /// kmeta serves ResourceGraphDefinitions (`kmeta rbac -f` given RGDs grants that).
+    Arc<std::sync::atomic::AtomicBool>,
 );
 
 impl Related {
@@ -220,6 +223,25 @@ impl Related {
     ) -> anyhow::Result<()> {
         if let Ok(mut v) = self.2.lock() {
             v.push(cc.clone());
+        }
+        sync_role(client, None, self).await
+    }
+
+    /// Grants serving ResourceGraphDefinitions from now on, and writes the role.
+    pub(crate) async fn serve_kro(&self, client: &kube::Client) -> anyhow::Result<()> {
+        self.4.store(true, std::sync::atomic::Ordering::Release);
+        sync_role(client, None, self).await
+    }
+
+    /// Grants the CompositeController kmeta will make of the ResourceGraphDefinition `rgd`
+    /// from now on (as `kmeta rbac -f` given the RGD), and writes the role; an RGD kmeta will
+    /// refuse makes none.
+    pub(crate) async fn add_rgd(&self, client: &kube::Client, rgd: &Value) -> anyhow::Result<()> {
+        let plural = |_: &str, kind: &str| Some(kmeta::kro::plural(kind));
+        if let Ok(served) = kmeta::kro::translate(rgd, &plural)
+            && let Ok(mut v) = self.2.lock()
+        {
+            v.push(served.controller);
         }
         sync_role(client, None, self).await
     }

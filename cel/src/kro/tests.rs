@@ -46,7 +46,10 @@ fn hashes_are_bytes_as_go_computes_them() {
         ok("base64.encode(hash.sha256(schema.spec.name))"),
         "oXLO3K5HR0thXFTVEKXYSo3qMDLpWFh0MLQTU4vj8zM="
     );
-    assert!(!err("hash.sha256(123)").is_empty(), "a hash of a non-string fails");
+    assert!(
+        !err("hash.sha256(123)").is_empty(),
+        "a hash of a non-string fails"
+    );
 }
 
 #[test]

@@ -121,8 +121,9 @@ pub struct RunArgs {
     pub leader_election_retry_period: Duration,
     /// kmeta: serve kro's ResourceGraphDefinitions (kro.run/v1alpha1): install their CRD when
     /// missing, and run each RGD as its instance CRD and a CompositeController with a CEL hook
-    /// (docs/design/cel-hooks.md). Not with --leader-election or --sharding yet.
-    #[arg(long, conflicts_with_all = ["leader_election", "sharding"])]
+    /// (docs/design/cel-hooks.md). Under --leader-election only the leader serves them, under
+    /// --sharding the replica holding the cluster bucket.
+    #[arg(long)]
     pub serve_kro: bool,
     /// Split the parents between every replica running with this flag: each holds a share of
     /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election

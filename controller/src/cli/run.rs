@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::args::{LeaderFlags, RunConfig, ShardFlags, ShardWatch};
 use kmeta::coord::fence::Fence;
 use kmeta::coord::leader::LeaderConfig;
-use kmeta::coord::shard::{ShardConfig, Shards};
+use kmeta::coord::shard::{Bucket, ShardConfig, Shards};
 use kmeta::ops::client;
 use kmeta::ops::health::{self, HealthError, Probes};
 use kmeta::ops::metrics::Metrics;
@@ -403,6 +403,9 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         "kmeta starting"
     );
     let bound = config.shutdown_timeout;
+    if config.serve_kro {
+        spawn_serve_kro(&config, &probes, shards.as_ref(), &clients.work, &shutdown);
+    }
     match (lease_namespace, &config.sharding, shards, &config.leader) {
         (Some(namespace), Some(flags), Some(shards), _) => {
             let identity = identity.unwrap_or_else(kmeta::coord::leader::default_identity);
@@ -425,31 +428,47 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
                 .map_err(|e| RunError::Client(e.to_string()))?;
             run_elected_manager(lease_client, leader, clients.work, manager, shutdown, bound).await
         }
-        _ => {
-            if config.serve_kro {
-                tokio::spawn(serve_kro(clients.work.clone(), shutdown.clone()));
-            }
-            run_manager(clients.work, manager, shutdown, bound)
-                .await
-                .map_err(RunError::from)
-        }
+        _ => run_manager(clients.work, manager, shutdown, bound)
+            .await
+            .map_err(RunError::from),
     }
 }
 
-/// `--serve-kro`: installs the ResourceGraphDefinition CRD when missing, then serves RGDs
-/// until `shutdown`; a failure is logged (the manager goes on).
-async fn serve_kro(client: kube::Client, shutdown: CancellationToken) {
-    let served = async {
-        kmeta::kro::install_crd(&client).await?;
-        tracing::info!("serving kro.run resourcegraphdefinitions");
-        kmeta::kro::serve(client).await
-    };
-    tokio::select! {
-        r = served => {
-            if let Err(e) = r {
-                tracing::error!(error = %e, "serving resourcegraphdefinitions stopped");
-            }
-        }
-        _ = shutdown.cancelled() => {}
+/// `--serve-kro`: serves ResourceGraphDefinitions through `client` while [`serve_kro_gate`]
+/// says so, until `shutdown`.
+fn spawn_serve_kro(
+    config: &RunConfig,
+    probes: &Probes,
+    shards: Option<&Arc<Shards>>,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) {
+    let (holds, every) = serve_kro_gate(config, probes, shards);
+    let serving = kmeta::kro::serve_while(client.clone(), holds, every, shutdown.clone());
+    tokio::spawn(serving);
+}
+
+/// `--serve-kro`: when this process serves ResourceGraphDefinitions, and how often that is
+/// checked. Under `--leader-election` while it leads, under `--sharding` while it holds the
+/// cluster bucket (the RGDs, their CRDs and CompositeControllers are cluster-scoped, so their
+/// writes need that bucket), else always; the CompositeControllers made are run by the manager
+/// like any other, under the same election or sharding.
+fn serve_kro_gate(
+    config: &RunConfig,
+    probes: &Probes,
+    shards: Option<&Arc<Shards>>,
+) -> (Box<dyn Fn() -> bool + Send>, Duration) {
+    if let (Some(shards), Some(flags)) = (shards, &config.sharding) {
+        let shards = shards.clone();
+        let holds = move || shards.held().contains(&Bucket::Cluster);
+        return (Box::new(holds), flags.retry_period);
     }
+    if let Some(flags) = &config.leader {
+        let leading = probes.leading.clone();
+        return (
+            Box::new(move || leading.load(Ordering::Acquire)),
+            flags.retry_period,
+        );
+    }
+    (Box::new(|| true), Duration::from_secs(2))
 }

@@ -15,7 +15,9 @@ use crate::hook::cel::check;
 use crate::hook::cel::external::RESOURCE_FIELD;
 use crate::hook::cel::graph::{self, Graph, Source};
 pub use crate::hook::cel::{EvalError, GraphError};
-pub use serve::{install_crd, serve};
+pub use kmeta_cel::Schema;
+use kmeta_cel::Type;
+pub use serve::{install_crd, serve, serve_while};
 
 /// kro's API group and version of the ResourceGraphDefinition.
 pub const API_VERSION: &str = "kro.run/v1alpha1";
@@ -268,17 +270,30 @@ fn resources(
     Ok((children, external))
 }
 
-/// What kmeta makes of `rgd`: its graph checked (syntax, ids, cycles, and every `schema.spec`
-/// field its expressions select against the instance's schema) and ordered, its instance CRD
-/// and controller.
+/// What kmeta makes of `rgd`: its graph checked (syntax, ids, cycles, and the types of its
+/// expressions against the instance's schema, the children's kinds read as `dyn`) and ordered,
+/// its instance CRD and controller. [`translate_checked`] checks the children's fields too.
 pub fn translate(
     rgd: &Value,
     plural_of: &dyn Fn(&str, &str) -> Option<String>,
 ) -> Result<Served, KroError> {
+    translate_checked(rgd, plural_of, &|_, _| None)
+}
+
+/// As [`translate`], with `schema_of` giving the OpenAPI schema of a child kind (apiVersion,
+/// kind) where it is known: the fields its expressions read from other resources and the
+/// fields its templates place values in are type-checked against it (docs/design/cel-hooks.md).
+pub fn translate_checked(
+    rgd: &Value,
+    plural_of: &dyn Fn(&str, &str) -> Option<String>,
+    schema_of: &dyn Fn(&str, &str) -> Option<Schema>,
+) -> Result<Served, KroError> {
     let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
     let crd = instance_crd(rgd)?;
-    let spec = crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec");
-    check::check_instance_fields(&g, spec.unwrap_or(&Value::Null))?;
+    let root = crd.pointer("/spec/versions/0/schema/openAPIV3Schema");
+    let instance = Schema::new(root.cloned().unwrap_or(Value::Null)).to_type();
+    let kind_of = |av: &str, kind: &str| schema_of(av, kind).map_or(Type::Dyn, |s| s.to_type());
+    check::check_types(&g, &instance, &kind_of)?;
     Ok(Served {
         crd,
         controller: controller(rgd, &g, plural_of)?,

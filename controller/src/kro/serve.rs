@@ -18,9 +18,11 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::{FIELD_MANAGER, KroError, translate};
+use super::{FIELD_MANAGER, KroError, Schema, translate_checked};
 use crate::api::CompositeController;
-use crate::hook::cel::graph::{self, Source};
+use crate::hook::cel::graph;
+use crate::ops::Metrics;
+use crate::ops::openapi::OpenApiDocs;
 
 /// How often RGDs that could not be served are tried again.
 const RETRY: Duration = Duration::from_secs(3);
@@ -66,13 +68,14 @@ pub async fn serve(client: kube::Client) -> Result<(), KroError> {
         .boxed();
     let mut failed: BTreeSet<String> = BTreeSet::new();
     let mut retry = tokio::time::interval(RETRY);
+    let schemas = Schemas::default();
     loop {
         tokio::select! {
             ev = events.next() => match ev {
                 Some(Ok(obj)) => {
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
                 }
                 Some(Err(e)) => tracing::debug!(error = %e, "resourcegraphdefinition watch"),
                 None => return Ok(()),
@@ -81,10 +84,78 @@ pub async fn serve(client: kube::Client) -> Result<(), KroError> {
                 for name in std::mem::take(&mut failed) {
                     let Ok(Some(obj)) = api.get_opt(&name).await else { continue };
                     let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &rgd).await);
+                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
                 }
             }
         }
+    }
+}
+
+/// Whether the serving task should be started (`Some(true)`), stopped (`Some(false)`) or left
+/// as it is (`None`), when this process `holds` the right to serve (no coordination, the
+/// leader Lease, or under sharding the cluster bucket) and a task is `serving`.
+fn step(holds: bool, serving: bool) -> Option<bool> {
+    (holds != serving).then_some(holds)
+}
+
+/// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve`]) while `holds()` says this
+/// process may (checked every `every`): started when it starts holding, stopped when it stops,
+/// started again when it ended (a failure, logged) while still holding; until `stop`. The
+/// writes of a stopped task that were already on their way are refused by the client's write
+/// fence, as every write of a process that lost its Lease or bucket.
+pub async fn serve_while(
+    client: kube::Client,
+    holds: impl Fn() -> bool,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut task: Option<(
+        tokio::task::JoinHandle<()>,
+        tokio_util::sync::CancellationToken,
+    )> = None;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => break,
+        }
+        if task.as_ref().is_some_and(|(t, _)| t.is_finished()) {
+            task = None;
+        }
+        match step(holds(), task.is_some()) {
+            Some(true) => {
+                let token = stop.child_token();
+                let run = serve_until(client.clone(), token.clone());
+                task = Some((tokio::spawn(run), token));
+            }
+            Some(false) => {
+                if let Some((_, token)) = task.take() {
+                    tracing::info!("no longer serving resourcegraphdefinitions here");
+                    token.cancel();
+                }
+            }
+            None => {}
+        }
+    }
+    if let Some((_, token)) = task {
+        token.cancel();
+    }
+}
+
+/// [`install_crd`] then [`serve`] until `stop`; a failure is logged.
+async fn serve_until(client: kube::Client, stop: tokio_util::sync::CancellationToken) {
+    let served = async {
+        install_crd(&client).await?;
+        tracing::info!("serving kro.run resourcegraphdefinitions");
+        serve(client).await
+    };
+    tokio::select! {
+        r = served => {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "serving resourcegraphdefinitions stopped");
+            }
+        }
+        _ = stop.cancelled() => {}
     }
 }
 
@@ -109,12 +180,13 @@ fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError
 async fn handle(
     client: &kube::Client,
     api: &Api<DynamicObject>,
+    schemas: &Schemas,
     rgd: &Value,
 ) -> Result<(), KroError> {
     if rgd.pointer("/metadata/deletionTimestamp").is_some() {
         return Ok(());
     }
-    let outcome = apply(client, rgd).await;
+    let outcome = apply(client, schemas, rgd).await;
     let status = match &outcome {
         Ok(order) => accepted(rgd, order),
         Err(e) => rejected(rgd, e),
@@ -134,13 +206,22 @@ async fn handle(
     outcome.map(|_| ())
 }
 
-/// Applies the RGD's CRD and CompositeController; the resources' order.
-async fn apply(client: &kube::Client, rgd: &Value) -> Result<Vec<String>, KroError> {
+/// Applies the RGD's CRD and CompositeController, its graph type-checked against its kinds'
+/// schemas; the resources' order.
+async fn apply(
+    client: &kube::Client,
+    schemas: &Schemas,
+    rgd: &Value,
+) -> Result<Vec<String>, KroError> {
     let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
     let plurals = plurals(client, &g).await?;
-    let served = translate(rgd, &|av, kind| {
-        plurals.get(&(av.to_owned(), kind.to_owned())).cloned()
-    })?;
+    let kinds = schemas.read(client, &plurals).await;
+    let key = |av: &str, kind: &str| (av.to_owned(), kind.to_owned());
+    let served = translate_checked(
+        rgd,
+        &|av, kind| plurals.get(&key(av, kind)).cloned(),
+        &|av, kind| kinds.get(&key(av, kind)).cloned(),
+    )?;
     apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
     apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
     Ok(served.order)
@@ -173,17 +254,15 @@ where
     Ok(())
 }
 
-/// The plural of each kind the graph makes, from the API server's discovery.
+/// The plural of each kind the graph makes or reads, from the API server's discovery.
 async fn plurals(
     client: &kube::Client,
     g: &graph::Graph,
 ) -> Result<BTreeMap<(String, String), String>, KroError> {
     let mut out = BTreeMap::new();
-    for n in g
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.source, Source::Template(_)))
-    {
+    // external references too: the CompositeController names their resource, and their
+    // schemas type what reads them
+    for n in &g.nodes {
         let (group, version) = match n.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", n.api_version.as_str()),
@@ -268,4 +347,106 @@ fn rejected(rgd: &Value, e: &KroError) -> Value {
         "state": "Inactive",
         "conditions": [first, condition(rgd, "Ready", "False", "NotReady", &message)],
     })
+}
+
+/// The OpenAPI schemas of the kinds RGDs make, read for their type checks: a custom resource's
+/// from its CRD (the object itself, so a CRD just created or changed is read as it is now, not
+/// as the API server's OpenAPI document last published it), a built-in kind's (and a custom
+/// resource's without a readable CRD) from the API server's `/openapi/v3`; a kind neither
+/// describes is checked as `dyn`. Documents are read again only when their hash changes
+/// (`ops::openapi`).
+#[derive(Default)]
+struct Schemas {
+    docs: OpenApiDocs,
+    metrics: Metrics,
+    /// Bumped for each RGD served, so the `/openapi/v3` index is read again (new CRDs).
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// Whether `api_version`'s group is one CRDs may serve: it has a dot and is not a built-in
+/// `*.k8s.io` group (as kmeta tells a CRD's group for list markers).
+fn custom_group(api_version: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    group.contains('.') && !group.ends_with(".k8s.io")
+}
+
+impl Schemas {
+    /// The schema of each kind of `plurals` (apiVersion and kind to resource) that is known.
+    async fn read(
+        &self,
+        client: &kube::Client,
+        plurals: &BTreeMap<(String, String), String>,
+    ) -> BTreeMap<(String, String), Schema> {
+        use std::sync::atomic::Ordering;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut out = BTreeMap::new();
+        for ((av, kind), plural) in plurals {
+            let from_crd = match custom_group(av) {
+                true => crd_schema(client, av, plural).await,
+                false => None,
+            };
+            let schema = match from_crd {
+                Some(s) => Some(s),
+                None => self.in_openapi(client, generation, av, kind).await,
+            };
+            match schema {
+                Some(s) => {
+                    out.insert((av.clone(), kind.clone()), s);
+                }
+                None => tracing::debug!(api_version = %av, kind, "no OpenAPI schema: read as dyn"),
+            }
+        }
+        out
+    }
+
+    /// The schema of `kind` in the API server's `/openapi/v3` document of `api_version`.
+    async fn in_openapi(
+        &self,
+        client: &kube::Client,
+        generation: u64,
+        api_version: &str,
+        kind: &str,
+    ) -> Option<Schema> {
+        let doc = self
+            .docs
+            .group_version(client, &self.metrics, generation, api_version)
+            .await;
+        match doc {
+            Ok(Ok(doc)) => Schema::of_kind(doc, api_version, kind),
+            _ => None,
+        }
+    }
+}
+
+/// The `openAPIV3Schema` of version `api_version` of the CRD serving `plural`, when there is
+/// one and kmeta may read it.
+async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> Option<Schema> {
+    let (group, version) = api_version.split_once('/')?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = api.get_opt(&format!("{plural}.{group}")).await.ok()??;
+    let crd = serde_json::to_value(crd).ok()?;
+    let versions = crd.pointer("/spec/versions")?.as_array()?;
+    let v = versions.iter().find(|v| v["name"] == version)?;
+    Some(Schema::new(v.pointer("/schema/openAPIV3Schema")?.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{custom_group, step};
+
+    #[test]
+    fn custom_resources_are_read_from_their_crds() {
+        assert!(custom_group("example.com/v1"));
+        assert!(!custom_group("apps/v1"));
+        assert!(!custom_group("v1"));
+        assert!(!custom_group("networking.k8s.io/v1"));
+    }
+
+    #[test]
+    fn serving_follows_what_the_process_holds() {
+        assert_eq!(step(true, false), Some(true));
+        assert_eq!(step(false, true), Some(false));
+        assert_eq!(step(true, true), None);
+        assert_eq!(step(false, false), None);
+    }
 }

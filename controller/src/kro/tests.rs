@@ -146,3 +146,32 @@ fn an_external_reference_is_read_through_the_customize_hook() {
     );
     assert!(plain["spec"]["hooks"]["sync"].get("version").is_none());
 }
+
+#[test]
+fn translate_checked_reads_the_childrens_fields_from_their_schemas() {
+    let deployment = Schema::new(json!({"type": "object", "properties": {
+        "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+        "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+        "status": {"type": "object", "properties": {"availableReplicas": {"type": "integer"}}}}}));
+    let schema_of = |_: &str, kind: &str| (kind == "Deployment").then(|| deployment.clone());
+    translate_checked(&webapp(), &plurals, &schema_of).unwrap();
+    let mut rgd = webapp();
+    rgd["spec"]["schema"]["status"]["availableReplicas"] =
+        json!("${deployment.status.availableReplica}");
+    // without the children's schemas the typo passes (read as dyn) until an instance syncs
+    translate(&rgd, &plurals).unwrap();
+    let e = translate_checked(&rgd, &plurals, &schema_of).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "status.availableReplicas: deployment.status.availableReplica: deployment.status has no \
+         field \"availableReplica\" (it has: availableReplicas)"
+    );
+    let mut rgd = webapp();
+    rgd["spec"]["resources"][1]["template"]["spec"] = json!({"replicas": "${schema.spec.name}"});
+    let e = translate_checked(&rgd, &plurals, &schema_of).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "resource \"deployment\": template.spec.replicas: schema.spec.name: returns string, but \
+         the field must be int"
+    );
+}

@@ -4,8 +4,9 @@
 //! status waits over successive syncs until that status exists, the instance's status follows
 //! its expressions and kro's conditions; a sidecar injected by admission into a schemaless
 //! child's embedded pod template survives an instance update (kro's server-side apply would
-//! replace that list whole); an RGD whose expression does not parse is Inactive with a
-//! condition naming the resource, the field path and the expression.
+//! replace that list whole); an RGD whose expression does not parse, or does not type-check
+//! against the instance's schema and the children's OpenAPI, is Inactive with a condition
+//! naming the resource, the field path and the expression.
 
 use kmeta_apiserver::Operation;
 use kmeta_tests::*;
@@ -72,7 +73,7 @@ async fn start(name: &str) -> anyhow::Result<(Running, tokio::task::JoinHandle<(
         .await?;
     s.create_crd(kmeta::kro::resource_graph_definition_crd())
         .await?;
-    let client = s.client.clone();
+    let client = s.kro_client().await?;
     let serving = tokio::spawn(async move {
         if let Err(e) = kmeta::kro::serve(client).await {
             eprintln!("kro::serve: {e}");
@@ -284,6 +285,94 @@ async fn an_rgd_with_a_broken_expression_is_refused_with_its_place_named() -> an
         "{msg}"
     );
     assert!(s.get(&s.controllers(), "broken").await?.is_none());
+    serving.abort();
+    s.finish().await
+}
+
+/// An RGD that parses but does not type-check is refused when it is created, kro's way: a
+/// field read from a child that its kind's OpenAPI schema (the API server's `/openapi/v3`)
+/// does not have, then a string placed in a Deployment's integer field, each named on
+/// `GraphAccepted=False` with the resource, the field path and the expression; once fixed, the
+/// same RGD is served.
+#[tokio::test]
+async fn an_rgd_that_does_not_type_check_is_refused_with_its_place_named() -> anyhow::Result<()> {
+    let (mut s, serving) = start("kro-typed").await?;
+    let deployment = |replicas: &str| {
+        json!({"id": "deployment", "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "${schema.metadata.name}"},
+            "spec": {"replicas": replicas,
+                "selector": {"matchLabels": {"app": "${schema.metadata.name}"}},
+                "template": {"metadata": {"labels": {"app": "${schema.metadata.name}"}},
+                    "spec": {"containers": [{"name": "app", "image": "${schema.spec.image}"}]}}}}})
+    };
+    let summary = |read: &str| {
+        json!({"id": "summary", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${schema.metadata.name}-summary"},
+            "data": {"available": read}}})
+    };
+    let mut typed = rgd(&s, "typed");
+    typed["spec"]["resources"] = json!([
+        deployment("${schema.spec.replicas}"),
+        summary("${string(deployment.status.availableReplica)}"),
+    ]);
+    typed["spec"]["schema"]["status"] = json!({});
+    s.create("resourcegraphdefinitions", typed.clone()).await?;
+    let refused = |r: &Value, at: &str| {
+        r["status"]["state"] == "Inactive"
+            && r["status"]["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(at))
+    };
+    let r = s
+        .wait_for(&rgds(&s), "typed", "a child's unknown field refused", |r| {
+            refused(r, "resource \"summary\"")
+        })
+        .await?;
+    let cond = &r["status"]["conditions"][0];
+    assert_eq!(
+        (cond["type"].as_str(), cond["status"].as_str()),
+        (Some("GraphAccepted"), Some("False")),
+        "{r}"
+    );
+    assert_eq!(
+        cond["message"],
+        "resource \"summary\": template.data.available: string(deployment.status.availableReplica): \
+         deployment.status has no field \"availableReplica\" (it has: availableReplicas, collisionCount, \
+         conditions, observedGeneration, readyReplicas, replicas, terminatingReplicas, unavailableReplicas, \
+         updatedReplicas)"
+    );
+
+    let mut spec = typed["spec"].clone();
+    spec["resources"] = json!([
+        deployment("${schema.spec.image}"),
+        summary("${string(deployment.status.availableReplicas)}"),
+    ]);
+    s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
+        .await?;
+    let r = s
+        .wait_for(
+            &rgds(&s),
+            "typed",
+            "a string in an integer field refused",
+            |r| refused(r, "resource \"deployment\""),
+        )
+        .await?;
+    assert_eq!(
+        r["status"]["conditions"][0]["message"],
+        "resource \"deployment\": template.spec.replicas: schema.spec.image: returns string, \
+         but the field must be int"
+    );
+    assert!(s.get(&s.controllers(), "typed").await?.is_none());
+
+    spec["resources"][0] = deployment("${schema.spec.replicas}");
+    typed["spec"] = spec.clone();
+    s.grant_rgd(&typed).await?;
+    s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
+        .await?;
+    s.wait_for(&rgds(&s), "typed", "the fixed RGD Active", |r| {
+        r["status"]["state"] == "Active"
+    })
+    .await?;
     serving.abort();
     s.finish().await
 }

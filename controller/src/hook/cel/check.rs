@@ -1,78 +1,162 @@
-//! A graph checked against the instance's schema before it runs: every field an expression
-//! selects under `schema.spec` must exist in the spec's OpenAPI schema (generated from the
-//! SimpleSchema), so a typo is refused when the RGD is created, naming the resource, the field
-//! path and the expression, not when an instance first syncs. Objects that keep unknown fields
-//! and maps accept any field. The children's kinds are not checked against their OpenAPI yet
-//! (docs/design/cel-hooks.md). Pure.
+//! A graph type-checked before it runs, as kro's builder does with cel-go's checker: every
+//! expression is checked ([`kmeta_cel::types`]) with `schema` typed by the instance CRD's
+//! OpenAPI schema (generated from the SimpleSchema) and each resource's id by its kind's
+//! OpenAPI schema (a CRD's, or the API server's `/openapi/v3`; `dyn` when neither is known),
+//! so a field that does not exist, an operator on the wrong types, an `includeWhen`/`readyWhen`
+//! that is not a bool, a `forEach` that is not a list, or a standalone `${...}` whose type is
+//! not the type of the template field it is placed in is refused when the RGD is created,
+//! naming the resource, the field path and the expression, not when an instance first syncs.
+//! What the checker does not check: `kmeta_cel::types`' docs. Pure.
 
-use serde_json::Value;
+use kmeta_cel::{Type, TypeEnv};
 
-use super::graph::{Graph, GraphError, SCHEMA};
-use super::template::Expr;
+use super::graph::{EACH, Graph, GraphError, Node, SCHEMA, Source};
+use super::template::{Expr, Part, Template};
 
-/// The first field of `fields` that `schema` does not have, with the fields it has; `None` when
-/// every field is there or the schema accepts any.
-fn unknown<'a>(schema: &Value, fields: &'a [String]) -> Option<(&'a str, Vec<String>)> {
-    let mut at = schema;
-    for f in fields {
-        if at.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-            return None;
-        }
-        if let Some(v) = at.get("additionalProperties").filter(|v| v.is_object()) {
-            at = v;
-            continue;
-        }
-        let props = at.get("properties").and_then(Value::as_object)?;
-        match props.get(f) {
-            Some(next) => at = next,
-            None => return Some((f.as_str(), props.keys().cloned().collect())),
-        }
+fn expr_err(e: &Expr, message: String) -> GraphError {
+    GraphError::Expression {
+        path: e.path.clone(),
+        expression: e.expression.source().to_owned(),
+        message,
     }
-    None
 }
 
-fn check_expr(e: &Expr, spec: &Value) -> Result<(), GraphError> {
-    for sel in e.expression.selections() {
-        let [root, first, rest @ ..] = sel.as_slice() else {
-            continue;
-        };
-        if root != SCHEMA || first != "spec" {
-            continue;
-        }
-        if let Some((field, known)) = unknown(spec, rest) {
-            return Err(GraphError::Expression {
-                path: e.path.clone(),
-                expression: e.expression.source().to_owned(),
-                message: format!(
-                    "{}: the instance's spec has no field {field:?} there (it has: {})",
-                    sel.join("."),
-                    known.join(", ")
-                ),
+/// The type of `e` in `env`, its failure placed.
+fn type_of(e: &Expr, env: &TypeEnv) -> Result<Type, GraphError> {
+    e.expression
+        .check(env)
+        .map_err(|err| expr_err(e, err.to_string()))
+}
+
+/// Checks that `e` is of a type `want` accepts (`what` says where it is).
+fn expect(e: &Expr, env: &TypeEnv, want: &Type, what: &str) -> Result<(), GraphError> {
+    let got = type_of(e, env)?;
+    if want.accepts(&got) {
+        return Ok(());
+    }
+    Err(expr_err(
+        e,
+        format!("returns {got}, but {what} must be {want}"),
+    ))
+}
+
+/// Checks the expressions of template `t`, placed where values of type `want` go.
+fn check_template(t: &Template, want: &Type, env: &TypeEnv) -> Result<(), GraphError> {
+    match t {
+        Template::Literal(_) => Ok(()),
+        Template::Standalone(e) => expect(e, env, want, "the field"),
+        Template::Interpolated(parts) => {
+            for p in parts {
+                if let Part::Expr(e) = p {
+                    expect(e, env, &Type::String, "an expression inside a string")?;
+                }
+            }
+            if want.accepts(&Type::String) {
+                return Ok(());
+            }
+            let first = parts.iter().find_map(|p| match p {
+                Part::Expr(e) => Some(e),
+                Part::Text(_) => None,
             });
+            match first {
+                Some(e) => Err(expr_err(
+                    e,
+                    format!(
+                        "the field must be {want}, a string with text and expressions is a string"
+                    ),
+                )),
+                None => Ok(()),
+            }
         }
+        Template::Object(fields) => fields
+            .iter()
+            .try_for_each(|(k, t)| check_template(t, &want.field(k), env)),
+        Template::Array(items) => items
+            .iter()
+            .try_for_each(|t| check_template(t, &want.items(), env)),
+    }
+}
+
+/// Checks one resource in `env` (where every resource's id is declared); `kind` is the type
+/// of its objects.
+fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
+    let mut own = env.clone();
+    for (var, e) in &n.for_each {
+        let items = match type_of(e, env)? {
+            Type::List(t) => *t,
+            Type::Dyn => Type::Dyn,
+            other => {
+                return Err(expr_err(
+                    e,
+                    format!("returns {other}, but forEach must return a list"),
+                ));
+            }
+        };
+        own.set(var, items);
+    }
+    for e in &n.include_when {
+        expect(e, env, &Type::Bool, "includeWhen")?;
+    }
+    let (Source::Template(t) | Source::External(t)) = &n.source;
+    check_template(t, kind, &own)?;
+    let mut ready = env.clone();
+    if n.is_collection() {
+        ready.set(EACH, kind.clone());
+    } else if !by_selector(n) {
+        ready.set(&n.id, kind.clone());
+    }
+    for e in &n.ready_when {
+        expect(e, &ready, &Type::Bool, "readyWhen")?;
     }
     Ok(())
 }
 
-/// Checks every expression of `graph` against `spec`, the OpenAPI schema of the instance's
-/// `spec`.
-pub(crate) fn check_instance_fields(graph: &Graph, spec: &Value) -> Result<(), GraphError> {
+/// Whether `n` is an external reference by a label selector (`externalRef.metadata.selector`):
+/// a collection, read as a list.
+fn by_selector(n: &Node) -> bool {
+    let Source::External(t) = &n.source else {
+        return false;
+    };
+    let metadata = match t {
+        Template::Literal(v) => return v.pointer("/metadata/selector").is_some(),
+        Template::Object(fields) => fields.iter().find(|(k, _)| k == "metadata").map(|(_, t)| t),
+        _ => None,
+    };
+    match metadata {
+        Some(Template::Literal(v)) => v.get("selector").is_some(),
+        Some(Template::Object(fields)) => fields.iter().any(|(k, _)| k == "selector"),
+        _ => false,
+    }
+}
+
+/// Type-checks every expression of `graph`: `instance` is the type of the instance (its CRD's
+/// schema), `kind_of` gives the type of a kind's objects (`dyn` when its schema is not known).
+pub(crate) fn check_types(
+    graph: &Graph,
+    instance: &Type,
+    kind_of: &dyn Fn(&str, &str) -> Type,
+) -> Result<(), GraphError> {
+    let mut env = TypeEnv::default().with(SCHEMA, instance.clone());
     for n in &graph.nodes {
-        let mut exprs = n.expressions();
-        exprs.extend(n.ready_when.iter());
-        let in_node = exprs.into_iter().try_for_each(|e| check_expr(e, spec));
-        in_node.map_err(|error| GraphError::Resource {
+        let kind = kind_of(&n.api_version, &n.kind);
+        let ty = if n.is_collection() || by_selector(n) {
+            Type::List(Box::new(kind))
+        } else {
+            kind
+        };
+        env.set(&n.id, ty);
+    }
+    for n in &graph.nodes {
+        let kind = kind_of(&n.api_version, &n.kind);
+        check_node(n, &kind, &env).map_err(|error| GraphError::Resource {
             id: n.id.clone(),
             error: Box::new(error),
         })?;
     }
-    if let Some(status) = &graph.status {
-        status
-            .expressions()
-            .into_iter()
-            .try_for_each(|e| check_expr(e, spec))?;
+    match &graph.status {
+        Some(status) => check_template(status, &instance.field("status"), &env),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -80,39 +164,141 @@ pub(crate) fn check_instance_fields(graph: &Graph, spec: &Value) -> Result<(), G
 mod tests {
     use super::*;
     use crate::hook::cel::graph::parse;
-    use serde_json::json;
+    use kmeta_cel::Schema;
+    use serde_json::{Value, json};
 
-    fn spec() -> Value {
-        json!({"type": "object", "properties": {
-            "name": {"type": "string"},
-            "service": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}})
+    fn instance() -> Type {
+        Schema::new(json!({"type": "object", "properties": {
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "replicas": {"type": "integer"},
+                "names": {"type": "array", "items": {"type": "string"}},
+                "service": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"state": {"type": "string"}}}}}))
+        .to_type()
+    }
+
+    fn kinds(_: &str, kind: &str) -> Type {
+        let schema = match kind {
+            "Deployment" => json!({"type": "object", "properties": {
+                "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "spec": {"type": "object", "properties": {"replicas": {"type": "integer"},
+                    "paused": {"type": "boolean"}}},
+                "status": {"type": "object", "properties": {"availableReplicas": {"type": "integer"}}}}}),
+            _ => return Type::Dyn,
+        };
+        Schema::new(schema).to_type()
+    }
+
+    fn check(resources: Value, status: Value) -> Result<(), GraphError> {
+        let g = parse(&json!({"resources": resources, "schema": {"status": status}})).unwrap();
+        check_types(&g, &instance(), &kinds)
+    }
+
+    fn deployment(spec: Value) -> Value {
+        json!([{"id": "deployment", "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "${schema.spec.name}"}, "spec": spec}}])
     }
 
     #[test]
-    fn a_typo_in_a_spec_field_is_named_with_its_resource_path_and_expression() {
-        let g = parse(&json!({"resources": [{"id": "svc",
-            "includeWhen": ["${schema.spec.service.enable}"],
-            "template": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "${schema.spec.name}"}}}]}))
-        .unwrap();
-        let e = check_instance_fields(&g, &spec()).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "resource \"svc\": includeWhen[0]: schema.spec.service.enable: schema.spec.service.enable: \
-             the instance's spec has no field \"enable\" there (it has: enabled)"
+    fn a_graph_of_well_typed_expressions_passes() {
+        let mut resources = deployment(json!({"replicas": "${schema.spec.replicas * 2}"}));
+        resources.as_array_mut().unwrap().extend([
+            json!({"id": "cm", "includeWhen": ["${schema.spec.service.enabled}"],
+                "readyWhen": ["${has(cm.data)}"],
+                "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${deployment.metadata.name}-cm", "labels": "${schema.spec.labels}"},
+                    "data": {"a": "${schema.spec.labels.team}", "b": "${schema.spec.extra.x.y}",
+                        "n": "${string(deployment.status.availableReplicas)}"}}}),
+            json!({"id": "pods", "forEach": [{"name": "${schema.spec.names}"}],
+                "readyWhen": ["${each.status.availableReplicas > 0}"],
+                "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "${name + '-x'}"}}}),
+        ]);
+        let status = json!({"available": "${deployment.status.availableReplicas}",
+            "names": "${pods.map(p, p.metadata.name)}", "state": "${'x'}"});
+        check(resources, status).unwrap();
+    }
+
+    #[test]
+    fn each_kind_of_type_error_names_its_resource_path_and_expression() {
+        let cases = [
+            (
+                deployment(json!({"replicas": "${schema.spec.name}"})),
+                json!({}),
+                "resource \"deployment\": template.spec.replicas: schema.spec.name: returns string, but the field must be int",
+            ),
+            (
+                deployment(json!({"replicas": "${schema.spec.replicas + \"x\"}"})),
+                json!({}),
+                "resource \"deployment\": template.spec.replicas: schema.spec.replicas + \"x\": found no matching overload for \"_+_\" applied to (int, string)",
+            ),
+            (
+                deployment(json!({"replicas": "n-${schema.spec.name}"})),
+                json!({}),
+                "resource \"deployment\": template.spec.replicas: schema.spec.name: the field must be int, a string with text and expressions is a string",
+            ),
+            (
+                deployment(json!({"paused": "${schema.spec.service.enable}"})),
+                json!({}),
+                "resource \"deployment\": template.spec.paused: schema.spec.service.enable: schema.spec.service has no field \"enable\" (it has: enabled)",
+            ),
+            (
+                deployment(json!({})),
+                json!({"n": "${deployment.status.availableReplica}"}),
+                "status.n: deployment.status.availableReplica: deployment.status has no field \"availableReplica\" (it has: availableReplicas)",
+            ),
+            (
+                json!([{"id": "cm", "includeWhen": ["${schema.spec.name}"],
+                    "template": {"apiVersion": "v1", "kind": "ConfigMap"}}]),
+                json!({}),
+                "resource \"cm\": includeWhen[0]: schema.spec.name: returns string, but includeWhen must be bool",
+            ),
+            (
+                json!([{"id": "cm", "forEach": [{"n": "${schema.spec.name}"}],
+                    "template": {"apiVersion": "v1", "kind": "ConfigMap"}}]),
+                json!({}),
+                "resource \"cm\": forEach[0].n: schema.spec.name: returns string, but forEach must return a list",
+            ),
+            (
+                json!([{"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "data": {"a": "${nope.x}"}}}]),
+                json!({}),
+                "resource \"cm\": template.data.a: nope.x: undeclared reference to \"nope\" (declared: cm, schema)",
+            ),
+        ];
+        for (resources, status, want) in cases {
+            assert_eq!(check(resources, status).unwrap_err().to_string(), want);
+        }
+    }
+
+    #[test]
+    fn an_external_reference_by_selector_is_a_list() {
+        let resources = json!([
+            {"id": "peers", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"selector": {"matchLabels": {"team": "${schema.spec.name}"}}}},
+             "readyWhen": ["${size(peers) > 0}"]},
+            {"id": "one", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "${schema.spec.name}"}},
+             "readyWhen": ["${one.status.availableReplicas > 0}"]},
+            {"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "data": {"names": "${peers.map(p, p.metadata.name).join(',')}",
+                         "one": "${one.metadata.name}"}}}]);
+        check(resources, json!({"n": "${size(peers)}"})).unwrap();
+    }
+
+    #[test]
+    fn ready_when_reads_the_resource_itself_typed() {
+        let mut r = deployment(json!({}));
+        r[0]["readyWhen"] = json!(["${deployment.status.availableReplicas}"]);
+        let e = check(r, json!({})).unwrap_err().to_string();
+        assert!(
+            e.ends_with("returns int, but readyWhen must be bool"),
+            "{e}"
         );
-    }
-
-    #[test]
-    fn maps_unknown_fields_metadata_and_other_resources_pass() {
-        let g = parse(&json!({"resources": [{"id": "cm",
-            "template": {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "${schema.metadata.name}", "labels": "${schema.spec.labels}"},
-                "data": {"a": "${schema.spec.labels.team}", "b": "${schema.spec.extra.x.y}",
-                         "c": "${string(has(schema.spec.service.enabled))}"}}}],
-            "schema": {"status": {"n": "${cm.data.a}"}}}))
-        .unwrap();
-        check_instance_fields(&g, &spec()).unwrap();
     }
 }
