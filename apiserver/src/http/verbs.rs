@@ -10,7 +10,7 @@ use super::response::{
     json_response, list_body, obj_response, partial, table, wants_metadata, wants_table, warned,
 };
 use super::route::Route;
-use super::watch::watch;
+use super::watch::{check_list_options, watch};
 use crate::engine::{Deleted, Inner, ListResult, Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
 use crate::state::ServerState;
@@ -166,6 +166,7 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
     if call.q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return watch(call.state, call.req, &call.q, lopts, meta_only);
     }
+    check_list_options(&call.q)?;
     if let Some(rv) = lopts.not_older_than() {
         call.state.reach_rv(rv).await?;
     }
