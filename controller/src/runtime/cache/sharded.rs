@@ -296,7 +296,7 @@ impl<T: Form> Shared<T> {
         requested: std::time::Instant,
     ) {
         let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
-        objs.retain(|o| covers(&obj_key(&o.obj)));
+        objs.retain(|o| covers(&obj_key(&*o.obj)));
         let again = {
             let listed = self.listed_ranges();
             live.iter().any(|r| listed.contains_key(r))
