@@ -23,6 +23,9 @@ struct Start {
     first_sync: Duration,
     rss_ready: f64,
     rss_first_sync: f64,
+    /// CPU seconds until `/readyz`: the controller's, and kmeta-apiserver's over the same time.
+    cpu_ready: f64,
+    server_cpu_ready: f64,
     load: String,
     requests: String,
 }
@@ -53,11 +56,13 @@ pub(crate) async fn coldstart(dir: &Path, case: &Case) -> anyhow::Result<()> {
         for mode in ["off", "auto"] {
             let s = start(dir, &rig, case, mode).await?;
             println!(
-                "    round {round}, --watch-list={mode}: /readyz {:.2} s, first sync {:.2} s; peak RSS {:.0} MiB at /readyz, {:.0} MiB at the first sync; load {}; controller requests until /readyz: {}",
+                "    round {round}, --watch-list={mode}: /readyz {:.2} s, first sync {:.2} s; peak RSS {:.0} MiB at /readyz, {:.0} MiB at the first sync; CPU until /readyz: controller {:.2} s, kmeta-apiserver {:.2} s; load {}; controller requests until /readyz: {}",
                 s.ready.as_secs_f64(),
                 s.first_sync.as_secs_f64(),
                 s.rss_ready,
                 s.rss_first_sync,
+                s.cpu_ready,
+                s.server_cpu_ready,
                 s.load,
                 s.requests
             );
@@ -76,11 +81,13 @@ fn side_by_side(starts: &[Start]) {
     };
     let ratio = |f: &dyn Fn(&Start) -> f64| mean("auto", f) / mean("off", f);
     println!(
-        "  watch-list against list-then-watch (means): /readyz {:.2}×, first sync {:.2}×, peak RSS at /readyz {:.2}×, at the first sync {:.2}×",
+        "  watch-list against list-then-watch (means): /readyz {:.2}×, first sync {:.2}×, peak RSS at /readyz {:.2}×, at the first sync {:.2}×; CPU until /readyz: controller {:.2}×, kmeta-apiserver {:.2}×",
         ratio(&|s| s.ready.as_secs_f64()),
         ratio(&|s| s.first_sync.as_secs_f64()),
         ratio(&|s| s.rss_ready),
-        ratio(&|s| s.rss_first_sync)
+        ratio(&|s| s.rss_first_sync),
+        ratio(&|s| s.cpu_ready),
+        ratio(&|s| s.server_cpu_ready)
     );
 }
 
@@ -89,6 +96,7 @@ async fn start(dir: &Path, rig: &Rig, case: &Case, mode: &'static str) -> anyhow
     let load = load_average();
     let before = rig.server.counters().await?;
     let calls = hook::calls(rig.hook_port).await?;
+    let server0 = rig.server.proc.usage()?;
     let health = free_port()?;
     let mut cmd = Command::new(bin("kmeta")?);
     cmd.args(["run", "--kubeconfig"])
@@ -107,6 +115,7 @@ async fn start(dir: &Path, rig: &Rig, case: &Case, mode: &'static str) -> anyhow
     }
     let ready = t0.elapsed();
     let at_ready: Usage = proc.usage()?;
+    let server_cpu_ready = rig.server.proc.usage()?.cpu_s - server0.cpu_s;
     let d = rig.server.counters().await?.since(&before);
     while hook::calls(rig.hook_port).await? <= calls {
         deadline(t0, "a first sync")?;
@@ -121,6 +130,8 @@ async fn start(dir: &Path, rig: &Rig, case: &Case, mode: &'static str) -> anyhow
         first_sync,
         rss_ready: at_ready.hwm_mib,
         rss_first_sync: at_sync.hwm_mib,
+        cpu_ready: at_ready.cpu_s,
+        server_cpu_ready,
         load,
         requests: run::by_verb(&d),
     })
