@@ -51,6 +51,11 @@ struct Args {
     /// without the feature does: every object, no `metadata.shardInfo` echo.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     shard_selector: bool,
+    /// Serve the watch-list (`sendInitialEvents=true` on a WATCH, kube-apiserver's `WatchList`
+    /// feature gate). `false` answers such a watch 422 Invalid, as kube-apiserver with the
+    /// gate off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_list: bool,
 }
 
 #[tokio::main]
@@ -84,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
         .seed(args.seed)
         .builtin_defaults(args.builtin_defaults)
         .shard_selector(args.shard_selector)
+        .watch_list(args.watch_list)
         .start()
         .await
         .context("starting apiserver")?;

@@ -41,6 +41,11 @@ pub struct ServerConfig {
     /// with [`ServerState::set_shard_selector`]. Default true. When off the parameter is
     /// ignored, as by a server without the feature.
     pub shard_selector: bool,
+    /// Serve the watch-list (`sendInitialEvents` on a WATCH, kube-apiserver's `WatchList`
+    /// feature gate) at start; switch it at run time with [`ServerState::set_watch_list`].
+    /// Default true. When off a watch with `sendInitialEvents` gets 422 Invalid, as from
+    /// kube-apiserver with the gate off.
+    pub watch_list: bool,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +65,7 @@ impl Default for ServerConfig {
             rv_wait: Duration::from_secs(3),
             auth: None,
             shard_selector: true,
+            watch_list: true,
         }
     }
 }
@@ -85,6 +91,8 @@ pub struct ServerState {
     denials: Mutex<Vec<String>>,
     /// Whether `shardSelector` is served now ([`ServerConfig::shard_selector`] at start).
     shard_selector: AtomicBool,
+    /// Whether the watch-list is served now ([`ServerConfig::watch_list`] at start).
+    watch_list: AtomicBool,
 }
 
 impl ServerState {
@@ -130,6 +138,7 @@ impl ServerState {
             authn: config.auth.clone().map(crate::authn::Authn::new),
             denials: Mutex::new(Vec::new()),
             shard_selector: AtomicBool::new(config.shard_selector),
+            watch_list: AtomicBool::new(config.watch_list),
             config,
         })
     }
@@ -144,6 +153,17 @@ impl ServerState {
     /// Whether the `shardSelector` of LIST and WATCH is served now.
     pub fn shard_selector_served(&self) -> bool {
         self.shard_selector.load(Ordering::SeqCst)
+    }
+
+    /// Serve (true) or refuse (false) the watch-list (`sendInitialEvents` on a WATCH) from the
+    /// next request on, as kube-apiserver with its `WatchList` feature gate on or off.
+    pub fn set_watch_list(&self, on: bool) {
+        self.watch_list.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the watch-list is served now.
+    pub fn watch_list_served(&self) -> bool {
+        self.watch_list.load(Ordering::SeqCst)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

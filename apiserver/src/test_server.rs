@@ -123,6 +123,13 @@ impl TestServerBuilder {
         self.config.shard_selector = on;
         self
     }
+    /// Serve the watch-list (`sendInitialEvents` on a WATCH) from the start (true, the default)
+    /// or refuse it with 422 like kube-apiserver with its `WatchList` feature gate off (false).
+    /// It can be switched later with [`TestServer::set_watch_list`].
+    pub fn watch_list(mut self, on: bool) -> Self {
+        self.config.watch_list = on;
+        self
+    }
     /// Replace the whole configuration.
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
@@ -388,6 +395,12 @@ impl TestServer {
     /// KEP-5866, every object and no `metadata.shardInfo`.
     pub fn set_shard_selector(&self, on: bool) {
         self.state.set_shard_selector(on);
+    }
+
+    /// Serve or refuse the watch-list from the next request on
+    /// ([`ServerState::set_watch_list`]).
+    pub fn set_watch_list(&self, on: bool) {
+        self.state.set_watch_list(on);
     }
 
     /// Shared state (storage inspection, compaction).

@@ -544,6 +544,63 @@ async fn streaming_list_watcher() {
     handle.abort();
 }
 
+/// kube-apiserver's `ValidateListOptions` for the watch-list: `sendInitialEvents` needs
+/// `resourceVersionMatch=NotOlderThan` and the `WatchList` feature gate (`.watch_list(false)`
+/// answers as a server with the gate off, which kube's streaming watcher sees as a failed
+/// watch start), `resourceVersionMatch` on a watch needs `sendInitialEvents`, and a list takes
+/// no `sendInitialEvents`.
+#[tokio::test]
+async fn watch_list_options_are_validated_as_kube_apiserver_does() {
+    let s = TestServer::start().await.unwrap();
+    let get = |q: &str| {
+        let client = s.client();
+        let req = http::Request::get(format!("/api/v1/namespaces/default/configmaps?{q}"))
+            .body(Vec::new())
+            .unwrap();
+        async move { client.request_text(req).await }
+    };
+    let refused = |r: Result<String, kube::Error>| {
+        let st = api_err(r.unwrap_err());
+        assert_eq!((st.code, st.reason.as_str()), (422, "Invalid"), "{st:?}");
+        st.message
+    };
+    let wl = "watch=true&allowWatchBookmarks=true&sendInitialEvents=true&timeoutSeconds=1";
+    assert_eq!(
+        refused(get(wl).await),
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+    );
+    let msg = refused(get("watch=true&resourceVersionMatch=NotOlderThan&resourceVersion=0").await);
+    assert!(
+        msg.contains(
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+        ),
+        "{msg}"
+    );
+    let msg = refused(get("sendInitialEvents=true").await);
+    assert!(
+        msg.ends_with("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"),
+        "{msg}"
+    );
+    // served: no resourceVersion (a consistent read) ends with the bookmark
+    let body = get(&format!("{wl}&resourceVersionMatch=NotOlderThan"))
+        .await
+        .unwrap();
+    assert!(body.contains("k8s.io/initial-events-end"), "{body}");
+    // the gate off
+    s.set_watch_list(false);
+    let msg = refused(get(&format!("{wl}&resourceVersionMatch=NotOlderThan")).await);
+    assert_eq!(
+        msg,
+        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    );
+    let api: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let mut w = watcher(api, watcher::Config::default().streaming_lists()).boxed();
+    match within(w.next()).await.unwrap() {
+        Err(watcher::Error::WatchStartFailed(kube::Error::Api(st))) => assert_eq!(st.code, 422),
+        other => panic!("expected a refused watch start, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn finalizers_and_gc_cascades() {
     let s = TestServer::start().await.unwrap();

@@ -47,7 +47,7 @@ pub mod steer;
 pub mod trace;
 
 pub use reconcile::{Context, ManagerConfig, Wiring};
-pub use runtime::cache::PendingWatches;
+pub use runtime::cache::{PendingWatches, WatchListMode};
 /// The cache's form of a watched object, a resolved resource and the work queue (for the
 /// benchmarks).
 #[doc(hidden)]

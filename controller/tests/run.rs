@@ -300,11 +300,12 @@ async fn trace_logs_mask_a_password_in_the_hook_url() -> anyhow::Result<()> {
 async fn readyz_names_the_watch_it_waits_for() -> anyhow::Result<()> {
     let (server, _dir, kubeconfig) = server_with_kmeta_crds().await?;
     create_notes_controller(&server, &hook().await?).await?;
-    // the child resource lists slowly
-    let slow =
+    // the child resource's initial list (a list, or the watch-list) is slow
+    let slow = [Some("list"), Some("watch")].map(|verb| {
         server
             .faults()
-            .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(4));
+            .add_latency(verb, Some("configmaps"), Duration::from_secs(4))
+    });
     let health = free_port()?;
     let _proc = Proc(
         Command::new(KMETA)
@@ -328,7 +329,9 @@ async fn readyz_names_the_watch_it_waits_for() -> anyhow::Result<()> {
         http_get(&readyz).await.is_some_and(|(code, _)| code == 200)
     })
     .await?;
-    server.faults().remove(slow);
+    for id in slow {
+        server.faults().remove(id);
+    }
     server.shutdown().await;
     Ok(())
 }
@@ -662,10 +665,12 @@ async fn takeover_after_kill_9_mid_create_creates_nothing_twice() -> anyhow::Res
         made < PARENTS * PER_PARENT,
         "killed after every child was made ({made})"
     );
-    // the new leader's child list is slow: its parent watch syncs first
-    server
-        .faults()
-        .add_latency(Some("list"), Some("configmaps"), Duration::from_secs(2));
+    // the new leader's child list (or watch-list) is slow: its parent watch syncs first
+    for verb in [Some("list"), Some("watch")] {
+        server
+            .faults()
+            .add_latency(verb, Some("configmaps"), Duration::from_secs(2));
+    }
     let before = server.counters();
     // the Lease (3 s) must expire before the standby takes over
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -741,10 +746,12 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
     Api::<DynamicObject>::all_with(server.client(), &dcs)
         .create(&PostParams::default(), &serde_json::from_value(dc)?)
         .await?;
-    // the target resource lists slowly
-    let slow = server
-        .faults()
-        .add_latency(Some("list"), Some("services"), Duration::from_secs(4));
+    // the target resource's initial list (a list, or the watch-list) is slow
+    let slow = [Some("list"), Some("watch")].map(|verb| {
+        server
+            .faults()
+            .add_latency(verb, Some("services"), Duration::from_secs(4))
+    });
     let health = free_port()?;
     let _proc = Proc(
         Command::new(KMETA)
@@ -768,7 +775,9 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
         http_get(&readyz).await.is_some_and(|(code, _)| code == 200)
     })
     .await?;
-    server.faults().remove(slow);
+    for id in slow {
+        server.faults().remove(id);
+    }
     server.shutdown().await;
     Ok(())
 }

@@ -10,7 +10,7 @@ use super::response::{
     json_response, list_body, obj_response, partial, table, wants_metadata, wants_table, warned,
 };
 use super::route::Route;
-use super::watch::watch;
+use super::watch::{check_list_options, watch};
 use crate::engine::{Deleted, Inner, ListResult, Req, WriteOpts};
 use crate::error::{ApiError, ApiResult};
 use crate::state::ServerState;
@@ -164,8 +164,16 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
     let lopts = list_opts(&call.q, &call.req.def, call.state.shard_selector_served())?;
     let meta_only = wants_metadata(&call.headers);
     if call.q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        // a watch-list not older than a resourceVersion the server has not reached waits for
+        // it, as its initial state would be older (504 after `rv_wait`, as kube-apiserver)
+        if call.q.get("sendInitialEvents").is_some_and(|b| b == "true")
+            && let Some(rv) = lopts.not_older_than()
+        {
+            call.state.reach_rv(rv).await?;
+        }
         return watch(call.state, call.req, &call.q, lopts, meta_only);
     }
+    check_list_options(&call.q)?;
     if let Some(rv) = lopts.not_older_than() {
         call.state.reach_rv(rv).await?;
     }

@@ -70,6 +70,7 @@ fn watch_params(
     q: &HashMap<String, String>,
     lopts: &ListOpts,
     default_timeout: Duration,
+    watch_list: bool,
 ) -> ApiResult<WatchParams> {
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let send_initial = q.get("sendInitialEvents").map(|b| b == "true");
@@ -81,6 +82,7 @@ fn watch_params(
             None => default_timeout,
         };
     let rv = lopts.resource_version.clone().filter(|r| r != "0");
+    check_watch_options(send_initial, lopts, watch_list)?;
     if send_initial == Some(true) && !bookmarks {
         return Err(ApiError::new(
             422,
@@ -94,6 +96,74 @@ fn watch_params(
         timeout,
         rv,
     })
+}
+
+/// kube-apiserver's `validateWatchOptions`: `sendInitialEvents` needs
+/// `resourceVersionMatch=NotOlderThan` and the watch-list (`watch_list`, the `WatchList`
+/// feature gate); `resourceVersionMatch` on a watch needs `sendInitialEvents`, is
+/// `NotOlderThan` and comes without `continue`. 422 `ListOptions.meta.k8s.io`.
+fn check_watch_options(
+    send_initial: Option<bool>,
+    lopts: &ListOpts,
+    watch_list: bool,
+) -> ApiResult<()> {
+    const NOT_OLDER_THAN: &str = "NotOlderThan";
+    let m = lopts.resource_version_match.as_deref().unwrap_or("");
+    let mut causes: Vec<(&str, &str, String)> = vec![];
+    let forbidden = "FieldValueForbidden";
+    if send_initial.is_some() {
+        if m != NOT_OLDER_THAN {
+            let msg = format!(
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"
+            );
+            causes.push((forbidden, "resourceVersionMatch", msg));
+        }
+        if !watch_list {
+            let msg = "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled";
+            causes.push((forbidden, "sendInitialEvents", msg.into()));
+        }
+    }
+    if !m.is_empty() {
+        if send_initial.is_none() {
+            let msg = "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided";
+            causes.push((forbidden, "resourceVersionMatch", msg.into()));
+        }
+        if m != NOT_OLDER_THAN {
+            let msg = format!("Unsupported value: {m:?}: supported values: \"{NOT_OLDER_THAN}\"");
+            causes.push(("FieldValueNotSupported", "resourceVersionMatch", msg));
+        }
+        if lopts.continue_token.is_some() {
+            let msg = "Forbidden: resourceVersionMatch is forbidden when continue is provided";
+            causes.push((forbidden, "resourceVersionMatch", msg.into()));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid_causes(
+        "ListOptions",
+        "meta.k8s.io",
+        "",
+        causes.iter().map(|(r, f, m)| (*r, *f, m.as_str())),
+    ))
+}
+
+/// kube-apiserver's `ValidateListOptions` of a LIST (not a watch) for `sendInitialEvents`:
+/// 422 `sendInitialEvents is forbidden for list`.
+pub(super) fn check_list_options(q: &HashMap<String, String>) -> ApiResult<()> {
+    match q.contains_key("sendInitialEvents") {
+        false => Ok(()),
+        true => Err(ApiError::invalid_causes(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            [(
+                "FieldValueForbidden",
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents is forbidden for list",
+            )],
+        )),
+    }
 }
 
 /// Where a watch starts.
@@ -151,7 +221,12 @@ pub(super) fn watch(
         .field
         .check(|f| req.def.supports_field(f))
         .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
-    let p = watch_params(q, &lopts, state.config.default_watch_timeout)?;
+    let p = watch_params(
+        q,
+        &lopts,
+        state.config.default_watch_timeout,
+        state.watch_list_served(),
+    )?;
     let (initial, start) = match start_of(state, &req, &lopts, &p)? {
         Start::Expired(line) => {
             return Ok(stream_response(futures::stream::once(async move {
@@ -225,12 +300,11 @@ struct WatchTask {
 impl WatchTask {
     async fn run(mut self, tx: Sender<Bytes>, initial: Vec<Obj>, start: u64) {
         for o in &initial {
-            let obj = if self.meta_only {
-                partial(o)
-            } else {
-                (**o).clone()
+            let line = match self.meta_only {
+                true => event_line("ADDED", &partial(o)),
+                false => event_line("ADDED", o),
             };
-            if tx.send(event_line("ADDED", &obj)).await.is_err() {
+            if tx.send(line).await.is_err() {
                 return;
             }
         }

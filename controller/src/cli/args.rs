@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// How often every watch relists (flushes its cache). "0" disables.
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = duration_value)]
     pub cache_flush_interval: Duration,
+    /// How a watch gets its initial state: `auto`, a watch-list (one watch with
+    /// sendInitialEvents) where the API server offers it, else a list then a watch; `off`,
+    /// always a list then a watch.
+    #[arg(long, value_enum, default_value_t = WatchList::Auto, value_name = "MODE")]
+    pub watch_list: WatchList,
     /// The shortest resync a hook's `resyncAfterSeconds` can ask for, so a tiny value cannot turn
     /// one parent into a hook-call loop (kmeta's, opt-in). "0", the default, sets none, as
     /// Metacontroller.
@@ -316,6 +321,25 @@ pub enum ShardWatch {
     Server,
 }
 
+/// `--watch-list`: how a watch gets its initial state (docs/design/initial-list.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WatchList {
+    /// A watch-list where the API server offers it, else a list then a watch.
+    #[default]
+    Auto,
+    /// Always a list then a watch.
+    Off,
+}
+
+impl From<WatchList> for kmeta::WatchListMode {
+    fn from(w: WatchList) -> Self {
+        match w {
+            WatchList::Auto => kmeta::WatchListMode::Auto,
+            WatchList::Off => kmeta::WatchListMode::Off,
+        }
+    }
+}
+
 /// `--leader-election-resource-lock`: only `leases`, coordination.k8s.io Leases (Metacontroller's
 /// default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -380,6 +404,8 @@ pub struct RunConfig {
     pub discovery_interval: Duration,
     /// Watch relist period (None: never).
     pub cache_flush_interval: Option<Duration>,
+    /// How a watch gets its initial state.
+    pub watch_list: kmeta::WatchListMode,
     /// The shortest `resyncAfterSeconds` honoured (zero: no minimum).
     pub min_resync_after: Duration,
     /// Workers per CompositeController.
@@ -569,6 +595,7 @@ impl RunArgs {
             kubeconfig: self.kubeconfig.clone(),
             discovery_interval: self.discovery_interval,
             cache_flush_interval: Some(self.cache_flush_interval).filter(|d| !d.is_zero()),
+            watch_list: self.watch_list.into(),
             workers: self.workers,
             qps: self.client_go_qps,
             burst: self.client_go_burst,

@@ -321,3 +321,17 @@ fn leader_election_timings_are_set_and_checked() {
         "{text}"
     );
 }
+
+#[test]
+fn watch_list_is_auto_unless_turned_off() {
+    use kmeta::WatchListMode;
+    assert_eq!(
+        parse(&[]).expect("defaults").watch_list,
+        WatchListMode::Auto
+    );
+    let off = parse(&["--watch-list=off"]).expect("off");
+    assert_eq!(off.watch_list, WatchListMode::Off);
+    let auto = parse(&["--watch-list", "auto"]).expect("auto");
+    assert_eq!(auto.watch_list, WatchListMode::Auto);
+    refused(&["--watch-list=on"], "watch-list", "on");
+}

@@ -120,6 +120,7 @@ fn manager_config(
         .workers(config.workers)
         .discovery_interval(config.discovery_interval)
         .cache_flush_interval(config.cache_flush_interval)
+        .watch_list(config.watch_list)
         .min_resync_after(config.min_resync_after)
         .target_label_selector(config.target_label_selector.clone())
         .events_qps(config.events_qps)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::coord::scope::WorkScope;
 use crate::hook::HookOptions;
 use crate::ops::metrics::Metrics;
-use crate::runtime::cache::PendingWatches;
+use crate::runtime::cache::{PendingWatches, WatchListMode};
 
 /// How long a sync waits for its watches' first list before it is retried instead, by default: 30 s
 /// (kmeta's; the parent watch had the same bound before every watch was waited for).
@@ -42,6 +42,10 @@ pub struct ManagerConfig {
     /// Every watch relists this often (None: never). Default 30 min (Metacontroller
     /// `--cache-flush-interval`).
     pub cache_flush_interval: Option<Duration>,
+    /// How a watch gets its initial state. Default [`WatchListMode::Auto`]: a watch-list
+    /// (`sendInitialEvents`) where the API server offers it, else a list then a watch
+    /// (`kmeta run --watch-list`; docs/design/initial-list.md).
+    pub watch_list: WatchListMode,
     /// Hook transport settings (16 MiB response cap by default).
     pub hook: HookOptions,
     /// Customize response cache lifetime. Default 20 min (Metacontroller's customize cache TTL).
@@ -95,6 +99,7 @@ impl Default for ManagerConfig {
             child_writes_in_flight: CHILD_WRITES_IN_FLIGHT_TOTAL,
             discovery_interval: Duration::from_secs(30),
             cache_flush_interval: Some(Duration::from_secs(30 * 60)),
+            watch_list: WatchListMode::Auto,
             hook: HookOptions::default(),
             customize_cache_ttl: Duration::from_secs(20 * 60),
             reporter: "metacontroller".into(),
@@ -138,6 +143,13 @@ impl ManagerConfig {
     #[must_use]
     pub fn cache_flush_interval(mut self, cache_flush_interval: Option<Duration>) -> Self {
         self.cache_flush_interval = cache_flush_interval;
+        self
+    }
+
+    /// Sets [`ManagerConfig::watch_list`].
+    #[must_use]
+    pub fn watch_list(mut self, watch_list: WatchListMode) -> Self {
+        self.watch_list = watch_list;
         self
     }
 

@@ -128,6 +128,7 @@ impl Context {
                 config.cache_flush_interval,
                 wiring.pending_watches.clone(),
             )
+            .with_watch_list(config.watch_list)
             .with_split(wiring.work_scope.as_ref().and_then(|s| s.watch_split())),
             resources: Resources::default(),
             client,

@@ -27,6 +27,11 @@
 //!   controller starts; wall time from its start to every parent reporting M children, writes,
 //!   against the floor.
 //!
+//! - `coldstart` (not in the default list): the parents converged by one controller, which is
+//!   then stopped; then fresh controllers one after the other, alternating `--watch-list=off`
+//!   (list then watch) and `--watch-list=auto` (watch-list), `KMETA_SCALE_COLDSTART_ROUNDS` (2)
+//!   rounds: the time from the process's spawn to `/readyz` and to its first hook call, its
+//!   peak RSS at both, the load average, and the watch-list's ratios to list-then-watch.
 //! - `failover` (not in the default list): after the converge of each case with more than one
 //!   replica (run for it when `converge` is not asked for), the replica holding the most shard
 //!   buckets is killed with SIGKILL and every parent edited (`spec.v`, which the hook copies into
@@ -82,6 +87,7 @@ const CC: &str = "bench-cc";
 const DEADLINE: Duration = Duration::from_secs(3600);
 const POLL: Duration = Duration::from_millis(500);
 
+mod coldstart;
 mod hook;
 mod run;
 mod shard;
@@ -683,6 +689,12 @@ async fn bench() -> anyhow::Result<()> {
             for case in cases(Some(parents), env_num("KMETA_SCALE_QPS", 50.0)?)? {
                 println!("{}", case.label());
                 run::converge(&dir, &case, None, false).await?;
+            }
+        }
+        if has("coldstart") {
+            for case in cases(None, 0.0)? {
+                println!("cold start: {}", case.label());
+                coldstart::coldstart(&dir, &case).await?;
             }
         }
         if has("adopt") {

@@ -91,7 +91,7 @@ impl Controller {
 pub(crate) struct Rig {
     pub(crate) server: Server,
     hook: Proc,
-    hook_port: u16,
+    pub(crate) hook_port: u16,
     pub(crate) ctrl: Vec<Controller>,
 }
 
@@ -119,7 +119,7 @@ impl Snap {
 }
 
 impl Rig {
-    async fn new(dir: &Path, case: &Case) -> anyhow::Result<Rig> {
+    pub(crate) async fn new(dir: &Path, case: &Case) -> anyhow::Result<Rig> {
         let server = Server::start(dir, "server").await?;
         let (hook, hook_port) = hook::spawn(dir, case).await?;
         super::install(&server, case, &format!("http://127.0.0.1:{hook_port}/sync")).await?;
@@ -134,7 +134,11 @@ impl Rig {
 
     /// Starts the case's replicas; with more than one, returns once they hold every shard
     /// bucket between them.
-    async fn start_controllers(&mut self, dir: &Path, case: &Case) -> anyhow::Result<()> {
+    pub(crate) async fn start_controllers(
+        &mut self,
+        dir: &Path,
+        case: &Case,
+    ) -> anyhow::Result<()> {
         for i in 0..case.replicas {
             let c = Controller::start(dir, &self.server, case, i).await?;
             self.ctrl.push(c);
@@ -162,7 +166,7 @@ impl Rig {
 
     /// Waits until the hook has had no call for [`QUIET`] (every sync the converge set off,
     /// including those after the parents' status showed their children, has run), then snaps.
-    async fn snap_when_quiet(&self) -> anyhow::Result<Snap> {
+    pub(crate) async fn snap_when_quiet(&self) -> anyhow::Result<Snap> {
         let start = Instant::now();
         let (mut calls, mut since) = (hook::calls(self.hook_port).await?, Instant::now());
         while since.elapsed() < QUIET {

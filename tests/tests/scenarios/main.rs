@@ -51,3 +51,4 @@ mod ssa_omit;
 mod steer;
 mod transport;
 mod triggers;
+mod watch_list;

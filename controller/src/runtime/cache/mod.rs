@@ -19,9 +19,12 @@ use tokio::sync::{broadcast, watch};
 use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
+mod initial_list;
 mod sharded;
 
 use crate::runtime::shard_watch::{HashRange, Listed, Selection, WatchShards};
+pub use initial_list::WatchListMode;
+use initial_list::{Fallback, Stamp, Strategy};
 use sharded::Group;
 
 /// A watched object's identity in the cache and the work queue: its namespace ("" when
@@ -122,10 +125,12 @@ impl Form for Compact {
     }
 }
 
-/// A watched object on its way into the store: its cached form and what [`Form::detach`] took
-/// out of it.
+/// A watched object on its way into the store: its cached form, already in the `Arc` the
+/// store keeps (a list's objects are not moved again once listed: at 330 000 objects the
+/// buffer of a list held every object a second time at the peak of the initial list), and what
+/// [`Form::detach`] took out of it.
 struct Held<T> {
-    obj: T,
+    obj: Arc<T>,
     detached: Option<Box<RawValue>>,
 }
 
@@ -133,7 +138,10 @@ impl<T: Form> Held<T> {
     fn of(obj: DynamicObject, r: &Resolved) -> Option<Self> {
         let mut obj = T::from_watched(obj, r)?;
         let detached = obj.detach();
-        Some(Held { obj, detached })
+        Some(Held {
+            obj: Arc::new(obj),
+            detached,
+        })
     }
 }
 
@@ -351,6 +359,18 @@ struct Shared<T> {
     sharded: AtomicBool,
     /// The list-and-watch streams it runs (1 when whole; see [`Self::run_sharded`]).
     streams: std::sync::atomic::AtomicUsize,
+    /// How its next initial list is made: a watch-list until the server shows it does not
+    /// offer one ([`WatchListMode`]).
+    strategy: Mutex<Strategy>,
+}
+
+/// How one stream of a watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Consumed {
+    /// The watcher's stream ended.
+    Ended,
+    /// The server does not offer the watch-list: start over with list-then-watch.
+    FallBack,
 }
 
 /// When this watch's lists started.
@@ -435,7 +455,7 @@ impl<T: Form> Shared<T> {
     }
 
     fn apply(&self, held: Held<T>) {
-        let new = Arc::new(held.obj);
+        let new = held.obj;
         let old = self.write(|s| s.insert(new.clone(), held.detached));
         let _ = self.tx.send(Change::Applied { old, new });
     }
@@ -458,21 +478,13 @@ impl<T: Form> Shared<T> {
 
     /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
     fn replace_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) {
-        let keep: HashSet<ObjKey> = objs.iter().map(|o| obj_key(&o.obj)).collect();
-        let gone: Vec<Arc<ObjKey>> = self.read(|s| {
-            s.objects
-                .keys()
-                .filter(|k| mine(k) && !keep.contains(&***k))
-                .cloned()
-                .collect()
-        });
-        for k in gone {
+        for k in self.gone(&objs, mine) {
             if let Some(old) = self.write(|s| s.remove(&k)) {
                 let _ = self.tx.send(Change::Deleted(old));
             }
         }
         for o in objs {
-            let key = obj_key(&o.obj);
+            let key = obj_key(&*o.obj);
             let same = self.read(|s| {
                 s.objects
                     .get(&key)
@@ -482,6 +494,26 @@ impl<T: Form> Shared<T> {
                 self.apply(o);
             }
         }
+    }
+
+    /// The keys `mine` passes that the store holds and `listed` lacks. None from an empty
+    /// store (a first list): then no set of the listed keys is built, which at 330 000 objects
+    /// was tens of MiB on top of the listed objects at the peak of the initial list.
+    fn gone(&self, listed: &[Held<T>], mine: impl Fn(&ObjKey) -> bool) -> Vec<Arc<ObjKey>> {
+        if self.read(|s| s.objects.is_empty()) {
+            return Vec::new();
+        }
+        let keep: HashSet<(&str, &str)> = listed
+            .iter()
+            .map(|o| (o.obj.namespace(), o.obj.name()))
+            .collect();
+        self.read(|s| {
+            s.objects
+                .keys()
+                .filter(|k| mine(k) && !keep.contains(&(k.namespace.as_str(), k.name.as_str())))
+                .cloned()
+                .collect()
+        })
     }
 
     fn list_times(&self) -> std::sync::MutexGuard<'_, ListTimes> {
@@ -494,25 +526,59 @@ impl<T: Form> Shared<T> {
     /// corrects the cache should an event ever have been missed), as Metacontroller's
     /// `--cache-flush-interval` does.
     async fn run(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
-        loop {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &self.resource.api);
-            // lists read the newest state (no `resourceVersion=0` from the server's watch cache):
-            // a list started after a write then shows it, which settles the write's expectation
-            // ([`Informer::listed_from`]) even when its own event was lost
-            let config =
-                watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-            let stream = watcher::watcher(api, config).default_backoff().boxed();
-            match flush {
-                Some(d) => {
-                    let _ = tokio::time::timeout(d, self.clone().consume(stream, None)).await;
+        while self.clone().stream_once(&client, None, flush).await {}
+    }
+
+    /// Runs one watcher stream (of `group` when sharded) until it ends, `flush` passes or the
+    /// watch falls back to list-then-watch; false when the stream ended for good. Its initial
+    /// list reads the newest state (no `resourceVersion=0` from the server's watch cache,
+    /// whichever [`Strategy`]): a list started after a write then shows it, which settles the
+    /// write's expectation ([`Informer::listed_from`]) even when its own event was lost.
+    async fn stream_once(
+        self: Arc<Self>,
+        client: &kube::Client,
+        group: Option<Arc<Group>>,
+        flush: Option<Duration>,
+    ) -> bool {
+        let strategy = self.strategy();
+        let stamp: Option<Stamp> = (strategy == Strategy::WatchList).then(Stamp::default);
+        let client = match &stamp {
+            Some(s) => initial_list::consistent_watch_list(client, s.clone()),
+            None => client.clone(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &self.resource.api);
+        let stream = watcher::watcher(api, strategy.config())
+            .default_backoff()
+            .boxed();
+        let consume = self.clone().consume(stream, group, stamp);
+        match flush {
+            Some(d) => {
+                if tokio::time::timeout(d, consume).await.is_err() {
                     tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting");
                 }
-                None => {
-                    self.clone().consume(stream, None).await;
-                    return;
-                }
+                true
             }
+            None => consume.await == Consumed::FallBack,
         }
+    }
+
+    fn strategy(&self) -> Strategy {
+        *self
+            .strategy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The server does not offer the watch-list (`why`): this watch lists then watches from now.
+    fn fall_back(&self, why: &str) {
+        let mut s = self
+            .strategy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *s == Strategy::WatchList {
+            tracing::warn!(resource = %self.resource.watch_key(), reason = why, "the API server does not offer the watch-list (sendInitialEvents); listing then watching");
+        }
+        *s = Strategy::ListThenWatch;
     }
 
     fn apply_watched(&self, o: DynamicObject) {
@@ -529,7 +595,8 @@ impl<T: Form> Shared<T> {
 
     /// Applies a watch's events to the store: the whole resource (`group` `None`), or one
     /// stream of a sharded watch, whose events count only for its ranges still selected and
-    /// whose (re)list replaces only their objects.
+    /// whose (re)list replaces only their objects. `stamp` is set for a watch-list: when its
+    /// request left, and the cue to fall back when the server shows it offers none.
     async fn consume(
         self: Arc<Self>,
         mut stream: futures::stream::BoxStream<
@@ -537,9 +604,11 @@ impl<T: Form> Shared<T> {
             Result<Event<DynamicObject>, watcher::Error>,
         >,
         group: Option<Arc<Group>>,
-    ) {
+        stamp: Option<Stamp>,
+    ) -> Consumed {
         let mut requested = std::time::Instant::now();
         let mut buffer: Vec<Held<T>> = Vec::new();
+        let mut fallback = Fallback::default();
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(o)) => {
@@ -555,8 +624,15 @@ impl<T: Form> Shared<T> {
                     }
                 }
                 Ok(Event::Init) => {
-                    // the watcher sends the list request after handing out `Init`
+                    // a list's request is sent after `Init`; a watch-list's before (stamped)
                     requested = std::time::Instant::now();
+                    if let Some(s) = &stamp {
+                        if fallback.on_init() {
+                            self.fall_back("its initial events never ended with a bookmark");
+                            return Consumed::FallBack;
+                        }
+                        requested = initial_list::take(s).map_or(requested, |t| t.min(requested));
+                    }
                     if group.is_none() {
                         self.list_times().in_progress = Some(requested);
                     }
@@ -567,21 +643,37 @@ impl<T: Form> Shared<T> {
                         buffer.push(v);
                     }
                 }
-                Ok(Event::InitDone) => match &group {
-                    None => {
-                        self.replace(std::mem::take(&mut buffer));
-                        let mut t = self.list_times();
-                        t.last_completed = t.in_progress.take().or(t.last_completed);
-                    }
-                    Some(g) => {
-                        let objs = std::mem::take(&mut buffer);
-                        g.while_current(|live| self.replace_group(live, objs, requested));
-                    }
-                },
+                Ok(Event::InitDone) => {
+                    fallback.on_done();
+                    self.listed_whole_or(&group, std::mem::take(&mut buffer), requested);
+                }
                 Err(e) => {
+                    if stamp.is_some() && fallback.on_error(&e) {
+                        self.fall_back(&e.to_string());
+                        return Consumed::FallBack;
+                    }
                     tracing::warn!(resource = %self.resource.watch_key(), error = %e, "watch error; retrying");
                 }
             }
+        }
+        Consumed::Ended
+    }
+
+    /// An initial list (requested at `requested`) is complete: it replaces the store, or the
+    /// live ranges of a sharded stream's `group`.
+    fn listed_whole_or(
+        &self,
+        group: &Option<Arc<Group>>,
+        objs: Vec<Held<T>>,
+        requested: std::time::Instant,
+    ) {
+        match group {
+            None => {
+                self.replace(objs);
+                let mut t = self.list_times();
+                t.last_completed = t.in_progress.take().or(t.last_completed);
+            }
+            Some(g) => g.while_current(|live| self.replace_group(live, objs, requested)),
         }
     }
 }
@@ -712,6 +804,8 @@ pub struct Informers {
     map: Mutex<HashMap<(String, &'static str, bool), AnyInformer>>,
     /// Every watch started, by watch key, for [`Informers::sizes`].
     counted: Mutex<Vec<(String, Weak<dyn Counted>)>>,
+    /// Whether watches try the watch-list first.
+    watch_list: WatchListMode,
 }
 
 /// How many objects a watch holds.
@@ -770,6 +864,16 @@ impl Informers {
             shards: None,
             map: Mutex::new(HashMap::new()),
             counted: Mutex::default(),
+            watch_list: WatchListMode::default(),
+        }
+    }
+
+    /// These informers, their watches started after this getting their initial state as
+    /// `mode` says (default [`WatchListMode::Auto`]).
+    pub fn with_watch_list(self, mode: WatchListMode) -> Self {
+        Informers {
+            watch_list: mode,
+            ..self
         }
     }
 
@@ -864,6 +968,7 @@ impl Informers {
             range_lists: Mutex::default(),
             sharded: AtomicBool::new(false),
             streams: std::sync::atomic::AtomicUsize::new(1),
+            strategy: Mutex::new(Strategy::first(self.watch_list)),
         });
         let counted: Weak<dyn Counted> = Arc::downgrade(&shared) as Weak<_>;
         self.counted

@@ -8,10 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::{Change, Form, Held, ObjKey, Shared, obj_key};
@@ -261,23 +258,12 @@ impl<T: Form> Shared<T> {
         group: Arc<Group>,
         flush: Option<Duration>,
     ) {
-        let selector = group.selector();
-        loop {
-            let api: Api<DynamicObject> = Api::all_with(
-                with_query(&client, "shardSelector", &selector),
-                &self.resource.api,
-            );
-            let config =
-                watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-            let stream = watcher::watcher(api, config).default_backoff().boxed();
-            match flush {
-                Some(d) => {
-                    let consume = self.clone().consume(stream, Some(group.clone()));
-                    let _ = tokio::time::timeout(d, consume).await;
-                }
-                None => return self.consume(stream, Some(group)).await,
-            }
-        }
+        let client = with_query(&client, "shardSelector", &group.selector());
+        while self
+            .clone()
+            .stream_once(&client, Some(group.clone()), flush)
+            .await
+        {}
     }
 
     /// Drops every object of `range` (no longer selected), announcing each as deleted.
@@ -310,7 +296,7 @@ impl<T: Form> Shared<T> {
         requested: std::time::Instant,
     ) {
         let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
-        objs.retain(|o| covers(&obj_key(&o.obj)));
+        objs.retain(|o| covers(&obj_key(&*o.obj)));
         let again = {
             let listed = self.listed_ranges();
             live.iter().any(|r| listed.contains_key(r))
