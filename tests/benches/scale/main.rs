@@ -27,6 +27,14 @@
 //!   controller starts; wall time from its start to every parent reporting M children, writes,
 //!   against the floor.
 //!
+//! - `storm` (not in the default list; issue 54 part 4): N parents converged, then a fresh
+//!   `kmeta run` over them (every parent queued by its start) and one whose watches relist
+//!   (`--cache-flush-interval`), each while 100 edits by "a person" are spread over the storm:
+//!   each edit's time from its write to the first hook call carrying it (p50/p99/max), the
+//!   storm's drain time and the distinct parents it synced. `KMETA_SCALE_STORM_BINS`
+//!   (`label=path,…`) runs each binary in turn over the same fleet, side by side (see
+//!   `storm.rs`); `KMETA_SCALE_CHILDREN=0` is allowed (the edit's wait is the queue's).
+//!
 //! - `failover` (not in the default list): after the converge of each case with more than one
 //!   replica (run for it when `converge` is not asked for), the replica holding the most shard
 //!   buckets is killed with SIGKILL and every parent edited (`spec.v`, which the hook copies into
@@ -85,6 +93,7 @@ const POLL: Duration = Duration::from_millis(500);
 mod hook;
 mod run;
 mod shard;
+mod storm;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -683,6 +692,12 @@ async fn bench() -> anyhow::Result<()> {
             for case in cases(Some(parents), env_num("KMETA_SCALE_QPS", 50.0)?)? {
                 println!("{}", case.label());
                 run::converge(&dir, &case, None, false).await?;
+            }
+        }
+        if has("storm") {
+            for case in cases(None, 0.0)? {
+                println!("storm: {}", case.label());
+                storm::storm(&dir, &case).await?;
             }
         }
         if has("adopt") {

@@ -41,15 +41,28 @@ impl Controller {
         case: &Case,
         replica: usize,
     ) -> anyhow::Result<Controller> {
+        Controller::start_with(dir, server, case, replica, &bin("kmeta")?, &[]).await
+    }
+
+    /// [`Controller::start`] of the `kmeta` binary at `binary`, with `extra` arguments.
+    pub(crate) async fn start_with(
+        dir: &Path,
+        server: &Server,
+        case: &Case,
+        replica: usize,
+        binary: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<Controller> {
         let (metrics, health) = (free_port()?, free_port()?);
-        let mut cmd = Command::new(bin("kmeta")?);
+        let mut cmd = Command::new(binary);
         cmd.args(["run", "--kubeconfig"])
             .arg(&server.kubeconfig)
             .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
             .arg(format!("--workers={}", case.workers))
             .arg(format!("--client-go-qps={}", case.qps))
-            .args(["--discovery-interval=1s", "--log-level=warn"]);
+            .args(["--discovery-interval=1s", "--log-level=warn"])
+            .args(extra);
         let name = match case.replicas {
             1 => "kmeta".to_owned(),
             _ => format!("kmeta-{replica}"),
@@ -66,8 +79,8 @@ impl Controller {
         println!("    ({name} run: pid {})", proc.pid());
         let start = Instant::now();
         while http_get(health, "/readyz").await.map(|r| r.0) != Some(200) {
-            if start.elapsed() > Duration::from_secs(60) {
-                bail!("kmeta run not ready within 60 s (log: {})", dir.display());
+            if start.elapsed() > Duration::from_secs(300) {
+                bail!("kmeta run not ready within 300 s (log: {})", dir.display());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -91,7 +104,7 @@ impl Controller {
 pub(crate) struct Rig {
     pub(crate) server: Server,
     hook: Proc,
-    hook_port: u16,
+    pub(crate) hook_port: u16,
     pub(crate) ctrl: Vec<Controller>,
 }
 
@@ -119,7 +132,7 @@ impl Snap {
 }
 
 impl Rig {
-    async fn new(dir: &Path, case: &Case) -> anyhow::Result<Rig> {
+    pub(crate) async fn new(dir: &Path, case: &Case) -> anyhow::Result<Rig> {
         let server = Server::start(dir, "server").await?;
         let (hook, hook_port) = hook::spawn(dir, case).await?;
         super::install(&server, case, &format!("http://127.0.0.1:{hook_port}/sync")).await?;
@@ -162,7 +175,7 @@ impl Rig {
 
     /// Waits until the hook has had no call for [`QUIET`] (every sync the converge set off,
     /// including those after the parents' status showed their children, has run), then snaps.
-    async fn snap_when_quiet(&self) -> anyhow::Result<Snap> {
+    pub(crate) async fn snap_when_quiet(&self) -> anyhow::Result<Snap> {
         let start = Instant::now();
         let (mut calls, mut since) = (hook::calls(self.hook_port).await?, Instant::now());
         while since.elapsed() < QUIET {
