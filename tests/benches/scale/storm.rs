@@ -25,10 +25,13 @@ use anyhow::{Context as _, bail};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
-use super::run::{Controller, Rig, parents, wait_converged};
+use super::run::{Controller, Rig, by_verb, parents, wait_converged};
 use super::{AV, Case, DEADLINE, POLL, THINGS, env_list, env_num, hook};
 use kmeta_tests::ar;
 use kmeta_tests::procs::bin;
+
+/// How long after its last edit every edit must have reached the hook.
+const EDITS_SEEN: Duration = Duration::from_secs(180);
 
 /// One binary under test.
 struct Binary {
@@ -83,13 +86,17 @@ struct Storm {
     drain: Duration,
     calls: u64,
     distinct: usize,
-    /// Latencies of the edits written before the storm drained, sorted; edits no hook call
-    /// carried count as `None` (last).
-    within: Vec<Option<Duration>>,
+    /// Latencies of the edits written before the storm drained, sorted, each with when it was
+    /// written after the storm began; edits no hook call carried count as `None` (last).
+    within: Vec<(Option<Duration>, Duration)>,
     /// Edits written after the storm had drained.
     after: usize,
     patch_p99: Duration,
     cpu_s: f64,
+    /// The API requests during the storm (the edits' patches included) and the parent status
+    /// writes among them.
+    requests: String,
+    status_writes: u64,
 }
 
 /// The scenario for `case` (children per parent as `KMETA_SCALE_CHILDREN` says; 0 is allowed:
@@ -152,6 +159,7 @@ async fn restart(
     spread: Duration,
 ) -> anyhow::Result<Storm> {
     let calls0 = hook::calls(rig.hook_port).await?;
+    let counters0 = rig.server.counters().await?;
     let spawned = Instant::now();
     let c = Controller::start_with(dir, &rig.server, case, 0, &b.path, &[]).await?;
     let cpu0 = c.proc.usage()?.cpu_s;
@@ -162,7 +170,10 @@ async fn restart(
     let cpu = rig.ctrl[0].proc.usage()?.cpu_s - cpu0;
     rig.ctrl.clear();
     let (drain, calls, distinct, within, after, patch_p99) = storm?;
+    let d = rig.server.counters().await?.since(&counters0);
     Ok(Storm {
+        requests: by_verb(&d),
+        status_writes: d.writes_to("things/status"),
         label: b.label.clone(),
         kind: "restart",
         ready: Some(ready),
@@ -194,6 +205,7 @@ async fn relisted(
     rig.ctrl.push(c);
     let quiet = rig.snap_when_quiet().await?;
     let calls0 = quiet.hook_calls;
+    let counters0 = quiet.counters;
     let deadline = Instant::now() + Duration::from_secs(flush) + DEADLINE;
     while hook::calls(rig.hook_port).await? == calls0 {
         if Instant::now() > deadline {
@@ -209,7 +221,10 @@ async fn relisted(
     let cpu = rig.ctrl[0].proc.usage()?.cpu_s - cpu0;
     rig.ctrl.clear();
     let (drain, calls, distinct, within, after, patch_p99) = storm?;
+    let d = rig.server.counters().await?.since(&counters0);
     Ok(Storm {
+        requests: by_verb(&d),
+        status_writes: d.writes_to("things/status"),
         label: b.label.clone(),
         kind: "relist",
         ready: None,
@@ -223,7 +238,14 @@ async fn relisted(
     })
 }
 
-type Measured = (Duration, u64, usize, Vec<Option<Duration>>, usize, Duration);
+type Measured = (
+    Duration,
+    u64,
+    usize,
+    Vec<(Option<Duration>, Duration)>,
+    usize,
+    Duration,
+);
 
 /// The edits spread over `spread` from now, while the storm that began at `began_us` (µs since
 /// the UNIX epoch) drains: it has drained once every parent had a hook call from the
@@ -245,6 +267,23 @@ async fn measure(
         tokio::time::sleep(POLL).await;
     }
     let edits = editor.await??;
+    // an edit a watch does not show yet (one listing again) reaches the hook after the storm
+    let seen_all = async {
+        loop {
+            let seen = hook::edit_arrivals(rig.hook_port).await?;
+            if edits.iter().all(|e| seen.contains_key(&e.id)) {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    match tokio::time::timeout(EDITS_SEEN, seen_all).await {
+        Ok(r) => r?,
+        Err(_) => println!(
+            "    (not every edit reached the hook within {} s)",
+            EDITS_SEEN.as_secs()
+        ),
+    }
     let quiet = rig.snap_when_quiet().await?;
     let epoch = hook::epoch_us(rig.hook_port).await?;
     let arrivals = hook::arrivals(rig.hook_port, calls0).await?;
@@ -258,12 +297,13 @@ async fn measure(
             .get(&e.id)
             .map(|at| Duration::from_micros((epoch + at).saturating_sub(e.written_us)));
         if e.written_us <= last_us {
-            within.push(latency);
+            let at = Duration::from_micros(e.written_us.saturating_sub(began_us));
+            within.push((latency, at));
         } else {
             after += 1;
         }
     }
-    within.sort_by_key(|l| l.unwrap_or(Duration::MAX));
+    within.sort_by_key(|(l, _)| l.unwrap_or(Duration::MAX));
     let mut patches: Vec<Duration> = edits.iter().map(|e| e.patch).collect();
     patches.sort();
     let distinct = hook::distinct_parents(rig.hook_port, calls0).await?;
@@ -321,13 +361,13 @@ fn quantile(xs: &[Duration], q: f64) -> Duration {
 }
 
 /// The latencies' p50, p99 and max, `-` for an edit no hook call carried.
-fn latencies(within: &[Option<Duration>]) -> (String, String, String) {
+fn latencies(within: &[(Option<Duration>, Duration)]) -> (String, String, String) {
     let at = |q: f64| {
         if within.is_empty() {
             return "-".to_owned();
         }
         let rank = ((q * within.len() as f64).ceil() as usize).clamp(1, within.len());
-        match within[rank - 1] {
+        match within[rank - 1].0 {
             Some(d) => format!("{:.0} ms", d.as_secs_f64() * 1000.0),
             None => "never".to_owned(),
         }
@@ -350,11 +390,28 @@ fn print_storm(s: &Storm) {
         s.cpu_s
     );
     println!(
+        "    API requests {}, of them parent status writes {}",
+        s.requests, s.status_writes
+    );
+    println!(
         "    edits during the storm {} (after it {}): write → hook call p50 {p50}, p99 {p99}, max {max}; the patches' own p99 {:.0} ms",
         s.within.len(),
         s.after,
         s.patch_p99.as_secs_f64() * 1000.0
     );
+    let slowest: Vec<String> = s
+        .within
+        .iter()
+        .rev()
+        .take(3)
+        .map(|(l, at)| {
+            let l = l.map_or("never".to_owned(), |l| {
+                format!("{:.0} ms", l.as_secs_f64() * 1e3)
+            });
+            format!("{l} (written {:.1} s into the storm)", at.as_secs_f64())
+        })
+        .collect();
+    println!("    slowest edits: {}", slowest.join(", "));
 }
 
 fn side_by_side(storms: &[Storm]) {

@@ -147,7 +147,11 @@ impl CompositeRunner {
         }
     }
 
-    /// A parent changed; what it schedules is at `priority` (low: the controller's start).
+    /// A parent changed. During the controller's start (`priority` low) the event of a parent
+    /// the list brought schedules nothing: the start queues every cached parent once it is over,
+    /// one sync each (as Metacontroller's queue deduplicates the adds of its start). A parent
+    /// the watch held already (a change someone made) and every event after the start are
+    /// scheduled at normal.
     fn on_parent_change(&self, change: &Change, priority: Priority) {
         self.refile(change);
         match change {
@@ -186,7 +190,10 @@ impl CompositeRunner {
                 {
                     return;
                 }
-                self.queue.add_at(obj_key(new), Some(cause), priority);
+                if priority == Priority::Normal || old.is_some() {
+                    self.queue
+                        .add_at(obj_key(new), Some(cause), Priority::Normal);
+                }
             }
             Change::Deleted(old) => {
                 let key = obj_key(old);
@@ -220,6 +227,11 @@ impl CompositeRunner {
                 {
                     return;
                 }
+                // a child the watch held already changed: someone's change, even in the start
+                let priority = match old {
+                    Some(_) => Priority::Normal,
+                    None => priority,
+                };
                 let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
                     && owner(o) != owner(new)
@@ -276,7 +288,10 @@ impl CompositeRunner {
             move |c, p| on.on_parent_change(c, p),
             move |p| {
                 lag.refile_all();
-                lag.enqueue_all(p);
+                // during the start, its end queues every parent
+                if p == Priority::Normal {
+                    lag.enqueue_all(p);
+                }
             },
             move || start.enqueue_all(Priority::Low),
         );

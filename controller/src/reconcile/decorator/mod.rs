@@ -108,6 +108,9 @@ impl DecoratorRunner {
         }
     }
 
+    /// A target changed. During its watch's start (`priority` low) the event of a target the
+    /// list brought schedules nothing: the start queues every cached target once it is over, one
+    /// sync each. A target the watch held already and every event after the start: normal.
     fn on_target_change(&self, resource: usize, change: &Change, priority: Priority) {
         match change {
             Change::Applied { old, new } => {
@@ -122,7 +125,9 @@ impl DecoratorRunner {
                 {
                     return;
                 }
-                self.enqueue_if_target(resource, new, priority);
+                if priority == Priority::Normal || old.is_some() {
+                    self.enqueue_if_target(resource, new, Priority::Normal);
+                }
             }
             Change::Deleted(old) => {
                 self.queue.forget(&target_key(resource, old));
@@ -247,7 +252,12 @@ impl DecoratorRunner {
                 rule.informer.clone(),
                 rx,
                 move |c, p| on.on_target_change(i, c, p),
-                move |p| lag.enqueue_all(p),
+                move |p| {
+                    // during the start, its end queues every target
+                    if p == Priority::Normal {
+                        lag.enqueue_all(p);
+                    }
+                },
                 move || {
                     for obj in informer.list() {
                         start.enqueue_if_target(i, &obj, Priority::Low);
