@@ -181,6 +181,12 @@ impl DecoratorRunner {
                 {
                     return;
                 }
+                // an attachment the watch held already changed: someone's change, even in the
+                // start
+                let priority = match old {
+                    Some(_) => Priority::Normal,
+                    None => priority,
+                };
                 let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
                     && owner(o) != owner(new)
