@@ -2,9 +2,9 @@
 //! first list comes in (every object it holds, as "applied"), and everything its receiver had
 //! not taken by the time that list was in, is the start; whatever the watch announces after it is
 //! a change someone made. The start schedules at [`Priority::Low`], a change at
-//! [`Priority::Normal`], so a person's edit made during the start of 100 000 parents is synced
-//! next, not after all of them; every parent is still synced once by the start, in the order it
-//! was queued (docs/design/queue-priority.md).
+//! [`Priority::Normal`], so a person's edit queued during the start of 100 000 parents is handed
+//! out next, not after all of them; every parent is still synced once by the start, in the order
+//! it was queued (docs/design/queue-priority.md).
 //!
 //! The end of the start is told by position in the receiver, not by time: once the watch
 //! reports its first list complete, the changes already waiting for the receiver are the list's

@@ -408,8 +408,8 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// [`Queue::add`] at `priority`, saying why when `cause` is given. At [`Priority::Low`] it
     /// is the controller's start (every parent at once, a watch's first list): still a change
     /// ([`Queue::take_changed`]), handed out in the order it was scheduled, but after the
-    /// changes made since (a person's edit during the start of 100 000 parents waits for one
-    /// sync, not for all of them; docs/design/queue-priority.md). A key due already keeps its
+    /// changes made since (a person's edit queued during the start of 100 000 parents is handed
+    /// out next, not after all of them; docs/design/queue-priority.md). A key due already keeps its
     /// place and priority; one due later comes now.
     pub fn add_at(&self, key: K, cause: Option<Cause>, priority: Priority) {
         self.schedule_by(key, priority, |s, key, _| {
