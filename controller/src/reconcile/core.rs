@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -31,8 +31,8 @@ pub(crate) use crate::reconcile::error::api_err;
 pub use crate::reconcile::error::{FailureClass, SyncError};
 use crate::reconcile::identity::Identities;
 pub use crate::reconcile::identity::Writer;
-use crate::runtime::cache::{Change, Form, Informer, Informers, ObjKey, Watch};
-use crate::runtime::queue::{Cause, Queue, Tenant};
+use crate::runtime::cache::{Change, Form, Informers, ObjKey, Watch};
+use crate::runtime::queue::{Cause, Priority, Queue, Tenant};
 use crate::runtime::resources::Resources;
 
 /// Shared by every controller of a manager.
@@ -270,33 +270,20 @@ pub struct Triggers {
 }
 
 impl Triggers {
-    /// Calls `on_change` for every change `informer` broadcasts from now on, and `on_lag` when
-    /// changes were missed (the handler fell behind): the owner then enqueues everything.
-    pub fn watch<T: Form>(
+    /// Calls `on_change` for every change `rx` (subscribed to `watch` before its first list)
+    /// receives and `on_lag` when changes were missed (the handler fell behind): the handlers get the priority of what they schedule, [`Priority::Low`] for the changes
+    /// of the controller's start (the list) and [`Priority::Normal`] after it; `on_started` runs
+    /// once the start is over ([`crate::reconcile::start`]).
+    pub fn watch_from_start<T: Form>(
         &mut self,
-        informer: &Informer<T>,
-        on_change: impl Fn(&Change<T>) + Send + 'static,
-        on_lag: impl Fn() + Send + 'static,
+        watch: Arc<dyn Watch>,
+        rx: broadcast::Receiver<Change<T>>,
+        on_change: impl Fn(&Change<T>, Priority) + Send + 'static,
+        on_lag: impl Fn(Priority) + Send + 'static,
+        on_started: impl FnOnce() + Send + 'static,
     ) {
-        self.watch_receiver(informer.subscribe(), on_change, on_lag);
-    }
-
-    /// As [`Triggers::watch`], for a receiver subscribed earlier (no change since is lost).
-    pub fn watch_receiver<T: Form>(
-        &mut self,
-        mut rx: broadcast::Receiver<Change<T>>,
-        on_change: impl Fn(&Change<T>) + Send + 'static,
-        on_lag: impl Fn() + Send + 'static,
-    ) {
-        self.tasks.spawn(async move {
-            loop {
-                match rx.recv().await {
-                    Ok(c) => on_change(&c),
-                    Err(RecvError::Lagged(_)) => on_lag(),
-                    Err(RecvError::Closed) => break,
-                }
-            }
-        });
+        let follow = crate::reconcile::start::follow(watch, rx, on_change, on_lag, on_started);
+        self.tasks.spawn(follow);
     }
 
     /// Calls `tick` every `period`, the first time one period from now.

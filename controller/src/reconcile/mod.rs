@@ -24,6 +24,7 @@ pub mod manager;
 pub(crate) mod memory;
 pub(crate) mod related;
 pub(crate) mod rollout;
+pub(crate) mod start;
 pub(crate) mod status;
 pub(crate) mod triggers;
 pub(crate) mod unchanged;

@@ -8,8 +8,9 @@
 //! informer resync and relist both reach `updateParentObject`): a relist and a resync schedule
 //! every parent at low priority (a parent already scheduled, for a change or for the retry after
 //! its backoff, keeps its schedule, and a resync is not a change, so it does not pass an open
-//! hook circuit); parents gained by the work scope and a related object's change are changes
-//! (`docs/design/metacontroller-contract.md`).
+//! hook circuit); parents gained by the work scope and a related object's change are changes,
+//! the gained ones at low priority like the controller's start (every parent at once;
+//! `docs/design/metacontroller-contract.md`, `docs/design/queue-priority.md`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub use crate::reconcile::core::Triggers;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::related::{self, Used};
 use crate::runtime::cache::Change;
-use crate::runtime::queue::Cause;
+use crate::runtime::queue::{Cause, Priority};
 use crate::runtime::resources::Resolved;
 
 /// How widely the resync after a relist spreads its parents: 2 s (kmeta's), so a relist does not
@@ -48,10 +49,10 @@ pub trait Parents: Reconciler {
     fn memory(&self) -> &ChildMemory;
 }
 
-/// Every parent `mine` accepts, scheduled as a change.
-fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>, cause: &Cause) {
+/// Every parent `mine` accepts, scheduled as a change at `priority`.
+fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>, cause: &Cause, priority: Priority) {
     for key in r.parents_where(mine) {
-        r.queue().add_because(key, cause.clone());
+        r.queue().add_at(key, Some(cause.clone()), priority);
     }
 }
 
@@ -93,7 +94,8 @@ async fn listen<R: Parents>(
         let Some(r) = weak.upgrade() else { break };
         let uids = related::parents_reading(&r.memory().customize_cache, &resolved);
         if !uids.is_empty() {
-            enqueue_where(r.as_ref(), &|_, uid| uids.contains(uid), &Cause::Related);
+            let reads = |_: &str, uid: &str| uids.contains(uid);
+            enqueue_where(r.as_ref(), &reads, &Cause::Related, Priority::Normal);
         }
     }
 }
@@ -127,8 +129,10 @@ pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> T
     }
     if let Some(scope) = r.context().wiring.work_scope.clone() {
         let gains = r.clone();
-        let enqueue =
-            move |gained: ParentTest<'_>| enqueue_where(gains.as_ref(), gained, &Cause::Gained);
+        // every parent gained at once is this replica's start on them: low, as the start's
+        let enqueue = move |gained: ParentTest<'_>| {
+            enqueue_where(gains.as_ref(), gained, &Cause::Gained, Priority::Low);
+        };
         t.spawn(scope.clone().follow_gains(Box::new(enqueue)));
         let count = r.clone();
         let count = move |mine: ParentTest<'_>| count.count_where(mine);

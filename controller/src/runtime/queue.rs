@@ -397,17 +397,26 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// Schedules `key` now, for a change someone made (a watch event): remembered until the key
     /// is handed out and [`Queue::take_changed`] asks.
     pub fn add(&self, key: K) {
-        self.schedule_by(key, Priority::Normal, |s, key, _| {
-            s.changed.insert(key.clone());
-            Duration::ZERO
-        });
+        self.add_at(key, None, Priority::Normal);
     }
 
     /// [`Queue::add`], saying why ([`Queue::take_cause`]).
     pub fn add_because(&self, key: K, cause: Cause) {
-        self.schedule_by(key, Priority::Normal, |s, key, _| {
+        self.add_at(key, Some(cause), Priority::Normal);
+    }
+
+    /// [`Queue::add`] at `priority`, saying why when `cause` is given. At [`Priority::Low`] it
+    /// is the controller's start (every parent at once, a watch's first list): still a change
+    /// ([`Queue::take_changed`]), handed out in the order it was scheduled, but after the
+    /// changes made since (a person's edit queued during the start of 100 000 parents is handed
+    /// out next, not after all of them; docs/design/queue-priority.md). A key due already keeps its
+    /// place and priority; one due later comes now.
+    pub fn add_at(&self, key: K, cause: Option<Cause>, priority: Priority) {
+        self.schedule_by(key, priority, |s, key, _| {
             s.changed.insert(key.clone());
-            s.note_cause(key, cause);
+            if let Some(cause) = cause {
+                s.note_cause(key, cause);
+            }
             Duration::ZERO
         });
     }
@@ -765,6 +774,88 @@ mod tests {
             pos("resync1") < pos("change19"),
             "a steady stream of changes starved resyncs"
         );
+    }
+
+    /// 100 000 parents in 1 000 namespaces scheduled by a start (low), five of them running.
+    fn started(q: &Queue<(String, String)>) {
+        for i in 0..100_000 {
+            let k = key(&format!("ns{}", i % 1000), &format!("p{i}"));
+            q.add_at(k, Some(Cause::Started), Priority::Low);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_edit_during_a_start_of_100_000_parents_is_handed_out_next() {
+        let q: Queue<(String, String)> = Queue::default();
+        started(&q);
+        let mut running = Vec::new();
+        for _ in 0..5 {
+            running.push(q.next().await.unwrap());
+        }
+        // a person edits a parent whose start-up sync is still queued, and one already synced
+        let queued = key("ns999", "p99999");
+        q.add_because(queued.clone(), Cause::Watched("Thing ns999/p99999".into()));
+        assert_eq!(q.next().await, Some(queued.clone()), "the edit comes next");
+        assert!(q.take_changed(&queued));
+        assert_eq!(
+            q.take_cause(&queued),
+            Some((Cause::Started, 1)),
+            "one sync for both: the start's and the edit's"
+        );
+        let synced = running[0].clone();
+        q.done(&synced);
+        q.add_because(synced.clone(), Cause::Related);
+        assert_eq!(q.next().await, Some(synced.clone()), "next again");
+        q.done(&synced);
+        q.done(&queued);
+        for k in &running[1..] {
+            q.done(k);
+        }
+        // every other parent's start-up sync still comes, each once, as a change
+        let mut rest = std::collections::HashSet::new();
+        while !q.is_empty() {
+            let k = q.next().await.unwrap();
+            assert!(q.take_changed(&k), "a start is a change");
+            q.done(&k);
+            assert!(rest.insert(k), "handed out twice");
+        }
+        assert_eq!(rest.len() + running.len() + 1, 100_000);
+    }
+
+    #[tokio::test]
+    async fn under_a_stream_of_changes_an_edit_waits_for_at_most_one_start_up_sync() {
+        let q: Queue<(String, String)> = Queue::default();
+        started(&q);
+        for i in 0..LOW_PRIORITY_EVERY {
+            q.add(key("busy", &format!("c{i}")));
+        }
+        let order = take(&q, LOW_PRIORITY_EVERY as usize).await;
+        assert!(order.iter().all(|k| k.0 == "busy"), "changes first");
+        q.add(key("ns5", "edited"));
+        // the low line's turn has come (8 changes in a row): one start-up sync, then the edit
+        let next = take(&q, 2).await;
+        assert_ne!(next[0].0, "busy");
+        assert_eq!(next[1], key("ns5", "edited"), "{next:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_keeps_a_key_scheduled_already_where_it_is() {
+        let q: Queue<&str> = Queue::default();
+        q.add_after("a", Duration::from_secs(5));
+        q.add("b");
+        q.add_at("a", Some(Cause::Started), Priority::Low);
+        q.add_at("b", Some(Cause::Started), Priority::Low);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next().await, Some("b"), "b stays a normal change");
+        assert_eq!(q.take_cause(&"b"), Some((Cause::Started, 0)));
+        let start = Instant::now();
+        assert_eq!(
+            q.next().await,
+            Some("a"),
+            "a comes at once: a start is a change"
+        );
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert!(q.take_changed(&"a"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,13 +5,16 @@
 //! and into `status.v`, and `status.children` then counts only the observed children carrying
 //! it; a parent without one gets exactly what it got before. The hook serves its call count at
 //! `GET /stats` and the times its calls arrived at `GET /times?from=K` (microseconds since it
-//! started, one per line, from the `K`th call on).
+//! started, one per line, from the `K`th call on). For the `storm` scenario it also serves
+//! when it started (`GET /epoch`, microseconds since the UNIX epoch), how many distinct parents
+//! its calls from the `K`th on named (`GET /distinct?from=K`) and, for each `spec.edit` a parent
+//! carried, when the first call carrying it arrived (`GET /edits`: `edit microseconds` lines).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use axum::body::Bytes;
@@ -35,8 +38,13 @@ struct Hook {
     latency: Duration,
     calls: AtomicU64,
     started: Instant,
-    /// When each call arrived, in microseconds since `started`.
+    /// `started` in microseconds since the UNIX epoch.
+    epoch_us: u64,
+    /// When each call arrived, in microseconds since `started`, and the parent it named.
     times: Mutex<Vec<u64>>,
+    names: Mutex<Vec<String>>,
+    /// The first call carrying each `spec.edit`: when it arrived, microseconds since `started`.
+    edits: Mutex<HashMap<u64, u64>>,
     /// Calls by (children observed at the parent's `spec.v`, the parent's `status.children`):
     /// which syncs a converge made (a first sync observes none and sees no status, a second
     /// observes all, one after it sees its own status).
@@ -80,7 +88,10 @@ pub(crate) fn main() -> anyhow::Result<()> {
         latency: Duration::from_millis(super::env_num("KMETA_SCALE_HOOK_LATENCY_MS", 0)?),
         calls: AtomicU64::new(0),
         started: Instant::now(),
+        epoch_us: unix_us(SystemTime::now()),
         times: Mutex::new(Vec::new()),
+        names: Mutex::new(Vec::new()),
+        edits: Mutex::default(),
         kinds: Mutex::default(),
     });
     tokio::runtime::Builder::new_multi_thread()
@@ -97,6 +108,9 @@ async fn serve(hook: Arc<Hook>) -> anyhow::Result<()> {
         .route("/stats", get(stats))
         .route("/times", get(times))
         .route("/kinds", get(kinds))
+        .route("/epoch", get(epoch))
+        .route("/distinct", get(distinct))
+        .route("/edits", get(edits))
         .with_state(hook);
     axum::serve(listener, app).await?;
     Ok(())
@@ -131,6 +145,62 @@ async fn times(State(hook): State<Arc<Hook>>, Query(q): Query<HashMap<String, us
     let times = hook.times.lock().unwrap_or_else(|e| e.into_inner());
     let lines: Vec<String> = times.iter().skip(from).map(u64::to_string).collect();
     lines.join("\n")
+}
+
+/// Microseconds since the UNIX epoch at `t`.
+pub(crate) fn unix_us(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+async fn epoch(State(hook): State<Arc<Hook>>) -> String {
+    hook.epoch_us.to_string()
+}
+
+async fn distinct(
+    State(hook): State<Arc<Hook>>,
+    Query(q): Query<HashMap<String, usize>>,
+) -> String {
+    let from = q.get("from").copied().unwrap_or(0);
+    let names = hook.names.lock().unwrap_or_else(|e| e.into_inner());
+    let seen: HashSet<&str> = names.iter().skip(from).map(String::as_str).collect();
+    seen.len().to_string()
+}
+
+async fn edits(State(hook): State<Arc<Hook>>) -> String {
+    let edits = hook.edits.lock().unwrap_or_else(|e| e.into_inner());
+    let lines: Vec<String> = edits.iter().map(|(e, at)| format!("{e} {at}")).collect();
+    lines.join("\n")
+}
+
+/// When the hook started, microseconds since the UNIX epoch.
+pub(crate) async fn epoch_us(port: u16) -> anyhow::Result<u64> {
+    let (_, body) = http_get(port, "/epoch")
+        .await
+        .context("hook /epoch unreachable")?;
+    Ok(body.trim().parse()?)
+}
+
+/// How many distinct parents the calls from the `from`th on named.
+pub(crate) async fn distinct_parents(port: u16, from: u64) -> anyhow::Result<usize> {
+    let (_, body) = http_get(port, &format!("/distinct?from={from}"))
+        .await
+        .context("hook /distinct unreachable")?;
+    Ok(body.trim().parse()?)
+}
+
+/// For each `spec.edit` a call carried, when the first such call arrived (µs since the hook
+/// started).
+pub(crate) async fn edit_arrivals(port: u16) -> anyhow::Result<HashMap<u64, u64>> {
+    let (_, body) = http_get(port, "/edits")
+        .await
+        .context("hook /edits unreachable")?;
+    body.lines()
+        .map(|l| {
+            let (e, at) = l.split_once(' ').context("hook /edits: not `edit µs`")?;
+            anyhow::Ok((e.parse()?, at.parse()?))
+        })
+        .collect()
 }
 
 /// The arrival times (µs since the hook started) of its calls from the `from`th on.
@@ -176,6 +246,8 @@ struct Metadata {
 #[derive(Deserialize, Default)]
 struct Spec {
     v: Option<u64>,
+    /// Set by the `storm` scenario's edits: which edit the parent carries.
+    edit: Option<u64>,
 }
 
 /// An observed child: only its [`V_ANNOTATION`] is read, the rest is skipped as
@@ -214,6 +286,14 @@ async fn sync(State(hook): State<Arc<Hook>>, body: Bytes) -> Response {
         .unwrap_or_else(|e| e.into_inner())
         .push(at);
     let parent = &req.parent.metadata.name;
+    hook.names
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(parent.clone());
+    if let Some(edit) = req.parent.spec.edit {
+        let mut edits = hook.edits.lock().unwrap_or_else(|e| e.into_inner());
+        edits.entry(edit).or_insert(at);
+    }
     let key = format!("{}.{}", hook.kind.kind(), hook.kind.api_version());
     let v = req.parent.spec.v.map(|v| v.to_string());
     let observed = req.children.get(&key).map_or(0, |c| {

@@ -32,6 +32,14 @@
 //!   (list then watch) and `--watch-list=auto` (watch-list), `KMETA_SCALE_COLDSTART_ROUNDS` (2)
 //!   rounds: the time from the process's spawn to `/readyz` and to its first hook call, its
 //!   peak RSS at both, the load average, and the watch-list's ratios to list-then-watch.
+//! - `storm` (not in the default list; issue 54 part 4): N parents converged, then a fresh
+//!   `kmeta run` over them (every parent queued by its start) and one whose watches relist
+//!   (`--cache-flush-interval`), each while 100 edits by "a person" are spread over the storm:
+//!   each edit's time from its write to the first hook call carrying it (p50/p99/max), the
+//!   storm's drain time and the distinct parents it synced. `KMETA_SCALE_STORM_BINS`
+//!   (`label=path,…`) runs each binary in turn over the same fleet, side by side (see
+//!   `storm.rs`); `KMETA_SCALE_CHILDREN=0` is allowed (the edit's wait is the queue's).
+//!
 //! - `failover` (not in the default list): after the converge of each case with more than one
 //!   replica (run for it when `converge` is not asked for), the replica holding the most shard
 //!   buckets is killed with SIGKILL and every parent edited (`spec.v`, which the hook copies into
@@ -91,6 +99,7 @@ mod coldstart;
 mod hook;
 mod run;
 mod shard;
+mod storm;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -695,6 +704,12 @@ async fn bench() -> anyhow::Result<()> {
             for case in cases(None, 0.0)? {
                 println!("cold start: {}", case.label());
                 coldstart::coldstart(&dir, &case).await?;
+            }
+        }
+        if has("storm") {
+            for case in cases(None, 0.0)? {
+                println!("storm: {}", case.label());
+                storm::storm(&dir, &case).await?;
             }
         }
         if has("adopt") {

@@ -41,15 +41,28 @@ impl Controller {
         case: &Case,
         replica: usize,
     ) -> anyhow::Result<Controller> {
+        Controller::start_with(dir, server, case, replica, &bin("kmeta")?, &[]).await
+    }
+
+    /// [`Controller::start`] of the `kmeta` binary at `binary`, with `extra` arguments.
+    pub(crate) async fn start_with(
+        dir: &Path,
+        server: &Server,
+        case: &Case,
+        replica: usize,
+        binary: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<Controller> {
         let (metrics, health) = (free_port()?, free_port()?);
-        let mut cmd = Command::new(bin("kmeta")?);
+        let mut cmd = Command::new(binary);
         cmd.args(["run", "--kubeconfig"])
             .arg(&server.kubeconfig)
             .arg(format!("--metrics-address=127.0.0.1:{metrics}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
             .arg(format!("--workers={}", case.workers))
             .arg(format!("--client-go-qps={}", case.qps))
-            .args(["--discovery-interval=1s", "--log-level=warn"]);
+            .args(["--discovery-interval=1s", "--log-level=warn"])
+            .args(extra);
         let name = match case.replicas {
             1 => "kmeta".to_owned(),
             _ => format!("kmeta-{replica}"),
@@ -66,8 +79,8 @@ impl Controller {
         println!("    ({name} run: pid {})", proc.pid());
         let start = Instant::now();
         while http_get(health, "/readyz").await.map(|r| r.0) != Some(200) {
-            if start.elapsed() > Duration::from_secs(60) {
-                bail!("kmeta run not ready within 60 s (log: {})", dir.display());
+            if start.elapsed() > Duration::from_secs(300) {
+                bail!("kmeta run not ready within 300 s (log: {})", dir.display());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

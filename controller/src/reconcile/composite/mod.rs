@@ -26,7 +26,7 @@ use crate::reconcile::status;
 use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
 use crate::runtime::cache::{Change, ObjKey, Watch, obj_key};
 use crate::runtime::compact::Compact;
-use crate::runtime::queue::{Cause, Queue};
+use crate::runtime::queue::{Cause, Priority, Queue};
 
 pub use build::{BuildError, CompositeState, LocalHooks};
 pub use related::Used;
@@ -79,7 +79,8 @@ impl CompositeRunner {
 
     /// Enqueues the parent that controls `child`, or every parent whose selector matches an
     /// orphan.
-    fn enqueue_for_child(&self, child: &Compact) {
+    /// Schedules the parents `child` belongs to, at `priority` (low: the controller's start).
+    fn enqueue_for_child(&self, child: &Compact, priority: Priority) {
         if let Some(r) = child.controller() {
             let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
             if r.kind != self.state.parent.api.kind || group != self.state.parent.api.group {
@@ -89,8 +90,8 @@ impl CompositeRunner {
             if let Some(p) = self.state.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
             {
-                self.queue
-                    .add_because(ObjKey::new(ns, r.name), watched(child));
+                let key = ObjKey::new(ns, r.name);
+                self.queue.add_at(key, Some(watched(child)), priority);
             }
             return;
         }
@@ -100,7 +101,7 @@ impl CompositeRunner {
             if let Some(p) = self.state.parents.get(&key.namespace, &key.name)
                 && selectors::selects(&p, generate, child)
             {
-                self.queue.add_because(key, watched(child));
+                self.queue.add_at(key, Some(watched(child)), priority);
             }
         }
     }
@@ -146,7 +147,12 @@ impl CompositeRunner {
         }
     }
 
-    fn on_parent_change(&self, change: &Change) {
+    /// A parent changed. During the controller's start (`priority` low) the event of a parent
+    /// the list brought schedules nothing: the start queues every cached parent once it is over,
+    /// one sync each (as Metacontroller's queue deduplicates the adds of its start). A parent
+    /// the watch held already (a change someone made) and every event after the start are
+    /// scheduled at normal.
+    fn on_parent_change(&self, change: &Change, priority: Priority) {
         self.refile(change);
         match change {
             Change::Applied { old, new } => {
@@ -184,7 +190,10 @@ impl CompositeRunner {
                 {
                     return;
                 }
-                self.queue.add_because(obj_key(new), cause);
+                if priority == Priority::Normal || old.is_some() {
+                    self.queue
+                        .add_at(obj_key(new), Some(cause), Priority::Normal);
+                }
             }
             Change::Deleted(old) => {
                 let key = obj_key(old);
@@ -208,7 +217,8 @@ impl CompositeRunner {
         }
     }
 
-    fn on_child_change(&self, change: &Change<Compact>) {
+    /// A child changed; what it schedules is at `priority` (low: the controller's start).
+    fn on_child_change(&self, change: &Change<Compact>, priority: Priority) {
         match change {
             Change::Applied { old, new } => {
                 if old
@@ -217,25 +227,33 @@ impl CompositeRunner {
                 {
                     return;
                 }
+                // a child the watch held already changed: someone's change, even in the start
+                let priority = match old {
+                    Some(_) => Priority::Normal,
+                    None => priority,
+                };
                 let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
                     && owner(o) != owner(new)
                 {
-                    self.enqueue_for_child(o);
+                    self.enqueue_for_child(o, priority);
                 }
                 self.state.memory.child_seen(new, false);
-                self.enqueue_for_child(new);
+                self.enqueue_for_child(new, priority);
             }
             Change::Deleted(old) => {
                 self.state.memory.child_seen(old, true);
-                self.enqueue_for_child(old);
+                self.enqueue_for_child(old, priority);
             }
         }
     }
 
-    fn enqueue_all(&self) {
+    /// Every parent, at `priority`: low for the controller's start, normal after changes were
+    /// lost (a receiver that fell behind).
+    fn enqueue_all(&self, priority: Priority) {
         for p in self.state.parents.list() {
-            self.queue.add_because(obj_key(&p), Cause::Started);
+            self.queue
+                .add_at(obj_key(&p), Some(Cause::Started), priority);
         }
     }
 
@@ -254,32 +272,37 @@ impl CompositeRunner {
         core::run(self, triggers, stop).await;
     }
 
-    /// Parent events, child events, and the resync period, each enqueueing parents.
+    /// Parent events, child events, and the resync period, each enqueueing parents. The start
+    /// (every parent, once the parent watch has listed) and what the watches' first lists
+    /// announce are scheduled at low priority, changes after them at normal
+    /// ([`crate::reconcile::start`]).
     fn triggers(self: &Arc<Self>) -> Triggers {
         let period = triggers::resync_period(self.state.cc.spec.resync_period_seconds);
         let mut t = triggers::for_parents(self, period);
         let parents = self.state.parents.subscribe();
         self.refile_all();
-        let pc = self.clone();
-        t.spawn(async move {
-            pc.state.parents.wait_synced().await;
-            pc.enqueue_all();
-        });
-        let (on, lag) = (self.clone(), self.clone());
-        t.watch_receiver(
+        let (on, lag, start) = (self.clone(), self.clone(), self.clone());
+        t.watch_from_start(
+            self.state.parents.clone(),
             parents,
-            move |c| on.on_parent_change(c),
-            move || {
+            move |c, p| on.on_parent_change(c, p),
+            move |p| {
                 lag.refile_all();
-                lag.enqueue_all();
+                // during the start, its end queues every parent
+                if p == Priority::Normal {
+                    lag.enqueue_all(p);
+                }
             },
+            move || start.enqueue_all(Priority::Low),
         );
         for rule in self.state.children.values() {
             let (on, lag) = (self.clone(), self.clone());
-            t.watch(
-                &rule.informer,
-                move |c| on.on_child_change(c),
-                move || lag.enqueue_all(),
+            t.watch_from_start(
+                rule.informer.clone(),
+                rule.informer.subscribe(),
+                move |c, p| on.on_child_change(c, p),
+                move |p| lag.enqueue_all(p),
+                || {},
             );
         }
         t

@@ -24,7 +24,7 @@ use crate::reconcile::related::Used;
 use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
 use crate::runtime::cache::{Change, Watch};
 use crate::runtime::compact::Compact;
-use crate::runtime::queue::{Queue, Tenant};
+use crate::runtime::queue::{Priority, Queue, Tenant};
 
 pub use build::{DecoratorBuildError, DecoratorState};
 pub use release::{ensure_release_finalizer, needs_release, release_targets};
@@ -98,16 +98,20 @@ impl DecoratorRunner {
         })
     }
 
-    /// Enqueues `obj` of target resource `resource` when it is a target.
-    fn enqueue_if_target(&self, resource: usize, obj: &Value) {
+    /// Enqueues `obj` of target resource `resource` when it is a target, at `priority` (low:
+    /// the controller's start).
+    fn enqueue_if_target(&self, resource: usize, obj: &Value, priority: Priority) {
         if let Some(rule) = self.state.targets.get(resource)
             && decide::is_target(&rule.selector, obj, &self.state.finalizer)
         {
-            self.queue.add(target_key(resource, obj));
+            self.queue.add_at(target_key(resource, obj), None, priority);
         }
     }
 
-    fn on_target_change(&self, resource: usize, change: &Change) {
+    /// A target changed. During its watch's start (`priority` low) the event of a target the
+    /// list brought schedules nothing: the start queues every cached target once it is over, one
+    /// sync each. A target the watch held already and every event after the start: normal.
+    fn on_target_change(&self, resource: usize, change: &Change, priority: Priority) {
         match change {
             Change::Applied { old, new } => {
                 let ignore = self
@@ -121,7 +125,9 @@ impl DecoratorRunner {
                 {
                     return;
                 }
-                self.enqueue_if_target(resource, new);
+                if priority == Priority::Normal || old.is_some() {
+                    self.enqueue_if_target(resource, new, Priority::Normal);
+                }
             }
             Change::Deleted(old) => {
                 self.queue.forget(&target_key(resource, old));
@@ -138,8 +144,8 @@ impl DecoratorRunner {
         }
     }
 
-    /// Enqueues the target that controls `child`, if it is one of ours.
-    fn enqueue_for_attachment(&self, child: &Compact) {
+    /// Enqueues the target that controls `child`, if it is one of ours, at `priority`.
+    fn enqueue_for_attachment(&self, child: &Compact, priority: Priority) {
         let Some(r) = child.controller() else {
             return;
         };
@@ -161,12 +167,12 @@ impl DecoratorRunner {
             if let Some(t) = rule.informer.get(ns, field("name"))
                 && meta_str(&t, "uid") == field("uid")
             {
-                self.enqueue_if_target(i, &t);
+                self.enqueue_if_target(i, &t, priority);
             }
         }
     }
 
-    fn on_attachment_change(&self, change: &Change<Compact>) {
+    fn on_attachment_change(&self, change: &Change<Compact>, priority: Priority) {
         match change {
             Change::Applied { old, new } => {
                 if old
@@ -175,25 +181,32 @@ impl DecoratorRunner {
                 {
                     return;
                 }
+                // an attachment the watch held already changed: someone's change, even in the
+                // start
+                let priority = match old {
+                    Some(_) => Priority::Normal,
+                    None => priority,
+                };
                 let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
                 if let Some(o) = old
                     && owner(o) != owner(new)
                 {
-                    self.enqueue_for_attachment(o);
+                    self.enqueue_for_attachment(o, priority);
                 }
                 self.state.memory.child_seen(new, false);
-                self.enqueue_for_attachment(new);
+                self.enqueue_for_attachment(new, priority);
             }
             Change::Deleted(old) => {
                 self.state.memory.child_seen(old, true);
-                self.enqueue_for_attachment(old);
+                self.enqueue_for_attachment(old, priority);
             }
         }
     }
 
-    fn enqueue_all(&self) {
+    /// Every target, at `priority` (low: the controller's start).
+    fn enqueue_all(&self, priority: Priority) {
         for key in self.parents_where(&|_, _| true) {
-            self.queue.add(key);
+            self.queue.add_at(key, None, priority);
         }
     }
 
@@ -231,32 +244,41 @@ impl DecoratorRunner {
     }
 
     /// Target events, attachment events, relists and the resync period, each enqueueing
-    /// targets.
+    /// targets. The start (every target, once its watch has listed) and what the watches' first
+    /// lists announce are scheduled at low priority, changes after them at normal
+    /// ([`crate::reconcile::start`]).
     fn triggers(self: &Arc<Self>) -> Triggers {
         let period = triggers::resync_period(self.state.dc.spec.resync_period_seconds);
         let mut t = triggers::for_parents(self, period);
         for (i, rule) in self.state.targets.iter().enumerate() {
             let rx = rule.informer.subscribe();
-            let (start, informer) = (self.clone(), rule.informer.clone());
-            t.spawn(async move {
-                informer.wait_synced().await;
-                for obj in informer.list() {
-                    start.enqueue_if_target(i, &obj);
-                }
-            });
             let (on, lag) = (self.clone(), self.clone());
-            t.watch_receiver(
+            let (start, informer) = (self.clone(), rule.informer.clone());
+            t.watch_from_start(
+                rule.informer.clone(),
                 rx,
-                move |c| on.on_target_change(i, c),
-                move || lag.enqueue_all(),
+                move |c, p| on.on_target_change(i, c, p),
+                move |p| {
+                    // during the start, its end queues every target
+                    if p == Priority::Normal {
+                        lag.enqueue_all(p);
+                    }
+                },
+                move || {
+                    for obj in informer.list() {
+                        start.enqueue_if_target(i, &obj, Priority::Low);
+                    }
+                },
             );
         }
         for rule in self.state.attachments.values() {
             let (on, lag) = (self.clone(), self.clone());
-            t.watch(
-                &rule.informer,
-                move |c| on.on_attachment_change(c),
-                move || lag.enqueue_all(),
+            t.watch_from_start(
+                rule.informer.clone(),
+                rule.informer.subscribe(),
+                move |c, p| on.on_attachment_change(c, p),
+                move |p| lag.enqueue_all(p),
+                || {},
             );
         }
         t

@@ -1,0 +1,241 @@
+//! A controller's start, as its watches' receivers see it: what a watch announces while its
+//! first list comes in (every object it holds, as "applied"), and everything its receiver had
+//! not taken by the time that list was in, is the start; whatever the watch announces after it is
+//! a change someone made. The start schedules at [`Priority::Low`], a change at
+//! [`Priority::Normal`], so a person's edit queued during the start of 100 000 parents is handed
+//! out next, not after all of them; every parent is still synced once by the start, in the order
+//! it was queued (docs/design/queue-priority.md).
+//!
+//! The end of the start is told by position in the receiver, not by time: once the watch
+//! reports its first list complete, the changes already waiting for the receiver are the list's
+//! (and a few that came with it); the start ends when the receiver has taken those.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use crate::runtime::cache::Watch;
+use crate::runtime::queue::Priority;
+
+/// Where a receiver is in its watch's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The first list is not complete yet.
+    Listing,
+    /// The list is complete; this many changes announced before it was are still to be taken.
+    Draining(usize),
+    /// The start is over: every change from now on is someone's.
+    Running,
+}
+
+impl Phase {
+    /// The priority of what a change taken in this phase schedules.
+    pub(crate) fn priority(self) -> Priority {
+        match self {
+            Phase::Running => Priority::Normal,
+            Phase::Listing | Phase::Draining(_) => Priority::Low,
+        }
+    }
+
+    /// The watch reported its first list complete with `waiting` changes not taken yet.
+    pub(crate) fn synced(self, waiting: usize) -> Phase {
+        match self {
+            Phase::Listing => Phase::Draining(waiting),
+            other => other,
+        }
+    }
+
+    /// One change was taken.
+    pub(crate) fn took(self) -> Phase {
+        match self {
+            Phase::Draining(n) => Phase::Draining(n.saturating_sub(1)),
+            other => other,
+        }
+    }
+
+    /// The receiver fell behind and lost changes; `waiting` are still to be taken.
+    pub(crate) fn lagged(self, waiting: usize) -> Phase {
+        match self {
+            Phase::Draining(_) => Phase::Draining(waiting),
+            other => other,
+        }
+    }
+
+    /// True when the start has just ended (the changes before the list's end are all taken).
+    pub(crate) fn ends(self) -> bool {
+        self == Phase::Draining(0)
+    }
+}
+
+/// Follows `rx`, the receiver of `watch`'s changes subscribed before its first list: every
+/// change goes to `on_change` and every loss to `on_lag`, with the priority of what they schedule
+/// ([`Phase::priority`]); `on_started` runs once, when the start ends (before any change after
+/// it). Returns when the watch stops.
+pub(crate) async fn follow<M: Clone>(
+    watch: Arc<dyn Watch>,
+    mut rx: broadcast::Receiver<M>,
+    on_change: impl Fn(&M, Priority),
+    on_lag: impl Fn(Priority),
+    on_started: impl FnOnce(),
+) {
+    let mut phase = Phase::Listing;
+    let mut on_started = Some(on_started);
+    loop {
+        if phase == Phase::Listing && watch.is_synced() {
+            phase = phase.synced(rx.len());
+        }
+        if phase.ends() {
+            phase = Phase::Running;
+            if let Some(f) = on_started.take() {
+                f();
+            }
+        }
+        let got = match phase {
+            Phase::Listing => tokio::select! {
+                biased;
+                got = rx.recv() => Some(got),
+                () = watch.wait_synced() => None,
+            },
+            _ => Some(rx.recv().await),
+        };
+        match got {
+            None => {}
+            Some(Ok(m)) => {
+                on_change(&m, phase.priority());
+                phase = phase.took();
+            }
+            Some(Err(RecvError::Lagged(_))) => {
+                on_lag(phase.priority());
+                phase = phase.lagged(rx.len());
+            }
+            Some(Err(RecvError::Closed)) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::sync::watch;
+
+    #[test]
+    fn the_start_ends_once_the_changes_before_the_list_end_are_taken() {
+        let p = Phase::Listing;
+        assert_eq!(p.priority(), Priority::Low);
+        let p = p.took().synced(2);
+        assert_eq!(p, Phase::Draining(2));
+        assert_eq!(p.priority(), Priority::Low);
+        let p = p.took();
+        assert!(!p.ends());
+        let p = p.took();
+        assert!(p.ends());
+        assert_eq!(Phase::Running.priority(), Priority::Normal);
+        assert_eq!(Phase::Running.synced(5).took(), Phase::Running);
+        assert_eq!(Phase::Draining(9).lagged(3), Phase::Draining(3));
+        assert_eq!(Phase::Listing.lagged(3), Phase::Listing);
+        assert!(Phase::Listing.synced(0).ends(), "nothing was waiting");
+    }
+
+    struct Fake(watch::Sender<bool>);
+
+    impl Watch for Fake {
+        fn watch_key(&self) -> String {
+            "v1/things".into()
+        }
+        fn is_synced(&self) -> bool {
+            *self.0.borrow()
+        }
+        fn lists(&self) -> watch::Receiver<u64> {
+            watch::channel(0).1
+        }
+        fn wait_synced(&self) -> futures::future::BoxFuture<'_, ()> {
+            let mut rx = self.0.subscribe();
+            Box::pin(async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_listed_are_the_start_and_one_after_it_is_a_change() {
+        let (synced, _) = watch::channel(false);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(16);
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_change, on_started) = (seen.clone(), seen.clone());
+        // the list: three objects, then the watch is synced, then someone's edit
+        for i in 0..3 {
+            tx.send(i).unwrap();
+        }
+        fake.0.send_replace(true);
+        tx.send(3).unwrap();
+        let task = tokio::spawn(follow(
+            fake.clone(),
+            rx,
+            move |m, p| on_change.lock().unwrap().push(format!("{m} {p:?}")),
+            |_| {},
+            move || on_started.lock().unwrap().push("started".into()),
+        ));
+        drop(tx);
+        task.await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        // the edit sent before the receiver looked counts with the start (it is low, not lost);
+        // one sent after the start ended is a change
+        assert_eq!(seen, ["0 Low", "1 Low", "2 Low", "3 Low", "started"]);
+    }
+
+    #[tokio::test]
+    async fn a_change_after_the_start_is_normal_and_a_start_with_nothing_waiting_ends_at_once() {
+        let (synced, _) = watch::channel(false);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(16);
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_change, on_started) = (seen.clone(), seen.clone());
+        let task = tokio::spawn(follow(
+            fake.clone(),
+            rx,
+            move |m, p| on_change.lock().unwrap().push(format!("{m} {p:?}")),
+            |_| {},
+            move || on_started.lock().unwrap().push("started".into()),
+        ));
+        tx.send(0).unwrap();
+        fake.0.send_replace(true);
+        let started = async {
+            while seen.lock().unwrap().len() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), started)
+            .await
+            .expect("the start ended");
+        tx.send(1).unwrap();
+        drop(tx);
+        task.await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, ["0 Low", "started", "1 Normal"]);
+    }
+
+    #[tokio::test]
+    async fn a_loss_during_the_start_is_the_start_too() {
+        let (synced, _) = watch::channel(true);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(2);
+        for i in 0..5 {
+            tx.send(i).unwrap();
+        }
+        let lags: Arc<Mutex<Vec<Priority>>> = Arc::default();
+        let on_lag = lags.clone();
+        drop(tx);
+        follow(
+            fake,
+            rx,
+            |_, _| {},
+            move |p| on_lag.lock().unwrap().push(p),
+            || {},
+        )
+        .await;
+        assert_eq!(*lags.lock().unwrap(), [Priority::Low]);
+    }
+}
