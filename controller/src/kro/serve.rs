@@ -98,64 +98,100 @@ fn step(holds: bool, serving: bool) -> Option<bool> {
     (holds != serving).then_some(holds)
 }
 
+/// The longest wait before serving is started again after failures in a row: 5 minutes
+/// (kmeta's; as client-go's backoff managers, minutes at most).
+const RESTART_MAX: Duration = Duration::from_secs(300);
+
+/// How long serving that stopped on an error `failures` times in a row waits before it starts
+/// again: `every`, doubling with each failure after the first, at most [`RESTART_MAX`].
+fn restart_delay(every: Duration, failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    every.saturating_mul(1u32 << exp).min(RESTART_MAX)
+}
+
+/// The serving task and when it started.
+struct Serving {
+    task: tokio::task::JoinHandle<bool>,
+    token: tokio_util::sync::CancellationToken,
+    started: tokio::time::Instant,
+}
+
 /// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve`]) while `holds()` says this
 /// process may (checked every `every`): started when it starts holding, stopped when it stops,
-/// started again when it ended (a failure, logged) while still holding; until `stop`. The
-/// writes of a stopped task that were already on their way are refused by the client's write
-/// fence, as every write of a process that lost its Lease or bucket.
+/// started again when it ended on an error while still holding, after a backoff
+/// ([`restart_delay`]; a run that lasted [`RESTART_MAX`] starts the count again); until `stop`.
+/// The writes of a stopped task that were already on their way are refused by the client's
+/// write fence, as every write of a process that lost its Lease or bucket.
 pub async fn serve_while(
     client: kube::Client,
     holds: impl Fn() -> bool,
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let mut task: Option<(
-        tokio::task::JoinHandle<()>,
-        tokio_util::sync::CancellationToken,
-    )> = None;
+    let mut serving: Option<Serving> = None;
+    let (mut failures, mut not_before) = (0u32, tokio::time::Instant::now());
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.cancelled() => break,
         }
-        if task.as_ref().is_some_and(|(t, _)| t.is_finished()) {
-            task = None;
+        if let Some(s) = serving.take_if(|s| s.task.is_finished()) {
+            let lasted = s.started.elapsed();
+            failures = match s.task.await.unwrap_or(true) {
+                false => 0,
+                true if lasted >= RESTART_MAX => 1,
+                true => failures.saturating_add(1),
+            };
+            not_before = tokio::time::Instant::now() + restart_delay(every, failures);
         }
-        match step(holds(), task.is_some()) {
+        let may = holds() && (serving.is_some() || tokio::time::Instant::now() >= not_before);
+        match step(may, serving.is_some()) {
             Some(true) => {
                 let token = stop.child_token();
-                let run = serve_until(client.clone(), token.clone());
-                task = Some((tokio::spawn(run), token));
+                let run = serve_until(client.clone(), token.clone(), failures);
+                let (task, started) = (tokio::spawn(run), tokio::time::Instant::now());
+                serving = Some(Serving {
+                    task,
+                    token,
+                    started,
+                });
             }
             Some(false) => {
-                if let Some((_, token)) = task.take() {
+                if let Some(s) = serving.take() {
                     tracing::info!("no longer serving resourcegraphdefinitions here");
-                    token.cancel();
+                    s.token.cancel();
                 }
             }
             None => {}
         }
     }
-    if let Some((_, token)) = task {
-        token.cancel();
+    if let Some(s) = serving {
+        s.token.cancel();
     }
 }
 
-/// [`install_crd`] then [`serve`] until `stop`; a failure is logged.
-async fn serve_until(client: kube::Client, stop: tokio_util::sync::CancellationToken) {
+/// [`install_crd`] then [`serve`] until `stop`; true when it stopped on an error (logged, with
+/// how many failures in a row came before it).
+async fn serve_until(
+    client: kube::Client,
+    stop: tokio_util::sync::CancellationToken,
+    failures: u32,
+) -> bool {
     let served = async {
         install_crd(&client).await?;
         tracing::info!("serving kro.run resourcegraphdefinitions");
         serve(client).await
     };
     tokio::select! {
-        r = served => {
-            if let Err(e) = r {
-                tracing::error!(error = %e, "serving resourcegraphdefinitions stopped");
+        r = served => match r {
+            Ok(()) => false,
+            Err(e) => {
+                tracing::error!(error = %e, failures_before = failures, "serving resourcegraphdefinitions stopped; started again after a backoff");
+                true
             }
-        }
-        _ = stop.cancelled() => {}
+        },
+        _ = stop.cancelled() => false,
     }
 }
 
@@ -432,7 +468,19 @@ async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::{custom_group, step};
+
+    #[test]
+    fn serving_that_keeps_failing_starts_again_after_a_doubling_wait() {
+        let every = Duration::from_secs(2);
+        assert_eq!(restart_delay(every, 0), every);
+        assert_eq!(restart_delay(every, 1), every);
+        assert_eq!(restart_delay(every, 2), Duration::from_secs(4));
+        assert_eq!(restart_delay(every, 4), Duration::from_secs(16));
+        assert_eq!(restart_delay(every, 9), RESTART_MAX);
+        assert_eq!(restart_delay(every, u32::MAX), RESTART_MAX);
+    }
+    use super::{RESTART_MAX, custom_group, restart_delay, step};
+    use std::time::Duration;
 
     #[test]
     fn custom_resources_are_read_from_their_crds() {
