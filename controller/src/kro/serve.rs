@@ -118,8 +118,9 @@ struct Serving {
 
 /// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve`]) while `holds()` says this
 /// process may (checked every `every`): started when it starts holding, stopped when it stops,
-/// started again when it ended on an error while still holding, after a backoff
-/// ([`restart_delay`]; a run that lasted [`RESTART_MAX`] starts the count again); until `stop`.
+/// started again when it ended on an error while still holding, after a backoff (`every`,
+/// doubling with each failure in a row, at most 5 minutes; a run that lasted 5 minutes starts the
+/// count again); until `stop`.
 /// The writes of a stopped task that were already on their way are refused by the client's
 /// write fence, as every write of a process that lost its Lease or bucket.
 pub async fn serve_while(

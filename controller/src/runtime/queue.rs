@@ -527,6 +527,18 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         });
     }
 
+    /// `key`'s object is gone (deleted): everything kept for it is dropped, its failure count,
+    /// waits, and the causes and change noted for its next hand-out (a key still scheduled is
+    /// handed out once more, and its sync finds the object gone).
+    pub fn forget_gone(&self, key: &K) {
+        self.with(|s| {
+            s.failures.remove(key);
+            s.waits.remove(key);
+            s.causes.remove(key);
+            s.changed.remove(key);
+        });
+    }
+
     /// Marks `key` as no longer running.
     pub fn done(&self, key: &K) {
         let now = Instant::now();
@@ -673,6 +685,22 @@ mod tests {
         assert_eq!(
             Cause::Watched("Thing n/p".into()).to_string(),
             "watch: Thing n/p"
+        );
+    }
+
+    #[test]
+    fn a_gone_key_keeps_no_cause_change_or_failure() {
+        let q: Queue<&str> = Queue::default();
+        q.add_because("a", Cause::Watched("Thing n/a".into()));
+        assert_eq!(q.add_rate_limited("b"), backoff(1));
+        q.forget_gone(&"a");
+        q.forget_gone(&"b");
+        assert_eq!(q.take_cause(&"a"), None);
+        assert!(!q.take_changed(&"a"));
+        assert_eq!(
+            q.add_rate_limited("b"),
+            backoff(1),
+            "the count started again"
         );
     }
 

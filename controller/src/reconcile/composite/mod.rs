@@ -197,7 +197,7 @@ impl CompositeRunner {
             }
             Change::Deleted(old) => {
                 let key = obj_key(old);
-                self.queue.forget(&key);
+                self.queue.forget_gone(&key);
                 self.state
                     .ctx
                     .wiring

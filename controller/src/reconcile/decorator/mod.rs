@@ -130,7 +130,7 @@ impl DecoratorRunner {
                 }
             }
             Change::Deleted(old) => {
-                self.queue.forget(&target_key(resource, old));
+                self.queue.forget_gone(&target_key(resource, old));
                 self.state.memory.forget_owner(meta_str(old, "uid"));
                 if let Ok(mut c) = self.state.ctx.child_writes.contests.lock() {
                     c.forget(&self.state.name, meta_str(old, "uid"));
