@@ -134,9 +134,16 @@ async fn own_status_write_requeues_the_parent() -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // 2. per-parent backoff
 
+/// How long a healthy parent's change may take to reach its child beside failing parents: 2.5 s,
+/// plus what the suite's fault modes add. The delays this guards against were all longer: the
+/// circuit opened by 500s held the change 300 s, and workers waiting on the failing parents'
+/// reports 9.2 s. Not a speed target: the change took 0.04–0.4 s at load 9 (2026-12-07), and the
+/// earlier 0.5 s bound failed at 0.56–1.2 s under load 12.
+const NO_DELAY: Duration = Duration::from_millis(2500);
+
 /// One healthy parent `good` and `bad` parents whose hook call answers HTTP 500. Once the bad
 /// ones failed at least 8 times (they are in their backoff now), three spec changes of `good` must
-/// each reach its child within 0.5 s.
+/// each reach its child within [`NO_DELAY`].
 async fn failing_parents_never_delay_a_healthy_one(name: &str, bad: usize) -> anyhow::Result<()> {
     failing_parents_beside_a_healthy_one(name, bad, None).await
 }
@@ -181,10 +188,10 @@ async fn failing_parents_beside_a_healthy_one(
             .filter(|r| parent_name(r).starts_with("bad"))
             .count()
     };
-    // 0.5 s, plus what the suite's fault modes add to the way of an event (a lagging watch; the
-    // hook call, the child write and the test's read, each late; a retried failure)
+    // plus what the suite's fault modes add to the way of an event (a lagging watch; the hook
+    // call, the child write and the test's read, each late; a retried failure)
     let latency = api_latency()?.unwrap_or_default();
-    let mut bound = Duration::from_millis(500) + watch_lag()?.unwrap_or_default() + latency * 3;
+    let mut bound = NO_DELAY + watch_lag()?.unwrap_or_default() + latency * 3;
     if requests_disturbed()? {
         // a churned watch is blind while it relists after a 410: kube's watcher waits 0.8-1.6 s
         // before the first relist and twice that after another 410 at once; the property
