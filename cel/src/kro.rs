@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use kmeta_wire::go_json;
 use kube_cel::cel::extractors::{Identifier, This};
 use kube_cel::cel::objects::{Key, Map, Opaque};
 use kube_cel::cel::{Context, ExecutionError, FunctionContext, ResolveResult, Value};
@@ -127,11 +128,14 @@ fn go_json(v: &Value, out: &mut String) -> Result<(), String> {
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Int(i) => out.push_str(&i.to_string()),
         Value::UInt(u) => out.push_str(&u.to_string()),
-        Value::Float(f) => out.push_str(&go_float(*f)?),
-        Value::String(s) => go_string(s, out),
-        Value::Bytes(b) => go_string(
-            &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b.as_slice()),
+        Value::Float(f) if !f.is_finite() => {
+            return Err(format!("failed to encode value: unsupported value: {f}"));
+        }
+        Value::Float(f) => go_json::write_float(out, *f),
+        Value::String(s) => go_json::write_string(out, s),
+        Value::Bytes(b) => go_json::write_string(
             out,
+            &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b.as_slice()),
         ),
         Value::List(items) => {
             out.push('[');
@@ -152,7 +156,7 @@ fn go_json(v: &Value, out: &mut String) -> Result<(), String> {
                 if i > 0 {
                     out.push(',');
                 }
-                go_string(k, out);
+                go_json::write_string(out, k);
                 out.push(':');
                 go_json(v, out)?;
             }
@@ -170,49 +174,6 @@ fn key_text(k: &Key) -> String {
         Key::Uint(u) => u.to_string(),
         Key::Bool(b) => b.to_string(),
     }
-}
-
-/// A double as Go's `encoding/json` writes it: shortest form, an exponent (`1e+21`, `1e-7`)
-/// below 1e-6 and from 1e21 on.
-fn go_float(f: f64) -> Result<String, String> {
-    if !f.is_finite() {
-        return Err(format!("failed to encode value: unsupported value: {f}"));
-    }
-    let abs = f.abs();
-    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
-        return Ok(format!("{f}"));
-    }
-    let e = format!("{f:e}");
-    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let sign = if exp < 0 { '-' } else { '+' };
-    let digits = exp.unsigned_abs();
-    // Go pads the exponent to two digits, then drops the padding of a negative one
-    Ok(if digits < 10 && exp > 0 {
-        format!("{mantissa}e{sign}0{digits}")
-    } else {
-        format!("{mantissa}e{sign}{digits}")
-    })
-}
-
-/// A string as Go's `encoding/json` quotes it (HTML-safe).
-fn go_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)));
-            }
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 const ALPHANUMERIC: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";

@@ -45,6 +45,7 @@ mod customize;
 mod decorator;
 mod events;
 mod fields;
+pub mod go_json;
 mod object_map;
 
 pub use composite::{FinalizeRequest, FinalizeResponse, SyncRequest, SyncResponse};

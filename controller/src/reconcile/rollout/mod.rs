@@ -230,96 +230,13 @@ pub fn revision_name(resource: &str, group: &str, parent_uid: &str, patch: &Valu
         prefix.truncate(cut);
     }
     let mut data = parent_uid.as_bytes().to_vec();
-    data.extend_from_slice(go_json(patch).as_bytes());
+    data.extend_from_slice(kmeta_wire::go_json::to_string(patch).as_bytes());
     let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &data);
     let mut hash = String::with_capacity(HASH_LEN);
     for b in digest.as_ref() {
         let _ = write!(hash, "{b:02x}");
     }
     format!("{prefix}-{hash}")
-}
-
-/// `v` as Go's `json.Marshal` writes a `map[string]interface{}`: keys sorted, no spaces, `<`,
-/// `>`, `&`, U+2028 and U+2029 escaped.
-pub fn go_json(v: &Value) -> String {
-    let mut out = String::new();
-    write_go(&mut out, v);
-    out
-}
-
-fn write_go(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_go_number(out, n),
-        Value::String(s) => write_go_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_string(out, k);
-                out.push(':');
-                write_go(out, v);
-            }
-            out.push('}');
-        }
-    }
-}
-
-fn write_go_number(out: &mut String, n: &serde_json::Number) {
-    if n.is_i64() || n.is_u64() {
-        out.push_str(&n.to_string());
-        return;
-    }
-    let f = n.as_f64().unwrap_or_default();
-    let abs = f.abs();
-    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
-        let _ = write!(out, "{f}");
-    } else {
-        // Go: exponent form with at least one exponent digit and an explicit `+`
-        let text = format!("{f:e}");
-        match text.split_once('e') {
-            Some((mantissa, exp)) if !exp.starts_with('-') => {
-                let _ = write!(out, "{mantissa}e+{exp}");
-            }
-            _ => out.push_str(&text),
-        }
-    }
-}
-
-fn write_go_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// The labels of a new revision: the parent's `spec.template.metadata.labels` (or
@@ -606,18 +523,6 @@ mod tests {
         assert!(revision_name("pods", "", "u", &a).starts_with("pods.core-"));
         let long = revision_name(&"r".repeat(300), "example.com", "u", &a);
         assert_eq!(long.len(), 253);
-    }
-
-    #[test]
-    fn go_json_sorts_keys_and_escapes_like_encoding_json() {
-        let v: Value = serde_json::from_str(
-            r#"{"b": "<a>&\n\u2028", "a": [1.5e-7, 1e21, 0.5, -3, 100000000000000000000.0]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            go_json(&v),
-            r#"{"a":[1.5e-7,1e+21,0.5,-3,100000000000000000000],"b":"\u003ca\u003e\u0026\n\u2028"}"#
-        );
     }
 
     #[test]
