@@ -787,8 +787,6 @@ async fn readyz_waits_for_decorator_watches() -> anyhow::Result<()> {
 /// child from the RGD's template through the CEL hook.
 #[tokio::test]
 async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> {
-    use kube::api::{Api, PostParams};
-    use serde_json::json;
     let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     let log_path = dir.path().join("kmeta.log");
     let mut proc = Proc(
@@ -805,22 +803,9 @@ async fn run_serve_kro_runs_a_resource_graph_definition() -> anyhow::Result<()> 
             .spawn()?,
     );
     let client = server.client();
-    let memos = apply_memo_rgd(&client).await?;
-    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
-        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
-    memos
-        .create(&PostParams::default(), &serde_json::from_value(memo)?)
-        .await?;
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
-    let made = wait_for("the Memo's ConfigMap", || async {
-        cms.get_opt("hello-memo")
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|cm| {
-                cm.data
-                    .is_some_and(|d| d.get("text").map(String::as_str) == Some("hi"))
-            })
+    create_hello_memo(&client).await?;
+    let made = wait_for("the Memo's ConfigMap", || {
+        memo_text_is(client.clone(), "hi")
     })
     .await;
     let logs = std::fs::read_to_string(&log_path)?;
@@ -879,6 +864,27 @@ pub(crate) async fn apply_memo_rgd(
     Ok(memos)
 }
 
+/// Applies the `notes` RGD ([`apply_memo_rgd`]) and creates its Memo `default/hello` with
+/// `spec.text: hi`.
+async fn create_hello_memo(client: &kube::Client) -> anyhow::Result<()> {
+    let memos = apply_memo_rgd(client).await?;
+    let memo = serde_json::json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
+        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
+    memos
+        .create(&Default::default(), &serde_json::from_value(memo)?)
+        .await?;
+    Ok(())
+}
+
+/// Whether the Memo `hello`'s ConfigMap holds `text: want`.
+async fn memo_text_is(client: kube::Client, want: &str) -> bool {
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    let cm = cms.get_opt("hello-memo").await.ok().flatten();
+    cm.and_then(|c| c.data)
+        .is_some_and(|d| d.get("text").map(String::as_str) == Some(want))
+}
+
 /// The identity in a kmeta User-Agent, `kmeta/<version> (<identity>)`.
 pub(crate) fn identity_of(user_agent: &str) -> Option<&str> {
     let rest = user_agent.strip_prefix("kmeta/")?;
@@ -923,7 +929,7 @@ pub(crate) fn rgd_writers(server: &TestServer) -> std::collections::BTreeSet<Str
 /// child, written by the new leader.
 #[tokio::test]
 async fn serve_kro_follows_the_leader_lease() -> anyhow::Result<()> {
-    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kube::api::{Api, Patch, PatchParams};
     use serde_json::json;
     let (server, dir, kubeconfig) = server_with_kmeta_crds().await?;
     server.write_log().enable(100_000);
@@ -943,22 +949,8 @@ async fn serve_kro_follows_the_leader_lease() -> anyhow::Result<()> {
     .await?;
     let leader = lease_holder(&leases).await.context("holder")?;
     let client = server.client();
-    let memos = apply_memo_rgd(&client).await?;
-    let memo = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Memo",
-        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"text": "hi"}});
-    memos
-        .create(&PostParams::default(), &serde_json::from_value(memo)?)
-        .await?;
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), "default");
-    let text_is = |want: &'static str| {
-        let cms = cms.clone();
-        async move {
-            let cm = cms.get_opt("hello-memo").await.ok().flatten();
-            cm.and_then(|c| c.data)
-                .is_some_and(|d| d.get("text").map(String::as_str) == Some(want))
-        }
-    };
+    create_hello_memo(&client).await?;
+    let text_is = |want: &'static str| memo_text_is(client.clone(), want);
     wait_for("the Memo's ConfigMap", || text_is("hi")).await?;
     let writers = rgd_writers(&server);
     // the Lease's writers: normally the first leader alone (on a starved machine the Lease may
