@@ -17,17 +17,20 @@ use serde_json::value::RawValue;
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
 
-/// A cached object as JSON text plus its parsed identity. The identity's strings are packed
-/// into one buffer (two allocations besides the text, instead of one per string): a child's
-/// identity costs about 250 bytes less than with a `Box<str>` per field.
+/// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
+/// each is a [`Span`] of the text, which holds every string byte for byte unless JSON had to
+/// escape it (a `"`, a `\\` or a control character, which names, uids and labels rarely have);
+/// only those are copied, into `extra`. A child's identity is then one allocation of 8 bytes per
+/// string (about 110 bytes for a child with two labels), where a copy of its strings took about
+/// 250 bytes in two allocations (heap profile of 10 000 × 10 ConfigMaps: 22 MiB, now 11).
 #[derive(Debug)]
 pub struct Compact {
     text: Box<RawValue>,
-    /// The identity's strings one after another: [`FIELDS`] fixed fields, then each label's
-    /// key and value.
-    strings: Box<str>,
-    /// The end offset in `strings` of each string.
-    ends: Box<[u32]>,
+    /// Where each identity string is: [`FIELDS`] fixed fields, then each label's key and value.
+    spans: Box<[Span]>,
+    /// The identity strings the text does not hold byte for byte, one after another (empty, no
+    /// allocation, for nearly every object).
+    extra: Box<str>,
     has_controller: bool,
     deleting: bool,
     /// The `managedFields` entries of kmeta's per-parent field managers
@@ -35,6 +38,45 @@ pub struct Compact {
     /// the last-applied annotation: what its parent applied is read from them. Not part of the
     /// text (the hook sees children without `managedFields`, as before).
     owned: Option<Box<RawValue>>,
+}
+
+/// One identity string: bytes `start..end` of the text, or of `extra` when `start` carries
+/// [`IN_EXTRA`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    end: u32,
+}
+
+/// The bit of [`Span::start`] and [`Span::end`] that places a span in `extra`.
+const IN_EXTRA: u32 = 1 << 31;
+
+impl Span {
+    const EMPTY: Span = Span { start: 0, end: 0 };
+
+    /// Where `s` is: any place where `text` has its bytes (the same bytes read the same
+    /// string, whichever field they belong to), else appended to `extra`.
+    fn locate(s: &str, text: &str, extra: &mut String) -> Span {
+        if s.is_empty() {
+            return Span::EMPTY;
+        }
+        if let Some(span) = text.find(s).and_then(|at| Span::of(at, at + s.len(), 0)) {
+            return span;
+        }
+        let start = extra.len();
+        extra.push_str(s);
+        // an identity string over 2 GiB cannot come from an API server: read as ""
+        Span::of(start, extra.len(), IN_EXTRA).unwrap_or(Span::EMPTY)
+    }
+
+    fn of(start: usize, end: usize, place: u32) -> Option<Span> {
+        let start = u32::try_from(start).ok().filter(|n| n & IN_EXTRA == 0)?;
+        let end = u32::try_from(end).ok().filter(|n| n & IN_EXTRA == 0)?;
+        Some(Span {
+            start: start | place,
+            end: end | place,
+        })
+    }
 }
 
 /// apiVersion, kind, name, namespace, uid, resourceVersion, and the controller reference's
@@ -63,18 +105,14 @@ impl Identity<'_> {
             .iter()
             .copied()
             .chain(self.labels.iter().flat_map(|(k, v)| [*k, *v]));
-        let mut packed = String::new();
-        let mut ends = Vec::with_capacity(FIELDS + 2 * self.labels.len());
-        for s in strings {
-            packed.push_str(s);
-            // an identity is a few hundred bytes; an object whose strings exceed 4 GiB cannot
-            // come from an API server, and would be cut rather than wrapped
-            ends.push(u32::try_from(packed.len()).unwrap_or(u32::MAX));
-        }
+        let mut extra = String::new();
+        let spans = strings
+            .map(|s| Span::locate(s, text.get(), &mut extra))
+            .collect();
         Compact {
             text,
-            strings: packed.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
+            spans,
+            extra: extra.into_boxed_str(),
             has_controller: self.has_controller,
             deleting: self.deleting,
             owned,
@@ -250,14 +288,16 @@ impl Compact {
         Ok(identity.pack(text, owned))
     }
 
-    /// The `i`th packed string.
+    /// The `i`th identity string.
     fn string(&self, i: usize) -> &str {
-        let start = match i {
-            0 => 0,
-            _ => self.ends.get(i - 1).copied().unwrap_or_default() as usize,
+        let Some(&Span { start, end }) = self.spans.get(i) else {
+            return "";
         };
-        let end = self.ends.get(i).copied().unwrap_or_default() as usize;
-        self.strings.get(start..end).unwrap_or_default()
+        let (from, start, end) = match start & IN_EXTRA {
+            0 => (self.text.get(), start, end),
+            _ => (&*self.extra, start & !IN_EXTRA, end & !IN_EXTRA),
+        };
+        from.get(start as usize..end as usize).unwrap_or_default()
     }
 
     /// The `managedFields` entries of kmeta's per-parent field managers, kept for a child without
@@ -314,13 +354,13 @@ impl ObjectView for Compact {
         self.string(RESOURCE_VERSION)
     }
     fn label(&self, key: &str) -> Option<&str> {
-        (FIELDS..self.ends.len())
+        (FIELDS..self.spans.len())
             .step_by(2)
             .find(|&i| self.string(i) == key)
             .map(|i| self.string(i + 1))
     }
     fn labels(&self) -> Vec<(&str, &str)> {
-        (FIELDS..self.ends.len())
+        (FIELDS..self.spans.len())
             .step_by(2)
             .map(|i| (self.string(i), self.string(i + 1)))
             .collect()
@@ -406,6 +446,32 @@ mod tests {
             assert_eq!(c.controller().unwrap().uid, "u-p");
             assert!(c.deleting());
         }
+    }
+
+    /// The identity points into the text, and only a string JSON escapes is copied: a label
+    /// value with a quote and a newline reads back as it was, from `extra`.
+    #[test]
+    fn identity_strings_are_spans_of_the_text_unless_escaped() {
+        let mut obj = wire();
+        obj["metadata"]["labels"]["note"] = json!("say \"hi\"\n");
+        for c in [
+            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
+                .unwrap(),
+            Compact::from_value(obj.clone()).unwrap(),
+        ] {
+            assert_eq!(c.label("note"), Some("say \"hi\"\n"));
+            assert_eq!(&*c.extra, "say \"hi\"\n", "only the escaped string is copied");
+            assert_eq!(c.name(), "a");
+            assert_eq!(c.label("app"), Some("x"));
+            assert_eq!(c.controller().unwrap().name, "p");
+            let in_text = c.spans.iter().filter(|s| s.start & IN_EXTRA == 0).count();
+            assert_eq!(in_text, c.spans.len() - 1);
+        }
+        let mut extra = String::new();
+        assert_eq!(Span::locate("", "{}", &mut extra), Span::EMPTY);
+        let at = Span::locate("b", r#"{"a":"b"}"#, &mut extra);
+        assert_eq!((at.start, at.end), (6, 7));
+        assert!(extra.is_empty());
     }
 
     /// Without the last-applied annotation, the entries of kmeta's per-parent managers are kept
