@@ -5,13 +5,41 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
+use crate::api::CompositeController;
 use crate::object::{ObjectView, describe, is_deleting, meta_str};
-use crate::reconcile::decide::{CONTROLLER_UID_LABEL, DecideError};
+use crate::reconcile::decide::{CONTROLLER_UID_LABEL, ChildOwnership, DecideError};
 use crate::runtime::selector::{self};
 
 /// The finalizer kmeta puts on parents of CC `cc` that has a finalize hook.
 pub fn finalizer_name(cc: &str) -> String {
     format!("metacontroller.io/compositecontroller-{cc}")
+}
+
+/// kro's finalizer on its instances, which kmeta puts on the parents of a CompositeController
+/// whose children may be label-owned (an instance kro served before keeps it, and kmeta
+/// finishes its deletion).
+pub const KRO_FINALIZER: &str = "kro.run/finalizer";
+
+/// How the parents of `cc` own their children: by label where an owner reference cannot hold a
+/// child when its sync hook is a CEL resource graph (what kmeta makes of a kro
+/// ResourceGraphDefinition, whose children kro ties to the instance by label), else by owner
+/// reference only, as Metacontroller.
+pub fn child_ownership(cc: &CompositeController) -> ChildOwnership {
+    match cc.spec.sync_hook().and_then(|h| h.cel.as_ref()) {
+        Some(_) => ChildOwnership::LabelsWhereReferencesCannot,
+        None => ChildOwnership::OwnerReferences,
+    }
+}
+
+/// The finalizer of `cc`'s parents: kro's for label-owned children ([`KRO_FINALIZER`]), else
+/// Metacontroller's [`finalizer_name`].
+pub fn parent_finalizer(cc: &CompositeController, ownership: ChildOwnership) -> String {
+    match ownership {
+        ChildOwnership::LabelsWhereReferencesCannot => KRO_FINALIZER.to_owned(),
+        ChildOwnership::OwnerReferences => {
+            finalizer_name(cc.metadata.name.as_deref().unwrap_or_default())
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,6 +185,32 @@ mod tests {
         );
         let g = parent_selector(&q, true).unwrap();
         assert_eq!(selector::to_query(&g), "controller-uid=u1");
+    }
+
+    #[test]
+    fn a_cel_resource_graph_owns_by_label_with_kros_finalizer_and_others_as_metacontroller() {
+        let cc = |hooks: serde_json::Value| -> CompositeController {
+            serde_json::from_value(json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+                "kind": "CompositeController", "metadata": {"name": "cc"},
+                "spec": {"parentResource": {"apiVersion": "x/v1", "resource": "xs"},
+                    "hooks": hooks}}))
+            .unwrap()
+        };
+        let webhook = cc(json!({"sync": {"webhook": {"url": "http://h"}}}));
+        assert_eq!(child_ownership(&webhook), ChildOwnership::OwnerReferences);
+        assert_eq!(
+            parent_finalizer(&webhook, child_ownership(&webhook)),
+            "metacontroller.io/compositecontroller-cc"
+        );
+        let graph = cc(json!({"sync": {"cel": {"resourceGraph": {"resources": []}}}}));
+        assert_eq!(
+            child_ownership(&graph),
+            ChildOwnership::LabelsWhereReferencesCannot
+        );
+        assert_eq!(
+            parent_finalizer(&graph, child_ownership(&graph)),
+            KRO_FINALIZER
+        );
     }
 
     #[test]
