@@ -641,6 +641,16 @@ async fn core_dns_children_are_deleted_last_made_first() -> anyhow::Result<()> {
             .is_some_and(|f| f.contains(&json!("kro.run/finalizer"))),
         "{i}"
     );
+    let labels = &i["metadata"]["labels"];
+    assert_eq!(labels["kro.run/owned"], "true", "{i}");
+    assert_eq!(
+        labels["kro.run/resource-graph-definition-name"],
+        "coredns.kro.run"
+    );
+    assert!(
+        labels["kro.run/resource-graph-definition-id"].is_string(),
+        "{i}"
+    );
     let bindings = cluster_role_bindings(&k);
     k.s.merge_patch(
         &bindings,

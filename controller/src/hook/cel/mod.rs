@@ -85,7 +85,14 @@ pub(crate) fn answer(
     let parent = request.get("parent").cloned().unwrap_or_default();
     match hook {
         "customize" => Ok(external::rules(&external::references(graph, &parent)?)),
-        "finalize" => Ok(teardown::finalize(&all_children(request), eval::kept)),
+        "finalize" => {
+            let status = parent.get("status");
+            Ok(teardown::finalize(
+                &all_children(request),
+                status,
+                eval::kept,
+            ))
+        }
         _ => {
             let mut observed = observed(request);
             let refs = external::references(graph, &parent)?;

@@ -85,20 +85,30 @@ fn order_of(child: &Value) -> u64 {
         .unwrap_or(FALLBACK_ORDER)
 }
 
-/// The finalize answer for the instance whose `children` are observed: every child below the
-/// highest order present kept as last written (`keep`), the highest order's left out (kmeta
-/// deletes them, with a UID precondition, and waits for the ones already being deleted), and
-/// `finalized` once no child is left.
-pub(crate) fn finalize(children: &[Value], keep: impl Fn(&Value) -> Value) -> Value {
+/// The finalize answer for the instance whose `children` are observed and whose status is
+/// `status`: every child below the highest order present kept as last written (`keep`), the
+/// highest order's left out (kmeta deletes them, with a UID precondition, and waits for the
+/// ones already being deleted), `finalized` once no child is left; the status kept, its
+/// `state` kro's `DELETING`.
+pub(crate) fn finalize(
+    children: &[Value],
+    status: Option<&Value>,
+    keep: impl Fn(&Value) -> Value,
+) -> Value {
+    let mut status = status
+        .filter(|s| s.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    status["state"] = json!("DELETING");
     let Some(highest) = children.iter().map(order_of).max() else {
-        return json!({"children": [], "finalized": true});
+        return json!({"children": [], "finalized": true, "status": status});
     };
     let kept: Vec<Value> = children
         .iter()
         .filter(|c| order_of(c) < highest)
         .map(keep)
         .collect();
-    json!({"children": kept, "finalized": false})
+    json!({"children": kept, "finalized": false, "status": status})
 }
 
 #[cfg(test)]
@@ -159,22 +169,23 @@ mod tests {
             child("y", Some("bad")),
         ];
         let kept = |c: &Value| c.clone();
-        let answer = finalize(&all, kept);
+        let answer = finalize(&all, Some(&json!({"state": "ACTIVE", "x": 1})), kept);
+        assert_eq!(answer["status"], json!({"state": "DELETING", "x": 1}));
         assert_eq!(names(&answer), ["a", "b", "x", "y"]);
         assert_eq!(answer["finalized"], false);
         // c is gone, d is being deleted: the next order still waits for d
         let mut dying = child("d", Some("3"));
         dying["metadata"]["deletionTimestamp"] = json!("2026-12-07T00:00:00Z");
-        let answer = finalize(&[all[0].clone(), dying, all[3].clone()], kept);
+        let answer = finalize(&[all[0].clone(), dying, all[3].clone()], None, kept);
         assert_eq!(names(&answer), ["a", "b"]);
-        let answer = finalize(&[all[0].clone(), all[4].clone()], kept);
+        let answer = finalize(&[all[0].clone(), all[4].clone()], None, kept);
         assert_eq!(names(&answer), ["x"], "the unordered go last");
-        let answer = finalize(&[all[4].clone()], kept);
+        let answer = finalize(&[all[4].clone()], None, kept);
         assert_eq!(names(&answer), Vec::<String>::new());
         assert_eq!(answer["finalized"], false);
         assert_eq!(
-            finalize(&[], kept),
-            json!({"children": [], "finalized": true})
+            finalize(&[], None, kept),
+            json!({"children": [], "finalized": true, "status": {"state": "DELETING"}})
         );
     }
 }

@@ -184,6 +184,8 @@ pub struct CompositeState {
     pub ownership: ChildOwnership,
     /// The finalizer it puts on its parents when it has a finalize hook.
     pub finalizer: String,
+    /// The labels it puts on its parents with the finalizer (kro's, on an RGD's instances).
+    pub instance_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// This controller's last write of one parent, until its watch event arrives.
@@ -470,6 +472,7 @@ impl CompositeState {
         );
         Ok(CompositeState {
             finalizer: super::decide::parent_finalizer(&cc, ownership),
+            instance_labels: super::decide::instance_labels(&cc, ownership),
             ownership,
             controller_pause,
             parents: ctx.informers.get_split(&parent),

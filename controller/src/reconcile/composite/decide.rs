@@ -42,6 +42,39 @@ pub fn parent_finalizer(cc: &CompositeController, ownership: ChildOwnership) -> 
     }
 }
 
+/// kro's labels on an instance (kro's instance labeler: `kro.run/owned` and the RGD's name and
+/// UID, not `kro.run/kro-version`, which names a kro release), for a CompositeController whose
+/// children may be label-owned: the RGD is read from `cc`'s label
+/// `kro.run/resource-graph-definition-name` and its owner reference to the RGD, as
+/// `kmeta::kro` writes them. None for any other controller.
+pub fn instance_labels(
+    cc: &CompositeController,
+    ownership: ChildOwnership,
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    if ownership != ChildOwnership::LabelsWhereReferencesCannot {
+        return out;
+    }
+    out.insert("kro.run/owned".to_owned(), "true".to_owned());
+    let name_label = "kro.run/resource-graph-definition-name";
+    if let Some(name) = cc.metadata.labels.as_ref().and_then(|l| l.get(name_label)) {
+        out.insert(name_label.to_owned(), name.clone());
+    }
+    let rgd = cc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.kind == "ResourceGraphDefinition" && r.api_version.starts_with("kro.run/"));
+    if let Some(r) = rgd {
+        out.insert(
+            "kro.run/resource-graph-definition-id".to_owned(),
+            r.uid.clone(),
+        );
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------------------------
 // selector of a parent
 
@@ -211,6 +244,32 @@ mod tests {
             parent_finalizer(&graph, child_ownership(&graph)),
             KRO_FINALIZER
         );
+    }
+
+    #[test]
+    fn an_rgds_instance_gets_kros_labels_naming_the_rgd() {
+        let cc: CompositeController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "web", "labels": {"kro.run/resource-graph-definition-name": "web"},
+                "ownerReferences": [{"apiVersion": "kro.run/v1alpha1",
+                    "kind": "ResourceGraphDefinition", "name": "web", "uid": "r1"}]},
+            "spec": {"parentResource": {"apiVersion": "x/v1", "resource": "xs"},
+                "hooks": {"sync": {"cel": {"resourceGraph": {}}}}}}))
+        .unwrap();
+        let labels = instance_labels(&cc, ChildOwnership::LabelsWhereReferencesCannot);
+        let want = json!({"kro.run/owned": "true", "kro.run/resource-graph-definition-name": "web",
+            "kro.run/resource-graph-definition-id": "r1"});
+        assert_eq!(serde_json::to_value(&labels).unwrap(), want);
+        assert!(instance_labels(&cc, ChildOwnership::OwnerReferences).is_empty());
+        let mut meta = serde_json::Map::new();
+        use crate::reconcile::decide::{labels_missing, set_labels};
+        let mut parent = json!({"metadata": {}});
+        assert!(labels_missing(&parent, &labels));
+        assert!(set_labels(&mut meta, &labels));
+        assert_eq!(meta["labels"], want);
+        assert!(!set_labels(&mut meta, &labels), "set already");
+        parent["metadata"] = serde_json::Value::Object(meta);
+        assert!(!labels_missing(&parent, &labels));
     }
 
     #[test]

@@ -387,6 +387,15 @@ async fn ensure_finalizer(
         is_deleting(&parent),
         has_finalizer(&parent, fin),
     ) {
+        // kro's labels go with the finalizer, and come back if someone removes them
+        FinalizerAction::Keep | FinalizerAction::Add
+            if !is_deleting(&parent) && decide::labels_missing(&parent, &c.instance_labels) =>
+        {
+            let labels = &c.instance_labels;
+            let written =
+                status::add_finalizer_and_labels(&c.ctx, &c.parent, &parent, fin, labels).await?;
+            return Ok(written.map(Arc::new));
+        }
         FinalizerAction::Keep => return Ok(Some(parent)),
         FinalizerAction::Add => true,
         FinalizerAction::Remove => false,

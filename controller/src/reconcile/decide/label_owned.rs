@@ -78,6 +78,43 @@ pub fn labelled_owner(child: &impl ObjectView) -> Option<(&str, &str, &str)> {
     Some((ns, name, uid))
 }
 
+/// Sets `labels` in an object's metadata `m`; whether one changed.
+pub fn set_labels(
+    m: &mut Map<String, Value>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    if labels.is_empty() {
+        return false;
+    }
+    let have = m
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !have.is_object() {
+        *have = Value::Object(Map::new());
+    }
+    let Some(have) = have.as_object_mut() else {
+        return false;
+    };
+    let mut changed = false;
+    for (k, v) in labels {
+        if have.get(k).and_then(Value::as_str) != Some(v) {
+            have.insert(k.clone(), Value::String(v.clone()));
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Whether `obj` lacks one of `labels` (or holds another value).
+pub fn labels_missing(obj: &Value, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.iter().any(|(k, v)| {
+        obj.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            != Some(v)
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
