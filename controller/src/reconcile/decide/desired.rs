@@ -76,8 +76,6 @@ pub fn validate_desired_owned(
     generate_selector: bool,
     children: Vec<Value>,
 ) -> Result<BTreeMap<String, Value>, DecideError> {
-    let parent_namespaced = placing.parent_namespaced;
-    let parent_ns = meta_str(parent, "namespace");
     let mut out = BTreeMap::new();
     for mut child in children {
         let av = child
@@ -107,17 +105,8 @@ pub fn validate_desired_owned(
         let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
             return Err(bad(&child, "metadata must be an object".into()));
         };
-        match place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns) {
-            Ok(()) => {}
-            Err(e @ (Misplaced::OtherNamespace { .. } | Misplaced::ClusterScoped))
-                if placing.ownership == ChildOwnership::LabelsWhereReferencesCannot =>
-            {
-                if e == Misplaced::ClusterScoped {
-                    m.remove("namespace");
-                }
-                add_owner_labels(m, parent);
-            }
-            Err(e) => return Err(bad(&child, e.to_string())),
+        if let Err(e) = place(m, (&ns, t.namespaced), placing, parent) {
+            return Err(bad(&child, e.to_string()));
         }
         if generate_selector {
             add_controller_uid(m, meta_str(parent, "uid"));
@@ -143,6 +132,30 @@ pub fn validate_desired_owned(
         out.insert(key, child);
     }
     Ok(out)
+}
+
+/// Where a child whose metadata is `m` (its namespace and whether its type is namespaced) may
+/// be, as [`place_in_namespace`] says; a child an owner reference cannot hold is accepted and
+/// labelled as the parent's ([`add_owner_labels`]) when `placing` owns such children by label.
+fn place(
+    m: &mut Map<String, Value>,
+    (ns, namespaced): (&str, bool),
+    placing: Placing,
+    parent: &Value,
+) -> Result<(), Misplaced> {
+    let parent_ns = meta_str(parent, "namespace");
+    match place_in_namespace(m, ns, namespaced, placing.parent_namespaced, parent_ns) {
+        Err(e @ (Misplaced::OtherNamespace { .. } | Misplaced::ClusterScoped))
+            if placing.ownership == ChildOwnership::LabelsWhereReferencesCannot =>
+        {
+            if e == Misplaced::ClusterScoped {
+                m.remove("namespace");
+            }
+            add_owner_labels(m, parent);
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The namespace rules of a child's metadata `m` (its namespace `ns`): a namespaced child of a

@@ -105,6 +105,21 @@ pub fn set_labels(
     changed
 }
 
+/// Who owns `existing`, an object holding a child's name: its controller's UID, else, when the
+/// child would be owned by label (`by_label`), the instance UID its label carries; `""` when
+/// neither.
+pub fn holder_uid(existing: &Value, by_label: bool) -> &str {
+    match crate::object::controller_uid(existing) {
+        Some(uid) => uid,
+        None if by_label => existing
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(INSTANCE_ID_LABEL))
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        None => "",
+    }
+}
+
 /// Whether `obj` lacks one of `labels` (or holds another value).
 pub fn labels_missing(obj: &Value, labels: &std::collections::BTreeMap<String, String>) -> bool {
     labels.iter().any(|(k, v)| {
@@ -160,6 +175,20 @@ mod tests {
         );
         assert_eq!(labelled_owner(&c), Some(("ns", "p", "u1")));
         assert_eq!(labelled_owner(&child("b", json!({}), None)), None);
+    }
+
+    #[test]
+    fn the_holder_of_a_label_owned_name_is_the_instance_its_label_names() {
+        let theirs = labelled("tenant", "u2");
+        assert_eq!(holder_uid(&theirs, true), "u2");
+        assert_eq!(
+            holder_uid(&theirs, false),
+            "",
+            "by reference: no controller"
+        );
+        let mut controlled = theirs.clone();
+        controlled["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o", "uid": "u9", "controller": true}]);
+        assert_eq!(holder_uid(&controlled, true), "u9");
     }
 
     #[test]
