@@ -842,9 +842,10 @@ async fn a_label_owned_child_no_longer_desired_is_deleted_and_anothers_never_tak
         })
         .await?;
     let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
+    let msg = msg.unwrap_or_default();
     assert!(
-        msg.as_deref().unwrap_or_default().contains("two"),
-        "{msg:?}"
+        msg.contains("two") && msg.contains("another controller owns"),
+        "{msg}"
     );
     let kept = k.s.get(&elsewhere, "two").await?.unwrap_or_default();
     assert_eq!(kept["data"]["from"], "them", "never taken: {kept}");
