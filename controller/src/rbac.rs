@@ -7,7 +7,8 @@
 //!
 //! What kmeta does with each resource decides the verbs: parents and decorator targets are read,
 //! get kmeta's finalizer (update) and their status written; children and attachments have their
-//! whole lifecycle managed; the Secrets and ConfigMaps that hook credentials and CA bundles name
+//! whole lifecycle managed (a Role or ClusterRole child with `escalate`, a binding child with
+//! `bind` on the roles it may name); the Secrets and ConfigMaps that hook credentials and CA bundles name
 //! are read by name only, and so are (read and watched) the ConfigMaps Jsonnet hooks are read
 //! from. kmeta itself needs its controllers (and the decorator release
 //! finalizer), ControllerRevisions when a rolling update strategy is used, events, the

@@ -621,6 +621,23 @@ async fn core_dns_makes_its_cluster_scoped_children_tied_by_labels() -> anyhow::
     assert_eq!(svc["spec"]["clusterIP"], "10.100.123.45");
     k.wait(&config_maps(&k), "mynameis", "the ConfigMap")
         .await?;
+    // `kmeta trace` lists the label-owned children beside the others
+    let discovery = kmeta::steer::discover(&k.s.client).await?;
+    let target = kmeta::steer::resolve_in(&discovery, "corednsdeployments/mynameis", "default")?;
+    let t = kmeta::trace::trace_parent(&k.s.client, &discovery, &target).await?;
+    let mut kinds: Vec<&str> = t.children.iter().map(|c| c.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
     k.finish().await
 }
 
