@@ -7,7 +7,8 @@
 //!
 //! What kmeta does with each resource decides the verbs: parents and decorator targets are read,
 //! get kmeta's finalizer (update) and their status written; children and attachments have their
-//! whole lifecycle managed; the Secrets and ConfigMaps that hook credentials and CA bundles name
+//! whole lifecycle managed (a Role or ClusterRole child with `escalate`, a binding child with
+//! `bind` on the roles it may name); the Secrets and ConfigMaps that hook credentials and CA bundles name
 //! are read by name only, and so are (read and watched) the ConfigMaps Jsonnet hooks are read
 //! from. kmeta itself needs its controllers (and the decorator release
 //! finalizer), ControllerRevisions when a rolling update strategy is used, events, the
@@ -199,6 +200,27 @@ impl Grants {
     fn managed(&mut self, api_version: &str, resource: &str) {
         self.add(api_version, resource, MANAGE);
         self.list_markers(api_version, resource);
+        self.rbac_child(api_version, resource);
+    }
+
+    /// A child that is itself RBAC (kro's `core-dns` makes a ClusterRole and its binding): the
+    /// API server refuses a role granting more than its writer holds unless it may `escalate`
+    /// on that resource, and a binding to a role whose rules its writer does not hold unless it
+    /// may `bind` that role (kube-apiserver's escalation check): both are granted, as a
+    /// controller's roles and bindings are the hook's to choose.
+    fn rbac_child(&mut self, api_version: &str, resource: &str) {
+        if group_of(api_version) != "rbac.authorization.k8s.io" {
+            return;
+        }
+        match resource {
+            "roles" | "clusterroles" => self.add(api_version, resource, &["escalate"]),
+            "rolebindings" => {
+                self.add(api_version, "roles", &["bind"]);
+                self.add(api_version, "clusterroles", &["bind"]);
+            }
+            "clusterrolebindings" => self.add(api_version, "clusterroles", &["bind"]),
+            _ => {}
+        }
     }
 
     /// `get` on the CustomResourceDefinition of a custom resource (`<plural>.<group>`), read for
@@ -1160,6 +1182,24 @@ spec:
             urls,
             &json!({"nonResourceURLs": ["/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]})
         );
+    }
+
+    #[test]
+    fn rbac_children_may_be_written_past_the_escalation_check() {
+        let mut g = Grants::default();
+        let rbac = "rbac.authorization.k8s.io/v1";
+        g.managed(rbac, "clusterroles");
+        g.managed(rbac, "clusterrolebindings");
+        g.managed("v1", "configmaps");
+        let group = "rbac.authorization.k8s.io";
+        assert!(verbs(&g, group, "clusterroles").contains(&"escalate"));
+        assert!(verbs(&g, group, "clusterroles").contains(&"bind"));
+        assert!(!verbs(&g, group, "clusterrolebindings").contains(&"bind"));
+        assert!(!verbs(&g, "", "configmaps").contains(&"escalate"));
+        let mut r = Grants::default();
+        r.managed(rbac, "rolebindings");
+        assert_eq!(verbs(&r, group, "roles"), ["bind"]);
+        assert_eq!(verbs(&r, group, "clusterroles"), ["bind"]);
     }
 
     #[test]

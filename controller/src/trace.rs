@@ -576,7 +576,8 @@ async fn controllers_of(
 }
 
 /// The children of the parent with `uid` (objects of its controllers' child resources whose
-/// controller reference is the parent).
+/// controller reference is the parent; for a CEL resource graph's parent, also those it owns
+/// by label, in any namespace: `reconcile::decide::label_owned`).
 async fn children_of(
     client: &kube::Client,
     discovery: &Discovery,
@@ -587,13 +588,17 @@ async fn children_of(
     let now = jiff::Timestamp::now();
     let revisions = revisions_of(client, discovery, target, uid).await?;
     let rules = controllers.iter().flat_map(child_rules);
+    let by_label = controllers
+        .iter()
+        .any(|cc| cc.pointer("/spec/hooks/sync/cel").is_some());
+    let parent = serde_json::json!({"metadata": {"uid": uid, "namespace": target.namespace}});
     let mut children = Vec::new();
     for rule in rules {
         let (av, plural) = (text(rule.get("apiVersion")), text(rule.get("resource")));
         let Some((r, namespaced)) = find(discovery, &av, &plural) else {
             continue;
         };
-        let api: Api<DynamicObject> = match (&target.namespace, namespaced) {
+        let api: Api<DynamicObject> = match (&target.namespace, namespaced && !by_label) {
             (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &r),
             _ => Api::all_with(client.clone(), &r),
         };
@@ -605,7 +610,8 @@ async fn children_of(
                     refs.iter()
                         .any(|o| o["uid"] == uid && o["controller"] == true)
                 });
-            if !owned {
+            let labelled = by_label && crate::reconcile::decide::label_owned_by(&parent, &child);
+            if !owned && !labelled {
                 continue;
             }
             let ns = text(child.pointer("/metadata/namespace"));

@@ -50,6 +50,45 @@ pub async fn set_finalizer(
     )))
 }
 
+/// Adds finalizer `fin` and `labels` to `parent` in one write (optimistic concurrency, the UID
+/// checked), when either is missing: kro's finalizer and instance labels on an RGD's instance.
+pub async fn add_finalizer_and_labels(
+    ctx: &Context,
+    resource: &Resolved,
+    parent: &Value,
+    fin: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Value>, SyncError> {
+    let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
+    let name = meta_str(parent, "name");
+    kapi::atomic_update(&api, name, meta_str(parent, "uid"), false, |o| {
+        let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return false;
+        };
+        let labelled = crate::reconcile::decide::set_labels(m, labels);
+        let list = m
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        let Some(a) = list.as_array_mut() else {
+            return labelled;
+        };
+        if a.iter().any(|v| v.as_str() == Some(fin)) {
+            return labelled;
+        }
+        a.push(Value::String(fin.to_owned()));
+        true
+    })
+    .await
+    .map(kapi::Updated::object)
+    .map_err(api_err(format!(
+        "adding finalizer {fin} to {}",
+        describe(parent)
+    )))
+}
+
 fn resource_version(obj: &Value) -> String {
     meta_str(obj, "resourceVersion").to_owned()
 }

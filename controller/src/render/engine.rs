@@ -175,10 +175,13 @@ impl Engine {
         let sync = |e: decide::DecideError| RenderError::Sync(e.to_string());
         let generate = self.cc.spec.generate_selector.unwrap_or(false);
         let selector = cdecide::parent_selector(&parent, generate).map_err(sync)?;
-        let namespaced = parent.pointer("/metadata/namespace").is_some();
-        let desired = decide::validate_desired(
+        let placing = decide::Placing {
+            parent_namespaced: parent.pointer("/metadata/namespace").is_some(),
+            ownership: cdecide::child_ownership(&self.cc),
+        };
+        let desired = decide::validate_desired_owned(
             &parent,
-            namespaced,
+            placing,
             &self.declared.types,
             &selector,
             generate,

@@ -6,7 +6,9 @@
 //! child's embedded pod template survives an instance update (kro's server-side apply would
 //! replace that list whole); an RGD whose expression does not parse, or does not type-check
 //! against the instance's schema and the children's OpenAPI, is Inactive with a condition
-//! naming the resource, the field path and the expression.
+//! naming the resource, the field path and the expression. Children owned by label are the CEL
+//! resource graph's alone: an ordinary CompositeController still refuses a child in another
+//! namespace.
 
 use kmeta_apiserver::Operation;
 use kmeta_tests::*;
@@ -374,5 +376,44 @@ async fn an_rgd_that_does_not_type_check_is_refused_with_its_place_named() -> an
     })
     .await?;
     serving.abort();
+    s.finish().await
+}
+
+/// Label ownership is the CEL resource graph's alone: an ordinary CompositeController (a
+/// webhook) whose hook answers a ConfigMap in another namespace keeps Metacontroller's rule —
+/// the sync fails naming the child and why, nothing is written there, and its parent gets
+/// neither kro's finalizer nor kro's labels.
+#[tokio::test]
+async fn an_ordinary_controller_still_refuses_a_child_in_another_namespace() -> anyhow::Result<()> {
+    let s = Scenario::new("kro-not-label-owned")
+        .crd("Thing", "things")
+        .hook(|_, _| {
+            let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "elsewhere-child", "namespace": "default"}});
+            Reply::Json(json!({"status": {}, "children": [child]}))
+        })
+        .controller(Cc::new("plain-cc"))
+        .parent("t", json!({}))
+        .start()
+        .await?;
+    let p = s
+        .wait_parent("t", "Synced=False naming the namespace", |p| {
+            condition(p, "Synced").is_some_and(|c| c["status"] == "False")
+        })
+        .await?;
+    let msg = condition(&p, "Synced").map(|c| c["message"].to_string());
+    let msg = msg.unwrap_or_default();
+    assert!(
+        msg.contains("elsewhere-child") && msg.contains("may only own children in its namespace"),
+        "{msg}"
+    );
+    let default = s.api("v1", "ConfigMap", "configmaps", Some("default"));
+    assert!(s.get(&default, "elsewhere-child").await?.is_none());
+    assert!(p["metadata"].get("finalizers").is_none(), "{p}");
+    let labels = p["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!labels.keys().any(|k| k.starts_with("kro.run/")), "{p}");
     s.finish().await
 }

@@ -212,6 +212,28 @@ fn ingresses(k: &Kro) -> Api<DynamicObject> {
     k.api("networking.k8s.io/v1", "Ingress", "ingresses")
 }
 
+fn config_maps(k: &Kro) -> Api<DynamicObject> {
+    k.api("v1", "ConfigMap", "configmaps")
+}
+
+fn service_accounts(k: &Kro) -> Api<DynamicObject> {
+    k.api("v1", "ServiceAccount", "serviceaccounts")
+}
+
+fn cluster_roles(k: &Kro) -> Api<DynamicObject> {
+    k.s.api(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        "clusterroles",
+        None,
+    )
+}
+
+fn cluster_role_bindings(k: &Kro) -> Api<DynamicObject> {
+    let av = "rbac.authorization.k8s.io/v1";
+    k.s.api(av, "ClusterRoleBinding", "clusterrolebindings", None)
+}
+
 fn ready(i: &Value) -> bool {
     condition(i, "Ready").is_some_and(|c| c["status"] == "True")
 }
@@ -538,39 +560,171 @@ async fn cel_functions() -> anyhow::Result<()> {
     k.finish().await
 }
 
-/// `core-dns` differs: its namespaced instance makes a ClusterRole and a ClusterRoleBinding.
-/// kro's children carry no owner reference (labels tie them to the instance), kmeta's are owned
-/// by their parent as every CompositeController's, and a namespaced owner cannot own a
-/// cluster-scoped object: the instance's sync fails, `Synced=False` naming why, nothing made.
+/// `core-dns`: its namespaced instance makes, beside its ServiceAccount, ConfigMap, Deployment
+/// and Service in `default`, a ClusterRole and a ClusterRoleBinding (cluster-scoped), which an
+/// owner reference of a namespaced instance cannot hold: as kro does, kmeta ties them to the
+/// instance by kro's labels (its UID in `kro.run/instance-id`), with no owner reference; the
+/// children in the instance's namespace keep theirs. Every child carries kro's apply order.
 #[tokio::test]
-async fn core_dns_cluster_scoped_children_are_refused() -> anyhow::Result<()> {
+async fn core_dns_makes_its_cluster_scoped_children_tied_by_labels() -> anyhow::Result<()> {
     let mut k = Kro::start("kro-coredns", &["coredns.kro.run"]).await?;
     k.rgd("core-dns/core-dns.yaml").await?;
     let (dns, name) = k.instance("core-dns/coredns-instance.yaml").await?;
-    let what = "the instance Synced=False";
-    let i =
-        k.s.wait_for(&dns, &name, what, |i| {
-            condition(i, "Synced").is_some_and(|c| c["status"] == "False")
-        })
+    let i = k.instance_where(&dns, &name, "ACTIVE", ready).await?;
+    let uid = i["metadata"]["uid"].clone();
+    let role = k
+        .wait(&cluster_roles(&k), "mynameis", "the ClusterRole")
         .await?;
-    let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
-    assert!(
-        msg.as_deref()
-            .unwrap_or_default()
-            .contains("cluster-scoped"),
-        "{msg:?}"
+    let binding = k
+        .wait(
+            &cluster_role_bindings(&k),
+            "mynameis",
+            "the ClusterRoleBinding",
+        )
+        .await?;
+    for o in [&role, &binding] {
+        let labels = &o["metadata"]["labels"];
+        assert_eq!(labels["kro.run/instance-id"], uid, "{o}");
+        assert_eq!(labels["kro.run/instance-name"], "mynameis", "{o}");
+        assert_eq!(labels["kro.run/instance-namespace"], "default", "{o}");
+        assert!(o["metadata"].get("ownerReferences").is_none(), "{o}");
+    }
+    assert_eq!(role["metadata"]["labels"]["k8s-app"], "kube-dns");
+    assert_eq!(role["rules"][2]["resources"], json!(["nodes"]));
+    assert_eq!(binding["roleRef"]["name"], "mynameis");
+    assert_eq!(
+        binding["subjects"][0],
+        json!({"kind": "ServiceAccount", "name": "mynameis", "namespace": "default"})
     );
-    assert!(k.s.get(&deployments(&k), "mynameis").await?.is_none());
+    let d = k
+        .wait(&deployments(&k), "mynameis", "the Deployment")
+        .await?;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["serviceAccountName"],
+        "mynameis"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "coredns/coredns:1.11.3"
+    );
+    assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], uid, "{d}");
+    // kro's apply order: the resources nothing reads first, then the ones they read
+    assert_eq!(
+        d["metadata"]["annotations"]["internal.kro.run/apply-order"],
+        "2"
+    );
+    assert_eq!(
+        role["metadata"]["annotations"]["internal.kro.run/apply-order"],
+        "1"
+    );
+    let svc = k.wait(&services(&k), "mynameis", "the Service").await?;
+    assert_eq!(svc["spec"]["clusterIP"], "10.100.123.45");
+    k.wait(&config_maps(&k), "mynameis", "the ConfigMap")
+        .await?;
+    // `kmeta trace` lists the label-owned children beside the others
+    let discovery = kmeta::steer::discover(&k.s.client).await?;
+    let target = kmeta::steer::resolve_in(&discovery, "corednsdeployments/mynameis", "default")?;
+    let t = kmeta::trace::trace_parent(&k.s.client, &discovery, &target).await?;
+    let mut kinds: Vec<&str> = t.children.iter().map(|c| c.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
     k.finish().await
 }
 
-/// `saas-multi-tenant`: an RGD whose resources are instances of two other RGDs runs (the Tenant
-/// makes its TenantEnvironment and TenantApplication), but those two differ as `core-dns` does:
-/// the environment's Namespace is cluster-scoped and the application's Deployment and Service
-/// are in the tenant's namespace, not the instance's, which kmeta's owner references cannot
-/// span; each says so on `Synced=False`.
+/// Deleting a `core-dns` instance deletes its children as kro does, the last made first: the
+/// ones nothing reads (ClusterRoleBinding, ConfigMap, Deployment, Service, apply order 2), and
+/// only once they are gone the ClusterRole and the ServiceAccount they read (order 1); then
+/// kro's finalizer leaves the instance. A finalizer of the test holds the ClusterRoleBinding
+/// while the rest of its order is deleted: the ClusterRole waits for it.
 #[tokio::test]
-async fn saas_multi_tenant_composes_rgds() -> anyhow::Result<()> {
+async fn core_dns_children_are_deleted_last_made_first() -> anyhow::Result<()> {
+    let mut k = Kro::start("kro-coredns-delete", &["coredns.kro.run"]).await?;
+    k.rgd("core-dns/core-dns.yaml").await?;
+    let (dns, name) = k.instance("core-dns/coredns-instance.yaml").await?;
+    let i = k.instance_where(&dns, &name, "ACTIVE", ready).await?;
+    assert!(
+        i["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("kro.run/finalizer"))),
+        "{i}"
+    );
+    let labels = &i["metadata"]["labels"];
+    assert_eq!(labels["kro.run/owned"], "true", "{i}");
+    assert_eq!(
+        labels["kro.run/resource-graph-definition-name"],
+        "coredns.kro.run"
+    );
+    assert!(
+        labels["kro.run/resource-graph-definition-id"].is_string(),
+        "{i}"
+    );
+    let bindings = cluster_role_bindings(&k);
+    k.s.merge_patch(
+        &bindings,
+        "mynameis",
+        json!({"metadata": {"finalizers": ["test.kmeta.dev/hold"]}}),
+    )
+    .await?;
+    dns.delete(&name, &Default::default()).await?;
+    k.s.wait_gone(&deployments(&k), "mynameis", "the Deployment deleted first")
+        .await?;
+    k.s.wait_gone(&config_maps(&k), "mynameis", "the ConfigMap deleted first")
+        .await?;
+    k.s.wait_for(
+        &bindings,
+        "mynameis",
+        "the ClusterRoleBinding being deleted",
+        |b| b["metadata"]["deletionTimestamp"].is_string(),
+    )
+    .await?;
+    k.s.wait_gone(&services(&k), "mynameis", "the Service deleted first")
+        .await?;
+    // the whole first order is deleted but for the held binding: the next order waits for it
+    assert!(k.s.get(&cluster_roles(&k), "mynameis").await?.is_some());
+    assert!(k.s.get(&service_accounts(&k), "mynameis").await?.is_some());
+    assert!(
+        k.s.get(&dns, &name).await?.is_some(),
+        "kro's finalizer holds it"
+    );
+    k.s.merge_patch(
+        &bindings,
+        "mynameis",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await?;
+    k.s.wait_gone(
+        &cluster_roles(&k),
+        "mynameis",
+        "the ClusterRole deleted next",
+    )
+    .await?;
+    k.s.wait_gone(
+        &service_accounts(&k),
+        "mynameis",
+        "the ServiceAccount deleted next",
+    )
+    .await?;
+    k.s.wait_gone(&dns, &name, "the instance gone").await?;
+    k.finish().await
+}
+
+/// `saas-multi-tenant`: an RGD whose resources are instances of two other RGDs (the Tenant makes
+/// its TenantEnvironment and TenantApplication), and what kro's README says they make: the
+/// tenant's Namespace (cluster-scoped) with its ResourceQuota and NetworkPolicy, and the
+/// application's Deployment and Service in the tenant's namespace — all tied to their
+/// instances by label, none of which an owner reference could hold.
+#[tokio::test]
+async fn saas_multi_tenant_makes_the_tenant_namespace_and_its_children() -> anyhow::Result<()> {
     let rgds = [
         "tenantenvironment.kro.run",
         "tenantapplication.kro.run",
@@ -603,18 +757,123 @@ async fn saas_multi_tenant_composes_rgds() -> anyhow::Result<()> {
         (&json!("nginx"), &json!(2)),
         "the Tenant's defaults reach it: {app}"
     );
-    for (api, why) in [(&envs, "cluster-scoped"), (&apps, "namespace")] {
-        let what = format!("{why}: Synced=False");
-        let i =
-            k.s.wait_for(api, "tenant001", &what, |i| {
-                condition(i, "Synced").is_some_and(|c| c["status"] == "False")
-            })
-            .await?;
-        let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
-        assert!(msg.as_deref().unwrap_or_default().contains(why), "{msg:?}");
+    let namespaces = k.s.api("v1", "Namespace", "namespaces", None);
+    let ns = k
+        .wait(&namespaces, "tenant001", "the tenant's Namespace")
+        .await?;
+    assert_eq!(ns["metadata"]["labels"]["name"], "tenant001");
+    assert_eq!(
+        ns["metadata"]["labels"]["kro.run/instance-id"],
+        env["metadata"]["uid"]
+    );
+    let in_tenant =
+        |av: &str, kind: &str, plural: &str| k.s.api(av, kind, plural, Some("tenant001"));
+    let quota = in_tenant("v1", "ResourceQuota", "resourcequotas");
+    let q = k
+        .wait(&quota, "tenant001-quota", "the ResourceQuota")
+        .await?;
+    assert_eq!(q["spec"]["hard"]["limits.cpu"], "2");
+    let policies = in_tenant("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies");
+    k.wait(&policies, "tenant001-isolation", "the NetworkPolicy")
+        .await?;
+    let deployments = in_tenant("apps/v1", "Deployment", "deployments");
+    let d = k
+        .wait(
+            &deployments,
+            "tenant001-deployment",
+            "the tenant's Deployment",
+        )
+        .await?;
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx"
+    );
+    assert_eq!(
+        d["metadata"]["labels"]["kro.run/instance-id"],
+        app["metadata"]["uid"]
+    );
+    assert!(d["metadata"].get("ownerReferences").is_none(), "{d}");
+    let services = in_tenant("v1", "Service", "services");
+    k.wait(&services, "tenant001-service", "the tenant's Service")
+        .await?;
+    for api in [&envs, &apps] {
+        k.instance_where(api, "tenant001", "ACTIVE", ready).await?;
     }
-    // its own resources exist and have no readyWhen: the Tenant is ACTIVE, as under kro
     k.instance_where(&tenants, &name, "ACTIVE", ready).await?;
+    k.finish().await
+}
+
+/// A label-owned child (here in another namespace than its instance) no longer desired is
+/// deleted, as a child owned by reference is; an object at a child's name that carries another
+/// instance's UID is never taken: the sync fails naming it and leaves it as it is.
+#[tokio::test]
+async fn a_label_owned_child_no_longer_desired_is_deleted_and_anothers_never_taken()
+-> anyhow::Result<()> {
+    let mut k = Kro::start("kro-label-owned", &["mirrors.kro.run"]).await?;
+    ensure_namespace(&k.s, "elsewhere").await?;
+    let rgd = json!({"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "mirrors.kro.run"},
+        "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "Mirror",
+            "spec": {"copy": "boolean | default=true", "target": "string | default=elsewhere"}},
+        "resources": [{"id": "copy", "includeWhen": ["${schema.spec.copy}"],
+            "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${schema.metadata.name}",
+                    "namespace": "${schema.spec.target}"},
+                "data": {"from": "${schema.metadata.namespace}"}}}]}});
+    k.rgd_object(rgd).await?;
+    let mirrors = k.api("kro.run/v1alpha1", "Mirror", "mirrors");
+    let make = |name: &str| {
+        json!({"apiVersion": "kro.run/v1alpha1", "kind": "Mirror",
+        "metadata": {"name": name, "namespace": "default"}, "spec": {}})
+    };
+    mirrors
+        .create(&PostParams::default(), &obj(make("one"))?)
+        .await?;
+    let elsewhere = k.s.api("v1", "ConfigMap", "configmaps", Some("elsewhere"));
+    let copy = k
+        .wait(&elsewhere, "one", "the copy in another namespace")
+        .await?;
+    assert_eq!(copy["data"]["from"], "default");
+    k.s.merge_patch(&mirrors, "one", json!({"spec": {"copy": false}}))
+        .await?;
+    k.s.wait_gone(&elsewhere, "one", "the copy no longer desired deleted")
+        .await?;
+
+    // another instance's object at the name of this one's child
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "two", "namespace": "elsewhere",
+            "labels": {"kro.run/instance-id": "someone-else", "kro.run/instance-name": "two",
+                "kro.run/instance-namespace": "default"}},
+        "data": {"from": "them"}});
+    elsewhere
+        .create(&PostParams::default(), &obj(theirs)?)
+        .await?;
+    mirrors
+        .create(&PostParams::default(), &obj(make("two"))?)
+        .await?;
+    let what = "the sync failing on the object it does not own";
+    let i =
+        k.s.wait_for(&mirrors, "two", what, |i| {
+            condition(i, "Synced").is_some_and(|c| c["status"] == "False")
+        })
+        .await?;
+    let msg = condition(&i, "Synced").map(|c| c["message"].to_string());
+    let msg = msg.unwrap_or_default();
+    assert!(
+        msg.contains("two") && msg.contains("another controller owns"),
+        "{msg}"
+    );
+    let kept = k.s.get(&elsewhere, "two").await?.unwrap_or_default();
+    assert_eq!(kept["data"]["from"], "them", "never taken: {kept}");
+    assert_eq!(
+        kept["metadata"]["labels"]["kro.run/instance-id"],
+        "someone-else"
+    );
+    // deleting this instance never deletes the other's object
+    mirrors.delete("two", &Default::default()).await?;
+    k.s.wait_gone(&mirrors, "two", "the instance gone").await?;
+    assert!(k.s.get(&elsewhere, "two").await?.is_some());
     k.finish().await
 }
 

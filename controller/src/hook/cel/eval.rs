@@ -66,6 +66,8 @@ pub(crate) struct Observed {
 }
 
 struct Run<'a> {
+    /// Each resource's apply order (`teardown::apply_orders`).
+    orders: BTreeMap<String, u64>,
     scope: Scope,
     instance: &'a Value,
     observed: &'a Observed,
@@ -90,6 +92,7 @@ pub(crate) fn evaluate_graph(
 ) -> Result<Outcome, EvalError> {
     let scope = Scope::kro(&Bindings::default().with(SCHEMA, instance.clone()));
     let mut run = Run {
+        orders: super::teardown::apply_orders(graph),
         scope,
         instance,
         observed,
@@ -218,6 +221,8 @@ impl Run<'_> {
                 (node.is_collection()).then_some(i),
                 self.instance,
             );
+            let order = self.orders.get(&node.id).copied().unwrap_or_default();
+            annotate_order(&mut obj, order);
             self.children.push(obj);
         }
         let observed = self
@@ -336,14 +341,54 @@ fn label(obj: &mut Value, node: &Node, index: Option<usize>, instance: &Value) {
     labels.insert("kro.run/owned".into(), json!("true"));
     labels.insert(NODE_ID_LABEL.into(), json!(node.id));
     labels.insert("kro.run/instance-name".into(), name);
+    labels.insert("app.kubernetes.io/managed-by".into(), json!("kro"));
+    let meta = |f: &str| {
+        instance
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
+    labels.insert(
+        "kro.run/instance-id".into(),
+        json!(meta("uid").unwrap_or_default()),
+    );
+    if let Some(ns) = meta("namespace").filter(|n| !n.is_empty()) {
+        labels.insert("kro.run/instance-namespace".into(), json!(ns));
+    }
+    let av = instance
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
+    let kind = instance
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    labels.insert("kro.run/instance-group".into(), json!(group));
+    labels.insert("kro.run/instance-version".into(), json!(version));
+    labels.insert("kro.run/instance-kind".into(), json!(kind));
     if let Some(i) = index {
         labels.insert(COLLECTION_INDEX_LABEL.into(), json!(i.to_string()));
     }
 }
 
+/// kro's apply order (`teardown`) on an object made for a resource of that order.
+fn annotate_order(obj: &mut Value, order: u64) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    if let Some(a) = annotations.as_object_mut() {
+        let key = super::teardown::APPLY_ORDER_ANNOTATION;
+        a.insert(key.into(), json!(order.to_string()));
+    }
+}
+
 /// An observed object kept while its resource waits: as kmeta last wrote it (its last-applied
 /// annotation), else its identity, labels and spec-like fields without status.
-fn kept(observed: &Value) -> Value {
+pub(crate) fn kept(observed: &Value) -> Value {
     let last = observed
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(dynapply::LAST_APPLIED_ANNOTATION))

@@ -11,6 +11,7 @@ pub(crate) mod conditions;
 pub(crate) mod eval;
 pub(crate) mod external;
 pub(crate) mod graph;
+pub(crate) mod teardown;
 pub(crate) mod template;
 
 use std::collections::BTreeMap;
@@ -84,7 +85,14 @@ pub(crate) fn answer(
     let parent = request.get("parent").cloned().unwrap_or_default();
     match hook {
         "customize" => Ok(external::rules(&external::references(graph, &parent)?)),
-        "finalize" => Ok(json!({"children": [], "finalized": true})),
+        "finalize" => {
+            let status = parent.get("status");
+            Ok(teardown::finalize(
+                &all_children(request),
+                status,
+                eval::kept,
+            ))
+        }
         _ => {
             let mut observed = observed(request);
             let refs = external::references(graph, &parent)?;
@@ -98,18 +106,26 @@ pub(crate) fn answer(
     }
 }
 
-/// The request's children filed by the resource they were made for (kro's node-id label), a
-/// collection's in index order, and its related objects.
-pub(crate) fn observed(request: &Value) -> Observed {
-    let mut children: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let all = request
+/// Every child of the request, whatever resource it was made for.
+fn all_children(request: &Value) -> Vec<Value> {
+    children_of(request).cloned().collect()
+}
+
+fn children_of(request: &Value) -> impl Iterator<Item = &Value> {
+    request
         .get("children")
         .and_then(Value::as_object)
         .into_iter()
         .flat_map(|by_type| by_type.values())
         .filter_map(Value::as_object)
-        .flat_map(|by_name| by_name.values());
-    for obj in all {
+        .flat_map(|by_name| by_name.values())
+}
+
+/// The request's children filed by the resource they were made for (kro's node-id label), a
+/// collection's in index order, and its related objects.
+pub(crate) fn observed(request: &Value) -> Observed {
+    let mut children: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for obj in children_of(request) {
         let labels = obj.pointer("/metadata/labels");
         let id = labels
             .and_then(|l| l.get(NODE_ID_LABEL))

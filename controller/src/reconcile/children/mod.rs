@@ -477,7 +477,7 @@ async fn failed(
     }
     let holder = match op_label {
         ChildOpLabel::Create if kapi::is_conflict(&e) => {
-            Some(existing_controller(c, rule, obj).await)
+            Some(existing_controller(c, rule, obj, w.parent).await)
         }
         _ => None,
     };
@@ -511,11 +511,18 @@ async fn failed(
     Some(message)
 }
 
-/// The controller of the object that holds a child's name: `Some(uid)` of its controller
-/// (`Some("")` when it has none), `None` when it cannot be read.
-async fn existing_controller(c: &Children<'_>, rule: &ChildRule, child: &Value) -> Option<String> {
+/// The owner of the object that holds a child's name: `Some(uid)` of its controller, or for a
+/// child of `parent` owned by label, of the instance its label names (`Some("")` when it has
+/// none), `None` when it cannot be read.
+async fn existing_controller(
+    c: &Children<'_>,
+    rule: &ChildRule,
+    child: &Value,
+    parent: &Value,
+) -> Option<String> {
     let existing = c.holding(rule, child).await.ok()??;
-    Some(controller_uid(&existing).unwrap_or_default().to_owned())
+    let by_label = !decide::owner_reference_holds(parent, child);
+    Some(decide::holder_uid(&existing, by_label).to_owned())
 }
 
 /// What one executed child operation was (verb, metric label) and how it ended.

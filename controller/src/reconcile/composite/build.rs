@@ -16,7 +16,7 @@ use crate::reconcile::children::{
     ChildRule, Children, checked_field_rules, list_rules, schema_atomic_lists,
 };
 use crate::reconcile::core::{Context, SyncError, Writer};
-use crate::reconcile::decide::ChildType;
+use crate::reconcile::decide::{ChildOwnership, ChildType};
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::rollout::{self, RollingRule, RollingRules};
 use crate::runtime::cache::Informer;
@@ -179,6 +179,13 @@ pub struct CompositeState {
     /// Why every parent is left alone, when `kmeta.dev/paused` is set on this CompositeController (read at
     /// build: the manager restarts the controller when that annotation changes).
     pub controller_pause: Option<String>,
+    /// How its parents own their children (by label where an owner reference cannot hold one,
+    /// for a CEL resource graph: `reconcile::decide::label_owned`).
+    pub ownership: ChildOwnership,
+    /// The finalizer it puts on its parents when it has a finalize hook.
+    pub finalizer: String,
+    /// The labels it puts on its parents with the finalizer (kro's, on an RGD's instances).
+    pub instance_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// This controller's last write of one parent, until its watch event arrives.
@@ -346,7 +353,10 @@ async fn hook_clients(
         Some(h) => hook_client(ctx, cc, name, HookKind::Sync, h).await?,
         None => return Err(BuildError::NoSyncHook),
     };
-    let finalize = match spec.finalize_hook() {
+    // a CEL resource graph deletes its label-owned children when its parent is deleted: its
+    // sync hook answers the finalize requests too when no finalize hook is declared
+    let graph = spec.sync_hook().filter(|h| h.cel.is_some());
+    let finalize = match spec.finalize_hook().or(graph) {
         Some(h) => Some(hook_client(ctx, cc, name, HookKind::Finalize, h).await?),
         None => None,
     };
@@ -445,8 +455,12 @@ impl CompositeState {
                 .map_err(BuildError::ApplyStrategy)?;
         let parent = resolve_parent(&ctx, &cc)?;
         let splittable = parent.namespaced;
+        let ownership = super::decide::child_ownership(&cc);
+        // a label-owned child lies outside its parent's namespace: its kinds are watched
+        // whole, never split by namespace
+        let children_split = splittable && ownership == ChildOwnership::OwnerReferences;
         let (children, declared, child_keys) =
-            resolve_children(&ctx, &cc, record, splittable).await?;
+            resolve_children(&ctx, &cc, record, children_split).await?;
         let revisions = resolve_revisions(&ctx, &cc, &children, splittable)?;
         let cc_json =
             crate::hook::wire::controller_object(serde_json::to_value(&cc).unwrap_or(Value::Null));
@@ -457,6 +471,9 @@ impl CompositeState {
             cc.metadata.annotations.as_ref(),
         );
         Ok(CompositeState {
+            finalizer: super::decide::parent_finalizer(&cc, ownership),
+            instance_labels: super::decide::instance_labels(&cc, ownership),
+            ownership,
             controller_pause,
             parents: ctx.informers.get_split(&parent),
             ctx,

@@ -5,13 +5,74 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
+use crate::api::CompositeController;
 use crate::object::{ObjectView, describe, is_deleting, meta_str};
-use crate::reconcile::decide::{CONTROLLER_UID_LABEL, DecideError};
+use crate::reconcile::decide::{CONTROLLER_UID_LABEL, ChildOwnership, DecideError};
 use crate::runtime::selector::{self};
 
 /// The finalizer kmeta puts on parents of CC `cc` that has a finalize hook.
 pub fn finalizer_name(cc: &str) -> String {
     format!("metacontroller.io/compositecontroller-{cc}")
+}
+
+/// kro's finalizer on its instances, which kmeta puts on the parents of a CompositeController
+/// whose children may be label-owned (an instance kro served before keeps it, and kmeta
+/// finishes its deletion).
+pub const KRO_FINALIZER: &str = "kro.run/finalizer";
+
+/// How the parents of `cc` own their children: by label where an owner reference cannot hold a
+/// child when its sync hook is a CEL resource graph (what kmeta makes of a kro
+/// ResourceGraphDefinition, whose children kro ties to the instance by label), else by owner
+/// reference only, as Metacontroller.
+pub fn child_ownership(cc: &CompositeController) -> ChildOwnership {
+    match cc.spec.sync_hook().and_then(|h| h.cel.as_ref()) {
+        Some(_) => ChildOwnership::LabelsWhereReferencesCannot,
+        None => ChildOwnership::OwnerReferences,
+    }
+}
+
+/// The finalizer of `cc`'s parents: kro's for label-owned children ([`KRO_FINALIZER`]), else
+/// Metacontroller's [`finalizer_name`].
+pub fn parent_finalizer(cc: &CompositeController, ownership: ChildOwnership) -> String {
+    match ownership {
+        ChildOwnership::LabelsWhereReferencesCannot => KRO_FINALIZER.to_owned(),
+        ChildOwnership::OwnerReferences => {
+            finalizer_name(cc.metadata.name.as_deref().unwrap_or_default())
+        }
+    }
+}
+
+/// kro's labels on an instance (kro's instance labeler: `kro.run/owned` and the RGD's name and
+/// UID, not `kro.run/kro-version`, which names a kro release), for a CompositeController whose
+/// children may be label-owned: the RGD is read from `cc`'s label
+/// `kro.run/resource-graph-definition-name` and its owner reference to the RGD, as
+/// `kmeta::kro` writes them. None for any other controller.
+pub fn instance_labels(
+    cc: &CompositeController,
+    ownership: ChildOwnership,
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    if ownership != ChildOwnership::LabelsWhereReferencesCannot {
+        return out;
+    }
+    out.insert("kro.run/owned".to_owned(), "true".to_owned());
+    let name_label = "kro.run/resource-graph-definition-name";
+    if let Some(name) = cc.metadata.labels.as_ref().and_then(|l| l.get(name_label)) {
+        out.insert(name_label.to_owned(), name.clone());
+    }
+    let rgd = cc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.kind == "ResourceGraphDefinition" && r.api_version.starts_with("kro.run/"));
+    if let Some(r) = rgd {
+        out.insert(
+            "kro.run/resource-graph-definition-id".to_owned(),
+            r.uid.clone(),
+        );
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,6 +218,58 @@ mod tests {
         );
         let g = parent_selector(&q, true).unwrap();
         assert_eq!(selector::to_query(&g), "controller-uid=u1");
+    }
+
+    #[test]
+    fn a_cel_resource_graph_owns_by_label_with_kros_finalizer_and_others_as_metacontroller() {
+        let cc = |hooks: serde_json::Value| -> CompositeController {
+            serde_json::from_value(json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+                "kind": "CompositeController", "metadata": {"name": "cc"},
+                "spec": {"parentResource": {"apiVersion": "x/v1", "resource": "xs"},
+                    "hooks": hooks}}))
+            .unwrap()
+        };
+        let webhook = cc(json!({"sync": {"webhook": {"url": "http://h"}}}));
+        assert_eq!(child_ownership(&webhook), ChildOwnership::OwnerReferences);
+        assert_eq!(
+            parent_finalizer(&webhook, child_ownership(&webhook)),
+            "metacontroller.io/compositecontroller-cc"
+        );
+        let graph = cc(json!({"sync": {"cel": {"resourceGraph": {"resources": []}}}}));
+        assert_eq!(
+            child_ownership(&graph),
+            ChildOwnership::LabelsWhereReferencesCannot
+        );
+        assert_eq!(
+            parent_finalizer(&graph, child_ownership(&graph)),
+            KRO_FINALIZER
+        );
+    }
+
+    #[test]
+    fn an_rgds_instance_gets_kros_labels_naming_the_rgd() {
+        let cc: CompositeController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "web", "labels": {"kro.run/resource-graph-definition-name": "web"},
+                "ownerReferences": [{"apiVersion": "kro.run/v1alpha1",
+                    "kind": "ResourceGraphDefinition", "name": "web", "uid": "r1"}]},
+            "spec": {"parentResource": {"apiVersion": "x/v1", "resource": "xs"},
+                "hooks": {"sync": {"cel": {"resourceGraph": {}}}}}}))
+        .unwrap();
+        let labels = instance_labels(&cc, ChildOwnership::LabelsWhereReferencesCannot);
+        let want = json!({"kro.run/owned": "true", "kro.run/resource-graph-definition-name": "web",
+            "kro.run/resource-graph-definition-id": "r1"});
+        assert_eq!(serde_json::to_value(&labels).unwrap(), want);
+        assert!(instance_labels(&cc, ChildOwnership::OwnerReferences).is_empty());
+        let mut meta = serde_json::Map::new();
+        use crate::reconcile::decide::{labels_missing, set_labels};
+        let mut parent = json!({"metadata": {}});
+        assert!(labels_missing(&parent, &labels));
+        assert!(set_labels(&mut meta, &labels));
+        assert_eq!(meta["labels"], want);
+        assert!(!set_labels(&mut meta, &labels), "set already");
+        parent["metadata"] = serde_json::Value::Object(meta);
+        assert!(!labels_missing(&parent, &labels));
     }
 
     #[test]

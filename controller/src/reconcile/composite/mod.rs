@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError};
-use crate::reconcile::decide::parent_update_relevant;
+use crate::reconcile::decide::{ChildOwnership, labelled_owner, parent_update_relevant};
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::status;
 use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
@@ -91,6 +91,20 @@ impl CompositeRunner {
                 && meta_str(&p, "uid") == r.uid
             {
                 let key = ObjKey::new(ns, r.name);
+                self.queue.add_at(key, Some(watched(child)), priority);
+            }
+            return;
+        }
+        if self.state.ownership == ChildOwnership::LabelsWhereReferencesCannot
+            && let Some((ns, name, uid)) = labelled_owner(child)
+            && self.state.parent.namespaced
+            && ns != child.namespace()
+        {
+            // a label-owned child (`decide::label_owned`): the parent its labels name
+            if let Some(p) = self.state.parents.get(ns, name)
+                && meta_str(&p, "uid") == uid
+            {
+                let key = ObjKey::new(ns, name);
                 self.queue.add_at(key, Some(watched(child)), priority);
             }
             return;
@@ -232,7 +246,10 @@ impl CompositeRunner {
                     Some(_) => Priority::Normal,
                     None => priority,
                 };
-                let owner = |o: &Compact| o.controller().map(|c| c.uid.to_owned());
+                let owner = |o: &Compact| {
+                    let labelled = labelled_owner(o).map(|(_, _, uid)| uid.to_owned());
+                    (o.controller().map(|c| c.uid.to_owned()), labelled)
+                };
                 if let Some(o) = old
                     && owner(o) != owner(new)
                 {

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::build::{CompositeState, OwnWrite};
-use super::decide::{self as cdecide, finalizer_name};
+use super::decide::{self as cdecide};
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
 use super::steps::{call_hook_raw, chosen_hook, parent_alive_cached, parent_alive_uncached};
@@ -42,7 +42,7 @@ pub async fn sync_parent(
     let Some(cached) = c.parents.get_whole(&key.namespace, &key.name) else {
         return Ok(None);
     };
-    let fin = finalizer_name(&c.name);
+    let fin = c.finalizer.clone();
     let (parent, finalizing) = match prepare(c, &cached, &fin).await? {
         Prepared::Sync { parent, finalizing } => (parent, finalizing),
         Prepared::Done(resync) => return Ok(resync),
@@ -232,9 +232,13 @@ async fn apply_response(
         related,
         adopting,
     } = step;
-    let desired = decide::validate_desired(
+    let placing = decide::Placing {
+        parent_namespaced: c.parent.namespaced,
+        ownership: c.ownership,
+    };
+    let desired = decide::validate_desired_owned(
         parent,
-        c.parent.namespaced,
+        placing,
         &c.declared,
         selector,
         c.generate_selector(),
@@ -383,6 +387,15 @@ async fn ensure_finalizer(
         is_deleting(&parent),
         has_finalizer(&parent, fin),
     ) {
+        // kro's labels go with the finalizer, and come back if someone removes them
+        FinalizerAction::Keep | FinalizerAction::Add
+            if !is_deleting(&parent) && decide::labels_missing(&parent, &c.instance_labels) =>
+        {
+            let labels = &c.instance_labels;
+            let written =
+                status::add_finalizer_and_labels(&c.ctx, &c.parent, &parent, fin, labels).await?;
+            return Ok(written.map(Arc::new));
+        }
         FinalizerAction::Keep => return Ok(Some(parent)),
         FinalizerAction::Add => true,
         FinalizerAction::Remove => false,
@@ -461,8 +474,24 @@ async fn claim_children(
         for child in plan.release {
             release(c, (rule, writer), uid, selector, child.value()?).await?;
         }
+        claimed.observed.extend(label_owned(c, rule, parent));
     }
     Ok(claimed)
+}
+
+/// The children of `rule`'s type `parent` owns by label (`decide::label_owned`): those carrying
+/// its UID where an owner reference of it could not hold them, in any namespace. Observed as
+/// they are: never adopted, never released (none for a controller owning by reference only).
+fn label_owned(c: &CompositeState, rule: &ChildRule, parent: &Value) -> Vec<Arc<Compact>> {
+    if c.ownership != decide::ChildOwnership::LabelsWhereReferencesCannot {
+        return Vec::new();
+    }
+    let uid = meta_str(parent, "uid");
+    rule.informer
+        .orphans_labelled(None, decide::INSTANCE_ID_LABEL, uid)
+        .into_iter()
+        .filter(|child| decide::label_owned_by(parent, child.as_ref()))
+        .collect()
 }
 
 /// Adopts an orphan that still matches the selector (re-checked on the live object); returns it

@@ -12,7 +12,7 @@ use crate::hook::wire::group_key;
 use crate::object::{describe, meta_str};
 use crate::runtime::selector::{self};
 
-use super::DecideError;
+use super::{ChildOwnership, DecideError, add_owner_labels};
 
 /// The generated-selector label.
 pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
@@ -41,7 +41,41 @@ pub fn validate_desired(
     generate_selector: bool,
     children: Vec<Value>,
 ) -> Result<BTreeMap<String, Value>, DecideError> {
-    let parent_ns = meta_str(parent, "namespace");
+    let placing = Placing {
+        parent_namespaced,
+        ownership: ChildOwnership::OwnerReferences,
+    };
+    validate_desired_owned(
+        parent,
+        placing,
+        declared,
+        selector,
+        generate_selector,
+        children,
+    )
+}
+
+/// Where a parent's children may be: the parent's scope and how it owns them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placing {
+    /// The parent resource is namespaced.
+    pub parent_namespaced: bool,
+    /// How the parent owns its children.
+    pub ownership: ChildOwnership,
+}
+
+/// [`validate_desired`] for a controller whose parents own children as `placing.ownership`
+/// says: with [`ChildOwnership::LabelsWhereReferencesCannot`], a namespaced parent's child in
+/// another namespace, or cluster-scoped, is accepted and gets the parent's instance labels
+/// ([`add_owner_labels`]) instead of being refused.
+pub fn validate_desired_owned(
+    parent: &Value,
+    placing: Placing,
+    declared: &HashMap<String, ChildType>,
+    selector: &LabelSelector,
+    generate_selector: bool,
+    children: Vec<Value>,
+) -> Result<BTreeMap<String, Value>, DecideError> {
     let mut out = BTreeMap::new();
     for mut child in children {
         let av = child
@@ -71,7 +105,7 @@ pub fn validate_desired(
         let Some(m) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
             return Err(bad(&child, "metadata must be an object".into()));
         };
-        if let Err(e) = place_in_namespace(m, &ns, t.namespaced, parent_namespaced, parent_ns) {
+        if let Err(e) = place(m, (&ns, t.namespaced), placing, parent) {
             return Err(bad(&child, e.to_string()));
         }
         if generate_selector {
@@ -98,6 +132,30 @@ pub fn validate_desired(
         out.insert(key, child);
     }
     Ok(out)
+}
+
+/// Where a child whose metadata is `m` (its namespace and whether its type is namespaced) may
+/// be, as [`place_in_namespace`] says; a child an owner reference cannot hold is accepted and
+/// labelled as the parent's ([`add_owner_labels`]) when `placing` owns such children by label.
+fn place(
+    m: &mut Map<String, Value>,
+    (ns, namespaced): (&str, bool),
+    placing: Placing,
+    parent: &Value,
+) -> Result<(), Misplaced> {
+    let parent_ns = meta_str(parent, "namespace");
+    match place_in_namespace(m, ns, namespaced, placing.parent_namespaced, parent_ns) {
+        Err(e @ (Misplaced::OtherNamespace { .. } | Misplaced::ClusterScoped))
+            if placing.ownership == ChildOwnership::LabelsWhereReferencesCannot =>
+        {
+            if e == Misplaced::ClusterScoped {
+                m.remove("namespace");
+            }
+            add_owner_labels(m, parent);
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The namespace rules of a child's metadata `m` (its namespace `ns`): a namespaced child of a
@@ -215,6 +273,7 @@ pub fn child_key(obj: &Value) -> String {
 mod tests {
     use super::*;
     use crate::reconcile::decide::fixtures::{child, parent};
+    use crate::reconcile::decide::{INSTANCE_ID_LABEL, INSTANCE_NAMESPACE_LABEL};
     use serde_json::json;
 
     fn declared(namespaced: bool, method: ChildUpdateMethod) -> HashMap<String, ChildType> {
@@ -267,6 +326,62 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("cluster-scoped"), "{e}");
+    }
+
+    #[test]
+    fn label_ownership_accepts_what_an_owner_reference_cannot_hold_and_labels_it() {
+        let p = parent();
+        let sel = selector::single(CONTROLLER_UID_LABEL, "u1");
+        let placing = Placing {
+            parent_namespaced: true,
+            ownership: ChildOwnership::LabelsWhereReferencesCannot,
+        };
+        let mut other = child("a", json!({}), None);
+        other["metadata"]["namespace"] = json!("tenant");
+        let d = declared(true, ChildUpdateMethod::InPlace);
+        let out = validate_desired_owned(&p, placing, &d, &sel, true, vec![other]).unwrap();
+        let labels = &out["ConfigMap.v1 tenant/a"]["metadata"]["labels"];
+        assert_eq!(labels[INSTANCE_ID_LABEL], "u1");
+        assert_eq!(labels[INSTANCE_NAMESPACE_LABEL], "ns");
+        // in the parent's namespace: an owner reference holds it, no label is added
+        let out = validate_desired_owned(
+            &p,
+            placing,
+            &d,
+            &sel,
+            true,
+            vec![child("b", json!({}), None)],
+        );
+        let labels = &out.unwrap()["ConfigMap.v1 ns/b"]["metadata"]["labels"];
+        assert!(labels.get(INSTANCE_ID_LABEL).is_none(), "{labels}");
+        // cluster-scoped: its namespace dropped, labelled
+        let cluster = declared(false, ChildUpdateMethod::InPlace);
+        let out = validate_desired_owned(
+            &p,
+            placing,
+            &cluster,
+            &sel,
+            true,
+            vec![child("c", json!({}), None)],
+        );
+        let c = &out.unwrap()["ConfigMap.v1 /c"];
+        assert_eq!(c["metadata"]["labels"][INSTANCE_ID_LABEL], "u1");
+        assert!(c["metadata"].get("namespace").is_none());
+        // a namespaced child of a cluster-scoped parent still needs a namespace
+        let mut no_ns = child("d", json!({}), None);
+        no_ns["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        let placing = Placing {
+            parent_namespaced: false,
+            ..placing
+        };
+        let e = validate_desired_owned(&p, placing, &d, &sel, true, vec![no_ns]).unwrap_err();
+        assert!(
+            e.to_string().contains("metadata.namespace is required"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! [`lifecycle`] (finalizer and hook choice), [`desired`] children (validation), the child
 //! [`plan`] and the [`gate`] each planned write passes, the parent's [`status`] and the [`record`] of its last sync, [`write_failure`]s, the
 //! [`hook_events`] a hook asks for, the ServiceAccount a controller's writes are made as
-//! ([`identity`]) and what a parent applied to a child by its `managedFields` ([`owned`]). No I/O here; the executors
+//! ([`identity`]), what a parent applied to a child by its `managedFields` ([`owned`]) and children
+//! owned by labels where an owner reference cannot hold them ([`label_owned`]). No I/O here; the executors
 //! ([`crate::reconcile::children`], [`crate::reconcile::status`], each kind's `sync`) act on them.
 //! Decisions of one kind only live in its folder (`composite/decide.rs`, `decorator/decide.rs`).
 
@@ -11,6 +12,7 @@ mod field_rules;
 mod gate;
 mod hook_events;
 mod identity;
+mod label_owned;
 mod lifecycle;
 mod owned;
 mod owner;
@@ -24,6 +26,7 @@ pub use field_rules::*;
 pub use gate::*;
 pub use hook_events::*;
 pub use identity::*;
+pub use label_owned::*;
 pub use lifecycle::*;
 pub use owned::*;
 pub use owner::*;

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::api::ChildUpdateMethod;
 use crate::object::is_deleting;
 
-use super::{DecideError, add_owner, child_key};
+use super::{DecideError, add_owner, child_key, owner_reference_holds};
 
 // ---------------------------------------------------------------------------------------------
 // the child plan
@@ -66,7 +66,7 @@ pub fn plan_children<'o, O: Borrow<Value>>(
         match observed.get(key) {
             None => {
                 let created = dynapply::prepare_create(want, opts).map_err(err)?;
-                ops.push(ChildOp::Create(add_owner(created, parent)));
+                ops.push(ChildOp::Create(owned(created, parent)));
             }
             Some(obs) if is_deleting(obs) => {}
             Some(obs) => match update(obs, last_applied(obs, opts), want, opts).map_err(err)? {
@@ -87,6 +87,18 @@ pub fn plan_children<'o, O: Borrow<Value>>(
         }
     }
     Ok(ops)
+}
+
+/// `child` as `parent` owns it: with the parent's owner reference, unless no owner reference
+/// can hold it (a label-owned child, [`super::label_owned`], carries the parent's labels
+/// instead; a controller that does not own children by label never gets such a child past
+/// [`super::validate_desired`]).
+pub fn owned(child: Value, parent: &Value) -> Value {
+    if owner_reference_holds(parent, &child) {
+        add_owner(child, parent)
+    } else {
+        child
+    }
 }
 
 /// The plan's writes in two phases: first the deletes of children no longer desired, then the
@@ -204,7 +216,7 @@ pub fn server_side_apply_request(
     use crate::reconcile::apply;
     let subtrees = opts.rules.preserve_unknown_subtrees();
     let prepared = dynapply::server_side_apply_body(live, desired, opts, subtrees)?;
-    let prepared = super::with_owner(&prepared, parent);
+    let prepared = owned(prepared, parent);
     Ok(apply::guarded(
         apply::apply_body(&prepared),
         live_version,
@@ -362,6 +374,18 @@ mod tests {
         };
         assert!(obj["metadata"]["annotations"][dynapply::LAST_APPLIED_ANNOTATION].is_string());
         assert_eq!(controller_ref(obj).unwrap()["uid"], "u1");
+    }
+
+    #[test]
+    fn a_child_no_owner_reference_can_hold_is_created_without_one() {
+        let mut other = child("a", json!({}), None);
+        other["metadata"]["namespace"] = json!("tenant");
+        let ops = plan(&[], vec![other], ChildUpdateMethod::InPlace);
+        let [ChildOp::Create(obj)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert!(obj["metadata"].get("ownerReferences").is_none(), "{obj}");
+        assert!(obj["metadata"]["annotations"][dynapply::LAST_APPLIED_ANNOTATION].is_string());
     }
 
     /// A type written without the record (`kmeta.dev/last-applied: omit`): created without the
