@@ -276,7 +276,10 @@ mod tests {
             assert!(registered(&kro, name), "{name} in Scope::kro");
             assert!(!Functions::Kubernetes.declares(name), "{name}");
         }
-        for name in ["lowerAsci", "random.seedString", "nope"].iter().chain(NOT_IN_KMETA) {
+        for name in ["lowerAsci", "random.seedString", "nope"]
+            .iter()
+            .chain(NOT_IN_KMETA)
+        {
             assert!(!registered(&kro, name), "{name} is registered: list it");
             assert!(!Functions::Kro.declares(name), "{name}");
         }
@@ -289,6 +292,11 @@ mod tests {
         assert_eq!(eval("dyn(1) + 1").unwrap(), json!(2));
         assert_eq!(eval("bool(s) && bool('0') == false").unwrap(), json!(true));
         assert_eq!(eval("bool(true)").unwrap(), json!(true));
-        assert!(eval("bool('yes')").unwrap_err().to_string().contains("\"yes\""));
+        assert!(
+            eval("bool('yes')")
+                .unwrap_err()
+                .to_string()
+                .contains("\"yes\"")
+        );
     }
 }

@@ -1278,7 +1278,15 @@ spec:
         .unwrap();
         assert!(text.contains("kind: ClusterRoleBinding"), "{text}");
         assert!(text.contains("namespace: pets"), "{text}");
-        let kmeta = render(&[file], &[], "kmeta", None, &ServiceAccountRef::kmeta(), false).unwrap();
+        let kmeta = render(
+            &[file],
+            &[],
+            "kmeta",
+            None,
+            &ServiceAccountRef::kmeta(),
+            false,
+        )
+        .unwrap();
         assert!(kmeta.contains("impersonate"), "{kmeta}");
     }
 
@@ -1308,7 +1316,15 @@ spec:
         let file = dir.path().join("c.yaml");
         std::fs::write(&file, CC).unwrap();
         let files = std::slice::from_ref(&file);
-        let own = render(files, &[], OWN_NAME, None, &ServiceAccountRef::kmeta(), false).unwrap();
+        let own = render(
+            files,
+            &[],
+            OWN_NAME,
+            None,
+            &ServiceAccountRef::kmeta(),
+            false,
+        )
+        .unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&own).unwrap();
         assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
         assert_eq!(

@@ -445,8 +445,8 @@ fn spawn_serve_kro(
     shutdown: &CancellationToken,
 ) {
     let (holds, every) = serve_kro_gate(config, probes, shards);
-    let options = kmeta::kro::ServeOptions::default()
-        .allow_crd_deletion(config.kro_allow_crd_deletion);
+    let options =
+        kmeta::kro::ServeOptions::default().allow_crd_deletion(config.kro_allow_crd_deletion);
     let serving = kmeta::kro::serve_while(client.clone(), options, holds, every, shutdown.clone());
     tokio::spawn(serving);
 }

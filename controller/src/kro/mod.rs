@@ -154,7 +154,10 @@ pub fn instance_crd(rgd: &Value) -> Result<Value, KroError> {
 /// strings.
 fn copy_names(rgd: &Value, crd: &mut Value) -> Result<(), KroError> {
     for f in ["shortNames", "categories"] {
-        let Some(v) = rgd.pointer(&format!("/spec/schema/{f}")).filter(|v| !v.is_null()) else {
+        let Some(v) = rgd
+            .pointer(&format!("/spec/schema/{f}"))
+            .filter(|v| !v.is_null())
+        else {
             continue;
         };
         let strings = v.as_array().is_some_and(|a| a.iter().all(Value::is_string));

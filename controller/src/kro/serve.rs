@@ -225,7 +225,10 @@ fn kinds_of(rgd: &Value) -> BTreeSet<(String, String)> {
     let group = schema.and_then(|s| s.get("group")).and_then(Value::as_str);
     let kind = schema.and_then(|s| s.get("kind")).and_then(Value::as_str);
     if let Some(kind) = kind {
-        out.insert((group.unwrap_or(super::DEFAULT_GROUP).to_owned(), kind.to_owned()));
+        out.insert((
+            group.unwrap_or(super::DEFAULT_GROUP).to_owned(),
+            kind.to_owned(),
+        ));
     }
     out
 }
@@ -251,7 +254,10 @@ fn crd_state(crd: &Value) -> Option<(String, (String, String), u64)> {
 }
 
 /// The RGDs of `uses` that use `kind`.
-fn users(uses: &BTreeMap<String, BTreeSet<(String, String)>>, kind: &(String, String)) -> Vec<String> {
+fn users(
+    uses: &BTreeMap<String, BTreeSet<(String, String)>>,
+    kind: &(String, String),
+) -> Vec<String> {
     uses.iter()
         .filter(|(_, kinds)| kinds.contains(kind))
         .map(|(name, _)| name.clone())
@@ -642,6 +648,7 @@ async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> O
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
 
     #[test]
@@ -673,7 +680,12 @@ mod tests {
         let gk = |g: &str, k: &str| (g.to_owned(), k.to_owned());
         assert_eq!(
             kinds.into_iter().collect::<Vec<_>>(),
-            [gk("", "ConfigMap"), gk("apps", "Deployment"), gk("db.example.com", "Database"), gk("kro.run", "App")]
+            [
+                gk("", "ConfigMap"),
+                gk("apps", "Deployment"),
+                gk("db.example.com", "Database"),
+                gk("kro.run", "App")
+            ]
         );
         let uses = BTreeMap::from([("app".to_owned(), kinds_of(&rgd))]);
         assert_eq!(users(&uses, &gk("db.example.com", "Database")), ["app"]);
@@ -682,13 +694,20 @@ mod tests {
         let crd = json!({"metadata": {"name": "databases.db.example.com"},
             "spec": {"group": "db.example.com", "names": {"kind": "Database"}, "versions": []}});
         let (name, kind, state) = crd_state(&crd).unwrap();
-        assert_eq!((name.as_str(), kind), ("databases.db.example.com", gk("db.example.com", "Database")));
+        assert_eq!(
+            (name.as_str(), kind),
+            ("databases.db.example.com", gk("db.example.com", "Database"))
+        );
         let mut established = crd.clone();
         established["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
         assert_ne!(crd_state(&established).unwrap().2, state);
         let mut relabelled = crd.clone();
         relabelled["metadata"]["labels"] = json!({"a": "b"});
-        assert_eq!(crd_state(&relabelled).unwrap().2, state, "only the spec and Established count");
+        assert_eq!(
+            crd_state(&relabelled).unwrap().2,
+            state,
+            "only the spec and Established count"
+        );
         let mut changed = crd.clone();
         changed["spec"]["versions"] = json!([{"name": "v1"}]);
         assert_ne!(crd_state(&changed).unwrap().2, state);

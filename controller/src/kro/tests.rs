@@ -77,7 +77,11 @@ fn printer_columns_group_and_scope_are_kept() {
 #[test]
 fn short_names_and_categories_reach_the_instance_crd() {
     let mut rgd = webapp();
-    assert!(instance_crd(&rgd).unwrap()["spec"]["names"].get("shortNames").is_none());
+    assert!(
+        instance_crd(&rgd).unwrap()["spec"]["names"]
+            .get("shortNames")
+            .is_none()
+    );
     rgd["spec"]["schema"]["shortNames"] = json!(["wa"]);
     rgd["spec"]["schema"]["categories"] = json!(["all", "apps"]);
     let names = &instance_crd(&rgd).unwrap()["spec"]["names"];

@@ -289,6 +289,33 @@ async fn an_rgd_with_a_broken_expression_is_refused_with_its_place_named() -> an
     s.finish().await
 }
 
+/// A summary reading a misspelt function, then a misspelt resource id, and how each is refused.
+const MISSPELT: [(&str, &str); 2] = [
+    (
+        "${string(deployment.status.availableReplicas).lowerAsci()}",
+        "resource \"summary\": template.data.available: \
+         string(deployment.status.availableReplicas).lowerAsci(): undeclared reference to \
+         function \"lowerAsci\"",
+    ),
+    (
+        "${string(deploymnt.status.availableReplicas)}",
+        "resource \"summary\": template.data.available: \
+         string(deploymnt.status.availableReplicas): undeclared reference to \"deploymnt\" \
+         (declared: deployment, schema, summary)",
+    ),
+];
+
+/// Writes `spec` into the RGD `name` and waits until it is refused with `message`.
+async fn refused_with(s: &Running, name: &str, spec: &Value, message: &str) -> anyhow::Result<()> {
+    s.merge_patch(&rgds(s), name, json!({"spec": spec})).await?;
+    s.wait_for(&rgds(s), name, message, |r| {
+        let c = &r["status"]["conditions"][0];
+        c["message"] == message && c["type"] == "GraphAccepted" && c["status"] == "False"
+    })
+    .await?;
+    Ok(())
+}
+
 /// An RGD that parses but does not type-check is refused when it is created, kro's way: a
 /// field read from a child that its kind's OpenAPI schema (the API server's `/openapi/v3`)
 /// does not have, then a string placed in a Deployment's integer field, a misspelt function and
@@ -348,48 +375,16 @@ async fn an_rgd_that_does_not_type_check_is_refused_with_its_place_named() -> an
         deployment("${schema.spec.image}"),
         summary("${string(deployment.status.availableReplicas)}"),
     ]);
-    s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
-        .await?;
-    let r = s
-        .wait_for(
-            &rgds(&s),
-            "typed",
-            "a string in an integer field refused",
-            |r| refused(r, "resource \"deployment\""),
-        )
-        .await?;
-    assert_eq!(
-        r["status"]["conditions"][0]["message"],
-        "resource \"deployment\": template.spec.replicas: schema.spec.image: returns string, \
-         but the field must be int"
-    );
+    let message = "resource \"deployment\": template.spec.replicas: schema.spec.image: returns \
+                   string, but the field must be int";
+    refused_with(&s, "typed", &spec, message).await?;
     assert!(s.get(&s.controllers(), "typed").await?.is_none());
 
     // a misspelt function, then a misspelt resource id: refused, not data waited for
     spec["resources"][0] = deployment("${schema.spec.replicas}");
-    let wrong = [
-        (
-            "${string(deployment.status.availableReplicas).lowerAsci()}",
-            "resource \"summary\": template.data.available: \
-             string(deployment.status.availableReplicas).lowerAsci(): undeclared reference to \
-             function \"lowerAsci\"",
-        ),
-        (
-            "${string(deploymnt.status.availableReplicas)}",
-            "resource \"summary\": template.data.available: \
-             string(deploymnt.status.availableReplicas): undeclared reference to \"deploymnt\" \
-             (declared: deployment, schema, summary)",
-        ),
-    ];
-    for (read, message) in wrong {
+    for (read, message) in MISSPELT {
         spec["resources"][1] = summary(read);
-        s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
-            .await?;
-        s.wait_for(&rgds(&s), "typed", message, |r| {
-            r["status"]["conditions"][0]["message"] == message
-                && r["status"]["conditions"][0]["type"] == "GraphAccepted"
-        })
-        .await?;
+        refused_with(&s, "typed", &spec, message).await?;
     }
     spec["resources"][1] = summary("${string(deployment.status.availableReplicas)}");
     typed["spec"] = spec.clone();
@@ -418,15 +413,10 @@ fn gadget_crd(s: &Running, status: Value) -> Value {
                     "status": status}}}}]}})
 }
 
-/// An RGD is checked again when a child's CRD appears or changes (kmeta watches CRDs): refused
-/// while its child kind `Gadget` has no CRD, refused again once the CRD exists but its status
-/// lacks the field the graph reads, then served when the CRD gains the field (a refusal for a
-/// type error is never retried on a timer: only the CRD's change brings it back), and its
-/// instance gets its children.
-#[tokio::test]
-async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow::Result<()> {
-    let (mut s, serving) = start("kro-crd-later").await?;
-    let rgd = json!({
+/// An RGD whose instances (`GadgetApp`) make a `Gadget` and a ConfigMap reading the Gadget's
+/// `status.endpoint`.
+fn gadget_rgd(s: &Running) -> Value {
+    json!({
         "apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
         "metadata": {"name": "gadgetapp", "labels": s.cc_labels()},
         "spec": {
@@ -441,7 +431,46 @@ async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow:
                     "data": {"endpoint": "${gadget.status.endpoint}"}}},
             ],
         },
-    });
+    })
+}
+
+/// A `GadgetApp` instance `g1` gets its Gadget, and its ConfigMap once the Gadget's status
+/// has an endpoint.
+async fn gadget_instance_gets_its_children(s: &Running) -> anyhow::Result<()> {
+    let group = &s.group;
+    let apps = s.api(
+        &format!("{group}/v1alpha1"),
+        "GadgetApp",
+        "gadgetapps",
+        Some(&s.ns),
+    );
+    let app = json!({"apiVersion": format!("{group}/v1alpha1"), "kind": "GadgetApp",
+        "metadata": {"name": "g1", "namespace": s.ns}, "spec": {"size": 3}});
+    apps.create(&Default::default(), &serde_json::from_value(app)?)
+        .await?;
+    let gadgets = s.api(&format!("{group}/v1"), "Gadget", "gadgets", Some(&s.ns));
+    let g = s
+        .wait_for(&gadgets, "g1", "the instance's Gadget", |_| true)
+        .await?;
+    assert_eq!(g["spec"]["size"], 3, "{g}");
+    let status = json!({"status": {"endpoint": "http://g1.example"}});
+    gadgets
+        .patch_status("g1", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    let info = s.wait_child("g1-info").await?;
+    assert_eq!(info["data"]["endpoint"], "http://g1.example");
+    Ok(())
+}
+
+/// An RGD is checked again when a child's CRD appears or changes (kmeta watches CRDs): refused
+/// while its child kind `Gadget` has no CRD, refused again once the CRD exists but its status
+/// lacks the field the graph reads, then served when the CRD gains the field (a refusal for a
+/// type error is never retried on a timer: only the CRD's change brings it back), and its
+/// instance gets its children.
+#[tokio::test]
+async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow::Result<()> {
+    let (mut s, serving) = start("kro-crd-later").await?;
+    let rgd = gadget_rgd(&s);
     s.create("resourcegraphdefinitions", rgd).await?;
     let refused = |message: String| {
         move |r: &Value| {
@@ -456,11 +485,19 @@ async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow:
         "resource \"gadget\": {}/v1 Gadget is not served by the API server",
         s.group
     );
-    s.wait_for(&rgds(&s), "gadgetapp", "refused: no Gadget CRD", refused(missing))
-        .await?;
+    s.wait_for(
+        &rgds(&s),
+        "gadgetapp",
+        "refused: no Gadget CRD",
+        refused(missing),
+    )
+    .await?;
 
-    let lacking_crd = gadget_crd(&s, json!({"type": "object", "properties": {
-        "phase": {"type": "string"}}}));
+    let lacking_crd = gadget_crd(
+        &s,
+        json!({"type": "object", "properties": {
+        "phase": {"type": "string"}}}),
+    );
     s.create_crd(lacking_crd).await?;
     let lacking = "resource \"info\": template.data.endpoint: gadget.status.endpoint: \
                    gadget.status has no field \"endpoint\" (it has: phase)";
@@ -478,8 +515,11 @@ async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow:
         "customresourcedefinitions",
         None,
     );
-    let fitting = gadget_crd(&s, json!({"type": "object", "properties": {
-        "phase": {"type": "string"}, "endpoint": {"type": "string"}}}));
+    let fitting = gadget_crd(
+        &s,
+        json!({"type": "object", "properties": {
+        "phase": {"type": "string"}, "endpoint": {"type": "string"}}}),
+    );
     let crd_name = format!("gadgets.{}", s.group);
     s.merge_patch(&crds, &crd_name, json!({"spec": fitting["spec"]}))
         .await?;
@@ -496,32 +536,7 @@ async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow:
     })
     .await?;
 
-    let apps = s.api(
-        &format!("{}/v1alpha1", s.group),
-        "GadgetApp",
-        "gadgetapps",
-        Some(&s.ns),
-    );
-    let app = json!({"apiVersion": format!("{}/v1alpha1", s.group), "kind": "GadgetApp",
-        "metadata": {"name": "g1", "namespace": s.ns}, "spec": {"size": 3}});
-    apps.create(&Default::default(), &serde_json::from_value(app)?)
-        .await?;
-    let gadgets = s.api(
-        &format!("{}/v1", s.group),
-        "Gadget",
-        "gadgets",
-        Some(&s.ns),
-    );
-    let g = s
-        .wait_for(&gadgets, "g1", "the instance's Gadget", |_| true)
-        .await?;
-    assert_eq!(g["spec"]["size"], 3, "{g}");
-    let status = json!({"status": {"endpoint": "http://g1.example"}});
-    gadgets
-        .patch_status("g1", &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    let info = s.wait_child("g1-info").await?;
-    assert_eq!(info["data"]["endpoint"], "http://g1.example");
+    gadget_instance_gets_its_children(&s).await?;
     serving.abort();
     s.finish().await
 }
@@ -559,7 +574,10 @@ async fn with_crd_deletion_allowed_an_rgds_crd_and_instances_go_with_it() -> any
     let owner = &crd["metadata"]["ownerReferences"][0];
     assert_eq!(
         (&owner["kind"], &owner["uid"]),
-        (&json!("ResourceGraphDefinition"), &served["metadata"]["uid"]),
+        (
+            &json!("ResourceGraphDefinition"),
+            &served["metadata"]["uid"]
+        ),
         "{crd}"
     );
     instance(&s, "shop", json!({"image": "web:1"})).await?;
@@ -572,7 +590,11 @@ async fn with_crd_deletion_allowed_an_rgds_crd_and_instances_go_with_it() -> any
     .await?;
     let configmaps = s.configmaps();
     eventually("the instance's children deleted", TIMEOUT, || async {
-        Ok(configmaps.get_opt("shop-config").await?.is_none().then_some(()))
+        Ok(configmaps
+            .get_opt("shop-config")
+            .await?
+            .is_none()
+            .then_some(()))
     })
     .await?;
     serving.abort();

@@ -121,9 +121,14 @@ fn check_ready_when(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphErr
     };
     let ready = TypeEnv::kro().with(own, ty);
     for e in &n.ready_when {
-        let other = e.expression.variables().into_iter().find(|v| v != own && env.has(v));
+        let other = e
+            .expression
+            .variables()
+            .into_iter()
+            .find(|v| v != own && env.has(v));
         if let Some(other) = other {
-            let message = format!("readyWhen may read only {own:?} (the resource itself), not {other:?}");
+            let message =
+                format!("readyWhen may read only {own:?} (the resource itself), not {other:?}");
             return Err(expr_err(e, message));
         }
         expect(e, &ready, &Type::Bool, "readyWhen")?;
@@ -380,7 +385,9 @@ mod tests {
         let cm = |extra: Value| {
             let mut r = json!({"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x"}}});
-            r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            r.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             r
         };
         let cases = [
@@ -390,8 +397,10 @@ mod tests {
                 "resource \"deployment\": template.spec.replicas: size(schema.spec.name.lowerAsci()): undeclared reference to function \"lowerAsci\"",
             ),
             (
-                json!([cm(json!({"template": {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "${random.seedString(5, schema.spec.name)}"}}}))]),
+                json!([cm(
+                    json!({"template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${random.seedString(5, schema.spec.name)}"}}})
+                )]),
                 json!({}),
                 "resource \"cm\": template.metadata.name: random.seedString(5, schema.spec.name): undeclared reference to function \"random.seedString\"",
             ),
@@ -401,8 +410,10 @@ mod tests {
                 "resource \"cm\": readyWhen[0]: schema.spec.replicas > 0: readyWhen may read only \"cm\" (the resource itself), not \"schema\"",
             ),
             (
-                json!([deployment(json!({}))[0].clone(),
-                    cm(json!({"readyWhen": ["${deployment.status.availableReplicas > 0}"]}))]),
+                json!([
+                    deployment(json!({}))[0].clone(),
+                    cm(json!({"readyWhen": ["${deployment.status.availableReplicas > 0}"]}))
+                ]),
                 json!({}),
                 "resource \"cm\": readyWhen[0]: deployment.status.availableReplicas > 0: readyWhen may read only \"cm\" (the resource itself), not \"deployment\"",
             ),
