@@ -170,6 +170,12 @@ impl Expression {
         self.program.references().has_variable(name)
     }
 
+    /// Whether the expression calls the function `name` (as written: `omit`, `random.seededString`
+    /// is `seededString` on `random`).
+    pub fn calls(&self, name: &str) -> bool {
+        self.program.references().has_function(name)
+    }
+
     /// Evaluates with `bindings`; the result as JSON.
     pub fn evaluate(&self, bindings: &Bindings) -> Result<Value, CelError> {
         self.evaluate_in(&Scope::new(bindings))

@@ -462,25 +462,27 @@ async fn gadget_instance_gets_its_children(s: &Running) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether an RGD is Inactive with `GraphAccepted=False` and `message`.
+fn refused(message: String) -> impl Fn(&Value) -> bool {
+    move |r: &Value| {
+        let c = &r["status"]["conditions"][0];
+        r["status"]["state"] == "Inactive"
+            && c["type"] == "GraphAccepted"
+            && c["status"] == "False"
+            && c["message"] == message.as_str()
+    }
+}
+
 /// An RGD is checked again when a child's CRD appears or changes (kmeta watches CRDs): refused
 /// while its child kind `Gadget` has no CRD, refused again once the CRD exists but its status
 /// lacks the field the graph reads, then served when the CRD gains the field (a refusal for a
 /// type error is never retried on a timer: only the CRD's change brings it back), and its
-/// instance gets its children.
+/// instance gets its children; when the CRD loses the field again, the served RGD says so.
 #[tokio::test]
 async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow::Result<()> {
     let (mut s, serving) = start("kro-crd-later").await?;
     let rgd = gadget_rgd(&s);
     s.create("resourcegraphdefinitions", rgd).await?;
-    let refused = |message: String| {
-        move |r: &Value| {
-            let c = &r["status"]["conditions"][0];
-            r["status"]["state"] == "Inactive"
-                && c["type"] == "GraphAccepted"
-                && c["status"] == "False"
-                && c["message"] == message.as_str()
-        }
-    };
     let missing = format!(
         "resource \"gadget\": {}/v1 Gadget is not served by the API server",
         s.group
@@ -537,6 +539,17 @@ async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow:
     .await?;
 
     gadget_instance_gets_its_children(&s).await?;
+
+    // the CRD changes back: the served RGD says it no longer checks, the instance keeps its
+    // children (the CompositeController made of the last graph that checked runs on)
+    let phase_only = json!({"type": "object", "properties": {"phase": {"type": "string"}}});
+    let lacking_crd = gadget_crd(&s, phase_only);
+    s.merge_patch(&crds, &crd_name, json!({"spec": lacking_crd["spec"]}))
+        .await?;
+    s.wait_for(&rgds(&s), "gadgetapp", lacking, refused(lacking.to_owned()))
+        .await?;
+    assert!(s.get(&s.controllers(), "gadgetapp").await?.is_some());
+    assert!(s.get(&s.configmaps(), "g1-info").await?.is_some());
     serving.abort();
     s.finish().await
 }

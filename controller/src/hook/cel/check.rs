@@ -21,6 +21,18 @@ fn expr_err(e: &Expr, message: String) -> GraphError {
     }
 }
 
+/// Refuses kro's `omit()` outside a resource's template, as kro does (`includeWhen`,
+/// `readyWhen`, `forEach`, the instance's status).
+fn no_omit(e: &Expr) -> Result<(), GraphError> {
+    match e.expression.calls("omit") {
+        true => Err(expr_err(
+            e,
+            "omit() can only be used in resource template expressions".to_owned(),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// The type of `e` in `env`, its failure placed.
 fn type_of(e: &Expr, env: &TypeEnv) -> Result<Type, GraphError> {
     e.expression
@@ -121,6 +133,7 @@ fn check_ready_when(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphErr
     };
     let ready = TypeEnv::kro().with(own, ty);
     for e in &n.ready_when {
+        no_omit(e)?;
         let other = e
             .expression
             .variables()
@@ -141,6 +154,7 @@ fn check_ready_when(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphErr
 fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
     let mut own = env.clone();
     for (var, e) in &n.for_each {
+        no_omit(e)?;
         let items = match type_of(e, env)? {
             Type::List(t) => *t,
             Type::Dyn => Type::Dyn,
@@ -154,6 +168,7 @@ fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
         own.set(var, items);
     }
     for e in &n.include_when {
+        no_omit(e)?;
         expect(e, env, &Type::Bool, "includeWhen")?;
     }
     let (Source::Template(t) | Source::External(t)) = &n.source;
@@ -174,6 +189,7 @@ fn check_status(graph: &Graph, instance: &Type, env: &TypeEnv) -> Result<(), Gra
             });
         }
         for e in status.expressions() {
+            no_omit(e)?;
             let vars = e.expression.variables();
             if !vars.iter().any(|v| env.has(v)) {
                 let message = "a status field must read the instance (schema) or a resource";
@@ -186,7 +202,7 @@ fn check_status(graph: &Graph, instance: &Type, env: &TypeEnv) -> Result<(), Gra
     graph
         .conditions
         .iter()
-        .try_for_each(|e| type_of(e, env).map(|_| ()))
+        .try_for_each(|e| no_omit(e).and_then(|()| type_of(e, env).map(|_| ())))
 }
 
 /// The path of the first field of `t` (at `path`) holding no expression.
@@ -431,6 +447,11 @@ mod tests {
                         "metadata": {"name": "fixed"}, "data": {"n": "${n}"}}}))]),
                 json!({}),
                 "resource \"cm\": forEach: every dimension must be used in metadata.name or metadata.namespace, so each object has a name of its own; not used: n",
+            ),
+            (
+                json!([cm(json!({"includeWhen": ["${omit() == null}"]}))]),
+                json!({}),
+                "resource \"cm\": includeWhen[0]: omit() == null: omit() can only be used in resource template expressions",
             ),
             (
                 json!([cm(json!({}))]),
