@@ -181,24 +181,44 @@ impl Server {
 
     /// Serves again the RGDs using the kind of a CRD that appeared, changed or went.
     async fn crd_event(&mut self, ev: watcher::Event<CustomResourceDefinition>) {
-        let (crd, gone) = match ev {
-            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => (c, false),
-            watcher::Event::Delete(c) => (c, true),
+        let (crd, seen) = match ev {
+            watcher::Event::Apply(c) => (c, Seen::Now),
+            watcher::Event::InitApply(c) => (c, Seen::Listed),
+            watcher::Event::Delete(c) => (c, Seen::Gone),
             watcher::Event::Init | watcher::Event::InitDone => return,
         };
         let Some((name, kind, state)) = crd_state(&serde_json::to_value(&crd).unwrap_or_default())
         else {
             return;
         };
-        let changed = match gone {
-            true => self.crds.remove(&name).is_some(),
-            false => self.crds.insert(name, state) != Some(state),
-        };
-        if changed {
+        if note(&mut self.crds, name, state, seen) {
             for rgd in users(&self.uses, &kind) {
                 self.again(&rgd).await;
             }
         }
+    }
+}
+
+/// How a CRD was seen by the watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Created or changed.
+    Now,
+    /// Listed when the watch (re)started.
+    Listed,
+    /// Deleted.
+    Gone,
+}
+
+/// Records CRD `name` in state `state` as `seen`; whether the RGDs using its kind are to be
+/// checked again: a CRD created, changed (also while the watch was down: found changed when
+/// it lists again) or deleted. The first listing only records: every RGD is served when the
+/// RGD watch starts anyway.
+fn note(crds: &mut BTreeMap<String, u64>, name: String, state: u64, seen: Seen) -> bool {
+    match seen {
+        Seen::Gone => crds.remove(&name).is_some(),
+        Seen::Now => crds.insert(name, state) != Some(state),
+        Seen::Listed => crds.insert(name, state).is_some_and(|was| was != state),
     }
 }
 
@@ -712,6 +732,33 @@ mod tests {
         changed["spec"]["versions"] = json!([{"name": "v1"}]);
         assert_ne!(crd_state(&changed).unwrap().2, state);
         assert!(crd_state(&json!({"metadata": {"name": "x"}})).is_none());
+    }
+
+    #[test]
+    fn a_crd_is_news_when_created_changed_or_deleted_not_when_first_listed() {
+        use super::{Seen, note};
+        let mut crds = std::collections::BTreeMap::new();
+        let n = || "a.example.com".to_owned();
+        assert!(
+            !note(&mut crds, n(), 1, Seen::Listed),
+            "the first listing records"
+        );
+        assert!(
+            !note(&mut crds, n(), 1, Seen::Listed),
+            "listed again, unchanged"
+        );
+        assert!(
+            note(&mut crds, n(), 2, Seen::Listed),
+            "changed while the watch was down"
+        );
+        assert!(
+            !note(&mut crds, n(), 2, Seen::Now),
+            "an event that changed nothing read"
+        );
+        assert!(note(&mut crds, n(), 3, Seen::Now));
+        assert!(note(&mut crds, n(), 3, Seen::Gone));
+        assert!(!note(&mut crds, n(), 3, Seen::Gone), "gone already");
+        assert!(note(&mut crds, n(), 3, Seen::Now), "created");
     }
 
     #[test]
