@@ -107,6 +107,15 @@ pub fn instance_crd(rgd: &Value) -> Result<Value, KroError> {
             })
     };
     let (kind, version) = (need("kind")?, need("apiVersion")?);
+    let mut chars = kind.chars();
+    let upper_camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_alphanumeric());
+    if !upper_camel {
+        return Err(KroError::Schema {
+            path: "spec.schema.kind".into(),
+            message: format!("{kind:?} is not a valid kind (UpperCamelCase)"),
+        });
+    }
     let group = schema_field(rgd, "group").unwrap_or(DEFAULT_GROUP);
     let scope = schema_field(rgd, "scope").unwrap_or("Namespaced");
     let types: schema::Types = rgd

@@ -87,6 +87,12 @@ fn short_names_and_categories_reach_the_instance_crd() {
     let names = &instance_crd(&rgd).unwrap()["spec"]["names"];
     assert_eq!(names["shortNames"], json!(["wa"]));
     assert_eq!(names["categories"], json!(["all", "apps"]));
+    let mut lower = webapp();
+    lower["spec"]["schema"]["kind"] = json!("webApp");
+    assert_eq!(
+        instance_crd(&lower).unwrap_err().to_string(),
+        "spec.schema.kind: \"webApp\" is not a valid kind (UpperCamelCase)"
+    );
     rgd["spec"]["schema"]["shortNames"] = json!("wa");
     assert_eq!(
         instance_crd(&rgd).unwrap_err().to_string(),
