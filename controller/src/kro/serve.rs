@@ -79,14 +79,14 @@ impl ServeOptions {
     }
 }
 
-/// Serves every ResourceGraphDefinition through `client` until the watch ends: the
-/// ResourceGraphDefinition CRD must be installed ([`super::resource_graph_definition_crd`]).
-/// [`serve_with`] with kro's default options.
+/// Serves every ResourceGraphDefinition through `client` until the watch ends, with kro's
+/// default options ([`serve_with`]): the ResourceGraphDefinition CRD must be installed
+/// ([`super::resource_graph_definition_crd`]).
 pub async fn serve(client: kube::Client) -> Result<(), KroError> {
     serve_with(client, ServeOptions::default()).await
 }
 
-/// As [`serve`], with `options`.
+/// Serves every ResourceGraphDefinition through `client` with `options` until a watch ends.
 /// CustomResourceDefinitions are watched too: when the CRD of a kind an RGD makes or reads (or
 /// its own instance CRD) is created, changes or is deleted, the RGD is checked and served
 /// again, so one refused for a missing or ill-fitting child CRD is served once the CRD fits,
