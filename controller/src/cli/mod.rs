@@ -463,11 +463,16 @@ mod tests {
                 "--kubeconfig=c",
             ],
             &["kmeta", "rbac"],
+            &["kmeta", "run", "--kro-allow-crd-deletion"],
         ] {
             assert_eq!(code(clap), 2, "{clap:?}");
         }
         assert_eq!(code(&["kmeta", "run", "--help"]), 0);
         assert_eq!(code(&["kmeta", "run"]), 0);
+        assert_eq!(
+            code(&["kmeta", "run", "--serve-kro", "--kro-allow-crd-deletion"]),
+            0
+        );
     }
 
     #[derive(Debug, thiserror::Error)]
