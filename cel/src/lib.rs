@@ -9,6 +9,7 @@
 //! test server to evaluate the same language. Why these crates and what they do not cover:
 //! docs/design/apiserver-admission.md and docs/design/cel-hooks.md.
 
+mod functions;
 mod kro;
 mod optional;
 
@@ -22,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub mod types;
+pub use functions::Functions;
 pub use types::{Schema, Type, TypeEnv, TypeError};
 
 /// What went wrong compiling or evaluating an expression.
@@ -127,6 +129,7 @@ impl Scope {
 
     fn with(mut ctx: Context<'static>, bindings: &Bindings) -> Scope {
         optional::register(&mut ctx);
+        functions::register(&mut ctx);
         for (name, value) in &bindings.vars {
             ctx.add_variable_from_value(name.as_str(), json_to_cel(value));
         }
@@ -167,6 +170,12 @@ impl Expression {
         self.program.references().has_variable(name)
     }
 
+    /// Whether the expression calls the function `name` (as written: `omit`, `random.seededString`
+    /// is `seededString` on `random`).
+    pub fn calls(&self, name: &str) -> bool {
+        self.program.references().has_function(name)
+    }
+
     /// Evaluates with `bindings`; the result as JSON.
     pub fn evaluate(&self, bindings: &Bindings) -> Result<Value, CelError> {
         self.evaluate_in(&Scope::new(bindings))
@@ -177,10 +186,7 @@ impl Expression {
     pub fn evaluate_in(&self, scope: &Scope) -> Result<Value, CelError> {
         let out = CelValue::resolve(&self.program, &scope.ctx).map_err(|e| CelError::Evaluate {
             expression: self.source.clone(),
-            missing: matches!(
-                e,
-                ExecutionError::NoSuchKey(_) | ExecutionError::UndeclaredReference(_)
-            ),
+            missing: self.is_missing(&e),
             reason: e.to_string(),
         })?;
         cel_to_json(&out).map_err(|NoJsonForm(reason)| CelError::Evaluate {
@@ -188,6 +194,18 @@ impl Expression {
             missing: false,
             reason,
         })
+    }
+
+    /// Whether `e` says data is not there (yet): a key or a variable the data lacks, not a
+    /// function no scope declares (a misspelt function fails, it does not wait).
+    fn is_missing(&self, e: &ExecutionError) -> bool {
+        match e {
+            ExecutionError::NoSuchKey(_) => true,
+            ExecutionError::UndeclaredReference(name) => {
+                !self.program.references().has_function(name.as_str())
+            }
+            _ => false,
+        }
     }
 
     /// The variables the expression reads (those bound by its macros included).
@@ -393,6 +411,11 @@ mod tests {
         assert!(matches!(
             unbound.evaluate_in(&scope),
             Err(CelError::Evaluate { missing: true, .. })
+        ));
+        let misspelt = Expression::compile("a.b.lowerAsci()").unwrap();
+        assert!(matches!(
+            misspelt.evaluate_in(&scope),
+            Err(CelError::Evaluate { missing: false, .. })
         ));
         let wrong = Expression::compile("a.b + 'x'").unwrap();
         assert!(matches!(

@@ -29,7 +29,7 @@ use kube_cel::cel::IdedExpr;
 use kube_cel::cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue};
 use serde_json::Value;
 
-use crate::Expression;
+use crate::{Expression, Functions};
 
 /// How many `$ref`/`allOf` hops a schema is followed through before it counts as `dyn`.
 const MAX_HOPS: usize = 32;
@@ -301,6 +301,18 @@ pub enum TypeError {
         /// The variables there are, comma-separated.
         declared: String,
     },
+    /// A function no scope declares (misspelt, or from another environment).
+    #[error("undeclared reference to function {name:?}")]
+    UnknownFunction {
+        /// The function, qualified as written (`random.seededString`).
+        name: String,
+    },
+    /// A function of cel-go's environment that kmeta's evaluator does not have.
+    #[error("function {name:?} is not supported by kmeta's CEL evaluator")]
+    NotSupported {
+        /// The function.
+        name: String,
+    },
     /// An operator or function applied to types it has no overload for.
     #[error("found no matching overload for {function:?} applied to ({args})")]
     NoOverload {
@@ -311,13 +323,23 @@ pub enum TypeError {
     },
 }
 
-/// The types of the variables an expression reads.
+/// The types of the variables an expression reads, and the functions it may call.
 #[derive(Debug, Clone, Default)]
 pub struct TypeEnv {
     vars: BTreeMap<String, Type>,
+    functions: Functions,
 }
 
 impl TypeEnv {
+    /// The environment of kro's resource graphs ([`crate::Scope::kro`]'s functions), no
+    /// variables yet.
+    pub fn kro() -> TypeEnv {
+        TypeEnv {
+            vars: BTreeMap::new(),
+            functions: Functions::Kro,
+        }
+    }
+
     /// Declares `name` of type `ty`.
     pub fn with(mut self, name: &str, ty: Type) -> TypeEnv {
         self.vars.insert(name.to_owned(), ty);
@@ -327,6 +349,11 @@ impl TypeEnv {
     /// Declares (or redeclares) `name` of type `ty`.
     pub fn set(&mut self, name: &str, ty: Type) {
         self.vars.insert(name.to_owned(), ty);
+    }
+
+    /// Whether variable `name` is declared.
+    pub fn has(&self, name: &str) -> bool {
+        self.vars.contains_key(name)
     }
 }
 
@@ -473,6 +500,11 @@ impl Checker<'_> {
         }
     }
 
+    /// Whether `target.f` is the name of a declared function (`runtime.condition`).
+    fn names_function(&self, target: &IdedExpr, f: &str) -> bool {
+        matches!(&target.expr, Expr::Ident(ns) if self.env.functions.declares(&format!("{ns}.{f}")))
+    }
+
     /// `cel.bind(name, init, body)`: `body` with `name` of `init`'s type.
     fn bind(&mut self, c: &CallExpr) -> Option<Result<Type, TypeError>> {
         let cel =
@@ -533,14 +565,56 @@ impl Checker<'_> {
         }))
     }
 
+    /// `Ok` when the scope declares function `name`, else why not.
+    fn declared(&self, name: &str) -> Result<(), TypeError> {
+        if self.env.functions.declares(name) {
+            return Ok(());
+        }
+        let name = name.to_owned();
+        Err(match Functions::lacks(&name) {
+            true => TypeError::NotSupported { name },
+            false => TypeError::UnknownFunction { name },
+        })
+    }
+
+    /// `Ok` when `ns.f(...)` (`ns` no variable) calls a declared function: `ns.f` itself; else
+    /// the evaluator would read `ns` as a variable for a function `f`, so an undeclared `ns`
+    /// when `f` exists, an unknown `ns.f` when it does not.
+    fn qualified(&self, ns: &IdedExpr, f: &str) -> Result<(), TypeError> {
+        let Expr::Ident(name) = &ns.expr else {
+            return Ok(());
+        };
+        let full = format!("{name}.{f}");
+        if self.env.functions.declares(&full) {
+            return Ok(());
+        }
+        match self.env.functions.declares(f) {
+            true => self.ident(name).map(|_| ()),
+            false => self.declared(&full),
+        }
+    }
+
     fn call(&mut self, c: &CallExpr) -> Result<Type, TypeError> {
         if let Some(bound) = self.bind(c).or_else(|| self.two_variables(c)) {
             return bound;
         }
+        let operator = c.func_name.starts_with(['_', '@']) || ["!_", "-_"].contains(&&*c.func_name);
+        // the evaluator calls `ns.f` when a function has that name, a variable `ns` or not
         let target = match &c.target {
-            Some(t) if self.is_namespace(t) => None,
-            Some(t) => Some(self.ty(t)?),
-            None => None,
+            Some(t) if self.is_namespace(t) || self.names_function(t, &c.func_name) => {
+                self.qualified(t, &c.func_name)?;
+                None
+            }
+            Some(t) => {
+                let ty = self.ty(t)?;
+                self.declared(&c.func_name)?;
+                Some(ty)
+            }
+            None if operator => None,
+            None => {
+                self.declared(&c.func_name)?;
+                None
+            }
         };
         let args = c
             .args

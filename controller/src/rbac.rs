@@ -259,8 +259,8 @@ impl Grants {
 
     /// What serving kro's ResourceGraphDefinitions (`kmeta run --serve-kro`) needs besides the
     /// grants of the CompositeControllers it makes: the RGDs read and their status written,
-    /// CRDs (the RGD CRD and the instance CRDs) created and applied, and read for the type
-    /// checks, CompositeControllers created and applied (and `delete`, which setting their
+    /// CRDs (the RGD CRD and the instance CRDs) created and applied, and read and watched for
+    /// the type checks, CompositeControllers created and applied (and `delete`, which setting their
     /// ownerReference to the RGD needs), and `update` on the RGDs' finalizers for the
     /// `blockOwnerDeletion` of that reference.
     pub fn serve_kro(&mut self) {
@@ -269,15 +269,24 @@ impl Grants {
         self.add(kro, "resourcegraphdefinitions/status", &["patch"]);
         self.owner(kro, "resourcegraphdefinitions");
         let crds = "apiextensions.k8s.io/v1";
+        // `list`/`watch`: a change of a child's CRD checks the RGDs using it again
         self.add(
             crds,
             "customresourcedefinitions",
-            &["get", "create", "patch"],
+            &["get", "list", "watch", "create", "patch"],
         );
         // `delete` too: setting an ownerReference (to the RGD) needs it on the object written
         // where OwnerReferencesPermissionEnforcement runs
         let mc = "metacontroller.k8s.io/v1alpha1";
         self.add(mc, "compositecontrollers", &["create", "patch", "delete"]);
+    }
+
+    /// What `kmeta run --kro-allow-crd-deletion` needs besides [`Grants::serve_kro`]: `delete`
+    /// on CRDs, which making an RGD an owner of its instance CRD needs where
+    /// OwnerReferencesPermissionEnforcement runs (the garbage collector deletes the CRD).
+    pub fn delete_instance_crds(&mut self) {
+        let crds = "apiextensions.k8s.io/v1";
+        self.add(crds, "customresourcedefinitions", &["delete"]);
     }
 
     /// The Secrets and ConfigMaps a hook's credentials and CA bundle name.
@@ -644,13 +653,16 @@ fn load_all(paths: &[PathBuf]) -> Result<(Vec<(String, Controller)>, bool), Rbac
 }
 
 /// `kmeta rbac`: kmeta's ClusterRole `name` and its ClusterRoleBinding to `service_account`, as
-/// YAML, with a comment naming the controllers whose related resources were not given.
+/// YAML, with a comment naming the controllers whose related resources were not given; with
+/// `kro_allow_crd_deletion` and RGDs among the files, `delete` on CRDs for `kmeta run
+/// --kro-allow-crd-deletion`.
 pub fn render(
     paths: &[PathBuf],
     related: &[String],
     name: &str,
     default_service_account: Option<&str>,
     service_account: &ServiceAccountRef,
+    kro_allow_crd_deletion: bool,
 ) -> Result<String, RbacError> {
     let (controllers, rgds) = load_all(paths)?;
     if controllers.is_empty() {
@@ -663,6 +675,9 @@ pub fn render(
     );
     if rgds {
         g.serve_kro();
+        if kro_allow_crd_deletion {
+            g.delete_instance_crds();
+        }
     }
     let role = cluster_role(name, &g);
     let mut text = format!(
@@ -959,7 +974,7 @@ spec:
         );
         assert_eq!(
             verbs(&g, "apiextensions.k8s.io", "customresourcedefinitions"),
-            ["create", "get", "patch"]
+            ["create", "get", "list", "patch", "watch"]
         );
         let cc = verbs(&g, "metacontroller.k8s.io", "compositecontrollers");
         assert!(
@@ -969,9 +984,17 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("rgd.yaml");
         std::fs::write(&file, yaml).unwrap();
-        let text = render(&[file], &[], OWN_NAME, None, &ServiceAccountRef::kmeta()).unwrap();
+        let sa = ServiceAccountRef::kmeta();
+        let text = render(std::slice::from_ref(&file), &[], OWN_NAME, None, &sa, false).unwrap();
         assert!(text.contains("# With ResourceGraphDefinitions"), "{text}");
         assert!(text.contains("resourcegraphdefinitions/status"), "{text}");
+        g.delete_instance_crds();
+        assert_eq!(
+            verbs(&g, "apiextensions.k8s.io", "customresourcedefinitions"),
+            ["create", "delete", "get", "list", "patch", "watch"]
+        );
+        let deleting = render(&[file], &[], OWN_NAME, None, &sa, true).unwrap();
+        assert!(deleting.len() > text.len(), "{deleting}");
         let bad = yaml.replace("schema.spec.text}", "schema.spec.txt}");
         let e = controllers_in(Path::new("r.yaml"), &bad)
             .unwrap_err()
@@ -1295,7 +1318,15 @@ spec:
         .unwrap();
         assert!(text.contains("kind: ClusterRoleBinding"), "{text}");
         assert!(text.contains("namespace: pets"), "{text}");
-        let kmeta = render(&[file], &[], "kmeta", None, &ServiceAccountRef::kmeta()).unwrap();
+        let kmeta = render(
+            &[file],
+            &[],
+            "kmeta",
+            None,
+            &ServiceAccountRef::kmeta(),
+            false,
+        )
+        .unwrap();
         assert!(kmeta.contains("impersonate"), "{kmeta}");
     }
 
@@ -1325,7 +1356,15 @@ spec:
         let file = dir.path().join("c.yaml");
         std::fs::write(&file, CC).unwrap();
         let files = std::slice::from_ref(&file);
-        let own = render(files, &[], OWN_NAME, None, &ServiceAccountRef::kmeta()).unwrap();
+        let own = render(
+            files,
+            &[],
+            OWN_NAME,
+            None,
+            &ServiceAccountRef::kmeta(),
+            false,
+        )
+        .unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&own).unwrap();
         assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
         assert_eq!(

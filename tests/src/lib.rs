@@ -574,8 +574,16 @@ impl Env {
     /// test's, or in [`rbac`] mode kmeta's ServiceAccount's, after granting it what
     /// `kmeta rbac -f <the RGDs>` grants for serving them.
     pub async fn kro_client(&self) -> anyhow::Result<kube::Client> {
+        self.kro_client_with(false).await
+    }
+
+    /// As [`Env::kro_client`], for `kmeta run --kro-allow-crd-deletion` when `delete_crds`
+    /// (granted as `kmeta rbac --kro-allow-crd-deletion` grants).
+    pub async fn kro_client_with(&self, delete_crds: bool) -> anyhow::Result<kube::Client> {
         if self.rbac {
-            self.rbac_related.serve_kro(&self.client).await?;
+            self.rbac_related
+                .serve_kro(&self.client, delete_crds)
+                .await?;
             return Ok(self.controller_client.clone());
         }
         Ok(self.client.clone())

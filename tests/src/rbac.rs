@@ -159,6 +159,9 @@ pub(crate) async fn sync_role(
     let mut grants = grants_with(&controllers, related_pairs, default.as_deref());
     if related.4.load(std::sync::atomic::Ordering::Acquire) {
         grants.serve_kro();
+        if related.5.load(std::sync::atomic::Ordering::Acquire) {
+            grants.delete_instance_crds();
+        }
     }
     let role = cluster_role(SERVICE_ACCOUNT, &grants);
     let api = cluster_roles(client);
@@ -211,6 +214,8 @@ pub struct Related(
     Arc<Mutex<Option<String>>>,
     /// kmeta serves ResourceGraphDefinitions (`kmeta rbac -f` given RGDs grants that).
     Arc<std::sync::atomic::AtomicBool>,
+    /// ... with `--kro-allow-crd-deletion` (`kmeta rbac --kro-allow-crd-deletion`).
+    Arc<std::sync::atomic::AtomicBool>,
 );
 
 impl Related {
@@ -227,9 +232,17 @@ impl Related {
         sync_role(client, None, self).await
     }
 
-    /// Grants serving ResourceGraphDefinitions from now on, and writes the role.
-    pub(crate) async fn serve_kro(&self, client: &kube::Client) -> anyhow::Result<()> {
+    /// Grants serving ResourceGraphDefinitions from now on (deleting their instance CRDs with
+    /// them when `delete_crds`), and writes the role.
+    pub(crate) async fn serve_kro(
+        &self,
+        client: &kube::Client,
+        delete_crds: bool,
+    ) -> anyhow::Result<()> {
         self.4.store(true, std::sync::atomic::Ordering::Release);
+        if delete_crds {
+            self.5.store(true, std::sync::atomic::Ordering::Release);
+        }
         sync_role(client, None, self).await
     }
 

@@ -36,7 +36,7 @@ fn apps_doc() -> Arc<Value> {
 
 fn env() -> TypeEnv {
     let deployment = Schema::of_kind(apps_doc(), "apps/v1", "Deployment").unwrap();
-    TypeEnv::default()
+    TypeEnv::kro()
         .with("schema", Schema::new(spec_schema()).to_type())
         .with("deployment", deployment.to_type())
 }
@@ -163,10 +163,6 @@ fn functions_and_macros_are_typed() {
         Type::Bool
     );
     assert_eq!(
-        check("unknownFunction(schema.spec.name)").unwrap(),
-        Type::Dyn
-    );
-    assert_eq!(
         check("random.seededString(10, schema.spec.name)").unwrap(),
         Type::Dyn
     );
@@ -176,9 +172,53 @@ fn functions_and_macros_are_typed() {
         check("{'a': schema.spec.name}").unwrap(),
         Type::Map(Box::new(Type::String))
     );
+    assert_eq!(check("dyn(schema.spec.name)").unwrap(), Type::Dyn);
+}
+
+#[test]
+fn a_function_no_scope_declares_is_refused_by_name() {
+    let cases = [
+        (
+            "unknownFunction(schema.spec.name)",
+            "undeclared reference to function \"unknownFunction\"",
+        ),
+        (
+            "schema.spec.name.lowerAsci()",
+            "undeclared reference to function \"lowerAsci\"",
+        ),
+        (
+            "random.seedString(10, schema.spec.name)",
+            "undeclared reference to function \"random.seedString\"",
+        ),
+        (
+            "deploymnt.size()",
+            "undeclared reference to \"deploymnt\" (declared: deployment, schema)",
+        ),
+        (
+            "type(schema.spec.name) == string",
+            "function \"type\" is not supported by kmeta's CEL evaluator",
+        ),
+    ];
+    for (source, want) in cases {
+        assert_eq!(text(source), want, "{source}");
+    }
+    for ok in [
+        "schema.spec.name.lowerAscii().startsWith('a')",
+        "math.greatest([1, schema.spec.replicas])",
+        "base64.encode(bytes(schema.spec.name))",
+        "json.marshal(schema.spec.labels)",
+        "schema.spec.names.join(',')",
+        "hash.fnv64a(schema.spec.name)",
+        "format.dns1123Label().validate(schema.spec.name).hasValue()",
+    ] {
+        assert!(check(ok).is_ok(), "{ok}: {:?}", check(ok));
+    }
+    // kro's functions are not in the Kubernetes environment
+    let e = Expression::compile("json.marshal(x)").unwrap();
+    let kube = TypeEnv::default().with("x", Type::Dyn);
     assert_eq!(
-        check("type(schema.spec.name) == string").unwrap(),
-        Type::Bool
+        e.check(&kube).unwrap_err().to_string(),
+        "undeclared reference to function \"json.marshal\""
     );
 }
 

@@ -130,6 +130,11 @@ pub struct RunArgs {
     /// --sharding the replica holding the cluster bucket.
     #[arg(long)]
     pub serve_kro: bool,
+    /// kmeta: kro's --allow-crd-deletion: deleting a ResourceGraphDefinition deletes its
+    /// instance CRD, and so every instance and their children (off: they stay). Needs `delete`
+    /// on customresourcedefinitions (kmeta rbac --kro-allow-crd-deletion).
+    #[arg(long, requires = "serve_kro")]
+    pub kro_allow_crd_deletion: bool,
     /// Split the parents between every replica running with this flag: each holds a share of
     /// the shard buckets (Leases in --leader-election-namespace); excludes --leader-election
     /// (every sharded replica works; each bucket has its own Lease).
@@ -424,6 +429,8 @@ pub struct RunConfig {
     pub sharding: Option<ShardFlags>,
     /// Serve kro's ResourceGraphDefinitions (`--serve-kro`).
     pub serve_kro: bool,
+    /// Delete an RGD's instance CRD with it (`--kro-allow-crd-deletion`).
+    pub kro_allow_crd_deletion: bool,
     /// CompositeController label selector.
     pub target_label_selector: Option<String>,
     /// Event rate per object and reason.
@@ -604,6 +611,7 @@ impl RunArgs {
             leader,
             sharding,
             serve_kro: self.serve_kro,
+            kro_allow_crd_deletion: self.kro_allow_crd_deletion,
             target_label_selector: Some(self.target_label_selector.trim().to_owned())
                 .filter(|s| !s.is_empty()),
             events_qps: self.events_qps,

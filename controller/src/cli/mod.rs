@@ -191,6 +191,10 @@ struct RbacArgs {
     /// them and may impersonate it.
     #[arg(long, value_name = "NAME")]
     default_service_account: Option<String>,
+    /// With ResourceGraphDefinitions among the files: also `delete` on
+    /// customresourcedefinitions, for `kmeta run --serve-kro --kro-allow-crd-deletion`.
+    #[arg(long)]
+    kro_allow_crd_deletion: bool,
 }
 
 /// Parses the command line and runs the command; on an error, prints it on one line and exits 1
@@ -355,6 +359,7 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
         controller,
         plan,
         default_service_account,
+        kro_allow_crd_deletion,
     } = args;
     if let Some(plan) = plan {
         let sa = service_account.as_ref();
@@ -369,6 +374,7 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<String> {
             &service_account
                 .clone()
                 .unwrap_or_else(ServiceAccountRef::kmeta),
+            *kro_allow_crd_deletion,
         )?,
         Some(controller) => render_controller(
             files,
@@ -457,11 +463,16 @@ mod tests {
                 "--kubeconfig=c",
             ],
             &["kmeta", "rbac"],
+            &["kmeta", "run", "--kro-allow-crd-deletion"],
         ] {
             assert_eq!(code(clap), 2, "{clap:?}");
         }
         assert_eq!(code(&["kmeta", "run", "--help"]), 0);
         assert_eq!(code(&["kmeta", "run"]), 0);
+        assert_eq!(
+            code(&["kmeta", "run", "--serve-kro", "--kro-allow-crd-deletion"]),
+            0
+        );
     }
 
     #[derive(Debug, thiserror::Error)]

@@ -445,7 +445,9 @@ fn spawn_serve_kro(
     shutdown: &CancellationToken,
 ) {
     let (holds, every) = serve_kro_gate(config, probes, shards);
-    let serving = kmeta::kro::serve_while(client.clone(), holds, every, shutdown.clone());
+    let options =
+        kmeta::kro::ServeOptions::default().allow_crd_deletion(config.kro_allow_crd_deletion);
+    let serving = kmeta::kro::serve_while(client.clone(), options, holds, every, shutdown.clone());
     tokio::spawn(serving);
 }
 

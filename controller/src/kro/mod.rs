@@ -17,7 +17,7 @@ use crate::hook::cel::graph::{self, Graph, Source};
 pub use crate::hook::cel::{EvalError, GraphError};
 pub use kmeta_cel::Schema;
 use kmeta_cel::Type;
-pub use serve::{install_crd, serve, serve_while};
+pub use serve::{ServeOptions, install_crd, serve, serve_while, serve_with};
 
 /// kro's API group and version of the ResourceGraphDefinition.
 pub const API_VERSION: &str = "kro.run/v1alpha1";
@@ -95,7 +95,8 @@ fn schema_field<'a>(rgd: &'a Value, f: &str) -> Option<&'a str> {
 
 /// The instance CRD of `rgd`: group, version, kind and scope from `spec.schema`, the spec's
 /// OpenAPI schema from its SimpleSchema, a status with kro's `state` and `conditions` (and the
-/// fields of the status expressions, kept whole), its printer columns or kro's defaults.
+/// fields of the status expressions, kept whole), its printer columns or kro's defaults, its
+/// `shortNames` and `categories`.
 pub fn instance_crd(rgd: &Value) -> Result<Value, KroError> {
     let need = |f: &str| {
         schema_field(rgd, f)
@@ -106,6 +107,15 @@ pub fn instance_crd(rgd: &Value) -> Result<Value, KroError> {
             })
     };
     let (kind, version) = (need("kind")?, need("apiVersion")?);
+    let mut chars = kind.chars();
+    let upper_camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_alphanumeric());
+    if !upper_camel {
+        return Err(KroError::Schema {
+            path: "spec.schema.kind".into(),
+            message: format!("{kind:?} is not a valid kind (UpperCamelCase)"),
+        });
+    }
     let group = schema_field(rgd, "group").unwrap_or(DEFAULT_GROUP);
     let scope = schema_field(rgd, "scope").unwrap_or("Namespaced");
     let types: schema::Types = rgd
@@ -145,7 +155,32 @@ pub fn instance_crd(rgd: &Value) -> Result<Value, KroError> {
         },
     });
     copy_metadata(rgd, &mut crd);
+    copy_names(rgd, &mut crd)?;
     Ok(crd)
+}
+
+/// `spec.schema.shortNames` and `categories` onto the CRD's names, as kro; each a list of
+/// strings.
+fn copy_names(rgd: &Value, crd: &mut Value) -> Result<(), KroError> {
+    for f in ["shortNames", "categories"] {
+        let Some(v) = rgd
+            .pointer(&format!("/spec/schema/{f}"))
+            .filter(|v| !v.is_null())
+        else {
+            continue;
+        };
+        let strings = v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+        if !strings {
+            return Err(KroError::Schema {
+                path: format!("spec.schema.{f}"),
+                message: format!("must be a list of strings, got {v}"),
+            });
+        }
+        if v.as_array().is_some_and(|a| !a.is_empty()) {
+            crd["spec"]["names"][f] = v.clone();
+        }
+    }
+    Ok(())
 }
 
 /// `spec.schema.metadata` (labels, annotations) onto the CRD, as kro.

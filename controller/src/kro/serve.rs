@@ -5,7 +5,8 @@
 //! check is `Inactive` with `GraphAccepted=False` naming the resource, the field path and the
 //! expression; a kind not served yet, or a failed write, is retried every few seconds.
 //! Deleting an RGD deletes its CompositeController (owner reference); its CRD and instances
-//! stay, as kro keeps them by default.
+//! stay, as kro keeps them by default, or go with it under kro's `--allow-crd-deletion`
+//! ([`ServeOptions`]). A change of a CRD an RGD uses checks the RGD again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -58,37 +59,229 @@ pub async fn install_crd(client: &kube::Client) -> Result<(), KroError> {
     }
 }
 
-/// Serves every ResourceGraphDefinition through `client` until the watch ends: the
-/// ResourceGraphDefinition CRD must be installed ([`super::resource_graph_definition_crd`]).
+/// How RGDs are served: the kro controller flags kmeta follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// kro's `--allow-crd-deletion` (`kmeta run --kro-allow-crd-deletion`): an RGD's instance
+    /// CRD is deleted with the RGD, and with it every instance and, by garbage collection,
+    /// their children. kmeta makes the RGD an owner of the CRD it generates (kro deletes the
+    /// CRD it labelled with the RGD's name when the RGD is deleted). Off: the CRD and the
+    /// instances stay.
+    pub allow_crd_deletion: bool,
+}
+
+impl ServeOptions {
+    /// With kro's `--allow-crd-deletion` on or off.
+    pub fn allow_crd_deletion(mut self, allow: bool) -> ServeOptions {
+        self.allow_crd_deletion = allow;
+        self
+    }
+}
+
+/// Serves every ResourceGraphDefinition through `client` until the watch ends, with kro's
+/// default options ([`serve_with`]): the ResourceGraphDefinition CRD must be installed
+/// ([`super::resource_graph_definition_crd`]).
 pub async fn serve(client: kube::Client) -> Result<(), KroError> {
+    serve_with(client, ServeOptions::default()).await
+}
+
+/// Serves every ResourceGraphDefinition through `client` with `options` until a watch ends.
+/// CustomResourceDefinitions are watched too: when the CRD of a kind an RGD makes or reads (or
+/// its own instance CRD) is created, changes or is deleted, the RGD is checked and served
+/// again, so one refused for a missing or ill-fitting child CRD is served once the CRD fits,
+/// and one served says `GraphAccepted=False` when a changed child CRD no longer fits.
+pub async fn serve_with(client: kube::Client, options: ServeOptions) -> Result<(), KroError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &rgd_resource());
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects()
         .boxed();
-    let mut failed: BTreeSet<String> = BTreeSet::new();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut crd_events = watcher(crds, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut retry = tokio::time::interval(RETRY);
-    let schemas = Schemas::default();
+    let mut server = Server {
+        client,
+        options,
+        api,
+        schemas: Schemas::default(),
+        failed: BTreeSet::new(),
+        uses: BTreeMap::new(),
+        crds: BTreeMap::new(),
+    };
     loop {
         tokio::select! {
             ev = events.next() => match ev {
                 Some(Ok(obj)) => {
-                    let name = obj.metadata.name.clone().unwrap_or_default();
                     let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
+                    server.serve_one(&rgd).await;
                 }
                 Some(Err(e)) => tracing::debug!(error = %e, "resourcegraphdefinition watch"),
                 None => return Ok(()),
             },
+            ev = crd_events.next() => match ev {
+                Some(Ok(ev)) => server.crd_event(ev).await,
+                Some(Err(e)) => tracing::debug!(error = %e, "customresourcedefinition watch"),
+                None => return Ok(()),
+            },
             _ = retry.tick() => {
-                for name in std::mem::take(&mut failed) {
-                    let Ok(Some(obj)) = api.get_opt(&name).await else { continue };
-                    let rgd = serde_json::to_value(&obj).unwrap_or_default();
-                    mark(&mut failed, name, handle(&client, &api, &schemas, &rgd).await);
+                for name in std::mem::take(&mut server.failed) {
+                    server.again(&name).await;
                 }
             }
         }
     }
+}
+
+/// What serving RGDs keeps between events.
+struct Server {
+    client: kube::Client,
+    options: ServeOptions,
+    api: Api<DynamicObject>,
+    schemas: Schemas,
+    /// RGDs to try again (a kind not served yet, a failed write).
+    failed: BTreeSet<String>,
+    /// The kinds (group, kind) each RGD makes, reads or is the instance of.
+    uses: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// What each CRD was when last seen ([`crd_state`]).
+    crds: BTreeMap<String, u64>,
+}
+
+impl Server {
+    /// Serves `rgd` and files it for a retry when that may succeed later.
+    async fn serve_one(&mut self, rgd: &Value) {
+        let name = rgd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.uses.insert(name.clone(), kinds_of(rgd));
+        let result = handle(self, rgd).await;
+        mark(&mut self.failed, name, result);
+    }
+
+    /// Serves the RGD named `name` again, as it is now (forgotten when it is gone).
+    async fn again(&mut self, name: &str) {
+        match self.api.get_opt(name).await {
+            Ok(Some(obj)) => {
+                let rgd = serde_json::to_value(&obj).unwrap_or_default();
+                self.serve_one(&rgd).await;
+            }
+            Ok(None) => {
+                self.uses.remove(name);
+            }
+            Err(e) => {
+                tracing::debug!(resourcegraphdefinition = name, error = %e, "reading it again");
+                self.failed.insert(name.to_owned());
+            }
+        }
+    }
+
+    /// Serves again the RGDs using the kind of a CRD that appeared, changed or went.
+    async fn crd_event(&mut self, ev: watcher::Event<CustomResourceDefinition>) {
+        let (crd, seen) = match ev {
+            watcher::Event::Apply(c) => (c, Seen::Now),
+            watcher::Event::InitApply(c) => (c, Seen::Listed),
+            watcher::Event::Delete(c) => (c, Seen::Gone),
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let Some((name, kind, state)) = crd_state(&serde_json::to_value(&crd).unwrap_or_default())
+        else {
+            return;
+        };
+        if note(&mut self.crds, name, state, seen) {
+            for rgd in users(&self.uses, &kind) {
+                self.again(&rgd).await;
+            }
+        }
+    }
+}
+
+/// How a CRD was seen by the watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Created or changed.
+    Now,
+    /// Listed when the watch (re)started.
+    Listed,
+    /// Deleted.
+    Gone,
+}
+
+/// Records CRD `name` in state `state` as `seen`; whether the RGDs using its kind are to be
+/// checked again: a CRD created, changed (also while the watch was down: found changed when
+/// it lists again) or deleted. The first listing only records: every RGD is served when the
+/// RGD watch starts anyway.
+fn note(crds: &mut BTreeMap<String, u64>, name: String, state: u64, seen: Seen) -> bool {
+    match seen {
+        Seen::Gone => crds.remove(&name).is_some(),
+        Seen::Now => crds.insert(name, state) != Some(state),
+        Seen::Listed => crds.insert(name, state).is_some_and(|was| was != state),
+    }
+}
+
+/// The kinds (group, kind) `rgd` makes or reads, and that of its instances: a change of one of
+/// their CRDs serves it again.
+fn kinds_of(rgd: &Value) -> BTreeSet<(String, String)> {
+    let group_kind = |av: Option<&Value>, kind: Option<&Value>| {
+        let av = av.and_then(Value::as_str)?;
+        let group = av.rsplit_once('/').map_or("", |(g, _)| g);
+        Some((group.to_owned(), kind.and_then(Value::as_str)?.to_owned()))
+    };
+    let mut out = BTreeSet::new();
+    let resources = rgd.pointer("/spec/resources").and_then(Value::as_array);
+    for r in resources.into_iter().flatten() {
+        for source in ["template", "externalRef"] {
+            let s = r.get(source);
+            out.extend(group_kind(
+                s.and_then(|s| s.get("apiVersion")),
+                s.and_then(|s| s.get("kind")),
+            ));
+        }
+    }
+    let schema = rgd.pointer("/spec/schema");
+    let group = schema.and_then(|s| s.get("group")).and_then(Value::as_str);
+    let kind = schema.and_then(|s| s.get("kind")).and_then(Value::as_str);
+    if let Some(kind) = kind {
+        out.insert((
+            group.unwrap_or(super::DEFAULT_GROUP).to_owned(),
+            kind.to_owned(),
+        ));
+    }
+    out
+}
+
+/// A CRD's name, the kind (group, kind) it serves, and a digest of what a check reads of it:
+/// its spec and whether it is Established.
+fn crd_state(crd: &Value) -> Option<(String, (String, String), u64)> {
+    use std::hash::{Hash, Hasher};
+    let name = crd.pointer("/metadata/name")?.as_str()?.to_owned();
+    let group = crd.pointer("/spec/group")?.as_str()?.to_owned();
+    let kind = crd.pointer("/spec/names/kind")?.as_str()?.to_owned();
+    let established = crd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    crd.get("spec").map(Value::to_string).hash(&mut h);
+    established.hash(&mut h);
+    Some((name, (group, kind), h.finish()))
+}
+
+/// The RGDs of `uses` that use `kind`.
+fn users(
+    uses: &BTreeMap<String, BTreeSet<(String, String)>>,
+    kind: &(String, String),
+) -> Vec<String> {
+    uses.iter()
+        .filter(|(_, kinds)| kinds.contains(kind))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Whether the serving task should be started (`Some(true)`), stopped (`Some(false)`) or left
@@ -116,7 +309,8 @@ struct Serving {
     started: tokio::time::Instant,
 }
 
-/// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve`]) while `holds()` says this
+/// Serves ResourceGraphDefinitions ([`install_crd`], then [`serve_with`] with `options`) while
+/// `holds()` says this
 /// process may (checked every `every`): started when it starts holding, stopped when it stops,
 /// started again when it ended on an error while still holding, after a backoff (`every`,
 /// doubling with each failure in a row, at most 5 minutes; a run that lasted 5 minutes starts the
@@ -125,6 +319,7 @@ struct Serving {
 /// write fence, as every write of a process that lost its Lease or bucket.
 pub async fn serve_while(
     client: kube::Client,
+    options: ServeOptions,
     holds: impl Fn() -> bool,
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
@@ -150,7 +345,7 @@ pub async fn serve_while(
         match step(may, serving.is_some()) {
             Some(true) => {
                 let token = stop.child_token();
-                let run = serve_until(client.clone(), token.clone(), failures);
+                let run = serve_until(client.clone(), options, token.clone(), failures);
                 let (task, started) = (tokio::spawn(run), tokio::time::Instant::now());
                 serving = Some(Serving {
                     task,
@@ -176,13 +371,14 @@ pub async fn serve_while(
 /// how many failures in a row came before it).
 async fn serve_until(
     client: kube::Client,
+    options: ServeOptions,
     stop: tokio_util::sync::CancellationToken,
     failures: u32,
 ) -> bool {
     let served = async {
         install_crd(&client).await?;
         tracing::info!("serving kro.run resourcegraphdefinitions");
-        serve(client).await
+        serve_with(client, options).await
     };
     tokio::select! {
         r = served => match r {
@@ -214,16 +410,11 @@ fn mark(failed: &mut BTreeSet<String>, name: String, result: Result<(), KroError
 }
 
 /// Serves one RGD and writes its status; the error when it is not served.
-async fn handle(
-    client: &kube::Client,
-    api: &Api<DynamicObject>,
-    schemas: &Schemas,
-    rgd: &Value,
-) -> Result<(), KroError> {
+async fn handle(server: &Server, rgd: &Value) -> Result<(), KroError> {
     if rgd.pointer("/metadata/deletionTimestamp").is_some() {
         return Ok(());
     }
-    let outcome = apply(client, schemas, rgd).await;
+    let outcome = apply(server, rgd).await;
     let status = match &outcome {
         Ok(order) => accepted(rgd, order),
         Err(e) => rejected(rgd, e),
@@ -234,7 +425,8 @@ async fn handle(
         .unwrap_or_default();
     if rgd.get("status") != Some(&status) {
         let body = json!({"status": status});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        (server.api)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(api_err(format!(
                 "writing the status of resourcegraphdefinition {name}"
@@ -245,23 +437,31 @@ async fn handle(
 
 /// Applies the RGD's CRD and CompositeController, its graph type-checked against its kinds'
 /// schemas; the resources' order.
-async fn apply(
-    client: &kube::Client,
-    schemas: &Schemas,
-    rgd: &Value,
-) -> Result<Vec<String>, KroError> {
+async fn apply(server: &Server, rgd: &Value) -> Result<Vec<String>, KroError> {
+    let client = &server.client;
     let g = graph::parse(rgd.get("spec").unwrap_or(&Value::Null))?;
     let plurals = plurals(client, &g).await?;
-    let kinds = schemas.read(client, &plurals).await;
+    let kinds = server.schemas.read(client, &plurals).await;
     let key = |av: &str, kind: &str| (av.to_owned(), kind.to_owned());
-    let served = translate_checked(
+    let mut served = translate_checked(
         rgd,
         &|av, kind| plurals.get(&key(av, kind)).cloned(),
         &|av, kind| kinds.get(&key(av, kind)).cloned(),
     )?;
+    if server.options.allow_crd_deletion {
+        owned_by(&mut served.crd, rgd);
+    }
     apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
     apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
     Ok(served.order)
+}
+
+/// Makes `rgd` an owner of `crd` (its instance CRD), so deleting the RGD deletes the CRD
+/// (kro's `--allow-crd-deletion`); not its controller, and not blocking the RGD's deletion.
+fn owned_by(crd: &mut Value, rgd: &Value) {
+    let meta = &rgd["metadata"];
+    crd["metadata"]["ownerReferences"] = json!([{"apiVersion": super::API_VERSION,
+        "kind": "ResourceGraphDefinition", "name": meta["name"], "uid": meta["uid"]}]);
 }
 
 /// Applies `object` (cluster-scoped, of type `K`, shown as `what`) server-side as kmeta's
@@ -468,6 +668,7 @@ async fn crd_schema(client: &kube::Client, api_version: &str, plural: &str) -> O
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
 
     #[test]
@@ -482,6 +683,98 @@ mod tests {
     }
     use super::{RESTART_MAX, custom_group, restart_delay, step};
     use std::time::Duration;
+
+    #[test]
+    fn a_crd_change_serves_again_the_rgds_using_its_kind() {
+        use super::{crd_state, kinds_of, users};
+        use serde_json::json;
+        use std::collections::BTreeMap;
+        let rgd = json!({"metadata": {"name": "app"}, "spec": {
+            "schema": {"kind": "App", "apiVersion": "v1alpha1"},
+            "resources": [
+                {"id": "db", "template": {"apiVersion": "db.example.com/v1", "kind": "Database"}},
+                {"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap"}},
+                {"id": "peer", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment"}},
+                {"id": "broken", "template": "not an object"}]}});
+        let kinds = kinds_of(&rgd);
+        let gk = |g: &str, k: &str| (g.to_owned(), k.to_owned());
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            [
+                gk("", "ConfigMap"),
+                gk("apps", "Deployment"),
+                gk("db.example.com", "Database"),
+                gk("kro.run", "App")
+            ]
+        );
+        let uses = BTreeMap::from([("app".to_owned(), kinds_of(&rgd))]);
+        assert_eq!(users(&uses, &gk("db.example.com", "Database")), ["app"]);
+        assert!(users(&uses, &gk("db.example.com", "Table")).is_empty());
+
+        let crd = json!({"metadata": {"name": "databases.db.example.com"},
+            "spec": {"group": "db.example.com", "names": {"kind": "Database"}, "versions": []}});
+        let (name, kind, state) = crd_state(&crd).unwrap();
+        assert_eq!(
+            (name.as_str(), kind),
+            ("databases.db.example.com", gk("db.example.com", "Database"))
+        );
+        let mut established = crd.clone();
+        established["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
+        assert_ne!(crd_state(&established).unwrap().2, state);
+        let mut relabelled = crd.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        assert_eq!(
+            crd_state(&relabelled).unwrap().2,
+            state,
+            "only the spec and Established count"
+        );
+        let mut changed = crd.clone();
+        changed["spec"]["versions"] = json!([{"name": "v1"}]);
+        assert_ne!(crd_state(&changed).unwrap().2, state);
+        assert!(crd_state(&json!({"metadata": {"name": "x"}})).is_none());
+    }
+
+    #[test]
+    fn a_crd_is_news_when_created_changed_or_deleted_not_when_first_listed() {
+        use super::{Seen, note};
+        let mut crds = std::collections::BTreeMap::new();
+        let n = || "a.example.com".to_owned();
+        assert!(
+            !note(&mut crds, n(), 1, Seen::Listed),
+            "the first listing records"
+        );
+        assert!(
+            !note(&mut crds, n(), 1, Seen::Listed),
+            "listed again, unchanged"
+        );
+        assert!(
+            note(&mut crds, n(), 2, Seen::Listed),
+            "changed while the watch was down"
+        );
+        assert!(
+            !note(&mut crds, n(), 2, Seen::Now),
+            "an event that changed nothing read"
+        );
+        assert!(note(&mut crds, n(), 3, Seen::Now));
+        assert!(note(&mut crds, n(), 3, Seen::Gone));
+        assert!(!note(&mut crds, n(), 3, Seen::Gone), "gone already");
+        assert!(note(&mut crds, n(), 3, Seen::Now), "created");
+    }
+
+    #[test]
+    fn with_crd_deletion_allowed_the_rgd_owns_its_instance_crd() {
+        let rgd = serde_json::json!({"metadata": {"name": "web", "uid": "u-1"}});
+        let mut crd = serde_json::json!({"metadata": {"name": "webapps.kro.run"}});
+        super::owned_by(&mut crd, &rgd);
+        assert_eq!(
+            crd["metadata"]["ownerReferences"],
+            serde_json::json!([{"apiVersion": "kro.run/v1alpha1",
+                "kind": "ResourceGraphDefinition", "name": "web", "uid": "u-1"}])
+        );
+        let options = super::ServeOptions::default();
+        assert!(!options.allow_crd_deletion, "kro's default: CRDs stay");
+        assert!(options.allow_crd_deletion(true).allow_crd_deletion);
+    }
 
     #[test]
     fn custom_resources_are_read_from_their_crds() {

@@ -75,6 +75,32 @@ fn printer_columns_group_and_scope_are_kept() {
 }
 
 #[test]
+fn short_names_and_categories_reach_the_instance_crd() {
+    let mut rgd = webapp();
+    assert!(
+        instance_crd(&rgd).unwrap()["spec"]["names"]
+            .get("shortNames")
+            .is_none()
+    );
+    rgd["spec"]["schema"]["shortNames"] = json!(["wa"]);
+    rgd["spec"]["schema"]["categories"] = json!(["all", "apps"]);
+    let names = &instance_crd(&rgd).unwrap()["spec"]["names"];
+    assert_eq!(names["shortNames"], json!(["wa"]));
+    assert_eq!(names["categories"], json!(["all", "apps"]));
+    let mut lower = webapp();
+    lower["spec"]["schema"]["kind"] = json!("webApp");
+    assert_eq!(
+        instance_crd(&lower).unwrap_err().to_string(),
+        "spec.schema.kind: \"webApp\" is not a valid kind (UpperCamelCase)"
+    );
+    rgd["spec"]["schema"]["shortNames"] = json!("wa");
+    assert_eq!(
+        instance_crd(&rgd).unwrap_err().to_string(),
+        "spec.schema.shortNames: must be a list of strings, got \"wa\""
+    );
+}
+
+#[test]
 fn a_bad_rgd_is_named() {
     let mut rgd = webapp();
     rgd["spec"]["resources"][1]["template"]["metadata"]["name"] = json!("${schema.spec.}");

@@ -291,9 +291,37 @@ async fn an_rgd_with_a_broken_expression_is_refused_with_its_place_named() -> an
     s.finish().await
 }
 
+/// A summary reading a misspelt function, then a misspelt resource id, and how each is refused.
+const MISSPELT: [(&str, &str); 2] = [
+    (
+        "${string(deployment.status.availableReplicas).lowerAsci()}",
+        "resource \"summary\": template.data.available: \
+         string(deployment.status.availableReplicas).lowerAsci(): undeclared reference to \
+         function \"lowerAsci\"",
+    ),
+    (
+        "${string(deploymnt.status.availableReplicas)}",
+        "resource \"summary\": template.data.available: \
+         string(deploymnt.status.availableReplicas): undeclared reference to \"deploymnt\" \
+         (declared: deployment, schema, summary)",
+    ),
+];
+
+/// Writes `spec` into the RGD `name` and waits until it is refused with `message`.
+async fn refused_with(s: &Running, name: &str, spec: &Value, message: &str) -> anyhow::Result<()> {
+    s.merge_patch(&rgds(s), name, json!({"spec": spec})).await?;
+    s.wait_for(&rgds(s), name, message, |r| {
+        let c = &r["status"]["conditions"][0];
+        c["message"] == message && c["type"] == "GraphAccepted" && c["status"] == "False"
+    })
+    .await?;
+    Ok(())
+}
+
 /// An RGD that parses but does not type-check is refused when it is created, kro's way: a
 /// field read from a child that its kind's OpenAPI schema (the API server's `/openapi/v3`)
-/// does not have, then a string placed in a Deployment's integer field, each named on
+/// does not have, then a string placed in a Deployment's integer field, a misspelt function and
+/// a misspelt resource id (refused, not waited for as data not there yet), each named on
 /// `GraphAccepted=False` with the resource, the field path and the expression; once fixed, the
 /// same RGD is served.
 #[tokio::test]
@@ -349,24 +377,18 @@ async fn an_rgd_that_does_not_type_check_is_refused_with_its_place_named() -> an
         deployment("${schema.spec.image}"),
         summary("${string(deployment.status.availableReplicas)}"),
     ]);
-    s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
-        .await?;
-    let r = s
-        .wait_for(
-            &rgds(&s),
-            "typed",
-            "a string in an integer field refused",
-            |r| refused(r, "resource \"deployment\""),
-        )
-        .await?;
-    assert_eq!(
-        r["status"]["conditions"][0]["message"],
-        "resource \"deployment\": template.spec.replicas: schema.spec.image: returns string, \
-         but the field must be int"
-    );
+    let message = "resource \"deployment\": template.spec.replicas: schema.spec.image: returns \
+                   string, but the field must be int";
+    refused_with(&s, "typed", &spec, message).await?;
     assert!(s.get(&s.controllers(), "typed").await?.is_none());
 
+    // a misspelt function, then a misspelt resource id: refused, not data waited for
     spec["resources"][0] = deployment("${schema.spec.replicas}");
+    for (read, message) in MISSPELT {
+        spec["resources"][1] = summary(read);
+        refused_with(&s, "typed", &spec, message).await?;
+    }
+    spec["resources"][1] = summary("${string(deployment.status.availableReplicas)}");
     typed["spec"] = spec.clone();
     s.grant_rgd(&typed).await?;
     s.merge_patch(&rgds(&s), "typed", json!({"spec": spec}))
@@ -415,5 +437,220 @@ async fn an_ordinary_controller_still_refuses_a_child_in_another_namespace() -> 
         .cloned()
         .unwrap_or_default();
     assert!(!labels.keys().any(|k| k.starts_with("kro.run/")), "{p}");
+    s.finish().await
+}
+
+/// A CustomResourceDefinition for `Gadget` in the scenario's group, its status schema `status`.
+fn gadget_crd(s: &Running, status: Value) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{}", s.group)},
+        "spec": {"group": s.group, "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget",
+                "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": status}}}}]}})
+}
+
+/// An RGD whose instances (`GadgetApp`) make a `Gadget` and a ConfigMap reading the Gadget's
+/// `status.endpoint`.
+fn gadget_rgd(s: &Running) -> Value {
+    json!({
+        "apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "gadgetapp", "labels": s.cc_labels()},
+        "spec": {
+            "schema": {"apiVersion": "v1alpha1", "kind": "GadgetApp", "group": s.group,
+                "spec": {"size": "integer | default=1"}},
+            "resources": [
+                {"id": "gadget", "template": {"apiVersion": format!("{}/v1", s.group),
+                    "kind": "Gadget", "metadata": {"name": "${schema.metadata.name}"},
+                    "spec": {"size": "${schema.spec.size}"}}},
+                {"id": "info", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${schema.metadata.name}-info"},
+                    "data": {"endpoint": "${gadget.status.endpoint}"}}},
+            ],
+        },
+    })
+}
+
+/// A `GadgetApp` instance `g1` gets its Gadget, and its ConfigMap once the Gadget's status
+/// has an endpoint.
+async fn gadget_instance_gets_its_children(s: &Running) -> anyhow::Result<()> {
+    let group = &s.group;
+    let apps = s.api(
+        &format!("{group}/v1alpha1"),
+        "GadgetApp",
+        "gadgetapps",
+        Some(&s.ns),
+    );
+    let app = json!({"apiVersion": format!("{group}/v1alpha1"), "kind": "GadgetApp",
+        "metadata": {"name": "g1", "namespace": s.ns}, "spec": {"size": 3}});
+    apps.create(&Default::default(), &serde_json::from_value(app)?)
+        .await?;
+    let gadgets = s.api(&format!("{group}/v1"), "Gadget", "gadgets", Some(&s.ns));
+    let g = s
+        .wait_for(&gadgets, "g1", "the instance's Gadget", |_| true)
+        .await?;
+    assert_eq!(g["spec"]["size"], 3, "{g}");
+    let status = json!({"status": {"endpoint": "http://g1.example"}});
+    gadgets
+        .patch_status("g1", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    let info = s.wait_child("g1-info").await?;
+    assert_eq!(info["data"]["endpoint"], "http://g1.example");
+    Ok(())
+}
+
+/// Whether an RGD is Inactive with `GraphAccepted=False` and `message`.
+fn refused(message: String) -> impl Fn(&Value) -> bool {
+    move |r: &Value| {
+        let c = &r["status"]["conditions"][0];
+        r["status"]["state"] == "Inactive"
+            && c["type"] == "GraphAccepted"
+            && c["status"] == "False"
+            && c["message"] == message.as_str()
+    }
+}
+
+/// An RGD is checked again when a child's CRD appears or changes (kmeta watches CRDs): refused
+/// while its child kind `Gadget` has no CRD, refused again once the CRD exists but its status
+/// lacks the field the graph reads, then served when the CRD gains the field (a refusal for a
+/// type error is never retried on a timer: only the CRD's change brings it back), and its
+/// instance gets its children; when the CRD loses the field again, the served RGD says so.
+#[tokio::test]
+async fn an_rgd_refused_for_a_child_crd_is_served_once_the_crd_fits() -> anyhow::Result<()> {
+    let (mut s, serving) = start("kro-crd-later").await?;
+    let rgd = gadget_rgd(&s);
+    s.create("resourcegraphdefinitions", rgd).await?;
+    let missing = format!(
+        "resource \"gadget\": {}/v1 Gadget is not served by the API server",
+        s.group
+    );
+    s.wait_for(
+        &rgds(&s),
+        "gadgetapp",
+        "refused: no Gadget CRD",
+        refused(missing),
+    )
+    .await?;
+
+    let lacking_crd = gadget_crd(
+        &s,
+        json!({"type": "object", "properties": {
+        "phase": {"type": "string"}}}),
+    );
+    s.create_crd(lacking_crd).await?;
+    let lacking = "resource \"info\": template.data.endpoint: gadget.status.endpoint: \
+                   gadget.status has no field \"endpoint\" (it has: phase)";
+    s.wait_for(
+        &rgds(&s),
+        "gadgetapp",
+        "refused: the Gadget CRD lacks status.endpoint",
+        refused(lacking.to_owned()),
+    )
+    .await?;
+
+    let crds = s.api(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    let fitting = gadget_crd(
+        &s,
+        json!({"type": "object", "properties": {
+        "phase": {"type": "string"}, "endpoint": {"type": "string"}}}),
+    );
+    let crd_name = format!("gadgets.{}", s.group);
+    s.merge_patch(&crds, &crd_name, json!({"spec": fitting["spec"]}))
+        .await?;
+    s.wait_for(&rgds(&s), "gadgetapp", "served once the CRD fits", |r| {
+        r["status"]["state"] == "Active"
+    })
+    .await?;
+    let instance_crd = format!("gadgetapps.{}", s.group);
+    s.wait_for(&crds, &instance_crd, "the instance CRD Established", |c| {
+        c["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+    })
+    .await?;
+
+    gadget_instance_gets_its_children(&s).await?;
+
+    // the CRD changes back: the served RGD says it no longer checks, the instance keeps its
+    // children (the CompositeController made of the last graph that checked runs on)
+    let phase_only = json!({"type": "object", "properties": {"phase": {"type": "string"}}});
+    let lacking_crd = gadget_crd(&s, phase_only);
+    s.merge_patch(&crds, &crd_name, json!({"spec": lacking_crd["spec"]}))
+        .await?;
+    s.wait_for(&rgds(&s), "gadgetapp", lacking, refused(lacking.to_owned()))
+        .await?;
+    assert!(s.get(&s.controllers(), "gadgetapp").await?.is_some());
+    assert!(s.get(&s.configmaps(), "g1-info").await?.is_some());
+    serving.abort();
+    s.finish().await
+}
+
+/// kro's `--allow-crd-deletion` (`kmeta run --kro-allow-crd-deletion`): the RGD owns the
+/// instance CRD kmeta generates, so deleting the RGD deletes the CRD, its instances and, by
+/// garbage collection, their children.
+#[tokio::test]
+async fn with_crd_deletion_allowed_an_rgds_crd_and_instances_go_with_it() -> anyhow::Result<()> {
+    let mut s = Scenario::new("kro-crd-deletion")
+        .crd("Workload", "workloads")
+        .prepare()
+        .await?;
+    s.create_crd(kmeta::kro::resource_graph_definition_crd())
+        .await?;
+    let client = s.kro_client_with(true).await?;
+    let options = kmeta::kro::ServeOptions::default().allow_crd_deletion(true);
+    let serving = tokio::spawn(async move {
+        if let Err(e) = kmeta::kro::serve_with(client, options).await {
+            eprintln!("kro::serve_with: {e}");
+        }
+    });
+    s.start_controller();
+    let served = serve_rgd(&mut s, "webapp").await?;
+    let crds = s.api(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    let crd_name = format!("webapps.{}", s.group);
+    let crd = s
+        .wait_for(&crds, &crd_name, "the instance CRD", |_| true)
+        .await?;
+    let owner = &crd["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["uid"]),
+        (
+            &json!("ResourceGraphDefinition"),
+            &served["metadata"]["uid"]
+        ),
+        "{crd}"
+    );
+    instance(&s, "shop", json!({"image": "web:1"})).await?;
+    s.wait_child("shop-config").await?;
+
+    rgds(&s).delete("webapp", &Default::default()).await?;
+    eventually("the instance CRD deleted with its RGD", TIMEOUT, || async {
+        Ok(crds.get_opt(&crd_name).await?.is_none().then_some(()))
+    })
+    .await?;
+    let configmaps = s.configmaps();
+    eventually("the instance's children deleted", TIMEOUT, || async {
+        Ok(configmaps
+            .get_opt("shop-config")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    serving.abort();
     s.finish().await
 }

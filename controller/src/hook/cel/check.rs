@@ -21,6 +21,18 @@ fn expr_err(e: &Expr, message: String) -> GraphError {
     }
 }
 
+/// Refuses kro's `omit()` outside a resource's template, as kro does (`includeWhen`,
+/// `readyWhen`, `forEach`, the instance's status).
+fn no_omit(e: &Expr) -> Result<(), GraphError> {
+    match e.expression.calls("omit") {
+        true => Err(expr_err(
+            e,
+            "omit() can only be used in resource template expressions".to_owned(),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// The type of `e` in `env`, its failure placed.
 fn type_of(e: &Expr, env: &TypeEnv) -> Result<Type, GraphError> {
     e.expression
@@ -77,11 +89,72 @@ fn check_template(t: &Template, want: &Type, env: &TypeEnv) -> Result<(), GraphE
     }
 }
 
+/// The paths of a template's fields that name its objects: a `forEach` dimension must be
+/// used in one of them, so each object of a collection has a name of its own.
+const IDENTITY: [&str; 2] = ["template.metadata.name", "template.metadata.namespace"];
+
+/// Refuses a collection whose objects' name (or namespace) does not use every `forEach`
+/// dimension, as kro does (its objects would share a name).
+fn check_identity(n: &Node) -> Result<(), GraphError> {
+    let Source::Template(t) = &n.source else {
+        return Ok(());
+    };
+    let identity: Vec<&Expr> = t
+        .expressions()
+        .into_iter()
+        .filter(|e| IDENTITY.contains(&e.path.as_str()))
+        .collect();
+    let missing: Vec<&str> = n
+        .for_each
+        .iter()
+        .map(|(var, _)| var.as_str())
+        .filter(|var| !identity.iter().any(|e| e.expression.uses(var)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(GraphError::Spec {
+        path: "forEach".to_owned(),
+        message: format!(
+            "every dimension must be used in metadata.name or metadata.namespace, so each \
+             object has a name of its own; not used: {}",
+            missing.join(", ")
+        ),
+    })
+}
+
+/// Checks `n`'s `readyWhen`: each reads only the resource itself (`each` for a collection),
+/// as kro allows, and is a bool; `kind` is the type of its objects.
+fn check_ready_when(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
+    let (own, ty) = match n.is_collection() {
+        true => (EACH, kind.clone()),
+        false if by_selector(n) => (n.id.as_str(), Type::List(Box::new(kind.clone()))),
+        false => (n.id.as_str(), kind.clone()),
+    };
+    let ready = TypeEnv::kro().with(own, ty);
+    for e in &n.ready_when {
+        no_omit(e)?;
+        let other = e
+            .expression
+            .variables()
+            .into_iter()
+            .find(|v| v != own && env.has(v));
+        if let Some(other) = other {
+            let message =
+                format!("readyWhen may read only {own:?} (the resource itself), not {other:?}");
+            return Err(expr_err(e, message));
+        }
+        expect(e, &ready, &Type::Bool, "readyWhen")?;
+    }
+    Ok(())
+}
+
 /// Checks one resource in `env` (where every resource's id is declared); `kind` is the type
 /// of its objects.
 fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
     let mut own = env.clone();
     for (var, e) in &n.for_each {
+        no_omit(e)?;
         let items = match type_of(e, env)? {
             Type::List(t) => *t,
             Type::Dyn => Type::Dyn,
@@ -95,20 +168,70 @@ fn check_node(n: &Node, kind: &Type, env: &TypeEnv) -> Result<(), GraphError> {
         own.set(var, items);
     }
     for e in &n.include_when {
+        no_omit(e)?;
         expect(e, env, &Type::Bool, "includeWhen")?;
     }
     let (Source::Template(t) | Source::External(t)) = &n.source;
     check_template(t, kind, &own)?;
-    let mut ready = env.clone();
-    if n.is_collection() {
-        ready.set(EACH, kind.clone());
-    } else if !by_selector(n) {
-        ready.set(&n.id, kind.clone());
+    check_identity(n)?;
+    check_ready_when(n, kind, env)
+}
+
+/// Checks the instance's status: every field an expression (kro refuses a field without one),
+/// every expression reading the instance or a resource (kro: "must refer to a resource or
+/// schema"), of the type of its field; the author's conditions with `runtime` declared.
+fn check_status(graph: &Graph, instance: &Type, env: &TypeEnv) -> Result<(), GraphError> {
+    if let Some(status) = &graph.status {
+        if let Some(path) = literal_field(status, "status") {
+            return Err(GraphError::Spec {
+                path,
+                message: "a status field must be an expression (${...})".to_owned(),
+            });
+        }
+        for e in status.expressions() {
+            no_omit(e)?;
+            let vars = e.expression.variables();
+            if !vars.iter().any(|v| env.has(v)) {
+                let message = "a status field must read the instance (schema) or a resource";
+                return Err(expr_err(e, message.to_owned()));
+            }
+        }
+        check_template(status, &instance.field("status"), env)?;
     }
-    for e in &n.ready_when {
-        expect(e, &ready, &Type::Bool, "readyWhen")?;
+    // `runtime.newCondition`/`runtime.condition` are functions (kro's `runtime` library)
+    graph
+        .conditions
+        .iter()
+        .try_for_each(|e| no_omit(e).and_then(|()| type_of(e, env).map(|_| ())))
+}
+
+/// The path of the first field of `t` (at `path`) holding no expression.
+fn literal_field(t: &Template, path: &str) -> Option<String> {
+    match t {
+        Template::Literal(v) => literal_leaf(v, path),
+        Template::Standalone(_) | Template::Interpolated(_) => None,
+        Template::Object(fields) => fields
+            .iter()
+            .find_map(|(k, t)| literal_field(t, &format!("{path}.{k}"))),
+        Template::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| literal_field(t, &format!("{path}[{i}]"))),
     }
-    Ok(())
+}
+
+/// The path of the first leaf of `v` (at `path`); an empty object or list is none.
+fn literal_leaf(v: &serde_json::Value, path: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .find_map(|(k, v)| literal_leaf(v, &format!("{path}.{k}"))),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| literal_leaf(v, &format!("{path}[{i}]"))),
+        _ => Some(path.to_owned()),
+    }
 }
 
 /// Whether `n` is an external reference by a label selector (`externalRef.metadata.selector`):
@@ -136,7 +259,7 @@ pub(crate) fn check_types(
     instance: &Type,
     kind_of: &dyn Fn(&str, &str) -> Type,
 ) -> Result<(), GraphError> {
-    let mut env = TypeEnv::default().with(SCHEMA, instance.clone());
+    let mut env = TypeEnv::kro().with(SCHEMA, instance.clone());
     for n in &graph.nodes {
         let kind = kind_of(&n.api_version, &n.kind);
         let ty = if n.is_collection() || by_selector(n) {
@@ -153,10 +276,7 @@ pub(crate) fn check_types(
             error: Box::new(error),
         })?;
     }
-    match &graph.status {
-        Some(status) => check_template(status, &instance.field("status"), &env),
-        None => Ok(()),
-    }
+    check_status(graph, instance, &env)
 }
 
 #[cfg(test)]
@@ -220,7 +340,7 @@ mod tests {
                     "metadata": {"name": "${name + '-x'}"}}}),
         ]);
         let status = json!({"available": "${deployment.status.availableReplicas}",
-            "names": "${pods.map(p, p.metadata.name)}", "state": "${'x'}"});
+            "names": "${pods.map(p, p.metadata.name)}", "state": "${schema.spec.name + 'x'}"});
         check(resources, status).unwrap();
     }
 
@@ -269,6 +389,84 @@ mod tests {
                     "data": {"a": "${nope.x}"}}}]),
                 json!({}),
                 "resource \"cm\": template.data.a: nope.x: undeclared reference to \"nope\" (declared: cm, schema)",
+            ),
+        ];
+        for (resources, status, want) in cases {
+            assert_eq!(check(resources, status).unwrap_err().to_string(), want);
+        }
+    }
+
+    #[test]
+    fn what_kro_refuses_when_an_rgd_is_created_is_refused_with_its_place() {
+        let cm = |extra: Value| {
+            let mut r = json!({"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x"}}});
+            r.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            r
+        };
+        let cases = [
+            (
+                deployment(json!({"replicas": "${size(schema.spec.name.lowerAsci())}"})),
+                json!({}),
+                "resource \"deployment\": template.spec.replicas: size(schema.spec.name.lowerAsci()): undeclared reference to function \"lowerAsci\"",
+            ),
+            (
+                json!([cm(
+                    json!({"template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${random.seedString(5, schema.spec.name)}"}}})
+                )]),
+                json!({}),
+                "resource \"cm\": template.metadata.name: random.seedString(5, schema.spec.name): undeclared reference to function \"random.seedString\"",
+            ),
+            (
+                json!([cm(json!({"readyWhen": ["${schema.spec.replicas > 0}"]}))]),
+                json!({}),
+                "resource \"cm\": readyWhen[0]: schema.spec.replicas > 0: readyWhen may read only \"cm\" (the resource itself), not \"schema\"",
+            ),
+            (
+                json!([
+                    deployment(json!({}))[0].clone(),
+                    cm(json!({"readyWhen": ["${deployment.status.availableReplicas > 0}"]}))
+                ]),
+                json!({}),
+                "resource \"cm\": readyWhen[0]: deployment.status.availableReplicas > 0: readyWhen may read only \"cm\" (the resource itself), not \"deployment\"",
+            ),
+            (
+                json!([cm(json!({"forEach": [{"n": "${schema.spec.names}"}],
+                    "readyWhen": ["${cm.size() > 0}"],
+                    "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "${n}"}}}))]),
+                json!({}),
+                "resource \"cm\": readyWhen[0]: cm.size() > 0: readyWhen may read only \"each\" (the resource itself), not \"cm\"",
+            ),
+            (
+                json!([cm(json!({"forEach": [{"n": "${schema.spec.names}"}],
+                    "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "fixed"}, "data": {"n": "${n}"}}}))]),
+                json!({}),
+                "resource \"cm\": forEach: every dimension must be used in metadata.name or metadata.namespace, so each object has a name of its own; not used: n",
+            ),
+            (
+                json!([cm(json!({"includeWhen": ["${omit() == null}"]}))]),
+                json!({}),
+                "resource \"cm\": includeWhen[0]: omit() == null: omit() can only be used in resource template expressions",
+            ),
+            (
+                json!([cm(json!({}))]),
+                json!({"phase": "${'Ready'}"}),
+                "status.phase: 'Ready': a status field must read the instance (schema) or a resource",
+            ),
+            (
+                json!([cm(json!({}))]),
+                json!({"phase": "Ready", "n": "${schema.spec.name}"}),
+                "status.phase: a status field must be an expression (${...})",
+            ),
+            (
+                json!([cm(json!({}))]),
+                json!({"conditions": ["${runtime.newCondition({type: 'A', status: cms.data.x})}"]}),
+                "status.conditions[0]: runtime.newCondition({type: 'A', status: cms.data.x}): undeclared reference to \"cms\" (declared: cm, schema)",
             ),
         ];
         for (resources, status, want) in cases {

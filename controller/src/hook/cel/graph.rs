@@ -212,6 +212,95 @@ fn node(r: &Value) -> Result<Node, GraphError> {
     })
 }
 
+/// The words kro reserves (`pkg/graph/validation.go`): no resource id or `forEach` variable
+/// may be one (CEL's reserved symbols, and kro's own).
+const RESERVED: [&str; 53] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+    "apiVersion",
+    "context",
+    "dependency",
+    "dependencies",
+    "each",
+    "externalRef",
+    "externalReference",
+    "externalRefs",
+    "externalReferences",
+    "graph",
+    "instance",
+    "item",
+    "items",
+    "kind",
+    "kro",
+    "metadata",
+    "object",
+    "resource",
+    "resourcegraphdefinition",
+    "resourceGraphDefinition",
+    "resources",
+    "root",
+    "runtime",
+    "schema",
+    "self",
+    "serviceAccountName",
+    "spec",
+    "status",
+    "this",
+    "variables",
+    "vars",
+    "version",
+];
+
+/// Why `name` cannot name a resource (`what`: `id`) or a `forEach` variable, if it cannot.
+fn naming_error(name: &str, what: &str) -> Option<String> {
+    if RESERVED.contains(&name) {
+        return Some(format!("{name:?} is a word kro reserves"));
+    }
+    (!valid_id(name)).then(|| format!("{name:?} is not a valid {what} (lowerCamelCase)"))
+}
+
+/// Refuses `forEach` variables that kro refuses: not lowerCamelCase, reserved, used twice in
+/// one resource, or the id of a resource.
+fn check_variables(nodes: &[Node], ids: &BTreeSet<String>) -> Result<(), GraphError> {
+    for n in nodes {
+        let mut seen = BTreeSet::new();
+        for (i, (var, _)) in n.for_each.iter().enumerate() {
+            let message = naming_error(var, "variable")
+                .or_else(|| (!seen.insert(var)).then(|| format!("{var:?} is used twice")))
+                .or_else(|| {
+                    ids.contains(var)
+                        .then(|| format!("{var:?} is the id of a resource"))
+                });
+            if let Some(message) = message {
+                return Err(GraphError::Resource {
+                    id: n.id.clone(),
+                    error: Box::new(spec_err(&format!("forEach[{i}]"), message)),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether `id` can name a variable: kro's ids are lowerCamelCase identifiers.
 fn valid_id(id: &str) -> bool {
     let mut chars = id.chars();
@@ -230,11 +319,8 @@ pub(crate) fn parse(spec: &Value) -> Result<Graph, GraphError> {
     for (i, r) in resources.iter().enumerate() {
         let id = r.get("id").and_then(Value::as_str).unwrap_or_default();
         let at = format!("spec.resources[{i}].id");
-        if !valid_id(id) || id == SCHEMA || id == EACH {
-            return Err(spec_err(
-                &at,
-                format!("{id:?} is not a valid id (lowerCamelCase, not schema or each)"),
-            ));
+        if let Some(message) = naming_error(id, "id") {
+            return Err(spec_err(&at, message));
         }
         if !seen.insert(id.to_owned()) {
             return Err(spec_err(&at, format!("{id:?} is used twice")));
@@ -245,6 +331,7 @@ pub(crate) fn parse(spec: &Value) -> Result<Graph, GraphError> {
         })?;
         nodes.push(n);
     }
+    check_variables(&nodes, &seen)?;
     let (status, conditions) = status(spec)?;
     refuse_runtime(&nodes, status.as_ref())?;
     link(&mut nodes);
@@ -407,10 +494,53 @@ mod tests {
             "kind": "ConfigMap", "metadata": {"name": "rt"}}},
             {"id": "reader", "template": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "${runtime.metadata.name}-r"}}}]});
-        assert!(
-            parse(&own).is_ok(),
-            "a resource named runtime is read as itself"
+        assert_eq!(
+            parse(&own).unwrap_err().to_string(),
+            "spec.resources[0].id: \"runtime\" is a word kro reserves",
+            "kro reserves runtime"
         );
+    }
+
+    #[test]
+    fn ids_and_for_each_variables_follow_kros_naming() {
+        let cm = |id: &str, for_each: Value| {
+            json!({"id": id, "forEach": for_each, "template": {"apiVersion": "v1",
+                "kind": "ConfigMap", "metadata": {"name": "x"}}})
+        };
+        let cases = [
+            (
+                vec![cm("self", json!(null))],
+                "spec.resources[0].id: \"self\" is a word kro reserves",
+            ),
+            (
+                vec![cm("in", json!(null))],
+                "spec.resources[0].id: \"in\" is a word kro reserves",
+            ),
+            (
+                vec![cm("Web", json!(null))],
+                "spec.resources[0].id: \"Web\" is not a valid id (lowerCamelCase)",
+            ),
+            (
+                vec![cm("a", json!([{"item": "${[1]}"}]))],
+                "resource \"a\": forEach[0]: \"item\" is a word kro reserves",
+            ),
+            (
+                vec![cm("a", json!([{"Name": "${[1]}"}]))],
+                "resource \"a\": forEach[0]: \"Name\" is not a valid variable (lowerCamelCase)",
+            ),
+            (
+                vec![cm("a", json!([{"n": "${[1]}"}, {"n": "${[2]}"}]))],
+                "resource \"a\": forEach[1]: \"n\" is used twice",
+            ),
+            (
+                vec![cm("a", json!([{"b": "${[1]}"}])), cm("b", json!(null))],
+                "resource \"a\": forEach[0]: \"b\" is the id of a resource",
+            ),
+        ];
+        for (resources, want) in cases {
+            let e = parse(&json!({"resources": resources})).unwrap_err();
+            assert_eq!(e.to_string(), want);
+        }
     }
 
     #[test]

@@ -188,6 +188,15 @@ fn a_failing_expression_names_resource_path_and_expression() {
         "{}",
         e.error
     );
+    // a misspelt function (in a hook nothing checked) fails: it is no data to wait for
+    let g = parse(&json!({"resources": [
+        {"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${schema.metadata.name.lowerAsci()}"}}},
+    ]}))
+    .unwrap();
+    let e = evaluate_graph(&g, &inst, &Observed::default(), NOW).unwrap_err();
+    assert_eq!(e.id, "cm");
+    assert!(e.error.contains("lowerAsci"), "{}", e.error);
 }
 
 #[test]
