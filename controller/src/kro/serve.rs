@@ -6,7 +6,8 @@
 //! expression; a kind not served yet, or a failed write, is retried every few seconds.
 //! Deleting an RGD deletes its CompositeController (owner reference); its CRD and instances
 //! stay, as kro keeps them by default, or go with it under kro's `--allow-crd-deletion`
-//! ([`ServeOptions`]). A change of a CRD an RGD uses checks the RGD again.
+//! ([`ServeOptions`]; the controller then lives until the CRD is gone, finalizing each
+//! instance). A change of a CRD an RGD uses checks the RGD again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -66,8 +67,9 @@ pub struct ServeOptions {
     /// kro's `--allow-crd-deletion` (`kmeta run --kro-allow-crd-deletion`): an RGD's instance
     /// CRD is deleted with the RGD, and with it every instance and, by garbage collection,
     /// their children. kmeta makes the RGD an owner of the CRD it generates (kro deletes the
-    /// CRD it labelled with the RGD's name when the RGD is deleted). Off: the CRD and the
-    /// instances stay.
+    /// CRD it labelled with the RGD's name when the RGD is deleted), and the CRD an owner of the
+    /// RGD's CompositeController, which so finalizes every instance before it goes. Off: the
+    /// CRD and the instances stay.
     pub allow_crd_deletion: bool,
 }
 
@@ -451,9 +453,32 @@ async fn apply(server: &Server, rgd: &Value) -> Result<Vec<String>, KroError> {
     if server.options.allow_crd_deletion {
         owned_by(&mut served.crd, rgd);
     }
-    apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition").await?;
+    let crd = apply_as::<CustomResourceDefinition>(client, &served.crd, "customresourcedefinition")
+        .await?;
+    if server.options.allow_crd_deletion {
+        also_owned_by_crd(&mut served.controller, &crd.metadata);
+    }
     apply_as::<CompositeController>(client, &served.controller, "compositecontroller").await?;
     Ok(served.order)
+}
+
+/// Makes the instance CRD (`crd`) a second owner of the RGD's CompositeController, so that with
+/// `--kro-allow-crd-deletion` the controller outlives its RGD until the CRD is gone: deleting
+/// the CRD deletes every instance, and each instance keeps kro's finalizer until the controller
+/// has deleted its children, last made first. The garbage collector deletes an object once every
+/// owner is gone.
+fn also_owned_by_crd(
+    controller: &mut Value,
+    crd: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) {
+    let owner = json!({"apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition", "name": crd.name, "uid": crd.uid});
+    if let Some(owners) = controller
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        owners.push(owner);
+    }
 }
 
 /// Makes `rgd` an owner of `crd` (its instance CRD), so deleting the RGD deletes the CRD
@@ -466,7 +491,7 @@ fn owned_by(crd: &mut Value, rgd: &Value) {
 
 /// Applies `object` (cluster-scoped, of type `K`, shown as `what`) server-side as kmeta's
 /// field manager for RGDs, taking its fields from any other manager.
-async fn apply_as<K>(client: &kube::Client, object: &Value, what: &str) -> Result<(), KroError>
+async fn apply_as<K>(client: &kube::Client, object: &Value, what: &str) -> Result<K, KroError>
 where
     K: kube::Resource<Scope = kube::core::ClusterResourceScope>
         + serde::de::DeserializeOwned
@@ -487,8 +512,7 @@ where
     Api::<K>::all(client.clone())
         .patch(name, &pp, &Patch::Apply(&typed))
         .await
-        .map_err(api_err(format!("applying {what} {name}")))?;
-    Ok(())
+        .map_err(api_err(format!("applying {what} {name}")))
 }
 
 /// The plural of each kind the graph makes or reads, from the API server's discovery.
@@ -770,6 +794,20 @@ mod tests {
             crd["metadata"]["ownerReferences"],
             serde_json::json!([{"apiVersion": "kro.run/v1alpha1",
                 "kind": "ResourceGraphDefinition", "name": "web", "uid": "u-1"}])
+        );
+        let mut controller = serde_json::json!({"metadata": {"ownerReferences": [
+            {"kind": "ResourceGraphDefinition", "uid": "u-1", "controller": true}]}});
+        let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("webapps.kro.run".into()),
+            uid: Some("u-crd".into()),
+            ..Default::default()
+        };
+        super::also_owned_by_crd(&mut controller, &meta);
+        assert_eq!(
+            controller["metadata"]["ownerReferences"][1],
+            serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition", "name": "webapps.kro.run", "uid": "u-crd"}),
+            "the controller lives until the CRD (and every instance) is gone"
         );
         let options = super::ServeOptions::default();
         assert!(!options.allow_crd_deletion, "kro's default: CRDs stay");

@@ -460,7 +460,10 @@ mod tests {
             Compact::from_value(obj.clone()).unwrap(),
         ] {
             assert_eq!(c.label("note"), Some("say \"hi\"\n"));
-            assert_eq!(&*c.extra, "say \"hi\"\n", "only the escaped string is copied");
+            assert_eq!(
+                &*c.extra, "say \"hi\"\n",
+                "only the escaped string is copied"
+            );
             assert_eq!(c.name(), "a");
             assert_eq!(c.label("app"), Some("x"));
             assert_eq!(c.controller().unwrap().name, "p");
