@@ -81,8 +81,19 @@ async fn a_cache_flush_syncs_every_parent_again_with_the_watches_kept_open() -> 
         each_synced(&per_parent(&s.hooks().calls("sync")), &before, 2)
     })
     .await?;
-    // (c) an edit made while a flush's syncs drain is synced before that drain ends: the
-    // flush's keys are low, the edit's event normal
+    edit_during_a_flush(&s, &armed, &flush_began).await?;
+    lists_stayed(&s, lists)?;
+    s.finish().await
+}
+
+/// (c) An edit made while a flush's syncs drain is synced before that drain ends: the flush's
+/// keys are low, the edit's event normal. `armed` set, the hook wakes `flush_began` at the next
+/// flush's first sync.
+async fn edit_during_a_flush(
+    s: &Running,
+    armed: &AtomicBool,
+    flush_began: &Notify,
+) -> anyhow::Result<()> {
     let round = per_parent(&s.hooks().calls("sync"));
     armed.store(true, Ordering::SeqCst);
     tokio::time::timeout(FLUSH * 4, flush_began.notified())
@@ -125,7 +136,12 @@ async fn a_cache_flush_syncs_every_parent_again_with_the_watches_kept_open() -> 
          it was written)",
         edit_at
     );
-    // (b) the watches stayed open: no list of the parents or children after the first
+    Ok(())
+}
+
+/// (b) The watches stayed open: no list of the parents or children after the first (`lists`:
+/// the server's counts after the start; none on a real cluster).
+fn lists_stayed(s: &Running, lists: Option<kmeta_apiserver::Counters>) -> anyhow::Result<()> {
     if let (Some(server), Some(lists)) = (s.server(), lists) {
         if requests_disturbed()? {
             eprintln!("watch churn or request faults relist on their own: list counts not checked");
@@ -144,5 +160,5 @@ async fn a_cache_flush_syncs_every_parent_again_with_the_watches_kept_open() -> 
     } else {
         eprintln!("a real cluster's API server counts no requests for the test: lists not checked");
     }
-    s.finish().await
+    Ok(())
 }
