@@ -27,7 +27,7 @@ use crate::reconcile::core::Reconciler;
 pub use crate::reconcile::core::Triggers;
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::related::{self, Used};
-use crate::runtime::cache::Change;
+use crate::runtime::cache::{Change, Watch};
 use crate::runtime::queue::{Cause, Priority, Queue, Tenant};
 use crate::runtime::resources::Resolved;
 
@@ -52,6 +52,9 @@ pub trait Parents: Reconciler {
     /// What the controller remembers of its parents' syncs (the customize hook's answers name
     /// the related resources each parent reads).
     fn memory(&self) -> &ChildMemory;
+    /// The watches of the parents themselves (a DecoratorController: of its targets), whose
+    /// relist resyncs every parent.
+    fn parent_watches(&self) -> Vec<Arc<dyn Watch>>;
 }
 
 /// Every parent `mine` accepts, scheduled as a change at `priority`.
@@ -122,15 +125,18 @@ async fn listen<R: Parents>(
 }
 
 /// The triggers every kind shares, for the parents of `r`: the first list of the parents
-/// enqueues none (the kind's start does), every later list of any watch `r` reads resyncs
-/// every parent ([`RELIST_RESYNC_SPREAD`]), `resync_period` (the controller's
+/// enqueues none (the kind's start does), every later list of a parent watch resyncs every
+/// parent ([`RELIST_RESYNC_SPREAD`]; a child watch's relist announces the children deleted or
+/// changed meanwhile, which queue their parents, and nothing more: Metacontroller's child
+/// handler drops an update that keeps the resourceVersion, and before 2026-12-07 a relist of
+/// the parent and the child watches together synced a parent twice), `resync_period` (the controller's
 /// `resyncPeriodSeconds`) resyncs every parent, the cache flush
 /// ([`crate::ManagerConfig::cache_flush_interval`]) queues every parent ([`flush_one`]), and with
 /// a work scope the parents it gains are enqueued and its share counted
 /// ([`crate::coord::scope::WorkScope::report_share`]).
 pub fn for_parents<R: Parents>(r: &Arc<R>, resync_period: Option<Duration>) -> Triggers {
     let mut t = Triggers::default();
-    for inf in r.watches() {
+    for inf in r.parent_watches() {
         let r = r.clone();
         let mut lists = inf.lists();
         t.spawn(async move {
