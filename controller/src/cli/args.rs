@@ -68,7 +68,8 @@ pub struct RunArgs {
     /// How often discovery is refreshed, so CRDs created later are picked up.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = duration_value)]
     pub discovery_interval: Duration,
-    /// How often every watch relists (flushes its cache). "0" disables.
+    /// How often every cached parent and target is resynced (Metacontroller's informer resync
+    /// period; the watches stay open). "0" disables.
     #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = duration_value)]
     pub cache_flush_interval: Duration,
     /// How a watch gets its initial state: `auto`, a watch-list (one watch with
@@ -407,7 +408,7 @@ pub struct RunConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Discovery refresh period.
     pub discovery_interval: Duration,
-    /// Watch relist period (None: never).
+    /// Resync period of every cached parent and target (None: never).
     pub cache_flush_interval: Option<Duration>,
     /// How a watch gets its initial state.
     pub watch_list: kmeta::WatchListMode,

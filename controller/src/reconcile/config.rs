@@ -39,8 +39,9 @@ pub struct ManagerConfig {
     pub child_writes_in_flight: usize,
     /// Discovery refresh period. Default 30 s (Metacontroller `--discovery-interval`).
     pub discovery_interval: Duration,
-    /// Every watch relists this often (None: never). Default 30 min (Metacontroller
-    /// `--cache-flush-interval`).
+    /// Every cached parent (and DecoratorController target) is resynced this often, its watch
+    /// kept open (None: never). Default 30 min (Metacontroller `--cache-flush-interval`: its
+    /// shared informers' resync period; docs/design/own-informers-and-queue.md).
     pub cache_flush_interval: Option<Duration>,
     /// How a watch gets its initial state. Default [`WatchListMode::Auto`]: a watch-list
     /// (`sendInitialEvents`) where the API server offers it, else a list then a watch

@@ -123,13 +123,9 @@ impl Context {
         let identities = Identities::new(client.clone(), config.default_service_account.clone());
         Arc::new(Context {
             identities,
-            informers: Informers::new(
-                client.clone(),
-                config.cache_flush_interval,
-                wiring.pending_watches.clone(),
-            )
-            .with_watch_list(config.watch_list)
-            .with_split(wiring.work_scope.as_ref().and_then(|s| s.watch_split())),
+            informers: Informers::new(client.clone(), wiring.pending_watches.clone())
+                .with_watch_list(config.watch_list)
+                .with_split(wiring.work_scope.as_ref().and_then(|s| s.watch_split())),
             resources: Resources::default(),
             client,
             config,
@@ -589,7 +585,7 @@ fn apply_circuit<R: Reconciler>(r: &Arc<R>, effect: Effect<R::Key>) -> bool {
 }
 
 /// Waits until every watch has finished its first list; `Err` is [`SyncError::WatchNotSynced`]
-/// naming the first one that has not within `deadline`. A relist (410 Gone, cache flush) never unsyncs a watch: its cache keeps
+/// naming the first one that has not within `deadline`. A relist (410 Gone) never unsyncs a watch: its cache keeps
 /// the old objects until the new list replaces them, so no sync sees an emptied cache.
 pub async fn wait_for_watches(
     watches: &[Arc<dyn Watch>],

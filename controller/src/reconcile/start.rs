@@ -65,6 +65,32 @@ impl Phase {
     pub(crate) fn ends(self) -> bool {
         self == Phase::Draining(0)
     }
+
+    /// What a receiver that fell behind in this phase does ([`Lag`]).
+    pub(crate) fn on_lag(self) -> Lag {
+        match self {
+            Phase::Running => Lag::SkipToNow,
+            Phase::Listing | Phase::Draining(_) => Lag::AtTheEnd,
+        }
+    }
+}
+
+/// What a receiver does when it fell behind its watch and lost changes. Either way it never
+/// pays the loss's cost (every parent refiled, and after the start queued: O(parents)) while
+/// still at the oldest change the channel holds: there every change announced meanwhile would
+/// be lost again, and the next loss would pay again. At 50 000 parents a start did that 65
+/// times in a row, 0.6 s each (a debug build), while the edits written meanwhile kept it there:
+/// they reached the hook only with the start's queueing, 20–38 s late.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lag {
+    /// During the start: note the loss, go on taking the changes still held (each costs little:
+    /// the receiver catches up), and handle the loss once, when the start ends, before its
+    /// queueing (which queues every parent anyway). A change taken meanwhile, someone's edit,
+    /// is scheduled at normal priority as it comes.
+    AtTheEnd,
+    /// After the start: skip to the newest change first, then handle the loss (queue every
+    /// parent from the cache, which shows every change announced before the skip).
+    SkipToNow,
 }
 
 /// Follows `rx`, the receiver of `watch`'s changes subscribed before its first list: every
@@ -80,12 +106,19 @@ pub(crate) async fn follow<M: Clone>(
 ) {
     let mut phase = Phase::Listing;
     let mut on_started = Some(on_started);
+    // changes lost during the start, handled when it ends
+    let mut lost = 0u64;
+    let began = std::time::Instant::now();
     loop {
         if phase == Phase::Listing && watch.is_synced() {
             phase = phase.synced(rx.len());
         }
         if phase.ends() {
             phase = Phase::Running;
+            if lost > 0 {
+                on_lag(Priority::Low);
+            }
+            tracing::debug!(watch = %watch.watch_key(), lost, after = ?began.elapsed(), "start over: every parent queued");
             if let Some(f) = on_started.take() {
                 f();
             }
@@ -104,10 +137,17 @@ pub(crate) async fn follow<M: Clone>(
                 on_change(&m, phase.priority());
                 phase = phase.took();
             }
-            Some(Err(RecvError::Lagged(_))) => {
-                on_lag(phase.priority());
-                phase = phase.lagged(rx.len());
-            }
+            Some(Err(RecvError::Lagged(n))) => match phase.on_lag() {
+                Lag::AtTheEnd => {
+                    lost = lost.saturating_add(n);
+                    phase = phase.lagged(rx.len());
+                }
+                Lag::SkipToNow => {
+                    tracing::warn!(watch = %watch.watch_key(), lost = n, "fell behind the watch's changes; queueing every parent");
+                    rx = rx.resubscribe();
+                    on_lag(Priority::Normal);
+                }
+            },
             Some(Err(RecvError::Closed)) => break,
         }
     }
@@ -215,6 +255,90 @@ mod tests {
         task.await.unwrap();
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen, ["0 Low", "started", "1 Normal"]);
+    }
+
+    #[test]
+    fn a_loss_is_handled_at_the_starts_end_or_after_skipping_to_now() {
+        assert_eq!(Phase::Listing.on_lag(), Lag::AtTheEnd);
+        assert_eq!(Phase::Draining(7).on_lag(), Lag::AtTheEnd);
+        assert_eq!(Phase::Running.on_lag(), Lag::SkipToNow);
+    }
+
+    /// Changes keep coming while a loss is handled (here: one per loss handled, as edits and
+    /// status writes do while every parent is refiled and queued): the receiver handles the
+    /// loss once and takes every change after it, instead of losing them one by one.
+    #[tokio::test]
+    async fn a_loss_after_the_start_is_handled_once_while_changes_keep_coming() {
+        let (synced, _) = watch::channel(true);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(2);
+        let tx = Arc::new(Mutex::new(Some(tx)));
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_change, on_lag, on_started) = (seen.clone(), seen.clone(), tx.clone());
+        let sender = tx.clone();
+        let task = tokio::spawn(follow(
+            fake,
+            rx,
+            move |m, p| {
+                on_change.lock().unwrap().push(format!("{m} {p:?}"));
+                if *m == 100 {
+                    // the last change: the watch stops
+                    sender.lock().unwrap().take();
+                }
+            },
+            move |p| {
+                let mut seen = on_lag.lock().unwrap();
+                seen.push(format!("lost {p:?}"));
+                if seen.len() < 50 {
+                    // a change announced while the loss is handled
+                    if let Some(tx) = tx.lock().unwrap().as_ref() {
+                        tx.send(100).unwrap();
+                    }
+                }
+            },
+            move || {
+                // the start is over; then a burst the receiver cannot hold
+                if let Some(tx) = on_started.lock().unwrap().as_ref() {
+                    for i in 0..5 {
+                        tx.send(i).unwrap();
+                    }
+                }
+            },
+        ));
+        tokio::time::timeout(std::time::Duration::from_secs(10), task)
+            .await
+            .expect("the receiver stops")
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, ["lost Normal", "100 Normal"]);
+    }
+
+    /// A loss during the start is handled once, at its end, and the changes still held are
+    /// taken (someone's edit among them keeps its own scheduling).
+    #[tokio::test]
+    async fn a_loss_during_the_start_is_handled_at_its_end() {
+        let (synced, _) = watch::channel(true);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(4);
+        for i in 0..10 {
+            tx.send(i).unwrap();
+        }
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_change, on_lag, on_started) = (seen.clone(), seen.clone(), seen.clone());
+        drop(tx);
+        follow(
+            fake,
+            rx,
+            move |m, p| on_change.lock().unwrap().push(format!("{m} {p:?}")),
+            move |p| on_lag.lock().unwrap().push(format!("lost {p:?}")),
+            move || on_started.lock().unwrap().push("started".into()),
+        )
+        .await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            ["6 Low", "7 Low", "8 Low", "9 Low", "lost Low", "started"]
+        );
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@ pub fn backoff(failures: u32) -> Duration {
 }
 
 /// How urgent a scheduled key is. A change made by someone (an event) is [`Priority::Normal`];
-/// a periodic resync (resync period, `resyncAfterSeconds`, a relist) is [`Priority::Low`] and is
+/// a periodic resync (resync period, `resyncAfterSeconds`, a relist, the cache flush) is [`Priority::Low`] and is
 /// handed out only when no normal key is ready (or after [`LOW_PRIORITY_EVERY`] normal keys in a
 /// row, so resyncs are delayed, never starved).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -54,8 +54,11 @@ pub enum Cause {
     Related,
     /// The resync period (`resyncPeriodSeconds`, `resyncAfterSeconds`).
     Resync,
-    /// A watch listed again (410 Gone, `--cache-flush-interval`): every parent is resynced.
+    /// A watch listed again (410 Gone): every parent is resynced.
     Relist,
+    /// The cache flush (`--cache-flush-interval`, Metacontroller's informer resync period): every
+    /// cached parent is synced again, its watch kept open.
+    Flush,
     /// The retry after a failed sync.
     Retry,
     /// The controller started, or its CompositeController (hooks included) changed.
@@ -74,6 +77,7 @@ impl std::fmt::Display for Cause {
             Cause::Related => f.write_str("a related object changed"),
             Cause::Resync => f.write_str("resync"),
             Cause::Relist => f.write_str("relist"),
+            Cause::Flush => f.write_str("cache flush"),
             Cause::Retry => f.write_str("retry after a failure"),
             Cause::Started => f.write_str("controller started or changed"),
             Cause::Gained => f.write_str("taken over by this replica"),

@@ -33,8 +33,8 @@
 //!   rounds: the time from the process's spawn to `/readyz` and to its first hook call, its
 //!   peak RSS at both, the load average, and the watch-list's ratios to list-then-watch.
 //! - `storm` (not in the default list; issue 54 part 4): N parents converged, then a fresh
-//!   `kmeta run` over them (every parent queued by its start) and one whose watches relist
-//!   (`--cache-flush-interval`), each while 100 edits by "a person" are spread over the storm:
+//!   `kmeta run` over them (every parent queued by its start) and one whose cache flush
+//!   (`--cache-flush-interval`) queues every parent again, each while 100 edits by "a person" are spread over the storm:
 //!   each edit's time from its write to the first hook call carrying it (p50/p99/max), the
 //!   storm's drain time and the distinct parents it synced. `KMETA_SCALE_STORM_BINS`
 //!   (`label=path,…`) runs each binary in turn over the same fleet, side by side (see

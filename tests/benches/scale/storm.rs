@@ -7,11 +7,13 @@
 //!   merge patch of `spec.edit` on a random parent, a different parent each) are spread over the
 //!   storm; each edit's latency is the time from the server's answer to the patch to the first
 //!   hook call carrying that `spec.edit` (the hook records it, see `hook.rs`);
-//! - **relist** (unless `KMETA_SCALE_STORM_RELIST=0`): the same with a process started with
-//!   `--cache-flush-interval` just past its start-up storm, so its watches list again once the
-//!   start has drained and every parent is queued by the relist; the edits are spread over that.
+//! - **flush** (unless `KMETA_SCALE_STORM_RELIST=0`): the same with a process started with
+//!   `--cache-flush-interval` just past its start-up storm, so every parent is queued again by
+//!   the flush once the start has drained (since 2026-12-07 a resync from the cache, the watches
+//!   kept open; a binary from before lists every watch again instead); the edits are spread over
+//!   that.
 //!
-//! For each storm: how long it took to drain (from `/readyz`, or from the relist's first hook
+//! For each storm: how long it took to drain (from `/readyz`, or from the flush's first hook
 //! call, to the storm's last hook call), its hook calls and how many distinct parents they named
 //! (every parent: no start-up sync skipped), and the edits' latency p50/p99/max over the edits
 //! written before the storm drained. The binaries run one after the other on the same server
@@ -187,8 +189,8 @@ async fn restart(
     })
 }
 
-/// A process of `b` whose watches list again (`--cache-flush-interval`) once its start-up
-/// storm (at most `start` long) has drained: the relist's storm is measured.
+/// A process of `b` whose cache flush (`--cache-flush-interval`) comes once its start-up storm
+/// (at most `start` long) has drained: the flush's storm is measured.
 async fn relisted(
     dir: &Path,
     rig: &mut Rig,
@@ -198,7 +200,7 @@ async fn relisted(
     spread: Duration,
     start: Duration,
 ) -> anyhow::Result<Storm> {
-    // past the start and its quiet, short of a second relist during the first one's storm
+    // past the start and its quiet, short of a second flush during the first one's storm
     let flush = (start * 2 + Duration::from_secs(10)).as_secs();
     let args = [format!("--cache-flush-interval={flush}s")];
     let c = Controller::start_with(dir, &rig.server, case, 0, &b.path, &args).await?;
@@ -209,7 +211,7 @@ async fn relisted(
     let deadline = Instant::now() + Duration::from_secs(flush) + DEADLINE;
     while hook::calls(rig.hook_port).await? == calls0 {
         if Instant::now() > deadline {
-            bail!("no relist within {flush} s");
+            bail!("no flush within {flush} s");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -226,7 +228,7 @@ async fn relisted(
         requests: by_verb(&d),
         status_writes: d.writes_to("things/status"),
         label: b.label.clone(),
-        kind: "relist",
+        kind: "flush",
         ready: None,
         drain,
         calls,

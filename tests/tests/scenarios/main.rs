@@ -32,6 +32,7 @@ mod contract;
 mod decorator;
 mod failures;
 mod fairness;
+mod flush;
 mod handoff;
 mod history;
 mod impersonation;

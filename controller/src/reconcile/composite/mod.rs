@@ -342,6 +342,10 @@ impl Parents for CompositeRunner {
     fn memory(&self) -> &ChildMemory {
         &self.state.memory
     }
+
+    fn parent_watches(&self) -> Vec<Arc<dyn Watch>> {
+        vec![self.state.parents.clone()]
+    }
 }
 
 impl Reconciler for CompositeRunner {

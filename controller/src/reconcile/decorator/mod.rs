@@ -301,6 +301,13 @@ impl Parents for DecoratorRunner {
     fn memory(&self) -> &ChildMemory {
         &self.state.memory
     }
+
+    fn parent_watches(&self) -> Vec<Arc<dyn Watch>> {
+        let targets = self.state.targets.iter();
+        targets
+            .map(|t| t.informer.clone() as Arc<dyn Watch>)
+            .collect()
+    }
 }
 
 impl Reconciler for DecoratorRunner {

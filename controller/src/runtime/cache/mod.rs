@@ -6,7 +6,6 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
@@ -522,23 +521,24 @@ impl<T: Form> Shared<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Watches until aborted. Every `flush` the watch is restarted with a fresh list (which
-    /// corrects the cache should an event ever have been missed), as Metacontroller's
-    /// `--cache-flush-interval` does.
-    async fn run(self: Arc<Self>, client: kube::Client, flush: Option<Duration>) {
-        while self.clone().stream_once(&client, None, flush).await {}
+    /// Watches until aborted. The watch stays open for as long as the server keeps it: a cache
+    /// flush (`--cache-flush-interval`) lists nothing again, it resyncs the controllers' parents
+    /// from this store (`reconcile::triggers`), as Metacontroller's informer resync replays its
+    /// cache; only a watch that expired (410 Gone) lists again, as client-go's reflector does
+    /// (docs/design/own-informers-and-queue.md).
+    async fn run(self: Arc<Self>, client: kube::Client) {
+        while self.clone().stream_once(&client, None).await {}
     }
 
-    /// Runs one watcher stream (of `group` when sharded) until it ends, `flush` passes or the
-    /// watch falls back to list-then-watch; false when the stream ended for good. Its initial
-    /// list reads the newest state (no `resourceVersion=0` from the server's watch cache,
-    /// whichever [`Strategy`]): a list started after a write then shows it, which settles the
-    /// write's expectation ([`Informer::listed_from`]) even when its own event was lost.
+    /// Runs one watcher stream (of `group` when sharded) until it ends or the watch falls back
+    /// to list-then-watch; true when it fell back (run it again). Its initial list reads the
+    /// newest state (no `resourceVersion=0` from the server's watch cache, whichever
+    /// [`Strategy`]): a list started after a write then shows it, which settles the write's
+    /// expectation ([`Informer::listed_from`]) even when its own event was lost.
     async fn stream_once(
         self: Arc<Self>,
         client: &kube::Client,
         group: Option<Arc<Group>>,
-        flush: Option<Duration>,
     ) -> bool {
         let strategy = self.strategy();
         let stamp: Option<Stamp> = (strategy == Strategy::WatchList).then(Stamp::default);
@@ -550,16 +550,7 @@ impl<T: Form> Shared<T> {
         let stream = watcher::watcher(api, strategy.config())
             .default_backoff()
             .boxed();
-        let consume = self.clone().consume(stream, group, stamp);
-        match flush {
-            Some(d) => {
-                if tokio::time::timeout(d, consume).await.is_err() {
-                    tracing::debug!(resource = %self.resource.watch_key(), "cache flush: relisting");
-                }
-                true
-            }
-            None => consume.await == Consumed::FallBack,
-        }
+        self.clone().consume(stream, group, stamp).await == Consumed::FallBack
     }
 
     fn strategy(&self) -> Strategy {
@@ -796,7 +787,6 @@ impl<T: Form> Watch for Informer<T> {
 /// The shared watches, created on demand and stopped when unused.
 pub struct Informers {
     client: kube::Client,
-    flush: Option<Duration>,
     pending: Arc<PendingWatches>,
     /// Under `--shard-watch=server`, the selection sharded watches list.
     shards: Option<Arc<WatchShards>>,
@@ -850,16 +840,10 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
-    /// No watches yet; each watch relists every `flush` (None: never); watches that have not
-    /// listed yet are kept in `pending`.
-    pub fn new(
-        client: kube::Client,
-        flush: Option<Duration>,
-        pending: Arc<PendingWatches>,
-    ) -> Self {
+    /// No watches yet; watches that have not listed yet are kept in `pending`.
+    pub fn new(client: kube::Client, pending: Arc<PendingWatches>) -> Self {
         Informers {
             client,
-            flush,
             pending,
             shards: None,
             map: Mutex::new(HashMap::new()),
@@ -978,13 +962,9 @@ impl Informers {
         let task = match shards {
             Some(s) => {
                 s.register(shared.listed_ranges_tx.subscribe());
-                tokio::spawn(
-                    shared
-                        .clone()
-                        .run_sharded(self.client.clone(), self.flush, s),
-                )
+                tokio::spawn(shared.clone().run_sharded(self.client.clone(), s))
             }
-            None => tokio::spawn(shared.clone().run(self.client.clone(), self.flush)),
+            None => tokio::spawn(shared.clone().run(self.client.clone())),
         };
         let inf = Arc::new(Informer { shared, task });
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&inf) as Weak<_>;

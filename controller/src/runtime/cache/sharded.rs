@@ -163,10 +163,9 @@ impl Streams {
         shared: Arc<Shared<T>>,
         client: &kube::Client,
         ranges: Vec<HashRange>,
-        flush: Option<Duration>,
     ) {
         let group = Group::new(ranges);
-        let task = shared.watch_group(client.clone(), group.clone(), flush);
+        let task = shared.watch_group(client.clone(), group.clone());
         let handle = self.tasks.spawn(task);
         self.running.push((group, handle));
     }
@@ -195,7 +194,6 @@ impl<T: Form> Shared<T> {
     pub(super) async fn run_sharded(
         self: Arc<Self>,
         client: kube::Client,
-        flush: Option<Duration>,
         shards: Arc<WatchShards>,
     ) {
         let mut selection = shards.subscribe();
@@ -208,7 +206,7 @@ impl<T: Form> Shared<T> {
                     tracing::warn!(resource = %self.resource.watch_key(), reason = %why, "the API server does not shard this watch (KEP-5866 shardSelector); watching it whole, the work queue still drops other buckets' parents");
                     shards.note_whole(self.resource.watch_key());
                     streams.tasks.abort_all();
-                    return self.run_whole_for_shards(client, flush).await;
+                    return self.run_whole_for_shards(client).await;
                 }
                 probed = true;
                 self.sharded.store(true, Ordering::Release);
@@ -218,7 +216,7 @@ impl<T: Form> Shared<T> {
                 self.drop_range(r);
             }
             if let Some(new) = streams.unstreamed(&s.ranges) {
-                streams.spawn(self.clone(), &client, new, flush);
+                streams.spawn(self.clone(), &client, new);
             }
             self.streams.store(streams.running.len(), Ordering::Release);
             self.note_listed(None);
@@ -237,7 +235,7 @@ impl<T: Form> Shared<T> {
                     },
                     () = settle => {
                         streams.retire_all();
-                        streams.spawn(self.clone(), &client, s.ranges.clone(), flush);
+                        streams.spawn(self.clone(), &client, s.ranges.clone());
                         self.streams.store(streams.running.len(), Ordering::Release);
                     }
                 }
@@ -251,19 +249,11 @@ impl<T: Form> Shared<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Lists and watches one stream's ranges until aborted (relisting every `flush`).
-    pub(super) async fn watch_group(
-        self: Arc<Self>,
-        client: kube::Client,
-        group: Arc<Group>,
-        flush: Option<Duration>,
-    ) {
+    /// Lists and watches one stream's ranges until aborted (listing again only when its watch
+    /// expires, 410 Gone).
+    pub(super) async fn watch_group(self: Arc<Self>, client: kube::Client, group: Arc<Group>) {
         let client = with_query(&client, "shardSelector", &group.selector());
-        while self
-            .clone()
-            .stream_once(&client, Some(group.clone()), flush)
-            .await
-        {}
+        while self.clone().stream_once(&client, Some(group.clone())).await {}
     }
 
     /// Drops every object of `range` (no longer selected), announcing each as deleted.
@@ -287,7 +277,7 @@ impl<T: Form> Shared<T> {
 
     /// After a stream's (re)list: replaces the objects of its `live` ranges by those of `objs`
     /// in them, and announces each range listed (requested at `requested`). A range listed
-    /// before (410, flush, a consolidation) makes it a relist of the watch; a first list is a
+    /// before (410, a consolidation) makes it a relist of the watch; a first list is a
     /// bucket gained, which the gain announces.
     pub(super) fn replace_group(
         &self,
@@ -346,11 +336,7 @@ impl<T: Form> Shared<T> {
 
     /// A sharded resource the server does not shard, watched whole: every range counts as
     /// listed once its first whole list is done.
-    pub(super) async fn run_whole_for_shards(
-        self: Arc<Self>,
-        client: kube::Client,
-        flush: Option<Duration>,
-    ) {
+    pub(super) async fn run_whole_for_shards(self: Arc<Self>, client: kube::Client) {
         let mut lists = self.lists.subscribe();
         let start = *lists.borrow_and_update();
         let listed = async {
@@ -358,7 +344,7 @@ impl<T: Form> Shared<T> {
             self.listed_ranges_tx.send_modify(|l| l.whole = true);
             std::future::pending::<()>().await
         };
-        tokio::join!(self.clone().run(client, flush), listed);
+        tokio::join!(self.clone().run(client), listed);
     }
 
     /// Whether the server applies `selector` to this resource: one list of at most one object
