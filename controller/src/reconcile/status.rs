@@ -22,25 +22,9 @@ pub async fn set_finalizer(
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
     let name = meta_str(parent, "name");
     kapi::atomic_update(&api, name, meta_str(parent, "uid"), false, |o| {
-        let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
-            return false;
-        };
-        let list = m
-            .entry("finalizers")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
-        }
-        let Some(a) = list.as_array_mut() else {
-            return false;
-        };
-        let present = a.iter().any(|v| v.as_str() == Some(fin));
-        match (add, present) {
-            (true, false) => a.push(Value::String(fin.to_owned())),
-            (false, true) => a.retain(|v| v.as_str() != Some(fin)),
-            _ => return false,
-        }
-        true
+        o.get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|m| edit_finalizers(m, fin, add))
     })
     .await
     .map(kapi::Updated::object)
@@ -66,20 +50,7 @@ pub async fn add_finalizer_and_labels(
             return false;
         };
         let labelled = crate::reconcile::decide::set_labels(m, labels);
-        let list = m
-            .entry("finalizers")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
-        }
-        let Some(a) = list.as_array_mut() else {
-            return labelled;
-        };
-        if a.iter().any(|v| v.as_str() == Some(fin)) {
-            return labelled;
-        }
-        a.push(Value::String(fin.to_owned()));
-        true
+        edit_finalizers(m, fin, true) || labelled
     })
     .await
     .map(kapi::Updated::object)
@@ -87,6 +58,27 @@ pub async fn add_finalizer_and_labels(
         "adding finalizer {fin} to {}",
         describe(parent)
     )))
+}
+
+/// Adds (`add`) or removes finalizer `fin` in an object's `metadata`; whether the list changed.
+/// A `finalizers` that is not a list is replaced by one.
+fn edit_finalizers(m: &mut serde_json::Map<String, Value>, fin: &str, add: bool) -> bool {
+    let list = m
+        .entry("finalizers")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    let Some(a) = list.as_array_mut() else {
+        return false;
+    };
+    let present = a.iter().any(|v| v.as_str() == Some(fin));
+    match (add, present) {
+        (true, false) => a.push(Value::String(fin.to_owned())),
+        (false, true) => a.retain(|v| v.as_str() != Some(fin)),
+        _ => return false,
+    }
+    true
 }
 
 fn resource_version(obj: &Value) -> String {
@@ -207,6 +199,19 @@ mod tests {
     use kube::api::{ApiResource, Patch, PatchParams, PostParams};
     use kube::core::{DynamicObject, GroupVersionKind};
     use serde_json::json;
+
+    #[test]
+    fn finalizers_are_added_and_removed_once() {
+        let mut m = serde_json::Map::new();
+        assert!(edit_finalizers(&mut m, "a/f", true));
+        assert!(!edit_finalizers(&mut m, "a/f", true), "present already");
+        assert_eq!(m["finalizers"], json!(["a/f"]));
+        assert!(edit_finalizers(&mut m, "a/f", false));
+        assert!(!edit_finalizers(&mut m, "a/f", false), "gone already");
+        m.insert("finalizers".into(), json!("not a list"));
+        assert!(edit_finalizers(&mut m, "a/f", true));
+        assert_eq!(m["finalizers"], json!(["a/f"]));
+    }
 
     /// A namespaced kind `Thing` with a status subresource, served by an in-memory API server.
     async fn things() -> anyhow::Result<(kmeta_apiserver::TestServer, Resolved)> {

@@ -18,7 +18,7 @@ use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
 
 /// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
-/// each is a [`Span`] of the text, which holds every string byte for byte unless JSON had to
+/// each is a `Span` of the text, which holds every string byte for byte unless JSON had to
 /// escape it (a `"`, a `\\` or a control character, which names, uids and labels rarely have);
 /// only those are copied, into `extra`. A child's identity is then one allocation of 8 bytes per
 /// string (about 110 bytes for a child with two labels), where a copy of its strings took about
