@@ -654,3 +654,63 @@ async fn with_crd_deletion_allowed_an_rgds_crd_and_instances_go_with_it() -> any
     serving.abort();
     s.finish().await
 }
+
+/// A team moving a live instance from kro: the children kro made in the instance's namespace
+/// carry kro's labels with the instance's UID and no owner reference. kmeta takes them over —
+/// the same objects updated in place to what the graph wants, then owned by reference — where
+/// a create would fail on the name they hold.
+#[tokio::test]
+async fn children_kro_made_in_the_instances_namespace_are_taken_over() -> anyhow::Result<()> {
+    let (mut s, serving) = start("kro-takeover").await?;
+    serve_rgd(&mut s, "webapp").await?;
+    // the instance, paused while "kro's" child is put in place
+    let obj = json!({"apiVersion": format!("{}/v1alpha1", s.group), "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": s.ns,
+            "annotations": {"kmeta.dev/paused": "true"}},
+        "spec": {"image": "web:2"}});
+    let made = webapps(&s)
+        .create(&Default::default(), &serde_json::from_value(obj)?)
+        .await?;
+    let uid = made.metadata.uid.clone().unwrap_or_default();
+    let kros = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "shop-config", "namespace": s.ns, "labels": {
+            "kro.run/owned": "true", "kro.run/instance-id": uid,
+            "kro.run/instance-name": "shop", "kro.run/instance-namespace": s.ns}},
+        "data": {"image": "web:1"}});
+    let before = s
+        .configmaps()
+        .create(&Default::default(), &serde_json::from_value(kros)?)
+        .await?;
+    let resume = json!({"metadata": {"annotations": {"kmeta.dev/paused": null}}});
+    webapps(&s)
+        .patch("shop", &PatchParams::default(), &Patch::Merge(&resume))
+        .await?;
+    let config = s
+        .wait_for(
+            &s.configmaps(),
+            "shop-config",
+            "kro's child updated to the graph's image and owned by the instance",
+            |c| {
+                c["data"]["image"] == "web:2"
+                    && c["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|o| o.iter().any(|r| r["uid"] == uid.as_str()))
+            },
+        )
+        .await?;
+    assert_eq!(
+        config["metadata"]["uid"],
+        json!(before.metadata.uid),
+        "the same object, taken over, not made again"
+    );
+    let workloads = s.resource("Workload", "workloads");
+    s.wait_for(&workloads, "shop", "the graph's next resource", |_| true)
+        .await?;
+    let inst = s.get(&webapps(&s), "shop").await?.unwrap_or_default();
+    assert!(
+        condition(&inst, "Synced").is_none_or(|c| c["status"] != "False"),
+        "{inst}"
+    );
+    serving.abort();
+    s.finish().await
+}

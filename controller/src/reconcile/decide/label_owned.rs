@@ -56,17 +56,18 @@ pub fn add_owner_labels(m: &mut Map<String, Value>, parent: &Value) {
     }
 }
 
-/// Whether `child` is a label-owned child of `parent`: it carries the parent's UID in
-/// [`INSTANCE_ID_LABEL`], no controller owner reference, and is where an owner reference of the
-/// parent could not hold it. A child carrying another UID is never this parent's.
+/// Whether `child` is a label-owned child of `parent` (a namespaced instance): it carries the
+/// parent's UID in [`INSTANCE_ID_LABEL`] and no controller owner reference. That is a child
+/// where an owner reference of the parent could not hold it, or one kro made in the parent's
+/// namespace (kro owns by labels only): a team moving a live instance from kro to kmeta has
+/// its children taken over, updated in place, and from the next write owned by reference
+/// ([`super::plan::owned`]). A child carrying another UID is never this parent's.
 pub fn label_owned_by(parent: &Value, child: &impl ObjectView) -> bool {
     let uid = meta_str(parent, "uid");
-    let parent_ns = meta_str(parent, "namespace");
     !uid.is_empty()
         && child.label(INSTANCE_ID_LABEL) == Some(uid)
         && child.controller().is_none()
-        && !parent_ns.is_empty()
-        && child.namespace() != parent_ns
+        && !meta_str(parent, "namespace").is_empty()
 }
 
 /// The parent a label-owned `child` names: (namespace, name, uid), from its instance labels.
@@ -192,14 +193,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_child_carrying_this_parents_uid_where_no_reference_holds_is_label_owned() {
+    fn only_an_uncontrolled_child_carrying_this_parents_uid_is_label_owned() {
         let p = parent();
         assert!(label_owned_by(&p, &labelled("tenant", "u1")));
         assert!(label_owned_by(&p, &labelled("", "u1")), "cluster-scoped");
         assert!(!label_owned_by(&p, &labelled("tenant", "u2")), "another's");
         assert!(
-            !label_owned_by(&p, &labelled("ns", "u1")),
-            "in the parent's namespace an owner reference holds it"
+            label_owned_by(&p, &labelled("ns", "u1")),
+            "made by kro in the parent's namespace: taken over"
         );
         let mut controlled = labelled("tenant", "u1");
         controlled["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "X", "name": "o", "uid": "u9", "controller": true}]);
