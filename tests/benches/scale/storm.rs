@@ -29,6 +29,7 @@ use serde_json::json;
 
 use super::run::{Controller, Rig, by_verb, parents, wait_converged};
 use super::{AV, Case, DEADLINE, POLL, THINGS, env_list, env_num, hook};
+use kmeta_apiserver::Counters;
 use kmeta_tests::ar;
 use kmeta_tests::procs::bin;
 
@@ -169,24 +170,7 @@ async fn restart(
     let ready_us = hook::unix_us(SystemTime::now());
     rig.ctrl.push(c);
     let storm = measure(rig, case, ids, spread, calls0, ready_us).await;
-    let cpu = rig.ctrl[0].proc.usage()?.cpu_s - cpu0;
-    rig.ctrl.clear();
-    let (drain, calls, distinct, within, after, patch_p99) = storm?;
-    let d = rig.server.counters().await?.since(&counters0);
-    Ok(Storm {
-        requests: by_verb(&d),
-        status_writes: d.writes_to("things/status"),
-        label: b.label.clone(),
-        kind: "restart",
-        ready: Some(ready),
-        drain,
-        calls,
-        distinct,
-        within,
-        after,
-        patch_p99,
-        cpu_s: cpu,
-    })
+    finish(rig, b, ("restart", Some(ready)), (cpu0, counters0), storm).await
 }
 
 /// A process of `b` whose cache flush (`--cache-flush-interval`) comes once its start-up storm
@@ -220,6 +204,19 @@ async fn relisted(
     let began_us = epoch + first.first().copied().unwrap_or_default();
     let cpu0 = rig.ctrl[0].proc.usage()?.cpu_s;
     let storm = measure(rig, case, ids, spread, calls0, began_us).await;
+    finish(rig, b, ("flush", None), (cpu0, counters0), storm).await
+}
+
+/// The end of a storm of `kind` (`ready`: the restart's time to `/readyz`) measured from
+/// `cpu0` (the controller's CPU seconds) and `counters0` (the server's): the controller is
+/// stopped, and the storm's figures for `b` are what it spent and the server counted since.
+async fn finish(
+    rig: &mut Rig,
+    b: &Binary,
+    (kind, ready): (&'static str, Option<Duration>),
+    (cpu0, counters0): (f64, Counters),
+    storm: anyhow::Result<Measured>,
+) -> anyhow::Result<Storm> {
     let cpu = rig.ctrl[0].proc.usage()?.cpu_s - cpu0;
     rig.ctrl.clear();
     let (drain, calls, distinct, within, after, patch_p99) = storm?;
@@ -228,8 +225,8 @@ async fn relisted(
         requests: by_verb(&d),
         status_writes: d.writes_to("things/status"),
         label: b.label.clone(),
-        kind: "flush",
-        ready: None,
+        kind,
+        ready,
         drain,
         calls,
         distinct,
