@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api::CompositeController;
 use crate::object::{ObjectView, meta_str};
 use crate::reconcile::core::{self, Context, Reconciler, SyncError};
-use crate::reconcile::decide::{ChildOwnership, labelled_owner, parent_update_relevant};
+use crate::reconcile::decide::{
+    ChildOwnership, label_owned_by, labelled_owner, parent_update_relevant,
+};
 use crate::reconcile::memory::ChildMemory;
 use crate::reconcile::status;
 use crate::reconcile::triggers::{self, ParentTest, Parents, Triggers};
@@ -77,9 +79,9 @@ impl CompositeRunner {
         })
     }
 
-    /// Enqueues the parent that controls `child`, or every parent whose selector matches an
+    /// Schedules, at `priority` (low: the controller's start), the parent that controls
+    /// `child`, the instance that owns it by label, or every parent whose selector matches an
     /// orphan.
-    /// Schedules the parents `child` belongs to, at `priority` (low: the controller's start).
     fn enqueue_for_child(&self, child: &Compact, priority: Priority) {
         if let Some(r) = child.controller() {
             let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
@@ -96,17 +98,13 @@ impl CompositeRunner {
             return;
         }
         if self.state.ownership == ChildOwnership::LabelsWhereReferencesCannot
-            && let Some((ns, name, uid)) = labelled_owner(child)
-            && self.state.parent.namespaced
-            && ns != child.namespace()
+            && let Some((ns, name, _)) = labelled_owner(child)
+            && let Some(p) = self.state.parents.get(ns, name)
+            && label_owned_by(&p, child)
         {
-            // a label-owned child (`decide::label_owned`): the parent its labels name
-            if let Some(p) = self.state.parents.get(ns, name)
-                && meta_str(&p, "uid") == uid
-            {
-                let key = ObjKey::new(ns, name);
-                self.queue.add_at(key, Some(watched(child)), priority);
-            }
+            // a label-owned child (`decide::label_owned`), by the rule a sync observes it by
+            self.queue
+                .add_at(ObjKey::new(ns, name), Some(watched(child)), priority);
             return;
         }
         let candidates = self.selectors().candidates(self.scope_of(child), child);
