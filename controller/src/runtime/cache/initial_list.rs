@@ -211,7 +211,7 @@ mod tests {
         let mut f = Fallback::default();
         assert!(!f.on_init());
         f.on_done();
-        // the watch later relists (410, a cache flush): one unfinished list is a cut connection
+        // the watch later relists (410 Gone): one unfinished list is a cut connection
         assert!(!f.on_init());
         assert!(!f.on_init());
         f.on_done();

@@ -738,7 +738,7 @@ impl<T: Form> Informer<T> {
         *self.shared.synced.borrow()
     }
     /// A receiver that changes whenever a list completes (the first, and every relist after a
-    /// 410 or a cache flush).
+    /// 410: the cache flush lists nothing).
     pub fn lists(&self) -> watch::Receiver<u64> {
         self.shared.lists.subscribe()
     }
