@@ -267,9 +267,10 @@ pub struct Triggers {
 
 impl Triggers {
     /// Calls `on_change` for every change `rx` (subscribed to `watch` before its first list)
-    /// receives and `on_lag` when changes were missed (the handler fell behind): the handlers get the priority of what they schedule, [`Priority::Low`] for the changes
-    /// of the controller's start (the list) and [`Priority::Normal`] after it; `on_started` runs
-    /// once the start is over ([`crate::reconcile::start`]).
+    /// receives and `on_lag` when changes were missed (the handler fell behind): the handlers
+    /// get the priority of what they schedule, [`Priority::Low`] for the changes of the
+    /// controller's start (the list) and [`Priority::Normal`] after it; `on_started` runs once
+    /// the start is over ([`crate::reconcile::start`]).
     pub fn watch_from_start<T: Form>(
         &mut self,
         watch: Arc<dyn Watch>,
