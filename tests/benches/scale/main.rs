@@ -45,6 +45,8 @@
 //!   buckets is killed with SIGKILL and every parent edited (`spec.v`, which the hook copies into
 //!   its children): the time until the others hold its buckets (their `/readyz?verbose`) and
 //!   until every parent has converged again, its parents and the others' apart.
+//!   `KMETA_SCALE_SHARD_LEASE_S` (6) is the replicas' shard Lease in seconds (`15`: kmeta's
+//!   defaults, which a loaded machine keeps renewing).
 //!
 //! Replicas: `KMETA_SCALE_REPLICAS` (comma list, `1`) runs `converge` once per count, with that
 //! many `kmeta run` processes, `--sharding` when more than one (the bench waits until they hold
