@@ -45,9 +45,8 @@ pub(crate) enum EventType {
     Deleted,
 }
 
-/// One change. The object after it is held decoded as well as packed (the store had both at
-/// hand, and every watch reads it); the one before is decoded only when a watch's selectors ask.
-/// The event window bounds what this holds.
+/// One change. The objects are held as text (the window may hold many thousands of events);
+/// what watches test on every event, the head ([`Packed::head`]), is kept decoded, small.
 #[derive(Debug)]
 pub(crate) struct Event {
     /// resourceVersion of the change.
@@ -56,26 +55,49 @@ pub(crate) struct Event {
     pub(crate) ty: EventType,
     /// Key of the object.
     pub(crate) key: Key,
-    /// Object after the change (for DELETED: its last state, with the deletion's rv).
-    obj: Obj,
-    /// `obj` as stored: its text, shared by all watchers that need it verbatim.
+    /// Object after the change (for DELETED: its last state, with the deletion's rv), as
+    /// stored: its text, shared by all watchers that need it verbatim.
     packed: Packed,
+    /// The head of the object after the change.
+    head: Obj,
     /// Object before the change, as stored (for selector transitions and snapshots).
     prev: Option<Packed>,
-    /// `prev`, decoded on first use.
-    prev_decoded: OnceLock<Option<Obj>>,
+    /// The head of `prev`, decoded on first use.
+    prev_head: OnceLock<Option<Obj>>,
 }
 
 impl Event {
-    /// Object after the change.
-    pub(crate) fn obj(&self) -> &Obj {
-        &self.obj
+    fn new(ty: EventType, key: Key, obj: &Value, packed: Packed, prev: Option<Packed>) -> Event {
+        Event {
+            rv: 0,
+            ty,
+            key,
+            packed,
+            head: Arc::new(packed::head_of(obj)),
+            prev,
+            prev_head: OnceLock::new(),
+        }
     }
 
-    /// Object before the change (`None` for ADDED), decoded on first use.
-    pub(crate) fn prev(&self) -> Option<&Obj> {
-        self.prev_decoded
-            .get_or_init(|| self.prev.as_ref().map(Packed::value))
+    /// Object after the change, decoded (each call decodes: the window does not hold it).
+    pub(crate) fn obj(&self) -> Obj {
+        self.packed.value()
+    }
+
+    /// Object before the change (`None` for ADDED), decoded (each call decodes).
+    pub(crate) fn prev(&self) -> Option<Obj> {
+        self.prev.as_ref().map(Packed::value)
+    }
+
+    /// apiVersion, kind and the selectable metadata of the object after the change.
+    pub(crate) fn head(&self) -> &Obj {
+        &self.head
+    }
+
+    /// The same of the object before the change, decoded on first use.
+    pub(crate) fn prev_head(&self) -> Option<&Obj> {
+        self.prev_head
+            .get_or_init(|| self.prev.as_ref().map(|p| Arc::new(p.head())))
             .as_ref()
     }
 
@@ -333,7 +355,9 @@ impl Storage {
         }
     }
 
-    fn push_event(&mut self, ev: Event) {
+    /// Appends the event of the change just stamped (its rv is the current one).
+    fn push_event(&mut self, mut ev: Event) {
+        ev.rv = self.rv;
         self.events.push_back(Arc::new(ev));
         while self.events.len() > self.window {
             if let Some(old) = self.events.pop_front() {
@@ -365,15 +389,7 @@ impl Storage {
         } else {
             EventType::Added
         };
-        self.push_event(Event {
-            rv: self.rv,
-            ty,
-            key,
-            obj: obj.clone(),
-            packed,
-            prev,
-            prev_decoded: OnceLock::new(),
-        });
+        self.push_event(Event::new(ty, key, &obj, packed, prev));
         obj
     }
 
@@ -384,15 +400,14 @@ impl Storage {
         self.index_remove(key, prev.ids());
         let last = last.unwrap_or_else(|| Arc::unwrap_or_clone(prev.value()));
         let obj = Arc::new(self.stamp(last));
-        self.push_event(Event {
-            rv: self.rv,
-            ty: EventType::Deleted,
-            key: key.clone(),
-            packed: Packed::pack(&obj, false),
-            obj: obj.clone(),
-            prev: Some(prev),
-            prev_decoded: OnceLock::new(),
-        });
+        let packed = Packed::pack(&obj, false);
+        self.push_event(Event::new(
+            EventType::Deleted,
+            key.clone(),
+            &obj,
+            packed,
+            Some(prev),
+        ));
         Some(obj)
     }
 

@@ -156,9 +156,26 @@ impl ListOpts {
         self.label.is_empty() && self.field.0.is_empty() && self.shard.is_none()
     }
 
+    /// Whether the selectors read only an object's head (`store::Packed::head`): label and
+    /// shard selectors do, and field selectors on `metadata.name` and `metadata.namespace`.
+    pub(crate) fn reads_only_head(&self) -> bool {
+        self.field.0.iter().all(|r| {
+            matches!(
+                r.path.unwrap_or(r.label.as_str()),
+                "metadata.name" | "metadata.namespace"
+            )
+        })
+    }
+
     /// Whether a stored object matches, decoding it only when a selector needs to read it.
     pub(crate) fn matches_packed(&self, o: &Packed) -> bool {
-        self.selects_all() || self.matches(&o.value())
+        if self.selects_all() {
+            true
+        } else if self.reads_only_head() {
+            self.matches(&o.head())
+        } else {
+            self.matches(&o.value())
+        }
     }
 }
 

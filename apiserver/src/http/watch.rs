@@ -387,22 +387,26 @@ impl WatchTask {
         if e.key.res != self.res || self.ns.as_ref().is_some_and(|n| *n != e.key.ns) {
             return None;
         }
-        // without a selector nothing needs the object before the change decoded
+        // the selectors read the objects' heads, which the event holds decoded; only a field
+        // selector on another field needs the objects whole
         let (cur, prev) = if self.lopts.selects_all() {
             (true, e.had_prev())
-        } else {
+        } else if self.lopts.reads_only_head() {
             let matches = |o: &Obj| self.lopts.matches(o);
+            (matches(e.head()), e.prev_head().is_some_and(matches))
+        } else {
+            let matches = |o: Obj| self.lopts.matches(&o);
             (matches(e.obj()), e.prev().is_some_and(matches))
         };
         let ty = event_type(&e.ty, cur, prev)?;
         let same_version =
-            e.obj().get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+            e.head().get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
         Some(if self.meta_only {
-            event_line(ty, &partial(e.obj()))
+            event_line(ty, &partial(&e.obj()))
         } else if same_version {
             event_line_raw(ty, e.obj_json())
         } else {
-            let obj: Obj = Inner::present(e.obj(), &self.api_version);
+            let obj: Obj = Inner::present(&e.obj(), &self.api_version);
             event_line(ty, &obj)
         })
     }

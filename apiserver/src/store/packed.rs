@@ -58,6 +58,15 @@ impl Packed {
         &self.text
     }
 
+    /// The object's head ([`head_of`]), read without decoding the rest (an object of an
+    /// unexpected shape is decoded whole).
+    pub(crate) fn head(&self) -> Value {
+        match serde_json::from_slice::<HeadOf>(&self.text) {
+            Ok(h) => h.into_value(),
+            Err(_) => head_of(&self.value()),
+        }
+    }
+
     /// The uid and the owners' uids, read without decoding the rest (an object whose metadata
     /// has an unexpected shape is decoded whole and read as a `Value`).
     pub(crate) fn ids(&self) -> Ids {
@@ -80,6 +89,76 @@ impl Packed {
                 }
             }
         }
+    }
+}
+
+/// The metadata fields a watch's selectors read: label selectors the labels, shard selectors
+/// the uid or namespace, the field selectors every resource serves its name and namespace.
+const HEAD_METADATA: [&str; 4] = ["name", "namespace", "uid", "labels"];
+
+/// An object's head: its apiVersion and kind and the metadata fields of [`HEAD_METADATA`], what
+/// a watch tests on every event (selectors, the version served), small enough for the event
+/// window to hold decoded.
+pub(crate) fn head_of(v: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for f in ["apiVersion", "kind"] {
+        if let Some(x) = v.get(f) {
+            out.insert(f.into(), x.clone());
+        }
+    }
+    if let Some(m) = v.get("metadata").and_then(Value::as_object) {
+        let meta = HEAD_METADATA
+            .iter()
+            .filter_map(|f| Some(((*f).to_owned(), m.get(*f)?.clone())))
+            .collect();
+        out.insert("metadata".into(), Value::Object(meta));
+    }
+    Value::Object(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeadOf {
+    #[serde(default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    metadata: Option<HeadMeta>,
+}
+
+#[derive(Deserialize)]
+struct HeadMeta {
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default)]
+    namespace: Option<Value>,
+    #[serde(default)]
+    uid: Option<Value>,
+    #[serde(default)]
+    labels: Option<Value>,
+}
+
+impl HeadOf {
+    /// The head as [`head_of`] builds it (same keys, same order).
+    fn into_value(self) -> Value {
+        let mut out = serde_json::Map::new();
+        let put = |m: &mut serde_json::Map<String, Value>, k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.to_owned(), v);
+            }
+        };
+        put(&mut out, "apiVersion", self.api_version);
+        put(&mut out, "kind", self.kind);
+        if let Some(m) = self.metadata {
+            let mut meta = serde_json::Map::new();
+            put(&mut meta, "name", m.name);
+            put(&mut meta, "namespace", m.namespace);
+            put(&mut meta, "uid", m.uid);
+            put(&mut meta, "labels", m.labels);
+            out.insert("metadata".into(), Value::Object(meta));
+        }
+        Value::Object(out)
     }
 }
 
@@ -157,6 +236,30 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(p.json()).unwrap(),
             r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"},"data":{"z":"1","a":"2"}}"#
+        );
+    }
+
+    #[test]
+    fn the_head_read_from_the_text_is_the_head_of_the_object() {
+        for v in [
+            json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"uid": "u", "name": "a",
+                "labels": {"x": "1"}, "annotations": {"big": "..."}, "managedFields": [{}]},
+                "data": {"k": "v"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
+            json!({"kind": "Odd", "metadata": "not an object"}),
+            json!({"spec": {}}),
+        ] {
+            let p = Packed::pack(&pk(v.clone()), false);
+            assert_eq!(p.head(), head_of(&v), "{v}");
+        }
+        let h = head_of(
+            &json!({"kind": "K", "apiVersion": "v", "metadata": {"labels": {"a": "b"},
+            "namespace": "ns", "annotations": {}, "uid": "u", "name": "n"}, "spec": {}}),
+        );
+        assert_eq!(
+            h,
+            json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n",
+            "namespace": "ns", "uid": "u", "labels": {"a": "b"}}})
         );
     }
 
