@@ -67,9 +67,17 @@ pub(crate) struct Event {
 }
 
 impl Event {
-    fn new(ty: EventType, key: Key, obj: &Value, packed: Packed, prev: Option<Packed>) -> Event {
+    /// The event of a change at `rv` to `obj` (stored as `packed`) from `prev`.
+    fn new(
+        rv: u64,
+        ty: EventType,
+        key: Key,
+        obj: &Value,
+        packed: Packed,
+        prev: Option<Packed>,
+    ) -> Event {
         Event {
-            rv: 0,
+            rv,
             ty,
             key,
             packed,
@@ -355,9 +363,7 @@ impl Storage {
         }
     }
 
-    /// Appends the event of the change just stamped (its rv is the current one).
-    fn push_event(&mut self, mut ev: Event) {
-        ev.rv = self.rv;
+    fn push_event(&mut self, ev: Event) {
         self.events.push_back(Arc::new(ev));
         while self.events.len() > self.window {
             if let Some(old) = self.events.pop_front() {
@@ -389,7 +395,7 @@ impl Storage {
         } else {
             EventType::Added
         };
-        self.push_event(Event::new(ty, key, &obj, packed, prev));
+        self.push_event(Event::new(self.rv, ty, key, &obj, packed, prev));
         obj
     }
 
@@ -402,6 +408,7 @@ impl Storage {
         let obj = Arc::new(self.stamp(last));
         let packed = Packed::pack(&obj, false);
         self.push_event(Event::new(
+            self.rv,
             EventType::Deleted,
             key.clone(),
             &obj,
