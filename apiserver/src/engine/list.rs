@@ -129,9 +129,10 @@ impl ListOpts {
 
 /// A computed list (serialized outside the lock).
 #[derive(Debug)]
-pub(crate) struct ListResult {
-    /// Items (already converted to the requested version).
-    pub items: Vec<Obj>,
+pub(crate) struct ListResult<T = Obj> {
+    /// Items: decoded and converted to the requested version ([`Inner::list`]), or as stored
+    /// ([`Inner::list_stored`]).
+    pub items: Vec<T>,
     /// List resourceVersion.
     pub rv: u64,
     /// Continue token if more items remain.
@@ -201,6 +202,24 @@ impl Inner {
     /// cache does ([`crate::ServerState`]), this function does not wait (it runs under the
     /// state lock).
     pub(crate) fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
+        let stored = self.list_stored(req, opts)?;
+        let api_version = req.api_version();
+        Ok(ListResult {
+            items: stored
+                .items
+                .iter()
+                .map(|o| Self::present(&o.value(), &api_version))
+                .collect(),
+            rv: stored.rv,
+            continue_token: stored.continue_token,
+            remaining: stored.remaining,
+            shard: stored.shard,
+        })
+    }
+
+    /// LIST as [`Inner::list`], the items as stored (nothing decoded but what selectors read):
+    /// a watch's initial events are sent from their text.
+    pub(crate) fn list_stored(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult<Packed>> {
         opts.field
             .check(|f| req.def.supports_field(f))
             .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
@@ -211,14 +230,12 @@ impl Inner {
             .store
             .snapshot(&res, req.ns.as_deref(), list_rv)
             .map_err(|e| snapshot_error(e, after.is_some(), list_rv))?;
-        let api_version = req.api_version();
-        let present = |o: &&Packed| Self::present(&o.value(), &api_version);
         let shard = opts.shard.as_ref().map(ToString::to_string);
         if let Some(name) = opts.field.exact_name() {
             return Ok(ListResult {
                 items: named(&snap, req, &res, name, opts)
-                    .iter()
-                    .map(present)
+                    .into_iter()
+                    .cloned()
                     .collect(),
                 rv: list_rv,
                 continue_token: None,
@@ -236,7 +253,7 @@ impl Inner {
         // the token names the last key returned, so the next page starts after it whatever
         // the selectors skipped; they are not in the token: the client repeats them
         Ok(ListResult {
-            items: items.iter().map(present).collect(),
+            items: items.into_iter().cloned().collect(),
             rv: list_rv,
             continue_token: last.map(|(k, rest)| encode_continue(list_rv, &k.ns, &k.name, rest)),
             remaining,
