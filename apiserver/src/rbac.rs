@@ -547,7 +547,7 @@ impl Policy {
         let all = |plural: &str| {
             store
                 .range(&storage_key(plural), None, None)
-                .map(|(_, o)| o.clone())
+                .map(|(_, o)| o.value())
                 .collect::<Vec<_>>()
         };
         Policy::from_objects(

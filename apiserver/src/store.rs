@@ -1,11 +1,19 @@
 //! Low-level storage: objects keyed by (resource, namespace, name), one global resourceVersion
 //! counter, indexes by uid and by owner uid, and the retained window of watch events.
+//!
+//! The table holds each object as its JSON text ([`Packed`]) and decodes it on read: decoded,
+//! a ConfigMap takes eight times its text (docs/design/apiserver-packed-objects.md).
 
+mod packed;
+
+use packed::Ids;
+pub(crate) use packed::Packed;
+use packed::keeps_decoded;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-/// A stored object (immutable once stored).
+/// An object as read from the store (decoded; immutable once stored).
 pub(crate) type Obj = Arc<Value>;
 
 /// Storage key. `res` is `group/plural`; `ns` is "" for cluster-scoped objects.
@@ -37,8 +45,9 @@ pub(crate) enum EventType {
     Deleted,
 }
 
-/// One change.
-#[derive(Debug, Clone)]
+/// One change. The objects are held as text (the window may hold many thousands of events);
+/// what watches test on every event, the head ([`Packed::head`]), is kept decoded, small.
+#[derive(Debug)]
 pub(crate) struct Event {
     /// resourceVersion of the change.
     pub(crate) rv: u64,
@@ -46,19 +55,68 @@ pub(crate) struct Event {
     pub(crate) ty: EventType,
     /// Key of the object.
     pub(crate) key: Key,
-    /// Object after the change (for DELETED: its last state, with the deletion's rv).
-    pub(crate) obj: Obj,
-    /// Object before the change (for selector transitions).
-    pub(crate) prev: Option<Obj>,
-    /// `obj` serialized once, shared by all watchers that need it verbatim.
-    pub(crate) json: std::sync::OnceLock<bytes::Bytes>,
+    /// Object after the change (for DELETED: its last state, with the deletion's rv), as
+    /// stored: its text, shared by all watchers that need it verbatim.
+    packed: Packed,
+    /// The head of the object after the change.
+    head: Obj,
+    /// Object before the change, as stored (for selector transitions and snapshots).
+    prev: Option<Packed>,
+    /// The head of `prev`, decoded on first use.
+    prev_head: OnceLock<Option<Obj>>,
 }
 
 impl Event {
-    /// The serialized object (computed on first use).
+    /// The event of a change at `rv` to `obj` (stored as `packed`) from `prev`.
+    fn new(
+        rv: u64,
+        ty: EventType,
+        key: Key,
+        obj: &Value,
+        packed: Packed,
+        prev: Option<Packed>,
+    ) -> Event {
+        Event {
+            rv,
+            ty,
+            key,
+            packed,
+            head: Arc::new(packed::head_of(obj)),
+            prev,
+            prev_head: OnceLock::new(),
+        }
+    }
+
+    /// Object after the change, decoded (each call decodes: the window does not hold it).
+    pub(crate) fn obj(&self) -> Obj {
+        self.packed.value()
+    }
+
+    /// Object before the change (`None` for ADDED), decoded (each call decodes).
+    pub(crate) fn prev(&self) -> Option<Obj> {
+        self.prev.as_ref().map(Packed::value)
+    }
+
+    /// apiVersion, kind and the selectable metadata of the object after the change.
+    pub(crate) fn head(&self) -> &Obj {
+        &self.head
+    }
+
+    /// The same of the object before the change, decoded on first use.
+    pub(crate) fn prev_head(&self) -> Option<&Obj> {
+        self.prev_head
+            .get_or_init(|| self.prev.as_ref().map(|p| Arc::new(p.head())))
+            .as_ref()
+    }
+
+    /// Whether there was an object before the change (without decoding it).
+    pub(crate) fn had_prev(&self) -> bool {
+        self.prev.is_some()
+    }
+
+    /// The serialized object.
     pub(crate) fn obj_json(&self) -> &bytes::Bytes {
-        self.json
-            .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&*self.obj).unwrap_or_default()))
+        self.packed.json()
     }
 }
 
@@ -85,7 +143,7 @@ pub(crate) struct Snapshot<'a> {
     res: Arc<str>,
     ns: Option<String>,
     /// State at `rv` of each key changed after it (`None`: absent at `rv`).
-    undo: BTreeMap<Key, Option<Obj>>,
+    undo: BTreeMap<Key, Option<Packed>>,
 }
 
 impl<'a> Snapshot<'a> {
@@ -96,10 +154,10 @@ impl<'a> Snapshot<'a> {
     }
 
     /// Object by key as of the snapshot's rv (the key must be in the snapshot's range).
-    pub(crate) fn get(&self, key: &Key) -> Option<&Obj> {
+    pub(crate) fn get(&self, key: &Key) -> Option<&Packed> {
         match self.undo.get(key) {
             Some(before) => before.as_ref(),
-            None => self.store.get(key),
+            None => self.store.get_packed(key),
         }
     }
 
@@ -108,7 +166,7 @@ impl<'a> Snapshot<'a> {
     pub(crate) fn range<'s>(
         &'s self,
         after: Option<&Key>,
-    ) -> impl Iterator<Item = (&'s Key, &'s Obj)> + 's {
+    ) -> impl Iterator<Item = (&'s Key, &'s Packed)> + 's {
         let store: &'s Storage = self.store;
         let live = store.range(&self.res, self.ns.as_deref(), after);
         let lower = match after {
@@ -132,10 +190,10 @@ struct Merge<L: Iterator, U: Iterator> {
 
 impl<'a, L, U> Iterator for Merge<L, U>
 where
-    L: Iterator<Item = (&'a Key, &'a Obj)>,
-    U: Iterator<Item = (&'a Key, &'a Option<Obj>)>,
+    L: Iterator<Item = (&'a Key, &'a Packed)>,
+    U: Iterator<Item = (&'a Key, &'a Option<Packed>)>,
 {
-    type Item = (&'a Key, &'a Obj);
+    type Item = (&'a Key, &'a Packed);
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -164,7 +222,7 @@ where
 #[derive(Debug)]
 pub(crate) struct Storage {
     rv: u64,
-    objects: BTreeMap<Key, Obj>,
+    objects: BTreeMap<Key, Packed>,
     uids: HashMap<String, Key>,
     owners: HashMap<String, BTreeSet<Key>>,
     events: VecDeque<Arc<Event>>,
@@ -221,9 +279,19 @@ impl Storage {
         self.compacted = self.rv;
     }
 
-    /// Object by key.
-    pub(crate) fn get(&self, key: &Key) -> Option<&Obj> {
+    /// Object by key, decoded.
+    pub(crate) fn get(&self, key: &Key) -> Option<Obj> {
+        self.objects.get(key).map(Packed::value)
+    }
+
+    /// Object by key as stored (nothing decoded).
+    pub(crate) fn get_packed(&self, key: &Key) -> Option<&Packed> {
         self.objects.get(key)
+    }
+
+    /// Whether an object is stored under `key`.
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        self.objects.contains_key(key)
     }
 
     /// Key of the object with a uid.
@@ -246,7 +314,7 @@ impl Storage {
         res: &Arc<str>,
         ns: Option<&str>,
         after: Option<&Key>,
-    ) -> impl Iterator<Item = (&'a Key, &'a Obj)> + 'a {
+    ) -> impl Iterator<Item = (&'a Key, &'a Packed)> + 'a {
         let start = Key {
             res: res.clone(),
             ns: ns.unwrap_or("").to_string(),
@@ -272,11 +340,11 @@ impl Storage {
             .collect()
     }
 
-    fn index_remove(&mut self, key: &Key, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
+    fn index_remove(&mut self, key: &Key, ids: Ids) {
+        if let Some(uid) = &ids.uid {
             self.uids.remove(uid);
         }
-        for o in owner_uids(obj) {
+        for o in ids.owners {
             if let Some(s) = self.owners.get_mut(&o) {
                 s.remove(key);
                 if s.is_empty() {
@@ -316,9 +384,10 @@ impl Storage {
     /// event. Returns the stored object.
     pub(crate) fn put(&mut self, key: Key, obj: Value) -> Obj {
         let obj = Arc::new(self.stamp(obj));
-        let prev = self.objects.insert(key.clone(), obj.clone());
+        let packed = Packed::pack(&obj, keeps_decoded(&key.res));
+        let prev = self.objects.insert(key.clone(), packed.clone());
         if let Some(p) = &prev {
-            self.index_remove(&key, p);
+            self.index_remove(&key, p.ids());
         }
         self.index_add(&key, &obj);
         let ty = if prev.is_some() {
@@ -326,14 +395,7 @@ impl Storage {
         } else {
             EventType::Added
         };
-        self.push_event(Event {
-            rv: self.rv,
-            ty,
-            key,
-            obj: obj.clone(),
-            prev,
-            json: std::sync::OnceLock::new(),
-        });
+        self.push_event(Event::new(self.rv, ty, key, &obj, packed, prev));
         obj
     }
 
@@ -341,17 +403,18 @@ impl Storage {
     /// a new resourceVersion. Returns that final object.
     pub(crate) fn remove(&mut self, key: &Key, last: Option<Value>) -> Option<Obj> {
         let prev = self.objects.remove(key)?;
-        self.index_remove(key, &prev);
-        let last = last.unwrap_or_else(|| (*prev).clone());
+        self.index_remove(key, prev.ids());
+        let last = last.unwrap_or_else(|| Arc::unwrap_or_clone(prev.value()));
         let obj = Arc::new(self.stamp(last));
-        self.push_event(Event {
-            rv: self.rv,
-            ty: EventType::Deleted,
-            key: key.clone(),
-            obj: obj.clone(),
-            prev: Some(prev),
-            json: std::sync::OnceLock::new(),
-        });
+        let packed = Packed::pack(&obj, false);
+        self.push_event(Event::new(
+            self.rv,
+            EventType::Deleted,
+            key.clone(),
+            &obj,
+            packed,
+            Some(prev),
+        ));
         Some(obj)
     }
 
@@ -463,7 +526,7 @@ mod tests {
             .map(|(k, o)| {
                 (
                     format!("{}/{}", k.ns, k.name),
-                    o["data"]["v"].as_str().unwrap_or("").to_string(),
+                    o.value()["data"]["v"].as_str().unwrap_or("").to_string(),
                 )
             })
             .collect()
@@ -531,7 +594,7 @@ mod tests {
         let res: Arc<str> = Arc::from(cms);
         let snap = s.snapshot(&res, None, 3).unwrap();
         let x = snap.get(&key(cms, "a", "x")).unwrap();
-        assert_eq!(x["metadata"]["resourceVersion"], "3");
+        assert_eq!(x.value()["metadata"]["resourceVersion"], "3");
         assert!(snap.get(&key(cms, "b", "z")).is_none());
         assert!(!snap.is_live());
         // resuming after a key (pagination) in a past snapshot, over live and undone keys
@@ -561,7 +624,11 @@ mod tests {
         let seen: Vec<_> = snap.range(None).map(|(_, o)| o.clone()).collect();
         assert_eq!(live.len(), 5);
         for (a, b) in live.iter().zip(&seen) {
-            assert!(Arc::ptr_eq(a, b), "same allocation, not a copy");
+            assert_eq!(
+                a.json().as_ptr(),
+                b.json().as_ptr(),
+                "same text, not a copy"
+            );
         }
     }
 
@@ -621,7 +688,7 @@ mod tests {
             } else {
                 s.put(k, obj(&step.to_string()));
             }
-            let now: Vec<(Key, Obj)> = s
+            let now: Vec<(Key, Packed)> = s
                 .range(&res, None, None)
                 .map(|(k, o)| (k.clone(), o.clone()))
                 .collect();
@@ -629,18 +696,18 @@ mod tests {
         }
         for (rv, want) in &recorded {
             let snap = s.snapshot(&res, None, *rv).unwrap();
-            let got: Vec<(Key, Obj)> = snap
+            let got: Vec<(Key, Packed)> = snap
                 .range(None)
                 .map(|(k, o)| (k.clone(), o.clone()))
                 .collect();
             assert_eq!(&got, want, "at rv {rv}");
-            let in_b: Vec<(Key, Obj)> = s
+            let in_b: Vec<(Key, Packed)> = s
                 .snapshot(&res, Some("b"), *rv)
                 .unwrap()
                 .range(None)
                 .map(|(k, o)| (k.clone(), o.clone()))
                 .collect();
-            let want_b: Vec<(Key, Obj)> =
+            let want_b: Vec<(Key, Packed)> =
                 want.iter().filter(|(k, _)| k.ns == "b").cloned().collect();
             assert_eq!(in_b, want_b, "namespace b at rv {rv}");
         }

@@ -348,7 +348,7 @@ impl TestServer {
             .lock()
             .store
             .get(&key)
-            .and_then(|sa| crate::store::uid_of(sa).map(str::to_string))
+            .and_then(|sa| crate::store::uid_of(&sa).map(str::to_string))
             .ok_or_else(|| Error::NoServiceAccount(format!("{ns}/{name}")))?;
         Ok(authn.issue(ns, name, &uid))
     }

@@ -35,7 +35,7 @@ impl Inner {
                 plural: "namespaces",
                 name: ns,
             })),
-            Some(n) if deleting(n) => Err(ApiError::forbidden(format!(
+            Some(n) if deleting(&n) => Err(ApiError::forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 req.def.group_resource(),
                 req.name.as_deref().unwrap_or("")
@@ -92,7 +92,7 @@ impl Inner {
         crate::metadata::drop_empty_fields(&mut obj);
         record_creator(&req, &writer, applied.as_ref(), &mut obj);
         let key = req.key(&name);
-        if self.store.get(&key).is_some() {
+        if self.store.contains(&key) {
             return Err(ApiError::already_exists(req.target()));
         }
         self.ensure_namespace(&req)?;

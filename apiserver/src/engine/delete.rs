@@ -67,7 +67,7 @@ impl Inner {
         let api_version = req.api_version();
         Ok(match out {
             Some(Deleted::Pending(_)) => match self.store.get(&key) {
-                Some(o) => Deleted::Pending(Self::present(o, &api_version)),
+                Some(o) => Deleted::Pending(Self::present(&o, &api_version)),
                 None => Deleted::Gone(obj),
             },
             Some(Deleted::Gone(o)) => Deleted::Gone(Self::present(&o, &api_version)),

@@ -40,8 +40,8 @@ impl Inner {
         let Some(obj) = self.store.get(key) else {
             return;
         };
-        let owners = owner_uids(obj);
-        if owners.is_empty() || deleting(obj) {
+        let owners = owner_uids(&obj);
+        if owners.is_empty() || deleting(&obj) {
             return;
         }
         let alive: Vec<&String> = owners
@@ -52,7 +52,7 @@ impl Inner {
             self.delete_inner(key, Propagation::Background, work);
         } else if alive.len() < owners.len() {
             let alive: Vec<String> = alive.into_iter().cloned().collect();
-            let mut v = (**obj).clone();
+            let mut v = Arc::unwrap_or_clone(obj);
             if let Some(refs) = meta_mut(&mut v)
                 .get_mut("ownerReferences")
                 .and_then(Value::as_array_mut)
@@ -74,7 +74,7 @@ impl Inner {
         policy: Propagation,
         work: &mut VecDeque<Work>,
     ) -> Option<Deleted> {
-        let obj = self.store.get(key)?.clone();
+        let obj = self.store.get(key)?;
         let mut v = (*obj).clone();
         let mut fins = finalizers(&v);
         let want = match policy {
@@ -127,7 +127,7 @@ impl Inner {
 
     fn put_finalizers(&mut self, key: &Key, fins: &[String]) {
         if let Some(o) = self.store.get(key) {
-            let mut v = (**o).clone();
+            let mut v = Arc::unwrap_or_clone(o);
             set_finalizers(&mut v, fins);
             self.store.put(key.clone(), v);
         }
@@ -152,7 +152,7 @@ impl Inner {
     /// Progress the deletion of an object being deleted: run its orphan and foreground
     /// finalizers, namespace and CRD cleanup, and remove it once no finalizer is left.
     fn check_deleting(&mut self, key: &Key, work: &mut VecDeque<Work>) {
-        let Some(obj) = self.store.get(key).cloned() else {
+        let Some(obj) = self.store.get(key) else {
             return;
         };
         if !deleting(&obj) {
@@ -190,7 +190,7 @@ impl Inner {
     fn orphan_dependents(&mut self, uid: &str) {
         for dep in self.store.dependents(uid) {
             if let Some(d) = self.store.get(&dep) {
-                let mut v = (**d).clone();
+                let mut v = Arc::unwrap_or_clone(d);
                 if let Some(refs) = meta_mut(&mut v)
                     .get_mut("ownerReferences")
                     .and_then(Value::as_array_mut)
@@ -213,7 +213,7 @@ impl Inner {
             let has_own = self
                 .store
                 .get(&dep)
-                .and_then(|d| uid_of(d).map(|u| !self.store.dependents(u).is_empty()))
+                .and_then(|d| uid_of(&d).map(|u| !self.store.dependents(u).is_empty()))
                 .unwrap_or(false);
             let p = if has_own {
                 Propagation::Foreground
@@ -225,7 +225,7 @@ impl Inner {
         self.store.dependents(uid).iter().any(|dep| {
             self.store
                 .get(dep)
-                .is_some_and(|d| blocks_owner_deletion(d, uid))
+                .is_some_and(|d| blocks_owner_deletion(&d, uid))
         })
     }
 
@@ -245,13 +245,13 @@ impl Inner {
             if self.store.namespace_keys(&key.name).is_empty() {
                 nsf.retain(|f| f != NS_FINALIZER);
                 if let Some(o) = self.store.get(key) {
-                    let mut v = (**o).clone();
+                    let mut v = Arc::unwrap_or_clone(o);
                     v["spec"]["finalizers"] = json!(nsf);
                     self.store.put(key.clone(), v);
                 }
             }
         }
-        !ns_spec_finalizers(self.store.get(key).map(|o| &**o).unwrap_or(&json!({}))).is_empty()
+        !ns_spec_finalizers(&self.store.get(key).unwrap_or_else(|| Arc::new(json!({})))).is_empty()
     }
 
     /// The CRD cleanup finalizer: delete every instance of the CRD's resource; once none is
@@ -290,7 +290,7 @@ impl Inner {
         }
         for owner in owner_uids(obj) {
             if let Some(k) = self.store.key_of_uid(&owner).cloned()
-                && self.store.get(&k).is_some_and(|o| deleting(o))
+                && self.store.get(&k).is_some_and(|o| deleting(&o))
             {
                 work.push_back(Work::Check(k));
             }
@@ -301,7 +301,7 @@ impl Inner {
                 ns: String::new(),
                 name: key.ns.clone(),
             };
-            if self.store.get(&nk).is_some_and(|o| deleting(o)) {
+            if self.store.get(&nk).is_some_and(|o| deleting(&o)) {
                 work.push_back(Work::Check(nk));
             }
         }
@@ -316,7 +316,7 @@ impl Inner {
                 ns: String::new(),
                 name: crd,
             };
-            if self.store.get(&ck).is_some_and(|o| deleting(o)) {
+            if self.store.get(&ck).is_some_and(|o| deleting(&o)) {
                 work.push_back(Work::Check(ck));
             }
         }

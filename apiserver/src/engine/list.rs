@@ -7,7 +7,7 @@ use super::request::Req;
 use crate::error::{ApiError, ApiResult};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::shard::ShardSelector;
-use crate::store::{AtError, Key, Obj, Snapshot};
+use crate::store::{AtError, Key, Obj, Packed, Snapshot};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -129,9 +129,10 @@ impl ListOpts {
 
 /// A computed list (serialized outside the lock).
 #[derive(Debug)]
-pub(crate) struct ListResult {
-    /// Items (already converted to the requested version).
-    pub items: Vec<Obj>,
+pub(crate) struct ListResult<T = Obj> {
+    /// Items: decoded and converted to the requested version ([`Inner::list`]), or as stored
+    /// ([`Inner::list_stored`]).
+    pub items: Vec<T>,
     /// List resourceVersion.
     pub rv: u64,
     /// Continue token if more items remain.
@@ -150,6 +151,33 @@ impl ListOpts {
             && self.field.matches(o)
             && self.shard.as_ref().is_none_or(|s| s.matches(o))
     }
+
+    /// Whether no selector is given (every object matches).
+    pub(crate) fn selects_all(&self) -> bool {
+        self.label.is_empty() && self.field.0.is_empty() && self.shard.is_none()
+    }
+
+    /// Whether the selectors read only an object's head (`store::Packed::head`): label and
+    /// shard selectors do, and field selectors on `metadata.name` and `metadata.namespace`.
+    pub(crate) fn reads_only_head(&self) -> bool {
+        self.field.0.iter().all(|r| {
+            matches!(
+                r.path.unwrap_or(r.label.as_str()),
+                "metadata.name" | "metadata.namespace"
+            )
+        })
+    }
+
+    /// Whether a stored object matches, decoding it only when a selector needs to read it.
+    pub(crate) fn matches_packed(&self, o: &Packed) -> bool {
+        if self.selects_all() {
+            true
+        } else if self.reads_only_head() {
+            self.matches(&o.head())
+        } else {
+            self.matches(&o.value())
+        }
+    }
 }
 
 impl Inner {
@@ -158,7 +186,7 @@ impl Inner {
         let name = req.name.as_deref().unwrap_or("");
         self.store
             .get(&req.key(name))
-            .map(|o| Self::present(o, &req.api_version()))
+            .map(|o| Self::present(&o, &req.api_version()))
             .ok_or_else(|| ApiError::not_found(req.target()))
     }
 
@@ -174,6 +202,24 @@ impl Inner {
     /// cache does ([`crate::ServerState`]), this function does not wait (it runs under the
     /// state lock).
     pub(crate) fn list(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult> {
+        let stored = self.list_stored(req, opts)?;
+        let api_version = req.api_version();
+        Ok(ListResult {
+            items: stored
+                .items
+                .iter()
+                .map(|o| Self::present(&o.value(), &api_version))
+                .collect(),
+            rv: stored.rv,
+            continue_token: stored.continue_token,
+            remaining: stored.remaining,
+            shard: stored.shard,
+        })
+    }
+
+    /// LIST as [`Inner::list`], the items as stored (nothing decoded but what selectors read):
+    /// a watch's initial events are sent from their text.
+    pub(crate) fn list_stored(&self, req: &Req, opts: &ListOpts) -> ApiResult<ListResult<Packed>> {
         opts.field
             .check(|f| req.def.supports_field(f))
             .map_err(|e| ApiError::bad_request(format!("fieldSelector: {e}")))?;
@@ -184,14 +230,12 @@ impl Inner {
             .store
             .snapshot(&res, req.ns.as_deref(), list_rv)
             .map_err(|e| snapshot_error(e, after.is_some(), list_rv))?;
-        let api_version = req.api_version();
-        let present = |o: &&Obj| Self::present(o, &api_version);
         let shard = opts.shard.as_ref().map(ToString::to_string);
         if let Some(name) = opts.field.exact_name() {
             return Ok(ListResult {
                 items: named(&snap, req, &res, name, opts)
-                    .iter()
-                    .map(present)
+                    .into_iter()
+                    .cloned()
                     .collect(),
                 rv: list_rv,
                 continue_token: None,
@@ -199,7 +243,9 @@ impl Inner {
                 shard,
             });
         }
-        let matching = snap.range(after.as_ref()).filter(|(_, o)| opts.matches(o));
+        let matching = snap
+            .range(after.as_ref())
+            .filter(|(_, o)| opts.matches_packed(o));
         // kube-apiserver counts the rest only without a shard selector (storage
         // `PrepareContinueToken` sets it when the predicate is empty, and a shard selector
         // makes it non-empty)
@@ -207,7 +253,7 @@ impl Inner {
         // the token names the last key returned, so the next page starts after it whatever
         // the selectors skipped; they are not in the token: the client repeats them
         Ok(ListResult {
-            items: items.iter().map(present).collect(),
+            items: items.into_iter().cloned().collect(),
             rv: list_rv,
             continue_token: last.map(|(k, rest)| encode_continue(list_rv, &k.ns, &k.name, rest)),
             remaining,
@@ -235,7 +281,7 @@ fn named<'s>(
     res: &Arc<str>,
     name: &str,
     opts: &ListOpts,
-) -> Vec<&'s Obj> {
+) -> Vec<&'s Packed> {
     if req.ns.is_some() || !req.def.namespaced {
         let key = Key {
             res: res.clone(),
@@ -243,13 +289,13 @@ fn named<'s>(
             name: name.to_string(),
         };
         snap.get(&key)
-            .filter(|o| opts.matches(o))
+            .filter(|o| opts.matches_packed(o))
             .into_iter()
             .collect()
     } else {
         snap.range(None)
             .map(|(_, o)| o)
-            .filter(|o| opts.matches(o))
+            .filter(|o| opts.matches_packed(o))
             .collect()
     }
 }
@@ -262,11 +308,11 @@ fn named<'s>(
 /// then costs its own items, not a count of everything after it (which made a list of 330 000
 /// objects in pages of 500 take minutes).
 fn page<'s>(
-    mut matching: impl Iterator<Item = (&'s Key, &'s Obj)>,
+    mut matching: impl Iterator<Item = (&'s Key, &'s Packed)>,
     limit: usize,
     count_rest: bool,
     known_rest: Option<u64>,
-) -> (Vec<&'s Obj>, Option<(Key, u64)>, Option<u64>) {
+) -> (Vec<&'s Packed>, Option<(Key, u64)>, Option<u64>) {
     let mut items = vec![];
     let mut cont = None;
     for (k, o) in matching.by_ref() {
@@ -377,19 +423,20 @@ mod tests {
     /// and say the same `remainingItemCount`.
     #[test]
     fn a_carried_count_pages_as_counting_does() {
-        let objs: Vec<(Key, Obj)> = (0..7)
+        let objs: Vec<(Key, Packed)> = (0..7)
             .map(|i| {
                 let k = Key {
                     res: Arc::from("r"),
                     ns: "n".into(),
                     name: format!("o{i}"),
                 };
-                (k, Arc::new(json!({"i": i})))
+                (k, Packed::pack(&Arc::new(json!({"i": i})), false))
             })
             .collect();
         let from = |i: usize| objs[i..].iter().map(|(k, o)| (k, o));
-        let sizes =
-            |p: (Vec<&Obj>, Option<(Key, u64)>, Option<u64>)| (p.0.len(), p.1.map(|(_, n)| n), p.2);
+        let sizes = |p: (Vec<&Packed>, Option<(Key, u64)>, Option<u64>)| {
+            (p.0.len(), p.1.map(|(_, n)| n), p.2)
+        };
         for known in [None, Some(7)] {
             assert_eq!(sizes(page(from(0), 3, true, known)), (3, Some(4), Some(4)));
         }

@@ -21,7 +21,7 @@ impl Inner {
         let res: Arc<str> = Arc::from(format!("{GROUP}/{plural}").as_str());
         self.store
             .range(&res, None, None)
-            .map(|(_, o)| (**o).clone())
+            .map(|(_, o)| Arc::unwrap_or_clone(o.value()))
             .collect()
     }
 
@@ -101,7 +101,7 @@ impl Inner {
             ns: String::new(),
             name: ns.to_string(),
         };
-        self.store.get(&key).map(|n| (**n).clone())
+        self.store.get(&key).map(Arc::unwrap_or_clone)
     }
 
     /// The objects a binding's `paramRef` names (by name, or every one its selector matches).
@@ -125,10 +125,9 @@ impl Inner {
         }
         self.store
             .range(&def.storage_key(), ns, None)
-            .map(|(_, o)| o)
+            .map(|(_, o)| Arc::unwrap_or_clone(o.value()))
             .filter(|o| q.name.as_deref().is_none_or(|n| policy::name_of(o) == n))
             .filter(|o| q.selector.as_ref().is_none_or(|s| s.matches(o)))
-            .map(|o| (**o).clone())
             .collect()
     }
 }

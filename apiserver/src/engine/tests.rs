@@ -4,7 +4,7 @@
 use super::*;
 use crate::hooks::Admission;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{EventType, Key, Obj};
+use crate::store::{EventType, Key, Obj, Packed};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ fn setup() -> (Inner, Admission) {
 }
 
 /// Every object of the given resources, in key order, as stored now.
-fn everything(i: &Inner, res: &[Arc<str>]) -> Vec<(Key, Obj)> {
+fn everything(i: &Inner, res: &[Arc<str>]) -> Vec<(Key, Packed)> {
     res.iter()
         .flat_map(|r| i.store.range(r, None, None))
         .map(|(k, o)| (k.clone(), o.clone()))
@@ -43,7 +43,7 @@ fn everything(i: &Inner, res: &[Arc<str>]) -> Vec<(Key, Obj)> {
 }
 
 /// The same, as of `rv`, read from the retained history.
-fn everything_at(i: &Inner, res: &[Arc<str>], rv: u64) -> Vec<(Key, Obj)> {
+fn everything_at(i: &Inner, res: &[Arc<str>], rv: u64) -> Vec<(Key, Packed)> {
     let mut out = vec![];
     for r in res {
         let snap = i.store.snapshot(r, None, rv).unwrap();
@@ -153,7 +153,7 @@ fn history_covers_gc_finalizer_namespace_and_collection_deletes() {
     for e in &events {
         if e.ty != EventType::Added {
             assert!(
-                e.prev.is_some(),
+                e.had_prev(),
                 "{:?} {:?} at {} without prev",
                 e.ty,
                 e.key,

@@ -77,7 +77,7 @@ impl Inner {
         }
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-        let Some(old) = self.store.get(&key).cloned() else {
+        let Some(old) = self.store.get(&key) else {
             return Err(ApiError::not_found(req.target()));
         };
         let base = if req.sub.as_deref() == Some("scale") {
@@ -110,7 +110,7 @@ impl Inner {
         let cfg = parse_apply_config(body)?;
         let name = req.name.clone().unwrap_or_default();
         let key = req.key(&name);
-        let Some(old) = self.store.get(&key).cloned() else {
+        let Some(old) = self.store.get(&key) else {
             if req.sub.is_some() {
                 return Err(ApiError::not_found(req.target()));
             }

@@ -83,7 +83,7 @@ impl Write<'_> {
             let res: Arc<str> =
                 Arc::from(format!("admissionregistration.k8s.io/{plural}").as_str());
             for (_, obj) in inner.store.range(&res, None, None) {
-                match webhook::parse_configuration(kind, obj) {
+                match webhook::parse_configuration(kind, &obj.value()) {
                     Ok(ws) => hooks.extend(ws),
                     Err(e) => tracing::warn!("{e}"),
                 }
@@ -256,7 +256,7 @@ impl Write<'_> {
             inner
                 .store
                 .get(&key)
-                .map(|n| webhook::labels_of(n))
+                .map(|n| webhook::labels_of(&n))
                 .unwrap_or_else(|| Value::Object(Default::default())),
         )
     }

@@ -111,7 +111,7 @@ fn authenticate(state: &ServerState, request: &Request) -> ApiResult<UserInfo> {
                 .lock()
                 .store
                 .get(&key)
-                .and_then(|sa| crate::store::uid_of(sa).map(str::to_string));
+                .and_then(|sa| crate::store::uid_of(&sa).map(str::to_string));
             // a token outlives neither its ServiceAccount nor a recreated one's
             match uid {
                 Some(uid) if uid == t.uid => {
@@ -395,7 +395,7 @@ fn issue_token(state: &ServerState, ns: &str, name: &str, mut body: Value) -> Ap
         .lock()
         .store
         .get(&key)
-        .and_then(|sa| crate::store::uid_of(sa).map(str::to_string));
+        .and_then(|sa| crate::store::uid_of(&sa).map(str::to_string));
     let Some(uid) = uid else {
         return Err(ApiError::not_found(Target {
             group: "",
@@ -661,7 +661,7 @@ pub(super) fn aggregate_cluster_roles(state: &ServerState) {
             let roles: Vec<_> = i
                 .store
                 .range(&def.storage_key(), None, None)
-                .map(|(_, o)| o.clone())
+                .map(|(_, o)| o.value())
                 .collect();
             let changes = rbac::aggregate(&roles);
             if changes.is_empty() {

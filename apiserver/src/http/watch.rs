@@ -11,7 +11,7 @@ use super::response::{partial, stream_response};
 use crate::engine::{Inner, ListOpts, Req};
 use crate::error::{ApiError, ApiResult};
 use crate::state::ServerState;
-use crate::store::{Event, EventType, Obj};
+use crate::store::{Event, EventType, Obj, Packed};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -170,8 +170,8 @@ pub(super) fn check_list_options(q: &HashMap<String, String>) -> ApiResult<()> {
 enum Start {
     /// The requested resourceVersion is no longer retained: one 410 ERROR event.
     Expired(Bytes),
-    /// These objects as ADDED events, then the changes after this resourceVersion.
-    From(Vec<Obj>, u64),
+    /// These objects (as stored) as ADDED events, then the changes after this resourceVersion.
+    From(Vec<Packed>, u64),
 }
 
 /// Decide the start of a watch under the state lock: resume after a given resourceVersion, or
@@ -203,7 +203,7 @@ fn start_of(state: &ServerState, req: &Req, lopts: &ListOpts, p: &WatchParams) -
                 limit: 0,
                 ..Default::default()
             };
-            let res = g.list(req, &all)?;
+            let res = g.list_stored(req, &all)?;
             Ok(Start::From(res.items, res.rv))
         }
     }
@@ -298,12 +298,9 @@ struct WatchTask {
 }
 
 impl WatchTask {
-    async fn run(mut self, tx: Sender<Bytes>, initial: Vec<Obj>, start: u64) {
+    async fn run(mut self, tx: Sender<Bytes>, initial: Vec<Packed>, start: u64) {
         for o in &initial {
-            let line = match self.meta_only {
-                true => event_line("ADDED", &partial(o)),
-                false => event_line("ADDED", o),
-            };
+            let line = self.initial_line(o);
             if tx.send(line).await.is_err() {
                 return;
             }
@@ -382,22 +379,45 @@ impl WatchTask {
         true
     }
 
+    /// The ADDED line of an initial object: its stored text when it is in the watch's version,
+    /// else decoded and converted (or its metadata only, for a metadata-only watch).
+    fn initial_line(&self, o: &Packed) -> Bytes {
+        if self.meta_only {
+            return event_line("ADDED", &partial(&o.value()));
+        }
+        let head = o.head();
+        if head.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str()) {
+            event_line_raw("ADDED", o.json())
+        } else {
+            event_line("ADDED", &Inner::present(&o.value(), &self.api_version))
+        }
+    }
+
     /// The event line of a stored change for this watch, if it concerns it.
     fn line_of(&self, e: &Event) -> Option<Bytes> {
         if e.key.res != self.res || self.ns.as_ref().is_some_and(|n| *n != e.key.ns) {
             return None;
         }
-        let cur = self.lopts.matches(&e.obj);
-        let prev = e.prev.as_ref().is_some_and(|p| self.lopts.matches(p));
+        // the selectors read the objects' heads, which the event holds decoded; only a field
+        // selector on another field needs the objects whole
+        let (cur, prev) = if self.lopts.selects_all() {
+            (true, e.had_prev())
+        } else if self.lopts.reads_only_head() {
+            let matches = |o: &Obj| self.lopts.matches(o);
+            (matches(e.head()), e.prev_head().is_some_and(matches))
+        } else {
+            let matches = |o: Obj| self.lopts.matches(&o);
+            (matches(e.obj()), e.prev().is_some_and(matches))
+        };
         let ty = event_type(&e.ty, cur, prev)?;
         let same_version =
-            e.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+            e.head().get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
         Some(if self.meta_only {
-            event_line(ty, &partial(&e.obj))
+            event_line(ty, &partial(&e.obj()))
         } else if same_version {
             event_line_raw(ty, e.obj_json())
         } else {
-            let obj: Obj = Inner::present(&e.obj, &self.api_version);
+            let obj: Obj = Inner::present(&e.obj(), &self.api_version);
             event_line(ty, &obj)
         })
     }

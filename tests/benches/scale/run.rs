@@ -544,8 +544,18 @@ async fn print_memory(rig: &Rig, case: &Case, s1: &Snap) -> anyhow::Result<()> {
         rig.server
             .api_all(kind.api_version(), kind.kind(), kind.plural()),
     ] {
-        for item in api.list(&ListParams::default()).await?.items {
-            bytes += serde_json::to_vec(&item)?.len();
+        // in pages, as a client of a large cluster would: a single list of a million objects
+        // would have the server build it whole and this process hold it whole
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let page = api.list(&params).await?;
+            for item in &page.items {
+                bytes += serde_json::to_vec(item)?.len();
+            }
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => params = params.continue_token(&c),
+                _ => break,
+            }
         }
     }
     let json_mib = bytes as f64 / (1024.0 * 1024.0);

@@ -14,24 +14,31 @@ use serde_json::json;
 use super::run::{Controller, Rig, Run, Snap, by_verb, wait_converged};
 use super::{AV, Case, Server, WRITERS};
 
-/// A Lease of 6 s renewed every 0.5 s, written off 4 s after its last renewal: short, so the
-/// failover is measured in seconds, not in the default 15 s Lease.
-const LEASE_S: u64 = 6;
+/// The replicas' shard Lease in seconds: `KMETA_SCALE_SHARD_LEASE_S`, 6 by default (renewed
+/// every 0.5 s, written off 4 s after its last renewal: short, so the failover is measured in
+/// seconds). `15` gives kmeta's defaults (10 s renew deadline, 2 s retry), which hold on a loaded
+/// machine where the short one's renewals can miss.
+fn lease_s() -> u64 {
+    std::env::var("KMETA_SCALE_SHARD_LEASE_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6)
+}
 
 /// The flags of a sharded replica (besides its ports), with `buckets` hash buckets (with the
 /// cluster bucket the replicas share one more).
 pub(crate) fn flags(buckets: u32) -> Vec<String> {
-    [
-        "--sharding",
-        "--leader-election-namespace=default",
-        "--shard-lease-duration=6s",
-        "--shard-renew-deadline=4s",
-        "--shard-retry-period=500ms",
+    let lease = lease_s();
+    let renew = format!("{}ms", lease * 2000 / 3);
+    let retry = if lease <= 6 { "500ms" } else { "2s" };
+    vec![
+        "--sharding".to_owned(),
+        "--leader-election-namespace=default".to_owned(),
+        format!("--shard-lease-duration={lease}s"),
+        format!("--shard-renew-deadline={renew}"),
+        format!("--shard-retry-period={retry}"),
+        format!("--shard-buckets={buckets}"),
     ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([format!("--shard-buckets={buckets}")])
-    .collect()
 }
 
 /// `KMETA_SCALE_SHARD_WATCH` (`client`, the default, or `server`): the replicas'
@@ -264,9 +271,10 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
         secs(edited)
     );
     println!(
-        "    every parent converged again {:.2} s after the kill = {:.2} s until the others held its buckets (/readyz; Lease {LEASE_S} s) + {:.2} s",
+        "    every parent converged again {:.2} s after the kill = {:.2} s until the others held its buckets (/readyz; Lease {} s) + {:.2} s",
         secs(done),
         secs(taken),
+        lease_s(),
         secs(done) - secs(taken)
     );
     let (mine, others): (Vec<_>, Vec<_>) = at.iter().partition(|(p, _)| theirs.contains(*p));
