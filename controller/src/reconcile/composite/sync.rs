@@ -344,9 +344,7 @@ async fn write_status(
     let written = status::update_status(&c.ctx, api, parent, status, Some(record)).await?;
     let wrote = written.is_some();
     // a write of kmeta's record alone shows the hook nothing new: no sync for it, none waits
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+    let generation = crate::object::meta(parent, "generation").and_then(Value::as_i64);
     let want = decide::desired_status(status, generation);
     let kind = match decide::hook_status_changed(parent, &want) {
         true => OwnWrite::Shown,
