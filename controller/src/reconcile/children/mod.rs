@@ -238,11 +238,11 @@ pub async fn manage_children<O: Borrow<Value>>(
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| {
-            last_applied::known_or_parsed(&c.memory.last_applied, obs, opts).or_else(|| match opts
-                .record
-            {
-                true => None,
-                false => applied_by(c, obs, &w.manager),
+            last_applied::for_update(&c.memory.last_applied, obs, opts).or_else(|| {
+                match opts.record {
+                    true => None,
+                    false => applied_by(c, obs, &w.manager),
+                }
             })
         },
     )?;
