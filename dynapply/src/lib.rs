@@ -675,12 +675,18 @@ fn restore_server_fields(merged: &mut Value, observed: &Value) -> Result<(), Err
 /// records it, as [`apply_update`] does).
 pub fn prepare_create(desired: &Value, opts: &Options) -> Result<Value, Error> {
     let recorded = recorded_last_applied(desired, opts)?;
-    let mut out = fields::for_create(&opts.fields, &recorded).into_owned();
-    if !opts.record {
-        return Ok(out);
+    let text = opts
+        .record
+        .then(|| annotation::canonical_json(&recorded, Some(&opts.annotation)));
+    // without an `Ignore` rule the object is the recorded configuration itself: moved, not copied
+    let shaped = match fields::for_create(&opts.fields, &recorded) {
+        Cow::Owned(shaped) => Some(shaped),
+        Cow::Borrowed(_) => None,
+    };
+    let mut out = shaped.unwrap_or(recorded);
+    if let Some(text) = text {
+        annotation::write_annotation(&mut out, text, opts)?;
     }
-    let text = annotation::canonical_json(&recorded, Some(&opts.annotation));
-    annotation::write_annotation(&mut out, text, opts)?;
     Ok(out)
 }
 

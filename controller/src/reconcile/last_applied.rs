@@ -2,7 +2,8 @@
 //! `resourceVersion`) so the child's next update does not parse its annotation again
 //! ([`dynapply::apply_update_with`]). Seeded after kmeta's own create or update with what it
 //! recorded, dropped when the child leaves the watch cache, bounded in bytes (past the budget the
-//! entries are dropped: the cost is one parse per child again). See
+//! entries are dropped: dynapply reads the annotation again, parsing it only for an update that
+//! changes something). A version kmeta did not write is not parsed into it ([`for_update`]). See
 //! docs/design/last-applied-cache.md.
 
 use std::collections::HashMap;
@@ -44,8 +45,9 @@ impl LastAppliedCache {
     /// encoding). A parsed configuration is held in about 5× its JSON, and the estimate
     /// undercounts the allocator's own share (a heap profile of the 2000 × 10 sizing bench
     /// measured 26 MB held for a 16 MiB budget). 1 MiB holds about 750 ConfigMap-sized or 40
-    /// large (20 containers × 50 env vars) entries; past it a child costs one annotation parse
-    /// and one encoding check ([`dynapply::is_recorded`]) again, a few µs for a ConfigMap. The
+    /// large (20 containers × 50 env vars) entries; past it a child's no-op check matches the
+    /// answer's encoding against the annotation, and an update that changes something parses
+    /// the annotation, a few µs for a ConfigMap. The
     /// sizing bench at 1000 × 10 measured a peak RSS of 50 MiB at 1 MiB against 54–55 MiB at
     /// 4 MiB, with the same converge and resync CPU (`cargo bench -p kmeta-tests --bench scale`).
     pub const BUDGET: usize = 1 << 20;
@@ -92,13 +94,6 @@ impl LastAppliedCache {
         self.insert_version_shared(uid, rv, Arc::new(last), true);
     }
 
-    /// Keeps a configuration parsed from `stored`'s annotation (`recorded`: the annotation is
-    /// dynapply's encoding of it).
-    fn insert_parsed(&mut self, stored: &Value, last: Arc<Value>, recorded: bool) {
-        let (uid, rv) = (meta_str(stored, "uid"), meta_str(stored, "resourceVersion"));
-        self.insert_version_shared(uid, rv, last, recorded);
-    }
-
     fn insert_version_shared(&mut self, uid: &str, rv: &str, last: Arc<Value>, recorded: bool) {
         if uid.is_empty() || rv.is_empty() {
             return;
@@ -142,13 +137,14 @@ impl LastAppliedCache {
     }
 }
 
-/// The last-applied configuration of `observed` at its version: the one known, or else parsed
-/// from its annotation (outside the lock) and kept, so the next sync of an unchanged child (a
-/// resync, or the first syncs after a restart) does not parse it again. A parsed configuration
-/// whose annotation is dynapply's own encoding of it (a child kmeta wrote, e.g. before a restart)
-/// is marked recorded, so its no-op resyncs need no re-encoding either. `None` when the child
-/// has no annotation, or it cannot be read (dynapply then reports why).
-pub fn known_or_parsed(
+/// The last-applied configuration an update of `observed` is given: the one known for its
+/// version (kmeta wrote that version). An unknown version of a type written with the annotation
+/// is not parsed here: `None` lets dynapply's update read the annotation itself, which it parses
+/// only when the hook's answer differs from it (a no-op is found by matching the answer's
+/// encoding against the annotation's text), so a child that needs no update is never parsed.
+/// With the record off ([`dynapply::Options::record`]) an annotation the child still carries is
+/// parsed: it is the base, where its absence sends the caller to `managedFields`.
+pub fn for_update(
     cache: &Mutex<LastAppliedCache>,
     observed: &Value,
     opts: &dynapply::Options,
@@ -156,13 +152,13 @@ pub fn known_or_parsed(
     if let Some(known) = cache.lock().ok()?.get_known(observed) {
         return Some(known);
     }
-    let parsed = Arc::new(dynapply::get_last_applied(observed, opts).ok()??);
-    let recorded = dynapply::is_recorded(observed, &parsed, opts);
-    if let Ok(mut c) = cache.lock() {
-        c.insert_parsed(observed, parsed.clone(), recorded);
+    if opts.record {
+        return None;
     }
+    let parsed = dynapply::get_last_applied(observed, opts).ok()??;
+    let recorded = dynapply::is_recorded(observed, &parsed, opts);
     Some(KnownLast {
-        value: parsed,
+        value: Arc::new(parsed),
         recorded,
     })
 }
@@ -249,8 +245,10 @@ mod tests {
         assert_eq!(small.len(), 0);
     }
 
+    /// An unknown version is not parsed (dynapply's update reads its annotation, and finds a
+    /// no-op without parsing it); a version kmeta wrote is known, as recorded.
     #[test]
-    fn an_unknown_child_version_is_parsed_once_and_kept() {
+    fn an_unknown_child_version_is_left_to_dynapply_and_a_written_one_is_known() {
         let opts = dynapply::Options::default();
         let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c"}, "data": {"k": "v"}});
@@ -258,39 +256,39 @@ mod tests {
         live["metadata"]["uid"] = json!("u1");
         live["metadata"]["resourceVersion"] = json!("4");
         let cache = Mutex::new(LastAppliedCache::default());
-        let parsed = known_or_parsed(&cache, &live, &opts).unwrap();
-        assert!(
-            parsed.recorded,
-            "parsed from dynapply's own encoding: as good as recorded"
-        );
-        let parsed = parsed.value;
+        assert!(for_update(&cache, &live, &opts).is_none());
         assert_eq!(
-            Some(&*parsed),
-            dynapply::get_last_applied(&live, &opts).unwrap().as_ref()
+            cache.lock().unwrap().len(),
+            0,
+            "nothing parsed, nothing kept"
         );
-        let kept = cache.lock().unwrap().get(&live).unwrap();
-        assert!(Arc::ptr_eq(&kept, &parsed), "kept for this version");
-        // the kept one answers now, not a parse of the annotation
-        live["metadata"]["annotations"][&opts.annotation] = json!("{\"data\":{}}");
-        assert_eq!(known_or_parsed(&cache, &live, &opts).unwrap().value, parsed);
+        // left to dynapply, the update is what the parsed configuration gives
+        let parsed = dynapply::get_last_applied(&live, &opts).unwrap();
+        let mut changed = want.clone();
+        changed["data"]["k"] = json!("w");
+        for w in [&want, &changed] {
+            assert_eq!(
+                dynapply::apply_update(&live, w, &opts).unwrap(),
+                dynapply::apply_update_with(&live, parsed.as_ref(), w, &opts).unwrap()
+            );
+        }
         // a version kmeta wrote is known as recorded
+        let recorded = dynapply::recorded_last_applied(&want, &opts).unwrap();
         cache
             .lock()
             .unwrap()
-            .insert_version("u1", "5", json!({"data": {}}));
+            .insert_version("u1", "5", recorded.clone());
         live["metadata"]["resourceVersion"] = json!("5");
-        assert!(known_or_parsed(&cache, &live, &opts).unwrap().recorded);
-        // an annotation another tool wrote (same configuration, another form): parsed only
-        let mut other = live.clone();
-        other["metadata"]["uid"] = json!("u3");
-        other["metadata"]["annotations"][&opts.annotation] =
-            json!(serde_json::to_string_pretty(&*parsed).unwrap());
-        let known = known_or_parsed(&cache, &other, &opts).unwrap();
-        assert!(!known.recorded && *known.value == *parsed);
-        cache.lock().unwrap().forget("u3");
-        // no annotation: nothing to keep
-        let bare = json!({"metadata": {"name": "b", "uid": "u2", "resourceVersion": "1"}});
-        assert!(known_or_parsed(&cache, &bare, &opts).is_none());
+        let known_last = for_update(&cache, &live, &opts).unwrap();
+        assert!(known_last.recorded && *known_last.value == recorded);
+        // with the record off, an annotation still there is the base: parsed, not kept
+        let off = dynapply::Options {
+            record: false,
+            ..dynapply::Options::default()
+        };
+        live["metadata"]["resourceVersion"] = json!("6");
+        let base = for_update(&cache, &live, &off).unwrap();
+        assert_eq!(Some(&*base.value), parsed.as_ref());
         assert_eq!(cache.lock().unwrap().len(), 1);
     }
 

@@ -85,6 +85,35 @@ fn resource_version(obj: &Value) -> String {
     meta_str(obj, "resourceVersion").to_owned()
 }
 
+/// `parent` with `status` in place of its own, encoded as the parent with its `status` field
+/// replaced (or added last) would be, byte for byte, without copying the parent (a parent with
+/// its sync record is a few KB of JSON, copied once per status write before).
+struct WithStatus<'a> {
+    parent: &'a Value,
+    status: &'a Value,
+}
+
+impl serde::Serialize for WithStatus<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(fields) = self.parent.as_object() else {
+            return self.parent.serialize(s);
+        };
+        let had = fields.contains_key("status");
+        let mut map = s.serialize_map(Some(fields.len() + usize::from(!had)))?;
+        for (k, v) in fields {
+            match k.as_str() {
+                "status" => map.serialize_entry(k, self.status)?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        if !had {
+            map.serialize_entry("status", self.status)?;
+        }
+        map.end()
+    }
+}
+
 /// Writes the hook's status plus `observedGeneration` (and, with `record`, kmeta's record of this
 /// sync when it changed something: [`decide::with_sync_record`]) to `/status`, only when it
 /// differs, with the resourceVersion of `parent` as read ([`SyncError::Stale`] on a conflict);
@@ -97,9 +126,7 @@ pub async fn update_status(
     status: Option<&Value>,
     record: Option<&decide::SyncRecord>,
 ) -> Result<Option<String>, SyncError> {
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+    let generation = crate::object::meta(parent, "generation").and_then(Value::as_i64);
     let mut want = decide::desired_status(status, generation);
     if let Some(record) = record {
         want = decide::with_sync_record(want, parent, record);
@@ -108,15 +135,15 @@ pub async fn update_status(
         return Ok(None);
     }
     let api = kapi::api(&ctx.client, resource, meta_str(parent, "namespace"));
-    let mut next = parent.clone();
-    if let Some(m) = next.as_object_mut() {
-        m.insert("status".into(), want.clone());
-    }
+    let next = WithStatus {
+        parent,
+        status: &want,
+    };
     // Written on the version the sync read: a 409 means someone changed the parent since
     // (a spec edit, or a newer leader's status), and this status, computed from the older
     // version, must not overwrite it. The sync runs again on the newer version instead.
-    match kapi::replace_status(&api, &next).await {
-        Ok(written) => Ok(Some(resource_version(&written))),
+    match kapi::replace_status_of(&api, meta_str(parent, "name"), &next).await {
+        Ok(written) => Ok(Some(written.metadata.resource_version.unwrap_or_default())),
         Err(e) if kapi::is_not_found(&e) => Ok(None),
         Err(e) if kapi::is_conflict(&e) => Err(SyncError::Stale(describe(parent))),
         Err(e) => Err(api_err(format!("updating status of {}", describe(parent)))(
@@ -199,6 +226,35 @@ mod tests {
     use kube::api::{ApiResource, Patch, PatchParams, PostParams};
     use kube::core::{DynamicObject, GroupVersionKind};
     use serde_json::json;
+
+    /// The status write's body is the parent with its status replaced in place (or added last),
+    /// byte for byte as the copied parent encoded.
+    #[test]
+    fn a_status_write_encodes_like_the_copied_parent() {
+        let status = json!({"children": 10, "observedGeneration": 2});
+        let parents = [
+            json!({"apiVersion": "v1", "kind": "T", "metadata": {"name": "p"},
+                "status": {"old": true}, "spec": {"x": [1, "a\"b"]}}),
+            json!({"metadata": {"name": "p"}, "spec": {}}),
+            json!({}),
+            json!("not an object"),
+        ];
+        for parent in parents {
+            let mut copied = parent.clone();
+            if let Some(m) = copied.as_object_mut() {
+                m.insert("status".into(), status.clone());
+            }
+            let next = WithStatus {
+                parent: &parent,
+                status: &status,
+            };
+            assert_eq!(
+                serde_json::to_vec(&next).unwrap(),
+                serde_json::to_vec(&copied).unwrap(),
+                "{parent}"
+            );
+        }
+    }
 
     #[test]
     fn finalizers_are_added_and_removed_once() {

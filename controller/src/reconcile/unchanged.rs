@@ -41,6 +41,39 @@ impl Fingerprint {
     }
 }
 
+/// The mark of one desired child as a child rule applies it (`salt`: the rule's
+/// [`memo_salt`](crate::reconcile::children::ChildRule::memo_salt)), for the settled children
+/// of a [`Compact`](crate::runtime::compact::Compact) version (docs/design/settled-children.md):
+/// a digest of the desired object (its maps in their order, so a reordered answer only misses
+/// the memo), never 0.
+pub fn child_mark(salt: u64, desired: &Value) -> u64 {
+    let mut h = FixedState::default().build_hasher();
+    salt.hash(&mut h);
+    hash_value(desired, &mut h);
+    h.finish().max(1)
+}
+
+/// Feeds `v` to `h` without allocating (serde_json's own `Hash` sorts each map into a `Vec`).
+fn hash_value(v: &Value, h: &mut impl Hasher) {
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => (2u8, n).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(h);
+            items.iter().for_each(|i| hash_value(i, h));
+        }
+        Value::Object(m) => {
+            (5u8, m.len()).hash(h);
+            for (k, i) in m {
+                k.hash(h);
+                hash_value(i, h);
+            }
+        }
+    }
+}
+
 /// The last sync of each parent (by uid) that wrote nothing, and the resync it asked for.
 #[derive(Debug, Default)]
 pub struct UnchangedSyncs {
@@ -105,6 +138,40 @@ mod tests {
         ];
         for (i, other) in others.iter().enumerate() {
             assert_ne!(base, *other, "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_child_mark_changes_with_the_desired_object_and_the_salt() {
+        let want = json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}});
+        let mark = child_mark(1, &want);
+        assert_eq!(mark, child_mark(1, &want.clone()));
+        assert_ne!(mark, 0);
+        let others = [
+            child_mark(2, &want),
+            child_mark(
+                1,
+                &json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "2"}}),
+            ),
+            child_mark(
+                1,
+                &json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": 1}}),
+            ),
+            child_mark(
+                1,
+                &json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": ["1"]}}),
+            ),
+            child_mark(
+                1,
+                &json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1", "l": null}}),
+            ),
+            child_mark(
+                1,
+                &json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}}),
+            ),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(mark, *other, "case {i}");
         }
     }
 

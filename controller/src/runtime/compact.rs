@@ -13,6 +13,7 @@ use kube::api::DynamicObject;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
@@ -38,6 +39,10 @@ pub struct Compact {
     /// the last-applied annotation: what its parent applied is read from them. Not part of the
     /// text (the hook sees children without `managedFields`, as before).
     owned: Option<Box<RawValue>>,
+    /// The mark of the desired state this very version was found to need no update for (0:
+    /// none yet), set by the sync that found it ([`Compact::settle`]). A new version of the
+    /// object is a new `Compact`, so the mark never outlives the version it was found for.
+    settled: AtomicU64,
 }
 
 /// One identity string: bytes `start..end` of the text, or of `extra` when `start` carries
@@ -116,6 +121,7 @@ impl Identity<'_> {
             has_controller: self.has_controller,
             deleting: self.deleting,
             owned,
+            settled: AtomicU64::new(0),
         }
     }
 }
@@ -306,6 +312,18 @@ impl Compact {
         serde_json::from_str(self.owned.as_deref()?.get()).ok()
     }
 
+    /// Whether this version was found to need no update for the desired state marked `mark`
+    /// (a caller's digest of that state and of how it is applied; 0 marks nothing).
+    pub fn is_settled(&self, mark: u64) -> bool {
+        mark != 0 && self.settled.load(Ordering::Relaxed) == mark
+    }
+
+    /// Records that this version needs no update for the desired state marked `mark` (the
+    /// last one recorded is kept).
+    pub fn settle(&self, mark: u64) {
+        self.settled.store(mark, Ordering::Relaxed);
+    }
+
     /// The whole object, parsed from its text.
     pub fn value(&self) -> Result<Value, CompactError> {
         serde_json::from_str(self.text.get()).map_err(|source| CompactError {
@@ -404,6 +422,20 @@ mod tests {
                 "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "v1",
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]},
             "data": {"k": "v"}, "immutable": false})
+    }
+
+    /// A version is settled only for the mark recorded last; a new version starts unsettled.
+    #[test]
+    fn a_settled_mark_belongs_to_its_version() {
+        let c = Compact::from_value(wire()).unwrap();
+        assert!(!c.is_settled(0) && !c.is_settled(5));
+        c.settle(5);
+        assert!(c.is_settled(5) && !c.is_settled(6));
+        c.settle(0);
+        assert!(!c.is_settled(0), "0 marks nothing");
+        c.settle(6);
+        assert!(c.is_settled(6) && !c.is_settled(5));
+        assert!(!Compact::from_value(wire()).unwrap().is_settled(6));
     }
 
     /// Both ways in give the same text (without managedFields, keys in the server's order)

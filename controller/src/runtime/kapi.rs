@@ -125,6 +125,20 @@ pub async fn replace_status(api: &Api<DynamicObject>, obj: &Value) -> Result<Val
     send_raw(api, req, "replace_subresource").await
 }
 
+/// PUT `/status` of `obj` (any encoding of the object, e.g. a parent with its new status
+/// serialised in place); only the stored object's metadata is decoded from the answer.
+pub async fn replace_status_of<B: serde::Serialize>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    obj: &B,
+) -> Result<Stored, kube::Error> {
+    let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
+    let req = request(api)
+        .replace_subresource("status", name, &PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    send_raw(api, req, "replace_subresource").await
+}
+
 /// DELETE with a UID precondition and Background propagation.
 pub async fn delete(api: &Api<DynamicObject>, obj: &Value) -> Result<(), kube::Error> {
     let dp = DeleteParams {

@@ -34,7 +34,7 @@ pub(super) fn remember_last_applied(
 }
 
 pub(super) fn annotation_text<'v>(obj: &'v Value, annotation: &str) -> Option<&'v str> {
-    obj.pointer("/metadata/annotations")
+    crate::object::meta(obj, "annotations")
         .and_then(|a| a.get(annotation))
         .and_then(Value::as_str)
 }

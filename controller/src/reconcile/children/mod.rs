@@ -57,6 +57,28 @@ pub struct ChildRule {
     pub options: dynapply::Options,
     /// What to do when a child differs from what the hook wants.
     pub drift: DriftPolicy,
+    /// This rule's own salt of the marks of settled children ([`next_memo_salt`]): a mark
+    /// found under another rule (another controller, or this one before its configuration
+    /// changed) never matches.
+    pub memo_salt: u64,
+}
+
+impl ChildRule {
+    /// Whether a child of this rule whose version needed no update may skip the next update
+    /// check of the same desired object ([`crate::runtime::compact::Compact::settle`]): dynamic
+    /// apply with the last-applied annotation and without field rules (whose reports read the
+    /// live child).
+    pub fn may_settle(&self, strategy: ApplyStrategy) -> bool {
+        strategy == ApplyStrategy::DynamicApply
+            && self.options.record
+            && self.options.fields.is_empty()
+    }
+}
+
+/// A salt no other child rule of this process has ([`ChildRule::memo_salt`]).
+pub fn next_memo_salt() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The children of one owner as a controller manages them: the declared types, and the updates
@@ -157,6 +179,8 @@ pub struct Managed {
     pub quiet: bool,
     /// What was done to each child, for the parent's sync record (`decide::SyncRecord`).
     pub done: Vec<decide::ChildRecord>,
+    /// The observed children (keys) whose update found nothing to change.
+    pub unchanged: Vec<String>,
 }
 
 /// What one sync writes children as: its parent, the parent's field manager, the desired
@@ -197,37 +221,43 @@ impl<'a> Writing<'a> {
 
 /// Step: create, update and delete children per the plan; Conflict/NotFound/AlreadyExists are
 /// left to the next sync, other failures are collected and reported together. Quiet when the
-/// plan was empty and nothing was reported.
+/// plan was empty and nothing was reported. `settled` names observed children left out of
+/// `observed` because their version needs no update for their desired object.
 pub async fn manage_children<O: Borrow<Value>>(
     c: &Children<'_>,
     parent: &Value,
-    (observed, adopting): (&[O], &BTreeSet<String>),
+    (observed, adopting, settled): (&[O], &BTreeSet<String>, &BTreeSet<String>),
     desired: &BTreeMap<String, Value>,
 ) -> Result<Managed, SyncError> {
     let fallback = dynapply::Options::default();
     let w = Writing::new(c, parent, observed, desired, adopting);
-    let ops = decide::plan_children(
+    let decide::Plan { ops, unchanged } = decide::plan_children_settled(
         parent,
-        observed,
+        (observed, settled),
         desired,
         |gk| c.rules.get(gk).map(|r| r.method).unwrap_or_default(),
         |gk| c.rules.get(gk).map_or(&fallback, |r| &r.options),
         |obs, opts| {
-            last_applied::known_or_parsed(&c.memory.last_applied, obs, opts).or_else(|| match opts
-                .record
-            {
-                true => None,
-                false => applied_by(c, obs, &w.manager),
+            last_applied::for_update(&c.memory.last_applied, obs, opts).or_else(|| {
+                match opts.record {
+                    true => None,
+                    false => applied_by(c, obs, &w.manager),
+                }
             })
         },
     )?;
+    let unchanged = unchanged.into_iter().map(str::to_owned).collect();
     let ops = decide::with_adoptions(ops, observed, adopting);
     let mut out = Collected::default();
     left_to_others(c, &w, &ops, &mut out);
     if ops.is_empty() {
         let done = std::mem::take(&mut out.done);
         let quiet = !report_collected(c, parent, out).await;
-        return Ok(Managed { quiet, done });
+        return Ok(Managed {
+            quiet,
+            done,
+            unchanged,
+        });
     }
     let mut errors = Vec::new();
     let (first, then) = decide::write_phases(ops);
@@ -245,7 +275,11 @@ pub async fn manage_children<O: Borrow<Value>>(
     let done = std::mem::take(&mut out.done);
     report_collected(c, parent, out).await;
     if errors.is_empty() {
-        Ok(Managed { quiet: false, done })
+        Ok(Managed {
+            quiet: false,
+            done,
+            unchanged,
+        })
     } else {
         Err(SyncError::Children(errors))
     }

@@ -324,6 +324,7 @@ async fn resolve_children(
                 method,
                 options,
                 drift,
+                memo_salt: crate::reconcile::children::next_memo_salt(),
             },
         );
     }

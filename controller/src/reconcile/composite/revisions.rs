@@ -96,9 +96,7 @@ fn roll<O: Borrow<Value>>(
             observed: &observed,
             latest_order: &latest_order,
             latest_desired: &latest_desired,
-            last_applied: &|obs, opts| {
-                last_applied::known_or_parsed(&c.memory.last_applied, obs, opts)
-            },
+            last_applied: &|obs, opts| last_applied::for_update(&c.memory.last_applied, obs, opts),
         },
     )
 }

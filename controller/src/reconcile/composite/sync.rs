@@ -4,7 +4,7 @@
 //! manage_children → update_status → release_finalizer`.
 //! Decisions come from [`crate::reconcile::decide`]; this module only reads caches and writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, Writer, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::status;
-use crate::reconcile::unchanged::Fingerprint;
+use crate::reconcile::unchanged::{Fingerprint, child_mark};
 use crate::runtime::cache::ObjKey;
 use crate::runtime::compact::Compact;
 use crate::runtime::kapi;
@@ -96,7 +96,6 @@ pub async fn sync_parent(
         adopting: &adopting,
     };
     let resync = response.resync_after_seconds;
-    let observed = values_of(&observed)?;
     match apply_response(c, &parent, observed, response, step).await? {
         Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
         Applied::Wrote => c.remember_unchanged(&parent, None, resync),
@@ -203,6 +202,64 @@ fn values_of(observed: &[Arc<Compact>]) -> Result<Vec<Value>, SyncError> {
         .collect()
 }
 
+/// A sync's observed children as its child management reads them: decoded whole, or
+/// *settled* — a cached version that an earlier sync found to need no update for the very
+/// desired object this sync wants (`Compact::settle`), left unparsed and unplanned
+/// (docs/design/settled-children.md).
+#[derive(Default)]
+struct Seen {
+    /// The decoded children.
+    values: Vec<Value>,
+    /// Each decoded child's key and cached version, in the order of `values`.
+    cached: Vec<(String, Arc<Compact>)>,
+    /// The keys of the settled children.
+    settled: BTreeSet<String>,
+}
+
+impl Seen {
+    /// Decodes the observed children but the settled ones (an orphan adopted by this sync's
+    /// writes and a child being deleted are always decoded).
+    fn split(
+        c: &CompositeState,
+        observed: Vec<Arc<Compact>>,
+        desired: &BTreeMap<String, Value>,
+        adopting: &BTreeSet<String>,
+    ) -> Result<Seen, SyncError> {
+        let mut seen = Seen::default();
+        for child in observed {
+            let key = decide::child_key_of(child.as_ref());
+            let settled = !adopting.contains(&key)
+                && !child.deleting()
+                && mark_of(c, &key, desired).is_some_and(|m| child.is_settled(m));
+            if settled {
+                seen.settled.insert(key);
+            } else {
+                seen.values.push(child.value()?);
+                seen.cached.push((key, child));
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Settles the decoded children whose update found nothing to change (`unchanged`, keys).
+    fn settle(&self, c: &CompositeState, unchanged: &[String], desired: &BTreeMap<String, Value>) {
+        for (key, child) in &self.cached {
+            if unchanged.contains(key)
+                && let Some(mark) = mark_of(c, key, desired)
+            {
+                child.settle(mark);
+            }
+        }
+    }
+}
+
+/// The mark of the desired child `key` under its rule, when that rule may settle children.
+fn mark_of(c: &CompositeState, key: &str, desired: &BTreeMap<String, Value>) -> Option<u64> {
+    let gk = key.split(' ').next().unwrap_or_default();
+    let rule = c.children.get(gk).filter(|r| r.may_settle(c.strategy()))?;
+    Some(child_mark(rule.memo_salt, desired.get(key)?))
+}
+
 /// How a sync's answer was applied.
 enum Applied {
     /// Nothing written, nothing reported.
@@ -219,7 +276,7 @@ enum Applied {
 async fn apply_response(
     c: &CompositeState,
     parent: &Value,
-    observed: Vec<Value>,
+    observed: Vec<Arc<Compact>>,
     mut response: SyncResponse,
     step: Step<'_>,
 ) -> Result<Applied, SyncError> {
@@ -244,6 +301,7 @@ async fn apply_response(
         c.generate_selector(),
         std::mem::take(&mut response.children),
     )?;
+    let seen = Seen::split(c, observed, &desired, adopting)?;
     // the answer is accepted: the events it asked for are published whatever the writes do
     c.ctx.hook_events(parent, &response.events).await;
     let mut quiet = true;
@@ -260,14 +318,16 @@ async fn apply_response(
         // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
         if !finalizing
-            && decide::creates_any(&observed, &desired)
+            && decide::creates_any((&seen.values, &seen.settled), &desired)
             && !parent_alive_cached(c, parent)
         {
             tracing::debug!("parent gone or being deleted: no children created");
             return Ok(Applied::ParentGone);
         }
         let children = c.child_set(writer.clone());
-        let managed = manage_children(&children, parent, (&observed, adopting), &desired).await?;
+        let observed = (seen.values.as_slice(), adopting, &seen.settled);
+        let managed = manage_children(&children, parent, observed, &desired).await?;
+        seen.settle(c, &managed.unchanged, &desired);
         quiet = managed.quiet;
         record.children = managed.done;
         c.ctx
@@ -275,7 +335,7 @@ async fn apply_response(
             .metrics
             .children(&c.name, meta_str(parent, "uid"), desired.len());
     }
-    drop((observed, desired));
+    drop((seen, desired));
     quiet &= !write_status(c, parent, writer, response.status.as_ref(), &record).await?;
     let finalized = (finalizing, response.finalized);
     quiet &= !release_finalizer(c, parent, fin, finalized).await?;
@@ -344,9 +404,7 @@ async fn write_status(
     let written = status::update_status(&c.ctx, api, parent, status, Some(record)).await?;
     let wrote = written.is_some();
     // a write of kmeta's record alone shows the hook nothing new: no sync for it, none waits
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+    let generation = crate::object::meta(parent, "generation").and_then(Value::as_i64);
     let want = decide::desired_status(status, generation);
     let kind = match decide::hook_status_changed(parent, &want) {
         true => OwnWrite::Shown,

@@ -2,14 +2,14 @@
 //! matches the parent's selector; and their identity ([`child_key`]).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
 
 use crate::api::ChildUpdateMethod;
 use crate::hook::wire::group_key;
-use crate::object::{describe, meta_str};
+use crate::object::{ObjectView, describe, meta_str};
 use crate::runtime::selector::{self};
 
 use super::{ChildOwnership, DecideError, add_owner_labels};
@@ -247,13 +247,30 @@ fn name_problem(name: &str) -> Option<String> {
 }
 
 /// Whether applying `desired` (keyed by [`child_key`]) over `observed` creates a child: one
-/// desired and not observed.
-pub fn creates_any<O: Borrow<Value>>(observed: &[O], desired: &BTreeMap<String, Value>) -> bool {
-    if desired.len() > observed.len() {
+/// desired and not observed. `settled` names further observed children (by key), left out of
+/// `observed` unparsed.
+pub fn creates_any<O: Borrow<Value>>(
+    (observed, settled): (&[O], &BTreeSet<String>),
+    desired: &BTreeMap<String, Value>,
+) -> bool {
+    if desired.len() > observed.len() + settled.len() {
         return true;
     }
     let have: HashSet<String> = observed.iter().map(|o| child_key(o.borrow())).collect();
-    desired.keys().any(|k| !have.contains(k))
+    desired
+        .keys()
+        .any(|k| !have.contains(k) && !settled.contains(k))
+}
+
+/// [`child_key`] of an object read through its identity (a cached child's, unparsed).
+pub fn child_key_of(obj: &impl ObjectView) -> String {
+    let (av, kind) = (obj.api_version(), obj.kind());
+    let (ns, name) = (obj.namespace(), obj.name());
+    let mut key = String::with_capacity(kind.len() + av.len() + ns.len() + name.len() + 3);
+    for part in [kind, ".", av, " ", ns, "/", name] {
+        key.push_str(part);
+    }
+    key
 }
 
 /// Identity of a child: `Kind.apiVersion namespace/name` (the type part is [`group_key`]).
@@ -440,8 +457,16 @@ mod tests {
             .into_iter()
             .map(|c| (child_key(&c), c))
             .collect();
-        assert!(!creates_any(&[cm("a"), cm("b"), cm("c")], &desired));
-        assert!(creates_any(&[cm("a")], &desired));
-        assert!(!creates_any::<Value>(&[], &BTreeMap::new()));
+        let none = BTreeSet::new();
+        assert!(!creates_any(
+            (&[cm("a"), cm("b"), cm("c")], &none),
+            &desired
+        ));
+        assert!(creates_any((&[cm("a")], &none), &desired));
+        assert!(!creates_any::<Value>((&[], &none), &BTreeMap::new()));
+        // a settled child is observed, unparsed
+        let settled = [child_key(&cm("b"))].into_iter().collect();
+        assert!(!creates_any((&[cm("a")], &settled), &desired));
+        assert_eq!(child_key_of(&cm("b")), child_key(&cm("b")));
     }
 }

@@ -43,11 +43,46 @@ pub fn plan_children<'o, O: Borrow<Value>>(
     options: impl Fn(&str) -> &'o dynapply::Options,
     last_applied: impl Fn(&Value, &dynapply::Options) -> Option<KnownLast>,
 ) -> Result<Vec<ChildOp>, DecideError> {
+    let none = std::collections::BTreeSet::new();
+    let plan = plan_children_settled(
+        parent,
+        (observed, &none),
+        desired,
+        method,
+        options,
+        last_applied,
+    )?;
+    Ok(plan.ops)
+}
+
+/// A child plan, and the desired children found to need no update.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan<'d> {
+    /// The writes, in [`plan_children`]'s order.
+    pub ops: Vec<ChildOp>,
+    /// The keys of the observed children dynapply's update left unchanged (not those whose
+    /// change the update method holds back): the caller may settle those versions
+    /// ([`crate::runtime::compact::Compact::settle`]).
+    pub unchanged: Vec<&'d str>,
+}
+
+/// [`plan_children`] where `settled` names observed children left out of `observed` (not parsed)
+/// because their version is known to need no update for their desired object: they are planned
+/// as unchanged, never created. The plan also names the children found unchanged.
+pub fn plan_children_settled<'o, 'd, O: Borrow<Value>>(
+    parent: &Value,
+    (observed, settled): (&[O], &std::collections::BTreeSet<String>),
+    desired: &'d BTreeMap<String, Value>,
+    method: impl Fn(&str) -> ChildUpdateMethod,
+    options: impl Fn(&str) -> &'o dynapply::Options,
+    last_applied: impl Fn(&Value, &dynapply::Options) -> Option<KnownLast>,
+) -> Result<Plan<'d>, DecideError> {
     let observed: BTreeMap<String, &Value> = observed
         .iter()
         .map(|o| (child_key(o.borrow()), o.borrow()))
         .collect();
     let mut ops = Vec::new();
+    let mut unchanged = Vec::new();
     for (key, obs) in &observed {
         if !desired.contains_key(key) && !is_deleting(obs) {
             ops.push(ChildOp::Delete {
@@ -57,6 +92,9 @@ pub fn plan_children<'o, O: Borrow<Value>>(
         }
     }
     for (key, want) in desired {
+        if settled.contains(key) {
+            continue;
+        }
         let gk = key.split(' ').next().unwrap_or_default();
         let opts = options(gk);
         let err = |source| DecideError::Apply {
@@ -70,7 +108,7 @@ pub fn plan_children<'o, O: Borrow<Value>>(
             }
             Some(obs) if is_deleting(obs) => {}
             Some(obs) => match update(obs, last_applied(obs, opts), want, opts).map_err(err)? {
-                dynapply::Outcome::Unchanged => {}
+                dynapply::Outcome::Unchanged => unchanged.push(key.as_str()),
                 dynapply::Outcome::Changed(merged) => match method(gk) {
                     ChildUpdateMethod::OnDelete => {}
                     ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate => {
@@ -86,7 +124,7 @@ pub fn plan_children<'o, O: Borrow<Value>>(
             },
         }
     }
-    Ok(ops)
+    Ok(Plan { ops, unchanged })
 }
 
 /// `child` as `parent` owns it: with the parent's owner reference, unless no owner reference
@@ -290,6 +328,64 @@ mod tests {
             with_adoptions(plain.clone(), &observed, &Default::default()),
             plain
         );
+    }
+
+    /// A settled child (observed, known unchanged, not parsed) is neither created nor updated;
+    /// the others are planned as without it, and the unchanged ones are named.
+    #[test]
+    fn settled_children_are_left_as_they_are_and_unchanged_ones_named() {
+        let p = parent();
+        let opts = dynapply::Options::default();
+        let want = |name: &str, v: &str| child(name, json!({"k": v}), None);
+        let live = |name: &str| dynapply::prepare_create(&want(name, "1"), &opts).unwrap();
+        let observed = [live("same"), live("changed"), live("dropped")];
+        let desired: BTreeMap<String, Value> = [
+            want("same", "1"),
+            want("changed", "2"),
+            want("settled", "1"),
+        ]
+        .into_iter()
+        .map(|d| (child_key(&d), d))
+        .collect();
+        let settled = [child_key(&want("settled", "1"))].into_iter().collect();
+        let m = |_: &str| ChildUpdateMethod::InPlace;
+        let plan = plan_children_settled(
+            &p,
+            (&observed, &settled),
+            &desired,
+            m,
+            |_| &opts,
+            |_, _| None,
+        )
+        .unwrap();
+        let names: Vec<&str> = plan
+            .ops
+            .iter()
+            .map(|op| meta_str(op_obj(op), "name"))
+            .collect();
+        assert_eq!(names, ["dropped", "changed"], "{:?}", plan.ops);
+        assert_eq!(plan.unchanged, [child_key(&want("same", "1")).as_str()]);
+        // without the settled set the child would be created
+        let all = plan_children(&p, &observed, &desired, m, |_| &opts, |_, _| None).unwrap();
+        assert!(matches!(all.last(), Some(ChildOp::Create(o)) if meta_str(o, "name") == "settled"));
+        // a change held back by the update method is not unchanged
+        let held = plan_children_settled(
+            &p,
+            (&observed, &settled),
+            &desired,
+            |_| ChildUpdateMethod::OnDelete,
+            |_| &opts,
+            |_, _| None,
+        )
+        .unwrap();
+        assert_eq!(held.unchanged, plan.unchanged);
+        assert_eq!(held.ops.len(), 1, "only the delete: {:?}", held.ops);
+    }
+
+    fn op_obj(op: &ChildOp) -> &Value {
+        match op {
+            ChildOp::Create(o) | ChildOp::Update(o) | ChildOp::Delete { object: o, .. } => o,
+        }
     }
 
     fn plan(observed: &[Value], desired: Vec<Value>, m: ChildUpdateMethod) -> Vec<ChildOp> {

@@ -69,14 +69,10 @@ impl ChildRecord {
     /// The entry of `child` of `parent`: its kind, and its name (with its namespace when that is
     /// not the parent's).
     pub fn of(parent: &Value, child: &Value, action: ChildAction) -> ChildRecord {
-        let meta = |o: &Value, f: &str| -> String {
-            o.pointer(&format!("/metadata/{f}"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
+        // (read in place: `Value::pointer` copies each path segment)
+        let meta = crate::object::meta_str;
         let name = match meta(child, "namespace") {
-            ns if ns == meta(parent, "namespace") => meta(child, "name"),
+            ns if ns == meta(parent, "namespace") => meta(child, "name").to_owned(),
             ns => format!("{ns}/{}", meta(child, "name")),
         };
         ChildRecord {
@@ -247,7 +243,7 @@ fn cut(text: &str) -> String {
 /// it is.
 pub fn with_sync_record(mut want: Value, live: &Value, record: &SyncRecord) -> Value {
     let kept = live
-        .pointer("/status")
+        .get("status")
         .and_then(|s| s.get(RECORD_FIELD))
         .cloned();
     let Some(w) = want.as_object_mut() else {

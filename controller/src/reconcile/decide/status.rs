@@ -32,8 +32,7 @@ pub const LAST_HANDLED_RECONCILE_AT: &str = "lastHandledReconcileAt";
 
 /// The parent's reconcile request, when it carries one.
 pub fn reconcile_request(parent: &Value) -> Option<&str> {
-    parent
-        .pointer("/metadata/annotations")?
+    crate::object::meta(parent, "annotations")?
         .get(RECONCILE_REQUESTED_AT)?
         .as_str()
 }

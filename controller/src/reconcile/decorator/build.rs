@@ -227,6 +227,7 @@ async fn resolve_attachments(
                 method,
                 options,
                 drift,
+                memo_salt: crate::reconcile::children::next_memo_salt(),
             },
         );
     }

@@ -74,7 +74,7 @@ pub async fn sync_target(
     d.ctx.hook_events(&target, &response.events).await;
     if decide::may_manage_children(&target, finalizing, fin) {
         let none = std::collections::BTreeSet::new();
-        let observed = (observed.as_slice(), &none);
+        let observed = (observed.as_slice(), &none, &none);
         manage_children(&d.child_set(writer), &target, observed, &desired).await?;
         d.ctx
             .wiring
