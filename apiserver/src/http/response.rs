@@ -1,8 +1,9 @@
 //! Building responses: JSON objects and lists, `Warning` headers, metadata-only and `Table`
 //! views, injected faults, streams.
 
-use crate::engine::{ListResult, Req};
+use crate::engine::{Inner, ListResult, Req};
 use crate::error::ApiError;
+use crate::store::Packed;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -58,6 +59,35 @@ pub(super) fn fault_response(code: u16, retry_after: u64) -> Response {
 
 /// Serialize a list without cloning items into one big `Value`.
 pub(super) fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u8> {
+    list_body_of(kind, api_version, res, |o, out| write_value(o, out))
+}
+
+/// The same for a list of stored objects: each one's stored text when it is in the list's
+/// version (nothing decoded), else decoded and converted.
+pub(super) fn list_body_stored(kind: &str, api_version: &str, res: ListResult<Packed>) -> Vec<u8> {
+    list_body_of(kind, api_version, res, |p, out| {
+        if p.head().get("apiVersion").and_then(Value::as_str) == Some(api_version) {
+            out.extend_from_slice(p.json());
+        } else {
+            write_value(&Inner::present(&p.value(), api_version), out);
+        }
+    })
+}
+
+/// One item's JSON (`null` for the impossible failure to serialise a `Value`).
+fn write_value(o: &Value, out: &mut Vec<u8>) {
+    if serde_json::to_writer(&mut *out, o).is_err() {
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// A list's body, each item written by `write`.
+fn list_body_of<T>(
+    kind: &str,
+    api_version: &str,
+    res: ListResult<T>,
+    write: impl Fn(&T, &mut Vec<u8>),
+) -> Vec<u8> {
     let mut md = json!({"resourceVersion": res.rv.to_string()});
     if let Some(c) = &res.continue_token {
         md["continue"] = json!(c);
@@ -82,9 +112,7 @@ pub(super) fn list_body(kind: &str, api_version: &str, res: ListResult) -> Vec<u
         if i > 0 {
             out.push(b',');
         }
-        if serde_json::to_writer(&mut out, &**item).is_err() {
-            out.extend_from_slice(b"null");
-        }
+        write(item, &mut out);
     }
     out.extend_from_slice(b"]}");
     out
@@ -158,5 +186,43 @@ mod tests {
         assert_eq!(v["metadata"]["resourceVersion"], "7");
         assert_eq!(v["metadata"]["remainingItemCount"], 3);
         assert_eq!(v["items"][0]["a"], 1);
+    }
+
+    #[test]
+    fn a_stored_list_is_written_as_the_decoded_one() {
+        let objs = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "a": {"z": 1, "b": [2]}}),
+            json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "x"}}),
+        ];
+        let list = |items| ListResult {
+            items,
+            rv: 3,
+            continue_token: None,
+            remaining: None,
+            shard: None,
+        };
+        let decoded = list_body(
+            "ConfigMapList",
+            "v1",
+            list(objs.iter().cloned().map(Arc::new).collect()),
+        );
+        let stored = list_body_stored(
+            "ConfigMapList",
+            "v1",
+            ListResult {
+                items: objs
+                    .iter()
+                    .map(|o| Packed::pack(&Arc::new(o.clone()), false))
+                    .collect(),
+                rv: 3,
+                continue_token: None,
+                remaining: None,
+                shard: None,
+            },
+        );
+        assert_eq!(
+            String::from_utf8(stored).unwrap(),
+            String::from_utf8(decoded).unwrap()
+        );
     }
 }

@@ -7,7 +7,8 @@ use super::params::{
     decode_body, delete_opts, get_rv, list_opts, media_type, parse_json, write_opts,
 };
 use super::response::{
-    json_response, list_body, obj_response, partial, table, wants_metadata, wants_table, warned,
+    json_response, list_body, list_body_stored, obj_response, partial, table, wants_metadata,
+    wants_table, warned,
 };
 use super::route::Route;
 use super::watch::{check_list_options, watch};
@@ -176,6 +177,14 @@ async fn list(call: Call<'_>) -> ApiResult<Response> {
     check_list_options(&call.q)?;
     if let Some(rv) = lopts.not_older_than() {
         call.state.reach_rv(rv).await?;
+    }
+    if !meta_only && !wants_table(&call.headers) {
+        // the items' stored texts are copied under the lock and written out after it
+        let res = call.state.lock().list_stored(&call.req, &lopts)?;
+        return Ok(json_response(
+            StatusCode::OK,
+            list_body_stored(&call.list_kind(), &call.api_version(), res),
+        ));
     }
     let res = call.state.lock().list(&call.req, &lopts)?;
     if wants_table(&call.headers) {
