@@ -220,9 +220,6 @@ mod tests {
                 shard: None,
             },
         );
-        assert_eq!(
-            String::from_utf8(stored).unwrap(),
-            String::from_utf8(decoded).unwrap()
-        );
+        assert_eq!(stored, decoded);
     }
 }
