@@ -142,7 +142,7 @@ pub async fn update_status(
     // Written on the version the sync read: a 409 means someone changed the parent since
     // (a spec edit, or a newer leader's status), and this status, computed from the older
     // version, must not overwrite it. The sync runs again on the newer version instead.
-    match kapi::replace_status_of(&api, meta_str(parent, "name"), &next).await {
+    match kapi::replace_status_of::<_, kapi::Stored>(&api, meta_str(parent, "name"), &next).await {
         Ok(written) => Ok(Some(written.metadata.resource_version.unwrap_or_default())),
         Err(e) if kapi::is_not_found(&e) => Ok(None),
         Err(e) if kapi::is_conflict(&e) => Err(SyncError::Stale(describe(parent))),

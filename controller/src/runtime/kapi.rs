@@ -114,24 +114,17 @@ pub async fn replace(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kub
 
 /// PUT /status, as raw JSON.
 pub async fn replace_status(api: &Api<DynamicObject>, obj: &Value) -> Result<Value, kube::Error> {
-    let req = request(api)
-        .replace_subresource(
-            "status",
-            meta_str(obj, "name"),
-            &PostParams::default(),
-            body(obj)?,
-        )
-        .map_err(kube::Error::BuildRequest)?;
-    send_raw(api, req, "replace_subresource").await
+    replace_status_of(api, meta_str(obj, "name"), obj).await
 }
 
-/// PUT `/status` of `obj` (any encoding of the object, e.g. a parent with its new status
-/// serialised in place); only the stored object's metadata is decoded from the answer.
-pub async fn replace_status_of<B: serde::Serialize>(
+/// PUT `/status` of the object `name`, the body any encoding of the object (e.g. a parent with
+/// its new status serialised in place), the answer decoded as `T` (e.g. [`Stored`]: only the
+/// stored object's metadata).
+pub async fn replace_status_of<B: serde::Serialize, T: serde::de::DeserializeOwned>(
     api: &Api<DynamicObject>,
     name: &str,
     obj: &B,
-) -> Result<Stored, kube::Error> {
+) -> Result<T, kube::Error> {
     let body = serde_json::to_vec(obj).map_err(kube::Error::SerdeError)?;
     let req = request(api)
         .replace_subresource("status", name, &PostParams::default(), body)
