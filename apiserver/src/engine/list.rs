@@ -168,15 +168,24 @@ impl ListOpts {
         })
     }
 
+    /// Whether an object matches, reading no more of it than the selectors need: nothing, its
+    /// `head`, or the `whole` object (`None`: there is no object, which matches nothing).
+    pub(crate) fn matches_with(
+        &self,
+        head: impl FnOnce() -> Option<Obj>,
+        whole: impl FnOnce() -> Option<Obj>,
+    ) -> bool {
+        let read = match (self.selects_all(), self.reads_only_head()) {
+            (true, _) => return true,
+            (false, true) => head(),
+            (false, false) => whole(),
+        };
+        read.is_some_and(|o| self.matches(&o))
+    }
+
     /// Whether a stored object matches, decoding it only when a selector needs to read it.
     pub(crate) fn matches_packed(&self, o: &Packed) -> bool {
-        if self.selects_all() {
-            true
-        } else if self.reads_only_head() {
-            self.matches(&o.head())
-        } else {
-            self.matches(&o.value())
-        }
+        self.matches_with(|| Some(Arc::new(o.head())), || Some(o.value()))
     }
 }
 

@@ -400,15 +400,13 @@ impl WatchTask {
         }
         // the selectors read the objects' heads, which the event holds decoded; only a field
         // selector on another field needs the objects whole
-        let (cur, prev) = if self.lopts.selects_all() {
-            (true, e.had_prev())
-        } else if self.lopts.reads_only_head() {
-            let matches = |o: &Obj| self.lopts.matches(o);
-            (matches(e.head()), e.prev_head().is_some_and(matches))
-        } else {
-            let matches = |o: Obj| self.lopts.matches(&o);
-            (matches(e.obj()), e.prev().is_some_and(matches))
-        };
+        let cur = self
+            .lopts
+            .matches_with(|| Some(e.head().clone()), || Some(e.obj()));
+        let prev = e.had_prev()
+            && self
+                .lopts
+                .matches_with(|| e.prev_head().cloned(), || e.prev());
         let ty = event_type(&e.ty, cur, prev)?;
         let same_version =
             e.head().get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
