@@ -261,7 +261,7 @@ async fn run_elected_manager(
 /// Runs the manager on a sharded replica: the bucket Lease loop beside it, every held bucket
 /// handed over at shutdown before the manager stops.
 async fn run_sharded_manager(
-    lease_client: kube::Client,
+    lease_config: kube::Config,
     cfg: ShardConfig,
     client: kube::Client,
     manager: Manager,
@@ -270,7 +270,7 @@ async fn run_sharded_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    kmeta::coord::shard::run_sharded(lease_client, cfg, shutdown, move |token| {
+    kmeta::coord::shard::run_sharded(lease_config, cfg, shutdown, move |token| {
         run_manager_into(slot, client, manager, token, bound)
     })
     .await
@@ -411,15 +411,12 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         (Some(namespace), Some(flags), Some(shards), _) => {
             let identity = identity.unwrap_or_else(kmeta::coord::leader::default_identity);
             let cfg = shard_config(flags, namespace, identity, shards, metrics.clone());
-            // the Lease loop has its own client and no client-side limit: its traffic is
-            // bounded by design (a LIST, a GET and one write per held bucket per retry period:
-            // 37 requests every 2 s for a lone replica of 32 buckets), and at --client-go-qps 5
-            // renewals would queue past their deadline and the buckets be lost (found by the
-            // scenario)
-            let unlimited = RateLimit { qps: 0.0, burst: 0 };
-            let lease_client = client::build(kube_config, unlimited, metrics)
-                .map_err(|e| RunError::Client(e.to_string()))?;
-            run_sharded_manager(lease_client, cfg, clients.work, manager, shutdown, bound).await
+            // the Lease loop runs on a thread of its own with its own client and no
+            // client-side limit: its traffic is bounded by design (a LIST, a GET and one write
+            // per held bucket per retry period: 37 requests every 2 s for a lone replica of 32
+            // buckets), and at --client-go-qps 5 renewals would queue past their deadline and
+            // the buckets be lost (found by the scenario)
+            run_sharded_manager(kube_config, cfg, clients.work, manager, shutdown, bound).await
         }
         (Some(namespace), _, _, Some(flags)) => {
             let leader = leader_config(flags, namespace, identity, &probes, &metrics, fence);

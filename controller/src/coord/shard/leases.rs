@@ -31,6 +31,7 @@ use super::state::Previous;
 use super::{Bucket, BucketView, Shards, Step, plan};
 use crate::coord::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
+use crate::ops::ratelimit::RateLimit;
 use crate::runtime::kapi::is_conflict;
 
 /// The label every Lease of a shard set carries, valued with the set's prefix.
@@ -86,6 +87,12 @@ pub enum ShardError {
     /// The configuration is unusable.
     #[error("invalid sharding config: {0}")]
     InvalidConfig(String),
+    /// The Lease loop's client could not be made from the kubeconfig.
+    #[error("building the shard Lease client: {0}")]
+    Client(String),
+    /// The Lease loop's thread or runtime could not be started.
+    #[error("starting the shard Lease loop's thread: {0}")]
+    Thread(String),
 }
 
 impl ShardConfig {
@@ -194,6 +201,19 @@ impl HandoffReason {
     }
 }
 
+/// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
+/// the Lease to renew, or why the bucket is lost.
+fn renewal(base: Option<Lease>, identity: &str) -> Result<Lease, String> {
+    match base {
+        None => Err("its Lease was deleted".to_owned()),
+        Some(l) if leader::holder(&l) != Some(identity) => Err(format!(
+            "its Lease is now held by {}",
+            leader::holder(&l).unwrap_or("nobody")
+        )),
+        Some(lease) => Ok(lease),
+    }
+}
+
 /// The loop's state.
 struct Loop {
     api: Api<Lease>,
@@ -209,11 +229,18 @@ struct Loop {
     legacy: LegacyGuard,
 }
 
-/// Runs `work` on a sharded replica: the bucket Lease loop alongside it until `shutdown`; then
-/// the member Lease is deleted, every bucket handed over (its syncs drained first, bounded by
-/// the drain timeout), and the work's token cancelled; returns when the work has returned.
+/// Runs `work` on a sharded replica: the bucket Lease loop beside it, on a thread and runtime
+/// of its own with a client of its own made from `config` (no client-side rate limit), until
+/// `shutdown`; then the member Lease is deleted, every bucket handed over (its syncs drained
+/// first, bounded by the drain timeout), and the work's token cancelled; returns when the work
+/// has returned.
+///
+/// The loop's own thread keeps its renewals on time however busy the work's runtime is: a
+/// tokio task is never pre-empted, so a renewal timer due while the work's threads run
+/// thousands of ready syncs waits behind them, and a bucket not renewed within the renew
+/// deadline is lost (`docs/design/sharding.md`, "The Lease loop's thread").
 pub async fn run_sharded<F, Fut>(
-    client: kube::Client,
+    config: kube::Config,
     cfg: ShardConfig,
     shutdown: CancellationToken,
     work: F,
@@ -226,9 +253,20 @@ where
     if let Some(m) = &cfg.metrics {
         cfg.shards.report_to(m.clone());
     }
-    let legacy = LegacyGuard::new(cfg.lease(cfg.leader_lease.clone()));
-    let mut state = Loop {
-        legacy,
+    let metrics = cfg.metrics.clone().unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ShardError::Thread(e.to_string()))?;
+    let client = {
+        // the client's buffer task is spawned on the loop's runtime
+        let _inside = runtime.enter();
+        let unlimited = RateLimit { qps: 0.0, burst: 0 };
+        crate::ops::client::build(config, unlimited, metrics)
+            .map_err(|e| ShardError::Client(e.to_string()))?
+    };
+    let state = Loop {
+        legacy: LegacyGuard::new(cfg.lease(cfg.leader_lease.clone())),
         api: Api::namespaced(client, &cfg.namespace),
         cfg,
         observed: HashMap::new(),
@@ -236,22 +274,37 @@ where
         member: None,
         mismatch: None,
     };
+    let stop = CancellationToken::new();
+    let work_runtime = tokio::runtime::Handle::current();
+    let loop_stop = stop.clone();
+    let (done_tx, mut done) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("kmeta-shard-leases".into())
+        .spawn(move || {
+            runtime.block_on(state.run(loop_stop, work_runtime));
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| ShardError::Thread(e.to_string()))?;
     let token = CancellationToken::new();
     let work = work(token.clone());
     tokio::pin!(work);
-    let mut returned = false;
-    loop {
-        let wait = leader::jittered(state.cfg.retry_period);
+    let mut returned = tokio::select! {
+        biased;
+        () = shutdown.cancelled() => false,
+        () = &mut work => true,
+    };
+    stop.cancel();
+    // the loop hands every bucket over while the work drains its syncs, then ends
+    let mut handed_over = false;
+    if !returned {
         tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            () = &mut work, if !returned => { returned = true; break; }
-            () = tokio::time::sleep(wait) => {}
+            _ = &mut done => handed_over = true,
+            () = &mut work => returned = true,
         }
-        state.round(false).await;
-        state.cfg.shards.publish_watches();
     }
-    state.shut_down().await;
+    if !handed_over {
+        let _ = done.await;
+    }
     token.cancel();
     if !returned {
         work.await;
@@ -260,6 +313,24 @@ where
 }
 
 impl Loop {
+    /// The loop on its own thread until `stop`, then the shutdown's hand-overs. Each round's
+    /// watch selection runs in the context of `work_runtime` (the tasks awaiting a gained
+    /// bucket's lists belong to the work).
+    async fn run(mut self, stop: CancellationToken, work_runtime: tokio::runtime::Handle) {
+        loop {
+            let wait = leader::jittered(self.cfg.retry_period);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+            self.round(false).await;
+            let _work = work_runtime.enter();
+            self.cfg.shards.publish_watches();
+        }
+        self.shut_down().await;
+    }
+
     fn bucket_cfg(&self, b: Bucket) -> LeaderConfig {
         self.cfg.lease(self.cfg.bucket_lease(b))
     }
@@ -310,6 +381,7 @@ impl Loop {
         if stopping || self.bucket_count_mismatch(&by_name) || self.blocked(&members).await {
             return;
         }
+        let mut takes = Vec::new();
         for step in plan(
             &self.cfg.identity,
             members.len(),
@@ -317,13 +389,11 @@ impl Loop {
             self.cfg.lease_duration,
         ) {
             match step {
-                Step::Acquire(b) => {
-                    self.acquire(b, by_name.get(&self.cfg.bucket_lease(b)))
-                        .await
-                }
+                Step::Acquire(b) => takes.push(b),
                 Step::Release(b) => self.hand_over(b, HandoffReason::Rebalance),
             }
         }
+        self.acquire_all(&takes, &by_name).await;
     }
 
     /// Whether a process outside the set holds the leader Lease: then every held bucket is
@@ -399,52 +469,69 @@ impl Loop {
         lease
     }
 
-    /// Renews every held bucket; a bucket now held by another, deleted, or not renewed within
-    /// the renew deadline is lost.
+    /// Renews every held bucket, all at once (a round lasts one answer, however many it
+    /// holds); a bucket now held by another, deleted, or not renewed within the renew deadline
+    /// is lost.
     async fn renew_held(&mut self, listed: &HashMap<String, Lease>) {
-        let buckets: Vec<Bucket> = self.held.keys().copied().collect();
-        for b in buckets {
-            let name = self.cfg.bucket_lease(b);
-            let cfg = self.bucket_cfg(b);
-            let Some(held) = self.held.get_mut(&b) else {
-                continue;
-            };
+        let identity = self.cfg.identity.clone();
+        let mut renewals = Vec::new();
+        let mut lost = Vec::new();
+        for (b, held) in &mut self.held {
+            let name = self.cfg.bucket_lease(*b);
             let base = held.lease.take().or_else(|| listed.get(&name).cloned());
-            let lost = match base {
-                None => Some("its Lease was deleted".to_owned()),
-                Some(l) if leader::holder(&l) != Some(cfg.identity.as_str()) => Some(format!(
-                    "its Lease is now held by {}",
-                    leader::holder(&l).unwrap_or("nobody")
-                )),
-                Some(mut lease) => {
-                    let started = Instant::now();
+            match renewal(base, &identity) {
+                Ok(mut lease) => {
+                    let cfg = self.cfg.lease(name.clone());
                     lease.spec = Some(leader::held_spec(lease.spec.as_ref(), Action::Renew, &cfg));
-                    match self
-                        .api
-                        .replace(&name, &PostParams::default(), &lease)
-                        .await
-                    {
-                        Ok(written) => {
-                            held.lease = Some(written);
-                            held.renewed_at = started;
-                            self.cfg
-                                .shards
-                                .renewed(b, started + self.cfg.renew_deadline, false);
-                            None
-                        }
-                        Err(e) if is_conflict(&e) => None,
-                        Err(e) => {
-                            tracing::warn!(lease = %name, error = %e, "renewing a bucket Lease failed");
-                            None
-                        }
-                    }
+                    renewals.push((*b, name, lease));
                 }
-            };
-            if let Some(reason) = lost {
-                self.lose(b, &reason);
+                Err(reason) => lost.push((*b, reason)),
             }
         }
+        let api = &self.api;
+        let answers =
+            futures::future::join_all(renewals.into_iter().map(|(b, name, lease)| async move {
+                let started = Instant::now();
+                let written = api.replace(&name, &PostParams::default(), &lease).await;
+                (b, name, started, written)
+            }))
+            .await;
+        for (b, name, started, written) in answers {
+            if let Some(m) = &self.cfg.metrics {
+                m.shard_renewal_seconds(started.elapsed().as_secs_f64());
+            }
+            self.renewal_answered(b, &name, started, written);
+        }
+        for (b, reason) in lost {
+            self.lose(b, &reason);
+        }
         self.expire_unrenewed(Instant::now());
+    }
+
+    /// Records the answer to the renewal of `b` sent at `started`: a renewal opens the bucket's
+    /// fence until `started` + the renew deadline; a conflict or an error leaves it to the next
+    /// round (the deadline decides).
+    fn renewal_answered(
+        &mut self,
+        b: Bucket,
+        name: &str,
+        started: Instant,
+        written: Result<Lease, kube::Error>,
+    ) {
+        let Some(held) = self.held.get_mut(&b) else {
+            return;
+        };
+        match written {
+            Ok(written) => {
+                held.lease = Some(written);
+                held.renewed_at = started;
+                self.cfg
+                    .shards
+                    .renewed(b, started + self.cfg.renew_deadline, false);
+            }
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => tracing::warn!(lease = %name, error = %e, "renewing a bucket Lease failed"),
+        }
     }
 
     /// Gives up every held bucket whose last renewal is older than the renew deadline (its
@@ -654,21 +741,49 @@ impl Loop {
         Some((*seen, previous))
     }
 
-    /// Tries to take `b` (created when it has no Lease yet).
-    async fn acquire(&mut self, b: Bucket, current: Option<&Lease>) {
-        let name = self.cfg.bucket_lease(b);
-        let cfg = self.bucket_cfg(b);
-        let started = Instant::now();
-        let handed_from = self.handed_from(&name, current);
-        let written = match current {
-            None => {
-                let lease = self.new_lease(
-                    &name,
-                    "bucket",
-                    leader::held_spec(None, Action::Create, &cfg),
-                );
-                self.api.create(&PostParams::default(), &lease).await
+    /// Tries to take every bucket of `takes`, all at once (created when it has no Lease yet):
+    /// taking over a killed replica's buckets lasts one answer, however many it held.
+    async fn acquire_all(&mut self, takes: &[Bucket], listed: &HashMap<String, Lease>) {
+        let writes: Vec<_> = takes
+            .iter()
+            .map(|b| {
+                let name = self.cfg.bucket_lease(*b);
+                let current = listed.get(&name);
+                let handed_from = self.handed_from(&name, current);
+                let lease = self.acquisition(*b, &name, current);
+                (*b, name, handed_from, current.is_none(), lease)
+            })
+            .collect();
+        let api = &self.api;
+        let answers = futures::future::join_all(writes.into_iter().map(
+            |(b, name, handed_from, create, lease)| async move {
+                let started = Instant::now();
+                let written = match create {
+                    true => api.create(&PostParams::default(), &lease).await,
+                    false => api.replace(&name, &PostParams::default(), &lease).await,
+                };
+                (b, name, handed_from, started, written)
+            },
+        ))
+        .await;
+        for (b, name, handed_from, started, written) in answers {
+            match written {
+                Ok(lease) => self.acquired(b, &name, handed_from, started, lease),
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => tracing::warn!(lease = %name, error = %e, "taking a shard bucket failed"),
             }
+        }
+    }
+
+    /// The Lease that takes `b` from `current` (a new one when it has none yet).
+    fn acquisition(&self, b: Bucket, name: &str, current: Option<&Lease>) -> Lease {
+        let cfg = self.bucket_cfg(b);
+        match current {
+            None => self.new_lease(
+                name,
+                "bucket",
+                leader::held_spec(None, Action::Create, &cfg),
+            ),
             Some(l) => {
                 let mut lease = l.clone();
                 lease.spec = Some(leader::held_spec(
@@ -678,34 +793,37 @@ impl Loop {
                 ));
                 let annotations = lease.metadata.annotations.get_or_insert_default();
                 annotations.extend(self.set_annotations());
-                self.api
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
+                lease
             }
-        };
-        match written {
-            Ok(lease) => {
-                if let Some((since, previous)) = handed_from {
-                    self.cfg.shards.taken_over(b, since, previous);
-                }
-                self.observe(&name, Some(&lease), Instant::now());
-                self.held.insert(
-                    b,
-                    Held {
-                        lease: Some(lease),
-                        renewed_at: started,
-                        handing_over: None,
-                    },
-                );
-                self.cfg
-                    .shards
-                    .renewed(b, started + self.cfg.renew_deadline, true);
-                self.count_handoff(b, HandoffReason::Rebalance, true);
-                tracing::info!(bucket = %b, identity = %self.cfg.identity, "acquired a shard bucket");
-            }
-            Err(e) if is_conflict(&e) => {}
-            Err(e) => tracing::warn!(lease = %name, error = %e, "taking a shard bucket failed"),
         }
+    }
+
+    /// `b` was taken with `lease` by a write sent at `started`: its fence opens.
+    fn acquired(
+        &mut self,
+        b: Bucket,
+        name: &str,
+        handed_from: Option<(Instant, Previous)>,
+        started: Instant,
+        lease: Lease,
+    ) {
+        if let Some((since, previous)) = handed_from {
+            self.cfg.shards.taken_over(b, since, previous);
+        }
+        self.observe(name, Some(&lease), Instant::now());
+        self.held.insert(
+            b,
+            Held {
+                lease: Some(lease),
+                renewed_at: started,
+                handing_over: None,
+            },
+        );
+        self.cfg
+            .shards
+            .renewed(b, started + self.cfg.renew_deadline, true);
+        self.count_handoff(b, HandoffReason::Rebalance, true);
+        tracing::info!(bucket = %b, identity = %self.cfg.identity, "acquired a shard bucket");
     }
 
     /// Shutdown: the member Lease deleted (the others raise their share), then every bucket
@@ -731,5 +849,104 @@ impl Loop {
             self.cfg.shards.give_up(b);
         }
         self.legacy.release(&self.api).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn lease_held_by(holder: Option<&str>) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn a_held_bucket_is_renewed_only_while_its_lease_names_this_replica() {
+        assert!(renewal(Some(lease_held_by(Some("me"))), "me").is_ok());
+        let taken = renewal(Some(lease_held_by(Some("other"))), "me").unwrap_err();
+        assert!(taken.contains("held by other"), "{taken}");
+        let released = renewal(Some(lease_held_by(None)), "me").unwrap_err();
+        assert!(released.contains("held by nobody"), "{released}");
+        let deleted = renewal(None, "me").unwrap_err();
+        assert!(deleted.contains("deleted"), "{deleted}");
+    }
+
+    /// The work's runtime blocked for three renew deadlines (its only thread busy, as a
+    /// saturated runtime's timers are late): the Lease loop, on its own thread, keeps every
+    /// bucket, and at shutdown releases them all.
+    #[cfg(feature = "embedded-apiserver")]
+    #[test]
+    fn a_blocked_work_runtime_loses_no_bucket() -> anyhow::Result<()> {
+        let server_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let server = server_runtime.block_on(kmeta_apiserver::TestServer::start())?;
+        let config = kube::Config::new(server.url().parse()?);
+        let shards = Shards::new(2);
+        let metrics = Arc::new(Metrics::default());
+        let renew_deadline = Duration::from_millis(1000);
+        let cfg = ShardConfig {
+            lease_duration: Duration::from_millis(1500),
+            renew_deadline,
+            retry_period: Duration::from_millis(100),
+            drain_timeout: Duration::from_millis(500),
+            metrics: Some(metrics.clone()),
+            ..ShardConfig::new("default".into(), "replica-a".into(), shards.clone())
+        };
+        let every = Bucket::all(2).count();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let work_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let held_after_block = work_runtime.block_on(run_sharded(config, cfg, shutdown, |token| {
+            let shards = shards.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while shards.held().len() < every && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                assert_eq!(shards.held().len(), every, "took every bucket within 20 s");
+                // the runtime's only thread busy: no timer of this runtime fires
+                std::thread::sleep(renew_deadline * 3);
+                assert_eq!(shards.held().len(), every, "kept every bucket");
+                // and renewed it in time: the cluster bucket's fence never closed
+                let write = shards.permits(None, "/api/v1/nodes", Instant::now());
+                assert!(write.is_ok(), "the fence closed: {write:?}");
+                stop.cancel();
+                token.cancelled().await;
+            }
+        }));
+        held_after_block?;
+        let text = metrics.encode();
+        assert!(
+            !text.contains("reason=\"lost\""),
+            "a bucket was lost:\n{text}"
+        );
+        assert!(
+            shards.held().is_empty(),
+            "every bucket given up at shutdown"
+        );
+        let url = server.url().parse()?;
+        let released = server_runtime.block_on(async {
+            let client = kube::Client::try_from(kube::Config::new(url))?;
+            let leases: Api<Lease> = Api::namespaced(client, "default");
+            let selector = format!("{ROLE_LABEL}=bucket");
+            leases.list(&ListParams::default().labels(&selector)).await
+        })?;
+        assert_eq!(released.items.len(), every);
+        for l in released.items {
+            assert_eq!(leader::holder(&l), None, "{:?} released", l.metadata.name);
+        }
+        server_runtime.block_on(server.shutdown());
+        Ok(())
     }
 }

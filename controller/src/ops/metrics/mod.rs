@@ -254,6 +254,7 @@ struct ShardSeries {
     members: Gauge,
     handoffs: Family<HandoffLabels, Counter>,
     handoff_seconds: HistogramFamily<PreviousLabels>,
+    renewal_seconds: Histogram,
     parents: Family<ControllerLabels, Gauge>,
 }
 
@@ -264,6 +265,7 @@ impl Default for ShardSeries {
             members: Gauge::default(),
             handoffs: Family::default(),
             handoff_seconds: Family::new_with_constructor(handoff_histogram),
+            renewal_seconds: renewal_histogram(),
             parents: Family::default(),
         }
     }
@@ -273,6 +275,12 @@ impl Default for ShardSeries {
 /// `--shard-lease-duration` plus a large range's list.
 fn handoff_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
+/// 5 ms … 20 s: a Lease write answered at once, up to one later than the default 10 s renew
+/// deadline.
+fn renewal_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 13))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -644,6 +652,11 @@ impl Metrics {
             self.shard.handoff_seconds.clone(),
         );
         r.register(
+            "kmeta_shard_renewal_seconds",
+            "seconds from sending a renewal of a held shard bucket's Lease to the API server's answer (a bucket not renewed within --shard-renew-deadline is lost)",
+            self.shard.renewal_seconds.clone(),
+        );
+        r.register(
             "kmeta_shard_parents",
             "parents (of a DecoratorController: targets) of each controller in the shard buckets this replica works on, counted every 5 s (--sharding)",
             self.shard.parents.clone(),
@@ -1001,6 +1014,11 @@ impl Metrics {
             .handoff_seconds
             .get_or_create(&PreviousLabels { previous })
             .observe(seconds);
+    }
+
+    /// A renewal of a held shard bucket's Lease answered after `seconds`.
+    pub(crate) fn shard_renewal_seconds(&self, seconds: f64) {
+        self.shard.renewal_seconds.observe(seconds);
     }
 
     /// The parents of `controller` in the shard buckets this replica works on.
