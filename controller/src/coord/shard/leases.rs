@@ -227,7 +227,15 @@ struct Loop {
     mismatch: Option<String>,
     /// The guard on the leader-election Lease.
     legacy: LegacyGuard,
+    /// Every identity seen holding a member Lease of the set (live or expired) within
+    /// [`KNOWN_FOR`], and when it was last seen so.
+    known: HashMap<String, Instant>,
 }
+
+/// How long a replica seen holding a member Lease is remembered as one of the set: a killed
+/// member's member Lease expires while its leader Lease may still be held (they were renewed
+/// moments apart); an hour is many lease durations and bounds the memory of rolled pods.
+const KNOWN_FOR: Duration = Duration::from_secs(3600);
 
 /// Runs `work` on a sharded replica: the bucket Lease loop beside it, on a thread and runtime
 /// of its own with a client of its own made from `config` (no client-side rate limit), until
@@ -273,6 +281,7 @@ where
         held: BTreeMap::new(),
         member: None,
         mismatch: None,
+        known: HashMap::new(),
     };
     let stop = CancellationToken::new();
     let work_runtime = tokio::runtime::Handle::current();
@@ -378,7 +387,7 @@ impl Loop {
         if let Some(m) = &self.cfg.metrics {
             m.shard_members(members.len());
         }
-        if stopping || self.bucket_count_mismatch(&by_name) || self.blocked(&members).await {
+        if stopping || self.bucket_count_mismatch(&by_name) || self.blocked().await {
             return;
         }
         let mut takes = Vec::new();
@@ -397,9 +406,13 @@ impl Loop {
     }
 
     /// Whether a process outside the set holds the leader Lease: then every held bucket is
-    /// handed over and none taken (logged when it changes, named on `/readyz`).
-    async fn blocked(&mut self, members: &BTreeSet<String>) -> bool {
-        let blocked = match self.legacy.check(&self.api, members).await {
+    /// handed over and none taken (logged when it changes, named on `/readyz`). A holder that
+    /// held a member Lease of the set (live or expired) is of the set: a killed member's
+    /// leader Lease is waited out, not taken for a leader-mode process's.
+    async fn blocked(&mut self) -> bool {
+        let mut of_set: BTreeSet<String> = self.known.keys().cloned().collect();
+        of_set.insert(self.cfg.identity.clone());
+        let blocked = match self.legacy.check(&self.api, &of_set).await {
             Some(verdict) => verdict,
             None => self.cfg.shards.blocked(),
         };
@@ -633,6 +646,9 @@ impl Loop {
                 continue;
             }
             let seen = self.observe(name, Some(lease), now);
+            if let Some(h) = leader::holder(lease) {
+                self.known.insert(h.to_owned(), now);
+            }
             let cfg = self.cfg.lease(name.clone());
             if matches!(
                 leader::decide(Some(lease), seen, now, &cfg),
@@ -644,6 +660,8 @@ impl Loop {
         }
         // this replica, whose member Lease may not be written yet
         members.insert(self.cfg.identity.clone());
+        self.known
+            .retain(|_, seen| now.saturating_duration_since(*seen) < KNOWN_FOR);
         let mut views = Vec::new();
         for b in Bucket::all(self.cfg.shards.buckets()) {
             let name = self.cfg.bucket_lease(b);
@@ -856,6 +874,7 @@ impl Loop {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn lease_held_by(holder: Option<&str>) -> Lease {
         Lease {
@@ -947,6 +966,101 @@ mod tests {
             assert_eq!(leader::holder(&l), None, "{:?} released", l.metadata.name);
         }
         server_runtime.block_on(server.shutdown());
+        Ok(())
+    }
+
+    /// A Lease named `name` held by `killed` for 1 s, renewed now; with `role`, of the set.
+    #[cfg(feature = "embedded-apiserver")]
+    fn held_by_killed(name: &str, role: Option<&str>) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(name.to_owned());
+        if let Some(role) = role {
+            lease.metadata.labels = Some(
+                [
+                    (SET_LABEL.to_owned(), "kmeta-shard".to_owned()),
+                    (ROLE_LABEL.to_owned(), role.to_owned()),
+                ]
+                .into(),
+            );
+        }
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some("killed".into()),
+            lease_duration_seconds: Some(1),
+            renew_time: Some(MicroTime(jiff::Timestamp::now())),
+            ..LeaseSpec::default()
+        });
+        lease
+    }
+
+    /// A killed member held the leader Lease: its member Lease expires (here, on purpose) while
+    /// its leader Lease is still renewed for a while. The survivor must wait the leader Lease
+    /// out, not take the member for a leader-mode process and hand every bucket over.
+    #[cfg(feature = "embedded-apiserver")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_member_holding_the_leader_lease_blocks_nothing() -> anyhow::Result<()> {
+        let server = kmeta_apiserver::TestServer::start().await?;
+        let url: http::Uri = server.url().parse()?;
+        let leases: Api<Lease> = Api::namespaced(
+            kube::Client::try_from(kube::Config::new(url.clone()))?,
+            "default",
+        );
+        let shards = Shards::new(2);
+        let metrics = Arc::new(Metrics::default());
+        let cfg = ShardConfig {
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1200),
+            retry_period: Duration::from_millis(100),
+            drain_timeout: Duration::from_millis(500),
+            metrics: Some(metrics.clone()),
+            ..ShardConfig::new("default".into(), "survivor".into(), shards.clone())
+        };
+        let pp = PostParams::default();
+        leases
+            .create(
+                &pp,
+                &held_by_killed("kmeta-shard-member-killed", Some("member")),
+            )
+            .await?;
+        let mut leader_lease = leases
+            .create(&pp, &held_by_killed("metacontroller", None))
+            .await?;
+        let shutdown = CancellationToken::new();
+        let replica = tokio::spawn(run_sharded(
+            kube::Config::new(url),
+            cfg,
+            shutdown.clone(),
+            |token| async move { token.cancelled().await },
+        ));
+        // the leader Lease renewed for 2.5 s more; its member Lease expires after 1 s
+        let renewed_until = Instant::now() + Duration::from_millis(2500);
+        while Instant::now() < renewed_until {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Some(spec) = leader_lease.spec.as_mut() {
+                spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            }
+            leader_lease = leases.replace("metacontroller", &pp, &leader_lease).await?;
+        }
+        let every = Bucket::all(2).count();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let taken = leases.get("metacontroller").await?;
+            if leader::holder(&taken) == Some("survivor") && shards.held().len() == every {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "took neither the leader Lease nor every bucket"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let text = metrics.encode();
+        assert!(
+            !text.contains("reason=\"blocked\""),
+            "buckets were handed over as if a leader-mode process held the leader Lease:\n{text}"
+        );
+        shutdown.cancel();
+        replica.await??;
+        server.shutdown().await;
         Ok(())
     }
 }

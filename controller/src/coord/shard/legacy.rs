@@ -24,14 +24,17 @@ pub(crate) enum Verdict {
     Renew,
     /// It is free or expired: take it (the set may work once someone of it holds it).
     Acquire,
-    /// Another live member holds it: the set may work.
+    /// Another member of the set holds it (alive, or killed and its Lease not expired yet): the
+    /// set may work.
     Clear,
     /// A process outside the set holds it: no bucket may be held.
     Blocked(String),
 }
 
 /// The verdict for the Lease's `action` as [`leader::decide`] sees it, its `holder`, and the
-/// set's live `members`.
+/// identities of the set's `members`: every replica seen holding a member Lease, expired ones
+/// too (a killed member's member Lease can expire a round before its leader Lease does; counted
+/// as outside the set, it would make every replica hand every bucket over).
 pub(crate) fn verdict(action: Action, holder: Option<&str>, members: &BTreeSet<String>) -> Verdict {
     match action {
         Action::Renew => Verdict::Renew,
