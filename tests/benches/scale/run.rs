@@ -61,8 +61,13 @@ impl Controller {
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
             .arg(format!("--workers={}", case.workers))
             .arg(format!("--client-go-qps={}", case.qps))
-            .args(["--discovery-interval=1s", "--log-level=warn"])
+            .arg("--discovery-interval=1s")
             .args(extra);
+        // a sharded replica's bucket moves (acquired, handed over, listed) are logged at info
+        cmd.arg(match case.replicas {
+            1 => "--log-level=warn",
+            _ => "--log-level=warn,kmeta::coord=info",
+        });
         let name = match case.replicas {
             1 => "kmeta".to_owned(),
             _ => format!("kmeta-{replica}"),

@@ -261,39 +261,8 @@ where
     if let Some(m) = &cfg.metrics {
         cfg.shards.report_to(m.clone());
     }
-    let metrics = cfg.metrics.clone().unwrap_or_default();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ShardError::Thread(e.to_string()))?;
-    let client = {
-        // the client's buffer task is spawned on the loop's runtime
-        let _inside = runtime.enter();
-        let unlimited = RateLimit { qps: 0.0, burst: 0 };
-        crate::ops::client::build(config, unlimited, metrics)
-            .map_err(|e| ShardError::Client(e.to_string()))?
-    };
-    let state = Loop {
-        legacy: LegacyGuard::new(cfg.lease(cfg.leader_lease.clone())),
-        api: Api::namespaced(client, &cfg.namespace),
-        cfg,
-        observed: HashMap::new(),
-        held: BTreeMap::new(),
-        member: None,
-        mismatch: None,
-        known: HashMap::new(),
-    };
     let stop = CancellationToken::new();
-    let work_runtime = tokio::runtime::Handle::current();
-    let loop_stop = stop.clone();
-    let (done_tx, mut done) = tokio::sync::oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name("kmeta-shard-leases".into())
-        .spawn(move || {
-            runtime.block_on(state.run(loop_stop, work_runtime));
-            let _ = done_tx.send(());
-        })
-        .map_err(|e| ShardError::Thread(e.to_string()))?;
+    let mut done = Loop::start(config, cfg, stop.clone()).await?;
     let token = CancellationToken::new();
     let work = work(token.clone());
     tokio::pin!(work);
@@ -322,6 +291,69 @@ where
 }
 
 impl Loop {
+    /// Starts the loop on a thread of its own, with a current-thread runtime and a client made
+    /// from `config` on it; the receiver completes once the loop has stopped (after `stop`) and
+    /// handed every bucket over.
+    async fn start(
+        config: kube::Config,
+        cfg: ShardConfig,
+        stop: CancellationToken,
+    ) -> Result<tokio::sync::oneshot::Receiver<()>, ShardError> {
+        let work_runtime = tokio::runtime::Handle::current();
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("kmeta-shard-leases".into())
+            .spawn(move || {
+                let (runtime, state) = match Loop::on_this_thread(config, cfg) {
+                    Ok(started) => started,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                runtime.block_on(state.run(stop, work_runtime));
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| ShardError::Thread(e.to_string()))?;
+        match ready.await {
+            Ok(Ok(())) => Ok(done),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ShardError::Thread("the Lease loop's thread ended".into())),
+        }
+    }
+
+    /// The loop's runtime and state, its client made on that runtime (its buffer task runs
+    /// there).
+    fn on_this_thread(
+        config: kube::Config,
+        cfg: ShardConfig,
+    ) -> Result<(tokio::runtime::Runtime, Loop), ShardError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ShardError::Thread(e.to_string()))?;
+        let client = {
+            let _inside = runtime.enter();
+            let unlimited = RateLimit { qps: 0.0, burst: 0 };
+            let metrics = cfg.metrics.clone().unwrap_or_default();
+            crate::ops::client::build(config, unlimited, metrics)
+                .map_err(|e| ShardError::Client(e.to_string()))?
+        };
+        let state = Loop {
+            legacy: LegacyGuard::new(cfg.lease(cfg.leader_lease.clone())),
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+            observed: HashMap::new(),
+            held: BTreeMap::new(),
+            member: None,
+            mismatch: None,
+            known: HashMap::new(),
+        };
+        Ok((runtime, state))
+    }
+
     /// The loop on its own thread until `stop`, then the shutdown's hand-overs. Each round's
     /// watch selection runs in the context of `work_runtime` (the tasks awaiting a gained
     /// bucket's lists belong to the work).
