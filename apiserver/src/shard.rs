@@ -185,7 +185,19 @@ impl ShardSelector {
 
     /// Whether `obj` is in one of the ranges.
     pub(crate) fn matches(&self, obj: &Value) -> bool {
-        let h = u128::from(fnv1a64(self.field.value(obj).as_bytes()));
+        self.holds(self.field.value(obj))
+    }
+
+    /// Whether an object in `namespace` is in one of the ranges, when the selector reads the
+    /// namespace (an object's key names it: no need to read the object); `None` when it reads
+    /// another field.
+    pub(crate) fn matches_namespace(&self, namespace: &str) -> Option<bool> {
+        (self.field == ShardField::Namespace).then(|| self.holds(namespace))
+    }
+
+    /// Whether the hash of `value` falls in one of the ranges.
+    fn holds(&self, value: &str) -> bool {
+        let h = u128::from(fnv1a64(value.as_bytes()));
         self.ranges
             .iter()
             .any(|r| u128::from(r.start) <= h && h < r.end)

@@ -187,6 +187,27 @@ impl ListOpts {
     pub(crate) fn matches_packed(&self, o: &Packed) -> bool {
         self.matches_with(|| Some(Arc::new(o.head())), || Some(o.value()))
     }
+
+    /// A test of stored objects by their keys alone, when the only selector is a shard
+    /// selector on the namespace (a sharded watch's list): each key's namespace is hashed
+    /// once per run of keys in the same namespace, and no object is read. `None` when another
+    /// selector needs the objects.
+    pub(crate) fn by_key_namespace(&self) -> Option<impl FnMut(&Key) -> bool + '_> {
+        let shard = self.shard.as_ref()?;
+        if !self.label.is_empty() || !self.field.0.is_empty() {
+            return None;
+        }
+        shard.matches_namespace("")?;
+        let mut last: Option<(String, bool)> = None;
+        Some(move |k: &Key| match &last {
+            Some((ns, hit)) if *ns == k.ns => *hit,
+            _ => {
+                let hit = shard.matches_namespace(&k.ns).unwrap_or(false);
+                last = Some((k.ns.clone(), hit));
+                hit
+            }
+        })
+    }
 }
 
 impl Inner {
@@ -252,9 +273,13 @@ impl Inner {
                 shard,
             });
         }
+        let mut by_key = opts.by_key_namespace();
         let matching = snap
             .range(after.as_ref())
-            .filter(|(_, o)| opts.matches_packed(o));
+            .filter(|(k, o)| match &mut by_key {
+                Some(in_shard) => in_shard(k),
+                None => opts.matches_packed(o),
+            });
         // kube-apiserver counts the rest only without a shard selector (storage
         // `PrepareContinueToken` sets it when the predicate is empty, and a shard selector
         // makes it non-empty)
@@ -415,8 +440,51 @@ fn decode_continue(tok: &str) -> Option<(u64, String, String, Option<u64>)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A sharded watch's list tests keys, not objects: the same verdict as reading each
+    /// object, and only for a namespace shard selector alone.
+    #[test]
+    fn a_namespace_shard_selector_is_tested_on_the_keys() {
+        let shard = |field: &str| {
+            let sel = format!("shardRange({field}, '0x0000000000000000', '0x8000000000000000')");
+            Some(ShardSelector::parse(&sel).unwrap())
+        };
+        let opts = ListOpts {
+            shard: shard("object.metadata.namespace"),
+            ..Default::default()
+        };
+        let mut by_key = opts.by_key_namespace().unwrap();
+        let (mut inside, mut outside) = (0, 0);
+        for i in 0..200 {
+            let ns = format!("team-{}", i / 3);
+            let o = json!({"metadata": {"namespace": ns, "name": format!("o{i}")}});
+            let key = Key {
+                res: Arc::from("configmaps"),
+                ns: ns.clone(),
+                name: format!("o{i}"),
+            };
+            let packed = Packed::pack(&Arc::new(o), false);
+            let hit = by_key(&key);
+            assert_eq!(hit, opts.matches_packed(&packed), "{ns}");
+            if hit { inside += 1 } else { outside += 1 }
+        }
+        assert!(inside > 0 && outside > 0, "{inside} in, {outside} out");
+        let by_uid = ListOpts {
+            shard: shard("object.metadata.uid"),
+            ..Default::default()
+        };
+        assert!(by_uid.by_key_namespace().is_none());
+        drop(by_key);
+        let with_labels = ListOpts {
+            label: LabelSelector::parse("app=x").unwrap(),
+            ..opts
+        };
+        assert!(with_labels.by_key_namespace().is_none());
+        assert!(ListOpts::default().by_key_namespace().is_none());
+    }
 
     #[test]
     fn continue_roundtrip() {

@@ -297,13 +297,45 @@ struct WatchTask {
     bookmark_every: Duration,
 }
 
+/// How many bytes of event lines go to the client in one chunk at most (one line may be
+/// larger): events already waiting are written together, as kube-apiserver's watch server writes
+/// every queued event before it flushes, not one frame and one wake-up per event.
+const CHUNK: usize = 64 * 1024;
+
+/// Event lines gathered into chunks of about [`CHUNK`] bytes.
+#[derive(Default)]
+struct Chunks {
+    buf: Vec<u8>,
+}
+
+impl Chunks {
+    /// Adds `line`; sends the chunk once it is full. False when the client went away.
+    async fn push(&mut self, tx: &Sender<Bytes>, line: &[u8]) -> bool {
+        self.buf.extend_from_slice(line);
+        self.buf.len() < CHUNK || self.flush(tx).await
+    }
+
+    /// Sends what is gathered. False when the client went away.
+    async fn flush(&mut self, tx: &Sender<Bytes>) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buf));
+        tx.send(chunk).await.is_ok()
+    }
+}
+
 impl WatchTask {
     async fn run(mut self, tx: Sender<Bytes>, initial: Vec<Packed>, start: u64) {
+        let mut chunks = Chunks::default();
         for o in &initial {
-            let line = self.initial_line(o);
-            if tx.send(line).await.is_err() {
+            if !chunks.push(&tx, &self.initial_line(o)).await {
                 return;
             }
+        }
+        drop(initial);
+        if !chunks.flush(&tx).await {
+            return;
         }
         if self.send_initial == Some(true)
             && self.bookmarks
@@ -368,15 +400,16 @@ impl WatchTask {
                 _ = self.dropped.changed() => return false,
             }
         }
+        let mut chunks = Chunks::default();
         for e in evs {
             *last = e.rv;
             if let Some(line) = self.line_of(&e)
-                && tx.send(line).await.is_err()
+                && !chunks.push(tx, &line).await
             {
                 return false;
             }
         }
-        true
+        chunks.flush(tx).await
     }
 
     /// The ADDED line of an initial object: its stored text when it is in the watch's version,
@@ -418,5 +451,38 @@ impl WatchTask {
             let obj: Obj = Inner::present(&e.obj(), &self.api_version);
             event_line(ty, &obj)
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Lines gathered into chunks reach the client whole and in order, a chunk at a time once
+    /// it holds [`CHUNK`] bytes, the rest at the flush.
+    #[tokio::test]
+    async fn event_lines_go_out_in_chunks_in_order() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let mut chunks = Chunks::default();
+        let lines: Vec<Vec<u8>> = (0..5)
+            .map(|i| {
+                let mut l = vec![b'a' + i; CHUNK / 3];
+                l.push(b'\n');
+                l
+            })
+            .collect();
+        for l in &lines {
+            assert!(chunks.push(&tx, l).await);
+        }
+        assert!(chunks.flush(&tx).await);
+        assert!(chunks.flush(&tx).await, "nothing left: nothing sent");
+        drop(tx);
+        let mut got = vec![];
+        while let Some(chunk) = rx.recv().await {
+            got.push(chunk);
+        }
+        assert_eq!(got.len(), 2, "three lines fill a chunk, two are flushed");
+        assert_eq!(got.concat(), lines.concat());
     }
 }
