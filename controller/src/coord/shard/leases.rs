@@ -270,6 +270,13 @@ where
         biased;
         () = shutdown.cancelled() => false,
         () = &mut work => true,
+        _ = &mut done => {
+            // the loop's thread ended by itself (a panic): every fence closes by the clock;
+            // the process must stop rather than run on without buckets
+            token.cancel();
+            work.await;
+            return Err(ShardError::Thread("the Lease loop's thread ended".into()));
+        }
     };
     stop.cancel();
     // the loop hands every bucket over while the work drains its syncs, then ends
