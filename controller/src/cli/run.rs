@@ -241,7 +241,7 @@ fn manager_result(failed: &ManagerFailure) -> Result<(), RunError> {
 /// Runs the manager only while holding the Lease; a manager error is returned after the Lease
 /// was released, a lost Lease as [`RunError::Leader`].
 async fn run_elected_manager(
-    lease_client: kube::Client,
+    lease: (kube::Config, RateLimit, Arc<Metrics>),
     leader: LeaderConfig,
     client: kube::Client,
     manager: Manager,
@@ -250,9 +250,15 @@ async fn run_elected_manager(
 ) -> Result<(), RunError> {
     let failed = ManagerFailure::default();
     let slot = failed.clone();
-    kmeta::coord::leader::run_elected(lease_client, leader, shutdown, move |token| {
-        run_manager_into(slot, client, manager, token, bound)
-    })
+    let (config, limits, metrics) = lease;
+    kmeta::coord::leader::run_elected_apart(
+        config,
+        limits,
+        metrics,
+        leader,
+        shutdown,
+        move |token| run_manager_into(slot, client, manager, token, bound),
+    )
     .await
     .map_err(|e| RunError::Leader(e.to_string()))?;
     manager_result(&failed)
@@ -420,11 +426,10 @@ pub async fn run(config: RunConfig, shutdown: CancellationToken) -> Result<(), R
         }
         (Some(namespace), _, _, Some(flags)) => {
             let leader = leader_config(flags, namespace, identity, &probes, &metrics, fence);
-            // The election has its own client (own token bucket), so a busy controller cannot
-            // starve lease renewals.
-            let lease_client = client::build(kube_config, limits(&config), metrics)
-                .map_err(|e| RunError::Client(e.to_string()))?;
-            run_elected_manager(lease_client, leader, clients.work, manager, shutdown, bound).await
+            // The election has its own thread and client (own token bucket), so a busy
+            // controller cannot starve lease renewals.
+            let lease = (kube_config, limits(&config), metrics);
+            run_elected_manager(lease, leader, clients.work, manager, shutdown, bound).await
         }
         _ => run_manager(clients.work, manager, shutdown, bound)
             .await

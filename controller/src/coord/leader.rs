@@ -181,6 +181,9 @@ pub enum LeaderError {
         /// What happened.
         reason: String,
     },
+    /// The election's thread, runtime or client could not be started ([`run_elected_apart`]).
+    #[error("starting the leader election's thread: {0}")]
+    Thread(String),
 }
 
 /// What a candidate does after reading the Lease.
@@ -531,6 +534,86 @@ where
     }
 }
 
+/// [`run_elected`] with the election on a thread of its own: a current-thread runtime there,
+/// and a client made there from `config` (limited by `limits`). `work` runs on the calling
+/// runtime (spawned; aborted when the Lease is lost, as [`run_elected`] drops its work).
+///
+/// A tokio task is never pre-empted: with the election a task of the work's runtime, a renewal
+/// due while the work's threads run thousands of ready syncs waits behind them, and a Lease not
+/// renewed within the renew deadline is lost (the process stops). client-go's elector is a
+/// goroutine the Go scheduler pre-empts; the thread is kmeta's equivalent
+/// (`docs/design/lease-threads.md`).
+pub async fn run_elected_apart<F, Fut>(
+    config: kube::Config,
+    limits: crate::ops::ratelimit::RateLimit,
+    metrics: Arc<Metrics>,
+    cfg: LeaderConfig,
+    shutdown: CancellationToken,
+    work: F,
+) -> Result<(), LeaderError>
+where
+    F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let work_runtime = tokio::runtime::Handle::current();
+    let panicked = Arc::new(std::sync::Mutex::new(None));
+    let slot = panicked.clone();
+    let on_work_runtime = move |token: CancellationToken| {
+        let task = tokio_util::task::AbortOnDropHandle::new(work_runtime.spawn(work(token)));
+        async move {
+            if let Err(e) = task.await
+                && e.is_panic()
+                && let Ok(mut slot) = slot.lock()
+            {
+                *slot = Some(e.into_panic());
+            }
+        }
+    };
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("kmeta-leader-election".into())
+        .spawn(move || {
+            let ran = elect_on_this_thread(config, limits, metrics, |client| {
+                run_elected(client, cfg, shutdown, on_work_runtime)
+            });
+            let _ = ended_tx.send(ran);
+        })
+        .map_err(|e| LeaderError::Thread(e.to_string()))?;
+    let elected = ended
+        .await
+        .unwrap_or_else(|_| Err(LeaderError::Thread("the election's thread ended".into())));
+    // a panic of the work reaches the caller as it did with the work in its own task, after
+    // the election released the Lease
+    if let Some(p) = panicked.lock().ok().and_then(|mut p| p.take()) {
+        std::panic::resume_unwind(p);
+    }
+    elected
+}
+
+/// Runs the election `run` makes from a client on a current-thread runtime of this thread,
+/// the client made on that runtime (its buffer task runs there).
+fn elect_on_this_thread<R, Fut>(
+    config: kube::Config,
+    limits: crate::ops::ratelimit::RateLimit,
+    metrics: Arc<Metrics>,
+    run: R,
+) -> Result<(), LeaderError>
+where
+    R: FnOnce(kube::Client) -> Fut,
+    Fut: Future<Output = Result<(), LeaderError>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LeaderError::Thread(e.to_string()))?;
+    let client = {
+        let _inside = runtime.enter();
+        crate::ops::client::build(config, limits, metrics)
+            .map_err(|e| LeaderError::Thread(format!("building the Lease client: {e}")))?
+    };
+    runtime.block_on(run(client))
+}
+
 /// What the follower and leader phases of [`run_elected`] share.
 struct Phase<'a> {
     cfg: &'a LeaderConfig,
@@ -794,5 +877,59 @@ mod tests {
             assert!(a.contains('_'), "{a}");
             assert_ne!(a, b, "two processes on one host must not share an identity");
         }
+    }
+
+    /// The work's runtime blocked for three renew deadlines (its only thread busy, as a
+    /// saturated runtime's timers are late): the election, on its own thread, keeps the Lease
+    /// and the write fence open, and at shutdown releases the Lease.
+    #[cfg(feature = "embedded-apiserver")]
+    #[test]
+    fn a_blocked_work_runtime_keeps_the_leader_lease() -> anyhow::Result<()> {
+        let server_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let server = server_runtime.block_on(kmeta_apiserver::TestServer::start())?;
+        let renew_deadline = Duration::from_millis(1000);
+        let cfg = LeaderConfig {
+            lease_duration: Duration::from_millis(1500),
+            renew_deadline,
+            retry_period: Duration::from_millis(100),
+            ..cfg("leader")
+        };
+        let (leading, fence) = (cfg.leading.clone(), cfg.fence.clone());
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let work_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let unlimited = crate::ops::ratelimit::RateLimit { qps: 0.0, burst: 0 };
+        let elected = work_runtime.block_on(run_elected_apart(
+            kube::Config::new(server.url().parse()?),
+            unlimited,
+            Arc::new(Metrics::default()),
+            cfg,
+            shutdown,
+            move |token| async move {
+                assert!(leading.load(Ordering::SeqCst), "the work runs as leader");
+                // the runtime's only thread busy: no timer of this runtime fires
+                std::thread::sleep(renew_deadline * 3);
+                assert!(leading.load(Ordering::SeqCst), "still leading");
+                assert!(fence.permits(Instant::now()), "the fence stayed open");
+                stop.cancel();
+                token.cancelled().await;
+            },
+        ));
+        assert!(elected.is_ok(), "{elected:?}");
+        let url = server.url().parse()?;
+        let lease = server_runtime.block_on(async {
+            let client = kube::Client::try_from(kube::Config::new(url))?;
+            Api::<Lease>::namespaced(client, "default")
+                .get("metacontroller")
+                .await
+        })?;
+        assert_eq!(holder(&lease), None, "released at shutdown");
+        server_runtime.block_on(server.shutdown());
+        Ok(())
     }
 }

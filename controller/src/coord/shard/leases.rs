@@ -246,7 +246,7 @@ const KNOWN_FOR: Duration = Duration::from_secs(3600);
 /// The loop's own thread keeps its renewals on time however busy the work's runtime is: a
 /// tokio task is never pre-empted, so a renewal timer due while the work's threads run
 /// thousands of ready syncs waits behind them, and a bucket not renewed within the renew
-/// deadline is lost (`docs/design/sharding.md`, "The Lease loop's thread").
+/// deadline is lost (`docs/design/lease-threads.md`).
 pub async fn run_sharded<F, Fut>(
     config: kube::Config,
     cfg: ShardConfig,
