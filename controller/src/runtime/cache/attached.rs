@@ -23,11 +23,8 @@ pub struct Attached<'a> {
 
 impl Serialize for Attached<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let whole = self
-            .obj
-            .as_object()
-            .filter(|o| o.get("status").is_some_and(Value::is_object));
-        let (Some(text), Some(obj)) = (self.text, whole) else {
+        // entry by entry, as `Value` encodes a map (one without a `status` map is unchanged)
+        let (Some(text), Some(obj)) = (self.text, self.obj.as_object()) else {
             return self.obj.serialize(s);
         };
         let mut map = s.serialize_map(Some(obj.len()))?;
