@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::build::{CompositeState, OwnWrite};
+use super::build::{CompositeState, OwnWrite, Revisions};
 use super::decide::{self as cdecide};
 use super::parent::ParentRead;
 use super::related::{Used, cache_key, call_customize};
@@ -43,13 +43,9 @@ pub async fn sync_parent(
     let Some((cached, record)) = c.parents.get_detached(&key.namespace, &key.name) else {
         return Ok(None);
     };
-    let cached = ParentRead::cached(cached, record);
     let fin = c.finalizer.clone();
-    let (read, finalizing) = match prepare(c, &cached, &fin).await? {
-        Prepared::Sync {
-            written,
-            finalizing,
-        } => (written.map_or(cached, ParentRead::written), finalizing),
+    let (read, finalizing) = match prepare(c, ParentRead::cached(cached, record), &fin).await? {
+        Prepared::Sync { read, finalizing } => (read, finalizing),
         Prepared::Done(resync) => return Ok(resync),
     };
     // the steps up to the hook call read the parent's metadata and spec, never its record
@@ -78,18 +74,8 @@ pub async fn sync_parent(
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if manage => {
-            let observed = values_of(&observed)?;
-            let (observed, related) = (&observed, &related);
-            let response = revisions::sync_revisions(
-                c,
-                rev,
-                read.whole(),
-                &selector,
-                observed,
-                related,
-                finalizing,
-            )
-            .await?;
+            let input = (observed.as_slice(), &related);
+            let response = call_revisions(c, rev, &read, &selector, input, finalizing).await?;
             (response, None)
         }
         _ => {
@@ -208,6 +194,21 @@ async fn await_own_writes(
         return Err(SyncError::AwaitingWatch(what));
     }
     children::await_written(&c.child_set(writer.clone()), parent).await
+}
+
+/// Step: the rolling-update syncs of [`revisions`], with the parent whole and the observed
+/// children decoded.
+async fn call_revisions(
+    c: &CompositeState,
+    rev: &Revisions,
+    read: &ParentRead,
+    selector: &LabelSelector,
+    (observed, related): (&[Arc<Compact>], &serde_json::Map<String, Value>),
+    finalizing: bool,
+) -> Result<SyncResponse, SyncError> {
+    let observed = values_of(observed)?;
+    let parent = read.whole();
+    revisions::sync_revisions(c, rev, parent, selector, &observed, related, finalizing).await
 }
 
 /// The hook's `resyncAfterSeconds` as a delay, when positive.
@@ -371,23 +372,16 @@ async fn apply_response(
 
 /// Where a sync of a parent stands before its children are read.
 enum Prepared {
-    /// Call the sync hook (or the finalize hook, `finalizing`) for the cached parent, or for
-    /// the version `written` when kmeta's finalizer (or kro's labels) was written.
-    Sync {
-        written: Option<Arc<Value>>,
-        finalizing: bool,
-    },
+    /// Call the sync hook (or the finalize hook, `finalizing`) for the parent `read`: the
+    /// cached version, or the one written when kmeta's finalizer (or kro's labels) was.
+    Sync { read: ParentRead, finalizing: bool },
     /// Nothing more to do now (paused, not selected, gone), with the resync asked for.
     Done(Option<Duration>),
 }
 
 /// Step: whether `cached` is paused, has the finalizer it needs (`fin`, added or removed here)
 /// and which hook, if any, syncs it.
-async fn prepare(
-    c: &CompositeState,
-    cached: &ParentRead,
-    fin: &str,
-) -> Result<Prepared, SyncError> {
+async fn prepare(c: &CompositeState, cached: ParentRead, fin: &str) -> Result<Prepared, SyncError> {
     let view = cached.without_record();
     let selected = c.selected(view)?;
     if (selected || has_finalizer(view, fin))
@@ -395,7 +389,7 @@ async fn prepare(
     {
         return pause(c, cached.whole(), &why).await.map(Prepared::Done);
     }
-    let written = match ensure_finalizer(c, cached, fin).await? {
+    let written = match ensure_finalizer(c, &cached, fin).await? {
         Finalizer::Kept => None,
         Finalizer::Written(parent) => Some(parent),
         Finalizer::Gone => return Ok(Prepared::Done(None)),
@@ -412,10 +406,8 @@ async fn prepare(
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    Ok(Prepared::Sync {
-        written,
-        finalizing,
-    })
+    let read = written.map_or(cached, ParentRead::written);
+    Ok(Prepared::Sync { read, finalizing })
 }
 
 /// Step: the hook's `status` of `parent`, with the child conditions of its last child
