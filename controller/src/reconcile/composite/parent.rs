@@ -21,7 +21,7 @@ pub(super) struct ParentRead {
     /// The parent whole, made by the first step that needs it.
     whole: OnceLock<Arc<Value>>,
     /// Read from the cache: not the answer of a write this sync made.
-    from_cache: bool,
+    cached_version: bool,
 }
 
 impl ParentRead {
@@ -31,7 +31,7 @@ impl ParentRead {
             cached,
             record,
             whole: OnceLock::new(),
-            from_cache: true,
+            cached_version: true,
         }
     }
 
@@ -41,7 +41,7 @@ impl ParentRead {
             cached: parent.clone(),
             record: None,
             whole: OnceLock::from(parent),
-            from_cache: false,
+            cached_version: false,
         }
     }
 
@@ -72,8 +72,8 @@ impl ParentRead {
     }
 
     /// Read from the cache, not returned by a write of this sync.
-    pub fn from_cache(&self) -> bool {
-        self.from_cache
+    pub fn is_cached(&self) -> bool {
+        self.cached_version
     }
 }
 
@@ -99,9 +99,9 @@ mod tests {
             serde_json::to_string(&read.encoded()).unwrap(),
             serde_json::to_string(&whole).unwrap()
         );
-        assert!(read.from_cache());
+        assert!(read.is_cached());
         let written = ParentRead::written(Arc::new(whole.clone()));
-        assert!(!written.from_cache());
+        assert!(!written.is_cached());
         assert_eq!(**written.whole(), whole);
         assert_eq!(serde_json::to_value(written.encoded()).unwrap(), whole);
     }

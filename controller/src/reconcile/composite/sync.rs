@@ -81,7 +81,7 @@ pub async fn sync_parent(
         _ => {
             // a sync that may write nothing: the parent as cached, its children left as claimed
             let may_skip = manage && !finalizing && !claim_wrote && adopting.is_empty();
-            let may_skip = may_skip && read.from_cache();
+            let may_skip = may_skip && read.is_cached();
             let answer = (observed.as_slice(), &related);
             match call_sync_hook(c, &read, answer, finalizing, may_skip).await? {
                 Called::KnownUnchanged(resync) => return Ok(resync_after(resync)),
