@@ -30,34 +30,56 @@ pub(crate) enum BodyForm {
 /// A request body, encoded once by the client in the form its back end takes.
 #[derive(Debug)]
 pub(crate) enum RequestBody {
-    /// As JSON text.
-    Text(String),
+    /// As JSON text (UTF-8, as serde_json writes it).
+    Text(Vec<u8>),
     /// As a JSON value.
     Value(Value),
 }
 
 impl RequestBody {
-    /// `body` encoded in `form`, straight from what the caller borrows.
-    pub fn encode<B: Serialize + ?Sized>(body: &B, form: BodyForm) -> serde_json::Result<Self> {
+    /// `body` encoded in `form`, straight from what the caller borrows; text is written into a
+    /// buffer of `size_hint` bytes (grown if the body needs more).
+    pub fn encode<B: Serialize + ?Sized>(
+        body: &B,
+        form: BodyForm,
+        size_hint: usize,
+    ) -> serde_json::Result<Self> {
         Ok(match form {
-            BodyForm::Text => RequestBody::Text(serde_json::to_string(body)?),
+            BodyForm::Text => {
+                let mut text = Vec::with_capacity(size_hint);
+                serde_json::to_writer(&mut text, body)?;
+                RequestBody::Text(text)
+            }
             BodyForm::Value => RequestBody::Value(serde_json::to_value(body)?),
         })
     }
 
-    /// The body as JSON text.
-    pub fn into_text(self) -> serde_json::Result<String> {
+    /// The body as JSON text, in bytes (a webhook's POST body).
+    pub fn into_bytes(self) -> serde_json::Result<Vec<u8>> {
         match self {
             RequestBody::Text(text) => Ok(text),
-            RequestBody::Value(v) => serde_json::to_string(&v),
+            RequestBody::Value(v) => serde_json::to_vec(&v),
         }
+    }
+
+    /// The body as JSON text.
+    pub fn into_text(self) -> serde_json::Result<String> {
+        String::from_utf8(self.into_bytes()?).map_err(serde::ser::Error::custom)
     }
 
     /// The body as a JSON value.
     pub fn into_value(self) -> serde_json::Result<Value> {
         match self {
-            RequestBody::Text(text) => serde_json::from_str(&text),
+            RequestBody::Text(text) => serde_json::from_slice(&text),
             RequestBody::Value(v) => Ok(v),
+        }
+    }
+
+    /// The length of the body as text (0 for a value).
+    pub fn text_len(&self) -> usize {
+        match self {
+            RequestBody::Text(text) => text.len(),
+            RequestBody::Value(_) => 0,
         }
     }
 }

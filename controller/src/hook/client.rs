@@ -4,6 +4,7 @@
 //! answers with the hook's version and `responseUnmarshallMode`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -22,6 +23,10 @@ use crate::ops::metrics::{ControllerType, HookKind, HookTarget, Metrics};
 
 /// Default response size cap: 16 MiB (kmeta; Metacontroller has none).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest buffer a request body is begun in (a larger body grows it): one large request
+/// does not make every later one take as much.
+const MAX_SIZE_HINT: usize = 1024 * 1024;
 
 /// Transport settings shared by every hook of a controller.
 #[derive(Debug, Clone)]
@@ -52,6 +57,9 @@ pub struct HookClient {
     /// Where request counts, durations and in-flight gauges go, with the controller's type
     /// (`controller_type` label) and name.
     metrics: Option<(Arc<Metrics>, ControllerType, String)>,
+    /// The length of the last request body encoded as text: the next one is written into a
+    /// buffer a little larger (requests of one hook are alike), not grown from nothing.
+    last_len: AtomicUsize,
 }
 
 impl std::fmt::Debug for HookClient {
@@ -104,6 +112,7 @@ impl HookClient {
             version: hook.version.unwrap_or_default(),
             mode: wire::response_mode(hook),
             metrics: None,
+            last_len: AtomicUsize::new(0),
         }
     }
 
@@ -136,10 +145,16 @@ impl HookClient {
         cache_key: &str,
         body: &B,
     ) -> Result<Vec<u8>, HookError> {
+        let last = self.last_len.load(Ordering::Relaxed);
+        let hint = (last + last / 8).min(MAX_SIZE_HINT);
+        let body = RequestBody::encode(body, self.backend.body_form(), hint);
+        if let Ok(b) = &body {
+            self.last_len.store(b.text_len(), Ordering::Relaxed);
+        }
         let call = Call {
             hook: self.name(),
             cache_key,
-            body: RequestBody::encode(body, self.backend.body_form()),
+            body,
             traceparent: super::trace::traceparent(),
         };
         let Some((metrics, controller_type, controller)) = &self.metrics else {

@@ -120,14 +120,14 @@ impl WebhookBackend {
         traceparent: Option<String>,
     ) -> Result<reqwest::RequestBuilder, HookError> {
         let payload = body
-            .and_then(RequestBody::into_text)
+            .and_then(RequestBody::into_bytes)
             .map_err(|e| HookError::Config {
                 hook,
                 message: format!("encoding request: {e}"),
             })?;
         if tracing::enabled!(tracing::Level::TRACE) {
             let shown =
-                serde_json::from_str::<Value>(&payload).map(|v| redact_secrets(&v).to_string());
+                serde_json::from_slice::<Value>(&payload).map(|v| redact_secrets(&v).to_string());
             let shown = mask(&shown.unwrap_or_else(|e| e.to_string()), &self.sent);
             tracing::trace!(hook, url = %self.shown_url, request = %shown, "hook request");
         }
@@ -135,7 +135,7 @@ impl WebhookBackend {
             .http
             .post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
-            .body(payload.into_bytes());
+            .body(payload);
         if let Some(a) = &self.authorization {
             req = req.header(http::header::AUTHORIZATION, a);
         }

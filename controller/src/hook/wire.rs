@@ -124,7 +124,6 @@ pub fn object_map_ref<'a, T: ObjectView>(
 ) -> ObjectMapRef<'a, T> {
     let mut groups: Vec<(String, Vec<(String, &'a T)>)> =
         declared.iter().map(|g| (g.clone(), Vec::new())).collect();
-    let mut slots: HashMap<(usize, String), usize> = HashMap::new();
     for obj in objects {
         let (av, kind) = (obj.api_version(), obj.kind());
         // `g == group_key(av, kind)` without building the key for every object
@@ -142,26 +141,68 @@ pub fn object_map_ref<'a, T: ObjectView>(
             }
         };
         let key = object_key(version, parent_namespaced, obj);
-        let objs = &mut groups[idx].1;
-        match slots.entry((idx, key)) {
-            Entry::Occupied(slot) => objs[*slot.get()].1 = obj,
-            Entry::Vacant(slot) => {
-                objs.push((slot.key().1.clone(), obj));
-                slot.insert(objs.len() - 1);
-            }
-        }
+        groups[idx].1.push((key, obj));
+    }
+    for (_, objs) in &mut groups {
+        keep_last_per_key(objs);
     }
     ObjectMapRef(groups)
 }
 
+/// A map's entries from a list of them: a later entry with a key seen before replaces the
+/// earlier one in its place (as a map insert does), and is dropped from its own.
+fn keep_last_per_key<V: Copy>(entries: &mut Vec<(String, V)>) {
+    let repeated = repeated_keys(entries);
+    if repeated.is_empty() {
+        return;
+    }
+    let mut dropped = vec![false; entries.len()];
+    for (first, later) in repeated {
+        entries[first].1 = entries[later].1;
+        dropped[later] = true;
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !dropped[i - 1]
+    });
+}
+
+/// Each entry whose key an earlier entry has: (the first entry with the key, the later one), in
+/// list order. Short lists are compared pairwise (no allocation when no key repeats).
+fn repeated_keys<V>(entries: &[(String, V)]) -> Vec<(usize, usize)> {
+    const PAIRWISE: usize = 32;
+    let mut repeated = Vec::new();
+    if entries.len() <= PAIRWISE {
+        for (later, (key, _)) in entries.iter().enumerate() {
+            if let Some(first) = entries[..later].iter().position(|(k, _)| k == key) {
+                repeated.push((first, later));
+            }
+        }
+        return repeated;
+    }
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+    for (later, (key, _)) in entries.iter().enumerate() {
+        match first.entry(key) {
+            Entry::Occupied(f) => repeated.push((*f.get(), later)),
+            Entry::Vacant(f) => {
+                f.insert(later);
+            }
+        }
+    }
+    repeated
+}
+
 /// The sync/finalize request body by reference: the same JSON as [`sync_request`], encoded
-/// straight from the cached parent, children and related objects (nothing is copied).
+/// straight from the cached parent, children and related objects (nothing is copied). The
+/// parent is any form that encodes as the parent (`P`: the decoded object, or the cached one
+/// with its detached record's text).
 #[derive(Debug, Serialize)]
-pub struct SyncRequestRef<'a, T: Serialize = Value> {
+pub struct SyncRequestRef<'a, T: Serialize = Value, P: Serialize + ?Sized = Value> {
     /// The CompositeController object, encoded.
     pub controller: &'a RawValue,
     /// The parent.
-    pub parent: &'a Value,
+    pub parent: &'a P,
     /// Observed children.
     pub children: ObjectMapRef<'a, T>,
     /// Related objects.
@@ -490,6 +531,31 @@ mod tests {
                 serde_json::to_string(&borrowed).unwrap(),
                 serde_json::to_string(&owned).unwrap()
             );
+        }
+    }
+
+    /// Many objects, some keys three times, in short and long groups: the borrowed map encodes
+    /// as the owned one (a later object replaces an earlier one in its place).
+    #[test]
+    fn borrowed_map_keeps_the_last_object_per_key_in_the_first_place() {
+        let declared = vec!["Pod.v1".to_owned()];
+        for n in [3, 10, 40, 100] {
+            let objs: Vec<Value> = (0..n)
+                .map(|i| {
+                    let mut p = pod(Some("ns"), &format!("p{}", i % (n / 3 + 1)));
+                    p["spec"] = json!({"i": i});
+                    p
+                })
+                .collect();
+            for version in [HookVersion::V1, HookVersion::V2] {
+                let owned = object_map(version, true, &declared, &objs);
+                let borrowed = object_map_ref(version, true, &declared, &objs);
+                assert_eq!(
+                    serde_json::to_string(&borrowed).unwrap(),
+                    serde_json::to_string(&owned).unwrap(),
+                    "{n} objects"
+                );
+            }
         }
     }
 

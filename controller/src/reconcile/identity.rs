@@ -70,12 +70,18 @@ impl Identities {
         spec: ServiceAccountSpec<'_>,
         parent: &Value,
     ) -> Result<Writer, IdentityError> {
-        let identity = decide::impersonation_for(
-            spec,
-            &crate::object::describe(parent),
+        let (namespace, default) = (
             meta_str(parent, "namespace"),
             self.default_service_account.as_deref(),
-        )?;
+        );
+        // the parent is named only in the error of a cluster-scoped one: described for it alone
+        let identity = match decide::impersonation_for(spec, "", namespace, default) {
+            Err(IdentityError::ClusterScoped { .. }) => {
+                let parent = crate::object::describe(parent);
+                decide::impersonation_for(spec, &parent, namespace, default)
+            }
+            found => found,
+        }?;
         self.writer(identity)
     }
 

@@ -23,8 +23,35 @@ pub struct Fingerprint(u64);
 
 impl Fingerprint {
     /// The fingerprint of a sync of `parent` observing `observed` to which the hook answered
-    /// `answer`.
+    /// `answer` (the sync takes the two steps of it apart).
+    #[cfg(test)]
     pub fn of<O: ObjectView>(answer: &[u8], parent: &Value, observed: &[O]) -> Fingerprint {
+        Fingerprint::of_answer(answer, Versions::of(parent, observed))
+    }
+
+    /// The fingerprint of the sync whose parent and children had `versions` to which the hook
+    /// answered `answer`: the versions are read before the hook call, while the sync has its
+    /// children at hand.
+    pub fn of_answer(answer: &[u8], versions: Versions) -> Fingerprint {
+        let mut h = FixedState::default().build_hasher();
+        answer.hash(&mut h);
+        versions.parent.hash(&mut h);
+        versions.children.hash(&mut h);
+        Fingerprint(h.finish())
+    }
+}
+
+/// The versions a sync read, hashed: the parent's uid and resourceVersion, and each observed
+/// child's (in any order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Versions {
+    parent: u64,
+    children: (usize, u64),
+}
+
+impl Versions {
+    /// The versions of `parent` and `observed`.
+    pub fn of<O: ObjectView>(parent: &Value, observed: &[O]) -> Versions {
         // foldhash: several times faster than SipHash on an answer of kilobytes, and no
         // adversary here (a hook could only make its own parent's resyncs run in full)
         let hasher = FixedState::default();
@@ -33,11 +60,10 @@ impl Fingerprint {
         let children = observed
             .iter()
             .fold(0u64, |sum, o| sum.wrapping_add(version(o)));
-        let mut h = hasher.build_hasher();
-        answer.hash(&mut h);
-        version(parent).hash(&mut h);
-        (observed.len(), children).hash(&mut h);
-        Fingerprint(h.finish())
+        Versions {
+            parent: version(parent),
+            children: (observed.len(), children),
+        }
     }
 }
 

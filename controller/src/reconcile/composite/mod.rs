@@ -5,6 +5,7 @@
 
 mod build;
 pub(crate) mod decide;
+mod parent;
 mod related;
 mod revisions;
 mod selectors;

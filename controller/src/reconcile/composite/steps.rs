@@ -58,10 +58,11 @@ pub(super) fn chosen_hook(c: &CompositeState, finalizing: bool) -> &HookClient {
     }
 }
 
-/// [`call_hook`], the answer's bytes not yet decoded.
-pub(super) async fn call_hook_raw<O: ObjectView + Serialize>(
+/// [`call_hook`], the answer's bytes not yet decoded; `parent` is anything that encodes as
+/// the parent.
+pub(super) async fn call_hook_raw<O: ObjectView + Serialize, P: Serialize + ?Sized>(
     c: &CompositeState,
-    parent: &Value,
+    parent: &P,
     observed: &[O],
     related: &Map<String, Value>,
     finalizing: bool,

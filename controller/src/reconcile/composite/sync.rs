@@ -11,8 +11,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::build::{CompositeState, OwnWrite};
+use super::build::{CompositeState, OwnWrite, Revisions};
 use super::decide::{self as cdecide};
+use super::parent::ParentRead;
 use super::related::{Used, cache_key, call_customize};
 use super::revisions;
 use super::steps::{call_hook_raw, chosen_hook, parent_alive_cached, parent_alive_uncached};
@@ -27,7 +28,7 @@ use crate::reconcile::children::{self, ChildRule, manage_children};
 use crate::reconcile::core::{SyncError, Writer, api_err};
 use crate::reconcile::decide::{self, FinalizerAction, HookChoice};
 use crate::reconcile::status;
-use crate::reconcile::unchanged::{Fingerprint, child_mark};
+use crate::reconcile::unchanged::{Fingerprint, Versions, child_mark};
 use crate::runtime::cache::ObjKey;
 use crate::runtime::compact::Compact;
 use crate::runtime::kapi;
@@ -39,21 +40,23 @@ pub async fn sync_parent(
     key: &ObjKey,
     used: &mut Used,
 ) -> Result<Option<Duration>, SyncError> {
-    let Some(cached) = c.parents.get_whole(&key.namespace, &key.name) else {
+    let Some((cached, record)) = c.parents.get_detached(&key.namespace, &key.name) else {
         return Ok(None);
     };
     let fin = c.finalizer.clone();
-    let (parent, finalizing) = match prepare(c, &cached, &fin).await? {
-        Prepared::Sync { parent, finalizing } => (parent, finalizing),
+    let (read, finalizing) = match prepare(c, ParentRead::cached(cached, record), &fin).await? {
+        Prepared::Sync { read, finalizing } => (read, finalizing),
         Prepared::Done(resync) => return Ok(resync),
     };
+    // the steps up to the hook call read the parent's metadata and spec, never its record
+    let parent = read.without_record();
     // before any child is read for the hook or written: a ServiceAccount that cannot be located
     // fails the sync here, and kmeta never writes as itself in its place
-    let writer = c.writer(&parent)?;
-    await_own_writes(c, &parent, &writer).await?;
+    let writer = c.writer(parent)?;
+    await_own_writes(c, parent, &writer).await?;
     let generate = c.generate_selector();
-    let selector = cdecide::parent_selector(&parent, generate)?;
-    let manage = decide::may_manage_children(&parent, finalizing, &fin);
+    let selector = cdecide::parent_selector(parent, generate)?;
+    let manage = decide::may_manage_children(parent, finalizing, &fin);
     // adoption in one write where the adopted children are written anyway (dynamic apply)
     let one_write = manage && !finalizing && c.revisions.is_none();
     let one_write = one_write && c.strategy() == ApplyStrategy::DynamicApply;
@@ -61,26 +64,26 @@ pub async fn sync_parent(
         observed,
         wrote: claim_wrote,
         adopting,
-    } = claim_children(c, &parent, &selector, &writer, one_write).await?;
-    let related = call_customize(c, &parent, &writer, used).await?;
+    } = claim_children(c, parent, &selector, &writer, one_write).await?;
+    // the customize hook is sent the parent whole (a sync without one makes no copy)
+    let related = match c.hooks.customize.is_some() {
+        true => call_customize(c, read.whole(), &writer, used).await?,
+        false => serde_json::Map::new(),
+    };
     let hook_started = std::time::Instant::now();
     let (response, fingerprint) = match &c.revisions {
         // rolling updates, unless the children are left alone anyway (Metacontroller's test)
         Some(rev) if manage => {
-            let observed = values_of(&observed)?;
-            let (observed, related) = (&observed, &related);
-            let response = revisions::sync_revisions(
-                c, rev, &parent, &selector, observed, related, finalizing,
-            )
-            .await?;
+            let input = (observed.as_slice(), &related);
+            let response = call_revisions(c, rev, &read, &selector, input, finalizing).await?;
             (response, None)
         }
         _ => {
             // a sync that may write nothing: the parent as cached, its children left as claimed
             let may_skip = manage && !finalizing && !claim_wrote && adopting.is_empty();
-            let may_skip = may_skip && Arc::ptr_eq(&cached, &parent);
+            let may_skip = may_skip && read.is_cached();
             let answer = (observed.as_slice(), &related);
-            match call_sync_hook(c, &parent, answer, finalizing, may_skip).await? {
+            match call_sync_hook(c, &read, answer, finalizing, may_skip).await? {
                 Called::KnownUnchanged(resync) => return Ok(resync_after(resync)),
                 Called::Answered(response, fingerprint) => (response, fingerprint),
             }
@@ -96,9 +99,11 @@ pub async fn sync_parent(
         adopting: &adopting,
     };
     let resync = response.resync_after_seconds;
-    match apply_response(c, &parent, observed, response, step).await? {
-        Applied::Quiet => c.remember_unchanged(&parent, fingerprint, resync),
-        Applied::Wrote => c.remember_unchanged(&parent, None, resync),
+    // past the hook call: the status compare and the writes read the parent whole
+    let parent = read.whole();
+    match apply_response(c, parent, observed, response, step).await? {
+        Applied::Quiet => c.remember_unchanged(parent, fingerprint, resync),
+        Applied::Wrote => c.remember_unchanged(parent, None, resync),
         Applied::ParentGone => return Ok(None),
     }
     Ok(resync_after(resync))
@@ -138,15 +143,19 @@ enum Called {
 /// known to write nothing for this parent and these children ends the sync here.
 async fn call_sync_hook(
     c: &CompositeState,
-    parent: &Value,
+    read: &ParentRead,
     (observed, related): (&[Arc<Compact>], &serde_json::Map<String, Value>),
     finalizing: bool,
     may_skip: bool,
 ) -> Result<Called, SyncError> {
+    let parent = read.without_record();
     let key = cache_key(parent);
-    let body = call_hook_raw(c, parent, observed, related, finalizing, &key).await?;
     let may_skip = may_skip && c.strategy() != ApplyStrategy::ServerSideApply;
-    let fingerprint = may_skip.then(|| Fingerprint::of(&body, parent, observed));
+    // read while the children are at hand (the answer is hashed in when it comes)
+    let versions = may_skip.then(|| Versions::of(parent, observed));
+    let encoded = read.encoded();
+    let body = call_hook_raw(c, &encoded, observed, related, finalizing, &key).await?;
+    let fingerprint = versions.map(|v| Fingerprint::of_answer(&body, v));
     if let Some(resync) = fingerprint.and_then(|f| c.known_unchanged(parent, f)) {
         return Ok(Called::KnownUnchanged(resync));
     }
@@ -185,6 +194,21 @@ async fn await_own_writes(
         return Err(SyncError::AwaitingWatch(what));
     }
     children::await_written(&c.child_set(writer.clone()), parent).await
+}
+
+/// Step: the rolling-update syncs of [`revisions`], with the parent whole and the observed
+/// children decoded.
+async fn call_revisions(
+    c: &CompositeState,
+    rev: &Revisions,
+    read: &ParentRead,
+    selector: &LabelSelector,
+    (observed, related): (&[Arc<Compact>], &serde_json::Map<String, Value>),
+    finalizing: bool,
+) -> Result<SyncResponse, SyncError> {
+    let observed = values_of(observed)?;
+    let parent = read.whole();
+    revisions::sync_revisions(c, rev, parent, selector, &observed, related, finalizing).await
 }
 
 /// The hook's `resyncAfterSeconds` as a delay, when positive.
@@ -348,44 +372,42 @@ async fn apply_response(
 
 /// Where a sync of a parent stands before its children are read.
 enum Prepared {
-    /// Call the sync hook (or the finalize hook, `finalizing`) for `parent` (the cached parent,
-    /// or the version that added kmeta's finalizer).
-    Sync {
-        parent: Arc<Value>,
-        finalizing: bool,
-    },
+    /// Call the sync hook (or the finalize hook, `finalizing`) for the parent `read`: the
+    /// cached version, or the one written when kmeta's finalizer (or kro's labels) was.
+    Sync { read: ParentRead, finalizing: bool },
     /// Nothing more to do now (paused, not selected, gone), with the resync asked for.
     Done(Option<Duration>),
 }
 
 /// Step: whether `cached` is paused, has the finalizer it needs (`fin`, added or removed here)
 /// and which hook, if any, syncs it.
-async fn prepare(
-    c: &CompositeState,
-    cached: &Arc<Value>,
-    fin: &str,
-) -> Result<Prepared, SyncError> {
-    let selected = c.selected(cached)?;
-    if (selected || has_finalizer(cached, fin))
-        && let Some(why) = c.pause_reason(cached)
+async fn prepare(c: &CompositeState, cached: ParentRead, fin: &str) -> Result<Prepared, SyncError> {
+    let view = cached.without_record();
+    let selected = c.selected(view)?;
+    if (selected || has_finalizer(view, fin))
+        && let Some(why) = c.pause_reason(view)
     {
-        return pause(c, cached, &why).await.map(Prepared::Done);
+        return pause(c, cached.whole(), &why).await.map(Prepared::Done);
     }
-    let Some(parent) = ensure_finalizer(c, cached.clone(), fin).await? else {
-        return Ok(Prepared::Done(None));
+    let written = match ensure_finalizer(c, &cached, fin).await? {
+        Finalizer::Kept => None,
+        Finalizer::Written(parent) => Some(parent),
+        Finalizer::Gone => return Ok(Prepared::Done(None)),
     };
+    let parent = written.as_deref().unwrap_or(view);
     let choice = decide::choose_hook(
         c.hooks.finalize.is_some(),
-        is_deleting(&parent),
+        is_deleting(parent),
         selected,
-        has_finalizer(&parent, fin),
+        has_finalizer(parent, fin),
     );
     let finalizing = match choice {
         HookChoice::Skip => return Ok(Prepared::Done(None)),
         HookChoice::Finalize => true,
         HookChoice::Sync => false,
     };
-    Ok(Prepared::Sync { parent, finalizing })
+    let read = written.map_or(cached, ParentRead::written);
+    Ok(Prepared::Sync { read, finalizing })
 }
 
 /// Step: the hook's `status` of `parent`, with the child conditions of its last child
@@ -434,32 +456,51 @@ async fn release_finalizer(
     Ok(true)
 }
 
-/// Step: add our finalizer when a finalize hook exists, remove it when none does.
+/// What [`ensure_finalizer`] did.
+enum Finalizer {
+    /// Nothing to write: the parent as read.
+    Kept,
+    /// Written: the version the write returned.
+    Written(Arc<Value>),
+    /// The parent is gone.
+    Gone,
+}
+
+impl Finalizer {
+    fn after_write(written: Option<Value>) -> Finalizer {
+        written.map_or(Finalizer::Gone, |p| Finalizer::Written(Arc::new(p)))
+    }
+}
+
+/// Step: add our finalizer when a finalize hook exists, remove it when none does (a write sends
+/// the parent whole).
 async fn ensure_finalizer(
     c: &CompositeState,
-    parent: Arc<Value>,
+    read: &ParentRead,
     fin: &str,
-) -> Result<Option<Arc<Value>>, SyncError> {
+) -> Result<Finalizer, SyncError> {
+    let parent = read.without_record();
     let add = match decide::finalizer_before_hook(
         c.hooks.finalize.is_some(),
-        is_deleting(&parent),
-        has_finalizer(&parent, fin),
+        is_deleting(parent),
+        has_finalizer(parent, fin),
     ) {
         // kro's labels go with the finalizer, and come back if someone removes them
         FinalizerAction::Keep | FinalizerAction::Add
-            if !is_deleting(&parent) && decide::labels_missing(&parent, &c.instance_labels) =>
+            if !is_deleting(parent) && decide::labels_missing(parent, &c.instance_labels) =>
         {
             let labels = &c.instance_labels;
+            let whole = read.whole();
             let written =
-                status::add_finalizer_and_labels(&c.ctx, &c.parent, &parent, fin, labels).await?;
-            return Ok(written.map(Arc::new));
+                status::add_finalizer_and_labels(&c.ctx, &c.parent, whole, fin, labels).await?;
+            return Ok(Finalizer::after_write(written));
         }
-        FinalizerAction::Keep => return Ok(Some(parent)),
+        FinalizerAction::Keep => return Ok(Finalizer::Kept),
         FinalizerAction::Add => true,
         FinalizerAction::Remove => false,
     };
-    let written = status::set_finalizer(&c.ctx, &c.parent, &parent, fin, add).await?;
-    Ok(written.map(Arc::new))
+    let written = status::set_finalizer(&c.ctx, &c.parent, read.whole(), fin, add).await?;
+    Ok(Finalizer::after_write(written))
 }
 
 /// What claiming a parent's children found.

@@ -38,7 +38,8 @@ pub fn controller_pause(
 /// its controller's [`controller_pause`].
 pub fn pause_reason(obj: &Value, controller_pause: Option<&str>) -> Option<String> {
     let own = obj
-        .pointer("/metadata/annotations")
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
         .and_then(|a| a.get(PAUSED_ANNOTATION))
         .and_then(Value::as_str);
     if own == Some("true") {

@@ -18,10 +18,12 @@ use tokio::sync::{broadcast, watch};
 use crate::object::ObjectView;
 use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
+mod attached;
 mod initial_list;
 mod sharded;
 
 use crate::runtime::shard_watch::{HashRange, Listed, Selection, WatchShards};
+pub use attached::Attached;
 pub use initial_list::WatchListMode;
 use initial_list::{Fallback, Stamp, Strategy};
 use sharded::Group;
@@ -692,6 +694,20 @@ impl<T: Form> Informer<T> {
                 return None;
             }
             obj.attach(s.detached.get(&key)?)
+        })
+    }
+    /// A cached object as cached, and a copy of the text the store holds beside it for that
+    /// very version ([`Form::detach`]), read together: [`Attached`] encodes the two as the
+    /// object whole, and [`Form::attach`] makes it whole, without a second look at the store.
+    pub fn get_detached(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(Arc<T>, Option<Box<RawValue>>)> {
+        let key = ObjKey::new(namespace, name);
+        self.shared.read(|s| {
+            let obj = s.objects.get(&key)?.clone();
+            Some((obj, s.detached.get(&key).cloned()))
         })
     }
     /// A cached object whole ([`Informer::whole`]): as a sync that writes it reads it.
