@@ -777,20 +777,53 @@ async fn annotating_a_running_controller_switches_its_strategy() -> anyhow::Resu
         cc_name,
         parent["metadata"]["uid"].as_str().unwrap(),
     );
-    // a change after the switch is applied under server-side apply
-    s.merge_patch(&s.parents(), "n", json!({"spec": {"message": "b"}}))
-        .await?;
-    let cm = s
-        .wait_child_where("n-cm", "applied by the parent's field manager", |c| {
-            c["data"]["message"] == "b"
-                && managers(c)
-                    .iter()
-                    .any(|(m, op)| *m == mine && op == "Apply")
-        })
-        .await?;
-    assert_eq!(cm["data"]["message"], "b");
+    // a change after the switch is applied under server-side apply. The switch rebuilds the
+    // controller; an edit the old one synced first is applied by dynamic apply, and the new one
+    // then has nothing to change: each round edits again until the new one applies an edit
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut round = 0;
+    let cm = loop {
+        round += 1;
+        let message = format!("b{round}");
+        s.merge_patch(&s.parents(), "n", json!({"spec": {"message": message}}))
+            .await?;
+        let scenario = &s;
+        let applied = eventually(
+            "the edit applied by the parent's field manager",
+            ROUND,
+            || {
+                let message = message.clone();
+                let mine = mine.clone();
+                async move {
+                    let s = scenario;
+                    let cm = s.get(&s.configmaps(), "n-cm").await?;
+                    Ok(cm.filter(|c| {
+                        c["data"]["message"] == message.as_str()
+                            && managers(c)
+                                .iter()
+                                .any(|(m, op)| *m == mine && op == "Apply")
+                    }))
+                }
+            },
+        )
+        .await;
+        match applied {
+            Ok(cm) => break cm,
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => {}
+        }
+    };
+    assert!(
+        cm["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with('b'))
+    );
     s.finish().await
 }
+
+/// How long one round of `annotating_a_running_controller_switches_its_strategy` waits for its
+/// edit to be applied before it edits again.
+const ROUND: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `kmeta trace` on a parent under drift policy `Report` after a person edited its child: the
 /// `ChildDrift` condition, and the last change recording the child left alone, and why.
