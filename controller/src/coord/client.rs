@@ -54,6 +54,35 @@ pub fn build_sharded(
         .build())
 }
 
+/// Why a Lease loop's own runtime and client could not be made ([`lease_runtime`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeaseRuntimeError {
+    /// The current-thread runtime could not be built.
+    #[error("building the runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+    /// The Lease client could not be made from the kubeconfig.
+    #[error("building the Lease client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A current-thread runtime for a Lease loop on a thread of its own, and the loop's client made
+/// on it from `config` (its buffer task runs on that runtime, not the work's):
+/// `docs/design/lease-threads.md`.
+pub(crate) fn lease_runtime(
+    config: kube::Config,
+    limits: RateLimit,
+    metrics: Arc<Metrics>,
+) -> Result<(tokio::runtime::Runtime, kube::Client), LeaseRuntimeError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = {
+        let _inside = runtime.enter();
+        crate::ops::client::build(config, limits, metrics)?
+    };
+    Ok((runtime, client))
+}
+
 #[cfg(all(test, feature = "embedded-apiserver"))]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -602,15 +602,8 @@ where
     R: FnOnce(kube::Client) -> Fut,
     Fut: Future<Output = Result<(), LeaderError>>,
 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let (runtime, client) = crate::coord::client::lease_runtime(config, limits, metrics)
         .map_err(|e| LeaderError::Thread(e.to_string()))?;
-    let client = {
-        let _inside = runtime.enter();
-        crate::ops::client::build(config, limits, metrics)
-            .map_err(|e| LeaderError::Thread(format!("building the Lease client: {e}")))?
-    };
     runtime.block_on(run(client))
 }
 
@@ -885,11 +878,7 @@ mod tests {
     #[cfg(feature = "embedded-apiserver")]
     #[test]
     fn a_blocked_work_runtime_keeps_the_leader_lease() -> anyhow::Result<()> {
-        let server_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        let server = server_runtime.block_on(kmeta_apiserver::TestServer::start())?;
+        let (server_runtime, server) = crate::coord::server_apart()?;
         let renew_deadline = Duration::from_millis(1000);
         let cfg = LeaderConfig {
             lease_duration: Duration::from_millis(1500),

@@ -11,3 +11,16 @@ pub mod fence;
 pub mod leader;
 pub mod scope;
 pub mod shard;
+
+/// Tests: kmeta-apiserver on a runtime of its own (one worker thread), so that a test may block
+/// the work's runtime, as a saturated one is, without stopping the server.
+#[cfg(all(test, feature = "embedded-apiserver"))]
+pub(crate) fn server_apart()
+-> anyhow::Result<(tokio::runtime::Runtime, kmeta_apiserver::TestServer)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let server = runtime.block_on(kmeta_apiserver::TestServer::start())?;
+    Ok((runtime, server))
+}

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::legacy::LegacyGuard;
 use super::state::Previous;
 use super::{Bucket, BucketView, Shards, Step, plan};
+use crate::coord::client::LeaseRuntimeError;
 use crate::coord::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
 use crate::ops::ratelimit::RateLimit;
@@ -337,17 +338,13 @@ impl Loop {
         config: kube::Config,
         cfg: ShardConfig,
     ) -> Result<(tokio::runtime::Runtime, Loop), ShardError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ShardError::Thread(e.to_string()))?;
-        let client = {
-            let _inside = runtime.enter();
-            let unlimited = RateLimit { qps: 0.0, burst: 0 };
-            let metrics = cfg.metrics.clone().unwrap_or_default();
-            crate::ops::client::build(config, unlimited, metrics)
-                .map_err(|e| ShardError::Client(e.to_string()))?
-        };
+        let unlimited = RateLimit { qps: 0.0, burst: 0 };
+        let metrics = cfg.metrics.clone().unwrap_or_default();
+        let (runtime, client) = crate::coord::client::lease_runtime(config, unlimited, metrics)
+            .map_err(|e| match e {
+                LeaseRuntimeError::Client(e) => ShardError::Client(e.to_string()),
+                e @ LeaseRuntimeError::Runtime(_) => ShardError::Thread(e.to_string()),
+            })?;
         let state = Loop {
             legacy: LegacyGuard::new(cfg.lease(cfg.leader_lease.clone())),
             api: Api::namespaced(client, &cfg.namespace),
@@ -942,11 +939,7 @@ mod tests {
     #[cfg(feature = "embedded-apiserver")]
     #[test]
     fn a_blocked_work_runtime_loses_no_bucket() -> anyhow::Result<()> {
-        let server_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        let server = server_runtime.block_on(kmeta_apiserver::TestServer::start())?;
+        let (server_runtime, server) = crate::coord::server_apart()?;
         let config = kube::Config::new(server.url().parse()?);
         let shards = Shards::new(2);
         let metrics = Arc::new(Metrics::default());
