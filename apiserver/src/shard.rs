@@ -188,11 +188,16 @@ impl ShardSelector {
         self.holds(self.field.value(obj))
     }
 
-    /// Whether an object in `namespace` is in one of the ranges, when the selector reads the
-    /// namespace (an object's key names it: no need to read the object); `None` when it reads
-    /// another field.
-    pub(crate) fn matches_namespace(&self, namespace: &str) -> Option<bool> {
-        (self.field == ShardField::Namespace).then(|| self.holds(namespace))
+    /// Whether the selector reads the namespace (which an object's key names: no need to read
+    /// the object).
+    pub(crate) fn reads_namespace(&self) -> bool {
+        self.field == ShardField::Namespace
+    }
+
+    /// Whether an object in `namespace` is in one of the ranges, for a selector that
+    /// [`Self::reads_namespace`].
+    pub(crate) fn matches_namespace(&self, namespace: &str) -> bool {
+        self.holds(namespace)
     }
 
     /// Whether the hash of `value` falls in one of the ranges.

@@ -197,12 +197,14 @@ impl ListOpts {
         if !self.label.is_empty() || !self.field.0.is_empty() {
             return None;
         }
-        shard.matches_namespace("")?;
+        if !shard.reads_namespace() {
+            return None;
+        }
         let mut last: Option<(String, bool)> = None;
         Some(move |k: &Key| match &last {
             Some((ns, hit)) if *ns == k.ns => *hit,
             _ => {
-                let hit = shard.matches_namespace(&k.ns).unwrap_or(false);
+                let hit = shard.matches_namespace(&k.ns);
                 last = Some((k.ns.clone(), hit));
                 hit
             }
