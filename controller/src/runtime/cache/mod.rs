@@ -20,6 +20,7 @@ use crate::runtime::compact::Compact;
 use crate::runtime::resources::Resolved;
 mod attached;
 mod initial_list;
+mod paced;
 mod sharded;
 
 use crate::runtime::shard_watch::{HashRange, Listed, Selection, WatchShards};
@@ -430,6 +431,28 @@ pub fn cached_value(mut obj: DynamicObject, r: &Resolved) -> Option<Value> {
 }
 
 impl<T> Shared<T> {
+    /// An empty store of `resource`, counted in `pending` until its first list.
+    fn new(resource: Resolved, pending: Arc<PendingWatches>, mode: WatchListMode) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(CHANGE_BUFFER);
+        pending.set(&resource.watch_key(), true);
+        Arc::new(Shared {
+            resource,
+            pending,
+            waiting: std::sync::atomic::AtomicBool::new(true),
+            state: RwLock::new(State::default()),
+            tx,
+            synced: watch::channel(false).0,
+            lists: watch::channel(0).0,
+            list_times: std::sync::Mutex::default(),
+            selection: Mutex::default(),
+            listed_ranges_tx: watch::channel(Listed::default()).0,
+            range_lists: Mutex::default(),
+            sharded: AtomicBool::new(false),
+            streams: std::sync::atomic::AtomicUsize::new(1),
+            strategy: Mutex::new(Strategy::first(mode)),
+        })
+    }
+
     /// This watch no longer waits for its first list (listed, or stopped).
     fn listed(&self) {
         if self
@@ -480,20 +503,30 @@ impl<T: Form> Shared<T> {
     /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
     fn replace_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) {
         for k in self.gone(&objs, mine) {
-            if let Some(old) = self.write(|s| s.remove(&k)) {
-                let _ = self.tx.send(Change::Deleted(old));
-            }
+            self.remove_announced(&k);
         }
         for o in objs {
-            let key = obj_key(&*o.obj);
-            let same = self.read(|s| {
-                s.objects
-                    .get(&key)
-                    .is_some_and(|c| c.resource_version() == o.obj.resource_version())
-            });
-            if !same {
-                self.apply(o);
-            }
+            self.apply_unless_held(o);
+        }
+    }
+
+    /// Removes `key`'s object, if held, announcing it deleted.
+    fn remove_announced(&self, key: &ObjKey) {
+        if let Some(old) = self.write(|s| s.remove(key)) {
+            let _ = self.tx.send(Change::Deleted(old));
+        }
+    }
+
+    /// Stores and announces a listed object, unless the store holds that very version.
+    fn apply_unless_held(&self, o: Held<T>) {
+        let key = obj_key(&*o.obj);
+        let same = self.read(|s| {
+            s.objects
+                .get(&key)
+                .is_some_and(|c| c.resource_version() == o.obj.resource_version())
+        });
+        if !same {
+            self.apply(o);
         }
     }
 
@@ -638,7 +671,8 @@ impl<T: Form> Shared<T> {
                 }
                 Ok(Event::InitDone) => {
                     fallback.on_done();
-                    self.listed_whole_or(&group, std::mem::take(&mut buffer), requested);
+                    self.listed_whole_or(&group, std::mem::take(&mut buffer), requested)
+                        .await;
                 }
                 Err(e) => {
                     if stamp.is_some() && fallback.on_error(&e) {
@@ -653,8 +687,8 @@ impl<T: Form> Shared<T> {
     }
 
     /// An initial list (requested at `requested`) is complete: it replaces the store, or the
-    /// live ranges of a sharded stream's `group`.
-    fn listed_whole_or(
+    /// live ranges of a sharded stream's `group` (announced paced, [`paced`]).
+    async fn listed_whole_or(
         &self,
         group: &Option<Arc<Group>>,
         objs: Vec<Held<T>>,
@@ -666,7 +700,7 @@ impl<T: Form> Shared<T> {
                 let mut t = self.list_times();
                 t.last_completed = t.in_progress.take().or(t.last_completed);
             }
-            Some(g) => g.while_current(|live| self.replace_group(live, objs, requested)),
+            Some(g) => self.replace_group(g, objs, requested).await,
         }
     }
 }
@@ -950,26 +984,7 @@ impl Informers {
             return i;
         }
         map.retain(|_, w| w.strong_count() > 0);
-        let (synced, _) = watch::channel(false);
-        let (lists, _) = watch::channel(0);
-        let (tx, _) = broadcast::channel(CHANGE_BUFFER);
-        self.pending.set(&key, true);
-        let shared = Arc::new(Shared {
-            resource: r.clone(),
-            pending: self.pending.clone(),
-            waiting: std::sync::atomic::AtomicBool::new(true),
-            state: RwLock::new(State::default()),
-            tx,
-            synced,
-            lists,
-            list_times: std::sync::Mutex::default(),
-            selection: Mutex::default(),
-            listed_ranges_tx: watch::channel(Listed::default()).0,
-            range_lists: Mutex::default(),
-            sharded: AtomicBool::new(false),
-            streams: std::sync::atomic::AtomicUsize::new(1),
-            strategy: Mutex::new(Strategy::first(self.watch_list)),
-        });
+        let shared = Shared::new(r.clone(), self.pending.clone(), self.watch_list);
         let counted: Weak<dyn Counted> = Arc::downgrade(&shared) as Weak<_>;
         self.counted
             .lock()

@@ -11,7 +11,8 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
-use super::{Change, Form, Held, ObjKey, Shared, obj_key};
+use super::paced::{PACE_CHUNK, Pace};
+use super::{Form, Held, ObjKey, Shared};
 use crate::runtime::shard_watch::{
     HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
@@ -84,6 +85,12 @@ impl Group {
         if !st.retired && !st.live.is_empty() {
             f(&st.live);
         }
+    }
+
+    /// The live ranges, unless the stream was retired or has none.
+    pub(super) fn current(&self) -> Option<BTreeSet<HashRange>> {
+        let st = self.read();
+        (!st.retired && !st.live.is_empty()).then(|| st.live.clone())
     }
 
     pub(super) fn live(&self) -> BTreeSet<HashRange> {
@@ -213,7 +220,7 @@ impl<T: Form> Shared<T> {
             }
             *self.selected() = s.clone();
             for r in streams.follow(&s.ranges) {
-                self.drop_range(r);
+                self.drop_range(r).await;
             }
             if let Some(new) = streams.unstreamed(&s.ranges) {
                 streams.spawn(self.clone(), &client, new);
@@ -256,8 +263,9 @@ impl<T: Form> Shared<T> {
         while self.clone().stream_once(&client, Some(group.clone())).await {}
     }
 
-    /// Drops every object of `range` (no longer selected), announcing each as deleted.
-    pub(super) fn drop_range(&self, range: HashRange) {
+    /// Drops every object of `range` (no longer selected), announcing each as deleted, paced
+    /// ([`Pace`]).
+    pub(super) async fn drop_range(&self, range: HashRange) {
         self.listed_ranges().remove(&range);
         self.listed_ranges_tx
             .send_if_modified(|l| l.ranges.remove(&range));
@@ -268,36 +276,66 @@ impl<T: Form> Shared<T> {
                 .cloned()
                 .collect()
         });
-        for k in gone {
-            if let Some(old) = self.write(|s| s.remove(&k)) {
-                let _ = self.tx.send(Change::Deleted(old));
+        let mut pace = Pace::default();
+        for chunk in gone.chunks(PACE_CHUNK) {
+            for k in chunk {
+                self.remove_announced(k);
             }
+            pace.room(&self.tx, &self.resource.watch_key()).await;
         }
     }
 
-    /// After a stream's (re)list: replaces the objects of its `live` ranges by those of `objs`
+    /// After a stream's (re)list: replaces the objects of its live ranges by those of `objs`
     /// in them, and announces each range listed (requested at `requested`). A range listed
     /// before (410, a consolidation) makes it a relist of the watch; a first list is a
-    /// bucket gained, which the gain announces.
-    pub(super) fn replace_group(
+    /// bucket gained, which the gain announces. The changes are announced a chunk at a time,
+    /// paced to the subscribers ([`Pace`]); each chunk is applied under the stream's read lock
+    /// to the ranges live then, so a range dropped or a stream retired meanwhile takes no more
+    /// of them, and a range is announced listed only if still live at the end.
+    pub(super) async fn replace_group(
         &self,
-        live: &BTreeSet<HashRange>,
+        group: &Group,
         mut objs: Vec<Held<T>>,
         requested: std::time::Instant,
     ) {
-        let covers = |k: &ObjKey| in_ranges(live, &k.namespace);
-        objs.retain(|o| covers(&obj_key(&*o.obj)));
+        let Some(live) = group.current() else { return };
+        objs.retain(|o| in_ranges(&live, o.obj.namespace()));
         let again = {
             let listed = self.listed_ranges();
             live.iter().any(|r| listed.contains_key(r))
         };
-        self.replace_where(objs, covers);
-        if again {
-            self.lists.send_modify(|n| *n += 1);
+        let what = self.resource.watch_key();
+        let mut pace = Pace::default();
+        let gone = self.gone(&objs, |k| in_ranges(&live, &k.namespace));
+        for chunk in gone.chunks(PACE_CHUNK) {
+            group.while_current(|now| {
+                for k in chunk.iter().filter(|k| in_ranges(now, &k.namespace)) {
+                    self.remove_announced(k);
+                }
+            });
+            pace.room(&self.tx, &what).await;
         }
-        for r in live {
-            self.note_listed(Some((*r, requested)));
+        let mut objs = objs.into_iter().peekable();
+        while objs.peek().is_some() {
+            let chunk: Vec<Held<T>> = objs.by_ref().take(PACE_CHUNK).collect();
+            group.while_current(|now| {
+                for o in chunk
+                    .into_iter()
+                    .filter(|o| in_ranges(now, o.obj.namespace()))
+                {
+                    self.apply_unless_held(o);
+                }
+            });
+            pace.room(&self.tx, &what).await;
         }
+        group.while_current(|now| {
+            if again {
+                self.lists.send_modify(|n| *n += 1);
+            }
+            for r in live.intersection(now) {
+                self.note_listed(Some((*r, requested)));
+            }
+        });
     }
 
     pub(super) fn listed_ranges(
@@ -399,8 +437,10 @@ pub(super) enum NotSharded {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::super::Change;
     use super::*;
     use serde_json::json;
+    use tokio::sync::broadcast;
 
     fn sixteenth(i: u64) -> HashRange {
         HashRange {
@@ -490,5 +530,70 @@ mod tests {
                 .iter()
                 .all(|g| g.admit(&in_namespace(&namespace_in(r(1)))).is_none())
         );
+    }
+
+    fn configmaps() -> crate::runtime::resources::Resolved {
+        crate::runtime::resources::Resolved {
+            api: kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+            has_status: false,
+        }
+    }
+
+    /// Takes `want` changes (a 30 s deadline): how many were applied and deleted, and whether
+    /// it fell behind.
+    async fn take_changes(
+        mut rx: broadcast::Receiver<Change<Value>>,
+        want: usize,
+    ) -> (usize, usize, bool) {
+        let (mut applied, mut deleted) = (0, 0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while applied + deleted < want {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Ok(Change::Applied { .. })) => applied += 1,
+                Ok(Ok(Change::Deleted(_))) => deleted += 1,
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => return (applied, deleted, true),
+                Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => break,
+            }
+        }
+        (applied, deleted, false)
+    }
+
+    /// On a current-thread runtime the subscriber runs only while the store waits: sent in one
+    /// go, a range's 12 288 objects would overflow the 4 096 changes the broadcast holds.
+    #[tokio::test]
+    async fn a_ranges_first_list_and_its_drop_reach_a_subscriber_whole() {
+        let shared: Arc<Shared<Value>> = Shared::new(
+            configmaps(),
+            Arc::default(),
+            super::super::WatchListMode::default(),
+        );
+        let range = sixteenth(5);
+        let ns = namespace_in(range);
+        let n = 3 * super::super::CHANGE_BUFFER;
+        let objs: Vec<Held<Value>> = (0..n)
+            .map(|i| {
+                let o: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("c-{i}"), "namespace": ns, "resourceVersion": "1"}}))
+                .unwrap();
+                Held::of(o, &shared.resource).unwrap()
+            })
+            .collect();
+        *shared.selected() = Selection {
+            ranges: vec![range],
+        };
+        let group = Group::new(vec![range]);
+        let taker = tokio::spawn(take_changes(shared.tx.subscribe(), n));
+        shared
+            .replace_group(&group, objs, std::time::Instant::now())
+            .await;
+        assert_eq!(taker.await.unwrap(), (n, 0, false), "first list");
+        assert_eq!(shared.read(|s| s.objects.len()), n);
+        assert!(*shared.synced.borrow(), "the only range listed");
+        let taker = tokio::spawn(take_changes(shared.tx.subscribe(), n));
+        shared.drop_range(range).await;
+        assert_eq!(taker.await.unwrap(), (0, n, false), "range dropped");
+        assert_eq!(shared.read(|s| s.objects.len()), 0);
     }
 }
