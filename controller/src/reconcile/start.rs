@@ -12,7 +12,10 @@
 
 use std::sync::Arc;
 
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 
 use crate::runtime::cache::Watch;
 use crate::runtime::queue::Priority;
@@ -93,6 +96,37 @@ pub(crate) enum Lag {
     SkipToNow,
 }
 
+/// How many waiting changes a receiver takes in a row before it lets its runtime's other tasks
+/// run: 1 024 (kmeta's; a quarter of a watch's broadcast, `CHANGE_BUFFER`). Awaiting each one,
+/// it was handed at most tokio's cooperative budget (128) per turn on a runtime busy with syncs,
+/// and a bulk announcement (a sharded range listed) waited for it turn after turn.
+const TAKEN_IN_A_ROW: usize = 1024;
+
+/// The next change of `rx`: at once while changes wait (at most [`TAKEN_IN_A_ROW`] in a row,
+/// counted in `in_a_row`), else awaited.
+async fn next<M: Clone>(
+    rx: &mut broadcast::Receiver<M>,
+    in_a_row: &mut usize,
+) -> Result<M, RecvError> {
+    if *in_a_row < TAKEN_IN_A_ROW {
+        match rx.try_recv() {
+            Ok(m) => {
+                *in_a_row += 1;
+                return Ok(m);
+            }
+            Err(TryRecvError::Lagged(n)) => {
+                *in_a_row += 1;
+                return Err(RecvError::Lagged(n));
+            }
+            Err(TryRecvError::Empty | TryRecvError::Closed) => {}
+        }
+    } else {
+        tokio::task::yield_now().await;
+    }
+    *in_a_row = 0;
+    rx.recv().await
+}
+
 /// Follows `rx`, the receiver of `watch`'s changes subscribed before its first list: every
 /// change goes to `on_change` and every loss to `on_lag`, with the priority of what they schedule
 /// ([`Phase::priority`]); `on_started` runs once, when the start ends (before any change after
@@ -108,6 +142,7 @@ pub(crate) async fn follow<M: Clone>(
     let mut on_started = Some(on_started);
     // changes lost during the start, handled when it ends
     let mut lost = 0u64;
+    let mut in_a_row = 0usize;
     let began = std::time::Instant::now();
     loop {
         if phase == Phase::Listing && watch.is_synced() {
@@ -129,7 +164,7 @@ pub(crate) async fn follow<M: Clone>(
                 got = rx.recv() => Some(got),
                 () = watch.wait_synced() => None,
             },
-            _ => Some(rx.recv().await),
+            _ => Some(next(&mut rx, &mut in_a_row).await),
         };
         match got {
             None => {}
@@ -255,6 +290,41 @@ mod tests {
         task.await.unwrap();
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen, ["0 Low", "started", "1 Normal"]);
+    }
+
+    /// On a current-thread runtime beside a task that is always ready: awaiting each change,
+    /// the receiver would take 128 per turn (tokio's budget) and 2 048 would take 16 turns.
+    #[tokio::test]
+    async fn waiting_changes_are_taken_a_thousand_in_a_turn() {
+        let (synced, _) = watch::channel(true);
+        let fake = Arc::new(Fake(synced));
+        let (tx, rx) = broadcast::channel::<u32>(4096);
+        for i in 0..2048 {
+            tx.send(i).unwrap();
+        }
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = taken.clone();
+        let task = tokio::spawn(follow(
+            fake,
+            rx,
+            move |_, _| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            },
+            |_| {},
+            || {},
+        ));
+        let busy = tokio::spawn(async move {
+            let mut turns = 0;
+            while taken.load(std::sync::atomic::Ordering::Relaxed) < 2048 && turns < 1000 {
+                turns += 1;
+                tokio::task::yield_now().await;
+            }
+            turns
+        });
+        let turns = busy.await.unwrap();
+        drop(tx);
+        task.await.unwrap();
+        assert!(turns <= 4, "the other task ran {turns} turns meanwhile");
     }
 
     #[test]

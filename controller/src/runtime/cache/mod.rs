@@ -479,9 +479,15 @@ impl<T: Form> Shared<T> {
     }
 
     fn apply(&self, held: Held<T>) {
+        let change = self.store(held);
+        let _ = self.tx.send(change);
+    }
+
+    /// Stores `held`, returning the change to announce.
+    fn store(&self, held: Held<T>) -> Change<T> {
         let new = held.obj;
         let old = self.write(|s| s.insert(new.clone(), held.detached));
-        let _ = self.tx.send(Change::Applied { old, new });
+        Change::Applied { old, new }
     }
 
     fn delete(&self, obj: T) {
@@ -494,40 +500,53 @@ impl<T: Form> Shared<T> {
 
     /// Replaces the store after a (re)list, announcing what changed.
     fn replace(&self, objs: Vec<Held<T>>) {
-        self.replace_where(objs, |_| true);
+        for change in self.store_where(objs, |_| true) {
+            let _ = self.tx.send(change);
+        }
         self.synced.send_replace(true);
         self.listed();
         self.lists.send_modify(|n| *n += 1);
     }
 
-    /// Replaces the objects whose key passes `mine` by `objs`, announcing what changed.
-    fn replace_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) {
+    /// Replaces the objects whose key passes `mine` by `objs` in the store, returning what
+    /// changed, in order, to announce.
+    fn store_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) -> Vec<Change<T>> {
+        let mut changes = Vec::new();
         for k in self.gone(&objs, mine) {
-            self.remove_announced(&k);
+            if let Some(old) = self.write(|s| s.remove(&k)) {
+                changes.push(Change::Deleted(old));
+            }
         }
         for o in objs {
-            self.apply_unless_held(o);
+            let key = obj_key(&*o.obj);
+            let same = self.read(|s| {
+                s.objects
+                    .get(&key)
+                    .is_some_and(|c| c.resource_version() == o.obj.resource_version())
+            });
+            if !same {
+                changes.push(self.store(o));
+            }
         }
+        changes
     }
 
-    /// Removes `key`'s object, if held, announcing it deleted.
-    fn remove_announced(&self, key: &ObjKey) {
-        if let Some(old) = self.write(|s| s.remove(key)) {
-            let _ = self.tx.send(Change::Deleted(old));
-        }
-    }
-
-    /// Stores and announces a listed object, unless the store holds that very version.
-    fn apply_unless_held(&self, o: Held<T>) {
-        let key = obj_key(&*o.obj);
-        let same = self.read(|s| {
-            s.objects
-                .get(&key)
-                .is_some_and(|c| c.resource_version() == o.obj.resource_version())
+    /// Announces `change` unless it is an object the store no longer holds as announced (a
+    /// newer version stored since, or removed: that change announces itself), looked at under
+    /// the store's lock so that no later change of the object is announced before it.
+    fn announce_if_current(&self, change: Change<T>) {
+        self.read(|s| {
+            let current = match &change {
+                Change::Applied { new, .. } => s
+                    .objects
+                    .get(&obj_key(&**new))
+                    .is_some_and(|c| Arc::ptr_eq(c, new)),
+                Change::Deleted(_) => true,
+            };
+            if current {
+                let _ = self.tx.send(change);
+            }
         });
-        if !same {
-            self.apply(o);
-        }
     }
 
     /// The keys `mine` passes that the store holds and `listed` lacks. None from an empty
@@ -687,9 +706,9 @@ impl<T: Form> Shared<T> {
     }
 
     /// An initial list (requested at `requested`) is complete: it replaces the store, or the
-    /// live ranges of a sharded stream's `group` (announced paced, [`paced`]).
+    /// live ranges of a sharded stream's `group` (its changes announced paced, [`paced`]).
     async fn listed_whole_or(
-        &self,
+        self: &Arc<Self>,
         group: &Option<Arc<Group>>,
         objs: Vec<Held<T>>,
         requested: std::time::Instant,

@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::paced::{PACE_CHUNK, Pace};
-use super::{Form, Held, ObjKey, Shared};
+use super::{Change, Form, Held, ObjKey, Shared};
 use crate::runtime::shard_watch::{
     HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
@@ -85,12 +85,6 @@ impl Group {
         if !st.retired && !st.live.is_empty() {
             f(&st.live);
         }
-    }
-
-    /// The live ranges, unless the stream was retired or has none.
-    pub(super) fn current(&self) -> Option<BTreeSet<HashRange>> {
-        let st = self.read();
-        (!st.retired && !st.live.is_empty()).then(|| st.live.clone())
     }
 
     pub(super) fn live(&self) -> BTreeSet<HashRange> {
@@ -279,63 +273,64 @@ impl<T: Form> Shared<T> {
         let mut pace = Pace::default();
         for chunk in gone.chunks(PACE_CHUNK) {
             for k in chunk {
-                self.remove_announced(k);
+                if let Some(old) = self.write(|s| s.remove(k)) {
+                    let _ = self.tx.send(Change::Deleted(old));
+                }
             }
             pace.room(&self.tx, &self.resource.watch_key()).await;
         }
     }
 
     /// After a stream's (re)list: replaces the objects of its live ranges by those of `objs`
-    /// in them, and announces each range listed (requested at `requested`). A range listed
-    /// before (410, a consolidation) makes it a relist of the watch; a first list is a
-    /// bucket gained, which the gain announces. The changes are announced a chunk at a time,
-    /// paced to the subscribers ([`Pace`]); each chunk is applied under the stream's read lock
-    /// to the ranges live then, so a range dropped or a stream retired meanwhile takes no more
-    /// of them, and a range is announced listed only if still live at the end.
+    /// in them, and announces each range listed (requested at `requested`), at once, as before;
+    /// then announces what changed, paced to the subscribers ([`Pace`]), before the stream's
+    /// next event. A range listed before (410, a consolidation) makes it a relist of the watch;
+    /// a first list is a bucket gained, which the gain announces.
+    ///
+    /// The announcement runs as a task of its own, awaited: a stream retired meanwhile (its
+    /// task aborted, its ranges listed again by the stream replacing it, which announces only
+    /// what differs) does not cut it short. A change whose object was replaced or removed since
+    /// is not announced ([`Shared::announce_if_current`]): the newer change announces itself.
     pub(super) async fn replace_group(
-        &self,
+        self: &Arc<Self>,
         group: &Group,
-        mut objs: Vec<Held<T>>,
+        objs: Vec<Held<T>>,
         requested: std::time::Instant,
     ) {
-        let Some(live) = group.current() else { return };
-        objs.retain(|o| in_ranges(&live, o.obj.namespace()));
-        let again = {
-            let listed = self.listed_ranges();
-            live.iter().any(|r| listed.contains_key(r))
-        };
-        let what = self.resource.watch_key();
-        let mut pace = Pace::default();
-        let gone = self.gone(&objs, |k| in_ranges(&live, &k.namespace));
-        for chunk in gone.chunks(PACE_CHUNK) {
-            group.while_current(|now| {
-                for k in chunk.iter().filter(|k| in_ranges(now, &k.namespace)) {
-                    self.remove_announced(k);
-                }
-            });
-            pace.room(&self.tx, &what).await;
-        }
-        let mut objs = objs.into_iter().peekable();
-        while objs.peek().is_some() {
-            let chunk: Vec<Held<T>> = objs.by_ref().take(PACE_CHUNK).collect();
-            group.while_current(|now| {
-                for o in chunk
-                    .into_iter()
-                    .filter(|o| in_ranges(now, o.obj.namespace()))
-                {
-                    self.apply_unless_held(o);
-                }
-            });
-            pace.room(&self.tx, &what).await;
-        }
-        group.while_current(|now| {
+        let mut changes = Vec::new();
+        group.while_current(|live| {
+            let mut objs = objs;
+            objs.retain(|o| in_ranges(live, o.obj.namespace()));
+            let again = {
+                let listed = self.listed_ranges();
+                live.iter().any(|r| listed.contains_key(r))
+            };
+            changes = self.store_where(objs, |k| in_ranges(live, &k.namespace));
             if again {
                 self.lists.send_modify(|n| *n += 1);
             }
-            for r in live.intersection(now) {
+            for r in live {
                 self.note_listed(Some((*r, requested)));
             }
         });
+        if changes.is_empty() {
+            return;
+        }
+        let shared = self.clone();
+        let _ = tokio::spawn(async move { shared.announce_paced(changes).await }).await;
+    }
+
+    /// Announces `changes` in order, a chunk at a time, paced to the subscribers.
+    async fn announce_paced(&self, changes: Vec<Change<T>>) {
+        let what = self.resource.watch_key();
+        let mut pace = Pace::default();
+        let mut changes = changes.into_iter().peekable();
+        while changes.peek().is_some() {
+            for c in changes.by_ref().take(PACE_CHUNK) {
+                self.announce_if_current(c);
+            }
+            pace.room(&self.tx, &what).await;
+        }
     }
 
     pub(super) fn listed_ranges(
@@ -437,7 +432,6 @@ pub(super) enum NotSharded {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::Change;
     use super::*;
     use serde_json::json;
     use tokio::sync::broadcast;
@@ -561,6 +555,7 @@ mod tests {
 
     /// On a current-thread runtime the subscriber runs only while the store waits: sent in one
     /// go, a range's 12 288 objects would overflow the 4 096 changes the broadcast holds.
+    /// Announced from the stream's own task, they would stop with it.
     #[tokio::test]
     async fn a_ranges_first_list_and_its_drop_reach_a_subscriber_whole() {
         let shared: Arc<Shared<Value>> = Shared::new(
@@ -585,12 +580,24 @@ mod tests {
         };
         let group = Group::new(vec![range]);
         let taker = tokio::spawn(take_changes(shared.tx.subscribe(), n));
-        shared
-            .replace_group(&group, objs, std::time::Instant::now())
-            .await;
-        assert_eq!(taker.await.unwrap(), (n, 0, false), "first list");
-        assert_eq!(shared.read(|s| s.objects.len()), n);
+        let lister = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                shared
+                    .replace_group(&group, objs, std::time::Instant::now())
+                    .await;
+            }
+        });
+        // the range is in the store and listed before its changes are all announced; the
+        // stream retired then (its task aborted) still announces every one
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !*shared.synced.borrow() && tokio::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
         assert!(*shared.synced.borrow(), "the only range listed");
+        assert_eq!(shared.read(|s| s.objects.len()), n);
+        lister.abort();
+        assert_eq!(taker.await.unwrap(), (n, 0, false), "first list");
         let taker = tokio::spawn(take_changes(shared.tx.subscribe(), n));
         shared.drop_range(range).await;
         assert_eq!(taker.await.unwrap(), (0, n, false), "range dropped");
