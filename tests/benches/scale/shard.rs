@@ -236,7 +236,8 @@ async fn edit_alive(rig: &Rig, case: &Case) -> anyhow::Result<()> {
 /// With the case's replicas converged: every parent edited with all of them alive (the
 /// baseline), then SIGKILL to the one holding the most buckets, every parent edited again, and
 /// the time until every parent has converged again (children carrying the new `spec.v`), split
-/// into the time until the others hold its buckets and the rest.
+/// into the time until the others hold its buckets and the rest. Then, with two or more left,
+/// a [`quiet_failover`].
 pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     edit_alive(rig, case).await?;
     let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
@@ -282,6 +283,44 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
         "    converged after the kill: the killed replica's parents {}, the others' {}",
         span(t0, mine.into_iter().map(|(_, t)| *t)),
         span(t0, others.into_iter().map(|(_, t)| *t))
+    );
+    print_usage(rig, &s0, &s1, "survivors'");
+    if rig.ctrl.len() >= 2 {
+        quiet_failover(rig, case).await?;
+    }
+    Ok(())
+}
+
+/// With the survivors quiet: SIGKILL to the one holding the most buckets, nothing edited, and
+/// the hook calls until the hook is quiet again. A takeover should sync the taken buckets'
+/// parents once each and no other: a survivor whose triggers fell behind the taken ranges'
+/// lists resynced every parent it had as well.
+async fn quiet_failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
+    rig.snap_when_quiet().await?;
+    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let each = held_by(&health).await;
+    let Some((victim, lost)) = each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) else {
+        bail!("quiet failover: no replicas");
+    };
+    let taken = parents_in(case, &lost);
+    let dead = rig.ctrl.remove(victim);
+    let name = dead.name.clone();
+    let s0 = rig.snap().await?;
+    let t0 = Instant::now();
+    drop(dead); // SIGKILL, then reaped
+    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let held_at = wait_held(&health, case.buckets, "quiet failover").await?;
+    let s1 = rig.snap_when_quiet().await?;
+    println!(
+        "  quiet failover: SIGKILL to {name} (held {} buckets, {taken} of {} parents), nothing edited: the others held its buckets {:.2} s after the kill",
+        lost.len(),
+        case.parents,
+        held_at.saturating_duration_since(t0).as_secs_f64()
+    );
+    println!(
+        "    until quiet: hook calls {} (the taken buckets' parents {taken}, the survivors' own {})",
+        s1.hook_calls - s0.hook_calls,
+        case.parents - taken
     );
     print_usage(rig, &s0, &s1, "survivors'");
     Ok(())
