@@ -807,7 +807,8 @@ impl<T: Form> Informer<T> {
         *self.shared.synced.borrow()
     }
     /// A receiver that changes whenever a list completes (the first, and every relist after a
-    /// 410: the cache flush lists nothing).
+    /// 410: the cache flush lists nothing; a sharded watch's streams merged into one, kmeta's
+    /// own relist, is not counted).
     pub fn lists(&self) -> watch::Receiver<u64> {
         self.shared.lists.subscribe()
     }

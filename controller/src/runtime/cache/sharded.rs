@@ -4,7 +4,7 @@
 //! merged into one. The store itself is the parent module's.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -31,6 +31,8 @@ fn in_ranges(ranges: &BTreeSet<HashRange>, ns: &str) -> bool {
 pub(super) struct Group {
     ranges: Vec<HashRange>,
     state: RwLock<GroupState>,
+    /// The stream has listed once: its next list is a relist of the watch (410 Gone).
+    listed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -47,7 +49,13 @@ impl Group {
                 retired: false,
             }),
             ranges,
+            listed: AtomicBool::new(false),
         })
+    }
+
+    /// Whether this stream listed before (and from now on, that it did).
+    pub(super) fn listed_before(&self) -> bool {
+        self.listed.swap(true, Ordering::AcqRel)
     }
 
     /// `shardRange(…) || shardRange(…)`: every range of the stream.
@@ -284,8 +292,13 @@ impl<T: Form> Shared<T> {
     /// After a stream's (re)list: replaces the objects of its live ranges by those of `objs`
     /// in them, and announces each range listed (requested at `requested`), at once, as before;
     /// then announces what changed, paced to the subscribers ([`Pace`]), before the stream's
-    /// next event. A range listed before (410, a consolidation) makes it a relist of the watch;
-    /// a first list is a bucket gained, which the gain announces.
+    /// next event. Only the stream's own second list (its watch expired, 410 Gone) is a relist
+    /// of the watch, which resyncs every parent as Metacontroller's informer does. Its first
+    /// list is not: of a bucket gained, which the gain announces; or of ranges other streams
+    /// listed before (the streams merged into one once the selection settled, kmeta's own
+    /// relist, which Metacontroller never makes), whose objects differing from the store are
+    /// announced as any change is, and which resynced every parent of the replica at each
+    /// membership change when counted as a relist.
     ///
     /// The announcement runs as a task of its own, awaited: a stream retired meanwhile (its
     /// task aborted, its ranges listed again by the stream replacing it, which announces only
@@ -301,10 +314,7 @@ impl<T: Form> Shared<T> {
         group.while_current(|live| {
             let mut objs = objs;
             objs.retain(|o| in_ranges(live, o.obj.namespace()));
-            let again = {
-                let listed = self.listed_ranges();
-                live.iter().any(|r| listed.contains_key(r))
-            };
+            let again = group.listed_before();
             changes = self.store_where(objs, |k| in_ranges(live, &k.namespace));
             if again {
                 self.lists.send_modify(|n| *n += 1);
@@ -602,5 +612,44 @@ mod tests {
         shared.drop_range(range).await;
         assert_eq!(taker.await.unwrap(), (0, n, false), "range dropped");
         assert_eq!(shared.read(|s| s.objects.len()), 0);
+    }
+
+    /// A stream merging ranges other streams listed is no relist (no resync of every parent);
+    /// the same stream listing again (its watch expired) is.
+    #[tokio::test]
+    async fn only_a_streams_own_second_list_is_a_relist() {
+        let shared: Arc<Shared<Value>> = Shared::new(
+            configmaps(),
+            Arc::default(),
+            super::super::WatchListMode::default(),
+        );
+        let range = sixteenth(9);
+        let ns = namespace_in(range);
+        let list = |rv: &str| -> Vec<Held<Value>> {
+            let o: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": ns, "resourceVersion": rv}}))
+            .unwrap();
+            vec![Held::of(o, &shared.resource).unwrap()]
+        };
+        *shared.selected() = Selection {
+            ranges: vec![range],
+        };
+        let lists = || *shared.lists.borrow();
+        let now = std::time::Instant::now();
+        let gained = Group::new(vec![range]);
+        shared.replace_group(&gained, list("1"), now).await;
+        assert_eq!(lists(), 1, "the first complete list");
+        gained.retire();
+        let merged = Group::new(vec![range]);
+        let mut rx = shared.tx.subscribe();
+        shared.replace_group(&merged, list("2"), now).await;
+        assert_eq!(lists(), 1, "a merge is no relist");
+        assert!(
+            matches!(rx.try_recv(), Ok(Change::Applied { old: Some(_), .. })),
+            "what differs is announced as a change"
+        );
+        shared.replace_group(&merged, list("2"), now).await;
+        assert_eq!(lists(), 2, "the stream's own second list is a relist");
     }
 }
