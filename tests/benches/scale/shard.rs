@@ -240,11 +240,7 @@ async fn edit_alive(rig: &Rig, case: &Case) -> anyhow::Result<()> {
 /// a [`quiet_failover`].
 pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     edit_alive(rig, case).await?;
-    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
-    let each = held_by(&health).await;
-    let Some((victim, lost)) = each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) else {
-        bail!("failover: no replicas");
-    };
+    let (victim, lost) = fullest(rig, "failover").await?;
     let theirs: HashSet<String> = (0..case.parents)
         .filter(|&i| lost.contains(&bucket_of(&case.ns_of(i), case.buckets).to_string()))
         .map(|i| format!("p-{i}"))
@@ -291,17 +287,23 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The replica holding the most buckets (its index in `rig.ctrl`) and its buckets.
+async fn fullest(rig: &Rig, what: &str) -> anyhow::Result<(usize, BTreeSet<String>)> {
+    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let each = held_by(&health).await;
+    match each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) {
+        Some(fullest) => Ok(fullest),
+        None => bail!("{what}: no replicas"),
+    }
+}
+
 /// With the survivors quiet: SIGKILL to the one holding the most buckets, nothing edited, and
 /// the hook calls until the hook is quiet again. A takeover should sync the taken buckets'
 /// parents once each and no other: a survivor whose triggers fell behind the taken ranges'
 /// lists resynced every parent it had as well.
 async fn quiet_failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     rig.snap_when_quiet().await?;
-    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
-    let each = held_by(&health).await;
-    let Some((victim, lost)) = each.into_iter().enumerate().max_by_key(|(_, h)| h.len()) else {
-        bail!("quiet failover: no replicas");
-    };
+    let (victim, lost) = fullest(rig, "quiet failover").await?;
     let taken = parents_in(case, &lost);
     let dead = rig.ctrl.remove(victim);
     let name = dead.name.clone();

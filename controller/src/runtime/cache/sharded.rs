@@ -197,7 +197,8 @@ impl<T: Form> Shared<T> {
     /// streams go on untouched. Once every selected range has listed and the selection has then
     /// held still for [`WatchShards::settle`], several streams (or one carrying dropped ranges)
     /// are replaced by one stream over every selected range: one relist of this replica's share,
-    /// then one stream per resource instead of one per bucket gained. Each range listed is announced ([`WatchShards::wait_listed`]).
+    /// then one stream per resource instead of one per bucket gained. Each range listed is
+    /// announced ([`WatchShards::wait_listed`]).
     /// When the server does not apply the selector (no echo on a probe list, or a refusal) the
     /// resource is watched whole, as [`Self::run`] does.
     pub(super) async fn run_sharded(
