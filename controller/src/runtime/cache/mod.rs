@@ -500,21 +500,30 @@ impl<T: Form> Shared<T> {
 
     /// Replaces the store after a (re)list, announcing what changed.
     fn replace(&self, objs: Vec<Held<T>>) {
-        for change in self.store_where(objs, |_| true) {
-            let _ = self.tx.send(change);
-        }
+        self.store_where(
+            objs,
+            |_| true,
+            |change| {
+                let _ = self.tx.send(change);
+            },
+        );
         self.synced.send_replace(true);
         self.listed();
         self.lists.send_modify(|n| *n += 1);
     }
 
-    /// Replaces the objects whose key passes `mine` by `objs` in the store, returning what
-    /// changed, in order, to announce.
-    fn store_where(&self, objs: Vec<Held<T>>, mine: impl Fn(&ObjKey) -> bool) -> Vec<Change<T>> {
-        let mut changes = Vec::new();
+    /// Replaces the objects whose key passes `mine` by `objs` in the store, handing each change
+    /// to `announce` in order as it is made (a whole watch sends it at once, without holding a
+    /// list of them beside the listed objects at the peak of a first list).
+    fn store_where(
+        &self,
+        objs: Vec<Held<T>>,
+        mine: impl Fn(&ObjKey) -> bool,
+        mut announce: impl FnMut(Change<T>),
+    ) {
         for k in self.gone(&objs, mine) {
             if let Some(old) = self.write(|s| s.remove(&k)) {
-                changes.push(Change::Deleted(old));
+                announce(Change::Deleted(old));
             }
         }
         for o in objs {
@@ -525,10 +534,9 @@ impl<T: Form> Shared<T> {
                     .is_some_and(|c| c.resource_version() == o.obj.resource_version())
             });
             if !same {
-                changes.push(self.store(o));
+                announce(self.store(o));
             }
         }
-        changes
     }
 
     /// Announces `change` unless it is an object the store no longer holds as announced (a

@@ -307,8 +307,9 @@ impl<T: Form> Shared<T> {
 
     /// After a stream's (re)list: replaces the objects of its live ranges by those of `objs`
     /// in them, and announces each range listed (requested at `requested`), at once, as before;
-    /// then announces what changed, paced to the subscribers ([`Pace`]), before the stream's
-    /// next event. Only the stream's own second list (its watch expired, 410 Gone) is a relist
+    /// then, once the watch has listed everything once (a gain, a relist), announces what
+    /// changed, paced to the subscribers ([`Pace`]), before the stream's next event; before
+    /// that (the replica's start), at once and before the ranges are noted listed, as before. Only the stream's own second list (its watch expired, 410 Gone) is a relist
     /// of the watch, which resyncs every parent as Metacontroller's informer does. Its first
     /// list is not: of a bucket gained, which the gain announces; or of ranges other streams
     /// listed before (the streams merged into one once the selection settled, kmeta's own
@@ -326,12 +327,25 @@ impl<T: Form> Shared<T> {
         objs: Vec<Held<T>>,
         requested: std::time::Instant,
     ) {
+        // before the watch's first complete list the changes go out at once, before the ranges
+        // are noted listed: the controllers' start counts what waits in their receivers when the
+        // watch is synced as the start's ([`crate::reconcile::start`])
+        let starting = !*self.synced.borrow();
         let mut changes = Vec::new();
         group.while_current(|live| {
             let mut objs = objs;
             objs.retain(|o| in_ranges(live, o.obj.namespace()));
             let again = group.listed_before();
-            changes = self.store_where(objs, |k| in_ranges(live, &k.namespace));
+            self.store_where(
+                objs,
+                |k| in_ranges(live, &k.namespace),
+                |c| match starting {
+                    true => {
+                        let _ = self.tx.send(c);
+                    }
+                    false => changes.push(c),
+                },
+            );
             if again {
                 self.lists.send_modify(|n| *n += 1);
             }
@@ -605,6 +619,8 @@ mod tests {
             ranges: vec![range],
         };
         let group = Group::new(vec![range]);
+        // past its start (a bucket gained later): before it, changes go out unpaced
+        shared.synced.send_replace(true);
         let taker = tokio::spawn(take_changes(shared.tx.subscribe(), n));
         let lister = tokio::spawn({
             let shared = shared.clone();
@@ -616,11 +632,12 @@ mod tests {
         });
         // the range is in the store and listed before its changes are all announced; the
         // stream retired then (its task aborted) still announces every one
+        let listed = || shared.listed_ranges().contains_key(&range);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !*shared.synced.borrow() && tokio::time::Instant::now() < deadline {
+        while !listed() && tokio::time::Instant::now() < deadline {
             tokio::task::yield_now().await;
         }
-        assert!(*shared.synced.borrow(), "the only range listed");
+        assert!(listed(), "the range listed");
         assert_eq!(shared.read(|s| s.objects.len()), n);
         lister.abort();
         assert_eq!(taker.await.unwrap(), (n, 0, false), "first list");
