@@ -281,8 +281,8 @@ impl<T: Form> Shared<T> {
         while self.clone().stream_once(&client, Some(group.clone())).await {}
     }
 
-    /// Drops every object of `range` (no longer selected), announcing each as deleted, paced
-    /// ([`Pace`]).
+    /// Drops every object of `range` (no longer selected) from the store, then announces each
+    /// as deleted, paced ([`Self::announce_paced`]).
     pub(super) async fn drop_range(&self, range: HashRange) {
         self.listed_ranges().remove(&range);
         self.listed_ranges_tx
@@ -294,15 +294,12 @@ impl<T: Form> Shared<T> {
                 .cloned()
                 .collect()
         });
-        let mut pace = Pace::default();
-        for chunk in gone.chunks(PACE_CHUNK) {
-            for k in chunk {
-                if let Some(old) = self.write(|s| s.remove(k)) {
-                    let _ = self.tx.send(Change::Deleted(old));
-                }
-            }
-            pace.room(&self.tx, &self.resource.watch_key()).await;
-        }
+        let removed: Vec<Change<T>> = gone
+            .iter()
+            .filter_map(|k| self.write(|s| s.remove(k)))
+            .map(Change::Deleted)
+            .collect();
+        self.announce_paced(removed).await;
     }
 
     /// After a stream's (re)list: replaces the objects of its live ranges by those of `objs`
@@ -574,6 +571,28 @@ mod tests {
         }
     }
 
+    /// A store of ConfigMaps whose watch selects only `range`.
+    fn store_selecting(range: HashRange) -> Arc<Shared<Value>> {
+        let shared = Shared::new(
+            configmaps(),
+            Arc::default(),
+            super::super::WatchListMode::default(),
+        );
+        *shared.selected() = Selection {
+            ranges: vec![range],
+        };
+        shared
+    }
+
+    /// ConfigMap `name` in `ns` at resourceVersion `rv`, as a list brings it.
+    fn listed(shared: &Shared<Value>, ns: &str, name: &str, rv: &str) -> Held<Value> {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv}}))
+        .unwrap();
+        Held::of(o, &shared.resource).unwrap()
+    }
+
     /// Takes `want` changes (a 30 s deadline): how many were applied and deleted, and whether
     /// it fell behind.
     async fn take_changes(
@@ -598,26 +617,13 @@ mod tests {
     /// Announced from the stream's own task, they would stop with it.
     #[tokio::test]
     async fn a_ranges_first_list_and_its_drop_reach_a_subscriber_whole() {
-        let shared: Arc<Shared<Value>> = Shared::new(
-            configmaps(),
-            Arc::default(),
-            super::super::WatchListMode::default(),
-        );
         let range = sixteenth(5);
+        let shared = store_selecting(range);
         let ns = namespace_in(range);
         let n = 3 * super::super::CHANGE_BUFFER;
         let objs: Vec<Held<Value>> = (0..n)
-            .map(|i| {
-                let o: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": format!("c-{i}"), "namespace": ns, "resourceVersion": "1"}}))
-                .unwrap();
-                Held::of(o, &shared.resource).unwrap()
-            })
+            .map(|i| listed(&shared, &ns, &format!("c-{i}"), "1"))
             .collect();
-        *shared.selected() = Selection {
-            ranges: vec![range],
-        };
         let group = Group::new(vec![range]);
         // past its start (a bucket gained later): before it, changes go out unpaced
         shared.synced.send_replace(true);
@@ -651,23 +657,10 @@ mod tests {
     /// the same stream listing again (its watch expired) is.
     #[tokio::test]
     async fn only_a_streams_own_second_list_is_a_relist() {
-        let shared: Arc<Shared<Value>> = Shared::new(
-            configmaps(),
-            Arc::default(),
-            super::super::WatchListMode::default(),
-        );
         let range = sixteenth(9);
+        let shared = store_selecting(range);
         let ns = namespace_in(range);
-        let list = |rv: &str| -> Vec<Held<Value>> {
-            let o: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "c", "namespace": ns, "resourceVersion": rv}}))
-            .unwrap();
-            vec![Held::of(o, &shared.resource).unwrap()]
-        };
-        *shared.selected() = Selection {
-            ranges: vec![range],
-        };
+        let list = |rv: &str| vec![listed(&shared, &ns, "c", rv)];
         let lists = || *shared.lists.borrow();
         let now = std::time::Instant::now();
         let gained = Group::new(vec![range]);
