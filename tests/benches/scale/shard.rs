@@ -245,12 +245,7 @@ pub(crate) async fn failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
         .filter(|&i| lost.contains(&bucket_of(&case.ns_of(i), case.buckets).to_string()))
         .map(|i| format!("p-{i}"))
         .collect();
-    let dead = rig.ctrl.remove(victim);
-    let name = dead.name.clone();
-    let s0 = rig.snap().await?;
-    let t0 = Instant::now();
-    drop(dead); // SIGKILL, then reaped
-    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let (name, s0, t0, health) = kill(rig, victim).await?;
     let (taken, edited) = tokio::join!(
         wait_held(&health, case.buckets, "failover"),
         edit_and_wait(&rig.server, case, 2)
@@ -297,6 +292,18 @@ async fn fullest(rig: &Rig, what: &str) -> anyhow::Result<(usize, BTreeSet<Strin
     }
 }
 
+/// SIGKILL to replica `victim` (then reaped): its name, a snap just before, when it was killed,
+/// and the survivors' health ports.
+async fn kill(rig: &mut Rig, victim: usize) -> anyhow::Result<(String, Snap, Instant, Vec<u16>)> {
+    let dead = rig.ctrl.remove(victim);
+    let name = dead.name.clone();
+    let s0 = rig.snap().await?;
+    let t0 = Instant::now();
+    drop(dead);
+    let health = rig.ctrl.iter().map(|c| c.health).collect();
+    Ok((name, s0, t0, health))
+}
+
 /// With the survivors quiet: SIGKILL to the one holding the most buckets, nothing edited, and
 /// the hook calls until the hook is quiet again. A takeover should sync the taken buckets'
 /// parents once each and no other: a survivor whose triggers fell behind the taken ranges'
@@ -305,12 +312,7 @@ async fn quiet_failover(rig: &mut Rig, case: &Case) -> anyhow::Result<()> {
     rig.snap_when_quiet().await?;
     let (victim, lost) = fullest(rig, "quiet failover").await?;
     let taken = parents_in(case, &lost);
-    let dead = rig.ctrl.remove(victim);
-    let name = dead.name.clone();
-    let s0 = rig.snap().await?;
-    let t0 = Instant::now();
-    drop(dead); // SIGKILL, then reaped
-    let health: Vec<u16> = rig.ctrl.iter().map(|c| c.health).collect();
+    let (name, s0, t0, health) = kill(rig, victim).await?;
     let held_at = wait_held(&health, case.buckets, "quiet failover").await?;
     let s1 = rig.snap_when_quiet().await?;
     println!(
