@@ -202,6 +202,30 @@ impl HandoffReason {
     }
 }
 
+/// The earliest expiry among the Leases another holds, as one round decided them.
+#[derive(Default)]
+struct Expiry(Option<Instant>);
+
+impl Expiry {
+    fn note(&mut self, action: Action) {
+        if let Action::Wait { until } = action {
+            self.0 = Some(self.0.map_or(until, |e| e.min(until)));
+        }
+    }
+}
+
+/// How long the loop waits before its next round: the jittered retry period, or less when a
+/// Lease another holds expires sooner (`next_expiry`, on this replica's clock). Polled only
+/// every retry period, a killed replica's buckets would wait up to 2.2 retry periods (4.4 s at
+/// kmeta's default) past their expiry; so the round starts at the expiry, which is when
+/// [`leader::decide`] would first say `Acquire` (a record renewed meanwhile just waits again).
+fn until_next_round(jittered: Duration, next_expiry: Option<Instant>, now: Instant) -> Duration {
+    match next_expiry {
+        Some(at) => jittered.min(at.saturating_duration_since(now)),
+        None => jittered,
+    }
+}
+
 /// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
 /// the Lease to renew, or why the bucket is lost.
 fn renewal(base: Option<Lease>, identity: &str) -> Result<Lease, String> {
@@ -231,6 +255,9 @@ struct Loop {
     /// Every identity seen holding a member Lease of the set (live or expired) within
     /// [`KNOWN_FOR`], and when it was last seen so.
     known: HashMap<String, Instant>,
+    /// The earliest moment a Lease held by another, as last listed, expires on this replica's
+    /// clock: the next round starts then if that is sooner than a retry period away.
+    next_expiry: Option<Instant>,
 }
 
 /// How long a replica seen holding a member Lease is remembered as one of the set: a killed
@@ -354,6 +381,7 @@ impl Loop {
             member: None,
             mismatch: None,
             known: HashMap::new(),
+            next_expiry: None,
         };
         Ok((runtime, state))
     }
@@ -363,7 +391,12 @@ impl Loop {
     /// bucket's lists belong to the work).
     async fn run(mut self, stop: CancellationToken, work_runtime: tokio::runtime::Handle) {
         loop {
-            let wait = leader::jittered(self.cfg.retry_period);
+            let wait = until_next_round(
+                leader::jittered(self.cfg.retry_period),
+                // taken: a round that lists nothing (a failed list) waits a whole period
+                self.next_expiry.take(),
+                Instant::now(),
+            );
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
@@ -670,6 +703,7 @@ impl Loop {
         now: Instant,
     ) -> (BTreeSet<String>, Vec<BucketView>) {
         let mut members = BTreeSet::new();
+        let mut expiry = Expiry::default();
         for (name, lease) in listed {
             let member = lease
                 .metadata
@@ -686,10 +720,10 @@ impl Loop {
                 self.known.insert(h.to_owned(), now);
             }
             let cfg = self.cfg.lease(name.clone());
-            if matches!(
-                leader::decide(Some(lease), seen, now, &cfg),
-                Action::Renew | Action::Wait { .. }
-            ) && let Some(h) = leader::holder(lease)
+            let action = leader::decide(Some(lease), seen, now, &cfg);
+            expiry.note(action);
+            if matches!(action, Action::Renew | Action::Wait { .. })
+                && let Some(h) = leader::holder(lease)
             {
                 members.insert(h.to_owned());
             }
@@ -704,7 +738,9 @@ impl Loop {
             let lease = listed.get(&name);
             let seen = self.observe(&name, lease, now);
             let cfg = self.cfg.lease(name);
-            let (holder, free_for) = match leader::decide(lease, seen, now, &cfg) {
+            let action = leader::decide(lease, seen, now, &cfg);
+            expiry.note(action);
+            let (holder, free_for) = match action {
                 Action::Renew => (Some(cfg.identity.clone()), Duration::ZERO),
                 Action::Wait { .. } => (
                     lease.and_then(leader::holder).map(str::to_owned),
@@ -730,6 +766,7 @@ impl Loop {
                 free_for,
             });
         }
+        self.next_expiry = expiry.0;
         (members, views)
     }
 
@@ -931,6 +968,28 @@ mod tests {
         assert!(released.contains("held by nobody"), "{released}");
         let deleted = renewal(None, "me").unwrap_err();
         assert!(deleted.contains("deleted"), "{deleted}");
+    }
+
+    #[test]
+    fn a_round_starts_when_a_lease_held_by_another_expires_if_that_is_sooner() {
+        let now = Instant::now();
+        let period = Duration::from_secs(3);
+        let mut expiry = Expiry::default();
+        expiry.note(Action::Renew);
+        expiry.note(Action::Acquire);
+        assert_eq!(until_next_round(period, expiry.0, now), period);
+        for secs in [5, 1, 2] {
+            expiry.note(Action::Wait {
+                until: now + Duration::from_secs(secs),
+            });
+        }
+        assert_eq!(until_next_round(period, expiry.0, now), Duration::from_secs(1));
+        // later than the period: the period; passed meanwhile: at once
+        let later = Some(now + Duration::from_secs(9));
+        assert_eq!(until_next_round(period, later, now), period);
+        let passed = Some(now);
+        let after = now + Duration::from_millis(1);
+        assert_eq!(until_next_round(period, passed, after), Duration::ZERO);
     }
 
     /// The work's runtime blocked for three renew deadlines (its only thread busy, as a
