@@ -51,4 +51,6 @@ pub use runtime::cache::{PendingWatches, WatchListMode};
 /// The cache's form of a watched object, a resolved resource and the work queue (for the
 /// benchmarks).
 #[doc(hidden)]
-pub use runtime::{cache::cached_value, compact::Compact, queue::Queue, resources::Resolved};
+pub use runtime::{
+    cache::cached_value, compact::Compact, queue::Queue, resources::Resolved, watched::Watched,
+};

@@ -16,7 +16,7 @@
 use std::alloc::System;
 use std::sync::Arc;
 
-use kmeta::{Compact, Resolved, cached_value};
+use kmeta::{Compact, Resolved, Watched, cached_value};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -58,13 +58,13 @@ fn hold(items: &[Vec<u8>], form: &str, r: &Resolved) -> f64 {
     let held: Vec<Held> = items
         .iter()
         .filter_map(|bytes| {
-            let o: DynamicObject = serde_json::from_slice(bytes).ok()?;
+            let o: Watched = serde_json::from_slice(bytes).ok()?;
             let held: Held = match form {
                 "cache" => Arc::new(Compact::from_watched(o, r).ok()?),
                 "value" => Arc::new(cached_value(o, r)?),
                 "text" => Arc::new(cached_value(o, r)?.to_string().into_boxed_str()),
                 "nothing" => Arc::new(()),
-                _ => Arc::new(serde_json::to_value(o).ok()?),
+                _ => Arc::new(serde_json::from_slice::<serde_json::Value>(bytes).ok()?),
             };
             Some(held)
         })
@@ -116,7 +116,7 @@ async fn measure(form: &str, containers: usize, env: usize) -> anyhow::Result<()
     };
     let text = items
         .iter()
-        .filter_map(|b| serde_json::from_slice::<DynamicObject>(b).ok())
+        .filter_map(|b| serde_json::from_slice::<Watched>(b).ok())
         .filter_map(|o| cached_value(o, &r))
         .map(|v| v.to_string().len())
         .sum::<usize>() as f64

@@ -8,8 +8,7 @@
 //! is, and a sync parses a child only when it has to decide about it
 //! (docs/design/compact-cache.md).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -17,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
+use crate::runtime::watched::{Keys, Members, Str, Watched};
 
 /// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
 /// each is a `Span` of the text, which holds every string byte for byte unless JSON had to
@@ -126,6 +126,223 @@ impl Identity<'_> {
     }
 }
 
+/// A watched object's compact form in the making: its text written member by member from the
+/// received text's pieces, and each identity string placed where it was written.
+struct Assembly {
+    out: String,
+    fixed: [Span; FIELDS],
+    labels: Vec<Span>,
+    extra: String,
+    has_controller: bool,
+    deleting: bool,
+    owned: Option<Box<RawValue>>,
+}
+
+/// The fields of an owner reference the identity reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OwnerRef<'a> {
+    #[serde(borrow, default)]
+    api_version: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    uid: Option<Str<'a>>,
+    #[serde(default)]
+    controller: Option<bool>,
+}
+
+/// A JSON object of strings (labels) in order, `null` as none.
+struct Pairs<'a>(Vec<(Str<'a>, Str<'a>)>);
+
+impl<'de> serde::Deserialize<'de> for Pairs<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Pairs<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of strings")
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Pairs<'de>, E> {
+                Ok(Pairs(Vec::new()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Pairs<'de>, A::Error> {
+                let mut all = Vec::new();
+                while let Some(kv) = m.next_entry::<Str<'de>, Str<'de>>()? {
+                    all.push(kv);
+                }
+                Ok(Pairs(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Assembly {
+    fn new(capacity: usize) -> Assembly {
+        Assembly {
+            out: String::with_capacity(capacity),
+            fixed: [Span::EMPTY; FIELDS],
+            labels: Vec::new(),
+            extra: String::new(),
+            has_controller: false,
+            deleting: false,
+            owned: None,
+        }
+    }
+
+    /// Writes `"key":` after a separator when the object already has a member.
+    fn key(&mut self, key: &Str<'_>) {
+        if !self.out.ends_with('{') {
+            self.out.push(',');
+        }
+        push_string(&mut self.out, key);
+        self.out.push(':');
+    }
+
+    /// Writes the member `key`: `raw` (JSON text); returns where `raw` starts in the text.
+    fn member(&mut self, key: &Str<'_>, raw: &str) -> usize {
+        self.key(key);
+        let at = self.out.len();
+        self.out.push_str(raw);
+        at
+    }
+
+    /// Writes the member `key`: the string `s`; returns its span.
+    fn string_member(&mut self, key: &str, s: &str) -> Span {
+        self.key(&Str::Borrowed(key));
+        let at = self.out.len();
+        push_string(&mut self.out, &Str::Owned(s.to_owned()));
+        match self.out.len() - at == s.len() + 2 {
+            true => Span::of(at + 1, at + 1 + s.len(), 0).unwrap_or(Span::EMPTY),
+            // escaped: the string lies in extra
+            false => Span::locate(s, "", &mut self.extra),
+        }
+    }
+
+    /// The span of `s`, read from `piece` (written at `at`): where its bytes were written when
+    /// they lie in the piece as they are, else in `extra`.
+    fn span(&mut self, piece: &RawValue, at: usize, s: &Str<'_>) -> Span {
+        let text = piece.get();
+        if let Str::Borrowed(b) = s {
+            let off = (b.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+            if !b.is_empty() && text.get(off..off + b.len()) == Some(*b) {
+                return Span::of(at + off, at + off + b.len(), 0).unwrap_or(Span::EMPTY);
+            }
+        }
+        Span::locate(s.as_str(), "", &mut self.extra)
+    }
+
+    /// Writes the `metadata` member without `managedFields`, reading the identity from it.
+    fn metadata(&mut self, key: &Str<'_>, v: &RawValue) -> Result<(), serde_json::Error> {
+        let meta: Members<'_> = serde_json::from_str(v.get())?;
+        self.key(key);
+        self.out.push('{');
+        let mut managed = None;
+        let mut annotated = false;
+        for (k, piece) in &meta.0 {
+            let field = match k.as_str() {
+                "managedFields" => {
+                    managed = Some(*piece);
+                    continue;
+                }
+                "name" => Some(NAME),
+                "namespace" => Some(NAMESPACE),
+                "uid" => Some(UID),
+                "resourceVersion" => Some(RESOURCE_VERSION),
+                _ => None,
+            };
+            let at = self.member(k, piece.get());
+            match (field, k.as_str()) {
+                (Some(f), _) => {
+                    if let Some(s) = serde_json::from_str::<Option<Str<'_>>>(piece.get())? {
+                        self.fixed[f] = self.span(piece, at, &s);
+                    }
+                }
+                (None, "labels") => {
+                    let labels: Pairs<'_> = serde_json::from_str(piece.get())?;
+                    for (lk, lv) in &labels.0 {
+                        let (ks, vs) = (self.span(piece, at, lk), self.span(piece, at, lv));
+                        self.labels.extend([ks, vs]);
+                    }
+                }
+                (None, "ownerReferences") => self.controller(piece, at)?,
+                (None, "annotations") => {
+                    let keys: Option<Keys<'_>> = serde_json::from_str(piece.get())?;
+                    annotated = keys.is_some_and(|k| {
+                        k.0.iter()
+                            .any(|k| k.as_str() == dynapply::LAST_APPLIED_ANNOTATION)
+                    });
+                }
+                (None, "deletionTimestamp") => self.deleting = piece.get() != "null",
+                _ => {}
+            }
+        }
+        self.out.push('}');
+        if let (false, Some(managed)) = (annotated, managed) {
+            let entries: Option<Vec<Value>> = serde_json::from_str(managed.get())?;
+            self.owned = parent_entries(&entries.unwrap_or_default(), false);
+        }
+        Ok(())
+    }
+
+    /// Reads the controller reference from the `ownerReferences` `piece` written at `at`.
+    fn controller(&mut self, piece: &RawValue, at: usize) -> Result<(), serde_json::Error> {
+        let refs: Option<Vec<OwnerRef<'_>>> = serde_json::from_str(piece.get())?;
+        let Some(c) = refs
+            .into_iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+        else {
+            return Ok(());
+        };
+        self.has_controller = true;
+        for (i, s) in [c.api_version, c.kind, c.name, c.uid].iter().enumerate() {
+            if let Some(s) = s {
+                self.fixed[CONTROLLER + i] = self.span(piece, at, s);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Compact, serde_json::Error> {
+        let text = RawValue::from_string(self.out)?;
+        let spans: Box<[Span]> = self.fixed.into_iter().chain(self.labels).collect();
+        Ok(Compact {
+            text,
+            spans,
+            extra: self.extra.into_boxed_str(),
+            has_controller: self.has_controller,
+            deleting: self.deleting,
+            owned: self.owned,
+            settled: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Writes `s` as a JSON string: a borrowed one as it lay in the text (JSON did not escape
+/// it), an owned one escaped.
+fn push_string(out: &mut String, s: &Str<'_>) {
+    match s {
+        Str::Borrowed(b) => {
+            out.push('"');
+            out.push_str(b);
+            out.push('"');
+        }
+        Str::Owned(o) => {
+            // encoding a string into a String cannot fail
+            if let Ok(quoted) = serde_json::to_string(o) {
+                out.push_str(&quoted);
+            }
+        }
+    }
+}
+
 /// Hex digits of the parent-uid hash that ends each per-parent field manager
 /// (`reconcile::apply::field_manager`).
 pub(crate) const UID_HASH_LEN: usize = 10;
@@ -192,67 +409,54 @@ pub struct CompactError {
 impl Compact {
     /// A watched object in compact form: `managedFields` dropped (a PUT without them keeps the
     /// server's copy, and kmeta never reads them), `apiVersion`/`kind` defaulting to the watched
-    /// resource's. The text is encoded straight from the decoded object.
-    pub fn from_watched(mut obj: DynamicObject, r: &Resolved) -> Result<Compact, CompactError> {
-        let managed = obj.metadata.managed_fields.take().unwrap_or_default();
-        let annotated = obj
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(dynapply::LAST_APPLIED_ANNOTATION));
-        let owned = match annotated {
-            true => None,
-            false => {
-                let managed: Vec<Value> = managed
-                    .iter()
-                    .filter_map(|e| serde_json::to_value(e).ok())
-                    .collect();
-                parent_entries(&managed, false)
-            }
-        };
-        let mut types = obj.types.take().unwrap_or_default();
-        if types.api_version.is_empty() {
-            types.api_version.clone_from(&r.api.api_version);
-        }
-        if types.kind.is_empty() {
-            types.kind.clone_from(&r.api.kind);
-        }
-        obj.types = Some(types);
-        let text = serde_json::value::to_raw_value(&obj).map_err(|source| CompactError {
-            name: described(&obj.metadata),
+    /// resource's. The text is the received text with those changes, members in their order:
+    /// the object is scanned, never built, and each identity string's place in the text is
+    /// known from the scan, not searched for ([`Assembly`]).
+    pub fn from_watched(w: Watched, r: &Resolved) -> Result<Compact, CompactError> {
+        let failed = |source| CompactError {
+            name: described(&w.metadata),
             source,
-        })?;
-        let types = obj.types.unwrap_or_default();
-        let m = &obj.metadata;
-        let controller = m
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true));
-        let owner = |f: fn(&OwnerReference) -> &str| controller.map(f).unwrap_or_default();
-        let identity = Identity {
-            fixed: [
-                &types.api_version,
-                &types.kind,
-                str_of(&m.name),
-                str_of(&m.namespace),
-                str_of(&m.uid),
-                str_of(&m.resource_version),
-                owner(|r| &r.api_version),
-                owner(|r| &r.kind),
-                owner(|r| &r.name),
-                owner(|r| &r.uid),
-            ],
-            labels: m
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect(),
-            has_controller: controller.is_some(),
-            deleting: m.deletion_timestamp.is_some(),
         };
-        Ok(identity.pack(text, owned))
+        let top: Members<'_> = serde_json::from_str(w.text()).map_err(failed)?;
+        let mut a = Assembly::new(w.text().len());
+        a.out.push('{');
+        // apiVersion and kind: as given, or the resource's when absent or empty
+        let mut given = [None, None];
+        for (field, key, default) in [
+            (API_VERSION, "apiVersion", &r.api.api_version),
+            (KIND, "kind", &r.api.kind),
+        ] {
+            let member = top.0.iter().find(|(k, _)| k.as_str() == key);
+            let value = match member {
+                Some((_, v)) => serde_json::from_str::<Option<Str<'_>>>(v.get()).map_err(failed)?,
+                None => None,
+            };
+            match value.filter(|s| !s.as_str().is_empty()) {
+                Some(s) => given[field] = Some(s),
+                None => a.fixed[field] = a.string_member(key, default),
+            }
+        }
+        for (k, v) in &top.0 {
+            match k.as_str() {
+                "apiVersion" | "kind" => {
+                    let field = if k.as_str() == "kind" {
+                        KIND
+                    } else {
+                        API_VERSION
+                    };
+                    if let Some(s) = &given[field] {
+                        let at = a.member(k, v.get());
+                        a.fixed[field] = a.span(v, at, s);
+                    }
+                }
+                "metadata" => a.metadata(k, v).map_err(failed)?,
+                _ => {
+                    a.member(k, v.get());
+                }
+            }
+        }
+        a.out.push('}');
+        a.finish().map_err(failed)
     }
 
     /// `obj` (as read from the API) in compact form, `managedFields` dropped.
@@ -331,10 +535,6 @@ impl Compact {
             source,
         })
     }
-}
-
-fn str_of(s: &Option<String>) -> &str {
-    s.as_deref().unwrap_or_default()
 }
 
 fn described(m: &ObjectMeta) -> String {
@@ -443,7 +643,7 @@ mod tests {
     #[test]
     fn watched_and_read_objects_keep_the_json_and_read_like_the_value() {
         let watched =
-            Compact::from_watched(serde_json::from_value(wire()).unwrap(), &configmaps()).unwrap();
+            Compact::from_watched(Watched::from_value(&wire()).unwrap(), &configmaps()).unwrap();
         let read = Compact::from_value(wire()).unwrap();
         let mut want = wire();
         want["metadata"]
@@ -487,8 +687,7 @@ mod tests {
         let mut obj = wire();
         obj["metadata"]["labels"]["note"] = json!("say \"hi\"\n");
         for c in [
-            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
-                .unwrap(),
+            Compact::from_watched(Watched::from_value(&obj).unwrap(), &configmaps()).unwrap(),
             Compact::from_value(obj.clone()).unwrap(),
         ] {
             assert_eq!(c.label("note"), Some("say \"hi\"\n"));
@@ -522,8 +721,7 @@ mod tests {
         let want = json!([{"manager": mine, "operation": "Apply",
             "fieldsV1": {"f:data": {"f:k": {}}}}]);
         let watched =
-            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
-                .unwrap();
+            Compact::from_watched(Watched::from_value(&obj).unwrap(), &configmaps()).unwrap();
         for c in [watched, Compact::from_value(obj.clone()).unwrap()] {
             assert_eq!(c.parent_entries(), Some(want.clone()));
             assert!(
@@ -534,18 +732,40 @@ mod tests {
         }
         obj["metadata"]["annotations"] = json!({dynapply::LAST_APPLIED_ANNOTATION: "{}"});
         let watched =
-            Compact::from_watched(serde_json::from_value(obj.clone()).unwrap(), &configmaps())
-                .unwrap();
+            Compact::from_watched(Watched::from_value(&obj).unwrap(), &configmaps()).unwrap();
         assert_eq!(watched.parent_entries(), None);
         assert_eq!(Compact::from_value(obj).unwrap().parent_entries(), None);
         assert_eq!(Compact::from_value(wire()).unwrap().parent_entries(), None);
     }
 
+    /// The watched text is the received text without `managedFields`, byte for byte (as the
+    /// server spaced and ordered it), an empty `apiVersion` replaced; escaped keys and strings
+    /// read back decoded.
+    #[test]
+    fn watched_text_is_the_received_text_without_managed_fields() {
+        let received = r#"{ "apiVersion": "", "metadata": {"managedFields": [{"manager": "m"}], "name": "a\"b", "labels": {"k\u0041": "v", "x": "\n"}, "namespace": "ns"},
+            "data": {"k": "v"} }"#;
+        let c =
+            Compact::from_watched(Watched::from_text(received).unwrap(), &configmaps()).unwrap();
+        assert_eq!(
+            c.text.get(),
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a\"b","labels":{"k\u0041": "v", "x": "\n"},"namespace":"ns"},"data":{"k": "v"}}"#
+        );
+        assert_eq!((c.name(), c.namespace()), ("a\"b", "ns"));
+        assert_eq!(c.labels(), [("kA", "v"), ("x", "\n")]);
+        assert_eq!((c.api_version(), c.kind()), ("v1", "ConfigMap"));
+        assert!(Watched::from_text(r#"{"metadata":{"name":1}}"#).is_err());
+        for bad in [r#"{"metadata":{"labels":{"a":1}}}"#, r#"{"kind":7}"#] {
+            let w = Watched::from_text(bad).unwrap();
+            let err = Compact::from_watched(w, &configmaps()).unwrap_err();
+            assert!(err.to_string().contains("invalid type"), "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn a_watch_event_without_types_gets_the_resources() {
         let bare = json!({"metadata": {"name": "b"}, "data": {}});
-        let c =
-            Compact::from_watched(serde_json::from_value(bare).unwrap(), &configmaps()).unwrap();
+        let c = Compact::from_watched(Watched::from_value(&bare).unwrap(), &configmaps()).unwrap();
         let v = c.value().unwrap();
         assert_eq!(v["apiVersion"], "v1");
         assert_eq!(v["kind"], "ConfigMap");

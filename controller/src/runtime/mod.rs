@@ -10,3 +10,4 @@ pub mod queue;
 pub mod resources;
 pub mod selector;
 pub mod shard_watch;
+pub mod watched;

@@ -983,7 +983,10 @@ mod tests {
                 until: now + Duration::from_secs(secs),
             });
         }
-        assert_eq!(until_next_round(period, expiry.0, now), Duration::from_secs(1));
+        assert_eq!(
+            until_next_round(period, expiry.0, now),
+            Duration::from_secs(1)
+        );
         // later than the period: the period; passed meanwhile: at once
         let later = Some(now + Duration::from_secs(9));
         assert_eq!(until_next_round(period, later, now), period);

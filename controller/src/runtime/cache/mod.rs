@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
+
+use crate::runtime::watched::Watched;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 use tokio::sync::{broadcast, watch};
 
 use crate::object::ObjectView;
@@ -79,7 +81,7 @@ pub trait Form: ObjectView + Send + Sync + Sized + 'static {
     /// orphans up by label, and would hold the index for nothing (every parent is an orphan).
     const ORPHANS_BY_LABEL: bool;
     /// The cached form of a watched object; `None` (logged) when it cannot be made.
-    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self>;
+    fn from_watched(obj: Watched, r: &Resolved) -> Option<Self>;
     /// Takes out the part of the object the store holds as JSON text beside it, not decoded
     /// ([`DETACHED_STATUS_FIELD`]); none by default.
     fn detach(&mut self) -> Option<Box<RawValue>> {
@@ -98,7 +100,7 @@ pub const DETACHED_STATUS_FIELD: &str = "kmeta";
 
 impl Form for Value {
     const ORPHANS_BY_LABEL: bool = false;
-    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+    fn from_watched(obj: Watched, r: &Resolved) -> Option<Self> {
         cached_value(obj, r)
     }
     fn detach(&mut self) -> Option<Box<RawValue>> {
@@ -117,7 +119,7 @@ impl Form for Value {
 
 impl Form for Compact {
     const ORPHANS_BY_LABEL: bool = true;
-    fn from_watched(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+    fn from_watched(obj: Watched, r: &Resolved) -> Option<Self> {
         Compact::from_watched(obj, r)
             .map_err(|e| tracing::warn!(resource = %r.watch_key(), error = %e, "watched object not cached"))
             .ok()
@@ -137,7 +139,7 @@ struct Held<T> {
 }
 
 impl<T: Form> Held<T> {
-    fn of(obj: DynamicObject, r: &Resolved) -> Option<Self> {
+    fn of(obj: Watched, r: &Resolved) -> Option<Self> {
         let mut obj = T::from_watched(obj, r)?;
         let detached = obj.detach();
         Some(Held {
@@ -404,30 +406,32 @@ impl<T> std::fmt::Debug for Informer<T> {
 }
 
 /// A watched object as the decoded-value watches hold it (parents, targets, related objects,
-/// revisions; children are held [`Compact`]): one JSON object whose body (everything but
-/// `metadata`) is moved out of the `DynamicObject`, not re-encoded, and whose `managedFields`
-/// are dropped (about 40% of a small child's memory; a PUT without them keeps the server's
-/// copy, and kmeta never reads them). `apiVersion`/`kind` default to the watched resource's.
-pub fn cached_value(mut obj: DynamicObject, r: &Resolved) -> Option<Value> {
-    obj.metadata.managed_fields = None;
-    let (api_version, kind) = match obj.types.take() {
-        Some(t) => (t.api_version, t.kind),
-        None => (String::new(), String::new()),
+/// revisions; children are held [`Compact`]): its text decoded once, without `managedFields`
+/// (about 40% of a small child's memory; a PUT without them keeps the server's copy, and kmeta
+/// never reads them), `apiVersion`/`kind` defaulting to the watched resource's; `None` (logged)
+/// when it is no JSON object.
+pub fn cached_value(obj: Watched, r: &Resolved) -> Option<Value> {
+    let mut v: Value = match serde_json::from_str(obj.text()) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(resource = %r.watch_key(), error = %e, "watched object not cached");
+            return None;
+        }
     };
-    let or_resource = |s: String, d: &str| if s.is_empty() { d.to_owned() } else { s };
-    let mut m = Map::new();
-    m.insert(
-        "apiVersion".into(),
-        Value::String(or_resource(api_version, &r.api.api_version)),
-    );
-    m.insert("kind".into(), Value::String(or_resource(kind, &r.api.kind)));
-    m.insert("metadata".into(), serde_json::to_value(obj.metadata).ok()?);
-    match obj.data {
-        Value::Object(body) => m.extend(body),
-        Value::Null => {}
-        _ => return None,
+    let m = v.as_object_mut()?;
+    if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.shift_remove("managedFields");
     }
-    Some(Value::Object(m))
+    for (key, default) in [("apiVersion", &r.api.api_version), ("kind", &r.api.kind)] {
+        let given = m
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if !given {
+            m.insert(key.into(), Value::String(default.clone()));
+        }
+    }
+    Some(v)
 }
 
 impl<T> Shared<T> {
@@ -608,7 +612,7 @@ impl<T: Form> Shared<T> {
             Some(s) => initial_list::consistent_watch_list(client, s.clone()),
             None => client.clone(),
         };
-        let api: Api<DynamicObject> = Api::all_with(client, &self.resource.api);
+        let api: Api<Watched> = Api::all_with(client, &self.resource.api);
         let stream = watcher::watcher(api, strategy.config())
             .default_backoff()
             .boxed();
@@ -634,13 +638,13 @@ impl<T: Form> Shared<T> {
         *s = Strategy::ListThenWatch;
     }
 
-    fn apply_watched(&self, o: DynamicObject) {
+    fn apply_watched(&self, o: Watched) {
         if let Some(v) = Held::of(o, &self.resource) {
             self.apply(v);
         }
     }
 
-    fn delete_watched(&self, o: DynamicObject) {
+    fn delete_watched(&self, o: Watched) {
         if let Some(v) = T::from_watched(o, &self.resource) {
             self.delete(v);
         }
@@ -652,10 +656,7 @@ impl<T: Form> Shared<T> {
     /// request left, and the cue to fall back when the server shows it offers none.
     async fn consume(
         self: Arc<Self>,
-        mut stream: futures::stream::BoxStream<
-            'static,
-            Result<Event<DynamicObject>, watcher::Error>,
-        >,
+        mut stream: futures::stream::BoxStream<'static, Result<Event<Watched>, watcher::Error>>,
         group: Option<Arc<Group>>,
         stamp: Option<Stamp>,
     ) -> Consumed {
@@ -1060,7 +1061,7 @@ mod tests {
                 "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "v1",
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]},
             "data": {"k": "v"}, "immutable": false});
-        let cached = cached_value(serde_json::from_value(wire.clone()).unwrap(), &r).unwrap();
+        let cached = cached_value(Watched::from_value(&wire).unwrap(), &r).unwrap();
         let mut want = wire;
         want["metadata"]
             .as_object_mut()
@@ -1074,7 +1075,7 @@ mod tests {
         );
         // a watch event without apiVersion/kind gets the watched resource's
         let bare = json!({"metadata": {"name": "b"}, "data": {}});
-        let cached = cached_value(serde_json::from_value(bare).unwrap(), &r).unwrap();
+        let cached = cached_value(Watched::from_value(&bare).unwrap(), &r).unwrap();
         assert_eq!(cached["apiVersion"], "v1");
         assert_eq!(cached["kind"], "ConfigMap");
     }

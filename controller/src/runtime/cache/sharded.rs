@@ -16,6 +16,7 @@ use super::{Change, Form, Held, ObjKey, Shared};
 use crate::runtime::shard_watch::{
     HashRange, Selection, WatchShards, echoes_selector, fnv1a64, range_selector, with_query,
 };
+use crate::runtime::watched::Watched;
 
 /// Whether namespace `ns` hashes into one of `ranges`.
 fn in_ranges(ranges: &BTreeSet<HashRange>, ns: &str) -> bool {
@@ -78,10 +79,7 @@ impl Group {
 
     /// When `o` lies in a live range of a stream not retired: the read lock, to hold while its
     /// event is applied.
-    pub(super) fn admit(
-        &self,
-        o: &DynamicObject,
-    ) -> Option<std::sync::RwLockReadGuard<'_, GroupState>> {
+    pub(super) fn admit(&self, o: &Watched) -> Option<std::sync::RwLockReadGuard<'_, GroupState>> {
         let st = self.read();
         let ns = o.metadata.namespace.as_deref().unwrap_or("");
         (!st.retired && in_ranges(&st.live, ns)).then_some(st)
@@ -480,8 +478,8 @@ mod tests {
         }
     }
 
-    fn in_namespace(ns: &str) -> DynamicObject {
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+    fn in_namespace(ns: &str) -> Watched {
+        Watched::from_value(&json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": ns}}))
         .unwrap()
     }
@@ -586,7 +584,7 @@ mod tests {
 
     /// ConfigMap `name` in `ns` at resourceVersion `rv`, as a list brings it.
     fn listed(shared: &Shared<Value>, ns: &str, name: &str, rv: &str) -> Held<Value> {
-        let o: DynamicObject = serde_json::from_value(json!({
+        let o = Watched::from_value(&json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": rv}}))
         .unwrap();
