@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
-use crate::runtime::watched::{Keys, Members, Str, Watched};
+use crate::runtime::watched::{Members, Str, Watched};
 
 /// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
 /// each is a `Span` of the text, which holds every string byte for byte unless JSON had to
@@ -231,8 +231,9 @@ impl Assembly {
         let text = piece.get();
         if let Str::Borrowed(b) = s {
             let off = (b.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
-            if !b.is_empty() && text.get(off..off + b.len()) == Some(*b) {
-                return Span::of(at + off, at + off + b.len(), 0).unwrap_or(Span::EMPTY);
+            let end = off.checked_add(b.len());
+            if let Some(end) = end.filter(|e| !b.is_empty() && text.get(off..*e) == Some(*b)) {
+                return Span::of(at + off, at + end, 0).unwrap_or(Span::EMPTY);
             }
         }
         Span::locate(s.as_str(), "", &mut self.extra)
@@ -272,13 +273,7 @@ impl Assembly {
                     }
                 }
                 (None, "ownerReferences") => self.controller(piece, at)?,
-                (None, "annotations") => {
-                    let keys: Option<Keys<'_>> = serde_json::from_str(piece.get())?;
-                    annotated = keys.is_some_and(|k| {
-                        k.0.iter()
-                            .any(|k| k.as_str() == dynapply::LAST_APPLIED_ANNOTATION)
-                    });
-                }
+                (None, "annotations") => annotated = has_key(piece.get(), LAST_APPLIED_KEY),
                 (None, "deletionTimestamp") => self.deleting = piece.get() != "null",
                 _ => {}
             }
@@ -323,6 +318,29 @@ impl Assembly {
             settled: AtomicU64::new(0),
         })
     }
+}
+
+/// The last-applied annotation's key as JSON writes it, quoted.
+const LAST_APPLIED_KEY: &str = concat!(
+    "\"",
+    "metacontroller.k8s.io/last-applied-configuration",
+    "\""
+);
+
+/// Whether the JSON object `text` has the member `quoted_key` (the key quoted, as JSON writes
+/// it unescaped), found by search rather than by a scan of every value: the annotations of a
+/// child carry its last-applied record, one long escaped string that a scan reads character
+/// by character (perf: most of a takeover's list time went to such scans). Inside a string
+/// every quote is escaped, so an unescaped quote, the key, an unescaped quote and then a colon
+/// is a member name and nothing else. A server escaping the key otherwise (`\/`) is not
+/// matched: the child is then read as one without the record, which only keeps its per-parent
+/// `managedFields` entries, if any.
+fn has_key(text: &str, quoted_key: &str) -> bool {
+    text.match_indices(quoted_key).any(|(at, k)| {
+        let after = &text[at + k.len()..];
+        let escaped = text[..at].ends_with('\\');
+        !escaped && after.trim_start().starts_with(':')
+    })
 }
 
 /// Writes `s` as a JSON string: a borrowed one as it lay in the text (JSON did not escape
@@ -760,6 +778,36 @@ mod tests {
             let err = Compact::from_watched(w, &configmaps()).unwrap_err();
             assert!(err.to_string().contains("invalid type"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_member_is_found_by_its_quoted_key_and_a_value_never_is() {
+        let k = LAST_APPLIED_KEY;
+        assert!(has_key(&format!(r#"{{"a":"b",{k}:"{{\"x\":1}}"}}"#), k));
+        assert!(has_key(&format!(r#"{{ {k} : "v" }}"#), k));
+        assert!(!has_key(r#"{"a":"b"}"#, k));
+        // the key's text inside a value: its quotes are escaped
+        let inner = k.replace('"', "\\\"");
+        assert!(!has_key(&format!(r#"{{"a":"{inner}:x"}}"#), k));
+        // the key as a value: followed by a comma or a brace, not a colon
+        assert!(!has_key(&format!(r#"{{"a":{k},"b":{k}}}"#), k));
+    }
+
+    /// A borrowed string found elsewhere than in the piece it is said to come from is copied,
+    /// never given a span out of the piece's bounds.
+    #[test]
+    fn a_string_outside_its_piece_lies_in_extra() {
+        let piece: Box<RawValue> = RawValue::from_string(r#""abc""#.to_owned()).unwrap();
+        let mut a = Assembly::new(0);
+        let inside = &piece.get()[1..4];
+        assert_eq!(
+            a.span(&piece, 10, &Str::Borrowed(inside)),
+            Span { start: 11, end: 14 }
+        );
+        let elsewhere = String::from("abc");
+        let s = a.span(&piece, 10, &Str::Borrowed(&elsewhere));
+        assert_eq!(s.start & IN_EXTRA, IN_EXTRA);
+        assert_eq!(&*a.extra, "abc");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
 use kube::core::{DynamicResourceScope, Resource};
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
@@ -185,30 +185,6 @@ impl<'de> Deserialize<'de> for Members<'de> {
                     all.push((k, m.next_value::<&'de RawValue>()?));
                 }
                 Ok(Members(all))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// The keys of a JSON object (its values skipped).
-pub(crate) struct Keys<'a>(pub(crate) Vec<Str<'a>>);
-
-impl<'de> Deserialize<'de> for Keys<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Keys<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Keys<'de>, A::Error> {
-                let mut all = Vec::new();
-                while let Some(k) = m.next_key::<Str<'de>>()? {
-                    m.next_value::<IgnoredAny>()?;
-                    all.push(k);
-                }
-                Ok(Keys(all))
             }
         }
         d.deserialize_map(V)
