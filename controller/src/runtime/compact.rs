@@ -273,7 +273,9 @@ impl Assembly {
                     }
                 }
                 (None, "ownerReferences") => self.controller(piece, at)?,
-                (None, "annotations") => annotated = has_key(piece.get(), LAST_APPLIED_KEY),
+                (None, "annotations") => {
+                    annotated = has_key(piece.get(), dynapply::LAST_APPLIED_ANNOTATION);
+                }
                 (None, "deletionTimestamp") => self.deleting = piece.get() != "null",
                 _ => {}
             }
@@ -320,26 +322,22 @@ impl Assembly {
     }
 }
 
-/// The last-applied annotation's key as JSON writes it, quoted.
-const LAST_APPLIED_KEY: &str = concat!(
-    "\"",
-    "metacontroller.k8s.io/last-applied-configuration",
-    "\""
-);
-
-/// Whether the JSON object `text` has the member `quoted_key` (the key quoted, as JSON writes
-/// it unescaped), found by search rather than by a scan of every value: the annotations of a
+/// Whether the JSON object `text` has the member `key` (written unescaped, between quotes),
+/// found by search rather than by a scan of every value: the annotations of a
 /// child carry its last-applied record, one long escaped string that a scan reads character
 /// by character (perf: most of a takeover's list time went to such scans). Inside a string
 /// every quote is escaped, so an unescaped quote, the key, an unescaped quote and then a colon
 /// is a member name and nothing else. A server escaping the key otherwise (`\/`) is not
 /// matched: the child is then read as one without the record, which only keeps its per-parent
 /// `managedFields` entries, if any.
-fn has_key(text: &str, quoted_key: &str) -> bool {
-    text.match_indices(quoted_key).any(|(at, k)| {
-        let after = &text[at + k.len()..];
-        let escaped = text[..at].ends_with('\\');
-        !escaped && after.trim_start().starts_with(':')
+fn has_key(text: &str, key: &str) -> bool {
+    text.match_indices(key).any(|(at, k)| {
+        let (before, after) = (&text[..at], &text[at + k.len()..]);
+        let opened = before.strip_suffix('"').is_some_and(|b| !b.ends_with('\\'));
+        let closed = after
+            .strip_prefix('"')
+            .is_some_and(|a| a.trim_start().starts_with(':'));
+        opened && closed
     })
 }
 
@@ -782,15 +780,16 @@ mod tests {
 
     #[test]
     fn a_member_is_found_by_its_quoted_key_and_a_value_never_is() {
-        let k = LAST_APPLIED_KEY;
-        assert!(has_key(&format!(r#"{{"a":"b",{k}:"{{\"x\":1}}"}}"#), k));
-        assert!(has_key(&format!(r#"{{ {k} : "v" }}"#), k));
+        let k = dynapply::LAST_APPLIED_ANNOTATION;
+        assert!(has_key(&format!(r#"{{"a":"b","{k}":"{{\"x\":1}}"}}"#), k));
+        assert!(has_key(&format!(r#"{{ "{k}" : "v" }}"#), k));
         assert!(!has_key(r#"{"a":"b"}"#, k));
         // the key's text inside a value: its quotes are escaped
-        let inner = k.replace('"', "\\\"");
-        assert!(!has_key(&format!(r#"{{"a":"{inner}:x"}}"#), k));
+        assert!(!has_key(&format!(r#"{{"a":"\"{k}\":x"}}"#), k));
         // the key as a value: followed by a comma or a brace, not a colon
-        assert!(!has_key(&format!(r#"{{"a":{k},"b":{k}}}"#), k));
+        assert!(!has_key(&format!(r#"{{"a":"{k}","b":"{k}"}}"#), k));
+        // a longer key containing it
+        assert!(!has_key(&format!(r#"{{"x{k}":"v","{k}x":"v"}}"#), k));
     }
 
     /// A borrowed string found elsewhere than in the piece it is said to come from is copied,

@@ -48,11 +48,6 @@ impl Watched {
     pub fn from_value(value: &serde_json::Value) -> Result<Watched, serde_json::Error> {
         Watched::from_text(&value.to_string())
     }
-
-    /// The text, taken.
-    pub fn into_text(self) -> Box<RawValue> {
-        self.text
-    }
 }
 
 impl<'de> Deserialize<'de> for Watched {

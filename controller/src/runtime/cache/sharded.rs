@@ -304,13 +304,14 @@ impl<T: Form> Shared<T> {
     /// in them, and announces each range listed (requested at `requested`), at once, as before;
     /// then, once the watch has listed everything once (a gain, a relist), announces what
     /// changed, paced to the subscribers ([`Pace`]), before the stream's next event; before
-    /// that (the replica's start), at once and before the ranges are noted listed, as before. Only the stream's own second list (its watch expired, 410 Gone) is a relist
-    /// of the watch, which resyncs every parent as Metacontroller's informer does. Its first
-    /// list is not: of a bucket gained, which the gain announces; or of ranges other streams
-    /// listed before (the streams merged into one once the selection settled, kmeta's own
-    /// relist, which Metacontroller never makes), whose objects differing from the store are
-    /// announced as any change is, and which resynced every parent of the replica at each
-    /// membership change when counted as a relist.
+    /// that (the replica's start), at once and before the ranges are noted listed, as before.
+    /// Only the stream's own second list (its watch expired, 410 Gone) is a relist of the watch,
+    /// which resyncs every parent as Metacontroller's informer does. Its first list is not: of a
+    /// bucket gained, which the gain announces; or of ranges other streams listed before (the
+    /// streams merged into one once the selection settled, kmeta's own relist, which
+    /// Metacontroller never makes), whose objects differing from the store are announced as any
+    /// change is, and which resynced every parent of the replica at each membership change when
+    /// counted as a relist.
     ///
     /// The announcement runs as a task of its own, awaited: a stream retired meanwhile (its
     /// task aborted, its ranges listed again by the stream replacing it, which announces only
