@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
-use crate::runtime::watched::{Members, Str, Watched};
+use crate::runtime::watched::{Str, Watched};
 
 /// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
 /// each is a `Span` of the text, which holds every string byte for byte unless JSON had to
@@ -227,8 +227,7 @@ impl Assembly {
 
     /// The span of `s`, read from `piece` (written at `at`): where its bytes were written when
     /// they lie in the piece as they are, else in `extra`.
-    fn span(&mut self, piece: &RawValue, at: usize, s: &Str<'_>) -> Span {
-        let text = piece.get();
+    fn span(&mut self, text: &str, at: usize, s: &Str<'_>) -> Span {
         if let Str::Borrowed(b) = s {
             let off = (b.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
             let end = off.checked_add(b.len());
@@ -239,17 +238,21 @@ impl Assembly {
         Span::locate(s.as_str(), "", &mut self.extra)
     }
 
-    /// Writes the `metadata` member without `managedFields`, reading the identity from it.
-    fn metadata(&mut self, key: &Str<'_>, v: &RawValue) -> Result<(), serde_json::Error> {
-        let meta: Members<'_> = serde_json::from_str(v.get())?;
+    /// Writes the `metadata` member (`meta`, its members) without `managedFields`, reading the
+    /// identity from it.
+    fn metadata<'a>(
+        &mut self,
+        key: &Str<'_>,
+        meta: impl Iterator<Item = (Str<'a>, &'a str)>,
+    ) -> Result<(), serde_json::Error> {
         self.key(key);
         self.out.push('{');
         let mut managed = None;
         let mut annotated = false;
-        for (k, piece) in &meta.0 {
+        for (k, piece) in meta {
             let field = match k.as_str() {
                 "managedFields" => {
-                    managed = Some(*piece);
+                    managed = Some(piece);
                     continue;
                 }
                 "name" => Some(NAME),
@@ -258,15 +261,15 @@ impl Assembly {
                 "resourceVersion" => Some(RESOURCE_VERSION),
                 _ => None,
             };
-            let at = self.member(k, piece.get());
+            let at = self.member(&k, piece);
             match (field, k.as_str()) {
                 (Some(f), _) => {
-                    if let Some(s) = serde_json::from_str::<Option<Str<'_>>>(piece.get())? {
+                    if let Some(s) = serde_json::from_str::<Option<Str<'_>>>(piece)? {
                         self.fixed[f] = self.span(piece, at, &s);
                     }
                 }
                 (None, "labels") => {
-                    let labels: Pairs<'_> = serde_json::from_str(piece.get())?;
+                    let labels: Pairs<'_> = serde_json::from_str(piece)?;
                     for (lk, lv) in &labels.0 {
                         let (ks, vs) = (self.span(piece, at, lk), self.span(piece, at, lv));
                         self.labels.extend([ks, vs]);
@@ -274,23 +277,23 @@ impl Assembly {
                 }
                 (None, "ownerReferences") => self.controller(piece, at)?,
                 (None, "annotations") => {
-                    annotated = has_key(piece.get(), dynapply::LAST_APPLIED_ANNOTATION);
+                    annotated = has_key(piece, dynapply::LAST_APPLIED_ANNOTATION);
                 }
-                (None, "deletionTimestamp") => self.deleting = piece.get() != "null",
+                (None, "deletionTimestamp") => self.deleting = piece != "null",
                 _ => {}
             }
         }
         self.out.push('}');
         if let (false, Some(managed)) = (annotated, managed) {
-            let entries: Option<Vec<Value>> = serde_json::from_str(managed.get())?;
+            let entries: Option<Vec<Value>> = serde_json::from_str(managed)?;
             self.owned = parent_entries(&entries.unwrap_or_default(), false);
         }
         Ok(())
     }
 
     /// Reads the controller reference from the `ownerReferences` `piece` written at `at`.
-    fn controller(&mut self, piece: &RawValue, at: usize) -> Result<(), serde_json::Error> {
-        let refs: Option<Vec<OwnerRef<'_>>> = serde_json::from_str(piece.get())?;
+    fn controller(&mut self, piece: &str, at: usize) -> Result<(), serde_json::Error> {
+        let refs: Option<Vec<OwnerRef<'_>>> = serde_json::from_str(piece)?;
         let Some(c) = refs
             .into_iter()
             .flatten()
@@ -433,7 +436,6 @@ impl Compact {
             name: described(&w.metadata),
             source,
         };
-        let top: Members<'_> = serde_json::from_str(w.text()).map_err(failed)?;
         let mut a = Assembly::new(w.text().len());
         a.out.push('{');
         // apiVersion and kind: as given, or the resource's when absent or empty
@@ -442,17 +444,21 @@ impl Compact {
             (API_VERSION, "apiVersion", &r.api.api_version),
             (KIND, "kind", &r.api.kind),
         ] {
-            let member = top.0.iter().find(|(k, _)| k.as_str() == key);
+            let member = w.members().find(|(k, _)| k.as_str() == key);
             let value = match member {
-                Some((_, v)) => serde_json::from_str::<Option<Str<'_>>>(v.get()).map_err(failed)?,
-                None => None,
+                Some((_, Some(v))) => serde_json::from_str::<Option<Str<'_>>>(v).map_err(failed)?,
+                _ => None,
             };
             match value.filter(|s| !s.as_str().is_empty()) {
                 Some(s) => given[field] = Some(s),
                 None => a.fixed[field] = a.string_member(key, default),
             }
         }
-        for (k, v) in &top.0 {
+        for (k, v) in w.members() {
+            let Some(v) = v else {
+                a.metadata(&k, w.metadata_members()).map_err(failed)?;
+                continue;
+            };
             match k.as_str() {
                 "apiVersion" | "kind" => {
                     let field = if k.as_str() == "kind" {
@@ -461,13 +467,12 @@ impl Compact {
                         API_VERSION
                     };
                     if let Some(s) = &given[field] {
-                        let at = a.member(k, v.get());
+                        let at = a.member(&k, v);
                         a.fixed[field] = a.span(v, at, s);
                     }
                 }
-                "metadata" => a.metadata(k, v).map_err(failed)?,
                 _ => {
-                    a.member(k, v.get());
+                    a.member(&k, v);
                 }
             }
         }
@@ -796,9 +801,9 @@ mod tests {
     /// never given a span out of the piece's bounds.
     #[test]
     fn a_string_outside_its_piece_lies_in_extra() {
-        let piece: Box<RawValue> = RawValue::from_string(r#""abc""#.to_owned()).unwrap();
+        let piece = String::from(r#""abc""#);
         let mut a = Assembly::new(0);
-        let inside = &piece.get()[1..4];
+        let inside = &piece[1..4];
         assert_eq!(
             a.span(&piece, 10, &Str::Borrowed(inside)),
             Span { start: 11, end: 14 }

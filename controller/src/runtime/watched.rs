@@ -31,6 +31,33 @@ pub struct Watched {
     /// `name`, `namespace` and `resourceVersion`; nothing else is read from it.
     pub metadata: ObjectMeta,
     text: Box<RawValue>,
+    /// Where each member of the object, and of its `metadata`, lies in `text`: found in the one
+    /// scan that read the three fields above, so the cache writes its form from the pieces
+    /// without scanning the text again (each scan reads a child's last-applied record, one long
+    /// escaped string, character by character).
+    places: Places,
+}
+
+/// The members of a watched object and of its `metadata`, as places in its text.
+#[derive(Clone, Debug, Default)]
+struct Places {
+    /// The object's members in order; `metadata`'s value is `None` (its members are below).
+    top: Vec<(Key, Option<Range>)>,
+    metadata: Vec<(Key, Range)>,
+}
+
+/// Bytes `start..end` of the text.
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    start: u32,
+    end: u32,
+}
+
+/// A member's name: where it lies in the text, or decoded when JSON escaped it.
+#[derive(Clone, Debug)]
+enum Key {
+    At(Range),
+    Decoded(Box<str>),
 }
 
 impl Watched {
@@ -48,20 +75,100 @@ impl Watched {
     pub fn from_value(value: &serde_json::Value) -> Result<Watched, serde_json::Error> {
         Watched::from_text(&value.to_string())
     }
+
+    /// The object's members in order, each value as its JSON text; `metadata`'s value is
+    /// `None`: its members are [`Watched::metadata_members`].
+    pub(crate) fn members(&self) -> impl Iterator<Item = (Str<'_>, Option<&str>)> {
+        self.places
+            .top
+            .iter()
+            .map(|(k, v)| (self.key(k), v.map(|v| self.at(v))))
+    }
+
+    /// The members of `metadata` in order, each value as its JSON text (none when the object
+    /// has no `metadata`).
+    pub(crate) fn metadata_members(&self) -> impl Iterator<Item = (Str<'_>, &str)> {
+        self.places
+            .metadata
+            .iter()
+            .map(|(k, v)| (self.key(k), self.at(*v)))
+    }
+
+    fn at(&self, r: Range) -> &str {
+        // places are taken from this very text, at character boundaries
+        self.text
+            .get()
+            .get(r.start as usize..r.end as usize)
+            .unwrap_or_default()
+    }
+
+    fn key<'a>(&'a self, k: &'a Key) -> Str<'a> {
+        match k {
+            Key::At(r) => Str::Borrowed(self.at(*r)),
+            Key::Decoded(s) => Str::Borrowed(s),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Watched {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = Box::<RawValue>::deserialize(d)?;
-        let head: Head<'_> = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
-        let metadata = ObjectMeta {
-            name: head.metadata.name.map(Str::owned),
-            namespace: head.metadata.namespace.map(Str::owned),
-            resource_version: head.metadata.resource_version.map(Str::owned),
-            ..ObjectMeta::default()
-        };
-        Ok(Watched { metadata, text })
+        let (metadata, places) = read(text.get()).map_err(de::Error::custom)?;
+        Ok(Watched {
+            metadata,
+            text,
+            places,
+        })
     }
+}
+
+/// Reads the three metadata fields of the object `text` and the places of its members, in one
+/// scan.
+fn read(text: &str) -> Result<(ObjectMeta, Places), serde_json::Error> {
+    let layout: Layout<'_> = serde_json::from_str(text)?;
+    let mut meta = ObjectMeta::default();
+    for (k, v) in &layout.metadata.0 {
+        let field = match k.as_str() {
+            "name" => &mut meta.name,
+            "namespace" => &mut meta.namespace,
+            "resourceVersion" => &mut meta.resource_version,
+            _ => continue,
+        };
+        *field = serde_json::from_str::<Option<Str<'_>>>(v.get())?.map(Str::owned);
+    }
+    let range = |piece: &str| place(text, piece).ok_or_else(|| de::Error::custom(TOO_LONG));
+    let key = |k: &Str<'_>| -> Result<Key, serde_json::Error> {
+        Ok(match k {
+            Str::Borrowed(b) => Key::At(range(b)?),
+            Str::Owned(o) => Key::Decoded(o.as_str().into()),
+        })
+    };
+    let mut places = Places {
+        top: Vec::with_capacity(layout.top.len()),
+        metadata: Vec::with_capacity(layout.metadata.0.len()),
+    };
+    for (k, v) in &layout.top {
+        let v = v.map(|v| range(v.get())).transpose()?;
+        places.top.push((key(k)?, v));
+    }
+    for (k, v) in &layout.metadata.0 {
+        places.metadata.push((key(k)?, range(v.get())?));
+    }
+    Ok((meta, places))
+}
+
+const TOO_LONG: &str = "a watched object of 4 GiB or more";
+
+/// Where `piece`, a slice of `text`, lies in it (`None` past 4 GiB).
+fn place(text: &str, piece: &str) -> Option<Range> {
+    let start = (piece.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start
+        .checked_add(piece.len())
+        .filter(|e| *e <= text.len())?;
+    Some(Range {
+        start: u32::try_from(start).ok()?,
+        end: u32::try_from(end).ok()?,
+    })
 }
 
 impl Serialize for Watched {
@@ -97,22 +204,41 @@ impl Resource for Watched {
     }
 }
 
-/// What the watch reads of an object; every other field is skipped, not built.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    metadata: HeadMeta<'a>,
+/// An object's members, each value as its text, with `metadata`'s members read in the same
+/// scan (a second `metadata` is refused, as a derived struct would).
+struct Layout<'a> {
+    top: Vec<(Str<'a>, Option<&'a RawValue>)>,
+    metadata: Members<'a>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct HeadMeta<'a> {
-    #[serde(borrow, default)]
-    name: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    namespace: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    resource_version: Option<Str<'a>>,
+impl<'de> Deserialize<'de> for Layout<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Layout<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Layout<'de>, A::Error> {
+                let mut top = Vec::with_capacity(m.size_hint().unwrap_or(6));
+                let mut metadata = None;
+                while let Some(k) = m.next_key::<Str<'de>>()? {
+                    if k.as_str() != "metadata" {
+                        top.push((k, Some(m.next_value::<&'de RawValue>()?)));
+                        continue;
+                    }
+                    if metadata.is_some() {
+                        return Err(de::Error::duplicate_field("metadata"));
+                    }
+                    metadata = Some(m.next_value::<Members<'de>>()?);
+                    top.push((k, None));
+                }
+                let metadata = metadata.unwrap_or(Members(Vec::new()));
+                Ok(Layout { top, metadata })
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// A JSON string as it lies in the text when JSON did not escape it (borrowed: its place in
@@ -225,6 +351,56 @@ mod tests {
     fn what_is_no_object_is_refused_with_the_reason() {
         for bad in [r#""a string""#, r#"{"metadata":{"name":5}}"#, "{"] {
             assert!(Watched::from_text(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_members_and_metadata_members_are_placed_in_order_in_one_scan() {
+        let text = r#"{"kind": "ConfigMap" , "metadata":{"name":"a","k\"":[1], "annotations" :{"x":"y"}},"data\"":{"k":"v"}}"#;
+        let w = Watched::from_text(text).unwrap();
+        let top: Vec<(String, Option<&str>)> = w
+            .members()
+            .map(|(k, v)| (k.as_str().to_owned(), v))
+            .collect();
+        let want_top = [
+            ("kind", Some(r#""ConfigMap""#)),
+            ("metadata", None),
+            ("data\"", Some(r#"{"k":"v"}"#)),
+        ];
+        assert_eq!(top, want_top.map(|(k, v)| (k.to_owned(), v)));
+        let meta: Vec<(String, &str)> = w
+            .metadata_members()
+            .map(|(k, v)| (k.as_str().to_owned(), v))
+            .collect();
+        let want_meta = [
+            ("name", r#""a""#),
+            ("k\"", "[1]"),
+            ("annotations", r#"{"x":"y"}"#),
+        ];
+        assert_eq!(meta, want_meta.map(|(k, v)| (k.to_owned(), v)));
+        assert_eq!(w.metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn an_object_without_metadata_has_no_metadata_members() {
+        let w = Watched::from_text(r#"{"data":{}}"#).unwrap();
+        assert_eq!(w.metadata_members().count(), 0);
+        assert_eq!(w.members().count(), 1);
+        assert_eq!(w.metadata.name, None);
+    }
+
+    #[test]
+    fn a_second_or_a_null_metadata_is_refused() {
+        for bad in [
+            r#"{"metadata":{"name":"a"},"metadata":{"name":"b"}}"#,
+            r#"{"metadata":null}"#,
+            r#"{"metadata":[]}"#,
+        ] {
+            let e = Watched::from_text(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("metadata") || e.contains("invalid type"),
+                "{bad}: {e}"
+            );
         }
     }
 
