@@ -248,12 +248,12 @@ impl Grants {
         self.add(mc, "compositecontrollers/status", &["patch"]);
         self.add("v1", "events", &["create", "patch", "update"]);
         self.add("events.k8s.io/v1", "events", &["create", "patch", "update"]);
-        // leader election; --sharding also lists its shard set's Leases every round and
-        // deletes its member Lease at shutdown
+        // leader election; --sharding also lists its shard set's Leases every round, watches
+        // them (a record is sighted when written) and deletes its member Lease at shutdown
         self.add(
             "coordination.k8s.io/v1",
             "leases",
-            &["get", "list", "create", "update", "delete"],
+            &["get", "list", "watch", "create", "update", "delete"],
         );
     }
 

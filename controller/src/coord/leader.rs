@@ -49,7 +49,7 @@ use crate::ops::metrics::Metrics;
 use crate::runtime::kapi::is_conflict;
 
 /// client-go's `JitterFactor` for the acquire loop: each wait is `retry_period × (1 + U[0, 1.2))`.
-const JITTER_FACTOR: f64 = 1.2;
+pub(crate) const JITTER_FACTOR: f64 = 1.2;
 
 /// Leader election settings.
 #[derive(Clone, Debug)]

@@ -3,7 +3,9 @@
 //! Every retry period (jittered as client-go's), one round:
 //! 1. one LIST of the Leases labelled `kmeta.dev/shard-set=<prefix>` (members and buckets);
 //!    each record's first sighting feeds the observation clock of [`leader::decide`], so expiry
-//!    is measured on this replica's monotonic clock, never from the record's `renewTime`;
+//!    is measured on this replica's monotonic clock, never from the record's `renewTime`. A
+//!    watch of the same Leases sights each record as it is written, between rounds, and starts
+//!    a round early at a Lease's expiry or release ([`Loop::sightings`]);
 //! 2. this replica's member Lease is created or renewed (the others count it);
 //! 3. every held bucket is renewed; a renewal that started at `t` opens the bucket's fence until
 //!    `t + renew deadline` ([`Shards::renewed`]); a bucket not renewed by then, or now held by
@@ -11,7 +13,10 @@
 //! 4. hand-overs in progress finish once their syncs have drained (or the drain timeout passed):
 //!    fence closed, epoch moved, Lease released;
 //! 5. [`super::plan`] picks the buckets to take (compare-and-swap on the Lease's
-//!    `resourceVersion`: of two replicas racing, one gets 409) and the one to hand over.
+//!    `resourceVersion`: of two replicas racing, one gets 409) and the one to hand over;
+//! 6. with server-sharded watches, the buckets of holders that look gone (no member Lease
+//!    renewal for two renewals' time) that this replica would take are listed before their
+//!    Leases expire ([`super::foresee`]).
 //!
 //! At shutdown the member Lease is deleted first (the others raise their share), then every
 //! bucket is handed over in parallel, then the work is stopped.
@@ -21,8 +26,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, watcher};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -226,6 +234,18 @@ fn until_next_round(jittered: Duration, next_expiry: Option<Instant>, now: Insta
     }
 }
 
+/// When a round should start for a Lease just sighted, as [`leader::decide`] judged it: at its
+/// expiry when another holds it, at once when it is free (released, expired or deleted: a
+/// bucket to take, or a member gone whose share the others take up), never for this replica's
+/// own.
+fn next_round_for(action: Action, now: Instant) -> Option<Instant> {
+    match action {
+        Action::Wait { until } => Some(until),
+        Action::Acquire | Action::Create => Some(now),
+        Action::Renew => None,
+    }
+}
+
 /// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
 /// the Lease to renew, or why the bucket is lost.
 fn renewal(base: Option<Lease>, identity: &str) -> Result<Lease, String> {
@@ -258,6 +278,9 @@ struct Loop {
     /// The earliest moment a Lease held by another, as last listed, expires on this replica's
     /// clock: the next round starts then if that is sooner than a retry period away.
     next_expiry: Option<Instant>,
+    /// The replicas whose member Lease was seen changing within [`Loop::quiet_after`] (this
+    /// one included), as the last round found them.
+    fresh: BTreeSet<String>,
 }
 
 /// How long a replica seen holding a member Lease is remembered as one of the set: a killed
@@ -382,6 +405,7 @@ impl Loop {
             mismatch: None,
             known: HashMap::new(),
             next_expiry: None,
+            fresh: BTreeSet::new(),
         };
         Ok((runtime, state))
     }
@@ -390,23 +414,78 @@ impl Loop {
     /// watch selection runs in the context of `work_runtime` (the tasks awaiting a gained
     /// bucket's lists belong to the work).
     async fn run(mut self, stop: CancellationToken, work_runtime: tokio::runtime::Handle) {
+        let mut sightings = self.sightings();
         loop {
-            let wait = until_next_round(
-                leader::jittered(self.cfg.retry_period),
-                // taken: a round that lists nothing (a failed list) waits a whole period
-                self.next_expiry.take(),
-                Instant::now(),
-            );
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => break,
-                () = tokio::time::sleep(wait) => {}
+            let now = Instant::now();
+            let mut next_round = now
+                + until_next_round(
+                    leader::jittered(self.cfg.retry_period),
+                    // taken: a round that lists nothing (a failed list) waits a whole period
+                    self.next_expiry.take(),
+                    now,
+                );
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => {
+                        self.shut_down().await;
+                        return;
+                    }
+                    () = tokio::time::sleep_until(next_round) => break,
+                    Some(event) = sightings.next() => {
+                        if let Some(at) = self.sighted(event, Instant::now()) {
+                            next_round = next_round.min(at);
+                        }
+                    }
+                }
             }
             self.round(false).await;
             let _work = work_runtime.enter();
             self.cfg.shards.publish_watches();
         }
-        self.shut_down().await;
+    }
+
+    /// The set's Leases as a watch streams them: each record is sighted when written rather
+    /// than at the next round's list, which was up to a jittered retry period later (2.2 × the
+    /// period, 4.4 s at kmeta's default), and expiry is timed from the first sighting. The
+    /// rounds' lists still decide; a watch that fails only loses the promptness (retried with
+    /// kube's default backoff, logged).
+    fn sightings(&self) -> futures::stream::BoxStream<'static, watcher::Event<Lease>> {
+        let selector = format!("{SET_LABEL}={}", self.cfg.prefix);
+        let mut failing = false;
+        watcher(self.api.clone(), watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .filter_map(move |event| {
+                let event = match event {
+                    Ok(event) => {
+                        failing = false;
+                        Some(event)
+                    }
+                    Err(e) => {
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(error = %e, "watching the shard Leases failed; the rounds' lists go on, retrying");
+                        }
+                        None
+                    }
+                };
+                std::future::ready(event)
+            })
+            .boxed()
+    }
+
+    /// Records a Lease the watch sighted at `now`; returns when a round should start for it
+    /// ([`next_round_for`]).
+    fn sighted(&mut self, event: watcher::Event<Lease>, now: Instant) -> Option<Instant> {
+        let (lease, gone) = match event {
+            watcher::Event::Apply(l) | watcher::Event::InitApply(l) => (l, false),
+            watcher::Event::Delete(l) => (l, true),
+            watcher::Event::Init | watcher::Event::InitDone => return None,
+        };
+        let name = lease.metadata.name.clone()?;
+        let lease = (!gone).then_some(lease);
+        let seen = self.observe(&name, lease.as_ref(), now);
+        let action = leader::decide(lease.as_ref(), seen, now, &self.cfg.lease(name));
+        next_round_for(action, now)
     }
 
     fn bucket_cfg(&self, b: Bucket) -> LeaderConfig {
@@ -457,6 +536,7 @@ impl Loop {
             m.shard_members(members.len());
         }
         if stopping || self.bucket_count_mismatch(&by_name) || self.blocked().await {
+            self.cfg.shards.foresee(&[]);
             return;
         }
         let mut takes = Vec::new();
@@ -472,6 +552,42 @@ impl Loop {
             }
         }
         self.acquire_all(&takes, &by_name).await;
+        self.foresee_takeovers(&views);
+    }
+
+    /// How long a member Lease seen unchanged makes its holder look gone: two renewals missed
+    /// (a member renews every jittered retry period, at most 2.2 of them), and never more than
+    /// the renew deadline, by which a holder alive but cut off gives its buckets up itself.
+    fn quiet_after(&self) -> Duration {
+        self.cfg
+            .retry_period
+            .mul_f64(2.0 * (1.0 + leader::JITTER_FACTOR))
+            .min(self.cfg.renew_deadline)
+    }
+
+    /// Under `--shard-watch=server`: the buckets held by replicas that look gone that this
+    /// replica would take once their Leases expire are listed meanwhile, so their work starts
+    /// when they are taken rather than after their lists ([`super::foresee`]). A holder that
+    /// renews again, or a bucket another takes first, is no longer foreseen: its range is
+    /// dropped.
+    fn foresee_takeovers(&mut self, views: &[BucketView]) {
+        if self.cfg.shards.watch().is_none() {
+            return;
+        }
+        let foreseen = super::foresee(
+            &self.cfg.identity,
+            &self.fresh,
+            views,
+            self.cfg.lease_duration,
+        );
+        if self.cfg.shards.foresee(&foreseen) && !foreseen.is_empty() {
+            let gone: BTreeSet<&str> = views
+                .iter()
+                .filter_map(|v| v.holder.as_deref())
+                .filter(|h| !self.fresh.contains(*h))
+                .collect();
+            tracing::info!(?gone, buckets = ?foreseen, quiet_for = ?self.quiet_after(), "shard holders look gone; listing the buckets this replica would take from them");
+        }
     }
 
     /// Whether a process outside the set holds the leader Lease: then every held bucket is
@@ -703,6 +819,8 @@ impl Loop {
         now: Instant,
     ) -> (BTreeSet<String>, Vec<BucketView>) {
         let mut members = BTreeSet::new();
+        let mut fresh = BTreeSet::new();
+        let quiet_after = self.quiet_after();
         let mut expiry = Expiry::default();
         for (name, lease) in listed {
             let member = lease
@@ -726,10 +844,15 @@ impl Loop {
                 && let Some(h) = leader::holder(lease)
             {
                 members.insert(h.to_owned());
+                if now.saturating_duration_since(seen) < quiet_after {
+                    fresh.insert(h.to_owned());
+                }
             }
         }
         // this replica, whose member Lease may not be written yet
         members.insert(self.cfg.identity.clone());
+        fresh.insert(self.cfg.identity.clone());
+        self.fresh = fresh;
         self.known
             .retain(|_, seen| now.saturating_duration_since(*seen) < KNOWN_FOR);
         let mut views = Vec::new();
@@ -993,6 +1116,52 @@ mod tests {
         let passed = Some(now);
         let after = now + Duration::from_millis(1);
         assert_eq!(until_next_round(period, passed, after), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_sighted_lease_starts_a_round_at_its_expiry_or_at_once_when_free() {
+        let now = Instant::now();
+        let until = now + Duration::from_secs(15);
+        assert_eq!(next_round_for(Action::Wait { until }, now), Some(until));
+        assert_eq!(next_round_for(Action::Acquire, now), Some(now));
+        assert_eq!(next_round_for(Action::Create, now), Some(now));
+        assert_eq!(next_round_for(Action::Renew, now), None);
+    }
+
+    /// A record the watch sighted expires a Lease duration after that sighting: the round's
+    /// list, returning the same record later, does not restart its clock; a renewal does.
+    #[test]
+    fn a_lease_sighted_by_the_watch_expires_from_that_sighting() -> anyhow::Result<()> {
+        let cfg = ShardConfig::new("default".into(), "me".into(), Shards::new(2));
+        let (_runtime, mut state) =
+            Loop::on_this_thread(kube::Config::new("http://127.0.0.1:9".parse()?), cfg)?;
+        let duration = state.cfg.lease_duration;
+        let mut lease = lease_held_by(Some("other"));
+        lease.metadata.name = Some(state.cfg.bucket_lease(Bucket::Hash(0)));
+        let sighted = Instant::now();
+        let at = state.sighted(watcher::Event::Apply(lease.clone()), sighted);
+        assert_eq!(at, Some(sighted + duration));
+        // the round lists the same record 3 s later: still expires from the sighting
+        let listed: HashMap<String, Lease> =
+            [(lease.metadata.name.clone().unwrap(), lease.clone())].into();
+        let (_, views) = state.views(&listed, sighted + Duration::from_secs(3));
+        assert_eq!(views[0].holder.as_deref(), Some("other"));
+        assert_eq!(state.next_expiry, Some(sighted + duration));
+        let (_, views) = state.views(&listed, sighted + duration);
+        assert_eq!(
+            views[0].holder, None,
+            "expired a duration after the sighting"
+        );
+        // a renewal sighted later restarts the clock; released, a round starts at once
+        lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        let later = sighted + Duration::from_secs(4);
+        let at = state.sighted(watcher::Event::Apply(lease.clone()), later);
+        assert_eq!(at, Some(later + duration));
+        lease.spec.as_mut().unwrap().holder_identity = None;
+        let at = state.sighted(watcher::Event::Apply(lease.clone()), later);
+        assert_eq!(at, Some(later));
+        assert_eq!(state.sighted(watcher::Event::InitDone, later), None);
+        Ok(())
     }
 
     /// The work's runtime blocked for three renew deadlines (its only thread busy, as a

@@ -22,6 +22,7 @@ pub(crate) mod legacy;
 pub(crate) mod state;
 mod work;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 pub use leases::{
@@ -264,6 +265,43 @@ pub(crate) fn plan(
     steps
 }
 
+/// The buckets held by replicas that look gone that replica `me` would take once their Leases
+/// expire, so its sharded watches can list them meanwhile (a warm takeover,
+/// docs/design/sharding.md): [`plan`] run as if every bucket whose holder is not in `fresh` (the
+/// replicas whose member Lease was renewed lately, `me` included) were free now. Only those
+/// buckets: what `plan` would take anyway is not foreseen.
+pub(crate) fn foresee(
+    me: &str,
+    fresh: &BTreeSet<String>,
+    views: &[BucketView],
+    orphaned_after: Duration,
+) -> Vec<Bucket> {
+    let gone = |v: &BucketView| v.holder.as_ref().is_some_and(|h| !fresh.contains(h));
+    if !views.iter().any(gone) {
+        return Vec::new();
+    }
+    let freed: Vec<BucketView> = views
+        .iter()
+        .map(|v| match gone(v) {
+            true => BucketView {
+                holder: None,
+                free_for: Duration::ZERO,
+                ..v.clone()
+            },
+            false => v.clone(),
+        })
+        .collect();
+    let alive = fresh.len() + usize::from(!fresh.contains(me));
+    plan(me, alive, &freed, orphaned_after)
+        .into_iter()
+        .filter_map(|step| match step {
+            Step::Acquire(b) => Some(b),
+            Step::Release(_) => None,
+        })
+        .filter(|b| views.iter().any(|v| v.bucket == *b && gone(v)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,6 +444,58 @@ mod tests {
         };
         assert_ne!(order("kmeta-0"), order("kmeta-1"));
         assert_eq!(order("kmeta-0"), order("kmeta-0"));
+    }
+
+    fn view(b: u32, holder: Option<&str>) -> BucketView {
+        BucketView {
+            bucket: Bucket::Hash(b),
+            holder: holder.map(str::to_owned),
+            free_for: Duration::ZERO,
+        }
+    }
+
+    /// Of the buckets a replica that looks gone holds, each survivor foresees those it would
+    /// take in the round their Leases expire, and nothing while every holder is fresh.
+    #[test]
+    fn survivors_foresee_the_buckets_of_a_replica_that_looks_gone() {
+        let holders = ["a", "b", "c"];
+        let views: Vec<BucketView> = (0..12)
+            .map(|b| view(b, Some(holders[b as usize % 3])))
+            .collect();
+        let long = Duration::from_secs(15);
+        let all: BTreeSet<String> = holders.iter().map(|h| h.to_string()).collect();
+        assert!(foresee("a", &all, &views, long).is_empty());
+        let fresh: BTreeSet<String> = ["a", "b"].iter().map(|h| h.to_string()).collect();
+        let by_a = foresee("a", &fresh, &views, long);
+        let by_b = foresee("b", &fresh, &views, long);
+        assert_eq!((by_a.len(), by_b.len()), (2, 2), "up to the share of 6");
+        let of_c = |b: &Bucket| views[b.index(32)].holder.as_deref() == Some("c");
+        assert!(
+            by_a.iter().chain(&by_b).all(of_c),
+            "a: {by_a:?}, b: {by_b:?}"
+        );
+        // each takes what plan gives it once c's Leases have expired, no more
+        let expired: Vec<BucketView> = views
+            .iter()
+            .map(|v| match v.holder.as_deref() {
+                Some("c") => BucketView {
+                    holder: None,
+                    ..v.clone()
+                },
+                _ => v.clone(),
+            })
+            .collect();
+        let planned: Vec<Bucket> = plan("a", 2, &expired, long)
+            .into_iter()
+            .filter_map(|s| match s {
+                Step::Acquire(b) => Some(b),
+                Step::Release(_) => None,
+            })
+            .collect();
+        assert_eq!(by_a, planned);
+        // a replica whose member Lease is gone entirely is foreseen the same way
+        let only_a: BTreeSet<String> = ["a".to_string()].into();
+        assert_eq!(foresee("a", &only_a, &views, long).len(), 8);
     }
 
     #[test]

@@ -88,6 +88,9 @@ struct Slot {
     listing: AtomicBool,
     /// A task waits for its watches' lists to start its work.
     awaited: AtomicBool,
+    /// Not held, but this replica would take it once its holder's Lease expires (the holder
+    /// looks gone): its range is listed meanwhile ([`Shards::foresee`]).
+    foreseen: AtomicBool,
     /// Taken over from another replica: when its previous holder let it go, as this replica
     /// saw it, until its work starts here ([`Shards::taken_over`]).
     handoff: Mutex<Option<(Instant, Previous)>>,
@@ -356,17 +359,39 @@ impl Shards {
             .collect()
     }
 
+    /// The buckets this replica would take once their holders' Leases expire (their holders
+    /// look gone, [`super::foresee`]); the others are no longer foreseen. Returns whether that
+    /// changed.
+    pub(crate) fn foresee(&self, buckets: &[Bucket]) -> bool {
+        let mut changed = false;
+        for b in Bucket::all(self.buckets) {
+            let now = buckets.contains(&b);
+            changed |= self.slot(b).foreseen.swap(now, Ordering::AcqRel) != now;
+        }
+        changed
+    }
+
+    /// The buckets foreseen ([`Shards::foresee`]).
+    pub fn foreseen(&self) -> Vec<Bucket> {
+        Bucket::all(self.buckets)
+            .filter(|b| self.slot(*b).foreseen.load(Ordering::Acquire))
+            .collect()
+    }
+
     /// Under `--shard-watch=server`, after a round of the Lease loop: selects the ranges of the
-    /// held buckets for the sharded watches (each watch lists a range gained and drops a range
-    /// lost, the others untouched), and starts each newly gained bucket's work once they have
-    /// listed it.
+    /// held buckets, and of the foreseen ones, for the sharded watches (each watch lists a
+    /// range gained and drops a range lost, the others untouched), and starts each newly
+    /// gained bucket's work once they have listed it (at once for a bucket foreseen and
+    /// listed before its Lease was taken).
     pub(crate) fn publish_watches(self: &Arc<Self>) {
         let Some(watch) = &self.watch else { return };
         let wanted: Vec<Bucket> = Bucket::all(self.buckets)
             .filter(|b| *b != Bucket::Cluster)
             .filter(|b| {
                 let slot = self.slot(*b);
-                slot.active.load(Ordering::Acquire) || slot.listing.load(Ordering::Acquire)
+                slot.active.load(Ordering::Acquire)
+                    || slot.listing.load(Ordering::Acquire)
+                    || slot.foreseen.load(Ordering::Acquire)
             })
             .collect();
         watch.select(self.ranges(&wanted));
@@ -845,5 +870,50 @@ mod tests {
         shards.publish_watches();
         assert!(watch.selection().ranges.is_empty());
         assert!(told.has_changed().unwrap());
+    }
+
+    /// A foreseen bucket is selected (listed) before it is held, gives no work, and when it is
+    /// taken its work starts on the lists already made; no longer foreseen and not taken, it
+    /// leaves the selection.
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn a_foreseen_bucket_is_listed_before_it_is_taken_and_works_when_taken() {
+        let watch = Arc::new(WatchShards::default());
+        let (listed, rx) = tokio::sync::watch::channel(Listed::default());
+        watch.register(rx);
+        let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
+        let mut gains = shards.subscribe_gains();
+        let ns = "team-a";
+        let b = shards.bucket_of(ns);
+        let other = (0..)
+            .map(|i| format!("team-{i}"))
+            .find(|o| shards.bucket_of(o) != b)
+            .unwrap();
+        let other = other.as_str();
+        let c = shards.bucket_of(other);
+        assert!(shards.foresee(&[b, c]));
+        assert!(!shards.foresee(&[b, c]), "unchanged");
+        shards.publish_watches();
+        let range = |b: Bucket| shards.ranges(&[b]).pop().unwrap();
+        assert_eq!(watch.selection().ranges.len(), 2);
+        assert!(shards.begin(ns, None).is_none(), "foreseen is not held");
+        assert!(shards.held().is_empty());
+        // listed while foreseen, then taken: its work starts without another list
+        listed.send_modify(|l| {
+            l.ranges.insert(range(b));
+        });
+        let at = *gains.borrow_and_update();
+        shards.renewed(b, Instant::now() + Duration::from_secs(60), true);
+        shards.foresee(&[]);
+        shards.publish_watches();
+        tokio::time::timeout(Duration::from_secs(5), gains.wait_for(|g| *g > at))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(shards.begin(ns, None).is_some());
+        // c, taken by another replica, leaves the selection
+        assert_eq!(watch.selection().ranges, vec![range(b)]);
+        assert_eq!(shards.foreseen(), Vec::<Bucket>::new());
+        assert!(shards.begin(other, None).is_none());
     }
 }
