@@ -265,11 +265,12 @@ pub(crate) fn plan(
     steps
 }
 
-/// The buckets held by replicas that look gone that replica `me` would take once their Leases
+/// The buckets held by replicas that look gone that replica `me` may take once their Leases
 /// expire, so its sharded watches can list them meanwhile (a warm takeover,
-/// docs/design/sharding.md): [`plan`] run as if every bucket whose holder is not in `fresh` (the
-/// replicas whose member Lease was renewed lately, `me` included) were free now. Only those
-/// buckets: what `plan` would take anyway is not foreseen.
+/// docs/design/sharding.md): with every bucket whose holder is not in `fresh` (the replicas whose
+/// member Lease was renewed lately, `me` included) counted free, those [`plan`] has `me` take,
+/// and those it has no fresh replica take (every replica then lists them: whoever loses a race
+/// for its picks takes them in the next round).
 pub(crate) fn foresee(
     me: &str,
     fresh: &BTreeSet<String>,
@@ -277,7 +278,8 @@ pub(crate) fn foresee(
     orphaned_after: Duration,
 ) -> Vec<Bucket> {
     let gone = |v: &BucketView| v.holder.as_ref().is_some_and(|h| !fresh.contains(h));
-    if !views.iter().any(gone) {
+    let left: Vec<Bucket> = views.iter().filter(|v| gone(v)).map(|v| v.bucket).collect();
+    if left.is_empty() {
         return Vec::new();
     }
     let freed: Vec<BucketView> = views
@@ -291,15 +293,21 @@ pub(crate) fn foresee(
             false => v.clone(),
         })
         .collect();
-    let alive = fresh.len() + usize::from(!fresh.contains(me));
-    plan(me, alive, &freed, orphaned_after)
-        .into_iter()
-        .filter_map(|step| match step {
-            Step::Acquire(b) => Some(b),
-            Step::Release(_) => None,
-        })
-        .filter(|b| views.iter().any(|v| v.bucket == *b && gone(v)))
-        .collect()
+    let mut survivors: BTreeSet<&str> = fresh.iter().map(String::as_str).collect();
+    survivors.insert(me);
+    let picks = |who: &str| -> Vec<Bucket> {
+        plan(who, survivors.len(), &freed, orphaned_after)
+            .into_iter()
+            .filter_map(|step| match step {
+                Step::Acquire(b) if left.contains(&b) => Some(b),
+                _ => None,
+            })
+            .collect()
+    };
+    let mine = picks(me);
+    let picked: BTreeSet<Bucket> = survivors.iter().flat_map(|who| picks(who)).collect();
+    let unpicked = left.iter().filter(|b| !picked.contains(b)).copied();
+    mine.iter().copied().chain(unpicked).collect()
 }
 
 #[cfg(test)]
@@ -455,7 +463,8 @@ mod tests {
     }
 
     /// Of the buckets a replica that looks gone holds, each survivor foresees those it would
-    /// take in the round their Leases expire, and nothing while every holder is fresh.
+    /// take in the round their Leases expire and those no survivor would, so together they
+    /// foresee every one; nothing while every holder is fresh.
     #[test]
     fn survivors_foresee_the_buckets_of_a_replica_that_looks_gone() {
         let holders = ["a", "b", "c"];
@@ -468,13 +477,14 @@ mod tests {
         let fresh: BTreeSet<String> = ["a", "b"].iter().map(|h| h.to_string()).collect();
         let by_a = foresee("a", &fresh, &views, long);
         let by_b = foresee("b", &fresh, &views, long);
-        assert_eq!((by_a.len(), by_b.len()), (2, 2), "up to the share of 6");
-        let of_c = |b: &Bucket| views[b.index(32)].holder.as_deref() == Some("c");
-        assert!(
-            by_a.iter().chain(&by_b).all(of_c),
-            "a: {by_a:?}, b: {by_b:?}"
-        );
-        // each takes what plan gives it once c's Leases have expired, no more
+        let of_c: BTreeSet<Bucket> = views
+            .iter()
+            .filter(|v| v.holder.as_deref() == Some("c"))
+            .map(|v| v.bucket)
+            .collect();
+        let covered: BTreeSet<Bucket> = by_a.iter().chain(&by_b).copied().collect();
+        assert_eq!(covered, of_c, "a: {by_a:?}, b: {by_b:?}");
+        // first what plan has each take once c's Leases have expired
         let expired: Vec<BucketView> = views
             .iter()
             .map(|v| match v.holder.as_deref() {
@@ -492,7 +502,7 @@ mod tests {
                 Step::Release(_) => None,
             })
             .collect();
-        assert_eq!(by_a, planned);
+        assert_eq!(by_a[..planned.len()], planned[..]);
         // a replica whose member Lease is gone entirely is foreseen the same way
         let only_a: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(foresee("a", &only_a, &views, long).len(), 8);
