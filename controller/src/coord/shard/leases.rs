@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::legacy::LegacyGuard;
 use super::state::Previous;
-use super::{Bucket, BucketView, Shards, Step, plan};
+use super::{Bucket, BucketView, Shards, Step, plan_awaiting};
 use crate::coord::client::LeaseRuntimeError;
 use crate::coord::leader::{self, Action, LeaderConfig};
 use crate::ops::metrics::Metrics;
@@ -210,7 +210,8 @@ impl HandoffReason {
     }
 }
 
-/// The earliest expiry among the Leases another holds, as one round decided them.
+/// The earliest expiry among the Leases another holds, as one round decided them (and, with
+/// server-sharded watches, the earliest moment a member would look gone).
 #[derive(Default)]
 struct Expiry(Option<Instant>);
 
@@ -540,10 +541,11 @@ impl Loop {
             return;
         }
         let mut takes = Vec::new();
-        for step in plan(
+        for step in plan_awaiting(
             &self.cfg.identity,
             members.len(),
             &views,
+            &self.pending(&views),
             self.cfg.lease_duration,
         ) {
             match step {
@@ -553,6 +555,17 @@ impl Loop {
         }
         self.acquire_all(&takes, &by_name).await;
         self.foresee_takeovers(&views);
+    }
+
+    /// The buckets foreseen by the last round that a replica looking gone still holds.
+    fn pending(&self, views: &[BucketView]) -> Vec<Bucket> {
+        let foreseen = self.cfg.shards.foreseen();
+        views
+            .iter()
+            .filter(|v| foreseen.contains(&v.bucket))
+            .filter(|v| v.holder.as_ref().is_some_and(|h| !self.fresh.contains(h)))
+            .map(|v| v.bucket)
+            .collect()
     }
 
     /// How long a member Lease seen unchanged makes its holder look gone: two renewals missed
@@ -846,6 +859,12 @@ impl Loop {
                 members.insert(h.to_owned());
                 if now.saturating_duration_since(seen) < quiet_after {
                     fresh.insert(h.to_owned());
+                    // with sharded watches, a round when it would look gone (to foresee)
+                    if action != Action::Renew && self.cfg.shards.watch().is_some() {
+                        expiry.note(Action::Wait {
+                            until: seen + quiet_after,
+                        });
+                    }
                 }
             }
         }

@@ -265,6 +265,38 @@ pub(crate) fn plan(
     steps
 }
 
+/// [`plan`] for a replica waiting for `pending` buckets, foreseen and still held by a replica
+/// that looks gone: counted as its own, they keep it from taking other free buckets in their
+/// place (the gone replica's Leases expire one by one; taking what expired first would take
+/// another survivor's foreseen buckets and leave this one's to be listed after the take). Hands
+/// nothing over while any is pending (the count is not what it holds).
+pub(crate) fn plan_awaiting(
+    me: &str,
+    members: usize,
+    views: &[BucketView],
+    pending: &[Bucket],
+    orphaned_after: Duration,
+) -> Vec<Step> {
+    if pending.is_empty() {
+        return plan(me, members, views, orphaned_after);
+    }
+    let counted: Vec<BucketView> = views
+        .iter()
+        .map(|v| match pending.contains(&v.bucket) {
+            true => BucketView {
+                holder: Some(me.to_owned()),
+                free_for: Duration::ZERO,
+                ..v.clone()
+            },
+            false => v.clone(),
+        })
+        .collect();
+    plan(me, members, &counted, orphaned_after)
+        .into_iter()
+        .filter(|step| matches!(step, Step::Acquire(_)))
+        .collect()
+}
+
 /// The buckets held by replicas that look gone that replica `me` may take once their Leases
 /// expire, so its sharded watches can list them meanwhile (a warm takeover,
 /// docs/design/sharding.md): with every bucket whose holder is not in `fresh` (the replicas whose
@@ -506,6 +538,54 @@ mod tests {
         // a replica whose member Lease is gone entirely is foreseen the same way
         let only_a: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(foresee("a", &only_a, &views, long).len(), 8);
+    }
+
+    /// The gone replica's Leases expire one by one: a survivor awaiting its foreseen buckets
+    /// takes those that expired and no other free bucket in place of those still held.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_survivor_awaiting_its_foreseen_buckets_takes_no_other_in_their_place() {
+        let long = Duration::from_secs(15);
+        let holders = ["a", "b", "c"];
+        let views: Vec<BucketView> = (0..12)
+            .map(|b| view(b, Some(holders[b as usize % 3])))
+            .collect();
+        let fresh: BTreeSet<String> = ["a", "b"].iter().map(|h| h.to_string()).collect();
+        let mine = foresee("a", &fresh, &views, long);
+        let (first, rest) = (mine[0], mine[1]);
+        // only the lowest of c's other buckets, and `first`, have expired
+        let other = views
+            .iter()
+            .map(|v| v.bucket)
+            .find(|b| views[b.index(32)].holder.as_deref() == Some("c") && !mine.contains(b))
+            .unwrap();
+        let now: Vec<BucketView> = views
+            .iter()
+            .map(|v| match v.bucket == first || v.bucket == other {
+                true => view(v.bucket.index(32) as u32, None),
+                false => v.clone(),
+            })
+            .collect();
+        let takes = |steps: Vec<Step>| -> Vec<Bucket> {
+            steps
+                .into_iter()
+                .filter_map(|s| match s {
+                    Step::Acquire(b) => Some(b),
+                    Step::Release(_) => None,
+                })
+                .collect()
+        };
+        // without awaiting, it takes the other expired bucket too
+        assert_eq!(takes(plan("a", 2, &now, long)).len(), 2);
+        assert_eq!(
+            takes(plan_awaiting("a", 2, &now, &[rest], long)),
+            vec![first]
+        );
+        // nothing pending: plan itself
+        assert_eq!(
+            plan_awaiting("a", 2, &now, &[], long),
+            plan("a", 2, &now, long)
+        );
     }
 
     #[test]

@@ -372,7 +372,7 @@ impl Shards {
     }
 
     /// The buckets foreseen ([`Shards::foresee`]).
-    pub fn foreseen(&self) -> Vec<Bucket> {
+    pub(crate) fn foreseen(&self) -> Vec<Bucket> {
         Bucket::all(self.buckets)
             .filter(|b| self.slot(*b).foreseen.load(Ordering::Acquire))
             .collect()
