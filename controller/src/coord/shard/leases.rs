@@ -831,47 +831,10 @@ impl Loop {
         listed: &HashMap<String, Lease>,
         now: Instant,
     ) -> (BTreeSet<String>, Vec<BucketView>) {
-        let mut members = BTreeSet::new();
-        let mut fresh = BTreeSet::new();
-        let quiet_after = self.quiet_after();
         let mut expiry = Expiry::default();
-        for (name, lease) in listed {
-            let member = lease
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ROLE_LABEL))
-                .map(String::as_str)
-                == Some("member");
-            if !member {
-                continue;
-            }
-            let seen = self.observe(name, Some(lease), now);
-            if let Some(h) = leader::holder(lease) {
-                self.known.insert(h.to_owned(), now);
-            }
-            let cfg = self.cfg.lease(name.clone());
-            let action = leader::decide(Some(lease), seen, now, &cfg);
-            expiry.note(action);
-            if matches!(action, Action::Renew | Action::Wait { .. })
-                && let Some(h) = leader::holder(lease)
-            {
-                members.insert(h.to_owned());
-                if now.saturating_duration_since(seen) < quiet_after {
-                    fresh.insert(h.to_owned());
-                    // with sharded watches, a round when it would look gone (to foresee)
-                    if action != Action::Renew && self.cfg.shards.watch().is_some() {
-                        expiry.note(Action::Wait {
-                            until: seen + quiet_after,
-                        });
-                    }
-                }
-            }
-        }
+        let mut members = self.members(listed, now, &mut expiry);
         // this replica, whose member Lease may not be written yet
         members.insert(self.cfg.identity.clone());
-        fresh.insert(self.cfg.identity.clone());
-        self.fresh = fresh;
         self.known
             .retain(|_, seen| now.saturating_duration_since(*seen) < KNOWN_FOR);
         let mut views = Vec::new();
@@ -910,6 +873,54 @@ impl Loop {
         }
         self.next_expiry = expiry.0;
         (members, views)
+    }
+
+    /// The holders of the live member Leases in `listed` at `now`; notes each one's expiry in
+    /// `expiry` and sets [`Loop::fresh`] (this replica included).
+    fn members(
+        &mut self,
+        listed: &HashMap<String, Lease>,
+        now: Instant,
+        expiry: &mut Expiry,
+    ) -> BTreeSet<String> {
+        let mut members = BTreeSet::new();
+        let mut fresh = BTreeSet::from([self.cfg.identity.clone()]);
+        let quiet_after = self.quiet_after();
+        for (name, lease) in listed {
+            let member = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .map(String::as_str)
+                == Some("member");
+            if !member {
+                continue;
+            }
+            let seen = self.observe(name, Some(lease), now);
+            if let Some(h) = leader::holder(lease) {
+                self.known.insert(h.to_owned(), now);
+            }
+            let cfg = self.cfg.lease(name.clone());
+            let action = leader::decide(Some(lease), seen, now, &cfg);
+            expiry.note(action);
+            if matches!(action, Action::Renew | Action::Wait { .. })
+                && let Some(h) = leader::holder(lease)
+            {
+                members.insert(h.to_owned());
+                if now.saturating_duration_since(seen) < quiet_after {
+                    fresh.insert(h.to_owned());
+                    // with sharded watches, a round when it would look gone (to foresee)
+                    if action != Action::Renew && self.cfg.shards.watch().is_some() {
+                        expiry.note(Action::Wait {
+                            until: seen + quiet_after,
+                        });
+                    }
+                }
+            }
+        }
+        self.fresh = fresh;
+        members
     }
 
     /// What every bucket Lease says of the set: its bucket count, hash and key.
