@@ -821,16 +821,26 @@ mod tests {
         assert!((3.0..60.0).contains(&sum), "{sum}");
     }
 
+    /// Shards of 8 buckets under one sharded watch, and the sender of what that watch listed.
+    fn server_sharded() -> (
+        Arc<WatchShards>,
+        tokio::sync::watch::Sender<Listed>,
+        Arc<Shards>,
+    ) {
+        let watch = Arc::new(WatchShards::default());
+        let (listed, rx) = tokio::sync::watch::channel(Listed::default());
+        watch.register(rx);
+        let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
+        (watch, listed, shards)
+    }
+
     /// With server-sharded watches a gained bucket is selected at once, its work starts only
     /// once every sharded watch has listed that selection, and a lost bucket leaves the
     /// selection at once.
     #[tokio::test]
     #[allow(clippy::unwrap_used)]
     async fn a_gained_bucket_works_once_its_watches_listed_and_a_lost_one_leaves_late() {
-        let watch = Arc::new(WatchShards::default());
-        let (listed, rx) = tokio::sync::watch::channel(Listed::default());
-        watch.register(rx);
-        let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
+        let (watch, listed, shards) = server_sharded();
         let mut gains = shards.subscribe_gains();
         let ns = "team-a";
         let b = shards.bucket_of(ns);
@@ -878,10 +888,7 @@ mod tests {
     #[tokio::test]
     #[allow(clippy::unwrap_used)]
     async fn a_foreseen_bucket_is_listed_before_it_is_taken_and_works_when_taken() {
-        let watch = Arc::new(WatchShards::default());
-        let (listed, rx) = tokio::sync::watch::channel(Listed::default());
-        watch.register(rx);
-        let shards = Shards::with_hash(8, ShardHash::Fnv1a, Some(watch.clone()));
+        let (watch, listed, shards) = server_sharded();
         let mut gains = shards.subscribe_gains();
         let ns = "team-a";
         let b = shards.bucket_of(ns);
