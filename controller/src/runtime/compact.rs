@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::object::{ObjectView, OwnerView};
 use crate::runtime::resources::Resolved;
-use crate::runtime::watched::{Str, Watched};
+use crate::runtime::watched::{Str, Watched, place};
 
 /// A cached object as JSON text plus its parsed identity. The identity's strings are not copied:
 /// each is a `Span` of the text, which holds every string byte for byte unless JSON had to
@@ -228,12 +228,11 @@ impl Assembly {
     /// The span of `s`, read from `piece` (written at `at`): where its bytes were written when
     /// they lie in the piece as they are, else in `extra`.
     fn span(&mut self, text: &str, at: usize, s: &Str<'_>) -> Span {
-        if let Str::Borrowed(b) = s {
-            let off = (b.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
-            let end = off.checked_add(b.len());
-            if let Some(end) = end.filter(|e| !b.is_empty() && text.get(off..*e) == Some(*b)) {
-                return Span::of(at + off, at + end, 0).unwrap_or(Span::EMPTY);
-            }
+        if let Str::Borrowed(b) = s
+            && let Some(r) = place(text, b).filter(|_| !b.is_empty())
+        {
+            let (start, end) = (r.start as usize, r.end as usize);
+            return Span::of(at + start, at + end, 0).unwrap_or(Span::EMPTY);
         }
         Span::locate(s.as_str(), "", &mut self.extra)
     }

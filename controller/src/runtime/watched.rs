@@ -48,9 +48,9 @@ struct Places {
 
 /// Bytes `start..end` of the text.
 #[derive(Clone, Copy, Debug)]
-struct Range {
-    start: u32,
-    end: u32,
+pub(crate) struct Range {
+    pub(crate) start: u32,
+    pub(crate) end: u32,
 }
 
 /// A member's name: where it lies in the text, or decoded when JSON escaped it.
@@ -160,7 +160,7 @@ fn read(text: &str) -> Result<(ObjectMeta, Places), serde_json::Error> {
 const TOO_LONG: &str = "a watched object of 4 GiB or more";
 
 /// Where `piece`, a slice of `text`, lies in it (`None` past 4 GiB).
-fn place(text: &str, piece: &str) -> Option<Range> {
+pub(crate) fn place(text: &str, piece: &str) -> Option<Range> {
     let start = (piece.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
     let end = start
         .checked_add(piece.len())
