@@ -45,7 +45,9 @@ pub enum Priority {
 pub const LOW_PRIORITY_EVERY: u32 = 8;
 
 /// Why a key was scheduled, kept until it is handed out, for the sync record (`kmeta trace
-/// --history`): the first cause since the key was last handed out, and how many more came.
+/// --history`): the first cause since the key was last handed out, and how many more came. A
+/// cause at [`Priority::Normal`] (a change, a retry) is told before one that came only at
+/// [`Priority::Low`] (a resync, a relist, the start): the change is what brought the key early.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cause {
     /// A watch event: this object (`Kind namespace/name`) was created, changed or deleted.
@@ -190,9 +192,9 @@ struct State<K> {
     failures: HashMap<K, Backoff>,
     /// Keys scheduled by a change ([`Queue::add`]) since they were last handed out.
     changed: HashSet<K>,
-    /// Why each key was scheduled since it was last handed out: the first cause and how many
-    /// more came ([`Queue::take_cause`]).
-    causes: HashMap<K, (Cause, u32)>,
+    /// Why each key was scheduled since it was last handed out: the first cause, how many more
+    /// came, and the priority the first came at ([`Queue::take_cause`]).
+    causes: HashMap<K, (Cause, u32, Priority)>,
     /// Consecutive waits of a key ([`Queue::add_waiting`]), kept apart from its failures.
     waits: HashMap<K, u32>,
     next_generation: u64,
@@ -200,12 +202,20 @@ struct State<K> {
 }
 
 impl<K: Clone + Eq + Hash + Tenant> State<K> {
-    /// Notes why `key` was scheduled: the first cause stays, later ones are counted.
-    fn note_cause(&mut self, key: &K, cause: Cause) {
+    /// Notes why `key` was scheduled at `priority`: the first cause stays, later ones are
+    /// counted, except that the first at normal priority takes the place of one at low priority
+    /// (a person's edit is told, not the relist that happened to come before it).
+    fn note_cause(&mut self, key: &K, cause: Cause, priority: Priority) {
         match self.causes.get_mut(key) {
-            Some((_, more)) => *more = more.saturating_add(1),
+            Some((first, more, was)) => {
+                *more = more.saturating_add(1);
+                if *was < priority {
+                    *first = cause;
+                    *was = priority;
+                }
+            }
             None => {
-                self.causes.insert(key.clone(), (cause, 0));
+                self.causes.insert(key.clone(), (cause, 0, priority));
             }
         }
     }
@@ -419,7 +429,7 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
         self.schedule_by(key, priority, |s, key, _| {
             s.changed.insert(key.clone());
             if let Some(cause) = cause {
-                s.note_cause(key, cause);
+                s.note_cause(key, cause, priority);
             }
             Duration::ZERO
         });
@@ -429,7 +439,7 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// more came; `None` when none was noted (a wait, a requeue of kmeta's own write). A worker
     /// asks once per key it was handed.
     pub fn take_cause(&self, key: &K) -> Option<(Cause, u32)> {
-        self.with(|s| s.causes.remove(key))
+        self.with(|s| s.causes.remove(key).map(|(cause, more, _)| (cause, more)))
     }
 
     /// Gives `key` back a cause [`Queue::take_cause`] told, for a sync that runs again without
@@ -439,8 +449,9 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
             let since = s
                 .causes
                 .remove(&key)
-                .map_or(0, |(_, n)| n.saturating_add(1));
-            s.causes.insert(key, (cause, more.saturating_add(since)));
+                .map_or(0, |(_, n, _)| n.saturating_add(1));
+            let more = more.saturating_add(since);
+            s.causes.insert(key, (cause, more, Priority::Normal));
         });
     }
 
@@ -471,7 +482,7 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// [`Queue::resync_after`], saying why (a resync or a relist).
     pub fn resync_because(&self, key: K, delay: Duration, cause: Cause) {
         self.schedule_by(key, Priority::Low, |s, key, _| {
-            s.note_cause(key, cause);
+            s.note_cause(key, cause, Priority::Low);
             delay
         });
     }
@@ -499,7 +510,7 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     /// attempt an event brought early neither grows the backoff nor moves its retry).
     pub fn add_rate_limited(&self, key: K) -> Duration {
         self.schedule_by(key, Priority::Normal, |s, key, now| {
-            s.note_cause(key, Cause::Retry);
+            s.note_cause(key, Cause::Retry, Priority::Normal);
             s.fail(key, now)
         })
     }
@@ -686,6 +697,14 @@ mod tests {
         q.resync_because("a", Duration::ZERO, Cause::Resync);
         q.keep_cause("a", (Cause::Retry, 0));
         assert_eq!(q.take_cause(&"a"), Some((Cause::Retry, 1)));
+        // a relist came first, then someone's edit: the edit is told, the relist counted
+        q.resync_because("a", Duration::ZERO, Cause::Relist);
+        q.add_because("a", Cause::Watched("ConfigMap n/a".into()));
+        q.resync_because("a", Duration::ZERO, Cause::Resync);
+        assert_eq!(
+            q.take_cause(&"a"),
+            Some((Cause::Watched("ConfigMap n/a".into()), 2))
+        );
         assert_eq!(
             Cause::Watched("Thing n/p".into()).to_string(),
             "watch: Thing n/p"
@@ -831,8 +850,8 @@ mod tests {
         assert!(q.take_changed(&queued));
         assert_eq!(
             q.take_cause(&queued),
-            Some((Cause::Started, 1)),
-            "one sync for both: the start's and the edit's"
+            Some((Cause::Watched("Thing ns999/p99999".into()), 1)),
+            "one sync for both: the edit told, the start's counted"
         );
         let synced = running[0].clone();
         q.done(&synced);
