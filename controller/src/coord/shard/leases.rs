@@ -249,6 +249,15 @@ fn next_round_for(action: Action, now: Instant) -> Option<Instant> {
 
 /// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
 /// the Lease to renew, or why the bucket is lost.
+/// How long ago, by this machine's clock, a record says it was renewed (or acquired): how late a
+/// sighting is, give or take the clocks' skew between the replicas (a debug log's figure only).
+fn written_ago(record: Option<&LeaseSpec>) -> Option<i64> {
+    let r = record?;
+    let at = r.renew_time.as_ref().or(r.acquire_time.as_ref())?;
+    let ago = jiff::Timestamp::now().duration_since(at.0);
+    i64::try_from(ago.as_millis()).ok()
+}
+
 fn renewal(base: Option<Lease>, identity: &str) -> Result<Lease, String> {
     match base {
         None => Err("its Lease was deleted".to_owned()),
@@ -440,7 +449,9 @@ impl Loop {
                     }
                 }
             }
+            let started = Instant::now();
             self.round(false).await;
+            tracing::debug!(took = ?started.elapsed(), "a shard Lease round");
             let _work = work_runtime.enter();
             self.cfg.shards.publish_watches();
         }
@@ -499,6 +510,7 @@ impl Loop {
         match self.observed.get(name) {
             Some((seen, at)) if *seen == record => *at,
             _ => {
+                tracing::debug!(lease = %name, holder = ?record.as_ref().and_then(|r| r.holder_identity.as_deref()), written_ms_ago = ?written_ago(record.as_ref()), "a shard Lease record first seen");
                 self.observed.insert(name.to_owned(), (record, now));
                 now
             }
@@ -568,13 +580,17 @@ impl Loop {
             .collect()
     }
 
-    /// How long a member Lease seen unchanged makes its holder look gone: two renewals missed
-    /// (a member renews every jittered retry period, at most 2.2 of them), and never more than
-    /// the renew deadline, by which a holder alive but cut off gives its buckets up itself.
+    /// How long a member Lease seen unchanged makes its holder look gone: a renewal missed by a
+    /// whole retry period (a member renews every jittered retry period, at most 2.2 of them,
+    /// and its round takes a moment: 3.2 periods, 6.4 s at the default), and never more than
+    /// the renew deadline, by which a holder alive but cut off gives its buckets up itself. The
+    /// watch sights a renewal when it is written (tens of milliseconds, 1.2 s at most, under
+    /// the edit storm of 100 000 parents), so a live member looks gone only if its rounds stall;
+    /// a false alarm costs a list that is dropped, and sooner lists are the takeover's lead.
     fn quiet_after(&self) -> Duration {
         self.cfg
             .retry_period
-            .mul_f64(2.0 * (1.0 + leader::JITTER_FACTOR))
+            .mul_f64(2.0 + leader::JITTER_FACTOR)
             .min(self.cfg.renew_deadline)
     }
 
@@ -1199,6 +1215,37 @@ mod tests {
         let at = state.sighted(watcher::Event::Apply(lease.clone()), later);
         assert_eq!(at, Some(later));
         assert_eq!(state.sighted(watcher::Event::InitDone, later), None);
+        Ok(())
+    }
+
+    /// A member whose Lease was last seen changing 3.2 retry periods ago looks gone (a renewal
+    /// missed by a whole period: 6.4 s at the defaults, not the 8.8 s of two renewals), never
+    /// later than the renew deadline; until then it is fresh.
+    #[test]
+    fn a_member_looks_gone_after_a_renewal_missed_by_a_whole_retry_period() -> anyhow::Result<()> {
+        let cfg = ShardConfig::new("default".into(), "me".into(), Shards::new(2));
+        let (_runtime, mut state) =
+            Loop::on_this_thread(kube::Config::new("http://127.0.0.1:9".parse()?), cfg)?;
+        assert_eq!(state.quiet_after(), Duration::from_millis(6400));
+        let mut lease = lease_held_by(Some("other"));
+        let name = "kmeta-shard-member-other".to_owned();
+        lease.metadata.name = Some(name.clone());
+        lease.metadata.labels = Some([(ROLE_LABEL.to_owned(), "member".to_owned())].into());
+        let sighted = Instant::now();
+        state.sighted(watcher::Event::Apply(lease.clone()), sighted);
+        let listed: HashMap<String, Lease> = [(name, lease)].into();
+        let fresh_at = |state: &mut Loop, after: Duration| {
+            let mut expiry = Expiry::default();
+            let members = state.members(&listed, sighted + after, &mut expiry);
+            assert!(members.contains("other"), "a member while its Lease lasts");
+            state.fresh.contains("other")
+        };
+        assert!(fresh_at(&mut state, Duration::from_millis(6300)));
+        assert!(!fresh_at(&mut state, Duration::from_millis(6400)));
+        // a short renew deadline bounds it
+        state.cfg.renew_deadline = Duration::from_secs(5);
+        assert_eq!(state.quiet_after(), Duration::from_secs(5));
+        assert!(!fresh_at(&mut state, Duration::from_millis(5000)));
         Ok(())
     }
 
