@@ -42,6 +42,13 @@ pub trait WorkScope: Send + Sync + std::fmt::Debug + 'static {
         sync: ScopedFuture<'a>,
     ) -> Option<ScopedFuture<'a>>;
 
+    /// Whether the parent in `namespace` with `uid` is this process's work now. A trigger queues
+    /// no other: its holder syncs it, and a share gained later queues its parents itself
+    /// ([`WorkScope::follow_gains`], at low priority, as a start). Without this, the list of a
+    /// range about to be taken announced each of its parents and children as new, queuing its
+    /// parents at normal priority ahead of the edits that followed (docs/design/sharding.md).
+    fn works_on(&self, namespace: &str, uid: Option<&str>) -> bool;
+
     /// The selection that splits this process's watches by namespace hash, when the API server
     /// lists and watches only the namespaces of its share (KEP-5866); `None`: whole watches.
     fn watch_split(&self) -> Option<Arc<WatchShards>>;

@@ -297,6 +297,14 @@ impl std::fmt::Debug for Wiring {
 }
 
 impl Wiring {
+    /// Whether the parent in `namespace` with `uid` is this process's work now (always, without a
+    /// [`Wiring::work_scope`]): triggers queue only these ([`WorkScope::works_on`]).
+    pub fn works_on(&self, namespace: &str, uid: &str) -> bool {
+        self.work_scope
+            .as_ref()
+            .is_none_or(|s| s.works_on(namespace, Some(uid)))
+    }
+
     /// Sets [`Wiring::metrics`].
     #[must_use]
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {

@@ -611,6 +611,7 @@ impl crate::ops::health::ReadyLine for Shards {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coord::scope::WorkScope;
     use std::time::Duration;
 
     #[test]
@@ -852,6 +853,10 @@ mod tests {
             shards.begin(ns, None).is_none(),
             "no work before the watches listed"
         );
+        assert!(
+            !WorkScope::works_on(&*shards, ns, None),
+            "taken, still listing: what its list announces queues nothing"
+        );
         shards.publish_watches();
         let sel = watch.selection();
         let (start, end) = b.range(8).unwrap();
@@ -905,6 +910,9 @@ mod tests {
         assert_eq!(watch.selection().ranges.len(), 2);
         assert!(shards.begin(ns, None).is_none(), "foreseen is not held");
         assert!(shards.held().is_empty());
+        // what its list announces queues nothing (the triggers ask the scope)
+        let works_on = |ns: &str| WorkScope::works_on(&*shards, ns, Some("uid"));
+        assert!(!works_on(ns), "foreseen: not this replica's work");
         // listed while foreseen, then taken: its work starts without another list
         listed.send_modify(|l| {
             l.ranges.insert(range(b));
@@ -918,6 +926,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(shards.begin(ns, None).is_some());
+        assert!(works_on(ns), "its work started: triggers queue its parents");
         // c, taken by another replica, leaves the selection
         assert_eq!(watch.selection().ranges, vec![range(b)]);
         assert_eq!(shards.foreseen(), Vec::<Bucket>::new());

@@ -32,6 +32,10 @@ impl WorkScope for Shards {
         }))
     }
 
+    fn works_on(&self, namespace: &str, uid: Option<&str>) -> bool {
+        Shards::works_on(self, namespace, uid)
+    }
+
     fn watch_split(&self) -> Option<Arc<WatchShards>> {
         self.watch().cloned()
     }

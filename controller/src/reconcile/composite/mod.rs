@@ -92,6 +92,7 @@ impl CompositeRunner {
             let ns = self.scope_of(child);
             if let Some(p) = self.state.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
+                && self.works_on(&p)
             {
                 let key = ObjKey::new(ns, r.name);
                 self.queue.add_at(key, Some(watched(child)), priority);
@@ -102,6 +103,7 @@ impl CompositeRunner {
             && let Some((ns, name, _)) = labelled_owner(child)
             && let Some(p) = self.state.parents.get(ns, name)
             && label_owned_by(&p, child)
+            && self.works_on(&p)
         {
             // a label-owned child (`decide::label_owned`), by the rule a sync observes it by
             self.queue
@@ -113,10 +115,18 @@ impl CompositeRunner {
         for key in candidates {
             if let Some(p) = self.state.parents.get(&key.namespace, &key.name)
                 && selectors::selects(&p, generate, child)
+                && self.works_on(&p)
             {
                 self.queue.add_at(key, Some(watched(child)), priority);
             }
         }
+    }
+
+    /// Whether `parent` is this replica's work now: a trigger queues no other
+    /// ([`crate::coord::scope::WorkScope::works_on`]).
+    fn works_on(&self, parent: &Value) -> bool {
+        let ns = meta_str(parent, "namespace");
+        self.state.ctx.wiring.works_on(ns, meta_str(parent, "uid"))
     }
 
     fn selectors(&self) -> std::sync::MutexGuard<'_, ParentSelectors> {
@@ -203,7 +213,7 @@ impl CompositeRunner {
                 {
                     return;
                 }
-                if priority == Priority::Normal || old.is_some() {
+                if (priority == Priority::Normal || old.is_some()) && self.works_on(new) {
                     self.queue
                         .add_at(obj_key(new), Some(cause), Priority::Normal);
                 }
