@@ -247,8 +247,6 @@ fn next_round_for(action: Action, now: Instant) -> Option<Instant> {
     }
 }
 
-/// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
-/// the Lease to renew, or why the bucket is lost.
 /// How long ago, by this machine's clock, a record says it was renewed (or acquired): how late a
 /// sighting is, give or take the clocks' skew between the replicas (a debug log's figure only).
 fn written_ago(record: Option<&LeaseSpec>) -> Option<i64> {
@@ -258,6 +256,8 @@ fn written_ago(record: Option<&LeaseSpec>) -> Option<i64> {
     i64::try_from(ago.as_millis()).ok()
 }
 
+/// Whether a held bucket can be renewed from `base`, its Lease as last written or listed:
+/// the Lease to renew, or why the bucket is lost.
 fn renewal(base: Option<Lease>, identity: &str) -> Result<Lease, String> {
     match base {
         None => Err("its Lease was deleted".to_owned()),
