@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use futures::{StreamExt, TryStreamExt};
 use kmeta_apiserver::Counters;
 use kmeta_tests::procs::{Proc, Usage, bin, free_port, histogram_quantile, http_get};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 use super::{
@@ -232,7 +232,15 @@ pub(crate) async fn wait_converged(
     case: &Case,
     v: Option<u64>,
 ) -> anyhow::Result<(Own, HashMap<String, Instant>)> {
-    let things = server.api_all(AV, "Thing", "things");
+    wait_converged_on(server.api_all(AV, "Thing", "things"), *case, v).await
+}
+
+/// [`wait_converged`] with the parents' API given (owned, for a task of its own).
+pub(crate) async fn wait_converged_on(
+    things: Api<DynamicObject>,
+    case: Case,
+    v: Option<u64>,
+) -> anyhow::Result<(Own, HashMap<String, Instant>)> {
     let (want, want_v) = (json!(case.children), v.map(|v| json!(v)));
     let converged = |p: &DynamicObject| {
         p.data.pointer("/status/children") == Some(&want)
