@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -208,17 +209,29 @@ async fn install_crd(
     Ok(api)
 }
 
+/// The hook calls per parent (`namespace/name`).
+type Calls = Arc<Mutex<BTreeMap<String, usize>>>;
+
 /// A hook copying the parent's `spec.v` into its one ConfigMap child and its status.
 async fn hook() -> anyhow::Result<String> {
+    hook_counting(Calls::default()).await
+}
+
+/// [`hook`], counting its calls per parent in `calls`.
+async fn hook_counting(calls: Calls) -> anyhow::Result<String> {
     use axum::Json;
     let app = axum::Router::new().route(
         "/sync",
-        axum::routing::post(|Json(req): Json<Value>| async move {
+        axum::routing::post(move |Json(req): Json<Value>| async move {
             let parent = &req["parent"];
             let name = parent["metadata"]["name"]
                 .as_str()
                 .unwrap_or("x")
                 .to_owned();
+            let ns = parent["metadata"]["namespace"].as_str().unwrap_or("");
+            if let Ok(mut calls) = calls.lock() {
+                *calls.entry(format!("{ns}/{name}")).or_default() += 1;
+            }
             let v = parent["spec"]["v"].as_i64().unwrap_or(0).to_string();
             Json(json!({
                 "status": {"v": v},
@@ -1375,6 +1388,86 @@ async fn rgds_are_served_by_the_replica_holding_the_cluster_bucket() -> anyhow::
         "RGDs served by {writers:?}, the cluster bucket held by {cluster:?}"
     );
     drop((a, b));
+    server.shutdown().await;
+    Ok(())
+}
+
+/// With `resyncPeriodSeconds`, each parent is resynced by the replica whose bucket holds it and
+/// queued on no other: while the buckets stay put, no worker drops a key
+/// (`kmeta_shard_keys_dropped_total`). Before 2026-12-08 every resync queued every cached parent
+/// on every replica, and the workers dropped the others' (about half the keys here, each second).
+#[tokio::test]
+async fn a_resync_queues_each_parent_on_its_holder_alone() -> anyhow::Result<()> {
+    let _turn = turn().await?;
+    let server = TestServer::start().await?;
+    let (dir, kubeconfig) = kubeconfig_and_crds(&server).await?;
+    released_bucket_leases(&server, ShardHash::Mixed, "namespace").await?;
+    let calls = Calls::default();
+    let mut cc = notes_controller(&hook_counting(calls.clone()).await?);
+    cc["spec"]["resyncPeriodSeconds"] = json!(1);
+    let notes = set_up_with(&server, "compositecontrollers", cc).await?;
+    let mut replicas = Vec::new();
+    for name in ["kmeta-a", "kmeta-b"] {
+        let metrics = free_port()?;
+        let extra = [format!("--metrics-address=127.0.0.1:{metrics}")];
+        replicas.push((start_with(&kubeconfig, dir.path(), name, &extra)?, metrics));
+    }
+    let all: Vec<&Replica> = replicas.iter().map(|(r, _)| r).collect();
+    wait_balanced(&all).await?;
+    converged(&server, &notes, 0, "two replicas").await?;
+    // the fair split (5 and 4 of 9 buckets), then one more resync of every parent, so no key
+    // queued before the last hand-over is still waiting
+    let share = (BUCKETS as usize + 1).div_ceil(2);
+    wait_for("the fair split of the buckets", || async {
+        let mut each = Vec::new();
+        for r in &all {
+            each.push(held(r).await.map_or(usize::MAX, |h| h.len()));
+        }
+        each.iter().all(|&n| n <= share)
+    })
+    .await?;
+    let count = |calls: &Calls| calls.lock().map(|c| c.clone()).unwrap_or_default();
+    let resynced = |since: BTreeMap<String, usize>, times: usize| {
+        let calls = calls.clone();
+        move || {
+            let now = count(&calls);
+            let every = now.len() == NAMESPACES * PER_NAMESPACE
+                && now
+                    .iter()
+                    .all(|(p, n)| *n >= since.get(p).copied().unwrap_or(0) + times);
+            async move { every }
+        }
+    };
+    wait_for("a resync of every parent", resynced(count(&calls), 1)).await?;
+    // shown from the controller's first count of its parents (every 5 s), 0 until a drop
+    let series = "kmeta_shard_keys_dropped_total{controller=\"notes\"}";
+    for (r, metrics) in &replicas {
+        wait_long(&format!("{series} on {}", r.name), || async {
+            value(*metrics, series).await.is_some()
+        })
+        .await?;
+    }
+    let dropped = |metrics: u16| async move { value(metrics, series).await };
+    let mut before = Vec::new();
+    for (r, metrics) in &replicas {
+        before.push((held(r).await, dropped(*metrics).await));
+    }
+    wait_for("three resyncs of every parent", resynced(count(&calls), 3)).await?;
+    for ((r, metrics), (held_before, dropped_before)) in replicas.iter().zip(before) {
+        let held_after = held(r).await;
+        assert_eq!(
+            held_after, held_before,
+            "{}: buckets moved meanwhile",
+            r.name
+        );
+        let dropped_after = dropped(*metrics).await;
+        assert_eq!(
+            dropped_after, dropped_before,
+            "{}: keys of other replicas' parents queued and dropped during three resyncs",
+            r.name
+        );
+    }
+    drop(replicas);
     server.shutdown().await;
     Ok(())
 }

@@ -362,7 +362,10 @@ async fn process_owned<R: Reconciler>(
     let sync = async { failure = process(r, circuit, key).await };
     match scope.claim(key.tenant(), uid, Box::pin(sync)) {
         Some(sync) => sync.await,
-        None => r.queue().forget(key),
+        None => {
+            r.context().wiring.metrics.shard_key_dropped(r.name());
+            r.queue().forget(key);
+        }
     }
     failure
 }

@@ -57,9 +57,17 @@ pub trait Parents: Reconciler {
     fn parent_watches(&self) -> Vec<Arc<dyn Watch>>;
 }
 
-/// Every parent `mine` accepts, scheduled as a change at `priority`.
+/// The keys of the cached parents `mine` accepts that are this replica's work
+/// ([`crate::Wiring::works_on`]; every parent without a work scope): no trigger queues another
+/// replica's parent (its holder syncs it; `claim` would only drop the key).
+pub(crate) fn ours<R: Parents>(r: &R, mine: ParentTest<'_>) -> Vec<R::Key> {
+    let wiring = &r.context().wiring;
+    r.parents_where(&|ns, uid| wiring.works_on(ns, uid) && mine(ns, uid))
+}
+
+/// Every parent of this replica's that `mine` accepts, scheduled as a change at `priority`.
 fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>, cause: &Cause, priority: Priority) {
-    for key in r.parents_where(mine) {
+    for key in ours(r, mine) {
         r.queue().add_at(key, Some(cause.clone()), priority);
     }
 }
@@ -73,16 +81,16 @@ pub fn flush_one<K: Clone + Eq + Hash + Tenant>(queue: &Queue<K>, key: K) {
     queue.add_at(key, Some(Cause::Flush), Priority::Low);
 }
 
-/// The cache flush: every cached parent, once ([`flush_one`]).
+/// The cache flush: every cached parent of this replica's, once ([`flush_one`]).
 fn flush_all<R: Parents>(r: &R) {
-    for key in r.parents_where(&|_, _| true) {
+    for key in ours(r, &|_, _| true) {
         flush_one(r.queue(), key);
     }
 }
 
-/// Every parent, scheduled as a resync (low priority) after `delay` of each.
+/// Every parent of this replica's, scheduled as a resync (low priority) after `delay` of each.
 fn resync_all<R: Parents>(r: &R, cause: &Cause, mut delay: impl FnMut() -> Duration) {
-    for key in r.parents_where(&|_, _| true) {
+    for key in ours(r, &|_, _| true) {
         r.queue().resync_because(key, delay(), cause.clone());
     }
 }

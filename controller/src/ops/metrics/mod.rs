@@ -256,6 +256,7 @@ struct ShardSeries {
     handoff_seconds: HistogramFamily<PreviousLabels>,
     renewal_seconds: Histogram,
     parents: Family<ControllerLabels, Gauge>,
+    dropped: Family<ControllerLabels, Counter>,
 }
 
 impl Default for ShardSeries {
@@ -267,6 +268,7 @@ impl Default for ShardSeries {
             handoff_seconds: Family::new_with_constructor(handoff_histogram),
             renewal_seconds: renewal_histogram(),
             parents: Family::default(),
+            dropped: Family::default(),
         }
     }
 }
@@ -662,6 +664,11 @@ impl Metrics {
             self.shard.parents.clone(),
         );
         r.register(
+            "kmeta_shard_keys_dropped",
+            "queued parents a worker dropped because they were not this replica's work (--sharding; their bucket's holder syncs them): a few when a bucket moves, steady growth means a trigger queues other replicas' parents",
+            self.shard.dropped.clone(),
+        );
+        r.register(
             "kmeta_fenced_writes",
             "writes refused before they were sent because this process did not hold the Lease they need, by fence: leader (--leader-election) or shard (--sharding)",
             self.fenced_writes.clone(),
@@ -1021,21 +1028,36 @@ impl Metrics {
         self.shard.renewal_seconds.observe(seconds);
     }
 
-    /// The parents of `controller` in the shard buckets this replica works on.
-    pub(crate) fn shard_parents(&self, controller: &str, parents: usize) {
+    /// A queued parent of `controller` dropped by a worker: not this replica's work.
+    pub(crate) fn shard_key_dropped(&self, controller: &str) {
         self.shard
-            .parents
+            .dropped
             .get_or_create(&ControllerLabels {
                 controller: controller.into(),
             })
-            .set(i64::try_from(parents).unwrap_or(i64::MAX));
+            .inc();
     }
 
-    /// `controller` stopped: its `kmeta_shard_parents` series goes.
-    pub(crate) fn forget_shard_parents(&self, controller: &str) {
-        self.shard.parents.remove(&ControllerLabels {
+    /// The parents of `controller` in the shard buckets this replica works on (its
+    /// `kmeta_shard_keys_dropped` series shows from then on, 0 until a key is dropped).
+    pub(crate) fn shard_parents(&self, controller: &str, parents: usize) {
+        let labels = ControllerLabels {
             controller: controller.into(),
-        });
+        };
+        self.shard
+            .parents
+            .get_or_create(&labels)
+            .set(i64::try_from(parents).unwrap_or(i64::MAX));
+        drop(self.shard.dropped.get_or_create(&labels));
+    }
+
+    /// `controller` stopped: its `kmeta_shard_parents` and `kmeta_shard_keys_dropped` series go.
+    pub(crate) fn forget_shard_parents(&self, controller: &str) {
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        self.shard.parents.remove(&labels);
+        self.shard.dropped.remove(&labels);
     }
 
     /// A write was refused by the `fence` (`leader` or `shard`) before it was sent.
@@ -1199,6 +1221,17 @@ mod tests {
         let text = m.encode();
         assert!(
             text.contains("kmeta_shard_parents{controller=\"cc\"} 10"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kmeta_shard_keys_dropped_total{controller=\"dc\"} 0"),
+            "{text}"
+        );
+        m.shard_key_dropped("cc");
+        m.shard_key_dropped("cc");
+        assert!(
+            m.encode()
+                .contains("kmeta_shard_keys_dropped_total{controller=\"cc\"} 2"),
             "{text}"
         );
         m.forget_shard_parents("cc");

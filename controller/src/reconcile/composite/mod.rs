@@ -274,12 +274,11 @@ impl CompositeRunner {
         }
     }
 
-    /// Every parent, at `priority`: low for the controller's start, normal after changes were
-    /// lost (a receiver that fell behind).
+    /// Every parent of this replica's, at `priority`: low for the controller's start, normal
+    /// after changes were lost (a receiver that fell behind).
     fn enqueue_all(&self, priority: Priority) {
-        for p in self.state.parents.list() {
-            self.queue
-                .add_at(obj_key(&p), Some(Cause::Started), priority);
+        for key in triggers::ours(self, &|_, _| true) {
+            self.queue.add_at(key, Some(Cause::Started), priority);
         }
     }
 

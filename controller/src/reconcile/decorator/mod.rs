@@ -208,9 +208,9 @@ impl DecoratorRunner {
         }
     }
 
-    /// Every target, at `priority` (low: the controller's start).
+    /// Every target of this replica's, at `priority` (low: the controller's start).
     fn enqueue_all(&self, priority: Priority) {
-        for key in self.parents_where(&|_, _| true) {
+        for key in triggers::ours(self, &|_, _| true) {
             self.queue.add_at(key, None, priority);
         }
     }
