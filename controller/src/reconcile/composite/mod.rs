@@ -125,8 +125,7 @@ impl CompositeRunner {
     /// Whether `parent` is this replica's work now: a trigger queues no other
     /// ([`crate::coord::scope::WorkScope::works_on`]).
     fn works_on(&self, parent: &Value) -> bool {
-        let ns = meta_str(parent, "namespace");
-        self.state.ctx.wiring.works_on(ns, meta_str(parent, "uid"))
+        self.state.ctx.wiring.works_on_object(parent)
     }
 
     fn selectors(&self) -> std::sync::MutexGuard<'_, ParentSelectors> {

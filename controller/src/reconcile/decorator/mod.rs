@@ -103,11 +103,7 @@ impl DecoratorRunner {
     fn enqueue_if_target(&self, resource: usize, obj: &Value, priority: Priority) {
         if let Some(rule) = self.state.targets.get(resource)
             && decide::is_target(&rule.selector, obj, &self.state.finalizer)
-            && self
-                .state
-                .ctx
-                .wiring
-                .works_on(meta_str(obj, "namespace"), meta_str(obj, "uid"))
+            && self.state.ctx.wiring.works_on_object(obj)
         {
             self.queue.add_at(target_key(resource, obj), None, priority);
         }
