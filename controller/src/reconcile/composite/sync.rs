@@ -284,6 +284,19 @@ fn mark_of(c: &CompositeState, key: &str, desired: &BTreeMap<String, Value>) -> 
     Some(child_mark(rule.memo_salt, desired.get(key)?))
 }
 
+/// The record of this sync, its children to come: now, its trace and trigger, this replica.
+fn new_record(c: &CompositeState, hook_took: Duration, related: Vec<String>) -> decide::SyncRecord {
+    decide::SyncRecord {
+        time: status::now_to_the_second(),
+        trace_id: crate::hook::trace::current_trace().map(|t| t.to_string()),
+        hook: Some(hook_took),
+        children: Vec::new(),
+        related,
+        replica: c.ctx.config.reporting_instance.clone(),
+        trigger: crate::reconcile::core::current_cause(),
+    }
+}
+
 /// How a sync's answer was applied.
 enum Applied {
     /// Nothing written, nothing reported.
@@ -329,15 +342,7 @@ async fn apply_response(
     // the answer is accepted: the events it asked for are published whatever the writes do
     c.ctx.hook_events(parent, &response.events).await;
     let mut quiet = true;
-    let mut record = decide::SyncRecord {
-        time: status::now_to_the_second(),
-        trace_id: crate::hook::trace::current_trace().map(|t| t.to_string()),
-        hook: Some(hook_took),
-        children: Vec::new(),
-        related,
-        replica: c.ctx.config.reporting_instance.clone(),
-        trigger: crate::reconcile::core::current_cause(),
-    };
+    let mut record = new_record(c, hook_took, related);
     if decide::may_manage_children(parent, finalizing, fin) {
         // a parent deleted since the sync began (the hook call takes a while) gets no new
         // children: they would only wait for the garbage collector
