@@ -15,6 +15,10 @@
 //! again from the cache, the watches kept open, at low priority and counted as a change like the
 //! start ([`flush_one`]); a child's or related object's watch schedules nothing for it
 //! (Metacontroller drops an update that keeps the resourceVersion: `onChildUpdate`).
+//!
+//! With a work scope (`--sharding`) every trigger here queues only the parents that are this
+//! replica's work now (`ours`); a parent whose bucket this replica gains later is queued by
+//! the gain.
 
 use std::hash::Hash;
 use std::sync::{Arc, Weak};

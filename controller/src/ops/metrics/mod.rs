@@ -1229,9 +1229,9 @@ mod tests {
         );
         m.shard_key_dropped("cc");
         m.shard_key_dropped("cc");
+        let text = m.encode();
         assert!(
-            m.encode()
-                .contains("kmeta_shard_keys_dropped_total{controller=\"cc\"} 2"),
+            text.contains("kmeta_shard_keys_dropped_total{controller=\"cc\"} 2"),
             "{text}"
         );
         m.forget_shard_parents("cc");
