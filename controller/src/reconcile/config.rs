@@ -297,21 +297,6 @@ impl std::fmt::Debug for Wiring {
 }
 
 impl Wiring {
-    /// Whether the parent in `namespace` with `uid` is this process's work now (always, without a
-    /// [`Wiring::work_scope`]): triggers queue only these ([`WorkScope::works_on`]).
-    pub fn works_on(&self, namespace: &str, uid: &str) -> bool {
-        self.work_scope
-            .as_ref()
-            .is_none_or(|s| s.works_on(namespace, Some(uid)))
-    }
-
-    /// [`Wiring::works_on`] for a cached parent (a DecoratorController's target), by its own
-    /// namespace and uid.
-    pub(crate) fn works_on_object(&self, parent: &serde_json::Value) -> bool {
-        use crate::object::meta_str;
-        self.works_on(meta_str(parent, "namespace"), meta_str(parent, "uid"))
-    }
-
     /// Sets [`Wiring::metrics`].
     #[must_use]
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::coord::scope::WorkScope;
 use crate::hook::trace::{TraceId, in_trace};
 use crate::object::meta_str;
 use crate::ops::events::{Event, EventSender, Reason, Recorder, SpamFilter};
@@ -309,7 +310,13 @@ impl Triggers {
 /// Runs `triggers` and `config.workers` workers over the reconciler's queue until `stop` is
 /// cancelled; then stops taking work and returns once the syncs in flight have finished (the
 /// caller bounds how long it waits).
-pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: CancellationToken) {
+pub async fn run<R: Reconciler>(
+    reconciler: Arc<R>,
+    triggers: impl FnOnce(&Arc<R>) -> Triggers,
+    stop: CancellationToken,
+) {
+    admit_own_work(&reconciler);
+    let triggers = triggers(&reconciler);
     let mut workers = JoinSet::new();
     let circuit: Arc<Circuit<R::Key>> = Arc::default();
     let reports = TaskTracker::new();
@@ -343,6 +350,30 @@ pub async fn run<R: Reconciler>(reconciler: Arc<R>, triggers: Triggers, stop: Ca
         .controller_stopped(reconciler.name());
 }
 
+/// With a work scope, has the queue of `r` take only the keys this process works on now
+/// ([`WorkScope::works_on`]): no trigger, retry or resync queues a parent another process
+/// syncs (a worker would only drop it), and one whose share this process gains later is
+/// queued by the gain ([`WorkScope::follow_gains`]). Set before the triggers start.
+fn admit_own_work<R: Reconciler>(r: &Arc<R>) {
+    let Some(scope) = r.context().wiring.work_scope.clone() else {
+        return;
+    };
+    let weak = Arc::downgrade(r);
+    r.queue().admit_only(Box::new(move |key: &R::Key| {
+        let parent = weak
+            .upgrade()
+            .and_then(|r| placing_parent(r.as_ref(), scope.as_ref(), key));
+        let uid = parent.as_deref().map(|p| meta_str(p, "uid"));
+        scope.works_on(key.tenant(), uid)
+    }));
+}
+
+/// The cached parent of `key`, when `scope` places parents by uid (a parent not cached has no
+/// place yet: its watch event enqueues it again).
+fn placing_parent<R: Reconciler>(r: &R, scope: &dyn WorkScope, key: &R::Key) -> Option<Arc<Value>> {
+    if scope.by_uid() { r.cached(key) } else { None }
+}
+
 /// One sync of one key when it is this process's work: always without a work scope; with one
 /// only while the scope gives the key to this process, in the write scope it names (a key that
 /// is another replica's work is dropped: its holder syncs it).
@@ -354,9 +385,7 @@ async fn process_owned<R: Reconciler>(
     let Some(scope) = &r.context().wiring.work_scope else {
         return process(r, circuit, key).await;
     };
-    // the parent's uid from the cache, when the scope places parents by uid (a parent not cached
-    // has no place yet: its watch event enqueues it again)
-    let parent = if scope.by_uid() { r.cached(key) } else { None };
+    let parent = placing_parent(r.as_ref(), scope.as_ref(), key);
     let uid = parent.as_deref().map(|p| meta_str(p, "uid"));
     let mut failure = None;
     let sync = async { failure = process(r, circuit, key).await };

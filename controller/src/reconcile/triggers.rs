@@ -15,10 +15,6 @@
 //! again from the cache, the watches kept open, at low priority and counted as a change like the
 //! start ([`flush_one`]); a child's or related object's watch schedules nothing for it
 //! (Metacontroller drops an update that keeps the resourceVersion: `onChildUpdate`).
-//!
-//! With a work scope (`--sharding`) every trigger here queues only the parents that are this
-//! replica's work now (`ours`); a parent whose bucket this replica gains later is queued by
-//! the gain.
 
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
@@ -61,17 +57,9 @@ pub trait Parents: Reconciler {
     fn parent_watches(&self) -> Vec<Arc<dyn Watch>>;
 }
 
-/// The keys of the cached parents `mine` accepts that are this replica's work
-/// ([`crate::Wiring::works_on`]; every parent without a work scope): no trigger queues another
-/// replica's parent (its holder syncs it; `claim` would only drop the key).
-pub(crate) fn ours<R: Parents>(r: &R, mine: ParentTest<'_>) -> Vec<R::Key> {
-    let wiring = &r.context().wiring;
-    r.parents_where(&|ns, uid| wiring.works_on(ns, uid) && mine(ns, uid))
-}
-
-/// Every parent of this replica's that `mine` accepts, scheduled as a change at `priority`.
+/// Every parent `mine` accepts, scheduled as a change at `priority`.
 fn enqueue_where<R: Parents>(r: &R, mine: ParentTest<'_>, cause: &Cause, priority: Priority) {
-    for key in ours(r, mine) {
+    for key in r.parents_where(mine) {
         r.queue().add_at(key, Some(cause.clone()), priority);
     }
 }
@@ -85,16 +73,16 @@ pub fn flush_one<K: Clone + Eq + Hash + Tenant>(queue: &Queue<K>, key: K) {
     queue.add_at(key, Some(Cause::Flush), Priority::Low);
 }
 
-/// The cache flush: every cached parent of this replica's, once ([`flush_one`]).
+/// The cache flush: every cached parent, once ([`flush_one`]).
 fn flush_all<R: Parents>(r: &R) {
-    for key in ours(r, &|_, _| true) {
+    for key in r.parents_where(&|_, _| true) {
         flush_one(r.queue(), key);
     }
 }
 
-/// Every parent of this replica's, scheduled as a resync (low priority) after `delay` of each.
+/// Every parent, scheduled as a resync (low priority) after `delay` of each.
 fn resync_all<R: Parents>(r: &R, cause: &Cause, mut delay: impl FnMut() -> Duration) {
-    for key in ours(r, &|_, _| true) {
+    for key in r.parents_where(&|_, _| true) {
         r.queue().resync_because(key, delay(), cause.clone());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -375,7 +375,12 @@ impl<K: Clone + Eq + Hash + Tenant> State<K> {
 pub struct Queue<K> {
     state: Mutex<State<K>>,
     notify: Notify,
+    /// Which keys any schedule takes ([`Queue::admit_only`]); every key when unset.
+    admit: OnceLock<Admit<K>>,
 }
+
+/// A test of the keys a queue schedules ([`Queue::admit_only`]).
+pub type Admit<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
 impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
     fn default() -> Self {
@@ -396,6 +401,7 @@ impl<K: Clone + Eq + Hash + Tenant> Default for Queue<K> {
                 shutdown: false,
             }),
             notify: Notify::new(),
+            admit: OnceLock::new(),
         }
     }
 }
@@ -406,6 +412,13 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
             Ok(mut s) => f(&mut s),
             Err(p) => f(&mut p.into_inner()),
         }
+    }
+
+    /// From now on every schedule of a key `admit` refuses is ignored, whatever scheduled it (a
+    /// trigger, a retry, a resync): the keys another process works on (`--sharding`), which a
+    /// worker would only drop. Set once; a second call is ignored and returns false.
+    pub fn admit_only(&self, admit: Admit<K>) -> bool {
+        self.admit.set(admit).is_ok()
     }
 
     /// Schedules `key` now, for a change someone made (a watch event): remembered until the key
@@ -488,13 +501,17 @@ impl<K: Clone + Eq + Hash + Tenant> Queue<K> {
     }
 
     /// Schedules `key` after the delay `delay_of` decides (from the state, the key and now), in
-    /// the same critical section; returns that delay.
+    /// the same critical section; returns that delay. A key [`Queue::admit_only`] refuses is
+    /// not scheduled (zero returned), the test run outside the queue's lock.
     fn schedule_by(
         &self,
         key: K,
         priority: Priority,
         delay_of: impl FnOnce(&mut State<K>, &K, Instant) -> Duration,
     ) -> Duration {
+        if self.admit.get().is_some_and(|admit| !admit(&key)) {
+            return Duration::ZERO;
+        }
         let now = Instant::now();
         let (delay, wake) = self.with(|s| {
             let delay = delay_of(s, &key, now);
@@ -657,6 +674,29 @@ mod tests {
             WAIT_RETRY_MAX,
             "and are capped"
         );
+    }
+
+    /// Once a queue admits only some keys, no way of scheduling queues another: a change, a
+    /// resync, a retry, a delay, a wait; the admitted keys are scheduled as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_key_the_queue_does_not_admit_is_scheduled_by_nothing() {
+        let q: Queue<&str> = Queue::default();
+        assert!(q.admit_only(Box::new(|k: &&str| k.starts_with("mine"))));
+        assert!(!q.admit_only(Box::new(|_: &&str| true)), "set once");
+        q.add("other-a");
+        q.add_at("other-b", Some(Cause::Started), Priority::Low);
+        q.resync_because("other-c", Duration::ZERO, Cause::Resync);
+        q.add_after("other-d", Duration::ZERO);
+        assert_eq!(q.add_rate_limited("other-e"), Duration::ZERO);
+        assert_eq!(q.add_waiting("other-f"), Duration::ZERO);
+        assert_eq!(q.len(), 0, "none of the others' keys");
+        assert!(!q.take_changed(&"other-a"), "nor their marks");
+        assert!(q.take_cause(&"other-b").is_none());
+        q.add("mine-a");
+        q.resync_after("mine-b", Duration::ZERO);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next().await, Some("mine-a"));
+        assert_eq!(q.next().await, Some("mine-b"));
     }
 
     #[tokio::test]

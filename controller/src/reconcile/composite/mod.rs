@@ -92,7 +92,6 @@ impl CompositeRunner {
             let ns = self.scope_of(child);
             if let Some(p) = self.state.parents.get(ns, r.name)
                 && meta_str(&p, "uid") == r.uid
-                && self.works_on(&p)
             {
                 let key = ObjKey::new(ns, r.name);
                 self.queue.add_at(key, Some(watched(child)), priority);
@@ -103,7 +102,6 @@ impl CompositeRunner {
             && let Some((ns, name, _)) = labelled_owner(child)
             && let Some(p) = self.state.parents.get(ns, name)
             && label_owned_by(&p, child)
-            && self.works_on(&p)
         {
             // a label-owned child (`decide::label_owned`), by the rule a sync observes it by
             self.queue
@@ -115,17 +113,10 @@ impl CompositeRunner {
         for key in candidates {
             if let Some(p) = self.state.parents.get(&key.namespace, &key.name)
                 && selectors::selects(&p, generate, child)
-                && self.works_on(&p)
             {
                 self.queue.add_at(key, Some(watched(child)), priority);
             }
         }
-    }
-
-    /// Whether `parent` is this replica's work now: a trigger queues no other
-    /// ([`crate::coord::scope::WorkScope::works_on`]).
-    fn works_on(&self, parent: &Value) -> bool {
-        self.state.ctx.wiring.works_on_object(parent)
     }
 
     fn selectors(&self) -> std::sync::MutexGuard<'_, ParentSelectors> {
@@ -212,7 +203,7 @@ impl CompositeRunner {
                 {
                     return;
                 }
-                if (priority == Priority::Normal || old.is_some()) && self.works_on(new) {
+                if priority == Priority::Normal || old.is_some() {
                     self.queue
                         .add_at(obj_key(new), Some(cause), Priority::Normal);
                 }
@@ -273,11 +264,12 @@ impl CompositeRunner {
         }
     }
 
-    /// Every parent of this replica's, at `priority`: low for the controller's start, normal
-    /// after changes were lost (a receiver that fell behind).
+    /// Every parent, at `priority`: low for the controller's start, normal after changes were
+    /// lost (a receiver that fell behind).
     fn enqueue_all(&self, priority: Priority) {
-        for key in triggers::ours(self, &|_, _| true) {
-            self.queue.add_at(key, Some(Cause::Started), priority);
+        for p in self.state.parents.list() {
+            self.queue
+                .add_at(obj_key(&p), Some(Cause::Started), priority);
         }
     }
 
@@ -292,8 +284,7 @@ impl CompositeRunner {
     /// Runs the triggers and the workers until `stop` is cancelled; then stops taking work and
     /// returns once the syncs in flight have finished (the caller bounds how long it waits).
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let triggers = self.triggers();
-        core::run(self, triggers, stop).await;
+        core::run(self, Self::triggers, stop).await;
     }
 
     /// Parent events, child events, and the resync period, each enqueueing parents. The start

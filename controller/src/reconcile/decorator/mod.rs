@@ -103,7 +103,6 @@ impl DecoratorRunner {
     fn enqueue_if_target(&self, resource: usize, obj: &Value, priority: Priority) {
         if let Some(rule) = self.state.targets.get(resource)
             && decide::is_target(&rule.selector, obj, &self.state.finalizer)
-            && self.state.ctx.wiring.works_on_object(obj)
         {
             self.queue.add_at(target_key(resource, obj), None, priority);
         }
@@ -204,9 +203,9 @@ impl DecoratorRunner {
         }
     }
 
-    /// Every target of this replica's, at `priority` (low: the controller's start).
+    /// Every target, at `priority` (low: the controller's start).
     fn enqueue_all(&self, priority: Priority) {
-        for key in triggers::ours(self, &|_, _| true) {
+        for key in self.parents_where(&|_, _| true) {
             self.queue.add_at(key, None, priority);
         }
     }
@@ -240,8 +239,7 @@ impl DecoratorRunner {
     /// Runs the triggers and the workers until `stop` is cancelled; then stops taking work and
     /// returns once the syncs in flight have finished.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let triggers = self.triggers();
-        core::run(self, triggers, stop).await;
+        core::run(self, Self::triggers, stop).await;
     }
 
     /// Target events, attachment events, relists and the resync period, each enqueueing
